@@ -1,0 +1,275 @@
+package v1_test
+
+import (
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"net/netip"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/yaml"
+
+	ippoolv1 "github.com/nmstate-ippool/nmstate-ippool/api/v1"
+	"github.com/nmstate-ippool/nmstate-ippool/pkg/ippool"
+	"github.com/nmstate-ippool/nmstate-ippool/test/envtest"
+)
+
+// k is a client of the real API server that TestMain starts.
+var k client.Client
+
+func TestMain(m *testing.M) {
+	env, err := envtest.Start()
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+	k, err = client.New(env.Config, client.Options{Scheme: env.Scheme})
+	code := 1
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+	} else {
+		code = m.Run()
+	}
+	if err := env.Stop(); err != nil {
+		fmt.Fprintln(os.Stderr, err)
+	}
+	os.Exit(code)
+}
+
+func pool(name string, r ippoolv1.IPRange) *ippoolv1.NodeIPPool {
+	return &ippoolv1.NodeIPPool{ObjectMeta: metav1.ObjectMeta{Name: name}, Spec: ippoolv1.NodeIPPoolSpec{Range: r}}
+}
+
+func TestAdmissionRejectsInvalidPools(t *testing.T) {
+	manyExcludes := make([]string, 129)
+	for i := range manyExcludes {
+		manyExcludes[i] = fmt.Sprintf("10.10.10.%d", i+1)
+	}
+	tests := []struct {
+		name  string
+		pool  *ippoolv1.NodeIPPool
+		wants []string
+	}{
+		{"cidr without prefix", pool("p", ippoolv1.IPRange{CIDR: "10.10.10.0"}),
+			[]string{"cidr 10.10.10.0 is not a CIDR: write address/prefix-length"}},
+		{"cidr with host bits", pool("p", ippoolv1.IPRange{CIDR: "10.10.10.1/24"}),
+			[]string{"cidr 10.10.10.1/24 is not in canonical form: write the network address"}},
+		{"ipv6 cidr not canonical", pool("p", ippoolv1.IPRange{CIDR: "2001:DB8:0::/64"}),
+			[]string{"cidr 2001:DB8:0::/64 is not in canonical form"}},
+		{"ipv4-mapped ipv6 cidr", pool("p", ippoolv1.IPRange{CIDR: "::ffff:10.0.0.0/120"}),
+			[]string{"cidr ::ffff:10.0.0.0/120 is not a CIDR"}},
+		{"cidr missing", pool("p", ippoolv1.IPRange{Start: "10.0.0.1"}),
+			[]string{"spec.range.cidr"}},
+		{"start not an ip", pool("p", ippoolv1.IPRange{CIDR: "10.10.10.0/24", Start: "10.10.10.300"}),
+			[]string{"start 10.10.10.300 is not an IP address"}},
+		{"end not an ip", pool("p", ippoolv1.IPRange{CIDR: "10.10.10.0/24", End: "banana"}),
+			[]string{"end banana is not an IP address"}},
+		{"ipv4-mapped start", pool("p", ippoolv1.IPRange{CIDR: "10.10.10.0/24", Start: "::ffff:10.10.10.1"}),
+			[]string{"start ::ffff:10.10.10.1 is not an IP address"}},
+		{"start of the other family", pool("p", ippoolv1.IPRange{CIDR: "10.10.10.0/24", Start: "2001:db8::1"}),
+			[]string{"start 2001:db8::1 and cidr 10.10.10.0/24 are of different IP families"}},
+		{"end of the other family", pool("p", ippoolv1.IPRange{CIDR: "2001:db8::/64", End: "10.10.10.1"}),
+			[]string{"end 10.10.10.1 and cidr 2001:db8::/64 are of different IP families"}},
+		{"start outside cidr", pool("p", ippoolv1.IPRange{CIDR: "10.10.10.0/24", Start: "10.10.11.1"}),
+			[]string{"start 10.10.11.1 is outside cidr 10.10.10.0/24"}},
+		{"end outside cidr", pool("p", ippoolv1.IPRange{CIDR: "2001:db8::/120", End: "2001:db8::1:1"}),
+			[]string{"end 2001:db8::1:1 is outside cidr 2001:db8::/120"}},
+		{"start after end", pool("p", ippoolv1.IPRange{CIDR: "10.10.10.0/24", Start: "10.10.10.9", End: "10.10.10.3"}),
+			[]string{"start 10.10.10.9 is after end 10.10.10.3: swap them"}},
+		{"start after end in the first octet bit", pool("p", ippoolv1.IPRange{CIDR: "128.0.0.0/1", Start: "200.0.0.1", End: "128.0.0.1"}),
+			[]string{"start 200.0.0.1 is after end 128.0.0.1"}},
+		{"ipv6 start after end", pool("p", ippoolv1.IPRange{CIDR: "2001:4860:4860::/116", Start: "2001:4860:4860::00FF", End: "2001:4860:4860::000F"}),
+			[]string{"start 2001:4860:4860::00FF is after end 2001:4860:4860::000F"}},
+		{"ipv6 larger than 2^64 by default", pool("p", ippoolv1.IPRange{CIDR: "2001:db8::/48"}),
+			[]string{"cidr 2001:db8::/48 holds more than 2^64 addresses: set start and end inside one /64"}},
+		{"ipv6 start and end in different /64s", pool("p", ippoolv1.IPRange{CIDR: "2001:db8::/48", Start: "2001:db8:0:1::1", End: "2001:db8:0:2::1"}),
+			[]string{"holds more than 2^64 addresses"}},
+		{"exclude not an address", pool("p", ippoolv1.IPRange{CIDR: "10.10.10.0/24", Exclude: []string{"10.10.10.4", "ten"}}),
+			[]string{"exclude ten is neither an IP address nor a CIDR without host bits"}},
+		{"exclude cidr with host bits", pool("p", ippoolv1.IPRange{CIDR: "10.10.10.0/24", Exclude: []string{"10.10.10.9/30"}}),
+			[]string{"exclude 10.10.10.9/30 is neither an IP address nor a CIDR without host bits"}},
+		{"exclude of the other family", pool("p", ippoolv1.IPRange{CIDR: "10.10.10.0/24", Exclude: []string{"2001:db8::1"}}),
+			[]string{"exclude 2001:db8::1 and cidr 10.10.10.0/24 are of different IP families"}},
+		{"exclude outside cidr", pool("p", ippoolv1.IPRange{CIDR: "10.10.10.0/24", Exclude: []string{"10.10.11.4"}}),
+			[]string{"exclude 10.10.11.4 is outside cidr 10.10.10.0/24: remove it or fix the address"}},
+		{"exclude wider than cidr", pool("p", ippoolv1.IPRange{CIDR: "10.10.10.0/24", Exclude: []string{"10.10.0.0/16"}}),
+			[]string{"exclude 10.10.0.0/16 is outside cidr 10.10.10.0/24"}},
+		{"too many excludes", pool("p", ippoolv1.IPRange{CIDR: "10.10.10.0/24", Exclude: manyExcludes}),
+			[]string{"spec.range.exclude", "must have at most 128 items"}},
+		{"name with a dot", pool("traffic.one", ippoolv1.IPRange{CIDR: "10.10.10.0/24"}),
+			[]string{"name traffic.one is not a DNS-1123 label"}},
+		{"name longer than a label", pool(strings.Repeat("a", 64), ippoolv1.IPRange{CIDR: "10.10.10.0/24"}),
+			[]string{"is not a DNS-1123 label"}},
+		{"two mistakes reported together", pool("p", ippoolv1.IPRange{CIDR: "10.10.10.0/24", Start: "10.10.11.1", Exclude: []string{"10.10.12.1"}}),
+			[]string{"start 10.10.11.1 is outside cidr", "exclude 10.10.12.1 is outside cidr"}},
+	}
+	if len(tests) < 20 {
+		t.Fatalf("only %d cases", len(tests))
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			err := k.Create(context.Background(), tt.pool)
+			if err == nil {
+				_ = k.Delete(context.Background(), tt.pool)
+				t.Fatalf("pool %+v was accepted", tt.pool.Spec.Range)
+			}
+			for _, want := range tt.wants {
+				if !strings.Contains(err.Error(), want) {
+					t.Errorf("error %q\n does not contain %q", err, want)
+				}
+			}
+			assertNoPool(t, tt.pool.Name)
+		})
+	}
+}
+
+func assertNoPool(t *testing.T, name string) {
+	t.Helper()
+	var list ippoolv1.NodeIPPoolList
+	if err := k.List(context.Background(), &list); err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range list.Items {
+		if p.Name == name {
+			t.Fatalf("a rejected pool %q exists", name)
+		}
+	}
+}
+
+// The specification's and DESIGN.md's examples, with the specification's
+// typos ("10.10.10.11.10") and its non-canonical /16 CIDR corrected.
+var validRanges = map[string]ippoolv1.IPRange{
+	"traffic-1":    {CIDR: "10.10.10.0/24", Start: "10.10.10.1", End: "10.10.10.10", Exclude: []string{"10.10.10.4", "10.10.10.7"}},
+	"traffic-2":    {CIDR: "10.10.11.0/24", Start: "10.10.11.1", End: "10.10.11.10", Exclude: []string{"10.10.11.4", "10.10.11.7"}},
+	"design":       {CIDR: "10.10.10.0/24", Start: "10.10.10.1", End: "10.10.10.10", Exclude: []string{"10.10.10.4", "10.10.10.8/30"}},
+	"seed-24":      {CIDR: "10.10.11.0/24", Start: "10.10.11.4", End: "10.10.11.10", Exclude: []string{"10.10.11.5", "10.10.11.7"}},
+	"seed-16":      {CIDR: "10.10.0.0/16", Start: "10.10.11.4", End: "10.10.12.10", Exclude: []string{"10.10.11.5", "10.10.12.7"}},
+	"seed-v6":      {CIDR: "2001:4860:4860::/116", Start: "2001:4860:4860::000F", End: "2001:4860:4860::00FF", Exclude: []string{"2001:4860:4860::0010", "2001:4860:4860::001F"}},
+	"defaults":     {CIDR: "192.168.0.0/16"},
+	"start-only":   {CIDR: "10.0.0.0/24", Start: "10.0.0.100"},
+	"end-only":     {CIDR: "10.0.0.0/24", End: "10.0.0.9"},
+	"p2p":          {CIDR: "10.0.0.0/31"},
+	"host":         {CIDR: "10.0.0.9/32"},
+	"v6-64":        {CIDR: "2001:db8::/64"},
+	"v6-48-in-64":  {CIDR: "2001:db8::/48", Start: "2001:db8:0:7::1", End: "2001:db8:0:7::ffff"},
+	"v6-p2p":       {CIDR: "2001:db8::/127"},
+	"v6-host":      {CIDR: "2001:db8::9/128"},
+	"v6-exclude64": {CIDR: "2001:db8::/64", Exclude: []string{"2001:db8::/120", "2001:db8::ffff"}},
+	"equal-bounds": {CIDR: "10.0.0.0/24", Start: "10.0.0.5", End: "10.0.0.5"},
+	"close-bounds": {CIDR: "10.0.0.0/8", Start: "10.127.255.255", End: "10.128.0.0"},
+}
+
+func TestAdmissionAcceptsValidPools(t *testing.T) {
+	for name, r := range validRanges {
+		t.Run(name, func(t *testing.T) {
+			p := pool(name, r)
+			if err := k.Create(context.Background(), p); err != nil {
+				t.Fatalf("rejected: %v", err)
+			}
+			t.Cleanup(func() { _ = k.Delete(context.Background(), p) })
+			// What admission accepts, the allocator accepts too.
+			if _, err := ippool.NewRange(ippool.Spec{CIDR: r.CIDR, Start: r.Start, End: r.End, Exclude: r.Exclude}); err != nil {
+				t.Fatalf("admitted, but the allocator refuses it: %v", err)
+			}
+		})
+	}
+}
+
+func TestSpecIsImmutable(t *testing.T) {
+	ctx := context.Background()
+	p := pool("immutable", ippoolv1.IPRange{CIDR: "10.20.0.0/24", Start: "10.20.0.10"})
+	if err := k.Create(ctx, p); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = k.Delete(ctx, p) })
+	p.Spec.Range.Start = "10.20.0.20"
+	err := k.Update(ctx, p)
+	if err == nil || !strings.Contains(err.Error(), "spec is immutable: delete and re-create the NodeIPPool") {
+		t.Fatalf("update = %v, want the immutability message", err)
+	}
+	// Status stays writable through its subresource.
+	var got ippoolv1.NodeIPPool
+	if err := k.Get(ctx, client.ObjectKeyFromObject(p), &got); err != nil {
+		t.Fatal(err)
+	}
+	if got.Spec.Range.Start != "10.20.0.10" {
+		t.Fatalf("spec changed to %+v", got.Spec.Range)
+	}
+	got.Status.Size, got.Status.Free = 245, 245
+	if err := k.Status().Update(ctx, &got); err != nil {
+		t.Fatalf("status update: %v", err)
+	}
+}
+
+// startBeforeEndTerm is the test of bit position p that the unrolled
+// start-after-end rules of IPRange repeat.
+func startBeforeEndTerm(p int) string {
+	a, b := fmt.Sprintf("'/%d'", p), fmt.Sprintf("'/%d'", p+1)
+	return fmt.Sprintf("(cidr(self.start + %s).containsIP(self.end) && !cidr(self.start + %s).containsIP(self.end) && "+
+		"cidr(self.start + %s).containsIP(cidr(self.start + %s).masked().ip()))", a, b, b, a)
+}
+
+func TestStartBeforeEndRules(t *testing.T) {
+	raw, err := os.ReadFile(filepath.Join(envtest.RepoRoot(), "deploy", "crd", "nmstate.io_nodeippools.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var crd apiextensionsv1.CustomResourceDefinition
+	if err := yaml.UnmarshalStrict(raw, &crd); err != nil {
+		t.Fatal(err)
+	}
+	rules := map[string]bool{}
+	for _, r := range crd.Spec.Versions[0].Schema.OpenAPIV3Schema.Properties["spec"].Properties["range"].XValidations {
+		rules[r.Rule] = true
+	}
+	for _, fam := range []struct{ family, bits int }{{4, 32}, {6, 128}} {
+		terms := make([]string, fam.bits)
+		for p := range terms {
+			terms[p] = startBeforeEndTerm(p)
+		}
+		rule := fmt.Sprintf("!has(self.start) || !has(self.end) || !isIP(self.start) || !isIP(self.end) || "+
+			"ip(self.start).family() != %d || ip(self.end).family() != %d || ip(self.start) == ip(self.end) || %s",
+			fam.family, fam.family, strings.Join(terms, " || "))
+		if !rules[rule] {
+			t.Errorf("the CRD has no IPv%d start-after-end rule of %d unrolled startBeforeEndTerm terms: regenerate the IPRange marker", fam.family, fam.bits)
+		}
+	}
+}
+
+// TestAdmissionOrdersStartAndEnd compares the API server's verdict on random
+// start/end pairs with Go's ordering of the same addresses.
+func TestAdmissionOrdersStartAndEnd(t *testing.T) {
+	rng := rand.New(rand.NewPCG(7, 7))
+	cases := []struct {
+		cidr   string
+		random func() netip.Addr
+	}{
+		{"10.0.0.0/8", func() netip.Addr { return netip.AddrFrom4([4]byte{10, byte(rng.IntN(256)), byte(rng.IntN(256)), byte(rng.IntN(256))}) }},
+		{"2001:db8:0:1::/64", func() netip.Addr {
+			b := netip.MustParseAddr("2001:db8:0:1::").As16()
+			for i := 8 + rng.IntN(8); i < 16; i++ {
+				b[i] = byte(rng.IntN(256))
+			}
+			return netip.AddrFrom16(b)
+		}},
+	}
+	for _, c := range cases {
+		for i := range 15 {
+			start, end := c.random(), c.random()
+			p := pool(fmt.Sprintf("order-%d", i), ippoolv1.IPRange{CIDR: c.cidr, Start: start.String(), End: end.String()})
+			err := k.Create(context.Background(), p)
+			if err == nil {
+				_ = k.Delete(context.Background(), p)
+			}
+			if wantOK := !end.Less(start); (err == nil) != wantOK {
+				t.Errorf("start %s end %s: admission error %v, want accepted=%v", start, end, err, wantOK)
+			}
+		}
+	}
+}

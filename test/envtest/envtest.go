@@ -1,0 +1,74 @@
+package envtest
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"runtime"
+
+	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
+	corev1 "k8s.io/api/core/v1"
+	k8sruntime "k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/client-go/rest"
+	"sigs.k8s.io/controller-runtime/pkg/envtest"
+
+	ippoolv1 "github.com/nmstate-ippool/nmstate-ippool/api/v1"
+)
+
+// Env is a running control plane.
+type Env struct {
+	Config *rest.Config
+	Scheme *k8sruntime.Scheme
+	env    *envtest.Environment
+}
+
+// RepoRoot returns the repository's root directory.
+func RepoRoot() string {
+	_, file, _, _ := runtime.Caller(0)
+	return filepath.Join(filepath.Dir(file), "..", "..")
+}
+
+// AssetsDir returns the directory holding kube-apiserver and etcd.
+func AssetsDir() string {
+	if dir := os.Getenv("KUBEBUILDER_ASSETS"); dir != "" {
+		return dir
+	}
+	return filepath.Join(RepoRoot(), "bin", "k8s")
+}
+
+// Start starts etcd and kube-apiserver and installs the CRDs of deploy/crd.
+// Call Stop when done.
+func Start() (*Env, error) {
+	dir := AssetsDir()
+	for _, bin := range []string{"kube-apiserver", "etcd"} {
+		if _, err := os.Stat(filepath.Join(dir, bin)); err != nil {
+			return nil, fmt.Errorf("%s not found in %s: run 'make envtest-assets' (it builds it from source) or set KUBEBUILDER_ASSETS", bin, dir)
+		}
+	}
+	scheme := k8sruntime.NewScheme()
+	for _, add := range []func(*k8sruntime.Scheme) error{corev1.AddToScheme, apiextensionsv1.AddToScheme, ippoolv1.AddToScheme} {
+		if err := add(scheme); err != nil {
+			return nil, err
+		}
+	}
+	env := &envtest.Environment{
+		BinaryAssetsDirectory: dir,
+		CRDDirectoryPaths:     []string{filepath.Join(RepoRoot(), "deploy", "crd")},
+		ErrorIfCRDPathMissing: true,
+		Scheme:                scheme,
+	}
+	cfg, err := env.Start()
+	if err != nil {
+		return nil, fmt.Errorf("start the envtest control plane from %s: %w", dir, err)
+	}
+	return &Env{Config: cfg, Scheme: scheme, env: env}, nil
+}
+
+// Stop stops the control plane.
+func (e *Env) Stop() error {
+	if e == nil || e.env == nil {
+		return errors.New("envtest: not started")
+	}
+	return e.env.Stop()
+}
