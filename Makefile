@@ -43,7 +43,7 @@ generate: $(CONTROLLER_GEN) ## Generate the DeepCopy methods of api/.
 
 .PHONY: fmt
 fmt: ## Run gofmt on the tree.
-	gofmt -s -w $$(git ls-files '*.go')
+	gofmt -s -w $$(git ls-files --cached --others --exclude-standard '*.go')
 
 .PHONY: vet
 vet: ## Run go vet.
@@ -54,10 +54,8 @@ lint: $(GOLANGCI_LINT) ## Run golangci-lint.
 	$(GOLANGCI_LINT) run ./...
 
 .PHONY: verify
-verify: manifests generate ## Fail if generated files or formatting are out of date.
-	@test -z "$$(gofmt -s -l $$(git ls-files '*.go'))" || { gofmt -s -l $$(git ls-files '*.go'); echo "gofmt: run 'make fmt'"; exit 1; }
-	@git diff --exit-code -- api deploy || { echo "generated files are stale: run 'make manifests generate' and commit"; exit 1; }
-	@test -z "$$(git status --porcelain -- api deploy)" || { git status --porcelain -- api deploy; echo "untracked generated files: commit them"; exit 1; }
+verify: $(CONTROLLER_GEN) ## Fail if `make manifests generate` or gofmt would change a file.
+	hack/verify.sh
 
 ##@ Build
 

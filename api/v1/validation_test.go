@@ -250,7 +250,9 @@ func TestAdmissionOrdersStartAndEnd(t *testing.T) {
 		cidr   string
 		random func() netip.Addr
 	}{
-		{"10.0.0.0/8", func() netip.Addr { return netip.AddrFrom4([4]byte{10, byte(rng.IntN(256)), byte(rng.IntN(256)), byte(rng.IntN(256))}) }},
+		{"10.0.0.0/8", func() netip.Addr {
+			return netip.AddrFrom4([4]byte{10, byte(rng.IntN(256)), byte(rng.IntN(256)), byte(rng.IntN(256))})
+		}},
 		{"2001:db8:0:1::/64", func() netip.Addr {
 			b := netip.MustParseAddr("2001:db8:0:1::").As16()
 			for i := 8 + rng.IntN(8); i < 16; i++ {

@@ -1,6 +1,7 @@
 package ippool
 
 import (
+	"errors"
 	"fmt"
 	"hash/fnv"
 	"math"
@@ -119,10 +120,10 @@ func ParseAddr(s string) (netip.Addr, error) {
 func parsePrefix(s string) (netip.Prefix, error) {
 	p, err := netip.ParsePrefix(s)
 	if err != nil {
-		return netip.Prefix{}, fmt.Errorf("not a CIDR: write address/prefix-length, e.g. 10.10.10.0/24 or 2001:db8::/64")
+		return netip.Prefix{}, errors.New("not a CIDR: write address/prefix-length, e.g. 10.10.10.0/24 or 2001:db8::/64")
 	}
 	if p.Addr().Is4In6() {
-		return netip.Prefix{}, fmt.Errorf("IPv4-mapped IPv6 CIDRs are not allowed; write the IPv4 CIDR")
+		return netip.Prefix{}, errors.New("IPv4-mapped IPv6 CIDRs are not allowed; write the IPv4 CIDR")
 	}
 	return p, nil
 }
