@@ -12,6 +12,9 @@ KUBE_LDFLAGS := -X $(KUBE_VERSION_PKG).gitVersion=$(KUBE_VERSION) \
 	-X $(KUBE_VERSION_PKG).gitMajor=1 -X $(KUBE_VERSION_PKG).gitMinor=34 \
 	-X $(KUBE_VERSION_PKG).gitTreeState=clean
 
+# The NNCP types come from kubernetes-nmstate; its CRD is generated from them.
+UPSTREAM_API := github.com/nmstate/kubernetes-nmstate/api
+
 CONTROLLER_GEN ?= $(LOCALBIN)/controller-gen
 KUSTOMIZE ?= $(LOCALBIN)/kustomize
 GINKGO ?= $(LOCALBIN)/ginkgo
@@ -34,7 +37,8 @@ help: ## Show this help.
 
 .PHONY: manifests
 manifests: $(CONTROLLER_GEN) ## Generate the CRDs into deploy/crd and RBAC into deploy/rbac.
-	$(CONTROLLER_GEN) crd paths=./api/... output:crd:artifacts:config=deploy/crd
+	$(CONTROLLER_GEN) crd paths=./api/... paths=$(UPSTREAM_API)/v1 output:crd:artifacts:config=deploy/crd
+	rm -f deploy/crd/nmstate.io_nmstates.yaml # the operator's kind, not ours
 	$(CONTROLLER_GEN) rbac:roleName=nmstate-ippool paths=./... output:rbac:artifacts:config=deploy/rbac
 
 .PHONY: generate

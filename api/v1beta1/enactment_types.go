@@ -1,0 +1,47 @@
+package v1beta1
+
+import (
+	"github.com/nmstate/kubernetes-nmstate/api/shared"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	ippoolv1 "github.com/nmstate-ippool/nmstate-ippool/api/v1"
+)
+
+// NodeNetworkConfigurationEnactment is the state of one policy on one node,
+// named "<node>.<policy>" and labelled with both (shared.EnactmentNodeLabel,
+// shared.EnactmentPolicyLabel). Its owner is the Node.
+//
+// +kubebuilder:object:root=true
+// +kubebuilder:subresource:status
+// +kubebuilder:resource:path=nodenetworkconfigurationenactments,shortName=nnce,scope=Cluster
+// +kubebuilder:printcolumn:name="Status",type="string",JSONPath=".status.conditions[?(@.status==\"True\")].type",description="Status"
+// +kubebuilder:printcolumn:name="Status Age",type="date",JSONPath=".status.conditions[?(@.status==\"True\")].lastTransitionTime",description="Status Age"
+// +kubebuilder:printcolumn:name="Reason",type="string",JSONPath=".status.conditions[?(@.status==\"True\")].reason",description="Reason"
+// +kubebuilder:pruning:PreserveUnknownFields
+// +kubebuilder:storageversion
+type NodeNetworkConfigurationEnactment struct {
+	metav1.TypeMeta   `json:",inline"`
+	metav1.ObjectMeta `json:"metadata,omitempty"`
+
+	Status NodeNetworkConfigurationEnactmentStatus `json:"status,omitempty"`
+}
+
+// NodeNetworkConfigurationEnactmentStatus is kubernetes-nmstate's enactment
+// status plus the IP pool record.
+type NodeNetworkConfigurationEnactmentStatus struct {
+	shared.NodeNetworkConfigurationEnactmentStatus `json:",inline"`
+
+	// IPPool records the addresses this enactment holds, by pool. With
+	// capturedStates it is the source of truth a NodeIPPool is rebuilt from.
+	// +optional
+	IPPool ippoolv1.EnactmentIPPools `json:"ippool,omitempty"`
+}
+
+// NodeNetworkConfigurationEnactmentList is a list of enactments.
+//
+// +kubebuilder:object:root=true
+type NodeNetworkConfigurationEnactmentList struct {
+	metav1.TypeMeta `json:",inline"`
+	metav1.ListMeta `json:"metadata,omitempty"`
+	Items           []NodeNetworkConfigurationEnactment `json:"items"`
+}

@@ -1,0 +1,17 @@
+// Package capture connects NodeNetworkConfigurationPolicy captures to IP
+// pools and renders desired states with nmpolicy.
+//
+// A capture whose expression is "ippool.<pool>.allocate" asks for one address
+// from the NodeIPPool <pool>; every other expression is an ordinary nmpolicy
+// expression. Parse splits the two and rejects malformed ippool expressions
+// with an error that names the capture and the expected form.
+//
+// Render hands the allocated addresses to nmpolicy as cached captures whose
+// state is {ip: "<address>", prefix-length: <int>}, so that a desired state
+// can use {{ capture.<name>.ip }} and {{ capture.<name>.prefix-length }},
+// resolves the ordinary captures against the current state, and returns the
+// rendered desired state with every captured state.
+//
+// The package is pure: it imports nmpolicy and the standard library, never a
+// Kubernetes client.
+package capture

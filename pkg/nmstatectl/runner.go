@@ -1,0 +1,103 @@
+package nmstatectl
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// DefaultTimeout is the checkpoint timeout of Apply when Runner.Timeout is 0.
+const DefaultTimeout = 60 * time.Second
+
+// Runner runs one nmstatectl binary. It is safe for concurrent use, but
+// nmstatectl itself applies one state at a time per node.
+type Runner struct {
+	// Path is the nmstatectl binary; "nmstatectl" from PATH when empty.
+	Path string
+	// Timeout is the checkpoint timeout passed to apply --timeout.
+	Timeout time.Duration
+	// Env is added to the command's environment (the simulator reads its
+	// state file from it).
+	Env []string
+}
+
+// Error is a failed nmstatectl command with its output.
+type Error struct {
+	Args   []string
+	Output string
+	Err    error
+}
+
+func (e *Error) Error() string {
+	out := strings.TrimSpace(e.Output)
+	if out == "" {
+		return fmt.Sprintf("nmstatectl %s: %v", strings.Join(e.Args, " "), e.Err)
+	}
+	return fmt.Sprintf("nmstatectl %s: %v: %s", strings.Join(e.Args, " "), e.Err, out)
+}
+
+func (e *Error) Unwrap() error { return e.Err }
+
+// Show returns the node's current state as JSON.
+func (r Runner) Show(ctx context.Context) ([]byte, error) {
+	return r.run(ctx, "show", "--json")
+}
+
+// Apply applies desired (YAML or JSON) with a checkpoint and commits it. If
+// the apply or the commit fails, it rolls the checkpoint back and returns the
+// failure, whose message carries nmstatectl's output; a failed rollback is
+// joined to it.
+func (r Runner) Apply(ctx context.Context, desired []byte) error {
+	f, err := os.CreateTemp("", "nmstate-desired-*.yaml")
+	if err != nil {
+		return fmt.Errorf("write the desired state: %w", err)
+	}
+	defer func() { _ = os.Remove(f.Name()) }()
+	if _, err := f.Write(desired); err != nil {
+		_ = f.Close()
+		return fmt.Errorf("write the desired state: %w", err)
+	}
+	if err := f.Close(); err != nil {
+		return fmt.Errorf("write the desired state: %w", err)
+	}
+	timeout := r.Timeout
+	if timeout <= 0 {
+		timeout = DefaultTimeout
+	}
+	seconds := strconv.Itoa(int(timeout.Round(time.Second) / time.Second))
+	if _, err := r.run(ctx, "apply", "--no-commit", "--timeout", seconds, f.Name()); err != nil {
+		return errors.Join(err, r.rollback(ctx))
+	}
+	if _, err := r.run(ctx, "commit"); err != nil {
+		return errors.Join(err, r.rollback(ctx))
+	}
+	return nil
+}
+
+func (r Runner) rollback(ctx context.Context) error {
+	if _, err := r.run(context.WithoutCancel(ctx), "rollback"); err != nil {
+		return fmt.Errorf("rollback after a failed apply: %w", err)
+	}
+	return nil
+}
+
+func (r Runner) run(ctx context.Context, args ...string) ([]byte, error) {
+	path := r.Path
+	if path == "" {
+		path = "nmstatectl"
+	}
+	cmd := exec.CommandContext(ctx, path, args...)
+	cmd.Env = append(os.Environ(), r.Env...)
+	var stdout, stderr bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	if err := cmd.Run(); err != nil {
+		return nil, &Error{Args: args, Output: stderr.String() + stdout.String(), Err: err}
+	}
+	return stdout.Bytes(), nil
+}
