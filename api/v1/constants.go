@@ -40,3 +40,30 @@ const (
 	// specification's table; added so that no bad spec fails silently.
 	ReasonInvalidIPPool = "InvalidIPPool"
 )
+
+// FinalizerIPPool is set on an enactment that holds addresses. It keeps the
+// enactment, the durable record of those addresses, until they are returned
+// to their pools: by the node's handler, or by the pool controller when the
+// node is gone.
+const FinalizerIPPool = "nmstate.io/ippool"
+
+// Reasons of enactment conditions added by IP pools, next to
+// kubernetes-nmstate's own.
+const (
+	// ReasonInvalidCapture (Failing): an ippool capture expression is
+	// malformed.
+	ReasonInvalidCapture = "InvalidCapture"
+	// ReasonIPPoolNotFound (Failing): a capture names a pool that does not
+	// exist.
+	ReasonIPPoolNotFound = "IPPoolNotFound"
+	// ReasonIPPoolExhausted (Failing): the pool has no free address for this
+	// node. The pool's own ExhaustedIPPool condition is written by the pool
+	// controller only.
+	ReasonIPPoolExhausted = "IPPoolExhausted"
+	// ReasonIPPoolInvalid (Failing): the pool's range cannot hand out
+	// addresses.
+	ReasonIPPoolInvalid = "IPPoolInvalid"
+	// ReasonIPPoolNotAvailable (Pending): the pool is not Available=True
+	// (being rebuilt, overlapping, ...); nothing is allocated until it is.
+	ReasonIPPoolNotAvailable = "IPPoolNotAvailable"
+)

@@ -7,13 +7,11 @@ import (
 	"path/filepath"
 	"runtime"
 
-	corev1 "k8s.io/api/core/v1"
-	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	k8sruntime "k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/rest"
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
 
-	ippoolv1 "github.com/nmstate-ippool/nmstate-ippool/api/v1"
+	projectscheme "github.com/nmstate-ippool/nmstate-ippool/internal/scheme"
 )
 
 // Env is a running control plane.
@@ -46,11 +44,9 @@ func Start() (*Env, error) {
 			return nil, fmt.Errorf("%s not found in %s: run 'make envtest-assets' (it builds it from source) or set KUBEBUILDER_ASSETS", bin, dir)
 		}
 	}
-	scheme := k8sruntime.NewScheme()
-	for _, add := range []func(*k8sruntime.Scheme) error{corev1.AddToScheme, apiextensionsv1.AddToScheme, ippoolv1.AddToScheme} {
-		if err := add(scheme); err != nil {
-			return nil, err
-		}
+	scheme, err := projectscheme.New()
+	if err != nil {
+		return nil, err
 	}
 	env := &envtest.Environment{
 		BinaryAssetsDirectory: dir,

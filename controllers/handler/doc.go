@@ -1,0 +1,34 @@
+// Package handler is the per-node NodeNetworkConfigurationPolicy reconciler:
+// one runs on every node (a DaemonSet), with its node's name injected. It
+// does what the kubernetes-nmstate handler does — select policies by node
+// selector, keep the enactment "<node>.<policy>" and its conditions, apply
+// the rendered desired state through nmstatectl, aggregate the policy's
+// conditions and honour maxUnavailable — and it resolves the
+// "ippool.<pool>.allocate" captures.
+//
+// Allocation (DESIGN.md §4). For every ippool capture the enactment's record
+// (status.ippool and status.capturedStates) is reused while the pool still
+// contains the address; otherwise a free offset is taken from the pool's
+// status bitmap. All captures of one policy that draw from one pool are
+// served by one pool status write, guarded by the pool's resourceVersion; on
+// a conflict the pool is read again and the write retried with jittered
+// exponential backoff, a bounded number of times, then the request is
+// requeued. Nothing is allocated while a pool is not Available=True: only the
+// pool controller sets that. The record is written to the enactment before
+// anything is applied, so an address that reached a node is always recorded.
+//
+// Releasing. When a policy is deleted, stops matching the node, or drops a
+// capture, the handler clears the pool bits it owns first and then the
+// enactment's record. The enactment carries the FinalizerIPPool finalizer
+// while it holds addresses, so that the pool controller can release them if
+// the node goes away with its handler.
+//
+// Writers. The handler writes a pool's allocatedOffsets and counts; the pool
+// controller alone writes pool conditions, ExhaustedIPPool included. A
+// handler that finds a pool exhausted marks its enactment Failing
+// (IPPoolExhausted) and raises a Warning Event on the pool.
+//
+// Correctness never depends on a fresh cache or on one reconcile at a time:
+// enactments and pools are read from the API server where a decision
+// depends on them, and every write carries a resourceVersion precondition.
+package handler

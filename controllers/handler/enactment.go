@@ -1,0 +1,145 @@
+package handler
+
+import (
+	"context"
+	"fmt"
+	"strings"
+
+	"github.com/nmstate/kubernetes-nmstate/api/shared"
+	nmstatev1 "github.com/nmstate/kubernetes-nmstate/api/v1"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/types"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
+
+	ippoolv1 "github.com/nmstate-ippool/nmstate-ippool/api/v1"
+	nncev1beta1 "github.com/nmstate-ippool/nmstate-ippool/api/v1beta1"
+	"github.com/nmstate-ippool/nmstate-ippool/pkg/capture"
+)
+
+// getEnactment reads this node's enactment of a policy from the API server,
+// or returns nil when there is none. A cached copy could lack the record
+// of an address this handler just allocated, and allocating again would
+// leak it.
+func (r *Reconciler) getEnactment(ctx context.Context, policy string) (*nncev1beta1.NodeNetworkConfigurationEnactment, error) {
+	var e nncev1beta1.NodeNetworkConfigurationEnactment
+	key := shared.EnactmentKey(r.NodeName, policy)
+	if err := r.APIReader.Get(ctx, key, &e); err != nil {
+		if apierrors.IsNotFound(err) {
+			return nil, nil
+		}
+		return nil, fmt.Errorf("get enactment %q: %w", key.Name, err)
+	}
+	return &e, nil
+}
+
+// node returns this node's metadata from the cache.
+func (r *Reconciler) node(ctx context.Context) (*metav1.PartialObjectMetadata, error) {
+	n := &metav1.PartialObjectMetadata{}
+	n.SetGroupVersionKind(corev1.SchemeGroupVersion.WithKind("Node"))
+	if err := r.Client.Get(ctx, types.NamespacedName{Name: r.NodeName}, n); err != nil {
+		return nil, fmt.Errorf("get node %q: %w", r.NodeName, err)
+	}
+	return n, nil
+}
+
+// selects reports whether the policy exists, is not being deleted, and its
+// node selector matches this node's labels.
+func (r *Reconciler) selects(ctx context.Context, policy *nmstatev1.NodeNetworkConfigurationPolicy) (bool, error) {
+	if policy == nil || !policy.DeletionTimestamp.IsZero() {
+		return false, nil
+	}
+	n, err := r.node(ctx)
+	if apierrors.IsNotFound(err) {
+		return false, nil
+	}
+	if err != nil {
+		return false, err
+	}
+	return labels.SelectorFromSet(policy.Spec.NodeSelector).Matches(labels.Set(n.Labels)), nil
+}
+
+// ensureEnactment creates the enactment "<node>.<policy>" if it is missing,
+// owned by the Node and labelled like kubernetes-nmstate's, and makes sure
+// it carries the IP pool finalizer when the policy draws from a pool.
+func (r *Reconciler) ensureEnactment(ctx context.Context, policy *nmstatev1.NodeNetworkConfigurationPolicy,
+	e *nncev1beta1.NodeNetworkConfigurationEnactment) (*nncev1beta1.NodeNetworkConfigurationEnactment, error) {
+	wantsFinalizer := usesPools(policy)
+	if e != nil {
+		if !wantsFinalizer || controllerutil.ContainsFinalizer(e, ippoolv1.FinalizerIPPool) {
+			return e, nil
+		}
+		controllerutil.AddFinalizer(e, ippoolv1.FinalizerIPPool)
+		if err := r.Client.Update(ctx, e); err != nil {
+			return nil, fmt.Errorf("add the finalizer to enactment %q: %w", e.Name, err)
+		}
+		return e, nil
+	}
+	node, err := r.node(ctx)
+	if err != nil {
+		return nil, err
+	}
+	e = &nncev1beta1.NodeNetworkConfigurationEnactment{ObjectMeta: metav1.ObjectMeta{
+		Name: shared.EnactmentKey(r.NodeName, policy.Name).Name,
+		Labels: map[string]string{
+			shared.EnactmentPolicyLabel: policy.Name,
+			shared.EnactmentNodeLabel:   r.NodeName,
+		},
+		OwnerReferences: []metav1.OwnerReference{{APIVersion: "v1", Kind: "Node", Name: node.Name, UID: node.UID}},
+	}}
+	if wantsFinalizer {
+		controllerutil.AddFinalizer(e, ippoolv1.FinalizerIPPool)
+	}
+	if err := r.Client.Create(ctx, e); err != nil {
+		return nil, fmt.Errorf("create enactment %q: %w", e.Name, err)
+	}
+	ctrl.LoggerFrom(ctx).Info("created enactment", "enactment", e.Name)
+	return e, nil
+}
+
+func usesPools(policy *nmstatev1.NodeNetworkConfigurationPolicy) bool {
+	for _, expr := range policy.Spec.Capture {
+		if strings.HasPrefix(strings.TrimSpace(expr), capture.Prefix) {
+			return true
+		}
+	}
+	return false
+}
+
+// writeEnactment writes the enactment's status with o's conditions. The
+// resourceVersion it was read at guards the write; a conflict is returned
+// and the request retried.
+func (r *Reconciler) writeEnactment(ctx context.Context, e *nncev1beta1.NodeNetworkConfigurationEnactment, o outcome) error {
+	e.Status.Conditions = withConditions(e.Status.Conditions, o, r.Clock.Now())
+	if err := r.Client.Status().Update(ctx, e); err != nil {
+		return fmt.Errorf("write the status of enactment %q: %w", e.Name, err)
+	}
+	return nil
+}
+
+// retire returns the enactment's addresses to their pools, then removes its
+// finalizer and deletes it. A nil enactment is already retired.
+func (r *Reconciler) retire(ctx context.Context, e *nncev1beta1.NodeNetworkConfigurationEnactment) error {
+	if e == nil {
+		return nil
+	}
+	for pool, held := range e.Status.IPPool {
+		if err := r.releaseFromPool(ctx, pool, held.Allocated); err != nil {
+			return err
+		}
+	}
+	if controllerutil.RemoveFinalizer(e, ippoolv1.FinalizerIPPool) {
+		if err := r.Client.Update(ctx, e); err != nil {
+			return fmt.Errorf("remove the finalizer of enactment %q: %w", e.Name, err)
+		}
+	}
+	if err := r.Client.Delete(ctx, e, client.Preconditions{UID: &e.UID}); client.IgnoreNotFound(err) != nil {
+		return fmt.Errorf("delete enactment %q: %w", e.Name, err)
+	}
+	ctrl.LoggerFrom(ctx).Info("retired enactment", "enactment", e.Name, "released", e.Status.IPPool)
+	return nil
+}

@@ -1,0 +1,177 @@
+package handler
+
+import (
+	"errors"
+	"fmt"
+	"net/netip"
+	"slices"
+
+	"github.com/nmstate/kubernetes-nmstate/api/shared"
+
+	ippoolv1 "github.com/nmstate-ippool/nmstate-ippool/api/v1"
+	nncev1beta1 "github.com/nmstate-ippool/nmstate-ippool/api/v1beta1"
+	"github.com/nmstate-ippool/nmstate-ippool/pkg/capture"
+	"github.com/nmstate-ippool/nmstate-ippool/pkg/ippool"
+)
+
+// recorded returns the address an enactment records for an ippool capture:
+// the capture's state names it and the pool's record lists it.
+func recorded(e *nncev1beta1.NodeNetworkConfigurationEnactment, ref capture.Ref) (capture.Address, bool) {
+	cs, ok := e.Status.CapturedStates[ref.Capture]
+	if !ok {
+		return capture.Address{}, false
+	}
+	addr, ok := capture.ParseState(cs.State.Raw)
+	if !ok || !slices.Contains(e.Status.IPPool[ref.Pool].Allocated, addr.IP.String()) {
+		return capture.Address{}, false
+	}
+	return addr, true
+}
+
+// poolPlan is what one pool must do for one enactment: the captures whose
+// recorded address is reused, the offsets of those whose bit is not set,
+// and the captures that need a new address.
+type poolPlan struct {
+	pool      string
+	addresses map[string]capture.Address
+	unsetBits []uint64
+	fresh     []string
+}
+
+// needsWrite reports whether the pool's status must change.
+func (p *poolPlan) needsWrite() bool { return len(p.unsetBits) > 0 || len(p.fresh) > 0 }
+
+// planPool decides, without side effects, how the captures refs of one pool
+// are served from alloc. A recorded address is reused when the range still
+// hands it out and no other capture of the same plan already took it.
+func planPool(e *nncev1beta1.NodeNetworkConfigurationEnactment, alloc *ippool.Allocator, refs []capture.Ref) *poolPlan {
+	p := &poolPlan{addresses: map[string]capture.Address{}}
+	taken := map[netip.Addr]bool{}
+	rng := alloc.Range()
+	for _, ref := range refs {
+		p.pool = ref.Pool
+		addr, ok := recorded(e, ref)
+		if !ok || taken[addr.IP] {
+			p.fresh = append(p.fresh, ref.Capture)
+			continue
+		}
+		off, err := rng.Assignable(addr.IP)
+		if err != nil {
+			p.fresh = append(p.fresh, ref.Capture)
+			continue
+		}
+		taken[addr.IP] = true
+		p.addresses[ref.Capture] = capture.Address{IP: addr.IP, PrefixLength: rng.Prefix().Bits()}
+		if !alloc.Has(off) {
+			p.unsetBits = append(p.unsetBits, off)
+		}
+	}
+	return p
+}
+
+// errExhausted carries what an admin needs when a pool is full.
+type errExhausted struct {
+	pool string
+	size uint64
+	want int
+}
+
+func (e *errExhausted) Error() string {
+	return fmt.Sprintf("NodeIPPool %q is exhausted: all %d addresses are allocated and %d more are needed; re-create it with a larger range",
+		e.pool, e.size, e.want)
+}
+
+// apply carries the plan out on alloc: it sets the reused bits and takes
+// the lowest free offsets for the fresh captures. On error alloc may be
+// half-changed; callers discard it.
+func (p *poolPlan) apply(alloc *ippool.Allocator) error {
+	for _, off := range p.unsetBits {
+		if err := alloc.Allocate(off); err != nil && !errors.Is(err, ippool.ErrAllocated) {
+			return err
+		}
+	}
+	rng := alloc.Range()
+	for i, name := range p.fresh {
+		off, err := alloc.AllocateNext()
+		if errors.Is(err, ippool.ErrFull) {
+			return &errExhausted{pool: p.pool, size: rng.Size(), want: len(p.fresh) - i}
+		}
+		if err != nil {
+			return err
+		}
+		ip, _ := rng.IP(off)
+		p.addresses[name] = capture.Address{IP: ip, PrefixLength: rng.Prefix().Bits()}
+	}
+	return nil
+}
+
+// rangeOf builds the allocator range of a pool.
+func rangeOf(pool *ippoolv1.NodeIPPool) (*ippool.Range, error) {
+	r := pool.Spec.Range
+	return ippool.NewRange(ippool.Spec{CIDR: r.CIDR, Start: r.Start, End: r.End, Exclude: r.Exclude})
+}
+
+// setPoolStatus writes the allocator's snapshot and counts into the pool's
+// status, leaving its conditions to the pool controller.
+func setPoolStatus(pool *ippoolv1.NodeIPPool, alloc *ippool.Allocator) {
+	pool.Status.AllocatedOffsets = alloc.Snapshot()
+	pool.Status.Size = saturate(alloc.Range().Size())
+	pool.Status.Allocated = saturate(alloc.Count())
+	pool.Status.Free = saturate(alloc.Free())
+}
+
+func saturate(n uint64) int64 {
+	if n > 1<<63-1 {
+		return 1<<63 - 1
+	}
+	return int64(n)
+}
+
+// poolAvailable returns whether handlers may allocate from pool, and if not
+// a description naming the pool's Available reason.
+func poolAvailable(pool *ippoolv1.NodeIPPool) (bool, string) {
+	for _, c := range pool.Status.Conditions {
+		if c.Type != ippoolv1.ConditionAvailable {
+			continue
+		}
+		if c.Status == "True" {
+			return true, ""
+		}
+		return false, fmt.Sprintf("NodeIPPool %q is not available (%s: %s); waiting for it", pool.Name, c.Reason, c.Message)
+	}
+	return false, fmt.Sprintf("NodeIPPool %q has not been reconciled by the pool controller yet; waiting for it", pool.Name)
+}
+
+// record writes the addresses into the enactment: status.ippool by pool and
+// status.capturedStates by capture, keeping the metadata of captured states
+// that did not change so a repeated record writes nothing new.
+func record(e *nncev1beta1.NodeNetworkConfigurationEnactment, captures capture.Captures, addresses map[string]capture.Address,
+	states map[string][]byte, meta shared.NodeNetworkConfigurationEnactmentMetaInfo) {
+	pools := ippoolv1.EnactmentIPPools{}
+	for _, ref := range captures.Refs {
+		addr, ok := addresses[ref.Capture]
+		if !ok {
+			continue
+		}
+		a := pools[ref.Pool]
+		a.Allocated = append(a.Allocated, addr.IP.String())
+		pools[ref.Pool] = a
+	}
+	if len(pools) == 0 {
+		pools = nil
+	}
+	e.Status.IPPool = pools
+	captured := map[string]shared.NodeNetworkConfigurationEnactmentCapturedState{}
+	for name, state := range states {
+		old, ok := e.Status.CapturedStates[name]
+		if ok && sameState(old.State.Raw, state) {
+			captured[name] = old
+			continue
+		}
+		captured[name] = shared.NodeNetworkConfigurationEnactmentCapturedState{State: shared.NewState(string(state)), MetaInfo: meta}
+	}
+	if len(captured) == 0 {
+		captured = nil
+	}
+	e.Status.CapturedStates = captured
+}

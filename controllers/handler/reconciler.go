@@ -1,0 +1,171 @@
+package handler
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/nmstate/kubernetes-nmstate/api/shared"
+	nmstatev1 "github.com/nmstate/kubernetes-nmstate/api/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/tools/events"
+	"k8s.io/utils/clock"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	ippoolv1 "github.com/nmstate-ippool/nmstate-ippool/api/v1"
+	nncev1beta1 "github.com/nmstate-ippool/nmstate-ippool/api/v1beta1"
+	"github.com/nmstate-ippool/nmstate-ippool/pkg/capture"
+)
+
+// NetworkState reads and applies the node's network state.
+// *nmstatectl.Runner implements it.
+type NetworkState interface {
+	// Show returns the current state (JSON or YAML).
+	Show(ctx context.Context) ([]byte, error)
+	// Apply applies a desired state, or rolls back and fails.
+	Apply(ctx context.Context, desired []byte) error
+}
+
+// Reconciler reconciles NodeNetworkConfigurationPolicies for one node. Every
+// field is set by the caller; see New for defaults.
+type Reconciler struct {
+	// Client reads from the manager's cache and writes to the API server.
+	Client client.Client
+	// APIReader reads from the API server, for decisions a stale cache
+	// could get wrong (enactments, pools, the policy's status).
+	APIReader client.Reader
+	// NodeName is the node this handler configures.
+	NodeName string
+	// State reads and applies the node's network state.
+	State NetworkState
+	// Recorder emits Events.
+	Recorder events.EventRecorder
+	// Clock tells the time and waits.
+	Clock clock.Clock
+	// Backoff paces retries of conflicting pool writes.
+	Backoff Backoff
+	// Metrics counts allocation attempts and conflicts.
+	Metrics *Metrics
+	// PendingRequeue is how long to wait before looking again at an
+	// enactment that is Pending (pool not available, maxUnavailable reached).
+	PendingRequeue time.Duration
+	// FailedRequeue is how long to wait before applying again after
+	// nmstatectl failed; failures are often transient.
+	FailedRequeue time.Duration
+	// SlotTimeout is how long a node may hold a maxUnavailable slot before
+	// other nodes consider it abandoned (a handler killed mid-apply).
+	SlotTimeout time.Duration
+}
+
+// Reconcile brings one policy to this node: it retires the enactment of a
+// policy that is gone or does not select the node, and otherwise enacts it.
+// Either way it then refreshes the policy's aggregated conditions.
+func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
+	log := ctrl.LoggerFrom(ctx).WithValues("node", r.NodeName, "policy", req.Name)
+	ctx = ctrl.LoggerInto(ctx, log)
+
+	policy, err := r.getPolicy(ctx, req.Name)
+	if err != nil {
+		return ctrl.Result{}, err
+	}
+	enactment, err := r.getEnactment(ctx, req.Name)
+	if err != nil {
+		return ctrl.Result{}, err
+	}
+	if enactment != nil && !enactment.DeletionTimestamp.IsZero() {
+		// Deleted by someone else (or by garbage collection of its Node):
+		// give its addresses back and start over.
+		return ctrl.Result{Requeue: true}, r.retire(ctx, enactment)
+	}
+	selected, err := r.selects(ctx, policy)
+	if err != nil {
+		return ctrl.Result{}, err
+	}
+	if !selected {
+		if err := r.retire(ctx, enactment); err != nil {
+			return ctrl.Result{}, err
+		}
+		return ctrl.Result{}, r.updatePolicyStatus(ctx, policy)
+	}
+	result, err := r.enact(ctx, policy, enactment)
+	if err != nil {
+		return result, err
+	}
+	return result, r.updatePolicyStatus(ctx, policy)
+}
+
+// enact resolves the policy's captures, allocates, records, renders and
+// applies, and leaves the enactment's conditions saying how it went.
+func (r *Reconciler) enact(ctx context.Context, policy *nmstatev1.NodeNetworkConfigurationPolicy,
+	enactment *nncev1beta1.NodeNetworkConfigurationEnactment) (ctrl.Result, error) {
+	enactment, err := r.ensureEnactment(ctx, policy, enactment)
+	if err != nil {
+		return ctrl.Result{}, err
+	}
+	captures, err := capture.Parse(policy.Spec.Capture)
+	if err != nil {
+		return r.conclude(ctx, policy, enactment, failing(ippoolv1.ReasonInvalidCapture, err.Error()))
+	}
+	addresses, blocked, err := r.allocate(ctx, policy, enactment, captures)
+	if err != nil || blocked != nil {
+		return r.concludeBlocked(ctx, policy, enactment, blocked, err)
+	}
+	if err := r.releaseUnclaimed(ctx, enactment, addresses, captures); err != nil {
+		return ctrl.Result{}, err
+	}
+	rendered, err := r.render(ctx, policy, captures, addresses)
+	if err != nil {
+		record(enactment, captures, addresses, addressStates(addresses), r.meta())
+		return r.conclude(ctx, policy, enactment, failing(string(shared.NodeNetworkConfigurationEnactmentConditionFailedToConfigure), err.Error()))
+	}
+	if upToDate(enactment, policy, rendered, captures, addresses) {
+		return ctrl.Result{}, nil
+	}
+	// The record reaches the API server before the state reaches the node.
+	record(enactment, captures, addresses, rendered.CapturedStates, r.meta())
+	enactment.Status.DesiredState = shared.NewState(string(rendered.DesiredState))
+	enactment.Status.PolicyGeneration = policy.Generation
+	if err := r.writeEnactment(ctx, enactment, progressing("Applying desired state")); err != nil {
+		return ctrl.Result{}, err
+	}
+	return r.applyWithinMaxUnavailable(ctx, policy, enactment, rendered.DesiredState)
+}
+
+// concludeBlocked reports an allocation that could not proceed: a Pending or
+// Failing outcome, or an error to retry.
+func (r *Reconciler) concludeBlocked(ctx context.Context, policy *nmstatev1.NodeNetworkConfigurationPolicy,
+	enactment *nncev1beta1.NodeNetworkConfigurationEnactment, blocked *outcome, err error) (ctrl.Result, error) {
+	if err != nil {
+		return ctrl.Result{}, err
+	}
+	return r.conclude(ctx, policy, enactment, *blocked)
+}
+
+// conclude writes the enactment's conditions for o and requeues as o asks.
+func (r *Reconciler) conclude(ctx context.Context, policy *nmstatev1.NodeNetworkConfigurationPolicy,
+	enactment *nncev1beta1.NodeNetworkConfigurationEnactment, o outcome) (ctrl.Result, error) {
+	enactment.Status.PolicyGeneration = policy.Generation
+	if err := r.writeEnactment(ctx, enactment, o); err != nil {
+		return ctrl.Result{}, err
+	}
+	return ctrl.Result{RequeueAfter: o.requeueAfter}, nil
+}
+
+func (r *Reconciler) meta() shared.NodeNetworkConfigurationEnactmentMetaInfo {
+	return shared.NodeNetworkConfigurationEnactmentMetaInfo{Version: "0", TimeStamp: metav1.NewTime(r.Clock.Now().Truncate(time.Second))}
+}
+
+// getPolicy returns the policy, or nil when it does not exist.
+func (r *Reconciler) getPolicy(ctx context.Context, name string) (*nmstatev1.NodeNetworkConfigurationPolicy, error) {
+	var p nmstatev1.NodeNetworkConfigurationPolicy
+	if err := r.Client.Get(ctx, types.NamespacedName{Name: name}, &p); err != nil {
+		if apierrors.IsNotFound(err) {
+			return nil, nil
+		}
+		return nil, fmt.Errorf("get policy %q: %w", name, err)
+	}
+	return &p, nil
+}

@@ -1,0 +1,67 @@
+package handler
+
+import (
+	"math/rand/v2"
+	"time"
+
+	nmstatev1 "github.com/nmstate/kubernetes-nmstate/api/v1"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/utils/clock"
+	"k8s.io/utils/ptr"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/builder"
+	"sigs.k8s.io/controller-runtime/pkg/controller"
+	"sigs.k8s.io/controller-runtime/pkg/handler"
+
+	ippoolv1 "github.com/nmstate-ippool/nmstate-ippool/api/v1"
+	nncev1beta1 "github.com/nmstate-ippool/nmstate-ippool/api/v1beta1"
+)
+
+// Defaults used by New.
+const (
+	DefaultPendingRequeue = 10 * time.Second
+	DefaultFailedRequeue  = time.Minute
+	DefaultSlotTimeout    = 5 * time.Minute
+)
+
+// New returns a Reconciler for node wired to the manager, with the default
+// clock, backoff and timeouts; callers may change any field before
+// SetupWithManager.
+func New(mgr ctrl.Manager, node string, state NetworkState, metrics *Metrics) *Reconciler {
+	return &Reconciler{
+		Client:         mgr.GetClient(),
+		APIReader:      mgr.GetAPIReader(),
+		NodeName:       node,
+		State:          state,
+		Recorder:       mgr.GetEventRecorder("nmstate-ippool-handler"),
+		Clock:          clock.RealClock{},
+		Backoff:        Backoff{Initial: 20 * time.Millisecond, Max: 2 * time.Second, Steps: 10, Rand: rand.New(rand.NewPCG(rand.Uint64(), rand.Uint64()))},
+		Metrics:        metrics,
+		PendingRequeue: DefaultPendingRequeue,
+		FailedRequeue:  DefaultFailedRequeue,
+		SlotTimeout:    DefaultSlotTimeout,
+	}
+}
+
+// SetupOptions tune the controller.
+type SetupOptions struct {
+	// SkipNameValidation allows several handlers in one process (tests that
+	// simulate many nodes); controller names are otherwise process-unique.
+	SkipNameValidation bool
+}
+
+// SetupWithManager registers the controller. It watches policies, the
+// enactments of every node (for the policies' aggregated conditions), this
+// node's labels, and the pools the policies draw from.
+func (r *Reconciler) SetupWithManager(mgr ctrl.Manager, opts SetupOptions) error {
+	return ctrl.NewControllerManagedBy(mgr).
+		Named("nncp-handler").
+		WithOptions(controller.Options{SkipNameValidation: ptr.To(opts.SkipNameValidation)}).
+		For(&nmstatev1.NodeNetworkConfigurationPolicy{}).
+		Watches(&nncev1beta1.NodeNetworkConfigurationEnactment{}, handler.EnqueueRequestsFromMapFunc(policyOfEnactment)).
+		WatchesMetadata(&corev1.Node{}, handler.EnqueueRequestsFromMapFunc(r.allPolicies),
+			builder.WithPredicates(r.thisNodesLabels())).
+		Watches(&ippoolv1.NodeIPPool{}, handler.EnqueueRequestsFromMapFunc(r.policiesUsingPool),
+			builder.WithPredicates(poolChangesThatUnblock())).
+		Complete(r)
+}
