@@ -39,7 +39,7 @@ help: ## Show this help.
 manifests: $(CONTROLLER_GEN) ## Generate the CRDs into deploy/crd and RBAC into deploy/rbac.
 	$(CONTROLLER_GEN) crd paths=./api/... paths=$(UPSTREAM_API)/v1 output:crd:artifacts:config=deploy/crd
 	rm -f deploy/crd/nmstate.io_nmstates.yaml # the operator's kind, not ours
-	$(CONTROLLER_GEN) rbac:roleName=nmstate-ippool paths=./... output:rbac:artifacts:config=deploy/rbac
+	$(CONTROLLER_GEN) rbac:roleName=nmstate-ippool-handler paths=./controllers/handler/... output:rbac:artifacts:config=deploy/rbac/handler
 
 .PHONY: generate
 generate: $(CONTROLLER_GEN) ## Generate the DeepCopy methods of api/.

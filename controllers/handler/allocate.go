@@ -49,28 +49,55 @@ func (b *Backoff) delay(attempt int) time.Duration {
 // conflict; controller-runtime requeues the request with its own backoff.
 var errRetriesExhausted = errors.New("the pool kept changing under us")
 
-// allocate serves every ippool capture of the policy, one pool at a time,
-// and returns the address of each capture. A non-nil outcome means the
-// enactment must wait (Pending) or cannot proceed (Failing).
+// allocation is the result of serving a policy's ippool captures.
+type allocation struct {
+	// addresses holds the address of every ippool capture.
+	addresses map[string]capture.Address
+	// fresh lists, by pool, the addresses newly taken by this reconcile:
+	// written to the pools but not yet recorded in the enactment.
+	fresh map[string][]string
+}
+
+// allocate serves every ippool capture of the policy, one pool at a time.
+// A non-nil outcome means the enactment must wait (Pending) or cannot
+// proceed (Failing). When a later pool blocks or fails, the addresses
+// already taken from earlier pools are given back, so nothing stays
+// allocated that no enactment records.
 func (r *Reconciler) allocate(ctx context.Context, policy *nmstatev1.NodeNetworkConfigurationPolicy,
-	e *nncev1beta1.NodeNetworkConfigurationEnactment, captures capture.Captures) (map[string]capture.Address, *outcome, error) {
-	addresses := map[string]capture.Address{}
+	e *nncev1beta1.NodeNetworkConfigurationEnactment, captures capture.Captures) (*allocation, *outcome, error) {
+	a := &allocation{addresses: map[string]capture.Address{}, fresh: map[string][]string{}}
 	for _, pool := range captures.Pools() {
-		got, blocked, err := r.allocateFromPool(ctx, policy, e, pool, captures.RefsOf(pool))
+		plan, blocked, err := r.allocateFromPool(ctx, policy, e, pool, captures.RefsOf(pool))
 		if err != nil || blocked != nil {
+			r.rollback(ctx, a)
 			return nil, blocked, err
 		}
-		for name, a := range got {
-			addresses[name] = a
+		for name, addr := range plan.addresses {
+			a.addresses[name] = addr
+		}
+		for _, name := range plan.fresh {
+			a.fresh[pool] = append(a.fresh[pool], plan.addresses[name].IP.String())
 		}
 	}
-	return addresses, nil, nil
+	return a, nil, nil
+}
+
+// rollback returns the fresh addresses of an allocation that will not be
+// recorded. Only call it when the record has certainly not been written;
+// a failure to give them back leaves them to the pool controller's garbage
+// collection.
+func (r *Reconciler) rollback(ctx context.Context, a *allocation) {
+	for pool, ips := range a.fresh {
+		if err := r.releaseFromPool(ctx, pool, ips); err != nil {
+			ctrl.LoggerFrom(ctx).Error(err, "could not give back unrecorded addresses; the pool controller will collect them", "pool", pool, "ips", ips)
+		}
+	}
 }
 
 // allocateFromPool serves the captures refs of one pool with at most one
 // successful pool write, retrying on conflicts.
 func (r *Reconciler) allocateFromPool(ctx context.Context, policy *nmstatev1.NodeNetworkConfigurationPolicy,
-	e *nncev1beta1.NodeNetworkConfigurationEnactment, poolName string, refs []capture.Ref) (map[string]capture.Address, *outcome, error) {
+	e *nncev1beta1.NodeNetworkConfigurationEnactment, poolName string, refs []capture.Ref) (*poolPlan, *outcome, error) {
 	for attempt := 1; ; attempt++ {
 		pool, alloc, blocked, err := r.readPool(ctx, poolName, refs)
 		if err != nil || blocked != nil {
@@ -78,12 +105,13 @@ func (r *Reconciler) allocateFromPool(ctx context.Context, policy *nmstatev1.Nod
 		}
 		plan := planPool(e, alloc, refs)
 		if !plan.needsWrite() {
-			return plan.addresses, nil, nil
+			return plan, nil, nil
 		}
 		if ok, why := poolAvailable(pool); !ok {
 			if len(plan.fresh) == 0 {
 				// Reused addresses only: the rebuild sets their bits.
-				return plan.addresses, nil, nil
+				plan.unsetBits = nil
+				return plan, nil, nil
 			}
 			o := pending(ippoolv1.ReasonIPPoolNotAvailable, why, r.PendingRequeue)
 			return nil, &o, nil
@@ -96,7 +124,7 @@ func (r *Reconciler) allocateFromPool(ctx context.Context, policy *nmstatev1.Nod
 		err = r.Client.Status().Update(ctx, pool)
 		if err == nil {
 			r.logAllocations(ctx, plan, refs, attempt)
-			return plan.addresses, nil, nil
+			return plan, nil, nil
 		}
 		if !apierrors.IsConflict(err) {
 			return nil, nil, fmt.Errorf("write NodeIPPool %q: %w", poolName, err)

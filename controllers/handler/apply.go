@@ -67,7 +67,9 @@ func upToDate(e *nncev1beta1.NodeNetworkConfigurationEnactment, policy *nmstatev
 	return maps.EqualFunc(want.Status.IPPool, e.Status.IPPool, func(a, b ippoolv1.PoolAllocation) bool {
 		return slices.Equal(a.Allocated, b.Allocated)
 	}) && maps.EqualFunc(want.Status.CapturedStates, e.Status.CapturedStates,
-		func(a, b shared.NodeNetworkConfigurationEnactmentCapturedState) bool { return sameState(a.State.Raw, b.State.Raw) })
+		func(a, b shared.NodeNetworkConfigurationEnactmentCapturedState) bool {
+			return sameState(a.State.Raw, b.State.Raw)
+		})
 }
 
 // sameState compares two YAML or JSON documents by content.
@@ -189,7 +191,7 @@ func (r *Reconciler) updatePolicyStatus(ctx context.Context, policy *nmstatev1.N
 // updatePolicy reads the policy from the API server, lets mutate change its
 // status, and writes it if mutate says so, retrying on conflicts.
 func (r *Reconciler) updatePolicy(ctx context.Context, name string, mutate func(*nmstatev1.NodeNetworkConfigurationPolicy) bool) error {
-	err := retry.RetryOnConflict(retry.DefaultBackoff, func() error {
+	err := retry.RetryOnConflict(r.PolicyStatusBackoff, func() error {
 		var p nmstatev1.NodeNetworkConfigurationPolicy
 		if err := r.APIReader.Get(ctx, types.NamespacedName{Name: name}, &p); err != nil {
 			return err

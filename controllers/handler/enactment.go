@@ -47,20 +47,48 @@ func (r *Reconciler) node(ctx context.Context) (*metav1.PartialObjectMetadata, e
 	return n, nil
 }
 
-// selects reports whether the policy exists, is not being deleted, and its
-// node selector matches this node's labels.
-func (r *Reconciler) selects(ctx context.Context, policy *nmstatev1.NodeNetworkConfigurationPolicy) (bool, error) {
-	if policy == nil || !policy.DeletionTimestamp.IsZero() {
-		return false, nil
+// selection tells whether the policy selects this node, and if not why.
+func (r *Reconciler) selection(ctx context.Context, reader client.Reader, policy *nmstatev1.NodeNetworkConfigurationPolicy) (bool, string, error) {
+	if policy == nil {
+		return false, "the policy is gone", nil
 	}
-	n, err := r.node(ctx)
-	if apierrors.IsNotFound(err) {
-		return false, nil
+	if !policy.DeletionTimestamp.IsZero() {
+		return false, "the policy is being deleted", nil
 	}
-	if err != nil {
-		return false, err
+	n := &metav1.PartialObjectMetadata{}
+	n.SetGroupVersionKind(corev1.SchemeGroupVersion.WithKind("Node"))
+	if err := reader.Get(ctx, types.NamespacedName{Name: r.NodeName}, n); err != nil {
+		if apierrors.IsNotFound(err) {
+			return false, "the node is gone", nil
+		}
+		return false, "", fmt.Errorf("get node %q: %w", r.NodeName, err)
 	}
-	return labels.SelectorFromSet(policy.Spec.NodeSelector).Matches(labels.Set(n.Labels)), nil
+	if !labels.SelectorFromSet(policy.Spec.NodeSelector).Matches(labels.Set(n.Labels)) {
+		return false, "the node selector no longer matches the node", nil
+	}
+	return true, "", nil
+}
+
+// selects reports whether the policy selects this node. A "no" from the
+// cache is confirmed against the API server before anything is retired on
+// its account: a stale cache must not take a node's addresses away.
+func (r *Reconciler) selects(ctx context.Context, policy *nmstatev1.NodeNetworkConfigurationPolicy) (bool, string, error) {
+	ok, why, err := r.selection(ctx, r.Client, policy)
+	if err != nil || ok {
+		return ok, why, err
+	}
+	if policy != nil {
+		var fresh nmstatev1.NodeNetworkConfigurationPolicy
+		switch err := r.APIReader.Get(ctx, types.NamespacedName{Name: policy.Name}, &fresh); {
+		case apierrors.IsNotFound(err):
+			policy = nil
+		case err != nil:
+			return false, "", fmt.Errorf("get policy %q: %w", policy.Name, err)
+		default:
+			policy = &fresh
+		}
+	}
+	return r.selection(ctx, r.APIReader, policy)
 }
 
 // ensureEnactment creates the enactment "<node>.<policy>" if it is missing,
@@ -121,10 +149,24 @@ func (r *Reconciler) writeEnactment(ctx context.Context, e *nncev1beta1.NodeNetw
 	return nil
 }
 
-// retire returns the enactment's addresses to their pools, then removes its
-// finalizer and deletes it. A nil enactment is already retired.
-func (r *Reconciler) retire(ctx context.Context, e *nncev1beta1.NodeNetworkConfigurationEnactment) error {
+// retire ends an enactment: it deletes it first, so that its record is
+// never reused (the finalizer keeps it while it holds addresses), then gives
+// its addresses back to their pools, then removes the finalizer. Every step
+// is idempotent, so a retire that fails halfway resumes on the next
+// reconcile and can never leave a live record over a freed address. A nil
+// enactment is already retired.
+func (r *Reconciler) retire(ctx context.Context, e *nncev1beta1.NodeNetworkConfigurationEnactment, why string) error {
 	if e == nil {
+		return nil
+	}
+	log := ctrl.LoggerFrom(ctx).WithValues("enactment", e.Name)
+	if e.DeletionTimestamp.IsZero() {
+		log.Info("retiring enactment", "reason", why)
+		if err := r.Client.Delete(ctx, e, client.Preconditions{UID: &e.UID}); client.IgnoreNotFound(err) != nil {
+			return fmt.Errorf("delete enactment %q: %w", e.Name, err)
+		}
+	}
+	if !controllerutil.ContainsFinalizer(e, ippoolv1.FinalizerIPPool) {
 		return nil
 	}
 	for pool, held := range e.Status.IPPool {
@@ -132,14 +174,11 @@ func (r *Reconciler) retire(ctx context.Context, e *nncev1beta1.NodeNetworkConfi
 			return err
 		}
 	}
-	if controllerutil.RemoveFinalizer(e, ippoolv1.FinalizerIPPool) {
-		if err := r.Client.Update(ctx, e); err != nil {
-			return fmt.Errorf("remove the finalizer of enactment %q: %w", e.Name, err)
-		}
+	patch := client.MergeFromWithOptions(e.DeepCopy(), client.MergeFromWithOptimisticLock{})
+	controllerutil.RemoveFinalizer(e, ippoolv1.FinalizerIPPool)
+	if err := r.Client.Patch(ctx, e, patch); client.IgnoreNotFound(err) != nil {
+		return fmt.Errorf("remove the finalizer of enactment %q: %w", e.Name, err)
 	}
-	if err := r.Client.Delete(ctx, e, client.Preconditions{UID: &e.UID}); client.IgnoreNotFound(err) != nil {
-		return fmt.Errorf("delete enactment %q: %w", e.Name, err)
-	}
-	ctrl.LoggerFrom(ctx).Info("retired enactment", "enactment", e.Name, "released", e.Status.IPPool)
+	log.Info("retired enactment", "released", e.Status.IPPool)
 	return nil
 }

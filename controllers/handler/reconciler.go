@@ -10,6 +10,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/tools/events"
 	"k8s.io/utils/clock"
 	ctrl "sigs.k8s.io/controller-runtime"
@@ -47,6 +48,11 @@ type Reconciler struct {
 	Clock clock.Clock
 	// Backoff paces retries of conflicting pool writes.
 	Backoff Backoff
+	// PolicyStatusBackoff paces retries of policy status writes. Every
+	// handler writes the same policy's status (its maxUnavailable slot count
+	// and conditions), so conflicts are expected, and a lost slot release
+	// would hold other nodes back for SlotTimeout: retry patiently.
+	PolicyStatusBackoff wait.Backoff
 	// Metrics counts allocation attempts and conflicts.
 	Metrics *Metrics
 	// PendingRequeue is how long to wait before looking again at an
@@ -76,16 +82,16 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 		return ctrl.Result{}, err
 	}
 	if enactment != nil && !enactment.DeletionTimestamp.IsZero() {
-		// Deleted by someone else (or by garbage collection of its Node):
-		// give its addresses back and start over.
-		return ctrl.Result{Requeue: true}, r.retire(ctx, enactment)
+		// Being deleted (by a retire that did not finish, by someone else,
+		// or with its Node): give its addresses back, then start over.
+		return ctrl.Result{RequeueAfter: time.Second}, r.retire(ctx, enactment, "the enactment is being deleted")
 	}
-	selected, err := r.selects(ctx, policy)
+	selected, why, err := r.selects(ctx, policy)
 	if err != nil {
 		return ctrl.Result{}, err
 	}
 	if !selected {
-		if err := r.retire(ctx, enactment); err != nil {
+		if err := r.retire(ctx, enactment, why); err != nil {
 			return ctrl.Result{}, err
 		}
 		return ctrl.Result{}, r.updatePolicyStatus(ctx, policy)
@@ -109,17 +115,20 @@ func (r *Reconciler) enact(ctx context.Context, policy *nmstatev1.NodeNetworkCon
 	if err != nil {
 		return r.conclude(ctx, policy, enactment, failing(ippoolv1.ReasonInvalidCapture, err.Error()))
 	}
-	addresses, blocked, err := r.allocate(ctx, policy, enactment, captures)
+	alloc, blocked, err := r.allocate(ctx, policy, enactment, captures)
 	if err != nil || blocked != nil {
 		return r.concludeBlocked(ctx, policy, enactment, blocked, err)
 	}
+	addresses := alloc.addresses
 	if err := r.releaseUnclaimed(ctx, enactment, addresses, captures); err != nil {
+		r.rollback(ctx, alloc)
 		return ctrl.Result{}, err
 	}
 	rendered, err := r.render(ctx, policy, captures, addresses)
 	if err != nil {
 		record(enactment, captures, addresses, addressStates(addresses), r.meta())
-		return r.conclude(ctx, policy, enactment, failing(string(shared.NodeNetworkConfigurationEnactmentConditionFailedToConfigure), err.Error()))
+		return r.concludeRecorded(ctx, policy, enactment, alloc,
+			failing(string(shared.NodeNetworkConfigurationEnactmentConditionFailedToConfigure), err.Error()))
 	}
 	if upToDate(enactment, policy, rendered, captures, addresses) {
 		return ctrl.Result{}, nil
@@ -127,9 +136,8 @@ func (r *Reconciler) enact(ctx context.Context, policy *nmstatev1.NodeNetworkCon
 	// The record reaches the API server before the state reaches the node.
 	record(enactment, captures, addresses, rendered.CapturedStates, r.meta())
 	enactment.Status.DesiredState = shared.NewState(string(rendered.DesiredState))
-	enactment.Status.PolicyGeneration = policy.Generation
-	if err := r.writeEnactment(ctx, enactment, progressing("Applying desired state")); err != nil {
-		return ctrl.Result{}, err
+	if res, err := r.concludeRecorded(ctx, policy, enactment, alloc, progressing("Applying desired state")); err != nil {
+		return res, err
 	}
 	return r.applyWithinMaxUnavailable(ctx, policy, enactment, rendered.DesiredState)
 }
@@ -142,6 +150,19 @@ func (r *Reconciler) concludeBlocked(ctx context.Context, policy *nmstatev1.Node
 		return ctrl.Result{}, err
 	}
 	return r.conclude(ctx, policy, enactment, *blocked)
+}
+
+// concludeRecorded writes an enactment that now records alloc's fresh
+// addresses. If the API server refused the write (a conflict), the record
+// certainly does not exist and the fresh addresses are given back; after any
+// other error the write may have landed, so they are kept.
+func (r *Reconciler) concludeRecorded(ctx context.Context, policy *nmstatev1.NodeNetworkConfigurationPolicy,
+	enactment *nncev1beta1.NodeNetworkConfigurationEnactment, alloc *allocation, o outcome) (ctrl.Result, error) {
+	res, err := r.conclude(ctx, policy, enactment, o)
+	if apierrors.IsConflict(err) {
+		r.rollback(ctx, alloc)
+	}
+	return res, err
 }
 
 // conclude writes the enactment's conditions for o and requeues as o asks.

@@ -6,6 +6,7 @@ import (
 
 	nmstatev1 "github.com/nmstate/kubernetes-nmstate/api/v1"
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/utils/clock"
 	"k8s.io/utils/ptr"
 	ctrl "sigs.k8s.io/controller-runtime"
@@ -29,17 +30,20 @@ const (
 // SetupWithManager.
 func New(mgr ctrl.Manager, node string, state NetworkState, metrics *Metrics) *Reconciler {
 	return &Reconciler{
-		Client:         mgr.GetClient(),
-		APIReader:      mgr.GetAPIReader(),
-		NodeName:       node,
-		State:          state,
-		Recorder:       mgr.GetEventRecorder("nmstate-ippool-handler"),
-		Clock:          clock.RealClock{},
-		Backoff:        Backoff{Initial: 20 * time.Millisecond, Max: 2 * time.Second, Steps: 10, Rand: rand.New(rand.NewPCG(rand.Uint64(), rand.Uint64()))},
-		Metrics:        metrics,
-		PendingRequeue: DefaultPendingRequeue,
-		FailedRequeue:  DefaultFailedRequeue,
-		SlotTimeout:    DefaultSlotTimeout,
+		Client:    mgr.GetClient(),
+		APIReader: mgr.GetAPIReader(),
+		NodeName:  node,
+		State:     state,
+		Recorder:  mgr.GetEventRecorder("nmstate-ippool-handler"),
+		Clock:     clock.RealClock{},
+		Backoff:   Backoff{Initial: 20 * time.Millisecond, Max: 2 * time.Second, Steps: 10, Rand: rand.New(rand.NewPCG(rand.Uint64(), rand.Uint64()))},
+		// No Cap: reaching a Cap ends a wait.Backoff. 40 jittered steps from
+		// 20ms growing by 15% retry for about half a minute.
+		PolicyStatusBackoff: wait.Backoff{Duration: 20 * time.Millisecond, Factor: 1.15, Jitter: 1, Steps: 40},
+		Metrics:             metrics,
+		PendingRequeue:      DefaultPendingRequeue,
+		FailedRequeue:       DefaultFailedRequeue,
+		SlotTimeout:         DefaultSlotTimeout,
 	}
 }
 
@@ -65,3 +69,13 @@ func (r *Reconciler) SetupWithManager(mgr ctrl.Manager, opts SetupOptions) error
 			builder.WithPredicates(poolChangesThatUnblock())).
 		Complete(r)
 }
+
+// The handler's permissions (generated into deploy/rbac/handler).
+// +kubebuilder:rbac:groups=nmstate.io,resources=nodenetworkconfigurationpolicies,verbs=get;list;watch
+// +kubebuilder:rbac:groups=nmstate.io,resources=nodenetworkconfigurationpolicies/status,verbs=get;update;patch
+// +kubebuilder:rbac:groups=nmstate.io,resources=nodenetworkconfigurationenactments,verbs=get;list;watch;create;update;patch;delete
+// +kubebuilder:rbac:groups=nmstate.io,resources=nodenetworkconfigurationenactments/status,verbs=get;update;patch
+// +kubebuilder:rbac:groups=nmstate.io,resources=nodeippools,verbs=get;list;watch
+// +kubebuilder:rbac:groups=nmstate.io,resources=nodeippools/status,verbs=get;update;patch
+// +kubebuilder:rbac:groups="",resources=nodes,verbs=get;list;watch
+// +kubebuilder:rbac:groups=events.k8s.io,resources=events,verbs=create;patch

@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/go-logr/logr"
 	"github.com/nmstate/kubernetes-nmstate/api/shared"
 	nmstatev1 "github.com/nmstate/kubernetes-nmstate/api/v1"
 	. "github.com/onsi/gomega"
@@ -23,6 +24,7 @@ import (
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/config"
+	"sigs.k8s.io/controller-runtime/pkg/log/zap"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 	"sigs.k8s.io/yaml"
 
@@ -46,6 +48,19 @@ func TestMain(m *testing.M) {
 }
 
 func run(m *testing.M) int {
+	// TEST_LOG=<file> writes the handlers' logs there; otherwise they are
+	// discarded.
+	if path := os.Getenv("TEST_LOG"); path == "" {
+		ctrl.SetLogger(logr.Discard())
+	} else {
+		f, err := os.Create(path)
+		if err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			return 1
+		}
+		defer func() { _ = f.Close() }()
+		ctrl.SetLogger(zap.New(zap.WriteTo(f)))
+	}
 	dir, err := os.MkdirTemp("", "handler-test-")
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
@@ -77,6 +92,7 @@ type node struct {
 	name    string
 	state   string
 	network *countingState
+	metrics *handler.Metrics
 	stop    context.CancelFunc
 	done    chan struct{}
 }
@@ -130,7 +146,7 @@ func (nd *node) start(t *testing.T) {
 		Controller:             config.Controller{SkipNameValidation: ptrTo(true)},
 	})
 	Expect(err).NotTo(HaveOccurred())
-	r := handler.New(mgr, nd.name, nd.network, nil)
+	r := handler.New(mgr, nd.name, nd.network, nd.metrics)
 	r.PendingRequeue = 300 * time.Millisecond
 	r.FailedRequeue = 500 * time.Millisecond
 	Expect(r.SetupWithManager(mgr, handler.SetupOptions{SkipNameValidation: true})).To(Succeed())

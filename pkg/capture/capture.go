@@ -48,7 +48,7 @@ type Captures struct {
 // "ippool.<pool>.allocate" is an error wrapping ErrMalformed; all such
 // errors are joined so that a user sees every bad capture at once.
 func Parse(captures map[string]string) (Captures, error) {
-	c := Captures{All: captures}
+	c := Captures{All: maps.Clone(captures)}
 	var errs []error
 	for _, name := range slices.Sorted(maps.Keys(captures)) {
 		expr := strings.TrimSpace(captures[name])
@@ -157,8 +157,10 @@ func Render(in Input) (Output, error) {
 		}
 		cache.Capture[r.Capture] = nmpolicytypes.CaptureState{State: addr.State()}
 	}
+	// nmpolicy deletes cached captures from the expression map it is given:
+	// give it a copy, never the policy's own map.
 	generated, err := nmpolicy.GenerateState(
-		nmpolicytypes.PolicySpec{Capture: in.Captures.All, DesiredState: in.DesiredState},
+		nmpolicytypes.PolicySpec{Capture: maps.Clone(in.Captures.All), DesiredState: in.DesiredState},
 		in.CurrentState, cache)
 	if err != nil {
 		return Output{}, fmt.Errorf("render the desired state: %w", err)

@@ -29,7 +29,7 @@ func TestParse(t *testing.T) {
 			name:     "malformed ones are all reported",
 			captures: map[string]string{"x": "ippool.traffic-1", "y": "ippool.Traffic.allocate", "z": "ippool..allocate", "w": "ippool.a.b.allocate", "ok": "ippool.p.allocate"},
 			refs:     []Ref{{"ok", "p"}},
-			errs: []string{`capture "x" is "ippool.traffic-1"; write ippool.<pool>.allocate`, `capture "y"`, `capture "z"`, `capture "w"`},
+			errs:     []string{`capture "x" is "ippool.traffic-1"; write ippool.<pool>.allocate`, `capture "y"`, `capture "z"`, `capture "w"`},
 		},
 	}
 	for _, tt := range tests {
@@ -270,5 +270,26 @@ func TestParseStateRoundTrip(t *testing.T) {
 		if _, ok := ParseState([]byte(bad)); ok {
 			t.Errorf("ParseState(%q) accepted", bad)
 		}
+	}
+}
+
+// TestRenderLeavesInputsAlone renders twice from the same inputs: nmpolicy
+// deletes cached captures from the expressions it is given, and that must
+// not reach the caller's (the policy's) map.
+func TestRenderLeavesInputsAlone(t *testing.T) {
+	policyCaptures := map[string]string{"addr": "ippool.p.allocate", "gw": `routes.running.destination=="0.0.0.0/0"`}
+	c, err := Parse(policyCaptures)
+	if err != nil {
+		t.Fatal(err)
+	}
+	in := Input{DesiredState: []byte("interfaces:\n- name: eth1\n  ipv4:\n    address:\n    - ip: \"{{ capture.addr.ip }}\"\n"),
+		Captures: c, Allocated: map[string]Address{"addr": addr("10.0.0.1", 24)}, CurrentState: []byte(currentState)}
+	for i := range 2 {
+		if _, err := Render(in); err != nil {
+			t.Fatalf("render %d: %v", i, err)
+		}
+	}
+	if len(policyCaptures) != 2 || len(c.All) != 2 {
+		t.Fatalf("inputs changed: policy %v, parsed %v", policyCaptures, c.All)
 	}
 }

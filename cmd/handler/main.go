@@ -1,0 +1,90 @@
+// Command handler is the per-node nmstate-ippool handler: it reconciles
+// NodeNetworkConfigurationPolicies for the node it runs on, allocating
+// addresses from NodeIPPools and applying the rendered state with
+// nmstatectl. It replaces the kubernetes-nmstate handler; never run both.
+package main
+
+import (
+	"errors"
+	"flag"
+	"fmt"
+	"os"
+	"time"
+
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/healthz"
+	"sigs.k8s.io/controller-runtime/pkg/log/zap"
+	ctrlmetrics "sigs.k8s.io/controller-runtime/pkg/metrics"
+	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
+
+	"github.com/nmstate-ippool/nmstate-ippool/controllers/handler"
+	"github.com/nmstate-ippool/nmstate-ippool/internal/scheme"
+	"github.com/nmstate-ippool/nmstate-ippool/pkg/nmstatectl"
+)
+
+type options struct {
+	node           string
+	nmstatectl     string
+	applyTimeout   time.Duration
+	metricsAddr    string
+	healthAddr     string
+	pendingRequeue time.Duration
+	failedRequeue  time.Duration
+}
+
+func main() {
+	var o options
+	flag.StringVar(&o.node, "node-name", os.Getenv("NODE_NAME"), "the node this handler configures (default $NODE_NAME)")
+	flag.StringVar(&o.nmstatectl, "nmstatectl", "nmstatectl", "path of the nmstatectl binary (or of nmstatectl-sim)")
+	flag.DurationVar(&o.applyTimeout, "apply-timeout", nmstatectl.DefaultTimeout, "checkpoint timeout of nmstatectl apply")
+	flag.StringVar(&o.metricsAddr, "metrics-bind-address", ":8089", "address of the Prometheus metrics endpoint; 0 disables it")
+	flag.StringVar(&o.healthAddr, "health-probe-bind-address", ":8081", "address of the /healthz and /readyz endpoints; 0 disables them")
+	flag.DurationVar(&o.pendingRequeue, "pending-requeue", handler.DefaultPendingRequeue, "how often a Pending enactment is looked at again")
+	flag.DurationVar(&o.failedRequeue, "failed-requeue", handler.DefaultFailedRequeue, "how long to wait before applying again after nmstatectl failed")
+	zapOpts := zap.Options{}
+	zapOpts.BindFlags(flag.CommandLine)
+	flag.Parse() // controller-runtime registers --kubeconfig
+	ctrl.SetLogger(zap.New(zap.UseFlagOptions(&zapOpts)))
+
+	if err := run(o); err != nil {
+		ctrl.Log.Error(err, "handler stopped")
+		os.Exit(1)
+	}
+}
+
+func run(o options) error {
+	if o.node == "" {
+		return errors.New("no node name: set --node-name or $NODE_NAME (from the downward API's spec.nodeName)")
+	}
+	s, err := scheme.New()
+	if err != nil {
+		return err
+	}
+	cfg, err := ctrl.GetConfig()
+	if err != nil {
+		return fmt.Errorf("load the kubeconfig: %w", err)
+	}
+	mgr, err := ctrl.NewManager(cfg, ctrl.Options{
+		Scheme:                 s,
+		Metrics:                metricsserver.Options{BindAddress: o.metricsAddr},
+		HealthProbeBindAddress: o.healthAddr,
+	})
+	if err != nil {
+		return fmt.Errorf("create the manager: %w", err)
+	}
+	metrics := handler.NewMetrics()
+	ctrlmetrics.Registry.MustRegister(metrics.Collectors()...)
+	r := handler.New(mgr, o.node, nmstatectl.Runner{Path: o.nmstatectl, Timeout: o.applyTimeout}, metrics)
+	r.PendingRequeue, r.FailedRequeue = o.pendingRequeue, o.failedRequeue
+	if err := r.SetupWithManager(mgr, handler.SetupOptions{}); err != nil {
+		return fmt.Errorf("set up the handler: %w", err)
+	}
+	if err := mgr.AddHealthzCheck("healthz", healthz.Ping); err != nil {
+		return err
+	}
+	if err := mgr.AddReadyzCheck("readyz", healthz.Ping); err != nil {
+		return err
+	}
+	ctrl.Log.Info("starting handler", "node", o.node, "nmstatectl", o.nmstatectl)
+	return mgr.Start(ctrl.SetupSignalHandler())
+}

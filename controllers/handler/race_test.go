@@ -1,0 +1,98 @@
+package handler_test
+
+import (
+	"encoding/json"
+	"fmt"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	. "github.com/onsi/gomega"
+	"github.com/prometheus/client_golang/prometheus"
+
+	ippoolv1 "github.com/nmstate-ippool/nmstate-ippool/api/v1"
+	"github.com/nmstate-ippool/nmstate-ippool/controllers/handler"
+)
+
+const raceNodes = 50
+
+const twoPoolState = `interfaces:
+- name: eth1
+  ipv4:
+    address:
+    - ip: "{{ capture.a.ip }}"
+      prefix-length: "{{ capture.a.prefix-length }}"
+- name: eth2
+  ipv6:
+    address:
+    - ip: "{{ capture.b.ip }}"
+      prefix-length: "{{ capture.b.prefix-length }}"
+`
+
+// TestRaceManyHandlersTwoPools starts 50 handlers at once on one policy that
+// draws from an IPv4 and an IPv6 pool, a few times over: every node ends
+// with exactly one address from each pool, no address is held twice, and
+// each pool's bitmap is exactly the set of addresses the enactments record.
+func TestRaceManyHandlersTwoPools(t *testing.T) {
+	for round := 1; round <= 3; round++ {
+		t.Run(fmt.Sprintf("round-%d", round), func(t *testing.T) { raceRound(t, round) })
+	}
+}
+
+func raceRound(t *testing.T, round int) {
+	RegisterTestingT(t)
+	role := fmt.Sprintf("race%d", round)
+	nodes := newNodes(t, role+"-", raceNodes, map[string]string{"role": role})
+	poolA, poolB := role+"-a", role+"-b"
+	// Barely larger than the cluster, so that everyone fights for the same
+	// lowest offsets.
+	newPool(t, poolA, ippoolv1.IPRange{CIDR: "10.90.0.0/24", Start: "10.90.0.1", End: "10.90.0.60", Exclude: []string{"10.90.0.8/30"}}, true)
+	newPool(t, poolB, ippoolv1.IPRange{CIDR: "fd00:90::/64", Start: "fd00:90::1", End: "fd00:90::40"}, true)
+	newPolicy(t, role, map[string]string{"role": role},
+		map[string]string{"a": "ippool." + poolA + ".allocate", "b": "ippool." + poolB + ".allocate"}, twoPoolState)
+
+	metrics := handler.NewMetrics()
+	registry := prometheus.NewRegistry()
+	registry.MustRegister(metrics.Collectors()...)
+	var wg sync.WaitGroup
+	for _, nd := range nodes {
+		nd.metrics = metrics
+		wg.Go(func() { nd.start(t) })
+	}
+	wg.Wait()
+
+	for _, nd := range nodes {
+		Eventually(enactmentState(nd.name, role), 3*time.Minute).Should(HavePrefix("Available"))
+		if len(held(nd.name, role, poolA)) != 1 {
+			e, err := getEnactment(nd.name, role)
+			t.Logf("DEBUG %s: %v %s", nd.name, err, mustJSON(e))
+		}
+		Expect(held(nd.name, role, poolA)).To(HaveLen(1), nd.name)
+		Expect(held(nd.name, role, poolB)).To(HaveLen(1), nd.name)
+	}
+	for _, pool := range []string{poolA, poolB} {
+		assertIndexed(pool)
+		Expect(recordedAddresses(pool)).To(HaveLen(raceNodes))
+	}
+	attempts, conflicts := counter(registry, "nmstate_ippool_allocation_attempts_total"), counter(registry, "nmstate_ippool_allocation_conflicts_total")
+	Expect(attempts).To(BeNumerically(">=", 2*raceNodes))
+	t.Logf("round %d: %v pool writes attempted, %v conflicts retried", round, attempts, conflicts)
+}
+
+func counter(registry *prometheus.Registry, name string) float64 {
+	families, err := registry.Gather()
+	Expect(err).NotTo(HaveOccurred())
+	var sum float64
+	for _, f := range families {
+		if !strings.EqualFold(f.GetName(), name) {
+			continue
+		}
+		for _, m := range f.GetMetric() {
+			sum += m.GetCounter().GetValue()
+		}
+	}
+	return sum
+}
+
+func mustJSON(v any) string { b, _ := json.MarshalIndent(v, "", " "); return string(b) }
