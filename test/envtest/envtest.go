@@ -68,3 +68,17 @@ func (e *Env) Stop() error {
 	}
 	return e.env.Stop()
 }
+
+// Kubeconfig writes a kubeconfig for a cluster-admin user of the control
+// plane to path, for processes started by tests.
+func (e *Env) Kubeconfig(path string) error {
+	user, err := e.env.AddUser(envtest.User{Name: "test-admin", Groups: []string{"system:masters"}}, nil)
+	if err != nil {
+		return fmt.Errorf("add a user to the control plane: %w", err)
+	}
+	raw, err := user.KubeConfig()
+	if err != nil {
+		return err
+	}
+	return os.WriteFile(path, raw, 0o600)
+}

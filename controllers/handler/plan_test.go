@@ -1,0 +1,93 @@
+package handler
+
+import (
+	"errors"
+	"net/netip"
+	"reflect"
+	"testing"
+
+	"github.com/nmstate/kubernetes-nmstate/api/shared"
+
+	ippoolv1 "github.com/nmstate-ippool/nmstate-ippool/api/v1"
+	nncev1beta1 "github.com/nmstate-ippool/nmstate-ippool/api/v1beta1"
+	"github.com/nmstate-ippool/nmstate-ippool/pkg/capture"
+	"github.com/nmstate-ippool/nmstate-ippool/pkg/ippool"
+)
+
+// holding returns an enactment that records ips for captures a, b, ... of
+// pool "p".
+func holding(ips ...string) *nncev1beta1.NodeNetworkConfigurationEnactment {
+	e := &nncev1beta1.NodeNetworkConfigurationEnactment{}
+	e.Status.CapturedStates = map[string]shared.NodeNetworkConfigurationEnactmentCapturedState{}
+	e.Status.IPPool = ippoolv1.EnactmentIPPools{}
+	for i, ip := range ips {
+		name := string(rune('a' + i))
+		st := capture.Address{IP: netip.MustParseAddr(ip), PrefixLength: 24}.State()
+		e.Status.CapturedStates[name] = shared.NodeNetworkConfigurationEnactmentCapturedState{State: shared.NewState(string(st))}
+		a := e.Status.IPPool["p"]
+		a.Allocated = append(a.Allocated, ip)
+		e.Status.IPPool["p"] = a
+	}
+	return e
+}
+
+func TestPlanPool(t *testing.T) {
+	rng := ippool.MustNewRange(ippool.Spec{CIDR: "10.0.0.0/24", Start: "10.0.0.1", End: "10.0.0.5"})
+	refs := []capture.Ref{{Capture: "a", Pool: "p"}, {Capture: "b", Pool: "p"}}
+	tests := []struct {
+		name      string
+		e         *nncev1beta1.NodeNetworkConfigurationEnactment
+		setBits   []uint64
+		reused    map[string]string
+		unsetBits []uint64
+		fresh     []string
+	}{
+		{name: "nothing recorded", e: holding(), fresh: []string{"a", "b"}, reused: map[string]string{}},
+		{name: "recorded and indexed", e: holding("10.0.0.3", "10.0.0.1"), setBits: []uint64{0, 2},
+			reused: map[string]string{"a": "10.0.0.3", "b": "10.0.0.1"}},
+		{name: "recorded, bit lost in a reset", e: holding("10.0.0.3"), setBits: nil,
+			reused: map[string]string{"a": "10.0.0.3"}, unsetBits: []uint64{2}, fresh: []string{"b"}},
+		{name: "recorded outside a re-created range", e: holding("10.0.0.9", "10.0.0.2"), setBits: []uint64{1},
+			reused: map[string]string{"b": "10.0.0.2"}, fresh: []string{"a"}},
+		{name: "the same address recorded twice", e: holding("10.0.0.2", "10.0.0.2"), setBits: []uint64{1},
+			reused: map[string]string{"a": "10.0.0.2"}, fresh: []string{"b"}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			alloc := ippool.NewAllocator(rng)
+			for _, o := range tt.setBits {
+				if err := alloc.Allocate(o); err != nil {
+					t.Fatal(err)
+				}
+			}
+			p := planPool(tt.e, alloc, refs)
+			reused := map[string]string{}
+			for name, a := range p.addresses {
+				reused[name] = a.IP.String()
+			}
+			if !reflect.DeepEqual(reused, tt.reused) || !reflect.DeepEqual(p.unsetBits, tt.unsetBits) || !reflect.DeepEqual(p.fresh, tt.fresh) {
+				t.Fatalf("plan reused=%v unset=%v fresh=%v; want %v %v %v", reused, p.unsetBits, p.fresh, tt.reused, tt.unsetBits, tt.fresh)
+			}
+			if err := p.apply(alloc); err != nil {
+				t.Fatal(err)
+			}
+			seen := map[netip.Addr]bool{}
+			for _, name := range []string{"a", "b"} {
+				a := p.addresses[name]
+				if seen[a.IP] || !alloc.HasIP(a.IP) || a.PrefixLength != 24 {
+					t.Fatalf("after apply %s = %v (duplicate, unindexed or wrong prefix)", name, a)
+				}
+				seen[a.IP] = true
+			}
+		})
+	}
+}
+
+func TestPlanPoolExhausted(t *testing.T) {
+	alloc := ippool.NewAllocator(ippool.MustNewRange(ippool.Spec{CIDR: "10.0.0.0/30"}))
+	p := planPool(holding(), alloc, []capture.Ref{{Capture: "a", Pool: "p"}, {Capture: "b", Pool: "p"}, {Capture: "c", Pool: "p"}})
+	var ex *errExhausted
+	if err := p.apply(alloc); !errors.As(err, &ex) || ex.size != 2 || ex.want != 1 {
+		t.Fatalf("apply = %v, want exhausted of size 2 short by 1", err)
+	}
+}
