@@ -18,6 +18,7 @@ import (
 
 	ippoolv1 "github.com/nmstate-ippool/nmstate-ippool/api/v1"
 	nncev1beta1 "github.com/nmstate-ippool/nmstate-ippool/api/v1beta1"
+	"github.com/nmstate-ippool/nmstate-ippool/internal/poolstatus"
 	"github.com/nmstate-ippool/nmstate-ippool/pkg/capture"
 	"github.com/nmstate-ippool/nmstate-ippool/pkg/ippool"
 )
@@ -119,7 +120,7 @@ func (r *Reconciler) allocateFromPool(ctx context.Context, policy *nmstatev1.Nod
 		if err := plan.apply(alloc); err != nil {
 			return nil, r.exhausted(ctx, policy, pool, err), nil
 		}
-		setPoolStatus(pool, alloc)
+		poolstatus.Set(pool, alloc)
 		r.Metrics.attempt(poolName)
 		err = r.Client.Status().Update(ctx, pool)
 		if err == nil {
@@ -150,7 +151,7 @@ func (r *Reconciler) readPool(ctx context.Context, name string, refs []capture.R
 		}
 		return nil, nil, nil, fmt.Errorf("get NodeIPPool %q: %w", name, err)
 	}
-	rng, err := rangeOf(&pool)
+	rng, err := poolstatus.Range(&pool)
 	if err != nil {
 		o := failing(ippoolv1.ReasonIPPoolInvalid, fmt.Sprintf("NodeIPPool %q cannot hand out addresses: %v", name, err))
 		return nil, nil, &o, nil
@@ -230,7 +231,7 @@ func (r *Reconciler) releaseFromPool(ctx context.Context, poolName string, ips [
 			}
 			return fmt.Errorf("get NodeIPPool %q: %w", poolName, err)
 		}
-		rng, err := rangeOf(&pool)
+		rng, err := poolstatus.Range(&pool)
 		if err != nil {
 			return nil // an unusable pool holds nothing
 		}
@@ -241,7 +242,7 @@ func (r *Reconciler) releaseFromPool(ctx context.Context, poolName string, ips [
 		if !clearBits(alloc, ips) {
 			return nil
 		}
-		setPoolStatus(&pool, alloc)
+		poolstatus.Set(&pool, alloc)
 		err = r.Client.Status().Update(ctx, &pool)
 		if err == nil {
 			ctrl.LoggerFrom(ctx).Info("released addresses", "pool", poolName, "ips", ips, "attempts", attempt)

@@ -105,28 +105,6 @@ func (p *poolPlan) apply(alloc *ippool.Allocator) error {
 	return nil
 }
 
-// rangeOf builds the allocator range of a pool.
-func rangeOf(pool *ippoolv1.NodeIPPool) (*ippool.Range, error) {
-	r := pool.Spec.Range
-	return ippool.NewRange(ippool.Spec{CIDR: r.CIDR, Start: r.Start, End: r.End, Exclude: r.Exclude})
-}
-
-// setPoolStatus writes the allocator's snapshot and counts into the pool's
-// status, leaving its conditions to the pool controller.
-func setPoolStatus(pool *ippoolv1.NodeIPPool, alloc *ippool.Allocator) {
-	pool.Status.AllocatedOffsets = alloc.Snapshot()
-	pool.Status.Size = saturate(alloc.Range().Size())
-	pool.Status.Allocated = saturate(alloc.Count())
-	pool.Status.Free = saturate(alloc.Free())
-}
-
-func saturate(n uint64) int64 {
-	if n > 1<<63-1 {
-		return 1<<63 - 1
-	}
-	return int64(n)
-}
-
 // poolAvailable returns whether handlers may allocate from pool, and if not
 // a description naming the pool's Available reason.
 func poolAvailable(pool *ippoolv1.NodeIPPool) (bool, string) {

@@ -8,6 +8,7 @@ import (
 
 	ippoolv1 "github.com/nmstate-ippool/nmstate-ippool/api/v1"
 	nncev1beta1 "github.com/nmstate-ippool/nmstate-ippool/api/v1beta1"
+	"github.com/nmstate-ippool/nmstate-ippool/internal/poolstatus"
 	"github.com/nmstate-ippool/nmstate-ippool/pkg/ippool"
 )
 
@@ -84,7 +85,7 @@ func olderOverlapping(p *ippoolv1.NodeIPPool, rng *ippool.Range, pools []ippoolv
 		if o.UID == p.UID || !older(o, p) || !o.DeletionTimestamp.IsZero() {
 			continue
 		}
-		orng, err := rangeOf(o)
+		orng, err := poolstatus.Range(o)
 		if err == nil && orng.Overlaps(rng) {
 			return o.Name
 		}
@@ -97,9 +98,4 @@ func older(a, b *ippoolv1.NodeIPPool) bool {
 		return a.CreationTimestamp.Before(&b.CreationTimestamp)
 	}
 	return a.Name < b.Name
-}
-
-func rangeOf(pool *ippoolv1.NodeIPPool) (*ippool.Range, error) {
-	r := pool.Spec.Range
-	return ippool.NewRange(ippool.Spec{CIDR: r.CIDR, Start: r.Start, End: r.End, Exclude: r.Exclude})
 }

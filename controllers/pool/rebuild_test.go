@@ -10,6 +10,7 @@ import (
 
 	ippoolv1 "github.com/nmstate-ippool/nmstate-ippool/api/v1"
 	nncev1beta1 "github.com/nmstate-ippool/nmstate-ippool/api/v1beta1"
+	"github.com/nmstate-ippool/nmstate-ippool/internal/poolstatus"
 	"github.com/nmstate-ippool/nmstate-ippool/pkg/ippool"
 )
 
@@ -61,7 +62,7 @@ func TestOlderOverlapping(t *testing.T) {
 			if pools[i].Name != tt.pool {
 				continue
 			}
-			rng, err := rangeOf(&pools[i])
+			rng, err := poolstatus.Range(&pools[i])
 			if err != nil {
 				t.Fatal(err)
 			}

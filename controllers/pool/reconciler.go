@@ -18,6 +18,7 @@ import (
 
 	ippoolv1 "github.com/nmstate-ippool/nmstate-ippool/api/v1"
 	nncev1beta1 "github.com/nmstate-ippool/nmstate-ippool/api/v1beta1"
+	"github.com/nmstate-ippool/nmstate-ippool/internal/poolstatus"
 	"github.com/nmstate-ippool/nmstate-ippool/pkg/ippool"
 )
 
@@ -48,7 +49,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 	if !pool.DeletionTimestamp.IsZero() {
 		return ctrl.Result{}, nil
 	}
-	rng, err := rangeOf(&pool)
+	rng, err := poolstatus.Range(&pool)
 	if err != nil {
 		return ctrl.Result{}, r.setAvailable(ctx, &pool, metav1.ConditionFalse, ippoolv1.ReasonInvalidIPPool,
 			fmt.Sprintf("The range cannot hand out addresses: %v; re-create the pool with a usable range", err))
@@ -106,7 +107,7 @@ func (r *Reconciler) rebuild(ctx context.Context, pool *ippoolv1.NodeIPPool, rng
 			"Discarded an unreadable status.allocatedOffsets (%v); rebuilding from the enactments", err)
 	}
 	res := rebuild(alloc, claimsOf(pool.Name, enactments.Items))
-	setCounts(&fresh, alloc)
+	poolstatus.Set(&fresh, alloc)
 	status, reason, msg := metav1.ConditionTrue, ippoolv1.ReasonReconciledPool, "The pool is up to date"
 	if len(res.collisions) > 0 {
 		status, reason, msg = metav1.ConditionFalse, ippoolv1.ReasonIPCollision, collisionMessage(res.collisions)
@@ -183,20 +184,6 @@ func (r *Reconciler) setCondition(pool *ippoolv1.NodeIPPool, status metav1.Condi
 		}
 		r.Recorder.Eventf(pool, nil, eventType, reason, "Reconcile", msg)
 	}
-}
-
-func setCounts(pool *ippoolv1.NodeIPPool, alloc *ippool.Allocator) {
-	pool.Status.AllocatedOffsets = alloc.Snapshot()
-	pool.Status.Size = saturate(alloc.Range().Size())
-	pool.Status.Allocated = saturate(alloc.Count())
-	pool.Status.Free = saturate(alloc.Free())
-}
-
-func saturate(n uint64) int64 {
-	if n > 1<<63-1 {
-		return 1<<63 - 1
-	}
-	return int64(n)
 }
 
 // clearResetAnnotation removes nmstate.io/reset-ippool once the rebuild is

@@ -1,0 +1,33 @@
+// Package poolstatus translates between a NodeIPPool object and the pure
+// allocator: the range of its spec and the bitmap and counts of its status.
+// Both controllers use it, so the two writers of a pool's status agree on
+// what they write.
+package poolstatus
+
+import (
+	ippoolv1 "github.com/nmstate-ippool/nmstate-ippool/api/v1"
+	"github.com/nmstate-ippool/nmstate-ippool/pkg/ippool"
+)
+
+// Range builds the allocator range of a pool; errors wrap
+// ippool.ErrInvalidRange.
+func Range(pool *ippoolv1.NodeIPPool) (*ippool.Range, error) {
+	r := pool.Spec.Range
+	return ippool.NewRange(ippool.Spec{CIDR: r.CIDR, Start: r.Start, End: r.End, Exclude: r.Exclude})
+}
+
+// Set writes the allocator's snapshot and counts into the pool's status,
+// leaving its conditions alone. Counts saturate at 2^63-1.
+func Set(pool *ippoolv1.NodeIPPool, alloc *ippool.Allocator) {
+	pool.Status.AllocatedOffsets = alloc.Snapshot()
+	pool.Status.Size = saturate(alloc.Range().Size())
+	pool.Status.Allocated = saturate(alloc.Count())
+	pool.Status.Free = saturate(alloc.Free())
+}
+
+func saturate(n uint64) int64 {
+	if n > 1<<63-1 {
+		return 1<<63 - 1
+	}
+	return int64(n)
+}
