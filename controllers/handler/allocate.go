@@ -15,6 +15,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/types"
 	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	ippoolv1 "github.com/nmstate-ippool/nmstate-ippool/api/v1"
 	nncev1beta1 "github.com/nmstate-ippool/nmstate-ippool/api/v1beta1"
@@ -99,8 +100,11 @@ func (r *Reconciler) rollback(ctx context.Context, a *allocation) {
 // successful pool write, retrying on conflicts.
 func (r *Reconciler) allocateFromPool(ctx context.Context, policy *nmstatev1.NodeNetworkConfigurationPolicy,
 	e *nncev1beta1.NodeNetworkConfigurationEnactment, poolName string, refs []capture.Ref) (*poolPlan, *outcome, error) {
+	if plan, ok := r.settledByCache(ctx, e, poolName, refs); ok {
+		return plan, nil, nil
+	}
 	for attempt := 1; ; attempt++ {
-		pool, alloc, blocked, err := r.readPool(ctx, poolName, refs)
+		pool, alloc, blocked, err := r.readPool(ctx, r.APIReader, poolName, refs)
 		if err != nil || blocked != nil {
 			return nil, blocked, err
 		}
@@ -140,11 +144,26 @@ func (r *Reconciler) allocateFromPool(ctx context.Context, policy *nmstatev1.Nod
 	}
 }
 
-// readPool reads a pool from the API server and restores its allocator. A
+// settledByCache returns the plan when the cached pool shows that nothing
+// needs writing, as in most reconciles, which then cost no API call.
+// Anything else (a write, a missing or unusable pool) is decided on the API
+// server's copy.
+func (r *Reconciler) settledByCache(ctx context.Context, e *nncev1beta1.NodeNetworkConfigurationEnactment,
+	poolName string, refs []capture.Ref) (*poolPlan, bool) {
+	_, alloc, blocked, err := r.readPool(ctx, r.Client, poolName, refs)
+	if err != nil || blocked != nil {
+		return nil, false
+	}
+	plan := planPool(e, alloc, refs)
+	return plan, !plan.needsWrite()
+}
+
+// readPool reads a pool through reader and restores its allocator. A
 // missing or unusable pool is an outcome for the enactment.
-func (r *Reconciler) readPool(ctx context.Context, name string, refs []capture.Ref) (*ippoolv1.NodeIPPool, *ippool.Allocator, *outcome, error) {
+func (r *Reconciler) readPool(ctx context.Context, reader client.Reader, name string,
+	refs []capture.Ref) (*ippoolv1.NodeIPPool, *ippool.Allocator, *outcome, error) {
 	var pool ippoolv1.NodeIPPool
-	if err := r.APIReader.Get(ctx, types.NamespacedName{Name: name}, &pool); err != nil {
+	if err := reader.Get(ctx, types.NamespacedName{Name: name}, &pool); err != nil {
 		if apierrors.IsNotFound(err) {
 			o := failing(ippoolv1.ReasonIPPoolNotFound, fmt.Sprintf("NodeIPPool %q not found: create it, or fix capture %q", name, refs[0].Capture))
 			return nil, nil, &o, nil
