@@ -66,4 +66,28 @@ const (
 	// ReasonIPPoolNotAvailable (Pending): the pool is not Available=True
 	// (being rebuilt, overlapping, ...); nothing is allocated until it is.
 	ReasonIPPoolNotAvailable = "IPPoolNotAvailable"
+
+	// ReasonAddressOutsideRange (Event): an enactment records an address its
+	// pool no longer hands out (the pool was re-created smaller or with new
+	// excludes); its handler allocates a new one.
+	ReasonAddressOutsideRange = "AddressOutsideRange"
+)
+
+// Reasons of Events the controllers raise, besides the condition reasons.
+const (
+	// ReasonGarbageCollected (pool): bits that no enactment claimed for
+	// longer than the grace period were freed.
+	ReasonGarbageCollected = "GarbageCollected"
+	// ReasonAddressesDropped (enactment): a reset annotation dropped the
+	// enactment's addresses from a pool; its handler allocates again.
+	ReasonAddressesDropped = "AddressesDropped"
+	// ReasonIndexRepaired (pool): the bitmap lacked addresses that
+	// enactments record (someone cleared it); the pool was rebuilt.
+	ReasonIndexRepaired = "IndexRepaired"
+	// ReasonEnactmentRetired (pool, policy): the pool controller retired an
+	// enactment whose node or policy is gone and released its addresses.
+	ReasonEnactmentRetired = "EnactmentRetired"
+	// ReasonInvalidReset (enactment, policy): a reset annotation names no
+	// pool; it was removed without effect.
+	ReasonInvalidReset = "InvalidReset"
 )

@@ -30,6 +30,7 @@ type options struct {
 	healthAddr     string
 	pendingRequeue time.Duration
 	failedRequeue  time.Duration
+	recordDeadline time.Duration
 }
 
 func main() {
@@ -41,6 +42,8 @@ func main() {
 	flag.StringVar(&o.healthAddr, "health-probe-bind-address", ":8081", "address of the /healthz and /readyz endpoints; 0 disables them")
 	flag.DurationVar(&o.pendingRequeue, "pending-requeue", handler.DefaultPendingRequeue, "how often a Pending enactment is looked at again")
 	flag.DurationVar(&o.failedRequeue, "failed-requeue", handler.DefaultFailedRequeue, "how long to wait before applying again after nmstatectl failed")
+	flag.DurationVar(&o.recordDeadline, "record-deadline", handler.DefaultRecordDeadline,
+		"longest time from taking an address to recording it in the enactment; keep it under half the pool controller's --gc-grace-period")
 	zapOpts := zap.Options{}
 	zapOpts.BindFlags(flag.CommandLine)
 	flag.Parse() // controller-runtime registers --kubeconfig
@@ -75,7 +78,7 @@ func run(o options) error {
 	metrics := handler.NewMetrics()
 	ctrlmetrics.Registry.MustRegister(metrics.Collectors()...)
 	r := handler.New(mgr, o.node, nmstatectl.Runner{Path: o.nmstatectl, Timeout: o.applyTimeout}, metrics)
-	r.PendingRequeue, r.FailedRequeue = o.pendingRequeue, o.failedRequeue
+	r.PendingRequeue, r.FailedRequeue, r.RecordDeadline = o.pendingRequeue, o.failedRequeue, o.recordDeadline
 	if err := r.SetupWithManager(mgr, handler.SetupOptions{}); err != nil {
 		return fmt.Errorf("set up the handler: %w", err)
 	}

@@ -4,10 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"math/rand/v2"
-	"net/netip"
+	"maps"
 	"slices"
-	"sync"
 	"time"
 
 	nmstatev1 "github.com/nmstate/kubernetes-nmstate/api/v1"
@@ -15,41 +13,19 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/types"
 	ctrl "sigs.k8s.io/controller-runtime"
-	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	ippoolv1 "github.com/nmstate-ippool/nmstate-ippool/api/v1"
 	nncev1beta1 "github.com/nmstate-ippool/nmstate-ippool/api/v1beta1"
 	"github.com/nmstate-ippool/nmstate-ippool/internal/poolstatus"
+	"github.com/nmstate-ippool/nmstate-ippool/internal/poolwrite"
 	"github.com/nmstate-ippool/nmstate-ippool/pkg/capture"
 	"github.com/nmstate-ippool/nmstate-ippool/pkg/ippool"
 )
 
-// Backoff paces retries of a conflicting pool write: attempt n waits
-// Initial*2^(n-1), capped at Max, scaled by a random factor in [0.5, 1.5).
-// After Steps attempts the request is requeued.
-type Backoff struct {
-	Initial time.Duration
-	Max     time.Duration
-	Steps   int
-	// Rand is the jitter source; it is used under a lock.
-	Rand *rand.Rand
-	mu   sync.Mutex
-}
-
-func (b *Backoff) delay(attempt int) time.Duration {
-	d := b.Initial << min(attempt-1, 30)
-	if d > b.Max || d <= 0 {
-		d = b.Max
-	}
-	b.mu.Lock()
-	f := 0.5 + b.Rand.Float64()
-	b.mu.Unlock()
-	return time.Duration(float64(d) * f)
-}
-
-// errRetriesExhausted is returned when every attempt of a pool write met a
-// conflict; controller-runtime requeues the request with its own backoff.
-var errRetriesExhausted = errors.New("the pool kept changing under us")
+// errRecordTooLate is returned when fresh addresses could not be recorded
+// within RecordDeadline of their pool write; they are given back and the
+// request retried.
+var errRecordTooLate = errors.New("the new addresses were not recorded in time")
 
 // allocation is the result of serving a policy's ippool captures.
 type allocation struct {
@@ -58,6 +34,11 @@ type allocation struct {
 	// fresh lists, by pool, the addresses newly taken by this reconcile:
 	// written to the pools but not yet recorded in the enactment.
 	fresh map[string][]string
+	// takenAt is when the first fresh address was written to its pool.
+	takenAt time.Time
+	// moved describes recorded addresses that were replaced because their
+	// pool no longer hands them out.
+	moved []string
 }
 
 // allocate serves every ippool capture of the policy, one pool at a time.
@@ -74,12 +55,14 @@ func (r *Reconciler) allocate(ctx context.Context, policy *nmstatev1.NodeNetwork
 			r.rollback(ctx, a)
 			return nil, blocked, err
 		}
-		for name, addr := range plan.addresses {
-			a.addresses[name] = addr
-		}
+		maps.Copy(a.addresses, plan.addresses)
 		for _, name := range plan.fresh {
 			a.fresh[pool] = append(a.fresh[pool], plan.addresses[name].IP.String())
 		}
+		if len(plan.fresh) > 0 && a.takenAt.IsZero() {
+			a.takenAt = r.Clock.Now()
+		}
+		a.moved = append(a.moved, plan.moved...)
 	}
 	return a, nil, nil
 }
@@ -89,59 +72,106 @@ func (r *Reconciler) allocate(ctx context.Context, policy *nmstatev1.NodeNetwork
 // a failure to give them back leaves them to the pool controller's garbage
 // collection.
 func (r *Reconciler) rollback(ctx context.Context, a *allocation) {
+	if err := r.checkRecordDeadline(a); err != nil {
+		ctrl.LoggerFrom(ctx).Info("left unrecorded addresses to garbage collection", "fresh", a.fresh, "reason", err.Error())
+		return
+	}
 	for pool, ips := range a.fresh {
-		if err := r.releaseFromPool(ctx, pool, ips); err != nil {
+		if _, err := r.Pools.Release(ctx, pool, ips); err != nil {
 			ctrl.LoggerFrom(ctx).Error(err, "could not give back unrecorded addresses; the pool controller will collect them", "pool", pool, "ips", ips)
 		}
 	}
 }
 
+// checkRecordDeadline fails when fresh addresses are about to be recorded
+// later than RecordDeadline after their pool write. The pool controller
+// frees bits that no enactment claims for longer than its grace period;
+// recording late could record an address that was freed and handed to
+// another node meanwhile.
+func (r *Reconciler) checkRecordDeadline(a *allocation) error {
+	if a == nil || a.takenAt.IsZero() || r.RecordDeadline <= 0 {
+		return nil
+	}
+	if late := r.Clock.Since(a.takenAt); late > r.RecordDeadline {
+		return fmt.Errorf("%w: %s after the pool write, deadline %s", errRecordTooLate, late.Round(time.Millisecond), r.RecordDeadline)
+	}
+	return nil
+}
+
 // allocateFromPool serves the captures refs of one pool with at most one
-// successful pool write, retrying on conflicts.
+// successful pool write, retried on conflicts by r.Pools.
 func (r *Reconciler) allocateFromPool(ctx context.Context, policy *nmstatev1.NodeNetworkConfigurationPolicy,
 	e *nncev1beta1.NodeNetworkConfigurationEnactment, poolName string, refs []capture.Ref) (*poolPlan, *outcome, error) {
 	if plan, ok := r.settledByCache(ctx, e, poolName, refs); ok {
 		return plan, nil, nil
 	}
-	for attempt := 1; ; attempt++ {
-		pool, alloc, blocked, err := r.readPool(ctx, r.APIReader, poolName, refs)
-		if err != nil || blocked != nil {
-			return nil, blocked, err
+	var (
+		plan    *poolPlan
+		blocked *outcome
+	)
+	attempts, err := r.Pools.Update(ctx, poolName, func(pool *ippoolv1.NodeIPPool, alloc *ippool.Allocator) (bool, error) {
+		plan, blocked = r.planWrite(ctx, policy, e, pool, alloc, refs)
+		if blocked != nil || !plan.needsWrite() {
+			return false, nil
 		}
-		plan := planPool(e, alloc, refs)
-		if !plan.needsWrite() {
-			return plan, nil, nil
-		}
-		if ok, why := poolAvailable(pool); !ok {
-			if len(plan.fresh) == 0 {
-				// Reused addresses only: the rebuild sets their bits.
-				plan.unsetBits = nil
-				return plan, nil, nil
-			}
-			o := pending(ippoolv1.ReasonIPPoolNotAvailable, why, r.PendingRequeue)
-			return nil, &o, nil
-		}
-		if err := plan.apply(alloc); err != nil {
-			return nil, r.exhausted(ctx, policy, pool, err), nil
-		}
-		poolstatus.Set(pool, alloc)
 		r.Metrics.attempt(poolName)
-		err = r.Client.Status().Update(ctx, pool)
-		if err == nil {
-			r.logAllocations(ctx, plan, refs, attempt)
-			return plan, nil, nil
-		}
-		if !apierrors.IsConflict(err) {
-			return nil, nil, fmt.Errorf("write NodeIPPool %q: %w", poolName, err)
-		}
-		r.Metrics.conflict(poolName)
-		if attempt >= r.Backoff.Steps {
-			return nil, nil, fmt.Errorf("allocate from NodeIPPool %q after %d attempts: %w", poolName, attempt, errRetriesExhausted)
-		}
-		if err := r.sleep(ctx, r.Backoff.delay(attempt)); err != nil {
-			return nil, nil, err
-		}
+		return true, nil
+	})
+	if err != nil {
+		o, err := r.poolOutcome(poolName, refs, err)
+		return nil, o, err
 	}
+	if blocked != nil {
+		return nil, blocked, nil
+	}
+	if plan.needsWrite() {
+		r.logAllocations(ctx, plan, refs, attempts)
+	}
+	return plan, nil, nil
+}
+
+// planWrite decides what one attempt writes to the pool: nothing when the
+// recorded addresses are all indexed, otherwise the plan applied to alloc.
+// A pool that is not available lets reused addresses through (its rebuild
+// sets their bits) but blocks new ones.
+func (r *Reconciler) planWrite(ctx context.Context, policy *nmstatev1.NodeNetworkConfigurationPolicy,
+	e *nncev1beta1.NodeNetworkConfigurationEnactment, pool *ippoolv1.NodeIPPool, alloc *ippool.Allocator,
+	refs []capture.Ref) (*poolPlan, *outcome) {
+	plan := planPool(e, alloc, refs)
+	if !plan.needsWrite() {
+		return plan, nil
+	}
+	if ok, why := poolAvailable(pool); !ok {
+		if len(plan.fresh) == 0 {
+			plan.unsetBits = nil
+			return plan, nil
+		}
+		o := pending(ippoolv1.ReasonIPPoolNotAvailable, why, r.PendingRequeue)
+		return nil, &o
+	}
+	if err := plan.apply(alloc); err != nil {
+		return nil, r.exhausted(ctx, policy, pool, err)
+	}
+	return plan, nil
+}
+
+// poolOutcome turns a failed pool read into the enactment's outcome, or
+// returns the error to retry.
+func (r *Reconciler) poolOutcome(name string, refs []capture.Ref, err error) (*outcome, error) {
+	var o outcome
+	switch {
+	case apierrors.IsNotFound(err):
+		o = failing(ippoolv1.ReasonIPPoolNotFound, fmt.Sprintf("NodeIPPool %q not found: create it, or fix capture %q", name, refs[0].Capture))
+	case errors.Is(err, ippool.ErrInvalidRange):
+		o = failing(ippoolv1.ReasonIPPoolInvalid, fmt.Sprintf("NodeIPPool %q cannot hand out addresses: %v", name, err))
+	case errors.Is(err, poolwrite.ErrUnreadable):
+		o = pending(ippoolv1.ReasonIPPoolNotAvailable,
+			fmt.Sprintf("NodeIPPool %q has an unreadable status (%v); waiting for the pool controller to rebuild it", name, err),
+			r.PendingRequeue)
+	default:
+		return nil, fmt.Errorf("allocate from NodeIPPool %q: %w", name, err)
+	}
+	return &o, nil
 }
 
 // settledByCache returns the plan when the cached pool shows that nothing
@@ -150,39 +180,20 @@ func (r *Reconciler) allocateFromPool(ctx context.Context, policy *nmstatev1.Nod
 // server's copy.
 func (r *Reconciler) settledByCache(ctx context.Context, e *nncev1beta1.NodeNetworkConfigurationEnactment,
 	poolName string, refs []capture.Ref) (*poolPlan, bool) {
-	_, alloc, blocked, err := r.readPool(ctx, r.Client, poolName, refs)
-	if err != nil || blocked != nil {
+	var pool ippoolv1.NodeIPPool
+	if err := r.Client.Get(ctx, types.NamespacedName{Name: poolName}, &pool); err != nil {
+		return nil, false
+	}
+	rng, err := poolstatus.Range(&pool)
+	if err != nil {
+		return nil, false
+	}
+	alloc := ippool.NewAllocator(rng)
+	if err := alloc.Restore(pool.Status.AllocatedOffsets); err != nil {
 		return nil, false
 	}
 	plan := planPool(e, alloc, refs)
 	return plan, !plan.needsWrite()
-}
-
-// readPool reads a pool through reader and restores its allocator. A
-// missing or unusable pool is an outcome for the enactment.
-func (r *Reconciler) readPool(ctx context.Context, reader client.Reader, name string,
-	refs []capture.Ref) (*ippoolv1.NodeIPPool, *ippool.Allocator, *outcome, error) {
-	var pool ippoolv1.NodeIPPool
-	if err := reader.Get(ctx, types.NamespacedName{Name: name}, &pool); err != nil {
-		if apierrors.IsNotFound(err) {
-			o := failing(ippoolv1.ReasonIPPoolNotFound, fmt.Sprintf("NodeIPPool %q not found: create it, or fix capture %q", name, refs[0].Capture))
-			return nil, nil, &o, nil
-		}
-		return nil, nil, nil, fmt.Errorf("get NodeIPPool %q: %w", name, err)
-	}
-	rng, err := poolstatus.Range(&pool)
-	if err != nil {
-		o := failing(ippoolv1.ReasonIPPoolInvalid, fmt.Sprintf("NodeIPPool %q cannot hand out addresses: %v", name, err))
-		return nil, nil, &o, nil
-	}
-	alloc := ippool.NewAllocator(rng)
-	if err := alloc.Restore(pool.Status.AllocatedOffsets); err != nil {
-		o := pending(ippoolv1.ReasonIPPoolNotAvailable,
-			fmt.Sprintf("NodeIPPool %q has an unreadable status (%v); waiting for the pool controller to rebuild it", name, err),
-			r.PendingRequeue)
-		return nil, nil, &o, nil
-	}
-	return &pool, alloc, nil, nil
 }
 
 // exhausted turns a failed plan into a Failing outcome and tells the admin.
@@ -213,92 +224,37 @@ func (r *Reconciler) logAllocations(ctx context.Context, plan *poolPlan, refs []
 	}
 }
 
-// releaseUnclaimed returns the addresses the enactment records but no
+// unclaimed returns, by pool, the addresses the enactment records that no
 // current capture uses (a dropped capture, a capture moved to another pool).
-func (r *Reconciler) releaseUnclaimed(ctx context.Context, e *nncev1beta1.NodeNetworkConfigurationEnactment,
-	addresses map[string]capture.Address, captures capture.Captures) error {
+// They are released once the new record is written.
+func unclaimed(e *nncev1beta1.NodeNetworkConfigurationEnactment, addresses map[string]capture.Address,
+	captures capture.Captures) map[string][]string {
 	kept := map[string][]string{}
 	for _, ref := range captures.Refs {
 		kept[ref.Pool] = append(kept[ref.Pool], addresses[ref.Capture].IP.String())
 	}
+	drop := map[string][]string{}
 	for pool, held := range e.Status.IPPool {
-		var drop []string
 		for _, ip := range held.Allocated {
 			if !slices.Contains(kept[pool], ip) {
-				drop = append(drop, ip)
+				drop[pool] = append(drop[pool], ip)
 			}
 		}
-		if err := r.releaseFromPool(ctx, pool, drop); err != nil {
-			return err
-		}
 	}
-	return nil
+	return drop
 }
 
-// releaseFromPool clears the bits of ips in a pool, retrying on conflicts.
-// Addresses the pool no longer contains, and a pool that is gone, need
-// nothing.
-func (r *Reconciler) releaseFromPool(ctx context.Context, poolName string, ips []string) error {
-	if len(ips) == 0 {
-		return nil
-	}
-	for attempt := 1; ; attempt++ {
-		var pool ippoolv1.NodeIPPool
-		if err := r.APIReader.Get(ctx, types.NamespacedName{Name: poolName}, &pool); err != nil {
-			if apierrors.IsNotFound(err) {
-				return nil
-			}
-			return fmt.Errorf("get NodeIPPool %q: %w", poolName, err)
-		}
-		rng, err := poolstatus.Range(&pool)
+// releaseDropped gives back addresses the enactment no longer records. A
+// failure is logged: the record is gone, so garbage collection frees them.
+func (r *Reconciler) releaseDropped(ctx context.Context, dropped map[string][]string) {
+	for pool, ips := range dropped {
+		released, err := r.Pools.Release(ctx, pool, ips)
 		if err != nil {
-			return nil // an unusable pool holds nothing
-		}
-		alloc := ippool.NewAllocator(rng)
-		if err := alloc.Restore(pool.Status.AllocatedOffsets); err != nil {
-			return nil // the pool controller rebuilds it from the enactments
-		}
-		if !clearBits(alloc, ips) {
-			return nil
-		}
-		poolstatus.Set(&pool, alloc)
-		err = r.Client.Status().Update(ctx, &pool)
-		if err == nil {
-			ctrl.LoggerFrom(ctx).Info("released addresses", "pool", poolName, "ips", ips, "attempts", attempt)
-			return nil
-		}
-		if !apierrors.IsConflict(err) {
-			return fmt.Errorf("write NodeIPPool %q: %w", poolName, err)
-		}
-		r.Metrics.conflict(poolName)
-		if attempt >= r.Backoff.Steps {
-			return fmt.Errorf("release from NodeIPPool %q after %d attempts: %w", poolName, attempt, errRetriesExhausted)
-		}
-		if err := r.sleep(ctx, r.Backoff.delay(attempt)); err != nil {
-			return err
-		}
-	}
-}
-
-// clearBits releases ips and reports whether any bit changed.
-func clearBits(alloc *ippool.Allocator, ips []string) bool {
-	changed := false
-	for _, s := range ips {
-		ip, err := netip.ParseAddr(s)
-		if err != nil || !alloc.HasIP(ip) {
+			ctrl.LoggerFrom(ctx).Error(err, "could not release dropped addresses; the pool controller will collect them", "pool", pool, "ips", ips)
 			continue
 		}
-		_ = alloc.ReleaseIP(ip)
-		changed = true
-	}
-	return changed
-}
-
-func (r *Reconciler) sleep(ctx context.Context, d time.Duration) error {
-	select {
-	case <-ctx.Done():
-		return ctx.Err()
-	case <-r.Clock.After(d):
-		return nil
+		if len(released) > 0 {
+			ctrl.LoggerFrom(ctx).Info("released addresses", "pool", pool, "ips", released)
+		}
 	}
 }

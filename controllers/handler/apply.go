@@ -80,9 +80,10 @@ func sameState(a, b []byte) bool {
 }
 
 // applyWithinMaxUnavailable applies the desired state while holding one of
-// the policy's maxUnavailable slots, and records the result.
+// the policy's maxUnavailable slots, and records the result; note is added
+// to the success message.
 func (r *Reconciler) applyWithinMaxUnavailable(ctx context.Context, policy *nmstatev1.NodeNetworkConfigurationPolicy,
-	e *nncev1beta1.NodeNetworkConfigurationEnactment, desired []byte) (ctrl.Result, error) {
+	e *nncev1beta1.NodeNetworkConfigurationEnactment, desired []byte, note string) (ctrl.Result, error) {
 	acquired, err := r.acquireSlot(ctx, policy)
 	if err != nil {
 		return ctrl.Result{}, err
@@ -104,7 +105,7 @@ func (r *Reconciler) applyWithinMaxUnavailable(ctx context.Context, policy *nmst
 		return r.conclude(ctx, policy, e, o)
 	}
 	ctrl.LoggerFrom(ctx).Info("applied desired state", "ippool", e.Status.IPPool)
-	return r.conclude(ctx, policy, e, available("successfully reconciled"))
+	return r.conclude(ctx, policy, e, available("successfully reconciled"+note))
 }
 
 // matchingNodes counts the nodes the policy selects, from the cached node

@@ -149,12 +149,9 @@ func (r *Reconciler) writeEnactment(ctx context.Context, e *nncev1beta1.NodeNetw
 	return nil
 }
 
-// retire ends an enactment: it deletes it first, so that its record is
-// never reused (the finalizer keeps it while it holds addresses), then gives
-// its addresses back to their pools, then removes the finalizer. Every step
-// is idempotent, so a retire that fails halfway resumes on the next
-// reconcile and can never leave a live record over a freed address. A nil
-// enactment is already retired.
+// retire ends an enactment and gives its addresses back through
+// r.Pools.Retire, which is safe against the pool controller retiring it at
+// the same time. A nil enactment is already retired.
 func (r *Reconciler) retire(ctx context.Context, e *nncev1beta1.NodeNetworkConfigurationEnactment, why string) error {
 	if e == nil {
 		return nil
@@ -162,23 +159,11 @@ func (r *Reconciler) retire(ctx context.Context, e *nncev1beta1.NodeNetworkConfi
 	log := ctrl.LoggerFrom(ctx).WithValues("enactment", e.Name)
 	if e.DeletionTimestamp.IsZero() {
 		log.Info("retiring enactment", "reason", why)
-		if err := r.Client.Delete(ctx, e, client.Preconditions{UID: &e.UID}); client.IgnoreNotFound(err) != nil {
-			return fmt.Errorf("delete enactment %q: %w", e.Name, err)
-		}
 	}
-	if !controllerutil.ContainsFinalizer(e, ippoolv1.FinalizerIPPool) {
-		return nil
+	released, err := r.Pools.Retire(ctx, e)
+	if err != nil {
+		return err
 	}
-	for pool, held := range e.Status.IPPool {
-		if err := r.releaseFromPool(ctx, pool, held.Allocated); err != nil {
-			return err
-		}
-	}
-	patch := client.MergeFromWithOptions(e.DeepCopy(), client.MergeFromWithOptimisticLock{})
-	controllerutil.RemoveFinalizer(e, ippoolv1.FinalizerIPPool)
-	if err := r.Client.Patch(ctx, e, patch); client.IgnoreNotFound(err) != nil {
-		return fmt.Errorf("remove the finalizer of enactment %q: %w", e.Name, err)
-	}
-	log.Info("retired enactment", "released", e.Status.IPPool)
+	log.Info("retired enactment", "released", released)
 	return nil
 }

@@ -7,9 +7,11 @@ import (
 	"slices"
 
 	"github.com/nmstate/kubernetes-nmstate/api/shared"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	ippoolv1 "github.com/nmstate-ippool/nmstate-ippool/api/v1"
 	nncev1beta1 "github.com/nmstate-ippool/nmstate-ippool/api/v1beta1"
+	"github.com/nmstate-ippool/nmstate-ippool/internal/poolstatus"
 	"github.com/nmstate-ippool/nmstate-ippool/pkg/capture"
 	"github.com/nmstate-ippool/nmstate-ippool/pkg/ippool"
 )
@@ -36,6 +38,8 @@ type poolPlan struct {
 	addresses map[string]capture.Address
 	unsetBits []uint64
 	fresh     []string
+	// moved describes recorded addresses the range no longer hands out.
+	moved []string
 }
 
 // needsWrite reports whether the pool's status must change.
@@ -58,6 +62,8 @@ func planPool(e *nncev1beta1.NodeNetworkConfigurationEnactment, alloc *ippool.Al
 		off, err := rng.Assignable(addr.IP)
 		if err != nil {
 			p.fresh = append(p.fresh, ref.Capture)
+			p.moved = append(p.moved, fmt.Sprintf("capture %s: %s is no longer handed out by NodeIPPool %q (%s)",
+				ref.Capture, addr.IP, ref.Pool, rng))
 			continue
 		}
 		taken[addr.IP] = true
@@ -77,8 +83,7 @@ type errExhausted struct {
 }
 
 func (e *errExhausted) Error() string {
-	return fmt.Sprintf("NodeIPPool %q is exhausted: all %d addresses are allocated and %d more are needed; re-create it with a larger range",
-		e.pool, e.size, e.want)
+	return poolstatus.ExhaustedMessage(e.pool, e.size, e.want)
 }
 
 // apply carries the plan out on alloc: it sets the reused bits and takes
@@ -106,13 +111,15 @@ func (p *poolPlan) apply(alloc *ippool.Allocator) error {
 }
 
 // poolAvailable returns whether handlers may allocate from pool, and if not
-// a description naming the pool's Available reason.
+// a description naming the pool's Available reason. An exhausted pool is
+// tried all the same: addresses may have been freed since, and a request
+// that still finds it full fails with IPPoolExhausted.
 func poolAvailable(pool *ippoolv1.NodeIPPool) (bool, string) {
 	for _, c := range pool.Status.Conditions {
 		if c.Type != ippoolv1.ConditionAvailable {
 			continue
 		}
-		if c.Status == "True" {
+		if c.Status == metav1.ConditionTrue || c.Reason == ippoolv1.ReasonExhaustedIPPool {
 			return true, ""
 		}
 		return false, fmt.Sprintf("NodeIPPool %q is not available (%s: %s); waiting for it", pool.Name, c.Reason, c.Message)

@@ -3,10 +3,12 @@ package handler
 import (
 	"context"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/nmstate/kubernetes-nmstate/api/shared"
 	nmstatev1 "github.com/nmstate/kubernetes-nmstate/api/v1"
+	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
@@ -18,6 +20,7 @@ import (
 
 	ippoolv1 "github.com/nmstate-ippool/nmstate-ippool/api/v1"
 	nncev1beta1 "github.com/nmstate-ippool/nmstate-ippool/api/v1beta1"
+	"github.com/nmstate-ippool/nmstate-ippool/internal/poolwrite"
 	"github.com/nmstate-ippool/nmstate-ippool/pkg/capture"
 )
 
@@ -46,8 +49,9 @@ type Reconciler struct {
 	Recorder events.EventRecorder
 	// Clock tells the time and waits.
 	Clock clock.Clock
-	// Backoff paces retries of conflicting pool writes.
-	Backoff Backoff
+	// Pools writes pool statuses and gives addresses back, retrying
+	// conflicting writes with its backoff.
+	Pools *poolwrite.Writer
 	// PolicyStatusBackoff paces retries of policy status writes. Every
 	// handler writes the same policy's status (its maxUnavailable slot count
 	// and conditions), so conflicts are expected, and a lost slot release
@@ -64,6 +68,12 @@ type Reconciler struct {
 	// SlotTimeout is how long a node may hold a maxUnavailable slot before
 	// other nodes consider it abandoned (a handler killed mid-apply).
 	SlotTimeout time.Duration
+	// RecordDeadline bounds the time from taking a new address in a pool to
+	// recording it in the enactment. Later, the address is not recorded but
+	// left to the pool controller's garbage collection and the request is
+	// retried: the collector frees bits no enactment claims after its grace
+	// period, which must be longer than this.
+	RecordDeadline time.Duration
 }
 
 // Reconcile brings one policy to this node: it retires the enactment of a
@@ -119,15 +129,13 @@ func (r *Reconciler) enact(ctx context.Context, policy *nmstatev1.NodeNetworkCon
 	if err != nil || blocked != nil {
 		return r.concludeBlocked(ctx, policy, enactment, blocked, err)
 	}
+	r.reportMoved(enactment, alloc.moved)
 	addresses := alloc.addresses
-	if err := r.releaseUnclaimed(ctx, enactment, addresses, captures); err != nil {
-		r.rollback(ctx, alloc)
-		return ctrl.Result{}, err
-	}
+	dropped := unclaimed(enactment, addresses, captures)
 	rendered, err := r.render(ctx, policy, captures, addresses)
 	if err != nil {
 		record(enactment, captures, addresses, addressStates(addresses), r.meta())
-		return r.concludeRecorded(ctx, policy, enactment, alloc,
+		return r.concludeRecorded(ctx, policy, enactment, alloc, dropped,
 			failing(string(shared.NodeNetworkConfigurationEnactmentConditionFailedToConfigure), err.Error()))
 	}
 	if upToDate(enactment, policy, rendered, captures, addresses) {
@@ -136,10 +144,29 @@ func (r *Reconciler) enact(ctx context.Context, policy *nmstatev1.NodeNetworkCon
 	// The record reaches the API server before the state reaches the node.
 	record(enactment, captures, addresses, rendered.CapturedStates, r.meta())
 	enactment.Status.DesiredState = shared.NewState(string(rendered.DesiredState))
-	if res, err := r.concludeRecorded(ctx, policy, enactment, alloc, progressing("Applying desired state")); err != nil {
+	note := movedNote(alloc.moved)
+	if res, err := r.concludeRecorded(ctx, policy, enactment, alloc, dropped, progressing("Applying desired state"+note)); err != nil {
 		return res, err
 	}
-	return r.applyWithinMaxUnavailable(ctx, policy, enactment, rendered.DesiredState)
+	return r.applyWithinMaxUnavailable(ctx, policy, enactment, rendered.DesiredState, note)
+}
+
+// reportMoved raises a Warning Event on the enactment for every recorded
+// address that was replaced because its pool no longer hands it out.
+func (r *Reconciler) reportMoved(e *nncev1beta1.NodeNetworkConfigurationEnactment, moved []string) {
+	for _, m := range moved {
+		r.Recorder.Eventf(e, nil, corev1.EventTypeWarning, ippoolv1.ReasonAddressOutsideRange, "Allocate",
+			"%s; allocating a new address", m)
+	}
+}
+
+// movedNote is the part of a condition message that tells of replaced
+// addresses.
+func movedNote(moved []string) string {
+	if len(moved) == 0 {
+		return ""
+	}
+	return "; re-allocated because " + strings.Join(moved, "; ")
 }
 
 // concludeBlocked reports an allocation that could not proceed: a Pending or
@@ -153,14 +180,24 @@ func (r *Reconciler) concludeBlocked(ctx context.Context, policy *nmstatev1.Node
 }
 
 // concludeRecorded writes an enactment that now records alloc's fresh
-// addresses. If the API server refused the write (a conflict), the record
-// certainly does not exist and the fresh addresses are given back; after any
-// other error the write may have landed, so they are kept.
+// addresses and no longer records dropped. Once the write has landed,
+// dropped is released. If the API server refused the write (a conflict), the
+// record certainly does not exist and the fresh addresses are given back;
+// after any other error the write may have landed, so they are kept.
 func (r *Reconciler) concludeRecorded(ctx context.Context, policy *nmstatev1.NodeNetworkConfigurationPolicy,
-	enactment *nncev1beta1.NodeNetworkConfigurationEnactment, alloc *allocation, o outcome) (ctrl.Result, error) {
+	enactment *nncev1beta1.NodeNetworkConfigurationEnactment, alloc *allocation, dropped map[string][]string,
+	o outcome) (ctrl.Result, error) {
+	if err := r.checkRecordDeadline(alloc); err != nil {
+		// Not recorded, and maybe collected already: leave the bits to
+		// garbage collection rather than risk clearing another's.
+		return ctrl.Result{}, err
+	}
 	res, err := r.conclude(ctx, policy, enactment, o)
-	if apierrors.IsConflict(err) {
+	switch {
+	case apierrors.IsConflict(err):
 		r.rollback(ctx, alloc)
+	case err == nil:
+		r.releaseDropped(ctx, dropped)
 	}
 	return res, err
 }

@@ -1,7 +1,6 @@
 package handler
 
 import (
-	"math/rand/v2"
 	"time"
 
 	nmstatev1 "github.com/nmstate/kubernetes-nmstate/api/v1"
@@ -16,6 +15,7 @@ import (
 
 	ippoolv1 "github.com/nmstate-ippool/nmstate-ippool/api/v1"
 	nncev1beta1 "github.com/nmstate-ippool/nmstate-ippool/api/v1beta1"
+	"github.com/nmstate-ippool/nmstate-ippool/internal/poolwrite"
 )
 
 // Defaults used by New.
@@ -23,20 +23,25 @@ const (
 	DefaultPendingRequeue = 10 * time.Second
 	DefaultFailedRequeue  = time.Minute
 	DefaultSlotTimeout    = 5 * time.Minute
+	// DefaultRecordDeadline is well inside the pool controller's default
+	// garbage collection grace period of two minutes.
+	DefaultRecordDeadline = 30 * time.Second
 )
 
 // New returns a Reconciler for node wired to the manager, with the default
 // clock, backoff and timeouts; callers may change any field before
 // SetupWithManager.
 func New(mgr ctrl.Manager, node string, state NetworkState, metrics *Metrics) *Reconciler {
+	clk := clock.RealClock{}
 	return &Reconciler{
 		Client:    mgr.GetClient(),
 		APIReader: mgr.GetAPIReader(),
 		NodeName:  node,
 		State:     state,
 		Recorder:  mgr.GetEventRecorder("nmstate-ippool-handler"),
-		Clock:     clock.RealClock{},
-		Backoff:   Backoff{Initial: 20 * time.Millisecond, Max: 2 * time.Second, Steps: 10, Rand: rand.New(rand.NewPCG(rand.Uint64(), rand.Uint64()))},
+		Clock:     clk,
+		Pools: &poolwrite.Writer{Reader: mgr.GetAPIReader(), Client: mgr.GetClient(), Backoff: poolwrite.DefaultBackoff(),
+			Clock: clk, OnConflict: metrics.conflict},
 		// No Cap: reaching a Cap ends a wait.Backoff. 40 jittered steps from
 		// 20ms growing by 15% retry for about half a minute.
 		PolicyStatusBackoff: wait.Backoff{Duration: 20 * time.Millisecond, Factor: 1.15, Jitter: 1, Steps: 40},
@@ -44,6 +49,7 @@ func New(mgr ctrl.Manager, node string, state NetworkState, metrics *Metrics) *R
 		PendingRequeue:      DefaultPendingRequeue,
 		FailedRequeue:       DefaultFailedRequeue,
 		SlotTimeout:         DefaultSlotTimeout,
+		RecordDeadline:      DefaultRecordDeadline,
 	}
 }
 

@@ -5,6 +5,10 @@
 package poolstatus
 
 import (
+	"fmt"
+	"strconv"
+	"strings"
+
 	ippoolv1 "github.com/nmstate-ippool/nmstate-ippool/api/v1"
 	"github.com/nmstate-ippool/nmstate-ippool/pkg/ippool"
 )
@@ -30,4 +34,26 @@ func saturate(n uint64) int64 {
 		return 1<<63 - 1
 	}
 	return int64(n)
+}
+
+// ExhaustedMessage is the message of an enactment that could not get want
+// more addresses from a full pool of size addresses. The pool controller
+// finds such enactments with ExhaustedPool, so keep the two together.
+func ExhaustedMessage(pool string, size uint64, want int) string {
+	return fmt.Sprintf("NodeIPPool %q is exhausted: all %d addresses are allocated and %d more are needed; re-create it with a larger range",
+		pool, size, want)
+}
+
+// ExhaustedPool returns the pool an ExhaustedMessage names.
+func ExhaustedPool(message string) (string, bool) {
+	rest, ok := strings.CutPrefix(message, "NodeIPPool ")
+	if !ok {
+		return "", false
+	}
+	quoted, err := strconv.QuotedPrefix(rest)
+	if err != nil || !strings.HasPrefix(rest[len(quoted):], " is exhausted:") {
+		return "", false
+	}
+	pool, err := strconv.Unquote(quoted)
+	return pool, err == nil
 }
