@@ -40,7 +40,7 @@ manifests: $(CONTROLLER_GEN) ## Generate the CRDs into deploy/crd and RBAC into 
 	$(CONTROLLER_GEN) crd paths=./api/... paths=$(UPSTREAM_API)/v1 output:crd:artifacts:config=deploy/crd
 	rm -f deploy/crd/nmstate.io_nmstates.yaml # the operator's kind, not ours
 	$(CONTROLLER_GEN) rbac:roleName=nmstate-ippool-handler paths=./controllers/handler/... output:rbac:artifacts:config=deploy/rbac/handler
-	$(CONTROLLER_GEN) rbac:roleName=nmstate-ippool-pool-controller paths=./controllers/pool/... output:rbac:artifacts:config=deploy/rbac/pool-controller
+	$(CONTROLLER_GEN) rbac:roleName=nmstate-ippool-pool-controller paths=./controllers/pool/... paths=./controllers/enactment/... output:rbac:artifacts:config=deploy/rbac/pool-controller
 
 .PHONY: generate
 generate: $(CONTROLLER_GEN) ## Generate the DeepCopy methods of api/.

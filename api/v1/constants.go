@@ -84,7 +84,7 @@ const (
 	// ReasonIndexRepaired (pool): the bitmap lacked addresses that
 	// enactments record (someone cleared it); the pool was rebuilt.
 	ReasonIndexRepaired = "IndexRepaired"
-	// ReasonEnactmentRetired (pool, policy): the pool controller retired an
+	// ReasonEnactmentRetired (pool, enactment): the pool controller retired an
 	// enactment whose node or policy is gone and released its addresses.
 	ReasonEnactmentRetired = "EnactmentRetired"
 	// ReasonInvalidReset (enactment, policy): a reset annotation names no

@@ -1,44 +1,57 @@
-// Command pool-controller is the control-plane NodeIPPool controller: it
-// rebuilds pools from the enactments, opens them to the handlers
-// (Available=True) and refuses overlapping or colliding ones. Run two
-// replicas; leader election keeps one active.
+// Command pool-controller is the control-plane NodeIPPool controller. It
+// rebuilds pools from the enactments and opens them to the handlers
+// (Available=True), refuses overlapping or colliding ones, acts on reset
+// annotations, frees the addresses of deleted nodes and of enactments no
+// handler releases, and garbage-collects addresses no enactment claims. Run
+// two replicas; leader election keeps one active.
 package main
 
 import (
 	"flag"
 	"fmt"
 	"os"
+	"time"
 
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/healthz"
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
+	ctrlmetrics "sigs.k8s.io/controller-runtime/pkg/metrics"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
+	"github.com/nmstate-ippool/nmstate-ippool/controllers/enactment"
 	"github.com/nmstate-ippool/nmstate-ippool/controllers/pool"
 	"github.com/nmstate-ippool/nmstate-ippool/internal/scheme"
 )
 
+type options struct {
+	metricsAddr, healthAddr, leaseNamespace string
+	leaderElection                          bool
+	gracePeriod                             time.Duration
+}
+
 func main() {
-	var (
-		metricsAddr, healthAddr, leaseNamespace string
-		leaderElection                          bool
-	)
-	flag.StringVar(&metricsAddr, "metrics-bind-address", ":8090", "address of the Prometheus metrics endpoint; 0 disables it")
-	flag.StringVar(&healthAddr, "health-probe-bind-address", ":8082", "address of the /healthz and /readyz endpoints; 0 disables them")
-	flag.BoolVar(&leaderElection, "leader-elect", true, "elect a leader so that one replica is active")
-	flag.StringVar(&leaseNamespace, "leader-election-namespace", "", "namespace of the leader election lease (default: the pod's namespace)")
+	var o options
+	flag.StringVar(&o.metricsAddr, "metrics-bind-address", ":8090", "address of the Prometheus metrics endpoint; 0 disables it")
+	flag.StringVar(&o.healthAddr, "health-probe-bind-address", ":8082", "address of the /healthz and /readyz endpoints; 0 disables them")
+	flag.BoolVar(&o.leaderElection, "leader-elect", true, "elect a leader so that one replica is active")
+	flag.StringVar(&o.leaseNamespace, "leader-election-namespace", "", "namespace of the leader election lease (default: the pod's namespace)")
+	flag.DurationVar(&o.gracePeriod, "gc-grace-period", pool.DefaultGracePeriod,
+		"how long an address may stay allocated with no enactment claiming it, and an enactment terminating without its handler, before the controller frees it; keep it above twice the handlers' --record-deadline")
 	zapOpts := zap.Options{}
 	zapOpts.BindFlags(flag.CommandLine)
 	flag.Parse()
 	ctrl.SetLogger(zap.New(zap.UseFlagOptions(&zapOpts)))
 
-	if err := run(metricsAddr, healthAddr, leaderElection, leaseNamespace); err != nil {
+	if err := run(o); err != nil {
 		ctrl.Log.Error(err, "pool controller stopped")
 		os.Exit(1)
 	}
 }
 
-func run(metricsAddr, healthAddr string, leaderElection bool, leaseNamespace string) error {
+func run(o options) error {
+	if o.gracePeriod <= 0 {
+		return fmt.Errorf("--gc-grace-period %s: must be positive", o.gracePeriod)
+	}
 	s, err := scheme.New()
 	if err != nil {
 		return err
@@ -49,17 +62,25 @@ func run(metricsAddr, healthAddr string, leaderElection bool, leaseNamespace str
 	}
 	mgr, err := ctrl.NewManager(cfg, ctrl.Options{
 		Scheme:                  s,
-		Metrics:                 metricsserver.Options{BindAddress: metricsAddr},
-		HealthProbeBindAddress:  healthAddr,
-		LeaderElection:          leaderElection,
+		Metrics:                 metricsserver.Options{BindAddress: o.metricsAddr},
+		HealthProbeBindAddress:  o.healthAddr,
+		LeaderElection:          o.leaderElection,
 		LeaderElectionID:        "nmstate-ippool-pool-controller",
-		LeaderElectionNamespace: leaseNamespace,
+		LeaderElectionNamespace: o.leaseNamespace,
 	})
 	if err != nil {
 		return fmt.Errorf("create the manager: %w", err)
 	}
-	if err := pool.New(mgr).SetupWithManager(mgr, false); err != nil {
+	ctx := ctrl.SetupSignalHandler()
+	metrics := pool.NewMetrics()
+	ctrlmetrics.Registry.MustRegister(metrics.Collectors()...)
+	pools := pool.New(mgr, metrics)
+	pools.GracePeriod = o.gracePeriod
+	if err := pools.SetupWithManager(ctx, mgr, pool.SetupOptions{}); err != nil {
 		return fmt.Errorf("set up the pool controller: %w", err)
+	}
+	if err := enactment.New(mgr, o.gracePeriod).SetupWithManager(mgr, enactment.SetupOptions{}); err != nil {
+		return fmt.Errorf("set up the enactment controller: %w", err)
 	}
 	if err := mgr.AddHealthzCheck("healthz", healthz.Ping); err != nil {
 		return err
@@ -67,6 +88,6 @@ func run(metricsAddr, healthAddr string, leaderElection bool, leaseNamespace str
 	if err := mgr.AddReadyzCheck("readyz", healthz.Ping); err != nil {
 		return err
 	}
-	ctrl.Log.Info("starting pool controller", "leaderElection", leaderElection)
-	return mgr.Start(ctrl.SetupSignalHandler())
+	ctrl.Log.Info("starting pool controller", "leaderElection", o.leaderElection, "gcGracePeriod", o.gracePeriod.String())
+	return mgr.Start(ctx)
 }

@@ -90,7 +90,7 @@ func (r *Reconciler) applyWithinMaxUnavailable(ctx context.Context, policy *nmst
 	}
 	if !acquired {
 		o := pending(string(shared.NodeNetworkConfigurationEnactmentConditionMaxUnavailableLimitReached),
-			"maxUnavailable nodes are already being configured; waiting", r.PendingRequeue)
+			"maxUnavailable nodes are already being configured; waiting"+note, r.PendingRequeue)
 		return r.conclude(ctx, policy, e, o)
 	}
 	applyErr := r.State.Apply(ctx, desired)
@@ -105,7 +105,11 @@ func (r *Reconciler) applyWithinMaxUnavailable(ctx context.Context, policy *nmst
 		return r.conclude(ctx, policy, e, o)
 	}
 	ctrl.LoggerFrom(ctx).Info("applied desired state", "ippool", e.Status.IPPool)
-	return r.conclude(ctx, policy, e, available("successfully reconciled"+note))
+	res, err := r.conclude(ctx, policy, e, available("successfully reconciled"+note))
+	if err == nil {
+		r.notes.done(e.Name)
+	}
+	return res, err
 }
 
 // matchingNodes counts the nodes the policy selects, from the cached node

@@ -17,16 +17,27 @@
 // pool controller sets that. The record is written to the enactment before
 // anything is applied, so an address that reached a node is always recorded.
 //
+// Fresh addresses are recorded within RecordDeadline of their pool write, or
+// not at all: a late record is abandoned (its bits left to the pool
+// controller's garbage collection, whose grace period is longer) and the
+// request retried, so an address that collection may have freed is never
+// recorded.
+//
 // Releasing. When a policy is deleted, stops matching the node, or drops a
-// capture, the handler clears the pool bits it owns first and then the
-// enactment's record. The enactment carries the FinalizerIPPool finalizer
-// while it holds addresses, so that the pool controller can release them if
-// the node goes away with its handler.
+// capture, the handler first removes the record (the enactment, or the
+// dropped addresses from it) under the enactment's resourceVersion and then
+// clears the bits, following internal/poolwrite; so does the pool
+// controller when it retires an enactment of a deleted node or resets one,
+// and of two concurrent retirers only one clears the bits. The enactment
+// carries the FinalizerIPPool finalizer while it holds addresses, so that
+// its record outlives a deletion until the addresses are released.
 //
 // Writers. The handler writes a pool's allocatedOffsets and counts; the pool
 // controller alone writes pool conditions, ExhaustedIPPool included. A
 // handler that finds a pool exhausted marks its enactment Failing
-// (IPPoolExhausted) and raises a Warning Event on the pool.
+// (IPPoolExhausted) and raises a Warning Event on the pool. It keeps trying
+// a pool that is Available=False with ExhaustedIPPool, since addresses may
+// have been freed since; other reasons than that one keep it waiting.
 //
 // Correctness never depends on a fresh cache or on one reconcile at a time:
 // enactments and pools are read from the API server where a decision

@@ -58,18 +58,18 @@ func TestAssign(t *testing.T) {
 	newPool(t, "assign-pool", ippoolv1.IPRange{CIDR: "10.10.10.0/24", Start: "10.10.10.1", End: "10.10.10.10", Exclude: []string{"10.10.10.2"}}, true)
 	newPolicy(t, "assign", map[string]string{"role": "assign"}, map[string]string{"addr": "ippool.assign-pool.allocate"}, staticIPState)
 	for _, nd := range nodes {
-		nd.start(t)
+		start(t, nd)
 	}
 	for _, nd := range nodes {
-		Eventually(enactmentState(nd.name, "assign")).Should(HavePrefix("Available"))
+		Eventually(enactmentState(nd.Name, "assign")).Should(HavePrefix("Available"))
 	}
 	assertIndexed("assign-pool")
 	Expect(recordedAddresses("assign-pool")).To(Equal([]string{"10.10.10.1", "10.10.10.3", "10.10.10.4"}))
 	for _, nd := range nodes {
-		Expect(configured(nd, "eth1")).To(Equal(held(nd.name, "assign", "assign-pool")[0] + "/24"))
-		e, err := getEnactment(nd.name, "assign")
+		Expect(nd.Configured("eth1")).To(Equal(held(nd.Name, "assign", "assign-pool")[0] + "/24"))
+		e, err := getEnactment(nd.Name, "assign")
 		Expect(err).NotTo(HaveOccurred())
-		Expect(e.Labels).To(HaveKeyWithValue(shared.EnactmentNodeLabel, nd.name))
+		Expect(e.Labels).To(HaveKeyWithValue(shared.EnactmentNodeLabel, nd.Name))
 		Expect(e.Finalizers).To(ContainElement(ippoolv1.FinalizerIPPool))
 		Expect(e.Status.CapturedStates).To(HaveKey("addr"))
 	}
@@ -84,20 +84,20 @@ func TestExhausted(t *testing.T) {
 	newPool(t, "small", ippoolv1.IPRange{CIDR: "10.20.0.0/24", Start: "10.20.0.1", End: "10.20.0.2"}, true)
 	newPolicy(t, "exhaust", map[string]string{"role": "exhaust"}, map[string]string{"addr": "ippool.small.allocate"}, staticIPState)
 	for _, nd := range nodes {
-		nd.start(t)
+		start(t, nd)
 	}
 	Eventually(func() []string {
 		var states []string
 		for _, nd := range nodes {
-			s, _ := enactmentState(nd.name, "exhaust")()
+			s, _ := enactmentState(nd.Name, "exhaust")()
 			states = append(states, strings.SplitN(s, ":", 2)[0])
 		}
 		return states
 	}).Should(ConsistOf("Available", "Available", "Failing"))
 	for _, nd := range nodes {
-		if s, _ := enactmentState(nd.name, "exhaust")(); strings.HasPrefix(s, "Failing") {
+		if s, _ := enactmentState(nd.Name, "exhaust")(); strings.HasPrefix(s, "Failing") {
 			Expect(s).To(ContainSubstring(`NodeIPPool "small" is exhausted: all 2 addresses are allocated and 1 more are needed; re-create it with a larger range`))
-			Expect(held(nd.name, "exhaust", "small")).To(BeEmpty())
+			Expect(held(nd.Name, "exhaust", "small")).To(BeEmpty())
 		}
 	}
 	assertIndexed("small")
@@ -112,21 +112,21 @@ func TestPolicyRecreated(t *testing.T) {
 	newPool(t, "recreate-pool", ippoolv1.IPRange{CIDR: "10.30.0.0/24"}, true)
 	newPolicy(t, "recreate", map[string]string{"role": "recreate"}, map[string]string{"addr": "ippool.recreate-pool.allocate"}, staticIPState)
 	for _, nd := range nodes {
-		nd.start(t)
-		Eventually(enactmentState(nd.name, "recreate")).Should(HavePrefix("Available"))
+		start(t, nd)
+		Eventually(enactmentState(nd.Name, "recreate")).Should(HavePrefix("Available"))
 	}
 	assertIndexed("recreate-pool")
 
 	deletePolicy(t, "recreate")
 	for _, nd := range nodes {
-		Eventually(func() bool { _, err := getEnactment(nd.name, "recreate"); return apierrors.IsNotFound(err) }).Should(BeTrue())
+		Eventually(func() bool { _, err := getEnactment(nd.Name, "recreate"); return apierrors.IsNotFound(err) }).Should(BeTrue())
 	}
 	Eventually(func() ([]string, error) { return poolAddresses("recreate-pool") }).Should(BeEmpty())
 
 	newPolicy(t, "recreate", map[string]string{"role": "recreate"}, map[string]string{"addr": "ippool.recreate-pool.allocate"}, staticIPState)
 	for _, nd := range nodes {
-		Eventually(enactmentState(nd.name, "recreate")).Should(HavePrefix("Available"))
-		Expect(held(nd.name, "recreate", "recreate-pool")).To(HaveLen(1))
+		Eventually(enactmentState(nd.Name, "recreate")).Should(HavePrefix("Available"))
+		Expect(held(nd.Name, "recreate", "recreate-pool")).To(HaveLen(1))
 	}
 	assertIndexed("recreate-pool")
 }
@@ -138,30 +138,30 @@ func TestSticky(t *testing.T) {
 	nd := newNodes(t, "sticky", 1, map[string]string{"role": "sticky"})[0]
 	newPool(t, "sticky-pool", ippoolv1.IPRange{CIDR: "10.40.0.0/24"}, true)
 	newPolicy(t, "sticky", map[string]string{"role": "sticky"}, map[string]string{"addr": "ippool.sticky-pool.allocate"}, staticIPState)
-	nd.start(t)
-	Eventually(enactmentState(nd.name, "sticky")).Should(HavePrefix("Available"))
-	address := held(nd.name, "sticky", "sticky-pool")
+	start(t, nd)
+	Eventually(enactmentState(nd.Name, "sticky")).Should(HavePrefix("Available"))
+	address := held(nd.Name, "sticky", "sticky-pool")
 	var before ippoolv1.NodeIPPool
 	Expect(k.Get(context.Background(), types.NamespacedName{Name: "sticky-pool"}, &before)).To(Succeed())
-	enactment, err := getEnactment(nd.name, "sticky")
+	enactment, err := getEnactment(nd.Name, "sticky")
 	Expect(err).NotTo(HaveOccurred())
 
-	nd.stopHandler()
-	nd.network.shows.Store(0)
-	nd.network.applies.Store(0)
-	nd.start(t)
+	Expect(nd.Stop()).To(Succeed())
+	nd.Network.Shows.Store(0)
+	nd.Network.Applies.Store(0)
+	start(t, nd)
 	// The new handler has reconciled once it read the current state.
-	Eventually(nd.network.shows.Load).Should(BeNumerically(">", 0))
+	Eventually(nd.Network.Shows.Load).Should(BeNumerically(">", 0))
 	Consistently(func(g Gomega) {
 		var after ippoolv1.NodeIPPool
 		g.Expect(k.Get(context.Background(), types.NamespacedName{Name: "sticky-pool"}, &after)).To(Succeed())
 		g.Expect(after.ResourceVersion).To(Equal(before.ResourceVersion), "the pool was written")
-		e, err := getEnactment(nd.name, "sticky")
+		e, err := getEnactment(nd.Name, "sticky")
 		g.Expect(err).NotTo(HaveOccurred())
 		g.Expect(e.ResourceVersion).To(Equal(enactment.ResourceVersion), "the enactment was written")
-		g.Expect(nd.network.applies.Load()).To(BeZero(), "the state was applied again")
+		g.Expect(nd.Network.Applies.Load()).To(BeZero(), "the state was applied again")
 	}, 2*time.Second).Should(Succeed())
-	Expect(held(nd.name, "sticky", "sticky-pool")).To(Equal(address))
+	Expect(held(nd.Name, "sticky", "sticky-pool")).To(Equal(address))
 }
 
 // TestApplyFailure makes nmstatectl fail: the enactment fails with its
@@ -169,20 +169,20 @@ func TestSticky(t *testing.T) {
 func TestApplyFailure(t *testing.T) {
 	RegisterTestingT(t)
 	nd := newNodes(t, "applyfail", 1, map[string]string{"role": "applyfail"})[0]
-	Expect(os.WriteFile(nd.state+".fail", []byte("apply: eth1: no such device (simulated)\n"), 0o600)).To(Succeed())
+	Expect(os.WriteFile(nd.State+".fail", []byte("apply: eth1: no such device (simulated)\n"), 0o600)).To(Succeed())
 	newPool(t, "applyfail-pool", ippoolv1.IPRange{CIDR: "10.50.0.0/24"}, true)
 	newPolicy(t, "applyfail", map[string]string{"role": "applyfail"}, map[string]string{"addr": "ippool.applyfail-pool.allocate"}, staticIPState)
-	nd.start(t)
-	Eventually(enactmentState(nd.name, "applyfail")).Should(And(HavePrefix("Failing"), ContainSubstring("eth1: no such device (simulated)")))
-	address := held(nd.name, "applyfail", "applyfail-pool")
+	start(t, nd)
+	Eventually(enactmentState(nd.Name, "applyfail")).Should(And(HavePrefix("Failing"), ContainSubstring("eth1: no such device (simulated)")))
+	address := held(nd.Name, "applyfail", "applyfail-pool")
 	Expect(address).To(Equal([]string{"10.50.0.1"}))
 	assertIndexed("applyfail-pool")
-	Expect(configured(nd, "eth1")).To(BeEmpty())
+	Expect(nd.Configured("eth1")).To(BeEmpty())
 
-	Expect(os.Remove(nd.state + ".fail")).To(Succeed())
-	Eventually(enactmentState(nd.name, "applyfail")).Should(HavePrefix("Available"))
-	Expect(held(nd.name, "applyfail", "applyfail-pool")).To(Equal(address))
-	Expect(configured(nd, "eth1")).To(Equal("10.50.0.1/24"))
+	Expect(os.Remove(nd.State + ".fail")).To(Succeed())
+	Eventually(enactmentState(nd.Name, "applyfail")).Should(HavePrefix("Available"))
+	Expect(held(nd.Name, "applyfail", "applyfail-pool")).To(Equal(address))
+	Expect(nd.Configured("eth1")).To(Equal("10.50.0.1/24"))
 }
 
 // TestPendingUntilPoolAvailable: no allocation before the pool controller
@@ -192,12 +192,12 @@ func TestPendingUntilPoolAvailable(t *testing.T) {
 	nd := newNodes(t, "pending", 1, map[string]string{"role": "pending"})[0]
 	newPool(t, "pending-pool", ippoolv1.IPRange{CIDR: "10.60.0.0/24"}, false)
 	newPolicy(t, "pending", map[string]string{"role": "pending"}, map[string]string{"addr": "ippool.pending-pool.allocate"}, staticIPState)
-	nd.start(t)
-	Eventually(enactmentState(nd.name, "pending")).Should(Equal(
+	start(t, nd)
+	Eventually(enactmentState(nd.Name, "pending")).Should(Equal(
 		`Pending: NodeIPPool "pending-pool" has not been reconciled by the pool controller yet; waiting for it`))
 	Expect(poolAddresses("pending-pool")).To(BeEmpty())
 	markAvailable(t, "pending-pool")
-	Eventually(enactmentState(nd.name, "pending")).Should(HavePrefix("Available"))
+	Eventually(enactmentState(nd.Name, "pending")).Should(HavePrefix("Available"))
 	assertIndexed("pending-pool")
 }
 
@@ -208,11 +208,11 @@ func TestMissingPoolAndBadCapture(t *testing.T) {
 	nd := newNodes(t, "missing", 1, map[string]string{"role": "missing"})[0]
 	newPolicy(t, "missing", map[string]string{"role": "missing"}, map[string]string{"addr": "ippool.later.allocate"}, staticIPState)
 	newPolicy(t, "badcapture", map[string]string{"role": "missing"}, map[string]string{"addr": "ippool.later"}, staticIPState)
-	nd.start(t)
-	Eventually(enactmentState(nd.name, "missing")).Should(Equal(`Failing: NodeIPPool "later" not found: create it, or fix capture "addr"`))
-	Eventually(enactmentState(nd.name, "badcapture")).Should(ContainSubstring(`capture "addr" is "ippool.later"; write ippool.<pool>.allocate`))
+	start(t, nd)
+	Eventually(enactmentState(nd.Name, "missing")).Should(Equal(`Failing: NodeIPPool "later" not found: create it, or fix capture "addr"`))
+	Eventually(enactmentState(nd.Name, "badcapture")).Should(ContainSubstring(`capture "addr" is "ippool.later"; write ippool.<pool>.allocate`))
 	newPool(t, "later", ippoolv1.IPRange{CIDR: "10.70.0.0/24"}, true)
-	Eventually(enactmentState(nd.name, "missing")).Should(HavePrefix("Available"))
+	Eventually(enactmentState(nd.Name, "missing")).Should(HavePrefix("Available"))
 	assertIndexed("later")
 }
 
@@ -237,23 +237,23 @@ func TestCaptureDroppedAndNodeUnselected(t *testing.T) {
 `
 	policy := newPolicy(t, "update", map[string]string{"role": "update"},
 		map[string]string{"a": "ippool.update-pool.allocate", "b": "ippool.update-pool.allocate"}, two)
-	nd.start(t)
-	Eventually(enactmentState(nd.name, "update")).Should(HavePrefix("Available"))
-	Expect(held(nd.name, "update", "update-pool")).To(Equal([]string{"10.80.0.1", "10.80.0.2"}))
+	start(t, nd)
+	Eventually(enactmentState(nd.Name, "update")).Should(HavePrefix("Available"))
+	Expect(held(nd.Name, "update", "update-pool")).To(Equal([]string{"10.80.0.1", "10.80.0.2"}))
 
 	Expect(k.Get(context.Background(), types.NamespacedName{Name: "update"}, policy)).To(Succeed())
 	policy.Spec.Capture = map[string]string{"a": "ippool.update-pool.allocate"}
 	policy.Spec.DesiredState = shared.NewState(strings.Split(two, "- name: eth2")[0])
 	Expect(k.Update(context.Background(), policy)).To(Succeed())
 	Eventually(func() ([]string, error) { return poolAddresses("update-pool") }).Should(Equal([]string{"10.80.0.1"}))
-	Eventually(func() []string { return held(nd.name, "update", "update-pool") }).Should(Equal([]string{"10.80.0.1"}))
-	Eventually(enactmentState(nd.name, "update")).Should(HavePrefix("Available"))
+	Eventually(func() []string { return held(nd.Name, "update", "update-pool") }).Should(Equal([]string{"10.80.0.1"}))
+	Eventually(enactmentState(nd.Name, "update")).Should(HavePrefix("Available"))
 
 	var n corev1.Node
-	Expect(k.Get(context.Background(), types.NamespacedName{Name: nd.name}, &n)).To(Succeed())
+	Expect(k.Get(context.Background(), types.NamespacedName{Name: nd.Name}, &n)).To(Succeed())
 	n.Labels = map[string]string{"role": "elsewhere"}
 	Expect(k.Update(context.Background(), &n)).To(Succeed())
-	Eventually(func() bool { _, err := getEnactment(nd.name, "update"); return apierrors.IsNotFound(err) }).Should(BeTrue())
+	Eventually(func() bool { _, err := getEnactment(nd.Name, "update"); return apierrors.IsNotFound(err) }).Should(BeTrue())
 	Eventually(func() ([]string, error) { return poolAddresses("update-pool") }).Should(BeEmpty())
 	Eventually(policyCondition("update", shared.NodeNetworkConfigurationPolicyConditionAvailable)).Should(Equal("True: Policy does not match any node"))
 }

@@ -57,19 +57,19 @@ func raceRound(t *testing.T, round int) {
 	registry.MustRegister(metrics.Collectors()...)
 	var wg sync.WaitGroup
 	for _, nd := range nodes {
-		nd.metrics = metrics
-		wg.Go(func() { nd.start(t) })
+		nd.Metrics = metrics
+		wg.Go(func() { start(t, nd) })
 	}
 	wg.Wait()
 
 	for _, nd := range nodes {
-		Eventually(enactmentState(nd.name, role), 3*time.Minute).Should(HavePrefix("Available"))
-		if len(held(nd.name, role, poolA)) != 1 {
-			e, err := getEnactment(nd.name, role)
-			t.Logf("DEBUG %s: %v %s", nd.name, err, mustJSON(e))
+		Eventually(enactmentState(nd.Name, role), 3*time.Minute).Should(HavePrefix("Available"))
+		if len(held(nd.Name, role, poolA)) != 1 {
+			e, err := getEnactment(nd.Name, role)
+			t.Logf("DEBUG %s: %v %s", nd.Name, err, mustJSON(e))
 		}
-		Expect(held(nd.name, role, poolA)).To(HaveLen(1), nd.name)
-		Expect(held(nd.name, role, poolB)).To(HaveLen(1), nd.name)
+		Expect(held(nd.Name, role, poolA)).To(HaveLen(1), nd.Name)
+		Expect(held(nd.Name, role, poolB)).To(HaveLen(1), nd.Name)
 	}
 	for _, pool := range []string{poolA, poolB} {
 		assertIndexed(pool)

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/nmstate/kubernetes-nmstate/api/shared"
@@ -74,6 +75,40 @@ type Reconciler struct {
 	// retried: the collector frees bits no enactment claims after its grace
 	// period, which must be longer than this.
 	RecordDeadline time.Duration
+
+	// notes carries what an enactment's messages must tell until its state
+	// is applied.
+	notes notes
+}
+
+// notes holds, per enactment, a note for its condition messages (that an
+// address was re-allocated) from the reconcile that made the change until
+// the one that applies it, which may come later (maxUnavailable). It is
+// memory only: after a restart, the Events still tell.
+type notes struct {
+	mu sync.Mutex
+	m  map[string]string
+}
+
+// keep stores note for enactment if it is not empty, and returns the note
+// the enactment has.
+func (n *notes) keep(enactment, note string) string {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if note != "" {
+		if n.m == nil {
+			n.m = map[string]string{}
+		}
+		n.m[enactment] = note
+	}
+	return n.m[enactment]
+}
+
+// done forgets the note of an enactment whose state is applied.
+func (n *notes) done(enactment string) {
+	n.mu.Lock()
+	delete(n.m, enactment)
+	n.mu.Unlock()
 }
 
 // Reconcile brings one policy to this node: it retires the enactment of a
@@ -144,7 +179,7 @@ func (r *Reconciler) enact(ctx context.Context, policy *nmstatev1.NodeNetworkCon
 	// The record reaches the API server before the state reaches the node.
 	record(enactment, captures, addresses, rendered.CapturedStates, r.meta())
 	enactment.Status.DesiredState = shared.NewState(string(rendered.DesiredState))
-	note := movedNote(alloc.moved)
+	note := r.notes.keep(enactment.Name, movedNote(alloc.moved))
 	if res, err := r.concludeRecorded(ctx, policy, enactment, alloc, dropped, progressing("Applying desired state"+note)); err != nil {
 		return res, err
 	}

@@ -1,19 +1,38 @@
 // Package pool is the control-plane NodeIPPool controller (DESIGN.md §5). It
-// runs as a leader-elected Deployment and is the only writer of a pool's
-// conditions.
+// runs as a leader-elected Deployment, next to the enactment controller,
+// and is the only writer of a pool's conditions.
 //
-// Rebuild. When a pool is created, when the controller starts, and when the
-// pool carries the nmstate.io/reset-ippool annotation, the controller marks
-// it Available=Unknown (ReconcilingPool) so that handlers stop allocating,
-// sets every bit that an enactment claims, and then marks it
-// Available=True (ReconciledPool). A rebuild never clears a bit: a handler
-// writes the pool before its enactment, so an unclaimed bit may be an
-// allocation in flight. The rebuild's write is guarded by the pool's
-// resourceVersion and unions with what handlers wrote meanwhile.
+// Rebuild. When a pool is created (or re-created), when the controller
+// starts, when an admin annotates the pool, a policy or an enactment with
+// nmstate.io/reset-ippool, and when the bitmap lacks addresses that
+// enactments record (someone cleared it), the controller marks the pool
+// Available=Unknown (ReconcilingPool) so that handlers stop taking new
+// addresses, drops the records of the annotated policies' and enactments'
+// addresses from the pool (poolwrite.Writer.Drop), sets every bit that an
+// enactment on the API server claims, and marks the pool Available=True
+// (ReconciledPool), or False if it found a collision. It then removes the
+// annotations. A rebuild never clears a bit, and its write is guarded by
+// the pool's resourceVersion, so it unions with what handlers wrote
+// meanwhile. A rebuild that fails leaves the pool UnsyncronizedIPPool and is
+// retried.
 //
-// Refusals. A pool whose range overlaps an older pool's (by creation time,
-// then name) is refused with OverlappingIPPool; an address claimed by two
-// enactments is reported with IPCollision naming both; a range that cannot
-// hand out addresses is InvalidIPPool. All are Available=False, so handlers
-// wait, and each transition raises an Event.
+// Garbage collection. A handler writes the pool before its enactment, so a
+// set bit that no enactment claims may be an allocation in flight. The
+// controller times every unclaimed bit it sees and frees those unclaimed
+// for longer than GracePeriod, after checking again on the API server that
+// nobody claims them. The clocks live in memory: a restarted controller
+// starts them again, which only delays collection.
+//
+// Conditions. A pool whose range overlaps an older pool's (by creation time,
+// then name) is refused with OverlappingIPPool; one whose range cannot hand
+// out addresses with InvalidIPPool. Otherwise its Available condition is
+// IPCollision when two enactments record one address (naming both nodes and
+// interfaces), ExhaustedIPPool while enactments fail for want of an address
+// (handlers keep trying such a pool), and ReconciledPool. Every transition
+// raises an Event. Status counts are written with every bitmap change.
+//
+// Correctness never depends on the cache: rebuilds, collection and the
+// confirmation of missing bits read from the API server, every write is
+// guarded by a resourceVersion, and what the controller did itself is
+// remembered rather than read back from a cache that may lag behind.
 package pool

@@ -2,216 +2,328 @@ package pool_test
 
 import (
 	"context"
-	"fmt"
+	"errors"
 	"net/netip"
-	"os"
+	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
-	"github.com/go-logr/logr"
+	"github.com/nmstate/kubernetes-nmstate/api/shared"
+	nmstatev1 "github.com/nmstate/kubernetes-nmstate/api/v1"
 	. "github.com/onsi/gomega"
-	"k8s.io/apimachinery/pkg/api/meta"
+	"github.com/prometheus/client_golang/prometheus"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
-	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
-	"sigs.k8s.io/controller-runtime/pkg/config"
-	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
 	ippoolv1 "github.com/nmstate-ippool/nmstate-ippool/api/v1"
 	nncev1beta1 "github.com/nmstate-ippool/nmstate-ippool/api/v1beta1"
 	"github.com/nmstate-ippool/nmstate-ippool/controllers/pool"
-	"github.com/nmstate-ippool/nmstate-ippool/pkg/ippool"
 	"github.com/nmstate-ippool/nmstate-ippool/test/envtest"
 )
 
-var (
-	env *envtest.Env
-	k   client.Client
-)
+func mustAddr(s string) netip.Addr { return netip.MustParseAddr(s) }
 
-func TestMain(m *testing.M) {
-	ctrl.SetLogger(logr.Discard())
-	var err error
-	if env, err = envtest.Start(); err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		os.Exit(1)
-	}
-	code := 1
-	if k, err = client.New(env.Config, client.Options{Scheme: env.Scheme}); err == nil {
-		code = m.Run()
-	} else {
-		fmt.Fprintln(os.Stderr, err)
-	}
-	_ = env.Stop()
-	os.Exit(code)
-}
-
-func init() {
-	SetDefaultEventuallyTimeout(30 * time.Second)
-	SetDefaultEventuallyPollingInterval(100 * time.Millisecond)
-}
-
-// startController runs a pool controller until the test ends or stop is
-// called.
-func startController(t *testing.T) (stop func()) {
-	t.Helper()
-	mgr, err := ctrl.NewManager(env.Config, ctrl.Options{Scheme: env.Scheme, Metrics: metricsserver.Options{BindAddress: "0"},
-		HealthProbeBindAddress: "0", Controller: config.Controller{SkipNameValidation: func() *bool { b := true; return &b }()}})
-	Expect(err).NotTo(HaveOccurred())
-	Expect(pool.New(mgr).SetupWithManager(mgr, true)).To(Succeed())
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan struct{})
-	go func() { defer close(done); _ = mgr.Start(ctx) }()
-	stopped := false
-	stop = func() {
-		if !stopped {
-			cancel()
-			<-done
-			stopped = true
+// metric returns the value of a pool's gauge or counter.
+func metric(registry *prometheus.Registry, name, pool string) func() float64 {
+	return func() float64 {
+		families, err := registry.Gather()
+		Expect(err).NotTo(HaveOccurred())
+		for _, f := range families {
+			if f.GetName() != name {
+				continue
+			}
+			for _, m := range f.GetMetric() {
+				for _, l := range m.GetLabel() {
+					if l.GetName() == "pool" && l.GetValue() == pool {
+						return m.GetGauge().GetValue() + m.GetCounter().GetValue()
+					}
+				}
+			}
 		}
-	}
-	t.Cleanup(stop)
-	return stop
-}
-
-// claim creates an enactment that records ips from a pool, as a handler
-// would.
-func claim(t *testing.T, name, poolName string, ips ...string) {
-	t.Helper()
-	e := &nncev1beta1.NodeNetworkConfigurationEnactment{ObjectMeta: metav1.ObjectMeta{Name: name}}
-	Expect(k.Create(context.Background(), e)).To(Succeed())
-	t.Cleanup(func() { _ = k.Delete(context.Background(), e) })
-	e.Status.IPPool = ippoolv1.EnactmentIPPools{poolName: {Allocated: ips}}
-	Expect(k.Status().Update(context.Background(), e)).To(Succeed())
-}
-
-func createPool(t *testing.T, name string, r ippoolv1.IPRange) {
-	t.Helper()
-	p := &ippoolv1.NodeIPPool{ObjectMeta: metav1.ObjectMeta{Name: name}, Spec: ippoolv1.NodeIPPoolSpec{Range: r}}
-	Expect(k.Create(context.Background(), p)).To(Succeed())
-	t.Cleanup(func() { deletePool(name) })
-}
-
-func deletePool(name string) {
-	p := &ippoolv1.NodeIPPool{ObjectMeta: metav1.ObjectMeta{Name: name}}
-	_ = k.Delete(context.Background(), p)
-	Eventually(func() bool { return k.Get(context.Background(), types.NamespacedName{Name: name}, p) != nil }).Should(BeTrue())
-}
-
-// available returns "Status Reason: message" of the pool's Available
-// condition.
-func available(name string) func() string {
-	return func() string {
-		var p ippoolv1.NodeIPPool
-		if err := k.Get(context.Background(), types.NamespacedName{Name: name}, &p); err != nil {
-			return err.Error()
-		}
-		c := meta.FindStatusCondition(p.Status.Conditions, ippoolv1.ConditionAvailable)
-		if c == nil {
-			return "none"
-		}
-		return fmt.Sprintf("%s %s: %s", c.Status, c.Reason, c.Message)
+		return -1
 	}
 }
 
-// bits returns the addresses set in a pool's bitmap.
-func bits(name string) []string {
-	var p ippoolv1.NodeIPPool
-	if err := k.Get(context.Background(), types.NamespacedName{Name: name}, &p); err != nil {
-		return []string{err.Error()}
+func enactmentGone(name string) func() bool {
+	return func() bool {
+		return apierrors.IsNotFound(k.Get(ctx, types.NamespacedName{Name: name}, &nncev1beta1.NodeNetworkConfigurationEnactment{}))
 	}
-	r := p.Spec.Range
-	a := ippool.NewAllocator(ippool.MustNewRange(ippool.Spec{CIDR: r.CIDR, Start: r.Start, End: r.End, Exclude: r.Exclude}))
-	if err := a.Restore(p.Status.AllocatedOffsets); err != nil {
-		return []string{err.Error()}
-	}
-	var out []string
-	for o := range a.Offsets() {
-		ip, _ := a.Range().IP(o)
-		out = append(out, ip.String())
-	}
-	if int64(a.Count()) != p.Status.Allocated || p.Status.Free != p.Status.Size-p.Status.Allocated {
-		return []string{"counts disagree with the bitmap"}
-	}
-	return out
 }
 
-// TestRecreatedPoolKeepsAddresses is the specification's "exhausted →
-// re-create" path: a new pool is rebuilt from the enactments before it
-// serves anyone, so every address that still fits is kept.
-func TestRecreatedPoolKeepsAddresses(t *testing.T) {
+// TestScaleDown is the specification's scale-down workflow, with a full
+// pool: the node that joins last fails with ExhaustedIPPool on the pool;
+// deleting a Node (its handler gone, as on a drained node) frees its
+// address, and the waiting node gets it. The pool's metrics follow.
+func TestScaleDown(t *testing.T) {
 	RegisterTestingT(t)
-	startController(t)
-	claim(t, "n1.keep", "keep", "10.1.0.2")
-	claim(t, "n2.keep", "keep", "10.1.0.3")
-	createPool(t, "keep", ippoolv1.IPRange{CIDR: "10.1.0.0/24", Start: "10.1.0.1", End: "10.1.0.3"})
-	Eventually(available("keep")).Should(Equal("True ReconciledPool: The pool is up to date"))
-	Expect(bits("keep")).To(Equal([]string{"10.1.0.2", "10.1.0.3"}))
+	metrics := pool.NewMetrics()
+	registry := prometheus.NewRegistry()
+	registry.MustRegister(metrics.Collectors()...)
+	startController(t, metrics)
+	createPool(t, "down", ippoolv1.IPRange{CIDR: "10.5.0.0/24", Start: "10.5.0.1", End: "10.5.0.2"})
+	Eventually(available("down")).Should(HavePrefix("True ReconciledPool"))
+	createPolicy(t, "down", "down", "down")
+	nodes := newNodes(t, "down", 2)
+	for _, nd := range nodes {
+		Eventually(enactmentState(nd.Name + ".down")).Should(HavePrefix("Available"))
+	}
+	assertIndexed("down")
+	late := addNode(t, t.TempDir(), "down03", "down")
+	Eventually(enactmentState("down03.down")).Should(ContainSubstring(`NodeIPPool "down" is exhausted`))
+	Eventually(available("down")).Should(Equal("False ExhaustedIPPool: The IP pool has been depleted: 2 of 2 addresses are allocated and " +
+		"down03 (policy down) could not get one; re-create the NodeIPPool with a larger range (addresses that still fit are kept)"))
+	Eventually(events("NodeIPPool", "down")).Should(ContainElement(HavePrefix("ExhaustedIPPool: The IP pool has been depleted")))
+	Eventually(metric(registry, "nmstate_ippool_allocated", "down")).Should(Equal(2.0))
+	Expect(metric(registry, "nmstate_ippool_free", "down")()).To(Equal(0.0))
+	Expect(metric(registry, "nmstate_ippool_size", "down")()).To(Equal(2.0))
 
-	deletePool("keep")
+	freed := held("down01.down", "down")
+	Expect(freed).To(HaveLen(1))
+	Expect(nodes[0].Stop()).To(Succeed())
+	Expect(k.Delete(ctx, &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "down01"}})).To(Succeed())
+	Eventually(enactmentGone("down01.down")).Should(BeTrue())
+	Eventually(enactmentState(late.Name + ".down")).Should(HavePrefix("Available"))
+	Expect(held("down03.down", "down")).To(Equal(freed))
+	Eventually(available("down")).Should(HavePrefix("True ReconciledPool"))
+	Eventually(events("NodeIPPool", "down")).Should(ContainElement(
+		"EnactmentRetired: Released " + freed[0] + " held by enactment down01.down: node down01 was deleted"))
+	assertIndexed("down")
+}
+
+// TestScaleDownWhileControllerDown: a Node deleted while no pool
+// controller runs is found when one starts.
+func TestScaleDownWhileControllerDown(t *testing.T) {
+	RegisterTestingT(t)
+	stop := startController(t, nil)
+	createPool(t, "offline", ippoolv1.IPRange{CIDR: "10.6.0.0/24"})
+	Eventually(available("offline")).Should(HavePrefix("True"))
+	createPolicy(t, "offline", "offline", "offline")
+	nodes := newNodes(t, "offline", 2)
+	for _, nd := range nodes {
+		Eventually(enactmentState(nd.Name + ".offline")).Should(HavePrefix("Available"))
+	}
+	kept := held("offline02.offline", "offline")
+	stop()
+	Expect(nodes[0].Stop()).To(Succeed())
+	Expect(k.Delete(ctx, &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "offline01"}})).To(Succeed())
+	Consistently(enactmentGone("offline01.offline"), 2*time.Second).Should(BeFalse(), "nothing retires it while the controller is down")
+
+	startController(t, nil)
+	Eventually(enactmentGone("offline01.offline")).Should(BeTrue())
+	Eventually(func() []string { return bits("offline") }).Should(Equal(kept))
+	assertIndexed("offline")
+}
+
+// TestDeletedPolicyWithoutHandler: the enactment of a deleted policy whose
+// handler is gone is deleted at once and retired after the grace period.
+func TestDeletedPolicyWithoutHandler(t *testing.T) {
+	RegisterTestingT(t)
+	startController(t, nil)
+	createPool(t, "orphan", ippoolv1.IPRange{CIDR: "10.7.0.0/24"})
+	Eventually(available("orphan")).Should(HavePrefix("True"))
+	createPolicy(t, "orphan", "orphan", "orphan")
+	nd := newNodes(t, "orphan", 1)[0]
+	Eventually(enactmentState("orphan01.orphan")).Should(HavePrefix("Available"))
+	Expect(nd.Stop()).To(Succeed())
+	Expect(k.Delete(ctx, &nmstatev1.NodeNetworkConfigurationPolicy{ObjectMeta: metav1.ObjectMeta{Name: "orphan"}})).To(Succeed())
+
+	var e nncev1beta1.NodeNetworkConfigurationEnactment
+	Eventually(func() bool {
+		return k.Get(ctx, types.NamespacedName{Name: "orphan01.orphan"}, &e) == nil && !e.DeletionTimestamp.IsZero()
+	}).Should(BeTrue(), "deleted at once, kept by its finalizer")
+	Expect(bits("orphan")).To(HaveLen(1), "the address is kept during the grace period")
+	Eventually(enactmentGone("orphan01.orphan")).Should(BeTrue())
+	Eventually(func() []string { return bits("orphan") }).Should(BeEmpty())
+}
+
+// TestResetScopes is the specification's manual clean-up: a reset on an
+// enactment drops that enactment's addresses only, one on a policy those of
+// its enactments only, one on the pool drops nothing; each annotation is
+// removed when done, and the handlers allocate again.
+func TestResetScopes(t *testing.T) {
+	RegisterTestingT(t)
+	startController(t, nil)
+	// A placeholder holds the first address, so that a dropped enactment
+	// visibly moves to it once the placeholder is gone.
+	claim(t, "ghost", "scopes", "10.8.0.1")
+	createPool(t, "scopes", ippoolv1.IPRange{CIDR: "10.8.0.0/24", Start: "10.8.0.1", End: "10.8.0.20"})
+	Eventually(available("scopes")).Should(HavePrefix("True"))
+	createPolicy(t, "scope-a", "scopes", "scopes")
+	createPolicy(t, "scope-b", "scopes", "scopes")
+	newNodes(t, "scopes", 2)
+	all := []string{"scopes01.scope-a", "scopes02.scope-a", "scopes01.scope-b", "scopes02.scope-b"}
+	before := map[string][]string{}
+	for _, name := range all {
+		Eventually(enactmentState(name)).Should(HavePrefix("Available"))
+		before[name] = held(name, "scopes")
+	}
+	deleteObject(&nncev1beta1.NodeNetworkConfigurationEnactment{ObjectMeta: metav1.ObjectMeta{Name: "ghost"}})
+	Eventually(func() []string { return bits("scopes") }).ShouldNot(ContainElement("10.8.0.1"), "collected after the grace period")
+
+	nnce := &nncev1beta1.NodeNetworkConfigurationEnactment{ObjectMeta: metav1.ObjectMeta{Name: "scopes01.scope-a"}}
+	annotate(nnce, "scopes")
+	Eventually(annotated(nnce)).Should(BeFalse())
+	Eventually(func() []string { return held("scopes01.scope-a", "scopes") }).Should(Equal([]string{"10.8.0.1"}))
+	Eventually(enactmentState("scopes01.scope-a")).Should(HavePrefix("Available"))
+	Eventually(events("NodeNetworkConfigurationEnactment", "scopes01.scope-a")).Should(ContainElement(
+		"AddressesDropped: Dropped " + before["scopes01.scope-a"][0] + " of NodeIPPool scopes for the nmstate.io/reset-ippool annotation; the handler allocates again"))
+	for _, name := range all[1:] {
+		Expect(held(name, "scopes")).To(Equal(before[name]), name)
+	}
+
+	policy := &nmstatev1.NodeNetworkConfigurationPolicy{ObjectMeta: metav1.ObjectMeta{Name: "scope-b"}}
+	annotate(policy, "scopes")
+	Eventually(annotated(policy)).Should(BeFalse())
+	for _, name := range all[2:] {
+		Eventually(events("NodeNetworkConfigurationEnactment", name)).Should(ContainElement(HavePrefix("AddressesDropped: Dropped " + before[name][0])))
+		Eventually(enactmentState(name)).Should(HavePrefix("Available"))
+	}
+	Expect(events("NodeNetworkConfigurationEnactment", "scopes02.scope-a")()).To(BeEmpty(), "outside the policy's scope")
+	Expect(held("scopes02.scope-a", "scopes")).To(Equal(before["scopes02.scope-a"]))
+
+	afterPolicy := map[string][]string{}
+	for _, name := range all {
+		afterPolicy[name] = held(name, "scopes")
+	}
+	p := &ippoolv1.NodeIPPool{ObjectMeta: metav1.ObjectMeta{Name: "scopes"}}
+	annotate(p, "")
+	Eventually(annotated(p)).Should(BeFalse())
+	Eventually(available("scopes")).Should(HavePrefix("True ReconciledPool"))
+	for _, name := range all {
+		Expect(held(name, "scopes")).To(Equal(afterPolicy[name]), "a pool reset keeps every address")
+	}
+	assertIndexed("scopes")
+}
+
+// TestInvalidResets: a reset annotation that names no pool is removed with
+// a Warning that says what to write, and changes nothing else.
+func TestInvalidResets(t *testing.T) {
+	RegisterTestingT(t)
+	startController(t, nil)
+	createPool(t, "valid", ippoolv1.IPRange{CIDR: "10.9.0.0/24"})
+	claim(t, "n1.invalid", "valid", "10.9.0.5")
+	Eventually(available("valid")).Should(HavePrefix("True"))
+	nnce := &nncev1beta1.NodeNetworkConfigurationEnactment{ObjectMeta: metav1.ObjectMeta{Name: "n1.invalid"}}
+	annotate(nnce, "no-such-pool")
+	Eventually(annotated(nnce)).Should(BeFalse())
+	Eventually(events("NodeNetworkConfigurationEnactment", "n1.invalid")).Should(ContainElement(
+		`InvalidReset: Ignored and removed the nmstate.io/reset-ippool annotation: it names NodeIPPool "no-such-pool", which does not exist. ` +
+			`Name the pool to reset: kubectl annotate nnce n1.invalid nmstate.io/reset-ippool=<pool>`))
+	annotate(nnce, "")
+	Eventually(annotated(nnce)).Should(BeFalse())
+	Eventually(events("NodeNetworkConfigurationEnactment", "n1.invalid")).Should(ContainElement(HavePrefix(
+		`InvalidReset: Ignored and removed the nmstate.io/reset-ippool annotation: it is empty.`)))
+	Expect(held("n1.invalid", "valid")).To(Equal([]string{"10.9.0.5"}))
+	Expect(bits("valid")).To(Equal([]string{"10.9.0.5"}))
+}
+
+// TestGarbageCollection: a bit nobody claims survives an immediate rebuild
+// and is freed only after the grace period; a claimed bit is never freed,
+// across rebuilds and long after the grace period.
+func TestGarbageCollection(t *testing.T) {
+	RegisterTestingT(t)
+	metrics := pool.NewMetrics()
+	registry := prometheus.NewRegistry()
+	registry.MustRegister(metrics.Collectors()...)
+	startController(t, metrics)
+	createPool(t, "gc", ippoolv1.IPRange{CIDR: "10.2.0.0/24"})
+	Eventually(available("gc")).Should(HavePrefix("True"))
+	claim(t, "n1.gc", "gc", "10.2.0.4")
+	setBits("gc", "10.2.0.4", "10.2.0.9")
+	p := &ippoolv1.NodeIPPool{ObjectMeta: metav1.ObjectMeta{Name: "gc"}}
+	annotate(p, "")
+	Eventually(annotated(p)).Should(BeFalse())
+	Expect(bits("gc")).To(Equal([]string{"10.2.0.4", "10.2.0.9"}), "a rebuild never clears a bit")
+
+	Eventually(func() []string { return bits("gc") }).Should(Equal([]string{"10.2.0.4"}))
+	Eventually(events("NodeIPPool", "gc")).Should(ContainElement(
+		"GarbageCollected: Freed 10.2.0.9: allocated for longer than 3s but recorded by no enactment"))
+	Expect(metric(registry, "nmstate_ippool_garbage_collected_addresses_total", "gc")()).To(Equal(1.0))
+	Expect(metric(registry, "nmstate_ippool_rebuilds_total", "gc")()).To(BeNumerically(">=", 2))
+	annotate(p, "")
+	Eventually(annotated(p)).Should(BeFalse())
+	Consistently(func() []string { return bits("gc") }, 2*grace).Should(Equal([]string{"10.2.0.4"}))
+}
+
+// TestIndexRepaired is the specification's last resort: an admin who
+// empties status.allocatedOffsets gets the pool rebuilt from the
+// enactments, not a pool that hands out addresses in use.
+func TestIndexRepaired(t *testing.T) {
+	RegisterTestingT(t)
+	startController(t, nil)
+	createPool(t, "repair", ippoolv1.IPRange{CIDR: "10.10.0.0/24"})
+	claim(t, "n1.repair", "repair", "10.10.0.1", "10.10.0.2")
+	Eventually(func() []string { return bits("repair") }).Should(Equal([]string{"10.10.0.1", "10.10.0.2"}))
+	setBits("repair")
+	Eventually(func() []string { return bits("repair") }).Should(Equal([]string{"10.10.0.1", "10.10.0.2"}))
+	Eventually(events("NodeIPPool", "repair")).Should(ContainElement(
+		"IndexRepaired: Rebuilding: the bitmap lacks 2 addresses that enactments record (10.10.0.1, 10.10.0.2)"))
+	Eventually(available("repair")).Should(HavePrefix("True ReconciledPool"))
+}
+
+// TestRecreatedPool is the specification's "exhausted → re-create" path
+// with real handlers: re-created larger, every address is kept; re-created
+// smaller, the enactment whose address no longer fits is told so and
+// allocates again, and the other keeps its address.
+func TestRecreatedPool(t *testing.T) {
+	RegisterTestingT(t)
+	startController(t, nil)
+	createPool(t, "keep", ippoolv1.IPRange{CIDR: "10.1.0.0/24", Start: "10.1.0.1", End: "10.1.0.2"})
+	createPolicy(t, "keep", "keep", "keep")
+	newNodes(t, "keep", 2)
+	for _, name := range []string{"keep01.keep", "keep02.keep"} {
+		Eventually(enactmentState(name)).Should(HavePrefix("Available"))
+	}
+	first, second := held("keep01.keep", "keep"), held("keep02.keep", "keep")
+
+	deleteObject(&ippoolv1.NodeIPPool{ObjectMeta: metav1.ObjectMeta{Name: "keep"}})
 	createPool(t, "keep", ippoolv1.IPRange{CIDR: "10.1.0.0/24", Start: "10.1.0.1", End: "10.1.0.50"})
 	Eventually(available("keep")).Should(HavePrefix("True ReconciledPool"))
-	Expect(bits("keep")).To(Equal([]string{"10.1.0.2", "10.1.0.3"}))
+	Expect(bits("keep")).To(Equal([]string{"10.1.0.1", "10.1.0.2"}))
+	Consistently(func() []string { return append(held("keep01.keep", "keep"), held("keep02.keep", "keep")...) }, time.Second).
+		Should(Equal(append(first, second...)))
 
-	// Smaller: the address that no longer fits is not indexed; its handler
-	// allocates again.
-	deletePool("keep")
-	createPool(t, "keep", ippoolv1.IPRange{CIDR: "10.1.0.0/24", Start: "10.1.0.1", End: "10.1.0.2"})
-	Eventually(available("keep")).Should(HavePrefix("True ReconciledPool"))
-	Expect(bits("keep")).To(Equal([]string{"10.1.0.2"}))
-}
-
-// TestResetKeepsUnclaimedBitsAndRemovesAnnotation: a reset rebuilds, sets
-// claimed bits, never clears an unclaimed one on the spot, and removes the
-// annotation so that admins can wait for it.
-func TestResetKeepsUnclaimedBitsAndRemovesAnnotation(t *testing.T) {
-	RegisterTestingT(t)
-	startController(t)
-	createPool(t, "reset", ippoolv1.IPRange{CIDR: "10.2.0.0/24"})
-	Eventually(available("reset")).Should(HavePrefix("True"))
-
-	// A bit set by hand (or by an allocation in flight) and a claim whose
-	// bit was lost.
-	var p ippoolv1.NodeIPPool
-	Expect(k.Get(context.Background(), types.NamespacedName{Name: "reset"}, &p)).To(Succeed())
-	a := ippool.NewAllocator(ippool.MustNewRange(ippool.Spec{CIDR: "10.2.0.0/24"}))
-	Expect(a.AllocateIP(mustAddr("10.2.0.9"))).To(Succeed())
-	p.Status.AllocatedOffsets = a.Snapshot()
-	Expect(k.Status().Update(context.Background(), &p)).To(Succeed())
-	claim(t, "n1.reset", "reset", "10.2.0.4")
-
-	Expect(k.Get(context.Background(), types.NamespacedName{Name: "reset"}, &p)).To(Succeed())
-	p.Annotations = map[string]string{ippoolv1.ResetIPPoolAnnotation: ""}
-	Expect(k.Update(context.Background(), &p)).To(Succeed())
-	Eventually(func() map[string]string {
-		_ = k.Get(context.Background(), types.NamespacedName{Name: "reset"}, &p)
-		return p.Annotations
-	}).ShouldNot(HaveKey(ippoolv1.ResetIPPoolAnnotation))
-	Eventually(available("reset")).Should(HavePrefix("True ReconciledPool"))
-	Expect(bits("reset")).To(Equal([]string{"10.2.0.4", "10.2.0.9"}))
+	deleteObject(&ippoolv1.NodeIPPool{ObjectMeta: metav1.ObjectMeta{Name: "keep"}})
+	createPool(t, "keep", ippoolv1.IPRange{CIDR: "10.1.0.0/24", Start: "10.1.0.2", End: "10.1.0.9"})
+	holder := "keep01"
+	if first[0] != "10.1.0.1" {
+		holder = "keep02"
+	}
+	Eventually(events("NodeIPPool", "keep")).Should(ContainElement(
+		"AddressOutsideRange: Enactments hold addresses this range no longer hands out; their handlers allocate again: " +
+			"10.1.0.1 at node " + holder + " and interface eth1 (enactment " + holder + ".keep)"))
+	holder += ".keep"
+	Eventually(enactmentState(holder)).Should(And(HavePrefix("Available"), ContainSubstring(
+		`re-allocated because capture addr: 10.1.0.1 is no longer handed out by NodeIPPool "keep"`)))
+	Expect(held(holder, "keep")).To(Equal([]string{"10.1.0.3"}))
+	assertIndexed("keep")
 }
 
 // TestStartupRebuild: a claim recorded while no controller ran is indexed
 // when one starts.
 func TestStartupRebuild(t *testing.T) {
 	RegisterTestingT(t)
-	stop := startController(t)
+	stop := startController(t, nil)
 	createPool(t, "startup", ippoolv1.IPRange{CIDR: "10.3.0.0/24"})
 	Eventually(available("startup")).Should(HavePrefix("True"))
 	stop()
 	claim(t, "n1.startup", "startup", "10.3.0.7")
 	Expect(bits("startup")).To(BeEmpty())
-	startController(t)
+	startController(t, nil)
 	Eventually(func() []string { return bits("startup") }).Should(Equal([]string{"10.3.0.7"}))
 	Eventually(available("startup")).Should(HavePrefix("True ReconciledPool"))
 }
 
 // TestOverlapAndCollision: the newer of two overlapping pools is refused
-// naming the older; two enactments holding one address are reported by name.
+// naming the older; an address held by two enactments is reported with
+// both nodes and interfaces.
 func TestOverlapAndCollision(t *testing.T) {
 	RegisterTestingT(t)
-	startController(t)
+	startController(t, nil)
 	createPool(t, "older", ippoolv1.IPRange{CIDR: "10.4.0.0/24", Start: "10.4.0.1", End: "10.4.0.20"})
 	Eventually(available("older")).Should(HavePrefix("True"))
 	// creationTimestamp has a resolution of one second; within one second
@@ -220,16 +332,81 @@ func TestOverlapAndCollision(t *testing.T) {
 	createPool(t, "newer", ippoolv1.IPRange{CIDR: "10.4.0.0/16", Start: "10.4.0.20", End: "10.4.1.20"})
 	Eventually(available("newer")).Should(Equal("False OverlappingIPPool: The NodeIPPool older is overlapping with this one; " +
 		"delete this pool or re-create it with a range outside older's"))
+	Eventually(events("NodeIPPool", "newer")).Should(ContainElement(HavePrefix("OverlappingIPPool: The NodeIPPool older")))
 	Consistently(available("older"), time.Second).Should(HavePrefix("True"))
 
-	// Deleting the older pool lets the newer one serve.
-	deletePool("older")
+	deleteObject(&ippoolv1.NodeIPPool{ObjectMeta: metav1.ObjectMeta{Name: "older"}})
 	Eventually(available("newer")).Should(HavePrefix("True ReconciledPool"))
 
-	claim(t, "n1.newer", "newer", "10.4.0.30")
-	claim(t, "n2.newer", "newer", "10.4.0.30")
-	Eventually(available("newer")).Should(Equal("False IPCollision: IP collision: 10.4.0.30 is held by n1.newer and n2.newer; " +
-		"fix or reset the enactments involved"))
+	// The policy selects no node, so no handler acts on the enactments.
+	p := &nmstatev1.NodeNetworkConfigurationPolicy{ObjectMeta: metav1.ObjectMeta{Name: "newer"}}
+	p.Spec.NodeSelector = map[string]string{"role": "nobody"}
+	Expect(k.Create(ctx, p)).To(Succeed())
+	t.Cleanup(func() { _ = k.Delete(ctx, p) })
+	collide(t, "n1", "eth1")
+	collide(t, "n2", "eth2")
+	Eventually(available("newer")).Should(Equal("False IPCollision: The IP address 10.4.0.30 at node n1 and interface eth1 " +
+		"(enactment n1.newer) is colliding with node n2 and interface eth2 (enactment n2.newer); " +
+		"reset all but one holder, e.g. kubectl annotate nnce n2.newer nmstate.io/reset-ippool=newer"))
+	annotate(&nncev1beta1.NodeNetworkConfigurationEnactment{ObjectMeta: metav1.ObjectMeta{Name: "n2.newer"}}, "newer")
+	Eventually(available("newer")).Should(HavePrefix("True ReconciledPool"))
+	Expect(held("n2.newer", "newer")).To(BeEmpty())
+	Expect(bits("newer")).To(Equal([]string{"10.4.0.30"}), "the remaining holder keeps its bit")
 }
 
-func mustAddr(s string) netip.Addr { return netip.MustParseAddr(s) }
+// collide makes the enactment node.newer of a Node without a handler
+// record 10.4.0.30 on iface.
+func collide(t *testing.T, node, iface string) {
+	Expect(k.Create(ctx, &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: node}})).To(Succeed())
+	t.Cleanup(func() { _ = k.Delete(ctx, &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: node}}) })
+	name := node + ".newer"
+	claim(t, name, "newer", "10.4.0.30")
+	var e nncev1beta1.NodeNetworkConfigurationEnactment
+	Eventually(func() error {
+		if err := k.Get(ctx, types.NamespacedName{Name: name}, &e); err != nil {
+			return err
+		}
+		e.Labels = map[string]string{shared.EnactmentNodeLabel: node, shared.EnactmentPolicyLabel: "newer"}
+		return k.Update(ctx, &e)
+	}).Should(Succeed())
+	Eventually(func() error {
+		if err := k.Get(ctx, types.NamespacedName{Name: name}, &e); err != nil {
+			return err
+		}
+		e.Status.DesiredState.Raw = []byte(strings.ReplaceAll("interfaces:\n- name: IF\n  ipv4:\n    address:\n    - ip: 10.4.0.30\n", "IF", iface))
+		return k.Status().Update(ctx, &e)
+	}).Should(Succeed())
+}
+
+// failingLists fails the first lists of enactments, as an overloaded API
+// server would.
+type failingLists struct {
+	client.Reader
+	failures atomic.Int32
+}
+
+func (f *failingLists) List(ctx context.Context, list client.ObjectList, opts ...client.ListOption) error {
+	if _, ok := list.(*nncev1beta1.NodeNetworkConfigurationEnactmentList); ok && f.failures.Add(-1) >= 0 {
+		return errors.New("etcdserver: request timed out (injected)")
+	}
+	return f.Reader.List(ctx, list, opts...)
+}
+
+// TestFailedRebuild: a rebuild that cannot read the enactments leaves the
+// pool UnsyncronizedIPPool, saying why, and is retried until it succeeds.
+func TestFailedRebuild(t *testing.T) {
+	RegisterTestingT(t)
+	reader := &failingLists{}
+	reader.failures.Store(3)
+	pc, err := env.StartPoolController(grace, nil, func(pc *envtest.PoolController) {
+		reader.Reader = pc.Pools.APIReader
+		pc.Pools.APIReader = reader
+	})
+	Expect(err).NotTo(HaveOccurred())
+	t.Cleanup(func() { _ = pc.Stop() })
+	createPool(t, "unsync", ippoolv1.IPRange{CIDR: "10.11.0.0/24"})
+	Eventually(available("unsync")).Should(HavePrefix("True ReconciledPool"))
+	Eventually(events("NodeIPPool", "unsync")).Should(ContainElement("UnsyncronizedIPPool: Failed re constructing the IP pool, it may be " +
+		"not in sync with nodes: list enactments: etcdserver: request timed out (injected); the controller retries"))
+	Expect(reader.failures.Load()).To(BeNumerically("<", 0))
+}

@@ -1,101 +1,264 @@
 package pool
 
 import (
+	"context"
 	"fmt"
 	"net/netip"
 	"slices"
 	"strings"
 
+	"github.com/nmstate/kubernetes-nmstate/api/shared"
+	nmstatev1 "github.com/nmstate/kubernetes-nmstate/api/v1"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/types"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
 	ippoolv1 "github.com/nmstate-ippool/nmstate-ippool/api/v1"
 	nncev1beta1 "github.com/nmstate-ippool/nmstate-ippool/api/v1beta1"
 	"github.com/nmstate-ippool/nmstate-ippool/internal/poolstatus"
+	"github.com/nmstate-ippool/nmstate-ippool/internal/poolwrite"
 	"github.com/nmstate-ippool/nmstate-ippool/pkg/ippool"
 )
 
-// claims maps every address enactments record from one pool to the
-// enactments that record it, sorted.
-type claims map[netip.Addr][]string
+// resets are the reset annotations that concern one pool.
+type resets struct {
+	// enactments are the enactments whose record of the pool is dropped:
+	// those annotated, and those of annotated policies.
+	enactments []string
+	// annotated are the objects carrying an annotation for this pool, the
+	// pool itself included; the annotation is removed when the work is done.
+	annotated []client.Object
+}
 
-// claimsOf collects the claims on pool from enactments. Unparseable
-// addresses are ignored: no bit can stand for them.
-func claimsOf(pool string, enactments []nncev1beta1.NodeNetworkConfigurationEnactment) claims {
-	c := claims{}
+func (rs resets) empty() bool { return len(rs.annotated) == 0 }
+
+// resetsOf collects, from the cache, the reset annotations for pool.
+func (r *Reconciler) resetsOf(ctx context.Context, pool *ippoolv1.NodeIPPool, enactments []nncev1beta1.NodeNetworkConfigurationEnactment) (resets, error) {
+	var rs resets
+	if _, ok := pool.Annotations[ippoolv1.ResetIPPoolAnnotation]; ok {
+		rs.annotated = append(rs.annotated, pool)
+	}
 	for i := range enactments {
-		e := &enactments[i]
-		for _, s := range e.Status.IPPool[pool].Allocated {
-			ip, err := netip.ParseAddr(s)
-			if err != nil {
-				continue
-			}
-			if !slices.Contains(c[ip], e.Name) {
-				c[ip] = append(c[ip], e.Name)
-				slices.Sort(c[ip])
-			}
+		if e := &enactments[i]; e.Annotations[ippoolv1.ResetIPPoolAnnotation] == pool.Name {
+			rs.annotated = append(rs.annotated, e)
+			rs.enactments = append(rs.enactments, e.Name)
 		}
 	}
-	return c
-}
-
-// rebuildResult is what a rebuild found.
-type rebuildResult struct {
-	// set is the number of claimed bits the rebuild had to set.
-	set int
-	// outside lists claims the range no longer hands out ("ip by enactment").
-	outside []string
-	// collisions lists addresses claimed by more than one enactment.
-	collisions []string
-}
-
-// rebuild sets in alloc the bit of every claim the range hands out, and
-// reports claims outside the range and collisions. It never clears a bit.
-func rebuild(alloc *ippool.Allocator, c claims) rebuildResult {
-	var res rebuildResult
-	for _, ip := range sortedAddrs(c) {
-		owners := c[ip]
-		if len(owners) > 1 {
-			res.collisions = append(res.collisions, fmt.Sprintf("%s is held by %s", ip, strings.Join(owners, " and ")))
+	var policies nmstatev1.NodeNetworkConfigurationPolicyList
+	if err := r.Client.List(ctx, &policies); err != nil {
+		return rs, fmt.Errorf("list policies: %w", err)
+	}
+	for i := range policies.Items {
+		p := &policies.Items[i]
+		if p.Annotations[ippoolv1.ResetIPPoolAnnotation] != pool.Name {
+			continue
 		}
-		off, err := alloc.Range().Assignable(ip)
+		rs.annotated = append(rs.annotated, p)
+		var of nncev1beta1.NodeNetworkConfigurationEnactmentList
+		if err := r.Client.List(ctx, &of, client.MatchingLabels{shared.EnactmentPolicyLabel: p.Name}); err != nil {
+			return rs, fmt.Errorf("list the enactments of policy %q: %w", p.Name, err)
+		}
+		for _, e := range of.Items {
+			rs.enactments = append(rs.enactments, e.Name)
+		}
+	}
+	slices.Sort(rs.enactments)
+	rs.enactments = slices.Compact(rs.enactments)
+	return rs, nil
+}
+
+// rebuildReason tells why pool must be rebuilt before it serves, or "".
+// What this process did to the pool comes from its memory, not from the
+// cached condition, which may lag behind its own writes. Addresses recorded
+// but missing from the bitmap are confirmed on the API server first: the
+// cache may still show a record that is gone.
+func (r *Reconciler) rebuildReason(ctx context.Context, pool *ippoolv1.NodeIPPool, v view, rs resets, unreadable error) (string, error) {
+	m := r.remember(pool)
+	c := conditionOf(pool)
+	switch {
+	case !rs.empty():
+		return fmt.Sprintf("the %s annotation on %s", ippoolv1.ResetIPPoolAnnotation, describe(rs.annotated)), nil
+	case m.refused:
+		return "the pool is no longer refused", nil
+	case m.rebuilt:
+		// Rebuilt by this process: only the index itself can call for more.
+	case c == nil:
+		return "the pool is new", nil
+	case c.Reason == ippoolv1.ReasonReconcilingPool || c.Reason == ippoolv1.ReasonUnsyncronizedIPPool:
+		return "the last rebuild did not finish", nil
+	default:
+		return "the controller started", nil
+	}
+	switch {
+	case unreadable != nil:
+		return fmt.Sprintf("status.allocatedOffsets is unreadable (%v)", unreadable), nil
+	case len(v.audit.Missing) > 0:
+		return r.confirmMissing(ctx, pool)
+	}
+	return "", nil
+}
+
+// confirmMissing re-reads the pool and the enactments from the API server
+// and, if recorded addresses really are missing from the bitmap, says so
+// with an Event: someone cleared bits that are in use.
+func (r *Reconciler) confirmMissing(ctx context.Context, pool *ippoolv1.NodeIPPool) (string, error) {
+	var fresh ippoolv1.NodeIPPool
+	if err := r.APIReader.Get(ctx, types.NamespacedName{Name: pool.Name}, &fresh); err != nil {
+		return "", client.IgnoreNotFound(err)
+	}
+	enactments, err := r.enactmentsFromAPI(ctx)
+	if err != nil {
+		return "", err
+	}
+	alloc, err := poolstatus.Allocator(&fresh)
+	if err != nil {
+		return fmt.Sprintf("the pool cannot be read (%v)", err), nil
+	}
+	missing := observe(fresh.Name, alloc, enactments).audit.Missing
+	if len(missing) == 0 {
+		return "", nil
+	}
+	why := fmt.Sprintf("the bitmap lacks %d addresses that enactments record (%s)", len(missing), listNames(poolstatus.AddrStrings(missing), 5))
+	r.Recorder.Eventf(&fresh, nil, corev1.EventTypeWarning, ippoolv1.ReasonIndexRepaired, "Rebuild", "Rebuilding: %s", why)
+	return why, nil
+}
+
+// rebuild stops allocation, applies the resets, sets every claimed bit,
+// reports collisions and addresses outside the range, and opens the pool
+// again. A failure leaves the pool UnsyncronizedIPPool and is retried.
+func (r *Reconciler) rebuild(ctx context.Context, pool *ippoolv1.NodeIPPool, rs resets, why string) error {
+	log := ctrl.LoggerFrom(ctx)
+	log.Info("rebuilding pool", "reason", why)
+	m := r.remember(pool)
+	m.rebuilt = false
+	if err := r.setAvailable(ctx, pool, reconciling); err != nil {
+		return err
+	}
+	if err := r.rebuildFromEnactments(ctx, pool, rs); err != nil {
+		msg := fmt.Sprintf("Failed re constructing the IP pool, it may be not in sync with nodes: %v; the controller retries", err)
+		if werr := r.setAvailable(ctx, pool, refused(ippoolv1.ReasonUnsyncronizedIPPool, msg)); werr != nil {
+			log.Error(werr, "could not report the failed rebuild")
+		}
+		return err
+	}
+	if err := r.clearResetAnnotations(ctx, rs.annotated); err != nil {
+		return err
+	}
+	m.rebuilt, m.refused = true, false
+	r.Metrics.rebuilt(pool.Name)
+	return nil
+}
+
+// rebuildFromEnactments drops the reset scopes' records, then sets every
+// bit the enactments on the API server claim, in one guarded write that
+// unions with whatever handlers wrote meanwhile. It never clears a bit: a
+// handler writes the pool before its enactment, so an unclaimed bit may be
+// an allocation in flight; garbage collection deals with the rest.
+func (r *Reconciler) rebuildFromEnactments(ctx context.Context, pool *ippoolv1.NodeIPPool, rs resets) error {
+	if err := r.dropRecords(ctx, pool, rs.enactments); err != nil {
+		return err
+	}
+	enactments, err := r.enactmentsFromAPI(ctx)
+	if err != nil {
+		return err
+	}
+	var set int
+	var v view
+	discard := poolwrite.DiscardUnreadable(func(err error) {
+		r.Recorder.Eventf(pool, nil, corev1.EventTypeWarning, ippoolv1.ReasonUnsyncronizedIPPool, "Rebuild",
+			"Discarded an unreadable status.allocatedOffsets (%v); rebuilding from the enactments", err)
+	})
+	err = r.writeStatus(ctx, pool, func(p *ippoolv1.NodeIPPool, alloc *ippool.Allocator) (availability, bool, error) {
+		v = observe(p.Name, alloc, enactments)
+		set = setMissing(alloc, v.audit.Missing)
+		v.audit.Missing = nil
+		return availabilityOf(p.Name, alloc, v), true, nil
+	}, discard)
+	if err != nil {
+		return err
+	}
+	r.reportOutside(pool, v)
+	ctrl.LoggerFrom(ctx).Info("rebuilt pool", "set", set, "allocated", pool.Status.Allocated,
+		"collisions", len(v.audit.Collisions), "outside", len(v.audit.Outside), "unclaimed", len(v.audit.Unclaimed))
+	return nil
+}
+
+// setMissing sets the bits of claimed addresses and returns how many.
+func setMissing(alloc *ippool.Allocator, missing []netip.Addr) int {
+	set := 0
+	for _, ip := range missing {
+		if alloc.AllocateIP(ip) == nil {
+			set++
+		}
+	}
+	return set
+}
+
+// dropRecords drops pool's addresses from the reset enactments, with an
+// Event on each.
+func (r *Reconciler) dropRecords(ctx context.Context, pool *ippoolv1.NodeIPPool, enactments []string) error {
+	for _, name := range enactments {
+		dropped, err := r.Pools.Drop(ctx, name, pool.Name)
 		if err != nil {
-			res.outside = append(res.outside, fmt.Sprintf("%s by %s", ip, strings.Join(owners, ", ")))
+			return err
+		}
+		if len(dropped) == 0 {
 			continue
 		}
-		if !alloc.Has(off) {
-			_ = alloc.Allocate(off) // assignable and free
-			res.set++
-		}
+		ctrl.LoggerFrom(ctx).Info("dropped addresses for a reset", "enactment", name, "ips", dropped)
+		e := &nncev1beta1.NodeNetworkConfigurationEnactment{}
+		e.Name = name
+		r.Recorder.Eventf(e, pool, corev1.EventTypeNormal, ippoolv1.ReasonAddressesDropped, "Reset",
+			"Dropped %s of NodeIPPool %s for the %s annotation; the handler allocates again",
+			strings.Join(dropped, ", "), pool.Name, ippoolv1.ResetIPPoolAnnotation)
 	}
-	return res
+	return nil
 }
 
-func sortedAddrs(c claims) []netip.Addr {
-	out := make([]netip.Addr, 0, len(c))
-	for ip := range c {
-		out = append(out, ip)
+// reportOutside tells of claims the range no longer hands out; their
+// handlers allocate again.
+func (r *Reconciler) reportOutside(pool *ippoolv1.NodeIPPool, v view) {
+	if len(v.audit.Outside) == 0 {
+		return
 	}
-	slices.SortFunc(out, func(a, b netip.Addr) int { return a.Compare(b) })
-	return out
-}
-
-// olderOverlapping returns the name of the oldest pool older than p whose
-// range overlaps p's, or "". Age is creation time, then name.
-func olderOverlapping(p *ippoolv1.NodeIPPool, rng *ippool.Range, pools []ippoolv1.NodeIPPool) string {
-	for i := range pools {
-		o := &pools[i]
-		if o.UID == p.UID || !older(o, p) || !o.DeletionTimestamp.IsZero() {
-			continue
-		}
-		orng, err := poolstatus.Range(o)
-		if err == nil && orng.Overlaps(rng) {
-			return o.Name
+	parts := make([]string, 0, len(v.audit.Outside))
+	for _, ip := range v.audit.Outside {
+		for _, o := range v.claims[ip] {
+			parts = append(parts, fmt.Sprintf("%s at %s", ip, o))
 		}
 	}
-	return ""
+	r.Recorder.Eventf(pool, nil, corev1.EventTypeWarning, ippoolv1.ReasonAddressOutsideRange, "Rebuild",
+		"Enactments hold addresses this range no longer hands out; their handlers allocate again: %s", listNames(parts, 10))
 }
 
-func older(a, b *ippoolv1.NodeIPPool) bool {
-	if !a.CreationTimestamp.Equal(&b.CreationTimestamp) {
-		return a.CreationTimestamp.Before(&b.CreationTimestamp)
+// clearResetAnnotations removes the reset annotation from every object
+// that asked for this work, unless its value changed meanwhile.
+func (r *Reconciler) clearResetAnnotations(ctx context.Context, annotated []client.Object) error {
+	for _, o := range annotated {
+		if err := poolwrite.RemoveAnnotation(ctx, r.Client, o, ippoolv1.ResetIPPoolAnnotation); err != nil {
+			return err
+		}
+		ctrl.LoggerFrom(ctx).Info("reset done", "object", describe([]client.Object{o}))
 	}
-	return a.Name < b.Name
+	return nil
+}
+
+// describe names objects for messages: "NodeIPPool traffic-1, enactment
+// node01.static-ip".
+func describe(objs []client.Object) string {
+	names := make([]string, 0, len(objs))
+	for _, o := range objs {
+		kind := "object"
+		switch o.(type) {
+		case *ippoolv1.NodeIPPool:
+			kind = "NodeIPPool"
+		case *nncev1beta1.NodeNetworkConfigurationEnactment:
+			kind = "enactment"
+		case *nmstatev1.NodeNetworkConfigurationPolicy:
+			kind = "policy"
+		}
+		names = append(names, kind+" "+o.GetName())
+	}
+	return strings.Join(names, ", ")
 }

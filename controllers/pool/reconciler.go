@@ -3,8 +3,8 @@ package pool
 import (
 	"context"
 	"fmt"
-	"strings"
 	"sync"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -19,184 +19,241 @@ import (
 	ippoolv1 "github.com/nmstate-ippool/nmstate-ippool/api/v1"
 	nncev1beta1 "github.com/nmstate-ippool/nmstate-ippool/api/v1beta1"
 	"github.com/nmstate-ippool/nmstate-ippool/internal/poolstatus"
+	"github.com/nmstate-ippool/nmstate-ippool/internal/poolwrite"
 	"github.com/nmstate-ippool/nmstate-ippool/pkg/ippool"
 )
 
-// Reconciler reconciles NodeIPPools. Set every exported field.
+// conflictRequeue is how soon a pool is looked at again after another
+// writer changed it under a write of the controller.
+const conflictRequeue = 200 * time.Millisecond
+
+// Reconciler reconciles NodeIPPools. Set every exported field; New sets
+// them from a manager with defaults.
 type Reconciler struct {
 	// Client reads from the manager's cache and writes to the API server.
 	Client client.Client
-	// APIReader reads from the API server, for rebuilds.
+	// APIReader reads from the API server, for decisions a stale cache
+	// could get wrong (rebuilds, garbage collection).
 	APIReader client.Reader
+	// Pools writes pool statuses and drops enactment records.
+	Pools *poolwrite.Writer
 	// Recorder emits Events.
 	Recorder events.EventRecorder
-	// Clock stamps conditions.
-	Clock clock.PassiveClock
+	// Clock stamps conditions and times unclaimed bits.
+	Clock clock.Clock
+	// GracePeriod is how long a set bit may stay without a claim before
+	// garbage collection frees it. It must be longer than twice the
+	// handlers' RecordDeadline, the longest a handler takes from writing a
+	// bit to recording it.
+	GracePeriod time.Duration
+	// Metrics exports per-pool gauges and counters; nil exports nothing.
+	Metrics *Metrics
 
-	mu      sync.Mutex
-	rebuilt map[types.UID]bool // pools rebuilt since this process started
+	mu     sync.Mutex
+	memory map[string]*poolMemory
 }
 
-// Reconcile decides whether the pool may serve handlers, rebuilding it
-// first when it is new, when this controller has just started, or when an
-// admin asked for it.
+// poolMemory is what the controller remembers of one pool between
+// reconciles. The workqueue hands a pool to one reconcile at a time, so a
+// poolMemory is never used concurrently.
+type poolMemory struct {
+	uid types.UID
+	// rebuilt is set once a rebuild by this process has finished, and
+	// cleared when another starts.
+	rebuilt bool
+	// refused is set while this process refuses the pool (overlapping or
+	// invalid); the pool is rebuilt once it is no longer refused.
+	refused   bool
+	unclaimed unclaimedBits
+}
+
+// Reconcile rebuilds a pool when it must (new, controller start, reset,
+// index broken), and otherwise keeps its Available condition current and
+// collects unclaimed bits. A conflict means another writer changed the pool
+// first: the pool is looked at again with that change.
 func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
 	ctx = ctrl.LoggerInto(ctx, ctrl.LoggerFrom(ctx).WithValues("pool", req.Name))
 	var pool ippoolv1.NodeIPPool
 	if err := r.Client.Get(ctx, req.NamespacedName, &pool); err != nil {
+		if apierrors.IsNotFound(err) {
+			r.forget(req.Name)
+		}
 		return ctrl.Result{}, client.IgnoreNotFound(err)
 	}
 	if !pool.DeletionTimestamp.IsZero() {
 		return ctrl.Result{}, nil
 	}
-	rng, err := poolstatus.Range(&pool)
+	r.Metrics.observe(&pool)
+	res, err := r.reconcile(ctx, &pool)
+	if apierrors.IsConflict(err) {
+		return ctrl.Result{RequeueAfter: conflictRequeue}, nil
+	}
+	return res, err
+}
+
+func (r *Reconciler) reconcile(ctx context.Context, pool *ippoolv1.NodeIPPool) (ctrl.Result, error) {
+	rng, err := poolstatus.Range(pool)
 	if err != nil {
-		return ctrl.Result{}, r.setAvailable(ctx, &pool, metav1.ConditionFalse, ippoolv1.ReasonInvalidIPPool,
-			fmt.Sprintf("The range cannot hand out addresses: %v; re-create the pool with a usable range", err))
+		return ctrl.Result{}, r.refuse(ctx, pool, refused(ippoolv1.ReasonInvalidIPPool,
+			fmt.Sprintf("The range cannot hand out addresses: %v; re-create the pool with a usable range", err)))
 	}
-	var pools ippoolv1.NodeIPPoolList
-	if err := r.Client.List(ctx, &pools); err != nil {
-		return ctrl.Result{}, fmt.Errorf("list pools: %w", err)
+	other, err := r.olderOverlapping(ctx, pool, rng)
+	if err != nil {
+		return ctrl.Result{}, err
 	}
-	if other := olderOverlapping(&pool, rng, pools.Items); other != "" {
-		return ctrl.Result{}, r.setAvailable(ctx, &pool, metav1.ConditionFalse, ippoolv1.ReasonOverlappingIPPool,
-			fmt.Sprintf("The NodeIPPool %s is overlapping with this one; delete this pool or re-create it with a range outside %s's", other, other))
+	if other != "" {
+		return ctrl.Result{}, r.refuse(ctx, pool, refused(ippoolv1.ReasonOverlappingIPPool,
+			fmt.Sprintf("The NodeIPPool %s is overlapping with this one; delete this pool or re-create it with a range outside %s's", other, other)))
 	}
-	if r.needsRebuild(&pool) {
-		return ctrl.Result{}, r.rebuild(ctx, &pool, rng)
-	}
-	return ctrl.Result{}, r.checkCollisions(ctx, &pool)
-}
-
-func (r *Reconciler) needsRebuild(pool *ippoolv1.NodeIPPool) bool {
-	if _, reset := pool.Annotations[ippoolv1.ResetIPPoolAnnotation]; reset {
-		return true
-	}
-	c := meta.FindStatusCondition(pool.Status.Conditions, ippoolv1.ConditionAvailable)
-	if c == nil || c.Reason == ippoolv1.ReasonReconcilingPool || c.Reason == ippoolv1.ReasonOverlappingIPPool ||
-		c.Reason == ippoolv1.ReasonUnsyncronizedIPPool || c.Reason == ippoolv1.ReasonInvalidIPPool {
-		return true
-	}
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	return !r.rebuilt[pool.UID]
-}
-
-// rebuild stops allocation, sets every claimed bit, reports collisions, and
-// opens the pool again.
-func (r *Reconciler) rebuild(ctx context.Context, pool *ippoolv1.NodeIPPool, rng *ippool.Range) error {
-	log := ctrl.LoggerFrom(ctx)
-	if err := r.setAvailable(ctx, pool, metav1.ConditionUnknown, ippoolv1.ReasonReconcilingPool, "The pool is being updated"); err != nil {
-		return err
-	}
-	var enactments nncev1beta1.NodeNetworkConfigurationEnactmentList
-	if err := r.APIReader.List(ctx, &enactments); err != nil {
-		_ = r.setAvailable(ctx, pool, metav1.ConditionFalse, ippoolv1.ReasonUnsyncronizedIPPool,
-			fmt.Sprintf("Failed re constructing the IP pool, it may be not in sync with nodes: %v", err))
-		return fmt.Errorf("list enactments: %w", err)
-	}
-	var fresh ippoolv1.NodeIPPool
-	if err := r.APIReader.Get(ctx, types.NamespacedName{Name: pool.Name}, &fresh); err != nil {
-		return fmt.Errorf("get pool: %w", err)
+	enactments, err := r.enactmentsOf(ctx, pool.Name)
+	if err != nil {
+		return ctrl.Result{}, err
 	}
 	alloc := ippool.NewAllocator(rng)
-	if err := alloc.Restore(fresh.Status.AllocatedOffsets); err != nil {
-		// The index is unreadable; the enactments are the record.
-		log.Info("discarded an unreadable bitmap", "error", err.Error())
-		r.Recorder.Eventf(&fresh, nil, corev1.EventTypeWarning, ippoolv1.ReasonUnsyncronizedIPPool, "Rebuild",
-			"Discarded an unreadable status.allocatedOffsets (%v); rebuilding from the enactments", err)
+	unreadable := alloc.Restore(pool.Status.AllocatedOffsets)
+	v := observe(pool.Name, alloc, enactments)
+	rs, err := r.resetsOf(ctx, pool, enactments)
+	if err != nil {
+		return ctrl.Result{}, err
 	}
-	res := rebuild(alloc, claimsOf(pool.Name, enactments.Items))
-	poolstatus.Set(&fresh, alloc)
-	status, reason, msg := metav1.ConditionTrue, ippoolv1.ReasonReconciledPool, "The pool is up to date"
-	if len(res.collisions) > 0 {
-		status, reason, msg = metav1.ConditionFalse, ippoolv1.ReasonIPCollision, collisionMessage(res.collisions)
+	why, err := r.rebuildReason(ctx, pool, v, rs, unreadable)
+	if err != nil {
+		return ctrl.Result{}, err
 	}
-	r.setCondition(&fresh, status, reason, msg)
-	if err := r.Client.Status().Update(ctx, &fresh); err != nil {
-		return fmt.Errorf("write the rebuilt pool: %w", err)
+	if why != "" {
+		return ctrl.Result{}, r.rebuild(ctx, pool, rs, why)
 	}
-	if len(res.outside) > 0 {
-		r.Recorder.Eventf(&fresh, nil, corev1.EventTypeWarning, "AddressOutsideRange", "Rebuild",
-			"Enactments hold addresses this range no longer hands out; their handlers allocate again: %s", strings.Join(res.outside, "; "))
+	return r.maintain(ctx, pool, alloc, v)
+}
+
+// refuse marks the pool unavailable for a; it is rebuilt once it is no
+// longer refused.
+func (r *Reconciler) refuse(ctx context.Context, pool *ippoolv1.NodeIPPool, a availability) error {
+	r.remember(pool).refused = true
+	return r.setAvailable(ctx, pool, a)
+}
+
+// maintain keeps a pool that serves up to date: it frees bits unclaimed for
+// longer than the grace period, or else writes the Available condition if
+// it changed, and comes back when the next unclaimed bit falls due.
+func (r *Reconciler) maintain(ctx context.Context, pool *ippoolv1.NodeIPPool, alloc *ippool.Allocator, v view) (ctrl.Result, error) {
+	due, next := r.remember(pool).unclaimed.observe(v.audit.Unclaimed, r.Clock.Now(), r.GracePeriod)
+	result := ctrl.Result{RequeueAfter: next}
+	if len(due) > 0 {
+		return result, r.collect(ctx, pool, due)
 	}
-	log.Info("rebuilt pool", "set", res.set, "allocated", fresh.Status.Allocated, "collisions", len(res.collisions), "outside", len(res.outside))
-	if err := r.clearResetAnnotation(ctx, &fresh); err != nil {
+	return result, r.setAvailable(ctx, pool, availabilityOf(pool.Name, alloc, v))
+}
+
+// olderOverlapping returns the oldest older pool overlapping pool, or "".
+func (r *Reconciler) olderOverlapping(ctx context.Context, pool *ippoolv1.NodeIPPool, rng *ippool.Range) (string, error) {
+	var pools ippoolv1.NodeIPPoolList
+	if err := r.Client.List(ctx, &pools); err != nil {
+		return "", fmt.Errorf("list pools: %w", err)
+	}
+	return olderOverlapping(pool, rng, pools.Items), nil
+}
+
+// enactmentsOf lists, from the cache, the enactments that concern pool:
+// those recording its addresses, failing for want of one, or asking for its
+// reset.
+func (r *Reconciler) enactmentsOf(ctx context.Context, pool string) ([]nncev1beta1.NodeNetworkConfigurationEnactment, error) {
+	var list nncev1beta1.NodeNetworkConfigurationEnactmentList
+	if err := r.Client.List(ctx, &list, client.MatchingFields{poolIndex: pool}); err != nil {
+		return nil, fmt.Errorf("list the enactments of pool %q: %w", pool, err)
+	}
+	return list.Items, nil
+}
+
+// statusChange computes, on a fresh copy of a pool read from the API
+// server, its Available condition, changes its bitmap, and reports whether
+// the bitmap changed.
+type statusChange func(pool *ippoolv1.NodeIPPool, alloc *ippool.Allocator) (availability, bool, error)
+
+// writeStatus writes the bitmap, counts and Available condition of a pool
+// in one status write guarded by its resourceVersion (retried on
+// conflicts), updates pool to what was written, and raises an Event if the
+// condition transitioned.
+func (r *Reconciler) writeStatus(ctx context.Context, pool *ippoolv1.NodeIPPool, change statusChange, opts ...poolwrite.Option) error {
+	var (
+		want         availability
+		transitioned bool
+		written      *ippoolv1.NodeIPPool
+	)
+	_, err := r.Pools.Update(ctx, pool.Name, func(p *ippoolv1.NodeIPPool, alloc *ippool.Allocator) (bool, error) {
+		a, bitmapChanged, err := change(p, alloc)
+		if err != nil {
+			return false, err
+		}
+		var condChanged bool
+		want, written = a, p
+		condChanged, transitioned = setAvailability(p, a, r.Clock.Now())
+		return bitmapChanged || condChanged, nil
+	}, opts...)
+	if err != nil {
 		return err
 	}
-	r.mu.Lock()
-	if r.rebuilt == nil {
-		r.rebuilt = map[types.UID]bool{}
+	if written != nil {
+		written.DeepCopyInto(pool)
 	}
-	r.rebuilt[pool.UID] = true
-	r.mu.Unlock()
+	if transitioned {
+		r.announce(ctx, pool, want)
+	}
 	return nil
 }
 
-// checkCollisions keeps the IPCollision condition in step with the
-// enactments between rebuilds.
-func (r *Reconciler) checkCollisions(ctx context.Context, pool *ippoolv1.NodeIPPool) error {
-	var enactments nncev1beta1.NodeNetworkConfigurationEnactmentList
-	if err := r.Client.List(ctx, &enactments); err != nil {
-		return fmt.Errorf("list enactments: %w", err)
-	}
-	var collisions []string
-	for ip, owners := range claimsOf(pool.Name, enactments.Items) {
-		if len(owners) > 1 {
-			collisions = append(collisions, fmt.Sprintf("%s is held by %s", ip, strings.Join(owners, " and ")))
-		}
-	}
-	if len(collisions) > 0 {
-		return r.setAvailable(ctx, pool, metav1.ConditionFalse, ippoolv1.ReasonIPCollision, collisionMessage(collisions))
-	}
-	return r.setAvailable(ctx, pool, metav1.ConditionTrue, ippoolv1.ReasonReconciledPool, "The pool is up to date")
-}
-
-func collisionMessage(collisions []string) string {
-	return "IP collision: " + strings.Join(collisions, "; ") + "; fix or reset the enactments involved"
-}
-
-// setAvailable writes the Available condition if it changes, with an Event
-// on every transition.
-func (r *Reconciler) setAvailable(ctx context.Context, pool *ippoolv1.NodeIPPool, status metav1.ConditionStatus, reason, msg string) error {
-	old := meta.FindStatusCondition(pool.Status.Conditions, ippoolv1.ConditionAvailable)
-	if old != nil && old.Status == status && old.Reason == reason && old.Message == msg {
+// setAvailable writes the Available condition alone, if it changed, on the
+// copy of the pool the controller holds (a conflict sends the pool back to
+// the queue).
+func (r *Reconciler) setAvailable(ctx context.Context, pool *ippoolv1.NodeIPPool, a availability) error {
+	changed, transitioned := setAvailability(pool, a, r.Clock.Now())
+	if !changed {
 		return nil
 	}
-	r.setCondition(pool, status, reason, msg)
 	if err := r.Client.Status().Update(ctx, pool); err != nil {
-		return fmt.Errorf("write the Available condition: %w", err)
+		return fmt.Errorf("write the Available condition of NodeIPPool %q: %w", pool.Name, err)
 	}
-	ctrl.LoggerFrom(ctx).Info("pool availability changed", "status", status, "reason", reason, "message", msg)
+	if transitioned {
+		r.announce(ctx, pool, a)
+	}
 	return nil
 }
 
-func (r *Reconciler) setCondition(pool *ippoolv1.NodeIPPool, status metav1.ConditionStatus, reason, msg string) {
-	old := meta.FindStatusCondition(pool.Status.Conditions, ippoolv1.ConditionAvailable)
-	changed := old == nil || old.Status != status || old.Reason != reason
-	meta.SetStatusCondition(&pool.Status.Conditions, metav1.Condition{Type: ippoolv1.ConditionAvailable, Status: status,
-		Reason: reason, Message: msg, ObservedGeneration: pool.Generation, LastTransitionTime: metav1.NewTime(r.Clock.Now())})
-	pool.Status.ObservedGeneration = pool.Generation
-	if changed {
-		eventType := corev1.EventTypeNormal
-		if status == metav1.ConditionFalse {
-			eventType = corev1.EventTypeWarning
-		}
-		r.Recorder.Eventf(pool, nil, eventType, reason, "Reconcile", msg)
+// announce logs a transition of the Available condition and raises an
+// Event, a Warning when the pool is refused.
+func (r *Reconciler) announce(ctx context.Context, pool *ippoolv1.NodeIPPool, a availability) {
+	ctrl.LoggerFrom(ctx).Info("pool availability changed", "status", a.status, "reason", a.reason, "message", a.message)
+	eventType := corev1.EventTypeNormal
+	if a.status == metav1.ConditionFalse {
+		eventType = corev1.EventTypeWarning
 	}
+	r.Recorder.Eventf(pool, nil, eventType, a.reason, "Reconcile", "%s", a.message)
 }
 
-// clearResetAnnotation removes nmstate.io/reset-ippool once the rebuild is
-// written.
-func (r *Reconciler) clearResetAnnotation(ctx context.Context, pool *ippoolv1.NodeIPPool) error {
-	if _, ok := pool.Annotations[ippoolv1.ResetIPPoolAnnotation]; !ok {
-		return nil
+// remember returns the controller's memory of pool, new if the pool was
+// re-created.
+func (r *Reconciler) remember(pool *ippoolv1.NodeIPPool) *poolMemory {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.memory == nil {
+		r.memory = map[string]*poolMemory{}
 	}
-	patch := client.MergeFrom(pool.DeepCopy())
-	delete(pool.Annotations, ippoolv1.ResetIPPoolAnnotation)
-	if err := r.Client.Patch(ctx, pool, patch); err != nil && !apierrors.IsNotFound(err) {
-		return fmt.Errorf("remove the %s annotation: %w", ippoolv1.ResetIPPoolAnnotation, err)
+	m, ok := r.memory[pool.Name]
+	if !ok || m.uid != pool.UID {
+		m = &poolMemory{uid: pool.UID}
+		r.memory[pool.Name] = m
 	}
-	ctrl.LoggerFrom(ctx).Info("reset pool", "annotation", ippoolv1.ResetIPPoolAnnotation)
-	return nil
+	return m
+}
+
+// forget drops what the controller remembers of a deleted pool.
+func (r *Reconciler) forget(name string) {
+	r.mu.Lock()
+	delete(r.memory, name)
+	r.mu.Unlock()
+	r.Metrics.forget(name)
+}
+
+func conditionOf(pool *ippoolv1.NodeIPPool) *metav1.Condition {
+	return meta.FindStatusCondition(pool.Status.Conditions, ippoolv1.ConditionAvailable)
 }

@@ -2,7 +2,11 @@ package pool
 
 import (
 	"context"
+	"fmt"
+	"slices"
+	"time"
 
+	nmstatev1 "github.com/nmstate/kubernetes-nmstate/api/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/utils/clock"
 	"k8s.io/utils/ptr"
@@ -17,29 +21,59 @@ import (
 
 	ippoolv1 "github.com/nmstate-ippool/nmstate-ippool/api/v1"
 	nncev1beta1 "github.com/nmstate-ippool/nmstate-ippool/api/v1beta1"
+	"github.com/nmstate-ippool/nmstate-ippool/internal/poolwrite"
 )
 
-// New returns a Reconciler wired to the manager.
-func New(mgr ctrl.Manager) *Reconciler {
+// DefaultGracePeriod is how long a bit may stay unclaimed before garbage
+// collection frees it.
+const DefaultGracePeriod = 2 * time.Minute
+
+// poolIndex indexes enactments by the pools they concern (see
+// poolsOfEnactment).
+const poolIndex = "nmstate-ippool.pools"
+
+// New returns a Reconciler wired to the manager, with the default clock,
+// backoff and grace period; callers may change any field before
+// SetupWithManager.
+func New(mgr ctrl.Manager, metrics *Metrics) *Reconciler {
+	clk := clock.RealClock{}
 	return &Reconciler{
 		Client:    mgr.GetClient(),
 		APIReader: mgr.GetAPIReader(),
-		Recorder:  mgr.GetEventRecorder("nmstate-ippool-pool-controller"),
-		Clock:     clock.RealClock{},
+		Pools: &poolwrite.Writer{Reader: mgr.GetAPIReader(), Client: mgr.GetClient(),
+			Backoff: poolwrite.DefaultBackoff(), Clock: clk},
+		Recorder:    mgr.GetEventRecorder("nmstate-ippool-pool-controller"),
+		Clock:       clk,
+		GracePeriod: DefaultGracePeriod,
+		Metrics:     metrics,
 	}
 }
 
-// SetupWithManager registers the controller: pools, the enactments that
-// claim from them, and the creation or deletion of any pool (which may end
-// or start an overlap).
-func (r *Reconciler) SetupWithManager(mgr ctrl.Manager, skipNameValidation bool) error {
+// SetupOptions tune the controller.
+type SetupOptions struct {
+	// SkipNameValidation allows several controllers in one process (tests);
+	// controller names are otherwise process-unique.
+	SkipNameValidation bool
+}
+
+// SetupWithManager indexes enactments by pool and registers the
+// controller: pools, the enactments that concern them, the creation or
+// deletion of any pool (which may start or end an overlap), and reset
+// annotations on policies.
+func (r *Reconciler) SetupWithManager(ctx context.Context, mgr ctrl.Manager, opts SetupOptions) error {
+	err := mgr.GetFieldIndexer().IndexField(ctx, &nncev1beta1.NodeNetworkConfigurationEnactment{}, poolIndex,
+		poolsOfEnactment)
+	if err != nil {
+		return fmt.Errorf("index enactments by pool: %w", err)
+	}
 	return ctrl.NewControllerManagedBy(mgr).
 		Named("nodeippool").
-		WithOptions(controller.Options{SkipNameValidation: ptr.To(skipNameValidation)}).
+		WithOptions(controller.Options{SkipNameValidation: ptr.To(opts.SkipNameValidation)}).
 		For(&ippoolv1.NodeIPPool{}).
 		Watches(&ippoolv1.NodeIPPool{}, handler.EnqueueRequestsFromMapFunc(r.allPools),
 			builder.WithPredicates(predicate.Funcs{UpdateFunc: func(event.UpdateEvent) bool { return false }})).
-		Watches(&nncev1beta1.NodeNetworkConfigurationEnactment{}, handler.EnqueueRequestsFromMapFunc(poolsOfEnactment)).
+		Watches(&nncev1beta1.NodeNetworkConfigurationEnactment{}, handler.EnqueueRequestsFromMapFunc(requestsFor(poolsOfEnactment))).
+		Watches(&nmstatev1.NodeNetworkConfigurationPolicy{}, handler.EnqueueRequestsFromMapFunc(requestsFor(resetPool))).
 		Complete(r)
 }
 
@@ -55,21 +89,50 @@ func (r *Reconciler) allPools(ctx context.Context, _ client.Object) []reconcile.
 	return reqs
 }
 
-func poolsOfEnactment(_ context.Context, o client.Object) []reconcile.Request {
+// requestsFor turns a function naming pools into a map function.
+func requestsFor(pools func(client.Object) []string) handler.MapFunc {
+	return func(_ context.Context, o client.Object) []reconcile.Request {
+		var reqs []reconcile.Request
+		for _, p := range pools(o) {
+			reqs = append(reqs, reconcile.Request{NamespacedName: types.NamespacedName{Name: p}})
+		}
+		return reqs
+	}
+}
+
+// poolsOfEnactment names the pools an enactment concerns: those it records
+// addresses of, the one it waits on for want of an address, and the one its
+// reset annotation names.
+func poolsOfEnactment(o client.Object) []string {
 	e, ok := o.(*nncev1beta1.NodeNetworkConfigurationEnactment)
 	if !ok {
 		return nil
 	}
-	var reqs []reconcile.Request
+	var pools []string
 	for pool := range e.Status.IPPool {
-		reqs = append(reqs, reconcile.Request{NamespacedName: types.NamespacedName{Name: pool}})
+		pools = append(pools, pool)
 	}
-	return reqs
+	if pool := exhaustedPool(e); pool != "" {
+		pools = append(pools, pool)
+	}
+	pools = append(pools, resetPool(e)...)
+	slices.Sort(pools)
+	return slices.Compact(pools)
+}
+
+// resetPool names the pool an object's reset annotation names, if any.
+func resetPool(o client.Object) []string {
+	if pool := o.GetAnnotations()[ippoolv1.ResetIPPoolAnnotation]; pool != "" {
+		return []string{pool}
+	}
+	return nil
 }
 
 // The pool controller's permissions (generated into deploy/rbac/pool-controller).
 // +kubebuilder:rbac:groups=nmstate.io,resources=nodeippools,verbs=get;list;watch;update;patch
 // +kubebuilder:rbac:groups=nmstate.io,resources=nodeippools/status,verbs=get;update;patch
-// +kubebuilder:rbac:groups=nmstate.io,resources=nodenetworkconfigurationenactments,verbs=get;list;watch
+// +kubebuilder:rbac:groups=nmstate.io,resources=nodenetworkconfigurationenactments,verbs=get;list;watch;patch
+// +kubebuilder:rbac:groups=nmstate.io,resources=nodenetworkconfigurationenactments/status,verbs=get;update;patch
+// +kubebuilder:rbac:groups=nmstate.io,resources=nodenetworkconfigurationpolicies,verbs=get;list;watch;patch
 // +kubebuilder:rbac:groups=events.k8s.io,resources=events,verbs=create;patch
 // +kubebuilder:rbac:groups=coordination.k8s.io,resources=leases,verbs=get;list;watch;create;update;patch;delete

@@ -6,6 +6,8 @@ package poolstatus
 
 import (
 	"fmt"
+	"net/netip"
+	"slices"
 	"strconv"
 	"strings"
 
@@ -18,6 +20,31 @@ import (
 func Range(pool *ippoolv1.NodeIPPool) (*ippool.Range, error) {
 	r := pool.Spec.Range
 	return ippool.NewRange(ippool.Spec{CIDR: r.CIDR, Start: r.Start, End: r.End, Exclude: r.Exclude})
+}
+
+// Allocator returns the allocator of a pool with its status bitmap
+// restored. Errors wrap ippool.ErrInvalidRange, ippool.ErrInvalidSnapshot or
+// ippool.ErrSnapshotMismatch.
+func Allocator(pool *ippoolv1.NodeIPPool) (*ippool.Allocator, error) {
+	rng, err := Range(pool)
+	if err != nil {
+		return nil, err
+	}
+	alloc := ippool.NewAllocator(rng)
+	if err := alloc.Restore(pool.Status.AllocatedOffsets); err != nil {
+		return nil, err
+	}
+	return alloc, nil
+}
+
+// AddrStrings sorts ips and returns them as strings.
+func AddrStrings(ips []netip.Addr) []string {
+	slices.SortFunc(ips, netip.Addr.Compare)
+	out := make([]string, len(ips))
+	for i, ip := range ips {
+		out[i] = ip.String()
+	}
+	return out
 }
 
 // Set writes the allocator's snapshot and counts into the pool's status,

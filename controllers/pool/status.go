@@ -1,0 +1,136 @@
+package pool
+
+import (
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/nmstate/kubernetes-nmstate/api/shared"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	ippoolv1 "github.com/nmstate-ippool/nmstate-ippool/api/v1"
+	nncev1beta1 "github.com/nmstate-ippool/nmstate-ippool/api/v1beta1"
+	"github.com/nmstate-ippool/nmstate-ippool/internal/poolstatus"
+	"github.com/nmstate-ippool/nmstate-ippool/pkg/ippool"
+)
+
+// availability is a value of the Available condition.
+type availability struct {
+	status  metav1.ConditionStatus
+	reason  string
+	message string
+}
+
+var (
+	reconciling = availability{metav1.ConditionUnknown, ippoolv1.ReasonReconcilingPool, "The pool is being updated"}
+	upToDate    = availability{metav1.ConditionTrue, ippoolv1.ReasonReconciledPool, "The pool is up to date"}
+)
+
+func refused(reason, message string) availability {
+	return availability{metav1.ConditionFalse, reason, message}
+}
+
+// view is what the controller knows of a pool's use: who claims which
+// address, how the bitmap compares, and who waits for an address.
+type view struct {
+	claims poolstatus.Claims
+	audit  poolstatus.Audit
+	// waiting lists enactments that failed because the pool was full, as
+	// "node03 (policy static-ip)".
+	waiting []string
+}
+
+// observe builds the view of pool from its allocator and the enactments.
+func observe(pool string, alloc *ippool.Allocator, enactments []nncev1beta1.NodeNetworkConfigurationEnactment) view {
+	claims := poolstatus.ClaimsOf(pool, enactments)
+	return view{claims: claims, audit: poolstatus.AuditPool(alloc, claims), waiting: waitingFor(pool, enactments)}
+}
+
+// waitingFor lists the enactments Failing with IPPoolExhausted on pool.
+func waitingFor(pool string, enactments []nncev1beta1.NodeNetworkConfigurationEnactment) []string {
+	var out []string
+	for i := range enactments {
+		e := &enactments[i]
+		if exhaustedPool(e) == pool {
+			out = append(out, fmt.Sprintf("%s (policy %s)", e.Labels[shared.EnactmentNodeLabel], e.Labels[shared.EnactmentPolicyLabel]))
+		}
+	}
+	return out
+}
+
+// exhaustedPool returns the pool an enactment is Failing on for want of an
+// address, or "".
+func exhaustedPool(e *nncev1beta1.NodeNetworkConfigurationEnactment) string {
+	c := e.Status.Conditions.Find(shared.NodeNetworkConfigurationEnactmentConditionFailing)
+	if c == nil || c.Status != corev1.ConditionTrue || string(c.Reason) != ippoolv1.ReasonIPPoolExhausted {
+		return ""
+	}
+	pool, _ := poolstatus.ExhaustedPool(c.Message)
+	return pool
+}
+
+// availabilityOf decides the Available condition of a pool that may serve:
+// collisions first, then exhaustion, else up to date.
+func availabilityOf(pool string, alloc *ippool.Allocator, v view) availability {
+	switch {
+	case len(v.audit.Collisions) > 0:
+		return refused(ippoolv1.ReasonIPCollision, poolstatus.CollisionMessage(pool, v.claims, v.audit.Collisions))
+	case len(v.waiting) > 0:
+		return refused(ippoolv1.ReasonExhaustedIPPool, fmt.Sprintf(
+			"The IP pool has been depleted: %d of %d addresses are allocated and %s could not get one; "+
+				"re-create the NodeIPPool with a larger range (addresses that still fit are kept)",
+			alloc.Count(), alloc.Range().Size(), listNames(v.waiting, 5)))
+	default:
+		return upToDate
+	}
+}
+
+// listNames joins at most limit names and says how many more there are.
+func listNames(names []string, limit int) string {
+	if len(names) <= limit {
+		return strings.Join(names, ", ")
+	}
+	return fmt.Sprintf("%s and %d more", strings.Join(names[:limit], ", "), len(names)-limit)
+}
+
+// setAvailability sets the Available condition and the observed generation
+// on pool. It reports whether anything changed and whether the condition
+// transitioned (a new status or reason), which deserves an Event. The
+// transition time moves only when the status flips.
+func setAvailability(pool *ippoolv1.NodeIPPool, a availability, now time.Time) (changed, transitioned bool) {
+	old := meta.FindStatusCondition(pool.Status.Conditions, ippoolv1.ConditionAvailable)
+	if old != nil && old.Status == a.status && old.Reason == a.reason && old.Message == a.message &&
+		old.ObservedGeneration == pool.Generation && pool.Status.ObservedGeneration == pool.Generation {
+		return false, false
+	}
+	transitioned = old == nil || old.Status != a.status || old.Reason != a.reason
+	meta.SetStatusCondition(&pool.Status.Conditions, metav1.Condition{Type: ippoolv1.ConditionAvailable, Status: a.status,
+		Reason: a.reason, Message: a.message, ObservedGeneration: pool.Generation, LastTransitionTime: metav1.NewTime(now)})
+	pool.Status.ObservedGeneration = pool.Generation
+	return true, transitioned
+}
+
+// olderOverlapping returns the name of the oldest pool older than p whose
+// range overlaps p's, or "". Age is creation time, then name.
+func olderOverlapping(p *ippoolv1.NodeIPPool, rng *ippool.Range, pools []ippoolv1.NodeIPPool) string {
+	for i := range pools {
+		o := &pools[i]
+		if o.UID == p.UID || !older(o, p) || !o.DeletionTimestamp.IsZero() {
+			continue
+		}
+		orng, err := poolstatus.Range(o)
+		if err == nil && orng.Overlaps(rng) {
+			return o.Name
+		}
+	}
+	return ""
+}
+
+func older(a, b *ippoolv1.NodeIPPool) bool {
+	if !a.CreationTimestamp.Equal(&b.CreationTimestamp) {
+		return a.CreationTimestamp.Before(&b.CreationTimestamp)
+	}
+	return a.Name < b.Name
+}

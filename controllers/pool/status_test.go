@@ -1,0 +1,180 @@
+package pool
+
+import (
+	"reflect"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/nmstate/kubernetes-nmstate/api/shared"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+
+	ippoolv1 "github.com/nmstate-ippool/nmstate-ippool/api/v1"
+	nncev1beta1 "github.com/nmstate-ippool/nmstate-ippool/api/v1beta1"
+	"github.com/nmstate-ippool/nmstate-ippool/internal/poolstatus"
+	"github.com/nmstate-ippool/nmstate-ippool/pkg/ippool"
+)
+
+func holding(name string, pools ippoolv1.EnactmentIPPools) nncev1beta1.NodeNetworkConfigurationEnactment {
+	node, policy, _ := strings.Cut(name, ".")
+	e := nncev1beta1.NodeNetworkConfigurationEnactment{ObjectMeta: metav1.ObjectMeta{Name: name,
+		Labels: map[string]string{shared.EnactmentNodeLabel: node, shared.EnactmentPolicyLabel: policy}}}
+	e.Status.IPPool = pools
+	return e
+}
+
+func failingOn(name, message string) nncev1beta1.NodeNetworkConfigurationEnactment {
+	e := holding(name, nil)
+	e.Status.Conditions = shared.ConditionList{{Type: shared.NodeNetworkConfigurationEnactmentConditionFailing,
+		Status: corev1.ConditionTrue, Reason: ippoolv1.ReasonIPPoolExhausted, Message: message}}
+	return e
+}
+
+func TestAvailabilityOf(t *testing.T) {
+	rng := ippool.MustNewRange(ippool.Spec{CIDR: "10.0.0.0/24", Start: "10.0.0.1", End: "10.0.0.2"})
+	full := ippool.NewAllocator(rng)
+	_ = full.Allocate(0)
+	_ = full.Allocate(1)
+	exhausted := poolstatus.ExhaustedMessage("p", 2, 1)
+	for _, tt := range []struct {
+		name       string
+		enactments []nncev1beta1.NodeNetworkConfigurationEnactment
+		want       availability
+	}{
+		{"up to date", []nncev1beta1.NodeNetworkConfigurationEnactment{
+			holding("n1.pol", ippoolv1.EnactmentIPPools{"p": {Allocated: []string{"10.0.0.1"}}}),
+			holding("n2.pol", ippoolv1.EnactmentIPPools{"p": {Allocated: []string{"10.0.0.2"}}}),
+		}, upToDate},
+		{"exhausted", []nncev1beta1.NodeNetworkConfigurationEnactment{
+			holding("n1.pol", ippoolv1.EnactmentIPPools{"p": {Allocated: []string{"10.0.0.1"}}}),
+			holding("n2.pol", ippoolv1.EnactmentIPPools{"p": {Allocated: []string{"10.0.0.2"}}}),
+			failingOn("n3.pol", exhausted),
+			failingOn("n4.pol", poolstatus.ExhaustedMessage("other", 2, 1)),
+		}, refused(ippoolv1.ReasonExhaustedIPPool, "The IP pool has been depleted: 2 of 2 addresses are allocated and n3 (policy pol) "+
+			"could not get one; re-create the NodeIPPool with a larger range (addresses that still fit are kept)")},
+		{"collision wins over exhaustion", []nncev1beta1.NodeNetworkConfigurationEnactment{
+			holding("n1.pol", ippoolv1.EnactmentIPPools{"p": {Allocated: []string{"10.0.0.1"}}}),
+			holding("n2.pol", ippoolv1.EnactmentIPPools{"p": {Allocated: []string{"10.0.0.1"}}}),
+			failingOn("n3.pol", exhausted),
+		}, refused(ippoolv1.ReasonIPCollision, "The IP address 10.0.0.1 at node n1 (enactment n1.pol) is colliding with "+
+			"node n2 (enactment n2.pol); reset all but one holder, e.g. kubectl annotate nnce n2.pol nmstate.io/reset-ippool=p")},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			if got := availabilityOf("p", full, observe("p", full, tt.enactments)); got != tt.want {
+				t.Errorf("got  %+v\nwant %+v", got, tt.want)
+			}
+		})
+	}
+}
+
+// TestSetAvailability: the transition time moves only when the status
+// flips, a repeated value writes nothing, and only a new status or reason
+// counts as a transition (an Event).
+func TestSetAvailability(t *testing.T) {
+	t0 := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	p := &ippoolv1.NodeIPPool{ObjectMeta: metav1.ObjectMeta{Generation: 1}}
+	step := func(a availability, at time.Time, wantChanged, wantTransition bool, wantLTT time.Time) {
+		t.Helper()
+		changed, transitioned := setAvailability(p, a, at)
+		c := meta.FindStatusCondition(p.Status.Conditions, ippoolv1.ConditionAvailable)
+		if changed != wantChanged || transitioned != wantTransition || !c.LastTransitionTime.Time.Equal(wantLTT) {
+			t.Errorf("%+v at %s: changed %v transitioned %v LTT %s; want %v %v %s", a, at, changed, transitioned,
+				c.LastTransitionTime.Time, wantChanged, wantTransition, wantLTT)
+		}
+		if p.Status.ObservedGeneration != p.Generation || c.ObservedGeneration != p.Generation {
+			t.Errorf("observed generation %d/%d, want %d", p.Status.ObservedGeneration, c.ObservedGeneration, p.Generation)
+		}
+	}
+	step(reconciling, t0, true, true, t0)
+	step(reconciling, t0.Add(time.Minute), false, false, t0)
+	step(upToDate, t0.Add(2*time.Minute), true, true, t0.Add(2*time.Minute))
+	exhaustedA := refused(ippoolv1.ReasonExhaustedIPPool, "a")
+	step(exhaustedA, t0.Add(3*time.Minute), true, true, t0.Add(3*time.Minute))
+	step(refused(ippoolv1.ReasonExhaustedIPPool, "b"), t0.Add(4*time.Minute), true, false, t0.Add(3*time.Minute))
+	step(refused(ippoolv1.ReasonIPCollision, "b"), t0.Add(5*time.Minute), true, true, t0.Add(3*time.Minute))
+	p.Generation = 2
+	step(refused(ippoolv1.ReasonIPCollision, "b"), t0.Add(6*time.Minute), true, false, t0.Add(3*time.Minute))
+}
+
+func TestUnclaimedBits(t *testing.T) {
+	t0 := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	grace := 2 * time.Minute
+	var u unclaimedBits
+	for _, tt := range []struct {
+		at        time.Duration
+		unclaimed []uint64
+		due       []uint64
+		next      time.Duration
+	}{
+		{0, []uint64{5, 7}, nil, grace},
+		{time.Minute, []uint64{5, 7, 9}, nil, time.Minute},
+		// 7 was claimed meanwhile: its clock is forgotten.
+		{90 * time.Second, []uint64{5, 9}, nil, 30 * time.Second},
+		{2 * time.Minute, []uint64{5, 9, 7}, []uint64{5}, time.Minute},
+		{3 * time.Minute, []uint64{5, 9, 7}, []uint64{5, 9}, time.Minute},
+		{4 * time.Minute, nil, nil, 0},
+	} {
+		due, next := u.observe(tt.unclaimed, t0.Add(tt.at), grace)
+		if !reflect.DeepEqual(due, tt.due) || next != tt.next {
+			t.Errorf("at %s with %v unclaimed: due %v next %s, want %v %s", tt.at, tt.unclaimed, due, next, tt.due, tt.next)
+		}
+	}
+}
+
+// TestFreeUnclaimed: collection frees only due bits that are set and that
+// nobody claims on the API server now.
+func TestFreeUnclaimed(t *testing.T) {
+	alloc := ippool.NewAllocator(ippool.MustNewRange(ippool.Spec{CIDR: "10.0.0.0/24", Start: "10.0.0.1", End: "10.0.0.10"}))
+	for _, off := range []uint64{0, 1, 2} {
+		_ = alloc.Allocate(off)
+	}
+	claims := poolstatus.ClaimsOf("p", []nncev1beta1.NodeNetworkConfigurationEnactment{
+		holding("n1.pol", ippoolv1.EnactmentIPPools{"p": {Allocated: []string{"10.0.0.2"}}})})
+	freed := freeUnclaimed(alloc, claims, []uint64{0, 1, 5})
+	if want := []uint64{0}; !reflect.DeepEqual(freed, want) {
+		t.Errorf("freed %v, want %v (1 is claimed, 5 is not set)", freed, want)
+	}
+	if alloc.Has(0) || !alloc.Has(1) || !alloc.Has(2) {
+		t.Errorf("bits after collection: 0=%v 1=%v 2=%v", alloc.Has(0), alloc.Has(1), alloc.Has(2))
+	}
+}
+
+func TestPoolsOfEnactment(t *testing.T) {
+	e := failingOn("n1.pol", poolstatus.ExhaustedMessage("full", 4, 1))
+	e.Status.IPPool = ippoolv1.EnactmentIPPools{"b": {Allocated: []string{"10.0.0.1"}}, "a": {Allocated: []string{"10.0.1.1"}}}
+	e.Annotations = map[string]string{ippoolv1.ResetIPPoolAnnotation: "a"}
+	if got, want := poolsOfEnactment(&e), []string{"a", "b", "full"}; !reflect.DeepEqual(got, want) {
+		t.Errorf("pools %v, want %v", got, want)
+	}
+	if got := poolsOfEnactment(&ippoolv1.NodeIPPool{}); got != nil {
+		t.Errorf("a pool is not an enactment, got %v", got)
+	}
+}
+
+func TestOlderOverlapping(t *testing.T) {
+	t0 := metav1.NewTime(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC))
+	t1 := metav1.NewTime(t0.Add(time.Minute))
+	mk := func(name string, created metav1.Time, start, end string) ippoolv1.NodeIPPool {
+		return ippoolv1.NodeIPPool{ObjectMeta: metav1.ObjectMeta{Name: name, UID: types.UID(name), CreationTimestamp: created},
+			Spec: ippoolv1.NodeIPPoolSpec{Range: ippoolv1.IPRange{CIDR: "10.0.0.0/24", Start: start, End: end}}}
+	}
+	pools := []ippoolv1.NodeIPPool{mk("first", t0, "10.0.0.1", "10.0.0.10"), mk("second", t1, "10.0.0.10", "10.0.0.20"),
+		mk("apart", t0, "10.0.0.30", "10.0.0.40"), mk("a-twin", t1, "10.0.0.35", "10.0.0.36")}
+	for _, tt := range []struct{ pool, want string }{{"first", ""}, {"second", "first"}, {"apart", ""}, {"a-twin", "apart"}} {
+		for i := range pools {
+			if pools[i].Name != tt.pool {
+				continue
+			}
+			rng, err := poolstatus.Range(&pools[i])
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got := olderOverlapping(&pools[i], rng, pools); got != tt.want {
+				t.Errorf("%s overlaps older %q, want %q", tt.pool, got, tt.want)
+			}
+		}
+	}
+}

@@ -1,0 +1,267 @@
+package pool_test
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"testing"
+	"time"
+
+	"github.com/nmstate/kubernetes-nmstate/api/shared"
+	nmstatev1 "github.com/nmstate/kubernetes-nmstate/api/v1"
+	. "github.com/onsi/gomega"
+	corev1 "k8s.io/api/core/v1"
+	eventsv1 "k8s.io/api/events/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	ippoolv1 "github.com/nmstate-ippool/nmstate-ippool/api/v1"
+	nncev1beta1 "github.com/nmstate-ippool/nmstate-ippool/api/v1beta1"
+	"github.com/nmstate-ippool/nmstate-ippool/controllers/handler"
+	"github.com/nmstate-ippool/nmstate-ippool/controllers/pool"
+	"github.com/nmstate-ippool/nmstate-ippool/internal/poolstatus"
+	"github.com/nmstate-ippool/nmstate-ippool/pkg/ippool"
+	"github.com/nmstate-ippool/nmstate-ippool/test/envtest"
+)
+
+// grace is the garbage collection grace period of the controllers these
+// tests start; handlers record within recordDeadline, well inside it.
+const (
+	grace          = 3 * time.Second
+	recordDeadline = time.Second
+)
+
+var (
+	env    *envtest.Env
+	k      client.Client
+	simBin string
+)
+
+func TestMain(m *testing.M) {
+	os.Exit(envtest.Run(m, func(s *envtest.Suite) {
+		env, k, simBin = s.Env, s.Client, s.Command("nmstatectl-sim")
+	}, "nmstatectl-sim"))
+}
+
+func init() {
+	SetDefaultEventuallyTimeout(45 * time.Second)
+	SetDefaultEventuallyPollingInterval(100 * time.Millisecond)
+}
+
+var ctx = context.Background()
+
+// startController runs a pool controller until the test ends or stop is
+// called.
+func startController(t *testing.T, metrics *pool.Metrics) (stop func()) {
+	t.Helper()
+	pc, err := env.StartPoolController(grace, metrics)
+	Expect(err).NotTo(HaveOccurred())
+	stop = func() { Expect(pc.Stop()).To(Succeed()) }
+	t.Cleanup(func() { _ = pc.Stop() })
+	return stop
+}
+
+// newNodes creates Nodes prefix01..prefixNN labelled role=prefix and starts
+// their handlers.
+func newNodes(t *testing.T, prefix string, n int) []*envtest.Node {
+	t.Helper()
+	dir := t.TempDir()
+	nodes := make([]*envtest.Node, n)
+	for i := range nodes {
+		nodes[i] = addNode(t, dir, fmt.Sprintf("%s%02d", prefix, i+1), prefix)
+	}
+	return nodes
+}
+
+func addNode(t *testing.T, dir, name, role string) *envtest.Node {
+	t.Helper()
+	Expect(k.Create(ctx, &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: name, Labels: map[string]string{"role": role}}})).To(Succeed())
+	nd := envtest.NewNode(name, dir, simBin)
+	nd.Tune = func(r *handler.Reconciler) { r.RecordDeadline = recordDeadline }
+	Expect(nd.Start(env)).To(Succeed())
+	t.Cleanup(func() {
+		_ = nd.Stop()
+		_ = k.Delete(ctx, &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: name}})
+	})
+	return nd
+}
+
+func createPool(t *testing.T, name string, r ippoolv1.IPRange) {
+	t.Helper()
+	p := &ippoolv1.NodeIPPool{ObjectMeta: metav1.ObjectMeta{Name: name}, Spec: ippoolv1.NodeIPPoolSpec{Range: r}}
+	Expect(k.Create(ctx, p)).To(Succeed())
+	t.Cleanup(func() { deleteObject(p) })
+}
+
+// deleteObject deletes an object and waits until it is gone.
+func deleteObject(o client.Object) {
+	_ = k.Delete(ctx, o)
+	Eventually(func() bool { return k.Get(ctx, client.ObjectKeyFromObject(o), o) != nil }).Should(BeTrue())
+}
+
+const staticIPState = `interfaces:
+- name: eth1
+  type: ethernet
+  state: up
+  ipv4:
+    enabled: true
+    dhcp: false
+    address:
+    - ip: "{{ capture.addr.ip }}"
+      prefix-length: "{{ capture.addr.prefix-length }}"
+`
+
+// createPolicy creates a policy for the nodes labelled role whose capture
+// addr draws from pool.
+func createPolicy(t *testing.T, name, role, pool string) {
+	t.Helper()
+	p := &nmstatev1.NodeNetworkConfigurationPolicy{ObjectMeta: metav1.ObjectMeta{Name: name}}
+	p.Spec.NodeSelector = map[string]string{"role": role}
+	p.Spec.Capture = map[string]string{"addr": "ippool." + pool + ".allocate"}
+	p.Spec.DesiredState = shared.NewState(staticIPState)
+	Expect(k.Create(ctx, p)).To(Succeed())
+	t.Cleanup(func() { _ = k.Delete(ctx, p) })
+}
+
+// claim creates an enactment that records ips from a pool, as a handler
+// would, but belongs to no node: the controllers leave its lifecycle alone.
+func claim(t *testing.T, name, poolName string, ips ...string) {
+	t.Helper()
+	e := &nncev1beta1.NodeNetworkConfigurationEnactment{ObjectMeta: metav1.ObjectMeta{Name: name}}
+	Expect(k.Create(ctx, e)).To(Succeed())
+	t.Cleanup(func() { _ = k.Delete(ctx, e) })
+	e.Status.IPPool = ippoolv1.EnactmentIPPools{poolName: {Allocated: ips}}
+	Expect(k.Status().Update(ctx, e)).To(Succeed())
+}
+
+// available returns "Status Reason: message" of the pool's Available
+// condition.
+func available(name string) func() string {
+	return func() string {
+		var p ippoolv1.NodeIPPool
+		if err := k.Get(ctx, types.NamespacedName{Name: name}, &p); err != nil {
+			return err.Error()
+		}
+		c := meta.FindStatusCondition(p.Status.Conditions, ippoolv1.ConditionAvailable)
+		if c == nil {
+			return "none"
+		}
+		return fmt.Sprintf("%s %s: %s", c.Status, c.Reason, c.Message)
+	}
+}
+
+// bits returns the addresses set in a pool's bitmap.
+func bits(name string) []string {
+	ips, err := envtest.PoolAddresses(ctx, k, name)
+	if err != nil {
+		return []string{err.Error()}
+	}
+	return ips
+}
+
+// setBits writes a pool's bitmap by hand, as an admin with kubectl would.
+func setBits(name string, ips ...string) {
+	Eventually(func() error {
+		var p ippoolv1.NodeIPPool
+		if err := k.Get(ctx, types.NamespacedName{Name: name}, &p); err != nil {
+			return err
+		}
+		rng, err := poolstatus.Range(&p)
+		if err != nil {
+			return err
+		}
+		alloc := ippool.NewAllocator(rng)
+		for _, ip := range ips {
+			if err := alloc.AllocateIP(mustAddr(ip)); err != nil {
+				return err
+			}
+		}
+		poolstatus.Set(&p, alloc)
+		return k.Status().Update(ctx, &p)
+	}).Should(Succeed())
+}
+
+// held returns the addresses an enactment records from a pool.
+func held(enactment, pool string) []string {
+	var e nncev1beta1.NodeNetworkConfigurationEnactment
+	if err := k.Get(ctx, types.NamespacedName{Name: enactment}, &e); err != nil {
+		return []string{err.Error()}
+	}
+	return e.Status.IPPool[pool].Allocated
+}
+
+// enactmentState returns the True condition of an enactment and its
+// message.
+func enactmentState(name string) func() string {
+	return func() string {
+		var e nncev1beta1.NodeNetworkConfigurationEnactment
+		if err := k.Get(ctx, types.NamespacedName{Name: name}, &e); err != nil {
+			return err.Error()
+		}
+		for _, c := range e.Status.Conditions {
+			if c.Status == corev1.ConditionTrue {
+				return string(c.Type) + ": " + c.Message
+			}
+		}
+		return "no condition"
+	}
+}
+
+// assertIndexed checks the Unique and Indexed invariants: no address is
+// held twice, and the pool's bitmap is exactly the set the enactments
+// record (so nothing leaked either).
+func assertIndexed(pool string) {
+	Eventually(func(g Gomega) {
+		recorded, err := envtest.RecordedAddresses(ctx, k, pool)
+		g.Expect(err).NotTo(HaveOccurred())
+		inPool, err := envtest.PoolAddresses(ctx, k, pool)
+		g.Expect(err).NotTo(HaveOccurred())
+		g.Expect(inPool).To(Equal(recorded))
+	}).Should(Succeed())
+}
+
+// events returns "Reason: note" of the Events about an object of kind.
+func events(kind, name string) func() []string {
+	return func() []string {
+		var list eventsv1.EventList
+		if err := k.List(ctx, &list); err != nil {
+			return []string{err.Error()}
+		}
+		var out []string
+		for _, e := range list.Items {
+			if e.Regarding.Kind == kind && e.Regarding.Name == name {
+				out = append(out, e.Reason+": "+e.Note)
+			}
+		}
+		return out
+	}
+}
+
+// annotate sets the reset annotation on an object.
+func annotate(o client.Object, value string) {
+	Eventually(func() error {
+		if err := k.Get(ctx, client.ObjectKeyFromObject(o), o); err != nil {
+			return err
+		}
+		a := o.GetAnnotations()
+		if a == nil {
+			a = map[string]string{}
+		}
+		a[ippoolv1.ResetIPPoolAnnotation] = value
+		o.SetAnnotations(a)
+		return k.Update(ctx, o)
+	}).Should(Succeed())
+}
+
+// annotated returns whether an object still carries the reset annotation.
+func annotated(o client.Object) func() bool {
+	return func() bool {
+		if err := k.Get(ctx, client.ObjectKeyFromObject(o), o); err != nil {
+			return false
+		}
+		_, ok := o.GetAnnotations()[ippoolv1.ResetIPPoolAnnotation]
+		return ok
+	}
+}

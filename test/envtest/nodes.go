@@ -1,0 +1,247 @@
+package envtest
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/netip"
+	"os/exec"
+	"path/filepath"
+	"sync/atomic"
+	"time"
+
+	"k8s.io/apimachinery/pkg/types"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/config"
+	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
+	"sigs.k8s.io/yaml"
+
+	ippoolv1 "github.com/nmstate-ippool/nmstate-ippool/api/v1"
+	nncev1beta1 "github.com/nmstate-ippool/nmstate-ippool/api/v1beta1"
+	"github.com/nmstate-ippool/nmstate-ippool/controllers/enactment"
+	"github.com/nmstate-ippool/nmstate-ippool/controllers/handler"
+	"github.com/nmstate-ippool/nmstate-ippool/controllers/pool"
+	"github.com/nmstate-ippool/nmstate-ippool/internal/poolstatus"
+	"github.com/nmstate-ippool/nmstate-ippool/pkg/nmstatectl"
+)
+
+// BuildCommands builds the named commands of cmd/ into dir.
+func BuildCommands(dir string, names ...string) error {
+	for _, name := range names {
+		cmd := exec.Command("go", "build", "-o", filepath.Join(dir, name), "./cmd/"+name)
+		cmd.Dir = RepoRoot()
+		if out, err := cmd.CombinedOutput(); err != nil {
+			return fmt.Errorf("build %s: %w\n%s", name, err, out)
+		}
+	}
+	return nil
+}
+
+// Node is a simulated node: a state file for nmstatectl-sim and, while
+// started, a handler running in a manager of its own. Creating the Node
+// object is the test's business.
+type Node struct {
+	Name string
+	// State is the simulator's state file; State+".fail" injects failures.
+	State string
+	// Network runs the simulator and counts what the handler asks of it.
+	Network *CountingState
+	// Metrics, if set, counts the handler's pool writes.
+	Metrics *handler.Metrics
+	// Tune, if set, adjusts the handler before it starts.
+	Tune func(*handler.Reconciler)
+
+	stop context.CancelFunc
+	done chan error
+}
+
+// CountingState wraps the nmstatectl runner and counts shows and applies,
+// so tests can tell that a handler did not touch the network.
+type CountingState struct {
+	nmstatectl.Runner
+	Shows, Applies atomic.Int32
+}
+
+// Show reads the state and counts it.
+func (c *CountingState) Show(ctx context.Context) ([]byte, error) {
+	c.Shows.Add(1)
+	return c.Runner.Show(ctx)
+}
+
+// Apply applies a state and counts it.
+func (c *CountingState) Apply(ctx context.Context, desired []byte) error {
+	c.Applies.Add(1)
+	return c.Runner.Apply(ctx, desired)
+}
+
+// NewNode returns a simulated node whose state lives in dir, configured by
+// the simulator binary sim.
+func NewNode(name, dir, sim string) *Node {
+	state := filepath.Join(dir, name+".yaml")
+	return &Node{Name: name, State: state, Network: &CountingState{
+		Runner: nmstatectl.Runner{Path: sim, Env: []string{"NMSTATECTL_SIM_STATE=" + state}, Timeout: 30 * time.Second},
+	}}
+}
+
+// Start runs the node's handler against the control plane until Stop. It
+// requeues Pending enactments every 300ms and failed applies every 500ms.
+func (n *Node) Start(e *Env) error {
+	mgr, err := ctrl.NewManager(e.Config, ctrl.Options{
+		Scheme:                 e.Scheme,
+		Metrics:                metricsserver.Options{BindAddress: "0"},
+		HealthProbeBindAddress: "0",
+		Controller:             config.Controller{SkipNameValidation: ptrTo(true)},
+	})
+	if err != nil {
+		return err
+	}
+	r := handler.New(mgr, n.Name, n.Network, n.Metrics)
+	r.PendingRequeue = 300 * time.Millisecond
+	r.FailedRequeue = 500 * time.Millisecond
+	if n.Tune != nil {
+		n.Tune(r)
+	}
+	if err := r.SetupWithManager(mgr, handler.SetupOptions{SkipNameValidation: true}); err != nil {
+		return err
+	}
+	n.stop, n.done = start(mgr)
+	return nil
+}
+
+// Stop stops the node's handler, if it runs, and returns how it ended.
+func (n *Node) Stop() error {
+	if n.stop == nil {
+		return nil
+	}
+	n.stop()
+	err := <-n.done
+	n.stop = nil
+	return err
+}
+
+// Configured returns the first static address "ip/prefix-length" the
+// node's simulated network has on an interface, or "".
+func (n *Node) Configured(iface string) string {
+	raw, err := n.Network.Runner.Show(context.Background())
+	if err != nil {
+		return ""
+	}
+	var s struct {
+		Interfaces []struct {
+			Name string `json:"name"`
+			IPv4 struct {
+				Address []struct {
+					IP           string `json:"ip"`
+					PrefixLength int    `json:"prefix-length"`
+				} `json:"address"`
+			} `json:"ipv4"`
+		} `json:"interfaces"`
+	}
+	if err := yaml.Unmarshal(raw, &s); err != nil {
+		return ""
+	}
+	for _, i := range s.Interfaces {
+		if i.Name == iface && len(i.IPv4.Address) > 0 {
+			return fmt.Sprintf("%s/%d", i.IPv4.Address[0].IP, i.IPv4.Address[0].PrefixLength)
+		}
+	}
+	return ""
+}
+
+// PoolController is a pool controller (the pool and enactment
+// reconcilers) running in a manager of its own.
+type PoolController struct {
+	Pools      *pool.Reconciler
+	Enactments *enactment.Reconciler
+	stop       context.CancelFunc
+	done       chan error
+}
+
+// StartPoolController runs a pool controller with the given garbage
+// collection grace period until Stop; tune, if given, adjusts its
+// reconcilers before they start.
+func (e *Env) StartPoolController(grace time.Duration, metrics *pool.Metrics, tune ...func(*PoolController)) (*PoolController, error) {
+	mgr, err := ctrl.NewManager(e.Config, ctrl.Options{Scheme: e.Scheme, Metrics: metricsserver.Options{BindAddress: "0"},
+		HealthProbeBindAddress: "0", Controller: config.Controller{SkipNameValidation: ptrTo(true)}})
+	if err != nil {
+		return nil, err
+	}
+	pc := &PoolController{Pools: pool.New(mgr, metrics), Enactments: enactment.New(mgr, grace)}
+	pc.Pools.GracePeriod = grace
+	for _, f := range tune {
+		f(pc)
+	}
+	if err := pc.Pools.SetupWithManager(context.Background(), mgr, pool.SetupOptions{SkipNameValidation: true}); err != nil {
+		return nil, err
+	}
+	if err := pc.Enactments.SetupWithManager(mgr, enactment.SetupOptions{SkipNameValidation: true}); err != nil {
+		return nil, err
+	}
+	pc.stop, pc.done = start(mgr)
+	return pc, nil
+}
+
+// Stop stops the controller and returns how it ended.
+func (pc *PoolController) Stop() error {
+	if pc.stop == nil {
+		return nil
+	}
+	pc.stop()
+	err := <-pc.done
+	pc.stop = nil
+	return err
+}
+
+func start(mgr ctrl.Manager) (context.CancelFunc, chan error) {
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- mgr.Start(ctx) }()
+	return cancel, done
+}
+
+func ptrTo[T any](v T) *T { return &v }
+
+// PoolAddresses returns the addresses set in a pool's bitmap, sorted, and
+// fails if the pool's counts disagree with its bitmap.
+func PoolAddresses(ctx context.Context, c client.Reader, name string) ([]string, error) {
+	var p ippoolv1.NodeIPPool
+	if err := c.Get(ctx, types.NamespacedName{Name: name}, &p); err != nil {
+		return nil, err
+	}
+	rng, err := poolstatus.Range(&p)
+	if err != nil {
+		return nil, err
+	}
+	alloc, err := poolstatus.Allocator(&p)
+	if err != nil {
+		return nil, err
+	}
+	var out []netip.Addr
+	for o := range alloc.Offsets() {
+		ip, _ := rng.IP(o)
+		out = append(out, ip)
+	}
+	if int64(alloc.Count()) != p.Status.Allocated || p.Status.Allocated+p.Status.Free != p.Status.Size {
+		return nil, fmt.Errorf("pool %s counts allocated=%d free=%d size=%d disagree with its bitmap (%d)",
+			name, p.Status.Allocated, p.Status.Free, p.Status.Size, alloc.Count())
+	}
+	return poolstatus.AddrStrings(out), nil
+}
+
+// RecordedAddresses returns every address enactments record from a pool,
+// sorted, and fails if one is held twice: the Unique invariant.
+func RecordedAddresses(ctx context.Context, c client.Reader, pool string) ([]string, error) {
+	var list nncev1beta1.NodeNetworkConfigurationEnactmentList
+	if err := c.List(ctx, &list); err != nil {
+		return nil, err
+	}
+	var out []netip.Addr
+	for ip, owners := range poolstatus.ClaimsOf(pool, list.Items) {
+		if len(owners) > 1 {
+			return nil, errors.New(poolstatus.CollisionMessage(pool, poolstatus.Claims{ip: owners}, []netip.Addr{ip}))
+		}
+		out = append(out, ip)
+	}
+	return poolstatus.AddrStrings(out), nil
+}
