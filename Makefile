@@ -31,7 +31,7 @@ SHELL := /usr/bin/env bash -o pipefail
 
 .PHONY: help
 help: ## Show this help.
-	@awk 'BEGIN {FS = ":.*##"; printf "\nUsage:\n  make \033[36m<target>\033[0m\n"} /^[a-zA-Z_0-9-]+:.*?##/ { printf "  \033[36m%-16s\033[0m %s\n", $$1, $$2 } /^##@/ { printf "\n\033[1m%s\033[0m\n", substr($$0, 5) } ' $(MAKEFILE_LIST)
+	@awk 'BEGIN {FS = ":.*##"; printf "\nUsage:\n  make \033[36m<target>\033[0m\n"} /^[a-zA-Z_0-9-]+:.*?##/ { printf "  \033[36m%-18s\033[0m %s\n", $$1, $$2 } /^##@/ { printf "\n\033[1m%s\033[0m\n", substr($$0, 5) } ' $(MAKEFILE_LIST)
 
 ##@ Development
 
@@ -39,6 +39,10 @@ help: ## Show this help.
 manifests: $(CONTROLLER_GEN) ## Generate the CRDs into deploy/crd and RBAC into deploy/rbac.
 	$(CONTROLLER_GEN) crd paths=./api/... paths=$(UPSTREAM_API)/v1 output:crd:artifacts:config=deploy/crd
 	rm -f deploy/crd/nmstate.io_nmstates.yaml # the operator's kind, not ours
+	@# NodeNetworkState, for compatibility with kubernetes-nmstate; its other
+	@# v1beta1 kinds would clash with ours.
+	rm -rf $(LOCALBIN)/crd-upstream && $(CONTROLLER_GEN) crd paths=$(UPSTREAM_API)/v1beta1 output:crd:artifacts:config=$(LOCALBIN)/crd-upstream
+	cp $(LOCALBIN)/crd-upstream/nmstate.io_nodenetworkstates.yaml deploy/crd/
 	$(CONTROLLER_GEN) rbac:roleName=nmstate-ippool-handler paths=./controllers/handler/... output:rbac:artifacts:config=deploy/rbac/handler
 	$(CONTROLLER_GEN) rbac:roleName=nmstate-ippool-pool-controller paths=./controllers/pool/... paths=./controllers/enactment/... output:rbac:artifacts:config=deploy/rbac/pool-controller
 
@@ -68,10 +72,22 @@ verify: $(CONTROLLER_GEN) ## Fail if `make manifests generate` or gofmt would ch
 build: ## Build the binaries into bin/.
 	go build -o $(LOCALBIN)/ ./cmd/...
 
+IMG_REGISTRY ?= ghcr.io/nmstate-ippool
+IMG_TAG ?= latest
+
+.PHONY: images
+images: ## Build the handler and pool-controller images (needs a Docker engine).
+	docker build --target handler -t $(IMG_REGISTRY)/handler:$(IMG_TAG) .
+	docker build --target pool-controller -t $(IMG_REGISTRY)/pool-controller:$(IMG_TAG) .
+
+.PHONY: install-manifests
+install-manifests: $(KUSTOMIZE) ## Render the whole install (deploy/default) to stdout.
+	$(KUSTOMIZE) build deploy/default
+
 ##@ Test
 
 .PHONY: test
-test: envtest-assets ## Run unit tests, fuzz seeds and envtest suites against a real API server (with -race).
+test: envtest-assets $(KUSTOMIZE) ## Run unit tests, fuzz seeds and envtest suites against a real API server (with -race).
 	go test $(GO_TEST_FLAGS) ./...
 
 .PHONY: fuzz

@@ -1,0 +1,203 @@
+package deploy_test
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime"
+	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/nmstate-ippool/nmstate-ippool/deploy"
+	"github.com/nmstate-ippool/nmstate-ippool/test/envtest"
+)
+
+// kustomize returns the kustomize binary, building the pinned one if
+// `make tools` has not.
+func kustomize(t *testing.T) string {
+	t.Helper()
+	bin := filepath.Join(envtest.RepoRoot(), "bin", "kustomize")
+	if _, err := os.Stat(bin); err == nil {
+		return bin
+	}
+	bin = filepath.Join(t.TempDir(), "kustomize")
+	cmd := exec.Command("go", "build", "-o", bin, "sigs.k8s.io/kustomize/kustomize/v5")
+	cmd.Dir = filepath.Join(envtest.RepoRoot(), "hack", "tools")
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("build kustomize: %v\n%s", err, out)
+	}
+	return bin
+}
+
+// render runs kustomize build on a directory of deploy/ and decodes the
+// objects.
+func render(t *testing.T, dir string) []*unstructured.Unstructured {
+	t.Helper()
+	out, err := exec.Command(kustomize(t), "build", filepath.Join(envtest.RepoRoot(), "deploy", dir)).Output()
+	if err != nil {
+		var exit *exec.ExitError
+		if errors.As(err, &exit) {
+			t.Fatalf("kustomize build deploy/%s: %v\n%s", dir, err, exit.Stderr)
+		}
+		t.Fatal(err)
+	}
+	dec := utilyaml.NewYAMLOrJSONDecoder(bytes.NewReader(out), 4096)
+	var objs []*unstructured.Unstructured
+	for {
+		var u unstructured.Unstructured
+		if err := dec.Decode(&u.Object); errors.Is(err, io.EOF) {
+			break
+		} else if err != nil {
+			t.Fatal(err)
+		}
+		if len(u.Object) > 0 {
+			objs = append(objs, &u)
+		}
+	}
+	return objs
+}
+
+// TestInstallDryRun renders deploy/default and deploy/samples and applies
+// every object to a real API server: the namespace for real, the rest with
+// a server-side dry run, so the API server validates each of them (pod
+// specs, RBAC references, the NodeIPPool's CEL rules) without running them.
+func TestInstallDryRun(t *testing.T) {
+	env, err := envtest.Start()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = env.Stop() })
+	c, err := client.New(env.Config, client.Options{Scheme: env.Scheme})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	install := render(t, "default")
+	var kinds []string
+	for _, o := range install {
+		kinds = append(kinds, o.GetKind()+"/"+o.GetName())
+		opts := []client.PatchOption{client.FieldOwner("deploy-test"), client.ForceOwnership}
+		if o.GetKind() != "Namespace" {
+			opts = append(opts, client.DryRunAll)
+		}
+		if err := c.Patch(ctx, o, client.Apply, opts...); err != nil {
+			t.Errorf("apply %s %s: %v", o.GetKind(), o.GetName(), err)
+		}
+	}
+	for _, want := range []string{"Namespace/nmstate-ippool", "DaemonSet/nmstate-ippool-handler", "Deployment/nmstate-ippool-pool-controller",
+		"CustomResourceDefinition/nodeippools.nmstate.io", "CustomResourceDefinition/nodenetworkstates.nmstate.io",
+		"ClusterRole/nmstate-ippool-handler", "ClusterRole/nmstate-ippool-pool-controller", "Role/nmstate-ippool-leader-election"} {
+		if !slices.Contains(kinds, want) {
+			t.Errorf("the install lacks %s; it has %v", want, kinds)
+		}
+	}
+	for _, o := range render(t, "samples") {
+		if err := c.Patch(ctx, o, client.Apply, client.FieldOwner("deploy-test"), client.DryRunAll); err != nil {
+			t.Errorf("apply sample %s %s: %v", o.GetKind(), o.GetName(), err)
+		}
+	}
+}
+
+// typed converts a rendered object of kind to T.
+func typed[T any](t *testing.T, objs []*unstructured.Unstructured, kind, name string) *T {
+	t.Helper()
+	for _, o := range objs {
+		if o.GetKind() == kind && o.GetName() == name {
+			var out T
+			if err := runtime.DefaultUnstructuredConverter.FromUnstructured(o.Object, &out); err != nil {
+				t.Fatal(err)
+			}
+			return &out
+		}
+	}
+	t.Fatalf("no %s %s", kind, name)
+	return nil
+}
+
+// TestInstallShape pins what the install promises: the handler on every
+// node with host networking and its node's name, the controller as two
+// leader-elected replicas on the control plane, and RBAC that gives each
+// component what it uses and no more.
+func TestInstallShape(t *testing.T) {
+	objs := render(t, "default")
+	ds := typed[appsv1.DaemonSet](t, objs, "DaemonSet", "nmstate-ippool-handler")
+	pod := ds.Spec.Template.Spec
+	if !pod.HostNetwork || pod.ServiceAccountName != "nmstate-ippool-handler" {
+		t.Errorf("handler: hostNetwork %v, service account %q", pod.HostNetwork, pod.ServiceAccountName)
+	}
+	env := pod.Containers[0].Env
+	if len(env) == 0 || env[0].Name != "NODE_NAME" || env[0].ValueFrom == nil || env[0].ValueFrom.FieldRef.FieldPath != "spec.nodeName" {
+		t.Errorf("handler: NODE_NAME does not come from spec.nodeName: %+v", env)
+	}
+	if !slices.ContainsFunc(pod.Tolerations, func(tol corev1.Toleration) bool { return tol.Operator == corev1.TolerationOpExists && tol.Key == "" }) {
+		t.Errorf("handler: does not tolerate every taint, so some nodes get no handler: %+v", pod.Tolerations)
+	}
+
+	dep := typed[appsv1.Deployment](t, objs, "Deployment", "nmstate-ippool-pool-controller")
+	if *dep.Spec.Replicas != 2 || !slices.Contains(dep.Spec.Template.Spec.Containers[0].Args, "--leader-elect") {
+		t.Errorf("controller: %d replicas, args %v", *dep.Spec.Replicas, dep.Spec.Template.Spec.Containers[0].Args)
+	}
+	if _, ok := dep.Spec.Template.Spec.NodeSelector["node-role.kubernetes.io/control-plane"]; !ok {
+		t.Errorf("controller: not scheduled on the control plane: %v", dep.Spec.Template.Spec.NodeSelector)
+	}
+
+	handler := typed[rbacv1.ClusterRole](t, objs, "ClusterRole", "nmstate-ippool-handler")
+	controller := typed[rbacv1.ClusterRole](t, objs, "ClusterRole", "nmstate-ippool-pool-controller")
+	for _, tt := range []struct {
+		role              *rbacv1.ClusterRole
+		resource, verb    string
+		allowed           bool
+		whyNotOrWhyNeeded string
+	}{
+		{handler, "nodeippools/status", "update", true, "handlers allocate"},
+		{handler, "nodeippools", "update", false, "handlers never change a pool's spec or annotations"},
+		{handler, "nodes", "update", false, "handlers only read nodes"},
+		{handler, "leases", "create", false, "handlers do not elect a leader"},
+		{controller, "nodenetworkconfigurationenactments", "delete", true, "scale down"},
+		{controller, "nodenetworkconfigurationenactments", "create", false, "only handlers create enactments"},
+		{controller, "nodenetworkconfigurationpolicies", "update", false, "the controller only removes annotations (patch)"},
+		{controller, "leases", "create", false, "leases are granted in its namespace only"},
+	} {
+		if got := allows(tt.role, tt.resource, tt.verb); got != tt.allowed {
+			t.Errorf("%s may %s %s: %v, want %v (%s)", tt.role.Name, tt.verb, tt.resource, got, tt.allowed, tt.whyNotOrWhyNeeded)
+		}
+	}
+}
+
+func allows(role *rbacv1.ClusterRole, resource, verb string) bool {
+	for _, r := range role.Rules {
+		if slices.Contains(r.Resources, resource) && (slices.Contains(r.Verbs, verb) || slices.Contains(r.Verbs, "*")) {
+			return true
+		}
+	}
+	return false
+}
+
+// TestEmbeddedCRDs: the Go side of deploy carries every CRD of deploy/crd.
+func TestEmbeddedCRDs(t *testing.T) {
+	crds, err := deploy.CRDs()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var names []string
+	for _, c := range crds {
+		names = append(names, c.Name)
+	}
+	want := []string{"nodeippools.nmstate.io", "nodenetworkconfigurationenactments.nmstate.io",
+		"nodenetworkconfigurationpolicies.nmstate.io", "nodenetworkstates.nmstate.io"}
+	if strings.Join(names, ",") != strings.Join(want, ",") {
+		t.Errorf("embedded CRDs %v, want %v", names, want)
+	}
+}

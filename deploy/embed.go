@@ -1,0 +1,38 @@
+// Package deploy holds the project's Kubernetes manifests (kustomize
+// directories; deploy/default is the whole install). Its Go side embeds the
+// CRDs, so that tools such as the local cluster install exactly what
+// deploy/default does.
+package deploy
+
+import (
+	"embed"
+	"fmt"
+	"io/fs"
+
+	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
+	"sigs.k8s.io/yaml"
+)
+
+//go:embed crd/nmstate.io_*.yaml
+var crds embed.FS
+
+// CRDs returns the CustomResourceDefinitions of deploy/crd.
+func CRDs() ([]*apiextensionsv1.CustomResourceDefinition, error) {
+	files, err := fs.Glob(crds, "crd/nmstate.io_*.yaml")
+	if err != nil {
+		return nil, err
+	}
+	out := make([]*apiextensionsv1.CustomResourceDefinition, 0, len(files))
+	for _, f := range files {
+		raw, err := crds.ReadFile(f)
+		if err != nil {
+			return nil, err
+		}
+		var crd apiextensionsv1.CustomResourceDefinition
+		if err := yaml.UnmarshalStrict(raw, &crd); err != nil {
+			return nil, fmt.Errorf("%s: %w", f, err)
+		}
+		out = append(out, &crd)
+	}
+	return out, nil
+}
