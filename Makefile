@@ -19,6 +19,7 @@ CONTROLLER_GEN ?= $(LOCALBIN)/controller-gen
 KUSTOMIZE ?= $(LOCALBIN)/kustomize
 GINKGO ?= $(LOCALBIN)/ginkgo
 GOLANGCI_LINT ?= $(LOCALBIN)/golangci-lint
+KUBECTL ?= $(LOCALBIN)/kubectl
 
 GO_TEST_FLAGS ?= -race -count=1
 FUZZTIME ?= 10s
@@ -115,6 +116,14 @@ $(ENVTEST_DIR)/etcd: hack/etcd/go.mod hack/etcd/main.go
 	cd hack/etcd && go build -o $@ .
 
 ##@ Tools
+
+.PHONY: kubectl
+kubectl: $(KUBECTL) ## Build kubectl (the API server's version) into bin/ from the same pinned module.
+
+$(KUBECTL): hack/kube-apiserver/go.mod
+	@mkdir -p $(LOCALBIN)
+	@echo "building kubectl $(KUBE_VERSION) from source (first time: a minute or two)"
+	cd hack/kube-apiserver && go build -ldflags "$(KUBE_LDFLAGS)" -o $@ k8s.io/kubernetes/cmd/kubectl
 
 $(CONTROLLER_GEN): hack/tools/go.mod
 	cd hack/tools && go build -o $@ sigs.k8s.io/controller-tools/cmd/controller-gen
