@@ -1,0 +1,249 @@
+// Command localcluster runs a local cluster for trying and testing
+// nmstate-ippool on a machine without Kubernetes or NetworkManager: a real
+// etcd and kube-apiserver (the envtest assets), the CRDs, simulated Nodes,
+// the pool controller, and one handler process per node, each configuring
+// its own simulated network (nmstatectl-sim). Every process runs on its
+// own after the command returns; "down" stops them by PID.
+//
+//	localcluster up --nodes N [--dir .local] [--gc-grace-period 30s]
+//	localcluster node add NAME [--label k=v]...
+//	localcluster node remove NAME [--crash]
+//	localcluster node restart NAME [--crash]
+//	localcluster status
+//	localcluster down
+//
+// The directory (.local) holds state.json, kubeconfig, pki/, the etcd data,
+// nodes/<node>.yaml (each node's network) and logs/.
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+)
+
+const usage = `Usage:
+  localcluster up --nodes N [--dir DIR] [--gc-grace-period D] [--bin DIR] [--assets DIR]
+  localcluster node add NAME [--label k=v]... [--dir DIR]
+  localcluster node remove NAME [--crash] [--dir DIR]
+  localcluster node restart NAME [--crash] [--dir DIR]
+  localcluster status [--dir DIR]
+  localcluster down [--dir DIR]
+
+up starts etcd, kube-apiserver, the pool controller and a handler per node
+(node01...), writes DIR/kubeconfig and returns once all are ready, leaving
+them running. node remove deletes a Node (with --crash, its handler is
+killed first, without a chance to clean up). down stops every process up
+and node add started, and removes nothing. DIR defaults to .local.
+`
+
+func main() {
+	os.Exit(run(context.Background(), os.Args[1:], os.Stdout, os.Stderr))
+}
+
+// errUsage marks a command line that cannot be understood.
+var errUsage = errors.New("usage")
+
+// run executes a command line and returns the exit code: 0 on success, 1
+// on failure, 2 on a usage error.
+func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	err := dispatch(ctx, args, stdout, stderr)
+	switch {
+	case err == nil || errors.Is(err, flag.ErrHelp):
+		return 0
+	case errors.Is(err, errUsage):
+		fmt.Fprintf(stderr, "error: %v\n\n%s", err, usage)
+		return 2
+	default:
+		fmt.Fprintln(stderr, "error:", err)
+		return 1
+	}
+}
+
+func dispatch(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	if len(args) == 0 {
+		return fmt.Errorf("%w: no command", errUsage)
+	}
+	switch cmd, rest := args[0], args[1:]; cmd {
+	case "up":
+		return cmdUp(ctx, rest, stdout, stderr)
+	case "down":
+		return withCluster(rest, "down", stderr, nil, func(c *cluster, _ []string) error { return c.down(stdout) })
+	case "status":
+		return withCluster(rest, "status", stderr, nil, func(c *cluster, _ []string) error { return c.status(stdout) })
+	case "node":
+		return cmdNode(ctx, rest, stdout, stderr)
+	case "help", "-h", "--help":
+		fmt.Fprint(stdout, usage)
+		return nil
+	default:
+		return fmt.Errorf("%w: unknown command %q", errUsage, cmd)
+	}
+}
+
+func cmdUp(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	fs := flag.NewFlagSet("up", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	o := upOptions{}
+	fs.StringVar(&o.dir, "dir", ".local", "directory of the cluster's state, data and logs")
+	fs.IntVar(&o.nodes, "nodes", 3, "how many nodes to create")
+	fs.DurationVar(&o.gracePeriod, "gc-grace-period", 30*time.Second, "the pool controller's garbage collection grace period")
+	fs.StringVar(&o.bin, "bin", exeDir(), "directory of handler, pool-controller and nmstatectl-sim")
+	fs.StringVar(&o.assets, "assets", "", "directory of etcd and kube-apiserver (default $KUBEBUILDER_ASSETS, else BIN/k8s)")
+	if err := parse(fs, args, 0); err != nil {
+		return err
+	}
+	if o.nodes < 0 || o.nodes > 99 {
+		return fmt.Errorf("%w: --nodes %d: give 0 to 99", errUsage, o.nodes)
+	}
+	if o.assets == "" {
+		o.assets = os.Getenv("KUBEBUILDER_ASSETS")
+	}
+	if o.assets == "" {
+		o.assets = filepath.Join(o.bin, "k8s")
+	}
+	var err error
+	if o.dir, err = filepath.Abs(o.dir); err != nil {
+		return err
+	}
+	unlock, err := lock(o.dir)
+	if err != nil {
+		return err
+	}
+	defer unlock()
+	return up(ctx, o, stdout)
+}
+
+// labels collects repeated --label k=v flags.
+type labels map[string]string
+
+func (l labels) String() string { return fmt.Sprint(map[string]string(l)) }
+
+func (l labels) Set(v string) error {
+	k, val, ok := strings.Cut(v, "=")
+	if !ok || k == "" {
+		return fmt.Errorf("label %q: write key=value", v)
+	}
+	l[k] = val
+	return nil
+}
+
+func cmdNode(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	if len(args) == 0 {
+		return fmt.Errorf("%w: node needs add, remove or restart", errUsage)
+	}
+	verb, rest := args[0], args[1:]
+	extra := labels{}
+	var crash bool
+	flags := func(fs *flag.FlagSet) {
+		switch verb {
+		case "add":
+			fs.Var(extra, "label", "a label of the node, key=value (repeatable)")
+		case "remove", "restart":
+			fs.BoolVar(&crash, "crash", false, "kill the handler (SIGKILL) instead of stopping it")
+		}
+	}
+	if verb != "add" && verb != "remove" && verb != "restart" {
+		return fmt.Errorf("%w: unknown node command %q", errUsage, verb)
+	}
+	return withCluster(rest, "node "+verb, stderr, flags, func(c *cluster, names []string) error {
+		k, err := c.client()
+		if err != nil {
+			return err
+		}
+		switch verb {
+		case "add":
+			if err := c.addNode(ctx, k, names[0], extra); err != nil {
+				return err
+			}
+			fmt.Fprintf(stdout, "added node %s; its handler runs (pid %d)\n", names[0], c.Processes[handlerName(names[0])].PID)
+			return nil
+		case "remove":
+			return c.removeNode(ctx, k, names[0], crash, stdout)
+		default:
+			if err := c.restartHandler(ctx, k, names[0], crash); err != nil {
+				return err
+			}
+			fmt.Fprintf(stdout, "restarted the handler of %s (pid %d)\n", names[0], c.Processes[handlerName(names[0])].PID)
+			return nil
+		}
+	})
+}
+
+// withCluster parses --dir (and flags), loads and locks the cluster, runs
+// do with the positional arguments, and saves the state.
+func withCluster(args []string, name string, stderr io.Writer, flags func(*flag.FlagSet),
+	do func(*cluster, []string) error) error {
+	fs := flag.NewFlagSet(name, flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	dir := fs.String("dir", ".local", "directory of the cluster")
+	if flags != nil {
+		flags(fs)
+	}
+	positional := 0
+	if strings.HasPrefix(name, "node ") {
+		positional = 1
+	}
+	if err := parse(fs, args, positional); err != nil {
+		return err
+	}
+	unlock, err := lock(*dir)
+	if err != nil {
+		return err
+	}
+	defer unlock()
+	c, err := load(*dir)
+	if err != nil {
+		return err
+	}
+	if err := do(c, fs.Args()); err != nil {
+		_ = c.save()
+		return err
+	}
+	return c.save()
+}
+
+// parse parses flags given before or after exactly positional arguments.
+func parse(fs *flag.FlagSet, args []string, positional int) error {
+	var pos []string
+	for {
+		if err := fs.Parse(args); err != nil {
+			if errors.Is(err, flag.ErrHelp) {
+				return err
+			}
+			return fmt.Errorf("%w: %w", errUsage, err)
+		}
+		if fs.NArg() == 0 {
+			break
+		}
+		pos = append(pos, fs.Arg(0))
+		args = fs.Args()[1:]
+	}
+	if len(pos) != positional {
+		return fmt.Errorf("%w: %s takes %d argument(s), got %q", errUsage, fs.Name(), positional, pos)
+	}
+	return fs.Parse(pos)
+}
+
+// down stops every process and keeps every file.
+func (c *cluster) down(out io.Writer) error {
+	stopped, err := c.stopAll()
+	fmt.Fprintf(out, "stopped %d processes: %s\nstate and logs are kept in %s\n", len(stopped), strings.Join(stopped, ", "), c.dir)
+	return err
+}
+
+// exeDir is the directory of this program, where make build puts the
+// others.
+func exeDir() string {
+	exe, err := os.Executable()
+	if err != nil {
+		return "bin"
+	}
+	return filepath.Dir(exe)
+}

@@ -1,0 +1,146 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"maps"
+	"os"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/nmstate/kubernetes-nmstate/api/shared"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/validation"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	nncev1beta1 "github.com/nmstate-ippool/nmstate-ippool/api/v1beta1"
+)
+
+// Handler flags for a local cluster: quicker retries than in production,
+// and a record deadline well inside the grace period.
+var handlerTuning = []string{"--pending-requeue=2s", "--failed-requeue=10s", "--record-deadline=10s"}
+
+func handlerName(node string) string { return "handler/" + node }
+
+// defaultNodeLabels are what every simulated node carries: it is a worker,
+// as the samples' policy expects.
+func defaultNodeLabels(name string) map[string]string {
+	return map[string]string{"kubernetes.io/hostname": name, "kubernetes.io/os": "linux", "node-role.kubernetes.io/worker": ""}
+}
+
+// addNode creates a Ready Node and starts its handler, with a simulated
+// network of its own.
+func (c *cluster) addNode(ctx context.Context, k client.Client, name string, labels map[string]string) error {
+	if errs := validation.IsDNS1123Subdomain(name); len(errs) > 0 {
+		return fmt.Errorf("node name %q: %s", name, strings.Join(errs, "; "))
+	}
+	if c.Processes[handlerName(name)].alive() {
+		return fmt.Errorf("node %s already has a running handler", name)
+	}
+	all := defaultNodeLabels(name)
+	maps.Copy(all, labels)
+	node := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: name, Labels: all}}
+	if err := k.Create(ctx, node); err != nil {
+		return fmt.Errorf("create node %s: %w", name, err)
+	}
+	node.Status.Conditions = []corev1.NodeCondition{{Type: corev1.NodeReady, Status: corev1.ConditionTrue,
+		Reason: "KubeletReady", Message: "simulated by localcluster", LastHeartbeatTime: metav1.Now(), LastTransitionTime: metav1.Now()}}
+	if err := k.Status().Update(ctx, node); err != nil {
+		return fmt.Errorf("mark node %s Ready: %w", name, err)
+	}
+	return c.startHandler(ctx, name)
+}
+
+// startHandler starts the handler of a node and waits until it is ready.
+func (c *cluster) startHandler(ctx context.Context, node string) error {
+	if err := os.MkdirAll(c.path("nodes"), 0o755); err != nil {
+		return err
+	}
+	health, err := freePort()
+	if err != nil {
+		return err
+	}
+	p := &process{Binary: filepath.Join(c.Bin, "handler"), Log: c.path("logs", "handler-"+node+".log"),
+		Health: "http://" + hostPort(health) + "/readyz",
+		Env:    []string{"NMSTATECTL_SIM_STATE=" + c.simState(node)},
+		Args: append([]string{"--kubeconfig=" + c.kubeconfig(), "--node-name=" + node,
+			"--nmstatectl=" + filepath.Join(c.Bin, "nmstatectl-sim"),
+			"--health-probe-bind-address=" + hostPort(health), "--metrics-bind-address=0"}, handlerTuning...)}
+	if err := c.launch(handlerName(node), p); err != nil {
+		return err
+	}
+	return p.ready(ctx, time.Minute, httpReady(p.Health))
+}
+
+func (c *cluster) simState(node string) string { return c.path("nodes", node+".yaml") }
+
+// removeNode deletes a node. Gracefully, the Node goes first while its
+// handler runs, and the handler is stopped once the node's enactments are
+// gone; with crash, the handler is killed first, without a chance to clean
+// up, and the pool controller frees the node's addresses.
+func (c *cluster) removeNode(ctx context.Context, k client.Client, name string, crash bool, out io.Writer) error {
+	h, ok := c.Processes[handlerName(name)]
+	switch {
+	case !ok:
+		return fmt.Errorf("node %s was not added by this local cluster", name)
+	case h.Removed:
+		return fmt.Errorf("node %s was removed already", name)
+	}
+	h.Removed = true
+	if crash {
+		if err := h.stop(syscall.SIGKILL, 10*time.Second); err != nil {
+			return err
+		}
+		fmt.Fprintf(out, "killed the handler of %s (pid %d)\n", name, h.PID)
+	}
+	if err := k.Delete(ctx, &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: name}}); client.IgnoreNotFound(err) != nil {
+		return fmt.Errorf("delete node %s: %w", name, err)
+	}
+	fmt.Fprintf(out, "deleted node %s\n", name)
+	gone := waitFor(2*time.Minute, func() bool { return enactmentsOf(ctx, k, name) == 0 })
+	if !crash {
+		if err := h.stop(syscall.SIGTERM, 15*time.Second); err != nil {
+			return err
+		}
+		fmt.Fprintf(out, "stopped the handler of %s\n", name)
+	}
+	if !gone {
+		return fmt.Errorf("the enactments of node %s are still there after two minutes; see %s", name, c.path("logs", "pool-controller.log"))
+	}
+	fmt.Fprintf(out, "the enactments of %s are gone and its addresses released\n", name)
+	return nil
+}
+
+// enactmentsOf counts a node's enactments; -1 if they cannot be listed.
+func enactmentsOf(ctx context.Context, k client.Client, node string) int {
+	var list nncev1beta1.NodeNetworkConfigurationEnactmentList
+	if err := k.List(ctx, &list, client.MatchingLabels{shared.EnactmentNodeLabel: node}); err != nil {
+		return -1
+	}
+	return len(list.Items)
+}
+
+// restartHandler stops a node's handler (killed, with crash) and starts it
+// again.
+func (c *cluster) restartHandler(ctx context.Context, k client.Client, name string, crash bool) error {
+	h, ok := c.Processes[handlerName(name)]
+	if !ok {
+		return fmt.Errorf("node %s was not added by this local cluster", name)
+	}
+	if err := k.Get(ctx, client.ObjectKey{Name: name}, &corev1.Node{}); apierrors.IsNotFound(err) {
+		return fmt.Errorf("node %s was removed; add it again instead", name)
+	}
+	sig := syscall.SIGTERM
+	if crash {
+		sig = syscall.SIGKILL
+	}
+	if err := h.stop(sig, 15*time.Second); err != nil {
+		return err
+	}
+	return c.startHandler(ctx, name)
+}

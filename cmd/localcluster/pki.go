@@ -1,0 +1,155 @@
+package main
+
+import (
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/x509"
+	"crypto/x509/pkix"
+	"encoding/pem"
+	"fmt"
+	"math/big"
+	"net"
+	"os"
+	"path/filepath"
+	"time"
+
+	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
+	"k8s.io/client-go/tools/clientcmd"
+)
+
+// pki holds the files of the local control plane's certificates: a CA, the
+// API server's serving certificate, an admin client certificate
+// (system:masters) and the service account signing key.
+type pki struct {
+	dir string
+}
+
+func (p pki) path(name string) string { return filepath.Join(p.dir, name) }
+
+// generate writes every key and certificate into p.dir.
+func (p pki) generate() error {
+	if err := os.MkdirAll(p.dir, 0o700); err != nil {
+		return err
+	}
+	caKey, caCert, err := newCA()
+	if err != nil {
+		return err
+	}
+	if err := writeCert(p.path("ca.crt"), caCert); err != nil {
+		return err
+	}
+	serving := &x509.Certificate{
+		Subject:     pkix.Name{CommonName: "kube-apiserver"},
+		DNSNames:    []string{"localhost", "kubernetes", "kubernetes.default", "kubernetes.default.svc"},
+		IPAddresses: []net.IP{net.ParseIP("127.0.0.1"), net.ParseIP("10.0.0.1")},
+		ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
+	}
+	if err := p.issue("apiserver", serving, caKey, caCert); err != nil {
+		return err
+	}
+	admin := &x509.Certificate{
+		Subject:     pkix.Name{CommonName: "admin", Organization: []string{"system:masters"}},
+		ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth},
+	}
+	if err := p.issue("admin", admin, caKey, caCert); err != nil {
+		return err
+	}
+	saKey, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		return err
+	}
+	if err := writeKey(p.path("sa.key"), saKey); err != nil {
+		return err
+	}
+	pub, err := x509.MarshalPKIXPublicKey(&saKey.PublicKey)
+	if err != nil {
+		return err
+	}
+	return os.WriteFile(p.path("sa.pub"), pem.EncodeToMemory(&pem.Block{Type: "PUBLIC KEY", Bytes: pub}), 0o600)
+}
+
+func newCA() (*ecdsa.PrivateKey, *x509.Certificate, error) {
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		return nil, nil, err
+	}
+	tmpl := &x509.Certificate{
+		SerialNumber:          big.NewInt(1),
+		Subject:               pkix.Name{CommonName: "nmstate-ippool local cluster CA"},
+		NotBefore:             time.Now().Add(-time.Hour),
+		NotAfter:              time.Now().AddDate(1, 0, 0),
+		KeyUsage:              x509.KeyUsageCertSign | x509.KeyUsageDigitalSignature,
+		BasicConstraintsValid: true,
+		IsCA:                  true,
+	}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
+	if err != nil {
+		return nil, nil, err
+	}
+	cert, err := x509.ParseCertificate(der)
+	return key, cert, err
+}
+
+// issue signs tmpl with the CA and writes name.crt and name.key.
+func (p pki) issue(name string, tmpl *x509.Certificate, caKey *ecdsa.PrivateKey, ca *x509.Certificate) error {
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		return err
+	}
+	serial, err := rand.Int(rand.Reader, new(big.Int).Lsh(big.NewInt(1), 62))
+	if err != nil {
+		return err
+	}
+	tmpl.SerialNumber = serial
+	tmpl.NotBefore, tmpl.NotAfter = time.Now().Add(-time.Hour), time.Now().AddDate(1, 0, 0)
+	tmpl.KeyUsage = x509.KeyUsageDigitalSignature
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, ca, &key.PublicKey, caKey)
+	if err != nil {
+		return fmt.Errorf("sign the %s certificate: %w", name, err)
+	}
+	cert, err := x509.ParseCertificate(der)
+	if err != nil {
+		return err
+	}
+	if err := writeCert(p.path(name+".crt"), cert); err != nil {
+		return err
+	}
+	return writeKey(p.path(name+".key"), key)
+}
+
+func writeCert(path string, cert *x509.Certificate) error {
+	return os.WriteFile(path, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: cert.Raw}), 0o600)
+}
+
+func writeKey(path string, key *ecdsa.PrivateKey) error {
+	der, err := x509.MarshalECPrivateKey(key)
+	if err != nil {
+		return err
+	}
+	return os.WriteFile(path, pem.EncodeToMemory(&pem.Block{Type: "EC PRIVATE KEY", Bytes: der}), 0o600)
+}
+
+// writeKubeconfig writes a kubeconfig for the admin user of the API server
+// at url, with the credentials embedded so the file works from anywhere.
+func (p pki) writeKubeconfig(path, url string) error {
+	read := func(name string) ([]byte, error) { return os.ReadFile(p.path(name)) }
+	ca, err := read("ca.crt")
+	if err != nil {
+		return err
+	}
+	cert, err := read("admin.crt")
+	if err != nil {
+		return err
+	}
+	key, err := read("admin.key")
+	if err != nil {
+		return err
+	}
+	cfg := clientcmdapi.NewConfig()
+	cfg.Clusters["local"] = &clientcmdapi.Cluster{Server: url, CertificateAuthorityData: ca}
+	cfg.AuthInfos["admin"] = &clientcmdapi.AuthInfo{ClientCertificateData: cert, ClientKeyData: key}
+	cfg.Contexts["local"] = &clientcmdapi.Context{Cluster: "local", AuthInfo: "admin"}
+	cfg.CurrentContext = "local"
+	return clientcmd.WriteToFile(*cfg, path)
+}

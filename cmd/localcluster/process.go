@@ -1,0 +1,159 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+)
+
+// process is a program the local cluster started and left running on its
+// own (in a session of its own, output to a log file), known by its PID.
+type process struct {
+	PID    int      `json:"pid"`
+	Binary string   `json:"binary"`
+	Args   []string `json:"args"`
+	Env    []string `json:"env,omitempty"`
+	Log    string   `json:"log"`
+	// Health, if set, is the address of its /readyz endpoint.
+	Health string `json:"health,omitempty"`
+	// Removed is set on the handler of a node that was removed.
+	Removed bool `json:"removed,omitempty"`
+}
+
+// start starts p detached: it outlives the command that started it.
+func (p *process) start() error {
+	if err := os.MkdirAll(filepath.Dir(p.Log), 0o755); err != nil {
+		return err
+	}
+	log, err := os.OpenFile(p.Log, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+	if err != nil {
+		return err
+	}
+	defer func() { _ = log.Close() }()
+	cmd := exec.Command(p.Binary, p.Args...)
+	cmd.Env = append(os.Environ(), p.Env...)
+	cmd.Stdout, cmd.Stderr = log, log
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
+	if err := cmd.Start(); err != nil {
+		return fmt.Errorf("start %s: %w", p.Binary, err)
+	}
+	p.PID = cmd.Process.Pid
+	return cmd.Process.Release()
+}
+
+// alive reports whether p's PID still runs p's binary: a PID reused by
+// another program, or a zombie, is not p.
+func (p *process) alive() bool {
+	if p == nil || p.PID <= 0 {
+		return false
+	}
+	stat, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", p.PID))
+	if err != nil {
+		return false
+	}
+	// The state follows the command name, which is in parentheses.
+	if i := strings.LastIndexByte(string(stat), ')'); i < 0 || i+2 >= len(stat) || stat[i+2] == 'Z' || stat[i+2] == 'X' {
+		return false
+	}
+	exe, err := os.Readlink(fmt.Sprintf("/proc/%d/exe", p.PID))
+	if err != nil {
+		return false
+	}
+	want, err := filepath.EvalSymlinks(p.Binary)
+	if err != nil {
+		want = p.Binary
+	}
+	return strings.TrimSuffix(exe, " (deleted)") == want
+}
+
+// stop sends sig to p and waits up to timeout for it to end; if it has not,
+// it is killed. A process that is not running needs nothing.
+func (p *process) stop(sig syscall.Signal, timeout time.Duration) error {
+	if !p.alive() {
+		return nil
+	}
+	if err := syscall.Kill(p.PID, sig); err != nil && !errors.Is(err, syscall.ESRCH) {
+		return fmt.Errorf("signal %d: %w", p.PID, err)
+	}
+	if waitFor(timeout, func() bool { return !p.alive() }) {
+		return nil
+	}
+	if err := syscall.Kill(p.PID, syscall.SIGKILL); err != nil && !errors.Is(err, syscall.ESRCH) {
+		return fmt.Errorf("kill %d: %w", p.PID, err)
+	}
+	if !waitFor(10*time.Second, func() bool { return !p.alive() }) {
+		return fmt.Errorf("process %d (%s) does not end", p.PID, filepath.Base(p.Binary))
+	}
+	return nil
+}
+
+// ready waits until p's health endpoint answers 200, failing early if p
+// ends; the error points at its log.
+func (p *process) ready(ctx context.Context, timeout time.Duration, get func(context.Context) error) error {
+	ctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	for {
+		if !p.alive() {
+			return fmt.Errorf("%s ended; see %s", filepath.Base(p.Binary), p.Log)
+		}
+		if err := get(ctx); err == nil {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("%s is not ready after %s; see %s", filepath.Base(p.Binary), timeout, p.Log)
+		case <-time.After(200 * time.Millisecond):
+		}
+	}
+}
+
+// httpReady returns a readiness probe of a plain HTTP endpoint.
+func httpReady(url string) func(context.Context) error {
+	return func(ctx context.Context) error {
+		req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+		if err != nil {
+			return err
+		}
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			return err
+		}
+		_ = resp.Body.Close()
+		if resp.StatusCode != http.StatusOK {
+			return fmt.Errorf("%s: %s", url, resp.Status)
+		}
+		return nil
+	}
+}
+
+func waitFor(timeout time.Duration, cond func() bool) bool {
+	deadline := time.Now().Add(timeout)
+	for time.Now().Before(deadline) {
+		if cond() {
+			return true
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	return cond()
+}
+
+// freePort returns a TCP port on 127.0.0.1 that nothing listens on now.
+func freePort() (int, error) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return 0, err
+	}
+	defer func() { _ = l.Close() }()
+	return l.Addr().(*net.TCPAddr).Port, nil
+}
+
+func hostPort(port int) string { return "127.0.0.1:" + strconv.Itoa(port) }

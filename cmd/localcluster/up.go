@@ -1,0 +1,274 @@
+package main
+
+import (
+	"context"
+	"crypto/tls"
+	"crypto/x509"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"path/filepath"
+	"time"
+
+	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/types"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/nmstate-ippool/nmstate-ippool/deploy"
+)
+
+// upOptions are the flags of "up".
+type upOptions struct {
+	dir, bin, assets string
+	nodes            int
+	gracePeriod      time.Duration
+}
+
+// up starts a local cluster and leaves it running. If a step fails, it
+// stops what it started.
+func up(ctx context.Context, o upOptions, out io.Writer) error {
+	if old, err := load(o.dir); err == nil && len(old.running()) > 0 {
+		return fmt.Errorf("a local cluster is already up in %s (%v): run 'localcluster down' first", o.dir, old.running())
+	}
+	c := &cluster{dir: o.dir, Bin: o.bin, Assets: o.assets, GracePeriod: o.gracePeriod.String(), Processes: map[string]*process{}}
+	if err := c.checkBinaries(); err != nil {
+		return err
+	}
+	if err := c.clean(); err != nil {
+		return err
+	}
+	err := c.bootstrap(ctx, o.nodes, out)
+	if err != nil {
+		if _, stopErr := c.stopAll(); stopErr != nil {
+			err = errors.Join(err, stopErr)
+		}
+		return fmt.Errorf("%w\n(stopped what was started; logs are in %s)", err, c.path("logs"))
+	}
+	fmt.Fprintf(out, "\nThe local cluster is up. Try:\n  export KUBECONFIG=%s\n  kubectl get nodes\n  localcluster status --dir %s\n",
+		c.kubeconfig(), c.dir)
+	return nil
+}
+
+// checkBinaries fails early, saying how to build, when a program is
+// missing.
+func (c *cluster) checkBinaries() error {
+	for _, p := range []string{filepath.Join(c.Assets, "etcd"), filepath.Join(c.Assets, "kube-apiserver"),
+		filepath.Join(c.Bin, "handler"), filepath.Join(c.Bin, "pool-controller"), filepath.Join(c.Bin, "nmstatectl-sim")} {
+		if _, err := os.Stat(p); err != nil {
+			return fmt.Errorf("%s not found: run 'make build envtest-assets' (or set --bin and --assets)", p)
+		}
+	}
+	return nil
+}
+
+// clean removes what an earlier cluster in the directory left, and only
+// that: the directory may hold other things.
+func (c *cluster) clean() error {
+	for _, name := range []string{"etcd", "pki", "nodes", "logs", "kubeconfig", stateFile} {
+		if err := os.RemoveAll(c.path(name)); err != nil {
+			return err
+		}
+	}
+	return os.MkdirAll(c.dir, 0o755)
+}
+
+// bootstrap starts the control plane, installs the CRDs, and starts the
+// pool controller and one handler per node.
+func (c *cluster) bootstrap(ctx context.Context, nodes int, out io.Writer) error {
+	keys := pki{dir: c.path("pki")}
+	if err := keys.generate(); err != nil {
+		return fmt.Errorf("generate certificates: %w", err)
+	}
+	for _, s := range []struct {
+		name string
+		run  func(context.Context) error
+	}{
+		{"etcd", c.startEtcd},
+		{"kube-apiserver", func(ctx context.Context) error { return c.startAPIServer(ctx, keys) }},
+		{"CRDs", c.installCRDs},
+		{"pool-controller", c.startPoolController},
+	} {
+		if err := step(out, s.name, func() error { return s.run(ctx) }); err != nil {
+			return err
+		}
+	}
+	k, err := c.client()
+	if err != nil {
+		return err
+	}
+	for i := 1; i <= nodes; i++ {
+		name := fmt.Sprintf("node%02d", i)
+		if err := step(out, "node "+name, func() error { return c.addNode(ctx, k, name, nil) }); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// step runs one step of up, printing its name, result and duration, so
+// that a slow step shows progress instead of silence.
+func step(out io.Writer, name string, run func() error) error {
+	fmt.Fprintf(out, "  %-22s ", name)
+	start := time.Now()
+	if err := run(); err != nil {
+		fmt.Fprintln(out, "failed")
+		return fmt.Errorf("%s: %w", name, err)
+	}
+	fmt.Fprintf(out, "ready (%.1fs)\n", time.Since(start).Seconds())
+	return nil
+}
+
+func (c *cluster) startEtcd(ctx context.Context) error {
+	clientPort, err := freePort()
+	if err != nil {
+		return err
+	}
+	peerPort, err := freePort()
+	if err != nil {
+		return err
+	}
+	clientURL, peerURL := "http://"+hostPort(clientPort), "http://"+hostPort(peerPort)
+	c.Etcd = clientURL
+	p := &process{Binary: filepath.Join(c.Assets, "etcd"), Log: c.path("logs", "etcd.log"), Health: clientURL + "/health", Args: []string{
+		"--name=local", "--data-dir=" + c.path("etcd"),
+		"--listen-client-urls=" + clientURL, "--advertise-client-urls=" + clientURL,
+		"--listen-peer-urls=" + peerURL, "--initial-advertise-peer-urls=" + peerURL,
+		"--initial-cluster=local=" + peerURL, "--unsafe-no-fsync",
+	}}
+	if err := c.launch("etcd", p); err != nil {
+		return err
+	}
+	return p.ready(ctx, time.Minute, httpReady(p.Health))
+}
+
+func (c *cluster) startAPIServer(ctx context.Context, keys pki) error {
+	port, err := freePort()
+	if err != nil {
+		return err
+	}
+	c.APIServer = "https://" + hostPort(port)
+	p := &process{Binary: filepath.Join(c.Assets, "kube-apiserver"), Log: c.path("logs", "kube-apiserver.log"),
+		Health: c.APIServer + "/readyz", Args: []string{
+			"--etcd-servers=" + c.Etcd,
+			"--bind-address=127.0.0.1", "--advertise-address=127.0.0.1", fmt.Sprintf("--secure-port=%d", port),
+			"--cert-dir=" + keys.dir,
+			"--tls-cert-file=" + keys.path("apiserver.crt"), "--tls-private-key-file=" + keys.path("apiserver.key"),
+			"--client-ca-file=" + keys.path("ca.crt"),
+			"--service-account-issuer=https://kubernetes.default.svc",
+			"--service-account-key-file=" + keys.path("sa.pub"), "--service-account-signing-key-file=" + keys.path("sa.key"),
+			"--service-cluster-ip-range=10.0.0.0/24", "--authorization-mode=RBAC", "--allow-privileged=true",
+			"--disable-admission-plugins=ServiceAccount",
+		}}
+	if err := c.launch("kube-apiserver", p); err != nil {
+		return err
+	}
+	if err := keys.writeKubeconfig(c.kubeconfig(), c.APIServer); err != nil {
+		return err
+	}
+	probe, err := adminProbe(keys, p.Health)
+	if err != nil {
+		return err
+	}
+	return p.ready(ctx, 2*time.Minute, probe)
+}
+
+// adminProbe probes an endpoint of the API server as the admin user.
+func adminProbe(keys pki, url string) (func(context.Context) error, error) {
+	cert, err := tls.LoadX509KeyPair(keys.path("admin.crt"), keys.path("admin.key"))
+	if err != nil {
+		return nil, err
+	}
+	ca, err := os.ReadFile(keys.path("ca.crt"))
+	if err != nil {
+		return nil, err
+	}
+	pool := x509.NewCertPool()
+	pool.AppendCertsFromPEM(ca)
+	hc := &http.Client{Timeout: 5 * time.Second, Transport: &http.Transport{
+		TLSClientConfig: &tls.Config{Certificates: []tls.Certificate{cert}, RootCAs: pool, MinVersion: tls.VersionTLS12}}}
+	return func(ctx context.Context) error {
+		req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+		if err != nil {
+			return err
+		}
+		resp, err := hc.Do(req)
+		if err != nil {
+			return err
+		}
+		_ = resp.Body.Close()
+		if resp.StatusCode != http.StatusOK {
+			return fmt.Errorf("%s: %s", url, resp.Status)
+		}
+		return nil
+	}, nil
+}
+
+// installCRDs creates the CRDs of deploy/crd and waits until they serve.
+func (c *cluster) installCRDs(ctx context.Context) error {
+	k, err := c.client()
+	if err != nil {
+		return err
+	}
+	crds, err := deploy.CRDs()
+	if err != nil {
+		return err
+	}
+	for _, crd := range crds {
+		if err := k.Create(ctx, crd); err != nil && !apierrors.IsAlreadyExists(err) {
+			return fmt.Errorf("create CRD %s: %w", crd.Name, err)
+		}
+	}
+	for _, crd := range crds {
+		ok := waitFor(time.Minute, func() bool { return established(ctx, k, crd.Name) })
+		if !ok {
+			return fmt.Errorf("CRD %s is not established after a minute", crd.Name)
+		}
+	}
+	return nil
+}
+
+func established(ctx context.Context, k client.Client, name string) bool {
+	var crd apiextensionsv1.CustomResourceDefinition
+	if err := k.Get(ctx, types.NamespacedName{Name: name}, &crd); err != nil {
+		return false
+	}
+	for _, c := range crd.Status.Conditions {
+		if c.Type == apiextensionsv1.Established && c.Status == apiextensionsv1.ConditionTrue {
+			return true
+		}
+	}
+	return false
+}
+
+func (c *cluster) startPoolController(ctx context.Context) error {
+	health, err := freePort()
+	if err != nil {
+		return err
+	}
+	metrics, err := freePort()
+	if err != nil {
+		return err
+	}
+	p := &process{Binary: filepath.Join(c.Bin, "pool-controller"), Log: c.path("logs", "pool-controller.log"),
+		Health: "http://" + hostPort(health) + "/readyz", Args: []string{
+			"--kubeconfig=" + c.kubeconfig(), "--leader-election-namespace=default",
+			"--health-probe-bind-address=" + hostPort(health), "--metrics-bind-address=" + hostPort(metrics),
+			"--gc-grace-period=" + c.GracePeriod,
+		}}
+	if err := c.launch("pool-controller", p); err != nil {
+		return err
+	}
+	return p.ready(ctx, time.Minute, httpReady(p.Health))
+}
+
+// launch starts a process and records it before anything else can fail.
+func (c *cluster) launch(name string, p *process) error {
+	if err := p.start(); err != nil {
+		return err
+	}
+	c.Processes[name] = p
+	return c.save()
+}
