@@ -88,11 +88,11 @@ func TestInstallDryRun(t *testing.T) {
 	var kinds []string
 	for _, o := range install {
 		kinds = append(kinds, o.GetKind()+"/"+o.GetName())
-		opts := []client.PatchOption{client.FieldOwner("deploy-test"), client.ForceOwnership}
+		opts := []client.ApplyOption{client.FieldOwner("deploy-test"), client.ForceOwnership}
 		if o.GetKind() != "Namespace" {
 			opts = append(opts, client.DryRunAll)
 		}
-		if err := c.Patch(ctx, o, client.Apply, opts...); err != nil {
+		if err := c.Apply(ctx, client.ApplyConfigurationFromUnstructured(o), opts...); err != nil {
 			t.Errorf("apply %s %s: %v", o.GetKind(), o.GetName(), err)
 		}
 	}
@@ -104,7 +104,7 @@ func TestInstallDryRun(t *testing.T) {
 		}
 	}
 	for _, o := range render(t, "samples") {
-		if err := c.Patch(ctx, o, client.Apply, client.FieldOwner("deploy-test"), client.DryRunAll); err != nil {
+		if err := c.Apply(ctx, client.ApplyConfigurationFromUnstructured(o), client.FieldOwner("deploy-test"), client.DryRunAll); err != nil {
 			t.Errorf("apply sample %s %s: %v", o.GetKind(), o.GetName(), err)
 		}
 	}

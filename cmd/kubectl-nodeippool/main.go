@@ -1,31 +1,50 @@
-// Command kubectl-nodeippool is a kubectl plugin that explains NodeIPPool
-// offsets, the specification's "tool to understand NodeIPPool offsets".
+// Command kubectl-nodeippool is a kubectl plugin that explains NodeIPPools,
+// the specification's "tool to understand NodeIPPool offsets":
 //
-// The explain subcommand needs no cluster: it shows how a range maps offsets
-// to addresses, which of them are excluded, what a status.allocatedOffsets
-// snapshot holds, and which addresses the next allocations would get.
+//	kubectl nodeippool list                    pools, their ranges, use and condition
+//	kubectl nodeippool show POOL               every allocated offset → IP → node, interface, policy, capture
+//	kubectl nodeippool decode POOL OFFSET|IP   an offset or an address, both ways
+//	kubectl nodeippool check [POOL...]         exit 1 if pool status and enactments disagree, listing how
+//	kubectl nodeippool explain --cidr ...      a range's offsets, offline
+//
+// The cluster commands print tables, or -o json|yaml, and find the cluster
+// as kubectl does: --kubeconfig, --context, $KUBECONFIG, ~/.kube/config.
 package main
 
 import (
+	"context"
 	"errors"
 	"flag"
 	"fmt"
 	"io"
 	"os"
-	"strconv"
-	"strings"
-	"text/tabwriter"
 
-	"github.com/nmstate-ippool/nmstate-ippool/pkg/ippool"
+	"k8s.io/client-go/tools/clientcmd"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	ippoolv1 "github.com/nmstate-ippool/nmstate-ippool/api/v1"
+	nncev1beta1 "github.com/nmstate-ippool/nmstate-ippool/api/v1beta1"
+	"github.com/nmstate-ippool/nmstate-ippool/internal/cli"
+	"github.com/nmstate-ippool/nmstate-ippool/internal/scheme"
 )
 
 const usage = `Usage:
+  kubectl nodeippool list                     [-o table|json|yaml]
+  kubectl nodeippool show POOL                [-o table|json|yaml]
+  kubectl nodeippool decode POOL OFFSET|IP    [-o table|json|yaml]
+  kubectl nodeippool check [POOL...]          [-o table|json|yaml]
   kubectl nodeippool explain --cidr CIDR [--start IP] [--end IP] [--exclude IP|CIDR,...]
                              [--allocated SNAPSHOT] [--allocate N] [--limit N]
 
-Shows every offset of a NodeIPPool range with its address and state
-(free, allocated, excluded), the pool's size, and, with --allocate N, the
-addresses the next N allocations get and the resulting status snapshot.
+list shows the pools; show, every allocated or recorded address of a pool
+with its offset, state and holders (node, interface, policy, capture);
+decode turns an offset into an address or back; check exits 1 when a
+pool's status and the enactments disagree, listing every mismatch. They
+take --kubeconfig and --context like kubectl.
+
+explain needs no cluster: it shows how a range maps offsets to addresses,
+which are excluded, what a status.allocatedOffsets snapshot holds and, with
+--allocate N, which addresses the next N allocations get.
 `
 
 func main() {
@@ -33,125 +52,168 @@ func main() {
 }
 
 // run executes the command line and returns the exit code: 0 on success, 1
-// when the input is invalid, 2 on a usage error.
+// when the input is invalid, the cluster cannot be read or check finds a
+// mismatch, 2 on a usage error.
 func run(args []string, stdout, stderr io.Writer) int {
-	if len(args) == 0 || args[0] != "explain" {
+	if len(args) == 0 {
 		fmt.Fprint(stderr, usage)
 		return 2
 	}
-	opts, err := parseExplain(args[1:], stderr)
-	if err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return 0
-		}
-		fmt.Fprintln(stderr, "error:", err)
-		return 2
+	var err error
+	switch cmd, rest := args[0], args[1:]; cmd {
+	case "explain":
+		err = runExplain(rest, stdout, stderr)
+	case "list", "show", "decode", "check":
+		err = runCluster(cmd, rest, stdout, stderr)
+	case "help", "-h", "--help":
+		fmt.Fprint(stdout, usage)
+		return 0
+	default:
+		err = fmt.Errorf("%w: unknown command %q", cli.ErrUsage, cmd)
 	}
-	if err := explain(opts, stdout); err != nil {
+	switch {
+	case err == nil, errors.Is(err, flag.ErrHelp):
+		return 0
+	case errors.Is(err, cli.ErrUsage):
+		fmt.Fprintf(stderr, "error: %v\n\n%s", err, usage)
+		return 2
+	case errors.Is(err, errMismatch):
+		return 1
+	default:
 		fmt.Fprintln(stderr, "error:", err)
 		return 1
 	}
-	return 0
 }
 
-type explainOptions struct {
-	spec      ippool.Spec
-	allocated string
-	allocate  uint64
-	limit     uint64
-}
+// arity is how many positional arguments each cluster command takes.
+var arity = map[string][2]int{"list": {0, 0}, "show": {1, 1}, "decode": {2, 2}, "check": {0, -1}}
 
-func parseExplain(args []string, stderr io.Writer) (explainOptions, error) {
-	var o explainOptions
-	var exclude string
-	fs := flag.NewFlagSet("explain", flag.ContinueOnError)
+func runCluster(cmd string, args []string, stdout, stderr io.Writer) error {
+	fs := flag.NewFlagSet(cmd, flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	fs.Usage = func() { fmt.Fprint(stderr, usage) }
-	fs.StringVar(&o.spec.CIDR, "cidr", "", "the pool's spec.range.cidr (required)")
-	fs.StringVar(&o.spec.Start, "start", "", "spec.range.start (default: first usable address)")
-	fs.StringVar(&o.spec.End, "end", "", "spec.range.end (default: last usable address)")
-	fs.StringVar(&exclude, "exclude", "", "comma-separated spec.range.exclude entries")
-	fs.StringVar(&o.allocated, "allocated", "", "a status.allocatedOffsets snapshot to decode")
-	fs.Uint64Var(&o.allocate, "allocate", 0, "simulate this many allocations")
-	fs.Uint64Var(&o.limit, "limit", 64, "print at most this many offsets")
-	if err := fs.Parse(args); err != nil {
-		return o, err
-	}
-	if fs.NArg() > 0 {
-		return o, fmt.Errorf("unexpected argument %q", fs.Arg(0))
-	}
-	if o.spec.CIDR == "" {
-		return o, errors.New("--cidr is required")
-	}
-	if exclude != "" {
-		o.spec.Exclude = strings.Split(exclude, ",")
-	}
-	return o, nil
-}
-
-func explain(o explainOptions, w io.Writer) error {
-	r, err := ippool.NewRange(o.spec)
+	kubeconfig := fs.String("kubeconfig", "", "path of the kubeconfig file (default $KUBECONFIG, then ~/.kube/config)")
+	kubeContext := fs.String("context", "", "the kubeconfig context to use")
+	output := fs.String("o", "table", "output format: table, json or yaml")
+	fs.StringVar(output, "output", "table", "output format: table, json or yaml")
+	pos, err := cli.Parse(fs, args, arity[cmd][0], arity[cmd][1])
 	if err != nil {
 		return err
 	}
-	a := ippool.NewAllocator(r)
-	if err := a.Restore(o.allocated); err != nil {
-		return fmt.Errorf("--allocated: %w", err)
+	if *output != "table" && *output != "json" && *output != "yaml" {
+		return fmt.Errorf("%w: -o %q: use table, json or yaml", cli.ErrUsage, *output)
 	}
-	var handedOut []string
-	for range o.allocate {
-		off, err := a.AllocateNext()
-		if err != nil {
-			return fmt.Errorf("allocation %d: %w", len(handedOut)+1, err)
-		}
-		ip, _ := r.IP(off)
-		handedOut = append(handedOut, fmt.Sprintf("%s (offset %d)", ip, off))
-	}
-	fmt.Fprintf(w, "range:         %s\n", r)
-	fmt.Fprintf(w, "prefix-length: %d\n", r.Prefix().Bits())
-	fmt.Fprintf(w, "size:          %d assignable of %s offsets\n", r.Size(), offsetCount(r))
-	fmt.Fprintf(w, "allocated:     %d, free %d\n", a.Count(), a.Free())
-	if len(handedOut) > 0 {
-		fmt.Fprintf(w, "allocations:   %s\n", strings.Join(handedOut, ", "))
-		fmt.Fprintf(w, "snapshot:      %q\n", a.Snapshot())
-	}
-	fmt.Fprintln(w)
-	return printOffsets(w, a, o.limit)
-}
-
-// offsetCount is Last()+1 as text, since a 2^64 range overflows uint64.
-func offsetCount(r *ippool.Range) string {
-	if r.Last() == ^uint64(0) {
-		return "18446744073709551616"
-	}
-	return strconv.FormatUint(r.Last()+1, 10)
-}
-
-func printOffsets(w io.Writer, a *ippool.Allocator, limit uint64) error {
-	r := a.Range()
-	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "OFFSET\tIP\tSTATE")
-	var off uint64
-	for ; off <= r.Last() && off < limit; off++ {
-		ip, _ := r.IP(off)
-		state := "free"
-		switch {
-		case r.Excluded(off):
-			state = "excluded"
-		case a.Has(off):
-			state = "allocated"
-		}
-		fmt.Fprintf(tw, "%d\t%s\t%s\n", off, ip, state)
-		if off == r.Last() {
-			break
-		}
-	}
-	if err := tw.Flush(); err != nil {
+	k, err := connect(*kubeconfig, *kubeContext)
+	if err != nil {
 		return err
 	}
-	if off < r.Last() {
-		_, err := fmt.Fprintf(w, "... %d more offsets; raise --limit to see them\n", r.Last()-off+1)
+	st, err := read(context.Background(), k)
+	if err != nil {
 		return err
+	}
+	p := printer{w: stdout, format: *output}
+	switch cmd {
+	case "list":
+		return p.list(st.pools)
+	case "show":
+		return st.show(p, pos[0])
+	case "decode":
+		return st.decode(p, pos[0], pos[1])
+	default:
+		return st.check(p, pos)
+	}
+}
+
+// connect builds a client the way kubectl finds its cluster.
+func connect(kubeconfig, kubeContext string) (client.Client, error) {
+	rules := clientcmd.NewDefaultClientConfigLoadingRules()
+	rules.ExplicitPath = kubeconfig
+	cfg, err := clientcmd.NewNonInteractiveDeferredLoadingClientConfig(rules,
+		&clientcmd.ConfigOverrides{CurrentContext: kubeContext}).ClientConfig()
+	if err != nil {
+		return nil, fmt.Errorf("find the cluster: %w", err)
+	}
+	s, err := scheme.New()
+	if err != nil {
+		return nil, err
+	}
+	return client.New(cfg, client.Options{Scheme: s})
+}
+
+// snapshot is what the plugin reads: every pool and enactment.
+type snapshot struct {
+	pools      []ippoolv1.NodeIPPool
+	enactments []nncev1beta1.NodeNetworkConfigurationEnactment
+}
+
+func read(ctx context.Context, k client.Client) (*snapshot, error) {
+	var pools ippoolv1.NodeIPPoolList
+	if err := k.List(ctx, &pools); err != nil {
+		return nil, fmt.Errorf("list NodeIPPools: %w", err)
+	}
+	var enactments nncev1beta1.NodeNetworkConfigurationEnactmentList
+	if err := k.List(ctx, &enactments); err != nil {
+		return nil, fmt.Errorf("list enactments: %w", err)
+	}
+	return &snapshot{pools: pools.Items, enactments: enactments.Items}, nil
+}
+
+// find returns the inspected pool called name.
+func (s *snapshot) find(name string) (*inspected, error) {
+	for i := range s.pools {
+		if s.pools[i].Name == name {
+			return inspect(&s.pools[i], s.enactments)
+		}
+	}
+	return nil, fmt.Errorf("NodeIPPool %q not found; 'kubectl nodeippool list' shows the pools", name)
+}
+
+func (s *snapshot) show(p printer, name string) error {
+	in, err := s.find(name)
+	if err != nil {
+		return err
+	}
+	return p.detail(in.detail())
+}
+
+func (s *snapshot) decode(p printer, name, arg string) error {
+	in, err := s.find(name)
+	if err != nil {
+		return err
+	}
+	row, err := in.decodeArg(arg)
+	if err != nil {
+		return err
+	}
+	return p.decoded(name, row)
+}
+
+// check prints every pool's problems (of the named pools, if any) and
+// returns errMismatch if there are some.
+func (s *snapshot) check(p printer, names []string) error {
+	checks := checkAll(s.pools, s.enactments)
+	if len(names) > 0 {
+		var kept []poolCheck
+		for _, name := range names {
+			found := false
+			for _, c := range checks {
+				if c.Pool == name {
+					kept, found = append(kept, c), true
+				}
+			}
+			if !found {
+				return fmt.Errorf("NodeIPPool %q not found; 'kubectl nodeippool list' shows the pools", name)
+			}
+		}
+		checks = kept
+	}
+	if err := p.checks(checks); err != nil {
+		return err
+	}
+	for _, c := range checks {
+		if len(c.Problems) > 0 {
+			return errMismatch
+		}
 	}
 	return nil
 }

@@ -26,6 +26,8 @@ import (
 	"path/filepath"
 	"strings"
 	"time"
+
+	"github.com/nmstate-ippool/nmstate-ippool/internal/cli"
 )
 
 const usage = `Usage:
@@ -47,9 +49,6 @@ func main() {
 	os.Exit(run(context.Background(), os.Args[1:], os.Stdout, os.Stderr))
 }
 
-// errUsage marks a command line that cannot be understood.
-var errUsage = errors.New("usage")
-
 // run executes a command line and returns the exit code: 0 on success, 1
 // on failure, 2 on a usage error.
 func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
@@ -57,7 +56,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	switch {
 	case err == nil || errors.Is(err, flag.ErrHelp):
 		return 0
-	case errors.Is(err, errUsage):
+	case errors.Is(err, cli.ErrUsage):
 		fmt.Fprintf(stderr, "error: %v\n\n%s", err, usage)
 		return 2
 	default:
@@ -68,7 +67,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 
 func dispatch(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	if len(args) == 0 {
-		return fmt.Errorf("%w: no command", errUsage)
+		return fmt.Errorf("%w: no command", cli.ErrUsage)
 	}
 	switch cmd, rest := args[0], args[1:]; cmd {
 	case "up":
@@ -83,7 +82,7 @@ func dispatch(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		fmt.Fprint(stdout, usage)
 		return nil
 	default:
-		return fmt.Errorf("%w: unknown command %q", errUsage, cmd)
+		return fmt.Errorf("%w: unknown command %q", cli.ErrUsage, cmd)
 	}
 }
 
@@ -96,11 +95,11 @@ func cmdUp(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs.DurationVar(&o.gracePeriod, "gc-grace-period", 30*time.Second, "the pool controller's garbage collection grace period")
 	fs.StringVar(&o.bin, "bin", exeDir(), "directory of handler, pool-controller and nmstatectl-sim")
 	fs.StringVar(&o.assets, "assets", "", "directory of etcd and kube-apiserver (default $KUBEBUILDER_ASSETS, else BIN/k8s)")
-	if err := parse(fs, args, 0); err != nil {
+	if _, err := cli.Parse(fs, args, 0, 0); err != nil {
 		return err
 	}
 	if o.nodes < 0 || o.nodes > 99 {
-		return fmt.Errorf("%w: --nodes %d: give 0 to 99", errUsage, o.nodes)
+		return fmt.Errorf("%w: --nodes %d: give 0 to 99", cli.ErrUsage, o.nodes)
 	}
 	if o.assets == "" {
 		o.assets = os.Getenv("KUBEBUILDER_ASSETS")
@@ -136,7 +135,7 @@ func (l labels) Set(v string) error {
 
 func cmdNode(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	if len(args) == 0 {
-		return fmt.Errorf("%w: node needs add, remove or restart", errUsage)
+		return fmt.Errorf("%w: node needs add, remove or restart", cli.ErrUsage)
 	}
 	verb, rest := args[0], args[1:]
 	extra := labels{}
@@ -150,7 +149,7 @@ func cmdNode(ctx context.Context, args []string, stdout, stderr io.Writer) error
 		}
 	}
 	if verb != "add" && verb != "remove" && verb != "restart" {
-		return fmt.Errorf("%w: unknown node command %q", errUsage, verb)
+		return fmt.Errorf("%w: unknown node command %q", cli.ErrUsage, verb)
 	}
 	return withCluster(rest, "node "+verb, stderr, flags, func(c *cluster, names []string) error {
 		k, err := c.client()
@@ -190,7 +189,8 @@ func withCluster(args []string, name string, stderr io.Writer, flags func(*flag.
 	if strings.HasPrefix(name, "node ") {
 		positional = 1
 	}
-	if err := parse(fs, args, positional); err != nil {
+	names, err := cli.Parse(fs, args, positional, positional)
+	if err != nil {
 		return err
 	}
 	unlock, err := lock(*dir)
@@ -202,33 +202,11 @@ func withCluster(args []string, name string, stderr io.Writer, flags func(*flag.
 	if err != nil {
 		return err
 	}
-	if err := do(c, fs.Args()); err != nil {
+	if err := do(c, names); err != nil {
 		_ = c.save()
 		return err
 	}
 	return c.save()
-}
-
-// parse parses flags given before or after exactly positional arguments.
-func parse(fs *flag.FlagSet, args []string, positional int) error {
-	var pos []string
-	for {
-		if err := fs.Parse(args); err != nil {
-			if errors.Is(err, flag.ErrHelp) {
-				return err
-			}
-			return fmt.Errorf("%w: %w", errUsage, err)
-		}
-		if fs.NArg() == 0 {
-			break
-		}
-		pos = append(pos, fs.Arg(0))
-		args = fs.Args()[1:]
-	}
-	if len(pos) != positional {
-		return fmt.Errorf("%w: %s takes %d argument(s), got %q", errUsage, fs.Name(), positional, pos)
-	}
-	return fs.Parse(pos)
 }
 
 // down stops every process and keeps every file.

@@ -14,8 +14,8 @@ import (
 	"path/filepath"
 	"time"
 
-	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
 	"k8s.io/client-go/tools/clientcmd"
+	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
 )
 
 // pki holds the files of the local control plane's certificates: a CA, the

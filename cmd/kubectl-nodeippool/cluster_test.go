@@ -1,0 +1,203 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"net/netip"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/nmstate/kubernetes-nmstate/api/shared"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	ippoolv1 "github.com/nmstate-ippool/nmstate-ippool/api/v1"
+	nncev1beta1 "github.com/nmstate-ippool/nmstate-ippool/api/v1beta1"
+	"github.com/nmstate-ippool/nmstate-ippool/internal/poolstatus"
+	"github.com/nmstate-ippool/nmstate-ippool/pkg/ippool"
+	"github.com/nmstate-ippool/nmstate-ippool/test/envtest"
+)
+
+// cluster starts an API server and returns a client and a kubeconfig for
+// the plugin.
+func cluster(t *testing.T) (client.Client, string) {
+	t.Helper()
+	env, err := envtest.Start()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = env.Stop() })
+	kubeconfig := filepath.Join(t.TempDir(), "kubeconfig")
+	if err := env.Kubeconfig(kubeconfig); err != nil {
+		t.Fatal(err)
+	}
+	k, err := client.New(env.Config, client.Options{Scheme: env.Scheme})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return k, kubeconfig
+}
+
+// pool creates a pool whose bitmap has the given addresses set.
+func pool(t *testing.T, k client.Client, name string, r ippoolv1.IPRange, set ...string) {
+	t.Helper()
+	p := &ippoolv1.NodeIPPool{ObjectMeta: metav1.ObjectMeta{Name: name}, Spec: ippoolv1.NodeIPPoolSpec{Range: r}}
+	if err := k.Create(context.Background(), p); err != nil {
+		t.Fatal(err)
+	}
+	rng, err := poolstatus.Range(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	alloc := ippool.NewAllocator(rng)
+	for _, ip := range set {
+		if err := alloc.AllocateIP(mustAddr(ip)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	poolstatus.Set(p, alloc)
+	p.Status.Conditions = []metav1.Condition{{Type: ippoolv1.ConditionAvailable, Status: metav1.ConditionTrue,
+		Reason: ippoolv1.ReasonReconciledPool, Message: "The pool is up to date", LastTransitionTime: metav1.Now()}}
+	if err := k.Status().Update(context.Background(), p); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// enactment creates node.policy recording ips from a pool on eth1 through
+// the capture addr.
+func enactment(t *testing.T, k client.Client, node, policy, poolName string, ips ...string) {
+	t.Helper()
+	e := &nncev1beta1.NodeNetworkConfigurationEnactment{ObjectMeta: metav1.ObjectMeta{Name: node + "." + policy,
+		Labels: map[string]string{shared.EnactmentNodeLabel: node, shared.EnactmentPolicyLabel: policy}}}
+	if err := k.Create(context.Background(), e); err != nil {
+		t.Fatal(err)
+	}
+	e.Status.IPPool = ippoolv1.EnactmentIPPools{poolName: {Allocated: ips}}
+	e.Status.CapturedStates = map[string]shared.NodeNetworkConfigurationEnactmentCapturedState{
+		"addr": {State: shared.NewState("ip: " + ips[0] + "\nprefix-length: 24\n")}}
+	e.Status.DesiredState = shared.NewState("interfaces:\n- name: eth1\n  ipv4:\n    address:\n    - ip: " + ips[0] + "\n      prefix-length: 24\n")
+	if err := k.Status().Update(context.Background(), e); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func plugin(kubeconfig string, args ...string) (int, string, string) {
+	var out, errOut bytes.Buffer
+	code := run(append(args, "--kubeconfig", kubeconfig), &out, &errOut)
+	return code, out.String(), errOut.String()
+}
+
+// TestClusterCommands runs list, show, decode and check against a real API
+// server, on a pool that agrees with its enactments and one that disagrees
+// in every way check knows.
+func TestClusterCommands(t *testing.T) {
+	k, kubeconfig := cluster(t)
+	pool(t, k, "good", ippoolv1.IPRange{CIDR: "10.10.11.0/24", Start: "10.10.11.4", End: "10.10.11.10", Exclude: []string{"10.10.11.5", "10.10.11.7"}},
+		"10.10.11.4", "10.10.11.6")
+	enactment(t, k, "node01", "static-ip", "good", "10.10.11.4")
+	enactment(t, k, "node02", "static-ip", "good", "10.10.11.6")
+	// bad: .2 set and claimed twice, .3 claimed but not set, .9 set and
+	// unclaimed, .200 claimed outside the range; an enactment records a
+	// pool that does not exist.
+	pool(t, k, "bad", ippoolv1.IPRange{CIDR: "10.20.0.0/24", Start: "10.20.0.1", End: "10.20.0.10"}, "10.20.0.2", "10.20.0.9")
+	enactment(t, k, "node01", "bad-a", "bad", "10.20.0.2")
+	enactment(t, k, "node02", "bad-b", "bad", "10.20.0.2")
+	enactment(t, k, "node03", "bad-c", "bad", "10.20.0.3")
+	enactment(t, k, "node04", "bad-d", "bad", "10.20.0.200")
+	enactment(t, k, "node05", "gone", "deleted-pool", "10.30.0.1")
+
+	for _, tt := range []struct {
+		name string
+		args []string
+		code int
+		want []string
+	}{
+		{"list", []string{"list"}, 0, []string{"NAME  CIDR           RANGE                   SIZE  ALLOCATED  FREE  AVAILABLE  REASON",
+			"good  10.10.11.0/24  10.10.11.4-10.10.11.10  5     2          3     True       ReconciledPool"}},
+		{"show", []string{"show", "good"}, 0, []string{"Range:         10.10.11.0/24 10.10.11.4-10.10.11.10 (prefix-length 24)",
+			"0       10.10.11.4  allocated  node01  eth1       static-ip  addr", "2       10.10.11.6  allocated  node02  eth1       static-ip  addr"}},
+		{"show every state", []string{"show", "bad"}, 0, []string{"1       10.20.0.2    collision  node01  eth1       bad-a   addr",
+			"1       10.20.0.2    collision  node02  eth1       bad-b   addr", "2       10.20.0.3    missing    node03", "8       10.20.0.9    unclaimed  -",
+			"-       10.20.0.200  outside    node04"}},
+		{"decode an offset", []string{"decode", "good", "2"}, 0, []string{"NodeIPPool good: 10.10.11.6 is offset 2, allocated, held by node node02 on eth1 " +
+			"(enactment node02.static-ip, policy static-ip, capture addr)"}},
+		{"decode an excluded address", []string{"decode", "good", "10.10.11.5"}, 0, []string{"10.10.11.5 is offset 1, excluded"}},
+		{"decode a free address", []string{"decode", "good", "10.10.11.8"}, 0, []string{"10.10.11.8 is offset 4, free"}},
+		{"check a good pool", []string{"check", "good"}, 0, []string{"ok        good", "all 1 pools agree with their enactments"}},
+		{"check everything", []string{"check"}, 1, []string{
+			"MISMATCH  bad: 10.20.0.3 (offset 2) is recorded by node03.bad-c but not set in the bitmap",
+			"MISMATCH  bad: 10.20.0.9 (offset 8) is set in the bitmap but recorded by no enactment",
+			"MISMATCH  bad: 10.20.0.2 is recorded by node01.bad-a and node02.bad-b",
+			"MISMATCH  bad: 10.20.0.200 is recorded by node04.bad-d but the range (10.20.0.0/24 10.20.0.1-10.20.0.10) does not hand it out",
+			"MISMATCH  deleted-pool: NodeIPPool deleted-pool does not exist, but node05.gone records 10.30.0.1",
+			"ok        good", "2 of 3 pools disagree with their enactments"}},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			code, out, errOut := plugin(kubeconfig, tt.args...)
+			if code != tt.code {
+				t.Fatalf("exit %d, want %d\nstdout:\n%s\nstderr:\n%s", code, tt.code, out, errOut)
+			}
+			for _, w := range tt.want {
+				if !strings.Contains(out, w) {
+					t.Errorf("output lacks %q:\n%s", w, out)
+				}
+			}
+		})
+	}
+}
+
+// TestClusterCommandErrors: a wrong name, offset or output gets a precise
+// error and the right exit code.
+func TestClusterCommandErrors(t *testing.T) {
+	k, kubeconfig := cluster(t)
+	pool(t, k, "p", ippoolv1.IPRange{CIDR: "10.0.0.0/24", Start: "10.0.0.1", End: "10.0.0.10"})
+	for _, tt := range []struct {
+		args []string
+		code int
+		want string
+	}{
+		{[]string{"show", "nope"}, 1, `NodeIPPool "nope" not found; 'kubectl nodeippool list' shows the pools`},
+		{[]string{"decode", "p", "99"}, 1, "NodeIPPool p: not in range: offset 99 is past the last offset 9 of 10.0.0.1-10.0.0.10"},
+		{[]string{"decode", "p", "10.9.9.9"}, 1, "10.9.9.9 is not in NodeIPPool p (10.0.0.0/24 10.0.0.1-10.0.0.10)"},
+		{[]string{"decode", "p", "x"}, 1, `"x" is neither an offset nor an IP address`},
+		{[]string{"decode", "p"}, 2, "decode takes 2 argument(s), got 1"},
+		{[]string{"list", "-o", "xml"}, 2, `-o "xml": use table, json or yaml`},
+		{[]string{"check", "nope"}, 1, `NodeIPPool "nope" not found`},
+		{[]string{"frobnicate"}, 2, `unknown command "frobnicate"`},
+	} {
+		code, _, errOut := plugin(kubeconfig, tt.args...)
+		if code != tt.code || !strings.Contains(errOut, tt.want) {
+			t.Errorf("%v: exit %d, stderr %q; want %d and %q", tt.args, code, errOut, tt.code, tt.want)
+		}
+	}
+	code, _, errOut := run([]string{"list", "--kubeconfig", filepath.Join(t.TempDir(), "missing")}, &bytes.Buffer{}, &bytes.Buffer{}), "", ""
+	if code != 1 {
+		t.Errorf("a missing kubeconfig: exit %d %s", code, errOut)
+	}
+}
+
+// TestStructuredOutput: -o json is the same data as the table.
+func TestStructuredOutput(t *testing.T) {
+	k, kubeconfig := cluster(t)
+	pool(t, k, "p", ippoolv1.IPRange{CIDR: "fd00::/64", Start: "fd00::1", End: "fd00::ff"}, "fd00::1")
+	enactment(t, k, "node01", "v6", "p", "fd00::1")
+	code, out, errOut := plugin(kubeconfig, "show", "p", "-o", "json")
+	if code != 0 {
+		t.Fatalf("exit %d: %s", code, errOut)
+	}
+	var d poolDetail
+	if err := json.Unmarshal([]byte(out), &d); err != nil {
+		t.Fatalf("%v:\n%s", err, out)
+	}
+	if d.Name != "p" || d.PrefixLength != 64 || len(d.Addresses) != 1 || d.Addresses[0].IP != "fd00::1" ||
+		d.Addresses[0].State != stateAllocated || d.Addresses[0].Holders[0].Node != "node01" {
+		t.Errorf("json show: %+v", d)
+	}
+	if code, out, _ := plugin(kubeconfig, "check", "-o", "yaml"); code != 0 || !strings.Contains(out, "- pool: p\n  problems: []") {
+		t.Errorf("yaml check: exit %d\n%s", code, out)
+	}
+}
+
+func mustAddr(s string) netip.Addr { return netip.MustParseAddr(s) }

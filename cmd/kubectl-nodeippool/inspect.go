@@ -1,0 +1,242 @@
+package main
+
+import (
+	"errors"
+	"fmt"
+	"maps"
+	"net/netip"
+	"slices"
+	"strconv"
+	"strings"
+
+	"k8s.io/apimachinery/pkg/api/meta"
+
+	ippoolv1 "github.com/nmstate-ippool/nmstate-ippool/api/v1"
+	nncev1beta1 "github.com/nmstate-ippool/nmstate-ippool/api/v1beta1"
+	"github.com/nmstate-ippool/nmstate-ippool/internal/poolstatus"
+	"github.com/nmstate-ippool/nmstate-ippool/pkg/ippool"
+)
+
+// States of an address in show and decode.
+const (
+	stateAllocated = "allocated" // set, and recorded by one enactment
+	stateUnclaimed = "unclaimed" // set, recorded by none: in flight, or a leak
+	stateMissing   = "missing"   // recorded, not set: the index is broken
+	stateCollision = "collision" // recorded by several enactments
+	stateOutside   = "outside"   // recorded, but the range does not hand it out
+	stateFree      = "free"
+	stateExcluded  = "excluded" // excluded or reserved: never handed out
+)
+
+// poolSummary is a row of list.
+type poolSummary struct {
+	Name      string `json:"name"`
+	CIDR      string `json:"cidr"`
+	Range     string `json:"range"`
+	Size      int64  `json:"size"`
+	Allocated int64  `json:"allocated"`
+	Free      int64  `json:"free"`
+	Available string `json:"available"`
+	Reason    string `json:"reason,omitempty"`
+	Message   string `json:"message,omitempty"`
+}
+
+func summarize(p *ippoolv1.NodeIPPool) poolSummary {
+	s := poolSummary{Name: p.Name, CIDR: p.Spec.Range.CIDR, Size: p.Status.Size, Allocated: p.Status.Allocated,
+		Free: p.Status.Free, Available: "Unknown"}
+	if rng, err := poolstatus.Range(p); err == nil {
+		s.Range = rng.Start().String() + "-" + rng.End().String()
+	} else {
+		s.Range = "invalid: " + err.Error()
+	}
+	if c := meta.FindStatusCondition(p.Status.Conditions, ippoolv1.ConditionAvailable); c != nil {
+		s.Available, s.Reason, s.Message = string(c.Status), c.Reason, c.Message
+	}
+	return s
+}
+
+// addressRow is one address of show: its offset, state and holders.
+type addressRow struct {
+	// Offset is empty for an address outside the range.
+	Offset  string             `json:"offset"`
+	IP      string             `json:"ip"`
+	State   string             `json:"state"`
+	Holders []poolstatus.Owner `json:"holders,omitempty"`
+}
+
+// poolDetail is the output of show.
+type poolDetail struct {
+	poolSummary
+	PrefixLength int          `json:"prefixLength"`
+	Addresses    []addressRow `json:"addresses"`
+}
+
+// inspected is a pool with its allocator, claims and audit.
+type inspected struct {
+	pool   *ippoolv1.NodeIPPool
+	alloc  *ippool.Allocator
+	claims poolstatus.Claims
+	audit  poolstatus.Audit
+}
+
+// inspect restores a pool's bitmap and compares it with the enactments.
+func inspect(p *ippoolv1.NodeIPPool, enactments []nncev1beta1.NodeNetworkConfigurationEnactment) (*inspected, error) {
+	alloc, err := poolstatus.Allocator(p)
+	if err != nil {
+		return nil, fmt.Errorf("NodeIPPool %s: %w", p.Name, err)
+	}
+	claims := poolstatus.ClaimsOf(p.Name, enactments)
+	return &inspected{pool: p, alloc: alloc, claims: claims, audit: poolstatus.AuditPool(alloc, claims)}, nil
+}
+
+// detail lists every address that is set or recorded, in offset order,
+// with its state and holders.
+func (in *inspected) detail() poolDetail {
+	d := poolDetail{poolSummary: summarize(in.pool), PrefixLength: in.alloc.Range().Prefix().Bits()}
+	rng := in.alloc.Range()
+	seen := map[netip.Addr]bool{}
+	var ips []netip.Addr
+	for off := range in.alloc.Offsets() {
+		ip, _ := rng.IP(off)
+		seen[ip] = true
+		ips = append(ips, ip)
+	}
+	for ip := range in.claims {
+		if !seen[ip] {
+			ips = append(ips, ip)
+		}
+	}
+	slices.SortFunc(ips, netip.Addr.Compare)
+	for _, ip := range ips {
+		d.Addresses = append(d.Addresses, in.row(ip))
+	}
+	return d
+}
+
+// row describes one address.
+func (in *inspected) row(ip netip.Addr) addressRow {
+	rng := in.alloc.Range()
+	r := addressRow{IP: ip.String(), Holders: in.claims[ip]}
+	off, err := rng.Offset(ip)
+	if err == nil {
+		r.Offset = strconv.FormatUint(off, 10)
+	}
+	_, assignErr := rng.Assignable(ip)
+	set := err == nil && in.alloc.Has(off)
+	switch {
+	case len(r.Holders) > 1:
+		r.State = stateCollision
+	case len(r.Holders) == 1 && assignErr != nil:
+		r.State = stateOutside
+	case len(r.Holders) == 1 && !set:
+		r.State = stateMissing
+	case len(r.Holders) == 1:
+		r.State = stateAllocated
+	case set:
+		r.State = stateUnclaimed
+	case assignErr != nil:
+		r.State = stateExcluded
+	default:
+		r.State = stateFree
+	}
+	return r
+}
+
+// decodeArg answers decode: an offset or an address of the pool, both
+// ways, with its state and holders.
+func (in *inspected) decodeArg(arg string) (addressRow, error) {
+	rng := in.alloc.Range()
+	if off, err := strconv.ParseUint(arg, 10, 64); err == nil {
+		ip, err := rng.IP(off)
+		if err != nil {
+			return addressRow{}, fmt.Errorf("NodeIPPool %s: %w", in.pool.Name, err)
+		}
+		return in.row(ip), nil
+	}
+	ip, err := netip.ParseAddr(arg)
+	if err != nil {
+		return addressRow{}, fmt.Errorf("%q is neither an offset nor an IP address", arg)
+	}
+	if _, err := rng.Offset(ip); err != nil && len(in.claims[ip]) == 0 {
+		return addressRow{}, fmt.Errorf("%s is not in NodeIPPool %s (%s)", ip, in.pool.Name, rng)
+	}
+	return in.row(ip), nil
+}
+
+// problems lists every mismatch between the pool's status and the
+// enactments, in words.
+func (in *inspected) problems() []string {
+	var out []string
+	rng := in.alloc.Range()
+	holders := func(ip netip.Addr) string {
+		names := make([]string, 0, len(in.claims[ip]))
+		for _, o := range in.claims[ip] {
+			names = append(names, o.Enactment)
+		}
+		return strings.Join(names, " and ")
+	}
+	for _, ip := range in.audit.Missing {
+		off, _ := rng.Offset(ip)
+		out = append(out, fmt.Sprintf("%s (offset %d) is recorded by %s but not set in the bitmap", ip, off, holders(ip)))
+	}
+	for _, off := range in.audit.Unclaimed {
+		ip, _ := rng.IP(off)
+		out = append(out, fmt.Sprintf("%s (offset %d) is set in the bitmap but recorded by no enactment", ip, off))
+	}
+	for _, ip := range in.audit.Collisions {
+		out = append(out, fmt.Sprintf("%s is recorded by %s", ip, holders(ip)))
+	}
+	for _, ip := range in.audit.Outside {
+		out = append(out, fmt.Sprintf("%s is recorded by %s but the range (%s) does not hand it out", ip, holders(ip), rng))
+	}
+	st := in.pool.Status
+	if st.Allocated != saturate(in.alloc.Count()) || st.Size != saturate(rng.Size()) || st.Free != st.Size-st.Allocated {
+		out = append(out, fmt.Sprintf("status counts size=%d allocated=%d free=%d disagree with the bitmap (%d of %d allocated)",
+			st.Size, st.Allocated, st.Free, in.alloc.Count(), rng.Size()))
+	}
+	return out
+}
+
+func saturate(n uint64) int64 { return int64(min(n, 1<<63-1)) }
+
+// poolCheck is the result of check for one pool.
+type poolCheck struct {
+	Pool     string   `json:"pool"`
+	Problems []string `json:"problems"`
+}
+
+// checkAll checks every pool, and the enactments that record addresses of
+// pools that do not exist.
+func checkAll(pools []ippoolv1.NodeIPPool, enactments []nncev1beta1.NodeNetworkConfigurationEnactment) []poolCheck {
+	var out []poolCheck
+	known := map[string]bool{}
+	for i := range pools {
+		p := &pools[i]
+		known[p.Name] = true
+		c := poolCheck{Pool: p.Name, Problems: []string{}}
+		in, err := inspect(p, enactments)
+		if err != nil {
+			c.Problems = append(c.Problems, err.Error())
+		} else {
+			c.Problems = append(c.Problems, in.problems()...)
+		}
+		out = append(out, c)
+	}
+	orphans := map[string][]string{}
+	for _, e := range enactments {
+		for pool, held := range e.Status.IPPool {
+			if !known[pool] && len(held.Allocated) > 0 {
+				orphans[pool] = append(orphans[pool], fmt.Sprintf("%s records %s", e.Name, strings.Join(held.Allocated, ", ")))
+			}
+		}
+	}
+	for _, pool := range slices.Sorted(maps.Keys(orphans)) {
+		out = append(out, poolCheck{Pool: pool, Problems: []string{fmt.Sprintf("NodeIPPool %s does not exist, but %s", pool,
+			strings.Join(orphans[pool], "; "))}})
+	}
+	return out
+}
+
+// errMismatch is returned by check when it found problems; the exit code
+// is then 1.
+var errMismatch = errors.New("the pools and the enactments disagree")

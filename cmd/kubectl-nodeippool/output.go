@@ -1,0 +1,141 @@
+package main
+
+import (
+	"encoding/json"
+	"fmt"
+	"io"
+	"strings"
+	"text/tabwriter"
+
+	"sigs.k8s.io/yaml"
+
+	ippoolv1 "github.com/nmstate-ippool/nmstate-ippool/api/v1"
+	"github.com/nmstate-ippool/nmstate-ippool/internal/poolstatus"
+)
+
+// printer writes results as tables, JSON or YAML.
+type printer struct {
+	w      io.Writer
+	format string
+}
+
+// structured writes v as JSON or YAML and reports whether it did.
+func (p printer) structured(v any) (bool, error) {
+	switch p.format {
+	case "json":
+		enc := json.NewEncoder(p.w)
+		enc.SetIndent("", "  ")
+		return true, enc.Encode(v)
+	case "yaml":
+		raw, err := yaml.Marshal(v)
+		if err != nil {
+			return true, err
+		}
+		_, err = p.w.Write(raw)
+		return true, err
+	}
+	return false, nil
+}
+
+func (p printer) table() *tabwriter.Writer { return tabwriter.NewWriter(p.w, 0, 4, 2, ' ', 0) }
+
+func (p printer) list(pools []ippoolv1.NodeIPPool) error {
+	rows := make([]poolSummary, 0, len(pools))
+	for i := range pools {
+		rows = append(rows, summarize(&pools[i]))
+	}
+	if done, err := p.structured(rows); done {
+		return err
+	}
+	if len(rows) == 0 {
+		_, err := fmt.Fprintln(p.w, "No NodeIPPools.")
+		return err
+	}
+	tw := p.table()
+	fmt.Fprintln(tw, "NAME\tCIDR\tRANGE\tSIZE\tALLOCATED\tFREE\tAVAILABLE\tREASON")
+	for _, r := range rows {
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%d\t%d\t%s\t%s\n", r.Name, r.CIDR, r.Range, r.Size, r.Allocated, r.Free, r.Available, r.Reason)
+	}
+	return tw.Flush()
+}
+
+func (p printer) detail(d poolDetail) error {
+	if done, err := p.structured(d); done {
+		return err
+	}
+	fmt.Fprintf(p.w, "NodeIPPool:    %s\n", d.Name)
+	fmt.Fprintf(p.w, "Range:         %s %s (prefix-length %d)\n", d.CIDR, d.Range, d.PrefixLength)
+	fmt.Fprintf(p.w, "Addresses:     %d allocated, %d free, %d in all\n", d.Allocated, d.Free, d.Size)
+	fmt.Fprintf(p.w, "Available:     %s %s: %s\n\n", d.Available, d.Reason, d.Message)
+	if len(d.Addresses) == 0 {
+		_, err := fmt.Fprintln(p.w, "No address is allocated or recorded.")
+		return err
+	}
+	tw := p.table()
+	fmt.Fprintln(tw, "OFFSET\tIP\tSTATE\tNODE\tINTERFACE\tPOLICY\tCAPTURE")
+	for _, a := range d.Addresses {
+		for _, h := range holdersOrNone(a.Holders) {
+			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\n", dash(a.Offset), a.IP, a.State, dash(h.Node), dash(h.Interface), dash(h.Policy), dash(h.Capture))
+		}
+	}
+	return tw.Flush()
+}
+
+func (p printer) decoded(pool string, a addressRow) error {
+	if done, err := p.structured(a); done {
+		return err
+	}
+	where := "outside the range"
+	if a.Offset != "" {
+		where = "offset " + a.Offset
+	}
+	fmt.Fprintf(p.w, "NodeIPPool %s: %s is %s, %s", pool, a.IP, where, a.State)
+	if len(a.Holders) == 0 {
+		_, err := fmt.Fprintln(p.w)
+		return err
+	}
+	held := make([]string, 0, len(a.Holders))
+	for _, h := range a.Holders {
+		held = append(held, fmt.Sprintf("node %s on %s (enactment %s, policy %s, capture %s)",
+			dash(h.Node), dash(h.Interface), h.Enactment, dash(h.Policy), dash(h.Capture)))
+	}
+	_, err := fmt.Fprintf(p.w, ", held by %s\n", strings.Join(held, " and "))
+	return err
+}
+
+func (p printer) checks(checks []poolCheck) error {
+	if done, err := p.structured(checks); done {
+		return err
+	}
+	bad := 0
+	for _, c := range checks {
+		if len(c.Problems) == 0 {
+			fmt.Fprintf(p.w, "ok        %s\n", c.Pool)
+			continue
+		}
+		bad++
+		for _, problem := range c.Problems {
+			fmt.Fprintf(p.w, "MISMATCH  %s: %s\n", c.Pool, problem)
+		}
+	}
+	if bad > 0 {
+		_, err := fmt.Fprintf(p.w, "%d of %d pools disagree with their enactments\n", bad, len(checks))
+		return err
+	}
+	_, err := fmt.Fprintf(p.w, "all %d pools agree with their enactments\n", len(checks))
+	return err
+}
+
+func holdersOrNone(h []poolstatus.Owner) []poolstatus.Owner {
+	if len(h) == 0 {
+		return []poolstatus.Owner{{}}
+	}
+	return h
+}
+
+func dash(s string) string {
+	if s == "" {
+		return "-"
+	}
+	return s
+}
