@@ -91,6 +91,10 @@ install-manifests: $(KUSTOMIZE) ## Render the whole install (deploy/default) to 
 test: envtest-assets $(KUSTOMIZE) ## Run unit tests, fuzz seeds and envtest suites against a real API server (with -race).
 	go test $(GO_TEST_FLAGS) ./...
 
+.PHONY: test-e2e
+test-e2e: envtest-assets ## Run the end-to-end workflows on a local cluster of real processes (part of make test too).
+	go test -count=1 -timeout 20m ./test/e2e/ -args -ginkgo.v
+
 .PHONY: fuzz
 fuzz: ## Run every fuzz target for FUZZTIME (default 10s) each.
 	@for target in $$(go test -list '^Fuzz' ./pkg/ippool/ | grep '^Fuzz'); do \

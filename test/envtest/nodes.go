@@ -121,29 +121,34 @@ func (n *Node) Stop() error {
 }
 
 // Configured returns the first static address "ip/prefix-length" the
-// node's simulated network has on an interface, or "".
+// node's simulated network has on an interface (IPv4 first, then IPv6),
+// or "".
 func (n *Node) Configured(iface string) string {
 	raw, err := n.Network.Runner.Show(context.Background())
 	if err != nil {
 		return ""
 	}
+	type address struct {
+		IP           string `json:"ip"`
+		PrefixLength int    `json:"prefix-length"`
+	}
 	var s struct {
 		Interfaces []struct {
 			Name string `json:"name"`
 			IPv4 struct {
-				Address []struct {
-					IP           string `json:"ip"`
-					PrefixLength int    `json:"prefix-length"`
-				} `json:"address"`
+				Address []address `json:"address"`
 			} `json:"ipv4"`
+			IPv6 struct {
+				Address []address `json:"address"`
+			} `json:"ipv6"`
 		} `json:"interfaces"`
 	}
 	if err := yaml.Unmarshal(raw, &s); err != nil {
 		return ""
 	}
 	for _, i := range s.Interfaces {
-		if i.Name == iface && len(i.IPv4.Address) > 0 {
-			return fmt.Sprintf("%s/%d", i.IPv4.Address[0].IP, i.IPv4.Address[0].PrefixLength)
+		if addrs := append(i.IPv4.Address, i.IPv6.Address...); i.Name == iface && len(addrs) > 0 {
+			return fmt.Sprintf("%s/%d", addrs[0].IP, addrs[0].PrefixLength)
 		}
 	}
 	return ""

@@ -1,0 +1,237 @@
+package e2e
+
+import (
+	"fmt"
+	"slices"
+	"time"
+
+	nmstatev1 "github.com/nmstate/kubernetes-nmstate/api/v1"
+	. "github.com/onsi/ginkgo/v2"
+	. "github.com/onsi/gomega"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+
+	ippoolv1 "github.com/nmstate-ippool/nmstate-ippool/api/v1"
+	nncev1beta1 "github.com/nmstate-ippool/nmstate-ippool/api/v1beta1"
+)
+
+var workers = []string{"node01", "node02", "node03"}
+
+// addresses returns, by node, the addresses the policy's enactments record
+// from pool, and fails unless each node holds exactly one and applied it on
+// iface.
+func addresses(policy, pool, iface string, nodes ...string) map[string]string {
+	GinkgoHelper()
+	out := map[string]string{}
+	for _, node := range nodes {
+		Eventually(trueCondition(node, policy)).Should(HavePrefix("Available"), node)
+		ips := held(node, policy, pool)
+		Expect(ips).To(HaveLen(1), node)
+		Eventually(func() string { return configured(node, iface) }).Should(HavePrefix(ips[0]+"/"), node)
+		out[node] = ips[0]
+	}
+	return out
+}
+
+func distinct(m map[string]string) []string {
+	var ips []string
+	for _, ip := range m {
+		ips = append(ips, ip)
+	}
+	slices.Sort(ips)
+	return slices.Compact(ips)
+}
+
+var _ = Describe("Assign static addresses with a NodeIPPool", func() {
+	It("gives every selected node its own address from the README's pool and applies it", func() {
+		applySample("nodeippool.yaml", &ippoolv1.NodeIPPool{})
+		applySample("nncp.yaml", &nmstatev1.NodeNetworkConfigurationPolicy{})
+		policyAvailable("static-ip")
+		got := addresses("static-ip", "traffic-1", "eth1", workers...)
+		Expect(distinct(got)).To(HaveLen(3))
+		for _, ip := range got {
+			Expect(ip).To(BeElementOf("10.10.10.1", "10.10.10.2", "10.10.10.3", "10.10.10.5", "10.10.10.6", "10.10.10.7"))
+		}
+		Expect(plugin("show", "traffic-1")).To(ContainSubstring("allocated  node01  eth1       static-ip  addr"))
+	})
+})
+
+var _ = Describe("An exhausted NodeIPPool", func() {
+	It("fails the node it cannot serve explicitly, and a pool re-created larger serves it and keeps every address", func() {
+		createPool("small", ippoolv1.IPRange{CIDR: "10.40.0.0/24", Start: "10.40.0.1", End: "10.40.0.2"})
+		createPolicy("exhaust", "small")
+		var waiting string
+		Eventually(func() []string {
+			var failing []string
+			for _, node := range workers {
+				if c := trueCondition(node, "exhaust")(); c != "" && c[:7] == "Failing" {
+					failing, waiting = append(failing, c), node
+				}
+			}
+			return failing
+		}).Should(ConsistOf(`Failing IPPoolExhausted: NodeIPPool "small" is exhausted: all 2 addresses are allocated and ` +
+			`1 more are needed; re-create it with a larger range`))
+		Eventually(poolAvailable("small")).Should(Equal("False ExhaustedIPPool"))
+		served := addresses("exhaust", "small", "eth1", slices.DeleteFunc(slices.Clone(workers), func(n string) bool { return n == waiting })...)
+
+		By("re-creating the pool with a larger range")
+		Expect(k.Delete(ctx, &ippoolv1.NodeIPPool{ObjectMeta: metav1.ObjectMeta{Name: "small"}})).To(Succeed())
+		Eventually(func() []string { return names(&ippoolv1.NodeIPPoolList{}) }).ShouldNot(ContainElement("small"))
+		createPool("small", ippoolv1.IPRange{CIDR: "10.40.0.0/24", Start: "10.40.0.1", End: "10.40.0.20"})
+		policyAvailable("exhaust")
+		after := addresses("exhaust", "small", "eth1", workers...)
+		for node, ip := range served {
+			Expect(after[node]).To(Equal(ip), "%s kept its address", node)
+		}
+		Eventually(poolAvailable("small")).Should(Equal("True ReconciledPool"))
+	})
+})
+
+var _ = Describe("A policy deleted and re-created", func() {
+	It("returns the addresses when deleted and allocates again when re-created", func() {
+		createPool("recreate", ippoolv1.IPRange{CIDR: "10.41.0.0/24"})
+		createPolicy("recreate", "recreate")
+		policyAvailable("recreate")
+		addresses("recreate", "recreate", "eth1", workers...)
+		Expect(k.Delete(ctx, &nmstatev1.NodeNetworkConfigurationPolicy{ObjectMeta: metav1.ObjectMeta{Name: "recreate"}})).To(Succeed())
+		Eventually(func() []string { return names(&nncev1beta1.NodeNetworkConfigurationEnactmentList{}) }).Should(BeEmpty())
+		Eventually(func() []string { return poolBits("recreate") }).Should(BeEmpty())
+		createPolicy("recreate", "recreate")
+		policyAvailable("recreate")
+		Expect(distinct(addresses("recreate", "recreate", "eth1", workers...))).To(HaveLen(3))
+	})
+})
+
+var _ = Describe("Scaling", func() {
+	BeforeEach(func() {
+		createPool("scale", ippoolv1.IPRange{CIDR: "10.42.0.0/24", Start: "10.42.0.1", End: "10.42.0.50"})
+		createPolicy("scale", "scale")
+		policyAvailable("scale")
+		addresses("scale", "scale", "eth1", workers...)
+	})
+
+	It("up: a new node gets its own address", func() {
+		localcluster("node", "add", "node04")
+		DeferCleanup(func() { localcluster("node", "remove", "node04") })
+		got := addresses("scale", "scale", "eth1", append(workers, "node04")...)
+		Expect(distinct(got)).To(HaveLen(4))
+		policyAvailable("scale")
+	})
+
+	for _, crash := range []bool{false, true} {
+		It(fmt.Sprintf("down (crash: %v): a removed node's address returns to the pool and the next node gets it", crash), func() {
+			node := map[bool]string{false: "node05", true: "node06"}[crash]
+			localcluster("node", "add", node)
+			ip := addresses("scale", "scale", "eth1", node)[node]
+			args := []string{"node", "remove", node}
+			if crash {
+				args = append(args, "--crash")
+			}
+			localcluster(args...)
+			Eventually(func() *nncev1beta1.NodeNetworkConfigurationEnactment { return enactment(node, "scale") }).Should(BeNil())
+			Eventually(func() []string { return poolBits("scale") }).ShouldNot(ContainElement(ip))
+			next := node + "-next"
+			localcluster("node", "add", next)
+			DeferCleanup(func() { localcluster("node", "remove", next) })
+			Expect(addresses("scale", "scale", "eth1", next)[next]).To(Equal(ip))
+		})
+	}
+})
+
+var _ = Describe("Manual clean up with nmstate.io/reset-ippool", func() {
+	It("rebuilds the pool, and drops the addresses of one enactment or of a whole policy so the handlers allocate again", func() {
+		createPool("reset", ippoolv1.IPRange{CIDR: "10.43.0.0/24"})
+		createPolicy("reset", "reset")
+		policyAvailable("reset")
+		before := addresses("reset", "reset", "eth1", workers...)
+
+		By("resetting the pool")
+		annotateReset(&ippoolv1.NodeIPPool{ObjectMeta: metav1.ObjectMeta{Name: "reset"}}, "")
+		Eventually(poolAvailable("reset")).Should(Equal("True ReconciledPool"))
+		Expect(addresses("reset", "reset", "eth1", workers...)).To(Equal(before))
+
+		By("resetting node01's enactment")
+		annotateReset(&nncev1beta1.NodeNetworkConfigurationEnactment{ObjectMeta: metav1.ObjectMeta{Name: "node01.reset"}}, "reset")
+		Eventually(func() []string { return events("NodeNetworkConfigurationEnactment", "node01.reset") }).Should(
+			ContainElement(HavePrefix("AddressesDropped: Dropped " + before["node01"])))
+		Expect(events("NodeNetworkConfigurationEnactment", "node02.reset")).To(BeEmpty())
+		addresses("reset", "reset", "eth1", workers...)
+
+		By("resetting the policy")
+		annotateReset(&nmstatev1.NodeNetworkConfigurationPolicy{ObjectMeta: metav1.ObjectMeta{Name: "reset"}}, "reset")
+		for _, node := range workers[1:] {
+			Eventually(func() []string { return events("NodeNetworkConfigurationEnactment", node+".reset") }).Should(
+				ContainElement(HavePrefix("AddressesDropped: Dropped " + before[node])))
+		}
+		policyAvailable("reset")
+		Expect(distinct(addresses("reset", "reset", "eth1", workers...))).To(HaveLen(3))
+	})
+})
+
+var _ = Describe("A handler restarted", func() {
+	It("keeps every address, and neither writes the pool nor re-applies", func() {
+		createPool("sticky", ippoolv1.IPRange{CIDR: "10.44.0.0/24"})
+		createPolicy("sticky", "sticky")
+		policyAvailable("sticky")
+		before := addresses("sticky", "sticky", "eth1", workers...)
+		var pool ippoolv1.NodeIPPool
+		Expect(k.Get(ctx, types.NamespacedName{Name: "sticky"}, &pool)).To(Succeed())
+		enactments := map[string]string{}
+		for _, node := range workers {
+			enactments[node] = enactment(node, "sticky").ResourceVersion
+		}
+
+		localcluster("node", "restart", "node02")
+		localcluster("node", "restart", "node03", "--crash")
+		Consistently(func() map[string]string {
+			now := map[string]string{}
+			for _, node := range workers {
+				now[node] = enactment(node, "sticky").ResourceVersion
+			}
+			return now
+		}, 5*time.Second, time.Second).Should(Equal(enactments), "no enactment was written")
+		var after ippoolv1.NodeIPPool
+		Expect(k.Get(ctx, types.NamespacedName{Name: "sticky"}, &after)).To(Succeed())
+		Expect(after.ResourceVersion).To(Equal(pool.ResourceVersion), "the pool was not written")
+		Expect(addresses("sticky", "sticky", "eth1", workers...)).To(Equal(before))
+	})
+})
+
+const twoFamilies = `interfaces:
+- name: eth1
+  type: ethernet
+  state: up
+  ipv4:
+    enabled: true
+    dhcp: false
+    address:
+    - ip: "{{ capture.v4.ip }}"
+      prefix-length: "{{ capture.v4.prefix-length }}"
+- name: eth2
+  type: ethernet
+  state: up
+  ipv6:
+    enabled: true
+    dhcp: false
+    autoconf: false
+    address:
+    - ip: "{{ capture.v6.ip }}"
+      prefix-length: "{{ capture.v6.prefix-length }}"
+`
+
+var _ = Describe("An IPv4 and an IPv6 pool on two interfaces", func() {
+	It("gives every node one address of each family, on each interface", func() {
+		createPool("v4", ippoolv1.IPRange{CIDR: "10.45.0.0/24", Start: "10.45.0.10", End: "10.45.0.20"})
+		createPool("v6", ippoolv1.IPRange{CIDR: "fd00:45::/64", Start: "fd00:45::10", End: "fd00:45::ff", Exclude: []string{"fd00:45::11"}})
+		createPolicyWith("dual", map[string]string{"v4": "ippool.v4.allocate", "v6": "ippool.v6.allocate"}, twoFamilies)
+		policyAvailable("dual")
+		v4 := addresses("dual", "v4", "eth1", workers...)
+		v6 := addresses("dual", "v6", "eth2", workers...)
+		Expect(distinct(v4)).To(HaveLen(3))
+		Expect(distinct(v6)).To(HaveLen(3))
+		Expect(distinct(v6)).NotTo(ContainElement("fd00:45::11"))
+		for _, node := range workers {
+			Expect(configured(node, "eth2")).To(Equal(v6[node] + "/64"))
+		}
+	})
+})
