@@ -7,6 +7,7 @@ import (
 	"net/netip"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"sync/atomic"
 	"time"
 
@@ -147,7 +148,8 @@ func (n *Node) Configured(iface string) string {
 		return ""
 	}
 	for _, i := range s.Interfaces {
-		if addrs := append(i.IPv4.Address, i.IPv6.Address...); i.Name == iface && len(addrs) > 0 {
+		addrs := slices.Concat(i.IPv4.Address, i.IPv6.Address)
+		if i.Name == iface && len(addrs) > 0 {
 			return fmt.Sprintf("%s/%d", addrs[0].IP, addrs[0].PrefixLength)
 		}
 	}
