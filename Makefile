@@ -85,6 +85,12 @@ images: ## Build the handler and pool-controller images (needs a Docker engine).
 install-manifests: $(KUSTOMIZE) ## Render the whole install (deploy/default) to stdout.
 	$(KUSTOMIZE) build deploy/default
 
+##@ Demo
+
+.PHONY: demo
+demo: ## Build everything, run a 3-node local cluster, assign, scale up and down, reset, tear down.
+	hack/demo.sh
+
 ##@ Test
 
 .PHONY: test
@@ -112,12 +118,12 @@ envtest-assets: $(ENVTEST_DIR)/kube-apiserver $(ENVTEST_DIR)/etcd ## Build kube-
 $(ENVTEST_DIR)/kube-apiserver: hack/kube-apiserver/go.mod
 	@mkdir -p $(ENVTEST_DIR)
 	@echo "building kube-apiserver $(KUBE_VERSION) from source (first time: about 5 minutes)"
-	cd hack/kube-apiserver && go build -ldflags "$(KUBE_LDFLAGS)" -o $@ k8s.io/kubernetes/cmd/kube-apiserver
+	cd hack/kube-apiserver && ../progress.sh "building kube-apiserver" go build -ldflags "$(KUBE_LDFLAGS)" -o $@ k8s.io/kubernetes/cmd/kube-apiserver
 
 $(ENVTEST_DIR)/etcd: hack/etcd/go.mod hack/etcd/main.go
 	@mkdir -p $(ENVTEST_DIR)
 	@echo "building etcd from source"
-	cd hack/etcd && go build -o $@ .
+	cd hack/etcd && ../progress.sh "building etcd" go build -o $@ .
 
 ##@ Tools
 
@@ -127,7 +133,7 @@ kubectl: $(KUBECTL) ## Build kubectl (the API server's version) into bin/ from t
 $(KUBECTL): hack/kube-apiserver/go.mod
 	@mkdir -p $(LOCALBIN)
 	@echo "building kubectl $(KUBE_VERSION) from source (first time: a minute or two)"
-	cd hack/kube-apiserver && go build -ldflags "$(KUBE_LDFLAGS)" -o $@ k8s.io/kubernetes/cmd/kubectl
+	cd hack/kube-apiserver && ../progress.sh "building kubectl" go build -ldflags "$(KUBE_LDFLAGS)" -o $@ k8s.io/kubernetes/cmd/kubectl
 
 $(CONTROLLER_GEN): hack/tools/go.mod
 	cd hack/tools && go build -o $@ sigs.k8s.io/controller-tools/cmd/controller-gen

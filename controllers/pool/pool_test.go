@@ -174,6 +174,10 @@ func TestResetScopes(t *testing.T) {
 	for _, name := range all[1:] {
 		Expect(held(name, "scopes")).To(Equal(before[name]), name)
 	}
+	// One reset, one drop: acting again on an annotation the cache still
+	// shows would take the new address too.
+	Consistently(events("NodeNetworkConfigurationEnactment", "scopes01.scope-a"), 2*time.Second).Should(HaveLen(1))
+	Expect(held("scopes01.scope-a", "scopes")).To(Equal([]string{"10.8.0.1"}))
 
 	policy := &nmstatev1.NodeNetworkConfigurationPolicy{ObjectMeta: metav1.ObjectMeta{Name: "scope-b"}}
 	annotate(policy, "scopes")
@@ -409,4 +413,60 @@ func TestFailedRebuild(t *testing.T) {
 	Eventually(events("NodeIPPool", "unsync")).Should(ContainElement("UnsyncronizedIPPool: Failed re constructing the IP pool, it may be " +
 		"not in sync with nodes: list enactments: etcdserver: request timed out (injected); the controller retries"))
 	Expect(reader.failures.Load()).To(BeNumerically("<", 0))
+}
+
+// staleCache shows the reset annotation on one enactment forever, as a
+// cache that never sees its removal would.
+type staleCache struct {
+	client.Client
+	enactment, pool string
+}
+
+func (s *staleCache) stale(e *nncev1beta1.NodeNetworkConfigurationEnactment) {
+	if e.Name == s.enactment {
+		e.Annotations = map[string]string{ippoolv1.ResetIPPoolAnnotation: s.pool}
+	}
+}
+
+func (s *staleCache) Get(ctx context.Context, key client.ObjectKey, o client.Object, opts ...client.GetOption) error {
+	err := s.Client.Get(ctx, key, o, opts...)
+	if e, ok := o.(*nncev1beta1.NodeNetworkConfigurationEnactment); ok && err == nil {
+		s.stale(e)
+	}
+	return err
+}
+
+func (s *staleCache) List(ctx context.Context, list client.ObjectList, opts ...client.ListOption) error {
+	err := s.Client.List(ctx, list, opts...)
+	if l, ok := list.(*nncev1beta1.NodeNetworkConfigurationEnactmentList); ok && err == nil {
+		for i := range l.Items {
+			s.stale(&l.Items[i])
+		}
+	}
+	return err
+}
+
+// TestResetIgnoresStaleCache: a reset is acted on once, even if the cache
+// goes on showing its annotation after the controller removed it; acting
+// again would take away the address the handler has just allocated anew.
+func TestResetIgnoresStaleCache(t *testing.T) {
+	RegisterTestingT(t)
+	pc, err := env.StartPoolController(grace, nil, func(pc *envtest.PoolController) {
+		pc.Pools.Client = &staleCache{Client: pc.Pools.Client, enactment: "stale01.stale", pool: "stale"}
+	})
+	Expect(err).NotTo(HaveOccurred())
+	t.Cleanup(func() { _ = pc.Stop() })
+	createPool(t, "stale", ippoolv1.IPRange{CIDR: "10.12.0.0/24", Start: "10.12.0.1", End: "10.12.0.20"})
+	Eventually(available("stale")).Should(HavePrefix("True"))
+	createPolicy(t, "stale", "stale", "stale")
+	newNodes(t, "stale", 1)
+	Eventually(enactmentState("stale01.stale")).Should(HavePrefix("Available"))
+
+	e := &nncev1beta1.NodeNetworkConfigurationEnactment{ObjectMeta: metav1.ObjectMeta{Name: "stale01.stale"}}
+	annotate(e, "stale")
+	Eventually(annotated(e)).Should(BeFalse())
+	Eventually(events("NodeNetworkConfigurationEnactment", "stale01.stale")).Should(HaveLen(1))
+	Eventually(enactmentState("stale01.stale")).Should(HavePrefix("Available"))
+	Consistently(events("NodeNetworkConfigurationEnactment", "stale01.stale"), 3*time.Second).Should(HaveLen(1))
+	Expect(held("stale01.stale", "stale")).To(HaveLen(1))
 }

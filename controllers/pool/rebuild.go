@@ -33,39 +33,78 @@ type resets struct {
 
 func (rs resets) empty() bool { return len(rs.annotated) == 0 }
 
-// resetsOf collects, from the cache, the reset annotations for pool.
+// resetsOf collects the reset annotations for pool: found in the cache,
+// confirmed on the API server (right after a reset the cache may still
+// show an annotation this controller has just removed, and acting on it
+// again would drop the addresses the handlers have just allocated anew),
+// then expanded to the enactments whose records are dropped.
 func (r *Reconciler) resetsOf(ctx context.Context, pool *ippoolv1.NodeIPPool, enactments []nncev1beta1.NodeNetworkConfigurationEnactment) (resets, error) {
-	var rs resets
+	var candidates []client.Object
 	if _, ok := pool.Annotations[ippoolv1.ResetIPPoolAnnotation]; ok {
-		rs.annotated = append(rs.annotated, pool)
+		candidates = append(candidates, pool)
 	}
 	for i := range enactments {
 		if e := &enactments[i]; e.Annotations[ippoolv1.ResetIPPoolAnnotation] == pool.Name {
-			rs.annotated = append(rs.annotated, e)
-			rs.enactments = append(rs.enactments, e.Name)
+			candidates = append(candidates, e)
 		}
 	}
 	var policies nmstatev1.NodeNetworkConfigurationPolicyList
 	if err := r.Client.List(ctx, &policies); err != nil {
-		return rs, fmt.Errorf("list policies: %w", err)
+		return resets{}, fmt.Errorf("list policies: %w", err)
 	}
 	for i := range policies.Items {
-		p := &policies.Items[i]
-		if p.Annotations[ippoolv1.ResetIPPoolAnnotation] != pool.Name {
-			continue
+		if p := &policies.Items[i]; p.Annotations[ippoolv1.ResetIPPoolAnnotation] == pool.Name {
+			candidates = append(candidates, p)
 		}
-		rs.annotated = append(rs.annotated, p)
-		var of nncev1beta1.NodeNetworkConfigurationEnactmentList
-		if err := r.Client.List(ctx, &of, client.MatchingLabels{shared.EnactmentPolicyLabel: p.Name}); err != nil {
-			return rs, fmt.Errorf("list the enactments of policy %q: %w", p.Name, err)
+	}
+	var rs resets
+	for _, o := range candidates {
+		fresh, err := r.stillAsks(ctx, o, pool.Name)
+		if err != nil {
+			return resets{}, err
 		}
-		for _, e := range of.Items {
-			rs.enactments = append(rs.enactments, e.Name)
+		if fresh != nil {
+			rs.annotated = append(rs.annotated, fresh)
+		}
+	}
+	return rs, r.expand(ctx, &rs)
+}
+
+// stillAsks re-reads an annotated object from the API server and returns
+// it if it still asks for a reset of pool, or nil.
+func (r *Reconciler) stillAsks(ctx context.Context, o client.Object, pool string) (client.Object, error) {
+	fresh := o.DeepCopyObject().(client.Object)
+	if err := r.APIReader.Get(ctx, client.ObjectKeyFromObject(o), fresh); err != nil {
+		return nil, client.IgnoreNotFound(err)
+	}
+	value, ok := fresh.GetAnnotations()[ippoolv1.ResetIPPoolAnnotation]
+	_, isPool := fresh.(*ippoolv1.NodeIPPool)
+	if !ok || (!isPool && value != pool) {
+		return nil, nil
+	}
+	return fresh, nil
+}
+
+// expand lists the enactments whose records the resets drop: those
+// annotated and those of annotated policies.
+func (r *Reconciler) expand(ctx context.Context, rs *resets) error {
+	for _, o := range rs.annotated {
+		switch o.(type) {
+		case *nncev1beta1.NodeNetworkConfigurationEnactment:
+			rs.enactments = append(rs.enactments, o.GetName())
+		case *nmstatev1.NodeNetworkConfigurationPolicy:
+			var of nncev1beta1.NodeNetworkConfigurationEnactmentList
+			if err := r.Client.List(ctx, &of, client.MatchingLabels{shared.EnactmentPolicyLabel: o.GetName()}); err != nil {
+				return fmt.Errorf("list the enactments of policy %q: %w", o.GetName(), err)
+			}
+			for _, e := range of.Items {
+				rs.enactments = append(rs.enactments, e.Name)
+			}
 		}
 	}
 	slices.Sort(rs.enactments)
 	rs.enactments = slices.Compact(rs.enactments)
-	return rs, nil
+	return nil
 }
 
 // rebuildReason tells why pool must be rebuilt before it serves, or "".
