@@ -7,7 +7,7 @@ import (
 	"strings"
 	"text/tabwriter"
 
-	"sigs.k8s.io/yaml"
+	"github.com/nmstate-ippool/nmstate-ippool/pkg/nmstatectl"
 )
 
 // status prints the cluster's processes and, per node, the static
@@ -47,51 +47,22 @@ func (c *cluster) status(out io.Writer) error {
 			fmt.Fprintf(tw, "%s\t%s\t-\t-\n", node, state)
 		}
 		for _, i := range ifaces {
-			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\n", node, state, i.name, strings.Join(i.addresses, ", "))
+			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\n", node, state, i.Name, strings.Join(i.Addresses, ", "))
 		}
 	}
 	return tw.Flush()
 }
 
-type ifaceAddresses struct {
-	name      string
-	addresses []string
-}
-
 // staticAddresses reads a simulated node's state and returns its
 // interfaces with static addresses, in order.
-func staticAddresses(stateFile string) []ifaceAddresses {
+func staticAddresses(stateFile string) []nmstatectl.InterfaceAddresses {
 	raw, err := os.ReadFile(stateFile)
 	if err != nil {
 		return nil
 	}
-	type address struct {
-		IP           string `json:"ip"`
-		PrefixLength int    `json:"prefix-length"`
-	}
-	var s struct {
-		Interfaces []struct {
-			Name string `json:"name"`
-			IPv4 struct {
-				Address []address `json:"address"`
-			} `json:"ipv4"`
-			IPv6 struct {
-				Address []address `json:"address"`
-			} `json:"ipv6"`
-		} `json:"interfaces"`
-	}
-	if yaml.Unmarshal(raw, &s) != nil {
+	ifaces, err := nmstatectl.StaticAddresses(raw)
+	if err != nil {
 		return nil
 	}
-	var out []ifaceAddresses
-	for _, i := range s.Interfaces {
-		var addrs []string
-		for _, a := range append(i.IPv4.Address, i.IPv6.Address...) {
-			addrs = append(addrs, fmt.Sprintf("%s/%d", a.IP, a.PrefixLength))
-		}
-		if len(addrs) > 0 {
-			out = append(out, ifaceAddresses{name: i.Name, addresses: addrs})
-		}
-	}
-	return out
+	return ifaces
 }

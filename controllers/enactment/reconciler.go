@@ -184,12 +184,27 @@ func (r *Reconciler) retire(ctx context.Context, e *nncev1beta1.NodeNetworkConfi
 		return err
 	}
 	ctrl.LoggerFrom(ctx).Info("retired enactment", "reason", why, "released", released)
+	r.Recorder.Eventf(e, nil, corev1.EventTypeNormal, ippoolv1.ReasonEnactmentRetired, "Retire",
+		"Retired: %s; released %s", why, describeReleased(released))
 	for _, pool := range slices.Sorted(maps.Keys(released)) {
 		p := &ippoolv1.NodeIPPool{ObjectMeta: metav1.ObjectMeta{Name: pool}}
 		r.Recorder.Eventf(p, nil, corev1.EventTypeNormal, ippoolv1.ReasonEnactmentRetired, "Release",
 			"Released %s held by enactment %s: %s", strings.Join(released[pool].Allocated, ", "), e.Name, why)
 	}
 	return nil
+}
+
+// describeReleased lists released addresses by pool, or says there were
+// none to release here (another retirer released them, or none were held).
+func describeReleased(released ippoolv1.EnactmentIPPools) string {
+	if len(released) == 0 {
+		return "no address (none held, or released by its handler)"
+	}
+	parts := make([]string, 0, len(released))
+	for _, pool := range slices.Sorted(maps.Keys(released)) {
+		parts = append(parts, fmt.Sprintf("%s of NodeIPPool %s", strings.Join(released[pool].Allocated, ", "), pool))
+	}
+	return strings.Join(parts, "; ")
 }
 
 // delete deletes the enactment of a deleted policy, as its handler would;

@@ -15,6 +15,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 
 	ippoolv1 "github.com/nmstate-ippool/nmstate-ippool/api/v1"
+	"github.com/nmstate-ippool/nmstate-ippool/test/envtest"
 )
 
 const timeout = 30 * time.Second
@@ -56,7 +57,7 @@ func TestAssign(t *testing.T) {
 	RegisterTestingT(t)
 	nodes := newNodes(t, "assign", 3, map[string]string{"role": "assign"})
 	newPool(t, "assign-pool", ippoolv1.IPRange{CIDR: "10.10.10.0/24", Start: "10.10.10.1", End: "10.10.10.10", Exclude: []string{"10.10.10.2"}}, true)
-	newPolicy(t, "assign", map[string]string{"role": "assign"}, map[string]string{"addr": "ippool.assign-pool.allocate"}, staticIPState)
+	newPolicy(t, "assign", map[string]string{"role": "assign"}, map[string]string{"addr": "ippool.assign-pool.allocate"}, envtest.OneAddressState)
 	for _, nd := range nodes {
 		start(t, nd)
 	}
@@ -82,7 +83,7 @@ func TestExhausted(t *testing.T) {
 	RegisterTestingT(t)
 	nodes := newNodes(t, "exhaust", 3, map[string]string{"role": "exhaust"})
 	newPool(t, "small", ippoolv1.IPRange{CIDR: "10.20.0.0/24", Start: "10.20.0.1", End: "10.20.0.2"}, true)
-	newPolicy(t, "exhaust", map[string]string{"role": "exhaust"}, map[string]string{"addr": "ippool.small.allocate"}, staticIPState)
+	newPolicy(t, "exhaust", map[string]string{"role": "exhaust"}, map[string]string{"addr": "ippool.small.allocate"}, envtest.OneAddressState)
 	for _, nd := range nodes {
 		start(t, nd)
 	}
@@ -110,7 +111,7 @@ func TestPolicyRecreated(t *testing.T) {
 	RegisterTestingT(t)
 	nodes := newNodes(t, "recreate", 2, map[string]string{"role": "recreate"})
 	newPool(t, "recreate-pool", ippoolv1.IPRange{CIDR: "10.30.0.0/24"}, true)
-	newPolicy(t, "recreate", map[string]string{"role": "recreate"}, map[string]string{"addr": "ippool.recreate-pool.allocate"}, staticIPState)
+	newPolicy(t, "recreate", map[string]string{"role": "recreate"}, map[string]string{"addr": "ippool.recreate-pool.allocate"}, envtest.OneAddressState)
 	for _, nd := range nodes {
 		start(t, nd)
 		Eventually(enactmentState(nd.Name, "recreate")).Should(HavePrefix("Available"))
@@ -123,7 +124,7 @@ func TestPolicyRecreated(t *testing.T) {
 	}
 	Eventually(func() ([]string, error) { return poolAddresses("recreate-pool") }).Should(BeEmpty())
 
-	newPolicy(t, "recreate", map[string]string{"role": "recreate"}, map[string]string{"addr": "ippool.recreate-pool.allocate"}, staticIPState)
+	newPolicy(t, "recreate", map[string]string{"role": "recreate"}, map[string]string{"addr": "ippool.recreate-pool.allocate"}, envtest.OneAddressState)
 	for _, nd := range nodes {
 		Eventually(enactmentState(nd.Name, "recreate")).Should(HavePrefix("Available"))
 		Expect(held(nd.Name, "recreate", "recreate-pool")).To(HaveLen(1))
@@ -137,7 +138,7 @@ func TestSticky(t *testing.T) {
 	RegisterTestingT(t)
 	nd := newNodes(t, "sticky", 1, map[string]string{"role": "sticky"})[0]
 	newPool(t, "sticky-pool", ippoolv1.IPRange{CIDR: "10.40.0.0/24"}, true)
-	newPolicy(t, "sticky", map[string]string{"role": "sticky"}, map[string]string{"addr": "ippool.sticky-pool.allocate"}, staticIPState)
+	newPolicy(t, "sticky", map[string]string{"role": "sticky"}, map[string]string{"addr": "ippool.sticky-pool.allocate"}, envtest.OneAddressState)
 	start(t, nd)
 	Eventually(enactmentState(nd.Name, "sticky")).Should(HavePrefix("Available"))
 	address := held(nd.Name, "sticky", "sticky-pool")
@@ -171,7 +172,7 @@ func TestApplyFailure(t *testing.T) {
 	nd := newNodes(t, "applyfail", 1, map[string]string{"role": "applyfail"})[0]
 	Expect(os.WriteFile(nd.State+".fail", []byte("apply: eth1: no such device (simulated)\n"), 0o600)).To(Succeed())
 	newPool(t, "applyfail-pool", ippoolv1.IPRange{CIDR: "10.50.0.0/24"}, true)
-	newPolicy(t, "applyfail", map[string]string{"role": "applyfail"}, map[string]string{"addr": "ippool.applyfail-pool.allocate"}, staticIPState)
+	newPolicy(t, "applyfail", map[string]string{"role": "applyfail"}, map[string]string{"addr": "ippool.applyfail-pool.allocate"}, envtest.OneAddressState)
 	start(t, nd)
 	Eventually(enactmentState(nd.Name, "applyfail")).Should(And(HavePrefix("Failing"), ContainSubstring("eth1: no such device (simulated)")))
 	address := held(nd.Name, "applyfail", "applyfail-pool")
@@ -191,7 +192,7 @@ func TestPendingUntilPoolAvailable(t *testing.T) {
 	RegisterTestingT(t)
 	nd := newNodes(t, "pending", 1, map[string]string{"role": "pending"})[0]
 	newPool(t, "pending-pool", ippoolv1.IPRange{CIDR: "10.60.0.0/24"}, false)
-	newPolicy(t, "pending", map[string]string{"role": "pending"}, map[string]string{"addr": "ippool.pending-pool.allocate"}, staticIPState)
+	newPolicy(t, "pending", map[string]string{"role": "pending"}, map[string]string{"addr": "ippool.pending-pool.allocate"}, envtest.OneAddressState)
 	start(t, nd)
 	Eventually(enactmentState(nd.Name, "pending")).Should(Equal(
 		`Pending: NodeIPPool "pending-pool" has not been reconciled by the pool controller yet; waiting for it`))
@@ -206,8 +207,8 @@ func TestPendingUntilPoolAvailable(t *testing.T) {
 func TestMissingPoolAndBadCapture(t *testing.T) {
 	RegisterTestingT(t)
 	nd := newNodes(t, "missing", 1, map[string]string{"role": "missing"})[0]
-	newPolicy(t, "missing", map[string]string{"role": "missing"}, map[string]string{"addr": "ippool.later.allocate"}, staticIPState)
-	newPolicy(t, "badcapture", map[string]string{"role": "missing"}, map[string]string{"addr": "ippool.later"}, staticIPState)
+	newPolicy(t, "missing", map[string]string{"role": "missing"}, map[string]string{"addr": "ippool.later.allocate"}, envtest.OneAddressState)
+	newPolicy(t, "badcapture", map[string]string{"role": "missing"}, map[string]string{"addr": "ippool.later"}, envtest.OneAddressState)
 	start(t, nd)
 	Eventually(enactmentState(nd.Name, "missing")).Should(Equal(`Failing: NodeIPPool "later" not found: create it, or fix capture "addr"`))
 	Eventually(enactmentState(nd.Name, "badcapture")).Should(ContainSubstring(`capture "addr" is "ippool.later"; write ippool.<pool>.allocate`))

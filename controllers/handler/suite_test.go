@@ -84,18 +84,6 @@ func markAvailable(t *testing.T, name string) {
 	}).Should(Succeed())
 }
 
-const staticIPState = `interfaces:
-- name: eth1
-  type: ethernet
-  state: up
-  ipv4:
-    enabled: true
-    dhcp: false
-    address:
-    - ip: "{{ capture.addr.ip }}"
-      prefix-length: "{{ capture.addr.prefix-length }}"
-`
-
 func newPolicy(t *testing.T, name string, selector map[string]string, captures map[string]string, desired string) *nmstatev1.NodeNetworkConfigurationPolicy {
 	t.Helper()
 	p := &nmstatev1.NodeNetworkConfigurationPolicy{ObjectMeta: metav1.ObjectMeta{Name: name}}

@@ -91,6 +91,8 @@ func TestScaleDown(t *testing.T) {
 	Eventually(available("down")).Should(HavePrefix("True ReconciledPool"))
 	Eventually(events("NodeIPPool", "down")).Should(ContainElement(
 		"EnactmentRetired: Released " + freed[0] + " held by enactment down01.down: node down01 was deleted"))
+	Eventually(events("NodeNetworkConfigurationEnactment", "down01.down")).Should(ContainElement(
+		"EnactmentRetired: Retired: node down01 was deleted; released " + freed[0] + " of NodeIPPool down"))
 	assertIndexed("down")
 }
 

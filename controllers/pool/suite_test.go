@@ -11,7 +11,6 @@ import (
 	nmstatev1 "github.com/nmstate/kubernetes-nmstate/api/v1"
 	. "github.com/onsi/gomega"
 	corev1 "k8s.io/api/core/v1"
-	eventsv1 "k8s.io/api/events/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
@@ -101,18 +100,6 @@ func deleteObject(o client.Object) {
 	Eventually(func() bool { return k.Get(ctx, client.ObjectKeyFromObject(o), o) != nil }).Should(BeTrue())
 }
 
-const staticIPState = `interfaces:
-- name: eth1
-  type: ethernet
-  state: up
-  ipv4:
-    enabled: true
-    dhcp: false
-    address:
-    - ip: "{{ capture.addr.ip }}"
-      prefix-length: "{{ capture.addr.prefix-length }}"
-`
-
 // createPolicy creates a policy for the nodes labelled role whose capture
 // addr draws from pool.
 func createPolicy(t *testing.T, name, role, pool string) {
@@ -120,7 +107,7 @@ func createPolicy(t *testing.T, name, role, pool string) {
 	p := &nmstatev1.NodeNetworkConfigurationPolicy{ObjectMeta: metav1.ObjectMeta{Name: name}}
 	p.Spec.NodeSelector = map[string]string{"role": role}
 	p.Spec.Capture = map[string]string{"addr": "ippool." + pool + ".allocate"}
-	p.Spec.DesiredState = shared.NewState(staticIPState)
+	p.Spec.DesiredState = shared.NewState(envtest.OneAddressState)
 	Expect(k.Create(ctx, p)).To(Succeed())
 	t.Cleanup(func() { _ = k.Delete(ctx, p) })
 }
@@ -225,15 +212,9 @@ func assertIndexed(pool string) {
 // events returns "Reason: note" of the Events about an object of kind.
 func events(kind, name string) func() []string {
 	return func() []string {
-		var list eventsv1.EventList
-		if err := k.List(ctx, &list); err != nil {
+		out, err := envtest.Events(ctx, k, kind, name)
+		if err != nil {
 			return []string{err.Error()}
-		}
-		var out []string
-		for _, e := range list.Items {
-			if e.Regarding.Kind == kind && e.Regarding.Name == name {
-				out = append(out, e.Reason+": "+e.Note)
-			}
 		}
 		return out
 	}

@@ -7,9 +7,12 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
+
+	"sigs.k8s.io/yaml"
 )
 
 // DefaultTimeout is the checkpoint timeout of Apply when Runner.Timeout is 0.
@@ -100,4 +103,46 @@ func (r Runner) run(ctx context.Context, args ...string) ([]byte, error) {
 		return nil, &Error{Args: args, Output: stderr.String() + stdout.String(), Err: err}
 	}
 	return stdout.Bytes(), nil
+}
+
+// InterfaceAddresses is an interface of an nmstate state with its static
+// addresses, as "ip/prefix-length", IPv4 first.
+type InterfaceAddresses struct {
+	Name      string
+	Addresses []string
+}
+
+// StaticAddresses returns the interfaces of an nmstate state (YAML or
+// JSON, as show prints it) that carry static addresses, in the state's
+// order.
+func StaticAddresses(state []byte) ([]InterfaceAddresses, error) {
+	type address struct {
+		IP           string `json:"ip"`
+		PrefixLength int    `json:"prefix-length"`
+	}
+	var s struct {
+		Interfaces []struct {
+			Name string `json:"name"`
+			IPv4 struct {
+				Address []address `json:"address"`
+			} `json:"ipv4"`
+			IPv6 struct {
+				Address []address `json:"address"`
+			} `json:"ipv6"`
+		} `json:"interfaces"`
+	}
+	if err := yaml.Unmarshal(state, &s); err != nil {
+		return nil, fmt.Errorf("read the state's interfaces: %w", err)
+	}
+	var out []InterfaceAddresses
+	for _, i := range s.Interfaces {
+		var addrs []string
+		for _, a := range slices.Concat(i.IPv4.Address, i.IPv6.Address) {
+			addrs = append(addrs, fmt.Sprintf("%s/%d", a.IP, a.PrefixLength))
+		}
+		if len(addrs) > 0 {
+			out = append(out, InterfaceAddresses{Name: i.Name, Addresses: addrs})
+		}
+	}
+	return out, nil
 }

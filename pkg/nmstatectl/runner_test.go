@@ -7,6 +7,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"reflect"
 	"strings"
 	"testing"
 
@@ -145,5 +146,22 @@ func TestInvalidDesiredState(t *testing.T) {
 	err := r.Apply(context.Background(), []byte("interfaces:\n- type: ethernet\n"))
 	if err == nil || !strings.Contains(err.Error(), "has no name") {
 		t.Fatalf("Apply = %v", err)
+	}
+}
+
+func TestStaticAddresses(t *testing.T) {
+	state := []byte(`{"interfaces":[{"name":"eth0","ipv4":{"dhcp":true}},` +
+		`{"name":"eth1","ipv4":{"address":[{"ip":"10.0.0.1","prefix-length":24}]},"ipv6":{"address":[{"ip":"fd00::1","prefix-length":64}]}},` +
+		`{"name":"eth2","ipv6":{"address":[{"ip":"fd00::2","prefix-length":64}]}}]}`)
+	got, err := StaticAddresses(state)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []InterfaceAddresses{{Name: "eth1", Addresses: []string{"10.0.0.1/24", "fd00::1/64"}}, {Name: "eth2", Addresses: []string{"fd00::2/64"}}}
+	if !reflect.DeepEqual(got, want) {
+		t.Errorf("got %+v, want %+v", got, want)
+	}
+	if _, err := StaticAddresses([]byte("interfaces: [")); err == nil {
+		t.Error("a broken state parsed")
 	}
 }

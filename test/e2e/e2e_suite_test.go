@@ -22,7 +22,6 @@ import (
 	. "github.com/onsi/ginkgo/v2"
 	. "github.com/onsi/gomega"
 	corev1 "k8s.io/api/core/v1"
-	eventsv1 "k8s.io/api/events/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -168,23 +167,11 @@ func applySample(file string, into client.Object) {
 	Expect(k.Create(ctx, into)).To(Succeed())
 }
 
-const oneAddress = `interfaces:
-- name: eth1
-  type: ethernet
-  state: up
-  ipv4:
-    enabled: true
-    dhcp: false
-    address:
-    - ip: "{{ capture.addr.ip }}"
-      prefix-length: "{{ capture.addr.prefix-length }}"
-`
-
 // createPolicy creates a policy for every worker whose capture addr draws
 // from pool onto eth1.
 func createPolicy(name, pool string) {
 	GinkgoHelper()
-	createPolicyWith(name, map[string]string{"addr": "ippool." + pool + ".allocate"}, oneAddress)
+	createPolicyWith(name, map[string]string{"addr": "ippool." + pool + ".allocate"}, envtest.OneAddressState)
 }
 
 func createPolicyWith(name string, captures map[string]string, desired string) {
@@ -278,14 +265,8 @@ func poolBits(name string) []string {
 
 // events returns the reasons and notes of the Events about an object.
 func events(kind, name string) []string {
-	var list eventsv1.EventList
-	Expect(k.List(ctx, &list)).To(Succeed())
-	var out []string
-	for _, e := range list.Items {
-		if e.Regarding.Kind == kind && e.Regarding.Name == name {
-			out = append(out, e.Reason+": "+e.Note)
-		}
-	}
+	out, err := envtest.Events(ctx, k, kind, name)
+	Expect(err).NotTo(HaveOccurred())
 	return out
 }
 

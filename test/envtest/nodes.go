@@ -7,7 +7,6 @@ import (
 	"net/netip"
 	"os/exec"
 	"path/filepath"
-	"slices"
 	"sync/atomic"
 	"time"
 
@@ -16,7 +15,6 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/config"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
-	"sigs.k8s.io/yaml"
 
 	ippoolv1 "github.com/nmstate-ippool/nmstate-ippool/api/v1"
 	nncev1beta1 "github.com/nmstate-ippool/nmstate-ippool/api/v1beta1"
@@ -129,28 +127,13 @@ func (n *Node) Configured(iface string) string {
 	if err != nil {
 		return ""
 	}
-	type address struct {
-		IP           string `json:"ip"`
-		PrefixLength int    `json:"prefix-length"`
-	}
-	var s struct {
-		Interfaces []struct {
-			Name string `json:"name"`
-			IPv4 struct {
-				Address []address `json:"address"`
-			} `json:"ipv4"`
-			IPv6 struct {
-				Address []address `json:"address"`
-			} `json:"ipv6"`
-		} `json:"interfaces"`
-	}
-	if err := yaml.Unmarshal(raw, &s); err != nil {
+	ifaces, err := nmstatectl.StaticAddresses(raw)
+	if err != nil {
 		return ""
 	}
-	for _, i := range s.Interfaces {
-		addrs := slices.Concat(i.IPv4.Address, i.IPv6.Address)
-		if i.Name == iface && len(addrs) > 0 {
-			return fmt.Sprintf("%s/%d", addrs[0].IP, addrs[0].PrefixLength)
+	for _, i := range ifaces {
+		if i.Name == iface {
+			return i.Addresses[0]
 		}
 	}
 	return ""

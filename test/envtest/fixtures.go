@@ -1,0 +1,38 @@
+package envtest
+
+import (
+	"context"
+
+	eventsv1 "k8s.io/api/events/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+)
+
+// OneAddressState is a policy's desired state that puts the address of the
+// capture addr on eth1, as the README's example does.
+const OneAddressState = `interfaces:
+- name: eth1
+  type: ethernet
+  state: up
+  ipv4:
+    enabled: true
+    dhcp: false
+    address:
+    - ip: "{{ capture.addr.ip }}"
+      prefix-length: "{{ capture.addr.prefix-length }}"
+`
+
+// Events returns "Reason: note" of every Event about the object of kind
+// called name.
+func Events(ctx context.Context, c client.Reader, kind, name string) ([]string, error) {
+	var list eventsv1.EventList
+	if err := c.List(ctx, &list); err != nil {
+		return nil, err
+	}
+	var out []string
+	for _, e := range list.Items {
+		if e.Regarding.Kind == kind && e.Regarding.Name == name {
+			out = append(out, e.Reason+": "+e.Note)
+		}
+	}
+	return out, nil
+}
