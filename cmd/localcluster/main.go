@@ -92,11 +92,15 @@ func cmdUp(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	o := upOptions{}
 	fs.StringVar(&o.dir, "dir", ".local", "directory of the cluster's state, data and logs")
 	fs.IntVar(&o.nodes, "nodes", 3, "how many nodes to create")
-	fs.DurationVar(&o.gracePeriod, "gc-grace-period", 30*time.Second, "the pool controller's garbage collection grace period")
+	fs.DurationVar(&o.gracePeriod, "gc-grace-period", 30*time.Second,
+		"the pool controller's garbage collection grace period; the handlers record new addresses within a third of it")
 	fs.StringVar(&o.bin, "bin", exeDir(), "directory of handler, pool-controller and nmstatectl-sim")
 	fs.StringVar(&o.assets, "assets", "", "directory of etcd and kube-apiserver (default $KUBEBUILDER_ASSETS, else BIN/k8s)")
 	if _, err := cli.Parse(fs, args, 0, 0); err != nil {
 		return err
+	}
+	if o.gracePeriod < 3*time.Second {
+		return fmt.Errorf("%w: --gc-grace-period %s: give at least 3s", cli.ErrUsage, o.gracePeriod)
 	}
 	if o.nodes < 0 || o.nodes > 99 {
 		return fmt.Errorf("%w: --nodes %d: give 0 to 99", cli.ErrUsage, o.nodes)

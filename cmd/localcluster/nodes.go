@@ -21,9 +21,17 @@ import (
 	nncev1beta1 "github.com/nmstate-ippool/nmstate-ippool/api/v1beta1"
 )
 
-// Handler flags for a local cluster: quicker retries than in production,
-// and a record deadline well inside the grace period.
-var handlerTuning = []string{"--pending-requeue=2s", "--failed-requeue=10s", "--record-deadline=10s"}
+// handlerTuning returns the handler flags of a local cluster: quicker
+// retries than in production, and a record deadline of a third of the pool
+// controller's grace period (at most 10s), so that garbage collection can
+// never free an allocation still on its way to its enactment.
+func (c *cluster) handlerTuning() []string {
+	deadline := 10 * time.Second
+	if grace, err := time.ParseDuration(c.GracePeriod); err == nil {
+		deadline = min(deadline, grace/3)
+	}
+	return []string{"--pending-requeue=2s", "--failed-requeue=10s", "--record-deadline=" + deadline.String()}
+}
 
 func handlerName(node string) string { return "handler/" + node }
 
@@ -70,7 +78,7 @@ func (c *cluster) startHandler(ctx context.Context, node string) error {
 		Env:    []string{"NMSTATECTL_SIM_STATE=" + c.simState(node)},
 		Args: append([]string{"--kubeconfig=" + c.kubeconfig(), "--node-name=" + node,
 			"--nmstatectl=" + filepath.Join(c.Bin, "nmstatectl-sim"),
-			"--health-probe-bind-address=" + hostPort(health), "--metrics-bind-address=0"}, handlerTuning...)}
+			"--health-probe-bind-address=" + hostPort(health), "--metrics-bind-address=0"}, c.handlerTuning()...)}
 	if err := c.launch(handlerName(node), p); err != nil {
 		return err
 	}

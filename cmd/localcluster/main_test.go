@@ -1,0 +1,78 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+)
+
+func TestHandlerTuning(t *testing.T) {
+	for grace, want := range map[string]string{"30s": "--record-deadline=10s", "9s": "--record-deadline=3s", "2m0s": "--record-deadline=10s"} {
+		c := &cluster{GracePeriod: grace}
+		if got := c.handlerTuning(); !slices.Contains(got, want) {
+			t.Errorf("grace %s: %v lacks %s", grace, got, want)
+		}
+	}
+}
+
+// TestProcessIdentity: a process is alive only while its PID runs its
+// binary, so that stopping a cluster can never signal a stranger that
+// reused a PID; stop ends it.
+func TestProcessIdentity(t *testing.T) {
+	sleep, err := exec.LookPath("sleep")
+	if err != nil {
+		t.Skip("no sleep binary")
+	}
+	p := &process{Binary: sleep, Args: []string{"30"}, Log: filepath.Join(t.TempDir(), "sleep.log")}
+	if err := p.start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = syscall.Kill(p.PID, syscall.SIGKILL) })
+	if !p.alive() {
+		t.Fatal("the process it started is not alive")
+	}
+	stranger := &process{PID: p.PID, Binary: "/bin/true"}
+	if stranger.alive() {
+		t.Error("a PID running another binary counts as alive")
+	}
+	if err := stranger.stop(syscall.SIGKILL, time.Second); err != nil || !p.alive() {
+		t.Errorf("stopping a stranger's PID touched it: %v, alive %v", err, p.alive())
+	}
+	if err := p.stop(syscall.SIGTERM, 5*time.Second); err != nil {
+		t.Fatal(err)
+	}
+	if p.alive() {
+		t.Error("still alive after stop")
+	}
+}
+
+func TestCommandLineErrors(t *testing.T) {
+	dir := t.TempDir()
+	for _, tt := range []struct {
+		args []string
+		code int
+		want string
+	}{
+		{nil, 2, "no command"},
+		{[]string{"frobnicate"}, 2, `unknown command "frobnicate"`},
+		{[]string{"up", "--nodes", "200", "--dir", dir}, 2, "--nodes 200: give 0 to 99"},
+		{[]string{"up", "--gc-grace-period", "1s", "--dir", dir}, 2, "--gc-grace-period 1s: give at least 3s"},
+		{[]string{"node"}, 2, "node needs add, remove or restart"},
+		{[]string{"node", "add", "--dir", dir}, 2, "node add takes 1 argument(s), got 0"},
+		{[]string{"node", "add", "n1", "--label", "novalue", "--dir", dir}, 2, `label "novalue": write key=value`},
+		{[]string{"status", "--dir", dir}, 1, "no local cluster in " + dir + ": run 'localcluster up' first"},
+		{[]string{"up", "--dir", dir, "--bin", dir}, 1, filepath.Join(dir, "k8s", "etcd") + " not found: run 'make build envtest-assets'"},
+	} {
+		var out, errOut bytes.Buffer
+		code := run(context.Background(), tt.args, &out, &errOut)
+		if code != tt.code || !strings.Contains(errOut.String(), tt.want) {
+			t.Errorf("%q: exit %d, stderr %q; want %d and %q", tt.args, code, errOut.String(), tt.code, tt.want)
+		}
+	}
+}
