@@ -34,7 +34,7 @@ func TestMain(m *testing.M) {
 
 // newNodes creates Nodes prefix01..prefixNN with the given labels; start
 // runs their handlers.
-func newNodes(t *testing.T, prefix string, n int, labels map[string]string) []*envtest.Node {
+func newNodes(t testing.TB, prefix string, n int, labels map[string]string) []*envtest.Node {
 	t.Helper()
 	dir := t.TempDir()
 	nodes := make([]*envtest.Node, n)
@@ -53,14 +53,14 @@ func newNodes(t *testing.T, prefix string, n int, labels map[string]string) []*e
 }
 
 // start runs the node's handler until the test ends.
-func start(t *testing.T, nd *envtest.Node) {
+func start(t testing.TB, nd *envtest.Node) {
 	t.Helper()
 	Expect(nd.Start(cfg)).To(Succeed())
 }
 
 // newPool creates a pool and, unless available is false, marks it
 // Available=True the way the pool controller will after its first rebuild.
-func newPool(t *testing.T, name string, r ippoolv1.IPRange, available bool) *ippoolv1.NodeIPPool {
+func newPool(t testing.TB, name string, r ippoolv1.IPRange, available bool) *ippoolv1.NodeIPPool {
 	t.Helper()
 	p := &ippoolv1.NodeIPPool{ObjectMeta: metav1.ObjectMeta{Name: name}, Spec: ippoolv1.NodeIPPoolSpec{Range: r}}
 	Expect(k.Create(context.Background(), p)).To(Succeed())
@@ -71,7 +71,7 @@ func newPool(t *testing.T, name string, r ippoolv1.IPRange, available bool) *ipp
 	return p
 }
 
-func markAvailable(t *testing.T, name string) {
+func markAvailable(t testing.TB, name string) {
 	t.Helper()
 	Eventually(func() error {
 		var p ippoolv1.NodeIPPool
@@ -84,7 +84,7 @@ func markAvailable(t *testing.T, name string) {
 	}).Should(Succeed())
 }
 
-func newPolicy(t *testing.T, name string, selector map[string]string, captures map[string]string, desired string) *nmstatev1.NodeNetworkConfigurationPolicy {
+func newPolicy(t testing.TB, name string, selector map[string]string, captures map[string]string, desired string) *nmstatev1.NodeNetworkConfigurationPolicy {
 	t.Helper()
 	p := &nmstatev1.NodeNetworkConfigurationPolicy{ObjectMeta: metav1.ObjectMeta{Name: name}}
 	p.Spec.NodeSelector = selector
@@ -95,7 +95,7 @@ func newPolicy(t *testing.T, name string, selector map[string]string, captures m
 	return p
 }
 
-func deletePolicy(t *testing.T, name string) {
+func deletePolicy(t testing.TB, name string) {
 	t.Helper()
 	_ = k.Delete(context.Background(), &nmstatev1.NodeNetworkConfigurationPolicy{ObjectMeta: metav1.ObjectMeta{Name: name}})
 }
