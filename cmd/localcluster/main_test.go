@@ -67,7 +67,7 @@ func TestCommandLineErrors(t *testing.T) {
 		{[]string{"node", "add", "--dir", dir}, 2, "node add takes 1 argument(s), got 0"},
 		{[]string{"node", "add", "n1", "--label", "novalue", "--dir", dir}, 2, `label "novalue": write key=value`},
 		{[]string{"status", "--dir", dir}, 1, "no local cluster in " + dir + ": run 'localcluster up' first"},
-		{[]string{"up", "--dir", dir, "--bin", dir}, 1, filepath.Join(dir, "k8s", "etcd") + " not found: run 'make build envtest-assets'"},
+		{[]string{"up", "--dir", dir, "--bin", dir, "--assets", filepath.Join(dir, "k8s")}, 1, filepath.Join(dir, "k8s", "etcd") + " not found: run 'make build envtest-assets'"},
 	} {
 		var out, errOut bytes.Buffer
 		code := run(context.Background(), tt.args, &out, &errOut)
