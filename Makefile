@@ -40,11 +40,7 @@ help: ## Show this help.
 manifests: $(CONTROLLER_GEN) ## Generate the CRDs into deploy/crd and RBAC into deploy/rbac.
 	$(CONTROLLER_GEN) crd paths=./api/... paths=$(UPSTREAM_API)/v1 output:crd:artifacts:config=deploy/crd
 	rm -f deploy/crd/nmstate.io_nmstates.yaml # the operator's kind, not ours
-	@# NodeNetworkState, for compatibility with kubernetes-nmstate; its other
-	@# v1beta1 kinds would clash with ours.
-	rm -rf $(LOCALBIN)/crd-upstream && $(CONTROLLER_GEN) crd paths=$(UPSTREAM_API)/v1beta1 output:crd:artifacts:config=$(LOCALBIN)/crd-upstream
-	cp $(LOCALBIN)/crd-upstream/nmstate.io_nodenetworkstates.yaml deploy/crd/
-	$(CONTROLLER_GEN) rbac:roleName=nmstate-ippool-handler paths=./controllers/handler/... output:rbac:artifacts:config=deploy/rbac/handler
+	$(CONTROLLER_GEN) rbac:roleName=nmstate-ippool-handler paths=./controllers/handler/... paths=./controllers/nodestate/... output:rbac:artifacts:config=deploy/rbac/handler
 	$(CONTROLLER_GEN) rbac:roleName=nmstate-ippool-pool-controller paths=./controllers/pool/... paths=./controllers/enactment/... output:rbac:artifacts:config=deploy/rbac/pool-controller
 
 .PHONY: generate

@@ -162,6 +162,7 @@ func TestInstallShape(t *testing.T) {
 		whyNotOrWhyNeeded string
 	}{
 		{handler, "nodeippools/status", "update", true, "handlers allocate"},
+		{handler, "nodenetworkstates/status", "update", true, "handlers publish their node's state"},
 		{handler, "nodeippools", "update", false, "handlers never change a pool's spec or annotations"},
 		{handler, "nodes", "update", false, "handlers only read nodes"},
 		{handler, "leases", "create", false, "handlers do not elect a leader"},

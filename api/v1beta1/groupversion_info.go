@@ -18,7 +18,8 @@ var (
 )
 
 func addKnownTypes(scheme *runtime.Scheme) error {
-	scheme.AddKnownTypes(GroupVersion, &NodeNetworkConfigurationEnactment{}, &NodeNetworkConfigurationEnactmentList{})
+	scheme.AddKnownTypes(GroupVersion, &NodeNetworkConfigurationEnactment{}, &NodeNetworkConfigurationEnactmentList{},
+		&NodeNetworkState{}, &NodeNetworkStateList{})
 	metav1.AddToGroupVersion(scheme, GroupVersion)
 	return nil
 }

@@ -1,7 +1,7 @@
 // Command handler is the per-node nmstate-ippool handler: it reconciles
 // NodeNetworkConfigurationPolicies for the node it runs on, allocating
 // addresses from NodeIPPools and applying the rendered state with
-// nmstatectl. It replaces the kubernetes-nmstate handler; never run both.
+// nmstatectl, and publishes the node's NodeNetworkState. It replaces the kubernetes-nmstate handler; never run both.
 package main
 
 import (
@@ -18,6 +18,7 @@ import (
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
 	"github.com/nmstate-ippool/nmstate-ippool/controllers/handler"
+	"github.com/nmstate-ippool/nmstate-ippool/controllers/nodestate"
 	"github.com/nmstate-ippool/nmstate-ippool/internal/scheme"
 	"github.com/nmstate-ippool/nmstate-ippool/pkg/nmstatectl"
 )
@@ -31,6 +32,7 @@ type options struct {
 	pendingRequeue time.Duration
 	failedRequeue  time.Duration
 	recordDeadline time.Duration
+	stateRefresh   time.Duration
 }
 
 func main() {
@@ -44,6 +46,8 @@ func main() {
 	flag.DurationVar(&o.failedRequeue, "failed-requeue", handler.DefaultFailedRequeue, "how long to wait before applying again after nmstatectl failed")
 	flag.DurationVar(&o.recordDeadline, "record-deadline", handler.DefaultRecordDeadline,
 		"longest time from taking an address to recording it in the enactment; keep it under half the pool controller's --gc-grace-period")
+	flag.DurationVar(&o.stateRefresh, "state-refresh-period", nodestate.DefaultRefresh,
+		"how often the node's NodeNetworkState is checked; it is written only when the state changes")
 	zapOpts := zap.Options{}
 	zapOpts.BindFlags(flag.CommandLine)
 	flag.Parse() // controller-runtime registers --kubeconfig
@@ -77,10 +81,18 @@ func run(o options) error {
 	}
 	metrics := handler.NewMetrics()
 	ctrlmetrics.Registry.MustRegister(metrics.Collectors()...)
-	r := handler.New(mgr, o.node, nmstatectl.Runner{Path: o.nmstatectl, Timeout: o.applyTimeout}, metrics)
+	network := nmstatectl.Runner{Path: o.nmstatectl, Timeout: o.applyTimeout}
+	nudges := nodestate.NewNudges()
+	r := handler.New(mgr, o.node, network, metrics)
 	r.PendingRequeue, r.FailedRequeue, r.RecordDeadline = o.pendingRequeue, o.failedRequeue, o.recordDeadline
+	r.StateChanged = func() { nudges.Nudge(o.node) }
 	if err := r.SetupWithManager(mgr, handler.SetupOptions{}); err != nil {
 		return fmt.Errorf("set up the handler: %w", err)
+	}
+	reporter := nodestate.New(mgr, o.node, network)
+	reporter.Refresh = o.stateRefresh
+	if err := reporter.SetupWithManager(mgr, nudges, nodestate.SetupOptions{}); err != nil {
+		return fmt.Errorf("set up the NodeNetworkState reporter: %w", err)
 	}
 	if err := mgr.AddHealthzCheck("healthz", healthz.Ping); err != nil {
 		return err

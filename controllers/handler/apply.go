@@ -22,6 +22,7 @@ import (
 
 	ippoolv1 "github.com/nmstate-ippool/nmstate-ippool/api/v1"
 	nncev1beta1 "github.com/nmstate-ippool/nmstate-ippool/api/v1beta1"
+	"github.com/nmstate-ippool/nmstate-ippool/internal/conditions"
 	"github.com/nmstate-ippool/nmstate-ippool/pkg/capture"
 )
 
@@ -94,6 +95,9 @@ func (r *Reconciler) applyWithinMaxUnavailable(ctx context.Context, policy *nmst
 		return r.conclude(ctx, policy, e, o)
 	}
 	applyErr := r.State.Apply(ctx, desired)
+	if r.StateChanged != nil {
+		r.StateChanged()
+	}
 	if err := r.releaseSlot(ctx, policy.Name); err != nil {
 		ctrl.LoggerFrom(ctx).Error(err, "release the maxUnavailable slot")
 	}
@@ -184,11 +188,11 @@ func (r *Reconciler) updatePolicyStatus(ctx context.Context, policy *nmstatev1.N
 	}
 	return r.updatePolicy(ctx, policy.Name, func(p *nmstatev1.NodeNetworkConfigurationPolicy) bool {
 		s := summarize(matching, p.Generation, enactments.Items)
-		conditions := policyConditions(p.Status.Conditions, s, r.Clock.Now())
-		if sameConditions(conditions, p.Status.Conditions) {
+		conds := policyConditions(p.Status.Conditions, s, r.Clock.Now())
+		if conditions.Same(conds, p.Status.Conditions) {
 			return false
 		}
-		p.Status.Conditions = conditions
+		p.Status.Conditions = conds
 		return true
 	})
 }

@@ -6,9 +6,9 @@ import (
 
 	"github.com/nmstate/kubernetes-nmstate/api/shared"
 	corev1 "k8s.io/api/core/v1"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	nncev1beta1 "github.com/nmstate-ippool/nmstate-ippool/api/v1beta1"
+	"github.com/nmstate-ippool/nmstate-ippool/internal/conditions"
 )
 
 // outcome is the state an enactment is left in: which of its condition types
@@ -40,36 +40,10 @@ func pending(reason string, message string, after time.Duration) outcome {
 		reason: shared.ConditionReason(reason), message: message, requeueAfter: after}
 }
 
-// withConditions returns conditions with o's type True and every other
-// enactment condition type False. Times move only when something changes:
-// the transition time when a status flips, the heartbeat when status,
-// reason or message change, so a repeated outcome writes nothing new.
-func withConditions(conditions shared.ConditionList, o outcome, now time.Time) shared.ConditionList {
-	ts := metav1.NewTime(now.Truncate(time.Second))
-	out := make(shared.ConditionList, 0, len(shared.NodeNetworkConfigurationEnactmentConditionTypes))
-	for _, t := range shared.NodeNetworkConfigurationEnactmentConditionTypes {
-		want := shared.Condition{Type: t, Status: corev1.ConditionFalse}
-		if t == o.condition {
-			want = shared.Condition{Type: t, Status: corev1.ConditionTrue, Reason: o.reason, Message: o.message}
-		}
-		out = append(out, merged(conditions.Find(t), want, ts))
-	}
-	return out
-}
-
-func merged(old *shared.Condition, want shared.Condition, now metav1.Time) shared.Condition {
-	if old == nil {
-		want.LastTransitionTime, want.LastHeartbeatTime = now, now
-		return want
-	}
-	want.LastTransitionTime, want.LastHeartbeatTime = old.LastTransitionTime, old.LastHeartbeatTime
-	if old.Status != want.Status {
-		want.LastTransitionTime = now
-	}
-	if old.Status != want.Status || old.Reason != want.Reason || old.Message != want.Message {
-		want.LastHeartbeatTime = now
-	}
-	return want
+// withConditions returns the enactment's conditions with o's type True
+// and every other type False; times move only when something changes.
+func withConditions(old shared.ConditionList, o outcome, now time.Time) shared.ConditionList {
+	return conditions.OneTrue(old, shared.NodeNetworkConfigurationEnactmentConditionTypes[:], o.condition, o.reason, o.message, now)
 }
 
 // trueCondition returns the enactment's True condition type, or "".
@@ -109,9 +83,8 @@ func summarize(matching int, generation int64, enactments []nncev1beta1.NodeNetw
 // policyConditions computes the policy's Available, Degraded and
 // Progressing conditions from a summary, as kubernetes-nmstate reports them.
 func policyConditions(old shared.ConditionList, s policySummary, now time.Time) shared.ConditionList {
-	ts := metav1.NewTime(now.Truncate(time.Second))
 	set := func(t shared.ConditionType, status corev1.ConditionStatus, reason shared.ConditionReason, msg string) shared.Condition {
-		return merged(old.Find(t), shared.Condition{Type: t, Status: status, Reason: reason, Message: msg}, ts)
+		return conditions.Merge(old.Find(t), shared.Condition{Type: t, Status: status, Reason: reason, Message: msg}, now)
 	}
 	const (
 		avail = shared.NodeNetworkConfigurationPolicyConditionAvailable
@@ -137,18 +110,4 @@ func policyConditions(old shared.ConditionList, s policySummary, now time.Time) 
 		r := shared.NodeNetworkConfigurationPolicyConditionConfigurationProgressing
 		return shared.ConditionList{set(avail, f, r, msg), set(degr, f, r, msg), set(prog, t, r, msg)}
 	}
-}
-
-// sameConditions compares condition lists ignoring times.
-func sameConditions(a, b shared.ConditionList) bool {
-	if len(a) != len(b) {
-		return false
-	}
-	for _, c := range a {
-		o := b.Find(c.Type)
-		if o == nil || o.Status != c.Status || o.Reason != c.Reason || o.Message != c.Message {
-			return false
-		}
-	}
-	return true
 }

@@ -75,6 +75,10 @@ type Reconciler struct {
 	// retried: the collector frees bits no enactment claims after its grace
 	// period, which must be longer than this.
 	RecordDeadline time.Duration
+	// StateChanged, if set, is called after every apply, successful or
+	// not (a rollback changes the network too): the node's state reporter
+	// reads the state again.
+	StateChanged func()
 
 	// notes carries what an enactment's messages must tell until its state
 	// is applied.

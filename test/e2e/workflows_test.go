@@ -53,6 +53,16 @@ var _ = Describe("Assign static addresses with a NodeIPPool", func() {
 			Expect(ip).To(BeElementOf("10.10.10.1", "10.10.10.2", "10.10.10.3", "10.10.10.5", "10.10.10.6", "10.10.10.7"))
 		}
 		Expect(plugin("show", "traffic-1")).To(ContainSubstring("allocated  node01  eth1       static-ip  addr"))
+		By("reading each node's NodeNetworkState")
+		for node, ip := range got {
+			Eventually(func() string {
+				var nns nncev1beta1.NodeNetworkState
+				if err := k.Get(ctx, types.NamespacedName{Name: node}, &nns); err != nil {
+					return err.Error()
+				}
+				return string(nns.Status.CurrentState.Raw)
+			}).Should(ContainSubstring(ip), node)
+		}
 	})
 })
 

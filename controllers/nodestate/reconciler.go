@@ -1,0 +1,131 @@
+package nodestate
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"time"
+
+	"github.com/nmstate/kubernetes-nmstate/api/shared"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/utils/clock"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/yaml"
+
+	nncev1beta1 "github.com/nmstate-ippool/nmstate-ippool/api/v1beta1"
+	"github.com/nmstate-ippool/nmstate-ippool/internal/conditions"
+)
+
+// StateReader reads the node's current network state (JSON or YAML).
+// *nmstatectl.Runner implements it.
+type StateReader interface {
+	Show(ctx context.Context) ([]byte, error)
+}
+
+// Reconciler writes the NodeNetworkState of one node. Set every exported
+// field; New sets them with defaults.
+type Reconciler struct {
+	// Client reads from the manager's cache and writes to the API server.
+	Client client.Client
+	// NodeName is the node whose state is published.
+	NodeName string
+	// State reads the node's network state.
+	State StateReader
+	// Clock stamps the updates.
+	Clock clock.PassiveClock
+	// Refresh is how often the state is read when nothing nudges.
+	Refresh time.Duration
+}
+
+// nnsConditionTypes are the NNS condition types, in kubernetes-nmstate's
+// order.
+var nnsConditionTypes = []shared.ConditionType{shared.NodeNetworkStateConditionAvailable, shared.NodeNetworkStateConditionFailing}
+
+// Reconcile reads the node's state and writes its NNS if it changed.
+func (r *Reconciler) Reconcile(ctx context.Context, _ ctrl.Request) (ctrl.Result, error) {
+	ctx = ctrl.LoggerInto(ctx, ctrl.LoggerFrom(ctx).WithValues("node", r.NodeName))
+	node := &metav1.PartialObjectMetadata{}
+	node.SetGroupVersionKind(corev1.SchemeGroupVersion.WithKind("Node"))
+	if err := r.Client.Get(ctx, types.NamespacedName{Name: r.NodeName}, node); err != nil {
+		return ctrl.Result{}, client.IgnoreNotFound(err) // a deleted node has no state to publish
+	}
+	nns, err := r.ensure(ctx, node)
+	if err != nil {
+		return ctrl.Result{}, err
+	}
+	current, showErr := r.State.Show(ctx)
+	status, changed := next(nns.Status, current, showErr, r.Clock.Now())
+	if !changed {
+		return ctrl.Result{RequeueAfter: r.Refresh}, nil
+	}
+	nns.Status = status
+	if err := r.Client.Status().Update(ctx, nns); err != nil {
+		return ctrl.Result{}, fmt.Errorf("write NodeNetworkState %q: %w", nns.Name, err)
+	}
+	ctrl.LoggerFrom(ctx).Info("published the node's network state", "failing", showErr != nil)
+	return ctrl.Result{RequeueAfter: r.Refresh}, nil
+}
+
+// ensure returns the node's NNS, creating it, owned by the node, if it is
+// missing.
+func (r *Reconciler) ensure(ctx context.Context, node *metav1.PartialObjectMetadata) (*nncev1beta1.NodeNetworkState, error) {
+	var nns nncev1beta1.NodeNetworkState
+	err := r.Client.Get(ctx, types.NamespacedName{Name: r.NodeName}, &nns)
+	if err == nil {
+		return &nns, nil
+	}
+	if !apierrors.IsNotFound(err) {
+		return nil, fmt.Errorf("get NodeNetworkState %q: %w", r.NodeName, err)
+	}
+	nns = nncev1beta1.NodeNetworkState{ObjectMeta: metav1.ObjectMeta{Name: r.NodeName,
+		OwnerReferences: []metav1.OwnerReference{{APIVersion: "v1", Kind: "Node", Name: node.Name, UID: node.UID}}}}
+	if err := r.Client.Create(ctx, &nns); err != nil {
+		return nil, fmt.Errorf("create NodeNetworkState %q: %w", r.NodeName, err)
+	}
+	return &nns, nil
+}
+
+// next computes the NNS status from the state just read, and whether it
+// differs from old. A state that did not change, read without error,
+// changes nothing: no heartbeat.
+func next(old shared.NodeNetworkStateStatus, current []byte, showErr error, now time.Time) (shared.NodeNetworkStateStatus, bool) {
+	s := *old.DeepCopy()
+	if showErr != nil {
+		s.Conditions = conditions.OneTrue(old.Conditions, nnsConditionTypes, shared.NodeNetworkStateConditionFailing,
+			shared.NodeNetworkStateConditionFailedToConfigure, fmt.Sprintf("reading the node's network state failed: %v", showErr), now)
+		return s, !conditions.Same(s.Conditions, old.Conditions)
+	}
+	state, err := canonical(current)
+	if err != nil {
+		s.Conditions = conditions.OneTrue(old.Conditions, nnsConditionTypes, shared.NodeNetworkStateConditionFailing,
+			shared.NodeNetworkStateConditionFailedToConfigure, fmt.Sprintf("nmstatectl show printed no state: %v", err), now)
+		return s, !conditions.Same(s.Conditions, old.Conditions)
+	}
+	s.Conditions = conditions.OneTrue(old.Conditions, nnsConditionTypes, shared.NodeNetworkStateConditionAvailable,
+		shared.NodeNetworkStateConditionSuccessfullyConfigured, "successfully read the node's network state", now)
+	if was, err := canonical(old.CurrentState.Raw); err == nil && bytes.Equal(state, was) && conditions.Same(s.Conditions, old.Conditions) {
+		return old, false
+	}
+	s.CurrentState = shared.NewState(string(state))
+	s.LastSuccessfulUpdateTime = metav1.NewTime(now.Truncate(time.Second))
+	return s, true
+}
+
+// canonical turns a state printed as JSON or YAML into compact JSON, so
+// that equal states compare equal whatever their formatting.
+func canonical(state []byte) ([]byte, error) {
+	j, err := yaml.YAMLToJSON(state)
+	if err != nil {
+		return nil, err
+	}
+	var v map[string]any
+	if err := json.Unmarshal(j, &v); err != nil {
+		return nil, err
+	}
+	return json.Marshal(v)
+}

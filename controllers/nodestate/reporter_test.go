@@ -1,0 +1,139 @@
+package nodestate_test
+
+import (
+	"context"
+	"errors"
+	"os"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/nmstate/kubernetes-nmstate/api/shared"
+	. "github.com/onsi/gomega"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/config"
+	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
+
+	nncev1beta1 "github.com/nmstate-ippool/nmstate-ippool/api/v1beta1"
+	"github.com/nmstate-ippool/nmstate-ippool/controllers/nodestate"
+	"github.com/nmstate-ippool/nmstate-ippool/test/envtest"
+)
+
+var (
+	env *envtest.Env
+	k   client.Client
+)
+
+func TestMain(m *testing.M) {
+	os.Exit(envtest.Run(m, func(s *envtest.Suite) { env, k = s.Env, s.Client }))
+}
+
+// network is a node's network as the reporter reads it.
+type network struct {
+	mu    sync.Mutex
+	state string
+	err   error
+	reads int
+}
+
+func (n *network) Show(context.Context) ([]byte, error) {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	n.reads++
+	return []byte(n.state), n.err
+}
+
+func (n *network) set(state string, err error) {
+	n.mu.Lock()
+	n.state, n.err = state, err
+	n.mu.Unlock()
+}
+
+func (n *network) readCount() int {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	return n.reads
+}
+
+func nns(name string) func() (*nncev1beta1.NodeNetworkState, error) {
+	return func() (*nncev1beta1.NodeNetworkState, error) {
+		var s nncev1beta1.NodeNetworkState
+		err := k.Get(context.Background(), types.NamespacedName{Name: name}, &s)
+		return &s, err
+	}
+}
+
+// startReporter runs a reporter for node until stop is called.
+func startReporter(t *testing.T, node string, net *network, refresh time.Duration) (nodestate.Nudges, func()) {
+	t.Helper()
+	mgr, err := ctrl.NewManager(env.Config, ctrl.Options{Scheme: env.Scheme, Metrics: metricsserver.Options{BindAddress: "0"},
+		HealthProbeBindAddress: "0", Controller: config.Controller{SkipNameValidation: ptrTo(true)}})
+	Expect(err).NotTo(HaveOccurred())
+	r := nodestate.New(mgr, node, net)
+	r.Refresh = refresh
+	nudges := nodestate.NewNudges()
+	Expect(r.SetupWithManager(mgr, nudges, nodestate.SetupOptions{SkipNameValidation: true})).To(Succeed())
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error)
+	go func() { done <- mgr.Start(ctx) }()
+	stopped := false
+	stop := func() {
+		if !stopped {
+			cancel()
+			Expect(<-done).To(Succeed())
+			stopped = true
+		}
+	}
+	t.Cleanup(stop)
+	return nudges, stop
+}
+
+// TestReporter: the NNS is created owned by the node, written when the
+// state changes and not otherwise however often it is read, at once on a
+// nudge, and Failing with the error when the state cannot be read.
+func TestReporter(t *testing.T) {
+	RegisterTestingT(t)
+	SetDefaultEventuallyTimeout(30 * time.Second)
+	node := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "nns01"}}
+	Expect(k.Create(context.Background(), node)).To(Succeed())
+	net := &network{state: `{"interfaces":[{"name":"eth1","state":"up"}]}`}
+	_, stop := startReporter(t, "nns01", net, 100*time.Millisecond)
+	Eventually(func(g Gomega) {
+		s, err := nns("nns01")()
+		g.Expect(err).NotTo(HaveOccurred())
+		g.Expect(string(s.Status.CurrentState.Raw)).To(ContainSubstring("eth1"))
+		g.Expect(s.OwnerReferences).To(ConsistOf(HaveField("UID", node.UID)))
+		g.Expect(s.Status.Conditions.Find(shared.NodeNetworkStateConditionAvailable).Status).To(Equal(corev1.ConditionTrue))
+	}).Should(Succeed())
+	first, _ := nns("nns01")()
+	reads := net.readCount()
+	Consistently(func() string { s, _ := nns("nns01")(); return s.ResourceVersion }, time.Second).Should(Equal(first.ResourceVersion),
+		"an unchanged state is not written again")
+	Expect(net.readCount()).To(BeNumerically(">", reads+3), "the state is read every refresh period")
+	stop()
+
+	// With an hour between refreshes, only a nudge explains an update.
+	nudges, _ := startReporter(t, "nns01", net, time.Hour)
+	Eventually(net.readCount).Should(BeNumerically(">", reads+4), "the new reporter reads the state once")
+	net.set(`{"interfaces":[{"name":"eth1","state":"up","ipv4":{"address":[{"ip":"10.0.0.1","prefix-length":24}]}}]}`, nil)
+	nudges.Nudge("nns01")
+	Eventually(func() string { s, _ := nns("nns01")(); return string(s.Status.CurrentState.Raw) }, 5*time.Second).Should(ContainSubstring("10.0.0.1"))
+
+	net.set("", errors.New("NetworkManager is not running"))
+	nudges.Nudge("nns01")
+	Eventually(func() string {
+		s, _ := nns("nns01")()
+		if c := s.Status.Conditions.Find(shared.NodeNetworkStateConditionFailing); c != nil && c.Status == corev1.ConditionTrue {
+			return c.Message
+		}
+		return ""
+	}, 5*time.Second).Should(Equal("reading the node's network state failed: NetworkManager is not running"))
+	s, _ := nns("nns01")()
+	Expect(string(s.Status.CurrentState.Raw)).To(ContainSubstring("10.0.0.1"), "the last state is kept")
+}
+
+func ptrTo[T any](v T) *T { return &v }

@@ -1,0 +1,74 @@
+package nodestate
+
+import (
+	"context"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/utils/clock"
+	"k8s.io/utils/ptr"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/builder"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/controller"
+	"sigs.k8s.io/controller-runtime/pkg/event"
+	"sigs.k8s.io/controller-runtime/pkg/handler"
+	"sigs.k8s.io/controller-runtime/pkg/predicate"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
+	"sigs.k8s.io/controller-runtime/pkg/source"
+
+	nncev1beta1 "github.com/nmstate-ippool/nmstate-ippool/api/v1beta1"
+)
+
+// DefaultRefresh is how often the state is read when nothing nudges.
+const DefaultRefresh = time.Minute
+
+// New returns a Reconciler for node wired to the manager.
+func New(mgr ctrl.Manager, node string, state StateReader) *Reconciler {
+	return &Reconciler{Client: mgr.GetClient(), NodeName: node, State: state, Clock: clock.RealClock{}, Refresh: DefaultRefresh}
+}
+
+// Nudges makes the reporter read the state at once. Nudge never blocks;
+// nudges that come while one waits are merged.
+type Nudges chan event.GenericEvent
+
+// NewNudges returns a channel for one reporter.
+func NewNudges() Nudges { return make(Nudges, 1) }
+
+// Nudge asks for a look at the state of node.
+func (n Nudges) Nudge(node string) {
+	o := &nncev1beta1.NodeNetworkState{}
+	o.Name = node
+	select {
+	case n <- event.GenericEvent{Object: o}:
+	default:
+	}
+}
+
+// SetupOptions tune the controller.
+type SetupOptions struct {
+	// SkipNameValidation allows several reporters in one process (tests).
+	SkipNameValidation bool
+}
+
+// SetupWithManager registers the reporter: the node, its NNS (so a
+// deleted NNS comes back) and nudges.
+func (r *Reconciler) SetupWithManager(mgr ctrl.Manager, nudges Nudges, opts SetupOptions) error {
+	thisNode := predicate.NewPredicateFuncs(func(o client.Object) bool { return o.GetName() == r.NodeName })
+	toNode := handler.EnqueueRequestsFromMapFunc(func(context.Context, client.Object) []reconcile.Request {
+		return []reconcile.Request{{NamespacedName: types.NamespacedName{Name: r.NodeName}}}
+	})
+	return ctrl.NewControllerManagedBy(mgr).
+		Named("nns-reporter").
+		WithOptions(controller.Options{SkipNameValidation: ptr.To(opts.SkipNameValidation)}).
+		WatchesMetadata(&corev1.Node{}, toNode, builder.WithPredicates(thisNode)).
+		Watches(&nncev1beta1.NodeNetworkState{}, toNode, builder.WithPredicates(thisNode)).
+		WatchesRawSource(source.Channel(nudges, toNode)).
+		Complete(r)
+}
+
+// The reporter's permissions (generated into deploy/rbac/handler).
+// +kubebuilder:rbac:groups=nmstate.io,resources=nodenetworkstates,verbs=get;list;watch;create;update;patch
+// +kubebuilder:rbac:groups=nmstate.io,resources=nodenetworkstates/status,verbs=get;update;patch
+// +kubebuilder:rbac:groups="",resources=nodes,verbs=get;list;watch

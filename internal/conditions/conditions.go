@@ -1,0 +1,62 @@
+// Package conditions computes kubernetes-nmstate style condition lists
+// (shared.ConditionList) for the objects the handler writes: enactments,
+// policies and node network states. Times move only when something
+// changes, so that writing the same outcome again writes nothing new.
+package conditions
+
+import (
+	"time"
+
+	"github.com/nmstate/kubernetes-nmstate/api/shared"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+)
+
+// Merge returns want with the times of old carried over: the transition
+// time moves when the status flips, the heartbeat when status, reason or
+// message change. Times have a resolution of one second.
+func Merge(old *shared.Condition, want shared.Condition, now time.Time) shared.Condition {
+	ts := metav1.NewTime(now.Truncate(time.Second))
+	if old == nil {
+		want.LastTransitionTime, want.LastHeartbeatTime = ts, ts
+		return want
+	}
+	want.LastTransitionTime, want.LastHeartbeatTime = old.LastTransitionTime, old.LastHeartbeatTime
+	if old.Status != want.Status {
+		want.LastTransitionTime = ts
+	}
+	if old.Status != want.Status || old.Reason != want.Reason || old.Message != want.Message {
+		want.LastHeartbeatTime = ts
+	}
+	return want
+}
+
+// OneTrue returns the conditions of types, in that order, with trueType
+// True (with reason and message) and every other one False, merged with
+// old.
+func OneTrue(old shared.ConditionList, types []shared.ConditionType, trueType shared.ConditionType,
+	reason shared.ConditionReason, message string, now time.Time) shared.ConditionList {
+	out := make(shared.ConditionList, 0, len(types))
+	for _, t := range types {
+		want := shared.Condition{Type: t, Status: corev1.ConditionFalse}
+		if t == trueType {
+			want = shared.Condition{Type: t, Status: corev1.ConditionTrue, Reason: reason, Message: message}
+		}
+		out = append(out, Merge(old.Find(t), want, now))
+	}
+	return out
+}
+
+// Same reports whether two lists hold the same conditions, ignoring times.
+func Same(a, b shared.ConditionList) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for _, c := range a {
+		o := b.Find(c.Type)
+		if o == nil || o.Status != c.Status || o.Reason != c.Reason || o.Message != c.Message {
+			return false
+		}
+	}
+	return true
+}
