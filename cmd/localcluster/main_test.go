@@ -3,7 +3,7 @@ package main
 import (
 	"bytes"
 	"context"
-	"os/exec"
+	"os"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -11,6 +11,18 @@ import (
 	"testing"
 	"time"
 )
+
+// sleeperEnv makes the test binary a process that sleeps, a child for
+// TestProcessIdentity that needs nothing from the machine.
+const sleeperEnv = "LOCALCLUSTER_TEST_SLEEPER"
+
+func TestMain(m *testing.M) {
+	if os.Getenv(sleeperEnv) != "" {
+		time.Sleep(time.Minute)
+		return
+	}
+	os.Exit(m.Run())
+}
 
 func TestHandlerTuning(t *testing.T) {
 	for grace, want := range map[string]string{"30s": "--record-deadline=10s", "9s": "--record-deadline=3s", "2m0s": "--record-deadline=10s"} {
@@ -25,11 +37,12 @@ func TestHandlerTuning(t *testing.T) {
 // binary, so that stopping a cluster can never signal a stranger that
 // reused a PID; stop ends it.
 func TestProcessIdentity(t *testing.T) {
-	sleep, err := exec.LookPath("sleep")
+	self, err := os.Executable()
 	if err != nil {
-		t.Skip("no sleep binary")
+		t.Fatal(err)
 	}
-	p := &process{Binary: sleep, Args: []string{"30"}, Log: filepath.Join(t.TempDir(), "sleep.log")}
+	// The child is this test binary, which only sleeps (see TestMain).
+	p := &process{Binary: self, Env: []string{sleeperEnv + "=1"}, Log: filepath.Join(t.TempDir(), "sleep.log")}
 	if err := p.start(); err != nil {
 		t.Fatal(err)
 	}
