@@ -189,15 +189,14 @@ func (in *inspected) problems() []string {
 	for _, ip := range in.audit.Outside {
 		out = append(out, fmt.Sprintf("%s is recorded by %s but the range (%s) does not hand it out", ip, holders(ip), rng))
 	}
-	st := in.pool.Status
-	if st.Allocated != saturate(in.alloc.Count()) || st.Size != saturate(rng.Size()) || st.Free != st.Size-st.Allocated {
+	st, want := in.pool.Status, in.pool.DeepCopy()
+	poolstatus.Set(want, in.alloc)
+	if st.Size != want.Status.Size || st.Allocated != want.Status.Allocated || st.Free != want.Status.Free {
 		out = append(out, fmt.Sprintf("status counts size=%d allocated=%d free=%d disagree with the bitmap (%d of %d allocated)",
 			st.Size, st.Allocated, st.Free, in.alloc.Count(), rng.Size()))
 	}
 	return out
 }
-
-func saturate(n uint64) int64 { return int64(min(n, 1<<63-1)) }
 
 // poolCheck is the result of check for one pool.
 type poolCheck struct {

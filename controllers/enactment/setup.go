@@ -28,10 +28,9 @@ import (
 func New(mgr ctrl.Manager, grace time.Duration) *Reconciler {
 	clk := clock.RealClock{}
 	return &Reconciler{
-		Client:    mgr.GetClient(),
-		APIReader: mgr.GetAPIReader(),
-		Pools: &poolwrite.Writer{Reader: mgr.GetAPIReader(), Client: mgr.GetClient(),
-			Backoff: poolwrite.DefaultBackoff(), Clock: clk},
+		Client:      mgr.GetClient(),
+		APIReader:   mgr.GetAPIReader(),
+		Pools:       poolwrite.NewWriter(mgr.GetAPIReader(), mgr.GetClient(), clk),
 		Recorder:    mgr.GetEventRecorder("nmstate-ippool-pool-controller"),
 		Clock:       clk,
 		GracePeriod: grace,

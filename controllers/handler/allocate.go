@@ -184,12 +184,8 @@ func (r *Reconciler) settledByCache(ctx context.Context, e *nncev1beta1.NodeNetw
 	if err := r.Client.Get(ctx, types.NamespacedName{Name: poolName}, &pool); err != nil {
 		return nil, false
 	}
-	rng, err := poolstatus.Range(&pool)
+	alloc, err := poolstatus.Allocator(&pool)
 	if err != nil {
-		return nil, false
-	}
-	alloc := ippool.NewAllocator(rng)
-	if err := alloc.Restore(pool.Status.AllocatedOffsets); err != nil {
 		return nil, false
 	}
 	plan := planPool(e, alloc, refs)

@@ -40,8 +40,7 @@ func New(mgr ctrl.Manager, node string, state NetworkState, metrics *Metrics) *R
 		State:     state,
 		Recorder:  mgr.GetEventRecorder("nmstate-ippool-handler"),
 		Clock:     clk,
-		Pools: &poolwrite.Writer{Reader: mgr.GetAPIReader(), Client: mgr.GetClient(), Backoff: poolwrite.DefaultBackoff(),
-			Clock: clk, OnConflict: metrics.conflict},
+		Pools:     writer(mgr, clk, metrics),
 		// No Cap: reaching a Cap ends a wait.Backoff. 40 jittered steps from
 		// 20ms growing by 15% retry for about half a minute.
 		PolicyStatusBackoff: wait.Backoff{Duration: 20 * time.Millisecond, Factor: 1.15, Jitter: 1, Steps: 40},
@@ -51,6 +50,13 @@ func New(mgr ctrl.Manager, node string, state NetworkState, metrics *Metrics) *R
 		SlotTimeout:         DefaultSlotTimeout,
 		RecordDeadline:      DefaultRecordDeadline,
 	}
+}
+
+// writer returns the pool writer of a handler, counting conflicts.
+func writer(mgr ctrl.Manager, clk clock.Clock, metrics *Metrics) *poolwrite.Writer {
+	w := poolwrite.NewWriter(mgr.GetAPIReader(), mgr.GetClient(), clk)
+	w.OnConflict = metrics.conflict
+	return w
 }
 
 // SetupOptions tune the controller.

@@ -13,10 +13,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
-	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
-	"sigs.k8s.io/controller-runtime/pkg/config"
-	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
 	nncev1beta1 "github.com/nmstate-ippool/nmstate-ippool/api/v1beta1"
 	"github.com/nmstate-ippool/nmstate-ippool/controllers/nodestate"
@@ -70,21 +67,17 @@ func nns(name string) func() (*nncev1beta1.NodeNetworkState, error) {
 // startReporter runs a reporter for node until stop is called.
 func startReporter(t *testing.T, node string, net *network, refresh time.Duration) (nodestate.Nudges, func()) {
 	t.Helper()
-	mgr, err := ctrl.NewManager(env.Config, ctrl.Options{Scheme: env.Scheme, Metrics: metricsserver.Options{BindAddress: "0"},
-		HealthProbeBindAddress: "0", Controller: config.Controller{SkipNameValidation: ptrTo(true)}})
+	mgr, err := env.NewManager()
 	Expect(err).NotTo(HaveOccurred())
 	r := nodestate.New(mgr, node, net)
 	r.Refresh = refresh
 	nudges := nodestate.NewNudges()
 	Expect(r.SetupWithManager(mgr, nudges, nodestate.SetupOptions{SkipNameValidation: true})).To(Succeed())
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error)
-	go func() { done <- mgr.Start(ctx) }()
+	run := envtest.RunManager(mgr)
 	stopped := false
 	stop := func() {
 		if !stopped {
-			cancel()
-			Expect(<-done).To(Succeed())
+			Expect(run()).To(Succeed())
 			stopped = true
 		}
 	}
@@ -135,5 +128,3 @@ func TestReporter(t *testing.T) {
 	s, _ := nns("nns01")()
 	Expect(string(s.Status.CurrentState.Raw)).To(ContainSubstring("10.0.0.1"), "the last state is kept")
 }
-
-func ptrTo[T any](v T) *T { return &v }

@@ -67,8 +67,10 @@ func ClaimsOf(pool string, enactments []nncev1beta1.NodeNetworkConfigurationEnac
 			}
 			c[ip] = append(c[ip], Owner{Enactment: e.Name, Node: e.Labels[shared.EnactmentNodeLabel],
 				Policy: e.Labels[shared.EnactmentPolicyLabel], Capture: captures[ip], Interface: interfaces[ip]})
-			slices.SortFunc(c[ip], func(a, b Owner) int { return strings.Compare(a.Enactment, b.Enactment) })
 		}
+	}
+	for _, owners := range c {
+		slices.SortFunc(owners, func(a, b Owner) int { return strings.Compare(a.Enactment, b.Enactment) })
 	}
 	return c
 }

@@ -42,6 +42,12 @@ type Writer struct {
 	OnConflict func(pool string)
 }
 
+// NewWriter returns a Writer reading through reader, writing through c,
+// with the default backoff.
+func NewWriter(reader client.Reader, c client.Client, clk clock.Clock) *Writer {
+	return &Writer{Reader: reader, Client: c, Backoff: DefaultBackoff(), Clock: clk}
+}
+
 // Mutation changes a pool read from the API server: its status through
 // alloc (Update writes the snapshot and counts back) and, if it likes, its
 // conditions. It returns whether anything changed; a Mutation that returns

@@ -51,8 +51,7 @@ type Node struct {
 	// Tune, if set, adjusts the handler before it starts.
 	Tune func(*handler.Reconciler)
 
-	stop context.CancelFunc
-	done chan error
+	stop func() error
 }
 
 // CountingState wraps the nmstatectl runner and counts shows and applies,
@@ -86,12 +85,7 @@ func NewNode(name, dir, sim string) *Node {
 // Start runs the node's handler against the control plane until Stop. It
 // requeues Pending enactments every 300ms and failed applies every 500ms.
 func (n *Node) Start(e *Env) error {
-	mgr, err := ctrl.NewManager(e.Config, ctrl.Options{
-		Scheme:                 e.Scheme,
-		Metrics:                metricsserver.Options{BindAddress: "0"},
-		HealthProbeBindAddress: "0",
-		Controller:             config.Controller{SkipNameValidation: ptrTo(true)},
-	})
+	mgr, err := e.NewManager()
 	if err != nil {
 		return err
 	}
@@ -104,7 +98,7 @@ func (n *Node) Start(e *Env) error {
 	if err := r.SetupWithManager(mgr, handler.SetupOptions{SkipNameValidation: true}); err != nil {
 		return err
 	}
-	n.stop, n.done = start(mgr)
+	n.stop = RunManager(mgr)
 	return nil
 }
 
@@ -113,8 +107,7 @@ func (n *Node) Stop() error {
 	if n.stop == nil {
 		return nil
 	}
-	n.stop()
-	err := <-n.done
+	err := n.stop()
 	n.stop = nil
 	return err
 }
@@ -144,16 +137,14 @@ func (n *Node) Configured(iface string) string {
 type PoolController struct {
 	Pools      *pool.Reconciler
 	Enactments *enactment.Reconciler
-	stop       context.CancelFunc
-	done       chan error
+	stop       func() error
 }
 
 // StartPoolController runs a pool controller with the given garbage
 // collection grace period until Stop; tune, if given, adjusts its
 // reconcilers before they start.
 func (e *Env) StartPoolController(grace time.Duration, metrics *pool.Metrics, tune ...func(*PoolController)) (*PoolController, error) {
-	mgr, err := ctrl.NewManager(e.Config, ctrl.Options{Scheme: e.Scheme, Metrics: metricsserver.Options{BindAddress: "0"},
-		HealthProbeBindAddress: "0", Controller: config.Controller{SkipNameValidation: ptrTo(true)}})
+	mgr, err := e.NewManager()
 	if err != nil {
 		return nil, err
 	}
@@ -168,7 +159,7 @@ func (e *Env) StartPoolController(grace time.Duration, metrics *pool.Metrics, tu
 	if err := pc.Enactments.SetupWithManager(mgr, enactment.SetupOptions{SkipNameValidation: true}); err != nil {
 		return nil, err
 	}
-	pc.stop, pc.done = start(mgr)
+	pc.stop = RunManager(mgr)
 	return pc, nil
 }
 
@@ -177,17 +168,29 @@ func (pc *PoolController) Stop() error {
 	if pc.stop == nil {
 		return nil
 	}
-	pc.stop()
-	err := <-pc.done
+	err := pc.stop()
 	pc.stop = nil
 	return err
 }
 
-func start(mgr ctrl.Manager) (context.CancelFunc, chan error) {
+// NewManager returns a manager of the control plane for one simulated
+// component: no metrics or health endpoints, and controller names that may
+// repeat in one process.
+func (e *Env) NewManager() (ctrl.Manager, error) {
+	return ctrl.NewManager(e.Config, ctrl.Options{Scheme: e.Scheme, Metrics: metricsserver.Options{BindAddress: "0"},
+		HealthProbeBindAddress: "0", Controller: config.Controller{SkipNameValidation: ptrTo(true)}})
+}
+
+// RunManager starts mgr and returns a function that stops it and returns
+// how it ended.
+func RunManager(mgr ctrl.Manager) func() error {
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- mgr.Start(ctx) }()
-	return cancel, done
+	return func() error {
+		cancel()
+		return <-done
+	}
 }
 
 func ptrTo[T any](v T) *T { return &v }
@@ -199,17 +202,13 @@ func PoolAddresses(ctx context.Context, c client.Reader, name string) ([]string,
 	if err := c.Get(ctx, types.NamespacedName{Name: name}, &p); err != nil {
 		return nil, err
 	}
-	rng, err := poolstatus.Range(&p)
-	if err != nil {
-		return nil, err
-	}
 	alloc, err := poolstatus.Allocator(&p)
 	if err != nil {
 		return nil, err
 	}
 	var out []netip.Addr
 	for o := range alloc.Offsets() {
-		ip, _ := rng.IP(o)
+		ip, _ := alloc.Range().IP(o)
 		out = append(out, ip)
 	}
 	if int64(alloc.Count()) != p.Status.Allocated || p.Status.Allocated+p.Status.Free != p.Status.Size {
