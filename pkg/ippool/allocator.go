@@ -68,6 +68,34 @@ func (a *Allocator) Allocate(offset uint64) error {
 	return nil
 }
 
+// AllocateRun marks every offset from first to last allocated, whether or
+// not some already are. It fails with ErrNotInRange past the range or when
+// first > last, and with ErrExcluded if the run holds an excluded or
+// reserved offset; on error nothing changes. Its cost grows with the runs
+// it touches, not with the offsets it spans.
+func (a *Allocator) AllocateRun(first, last uint64) error {
+	if first > last || last > a.r.last {
+		return fmt.Errorf("%w: offsets %d-%d of a range whose last offset is %d", ErrNotInRange, first, last, a.r.last)
+	}
+	if off, ok := a.r.firstExcludedIn(span{first, last}); ok {
+		return fmt.Errorf("%w: offset %d (%s)", ErrExcluded, off, a.ip(off))
+	}
+	merged := span{first, last}
+	lo := a.search(first)
+	if lo > 0 && a.runs[lo-1].hi+1 == first {
+		lo--
+	}
+	hi := lo
+	for hi < len(a.runs) && (last == a.r.last || a.runs[hi].lo <= last+1) {
+		merged.lo, merged.hi = min(merged.lo, a.runs[hi].lo), max(merged.hi, a.runs[hi].hi)
+		a.count -= a.runs[hi].len()
+		hi++
+	}
+	a.runs = slices.Replace(a.runs, lo, hi, merged)
+	a.count += merged.len()
+	return nil
+}
+
 // insert adds offset, which is free and not excluded, before run i.
 func (a *Allocator) insert(i int, offset uint64) {
 	joinsLeft := i > 0 && a.runs[i-1].hi+1 == offset
@@ -188,6 +216,11 @@ func (a *Allocator) Runs() iter.Seq2[uint64, uint64] {
 			}
 		}
 	}
+}
+
+// Clear releases every offset.
+func (a *Allocator) Clear() {
+	a.runs, a.count = nil, 0
 }
 
 // Clone returns an independent copy.

@@ -235,3 +235,42 @@ func TestAllocatorFullRangeReportsFull(t *testing.T) {
 		t.Fatalf("%d runs, want 1", len(a.runs))
 	}
 }
+
+// TestAllocateRun: a run allocated at once equals the same offsets
+// allocated one by one, whatever was set before, and a run over an excluded
+// offset or past the range changes nothing.
+func TestAllocateRun(t *testing.T) {
+	r := MustNewRange(Spec{CIDR: "10.0.0.0/24", Start: "10.0.0.1", End: "10.0.0.40", Exclude: []string{"10.0.0.30"}})
+	rnd := rand.New(rand.NewPCG(7, 9))
+	for i := range 500 {
+		run, each := NewAllocator(r), NewAllocator(r)
+		for range rnd.IntN(8) {
+			off := rnd.Uint64N(r.Last() + 1)
+			_ = run.Allocate(off)
+			_ = each.Allocate(off)
+		}
+		first := rnd.Uint64N(r.Last() + 1)
+		last := first + rnd.Uint64N(r.Last()+1-first)
+		before := run.Clone()
+		err := run.AllocateRun(first, last)
+		for off := first; off <= last; off++ {
+			if e := each.Allocate(off); e != nil && !errors.Is(e, ErrAllocated) {
+				each = nil
+				break
+			}
+		}
+		switch {
+		case each == nil && err == nil:
+			t.Fatalf("case %d: run %d-%d over an excluded offset allocated", i, first, last)
+		case each == nil:
+			if !errors.Is(err, ErrExcluded) || !run.Equal(before) {
+				t.Fatalf("case %d: run %d-%d: %v, and the allocator changed", i, first, last, err)
+			}
+		case err != nil || !run.Equal(each) || run.Count() != each.Count():
+			t.Fatalf("case %d: run %d-%d: %v; got %d allocated, want %d", i, first, last, err, run.Count(), each.Count())
+		}
+	}
+	if err := NewAllocator(r).AllocateRun(5, r.Last()+1); !errors.Is(err, ErrNotInRange) {
+		t.Errorf("a run past the range: %v", err)
+	}
+}
