@@ -90,4 +90,27 @@ const (
 	// ReasonInvalidReset (enactment, policy): a reset annotation names no
 	// pool; it was removed without effect.
 	ReasonInvalidReset = "InvalidReset"
+	// ReasonUnvouchedStatus (pool): the status does not match its stamp (a
+	// hand edit, or a status from another pool); handlers stopped
+	// allocating and the pool was rebuilt from the enactments.
+	ReasonUnvouchedStatus = "UnvouchedStatus"
+	// ReasonAllocationRevoked (pool, enactment): an address taken for an
+	// enactment was not recorded within the grace period; the controller
+	// fenced the enactment and freed the address. The handler allocates
+	// again if it still needs one.
+	ReasonAllocationRevoked = "AllocationRevoked"
+	// ReasonQuarantineLifted (pool): quarantined addresses were freed
+	// because their former holder no longer carries them, its Node is gone,
+	// or the quarantine period passed.
+	ReasonQuarantineLifted = "QuarantineLifted"
+	// ReasonPoolWriteRetriesExhausted (enactment): every attempt to write a
+	// pool met a conflict; the handler tries again later.
+	ReasonPoolWriteRetriesExhausted = "PoolWriteRetriesExhausted"
 )
+
+// FenceAnnotation is written on an enactment by the pool controller when it
+// revokes an address taken for the enactment but never recorded. Writing it
+// changes the enactment's resourceVersion, so a handler that stalled between
+// taking the address and recording it fails to record it. Its value is
+// "<pool>/<ip>" of the last revoked address.
+const FenceAnnotation = "nmstate.io/ippool-fence"

@@ -124,6 +124,35 @@ type NodeIPPoolStatus struct {
 	// +optional
 	Free int64 `json:"free"`
 
+	// InFlight lists addresses a handler has taken from the pool whose
+	// enactment may not record them yet. Garbage collection frees such an
+	// address only after fencing its enactment (see docs/protocol.md), and
+	// a rebuild keeps it.
+	// +optional
+	// +listType=map
+	// +listMapKey=ip
+	// +kubebuilder:validation:MaxItems=4096
+	InFlight []InFlightAddress `json:"inFlight,omitempty"`
+
+	// Quarantined lists addresses taken from their holder (release, reset,
+	// node removal) that stay allocated until the holder's network no
+	// longer carries them, its Node is gone, or the quarantine period has
+	// passed. Nobody is handed a quarantined address.
+	// +optional
+	// +listType=map
+	// +listMapKey=ip
+	// +kubebuilder:validation:MaxItems=4096
+	Quarantined []QuarantinedAddress `json:"quarantined,omitempty"`
+
+	// Stamp vouches for allocatedOffsets, inFlight and quarantined: a digest
+	// of them and of the pool's UID, written by the pool controller after a
+	// rebuild and by every writer that verified the previous stamp. Handlers
+	// allocate only from a status whose stamp matches; any other change (a
+	// hand edit, a status restored from another pool) makes the pool
+	// controller rebuild the pool from the enactments first.
+	// +optional
+	Stamp string `json:"stamp,omitempty"`
+
 	// ObservedGeneration is the generation the pool controller last acted on.
 	// +optional
 	ObservedGeneration int64 `json:"observedGeneration,omitempty"`
@@ -133,6 +162,36 @@ type NodeIPPoolStatus struct {
 	// +listType=map
 	// +listMapKey=type
 	Conditions []metav1.Condition `json:"conditions,omitempty"`
+}
+
+// InFlightAddress is an address a handler took for an enactment and is about
+// to record there.
+type InFlightAddress struct {
+	// IP is the address.
+	IP string `json:"ip"`
+	// Enactment is the enactment the address is for.
+	Enactment string `json:"enactment"`
+	// Token is the enactment's resourceVersion when the address was taken.
+	// The handler records the address under that resourceVersion, so a
+	// fence (any write to the enactment) makes a late record fail.
+	Token string `json:"token"`
+	// Since is when the address was taken.
+	Since metav1.Time `json:"since"`
+}
+
+// QuarantinedAddress is an address taken from its holder, kept from
+// everyone else until the holder no longer carries it.
+type QuarantinedAddress struct {
+	// IP is the address.
+	IP string `json:"ip"`
+	// Node is the node that held it.
+	// +optional
+	Node string `json:"node,omitempty"`
+	// Enactment is the enactment that recorded it.
+	// +optional
+	Enactment string `json:"enactment,omitempty"`
+	// Since is when the record was removed.
+	Since metav1.Time `json:"since"`
 }
 
 // NodeIPPoolList is a list of NodeIPPools.

@@ -35,6 +35,12 @@ type NodeNetworkConfigurationEnactmentStatus struct {
 	// capturedStates it is the source of truth a NodeIPPool is rebuilt from.
 	// +optional
 	IPPool ippoolv1.EnactmentIPPools `json:"ippool,omitempty"`
+
+	// WaitingForIPPool names the pool this enactment waits on for want of a
+	// free address (its Failing reason is IPPoolExhausted); empty otherwise.
+	// The pool controller reads it to report who waits on an exhausted pool.
+	// +optional
+	WaitingForIPPool string `json:"waitingForIPPool,omitempty"`
 }
 
 // NodeNetworkConfigurationEnactmentList is a list of enactments.

@@ -9,6 +9,7 @@ import (
 	"flag"
 	"fmt"
 	"os"
+	"sync"
 	"time"
 
 	ctrl "sigs.k8s.io/controller-runtime"
@@ -31,7 +32,6 @@ type options struct {
 	healthAddr     string
 	pendingRequeue time.Duration
 	failedRequeue  time.Duration
-	recordDeadline time.Duration
 	stateRefresh   time.Duration
 }
 
@@ -44,8 +44,6 @@ func main() {
 	flag.StringVar(&o.healthAddr, "health-probe-bind-address", ":8081", "address of the /healthz and /readyz endpoints; 0 disables them")
 	flag.DurationVar(&o.pendingRequeue, "pending-requeue", handler.DefaultPendingRequeue, "how often a Pending enactment is looked at again")
 	flag.DurationVar(&o.failedRequeue, "failed-requeue", handler.DefaultFailedRequeue, "how long to wait before applying again after nmstatectl failed")
-	flag.DurationVar(&o.recordDeadline, "record-deadline", handler.DefaultRecordDeadline,
-		"longest time from taking an address to recording it in the enactment; keep it under half the pool controller's --gc-grace-period")
 	flag.DurationVar(&o.stateRefresh, "state-refresh-period", nodestate.DefaultRefresh,
 		"how often the node's NodeNetworkState is checked; it is written only when the state changes")
 	zapOpts := zap.Options{}
@@ -84,13 +82,15 @@ func run(o options) error {
 	network := nmstatectl.Runner{Path: o.nmstatectl, Timeout: o.applyTimeout}
 	nudges := nodestate.NewNudges()
 	r := handler.New(mgr, o.node, network, metrics)
-	r.PendingRequeue, r.FailedRequeue, r.RecordDeadline = o.pendingRequeue, o.failedRequeue, o.recordDeadline
+	r.PendingRequeue, r.FailedRequeue = o.pendingRequeue, o.failedRequeue
 	r.StateChanged = func() { nudges.Nudge(o.node) }
+	r.NetworkLock = &sync.Mutex{}
 	if err := r.SetupWithManager(mgr, handler.SetupOptions{}); err != nil {
 		return fmt.Errorf("set up the handler: %w", err)
 	}
 	reporter := nodestate.New(mgr, o.node, network)
 	reporter.Refresh = o.stateRefresh
+	reporter.NetworkLock = r.NetworkLock
 	if err := reporter.SetupWithManager(mgr, nudges, nodestate.SetupOptions{}); err != nil {
 		return fmt.Errorf("set up the NodeNetworkState reporter: %w", err)
 	}

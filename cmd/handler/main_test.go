@@ -21,6 +21,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	ippoolv1 "github.com/nmstate-ippool/nmstate-ippool/api/v1"
+	"github.com/nmstate-ippool/nmstate-ippool/internal/poolstatus"
 	nncev1beta1 "github.com/nmstate-ippool/nmstate-ippool/api/v1beta1"
 	"github.com/nmstate-ippool/nmstate-ippool/test/envtest"
 )
@@ -72,6 +73,7 @@ func TestHandlerProcess(t *testing.T) {
 		Spec: ippoolv1.NodeIPPoolSpec{Range: ippoolv1.IPRange{CIDR: "10.10.10.0/24", Start: "10.10.10.1", End: "10.10.10.10"}}}
 	mustCreate(t, k, pool)
 	meta.SetStatusCondition(&pool.Status.Conditions, metav1.Condition{Type: ippoolv1.ConditionAvailable, Status: metav1.ConditionTrue, Reason: ippoolv1.ReasonReconciledPool})
+	pool.Status.Stamp = poolstatus.Stamp(pool) // as the pool controller vouches after a rebuild
 	if err := k.Status().Update(ctx, pool); err != nil {
 		t.Fatal(err)
 	}

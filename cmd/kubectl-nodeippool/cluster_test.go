@@ -60,7 +60,25 @@ func pool(t *testing.T, k client.Client, name string, r ippoolv1.IPRange, set ..
 	poolstatus.Set(p, alloc)
 	p.Status.Conditions = []metav1.Condition{{Type: ippoolv1.ConditionAvailable, Status: metav1.ConditionTrue,
 		Reason: ippoolv1.ReasonReconciledPool, Message: "The pool is up to date", LastTransitionTime: metav1.Now()}}
+	p.Status.Stamp = poolstatus.Stamp(p) // as the pool controller vouches after a rebuild
 	if err := k.Status().Update(context.Background(), p); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// editStatus changes a pool's status by hand; with vouch, stamped as a
+// controller would.
+func editStatus(t *testing.T, k client.Client, name string, vouch bool, edit func(*ippoolv1.NodeIPPool)) {
+	t.Helper()
+	var p ippoolv1.NodeIPPool
+	if err := k.Get(context.Background(), client.ObjectKey{Name: name}, &p); err != nil {
+		t.Fatal(err)
+	}
+	edit(&p)
+	if vouch {
+		p.Status.Stamp = poolstatus.Stamp(&p)
+	}
+	if err := k.Status().Update(context.Background(), &p); err != nil {
 		t.Fatal(err)
 	}
 }
@@ -107,6 +125,17 @@ func TestClusterCommands(t *testing.T) {
 	enactment(t, k, "node03", "bad-c", "bad", "10.20.0.3")
 	enactment(t, k, "node04", "bad-d", "bad", "10.20.0.200")
 	enactment(t, k, "node05", "gone", "deleted-pool", "10.30.0.1")
+	// held: .1 in flight, .2 quarantined (both expected, no problem);
+	// .7 recorded under another pool's name inside this range, not set.
+	pool(t, k, "held", ippoolv1.IPRange{CIDR: "10.40.0.0/24"}, "10.40.0.1", "10.40.0.2")
+	editStatus(t, k, "held", true, func(p *ippoolv1.NodeIPPool) {
+		poolstatus.AddInFlight(p, ippoolv1.InFlightAddress{IP: "10.40.0.1", Enactment: "node07.x", Token: "1", Since: metav1.Now()})
+		poolstatus.AddQuarantine(p, ippoolv1.QuarantinedAddress{IP: "10.40.0.2", Node: "node08", Since: metav1.Now()})
+	})
+	enactment(t, k, "node06", "other", "other-pool", "10.40.0.7")
+	// hand: a status nobody vouched for.
+	pool(t, k, "hand", ippoolv1.IPRange{CIDR: "10.50.0.0/24"}, "10.50.0.3")
+	editStatus(t, k, "hand", false, func(p *ippoolv1.NodeIPPool) { p.Status.AllocatedOffsets = "" })
 
 	for _, tt := range []struct {
 		name string
@@ -121,6 +150,8 @@ func TestClusterCommands(t *testing.T) {
 		{"show every state", []string{"show", "bad"}, 0, []string{"1       10.20.0.2    collision  node01  eth1       bad-a   addr",
 			"1       10.20.0.2    collision  node02  eth1       bad-b   addr", "2       10.20.0.3    missing    node03", "8       10.20.0.9    unclaimed  -",
 			"-       10.20.0.200  outside    node04"}},
+		{"show held and other pools' records", []string{"show", "held"}, 0, []string{"0       10.40.0.1  in-flight    -",
+			"1       10.40.0.2  quarantined  -", "6       10.40.0.7  missing      node06"}},
 		{"decode an offset", []string{"decode", "good", "2"}, 0, []string{"NodeIPPool good: 10.10.11.6 is offset 2, allocated, held by node node02 on eth1 " +
 			"(enactment node02.static-ip, policy static-ip, capture addr)"}},
 		{"decode an excluded address", []string{"decode", "good", "10.10.11.5"}, 0, []string{"10.10.11.5 is offset 1, excluded"}},
@@ -132,7 +163,9 @@ func TestClusterCommands(t *testing.T) {
 			"MISMATCH  bad: 10.20.0.2 is recorded by node01.bad-a and node02.bad-b",
 			"MISMATCH  bad: 10.20.0.200 is recorded by node04.bad-d but the range (10.20.0.0/24 10.20.0.1-10.20.0.10) does not hand it out",
 			"MISMATCH  deleted-pool: NodeIPPool deleted-pool does not exist, but node05.gone records 10.30.0.1",
-			"ok        good", "2 of 3 pools disagree with their enactments"}},
+			"MISMATCH  held: 10.40.0.7 (offset 6) is recorded by node06.other but not set in the bitmap",
+			"MISMATCH  hand: the status does not match its stamp (written by hand?): handlers allocate nothing until the pool controller has rebuilt it",
+			"ok        good", "5 of 6 pools disagree with their enactments"}},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			code, out, errOut := plugin(kubeconfig, tt.args...)

@@ -19,13 +19,15 @@ import (
 
 // States of an address in show and decode.
 const (
-	stateAllocated = "allocated" // set, and recorded by one enactment
-	stateUnclaimed = "unclaimed" // set, recorded by none: in flight, or a leak
-	stateMissing   = "missing"   // recorded, not set: the index is broken
-	stateCollision = "collision" // recorded by several enactments
-	stateOutside   = "outside"   // recorded, but the range does not hand it out
-	stateFree      = "free"
-	stateExcluded  = "excluded" // excluded or reserved: never handed out
+	stateAllocated   = "allocated"   // set, and recorded by one enactment
+	stateUnclaimed   = "unclaimed"   // set, recorded by none and held by no entry: a leak
+	stateInFlight    = "in-flight"   // set, taken by a handler, not recorded yet
+	stateQuarantined = "quarantined" // set, taken from its holder, kept until it is gone from the holder's network
+	stateMissing     = "missing"     // recorded, not set: the index is broken
+	stateCollision   = "collision"   // recorded by several enactments
+	stateOutside     = "outside"     // recorded, but the range does not hand it out
+	stateFree        = "free"
+	stateExcluded    = "excluded" // excluded or reserved: never handed out
 )
 
 // poolSummary is a row of list.
@@ -69,7 +71,14 @@ type poolDetail struct {
 	poolSummary
 	PrefixLength int          `json:"prefixLength"`
 	Addresses    []addressRow `json:"addresses"`
+	// Truncated is set when the bitmap holds more than maxListed addresses;
+	// the rest are not listed.
+	Truncated bool `json:"truncated,omitempty"`
 }
+
+// maxListed bounds the addresses show lists, so that a bitmap with a huge
+// run (a hand edit) cannot make the plugin walk every offset.
+const maxListed = poolstatus.MaxUnclaimedListed
 
 // inspected is a pool with its allocator, claims and audit.
 type inspected struct {
@@ -85,8 +94,8 @@ func inspect(p *ippoolv1.NodeIPPool, enactments []nncev1beta1.NodeNetworkConfigu
 	if err != nil {
 		return nil, fmt.Errorf("NodeIPPool %s: %w", p.Name, err)
 	}
-	claims := poolstatus.ClaimsOf(p.Name, enactments)
-	return &inspected{pool: p, alloc: alloc, claims: claims, audit: poolstatus.AuditPool(alloc, claims)}, nil
+	claims := poolstatus.ClaimsOf(p.Name, alloc.Range(), enactments)
+	return &inspected{pool: p, alloc: alloc, claims: claims, audit: poolstatus.AuditPool(p.Name, alloc, claims)}, nil
 }
 
 // detail lists every address that is set or recorded, in offset order,
@@ -97,6 +106,10 @@ func (in *inspected) detail() poolDetail {
 	seen := map[netip.Addr]bool{}
 	var ips []netip.Addr
 	for off := range in.alloc.Offsets() {
+		if len(ips) >= maxListed {
+			d.Truncated = true
+			break
+		}
 		ip, _ := rng.IP(off)
 		seen[ip] = true
 		ips = append(ips, ip)
@@ -132,6 +145,10 @@ func (in *inspected) row(ip netip.Addr) addressRow {
 		r.State = stateMissing
 	case len(r.Holders) == 1:
 		r.State = stateAllocated
+	case set && poolstatus.InFlightOf(in.pool, r.IP) != nil:
+		r.State = stateInFlight
+	case set && poolstatus.QuarantineOf(in.pool, r.IP) != nil:
+		r.State = stateQuarantined
 	case set:
 		r.State = stateUnclaimed
 	case assignErr != nil:
@@ -179,9 +196,20 @@ func (in *inspected) problems() []string {
 		off, _ := rng.Offset(ip)
 		out = append(out, fmt.Sprintf("%s (offset %d) is recorded by %s but not set in the bitmap", ip, off, holders(ip)))
 	}
+	held := 0
 	for _, off := range in.audit.Unclaimed {
 		ip, _ := rng.IP(off)
+		if poolstatus.InFlightOf(in.pool, ip.String()) != nil || poolstatus.QuarantineOf(in.pool, ip.String()) != nil {
+			held++ // an allocation in flight or a quarantined address: expected
+			continue
+		}
 		out = append(out, fmt.Sprintf("%s (offset %d) is set in the bitmap but recorded by no enactment", ip, off))
+	}
+	if more := in.audit.UnclaimedCount - uint64(len(in.audit.Unclaimed)); more > 0 {
+		out = append(out, fmt.Sprintf("%d more offsets are set in the bitmap but recorded by no enactment", more))
+	}
+	if !poolstatus.Vouched(in.pool) {
+		out = append(out, "the status does not match its stamp (written by hand?): handlers allocate nothing until the pool controller has rebuilt it")
 	}
 	for _, ip := range in.audit.Collisions {
 		out = append(out, fmt.Sprintf("%s is recorded by %s", ip, holders(ip)))

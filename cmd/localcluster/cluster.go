@@ -31,6 +31,8 @@ type cluster struct {
 	Assets string `json:"assets"`
 	// GracePeriod is the pool controller's --gc-grace-period.
 	GracePeriod string `json:"gcGracePeriod"`
+	// QuarantinePeriod is the pool controller's --quarantine-period.
+	QuarantinePeriod string `json:"quarantinePeriod"`
 	// Processes by name: etcd, kube-apiserver, pool-controller and
 	// handler/<node>.
 	Processes map[string]*process `json:"processes"`

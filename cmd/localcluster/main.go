@@ -5,10 +5,12 @@
 // its own simulated network (nmstatectl-sim). Every process runs on its
 // own after the command returns; "down" stops them by PID.
 //
-//	localcluster up --nodes N [--dir .local] [--gc-grace-period 30s]
+//	localcluster up --nodes N [--dir .local] [--gc-grace-period 30s] [--quarantine-period 30s]
 //	localcluster node add NAME [--label k=v]...
 //	localcluster node remove NAME [--crash]
 //	localcluster node restart NAME [--crash]
+//	localcluster node stall NAME | node resume NAME
+//	localcluster controller restart [--crash]
 //	localcluster status
 //	localcluster down
 //
@@ -24,24 +26,32 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"time"
 
+	"github.com/nmstate-ippool/nmstate-ippool/controllers/pool"
 	"github.com/nmstate-ippool/nmstate-ippool/internal/cli"
 )
 
 const usage = `Usage:
-  localcluster up --nodes N [--dir DIR] [--gc-grace-period D] [--bin DIR] [--assets DIR]
+  localcluster up --nodes N [--dir DIR] [--gc-grace-period D] [--quarantine-period D] [--bin DIR] [--assets DIR]
   localcluster node add NAME [--label k=v]... [--dir DIR]
   localcluster node remove NAME [--crash] [--dir DIR]
   localcluster node restart NAME [--crash] [--dir DIR]
+  localcluster node stall NAME [--dir DIR]
+  localcluster node resume NAME [--dir DIR]
+  localcluster controller restart [--crash] [--dir DIR]
   localcluster status [--dir DIR]
   localcluster down [--dir DIR]
 
 up starts etcd, kube-apiserver, the pool controller and a handler per node
 (node01...), writes DIR/kubeconfig and returns once all are ready, leaving
 them running. node remove deletes a Node (with --crash, its handler is
-killed first, without a chance to clean up). down stops every process up
+killed first, without a chance to clean up). node stall freezes a node's
+handler (SIGSTOP), as a GC pause or a paused VM would, until node resume.
+controller restart stops the pool controller (killed, with --crash) and
+starts it again. down stops every process up
 and node add started, and removes nothing. DIR defaults to .local.
 `
 
@@ -78,6 +88,8 @@ func dispatch(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		return withCluster(rest, "status", stderr, nil, func(c *cluster, _ []string) error { return c.status(stdout) })
 	case "node":
 		return cmdNode(ctx, rest, stdout, stderr)
+	case "controller":
+		return cmdController(ctx, rest, stdout, stderr)
 	case "help", "-h", "--help":
 		fmt.Fprint(stdout, usage)
 		return nil
@@ -93,7 +105,9 @@ func cmdUp(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs.StringVar(&o.dir, "dir", ".local", "directory of the cluster's state, data and logs")
 	fs.IntVar(&o.nodes, "nodes", 3, "how many nodes to create")
 	fs.DurationVar(&o.gracePeriod, "gc-grace-period", 30*time.Second,
-		"the pool controller's garbage collection grace period; the handlers record new addresses within a third of it")
+		"the pool controller's garbage collection grace period: how long an address may stay allocated and unrecorded")
+	fs.DurationVar(&o.quarantine, "quarantine-period", 30*time.Second,
+		"the pool controller's quarantine period: the longest an address taken from a node is kept from others when the node cannot confirm it is gone")
 	fs.StringVar(&o.bin, "bin", exeDir(), "directory of handler, pool-controller and nmstatectl-sim")
 	fs.StringVar(&o.assets, "assets", "", "directory of etcd and kube-apiserver (default $KUBEBUILDER_ASSETS, else BIN/k8s)")
 	if _, err := cli.Parse(fs, args, 0, 0); err != nil {
@@ -101,6 +115,9 @@ func cmdUp(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	}
 	if o.gracePeriod < 3*time.Second {
 		return fmt.Errorf("%w: --gc-grace-period %s: give at least 3s", cli.ErrUsage, o.gracePeriod)
+	}
+	if err := pool.CheckPeriods(o.gracePeriod, o.quarantine); err != nil {
+		return fmt.Errorf("%w: %w", cli.ErrUsage, err)
 	}
 	if o.nodes < 0 || o.nodes > 99 {
 		return fmt.Errorf("%w: --nodes %d: give 0 to 99", cli.ErrUsage, o.nodes)
@@ -139,7 +156,7 @@ func (l labels) Set(v string) error {
 
 func cmdNode(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	if len(args) == 0 {
-		return fmt.Errorf("%w: node needs add, remove or restart", cli.ErrUsage)
+		return fmt.Errorf("%w: node needs add, remove, restart, stall or resume", cli.ErrUsage)
 	}
 	verb, rest := args[0], args[1:]
 	extra := labels{}
@@ -152,7 +169,7 @@ func cmdNode(ctx context.Context, args []string, stdout, stderr io.Writer) error
 			fs.BoolVar(&crash, "crash", false, "kill the handler (SIGKILL) instead of stopping it")
 		}
 	}
-	if verb != "add" && verb != "remove" && verb != "restart" {
+	if !slices.Contains([]string{"add", "remove", "restart", "stall", "resume"}, verb) {
 		return fmt.Errorf("%w: unknown node command %q", cli.ErrUsage, verb)
 	}
 	return withCluster(rest, "node "+verb, stderr, flags, func(c *cluster, names []string) error {
@@ -169,6 +186,8 @@ func cmdNode(ctx context.Context, args []string, stdout, stderr io.Writer) error
 			return nil
 		case "remove":
 			return c.removeNode(ctx, k, names[0], crash, stdout)
+		case "stall", "resume":
+			return c.signalHandler(names[0], verb, stdout)
 		default:
 			if err := c.restartHandler(ctx, k, names[0], crash); err != nil {
 				return err
@@ -176,6 +195,24 @@ func cmdNode(ctx context.Context, args []string, stdout, stderr io.Writer) error
 			fmt.Fprintf(stdout, "restarted the handler of %s (pid %d)\n", names[0], c.Processes[handlerName(names[0])].PID)
 			return nil
 		}
+	})
+}
+
+// cmdController runs "controller restart [--crash]".
+func cmdController(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	if len(args) == 0 || args[0] != "restart" {
+		return fmt.Errorf("%w: controller needs restart", cli.ErrUsage)
+	}
+	var crash bool
+	flags := func(fs *flag.FlagSet) {
+		fs.BoolVar(&crash, "crash", false, "kill the pool controller (SIGKILL) instead of stopping it")
+	}
+	return withCluster(args[1:], "controller restart", stderr, flags, func(c *cluster, _ []string) error {
+		if err := c.restartPoolController(ctx, crash); err != nil {
+			return err
+		}
+		fmt.Fprintf(stdout, "restarted the pool controller (pid %d)\n", c.Processes["pool-controller"].PID)
+		return nil
 	})
 }
 

@@ -5,7 +5,6 @@ import (
 	"context"
 	"os"
 	"path/filepath"
-	"slices"
 	"strings"
 	"syscall"
 	"testing"
@@ -22,15 +21,6 @@ func TestMain(m *testing.M) {
 		return
 	}
 	os.Exit(m.Run())
-}
-
-func TestHandlerTuning(t *testing.T) {
-	for grace, want := range map[string]string{"30s": "--record-deadline=10s", "9s": "--record-deadline=3s", "2m0s": "--record-deadline=10s"} {
-		c := &cluster{GracePeriod: grace}
-		if got := c.handlerTuning(); !slices.Contains(got, want) {
-			t.Errorf("grace %s: %v lacks %s", grace, got, want)
-		}
-	}
 }
 
 // TestProcessIdentity: a process is alive only while its PID runs its
@@ -76,7 +66,7 @@ func TestCommandLineErrors(t *testing.T) {
 		{[]string{"frobnicate"}, 2, `unknown command "frobnicate"`},
 		{[]string{"up", "--nodes", "200", "--dir", dir}, 2, "--nodes 200: give 0 to 99"},
 		{[]string{"up", "--gc-grace-period", "1s", "--dir", dir}, 2, "--gc-grace-period 1s: give at least 3s"},
-		{[]string{"node"}, 2, "node needs add, remove or restart"},
+		{[]string{"node"}, 2, "node needs add, remove, restart, stall or resume"},
 		{[]string{"node", "add", "--dir", dir}, 2, "node add takes 1 argument(s), got 0"},
 		{[]string{"node", "add", "n1", "--label", "novalue", "--dir", dir}, 2, `label "novalue": write key=value`},
 		{[]string{"status", "--dir", dir}, 1, "no local cluster in " + dir + ": run 'localcluster up' first"},

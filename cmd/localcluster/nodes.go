@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"maps"
@@ -22,15 +23,9 @@ import (
 )
 
 // handlerTuning returns the handler flags of a local cluster: quicker
-// retries than in production, and a record deadline of a third of the pool
-// controller's grace period (at most 10s), so that garbage collection can
-// never free an allocation still on its way to its enactment.
+// retries than in production.
 func (c *cluster) handlerTuning() []string {
-	deadline := 10 * time.Second
-	if grace, err := time.ParseDuration(c.GracePeriod); err == nil {
-		deadline = min(deadline, grace/3)
-	}
-	return []string{"--pending-requeue=2s", "--failed-requeue=10s", "--record-deadline=" + deadline.String()}
+	return []string{"--pending-requeue=2s", "--failed-requeue=10s"}
 }
 
 func handlerName(node string) string { return "handler/" + node }
@@ -49,6 +44,13 @@ func (c *cluster) addNode(ctx context.Context, k client.Client, name string, lab
 	}
 	if c.Processes[handlerName(name)].alive() {
 		return fmt.Errorf("node %s already has a running handler", name)
+	}
+	if old, ok := c.Processes[handlerName(name)]; ok && old.Removed {
+		// A node added again under the name of a removed one is a new
+		// machine: it starts with an empty network.
+		if err := os.Remove(c.simState(name)); err != nil && !errors.Is(err, os.ErrNotExist) {
+			return err
+		}
 	}
 	all := defaultNodeLabels(name)
 	maps.Copy(all, labels)
@@ -131,6 +133,23 @@ func enactmentsOf(ctx context.Context, k client.Client, node string) int {
 		return -1
 	}
 	return len(list.Items)
+}
+
+// signalHandler stalls (SIGSTOP) or resumes (SIGCONT) a node's handler.
+func (c *cluster) signalHandler(name, verb string, out io.Writer) error {
+	h, ok := c.Processes[handlerName(name)]
+	if !ok {
+		return fmt.Errorf("node %s was not added by this local cluster", name)
+	}
+	sig := syscall.SIGSTOP
+	if verb == "resume" {
+		sig = syscall.SIGCONT
+	}
+	if err := h.signal(sig); err != nil {
+		return fmt.Errorf("%s the handler of %s: %w", verb, name, err)
+	}
+	fmt.Fprintf(out, "%s the handler of %s (pid %d)\n", map[string]string{"stall": "stalled", "resume": "resumed"}[verb], name, h.PID)
+	return nil
 }
 
 // restartHandler stops a node's handler (killed, with crash) and starts it

@@ -84,6 +84,7 @@ func (p *process) stop(sig syscall.Signal, timeout time.Duration) error {
 	if err := syscall.Kill(p.PID, sig); err != nil && !errors.Is(err, syscall.ESRCH) {
 		return fmt.Errorf("signal %d: %w", p.PID, err)
 	}
+	_ = syscall.Kill(p.PID, syscall.SIGCONT) // a stalled process handles sig only once it runs
 	if waitFor(timeout, func() bool { return !p.alive() }) {
 		return nil
 	}
@@ -92,6 +93,17 @@ func (p *process) stop(sig syscall.Signal, timeout time.Duration) error {
 	}
 	if !waitFor(10*time.Second, func() bool { return !p.alive() }) {
 		return fmt.Errorf("process %d (%s) does not end", p.PID, filepath.Base(p.Binary))
+	}
+	return nil
+}
+
+// signal sends sig to a running p.
+func (p *process) signal(sig syscall.Signal) error {
+	if !p.alive() {
+		return fmt.Errorf("%s is not running", filepath.Base(p.Binary))
+	}
+	if err := syscall.Kill(p.PID, sig); err != nil {
+		return fmt.Errorf("signal %d: %w", p.PID, err)
 	}
 	return nil
 }

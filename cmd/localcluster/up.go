@@ -10,6 +10,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"syscall"
 	"time"
 
 	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
@@ -25,6 +26,7 @@ type upOptions struct {
 	dir, bin, assets string
 	nodes            int
 	gracePeriod      time.Duration
+	quarantine       time.Duration
 }
 
 // up starts a local cluster and leaves it running. If a step fails, it
@@ -33,7 +35,8 @@ func up(ctx context.Context, o upOptions, out io.Writer) error {
 	if old, err := load(o.dir); err == nil && len(old.running()) > 0 {
 		return fmt.Errorf("a local cluster is already up in %s (%v): run 'localcluster down' first", o.dir, old.running())
 	}
-	c := &cluster{dir: o.dir, Bin: o.bin, Assets: o.assets, GracePeriod: o.gracePeriod.String(), Processes: map[string]*process{}}
+	c := &cluster{dir: o.dir, Bin: o.bin, Assets: o.assets, GracePeriod: o.gracePeriod.String(),
+		QuarantinePeriod: o.quarantine.String(), Processes: map[string]*process{}}
 	if err := c.checkBinaries(); err != nil {
 		return err
 	}
@@ -243,6 +246,21 @@ func established(ctx context.Context, k client.Client, name string) bool {
 	return false
 }
 
+// restartPoolController stops the pool controller (killed, with crash)
+// and starts it again.
+func (c *cluster) restartPoolController(ctx context.Context, crash bool) error {
+	sig := syscall.SIGTERM
+	if crash {
+		sig = syscall.SIGKILL
+	}
+	if p, ok := c.Processes["pool-controller"]; ok {
+		if err := p.stop(sig, 15*time.Second); err != nil {
+			return err
+		}
+	}
+	return c.startPoolController(ctx)
+}
+
 func (c *cluster) startPoolController(ctx context.Context) error {
 	health, err := freePort()
 	if err != nil {
@@ -256,7 +274,7 @@ func (c *cluster) startPoolController(ctx context.Context) error {
 		Health: "http://" + hostPort(health) + "/readyz", Args: []string{
 			"--kubeconfig=" + c.kubeconfig(), "--leader-election-namespace=default",
 			"--health-probe-bind-address=" + hostPort(health), "--metrics-bind-address=" + hostPort(metrics),
-			"--gc-grace-period=" + c.GracePeriod,
+			"--gc-grace-period=" + c.GracePeriod, "--quarantine-period=" + c.QuarantinePeriod,
 		}}
 	if err := c.launch("pool-controller", p); err != nil {
 		return err

@@ -26,7 +26,7 @@ import (
 type options struct {
 	metricsAddr, healthAddr, leaseNamespace string
 	leaderElection                          bool
-	gracePeriod                             time.Duration
+	gracePeriod, quarantinePeriod           time.Duration
 }
 
 func main() {
@@ -36,7 +36,9 @@ func main() {
 	flag.BoolVar(&o.leaderElection, "leader-elect", true, "elect a leader so that one replica is active")
 	flag.StringVar(&o.leaseNamespace, "leader-election-namespace", "", "namespace of the leader election lease (default: the pod's namespace)")
 	flag.DurationVar(&o.gracePeriod, "gc-grace-period", pool.DefaultGracePeriod,
-		"how long an address may stay allocated with no enactment claiming it, and an enactment terminating without its handler, before the controller frees it; keep it above twice the handlers' --record-deadline")
+		"how long an address may stay allocated with no enactment claiming it, an address taken but not recorded, and an enactment terminating without its handler, before the controller frees it")
+	flag.DurationVar(&o.quarantinePeriod, "quarantine-period", pool.DefaultQuarantinePeriod,
+		"longest time an address taken from its holder (release, reset, node removal) is kept from everyone else when the holder cannot confirm it no longer carries it")
 	zapOpts := zap.Options{}
 	zapOpts.BindFlags(flag.CommandLine)
 	flag.Parse()
@@ -49,8 +51,8 @@ func main() {
 }
 
 func run(o options) error {
-	if o.gracePeriod <= 0 {
-		return fmt.Errorf("--gc-grace-period %s: must be positive", o.gracePeriod)
+	if err := pool.CheckPeriods(o.gracePeriod, o.quarantinePeriod); err != nil {
+		return err
 	}
 	s, err := scheme.New()
 	if err != nil {
@@ -75,7 +77,7 @@ func run(o options) error {
 	metrics := pool.NewMetrics()
 	ctrlmetrics.Registry.MustRegister(metrics.Collectors()...)
 	pools := pool.New(mgr, metrics)
-	pools.GracePeriod = o.gracePeriod
+	pools.GracePeriod, pools.QuarantinePeriod = o.gracePeriod, o.quarantinePeriod
 	if err := pools.SetupWithManager(ctx, mgr, pool.SetupOptions{}); err != nil {
 		return fmt.Errorf("set up the pool controller: %w", err)
 	}
@@ -88,6 +90,7 @@ func run(o options) error {
 	if err := mgr.AddReadyzCheck("readyz", healthz.Ping); err != nil {
 		return err
 	}
-	ctrl.Log.Info("starting pool controller", "leaderElection", o.leaderElection, "gcGracePeriod", o.gracePeriod.String())
+	ctrl.Log.Info("starting pool controller", "leaderElection", o.leaderElection, "gcGracePeriod", o.gracePeriod.String(),
+		"quarantinePeriod", o.quarantinePeriod.String())
 	return mgr.Start(ctx)
 }

@@ -22,7 +22,9 @@ import (
 
 	ippoolv1 "github.com/nmstate-ippool/nmstate-ippool/api/v1"
 	nncev1beta1 "github.com/nmstate-ippool/nmstate-ippool/api/v1beta1"
+	"github.com/nmstate-ippool/nmstate-ippool/internal/annotations"
 	"github.com/nmstate-ippool/nmstate-ippool/internal/poolwrite"
+	"github.com/nmstate-ippool/nmstate-ippool/internal/retire"
 )
 
 // Reconciler retires enactments that no handler will retire and refuses
@@ -179,17 +181,17 @@ func (r *Reconciler) gone(ctx context.Context, o client.Object, name string) (bo
 
 // retire retires the enactment and tells of the addresses it released.
 func (r *Reconciler) retire(ctx context.Context, e *nncev1beta1.NodeNetworkConfigurationEnactment, why string) error {
-	released, err := r.Pools.Retire(ctx, e)
+	released, err := retire.Retire(ctx, r.Pools, e)
 	if err != nil {
 		return err
 	}
 	ctrl.LoggerFrom(ctx).Info("retired enactment", "reason", why, "released", released)
 	r.Recorder.Eventf(e, nil, corev1.EventTypeNormal, ippoolv1.ReasonEnactmentRetired, "Retire",
-		"Retired: %s; released %s", why, describeReleased(released))
+		"Retired: %s; quarantined %s", why, describeReleased(released))
 	for _, pool := range slices.Sorted(maps.Keys(released)) {
 		p := &ippoolv1.NodeIPPool{ObjectMeta: metav1.ObjectMeta{Name: pool}}
 		r.Recorder.Eventf(p, nil, corev1.EventTypeNormal, ippoolv1.ReasonEnactmentRetired, "Release",
-			"Released %s held by enactment %s: %s", strings.Join(released[pool].Allocated, ", "), e.Name, why)
+			"Quarantined %s held by enactment %s until node %s no longer carries them: %s", strings.Join(released[pool].Allocated, ", "), e.Name, e.Labels[shared.EnactmentNodeLabel], why)
 	}
 	return nil
 }
@@ -254,7 +256,7 @@ func (r *Reconciler) checkReset(ctx context.Context, o client.Object, kind strin
 		}
 		problem = fmt.Sprintf("names NodeIPPool %q, which does not exist", value)
 	}
-	if err := poolwrite.RemoveAnnotation(ctx, r.Client, o, ippoolv1.ResetIPPoolAnnotation); err != nil {
+	if err := annotations.RemoveAnnotation(ctx, r.Client, o, ippoolv1.ResetIPPoolAnnotation); err != nil {
 		return err
 	}
 	msg := fmt.Sprintf("Ignored and removed the %s annotation: it %s. Name the pool to reset: kubectl annotate %s %s %s=<pool>",

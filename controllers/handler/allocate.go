@@ -11,6 +11,7 @@ import (
 	nmstatev1 "github.com/nmstate/kubernetes-nmstate/api/v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	ctrl "sigs.k8s.io/controller-runtime"
 
@@ -18,24 +19,23 @@ import (
 	nncev1beta1 "github.com/nmstate-ippool/nmstate-ippool/api/v1beta1"
 	"github.com/nmstate-ippool/nmstate-ippool/internal/poolstatus"
 	"github.com/nmstate-ippool/nmstate-ippool/internal/poolwrite"
+	"github.com/nmstate-ippool/nmstate-ippool/internal/retire"
 	"github.com/nmstate-ippool/nmstate-ippool/pkg/capture"
 	"github.com/nmstate-ippool/nmstate-ippool/pkg/ippool"
 )
-
-// errRecordTooLate is returned when fresh addresses could not be recorded
-// within RecordDeadline of their pool write; they are given back and the
-// request retried.
-var errRecordTooLate = errors.New("the new addresses were not recorded in time")
 
 // allocation is the result of serving a policy's ippool captures.
 type allocation struct {
 	// addresses holds the address of every ippool capture.
 	addresses map[string]capture.Address
 	// fresh lists, by pool, the addresses newly taken by this reconcile:
-	// written to the pools but not yet recorded in the enactment.
+	// written to the pools with in-flight entries but not yet recorded in
+	// the enactment.
 	fresh map[string][]string
-	// takenAt is when the first fresh address was written to its pool.
-	takenAt time.Time
+	// enactment and token identify the in-flight entries of fresh: the
+	// enactment's name and the resourceVersion the record is written
+	// under.
+	enactment, token string
 	// moved describes recorded addresses that were replaced because their
 	// pool no longer hands them out.
 	moved []string
@@ -48,54 +48,34 @@ type allocation struct {
 // allocated that no enactment records.
 func (r *Reconciler) allocate(ctx context.Context, policy *nmstatev1.NodeNetworkConfigurationPolicy,
 	e *nncev1beta1.NodeNetworkConfigurationEnactment, captures capture.Captures) (*allocation, *outcome, error) {
-	a := &allocation{addresses: map[string]capture.Address{}, fresh: map[string][]string{}}
+	a := &allocation{addresses: map[string]capture.Address{}, fresh: map[string][]string{}, enactment: e.Name, token: e.ResourceVersion}
 	for _, pool := range captures.Pools() {
 		plan, blocked, err := r.allocateFromPool(ctx, policy, e, pool, captures.RefsOf(pool))
 		if err != nil || blocked != nil {
-			r.rollback(ctx, a)
+			r.withdraw(ctx, a)
 			return nil, blocked, err
 		}
 		maps.Copy(a.addresses, plan.addresses)
 		for _, name := range plan.fresh {
 			a.fresh[pool] = append(a.fresh[pool], plan.addresses[name].IP.String())
 		}
-		if len(plan.fresh) > 0 && a.takenAt.IsZero() {
-			a.takenAt = r.Clock.Now()
-		}
 		a.moved = append(a.moved, plan.moved...)
 	}
 	return a, nil, nil
 }
 
-// rollback returns the fresh addresses of an allocation that will not be
-// recorded. Only call it when the record has certainly not been written;
-// a failure to give them back leaves them to the pool controller's garbage
-// collection.
-func (r *Reconciler) rollback(ctx context.Context, a *allocation) {
-	if err := r.checkRecordDeadline(a); err != nil {
-		ctrl.LoggerFrom(ctx).Info("left unrecorded addresses to garbage collection", "fresh", a.fresh, "reason", err.Error())
-		return
-	}
+// withdraw gives back the fresh addresses of an allocation that will not be
+// recorded. Only call it when the record has certainly not been written. It
+// clears only bits whose in-flight entry still carries this allocation's
+// token, so an address the pool controller revoked (and maybe handed to
+// another node since) is never cleared; a failure leaves the entries to the
+// pool controller.
+func (r *Reconciler) withdraw(ctx context.Context, a *allocation) {
 	for pool, ips := range a.fresh {
-		if _, err := r.Pools.Release(ctx, pool, ips); err != nil {
-			ctrl.LoggerFrom(ctx).Error(err, "could not give back unrecorded addresses; the pool controller will collect them", "pool", pool, "ips", ips)
+		if _, err := r.Pools.Withdraw(ctx, pool, a.enactment, a.token, ips); err != nil {
+			ctrl.LoggerFrom(ctx).Error(err, "could not give back unrecorded addresses; the pool controller will revoke them", "pool", pool, "ips", ips)
 		}
 	}
-}
-
-// checkRecordDeadline fails when fresh addresses are about to be recorded
-// later than RecordDeadline after their pool write. The pool controller
-// frees bits that no enactment claims for longer than its grace period;
-// recording late could record an address that was freed and handed to
-// another node meanwhile.
-func (r *Reconciler) checkRecordDeadline(a *allocation) error {
-	if a == nil || a.takenAt.IsZero() || r.RecordDeadline <= 0 {
-		return nil
-	}
-	if late := r.Clock.Since(a.takenAt); late > r.RecordDeadline {
-		return fmt.Errorf("%w: %s after the pool write, deadline %s", errRecordTooLate, late.Round(time.Millisecond), r.RecordDeadline)
-	}
-	return nil
 }
 
 // allocateFromPool serves the captures refs of one pool with at most one
@@ -117,6 +97,10 @@ func (r *Reconciler) allocateFromPool(ctx context.Context, policy *nmstatev1.Nod
 		r.Metrics.attempt(poolName)
 		return true, nil
 	})
+	if errors.Is(err, poolwrite.ErrRetriesExhausted) {
+		r.Recorder.Eventf(e, nil, corev1.EventTypeWarning, ippoolv1.ReasonPoolWriteRetriesExhausted, "Allocate",
+			"NodeIPPool %s kept changing under %d write attempts of node %s; trying again later", poolName, attempts, r.NodeName)
+	}
 	if err != nil {
 		o, err := r.poolOutcome(poolName, refs, err)
 		return nil, o, err
@@ -152,6 +136,11 @@ func (r *Reconciler) planWrite(ctx context.Context, policy *nmstatev1.NodeNetwor
 	if err := plan.apply(alloc); err != nil {
 		return nil, r.exhausted(ctx, policy, pool, err)
 	}
+	since := metav1.NewTime(r.Clock.Now().Truncate(time.Second))
+	for _, name := range plan.fresh {
+		poolstatus.AddInFlight(pool, ippoolv1.InFlightAddress{IP: plan.addresses[name].IP.String(),
+			Enactment: e.Name, Token: e.ResourceVersion, Since: since})
+	}
 	return plan, nil
 }
 
@@ -164,9 +153,9 @@ func (r *Reconciler) poolOutcome(name string, refs []capture.Ref, err error) (*o
 		o = failing(ippoolv1.ReasonIPPoolNotFound, fmt.Sprintf("NodeIPPool %q not found: create it, or fix capture %q", name, refs[0].Capture))
 	case errors.Is(err, ippool.ErrInvalidRange):
 		o = failing(ippoolv1.ReasonIPPoolInvalid, fmt.Sprintf("NodeIPPool %q cannot hand out addresses: %v", name, err))
-	case errors.Is(err, poolwrite.ErrUnreadable):
+	case errors.Is(err, poolwrite.ErrUnreadable), errors.Is(err, poolwrite.ErrUnvouched):
 		o = pending(ippoolv1.ReasonIPPoolNotAvailable,
-			fmt.Sprintf("NodeIPPool %q has an unreadable status (%v); waiting for the pool controller to rebuild it", name, err),
+			fmt.Sprintf("NodeIPPool %q: new addresses wait until the pool controller has rebuilt the pool from the enactments: %v", name, err),
 			r.PendingRequeue)
 	default:
 		return nil, fmt.Errorf("allocate from NodeIPPool %q: %w", name, err)
@@ -204,6 +193,7 @@ func (r *Reconciler) exhausted(ctx context.Context, policy *nmstatev1.NodeNetwor
 	r.Recorder.Eventf(pool, policy, corev1.EventTypeWarning, ippoolv1.ReasonExhaustedIPPool, "Allocate", msg)
 	ctrl.LoggerFrom(ctx).Info("pool exhausted", "pool", pool.Name, "size", ex.size)
 	o := failing(ippoolv1.ReasonIPPoolExhausted, ex.Error())
+	o.waitingFor = pool.Name
 	return &o
 }
 
@@ -240,17 +230,22 @@ func unclaimed(e *nncev1beta1.NodeNetworkConfigurationEnactment, addresses map[s
 	return drop
 }
 
-// releaseDropped gives back addresses the enactment no longer records. A
-// failure is logged: the record is gone, so garbage collection frees them.
-func (r *Reconciler) releaseDropped(ctx context.Context, dropped map[string][]string) {
+// quarantineDropped gives back addresses the enactment no longer records:
+// they are quarantined until this node no longer carries them. A failure is
+// logged: the record is gone, so garbage collection frees them.
+func (r *Reconciler) quarantineDropped(ctx context.Context, e *nncev1beta1.NodeNetworkConfigurationEnactment, dropped map[string][]string) {
+	if len(dropped) == 0 {
+		return
+	}
+	record := ippoolv1.EnactmentIPPools{}
 	for pool, ips := range dropped {
-		released, err := r.Pools.Release(ctx, pool, ips)
-		if err != nil {
-			ctrl.LoggerFrom(ctx).Error(err, "could not release dropped addresses; the pool controller will collect them", "pool", pool, "ips", ips)
-			continue
-		}
-		if len(released) > 0 {
-			ctrl.LoggerFrom(ctx).Info("released addresses", "pool", pool, "ips", released)
-		}
+		record[pool] = ippoolv1.PoolAllocation{Allocated: ips}
+	}
+	q, err := r.Pools.Quarantine(ctx, retire.HolderOf(e), record)
+	if err != nil {
+		ctrl.LoggerFrom(ctx).Error(err, "could not quarantine dropped addresses; the pool controller will collect them", "dropped", dropped)
+	}
+	if len(q) > 0 {
+		ctrl.LoggerFrom(ctx).Info("quarantined dropped addresses", "ippool", q)
 	}
 }

@@ -94,12 +94,21 @@ func (r *Reconciler) applyWithinMaxUnavailable(ctx context.Context, policy *nmst
 			"maxUnavailable nodes are already being configured; waiting"+note, r.PendingRequeue)
 		return r.conclude(ctx, policy, e, o)
 	}
-	applyErr := r.State.Apply(ctx, desired)
-	if r.StateChanged != nil {
+	current, applyErr, err := r.applyIfCurrent(ctx, e, desired)
+	if current && r.StateChanged != nil {
 		r.StateChanged()
 	}
 	if err := r.releaseSlot(ctx, policy.Name); err != nil {
 		ctrl.LoggerFrom(ctx).Error(err, "release the maxUnavailable slot")
+	}
+	if err != nil {
+		return ctrl.Result{}, err
+	}
+	if !current {
+		// The record changed since it was written (a reset, a fence): what
+		// was rendered may hold an address that is no longer this node's.
+		ctrl.LoggerFrom(ctx).Info("the enactment changed before the apply; rendering again")
+		return ctrl.Result{RequeueAfter: time.Millisecond}, nil
 	}
 	if applyErr != nil {
 		ctrl.LoggerFrom(ctx).Info("applying the desired state failed", "error", applyErr.Error())
@@ -114,6 +123,31 @@ func (r *Reconciler) applyWithinMaxUnavailable(ctx context.Context, policy *nmst
 		r.notes.done(e.Name)
 	}
 	return res, err
+}
+
+// applyIfCurrent applies desired if the enactment on the API server is still
+// the one this reconcile wrote, under NetworkLock: an address whose record
+// was removed meanwhile (a reset, a fence) is never put on the network, and
+// the state reporter never publishes a state from the middle of an apply.
+// It reports whether the enactment was current and how the apply went; err
+// is a failure to read the enactment, to retry.
+func (r *Reconciler) applyIfCurrent(ctx context.Context, e *nncev1beta1.NodeNetworkConfigurationEnactment,
+	desired []byte) (current bool, applyErr, err error) {
+	if r.NetworkLock != nil {
+		r.NetworkLock.Lock()
+		defer r.NetworkLock.Unlock()
+	}
+	var fresh nncev1beta1.NodeNetworkConfigurationEnactment
+	if err := r.APIReader.Get(ctx, client.ObjectKeyFromObject(e), &fresh); err != nil {
+		if apierrors.IsNotFound(err) {
+			return false, nil, nil
+		}
+		return false, nil, fmt.Errorf("confirm enactment %q before applying: %w", e.Name, err)
+	}
+	if fresh.ResourceVersion != e.ResourceVersion {
+		return false, nil, nil
+	}
+	return true, r.State.Apply(ctx, desired), nil
 }
 
 // matchingNodes counts the nodes the policy selects, from the cached node

@@ -18,6 +18,9 @@ type outcome struct {
 	reason       shared.ConditionReason
 	message      string
 	requeueAfter time.Duration
+	// waitingFor names the pool the enactment waits on for want of a free
+	// address (IPPoolExhausted).
+	waitingFor string
 }
 
 func available(message string) outcome {

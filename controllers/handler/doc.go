@@ -17,22 +17,27 @@
 // pool controller sets that. The record is written to the enactment before
 // anything is applied, so an address that reached a node is always recorded.
 //
-// Fresh addresses are recorded within RecordDeadline of their pool write, or
-// not at all: a late record is abandoned (its bits left to the pool
-// controller's garbage collection, whose grace period is longer) and the
-// request retried, so an address that collection may have freed is never
-// recorded.
+// Fresh addresses are taken with an in-flight entry in the pool that names
+// the enactment and its resourceVersion (the token), and recorded with a
+// status update under that token. If the pool controller revoked the entry
+// meanwhile (it fences the enactment first), the record fails with a
+// conflict: the handler withdraws only entries that still carry its token,
+// applies nothing, and allocates again. Before applying, under the node's
+// network lock, it confirms that the enactment on the API server is still
+// the one it wrote, so an address whose record was removed meanwhile (a
+// reset) never reaches the network. See docs/protocol.md.
 //
 // Releasing. When a policy is deleted, stops matching the node, or drops a
 // capture, the handler first removes the record (the enactment, or the
 // dropped addresses from it) under the enactment's resourceVersion and then
-// clears the bits, following internal/poolwrite; so does the pool
-// controller when it retires an enactment of a deleted node or resets one,
-// and of two concurrent retirers only one clears the bits. The enactment
-// carries the FinalizerIPPool finalizer while it holds addresses, so that
-// its record outlives a deletion until the addresses are released.
+// quarantines the addresses (package retire); so does the pool controller
+// when it retires an enactment of a deleted node or resets one, and of two
+// concurrent retirers only one quarantines. The enactment carries the
+// FinalizerIPPool finalizer while it holds addresses, so that its record
+// outlives a deletion until the addresses are quarantined.
 //
-// Writers. The handler writes a pool's allocatedOffsets and counts; the pool
+// Writers. The handler writes a pool's allocatedOffsets, counts and entries
+// through internal/poolwrite, only on a status whose stamp matches; the pool
 // controller alone writes pool conditions, ExhaustedIPPool included. A
 // handler that finds a pool exhausted marks its enactment Failing
 // (IPPoolExhausted) and raises a Warning Event on the pool. It keeps trying

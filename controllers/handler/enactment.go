@@ -18,6 +18,7 @@ import (
 
 	ippoolv1 "github.com/nmstate-ippool/nmstate-ippool/api/v1"
 	nncev1beta1 "github.com/nmstate-ippool/nmstate-ippool/api/v1beta1"
+	"github.com/nmstate-ippool/nmstate-ippool/internal/retire"
 	"github.com/nmstate-ippool/nmstate-ippool/pkg/capture"
 )
 
@@ -142,15 +143,20 @@ func usesPools(policy *nmstatev1.NodeNetworkConfigurationPolicy) bool {
 // resourceVersion it was read at guards the write; a conflict is returned
 // and the request retried.
 func (r *Reconciler) writeEnactment(ctx context.Context, e *nncev1beta1.NodeNetworkConfigurationEnactment, o outcome) error {
+	before := e.Status.Conditions.Find(o.condition)
+	transitioned := before == nil || before.Status != corev1.ConditionTrue || before.Reason != o.reason
 	e.Status.Conditions = withConditions(e.Status.Conditions, o, r.Clock.Now())
 	if err := r.Client.Status().Update(ctx, e); err != nil {
 		return fmt.Errorf("write the status of enactment %q: %w", e.Name, err)
+	}
+	if transitioned && o.condition == shared.NodeNetworkConfigurationEnactmentConditionFailing {
+		r.Recorder.Eventf(e, nil, corev1.EventTypeWarning, string(o.reason), "Enact", "%s", o.message)
 	}
 	return nil
 }
 
 // retire ends an enactment and gives its addresses back through
-// r.Pools.Retire, which is safe against the pool controller retiring it at
+// retire.Retire, which is safe against the pool controller retiring it at
 // the same time. A nil enactment is already retired.
 func (r *Reconciler) retire(ctx context.Context, e *nncev1beta1.NodeNetworkConfigurationEnactment, why string) error {
 	if e == nil {
@@ -160,10 +166,10 @@ func (r *Reconciler) retire(ctx context.Context, e *nncev1beta1.NodeNetworkConfi
 	if e.DeletionTimestamp.IsZero() {
 		log.Info("retiring enactment", "reason", why)
 	}
-	released, err := r.Pools.Retire(ctx, e)
+	quarantined, err := retire.Retire(ctx, r.Pools, e)
 	if err != nil {
 		return err
 	}
-	log.Info("retired enactment", "released", released)
+	log.Info("retired enactment", "quarantined", quarantined)
 	return nil
 }

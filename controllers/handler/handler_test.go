@@ -26,10 +26,12 @@ func init() {
 }
 
 // assertIndexed checks the Unique and Indexed invariants: no address is held
-// twice, and the pool's bitmap is exactly the set the enactments record.
+// twice, and the pool's bitmap is exactly the set the enactments record plus
+// the addresses in flight or quarantined (no controller runs here to free
+// those).
 func assertIndexed(pool string) {
 	Eventually(func(g Gomega) {
-		recorded, err := recordedAddresses(pool)
+		recorded, err := envtest.IndexedAs(context.Background(), k, pool)
 		g.Expect(err).NotTo(HaveOccurred())
 		inPool, err := poolAddresses(pool)
 		g.Expect(err).NotTo(HaveOccurred())
@@ -122,7 +124,8 @@ func TestPolicyRecreated(t *testing.T) {
 	for _, nd := range nodes {
 		Eventually(func() bool { _, err := getEnactment(nd.Name, "recreate"); return apierrors.IsNotFound(err) }).Should(BeTrue())
 	}
-	Eventually(func() ([]string, error) { return poolAddresses("recreate-pool") }).Should(BeEmpty())
+	Eventually(func() ([]string, error) { return envtest.EntryAddresses(context.Background(), k, "recreate-pool") }).
+		Should(Equal([]string{"10.30.0.1", "10.30.0.2"}), "quarantined until the pool controller sees them gone")
 
 	newPolicy(t, "recreate", map[string]string{"role": "recreate"}, map[string]string{"addr": "ippool.recreate-pool.allocate"}, envtest.OneAddressState)
 	for _, nd := range nodes {
@@ -212,9 +215,47 @@ func TestMissingPoolAndBadCapture(t *testing.T) {
 	start(t, nd)
 	Eventually(enactmentState(nd.Name, "missing")).Should(Equal(`Failing: NodeIPPool "later" not found: create it, or fix capture "addr"`))
 	Eventually(enactmentState(nd.Name, "badcapture")).Should(ContainSubstring(`capture "addr" is "ippool.later"; write ippool.<pool>.allocate`))
+	// Nothing silent: each failure is an Event too, raised once per
+	// transition however often the handler retries.
+	Eventually(enactmentEvents(nd.Name, "missing")).Should(Equal([]string{`IPPoolNotFound: NodeIPPool "later" not found: create it, or fix capture "addr"`}))
+	Eventually(enactmentEvents(nd.Name, "badcapture")).Should(ContainElement(HavePrefix("InvalidCapture: ")))
 	newPool(t, "later", ippoolv1.IPRange{CIDR: "10.70.0.0/24"}, true)
 	Eventually(enactmentState(nd.Name, "missing")).Should(HavePrefix("Available"))
 	assertIndexed("later")
+}
+
+// TestSecondPoolBlocksFirstWithdrawn: a policy draws from two pools and the
+// second is not available: the address already taken from the first is
+// withdrawn, so nothing stays allocated that no enactment records, and the
+// enactment waits. Once the second pool opens, both are allocated.
+func TestSecondPoolBlocksFirstWithdrawn(t *testing.T) {
+	RegisterTestingT(t)
+	nd := newNodes(t, "twopools", 1, map[string]string{"role": "twopools"})[0]
+	newPool(t, "twopools-a", ippoolv1.IPRange{CIDR: "10.71.0.0/24"}, true)
+	newPool(t, "twopools-b", ippoolv1.IPRange{CIDR: "fd00:72::/64"}, false)
+	newPolicy(t, "twopools", map[string]string{"role": "twopools"},
+		map[string]string{"a": "ippool.twopools-a.allocate", "b": "ippool.twopools-b.allocate"}, twoPoolState)
+	start(t, nd)
+	Eventually(enactmentState(nd.Name, "twopools")).Should(ContainSubstring(`Pending: NodeIPPool "twopools-b"`))
+	Consistently(func() ([]string, error) { return poolAddresses("twopools-a") }, time.Second).Should(BeEmpty(),
+		"the first pool's address was given back")
+	Expect(envtest.EntryAddresses(context.Background(), k, "twopools-a")).To(BeEmpty())
+	markAvailable(t, "twopools-b")
+	Eventually(enactmentState(nd.Name, "twopools")).Should(HavePrefix("Available"))
+	Expect(held(nd.Name, "twopools", "twopools-a")).To(HaveLen(1))
+	Expect(held(nd.Name, "twopools", "twopools-b")).To(HaveLen(1))
+	assertIndexed("twopools-a")
+	assertIndexed("twopools-b")
+}
+
+func enactmentEvents(node, policy string) func() []string {
+	return func() []string {
+		out, err := envtest.Events(context.Background(), k, "NodeNetworkConfigurationEnactment", node+"."+policy)
+		if err != nil {
+			return []string{err.Error()}
+		}
+		return out
+	}
 }
 
 // TestCaptureDroppedAndNodeUnselected: an updated policy keeps the
@@ -246,7 +287,8 @@ func TestCaptureDroppedAndNodeUnselected(t *testing.T) {
 	policy.Spec.Capture = map[string]string{"a": "ippool.update-pool.allocate"}
 	policy.Spec.DesiredState = shared.NewState(strings.Split(two, "- name: eth2")[0])
 	Expect(k.Update(context.Background(), policy)).To(Succeed())
-	Eventually(func() ([]string, error) { return poolAddresses("update-pool") }).Should(Equal([]string{"10.80.0.1"}))
+	Eventually(func() ([]string, error) { return envtest.EntryAddresses(context.Background(), k, "update-pool") }).
+		Should(ContainElement("10.80.0.2"), "the dropped capture's address is quarantined")
 	Eventually(func() []string { return held(nd.Name, "update", "update-pool") }).Should(Equal([]string{"10.80.0.1"}))
 	Eventually(enactmentState(nd.Name, "update")).Should(HavePrefix("Available"))
 
@@ -255,6 +297,7 @@ func TestCaptureDroppedAndNodeUnselected(t *testing.T) {
 	n.Labels = map[string]string{"role": "elsewhere"}
 	Expect(k.Update(context.Background(), &n)).To(Succeed())
 	Eventually(func() bool { _, err := getEnactment(nd.Name, "update"); return apierrors.IsNotFound(err) }).Should(BeTrue())
-	Eventually(func() ([]string, error) { return poolAddresses("update-pool") }).Should(BeEmpty())
+	Eventually(func() ([]string, error) { return envtest.EntryAddresses(context.Background(), k, "update-pool") }).
+		Should(ContainElement("10.80.0.1"))
 	Eventually(policyCondition("update", shared.NodeNetworkConfigurationPolicyConditionAvailable)).Should(Equal("True: Policy does not match any node"))
 }

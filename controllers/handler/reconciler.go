@@ -69,12 +69,10 @@ type Reconciler struct {
 	// SlotTimeout is how long a node may hold a maxUnavailable slot before
 	// other nodes consider it abandoned (a handler killed mid-apply).
 	SlotTimeout time.Duration
-	// RecordDeadline bounds the time from taking a new address in a pool to
-	// recording it in the enactment. Later, the address is not recorded but
-	// left to the pool controller's garbage collection and the request is
-	// retried: the collector frees bits no enactment claims after its grace
-	// period, which must be longer than this.
-	RecordDeadline time.Duration
+	// NetworkLock, if set, is held while the handler checks that its
+	// record is current and applies a state; the node's state reporter
+	// reads under it (see nodestate.Reconciler.NetworkLock).
+	NetworkLock sync.Locker
 	// StateChanged, if set, is called after every apply, successful or
 	// not (a rollback changes the network too): the node's state reporter
 	// reads the state again.
@@ -219,32 +217,55 @@ func (r *Reconciler) concludeBlocked(ctx context.Context, policy *nmstatev1.Node
 }
 
 // concludeRecorded writes an enactment that now records alloc's fresh
-// addresses and no longer records dropped. Once the write has landed,
-// dropped is released. If the API server refused the write (a conflict), the
-// record certainly does not exist and the fresh addresses are given back;
-// after any other error the write may have landed, so they are kept.
+// addresses and no longer records dropped. The write is guarded by the
+// resourceVersion the fresh addresses' in-flight entries carry as their
+// token. Once it has landed, dropped is quarantined. If the API server
+// refused it (a conflict), the record certainly does not exist: the fresh
+// addresses are withdrawn, and if the pool controller fenced the enactment
+// because the addresses stayed unrecorded too long, that is told. After
+// any other error the write may have landed, so they are kept.
 func (r *Reconciler) concludeRecorded(ctx context.Context, policy *nmstatev1.NodeNetworkConfigurationPolicy,
 	enactment *nncev1beta1.NodeNetworkConfigurationEnactment, alloc *allocation, dropped map[string][]string,
 	o outcome) (ctrl.Result, error) {
-	if err := r.checkRecordDeadline(alloc); err != nil {
-		// Not recorded, and maybe collected already: leave the bits to
-		// garbage collection rather than risk clearing another's.
-		return ctrl.Result{}, err
-	}
 	res, err := r.conclude(ctx, policy, enactment, o)
 	switch {
 	case apierrors.IsConflict(err):
-		r.rollback(ctx, alloc)
+		r.withdraw(ctx, alloc)
+		r.reportRevoked(ctx, alloc)
 	case err == nil:
-		r.releaseDropped(ctx, dropped)
+		r.quarantineDropped(ctx, enactment, dropped)
 	}
 	return res, err
+}
+
+// reportRevoked tells, with an Event, that fresh addresses were revoked by
+// the pool controller before this handler could record them.
+func (r *Reconciler) reportRevoked(ctx context.Context, alloc *allocation) {
+	if len(alloc.fresh) == 0 {
+		return
+	}
+	e, err := r.getEnactment(ctx, strings.TrimPrefix(alloc.enactment, r.NodeName+"."))
+	if err != nil || e == nil {
+		return
+	}
+	fence := e.Annotations[ippoolv1.FenceAnnotation]
+	for pool, ips := range alloc.fresh {
+		for _, ip := range ips {
+			if fence == pool+"/"+ip {
+				ctrl.LoggerFrom(ctx).Info("an unrecorded address was revoked; not applying it", "pool", pool, "ip", ip)
+				r.Recorder.Eventf(e, nil, corev1.EventTypeWarning, ippoolv1.ReasonAllocationRevoked, "Record",
+					"NodeIPPool %s revoked %s before node %s recorded it (the handler stalled past the grace period); not applied, allocating again",
+					pool, ip, r.NodeName)
+			}
+		}
+	}
 }
 
 // conclude writes the enactment's conditions for o and requeues as o asks.
 func (r *Reconciler) conclude(ctx context.Context, policy *nmstatev1.NodeNetworkConfigurationPolicy,
 	enactment *nncev1beta1.NodeNetworkConfigurationEnactment, o outcome) (ctrl.Result, error) {
 	enactment.Status.PolicyGeneration = policy.Generation
+	enactment.Status.WaitingForIPPool = o.waitingFor
 	if err := r.writeEnactment(ctx, enactment, o); err != nil {
 		return ctrl.Result{}, err
 	}

@@ -23,9 +23,6 @@ const (
 	DefaultPendingRequeue = 10 * time.Second
 	DefaultFailedRequeue  = time.Minute
 	DefaultSlotTimeout    = 5 * time.Minute
-	// DefaultRecordDeadline is well inside the pool controller's default
-	// garbage collection grace period of two minutes.
-	DefaultRecordDeadline = 30 * time.Second
 )
 
 // New returns a Reconciler for node wired to the manager, with the default
@@ -48,7 +45,6 @@ func New(mgr ctrl.Manager, node string, state NetworkState, metrics *Metrics) *R
 		PendingRequeue:      DefaultPendingRequeue,
 		FailedRequeue:       DefaultFailedRequeue,
 		SlotTimeout:         DefaultSlotTimeout,
-		RecordDeadline:      DefaultRecordDeadline,
 	}
 }
 

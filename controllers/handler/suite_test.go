@@ -17,6 +17,7 @@ import (
 
 	ippoolv1 "github.com/nmstate-ippool/nmstate-ippool/api/v1"
 	nncev1beta1 "github.com/nmstate-ippool/nmstate-ippool/api/v1beta1"
+	"github.com/nmstate-ippool/nmstate-ippool/internal/poolstatus"
 	"github.com/nmstate-ippool/nmstate-ippool/test/envtest"
 )
 
@@ -80,6 +81,7 @@ func markAvailable(t testing.TB, name string) {
 		}
 		meta.SetStatusCondition(&p.Status.Conditions, metav1.Condition{Type: ippoolv1.ConditionAvailable, Status: metav1.ConditionTrue,
 			Reason: ippoolv1.ReasonReconciledPool, Message: "The pool is up to date"})
+		p.Status.Stamp = poolstatus.Stamp(&p) // the controller vouches for what it rebuilt
 		return k.Status().Update(context.Background(), &p)
 	}).Should(Succeed())
 }

@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"sync"
 	"time"
 
 	"github.com/nmstate/kubernetes-nmstate/api/shared"
@@ -38,6 +39,13 @@ type Reconciler struct {
 	State StateReader
 	// Clock stamps the updates.
 	Clock clock.PassiveClock
+	// NetworkLock, if set, is held by the handler while it checks its
+	// record and applies a state. Reading under it means a published state
+	// is never one in the middle of an apply, and the state's time (taken
+	// before the read) is one at which no apply was under way: the pool
+	// controller relies on that to lift a quarantine when the state shows
+	// an address gone.
+	NetworkLock sync.Locker
 	// Refresh is how often the state is read when nothing nudges.
 	Refresh time.Duration
 }
@@ -58,8 +66,8 @@ func (r *Reconciler) Reconcile(ctx context.Context, _ ctrl.Request) (ctrl.Result
 	if err != nil {
 		return ctrl.Result{}, err
 	}
-	current, showErr := r.State.Show(ctx)
-	status, changed := next(nns.Status, current, showErr, r.Clock.Now())
+	readAt, current, showErr := r.show(ctx)
+	status, changed := next(nns.Status, current, showErr, readAt)
 	if !changed {
 		return ctrl.Result{RequeueAfter: r.Refresh}, nil
 	}
@@ -69,6 +77,18 @@ func (r *Reconciler) Reconcile(ctx context.Context, _ ctrl.Request) (ctrl.Result
 	}
 	ctrl.LoggerFrom(ctx).Info("published the node's network state", "failing", showErr != nil)
 	return ctrl.Result{RequeueAfter: r.Refresh}, nil
+}
+
+// show reads the state under NetworkLock and returns the time the read
+// started.
+func (r *Reconciler) show(ctx context.Context) (time.Time, []byte, error) {
+	if r.NetworkLock != nil {
+		r.NetworkLock.Lock()
+		defer r.NetworkLock.Unlock()
+	}
+	readAt := r.Clock.Now()
+	current, err := r.State.Show(ctx)
+	return readAt, current, err
 }
 
 // ensure returns the node's NNS, creating it, owned by the node, if it is

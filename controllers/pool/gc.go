@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"slices"
-	"strings"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -52,38 +51,80 @@ func (u *unclaimedBits) forget(offsets []uint64) {
 	}
 }
 
-// collect frees the due bits that still have no claim on the API server,
-// and writes the pool's condition in the same status write. A bit claimed
-// meanwhile, or already cleared, is left alone.
-func (r *Reconciler) collect(ctx context.Context, pool *ippoolv1.NodeIPPool, due []uint64) error {
+// withoutEntries drops from unclaimed the offsets of in-flight and
+// quarantined addresses: their entries, not garbage collection, decide when
+// they are freed.
+func withoutEntries(pool *ippoolv1.NodeIPPool, alloc *ippool.Allocator, unclaimed []uint64) []uint64 {
+	if len(pool.Status.InFlight) == 0 && len(pool.Status.Quarantined) == 0 {
+		return unclaimed
+	}
+	out := make([]uint64, 0, len(unclaimed))
+	for _, off := range unclaimed {
+		ip, err := alloc.Range().IP(off)
+		if err == nil && (poolstatus.InFlightOf(pool, ip.String()) != nil || poolstatus.QuarantineOf(pool, ip.String()) != nil) {
+			continue
+		}
+		out = append(out, off)
+	}
+	return out
+}
+
+// collect does the due maintenance of a pool in one status write, decided
+// on the API server's view of the enactments: it prunes, revokes and lifts
+// entries (when holdsDue) and frees the due bits that still have no claim
+// and no entry, and writes the pool's condition with them.
+func (r *Reconciler) collect(ctx context.Context, pool *ippoolv1.NodeIPPool, due []uint64, holdsDue bool) error {
 	enactments, err := r.enactmentsFromAPI(ctx)
 	if err != nil {
 		return err
 	}
-	var freed []uint64
-	err = r.writeStatus(ctx, pool, func(p *ippoolv1.NodeIPPool, alloc *ippool.Allocator) (availability, bool, error) {
-		claims := poolstatus.ClaimsOf(p.Name, enactments)
-		freed = freeUnclaimed(alloc, claims, due)
-		return availabilityOf(p.Name, alloc, observe(p.Name, alloc, enactments)), len(freed) > 0, nil
-	})
-	if err != nil || len(freed) == 0 {
+	rng, err := poolstatus.Range(pool)
+	if err != nil {
 		return err
 	}
-	r.remember(pool).unclaimed.forget(freed)
+	var work holdWork
+	if holdsDue {
+		if work, err = r.planHolds(ctx, pool, poolstatus.ClaimsOf(pool.Name, rng, enactments)); err != nil {
+			return err
+		}
+	}
+	var freed []uint64
+	var revoked, lifted []string
+	err = r.writeStatus(ctx, pool, func(p *ippoolv1.NodeIPPool, alloc *ippool.Allocator) (availability, bool, error) {
+		claims := poolstatus.ClaimsOf(p.Name, alloc.Range(), enactments)
+		var changed bool
+		revoked, lifted, changed = applyHolds(p, alloc, claims, work)
+		freed = freeUnclaimed(p, alloc, claims, due)
+		return availabilityOf(p.Name, alloc, observe(p.Name, alloc, enactments)), changed || len(freed) > 0, nil
+	})
+	if err != nil {
+		return err
+	}
+	m := r.remember(pool)
+	if len(work.prune) > 0 {
+		m.lastPrune = r.Clock.Now()
+	}
+	r.reportHolds(ctx, pool, work, revoked, lifted)
+	if len(freed) == 0 {
+		return nil
+	}
+	m.unclaimed.forget(freed)
 	ips := offsetsToIPs(pool, freed)
 	ctrl.LoggerFrom(ctx).Info("collected unclaimed addresses", "ips", ips, "gracePeriod", r.GracePeriod.String())
 	r.Recorder.Eventf(pool, nil, corev1.EventTypeNormal, ippoolv1.ReasonGarbageCollected, "Collect",
-		"Freed %s: allocated for longer than %s but recorded by no enactment", strings.Join(ips, ", "), r.GracePeriod)
+		"Freed %s: allocated for longer than %s but recorded by no enactment", listNames(ips, 10), r.GracePeriod)
 	r.Metrics.collected(pool.Name, len(freed))
 	return nil
 }
 
-// freeUnclaimed releases the offsets of due that are set and unclaimed.
-func freeUnclaimed(alloc *ippool.Allocator, claims poolstatus.Claims, due []uint64) []uint64 {
+// freeUnclaimed releases the offsets of due that are set, unclaimed and
+// held by no in-flight or quarantine entry.
+func freeUnclaimed(pool *ippoolv1.NodeIPPool, alloc *ippool.Allocator, claims poolstatus.Claims, due []uint64) []uint64 {
 	var freed []uint64
 	for _, off := range due {
 		ip, err := alloc.Range().IP(off)
-		if err != nil || !alloc.Has(off) || len(claims[ip]) > 0 {
+		if err != nil || !alloc.Has(off) || len(claims[ip]) > 0 ||
+			poolstatus.InFlightOf(pool, ip.String()) != nil || poolstatus.QuarantineOf(pool, ip.String()) != nil {
 			continue
 		}
 		_ = alloc.Release(off) // set, so releasable

@@ -16,8 +16,10 @@ import (
 
 	ippoolv1 "github.com/nmstate-ippool/nmstate-ippool/api/v1"
 	nncev1beta1 "github.com/nmstate-ippool/nmstate-ippool/api/v1beta1"
+	"github.com/nmstate-ippool/nmstate-ippool/internal/annotations"
 	"github.com/nmstate-ippool/nmstate-ippool/internal/poolstatus"
 	"github.com/nmstate-ippool/nmstate-ippool/internal/poolwrite"
+	"github.com/nmstate-ippool/nmstate-ippool/internal/retire"
 	"github.com/nmstate-ippool/nmstate-ippool/pkg/ippool"
 )
 
@@ -132,10 +134,26 @@ func (r *Reconciler) rebuildReason(ctx context.Context, pool *ippoolv1.NodeIPPoo
 	switch {
 	case unreadable != nil:
 		return fmt.Sprintf("status.allocatedOffsets is unreadable (%v)", unreadable), nil
+	case !poolstatus.Vouched(pool):
+		return r.confirmUnvouched(ctx, pool)
 	case len(v.audit.Missing) > 0:
 		return r.confirmMissing(ctx, pool)
 	}
 	return "", nil
+}
+
+// confirmUnvouched re-reads the pool from the API server and tells whether
+// its status really does not match its stamp (the cache may lag behind a
+// rebuild that vouched for it already).
+func (r *Reconciler) confirmUnvouched(ctx context.Context, pool *ippoolv1.NodeIPPool) (string, error) {
+	var fresh ippoolv1.NodeIPPool
+	if err := r.APIReader.Get(ctx, types.NamespacedName{Name: pool.Name}, &fresh); err != nil {
+		return "", client.IgnoreNotFound(err)
+	}
+	if poolstatus.Vouched(&fresh) {
+		return "", nil
+	}
+	return "its status does not match its stamp", nil
 }
 
 // confirmMissing re-reads the pool and the enactments from the API server
@@ -204,23 +222,57 @@ func (r *Reconciler) rebuildFromEnactments(ctx context.Context, pool *ippoolv1.N
 	}
 	var set int
 	var v view
-	discard := poolwrite.DiscardUnreadable(func(err error) {
+	var distrusted bool
+	vouch := poolwrite.Vouch(func(err error) {
 		r.Recorder.Eventf(pool, nil, corev1.EventTypeWarning, ippoolv1.ReasonUnsyncronizedIPPool, "Rebuild",
 			"Discarded an unreadable status.allocatedOffsets (%v); rebuilding from the enactments", err)
 	})
 	err = r.writeStatus(ctx, pool, func(p *ippoolv1.NodeIPPool, alloc *ippool.Allocator) (availability, bool, error) {
+		distrusted = false
+		if !poolstatus.Vouched(p) {
+			// A new pool has nothing to distrust; any other status that
+			// does not match its stamp was written by someone else.
+			distrusted = p.Status.Stamp != "" || p.Status.AllocatedOffsets != "" || len(p.Status.InFlight)+len(p.Status.Quarantined) > 0
+			// Not written by us: trust only what the enactments record and
+			// the entries that say who holds what.
+			alloc.Clear()
+		}
+		set = setEntries(p, alloc)
 		v = observe(p.Name, alloc, enactments)
-		set = setMissing(alloc, v.audit.Missing)
+		set += setMissing(alloc, v.audit.Missing)
 		v.audit.Missing = nil
 		return availabilityOf(p.Name, alloc, v), true, nil
-	}, discard)
+	}, vouch)
 	if err != nil {
 		return err
+	}
+	if distrusted {
+		r.Recorder.Eventf(pool, nil, corev1.EventTypeWarning, ippoolv1.ReasonUnvouchedStatus, "Rebuild",
+			"Rebuilt from the enactments: status.allocatedOffsets, inFlight or quarantined had been changed by someone other than "+
+				"the pool controller and the handlers (its stamp did not match), so only recorded, in-flight and quarantined addresses were kept")
 	}
 	r.reportOutside(pool, v)
 	ctrl.LoggerFrom(ctx).Info("rebuilt pool", "set", set, "allocated", pool.Status.Allocated,
 		"collisions", len(v.audit.Collisions), "outside", len(v.audit.Outside), "unclaimed", len(v.audit.Unclaimed))
 	return nil
+}
+
+// setEntries sets the bits of in-flight and quarantined addresses, which
+// a rebuild keeps, and returns how many it set.
+func setEntries(pool *ippoolv1.NodeIPPool, alloc *ippool.Allocator) int {
+	set := 0
+	hold := func(s string) {
+		if ip, err := netip.ParseAddr(s); err == nil && alloc.AllocateIP(ip) == nil {
+			set++
+		}
+	}
+	for _, e := range pool.Status.InFlight {
+		hold(e.IP)
+	}
+	for _, q := range pool.Status.Quarantined {
+		hold(q.IP)
+	}
+	return set
 }
 
 // setMissing sets the bits of claimed addresses and returns how many.
@@ -238,7 +290,7 @@ func setMissing(alloc *ippool.Allocator, missing []netip.Addr) int {
 // Event on each.
 func (r *Reconciler) dropRecords(ctx context.Context, pool *ippoolv1.NodeIPPool, enactments []string) error {
 	for _, name := range enactments {
-		dropped, err := r.Pools.Drop(ctx, name, pool.Name)
+		dropped, err := retire.Drop(ctx, r.Pools, name, pool.Name)
 		if err != nil {
 			return err
 		}
@@ -275,7 +327,7 @@ func (r *Reconciler) reportOutside(pool *ippoolv1.NodeIPPool, v view) {
 // that asked for this work, unless its value changed meanwhile.
 func (r *Reconciler) clearResetAnnotations(ctx context.Context, annotated []client.Object) error {
 	for _, o := range annotated {
-		if err := poolwrite.RemoveAnnotation(ctx, r.Client, o, ippoolv1.ResetIPPoolAnnotation); err != nil {
+		if err := annotations.RemoveAnnotation(ctx, r.Client, o, ippoolv1.ResetIPPoolAnnotation); err != nil {
 			return err
 		}
 		ctrl.LoggerFrom(ctx).Info("reset done", "object", describe([]client.Object{o}))

@@ -42,10 +42,13 @@ type Reconciler struct {
 	// Clock stamps conditions and times unclaimed bits.
 	Clock clock.Clock
 	// GracePeriod is how long a set bit may stay without a claim before
-	// garbage collection frees it. It must be longer than twice the
-	// handlers' RecordDeadline, the longest a handler takes from writing a
-	// bit to recording it.
+	// garbage collection frees it, and how long an address may stay in
+	// flight before it is revoked (its enactment fenced first, so a late
+	// record fails whatever the delay).
 	GracePeriod time.Duration
+	// QuarantinePeriod is the longest an address taken from its holder stays
+	// quarantined when the holder cannot confirm it no longer carries it.
+	QuarantinePeriod time.Duration
 	// Metrics exports per-pool gauges and counters; nil exports nothing.
 	Metrics *Metrics
 
@@ -65,6 +68,8 @@ type poolMemory struct {
 	// invalid); the pool is rebuilt once it is no longer refused.
 	refused   bool
 	unclaimed unclaimedBits
+	// lastPrune is when recorded in-flight entries were last removed.
+	lastPrune time.Time
 }
 
 // Reconcile rebuilds a pool when it must (new, controller start, reset,
@@ -105,7 +110,7 @@ func (r *Reconciler) reconcile(ctx context.Context, pool *ippoolv1.NodeIPPool) (
 		return ctrl.Result{}, r.refuse(ctx, pool, refused(ippoolv1.ReasonOverlappingIPPool,
 			fmt.Sprintf("The NodeIPPool %s is overlapping with this one; delete this pool or re-create it with a range outside %s's", other, other)))
 	}
-	enactments, err := r.enactmentsOf(ctx, pool.Name)
+	enactments, err := r.enactments(ctx)
 	if err != nil {
 		return ctrl.Result{}, err
 	}
@@ -133,16 +138,27 @@ func (r *Reconciler) refuse(ctx context.Context, pool *ippoolv1.NodeIPPool, a av
 	return r.setAvailable(ctx, pool, a)
 }
 
-// maintain keeps a pool that serves up to date: it frees bits unclaimed for
-// longer than the grace period, or else writes the Available condition if
-// it changed, and comes back when the next unclaimed bit falls due.
+// maintain keeps a pool that serves up to date: it prunes recorded
+// in-flight entries, revokes stale ones, lifts quarantines, frees bits
+// unclaimed for longer than the grace period, or else writes the Available
+// condition if it changed, and comes back when the next of those falls due.
 func (r *Reconciler) maintain(ctx context.Context, pool *ippoolv1.NodeIPPool, alloc *ippool.Allocator, v view) (ctrl.Result, error) {
-	due, next := r.remember(pool).unclaimed.observe(v.audit.Unclaimed, r.Clock.Now(), r.GracePeriod)
-	result := ctrl.Result{RequeueAfter: next}
-	if len(due) > 0 {
-		return result, r.collect(ctx, pool, due)
+	m := r.remember(pool)
+	gcDue, gcNext := m.unclaimed.observe(withoutEntries(pool, alloc, v.audit.Unclaimed), r.Clock.Now(), r.GracePeriod)
+	holdsDue, holdsNext := r.entriesDue(pool, v.claims, m.lastPrune)
+	result := ctrl.Result{RequeueAfter: soonest(gcNext, holdsNext)}
+	if len(gcDue) > 0 || holdsDue {
+		return result, r.collect(ctx, pool, gcDue, holdsDue)
 	}
 	return result, r.setAvailable(ctx, pool, availabilityOf(pool.Name, alloc, v))
+}
+
+// soonest returns the shorter positive duration, or 0 if neither is.
+func soonest(a, b time.Duration) time.Duration {
+	if a <= 0 || (b > 0 && b < a) {
+		return b
+	}
+	return a
 }
 
 // olderOverlapping returns the oldest older pool overlapping pool, or "".
@@ -154,13 +170,12 @@ func (r *Reconciler) olderOverlapping(ctx context.Context, pool *ippoolv1.NodeIP
 	return olderOverlapping(pool, rng, pools.Items), nil
 }
 
-// enactmentsOf lists, from the cache, the enactments that concern pool:
-// those recording its addresses, failing for want of one, or asking for its
-// reset.
-func (r *Reconciler) enactmentsOf(ctx context.Context, pool string) ([]nncev1beta1.NodeNetworkConfigurationEnactment, error) {
+// enactments lists every enactment from the cache: a pool's claims are
+// the records of any pool name whose address lies in its range.
+func (r *Reconciler) enactments(ctx context.Context) ([]nncev1beta1.NodeNetworkConfigurationEnactment, error) {
 	var list nncev1beta1.NodeNetworkConfigurationEnactmentList
-	if err := r.Client.List(ctx, &list, client.MatchingFields{poolIndex: pool}); err != nil {
-		return nil, fmt.Errorf("list the enactments of pool %q: %w", pool, err)
+	if err := r.Client.List(ctx, &list); err != nil {
+		return nil, fmt.Errorf("list enactments: %w", err)
 	}
 	return list.Items, nil
 }
@@ -170,16 +185,17 @@ func (r *Reconciler) enactmentsOf(ctx context.Context, pool string) ([]nncev1bet
 // the bitmap changed.
 type statusChange func(pool *ippoolv1.NodeIPPool, alloc *ippool.Allocator) (availability, bool, error)
 
-// writeStatus writes the bitmap, counts and Available condition of a pool
-// in one status write guarded by its resourceVersion (retried on
-// conflicts), updates pool to what was written, and raises an Event if the
-// condition transitioned.
+// writeStatus writes the bitmap, entries, counts and Available condition
+// of a pool through the pool writer, in one status write guarded by its
+// resourceVersion and UID (retried on conflicts), updates pool to what was
+// written, and raises an Event if the condition transitioned.
 func (r *Reconciler) writeStatus(ctx context.Context, pool *ippoolv1.NodeIPPool, change statusChange, opts ...poolwrite.Option) error {
 	var (
 		want         availability
 		transitioned bool
 		written      *ippoolv1.NodeIPPool
 	)
+	opts = append(opts, poolwrite.Incarnation(pool.UID))
 	_, err := r.Pools.Update(ctx, pool.Name, func(p *ippoolv1.NodeIPPool, alloc *ippool.Allocator) (bool, error) {
 		a, bitmapChanged, err := change(p, alloc)
 		if err != nil {
@@ -202,21 +218,15 @@ func (r *Reconciler) writeStatus(ctx context.Context, pool *ippoolv1.NodeIPPool,
 	return nil
 }
 
-// setAvailable writes the Available condition alone, if it changed, on the
-// copy of the pool the controller holds (a conflict sends the pool back to
-// the queue).
+// setAvailable writes the Available condition alone, if it changed, through
+// the pool writer; the cached copy tells whether it may have.
 func (r *Reconciler) setAvailable(ctx context.Context, pool *ippoolv1.NodeIPPool, a availability) error {
-	changed, transitioned := setAvailability(pool, a, r.Clock.Now())
-	if !changed {
+	if changed, _ := setAvailability(pool.DeepCopy(), a, r.Clock.Now()); !changed {
 		return nil
 	}
-	if err := r.Client.Status().Update(ctx, pool); err != nil {
-		return fmt.Errorf("write the Available condition of NodeIPPool %q: %w", pool.Name, err)
-	}
-	if transitioned {
-		r.announce(ctx, pool, a)
-	}
-	return nil
+	return r.writeStatus(ctx, pool, func(*ippoolv1.NodeIPPool, *ippool.Allocator) (availability, bool, error) {
+		return a, false, nil
+	})
 }
 
 // announce logs a transition of the Available condition and raises an

@@ -3,6 +3,7 @@ package pool
 import (
 	"context"
 	"fmt"
+	"net/netip"
 	"slices"
 	"time"
 
@@ -21,16 +22,38 @@ import (
 
 	ippoolv1 "github.com/nmstate-ippool/nmstate-ippool/api/v1"
 	nncev1beta1 "github.com/nmstate-ippool/nmstate-ippool/api/v1beta1"
+	"github.com/nmstate-ippool/nmstate-ippool/internal/poolstatus"
 	"github.com/nmstate-ippool/nmstate-ippool/internal/poolwrite"
+	"github.com/nmstate-ippool/nmstate-ippool/pkg/ippool"
 )
 
 // DefaultGracePeriod is how long a bit may stay unclaimed before garbage
 // collection frees it.
 const DefaultGracePeriod = 2 * time.Minute
 
-// poolIndex indexes enactments by the pools they concern (see
-// poolsOfEnactment).
-const poolIndex = "nmstate-ippool.pools"
+// DefaultQuarantinePeriod is the longest an address taken from its holder
+// stays quarantined when the holder cannot confirm it no longer carries it:
+// long enough for neighbours' ARP and neighbour caches to forget the old
+// holder.
+const DefaultQuarantinePeriod = 5 * time.Minute
+
+// minPeriod is the shortest grace or quarantine period accepted: a handler
+// needs a moment between taking an address and recording it.
+const minPeriod = time.Second
+
+// CheckPeriods refuses a grace or quarantine period that would break the
+// protocol, with a message that says what to set.
+func CheckPeriods(grace, quarantine time.Duration) error {
+	if grace < minPeriod {
+		return fmt.Errorf("--gc-grace-period %s is too short: addresses in flight would be revoked before their handlers record them; set it to %s or more (default %s)",
+			grace, minPeriod, DefaultGracePeriod)
+	}
+	if quarantine < minPeriod {
+		return fmt.Errorf("--quarantine-period %s is too short: an address taken from a node could be handed to another while the first still carries it; set it to %s or more (default %s)",
+			quarantine, minPeriod, DefaultQuarantinePeriod)
+	}
+	return nil
+}
 
 // New returns a Reconciler wired to the manager, with the default clock,
 // backoff and grace period; callers may change any field before
@@ -38,13 +61,14 @@ const poolIndex = "nmstate-ippool.pools"
 func New(mgr ctrl.Manager, metrics *Metrics) *Reconciler {
 	clk := clock.RealClock{}
 	return &Reconciler{
-		Client:      mgr.GetClient(),
-		APIReader:   mgr.GetAPIReader(),
-		Pools:       poolwrite.NewWriter(mgr.GetAPIReader(), mgr.GetClient(), clk),
-		Recorder:    mgr.GetEventRecorder("nmstate-ippool-pool-controller"),
-		Clock:       clk,
-		GracePeriod: DefaultGracePeriod,
-		Metrics:     metrics,
+		Client:           mgr.GetClient(),
+		APIReader:        mgr.GetAPIReader(),
+		Pools:            poolwrite.NewWriter(mgr.GetAPIReader(), mgr.GetClient(), clk),
+		Recorder:         mgr.GetEventRecorder("nmstate-ippool-pool-controller"),
+		Clock:            clk,
+		GracePeriod:      DefaultGracePeriod,
+		QuarantinePeriod: DefaultQuarantinePeriod,
+		Metrics:          metrics,
 	}
 }
 
@@ -60,18 +84,13 @@ type SetupOptions struct {
 // deletion of any pool (which may start or end an overlap), and reset
 // annotations on policies.
 func (r *Reconciler) SetupWithManager(ctx context.Context, mgr ctrl.Manager, opts SetupOptions) error {
-	err := mgr.GetFieldIndexer().IndexField(ctx, &nncev1beta1.NodeNetworkConfigurationEnactment{}, poolIndex,
-		poolsOfEnactment)
-	if err != nil {
-		return fmt.Errorf("index enactments by pool: %w", err)
-	}
 	return ctrl.NewControllerManagedBy(mgr).
 		Named("nodeippool").
 		WithOptions(controller.Options{SkipNameValidation: ptr.To(opts.SkipNameValidation)}).
 		For(&ippoolv1.NodeIPPool{}).
 		Watches(&ippoolv1.NodeIPPool{}, handler.EnqueueRequestsFromMapFunc(r.allPools),
 			builder.WithPredicates(predicate.Funcs{UpdateFunc: func(event.UpdateEvent) bool { return false }})).
-		Watches(&nncev1beta1.NodeNetworkConfigurationEnactment{}, handler.EnqueueRequestsFromMapFunc(requestsFor(poolsOfEnactment))).
+		Watches(&nncev1beta1.NodeNetworkConfigurationEnactment{}, handler.EnqueueRequestsFromMapFunc(r.poolsConcerning)).
 		Watches(&nmstatev1.NodeNetworkConfigurationPolicy{}, handler.EnqueueRequestsFromMapFunc(requestsFor(resetPool))).
 		Complete(r)
 }
@@ -86,6 +105,37 @@ func (r *Reconciler) allPools(ctx context.Context, _ client.Object) []reconcile.
 		reqs = append(reqs, reconcile.Request{NamespacedName: types.NamespacedName{Name: p.Name}})
 	}
 	return reqs
+}
+
+// poolsConcerning maps an enactment to the pools it concerns: those it
+// names (poolsOfEnactment) and those whose range holds an address it
+// records under another pool's name.
+func (r *Reconciler) poolsConcerning(ctx context.Context, o client.Object) []reconcile.Request {
+	names := poolsOfEnactment(o)
+	e, ok := o.(*nncev1beta1.NodeNetworkConfigurationEnactment)
+	var pools ippoolv1.NodeIPPoolList
+	if ok && len(e.Status.IPPool) > 0 && r.Client.List(ctx, &pools) == nil {
+		for i := range pools.Items {
+			rng, err := poolstatus.Range(&pools.Items[i])
+			if err == nil && holdsAny(rng, recordedIPs(e)) {
+				names = append(names, pools.Items[i].Name)
+			}
+		}
+	}
+	slices.Sort(names)
+	return requestsFor(func(client.Object) []string { return slices.Compact(names) })(ctx, o)
+}
+
+// holdsAny reports whether one of ips lies within rng.
+func holdsAny(rng *ippool.Range, ips []string) bool {
+	for _, s := range ips {
+		if ip, err := netip.ParseAddr(s); err == nil {
+			if _, err := rng.Offset(ip); err == nil {
+				return true
+			}
+		}
+	}
+	return false
 }
 
 // requestsFor turns a function naming pools into a map function.

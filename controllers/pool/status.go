@@ -44,8 +44,8 @@ type view struct {
 
 // observe builds the view of pool from its allocator and the enactments.
 func observe(pool string, alloc *ippool.Allocator, enactments []nncev1beta1.NodeNetworkConfigurationEnactment) view {
-	claims := poolstatus.ClaimsOf(pool, enactments)
-	return view{claims: claims, audit: poolstatus.AuditPool(alloc, claims), waiting: waitingFor(pool, enactments)}
+	claims := poolstatus.ClaimsOf(pool, alloc.Range(), enactments)
+	return view{claims: claims, audit: poolstatus.AuditPool(pool, alloc, claims), waiting: waitingFor(pool, enactments)}
 }
 
 // waitingFor lists the enactments Failing with IPPoolExhausted on pool.
@@ -67,8 +67,7 @@ func exhaustedPool(e *nncev1beta1.NodeNetworkConfigurationEnactment) string {
 	if c == nil || c.Status != corev1.ConditionTrue || string(c.Reason) != ippoolv1.ReasonIPPoolExhausted {
 		return ""
 	}
-	pool, _ := poolstatus.ExhaustedPool(c.Message)
-	return pool
+	return e.Status.WaitingForIPPool
 }
 
 // availabilityOf decides the Available condition of a pool that may serve:

@@ -26,10 +26,11 @@ func holding(name string, pools ippoolv1.EnactmentIPPools) nncev1beta1.NodeNetwo
 	return e
 }
 
-func failingOn(name, message string) nncev1beta1.NodeNetworkConfigurationEnactment {
+func failingOn(name, pool string) nncev1beta1.NodeNetworkConfigurationEnactment {
 	e := holding(name, nil)
 	e.Status.Conditions = shared.ConditionList{{Type: shared.NodeNetworkConfigurationEnactmentConditionFailing,
-		Status: corev1.ConditionTrue, Reason: ippoolv1.ReasonIPPoolExhausted, Message: message}}
+		Status: corev1.ConditionTrue, Reason: ippoolv1.ReasonIPPoolExhausted, Message: poolstatus.ExhaustedMessage(pool, 2, 1)}}
+	e.Status.WaitingForIPPool = pool
 	return e
 }
 
@@ -38,7 +39,6 @@ func TestAvailabilityOf(t *testing.T) {
 	full := ippool.NewAllocator(rng)
 	_ = full.Allocate(0)
 	_ = full.Allocate(1)
-	exhausted := poolstatus.ExhaustedMessage("p", 2, 1)
 	for _, tt := range []struct {
 		name       string
 		enactments []nncev1beta1.NodeNetworkConfigurationEnactment
@@ -51,14 +51,14 @@ func TestAvailabilityOf(t *testing.T) {
 		{"exhausted", []nncev1beta1.NodeNetworkConfigurationEnactment{
 			holding("n1.pol", ippoolv1.EnactmentIPPools{"p": {Allocated: []string{"10.0.0.1"}}}),
 			holding("n2.pol", ippoolv1.EnactmentIPPools{"p": {Allocated: []string{"10.0.0.2"}}}),
-			failingOn("n3.pol", exhausted),
-			failingOn("n4.pol", poolstatus.ExhaustedMessage("other", 2, 1)),
+			failingOn("n3.pol", "p"),
+			failingOn("n4.pol", "other"),
 		}, refused(ippoolv1.ReasonExhaustedIPPool, "The IP pool has been depleted: 2 of 2 addresses are allocated and n3 (policy pol) "+
 			"could not get one; re-create the NodeIPPool with a larger range (addresses that still fit are kept)")},
 		{"collision wins over exhaustion", []nncev1beta1.NodeNetworkConfigurationEnactment{
 			holding("n1.pol", ippoolv1.EnactmentIPPools{"p": {Allocated: []string{"10.0.0.1"}}}),
 			holding("n2.pol", ippoolv1.EnactmentIPPools{"p": {Allocated: []string{"10.0.0.1"}}}),
-			failingOn("n3.pol", exhausted),
+			failingOn("n3.pol", "p"),
 		}, refused(ippoolv1.ReasonIPCollision, "The IP address 10.0.0.1 at node n1 (enactment n1.pol) is colliding with "+
 			"node n2 (enactment n2.pol); reset all but one holder, e.g. kubectl annotate nnce n2.pol nmstate.io/reset-ippool=p")},
 	} {
@@ -131,19 +131,24 @@ func TestFreeUnclaimed(t *testing.T) {
 	for _, off := range []uint64{0, 1, 2} {
 		_ = alloc.Allocate(off)
 	}
-	claims := poolstatus.ClaimsOf("p", []nncev1beta1.NodeNetworkConfigurationEnactment{
+	_ = alloc.Allocate(3)
+	_ = alloc.Allocate(4)
+	claims := poolstatus.ClaimsOf("p", alloc.Range(), []nncev1beta1.NodeNetworkConfigurationEnactment{
 		holding("n1.pol", ippoolv1.EnactmentIPPools{"p": {Allocated: []string{"10.0.0.2"}}})})
-	freed := freeUnclaimed(alloc, claims, []uint64{0, 1, 5})
+	pool := &ippoolv1.NodeIPPool{}
+	poolstatus.AddInFlight(pool, ippoolv1.InFlightAddress{IP: "10.0.0.4", Enactment: "n2.pol", Token: "7"})
+	poolstatus.AddQuarantine(pool, ippoolv1.QuarantinedAddress{IP: "10.0.0.5", Node: "n3"})
+	freed := freeUnclaimed(pool, alloc, claims, []uint64{0, 1, 3, 4, 5})
 	if want := []uint64{0}; !reflect.DeepEqual(freed, want) {
-		t.Errorf("freed %v, want %v (1 is claimed, 5 is not set)", freed, want)
+		t.Errorf("freed %v, want %v (1 is claimed, 3 in flight, 4 quarantined, 5 is not set)", freed, want)
 	}
-	if alloc.Has(0) || !alloc.Has(1) || !alloc.Has(2) {
-		t.Errorf("bits after collection: 0=%v 1=%v 2=%v", alloc.Has(0), alloc.Has(1), alloc.Has(2))
+	if alloc.Has(0) || !alloc.Has(1) || !alloc.Has(2) || !alloc.Has(3) || !alloc.Has(4) {
+		t.Errorf("bits after collection: 0=%v 1=%v 2=%v 3=%v 4=%v", alloc.Has(0), alloc.Has(1), alloc.Has(2), alloc.Has(3), alloc.Has(4))
 	}
 }
 
 func TestPoolsOfEnactment(t *testing.T) {
-	e := failingOn("n1.pol", poolstatus.ExhaustedMessage("full", 4, 1))
+	e := failingOn("n1.pol", "full")
 	e.Status.IPPool = ippoolv1.EnactmentIPPools{"b": {Allocated: []string{"10.0.0.1"}}, "a": {Allocated: []string{"10.0.1.1"}}}
 	e.Annotations = map[string]string{ippoolv1.ResetIPPoolAnnotation: "a"}
 	if got, want := poolsOfEnactment(&e), []string{"a", "b", "full"}; !reflect.DeepEqual(got, want) {

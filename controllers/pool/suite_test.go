@@ -2,6 +2,7 @@ package pool_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"testing"
@@ -14,23 +15,21 @@ import (
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/utils/clock"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	ippoolv1 "github.com/nmstate-ippool/nmstate-ippool/api/v1"
 	nncev1beta1 "github.com/nmstate-ippool/nmstate-ippool/api/v1beta1"
-	"github.com/nmstate-ippool/nmstate-ippool/controllers/handler"
 	"github.com/nmstate-ippool/nmstate-ippool/controllers/pool"
 	"github.com/nmstate-ippool/nmstate-ippool/internal/poolstatus"
+	"github.com/nmstate-ippool/nmstate-ippool/internal/poolwrite"
 	"github.com/nmstate-ippool/nmstate-ippool/pkg/ippool"
 	"github.com/nmstate-ippool/nmstate-ippool/test/envtest"
 )
 
-// grace is the garbage collection grace period of the controllers these
-// tests start; handlers record within recordDeadline, well inside it.
-const (
-	grace          = 3 * time.Second
-	recordDeadline = time.Second
-)
+// grace is the garbage collection grace period, and the quarantine period,
+// of the controllers these tests start.
+const grace = 3 * time.Second
 
 var (
 	env    *envtest.Env
@@ -76,15 +75,25 @@ func newNodes(t *testing.T, prefix string, n int) []*envtest.Node {
 
 func addNode(t *testing.T, dir, name, role string) *envtest.Node {
 	t.Helper()
-	Expect(k.Create(ctx, &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: name, Labels: map[string]string{"role": role}}})).To(Succeed())
+	return addNodeWith(t, dir, name, role, func(*envtest.Node) {})
+}
+
+// addNodeWith is addNode with the node adjusted before its handler starts.
+func addNodeWith(t *testing.T, dir, name, role string, adjust func(*envtest.Node)) *envtest.Node {
+	t.Helper()
+	Expect(k.Create(ctx, newNode(name, role))).To(Succeed())
 	nd := envtest.NewNode(name, dir, simBin)
-	nd.Tune = func(r *handler.Reconciler) { r.RecordDeadline = recordDeadline }
+	adjust(nd)
 	Expect(nd.Start(env)).To(Succeed())
 	t.Cleanup(func() {
 		_ = nd.Stop()
-		_ = k.Delete(ctx, &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: name}})
+		_ = k.Delete(ctx, newNode(name, role))
 	})
 	return nd
+}
+
+func newNode(name, role string) *corev1.Node {
+	return &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: name, Labels: map[string]string{"role": role}}}
 }
 
 func createPool(t *testing.T, name string, r ippoolv1.IPRange) {
@@ -170,6 +179,21 @@ func setBits(name string, ips ...string) {
 	}).Should(Succeed())
 }
 
+// writeBits sets bits of a pool through the pool writer, as a handler or
+// the controller would: the status stays vouched for.
+func writeBits(name string, ips ...string) {
+	w := poolwrite.NewWriter(k, k, clock.RealClock{})
+	_, err := w.Update(ctx, name, func(_ *ippoolv1.NodeIPPool, alloc *ippool.Allocator) (bool, error) {
+		for _, ip := range ips {
+			if err := alloc.AllocateIP(mustAddr(ip)); err != nil && !errors.Is(err, ippool.ErrAllocated) {
+				return false, err
+			}
+		}
+		return true, nil
+	})
+	Expect(err).NotTo(HaveOccurred())
+}
+
 // held returns the addresses an enactment records from a pool.
 func held(enactment, pool string) []string {
 	var e nncev1beta1.NodeNetworkConfigurationEnactment
@@ -198,10 +222,11 @@ func enactmentState(name string) func() string {
 
 // assertIndexed checks the Unique and Indexed invariants: no address is
 // held twice, and the pool's bitmap is exactly the set the enactments
-// record (so nothing leaked either).
+// record plus the addresses in flight or quarantined (so nothing leaked
+// either).
 func assertIndexed(pool string) {
 	Eventually(func(g Gomega) {
-		recorded, err := envtest.RecordedAddresses(ctx, k, pool)
+		recorded, err := envtest.IndexedAs(ctx, k, pool)
 		g.Expect(err).NotTo(HaveOccurred())
 		inPool, err := envtest.PoolAddresses(ctx, k, pool)
 		g.Expect(err).NotTo(HaveOccurred())

@@ -1,4 +1,6 @@
-package poolwrite
+// Package annotations edits annotations without losing a value someone set
+// meanwhile.
+package annotations
 
 import (
 	"context"

@@ -21,8 +21,11 @@ import (
 // address is used.
 type Owner struct {
 	Enactment string `json:"enactment"`
-	Node      string `json:"node,omitempty"`
-	Policy    string `json:"policy,omitempty"`
+	// Pool is the pool the enactment records the address under; another
+	// pool's name when the pools overlap.
+	Pool   string `json:"pool,omitempty"`
+	Node   string `json:"node,omitempty"`
+	Policy string `json:"policy,omitempty"`
 	// Capture is the capture whose state holds the address; empty if none.
 	Capture string `json:"capture,omitempty"`
 	// Interface is the interface of the enactment's desired state that
@@ -32,7 +35,12 @@ type Owner struct {
 
 // String describes the owner for messages: "node n1 and interface eth1
 // (enactment n1.p)".
-func (o Owner) String() string {
+func (o Owner) String() string { return o.Describe(o.Pool) }
+
+// Describe describes the owner for a message about pool, naming the pool
+// the owner records the address under when it is another one: "node n1
+// and interface eth1 (enactment n1.p, NodeIPPool other)".
+func (o Owner) Describe(pool string) string {
 	var b strings.Builder
 	b.WriteString("node " + cmp.Or(o.Node, "?"))
 	switch {
@@ -41,38 +49,67 @@ func (o Owner) String() string {
 	case o.Capture != "":
 		b.WriteString(" and capture " + o.Capture)
 	}
-	b.WriteString(" (enactment " + o.Enactment + ")")
+	b.WriteString(" (enactment " + o.Enactment)
+	if o.Pool != "" && o.Pool != pool {
+		b.WriteString(", NodeIPPool " + o.Pool)
+	}
+	b.WriteString(")")
 	return b.String()
 }
 
-// Claims maps every address that enactments record from one pool to its
+// Claims maps every address that enactments record on one pool to its
 // owners, sorted by enactment.
 type Claims map[netip.Addr][]Owner
 
-// ClaimsOf collects the claims on pool from enactments. Unparseable
-// addresses are ignored: no bit can stand for them.
-func ClaimsOf(pool string, enactments []nncev1beta1.NodeNetworkConfigurationEnactment) Claims {
+// ClaimsOf collects the claims on pool from enactments: every address
+// recorded under the pool's name, and every address recorded under another
+// pool's name that lies within rng (overlapping pools, a deleted pool whose
+// holders still carry its addresses). Uniqueness is cluster-wide, so a
+// pool never hands out an address another pool's record holds. A nil rng
+// collects the pool's own records only. Unparseable addresses are ignored:
+// no bit can stand for them.
+func ClaimsOf(pool string, rng *ippool.Range, enactments []nncev1beta1.NodeNetworkConfigurationEnactment) Claims {
 	c := Claims{}
 	for i := range enactments {
 		e := &enactments[i]
-		record := e.Status.IPPool[pool].Allocated
-		if len(record) == 0 {
-			continue
-		}
-		captures, interfaces := capturesByIP(e), interfacesByIP(e.Status.DesiredState.Raw)
-		for _, s := range record {
-			ip, err := netip.ParseAddr(s)
-			if err != nil || slices.ContainsFunc(c[ip], func(o Owner) bool { return o.Enactment == e.Name }) {
-				continue
+		var captures, interfaces map[netip.Addr]string
+		for _, name := range slices.Sorted(maps.Keys(e.Status.IPPool)) {
+			for _, s := range e.Status.IPPool[name].Allocated {
+				ip, err := netip.ParseAddr(s)
+				if err != nil || !concerns(pool, rng, name, ip) ||
+					slices.ContainsFunc(c[ip], func(o Owner) bool { return o.Enactment == e.Name }) {
+					continue
+				}
+				if captures == nil {
+					captures, interfaces = capturesByIP(e), interfacesByIP(e.Status.DesiredState.Raw)
+				}
+				c[ip] = append(c[ip], Owner{Enactment: e.Name, Pool: name, Node: e.Labels[shared.EnactmentNodeLabel],
+					Policy: e.Labels[shared.EnactmentPolicyLabel], Capture: captures[ip], Interface: interfaces[ip]})
 			}
-			c[ip] = append(c[ip], Owner{Enactment: e.Name, Node: e.Labels[shared.EnactmentNodeLabel],
-				Policy: e.Labels[shared.EnactmentPolicyLabel], Capture: captures[ip], Interface: interfaces[ip]})
 		}
 	}
 	for _, owners := range c {
 		slices.SortFunc(owners, func(a, b Owner) int { return strings.Compare(a.Enactment, b.Enactment) })
 	}
 	return c
+}
+
+// concerns reports whether a record of ip under recordPool is a claim on
+// pool: its own records always, others' when ip lies within rng.
+func concerns(pool string, rng *ippool.Range, recordPool string, ip netip.Addr) bool {
+	if recordPool == pool {
+		return true
+	}
+	if rng == nil {
+		return false
+	}
+	_, err := rng.Offset(ip)
+	return err == nil
+}
+
+// HeldBy returns whether enactment claims ip.
+func (c Claims) HeldBy(ip netip.Addr, enactment string) bool {
+	return slices.ContainsFunc(c[ip], func(o Owner) bool { return o.Enactment == enactment })
 }
 
 // Addrs returns the claimed addresses in order.
@@ -133,16 +170,24 @@ func interfacesByIP(desired []byte) map[netip.Addr]string {
 	return out
 }
 
+// MaxUnclaimedListed bounds Audit.Unclaimed, so that an audit's work grows
+// with the bitmap's runs and the claims, never with the offsets a run spans.
+const MaxUnclaimedListed = 4096
+
 // Audit compares a pool's bitmap with the claims on it.
 type Audit struct {
 	// Missing are claimed addresses the range hands out whose bit is not
 	// set: the Indexed invariant is broken and the pool needs a rebuild.
 	Missing []netip.Addr
 	// Unclaimed are set offsets that no enactment claims: allocations in
-	// flight, or leaks for garbage collection.
-	Unclaimed []uint64
-	// Outside are claimed addresses the range does not hand out (the pool
-	// was re-created smaller, or with new excludes).
+	// flight, quarantined addresses, or leaks for garbage collection. At
+	// most MaxUnclaimedListed are listed, the lowest first; UnclaimedCount
+	// counts them all.
+	Unclaimed      []uint64
+	UnclaimedCount uint64
+	// Outside are addresses recorded under this pool's name that the range
+	// does not hand out (the pool was re-created smaller, or with new
+	// excludes).
 	Outside []netip.Addr
 	// Collisions are addresses claimed by more than one owner.
 	Collisions []netip.Addr
@@ -151,13 +196,14 @@ type Audit struct {
 // Consistent reports whether the bitmap is exactly the claimed set and no
 // address is claimed twice.
 func (a Audit) Consistent() bool {
-	return len(a.Missing) == 0 && len(a.Unclaimed) == 0 && len(a.Outside) == 0 && len(a.Collisions) == 0
+	return len(a.Missing) == 0 && a.UnclaimedCount == 0 && len(a.Outside) == 0 && len(a.Collisions) == 0
 }
 
-// AuditPool compares alloc with claims. Every list is sorted.
-func AuditPool(alloc *ippool.Allocator, claims Claims) Audit {
+// AuditPool compares alloc, the bitmap of pool, with claims. Every list is
+// sorted. Its work grows with the runs of the bitmap and the claims.
+func AuditPool(pool string, alloc *ippool.Allocator, claims Claims) Audit {
 	var a Audit
-	claimed := map[uint64]bool{}
+	var claimed []uint64
 	rng := alloc.Range()
 	for _, ip := range claims.Addrs() {
 		if len(claims[ip]) > 1 {
@@ -165,20 +211,47 @@ func AuditPool(alloc *ippool.Allocator, claims Claims) Audit {
 		}
 		off, err := rng.Assignable(ip)
 		if err != nil {
-			a.Outside = append(a.Outside, ip)
+			if slices.ContainsFunc(claims[ip], func(o Owner) bool { return o.Pool == pool }) {
+				a.Outside = append(a.Outside, ip)
+			}
 			continue
 		}
-		claimed[off] = true
+		claimed = append(claimed, off)
 		if !alloc.Has(off) {
 			a.Missing = append(a.Missing, ip)
 		}
 	}
-	for off := range alloc.Offsets() {
-		if !claimed[off] {
-			a.Unclaimed = append(a.Unclaimed, off)
+	slices.Sort(claimed)
+	a.Unclaimed, a.UnclaimedCount = unclaimedOffsets(alloc, claimed)
+	return a
+}
+
+// unclaimedOffsets lists the lowest MaxUnclaimedListed set offsets not in
+// claimed (sorted) and counts them all, run by run.
+func unclaimedOffsets(alloc *ippool.Allocator, claimed []uint64) ([]uint64, uint64) {
+	var listed []uint64
+	var count uint64
+	for first, last := range alloc.Runs() {
+		lo, _ := slices.BinarySearch(claimed, first)
+		hi, found := slices.BinarySearch(claimed, last)
+		if found {
+			hi++
+		}
+		inRun := claimed[lo:hi]
+		count += last - first + 1 - uint64(len(inRun))
+		for off, j := first, 0; len(listed) < MaxUnclaimedListed; off++ {
+			for j < len(inRun) && inRun[j] < off {
+				j++
+			}
+			if j >= len(inRun) || inRun[j] != off {
+				listed = append(listed, off)
+			}
+			if off == last {
+				break
+			}
 		}
 	}
-	return a
+	return listed, count
 }
 
 // CollisionMessage describes the collisions for the IPCollision condition,
@@ -189,11 +262,12 @@ func CollisionMessage(pool string, claims Claims, collisions []netip.Addr) strin
 		owners := claims[ip]
 		others := make([]string, 0, len(owners)-1)
 		for _, o := range owners[1:] {
-			others = append(others, o.String())
+			others = append(others, o.Describe(pool))
 		}
-		parts = append(parts, fmt.Sprintf("The IP address %s at %s is colliding with %s", ip, owners[0], strings.Join(others, " and ")))
+		parts = append(parts, fmt.Sprintf("The IP address %s at %s is colliding with %s", ip, owners[0].Describe(pool), strings.Join(others, " and ")))
 	}
 	last := claims[collisions[len(collisions)-1]]
+	holder := last[len(last)-1]
 	return strings.Join(parts, "; ") + fmt.Sprintf("; reset all but one holder, e.g. kubectl annotate nnce %s %s=%s",
-		last[len(last)-1].Enactment, ippoolv1.ResetIPPoolAnnotation, pool)
+		holder.Enactment, ippoolv1.ResetIPPoolAnnotation, cmp.Or(holder.Pool, pool))
 }

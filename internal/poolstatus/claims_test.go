@@ -35,13 +35,13 @@ func TestClaimsOf(t *testing.T) {
 			map[string]string{"v4": "ip: 10.0.0.1\nprefix-length: 24\n", "v6": `{"ip":"fd00::5","prefix-length":64}`},
 			"interfaces:\n- name: eth1\n  ipv4:\n    address:\n    - ip: 10.0.0.1\n  ipv6:\n    address:\n    - ip: fd00::5\n"),
 	}
-	got := ClaimsOf("a", enactments)
+	got := ClaimsOf("a", nil, enactments)
 	want := Claims{
 		netip.MustParseAddr("10.0.0.1"): {
-			{Enactment: "n1.p", Node: "n1", Policy: "p", Capture: "v4", Interface: "eth1"},
-			{Enactment: "n2.p", Node: "n2", Policy: "p", Interface: "eth2"},
+			{Enactment: "n1.p", Pool: "a", Node: "n1", Policy: "p", Capture: "v4", Interface: "eth1"},
+			{Enactment: "n2.p", Pool: "a", Node: "n2", Policy: "p", Interface: "eth2"},
 		},
-		netip.MustParseAddr("fd00::5"): {{Enactment: "n1.p", Node: "n1", Policy: "p", Capture: "v6", Interface: "eth1"}},
+		netip.MustParseAddr("fd00::5"): {{Enactment: "n1.p", Pool: "a", Node: "n1", Policy: "p", Capture: "v6", Interface: "eth1"}},
 	}
 	if !reflect.DeepEqual(got, want) {
 		t.Errorf("claims\n got %+v\nwant %+v", got, want)
@@ -49,8 +49,18 @@ func TestClaimsOf(t *testing.T) {
 	if s := want[netip.MustParseAddr("10.0.0.1")][0].String(); s != "node n1 and interface eth1 (enactment n1.p)" {
 		t.Errorf("owner reads %q", s)
 	}
+	// With its range, pool "c" (10.1.0.0/24) also sees what n1 records
+	// under "b": uniqueness is cluster-wide, whatever the pool's name.
+	rng := ippool.MustNewRange(ippool.Spec{CIDR: "10.1.0.0/24"})
+	cross := ClaimsOf("c", rng, enactments)
+	if owners := cross[netip.MustParseAddr("10.1.0.1")]; len(cross) != 1 || len(owners) != 1 || owners[0].Pool != "b" {
+		t.Errorf("cross-pool claims %+v, want 10.1.0.1 held by n1.p under pool b", cross)
+	}
 	if s := (Owner{Enactment: "x", Capture: "c"}).String(); s != "node ? and capture c (enactment x)" {
 		t.Errorf("owner without node and interface reads %q", s)
+	}
+	if s := (Owner{Enactment: "x", Pool: "b", Node: "n"}).Describe("a"); s != "node n (enactment x, NodeIPPool b)" {
+		t.Errorf("owner of another pool reads %q", s)
 	}
 }
 
@@ -60,11 +70,14 @@ func TestAuditPool(t *testing.T) {
 	for _, off := range []uint64{0, 1, 8} { // .1 .2 .9
 		_ = alloc.Allocate(off)
 	}
-	claims := ClaimsOf("a", []nncev1beta1.NodeNetworkConfigurationEnactment{
+	claims := ClaimsOf("a", rng, []nncev1beta1.NodeNetworkConfigurationEnactment{
 		enactment("n1", "p", ippoolv1.EnactmentIPPools{"a": {Allocated: []string{"10.0.0.1", "10.0.0.3"}}}, nil, ""),
 		enactment("n2", "p", ippoolv1.EnactmentIPPools{"a": {Allocated: []string{"10.0.0.1", "10.0.0.5", "10.0.0.42"}}}, nil, ""),
+		// Another pool's record of an address this range excludes is no
+		// claim on this bitmap and not "outside" either.
+		enactment("n3", "p", ippoolv1.EnactmentIPPools{"z": {Allocated: []string{"10.0.0.5"}}}, nil, ""),
 	})
-	got := AuditPool(alloc, claims)
+	got := AuditPool("a", alloc, claims)
 	addrs := func(ss ...string) []netip.Addr {
 		var out []netip.Addr
 		for _, s := range ss {
@@ -72,7 +85,8 @@ func TestAuditPool(t *testing.T) {
 		}
 		return out
 	}
-	want := Audit{Missing: addrs("10.0.0.3"), Unclaimed: []uint64{1, 8}, Outside: addrs("10.0.0.5", "10.0.0.42"), Collisions: addrs("10.0.0.1")}
+	want := Audit{Missing: addrs("10.0.0.3"), Unclaimed: []uint64{1, 8}, UnclaimedCount: 2, Outside: addrs("10.0.0.5", "10.0.0.42"),
+		Collisions: addrs("10.0.0.1", "10.0.0.5")}
 	if !reflect.DeepEqual(got, want) {
 		t.Errorf("audit\n got %+v\nwant %+v", got, want)
 	}
@@ -81,24 +95,68 @@ func TestAuditPool(t *testing.T) {
 	}
 	msg := CollisionMessage("a", claims, got.Collisions)
 	if want := "The IP address 10.0.0.1 at node n1 (enactment n1.p) is colliding with node n2 (enactment n2.p); " +
-		"reset all but one holder, e.g. kubectl annotate nnce n2.p nmstate.io/reset-ippool=a"; msg != want {
+		"The IP address 10.0.0.5 at node n2 (enactment n2.p) is colliding with node n3 (enactment n3.p, NodeIPPool z); " +
+		"reset all but one holder, e.g. kubectl annotate nnce n3.p nmstate.io/reset-ippool=z"; msg != want {
 		t.Errorf("collision message\n got %s\nwant %s", msg, want)
 	}
 }
 
-func TestExhaustedPool(t *testing.T) {
-	for _, tt := range []struct {
-		msg  string
-		pool string
-		ok   bool
-	}{
-		{ExhaustedMessage("traffic-1", 10, 2), "traffic-1", true},
-		{`NodeIPPool "x" not found: create it`, "", false},
-		{"something else", "", false},
-		{`NodeIPPool "unterminated is exhausted:`, "", false},
+// TestAuditHugeRun: a bitmap that passes validation but sets a run of 2^40
+// offsets is audited in time that grows with its runs, not its offsets.
+func TestAuditHugeRun(t *testing.T) {
+	rng := ippool.MustNewRange(ippool.Spec{CIDR: "fd00::/64"})
+	alloc := ippool.NewAllocator(rng)
+	huge := encodeRun(t, rng, 5, 1<<40)
+	if err := alloc.Restore(huge); err != nil {
+		t.Fatal(err)
+	}
+	claims := Claims{}
+	for _, off := range []uint64{5, 7} {
+		ip, _ := rng.IP(off)
+		claims[ip] = []Owner{{Enactment: "e", Pool: "p"}}
+	}
+	got := AuditPool("p", alloc, claims)
+	if got.UnclaimedCount != 1<<40-2 || len(got.Unclaimed) != MaxUnclaimedListed || got.Unclaimed[0] != 6 || got.Unclaimed[1] != 8 {
+		t.Errorf("unclaimed count %d, listed %d starting %v", got.UnclaimedCount, len(got.Unclaimed), got.Unclaimed[:2])
+	}
+}
+
+// encodeRun returns the snapshot of one run of n offsets from first.
+func encodeRun(t *testing.T, rng *ippool.Range, first, n uint64) string {
+	t.Helper()
+	a := ippool.NewAllocator(rng)
+	if err := a.AllocateRun(first, first+n-1); err != nil {
+		t.Fatal(err)
+	}
+	return a.Snapshot()
+}
+
+func TestStamp(t *testing.T) {
+	p := &ippoolv1.NodeIPPool{}
+	p.UID = "uid-1"
+	p.Status.AllocatedOffsets = "AQID"
+	if Vouched(p) {
+		t.Error("a status without a stamp is vouched")
+	}
+	p.Status.Stamp = Stamp(p)
+	if !Vouched(p) {
+		t.Error("a stamped status is not vouched")
+	}
+	for name, edit := range map[string]func(*ippoolv1.NodeIPPool){
+		"bitmap emptied":      func(p *ippoolv1.NodeIPPool) { p.Status.AllocatedOffsets = "" },
+		"copied to a new UID": func(p *ippoolv1.NodeIPPool) { p.UID = "uid-2" },
+		"entry removed":       func(p *ippoolv1.NodeIPPool) { p.Status.InFlight = []ippoolv1.InFlightAddress{{IP: "10.0.0.1"}} },
+		"quarantine added":    func(p *ippoolv1.NodeIPPool) { AddQuarantine(p, ippoolv1.QuarantinedAddress{IP: "10.0.0.2"}) },
 	} {
-		if pool, ok := ExhaustedPool(tt.msg); pool != tt.pool || ok != tt.ok {
-			t.Errorf("ExhaustedPool(%q) = %q, %v; want %q, %v", tt.msg, pool, ok, tt.pool, tt.ok)
+		q := p.DeepCopy()
+		edit(q)
+		if Vouched(q) {
+			t.Errorf("%s: still vouched", name)
 		}
+	}
+	q := p.DeepCopy()
+	q.Status.Allocated, q.Status.Conditions = 7, nil
+	if !Vouched(q) {
+		t.Error("counts and conditions are not part of the stamp")
 	}
 }

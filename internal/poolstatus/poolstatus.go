@@ -8,8 +8,6 @@ import (
 	"fmt"
 	"net/netip"
 	"slices"
-	"strconv"
-	"strings"
 
 	ippoolv1 "github.com/nmstate-ippool/nmstate-ippool/api/v1"
 	"github.com/nmstate-ippool/nmstate-ippool/pkg/ippool"
@@ -48,9 +46,15 @@ func AddrStrings(ips []netip.Addr) []string {
 }
 
 // Set writes the allocator's snapshot and counts into the pool's status,
-// leaving its conditions alone. Counts saturate at 2^63-1.
+// leaving its conditions, entries and stamp alone. Counts saturate at
+// 2^63-1.
 func Set(pool *ippoolv1.NodeIPPool, alloc *ippool.Allocator) {
 	pool.Status.AllocatedOffsets = alloc.Snapshot()
+	SetCounts(pool, alloc)
+}
+
+// SetCounts writes the allocator's counts into the pool's status.
+func SetCounts(pool *ippoolv1.NodeIPPool, alloc *ippool.Allocator) {
 	pool.Status.Size = saturate(alloc.Range().Size())
 	pool.Status.Allocated = saturate(alloc.Count())
 	pool.Status.Free = saturate(alloc.Free())
@@ -64,23 +68,15 @@ func saturate(n uint64) int64 {
 }
 
 // ExhaustedMessage is the message of an enactment that could not get want
-// more addresses from a full pool of size addresses. The pool controller
-// finds such enactments with ExhaustedPool, so keep the two together.
+// more addresses from a full pool of size addresses.
 func ExhaustedMessage(pool string, size uint64, want int) string {
 	return fmt.Sprintf("NodeIPPool %q is exhausted: all %d addresses are allocated and %d more are needed; re-create it with a larger range",
 		pool, size, want)
 }
 
-// ExhaustedPool returns the pool an ExhaustedMessage names.
-func ExhaustedPool(message string) (string, bool) {
-	rest, ok := strings.CutPrefix(message, "NodeIPPool ")
-	if !ok {
-		return "", false
-	}
-	quoted, err := strconv.QuotedPrefix(rest)
-	if err != nil || !strings.HasPrefix(rest[len(quoted):], " is exhausted:") {
-		return "", false
-	}
-	pool, err := strconv.Unquote(quoted)
-	return pool, err == nil
+// StateCarries reports whether a network state (JSON or YAML, as nmstatectl
+// show prints it or a desired state) configures ip on an interface.
+func StateCarries(state []byte, ip netip.Addr) bool {
+	_, ok := interfacesByIP(state)[ip]
+	return ok
 }

@@ -1,26 +1,32 @@
-// Package poolwrite is the one place that writes a NodeIPPool's status and
-// takes addresses away from an enactment. Both the per-node handler and the
-// pool controller use it, so they follow the same protocol.
+// Package poolwrite is the one writer of a NodeIPPool's status: the
+// handlers' allocations, their withdrawals and quarantines, and the pool
+// controller's rebuilds, conditions, garbage collection and quarantine
+// lifts all go through Writer.Update.
 //
-// Pool writes. Writer.Update reads the pool from the API server, restores
-// its bitmap, lets the caller change it, and writes the status back under
-// the resourceVersion it read. On a conflict it reads again and retries with
-// jittered exponential backoff, a bounded number of times, then fails with
-// ErrRetriesExhausted. The resourceVersion is the only lock: any number of
-// writers in any number of processes may call Update at once.
+// Every write is fenced. Writer.Update reads the pool from the API server,
+// lets the caller change it, and writes the status back under the
+// resourceVersion it read; with Incarnation it also refuses a pool that was
+// re-created under the same name. On a conflict it reads again and retries
+// with jittered exponential backoff, a bounded number of times, then fails
+// with ErrRetriesExhausted. The resourceVersion is the only lock: any number
+// of writers in any number of processes may call Update at once.
 //
-// Giving addresses back. An address leaves its owner in two steps, always in
-// this order:
+// Every write is vouched for. The status carries a stamp, a digest of the
+// pool's UID, bitmap, in-flight and quarantine entries. Update writes only
+// on a status whose stamp matches and stamps what it writes; a status
+// changed by anyone else (a hand edit, a status restored from another pool)
+// fails with ErrUnvouched until the pool controller rebuilds it from the
+// enactments under the Vouch option.
 //
-//  1. the record goes: the enactment's status.ippool entry (Drop) or the
-//     enactment itself (Retire), written under the enactment's
-//     resourceVersion, so that of several concurrent callers exactly one
-//     succeeds;
-//  2. that caller alone clears the bits.
+// Addresses in flight. A handler that takes an address adds an in-flight
+// entry naming its enactment and the enactment's resourceVersion (the
+// token) in the same write, and records the address under that
+// resourceVersion. If it gives the address back unrecorded (Withdraw), it
+// clears only bits whose entry still carries its token; the pool controller
+// revokes an entry that stays unrecorded past its grace period by first
+// writing to the enactment (so the late record fails), then freeing it.
 //
-// A bit is therefore never cleared while an enactment records its address,
-// and never cleared twice (a second clear could free an address that another
-// node has taken in between). A process that dies between the steps leaves
-// set bits that no enactment claims; the pool controller's garbage
-// collection frees them after its grace period.
+// Addresses given back. A record that goes (package retire) leaves its
+// addresses quarantined (Quarantine), never free: only the pool controller
+// frees them, once their former holder no longer carries them.
 package poolwrite

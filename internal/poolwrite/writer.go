@@ -8,6 +8,7 @@ import (
 	"time"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/utils/clock"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -25,7 +26,16 @@ var ErrRetriesExhausted = errors.New("the object kept changing under us")
 // cannot be decoded for its range. Only a rebuild can repair such a pool.
 var ErrUnreadable = errors.New("unreadable status.allocatedOffsets")
 
-// Writer writes pool statuses and enactment records. Set every field but
+// ErrUnvouched is returned when a write would build on a status that does
+// not carry its stamp (a hand edit, a status from another pool). Only a
+// rebuild by the pool controller, which vouches anew, may write it.
+var ErrUnvouched = errors.New("status.allocatedOffsets does not match its stamp")
+
+// ErrReplaced is returned when the pool was deleted and re-created since
+// the caller looked at it (its UID changed).
+var ErrReplaced = errors.New("the pool was re-created")
+
+// Writer is the one writer of NodeIPPool statuses. Set every field but
 // OnConflict.
 type Writer struct {
 	// Reader reads from the API server, never from a cache: every write is
@@ -35,7 +45,8 @@ type Writer struct {
 	Client client.Client
 	// Backoff paces retries after conflicts.
 	Backoff *Backoff
-	// Clock waits between retries.
+	// Clock stamps in-flight and quarantine entries and waits between
+	// retries.
 	Clock clock.Clock
 	// OnConflict, if set, is called for every pool write refused because
 	// another writer changed the pool first.
@@ -48,122 +59,256 @@ func NewWriter(reader client.Reader, c client.Client, clk clock.Clock) *Writer {
 	return &Writer{Reader: reader, Client: c, Backoff: DefaultBackoff(), Clock: clk}
 }
 
-// Mutation changes a pool read from the API server: its status through
-// alloc (Update writes the snapshot and counts back) and, if it likes, its
-// conditions. It returns whether anything changed; a Mutation that returns
-// false ends Update without a write. It may be called several times, once
-// per attempt, each time with a fresh copy, and must not keep state that a
-// later attempt would misread.
+// Mutation changes a pool read from the API server: its bitmap through
+// alloc (Update writes the snapshot, counts and stamp back), its in-flight
+// and quarantine entries, and its conditions. It returns whether anything
+// changed; a Mutation that returns false ends Update without a write. It
+// may be called several times, once per attempt, each time with a fresh
+// copy, and must not keep state that a later attempt would misread.
 type Mutation func(pool *ippoolv1.NodeIPPool, alloc *ippool.Allocator) (bool, error)
 
 // Option tunes an Update.
 type Option func(*updateOptions)
 
 type updateOptions struct {
-	onUnreadable func(error)
+	uid     types.UID
+	vouch   bool
+	discard func(error)
 }
 
-// DiscardUnreadable makes Update pass an empty allocator to the Mutation
-// when the pool's bitmap cannot be decoded, after telling report why. Only
-// a rebuild, which sets every claimed bit again, may use it.
-func DiscardUnreadable(report func(error)) Option {
-	return func(o *updateOptions) { o.onUnreadable = report }
+// Incarnation fences the write to the pool with this UID: if the pool was
+// deleted and re-created, Update fails with ErrReplaced.
+func Incarnation(uid types.UID) Option {
+	return func(o *updateOptions) { o.uid = uid }
+}
+
+// Vouch lets Update write a status whose stamp does not match, and stamp
+// the result: only the pool controller's rebuild, which sets every claimed
+// bit again, may use it. A bitmap that cannot be decoded is replaced by an
+// empty one after report is told why.
+func Vouch(report func(error)) Option {
+	return func(o *updateOptions) { o.vouch, o.discard = true, report }
 }
 
 // Update applies mutate to the pool named name and writes the result under
 // the resourceVersion it read, retrying on conflicts. It returns how many
-// writes it attempted. Errors: the pool's NotFound error (test with
+// writes it attempted. Unless Vouch is given, it writes only on a status
+// that carries its stamp. Errors: the pool's NotFound error (test with
 // apierrors.IsNotFound), an error wrapping ippool.ErrInvalidRange for a range
-// that cannot hand out addresses, ErrUnreadable, mutate's own error,
-// ErrRetriesExhausted, or the context's.
+// that cannot hand out addresses, ErrReplaced, ErrUnreadable, ErrUnvouched,
+// mutate's own error, ErrRetriesExhausted, or the context's.
 func (w *Writer) Update(ctx context.Context, name string, mutate Mutation, opts ...Option) (int, error) {
 	var o updateOptions
 	for _, opt := range opts {
 		opt(&o)
 	}
-	for attempt := 1; ; attempt++ {
+	attempts := 0
+	err := w.Retry(ctx, func() error {
 		pool, alloc, err := w.read(ctx, name, o)
 		if err != nil {
-			return attempt - 1, err
+			return err
 		}
+		unreadable := alloc.Restore(pool.Status.AllocatedOffsets)
+		if unreadable != nil && o.discard != nil {
+			o.discard(unreadable)
+		}
+		vouched := poolstatus.Vouched(pool)
+		before, restored := poolstatus.Stamp(pool), alloc.Clone()
 		changed, err := mutate(pool, alloc)
 		if err != nil || !changed {
-			return attempt - 1, err
+			return err
 		}
-		poolstatus.Set(pool, alloc)
+		if o.vouch || !alloc.Equal(restored) {
+			pool.Status.AllocatedOffsets = alloc.Snapshot()
+		}
+		poolstatus.SetCounts(pool, alloc)
+		switch after := poolstatus.Stamp(pool); {
+		case o.vouch:
+			pool.Status.Stamp = after
+		case after == before:
+			// Conditions or counts only: the stamp stays as it was.
+		case unreadable != nil:
+			return fmt.Errorf("NodeIPPool %q: %w: %w", name, ErrUnreadable, unreadable)
+		case !vouched:
+			return fmt.Errorf("NodeIPPool %q: %w; the pool controller must rebuild it", name, ErrUnvouched)
+		default:
+			pool.Status.Stamp = after
+		}
+		attempts++
 		err = w.Client.Status().Update(ctx, pool)
-		if err == nil {
-			return attempt, nil
-		}
-		if !apierrors.IsConflict(err) {
-			return attempt, fmt.Errorf("write NodeIPPool %q: %w", name, err)
-		}
-		if w.OnConflict != nil {
+		if apierrors.IsConflict(err) && w.OnConflict != nil {
 			w.OnConflict(name)
 		}
+		if err != nil {
+			return fmt.Errorf("write NodeIPPool %q: %w", name, err)
+		}
+		return nil
+	})
+	return attempts, err
+}
+
+// Retry calls write until it returns anything but a conflict, waiting
+// with the backoff between attempts, at most Backoff.Steps times; then it
+// fails with ErrRetriesExhausted. It is the one retry loop of every
+// resourceVersion-guarded write here.
+func (w *Writer) Retry(ctx context.Context, write func() error) error {
+	for attempt := 1; ; attempt++ {
+		err := write()
+		if !apierrors.IsConflict(err) {
+			return err
+		}
 		if attempt >= w.Backoff.Steps {
-			return attempt, fmt.Errorf("write NodeIPPool %q after %d attempts: %w", name, attempt, ErrRetriesExhausted)
+			return fmt.Errorf("%w after %d attempts: %w", ErrRetriesExhausted, attempt, err)
 		}
 		if err := w.sleep(ctx, w.Backoff.Delay(attempt)); err != nil {
-			return attempt, err
+			return err
 		}
 	}
 }
 
-// read returns the pool and its restored allocator.
+// read returns the pool and an empty allocator over its range. The caller
+// restores the bitmap: one that cannot be decoded leaves the allocator
+// empty, and then the caller may write conditions, but only a Vouch write
+// may change the allocation state.
 func (w *Writer) read(ctx context.Context, name string, o updateOptions) (*ippoolv1.NodeIPPool, *ippool.Allocator, error) {
 	var pool ippoolv1.NodeIPPool
 	if err := w.Reader.Get(ctx, types.NamespacedName{Name: name}, &pool); err != nil {
 		return nil, nil, fmt.Errorf("get NodeIPPool %q: %w", name, err)
 	}
+	if o.uid != "" && pool.UID != o.uid {
+		return nil, nil, fmt.Errorf("NodeIPPool %q: %w (UID %s, not %s)", name, ErrReplaced, pool.UID, o.uid)
+	}
 	rng, err := poolstatus.Range(&pool)
 	if err != nil {
 		return nil, nil, fmt.Errorf("NodeIPPool %q: %w", name, err)
 	}
-	alloc := ippool.NewAllocator(rng)
-	if err := alloc.Restore(pool.Status.AllocatedOffsets); err != nil {
-		if o.onUnreadable == nil {
-			return nil, nil, fmt.Errorf("NodeIPPool %q: %w: %w", name, ErrUnreadable, err)
-		}
-		o.onUnreadable(err)
-	}
-	return &pool, alloc, nil
+	return &pool, ippool.NewAllocator(rng), nil
 }
 
-// Release clears the bits of ips in the pool and returns the addresses it
-// cleared. Call it only for addresses no enactment records any more (see the
-// package comment). Addresses the pool does not hand out, unparseable ones,
-// a pool that is gone and a pool whose bitmap is unreadable need nothing.
-func (w *Writer) Release(ctx context.Context, pool string, ips []string) ([]string, error) {
+// Withdraw gives back addresses taken for an enactment that will not be
+// recorded: it clears the bit of each address whose in-flight entry still
+// names the enactment and token, and removes the entry. An address whose
+// entry is gone was revoked by the pool controller (and may be someone
+// else's by now) and is left alone, so Withdraw never clears a bit it does
+// not own, in this pool incarnation or a later one. It returns the
+// addresses it cleared. A pool that is gone, unreadable or unvouched needs
+// nothing: the pool controller's rebuild and garbage collection deal with
+// the entries.
+func (w *Writer) Withdraw(ctx context.Context, pool, enactment, token string, ips []string) ([]string, error) {
 	if len(ips) == 0 {
 		return nil, nil
 	}
-	var released []string
-	_, err := w.Update(ctx, pool, func(_ *ippoolv1.NodeIPPool, alloc *ippool.Allocator) (bool, error) {
-		released = clearBits(alloc, ips)
-		return len(released) > 0, nil
+	var withdrawn []string
+	_, err := w.Update(ctx, pool, func(p *ippoolv1.NodeIPPool, alloc *ippool.Allocator) (bool, error) {
+		withdrawn = nil
+		for _, s := range ips {
+			e := poolstatus.InFlightOf(p, s)
+			ip, perr := netip.ParseAddr(s)
+			if e == nil || e.Enactment != enactment || e.Token != token || perr != nil {
+				continue
+			}
+			poolstatus.RemoveInFlight(p, s)
+			_ = alloc.ReleaseIP(ip) // outside the range after a hand edit: nothing to clear
+			withdrawn = append(withdrawn, s)
+		}
+		return len(withdrawn) > 0, nil
 	})
-	switch {
-	case apierrors.IsNotFound(err), errors.Is(err, ippool.ErrInvalidRange), errors.Is(err, ErrUnreadable):
+	if ignorable(err) {
 		return nil, nil
-	case err != nil:
-		return nil, fmt.Errorf("release %v: %w", ips, err)
 	}
-	return released, nil
+	if err != nil {
+		return nil, fmt.Errorf("withdraw %v: %w", ips, err)
+	}
+	return withdrawn, nil
 }
 
-// clearBits releases the set bits of ips and returns their addresses.
-func clearBits(alloc *ippool.Allocator, ips []string) []string {
-	var cleared []string
-	for _, s := range ips {
-		ip, err := netip.ParseAddr(s)
-		if err != nil || !alloc.HasIP(ip) {
-			continue
+// Holder names the former holder of quarantined addresses.
+type Holder struct {
+	Node      string
+	Enactment string
+}
+
+// Quarantine keeps addresses whose record is gone from everyone else until
+// the pool controller lifts the quarantine (the holder no longer carries
+// them, its Node is gone, or the quarantine period passed). Call it only
+// after the record is gone. An address is quarantined in every pool whose
+// bit for it is set: its own pool, or, if that pool was deleted, an
+// overlapping one. It returns the addresses it quarantined, by pool.
+func (w *Writer) Quarantine(ctx context.Context, holder Holder, record ippoolv1.EnactmentIPPools) (ippoolv1.EnactmentIPPools, error) {
+	var ips []netip.Addr
+	for _, a := range record {
+		for _, s := range a.Allocated {
+			if ip, err := netip.ParseAddr(s); err == nil {
+				ips = append(ips, ip)
+			}
 		}
-		_ = alloc.ReleaseIP(ip)
-		cleared = append(cleared, s)
 	}
-	return cleared
+	if len(ips) == 0 {
+		return nil, nil
+	}
+	var pools ippoolv1.NodeIPPoolList
+	if err := w.Reader.List(ctx, &pools); err != nil {
+		return nil, fmt.Errorf("list pools: %w", err)
+	}
+	out := ippoolv1.EnactmentIPPools{}
+	var errs []error
+	for i := range pools.Items {
+		p := &pools.Items[i]
+		alloc, err := poolstatus.Allocator(p)
+		if err != nil {
+			continue // unreadable or invalid: its rebuild counts claims only
+		}
+		var mine []netip.Addr
+		for _, ip := range ips {
+			if alloc.HasIP(ip) {
+				mine = append(mine, ip)
+			}
+		}
+		q, err := w.quarantineIn(ctx, p, holder, mine)
+		if err != nil {
+			errs = append(errs, err)
+		}
+		if len(q) > 0 {
+			out[p.Name] = ippoolv1.PoolAllocation{Allocated: q}
+		}
+	}
+	return out, errors.Join(errs...)
+}
+
+// quarantineIn adds quarantine entries for ips to one pool incarnation.
+func (w *Writer) quarantineIn(ctx context.Context, pool *ippoolv1.NodeIPPool, holder Holder, ips []netip.Addr) ([]string, error) {
+	if len(ips) == 0 {
+		return nil, nil
+	}
+	var added []string
+	since := metav1.NewTime(w.Clock.Now().Truncate(time.Second))
+	_, err := w.Update(ctx, pool.Name, func(p *ippoolv1.NodeIPPool, alloc *ippool.Allocator) (bool, error) {
+		added = nil
+		for _, ip := range ips {
+			if !alloc.HasIP(ip) {
+				continue
+			}
+			q := ippoolv1.QuarantinedAddress{IP: ip.String(), Node: holder.Node, Enactment: holder.Enactment, Since: since}
+			if poolstatus.AddQuarantine(p, q) {
+				added = append(added, q.IP)
+			}
+		}
+		return len(added) > 0, nil
+	}, Incarnation(pool.UID))
+	if ignorable(err) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("quarantine %v: %w", ips, err)
+	}
+	return added, nil
+}
+
+// ignorable tells the errors after which a give-back needs nothing: the
+// pool is gone or re-created, or only a rebuild can touch it.
+func ignorable(err error) bool {
+	return apierrors.IsNotFound(err) || errors.Is(err, ErrReplaced) || errors.Is(err, ippool.ErrInvalidRange) ||
+		errors.Is(err, ErrUnreadable) || errors.Is(err, ErrUnvouched)
 }
 
 func (w *Writer) sleep(ctx context.Context, d time.Duration) error {

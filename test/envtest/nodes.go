@@ -7,6 +7,8 @@ import (
 	"net/netip"
 	"os/exec"
 	"path/filepath"
+	"slices"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -20,6 +22,7 @@ import (
 	nncev1beta1 "github.com/nmstate-ippool/nmstate-ippool/api/v1beta1"
 	"github.com/nmstate-ippool/nmstate-ippool/controllers/enactment"
 	"github.com/nmstate-ippool/nmstate-ippool/controllers/handler"
+	"github.com/nmstate-ippool/nmstate-ippool/controllers/nodestate"
 	"github.com/nmstate-ippool/nmstate-ippool/controllers/pool"
 	"github.com/nmstate-ippool/nmstate-ippool/internal/poolstatus"
 	"github.com/nmstate-ippool/nmstate-ippool/pkg/nmstatectl"
@@ -50,6 +53,10 @@ type Node struct {
 	Metrics *handler.Metrics
 	// Tune, if set, adjusts the handler before it starts.
 	Tune func(*handler.Reconciler)
+	// PublishState, if set, runs the node's NodeNetworkState reporter
+	// beside its handler, sharing its network lock, as the handler binary
+	// does.
+	PublishState bool
 
 	stop func() error
 }
@@ -59,10 +66,32 @@ type Node struct {
 type CountingState struct {
 	nmstatectl.Runner
 	Shows, Applies atomic.Int32
+	// stall, while set, blocks every Show until it is closed: a handler
+	// stalled between taking an address and recording it.
+	stall atomic.Pointer[chan struct{}]
+}
+
+// Stall makes the handler's next reads of the state block until the
+// returned function is called.
+func (c *CountingState) Stall() (resume func()) {
+	ch := make(chan struct{})
+	c.stall.Store(&ch)
+	return func() {
+		if c.stall.CompareAndSwap(&ch, nil) {
+			close(ch)
+		}
+	}
 }
 
 // Show reads the state and counts it.
 func (c *CountingState) Show(ctx context.Context) ([]byte, error) {
+	if ch := c.stall.Load(); ch != nil {
+		select {
+		case <-*ch:
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		}
+	}
 	c.Shows.Add(1)
 	return c.Runner.Show(ctx)
 }
@@ -97,6 +126,16 @@ func (n *Node) Start(e *Env) error {
 	}
 	if err := r.SetupWithManager(mgr, handler.SetupOptions{SkipNameValidation: true}); err != nil {
 		return err
+	}
+	if n.PublishState {
+		nudges := nodestate.NewNudges()
+		r.NetworkLock = &sync.Mutex{}
+		r.StateChanged = func() { nudges.Nudge(n.Name) }
+		reporter := nodestate.New(mgr, n.Name, n.Network.Runner)
+		reporter.Refresh, reporter.NetworkLock = 500*time.Millisecond, r.NetworkLock
+		if err := reporter.SetupWithManager(mgr, nudges, nodestate.SetupOptions{SkipNameValidation: true}); err != nil {
+			return err
+		}
 	}
 	n.stop = RunManager(mgr)
 	return nil
@@ -149,7 +188,7 @@ func (e *Env) StartPoolController(grace time.Duration, metrics *pool.Metrics, tu
 		return nil, err
 	}
 	pc := &PoolController{Pools: pool.New(mgr, metrics), Enactments: enactment.New(mgr, grace)}
-	pc.Pools.GracePeriod = grace
+	pc.Pools.GracePeriod, pc.Pools.QuarantinePeriod = grace, grace
 	for _, f := range tune {
 		f(pc)
 	}
@@ -218,6 +257,43 @@ func PoolAddresses(ctx context.Context, c client.Reader, name string) ([]string,
 	return poolstatus.AddrStrings(out), nil
 }
 
+// EntryAddresses returns the addresses of a pool's in-flight and
+// quarantine entries, sorted: set in its bitmap, recorded by no one yet or
+// any more.
+func EntryAddresses(ctx context.Context, c client.Reader, name string) ([]string, error) {
+	var p ippoolv1.NodeIPPool
+	if err := c.Get(ctx, types.NamespacedName{Name: name}, &p); err != nil {
+		return nil, err
+	}
+	var out []netip.Addr
+	for _, e := range p.Status.InFlight {
+		out = append(out, netip.MustParseAddr(e.IP))
+	}
+	for _, q := range p.Status.Quarantined {
+		out = append(out, netip.MustParseAddr(q.IP))
+	}
+	return slices.Compact(poolstatus.AddrStrings(out)), nil
+}
+
+// IndexedAs returns what a pool's bitmap must hold: the addresses the
+// enactments record (failing if one is held twice) and those of its
+// entries.
+func IndexedAs(ctx context.Context, c client.Reader, pool string) ([]string, error) {
+	recorded, err := RecordedAddresses(ctx, c, pool)
+	if err != nil {
+		return nil, err
+	}
+	entries, err := EntryAddresses(ctx, c, pool)
+	if err != nil {
+		return nil, err
+	}
+	var all []netip.Addr
+	for _, s := range append(recorded, entries...) {
+		all = append(all, netip.MustParseAddr(s))
+	}
+	return slices.Compact(poolstatus.AddrStrings(all)), nil
+}
+
 // RecordedAddresses returns every address enactments record from a pool,
 // sorted, and fails if one is held twice: the Unique invariant.
 func RecordedAddresses(ctx context.Context, c client.Reader, pool string) ([]string, error) {
@@ -226,7 +302,7 @@ func RecordedAddresses(ctx context.Context, c client.Reader, pool string) ([]str
 		return nil, err
 	}
 	var out []netip.Addr
-	for ip, owners := range poolstatus.ClaimsOf(pool, list.Items) {
+	for ip, owners := range poolstatus.ClaimsOf(pool, nil, list.Items) {
 		if len(owners) > 1 {
 			return nil, errors.New(poolstatus.CollisionMessage(pool, poolstatus.Claims{ip: owners}, []netip.Addr{ip}))
 		}

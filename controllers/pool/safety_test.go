@@ -1,0 +1,215 @@
+package pool_test
+
+import (
+	"testing"
+	"time"
+
+	. "github.com/onsi/gomega"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/utils/clock"
+
+	ippoolv1 "github.com/nmstate-ippool/nmstate-ippool/api/v1"
+	nncev1beta1 "github.com/nmstate-ippool/nmstate-ippool/api/v1beta1"
+	"github.com/nmstate-ippool/nmstate-ippool/internal/poolstatus"
+	"github.com/nmstate-ippool/nmstate-ippool/internal/poolwrite"
+	"github.com/nmstate-ippool/nmstate-ippool/pkg/ippool"
+	"github.com/nmstate-ippool/nmstate-ippool/test/envtest"
+)
+
+// The tests of this file reproduce, each, a way an address ended up on two
+// nodes before the pool status was stamped, fenced and quarantined.
+
+// startControllerWith runs a pool controller with a quarantine period of
+// its own until the test ends.
+func startControllerWith(t *testing.T, quarantine time.Duration) {
+	t.Helper()
+	pc, err := env.StartPoolController(grace, nil, func(pc *envtest.PoolController) { pc.Pools.QuarantinePeriod = quarantine })
+	Expect(err).NotTo(HaveOccurred())
+	t.Cleanup(func() { _ = pc.Stop() })
+}
+
+func poolStatus(name string) ippoolv1.NodeIPPoolStatus {
+	var p ippoolv1.NodeIPPool
+	if err := k.Get(ctx, types.NamespacedName{Name: name}, &p); err != nil {
+		return ippoolv1.NodeIPPoolStatus{}
+	}
+	return p.Status
+}
+
+// TestEmptiedBitmapWaitsForRebuild: the specification's own repair step,
+// emptying status.allocatedOffsets by hand, while no pool controller runs.
+// A node that joins then must not be handed an address another node holds:
+// it waits, Pending, until the controller has rebuilt the pool from the
+// enactments.
+func TestEmptiedBitmapWaitsForRebuild(t *testing.T) {
+	RegisterTestingT(t)
+	stop := startController(t, nil)
+	createPool(t, "emptied", ippoolv1.IPRange{CIDR: "10.50.0.0/24"})
+	Eventually(available("emptied")).Should(HavePrefix("True"))
+	createPolicy(t, "emptied", "emptied", "emptied")
+	for _, nd := range newNodes(t, "emptied", 2) {
+		Eventually(enactmentState(nd.Name + ".emptied")).Should(HavePrefix("Available"))
+	}
+	held01 := held("emptied01.emptied", "emptied")
+	stop()
+	setBits("emptied") // emptied by hand, as seed 002 says to
+	addNode(t, t.TempDir(), "emptied03", "emptied")
+	Eventually(enactmentState("emptied03.emptied")).Should(ContainSubstring(
+		`Pending: NodeIPPool "emptied": new addresses wait until the pool controller has rebuilt the pool from the enactments`))
+	Consistently(func() []string { return held("emptied03.emptied", "emptied") }, 2*time.Second).Should(BeEmpty())
+
+	startController(t, nil)
+	Eventually(enactmentState("emptied03.emptied")).Should(HavePrefix("Available"))
+	Expect(held("emptied03.emptied", "emptied")).NotTo(ContainElement(held01[0]))
+	Eventually(events("NodeIPPool", "emptied")).Should(ContainElement(HavePrefix("UnvouchedStatus: Rebuilt from the enactments")))
+	assertIndexed("emptied")
+}
+
+// TestOlderPoolDeletedNewerKeepsOff: pool "older" is in use; "newer"
+// overlaps it and is refused. Deleting "older", the first step of
+// re-creating it larger, opens "newer", which must not hand out the
+// addresses older's nodes still record and carry.
+func TestOlderPoolDeletedNewerKeepsOff(t *testing.T) {
+	RegisterTestingT(t)
+	startController(t, nil)
+	createPool(t, "older", ippoolv1.IPRange{CIDR: "10.52.0.0/28"})
+	Eventually(available("older")).Should(HavePrefix("True"))
+	createPolicy(t, "older", "older", "older")
+	var olds []string
+	for _, nd := range newNodes(t, "older", 3) {
+		Eventually(enactmentState(nd.Name + ".older")).Should(HavePrefix("Available"))
+		olds = append(olds, held(nd.Name+".older", "older")...)
+	}
+	createPool(t, "newer", ippoolv1.IPRange{CIDR: "10.52.0.0/27"})
+	Eventually(available("newer")).Should(HavePrefix("False OverlappingIPPool"))
+	createPolicy(t, "newer", "newer", "newer")
+	newer := newNodes(t, "newer", 3)
+	Eventually(enactmentState("newer01.newer")).Should(HavePrefix("Pending"))
+
+	deleteObject(&ippoolv1.NodeIPPool{ObjectMeta: metav1.ObjectMeta{Name: "older"}})
+	Eventually(available("newer")).Should(HavePrefix("True ReconciledPool"))
+	for _, nd := range newer {
+		Eventually(enactmentState(nd.Name + ".newer")).Should(HavePrefix("Available"))
+		Expect(held(nd.Name+".newer", "newer")).NotTo(ContainElement(BeElementOf(olds)))
+	}
+	Expect(bits("newer")).To(ContainElements(olds), "the newer pool indexes what the older pool's holders record")
+	Expect(envtest.RecordedAddresses(ctx, k, "older")).To(ConsistOf(olds), "the holders keep their addresses")
+}
+
+// TestCollisionAcrossPools: two enactments record one address under two
+// pool names; the pool whose range holds it says so, naming both pools.
+func TestCollisionAcrossPools(t *testing.T) {
+	RegisterTestingT(t)
+	startController(t, nil)
+	createPool(t, "across", ippoolv1.IPRange{CIDR: "10.53.0.0/24"})
+	claim(t, "x1.p", "gone-pool", "10.53.0.5")
+	claim(t, "x2.p", "across", "10.53.0.5")
+	Eventually(available("across")).Should(Equal("False IPCollision: The IP address 10.53.0.5 at node ? (enactment x1.p, NodeIPPool gone-pool) " +
+		"is colliding with node ? (enactment x2.p); reset all but one holder, e.g. kubectl annotate nnce x2.p nmstate.io/reset-ippool=across"))
+}
+
+// TestResetWhileHolderStalled: an enactment is reset while its node's
+// handler is stalled, so the node still carries the address. No node that
+// joins meanwhile is handed it; once the holder applies its new address
+// and publishes its state, the old one is freed before the quarantine
+// period ends.
+func TestResetWhileHolderStalled(t *testing.T) {
+	RegisterTestingT(t)
+	startControllerWith(t, 10*time.Minute)
+	createPool(t, "stall", ippoolv1.IPRange{CIDR: "10.54.0.0/24", Start: "10.54.0.1", End: "10.54.0.4"})
+	Eventually(available("stall")).Should(HavePrefix("True"))
+	createPolicy(t, "stall", "stall", "stall")
+	holder := addNodeWith(t, t.TempDir(), "stall01", "stall", func(nd *envtest.Node) { nd.PublishState = true })
+	Eventually(enactmentState("stall01.stall")).Should(HavePrefix("Available"))
+	old := held("stall01.stall", "stall")
+	Expect(old).To(Equal([]string{"10.54.0.1"}))
+	Expect(holder.Stop()).To(Succeed()) // stalled: it carries the address and does nothing
+
+	e := &nncev1beta1.NodeNetworkConfigurationEnactment{ObjectMeta: metav1.ObjectMeta{Name: "stall01.stall"}}
+	annotate(e, "stall")
+	Eventually(func() []string { return held("stall01.stall", "stall") }).Should(BeEmpty())
+	Eventually(func() *ippoolv1.QuarantinedAddress { s := poolStatus("stall"); return quarantined(&s, "10.54.0.1") }).
+		ShouldNot(BeNil())
+	joiner := addNode(t, t.TempDir(), "stall02", "stall")
+	Eventually(enactmentState("stall02.stall")).Should(HavePrefix("Available"))
+	Expect(held("stall02.stall", "stall")).To(Equal([]string{"10.54.0.2"}), "the quarantined address is handed to nobody")
+	Expect(holder.Configured("eth1")).To(Equal("10.54.0.1/24"), "the stalled holder still carries it")
+	Expect(joiner.Configured("eth1")).To(Equal("10.54.0.2/24"))
+
+	Expect(holder.Start(env)).To(Succeed())
+	Eventually(enactmentState("stall01.stall")).Should(HavePrefix("Available"))
+	Eventually(holder.Configured).WithArguments("eth1").Should(Equal("10.54.0.3/24"))
+	Eventually(bits).WithArguments("stall").Should(Equal([]string{"10.54.0.2", "10.54.0.3"}),
+		"freed once the holder's published state no longer carries it, long before the quarantine period")
+	Eventually(events("NodeIPPool", "stall")).Should(ContainElement(
+		"QuarantineLifted: Freed quarantined 10.54.0.1 (node stall01 no longer carries it)"))
+	assertIndexed("stall")
+}
+
+func quarantined(s *ippoolv1.NodeIPPoolStatus, ip string) *ippoolv1.QuarantinedAddress {
+	return poolstatus.QuarantineOf(&ippoolv1.NodeIPPool{Status: *s}, ip)
+}
+
+// TestStalledAllocationIsRevoked: a handler stalls between taking an
+// address and recording it for longer than the grace period. The pool
+// controller fences its enactment and frees the address, another node
+// takes it, and the stalled handler, when it wakes up, finds its record
+// refused, applies nothing of it and allocates again.
+func TestStalledAllocationIsRevoked(t *testing.T) {
+	RegisterTestingT(t)
+	startController(t, nil)
+	createPool(t, "revoke", ippoolv1.IPRange{CIDR: "10.55.0.0/24", Start: "10.55.0.1", End: "10.55.0.2"})
+	Eventually(available("revoke")).Should(HavePrefix("True"))
+	createPolicy(t, "revoke", "revoke", "revoke")
+	var resume func()
+	stalled := addNodeWith(t, t.TempDir(), "revoke01", "revoke", func(nd *envtest.Node) { resume = nd.Network.Stall() })
+	t.Cleanup(resume)
+	Eventually(func() []ippoolv1.InFlightAddress { return poolStatus("revoke").InFlight }).Should(ContainElement(
+		HaveField("IP", "10.55.0.1")))
+	Eventually(events("NodeIPPool", "revoke"), grace*5).Should(ContainElement(HavePrefix("AllocationRevoked: Freed 10.55.0.1")))
+	var fenced nncev1beta1.NodeNetworkConfigurationEnactment
+	Expect(k.Get(ctx, types.NamespacedName{Name: "revoke01.revoke"}, &fenced)).To(Succeed())
+	Expect(fenced.Annotations).To(HaveKeyWithValue(ippoolv1.FenceAnnotation, "revoke/10.55.0.1"))
+
+	addNode(t, t.TempDir(), "revoke02", "revoke")
+	Eventually(enactmentState("revoke02.revoke")).Should(HavePrefix("Available"))
+	Expect(held("revoke02.revoke", "revoke")).To(Equal([]string{"10.55.0.1"}))
+
+	resume()
+	Eventually(enactmentState("revoke01.revoke")).Should(HavePrefix("Available"))
+	Expect(held("revoke01.revoke", "revoke")).To(Equal([]string{"10.55.0.2"}))
+	Expect(stalled.Configured("eth1")).To(Equal("10.55.0.2/24"), "the revoked address never reached the stalled node")
+	Expect(stalled.Network.Applies.Load()).To(BeEquivalentTo(1))
+	Eventually(events("NodeNetworkConfigurationEnactment", "revoke01.revoke")).Should(ContainElement(
+		"AllocationRevoked: NodeIPPool revoke revoked 10.55.0.1 before node revoke01 recorded it " +
+			"(the handler stalled past the grace period); not applied, allocating again"))
+	assertIndexed("revoke")
+}
+
+// TestWithdrawKeepsToItsIncarnation: an address taken in one incarnation
+// of a pool and given back after the pool was re-created, where another
+// enactment now holds it, is left alone: a withdrawal clears only bits
+// whose in-flight entry it owns.
+func TestWithdrawKeepsToItsIncarnation(t *testing.T) {
+	RegisterTestingT(t)
+	startController(t, nil)
+	spec := ippoolv1.IPRange{CIDR: "10.56.0.0/24"}
+	createPool(t, "incarnation", spec)
+	Eventually(available("incarnation")).Should(HavePrefix("True"))
+	w := poolwrite.NewWriter(k, k, clock.RealClock{})
+	_, err := w.Update(ctx, "incarnation", func(p *ippoolv1.NodeIPPool, alloc *ippool.Allocator) (bool, error) {
+		poolstatus.AddInFlight(p, ippoolv1.InFlightAddress{IP: "10.56.0.1", Enactment: "x.p", Token: "1", Since: metav1.Now()})
+		return true, alloc.AllocateIP(mustAddr("10.56.0.1"))
+	})
+	Expect(err).NotTo(HaveOccurred())
+
+	deleteObject(&ippoolv1.NodeIPPool{ObjectMeta: metav1.ObjectMeta{Name: "incarnation"}})
+	createPool(t, "incarnation", spec)
+	claim(t, "y.p", "incarnation", "10.56.0.1")
+	Eventually(bits).WithArguments("incarnation").Should(Equal([]string{"10.56.0.1"}))
+	withdrawn, err := w.Withdraw(ctx, "incarnation", "x.p", "1", []string{"10.56.0.1"})
+	Expect(err).NotTo(HaveOccurred())
+	Expect(withdrawn).To(BeEmpty())
+	Consistently(bits).WithArguments("incarnation").Should(Equal([]string{"10.56.0.1"}))
+}
