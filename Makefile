@@ -90,12 +90,21 @@ demo: ## Build everything, run a 3-node local cluster, assign, scale up and down
 ##@ Test
 
 .PHONY: test
-test: envtest-assets $(KUSTOMIZE) ## Run unit tests, fuzz seeds and envtest suites against a real API server (with -race).
+test: envtest-assets $(KUSTOMIZE) ## Run unit tests, fuzz seeds, envtest suites, e2e and a short chaos run against a real API server (with -race).
 	go test $(GO_TEST_FLAGS) ./...
 
 .PHONY: test-e2e
 test-e2e: envtest-assets ## Run the end-to-end workflows on a local cluster of real processes (part of make test too).
 	go test -count=1 -timeout 20m ./test/e2e/ -args -ginkgo.v
+
+CHAOS_DURATION ?= 10m
+CHAOS_NODES ?= 20
+CHAOS_SEED ?= 0
+
+.PHONY: chaos
+chaos: envtest-assets ## Run the chaos suite: CHAOS_NODES (20) nodes, seeded faults for CHAOS_DURATION (10m); see docs/reliability.md.
+	go test -count=1 -timeout 90m -v -run TestChaos ./test/chaos/ \
+		-args -chaos.duration $(CHAOS_DURATION) -chaos.nodes $(CHAOS_NODES) -chaos.seed $(CHAOS_SEED)
 
 .PHONY: fuzz
 fuzz: ## Run every fuzz target for FUZZTIME (default 10s) each.

@@ -48,6 +48,9 @@ type allocation struct {
 // allocated that no enactment records.
 func (r *Reconciler) allocate(ctx context.Context, policy *nmstatev1.NodeNetworkConfigurationPolicy,
 	e *nncev1beta1.NodeNetworkConfigurationEnactment, captures capture.Captures) (*allocation, *outcome, error) {
+	if o := r.blockedByCache(ctx, e, captures); o != nil {
+		return nil, o, nil
+	}
 	a := &allocation{addresses: map[string]capture.Address{}, fresh: map[string][]string{}, enactment: e.Name, token: e.ResourceVersion}
 	for _, pool := range captures.Pools() {
 		plan, blocked, err := r.allocateFromPool(ctx, policy, e, pool, captures.RefsOf(pool))
@@ -62,6 +65,34 @@ func (r *Reconciler) allocate(ctx context.Context, policy *nmstatev1.NodeNetwork
 		a.moved = append(a.moved, plan.moved...)
 	}
 	return a, nil, nil
+}
+
+// blockedByCache returns the outcome of a policy that needs a new address
+// from a pool the cache shows missing or not available, before anything is
+// taken from its other pools: a policy that would wait on one pool does not
+// take and give back addresses of the others at every retry. The API
+// server's copy decides everything else.
+func (r *Reconciler) blockedByCache(ctx context.Context, e *nncev1beta1.NodeNetworkConfigurationEnactment, captures capture.Captures) *outcome {
+	for _, name := range captures.Pools() {
+		var pool ippoolv1.NodeIPPool
+		err := r.Client.Get(ctx, types.NamespacedName{Name: name}, &pool)
+		if apierrors.IsNotFound(err) {
+			o, _ := r.poolOutcome(name, captures.RefsOf(name), err)
+			return o
+		}
+		if err != nil {
+			continue
+		}
+		alloc, err := poolstatus.Allocator(&pool)
+		if err != nil || len(planPool(e, alloc, captures.RefsOf(name)).fresh) == 0 {
+			continue
+		}
+		if ok, why := poolAvailable(&pool); !ok {
+			o := pending(ippoolv1.ReasonIPPoolNotAvailable, why, r.PendingRequeue)
+			return &o
+		}
+	}
+	return nil
 }
 
 // withdraw gives back the fresh addresses of an allocation that will not be

@@ -232,7 +232,7 @@ func TestSecondPoolBlocksFirstWithdrawn(t *testing.T) {
 	RegisterTestingT(t)
 	nd := newNodes(t, "twopools", 1, map[string]string{"role": "twopools"})[0]
 	newPool(t, "twopools-a", ippoolv1.IPRange{CIDR: "10.71.0.0/24"}, true)
-	newPool(t, "twopools-b", ippoolv1.IPRange{CIDR: "fd00:72::/64"}, false)
+	newPool(t, "twopools-b", ippoolv1.IPRange{CIDR: "fd00:72::/64", Start: "fd00:72::1", End: "fd00:72::ff"}, false)
 	newPolicy(t, "twopools", map[string]string{"role": "twopools"},
 		map[string]string{"a": "ippool.twopools-a.allocate", "b": "ippool.twopools-b.allocate"}, twoPoolState)
 	start(t, nd)

@@ -1,0 +1,413 @@
+// Package chaos runs a local cluster of real processes (etcd,
+// kube-apiserver, the pool controller, one handler per node) under seeded
+// random faults, samples every node's network all along, and fails on any
+// address carried by two NICs at once. After the faults, every node must
+// hold its addresses within a minute and the pools must agree with the
+// enactments.
+//
+// A short run is part of make test; make chaos runs a long one:
+//
+//	go test ./test/chaos/ -run TestChaos -chaos.duration 10m -chaos.nodes 20 [-chaos.seed N]
+package chaos
+
+import (
+	"bytes"
+	"context"
+	"flag"
+	"fmt"
+	"math/rand/v2"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"sort"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/nmstate/kubernetes-nmstate/api/shared"
+	nmstatev1 "github.com/nmstate/kubernetes-nmstate/api/v1"
+	. "github.com/onsi/gomega"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/tools/clientcmd"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	ippoolv1 "github.com/nmstate-ippool/nmstate-ippool/api/v1"
+	nncev1beta1 "github.com/nmstate-ippool/nmstate-ippool/api/v1beta1"
+	"github.com/nmstate-ippool/nmstate-ippool/internal/scheme"
+	"github.com/nmstate-ippool/nmstate-ippool/pkg/nmstatectl"
+	"github.com/nmstate-ippool/nmstate-ippool/test/envtest"
+)
+
+var (
+	duration = flag.Duration("chaos.duration", 30*time.Second, "how long to inject faults")
+	nodes    = flag.Int("chaos.nodes", 20, "how many nodes the cluster keeps")
+	seedFlag = flag.Uint64("chaos.seed", 0, "the random seed; 0 picks one from the clock")
+)
+
+const (
+	grace      = 5 * time.Second
+	quarantine = 20 * time.Second
+	policy     = "chaos"
+	pool4      = "chaos-v4"
+	pool6      = "chaos-v6"
+)
+
+const desired = `interfaces:
+- name: eth1
+  type: ethernet
+  state: up
+  ipv4:
+    enabled: true
+    dhcp: false
+    address:
+    - ip: "{{ capture.v4.ip }}"
+      prefix-length: "{{ capture.v4.prefix-length }}"
+- name: eth2
+  type: ethernet
+  state: up
+  ipv6:
+    enabled: true
+    dhcp: false
+    autoconf: false
+    address:
+    - ip: "{{ capture.v6.ip }}"
+      prefix-length: "{{ capture.v6.prefix-length }}"
+`
+
+// cluster is the local cluster under test.
+type cluster struct {
+	t        *testing.T
+	bin, dir string
+	k        client.Client
+	ctx      context.Context
+	// next numbers the nodes that join.
+	next int
+	// stalled maps a stalled node to when it is resumed.
+	stalled map[string]time.Time
+}
+
+func TestChaos(t *testing.T) {
+	RegisterTestingT(t)
+	SetDefaultEventuallyPollingInterval(500 * time.Millisecond)
+	seed := *seedFlag
+	if seed == 0 {
+		seed = uint64(time.Now().UnixNano())
+	}
+	t.Logf("chaos seed %d (rerun with -chaos.seed %d), %d nodes, %s of faults", seed, seed, *nodes, *duration)
+	c := start(t)
+	c.setUp()
+	c.converged(3 * time.Minute)
+
+	s := c.sample()
+	rng := rand.New(rand.NewPCG(seed, seed))
+	counts := map[string]int{}
+	for end := time.Now().Add(*duration); time.Now().Before(end); {
+		c.resumeDue(false)
+		f := faults[rng.IntN(len(faults))]
+		if f.run(c, rng) {
+			counts[f.name]++
+		}
+		time.Sleep(time.Duration(500+rng.IntN(1500)) * time.Millisecond)
+	}
+	c.resumeDue(true)
+	t.Logf("faults injected: %s", describe(counts))
+	last := time.Now()
+	c.converged(time.Minute)
+	t.Logf("converged %s after the last fault", time.Since(last).Round(time.Second))
+	duplicates, samples := s.stop()
+	t.Logf("%d samples of every node's network", samples)
+	Expect(duplicates).To(BeEmpty(), "an address was on two NICs at once (seed %d)", seed)
+	Eventually(c.check, grace+quarantine+time.Minute).Should(Succeed(), "the pools agree with the enactments, no leak (seed %d)", seed)
+}
+
+// start builds the commands and brings up a cluster of *nodes nodes.
+func start(t *testing.T) *cluster {
+	root := t.TempDir()
+	c := &cluster{t: t, bin: filepath.Join(root, "bin"), dir: filepath.Join(root, "cluster"), ctx: context.Background(),
+		next: *nodes + 1, stalled: map[string]time.Time{}}
+	Expect(envtest.BuildCommands(c.bin, "handler", "pool-controller", "nmstatectl-sim", "localcluster", "kubectl-nodeippool")).To(Succeed())
+	c.run("up", "--nodes", fmt.Sprint(*nodes), "--bin", c.bin, "--assets", envtest.AssetsDir(),
+		"--gc-grace-period", grace.String(), "--quarantine-period", quarantine.String())
+	t.Cleanup(func() {
+		c.resumeDue(true)
+		if t.Failed() {
+			t.Logf("the cluster's logs are in %s", filepath.Join(c.dir, "logs"))
+			_ = exec.Command("cp", "-r", filepath.Join(c.dir, "logs"), os.TempDir()+"/chaos-logs").Run()
+		}
+		c.run("down")
+	})
+	cfg, err := clientcmd.BuildConfigFromFlags("", filepath.Join(c.dir, "kubeconfig"))
+	Expect(err).NotTo(HaveOccurred())
+	s, err := scheme.New()
+	Expect(err).NotTo(HaveOccurred())
+	c.k, err = client.New(cfg, client.Options{Scheme: s})
+	Expect(err).NotTo(HaveOccurred())
+	return c
+}
+
+// run runs localcluster on the cluster and returns its output.
+func (c *cluster) run(args ...string) string {
+	cmd := exec.Command(filepath.Join(c.bin, "localcluster"), append(args, "--dir", c.dir)...)
+	var out bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &out
+	Expect(cmd.Run()).To(Succeed(), "localcluster %v:\n%s", args, out.String())
+	return out.String()
+}
+
+// setUp creates an IPv4 and an IPv6 pool and a policy drawing from both
+// for every node.
+func (c *cluster) setUp() {
+	for name, cidr := range map[string]string{pool4: "10.90.0.0/24", pool6: "fd00:90::/64"} {
+		Expect(c.k.Create(c.ctx, &ippoolv1.NodeIPPool{ObjectMeta: metav1.ObjectMeta{Name: name},
+			Spec: ippoolv1.NodeIPPoolSpec{Range: ippoolv1.IPRange{CIDR: cidr}}})).To(Succeed())
+	}
+	p := &nmstatev1.NodeNetworkConfigurationPolicy{ObjectMeta: metav1.ObjectMeta{Name: policy}}
+	p.Spec.NodeSelector = map[string]string{"node-role.kubernetes.io/worker": ""}
+	p.Spec.Capture = map[string]string{"v4": "ippool." + pool4 + ".allocate", "v6": "ippool." + pool6 + ".allocate"}
+	p.Spec.DesiredState = shared.NewState(desired)
+	Expect(c.k.Create(c.ctx, p)).To(Succeed())
+}
+
+// nodeNames lists the Nodes.
+func (c *cluster) nodeNames() []string {
+	var list corev1.NodeList
+	if err := c.k.List(c.ctx, &list); err != nil {
+		return nil
+	}
+	out := make([]string, 0, len(list.Items))
+	for _, n := range list.Items {
+		out = append(out, n.Name)
+	}
+	sort.Strings(out)
+	return out
+}
+
+// converged waits until every node's enactment is Available with one
+// address of each pool, and the node's network carries both.
+func (c *cluster) converged(within time.Duration) {
+	c.t.Helper()
+	Eventually(func(g Gomega) {
+		for _, node := range c.nodeNames() {
+			var e nncev1beta1.NodeNetworkConfigurationEnactment
+			g.Expect(c.k.Get(c.ctx, types.NamespacedName{Name: node + "." + policy}, &e)).To(Succeed())
+			c := e.Status.Conditions.Find(shared.NodeNetworkConfigurationEnactmentConditionAvailable)
+			g.Expect(c).NotTo(BeNil(), node)
+			g.Expect(c.Status).To(Equal(corev1.ConditionTrue), node)
+			g.Expect(e.Status.IPPool[pool4].Allocated).To(HaveLen(1), node)
+			g.Expect(e.Status.IPPool[pool6].Allocated).To(HaveLen(1), node)
+		}
+		for node, ips := range c.networks(c.nodeNames()) {
+			g.Expect(ips).To(HaveLen(2), node)
+		}
+	}, within).Should(Succeed())
+}
+
+// networks reads the static addresses of the nodes' simulated networks.
+func (c *cluster) networks(nodes []string) map[string][]string {
+	out := map[string][]string{}
+	for _, node := range nodes {
+		raw, err := os.ReadFile(filepath.Join(c.dir, "nodes", node+".yaml"))
+		if err != nil {
+			continue
+		}
+		ifaces, err := nmstatectl.StaticAddresses(raw)
+		if err != nil {
+			continue
+		}
+		for _, i := range ifaces {
+			for _, a := range i.Addresses {
+				out[node] = append(out[node], strings.SplitN(a, "/", 2)[0])
+			}
+		}
+	}
+	return out
+}
+
+// check runs kubectl nodeippool check.
+func (c *cluster) check() error {
+	out, err := exec.Command(filepath.Join(c.bin, "kubectl-nodeippool"), "check", "--kubeconfig", filepath.Join(c.dir, "kubeconfig")).CombinedOutput()
+	if err != nil {
+		return fmt.Errorf("%w\n%s", err, out)
+	}
+	return nil
+}
+
+// sampler looks at every node's network, again and again, for an address
+// on two NICs.
+type sampler struct {
+	mu         sync.Mutex
+	duplicates []string
+	samples    int
+	done       chan struct{}
+	wg         sync.WaitGroup
+}
+
+func (c *cluster) sample() *sampler {
+	s := &sampler{done: make(chan struct{})}
+	s.wg.Go(func() {
+		for {
+			select {
+			case <-s.done:
+				return
+			case <-time.After(200 * time.Millisecond):
+			}
+			// A node counts only if it exists before and after its network
+			// is read: a removed node's network is gone with it.
+			nets := c.networks(c.nodeNames())
+			found := onTwoNICs(nets, c.nodeNames())
+			s.mu.Lock()
+			s.samples++
+			for _, d := range found {
+				s.duplicates = append(s.duplicates, time.Now().Format(time.StampMilli)+" "+d)
+			}
+			s.mu.Unlock()
+		}
+	})
+	return s
+}
+
+// onTwoNICs lists the addresses that two nodes carry, counting only nodes
+// that still exist: "10.90.0.4 on [node01 node07]".
+func onTwoNICs(nets map[string][]string, present []string) []string {
+	holders := map[string][]string{}
+	for node, ips := range nets {
+		if !slices.Contains(present, node) {
+			continue
+		}
+		for _, ip := range ips {
+			holders[ip] = append(holders[ip], node)
+		}
+	}
+	var out []string
+	for ip, on := range holders {
+		if len(on) > 1 {
+			sort.Strings(on)
+			out = append(out, fmt.Sprintf("%s on %v", ip, on))
+		}
+	}
+	sort.Strings(out)
+	return out
+}
+
+func (s *sampler) stop() ([]string, int) {
+	close(s.done)
+	s.wg.Wait()
+	return s.duplicates, s.samples
+}
+
+// resumeDue resumes the stalled handlers whose stall is over, or all.
+func (c *cluster) resumeDue(all bool) {
+	for node, at := range c.stalled {
+		if all || time.Now().After(at) {
+			c.run("node", "resume", node)
+			delete(c.stalled, node)
+		}
+	}
+}
+
+// pick returns a random node that is not stalled, or "".
+func (c *cluster) pick(rng *rand.Rand) string {
+	var free []string
+	for _, n := range c.nodeNames() {
+		if _, stalled := c.stalled[n]; !stalled {
+			free = append(free, n)
+		}
+	}
+	if len(free) == 0 {
+		return ""
+	}
+	return free[rng.IntN(len(free))]
+}
+
+// fault is one kind of trouble; run reports whether it happened.
+type fault struct {
+	name string
+	run  func(c *cluster, rng *rand.Rand) bool
+}
+
+var faults = []fault{
+	{"handler kill -9 and restart", func(c *cluster, rng *rand.Rand) bool {
+		node := c.pick(rng)
+		return node != "" && c.try("node", "restart", node, "--crash")
+	}},
+	{"handler stalled past the grace period", func(c *cluster, rng *rand.Rand) bool {
+		node := c.pick(rng)
+		if node == "" || !c.try("node", "stall", node) {
+			return false
+		}
+		c.stalled[node] = time.Now().Add(grace + time.Duration(rng.IntN(5000))*time.Millisecond)
+		return true
+	}},
+	{"pool controller kill -9", func(c *cluster, _ *rand.Rand) bool {
+		return c.try("controller", "restart", "--crash")
+	}},
+	{"node crash-removed, another joins", func(c *cluster, rng *rand.Rand) bool {
+		node := c.pick(rng)
+		if node == "" || !c.try("node", "remove", node, "--crash") {
+			return false
+		}
+		c.next++
+		return c.try("node", "add", fmt.Sprintf("node%02d", c.next))
+	}},
+	{"node replaced under the same name", func(c *cluster, rng *rand.Rand) bool {
+		node := c.pick(rng)
+		return node != "" && c.try("node", "remove", node, "--crash") && c.try("node", "add", node)
+	}},
+	{"reset of an enactment", func(c *cluster, rng *rand.Rand) bool {
+		node := c.pick(rng)
+		return node != "" && c.annotate(&nncev1beta1.NodeNetworkConfigurationEnactment{}, node+"."+policy, []string{pool4, pool6}[rng.IntN(2)])
+	}},
+	{"reset of the policy", func(c *cluster, rng *rand.Rand) bool {
+		return c.annotate(&nmstatev1.NodeNetworkConfigurationPolicy{}, policy, []string{pool4, pool6}[rng.IntN(2)])
+	}},
+	{"reset of a pool", func(c *cluster, rng *rand.Rand) bool {
+		return c.annotate(&ippoolv1.NodeIPPool{}, []string{pool4, pool6}[rng.IntN(2)], "")
+	}},
+	{"bitmap emptied by hand", func(c *cluster, rng *rand.Rand) bool {
+		var p ippoolv1.NodeIPPool
+		if err := c.k.Get(c.ctx, types.NamespacedName{Name: []string{pool4, pool6}[rng.IntN(2)]}, &p); err != nil {
+			return false
+		}
+		p.Status.AllocatedOffsets = ""
+		return c.k.Status().Update(c.ctx, &p) == nil
+	}},
+}
+
+// try runs localcluster and reports whether it succeeded; a fault that
+// meets another (a node removed while its enactments are retired) is
+// skipped, not a failure.
+func (c *cluster) try(args ...string) bool {
+	cmd := exec.Command(filepath.Join(c.bin, "localcluster"), append(args, "--dir", c.dir)...)
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		c.t.Logf("localcluster %v: %v: %s", args, err, out)
+	}
+	return err == nil
+}
+
+// annotate sets the reset annotation on an object.
+func (c *cluster) annotate(o client.Object, name, value string) bool {
+	if err := c.k.Get(c.ctx, types.NamespacedName{Name: name}, o); err != nil {
+		return false
+	}
+	patch := client.MergeFrom(o.DeepCopyObject().(client.Object))
+	a := o.GetAnnotations()
+	if a == nil {
+		a = map[string]string{}
+	}
+	a[ippoolv1.ResetIPPoolAnnotation] = value
+	o.SetAnnotations(a)
+	return c.k.Patch(c.ctx, o, patch) == nil
+}
+
+func describe(counts map[string]int) string {
+	var parts []string
+	for _, f := range faults {
+		parts = append(parts, fmt.Sprintf("%s: %d", f.name, counts[f.name]))
+	}
+	return strings.Join(parts, "; ")
+}
