@@ -33,6 +33,8 @@ type cluster struct {
 	GracePeriod string `json:"gcGracePeriod"`
 	// QuarantinePeriod is the pool controller's --quarantine-period.
 	QuarantinePeriod string `json:"quarantinePeriod"`
+	// Controllers is how many pool controller replicas run.
+	Controllers int `json:"controllers,omitempty"`
 	// Processes by name: etcd, kube-apiserver, pool-controller and
 	// handler/<node>.
 	Processes map[string]*process `json:"processes"`
@@ -105,13 +107,20 @@ func (c *cluster) running() []string {
 // the pool controller, then the handlers by node.
 func (c *cluster) order() []string {
 	rank := map[string]int{"etcd": 0, "kube-apiserver": 1, "pool-controller": 2}
+	rankOf := func(name string) (int, bool) {
+		if strings.HasPrefix(name, "pool-controller-") {
+			name = "pool-controller"
+		}
+		r, ok := rank[name]
+		return r, ok
+	}
 	names := make([]string, 0, len(c.Processes))
 	for name := range c.Processes {
 		names = append(names, name)
 	}
 	slices.SortFunc(names, func(a, b string) int {
-		ra, oka := rank[a]
-		rb, okb := rank[b]
+		ra, oka := rankOf(a)
+		rb, okb := rankOf(b)
 		switch {
 		case oka && okb:
 			return ra - rb

@@ -11,6 +11,7 @@
 //	localcluster node restart NAME [--crash]
 //	localcluster node stall NAME | node resume NAME
 //	localcluster controller restart [--crash]
+//	localcluster apiserver restart [--crash]
 //	localcluster status
 //	localcluster down
 //
@@ -35,13 +36,14 @@ import (
 )
 
 const usage = `Usage:
-  localcluster up --nodes N [--dir DIR] [--gc-grace-period D] [--quarantine-period D] [--bin DIR] [--assets DIR]
+  localcluster up --nodes N [--dir DIR] [--gc-grace-period D] [--quarantine-period D] [--controllers N] [--bin DIR] [--assets DIR]
   localcluster node add NAME [--label k=v]... [--dir DIR]
   localcluster node remove NAME [--crash] [--dir DIR]
   localcluster node restart NAME [--crash] [--dir DIR]
   localcluster node stall NAME [--dir DIR]
   localcluster node resume NAME [--dir DIR]
   localcluster controller restart [--crash] [--dir DIR]
+  localcluster apiserver restart [--crash] [--dir DIR]
   localcluster status [--dir DIR]
   localcluster down [--dir DIR]
 
@@ -50,8 +52,9 @@ up starts etcd, kube-apiserver, the pool controller and a handler per node
 them running. node remove deletes a Node (with --crash, its handler is
 killed first, without a chance to clean up). node stall freezes a node's
 handler (SIGSTOP), as a GC pause or a paused VM would, until node resume.
-controller restart stops the pool controller (killed, with --crash) and
-starts it again. down stops every process up
+controller restart and apiserver restart stop the pool controller (the
+replica that leads, of several) or kube-apiserver (killed, with --crash)
+and start it again. down stops every process up
 and node add started, and removes nothing. DIR defaults to .local.
 `
 
@@ -88,8 +91,8 @@ func dispatch(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		return withCluster(rest, "status", stderr, nil, func(c *cluster, _ []string) error { return c.status(stdout) })
 	case "node":
 		return cmdNode(ctx, rest, stdout, stderr)
-	case "controller":
-		return cmdController(ctx, rest, stdout, stderr)
+	case "controller", "apiserver":
+		return cmdRestart(ctx, cmd, rest, stdout, stderr)
 	case "help", "-h", "--help":
 		fmt.Fprint(stdout, usage)
 		return nil
@@ -106,6 +109,7 @@ func cmdUp(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs.IntVar(&o.nodes, "nodes", 3, "how many nodes to create")
 	fs.DurationVar(&o.gracePeriod, "gc-grace-period", 30*time.Second,
 		"the pool controller's garbage collection grace period: how long an address may stay allocated and unrecorded")
+	fs.IntVar(&o.controllers, "controllers", 1, "how many pool controller replicas run, with leader election")
 	fs.DurationVar(&o.quarantine, "quarantine-period", 30*time.Second,
 		"the pool controller's quarantine period: the longest an address taken from a node is kept from others when the node cannot confirm it is gone")
 	fs.StringVar(&o.bin, "bin", exeDir(), "directory of handler, pool-controller and nmstatectl-sim")
@@ -118,6 +122,9 @@ func cmdUp(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	}
 	if err := pool.CheckPeriods(o.gracePeriod, o.quarantine); err != nil {
 		return fmt.Errorf("%w: %w", cli.ErrUsage, err)
+	}
+	if o.controllers < 1 || o.controllers > 3 {
+		return fmt.Errorf("%w: --controllers %d: give 1 to 3", cli.ErrUsage, o.controllers)
 	}
 	if o.nodes < 0 || o.nodes > 99 {
 		return fmt.Errorf("%w: --nodes %d: give 0 to 99", cli.ErrUsage, o.nodes)
@@ -198,20 +205,27 @@ func cmdNode(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	})
 }
 
-// cmdController runs "controller restart [--crash]".
-func cmdController(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+// cmdRestart runs "controller restart [--crash]" and "apiserver restart
+// [--crash]".
+func cmdRestart(ctx context.Context, what string, args []string, stdout, stderr io.Writer) error {
 	if len(args) == 0 || args[0] != "restart" {
-		return fmt.Errorf("%w: controller needs restart", cli.ErrUsage)
+		return fmt.Errorf("%w: %s needs restart", cli.ErrUsage, what)
 	}
 	var crash bool
 	flags := func(fs *flag.FlagSet) {
-		fs.BoolVar(&crash, "crash", false, "kill the pool controller (SIGKILL) instead of stopping it")
+		fs.BoolVar(&crash, "crash", false, "kill it (SIGKILL) instead of stopping it")
 	}
-	return withCluster(args[1:], "controller restart", stderr, flags, func(c *cluster, _ []string) error {
-		if err := c.restartPoolController(ctx, crash); err != nil {
+	return withCluster(args[1:], what+" restart", stderr, flags, func(c *cluster, _ []string) error {
+		process, err := "kube-apiserver", error(nil)
+		if what == "apiserver" {
+			err = c.restartAPIServer(ctx, crash)
+		} else {
+			process, err = c.restartPoolController(ctx, crash)
+		}
+		if err != nil {
 			return err
 		}
-		fmt.Fprintf(stdout, "restarted the pool controller (pid %d)\n", c.Processes["pool-controller"].PID)
+		fmt.Fprintf(stdout, "restarted %s (pid %d)\n", process, c.Processes[process].PID)
 		return nil
 	})
 }

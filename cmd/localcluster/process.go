@@ -25,6 +25,8 @@ type process struct {
 	Log    string   `json:"log"`
 	// Health, if set, is the address of its /readyz endpoint.
 	Health string `json:"health,omitempty"`
+	// Metrics, if set, is the address of its /metrics endpoint.
+	Metrics string `json:"metrics,omitempty"`
 	// Removed is set on the handler of a node that was removed.
 	Removed bool `json:"removed,omitempty"`
 }

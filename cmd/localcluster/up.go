@@ -8,8 +8,11 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"net/url"
 	"os"
 	"path/filepath"
+	"strconv"
+	"strings"
 	"syscall"
 	"time"
 
@@ -27,6 +30,7 @@ type upOptions struct {
 	nodes            int
 	gracePeriod      time.Duration
 	quarantine       time.Duration
+	controllers      int
 }
 
 // up starts a local cluster and leaves it running. If a step fails, it
@@ -36,7 +40,7 @@ func up(ctx context.Context, o upOptions, out io.Writer) error {
 		return fmt.Errorf("a local cluster is already up in %s (%v): run 'localcluster down' first", o.dir, old.running())
 	}
 	c := &cluster{dir: o.dir, Bin: o.bin, Assets: o.assets, GracePeriod: o.gracePeriod.String(),
-		QuarantinePeriod: o.quarantine.String(), Processes: map[string]*process{}}
+		QuarantinePeriod: o.quarantine.String(), Controllers: o.controllers, Processes: map[string]*process{}}
 	if err := c.checkBinaries(); err != nil {
 		return err
 	}
@@ -152,6 +156,33 @@ func (c *cluster) startAPIServer(ctx context.Context, keys pki) error {
 	if err != nil {
 		return err
 	}
+	return c.startAPIServerOn(ctx, keys, port)
+}
+
+// restartAPIServer stops kube-apiserver (killed, with crash) and starts it
+// again on the same port, so every client finds it where it was.
+func (c *cluster) restartAPIServer(ctx context.Context, crash bool) error {
+	u, err := url.Parse(c.APIServer)
+	if err != nil {
+		return fmt.Errorf("the API server's address %q: %w", c.APIServer, err)
+	}
+	port, err := strconv.Atoi(u.Port())
+	if err != nil {
+		return fmt.Errorf("the API server's address %q: %w", c.APIServer, err)
+	}
+	sig := syscall.SIGTERM
+	if crash {
+		sig = syscall.SIGKILL
+	}
+	if p, ok := c.Processes["kube-apiserver"]; ok {
+		if err := p.stop(sig, 30*time.Second); err != nil {
+			return err
+		}
+	}
+	return c.startAPIServerOn(ctx, pki{dir: c.path("pki")}, port)
+}
+
+func (c *cluster) startAPIServerOn(ctx context.Context, keys pki, port int) error {
 	c.APIServer = "https://" + hostPort(port)
 	p := &process{Binary: filepath.Join(c.Assets, "kube-apiserver"), Log: c.path("logs", "kube-apiserver.log"),
 		Health: c.APIServer + "/readyz", Args: []string{
@@ -246,22 +277,70 @@ func established(ctx context.Context, k client.Client, name string) bool {
 	return false
 }
 
-// restartPoolController stops the pool controller (killed, with crash)
-// and starts it again.
-func (c *cluster) restartPoolController(ctx context.Context, crash bool) error {
+// controllerName names the pool controller replica i (1-based).
+func controllerName(i int) string {
+	if i == 1 {
+		return "pool-controller"
+	}
+	return fmt.Sprintf("pool-controller-%d", i)
+}
+
+// restartPoolController stops the pool controller (killed, with crash) and
+// starts it again: of several replicas, the one that leads. It returns the
+// name of the replica it restarted.
+func (c *cluster) restartPoolController(ctx context.Context, crash bool) (string, error) {
 	sig := syscall.SIGTERM
 	if crash {
 		sig = syscall.SIGKILL
 	}
-	if p, ok := c.Processes["pool-controller"]; ok {
-		if err := p.stop(sig, 15*time.Second); err != nil {
+	name := c.leader(ctx)
+	if err := c.Processes[name].stop(sig, 15*time.Second); err != nil {
+		return name, err
+	}
+	return name, c.startPoolController(ctx)
+}
+
+// leader returns the replica that holds the leader election lease, as
+// its metrics tell; the first replica if none says so.
+func (c *cluster) leader(ctx context.Context) string {
+	for i := 1; i <= max(c.Controllers, 1); i++ {
+		p := c.Processes[controllerName(i)]
+		if p == nil || p.Metrics == "" || !p.alive() {
+			continue
+		}
+		req, err := http.NewRequestWithContext(ctx, http.MethodGet, p.Metrics, nil)
+		if err != nil {
+			continue
+		}
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			continue
+		}
+		body, _ := io.ReadAll(resp.Body)
+		_ = resp.Body.Close()
+		if strings.Contains(string(body), `leader_election_master_status{name="nmstate-ippool-pool-controller"} 1`) {
+			return controllerName(i)
+		}
+	}
+	return controllerName(1)
+}
+
+// startPoolController starts every pool controller replica that does not
+// run; with several, they elect a leader.
+func (c *cluster) startPoolController(ctx context.Context) error {
+	for i := 1; i <= max(c.Controllers, 1); i++ {
+		name := controllerName(i)
+		if c.Processes[name].alive() {
+			continue
+		}
+		if err := c.startControllerReplica(ctx, name); err != nil {
 			return err
 		}
 	}
-	return c.startPoolController(ctx)
+	return nil
 }
 
-func (c *cluster) startPoolController(ctx context.Context) error {
+func (c *cluster) startControllerReplica(ctx context.Context, name string) error {
 	health, err := freePort()
 	if err != nil {
 		return err
@@ -270,13 +349,13 @@ func (c *cluster) startPoolController(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	p := &process{Binary: filepath.Join(c.Bin, "pool-controller"), Log: c.path("logs", "pool-controller.log"),
-		Health: "http://" + hostPort(health) + "/readyz", Args: []string{
+	p := &process{Binary: filepath.Join(c.Bin, "pool-controller"), Log: c.path("logs", name+".log"),
+		Health: "http://" + hostPort(health) + "/readyz", Metrics: "http://" + hostPort(metrics) + "/metrics", Args: []string{
 			"--kubeconfig=" + c.kubeconfig(), "--leader-election-namespace=default",
 			"--health-probe-bind-address=" + hostPort(health), "--metrics-bind-address=" + hostPort(metrics),
 			"--gc-grace-period=" + c.GracePeriod, "--quarantine-period=" + c.QuarantinePeriod,
 		}}
-	if err := c.launch("pool-controller", p); err != nil {
+	if err := c.launch(name, p); err != nil {
 		return err
 	}
 	return p.ready(ctx, time.Minute, httpReady(p.Health))

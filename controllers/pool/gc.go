@@ -104,6 +104,9 @@ func (r *Reconciler) collect(ctx context.Context, pool *ippoolv1.NodeIPPool, due
 	if len(work.prune) > 0 {
 		m.lastPrune = r.Clock.Now()
 	}
+	if holdsDue && len(pool.Status.Quarantined) > 0 {
+		m.lastLiftCheck = r.Clock.Now()
+	}
 	r.reportHolds(ctx, pool, work, revoked, lifted)
 	if len(freed) == 0 {
 		return nil

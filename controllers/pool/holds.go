@@ -56,8 +56,11 @@ type holdWork struct {
 }
 
 // entriesDue returns whether the pool's entries need work now, and how long
-// until the next one may.
-func (r *Reconciler) entriesDue(pool *ippoolv1.NodeIPPool, claims poolstatus.Claims, lastPrune time.Time) (bool, time.Duration) {
+// until the next one may. Pruning and quarantine checks are batched: at
+// most one every pruneAfter and quarantinePoll, however many enactment
+// events bring the pool back.
+func (r *Reconciler) entriesDue(pool *ippoolv1.NodeIPPool, claims poolstatus.Claims, m *poolMemory) (bool, time.Duration) {
+	lastPrune := m.lastPrune
 	now := r.Clock.Now()
 	var next time.Duration
 	wait := func(d time.Duration) {
@@ -83,8 +86,12 @@ func (r *Reconciler) entriesDue(pool *ippoolv1.NodeIPPool, claims poolstatus.Cla
 		}
 	}
 	if len(pool.Status.Quarantined) > 0 {
-		due = true
-		wait(quarantinePoll)
+		if since := now.Sub(m.lastLiftCheck); since >= quarantinePoll {
+			due = true
+			wait(quarantinePoll)
+		} else {
+			wait(quarantinePoll - since)
+		}
 	}
 	return due, next
 }

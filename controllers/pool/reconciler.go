@@ -68,8 +68,9 @@ type poolMemory struct {
 	// invalid); the pool is rebuilt once it is no longer refused.
 	refused   bool
 	unclaimed unclaimedBits
-	// lastPrune is when recorded in-flight entries were last removed.
-	lastPrune time.Time
+	// lastPrune is when recorded in-flight entries were last removed, and
+	// lastLiftCheck when quarantines were last looked at.
+	lastPrune, lastLiftCheck time.Time
 }
 
 // Reconcile rebuilds a pool when it must (new, controller start, reset,
@@ -145,7 +146,7 @@ func (r *Reconciler) refuse(ctx context.Context, pool *ippoolv1.NodeIPPool, a av
 func (r *Reconciler) maintain(ctx context.Context, pool *ippoolv1.NodeIPPool, alloc *ippool.Allocator, v view) (ctrl.Result, error) {
 	m := r.remember(pool)
 	gcDue, gcNext := m.unclaimed.observe(withoutEntries(pool, alloc, v.audit.Unclaimed), r.Clock.Now(), r.GracePeriod)
-	holdsDue, holdsNext := r.entriesDue(pool, v.claims, m.lastPrune)
+	holdsDue, holdsNext := r.entriesDue(pool, v.claims, m)
 	result := ctrl.Result{RequeueAfter: soonest(gcNext, holdsNext)}
 	if len(gcDue) > 0 || holdsDue {
 		return result, r.collect(ctx, pool, gcDue, holdsDue)

@@ -147,6 +147,34 @@ func TestResetWhileHolderStalled(t *testing.T) {
 	assertIndexed("stall")
 }
 
+// TestResetOnEmptiedBitmap: an enactment reset while the pool's bitmap was
+// emptied by hand (found by the chaos suite): the dropped address is
+// quarantined all the same, and the rebuild that follows keeps it, so a
+// node that joins is not handed what the stalled holder still carries.
+func TestResetOnEmptiedBitmap(t *testing.T) {
+	RegisterTestingT(t)
+	stop := startController(t, nil)
+	createPool(t, "wiped", ippoolv1.IPRange{CIDR: "10.57.0.0/24", Start: "10.57.0.1", End: "10.57.0.4"})
+	Eventually(available("wiped")).Should(HavePrefix("True"))
+	createPolicy(t, "wiped", "wiped", "wiped")
+	holder := addNode(t, t.TempDir(), "wiped01", "wiped")
+	Eventually(enactmentState("wiped01.wiped")).Should(HavePrefix("Available"))
+	Expect(held("wiped01.wiped", "wiped")).To(Equal([]string{"10.57.0.1"}))
+	Expect(holder.Stop()).To(Succeed())
+	stop()
+
+	setBits("wiped")
+	annotate(&nncev1beta1.NodeNetworkConfigurationEnactment{ObjectMeta: metav1.ObjectMeta{Name: "wiped01.wiped"}}, "wiped")
+	startControllerWith(t, 10*time.Minute)
+	Eventually(func() []string { return held("wiped01.wiped", "wiped") }).Should(BeEmpty())
+	Eventually(available("wiped")).Should(HavePrefix("True"))
+	Expect(bits("wiped")).To(Equal([]string{"10.57.0.1"}), "quarantined, so kept by the rebuild")
+	addNode(t, t.TempDir(), "wiped02", "wiped")
+	Eventually(enactmentState("wiped02.wiped")).Should(HavePrefix("Available"))
+	Expect(held("wiped02.wiped", "wiped")).To(Equal([]string{"10.57.0.2"}))
+	Expect(holder.Configured("eth1")).To(Equal("10.57.0.1/24"))
+}
+
 func quarantined(s *ippoolv1.NodeIPPoolStatus, ip string) *ippoolv1.QuarantinedAddress {
 	return poolstatus.QuarantineOf(&ippoolv1.NodeIPPool{Status: *s}, ip)
 }

@@ -71,9 +71,19 @@ type Mutation func(pool *ippoolv1.NodeIPPool, alloc *ippool.Allocator) (bool, er
 type Option func(*updateOptions)
 
 type updateOptions struct {
-	uid     types.UID
-	vouch   bool
-	discard func(error)
+	uid        types.UID
+	vouch      bool
+	protective bool
+	discard    func(error)
+}
+
+// protective lets Update write a status whose stamp does not match (or
+// whose bitmap cannot be read), for a Mutation that only sets bits and adds
+// entries: it can only keep addresses from being handed out. The stamp is
+// left as it was, so the status stays unvouched and the pool controller
+// still rebuilds it; that rebuild keeps the entries.
+func protective() Option {
+	return func(o *updateOptions) { o.protective = true }
 }
 
 // Incarnation fences the write to the pool with this UID: if the pool was
@@ -127,6 +137,9 @@ func (w *Writer) Update(ctx context.Context, name string, mutate Mutation, opts 
 			pool.Status.Stamp = after
 		case after == before:
 			// Conditions or counts only: the stamp stays as it was.
+		case o.protective && (unreadable != nil || !vouched):
+			// Protection added to a status nobody vouches for: it stays
+			// unvouched, for the rebuild.
 		case unreadable != nil:
 			return fmt.Errorf("NodeIPPool %q: %w: %w", name, ErrUnreadable, unreadable)
 		case !vouched:
@@ -231,9 +244,11 @@ type Holder struct {
 // Quarantine keeps addresses whose record is gone from everyone else until
 // the pool controller lifts the quarantine (the holder no longer carries
 // them, its Node is gone, or the quarantine period passed). Call it only
-// after the record is gone. An address is quarantined in every pool whose
-// bit for it is set: its own pool, or, if that pool was deleted, an
-// overlapping one. It returns the addresses it quarantined, by pool.
+// after the record is gone. An address is quarantined, its bit set, in
+// every pool whose range hands it out: its own pool, or, if that pool was
+// deleted, an overlapping one. It writes also on a status nobody vouches
+// for (a bitmap emptied by hand), since it only adds protection. It
+// returns the addresses it quarantined, by pool.
 func (w *Writer) Quarantine(ctx context.Context, holder Holder, record ippoolv1.EnactmentIPPools) (ippoolv1.EnactmentIPPools, error) {
 	var ips []netip.Addr
 	for _, a := range record {
@@ -254,13 +269,13 @@ func (w *Writer) Quarantine(ctx context.Context, holder Holder, record ippoolv1.
 	var errs []error
 	for i := range pools.Items {
 		p := &pools.Items[i]
-		alloc, err := poolstatus.Allocator(p)
+		rng, err := poolstatus.Range(p)
 		if err != nil {
-			continue // unreadable or invalid: its rebuild counts claims only
+			continue // a range that hands out nothing
 		}
 		var mine []netip.Addr
 		for _, ip := range ips {
-			if alloc.HasIP(ip) {
+			if _, err := rng.Assignable(ip); err == nil {
 				mine = append(mine, ip)
 			}
 		}
@@ -284,17 +299,21 @@ func (w *Writer) quarantineIn(ctx context.Context, pool *ippoolv1.NodeIPPool, ho
 	since := metav1.NewTime(w.Clock.Now().Truncate(time.Second))
 	_, err := w.Update(ctx, pool.Name, func(p *ippoolv1.NodeIPPool, alloc *ippool.Allocator) (bool, error) {
 		added = nil
+		set := false
 		for _, ip := range ips {
-			if !alloc.HasIP(ip) {
+			q := ippoolv1.QuarantinedAddress{IP: ip.String(), Node: holder.Node, Enactment: holder.Enactment, Since: since}
+			switch err := alloc.AllocateIP(ip); {
+			case err == nil:
+				set = true
+			case !errors.Is(err, ippool.ErrAllocated):
 				continue
 			}
-			q := ippoolv1.QuarantinedAddress{IP: ip.String(), Node: holder.Node, Enactment: holder.Enactment, Since: since}
 			if poolstatus.AddQuarantine(p, q) {
 				added = append(added, q.IP)
 			}
 		}
-		return len(added) > 0, nil
-	}, Incarnation(pool.UID))
+		return set || len(added) > 0, nil
+	}, Incarnation(pool.UID), protective())
 	if ignorable(err) {
 		return nil, nil
 	}

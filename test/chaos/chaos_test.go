@@ -1,5 +1,6 @@
 // Package chaos runs a local cluster of real processes (etcd,
-// kube-apiserver, the pool controller, one handler per node) under seeded
+// kube-apiserver, two pool controller replicas with leader election, one
+// handler per node) under seeded
 // random faults, samples every node's network all along, and fails on any
 // address carried by two NICs at once. After the faults, every node must
 // hold its addresses within a minute and the pools must agree with the
@@ -30,6 +31,8 @@ import (
 	nmstatev1 "github.com/nmstate/kubernetes-nmstate/api/v1"
 	. "github.com/onsi/gomega"
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/tools/clientcmd"
@@ -56,28 +59,6 @@ const (
 	pool6      = "chaos-v6"
 )
 
-const desired = `interfaces:
-- name: eth1
-  type: ethernet
-  state: up
-  ipv4:
-    enabled: true
-    dhcp: false
-    address:
-    - ip: "{{ capture.v4.ip }}"
-      prefix-length: "{{ capture.v4.prefix-length }}"
-- name: eth2
-  type: ethernet
-  state: up
-  ipv6:
-    enabled: true
-    dhcp: false
-    autoconf: false
-    address:
-    - ip: "{{ capture.v6.ip }}"
-      prefix-length: "{{ capture.v6.prefix-length }}"
-`
-
 // cluster is the local cluster under test.
 type cluster struct {
 	t        *testing.T
@@ -88,6 +69,8 @@ type cluster struct {
 	next int
 	// stalled maps a stalled node to when it is resumed.
 	stalled map[string]time.Time
+	// target names what the last fault hit, for the log.
+	target string
 }
 
 func TestChaos(t *testing.T) {
@@ -108,8 +91,10 @@ func TestChaos(t *testing.T) {
 	for end := time.Now().Add(*duration); time.Now().Before(end); {
 		c.resumeDue(false)
 		f := faults[rng.IntN(len(faults))]
+		c.target = ""
 		if f.run(c, rng) {
 			counts[f.name]++
+			t.Logf("%s %s %s", time.Now().Format(time.StampMilli), f.name, c.target)
 		}
 		time.Sleep(time.Duration(500+rng.IntN(1500)) * time.Millisecond)
 	}
@@ -131,7 +116,7 @@ func start(t *testing.T) *cluster {
 		next: *nodes + 1, stalled: map[string]time.Time{}}
 	Expect(envtest.BuildCommands(c.bin, "handler", "pool-controller", "nmstatectl-sim", "localcluster", "kubectl-nodeippool")).To(Succeed())
 	c.run("up", "--nodes", fmt.Sprint(*nodes), "--bin", c.bin, "--assets", envtest.AssetsDir(),
-		"--gc-grace-period", grace.String(), "--quarantine-period", quarantine.String())
+		"--gc-grace-period", grace.String(), "--quarantine-period", quarantine.String(), "--controllers", "2")
 	t.Cleanup(func() {
 		c.resumeDue(true)
 		if t.Failed() {
@@ -168,7 +153,7 @@ func (c *cluster) setUp() {
 	p := &nmstatev1.NodeNetworkConfigurationPolicy{ObjectMeta: metav1.ObjectMeta{Name: policy}}
 	p.Spec.NodeSelector = map[string]string{"node-role.kubernetes.io/worker": ""}
 	p.Spec.Capture = map[string]string{"v4": "ippool." + pool4 + ".allocate", "v6": "ippool." + pool6 + ".allocate"}
-	p.Spec.DesiredState = shared.NewState(desired)
+	p.Spec.DesiredState = shared.NewState(envtest.TwoFamiliesState)
 	Expect(c.k.Create(c.ctx, p)).To(Succeed())
 }
 
@@ -309,7 +294,8 @@ func (c *cluster) resumeDue(all bool) {
 	}
 }
 
-// pick returns a random node that is not stalled, or "".
+// pick returns a random node that is not stalled, or "", and names it as
+// the fault's target.
 func (c *cluster) pick(rng *rand.Rand) string {
 	var free []string
 	for _, n := range c.nodeNames() {
@@ -320,7 +306,8 @@ func (c *cluster) pick(rng *rand.Rand) string {
 	if len(free) == 0 {
 		return ""
 	}
-	return free[rng.IntN(len(free))]
+	c.target = free[rng.IntN(len(free))]
+	return c.target
 }
 
 // fault is one kind of trouble; run reports whether it happened.
@@ -342,7 +329,7 @@ var faults = []fault{
 		c.stalled[node] = time.Now().Add(grace + time.Duration(rng.IntN(5000))*time.Millisecond)
 		return true
 	}},
-	{"pool controller kill -9", func(c *cluster, _ *rand.Rand) bool {
+	{"leading pool controller kill -9 (of two)", func(c *cluster, _ *rand.Rand) bool {
 		return c.try("controller", "restart", "--crash")
 	}},
 	{"node crash-removed, another joins", func(c *cluster, rng *rand.Rand) bool {
@@ -367,6 +354,22 @@ var faults = []fault{
 	{"reset of a pool", func(c *cluster, rng *rand.Rand) bool {
 		return c.annotate(&ippoolv1.NodeIPPool{}, []string{pool4, pool6}[rng.IntN(2)], "")
 	}},
+	{"API server kill -9 and restart", func(c *cluster, _ *rand.Rand) bool {
+		return c.try("apiserver", "restart", "--crash")
+	}},
+	{"pool re-created larger or smaller", func(c *cluster, rng *rand.Rand) bool {
+		r := []ippoolv1.IPRange{{CIDR: "10.90.0.0/23"}, {CIDR: "10.90.0.0/24", End: "10.90.0.120"}}[rng.IntN(2)]
+		return c.deletePool(pool4) && c.createPool(pool4, r)
+	}},
+	{"overlapping pool added, the older deleted", func(c *cluster, _ *rand.Rand) bool {
+		// chaos-v4 is in use; a wider pool overlaps it and is refused until
+		// chaos-v4 is deleted, then serves; chaos-v4 comes back, refused in
+		// turn, and serves again once the wider pool is deleted.
+		const wider = "chaos-v4-wider"
+		return c.createPool(wider, ippoolv1.IPRange{CIDR: "10.90.0.0/23"}) && c.deletePool(pool4) &&
+			c.poolAvailable(wider) && c.createPool(pool4, ippoolv1.IPRange{CIDR: "10.90.0.0/24"}) &&
+			c.deletePool(wider) && c.poolAvailable(pool4)
+	}},
 	{"bitmap emptied by hand", func(c *cluster, rng *rand.Rand) bool {
 		var p ippoolv1.NodeIPPool
 		if err := c.k.Get(c.ctx, types.NamespacedName{Name: []string{pool4, pool6}[rng.IntN(2)]}, &p); err != nil {
@@ -387,6 +390,45 @@ func (c *cluster) try(args ...string) bool {
 		c.t.Logf("localcluster %v: %v: %s", args, err, out)
 	}
 	return err == nil
+}
+
+// createPool creates a pool.
+func (c *cluster) createPool(name string, r ippoolv1.IPRange) bool {
+	err := c.k.Create(c.ctx, &ippoolv1.NodeIPPool{ObjectMeta: metav1.ObjectMeta{Name: name}, Spec: ippoolv1.NodeIPPoolSpec{Range: r}})
+	if err != nil {
+		c.t.Logf("create pool %s: %v", name, err)
+	}
+	return err == nil
+}
+
+// deletePool deletes a pool and waits until it is gone.
+func (c *cluster) deletePool(name string) bool {
+	p := &ippoolv1.NodeIPPool{ObjectMeta: metav1.ObjectMeta{Name: name}}
+	if err := c.k.Delete(c.ctx, p); err != nil {
+		return false
+	}
+	return poll(30*time.Second, func() bool { return apierrors.IsNotFound(c.k.Get(c.ctx, client.ObjectKeyFromObject(p), p)) })
+}
+
+// poolAvailable waits until a pool is Available=True.
+func (c *cluster) poolAvailable(name string) bool {
+	return poll(time.Minute, func() bool {
+		var p ippoolv1.NodeIPPool
+		if c.k.Get(c.ctx, types.NamespacedName{Name: name}, &p) != nil {
+			return false
+		}
+		return meta.IsStatusConditionTrue(p.Status.Conditions, ippoolv1.ConditionAvailable)
+	})
+}
+
+// poll calls cond every 200ms until it holds or timeout passes.
+func poll(timeout time.Duration, cond func() bool) bool {
+	for end := time.Now().Add(timeout); time.Now().Before(end); time.Sleep(200 * time.Millisecond) {
+		if cond() {
+			return true
+		}
+	}
+	return false
 }
 
 // annotate sets the reset annotation on an object.

@@ -13,6 +13,7 @@ import (
 
 	ippoolv1 "github.com/nmstate-ippool/nmstate-ippool/api/v1"
 	nncev1beta1 "github.com/nmstate-ippool/nmstate-ippool/api/v1beta1"
+	"github.com/nmstate-ippool/nmstate-ippool/test/envtest"
 )
 
 var workers = []string{"node01", "node02", "node03"}
@@ -207,33 +208,11 @@ var _ = Describe("A handler restarted", func() {
 	})
 })
 
-const twoFamilies = `interfaces:
-- name: eth1
-  type: ethernet
-  state: up
-  ipv4:
-    enabled: true
-    dhcp: false
-    address:
-    - ip: "{{ capture.v4.ip }}"
-      prefix-length: "{{ capture.v4.prefix-length }}"
-- name: eth2
-  type: ethernet
-  state: up
-  ipv6:
-    enabled: true
-    dhcp: false
-    autoconf: false
-    address:
-    - ip: "{{ capture.v6.ip }}"
-      prefix-length: "{{ capture.v6.prefix-length }}"
-`
-
 var _ = Describe("An IPv4 and an IPv6 pool on two interfaces", func() {
 	It("gives every node one address of each family, on each interface", func() {
 		createPool("v4", ippoolv1.IPRange{CIDR: "10.45.0.0/24", Start: "10.45.0.10", End: "10.45.0.20"})
 		createPool("v6", ippoolv1.IPRange{CIDR: "fd00:45::/64", Start: "fd00:45::10", End: "fd00:45::ff", Exclude: []string{"fd00:45::11"}})
-		createPolicyWith("dual", map[string]string{"v4": "ippool.v4.allocate", "v6": "ippool.v6.allocate"}, twoFamilies)
+		createPolicyWith("dual", map[string]string{"v4": "ippool.v4.allocate", "v6": "ippool.v6.allocate"}, envtest.TwoFamiliesState)
 		policyAvailable("dual")
 		v4 := addresses("dual", "v4", "eth1", workers...)
 		v6 := addresses("dual", "v6", "eth2", workers...)

@@ -21,6 +21,30 @@ const OneAddressState = `interfaces:
       prefix-length: "{{ capture.addr.prefix-length }}"
 `
 
+// TwoFamiliesState is a desired state that puts the IPv4 address of the
+// capture v4 on eth1 and the IPv6 address of the capture v6 on eth2.
+const TwoFamiliesState = `interfaces:
+- name: eth1
+  type: ethernet
+  state: up
+  ipv4:
+    enabled: true
+    dhcp: false
+    address:
+    - ip: "{{ capture.v4.ip }}"
+      prefix-length: "{{ capture.v4.prefix-length }}"
+- name: eth2
+  type: ethernet
+  state: up
+  ipv6:
+    enabled: true
+    dhcp: false
+    autoconf: false
+    address:
+    - ip: "{{ capture.v6.ip }}"
+      prefix-length: "{{ capture.v6.prefix-length }}"
+`
+
 // Events returns "Reason: note" of every Event about the object of kind
 // called name.
 func Events(ctx context.Context, c client.Reader, kind, name string) ([]string, error) {
