@@ -170,6 +170,9 @@ func TestInstallShape(t *testing.T) {
 		{controller, "nodenetworkconfigurationenactments", "create", false, "only handlers create enactments"},
 		{controller, "nodenetworkconfigurationpolicies", "update", false, "the controller only removes annotations (patch)"},
 		{controller, "leases", "create", false, "leases are granted in its namespace only"},
+		{controller, "nodenetworkstates", "list", true, "quarantines are lifted, and strays found, on the nodes' published states"},
+		{controller, "nodenetworkstates/status", "update", false, "only handlers publish states"},
+		{controller, "nodenetworkconfigurationenactments", "patch", true, "fencing an enactment before revoking its allocation"},
 	} {
 		if got := allows(tt.role, tt.resource, tt.verb); got != tt.allowed {
 			t.Errorf("%s may %s %s: %v, want %v (%s)", tt.role.Name, tt.verb, tt.resource, got, tt.allowed, tt.whyNotOrWhyNeeded)

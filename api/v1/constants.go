@@ -103,6 +103,10 @@ const (
 	// because their former holder no longer carries them, its Node is gone,
 	// or the quarantine period passed.
 	ReasonQuarantineLifted = "QuarantineLifted"
+	// ReasonAddressQuarantined (pool): a rebuild found addresses of the
+	// range on a node's network that no enactment records (the quarantine
+	// of a deleted pool, a record lost by hand) and quarantined them.
+	ReasonAddressQuarantined = "AddressQuarantined"
 	// ReasonPoolWriteRetriesExhausted (enactment): every attempt to write a
 	// pool met a conflict; the handler tries again later.
 	ReasonPoolWriteRetriesExhausted = "PoolWriteRetriesExhausted"

@@ -2,14 +2,18 @@ package pool
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"maps"
 	"net/netip"
 	"slices"
 	"strings"
+	"time"
 
 	"github.com/nmstate/kubernetes-nmstate/api/shared"
 	nmstatev1 "github.com/nmstate/kubernetes-nmstate/api/v1"
 	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -220,9 +224,14 @@ func (r *Reconciler) rebuildFromEnactments(ctx context.Context, pool *ippoolv1.N
 	if err != nil {
 		return err
 	}
+	carried, err := r.carriedAddresses(ctx)
+	if err != nil {
+		return err
+	}
 	var set int
 	var v view
 	var distrusted bool
+	var strays []string
 	vouch := poolwrite.Vouch(func(err error) {
 		r.Recorder.Eventf(pool, nil, corev1.EventTypeWarning, ippoolv1.ReasonUnsyncronizedIPPool, "Rebuild",
 			"Discarded an unreadable status.allocatedOffsets (%v); rebuilding from the enactments", err)
@@ -241,10 +250,16 @@ func (r *Reconciler) rebuildFromEnactments(ctx context.Context, pool *ippoolv1.N
 		v = observe(p.Name, alloc, enactments)
 		set += setMissing(alloc, v.audit.Missing)
 		v.audit.Missing = nil
+		strays = quarantineStrays(p, alloc, v.claims, carried, metav1.NewTime(r.Clock.Now().Truncate(time.Second)))
 		return availabilityOf(p.Name, alloc, v), true, nil
 	}, vouch)
 	if err != nil {
 		return err
+	}
+	if len(strays) > 0 {
+		r.Recorder.Eventf(pool, nil, corev1.EventTypeWarning, ippoolv1.ReasonAddressQuarantined, "Rebuild",
+			"Quarantined %s: carried by a node's network but recorded by no enactment (its pool was deleted, or a record was lost)",
+			listNames(strays, 10))
 	}
 	if distrusted {
 		r.Recorder.Eventf(pool, nil, corev1.EventTypeWarning, ippoolv1.ReasonUnvouchedStatus, "Rebuild",
@@ -255,6 +270,43 @@ func (r *Reconciler) rebuildFromEnactments(ctx context.Context, pool *ippoolv1.N
 	ctrl.LoggerFrom(ctx).Info("rebuilt pool", "set", set, "allocated", pool.Status.Allocated,
 		"collisions", len(v.audit.Collisions), "outside", len(v.audit.Outside), "unclaimed", len(v.audit.Unclaimed))
 	return nil
+}
+
+// carriedAddresses maps every static address the nodes' NodeNetworkStates
+// show to the node that carries it.
+func (r *Reconciler) carriedAddresses(ctx context.Context) (map[netip.Addr]string, error) {
+	var list nncev1beta1.NodeNetworkStateList
+	if err := r.APIReader.List(ctx, &list); err != nil {
+		return nil, fmt.Errorf("list NodeNetworkStates: %w", err)
+	}
+	out := map[netip.Addr]string{}
+	for _, nns := range list.Items {
+		for _, ip := range poolstatus.StateAddresses(nns.Status.CurrentState.Raw) {
+			out[ip] = nns.Name
+		}
+	}
+	return out, nil
+}
+
+// quarantineStrays quarantines the addresses of the range that a node
+// carries but no enactment records and no entry holds: the quarantine of a
+// deleted pool, or a record lost by hand. It returns them, described.
+func quarantineStrays(pool *ippoolv1.NodeIPPool, alloc *ippool.Allocator, claims poolstatus.Claims,
+	carried map[netip.Addr]string, now metav1.Time) []string {
+	var strays []string
+	for _, ip := range slices.SortedFunc(maps.Keys(carried), netip.Addr.Compare) {
+		s := ip.String()
+		if _, err := alloc.Range().Assignable(ip); err != nil || len(claims[ip]) > 0 ||
+			poolstatus.InFlightOf(pool, s) != nil || poolstatus.QuarantineOf(pool, s) != nil {
+			continue
+		}
+		if err := alloc.AllocateIP(ip); err != nil && !errors.Is(err, ippool.ErrAllocated) {
+			continue
+		}
+		poolstatus.AddQuarantine(pool, ippoolv1.QuarantinedAddress{IP: s, Node: carried[ip], Since: now})
+		strays = append(strays, s+" on node "+carried[ip])
+	}
+	return strays
 }
 
 // setEntries sets the bits of in-flight and quarantined addresses, which

@@ -4,6 +4,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nmstate/kubernetes-nmstate/api/shared"
 	. "github.com/onsi/gomega"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
@@ -173,6 +174,34 @@ func TestResetOnEmptiedBitmap(t *testing.T) {
 	Eventually(enactmentState("wiped02.wiped")).Should(HavePrefix("Available"))
 	Expect(held("wiped02.wiped", "wiped")).To(Equal([]string{"10.57.0.2"}))
 	Expect(holder.Configured("eth1")).To(Equal("10.57.0.1/24"))
+}
+
+// TestCarriedButUnrecordedIsQuarantined: a node's network carries an
+// address of the pool that no enactment records (its pool was deleted with
+// its quarantine list, as when a pool is re-created). The rebuild
+// quarantines it, so no node that joins is handed it.
+func TestCarriedButUnrecordedIsQuarantined(t *testing.T) {
+	RegisterTestingT(t)
+	Expect(k.Create(ctx, newNode("strayhost", "none"))).To(Succeed())
+	t.Cleanup(func() { _ = k.Delete(ctx, newNode("strayhost", "none")) })
+	nns := &nncev1beta1.NodeNetworkState{ObjectMeta: metav1.ObjectMeta{Name: "strayhost"}}
+	Expect(k.Create(ctx, nns)).To(Succeed())
+	t.Cleanup(func() { _ = k.Delete(ctx, nns) })
+	nns.Status.CurrentState = shared.NewState(`{"interfaces":[{"name":"eth1","ipv4":{"address":[{"ip":"10.58.0.1","prefix-length":24}]}}]}`)
+	nns.Status.LastSuccessfulUpdateTime = metav1.NewTime(time.Now().Add(-time.Hour))
+	Expect(k.Status().Update(ctx, nns)).To(Succeed())
+
+	startControllerWith(t, 10*time.Minute)
+	createPool(t, "stray", ippoolv1.IPRange{CIDR: "10.58.0.0/24", Start: "10.58.0.1", End: "10.58.0.4"})
+	Eventually(available("stray")).Should(HavePrefix("True"))
+	Expect(bits("stray")).To(Equal([]string{"10.58.0.1"}))
+	Eventually(events("NodeIPPool", "stray")).Should(ContainElement(
+		"AddressQuarantined: Quarantined 10.58.0.1 on node strayhost: carried by a node's network but recorded by no enactment " +
+			"(its pool was deleted, or a record was lost)"))
+	createPolicy(t, "stray", "stray", "stray")
+	addNode(t, t.TempDir(), "stray01", "stray")
+	Eventually(enactmentState("stray01.stray")).Should(HavePrefix("Available"))
+	Expect(held("stray01.stray", "stray")).To(Equal([]string{"10.58.0.2"}))
 }
 
 func quarantined(s *ippoolv1.NodeIPPoolStatus, ip string) *ippoolv1.QuarantinedAddress {

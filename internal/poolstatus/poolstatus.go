@@ -74,6 +74,17 @@ func ExhaustedMessage(pool string, size uint64, want int) string {
 		pool, size, want)
 }
 
+// StateAddresses returns the static addresses a network state (JSON or
+// YAML) configures on its interfaces, sorted.
+func StateAddresses(state []byte) []netip.Addr {
+	var out []netip.Addr
+	for ip := range interfacesByIP(state) {
+		out = append(out, ip)
+	}
+	slices.SortFunc(out, netip.Addr.Compare)
+	return out
+}
+
 // StateCarries reports whether a network state (JSON or YAML, as nmstatectl
 // show prints it or a desired state) configures ip on an interface.
 func StateCarries(state []byte, ip netip.Addr) bool {
