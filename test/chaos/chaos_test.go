@@ -14,6 +14,7 @@ package chaos
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"flag"
 	"fmt"
 	"math/rand/v2"
@@ -24,6 +25,7 @@ import (
 	"sort"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -53,7 +55,7 @@ var (
 
 const (
 	grace      = 5 * time.Second
-	quarantine = 20 * time.Second
+	quarantine = time.Minute // longer than a client's re-watch backoff after API server restarts (up to 30s)
 	policy     = "chaos"
 	pool4      = "chaos-v4"
 	pool6      = "chaos-v6"
@@ -81,7 +83,7 @@ func TestChaos(t *testing.T) {
 		seed = uint64(time.Now().UnixNano())
 	}
 	t.Logf("chaos seed %d (rerun with -chaos.seed %d), %d nodes, %s of faults", seed, seed, *nodes, *duration)
-	c := start(t)
+	c := start(t, seed)
 	c.setUp()
 	c.converged(3 * time.Minute)
 
@@ -101,16 +103,20 @@ func TestChaos(t *testing.T) {
 	c.resumeDue(true)
 	t.Logf("faults injected: %s", describe(counts))
 	last := time.Now()
-	c.converged(time.Minute)
-	t.Logf("converged %s after the last fault", time.Since(last).Round(time.Second))
+	converged := poll(time.Minute, func() bool { return len(c.unconverged()) == 0 })
 	duplicates, samples := s.stop()
 	t.Logf("%d samples of every node's network", samples)
 	Expect(duplicates).To(BeEmpty(), "an address was on two NICs at once (seed %d)", seed)
+	if !converged {
+		c.dumpStuck()
+	}
+	Expect(converged).To(BeTrue(), "every node holds its addresses within a minute of the last fault (seed %d): %v", seed, c.unconverged())
+	t.Logf("converged %s after the last fault", time.Since(last).Round(time.Second))
 	Eventually(c.check, grace+quarantine+time.Minute).Should(Succeed(), "the pools agree with the enactments, no leak (seed %d)", seed)
 }
 
 // start builds the commands and brings up a cluster of *nodes nodes.
-func start(t *testing.T) *cluster {
+func start(t *testing.T, seed uint64) *cluster {
 	root := t.TempDir()
 	c := &cluster{t: t, bin: filepath.Join(root, "bin"), dir: filepath.Join(root, "cluster"), ctx: context.Background(),
 		next: *nodes + 1, stalled: map[string]time.Time{}}
@@ -121,7 +127,10 @@ func start(t *testing.T) *cluster {
 		c.resumeDue(true)
 		if t.Failed() {
 			t.Logf("the cluster's logs are in %s", filepath.Join(c.dir, "logs"))
-			_ = exec.Command("cp", "-r", filepath.Join(c.dir, "logs"), os.TempDir()+"/chaos-logs").Run()
+			logs := filepath.Join(os.TempDir(), fmt.Sprintf("chaos-logs-%d", seed))
+			_ = os.RemoveAll(logs)
+			_ = exec.Command("cp", "-r", filepath.Join(c.dir, "logs"), logs).Run()
+			t.Logf("copied them to %s", logs)
 		}
 		c.run("down")
 	})
@@ -171,24 +180,63 @@ func (c *cluster) nodeNames() []string {
 	return out
 }
 
-// converged waits until every node's enactment is Available with one
-// address of each pool, and the node's network carries both.
+// converged waits until every node holds its addresses.
 func (c *cluster) converged(within time.Duration) {
 	c.t.Helper()
-	Eventually(func(g Gomega) {
-		for _, node := range c.nodeNames() {
-			var e nncev1beta1.NodeNetworkConfigurationEnactment
-			g.Expect(c.k.Get(c.ctx, types.NamespacedName{Name: node + "." + policy}, &e)).To(Succeed())
-			c := e.Status.Conditions.Find(shared.NodeNetworkConfigurationEnactmentConditionAvailable)
-			g.Expect(c).NotTo(BeNil(), node)
-			g.Expect(c.Status).To(Equal(corev1.ConditionTrue), node)
-			g.Expect(e.Status.IPPool[pool4].Allocated).To(HaveLen(1), node)
-			g.Expect(e.Status.IPPool[pool6].Allocated).To(HaveLen(1), node)
+	Eventually(c.unconverged, within).Should(BeEmpty())
+}
+
+// unconverged describes every node whose enactment is not Available with
+// one address of each pool, or whose network does not carry both.
+func (c *cluster) unconverged() map[string]string {
+	out := map[string]string{}
+	nodes := c.nodeNames()
+	if nodes == nil {
+		return map[string]string{"": "the nodes cannot be listed"}
+	}
+	nets := c.networks(nodes)
+	for _, node := range nodes {
+		var e nncev1beta1.NodeNetworkConfigurationEnactment
+		if err := c.k.Get(c.ctx, types.NamespacedName{Name: node + "." + policy}, &e); err != nil {
+			out[node] = err.Error()
+			continue
 		}
-		for node, ips := range c.networks(c.nodeNames()) {
-			g.Expect(ips).To(HaveLen(2), node)
+		var state string
+		for _, cond := range e.Status.Conditions {
+			if cond.Status == corev1.ConditionTrue {
+				state = string(cond.Type) + " " + string(cond.Reason) + ": " + cond.Message
+			}
 		}
-	}, within).Should(Succeed())
+		if !strings.HasPrefix(state, "Available") || len(e.Status.IPPool[pool4].Allocated) != 1 ||
+			len(e.Status.IPPool[pool6].Allocated) != 1 || len(nets[node]) != 2 {
+			out[node] = fmt.Sprintf("%q, records %v, network %v", state, e.Status.IPPool, nets[node])
+		}
+	}
+	return out
+}
+
+// dumpStuck makes the handlers of unconverged nodes print their goroutines
+// into their logs (SIGQUIT), for the logs copied on failure.
+func (c *cluster) dumpStuck() {
+	raw, err := os.ReadFile(filepath.Join(c.dir, "state.json"))
+	if err != nil {
+		return
+	}
+	var st struct {
+		Processes map[string]struct {
+			PID int `json:"pid"`
+		} `json:"processes"`
+	}
+	if json.Unmarshal(raw, &st) != nil {
+		return
+	}
+	for node := range c.unconverged() {
+		if p, ok := st.Processes["handler/"+node]; ok {
+			c.t.Logf("handler of %s (pid %d) sent SIGQUIT: its goroutines are in its log", node, p.PID)
+			_ = syscall.Kill(p.PID, syscall.SIGQUIT)
+		}
+	}
+	time.Sleep(time.Second)
 }
 
 // networks reads the static addresses of the nodes' simulated networks.
