@@ -220,14 +220,26 @@ func (r *Reconciler) writeStatus(ctx context.Context, pool *ippoolv1.NodeIPPool,
 }
 
 // setAvailable writes the Available condition alone, if it changed, through
-// the pool writer; the cached copy tells whether it may have.
+// the pool writer; the cached copy tells whether it may have. It writes
+// also on a pool whose range or bitmap cannot be used.
 func (r *Reconciler) setAvailable(ctx context.Context, pool *ippoolv1.NodeIPPool, a availability) error {
 	if changed, _ := setAvailability(pool.DeepCopy(), a, r.Clock.Now()); !changed {
 		return nil
 	}
-	return r.writeStatus(ctx, pool, func(*ippoolv1.NodeIPPool, *ippool.Allocator) (availability, bool, error) {
-		return a, false, nil
-	})
+	var transitioned bool
+	written, err := r.Pools.UpdateConditions(ctx, pool.Name, func(p *ippoolv1.NodeIPPool) bool {
+		var changed bool
+		changed, transitioned = setAvailability(p, a, r.Clock.Now())
+		return changed
+	}, poolwrite.Incarnation(pool.UID))
+	if err != nil || written == nil {
+		return err
+	}
+	written.DeepCopyInto(pool)
+	if transitioned {
+		r.announce(ctx, pool, a)
+	}
+	return nil
 }
 
 // announce logs a transition of the Available condition and raises an

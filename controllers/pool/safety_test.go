@@ -14,6 +14,7 @@ import (
 	nncev1beta1 "github.com/nmstate-ippool/nmstate-ippool/api/v1beta1"
 	"github.com/nmstate-ippool/nmstate-ippool/internal/poolstatus"
 	"github.com/nmstate-ippool/nmstate-ippool/internal/poolwrite"
+	"github.com/nmstate-ippool/nmstate-ippool/internal/retire"
 	"github.com/nmstate-ippool/nmstate-ippool/pkg/ippool"
 	"github.com/nmstate-ippool/nmstate-ippool/test/envtest"
 )
@@ -269,4 +270,67 @@ func TestWithdrawKeepsToItsIncarnation(t *testing.T) {
 	Expect(err).NotTo(HaveOccurred())
 	Expect(withdrawn).To(BeEmpty())
 	Consistently(bits).WithArguments("incarnation").Should(Equal([]string{"10.56.0.1"}))
+}
+
+// TestInvalidIPPool: a range that passes admission but hands out nothing
+// (every address excluded) is refused with a condition and an Event.
+func TestInvalidIPPool(t *testing.T) {
+	RegisterTestingT(t)
+	startController(t, nil)
+	createPool(t, "allgone", ippoolv1.IPRange{CIDR: "10.59.0.0/29", Start: "10.59.0.1", End: "10.59.0.2", Exclude: []string{"10.59.0.0/30"}})
+	Eventually(available("allgone")).Should(HavePrefix("False InvalidIPPool: The range cannot hand out addresses: "))
+	Eventually(events("NodeIPPool", "allgone")).Should(ContainElement(HavePrefix("InvalidIPPool: ")))
+}
+
+// TestUnreadableBitmap: a status.allocatedOffsets that cannot be decoded is
+// discarded, with an Event, and the pool rebuilt from the enactments.
+func TestUnreadableBitmap(t *testing.T) {
+	RegisterTestingT(t)
+	startController(t, nil)
+	createPool(t, "garbled", ippoolv1.IPRange{CIDR: "10.60.0.0/24"})
+	claim(t, "g1.p", "garbled", "10.60.0.7")
+	Eventually(bits).WithArguments("garbled").Should(Equal([]string{"10.60.0.7"}))
+	Eventually(func() error {
+		var p ippoolv1.NodeIPPool
+		if err := k.Get(ctx, types.NamespacedName{Name: "garbled"}, &p); err != nil {
+			return err
+		}
+		p.Status.AllocatedOffsets = "not a snapshot"
+		return k.Status().Update(ctx, &p)
+	}).Should(Succeed())
+	Eventually(events("NodeIPPool", "garbled")).Should(ContainElement(HavePrefix(
+		"UnsyncronizedIPPool: Discarded an unreadable status.allocatedOffsets")))
+	Eventually(bits).WithArguments("garbled").Should(Equal([]string{"10.60.0.7"}))
+	Eventually(available("garbled")).Should(HavePrefix("True ReconciledPool"))
+}
+
+// TestConcurrentRetirers: the node's handler and the pool controller
+// retire one enactment at the same moment; exactly one of them
+// quarantines its address.
+func TestConcurrentRetirers(t *testing.T) {
+	RegisterTestingT(t)
+	startController(t, nil)
+	createPool(t, "twice", ippoolv1.IPRange{CIDR: "10.61.0.0/24"})
+	Eventually(available("twice")).Should(HavePrefix("True"))
+	e := &nncev1beta1.NodeNetworkConfigurationEnactment{ObjectMeta: metav1.ObjectMeta{Name: "gone.p",
+		Finalizers: []string{ippoolv1.FinalizerIPPool}}}
+	Expect(k.Create(ctx, e)).To(Succeed())
+	e.Status.IPPool = ippoolv1.EnactmentIPPools{"twice": {Allocated: []string{"10.61.0.9"}}}
+	Expect(k.Status().Update(ctx, e)).To(Succeed())
+	Eventually(bits).WithArguments("twice").Should(Equal([]string{"10.61.0.9"}))
+
+	results := make(chan ippoolv1.EnactmentIPPools, 2)
+	for range 2 {
+		go func() {
+			w := poolwrite.NewWriter(k, k, clock.RealClock{})
+			q, err := retire.Retire(ctx, w, e.DeepCopy())
+			Expect(err).NotTo(HaveOccurred())
+			results <- q
+		}()
+	}
+	a, b := <-results, <-results
+	Expect([]ippoolv1.EnactmentIPPools{a, b}).To(ConsistOf(BeEmpty(),
+		Equal(ippoolv1.EnactmentIPPools{"twice": {Allocated: []string{"10.61.0.9"}}})), "exactly one retirer quarantines")
+	Expect(poolStatus("twice").Quarantined).To(HaveLen(1))
+	Expect(bits("twice")).To(Equal([]string{"10.61.0.9"}), "kept from others while quarantined")
 }

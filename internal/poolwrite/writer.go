@@ -160,6 +160,40 @@ func (w *Writer) Update(ctx context.Context, name string, mutate Mutation, opts 
 	return attempts, err
 }
 
+// UpdateConditions applies change to the pool named name, which may change
+// its conditions and observedGeneration only, and writes it under the
+// resourceVersion it read, retrying on conflicts. It never reads or changes
+// the allocation state, so it also writes on a pool whose range or bitmap
+// cannot be used (to say so). It returns the pool as written, or nil if
+// change asked for no write. Errors are those of Update.
+func (w *Writer) UpdateConditions(ctx context.Context, name string, change func(*ippoolv1.NodeIPPool) bool,
+	opts ...Option) (*ippoolv1.NodeIPPool, error) {
+	var o updateOptions
+	for _, opt := range opts {
+		opt(&o)
+	}
+	var written *ippoolv1.NodeIPPool
+	err := w.Retry(ctx, func() error {
+		written = nil
+		var pool ippoolv1.NodeIPPool
+		if err := w.Reader.Get(ctx, types.NamespacedName{Name: name}, &pool); err != nil {
+			return fmt.Errorf("get NodeIPPool %q: %w", name, err)
+		}
+		if o.uid != "" && pool.UID != o.uid {
+			return fmt.Errorf("NodeIPPool %q: %w (UID %s, not %s)", name, ErrReplaced, pool.UID, o.uid)
+		}
+		if !change(&pool) {
+			return nil
+		}
+		if err := w.Client.Status().Update(ctx, &pool); err != nil {
+			return fmt.Errorf("write the conditions of NodeIPPool %q: %w", name, err)
+		}
+		written = &pool
+		return nil
+	})
+	return written, err
+}
+
 // Retry calls write until it returns anything but a conflict, waiting
 // with the backoff between attempts, at most Backoff.Steps times; then it
 // fails with ErrRetriesExhausted. It is the one retry loop of every
