@@ -21,7 +21,7 @@ GINKGO ?= $(LOCALBIN)/ginkgo
 GOLANGCI_LINT ?= $(LOCALBIN)/golangci-lint
 KUBECTL ?= $(LOCALBIN)/kubectl
 
-GO_TEST_FLAGS ?= -race -count=1
+GO_TEST_FLAGS ?= -race -count=1 -timeout 30m
 FUZZTIME ?= 10s
 
 .DEFAULT_GOAL := help
