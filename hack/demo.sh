@@ -94,11 +94,12 @@ wait_until "node04's enactment Available" 90 enactment_available node04
 table
 expect_nodes 4
 
-say "Scaling down: node02 leaves and its address returns to the pool"
+say "Scaling down: node02 leaves; its address is quarantined, then returns to the pool once node02 is gone"
 freed=$(address_of node02)
 run localcluster node remove node02 --dir "$dir"
+wait_until "$freed free again after node02 left" 30 bash -c \
+	"kubectl nodeippool decode traffic-1 '$freed' | grep -q ', free$'"
 run kubectl nodeippool decode traffic-1 "$freed"
-kubectl nodeippool decode traffic-1 "$freed" | grep -q ", free$" || fail "$freed is not free after node02 left"
 expect_nodes 3
 
 say "Resetting the pool: it is rebuilt from the enactments and every address is kept"

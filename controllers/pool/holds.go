@@ -195,7 +195,9 @@ func recordedIPs(e *nncev1beta1.NodeNetworkConfigurationEnactment) []string {
 }
 
 // liftReason tells why a quarantined address may be freed, or "" while its
-// former holder may still carry it.
+// former holder may still carry it: the quarantine period passed, the Node
+// is gone (its network with it, whatever its last published state shows),
+// or its NodeNetworkState, read after the release, no longer shows it.
 func (r *Reconciler) liftReason(ctx context.Context, q ippoolv1.QuarantinedAddress, now time.Time) (string, error) {
 	if age := now.Sub(q.Since.Time); age >= r.QuarantinePeriod {
 		return fmt.Sprintf("the quarantine period of %s passed", r.QuarantinePeriod), nil
@@ -203,26 +205,18 @@ func (r *Reconciler) liftReason(ctx context.Context, q ippoolv1.QuarantinedAddre
 	if q.Node == "" {
 		return "", nil
 	}
-	var nns nncev1beta1.NodeNetworkState
-	switch err := r.APIReader.Get(ctx, types.NamespacedName{Name: q.Node}, &nns); {
-	case apierrors.IsNotFound(err):
-		gone, err := r.nodeGone(ctx, q.Node)
-		if err != nil || !gone {
-			return "", err
-		}
-		return fmt.Sprintf("node %s is gone", q.Node), nil
+	switch gone, err := r.nodeGone(ctx, q.Node); {
 	case err != nil:
-		return "", fmt.Errorf("get NodeNetworkState %q: %w", q.Node, err)
-	}
-	if !nns.Status.LastSuccessfulUpdateTime.After(q.Since.Time) {
-		gone, err := r.nodeGone(ctx, q.Node)
-		if err != nil || !gone {
-			return "", err
-		}
+		return "", err
+	case gone:
 		return fmt.Sprintf("node %s is gone", q.Node), nil
+	}
+	var nns nncev1beta1.NodeNetworkState
+	if err := r.APIReader.Get(ctx, types.NamespacedName{Name: q.Node}, &nns); err != nil {
+		return "", client.IgnoreNotFound(err)
 	}
 	ip, err := netip.ParseAddr(q.IP)
-	if err != nil || poolstatus.StateCarries(nns.Status.CurrentState.Raw, ip) {
+	if err != nil || !nns.Status.LastSuccessfulUpdateTime.After(q.Since.Time) || poolstatus.StateCarries(nns.Status.CurrentState.Raw, ip) {
 		return "", nil
 	}
 	return fmt.Sprintf("node %s no longer carries it", q.Node), nil
