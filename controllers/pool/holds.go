@@ -260,6 +260,9 @@ func applyHolds(pool *ippoolv1.NodeIPPool, alloc *ippool.Allocator, claims pools
 	}
 	for s, l := range w.lift {
 		if q := poolstatus.QuarantineOf(pool, s); q != nil && q.Since.Equal(&l.since) {
+			if poolstatus.InFlightOf(pool, s) != nil {
+				continue // lifted once its in-flight entry is pruned, revoked or forgotten
+			}
 			poolstatus.RemoveQuarantine(pool, s)
 			a.changed = true
 			if a.free(s) {
