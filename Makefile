@@ -41,7 +41,7 @@ manifests: $(CONTROLLER_GEN) ## Generate the CRDs into deploy/crd and RBAC into 
 	$(CONTROLLER_GEN) crd paths=./api/... paths=$(UPSTREAM_API)/v1 output:crd:artifacts:config=deploy/crd
 	rm -f deploy/crd/nmstate.io_nmstates.yaml # the operator's kind, not ours
 	$(CONTROLLER_GEN) rbac:roleName=nmstate-ippool-handler paths=./controllers/handler/... paths=./controllers/nodestate/... output:rbac:artifacts:config=deploy/rbac/handler
-	$(CONTROLLER_GEN) rbac:roleName=nmstate-ippool-pool-controller paths=./controllers/pool/... paths=./controllers/enactment/... output:rbac:artifacts:config=deploy/rbac/pool-controller
+	$(CONTROLLER_GEN) rbac:roleName=nmstate-ippool-pool-controller paths=./controllers/pool/... paths=./controllers/enactment/... paths=./controllers/policy/... output:rbac:artifacts:config=deploy/rbac/pool-controller
 
 .PHONY: generate
 generate: $(CONTROLLER_GEN) ## Generate the DeepCopy methods of api/.
@@ -116,6 +116,12 @@ fuzz: ## Run every fuzz target for FUZZTIME (default 10s) each.
 .PHONY: bench
 bench: ## Run the allocator benchmarks (see docs/benchmarks.md).
 	go test -run '^$$' -bench . -benchmem ./pkg/ippool/
+
+SCALE_NODES ?= 100,300,1000
+
+.PHONY: bench-scale
+bench-scale: envtest-assets ## Run the scale benchmark for SCALE_NODES (100,300,1000) nodes; see docs/benchmarks.md.
+	go test -count=1 -timeout 180m -run '^$$' -bench Scale -benchtime 1x ./test/scale/ -args -scale.nodes $(SCALE_NODES)
 
 .PHONY: envtest-assets
 envtest-assets: $(ENVTEST_DIR)/kube-apiserver $(ENVTEST_DIR)/etcd ## Build kube-apiserver and etcd into bin/k8s (once).

@@ -118,3 +118,12 @@ const (
 // taking the address and recording it fails to record it. Its value is
 // "<pool>/<ip>" of the last revoked address.
 const FenceAnnotation = "nmstate.io/ippool-fence"
+
+// NudgeAnnotation is written on an enactment by the pool controller when
+// its handler should look at a pool again: the pool it waits on
+// (status.waitingForIPPool) became available or freed addresses, or the
+// pool's range no longer hands out an address the enactment holds. Its
+// value says why. Handlers watch only their own enactments, so this is how
+// a handler learns that a pool changed; it removes the annotation when it
+// looks again. Waiting handlers also look again on their own, less often.
+const NudgeAnnotation = "nmstate.io/ippool-nudge"

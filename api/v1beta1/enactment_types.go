@@ -41,6 +41,26 @@ type NodeNetworkConfigurationEnactmentStatus struct {
 	// The pool controller reads it to report who waits on an exhausted pool.
 	// +optional
 	WaitingForIPPool string `json:"waitingForIPPool,omitempty"`
+
+	// Slot is this node's turn to apply the policy under its
+	// maxUnavailable: the handler asks for it once the state to apply is
+	// recorded, the policy controller grants it, and the handler gives it
+	// back with the outcome of the apply. Absent while no apply waits.
+	// +optional
+	Slot *ApplySlot `json:"slot,omitempty"`
+}
+
+// ApplySlot is a request for one of a policy's maxUnavailable slots and,
+// once granted, the slot itself.
+type ApplySlot struct {
+	// Requested is when the handler asked to apply. A new request replaces
+	// an old one and its grant.
+	Requested metav1.MicroTime `json:"requested"`
+	// Granted is when the policy controller granted the request. A grant
+	// older than the controller's slot timeout no longer counts against
+	// maxUnavailable (a handler that died while applying).
+	// +optional
+	Granted *metav1.MicroTime `json:"granted,omitempty"`
 }
 
 // NodeNetworkConfigurationEnactmentList is a list of enactments.

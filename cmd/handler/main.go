@@ -73,6 +73,7 @@ func run(o options) error {
 		Scheme:                 s,
 		Metrics:                metricsserver.Options{BindAddress: o.metricsAddr},
 		HealthProbeBindAddress: o.healthAddr,
+		Cache:                  handler.CacheOptions(o.node),
 	})
 	if err != nil {
 		return fmt.Errorf("create the manager: %w", err)

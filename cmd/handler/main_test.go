@@ -67,6 +67,12 @@ func TestHandlerProcess(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	// The control plane's policy controller grants the slot to apply.
+	stopPolicies, err := env.StartPolicyController()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = stopPolicies() })
 	ctx := context.Background()
 	mustCreate(t, k, &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "node01", Labels: map[string]string{"role": "worker"}}})
 	pool := &ippoolv1.NodeIPPool{ObjectMeta: metav1.ObjectMeta{Name: "traffic-1"},

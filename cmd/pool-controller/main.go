@@ -19,6 +19,7 @@ import (
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
 	"github.com/nmstate-ippool/nmstate-ippool/controllers/enactment"
+	"github.com/nmstate-ippool/nmstate-ippool/controllers/policy"
 	"github.com/nmstate-ippool/nmstate-ippool/controllers/pool"
 	"github.com/nmstate-ippool/nmstate-ippool/internal/scheme"
 )
@@ -83,6 +84,9 @@ func run(o options) error {
 	}
 	if err := enactment.New(mgr, o.gracePeriod).SetupWithManager(mgr, enactment.SetupOptions{}); err != nil {
 		return fmt.Errorf("set up the enactment controller: %w", err)
+	}
+	if err := policy.New(mgr).SetupWithManager(ctx, mgr, policy.SetupOptions{}); err != nil {
+		return fmt.Errorf("set up the policy controller: %w", err)
 	}
 	if err := mgr.AddHealthzCheck("healthz", healthz.Ping); err != nil {
 		return err

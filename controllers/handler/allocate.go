@@ -46,14 +46,14 @@ type allocation struct {
 // proceed (Failing). When a later pool blocks or fails, the addresses
 // already taken from earlier pools are given back, so nothing stays
 // allocated that no enactment records.
-func (r *Reconciler) allocate(ctx context.Context, policy *nmstatev1.NodeNetworkConfigurationPolicy,
-	e *nncev1beta1.NodeNetworkConfigurationEnactment, captures capture.Captures) (*allocation, *outcome, error) {
-	if o := r.blockedByCache(ctx, e, captures); o != nil {
+func (r *Reconciler) allocate(ctx context.Context, s *scope) (*allocation, *outcome, error) {
+	e, captures := s.enactment, s.captures
+	if o := r.blockedBeforeTaking(ctx, e, captures); o != nil {
 		return nil, o, nil
 	}
 	a := &allocation{addresses: map[string]capture.Address{}, fresh: map[string][]string{}, enactment: e.Name, token: e.ResourceVersion}
 	for _, pool := range captures.Pools() {
-		plan, blocked, err := r.allocateFromPool(ctx, policy, e, pool, captures.RefsOf(pool))
+		plan, blocked, err := r.allocateFromPool(ctx, s.policy, e, pool, captures.RefsOf(pool))
 		if err != nil || blocked != nil {
 			r.withdraw(ctx, a)
 			return nil, blocked, err
@@ -67,15 +67,18 @@ func (r *Reconciler) allocate(ctx context.Context, policy *nmstatev1.NodeNetwork
 	return a, nil, nil
 }
 
-// blockedByCache returns the outcome of a policy that needs a new address
-// from a pool the cache shows missing or not available, before anything is
-// taken from its other pools: a policy that would wait on one pool does not
-// take and give back addresses of the others at every retry. The API
-// server's copy decides everything else.
-func (r *Reconciler) blockedByCache(ctx context.Context, e *nncev1beta1.NodeNetworkConfigurationEnactment, captures capture.Captures) *outcome {
+// blockedBeforeTaking returns the outcome of a policy that needs a new
+// address from a pool that is missing or not available, before anything
+// is taken from its other pools: a policy that would wait on one pool does
+// not take and give back addresses of the others at every retry. It is
+// only a precheck: the pool writes decide on their own reads.
+func (r *Reconciler) blockedBeforeTaking(ctx context.Context, e *nncev1beta1.NodeNetworkConfigurationEnactment, captures capture.Captures) *outcome {
+	if len(captures.Pools()) < 2 {
+		return nil
+	}
 	for _, name := range captures.Pools() {
 		var pool ippoolv1.NodeIPPool
-		err := r.Client.Get(ctx, types.NamespacedName{Name: name}, &pool)
+		err := r.APIReader.Get(ctx, types.NamespacedName{Name: name}, &pool)
 		if apierrors.IsNotFound(err) {
 			o, _ := r.poolOutcome(name, captures.RefsOf(name), err)
 			return o
@@ -89,6 +92,7 @@ func (r *Reconciler) blockedByCache(ctx context.Context, e *nncev1beta1.NodeNetw
 		}
 		if ok, why := poolAvailable(&pool); !ok {
 			o := pending(ippoolv1.ReasonIPPoolNotAvailable, why, r.PendingRequeue)
+			o.waitingFor = name
 			return &o
 		}
 	}
@@ -113,9 +117,6 @@ func (r *Reconciler) withdraw(ctx context.Context, a *allocation) {
 // successful pool write, retried on conflicts by r.Pools.
 func (r *Reconciler) allocateFromPool(ctx context.Context, policy *nmstatev1.NodeNetworkConfigurationPolicy,
 	e *nncev1beta1.NodeNetworkConfigurationEnactment, poolName string, refs []capture.Ref) (*poolPlan, *outcome, error) {
-	if plan, ok := r.settledByCache(ctx, e, poolName, refs); ok {
-		return plan, nil, nil
-	}
 	var (
 		plan    *poolPlan
 		blocked *outcome
@@ -162,6 +163,7 @@ func (r *Reconciler) planWrite(ctx context.Context, policy *nmstatev1.NodeNetwor
 			return plan, nil
 		}
 		o := pending(ippoolv1.ReasonIPPoolNotAvailable, why, r.PendingRequeue)
+		o.waitingFor = pool.Name
 		return nil, &o
 	}
 	if err := plan.apply(alloc); err != nil {
@@ -191,25 +193,13 @@ func (r *Reconciler) poolOutcome(name string, refs []capture.Ref, err error) (*o
 	default:
 		return nil, fmt.Errorf("allocate from NodeIPPool %q: %w", name, err)
 	}
+	// The pool controller nudges the enactment when the pool can serve;
+	// the requeue is the fallback.
+	o.waitingFor = name
+	if o.requeueAfter == 0 {
+		o.requeueAfter = r.FailedRequeue
+	}
 	return &o, nil
-}
-
-// settledByCache returns the plan when the cached pool shows that nothing
-// needs writing, as in most reconciles, which then cost no API call.
-// Anything else (a write, a missing or unusable pool) is decided on the API
-// server's copy.
-func (r *Reconciler) settledByCache(ctx context.Context, e *nncev1beta1.NodeNetworkConfigurationEnactment,
-	poolName string, refs []capture.Ref) (*poolPlan, bool) {
-	var pool ippoolv1.NodeIPPool
-	if err := r.Client.Get(ctx, types.NamespacedName{Name: poolName}, &pool); err != nil {
-		return nil, false
-	}
-	alloc, err := poolstatus.Allocator(&pool)
-	if err != nil {
-		return nil, false
-	}
-	plan := planPool(e, alloc, refs)
-	return plan, !plan.needsWrite()
 }
 
 // exhausted turns a failed plan into a Failing outcome and tells the admin.
@@ -224,7 +214,7 @@ func (r *Reconciler) exhausted(ctx context.Context, policy *nmstatev1.NodeNetwor
 	r.Recorder.Eventf(pool, policy, corev1.EventTypeWarning, ippoolv1.ReasonExhaustedIPPool, "Allocate", msg)
 	ctrl.LoggerFrom(ctx).Info("pool exhausted", "pool", pool.Name, "size", ex.size)
 	o := failing(ippoolv1.ReasonIPPoolExhausted, ex.Error())
-	o.waitingFor = pool.Name
+	o.waitingFor, o.requeueAfter = pool.Name, r.FailedRequeue
 	return &o
 }
 

@@ -1,7 +1,6 @@
 package handler
 
 import (
-	"fmt"
 	"time"
 
 	"github.com/nmstate/kubernetes-nmstate/api/shared"
@@ -18,8 +17,8 @@ type outcome struct {
 	reason       shared.ConditionReason
 	message      string
 	requeueAfter time.Duration
-	// waitingFor names the pool the enactment waits on for want of a free
-	// address (IPPoolExhausted).
+	// waitingFor names the pool the enactment waits on: for want of a free
+	// address (IPPoolExhausted) or until it can serve (IPPoolNotAvailable).
 	waitingFor string
 }
 
@@ -57,60 +56,4 @@ func trueCondition(e *nncev1beta1.NodeNetworkConfigurationEnactment) shared.Cond
 		}
 	}
 	return ""
-}
-
-// policySummary counts a policy's enactments by state. Enactments of an
-// older policy generation count as progressing.
-type policySummary struct {
-	matching, available, failing, progressing int
-}
-
-func summarize(matching int, generation int64, enactments []nncev1beta1.NodeNetworkConfigurationEnactment) policySummary {
-	s := policySummary{matching: matching}
-	for i := range enactments {
-		e := &enactments[i]
-		switch {
-		case e.Status.PolicyGeneration != generation:
-			s.progressing++
-		case trueCondition(e) == shared.NodeNetworkConfigurationEnactmentConditionAvailable:
-			s.available++
-		case trueCondition(e) == shared.NodeNetworkConfigurationEnactmentConditionFailing:
-			s.failing++
-		default:
-			s.progressing++
-		}
-	}
-	return s
-}
-
-// policyConditions computes the policy's Available, Degraded and
-// Progressing conditions from a summary, as kubernetes-nmstate reports them.
-func policyConditions(old shared.ConditionList, s policySummary, now time.Time) shared.ConditionList {
-	set := func(t shared.ConditionType, status corev1.ConditionStatus, reason shared.ConditionReason, msg string) shared.Condition {
-		return conditions.Merge(old.Find(t), shared.Condition{Type: t, Status: status, Reason: reason, Message: msg}, now)
-	}
-	const (
-		avail = shared.NodeNetworkConfigurationPolicyConditionAvailable
-		degr  = shared.NodeNetworkConfigurationPolicyConditionDegraded
-		prog  = shared.NodeNetworkConfigurationPolicyConditionProgressing
-	)
-	f, t := corev1.ConditionFalse, corev1.ConditionTrue
-	switch {
-	case s.matching == 0:
-		msg := "Policy does not match any node"
-		r := shared.NodeNetworkConfigurationPolicyConditionConfigurationNoMatchingNode
-		return shared.ConditionList{set(avail, t, r, msg), set(degr, f, r, msg), set(prog, f, r, msg)}
-	case s.failing > 0:
-		msg := fmt.Sprintf("%d/%d nodes failed to configure", s.failing, s.matching)
-		r := shared.NodeNetworkConfigurationPolicyConditionFailedToConfigure
-		return shared.ConditionList{set(avail, f, r, msg), set(degr, t, r, msg), set(prog, f, r, msg)}
-	case s.available >= s.matching:
-		msg := fmt.Sprintf("%d/%d nodes successfully configured", s.available, s.matching)
-		r := shared.NodeNetworkConfigurationPolicyConditionSuccessfullyConfigured
-		return shared.ConditionList{set(avail, t, r, msg), set(degr, f, r, msg), set(prog, f, r, msg)}
-	default:
-		msg := fmt.Sprintf("Policy is progressing %d/%d nodes finished", s.available, s.matching)
-		r := shared.NodeNetworkConfigurationPolicyConditionConfigurationProgressing
-		return shared.ConditionList{set(avail, f, r, msg), set(degr, f, r, msg), set(prog, t, r, msg)}
-	}
 }

@@ -6,8 +6,6 @@ import (
 
 	"github.com/nmstate/kubernetes-nmstate/api/shared"
 	corev1 "k8s.io/api/core/v1"
-
-	nncev1beta1 "github.com/nmstate-ippool/nmstate-ippool/api/v1beta1"
 )
 
 func TestWithConditionsMovesTimesOnlyOnChange(t *testing.T) {
@@ -36,50 +34,5 @@ func TestWithConditionsMovesTimesOnlyOnChange(t *testing.T) {
 		if moved != wantMoved {
 			t.Errorf("%s: transition moved=%v, want %v", x.Type, moved, wantMoved)
 		}
-	}
-}
-
-func enactment(generation int64, state shared.ConditionType) nncev1beta1.NodeNetworkConfigurationEnactment {
-	e := nncev1beta1.NodeNetworkConfigurationEnactment{}
-	e.Status.PolicyGeneration = generation
-	e.Status.Conditions = withConditions(nil, outcome{condition: state}, time.Now())
-	return e
-}
-
-func TestPolicyConditions(t *testing.T) {
-	const (
-		av   = shared.NodeNetworkConfigurationEnactmentConditionAvailable
-		fail = shared.NodeNetworkConfigurationEnactmentConditionFailing
-		pend = shared.NodeNetworkConfigurationEnactmentConditionPending
-	)
-	tests := []struct {
-		name       string
-		matching   int
-		enactments []nncev1beta1.NodeNetworkConfigurationEnactment
-		trueType   shared.ConditionType
-		message    string
-	}{
-		{"no node", 0, nil, shared.NodeNetworkConfigurationPolicyConditionAvailable, "Policy does not match any node"},
-		{"all available", 2, []nncev1beta1.NodeNetworkConfigurationEnactment{enactment(3, av), enactment(3, av)},
-			shared.NodeNetworkConfigurationPolicyConditionAvailable, "2/2 nodes successfully configured"},
-		{"one failing wins", 3, []nncev1beta1.NodeNetworkConfigurationEnactment{enactment(3, av), enactment(3, fail), enactment(3, pend)},
-			shared.NodeNetworkConfigurationPolicyConditionDegraded, "1/3 nodes failed to configure"},
-		{"a node without enactment yet", 2, []nncev1beta1.NodeNetworkConfigurationEnactment{enactment(3, av)},
-			shared.NodeNetworkConfigurationPolicyConditionProgressing, "Policy is progressing 1/2 nodes finished"},
-		{"an enactment of an older generation", 1, []nncev1beta1.NodeNetworkConfigurationEnactment{enactment(2, av)},
-			shared.NodeNetworkConfigurationPolicyConditionProgressing, "Policy is progressing 0/1 nodes finished"},
-	}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			c := policyConditions(nil, summarize(tt.matching, 3, tt.enactments), time.Now())
-			for _, x := range c {
-				if (x.Status == corev1.ConditionTrue) != (x.Type == tt.trueType) {
-					t.Errorf("%s is %s", x.Type, x.Status)
-				}
-			}
-			if got := c.Find(tt.trueType).Message; got != tt.message {
-				t.Errorf("message %q, want %q", got, tt.message)
-			}
-		})
 	}
 }

@@ -22,22 +22,6 @@ import (
 	"github.com/nmstate-ippool/nmstate-ippool/pkg/capture"
 )
 
-// getEnactment reads this node's enactment of a policy from the API server,
-// or returns nil when there is none. A cached copy could lack the record
-// of an address this handler just allocated, and allocating again would
-// leak it.
-func (r *Reconciler) getEnactment(ctx context.Context, policy string) (*nncev1beta1.NodeNetworkConfigurationEnactment, error) {
-	var e nncev1beta1.NodeNetworkConfigurationEnactment
-	key := shared.EnactmentKey(r.NodeName, policy)
-	if err := r.APIReader.Get(ctx, key, &e); err != nil {
-		if apierrors.IsNotFound(err) {
-			return nil, nil
-		}
-		return nil, fmt.Errorf("get enactment %q: %w", key.Name, err)
-	}
-	return &e, nil
-}
-
 // node returns this node's metadata from the cache.
 func (r *Reconciler) node(ctx context.Context) (*metav1.PartialObjectMetadata, error) {
 	n := &metav1.PartialObjectMetadata{}
@@ -48,7 +32,8 @@ func (r *Reconciler) node(ctx context.Context) (*metav1.PartialObjectMetadata, e
 	return n, nil
 }
 
-// selection tells whether the policy selects this node, and if not why.
+// selection tells whether the policy selects this node, and if not why,
+// reading the Node through reader.
 func (r *Reconciler) selection(ctx context.Context, reader client.Reader, policy *nmstatev1.NodeNetworkConfigurationPolicy) (bool, string, error) {
 	if policy == nil {
 		return false, "the policy is gone", nil
@@ -68,28 +53,6 @@ func (r *Reconciler) selection(ctx context.Context, reader client.Reader, policy
 		return false, "the node selector no longer matches the node", nil
 	}
 	return true, "", nil
-}
-
-// selects reports whether the policy selects this node. A "no" from the
-// cache is confirmed against the API server before anything is retired on
-// its account: a stale cache must not take a node's addresses away.
-func (r *Reconciler) selects(ctx context.Context, policy *nmstatev1.NodeNetworkConfigurationPolicy) (bool, string, error) {
-	ok, why, err := r.selection(ctx, r.Client, policy)
-	if err != nil || ok {
-		return ok, why, err
-	}
-	if policy != nil {
-		var fresh nmstatev1.NodeNetworkConfigurationPolicy
-		switch err := r.APIReader.Get(ctx, types.NamespacedName{Name: policy.Name}, &fresh); {
-		case apierrors.IsNotFound(err):
-			policy = nil
-		case err != nil:
-			return false, "", fmt.Errorf("get policy %q: %w", policy.Name, err)
-		default:
-			policy = &fresh
-		}
-	}
-	return r.selection(ctx, r.APIReader, policy)
 }
 
 // ensureEnactment creates the enactment "<node>.<policy>" if it is missing,

@@ -4,6 +4,7 @@ import (
 	"context"
 	"os"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -13,8 +14,10 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/types"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	ippoolv1 "github.com/nmstate-ippool/nmstate-ippool/api/v1"
+	"github.com/nmstate-ippool/nmstate-ippool/controllers/handler"
 	"github.com/nmstate-ippool/nmstate-ippool/test/envtest"
 )
 
@@ -136,12 +139,14 @@ func TestPolicyRecreated(t *testing.T) {
 }
 
 // TestSticky restarts a node's handler: the new one finds the address in
-// the enactment, writes nothing to the pool and applies nothing.
+// the enactment and does nothing at all: no pool or enactment write, no
+// nmstatectl, not even a read from the API server. A change of the policy
+// then shows it was running all along, and it keeps the address.
 func TestSticky(t *testing.T) {
 	RegisterTestingT(t)
 	nd := newNodes(t, "sticky", 1, map[string]string{"role": "sticky"})[0]
 	newPool(t, "sticky-pool", ippoolv1.IPRange{CIDR: "10.40.0.0/24"}, true)
-	newPolicy(t, "sticky", map[string]string{"role": "sticky"}, map[string]string{"addr": "ippool.sticky-pool.allocate"}, envtest.OneAddressState)
+	p := newPolicy(t, "sticky", map[string]string{"role": "sticky"}, map[string]string{"addr": "ippool.sticky-pool.allocate"}, envtest.OneAddressState)
 	start(t, nd)
 	Eventually(enactmentState(nd.Name, "sticky")).Should(HavePrefix("Available"))
 	address := held(nd.Name, "sticky", "sticky-pool")
@@ -153,9 +158,9 @@ func TestSticky(t *testing.T) {
 	Expect(nd.Stop()).To(Succeed())
 	nd.Network.Shows.Store(0)
 	nd.Network.Applies.Store(0)
+	var reads atomic.Int32
+	nd.Tune = func(r *handler.Reconciler) { r.APIReader = countingReader{Reader: r.APIReader, n: &reads} }
 	start(t, nd)
-	// The new handler has reconciled once it read the current state.
-	Eventually(nd.Network.Shows.Load).Should(BeNumerically(">", 0))
 	Consistently(func(g Gomega) {
 		var after ippoolv1.NodeIPPool
 		g.Expect(k.Get(context.Background(), types.NamespacedName{Name: "sticky-pool"}, &after)).To(Succeed())
@@ -163,9 +168,33 @@ func TestSticky(t *testing.T) {
 		e, err := getEnactment(nd.Name, "sticky")
 		g.Expect(err).NotTo(HaveOccurred())
 		g.Expect(e.ResourceVersion).To(Equal(enactment.ResourceVersion), "the enactment was written")
+		g.Expect(nd.Network.Shows.Load()).To(BeZero(), "the state was read")
 		g.Expect(nd.Network.Applies.Load()).To(BeZero(), "the state was applied again")
+		g.Expect(reads.Load()).To(BeZero(), "the API server was read")
 	}, 2*time.Second).Should(Succeed())
+
+	Expect(k.Get(context.Background(), client.ObjectKeyFromObject(p), p)).To(Succeed())
+	p.Spec.DesiredState = shared.NewState(envtest.OneAddressState + "  mtu: 1400\n")
+	Expect(k.Update(context.Background(), p)).To(Succeed())
+	Eventually(nd.Network.Applies.Load).Should(BeNumerically(">", 0))
+	Eventually(enactmentState(nd.Name, "sticky")).Should(HavePrefix("Available"))
 	Expect(held(nd.Name, "sticky", "sticky-pool")).To(Equal(address))
+}
+
+// countingReader counts the reads a handler makes from the API server.
+type countingReader struct {
+	client.Reader
+	n *atomic.Int32
+}
+
+func (c countingReader) Get(ctx context.Context, key client.ObjectKey, obj client.Object, opts ...client.GetOption) error {
+	c.n.Add(1)
+	return c.Reader.Get(ctx, key, obj, opts...)
+}
+
+func (c countingReader) List(ctx context.Context, list client.ObjectList, opts ...client.ListOption) error {
+	c.n.Add(1)
+	return c.Reader.List(ctx, list, opts...)
 }
 
 // TestApplyFailure makes nmstatectl fail: the enactment fails with its

@@ -3,22 +3,21 @@ package handler
 import (
 	"context"
 	"maps"
+	"time"
 
 	"github.com/nmstate/kubernetes-nmstate/api/shared"
 	nmstatev1 "github.com/nmstate/kubernetes-nmstate/api/v1"
-	"k8s.io/apimachinery/pkg/api/meta"
+	"k8s.io/apimachinery/pkg/api/equality"
 	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/event"
 	"sigs.k8s.io/controller-runtime/pkg/predicate"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
-	ippoolv1 "github.com/nmstate-ippool/nmstate-ippool/api/v1"
-	"github.com/nmstate-ippool/nmstate-ippool/pkg/capture"
+	nncev1beta1 "github.com/nmstate-ippool/nmstate-ippool/api/v1beta1"
 )
 
-// policyOfEnactment maps an enactment to its policy. Enactments of every
-// node are watched because they feed the policy's aggregated conditions.
+// policyOfEnactment maps an enactment to its policy.
 func policyOfEnactment(_ context.Context, o client.Object) []reconcile.Request {
 	policy := o.GetLabels()[shared.EnactmentPolicyLabel]
 	if policy == "" {
@@ -40,25 +39,6 @@ func (r *Reconciler) allPolicies(ctx context.Context, _ client.Object) []reconci
 	return reqs
 }
 
-// policiesUsingPool requeues the policies with a capture from the pool.
-func (r *Reconciler) policiesUsingPool(ctx context.Context, o client.Object) []reconcile.Request {
-	var list nmstatev1.NodeNetworkConfigurationPolicyList
-	if err := r.Client.List(ctx, &list); err != nil {
-		return nil
-	}
-	var reqs []reconcile.Request
-	for _, p := range list.Items {
-		c, _ := capture.Parse(p.Spec.Capture)
-		for _, pool := range c.Pools() {
-			if pool == o.GetName() {
-				reqs = append(reqs, reconcile.Request{NamespacedName: types.NamespacedName{Name: p.Name}})
-				break
-			}
-		}
-	}
-	return reqs
-}
-
 // thisNodesLabels passes events of this handler's node that may change
 // which policies select it.
 func (r *Reconciler) thisNodesLabels() predicate.Predicate {
@@ -72,23 +52,32 @@ func (r *Reconciler) thisNodesLabels() predicate.Predicate {
 	}
 }
 
-// poolChangesThatUnblock passes pool events after which a waiting or failed
-// allocation may succeed: creation, deletion, a change of the Available
-// condition, or addresses becoming free.
-func poolChangesThatUnblock() predicate.Predicate {
+// changesByOthers passes the events of this node's enactments that the
+// handler did not cause itself: creation and deletion, a deletion started,
+// annotations (a pool's nudge, a fence, a reset), a slot granted, and a
+// record changed (a reset, a retirement by the pool controller). The
+// handler's own writes of conditions pass only when they also change the
+// record, and those reconciles find nothing to do.
+func changesByOthers() predicate.Predicate {
 	return predicate.Funcs{
 		UpdateFunc: func(e event.UpdateEvent) bool {
-			oldPool, okOld := e.ObjectOld.(*ippoolv1.NodeIPPool)
-			newPool, okNew := e.ObjectNew.(*ippoolv1.NodeIPPool)
+			oldE, okOld := e.ObjectOld.(*nncev1beta1.NodeNetworkConfigurationEnactment)
+			newE, okNew := e.ObjectNew.(*nncev1beta1.NodeNetworkConfigurationEnactment)
 			if !okOld || !okNew {
 				return true
 			}
-			oldC := meta.FindStatusCondition(oldPool.Status.Conditions, ippoolv1.ConditionAvailable)
-			newC := meta.FindStatusCondition(newPool.Status.Conditions, ippoolv1.ConditionAvailable)
-			if (oldC == nil) != (newC == nil) || (newC != nil && (oldC.Status != newC.Status || oldC.Reason != newC.Reason)) {
-				return true
-			}
-			return newPool.Status.Free > oldPool.Status.Free
+			return !maps.Equal(oldE.Annotations, newE.Annotations) ||
+				oldE.DeletionTimestamp.IsZero() != newE.DeletionTimestamp.IsZero() ||
+				granted(oldE) != granted(newE) ||
+				!equality.Semantic.DeepEqual(oldE.Status.IPPool, newE.Status.IPPool)
 		},
 	}
+}
+
+// granted returns when the enactment's slot was granted, or the zero time.
+func granted(e *nncev1beta1.NodeNetworkConfigurationEnactment) time.Time {
+	if e.Status.Slot == nil || e.Status.Slot.Granted == nil {
+		return time.Time{}
+	}
+	return e.Status.Slot.Granted.Time
 }

@@ -13,7 +13,6 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
-	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/tools/events"
 	"k8s.io/utils/clock"
 	ctrl "sigs.k8s.io/controller-runtime"
@@ -21,6 +20,7 @@ import (
 
 	ippoolv1 "github.com/nmstate-ippool/nmstate-ippool/api/v1"
 	nncev1beta1 "github.com/nmstate-ippool/nmstate-ippool/api/v1beta1"
+	"github.com/nmstate-ippool/nmstate-ippool/internal/annotations"
 	"github.com/nmstate-ippool/nmstate-ippool/internal/poolwrite"
 	"github.com/nmstate-ippool/nmstate-ippool/pkg/capture"
 )
@@ -37,10 +37,12 @@ type NetworkState interface {
 // Reconciler reconciles NodeNetworkConfigurationPolicies for one node. Every
 // field is set by the caller; see New for defaults.
 type Reconciler struct {
-	// Client reads from the manager's cache and writes to the API server.
+	// Client reads from the manager's cache, which holds the policies, this
+	// node and this node's enactments only (CacheOptions), and writes to
+	// the API server.
 	Client client.Client
-	// APIReader reads from the API server, for decisions a stale cache
-	// could get wrong (enactments, pools, the policy's status).
+	// APIReader reads from the API server: pools, and the enactment and
+	// policy before anything is decided that a stale cache could get wrong.
 	APIReader client.Reader
 	// NodeName is the node this handler configures.
 	NodeName string
@@ -53,22 +55,16 @@ type Reconciler struct {
 	// Pools writes pool statuses and gives addresses back, retrying
 	// conflicting writes with its backoff.
 	Pools *poolwrite.Writer
-	// PolicyStatusBackoff paces retries of policy status writes. Every
-	// handler writes the same policy's status (its maxUnavailable slot count
-	// and conditions), so conflicts are expected, and a lost slot release
-	// would hold other nodes back for SlotTimeout: retry patiently.
-	PolicyStatusBackoff wait.Backoff
 	// Metrics counts allocation attempts and conflicts.
 	Metrics *Metrics
 	// PendingRequeue is how long to wait before looking again at an
-	// enactment that is Pending (pool not available, maxUnavailable reached).
+	// enactment that waits on a pool (not available, or new addresses wait
+	// for the pool controller's rebuild).
 	PendingRequeue time.Duration
-	// FailedRequeue is how long to wait before applying again after
-	// nmstatectl failed; failures are often transient.
+	// FailedRequeue is how long to wait before trying again after a
+	// failure: nmstatectl failed, or the pool is exhausted. Failures are
+	// often transient.
 	FailedRequeue time.Duration
-	// SlotTimeout is how long a node may hold a maxUnavailable slot before
-	// other nodes consider it abandoned (a handler killed mid-apply).
-	SlotTimeout time.Duration
 	// NetworkLock, if set, is held while the handler checks that its
 	// record is current and applies a state; the node's state reporter
 	// reads under it (see nodestate.Reconciler.NetworkLock).
@@ -77,115 +73,202 @@ type Reconciler struct {
 	// not (a rollback changes the network too): the node's state reporter
 	// reads the state again.
 	StateChanged func()
-
-	// notes carries what an enactment's messages must tell until its state
-	// is applied.
-	notes notes
 }
 
-// notes holds, per enactment, a note for its condition messages (that an
-// address was re-allocated) from the reconcile that made the change until
-// the one that applies it, which may come later (maxUnavailable). It is
-// memory only: after a restart, the Events still tell.
-type notes struct {
-	mu sync.Mutex
-	m  map[string]string
-}
+// cacheLag is how soon a reconcile whose cached view the API server
+// contradicted looks again, by when the cache has caught up.
+const cacheLag = 100 * time.Millisecond
 
-// keep stores note for enactment if it is not empty, and returns the note
-// the enactment has.
-func (n *notes) keep(enactment, note string) string {
-	n.mu.Lock()
-	defer n.mu.Unlock()
-	if note != "" {
-		if n.m == nil {
-			n.m = map[string]string{}
-		}
-		n.m[enactment] = note
-	}
-	return n.m[enactment]
-}
-
-// done forgets the note of an enactment whose state is applied.
-func (n *notes) done(enactment string) {
-	n.mu.Lock()
-	delete(n.m, enactment)
-	n.mu.Unlock()
-}
-
-// Reconcile brings one policy to this node: it retires the enactment of a
-// policy that is gone or does not select the node, and otherwise enacts it.
-// Either way it then refreshes the policy's aggregated conditions.
+// Reconcile brings one policy to this node. It reads from the cache and
+// decides (see decide); only a reconcile that has something to do reads
+// from the API server or runs nmstatectl.
 func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
 	log := ctrl.LoggerFrom(ctx).WithValues("node", r.NodeName, "policy", req.Name)
 	ctx = ctrl.LoggerInto(ctx, log)
 
-	policy, err := r.getPolicy(ctx, req.Name)
+	s, err := r.fetch(ctx, r.Client, req.Name)
 	if err != nil {
 		return ctrl.Result{}, err
 	}
-	enactment, err := r.getEnactment(ctx, req.Name)
-	if err != nil {
-		return ctrl.Result{}, err
+	switch s.decide() {
+	case stepRetire:
+		return r.retireIfConfirmed(ctx, req.Name)
+	case stepEnact:
+		return r.enact(ctx, req.Name)
+	case stepApply:
+		return r.applyGranted(ctx, req.Name)
+	default: // stepWait, stepDone
+		return ctrl.Result{}, nil
 	}
-	if enactment != nil && !enactment.DeletionTimestamp.IsZero() {
-		// Being deleted (by a retire that did not finish, by someone else,
-		// or with its Node): give its addresses back, then start over.
-		return ctrl.Result{RequeueAfter: time.Second}, r.retire(ctx, enactment, "the enactment is being deleted")
+}
+
+// scope is one reconcile's view of a policy on this node.
+type scope struct {
+	// policy is nil when it does not exist.
+	policy *nmstatev1.NodeNetworkConfigurationPolicy
+	// enactment is this node's enactment of the policy, nil when none.
+	enactment *nncev1beta1.NodeNetworkConfigurationEnactment
+	// selected tells whether the policy selects this node, and if not why.
+	selected bool
+	why      string
+	// captures are the policy's, parsed; captureErr is why they do not
+	// parse.
+	captures   capture.Captures
+	captureErr error
+}
+
+// step is what a reconcile does.
+type step int
+
+const (
+	// stepDone: the enactment shows this generation applied.
+	stepDone step = iota
+	// stepWait: a slot was asked for and is not granted yet.
+	stepWait
+	// stepRetire: the enactment ends (policy gone or deselected, or the
+	// enactment is being deleted).
+	stepRetire
+	// stepEnact: allocate, record, render and ask for a slot.
+	stepEnact
+	// stepApply: the slot is granted; apply what was recorded.
+	stepApply
+)
+
+// decide is the pure heart of the handler: what to do for s.
+func (s *scope) decide() step {
+	e := s.enactment
+	switch {
+	case e != nil && !e.DeletionTimestamp.IsZero(), !s.selected:
+		if e == nil {
+			return stepDone
+		}
+		return stepRetire
+	case e == nil || e.Status.PolicyGeneration != s.policy.Generation || !s.recordsComplete():
+		return stepEnact
+	case e.Annotations[ippoolv1.NudgeAnnotation] != "" && e.Status.Slot == nil:
+		return stepEnact
+	case e.Status.Slot != nil && e.Status.Slot.Granted != nil:
+		return stepApply
+	case e.Status.Slot != nil:
+		return stepWait
+	case trueCondition(e) == shared.NodeNetworkConfigurationEnactmentConditionAvailable:
+		return stepDone
+	default:
+		return stepEnact
 	}
-	selected, why, err := r.selects(ctx, policy)
-	if err != nil {
-		return ctrl.Result{}, err
+}
+
+// recordsComplete reports whether the enactment records an address for
+// every ippool capture of the policy (none are needed when the captures
+// do not parse).
+func (s *scope) recordsComplete() bool {
+	for _, ref := range s.captures.Refs {
+		if _, ok := recorded(s.enactment, ref); !ok {
+			return false
+		}
 	}
-	if !selected {
-		if err := r.retire(ctx, enactment, why); err != nil {
+	return true
+}
+
+// fetch reads the scope of a policy through reader: the cache for the
+// decision, the API server to confirm it.
+func (r *Reconciler) fetch(ctx context.Context, reader client.Reader, name string) (*scope, error) {
+	s := &scope{}
+	var p nmstatev1.NodeNetworkConfigurationPolicy
+	switch err := reader.Get(ctx, types.NamespacedName{Name: name}, &p); {
+	case apierrors.IsNotFound(err):
+	case err != nil:
+		return nil, fmt.Errorf("get policy %q: %w", name, err)
+	default:
+		s.policy = &p
+		s.captures, s.captureErr = capture.Parse(p.Spec.Capture)
+	}
+	var e nncev1beta1.NodeNetworkConfigurationEnactment
+	key := shared.EnactmentKey(r.NodeName, name)
+	switch err := reader.Get(ctx, key, &e); {
+	case apierrors.IsNotFound(err):
+	case err != nil:
+		return nil, fmt.Errorf("get enactment %q: %w", key.Name, err)
+	default:
+		s.enactment = &e
+	}
+	var err error
+	s.selected, s.why, err = r.selection(ctx, reader, s.policy)
+	return s, err
+}
+
+// retireIfConfirmed retires the enactment if the API server confirms what
+// the cache said: a stale cache must not take a node's addresses away.
+func (r *Reconciler) retireIfConfirmed(ctx context.Context, name string) (ctrl.Result, error) {
+	s, err := r.fetch(ctx, r.APIReader, name)
+	if err != nil || s.decide() != stepRetire {
+		if err != nil {
 			return ctrl.Result{}, err
 		}
-		return ctrl.Result{}, r.updatePolicyStatus(ctx, policy)
+		return ctrl.Result{RequeueAfter: cacheLag}, nil
 	}
-	result, err := r.enact(ctx, policy, enactment)
-	if err != nil {
-		return result, err
+	why := s.why
+	if s.selected {
+		why = "the enactment is being deleted"
 	}
-	return result, r.updatePolicyStatus(ctx, policy)
+	if err := r.retire(ctx, s.enactment, why); err != nil {
+		return ctrl.Result{}, err
+	}
+	if s.selected {
+		// Deleted while the policy still selects the node (by hand, or
+		// with its Node): start over once it is gone.
+		return ctrl.Result{RequeueAfter: time.Second}, nil
+	}
+	return ctrl.Result{}, nil
 }
 
 // enact resolves the policy's captures, allocates, records, renders and
-// applies, and leaves the enactment's conditions saying how it went.
-func (r *Reconciler) enact(ctx context.Context, policy *nmstatev1.NodeNetworkConfigurationPolicy,
-	enactment *nncev1beta1.NodeNetworkConfigurationEnactment) (ctrl.Result, error) {
-	enactment, err := r.ensureEnactment(ctx, policy, enactment)
+// asks for a slot to apply, on the API server's copies. The record reaches
+// the API server before the state reaches the node.
+func (r *Reconciler) enact(ctx context.Context, name string) (ctrl.Result, error) {
+	s, err := r.fetch(ctx, r.APIReader, name)
 	if err != nil {
 		return ctrl.Result{}, err
 	}
-	captures, err := capture.Parse(policy.Spec.Capture)
-	if err != nil {
-		return r.conclude(ctx, policy, enactment, failing(ippoolv1.ReasonInvalidCapture, err.Error()))
+	switch s.decide() {
+	case stepEnact:
+	case stepRetire:
+		return ctrl.Result{RequeueAfter: cacheLag}, nil
+	default:
+		return ctrl.Result{}, nil // the cache was behind
 	}
-	alloc, blocked, err := r.allocate(ctx, policy, enactment, captures)
+	if s.enactment, err = r.ensureEnactment(ctx, s.policy, s.enactment); err != nil {
+		return ctrl.Result{}, err
+	}
+	// A pool's nudge is acted on now; removing it first keeps the
+	// enactment's resourceVersion, the token of what is allocated below.
+	if err := annotations.RemoveAnnotation(ctx, r.Client, s.enactment, ippoolv1.NudgeAnnotation); err != nil {
+		return ctrl.Result{}, err
+	}
+	if s.captureErr != nil {
+		return r.conclude(ctx, s, failing(ippoolv1.ReasonInvalidCapture, s.captureErr.Error()))
+	}
+	alloc, blocked, err := r.allocate(ctx, s)
 	if err != nil || blocked != nil {
-		return r.concludeBlocked(ctx, policy, enactment, blocked, err)
+		return r.concludeBlocked(ctx, s, blocked, err)
 	}
-	r.reportMoved(enactment, alloc.moved)
-	addresses := alloc.addresses
-	dropped := unclaimed(enactment, addresses, captures)
-	rendered, err := r.render(ctx, policy, captures, addresses)
+	r.reportMoved(s.enactment, alloc.moved)
+	dropped := unclaimed(s.enactment, alloc.addresses, s.captures)
+	rendered, err := r.render(ctx, s, alloc.addresses)
 	if err != nil {
-		record(enactment, captures, addresses, addressStates(addresses), r.meta())
-		return r.concludeRecorded(ctx, policy, enactment, alloc, dropped,
-			failing(string(shared.NodeNetworkConfigurationEnactmentConditionFailedToConfigure), err.Error()))
+		record(s.enactment, s.captures, alloc.addresses, addressStates(alloc.addresses), r.meta())
+		o := failing(string(shared.NodeNetworkConfigurationEnactmentConditionFailedToConfigure), err.Error())
+		o.requeueAfter = r.FailedRequeue
+		return r.concludeRecorded(ctx, s, alloc, dropped, o)
 	}
-	if upToDate(enactment, policy, rendered, captures, addresses) {
+	if upToDate(s.enactment, s.policy, rendered, s.captures, alloc.addresses) {
 		return ctrl.Result{}, nil
 	}
-	// The record reaches the API server before the state reaches the node.
-	record(enactment, captures, addresses, rendered.CapturedStates, r.meta())
-	enactment.Status.DesiredState = shared.NewState(string(rendered.DesiredState))
-	note := r.notes.keep(enactment.Name, movedNote(alloc.moved))
-	if res, err := r.concludeRecorded(ctx, policy, enactment, alloc, dropped, progressing("Applying desired state"+note)); err != nil {
-		return res, err
-	}
-	return r.applyWithinMaxUnavailable(ctx, policy, enactment, rendered.DesiredState, note)
+	record(s.enactment, s.captures, alloc.addresses, rendered.CapturedStates, r.meta())
+	s.enactment.Status.DesiredState = shared.NewState(string(rendered.DesiredState))
+	s.enactment.Status.Slot = &nncev1beta1.ApplySlot{Requested: metav1.NewMicroTime(r.Clock.Now().Truncate(time.Microsecond))}
+	return r.concludeRecorded(ctx, s, alloc, dropped,
+		progressing("Waiting for the policy controller to grant a maxUnavailable slot"+movedNote(alloc.moved)))
 }
 
 // reportMoved raises a Warning Event on the enactment for every recorded
@@ -208,12 +291,11 @@ func movedNote(moved []string) string {
 
 // concludeBlocked reports an allocation that could not proceed: a Pending or
 // Failing outcome, or an error to retry.
-func (r *Reconciler) concludeBlocked(ctx context.Context, policy *nmstatev1.NodeNetworkConfigurationPolicy,
-	enactment *nncev1beta1.NodeNetworkConfigurationEnactment, blocked *outcome, err error) (ctrl.Result, error) {
+func (r *Reconciler) concludeBlocked(ctx context.Context, s *scope, blocked *outcome, err error) (ctrl.Result, error) {
 	if err != nil {
 		return ctrl.Result{}, err
 	}
-	return r.conclude(ctx, policy, enactment, *blocked)
+	return r.conclude(ctx, s, *blocked)
 }
 
 // concludeRecorded writes an enactment that now records alloc's fresh
@@ -224,16 +306,15 @@ func (r *Reconciler) concludeBlocked(ctx context.Context, policy *nmstatev1.Node
 // addresses are withdrawn, and if the pool controller fenced the enactment
 // because the addresses stayed unrecorded too long, that is told. After
 // any other error the write may have landed, so they are kept.
-func (r *Reconciler) concludeRecorded(ctx context.Context, policy *nmstatev1.NodeNetworkConfigurationPolicy,
-	enactment *nncev1beta1.NodeNetworkConfigurationEnactment, alloc *allocation, dropped map[string][]string,
+func (r *Reconciler) concludeRecorded(ctx context.Context, s *scope, alloc *allocation, dropped map[string][]string,
 	o outcome) (ctrl.Result, error) {
-	res, err := r.conclude(ctx, policy, enactment, o)
+	res, err := r.conclude(ctx, s, o)
 	switch {
 	case apierrors.IsConflict(err):
 		r.withdraw(ctx, alloc)
 		r.reportRevoked(ctx, alloc)
 	case err == nil:
-		r.quarantineDropped(ctx, enactment, dropped)
+		r.quarantineDropped(ctx, s.enactment, dropped)
 	}
 	return res, err
 }
@@ -244,8 +325,8 @@ func (r *Reconciler) reportRevoked(ctx context.Context, alloc *allocation) {
 	if len(alloc.fresh) == 0 {
 		return
 	}
-	e, err := r.getEnactment(ctx, strings.TrimPrefix(alloc.enactment, r.NodeName+"."))
-	if err != nil || e == nil {
+	var e nncev1beta1.NodeNetworkConfigurationEnactment
+	if err := r.APIReader.Get(ctx, types.NamespacedName{Name: alloc.enactment}, &e); err != nil {
 		return
 	}
 	fence := e.Annotations[ippoolv1.FenceAnnotation]
@@ -253,7 +334,7 @@ func (r *Reconciler) reportRevoked(ctx context.Context, alloc *allocation) {
 		for _, ip := range ips {
 			if fence == pool+"/"+ip {
 				ctrl.LoggerFrom(ctx).Info("an unrecorded address was revoked; not applying it", "pool", pool, "ip", ip)
-				r.Recorder.Eventf(e, nil, corev1.EventTypeWarning, ippoolv1.ReasonAllocationRevoked, "Record",
+				r.Recorder.Eventf(&e, nil, corev1.EventTypeWarning, ippoolv1.ReasonAllocationRevoked, "Record",
 					"NodeIPPool %s revoked %s before node %s recorded it (the handler stalled past the grace period); not applied, allocating again",
 					pool, ip, r.NodeName)
 			}
@@ -262,11 +343,14 @@ func (r *Reconciler) reportRevoked(ctx context.Context, alloc *allocation) {
 }
 
 // conclude writes the enactment's conditions for o and requeues as o asks.
-func (r *Reconciler) conclude(ctx context.Context, policy *nmstatev1.NodeNetworkConfigurationPolicy,
-	enactment *nncev1beta1.NodeNetworkConfigurationEnactment, o outcome) (ctrl.Result, error) {
-	enactment.Status.PolicyGeneration = policy.Generation
-	enactment.Status.WaitingForIPPool = o.waitingFor
-	if err := r.writeEnactment(ctx, enactment, o); err != nil {
+func (r *Reconciler) conclude(ctx context.Context, s *scope, o outcome) (ctrl.Result, error) {
+	e := s.enactment
+	e.Status.PolicyGeneration = s.policy.Generation
+	e.Status.WaitingForIPPool = o.waitingFor
+	if o.condition != shared.NodeNetworkConfigurationEnactmentConditionProgressing {
+		e.Status.Slot = nil
+	}
+	if err := r.writeEnactment(ctx, e, o); err != nil {
 		return ctrl.Result{}, err
 	}
 	return ctrl.Result{RequeueAfter: o.requeueAfter}, nil
@@ -274,16 +358,4 @@ func (r *Reconciler) conclude(ctx context.Context, policy *nmstatev1.NodeNetwork
 
 func (r *Reconciler) meta() shared.NodeNetworkConfigurationEnactmentMetaInfo {
 	return shared.NodeNetworkConfigurationEnactmentMetaInfo{Version: "0", TimeStamp: metav1.NewTime(r.Clock.Now().Truncate(time.Second))}
-}
-
-// getPolicy returns the policy, or nil when it does not exist.
-func (r *Reconciler) getPolicy(ctx context.Context, name string) (*nmstatev1.NodeNetworkConfigurationPolicy, error) {
-	var p nmstatev1.NodeNetworkConfigurationPolicy
-	if err := r.Client.Get(ctx, types.NamespacedName{Name: name}, &p); err != nil {
-		if apierrors.IsNotFound(err) {
-			return nil, nil
-		}
-		return nil, fmt.Errorf("get policy %q: %w", name, err)
-	}
-	return &p, nil
 }

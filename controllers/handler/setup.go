@@ -3,17 +3,22 @@ package handler
 import (
 	"time"
 
+	"github.com/nmstate/kubernetes-nmstate/api/shared"
 	nmstatev1 "github.com/nmstate/kubernetes-nmstate/api/v1"
 	corev1 "k8s.io/api/core/v1"
-	"k8s.io/apimachinery/pkg/util/wait"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/fields"
+	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/utils/clock"
 	"k8s.io/utils/ptr"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/builder"
+	"sigs.k8s.io/controller-runtime/pkg/cache"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller"
 	"sigs.k8s.io/controller-runtime/pkg/handler"
+	"sigs.k8s.io/controller-runtime/pkg/predicate"
 
-	ippoolv1 "github.com/nmstate-ippool/nmstate-ippool/api/v1"
 	nncev1beta1 "github.com/nmstate-ippool/nmstate-ippool/api/v1beta1"
 	"github.com/nmstate-ippool/nmstate-ippool/internal/poolwrite"
 )
@@ -22,30 +27,43 @@ import (
 const (
 	DefaultPendingRequeue = 10 * time.Second
 	DefaultFailedRequeue  = time.Minute
-	DefaultSlotTimeout    = 5 * time.Minute
 )
 
 // New returns a Reconciler for node wired to the manager, with the default
-// clock, backoff and timeouts; callers may change any field before
-// SetupWithManager.
+// clock and timeouts; callers may change any field before
+// SetupWithManager. The manager's cache must be built with CacheOptions.
 func New(mgr ctrl.Manager, node string, state NetworkState, metrics *Metrics) *Reconciler {
 	clk := clock.RealClock{}
 	return &Reconciler{
-		Client:    mgr.GetClient(),
-		APIReader: mgr.GetAPIReader(),
-		NodeName:  node,
-		State:     state,
-		Recorder:  mgr.GetEventRecorder("nmstate-ippool-handler"),
-		Clock:     clk,
-		Pools:     writer(mgr, clk, metrics),
-		// No Cap: reaching a Cap ends a wait.Backoff. 40 jittered steps from
-		// 20ms growing by 15% retry for about half a minute.
-		PolicyStatusBackoff: wait.Backoff{Duration: 20 * time.Millisecond, Factor: 1.15, Jitter: 1, Steps: 40},
-		Metrics:             metrics,
-		PendingRequeue:      DefaultPendingRequeue,
-		FailedRequeue:       DefaultFailedRequeue,
-		SlotTimeout:         DefaultSlotTimeout,
+		Client:         mgr.GetClient(),
+		APIReader:      mgr.GetAPIReader(),
+		NodeName:       node,
+		State:          state,
+		Recorder:       mgr.GetEventRecorder("nmstate-ippool-handler"),
+		Clock:          clk,
+		Pools:          writer(mgr, clk, metrics),
+		Metrics:        metrics,
+		PendingRequeue: DefaultPendingRequeue,
+		FailedRequeue:  DefaultFailedRequeue,
 	}
+}
+
+// CacheOptions restricts a handler's cache to what one node needs, so that
+// its memory and watch events do not grow with the cluster: every policy
+// (there are few), its own Node and NodeNetworkState, and its own
+// enactments. Nothing else may be read through the cache: a Get or List of
+// another kind would start a cluster-wide informer.
+func CacheOptions(node string) cache.Options {
+	nodeMeta := &metav1.PartialObjectMetadata{}
+	nodeMeta.SetGroupVersionKind(corev1.SchemeGroupVersion.WithKind("Node"))
+	byName := fields.OneTermEqualSelector("metadata.name", node)
+	return cache.Options{ByObject: map[client.Object]cache.ByObject{
+		nodeMeta:                        {Field: byName},
+		&nncev1beta1.NodeNetworkState{}: {Field: byName},
+		&nncev1beta1.NodeNetworkConfigurationEnactment{}: {
+			Label: labels.SelectorFromSet(labels.Set{shared.EnactmentNodeLabel: node}),
+		},
+	}}
 }
 
 // writer returns the pool writer of a handler, counting conflicts.
@@ -62,25 +80,24 @@ type SetupOptions struct {
 	SkipNameValidation bool
 }
 
-// SetupWithManager registers the controller. It watches policies, the
-// enactments of every node (for the policies' aggregated conditions), this
-// node's labels, and the pools the policies draw from.
+// SetupWithManager registers the controller. It watches the policies'
+// specs, this node's labels and this node's enactments; it reads pools on
+// demand, and learns that a pool it waits on can serve again from the pool
+// controller's nudge on its enactment.
 func (r *Reconciler) SetupWithManager(mgr ctrl.Manager, opts SetupOptions) error {
 	return ctrl.NewControllerManagedBy(mgr).
 		Named("nncp-handler").
 		WithOptions(controller.Options{SkipNameValidation: ptr.To(opts.SkipNameValidation)}).
-		For(&nmstatev1.NodeNetworkConfigurationPolicy{}).
-		Watches(&nncev1beta1.NodeNetworkConfigurationEnactment{}, handler.EnqueueRequestsFromMapFunc(policyOfEnactment)).
+		For(&nmstatev1.NodeNetworkConfigurationPolicy{}, builder.WithPredicates(predicate.GenerationChangedPredicate{})).
+		Watches(&nncev1beta1.NodeNetworkConfigurationEnactment{}, handler.EnqueueRequestsFromMapFunc(policyOfEnactment),
+			builder.WithPredicates(changesByOthers())).
 		WatchesMetadata(&corev1.Node{}, handler.EnqueueRequestsFromMapFunc(r.allPolicies),
 			builder.WithPredicates(r.thisNodesLabels())).
-		Watches(&ippoolv1.NodeIPPool{}, handler.EnqueueRequestsFromMapFunc(r.policiesUsingPool),
-			builder.WithPredicates(poolChangesThatUnblock())).
 		Complete(r)
 }
 
 // The handler's permissions (generated into deploy/rbac/handler).
 // +kubebuilder:rbac:groups=nmstate.io,resources=nodenetworkconfigurationpolicies,verbs=get;list;watch
-// +kubebuilder:rbac:groups=nmstate.io,resources=nodenetworkconfigurationpolicies/status,verbs=get;update;patch
 // +kubebuilder:rbac:groups=nmstate.io,resources=nodenetworkconfigurationenactments,verbs=get;list;watch;create;update;patch;delete
 // +kubebuilder:rbac:groups=nmstate.io,resources=nodenetworkconfigurationenactments/status,verbs=get;update;patch
 // +kubebuilder:rbac:groups=nmstate.io,resources=nodeippools,verbs=get;list;watch

@@ -27,10 +27,23 @@ var (
 	simBin string
 )
 
+// TestMain runs the suite against a real API server, with the policy
+// controller of the control plane granting maxUnavailable slots and
+// writing policy status, as in a cluster; the tests play the pool
+// controller's part by hand where they need it.
 func TestMain(m *testing.M) {
-	os.Exit(envtest.Run(m, func(s *envtest.Suite) {
+	var stop func() error
+	code := envtest.Run(m, func(s *envtest.Suite) {
 		cfg, k, simBin = s.Env, s.Client, s.Command("nmstatectl-sim")
-	}, "nmstatectl-sim"))
+		var err error
+		if stop, err = cfg.StartPolicyController(); err != nil {
+			panic(err)
+		}
+	}, "nmstatectl-sim")
+	if stop != nil {
+		_ = stop()
+	}
+	os.Exit(code)
 }
 
 // newNodes creates Nodes prefix01..prefixNN with the given labels; start

@@ -71,6 +71,8 @@ type poolMemory struct {
 	// lastPrune is when recorded in-flight entries were last removed, and
 	// lastLiftCheck when quarantines were last looked at.
 	lastPrune, lastLiftCheck time.Time
+	// nudged holds, by enactment, why it was last nudged (see toNudge).
+	nudged map[string]string
 }
 
 // Reconcile rebuilds a pool when it must (new, controller start, reset,
@@ -151,7 +153,11 @@ func (r *Reconciler) maintain(ctx context.Context, pool *ippoolv1.NodeIPPool, al
 	if len(gcDue) > 0 || holdsDue {
 		return result, r.collect(ctx, pool, gcDue, holdsDue)
 	}
-	return result, r.setAvailable(ctx, pool, availabilityOf(pool.Name, alloc, v))
+	if err := r.setAvailable(ctx, pool, availabilityOf(pool.Name, alloc, v)); err != nil {
+		return result, err
+	}
+	r.nudge(ctx, pool, v)
+	return result, nil
 }
 
 // soonest returns the shorter positive duration, or 0 if neither is.

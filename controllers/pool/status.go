@@ -40,12 +40,15 @@ type view struct {
 	// waiting lists enactments that failed because the pool was full, as
 	// "node03 (policy static-ip)".
 	waiting []string
+	// enactments are all the enactments the view was built from.
+	enactments []nncev1beta1.NodeNetworkConfigurationEnactment
 }
 
 // observe builds the view of pool from its allocator and the enactments.
 func observe(pool string, alloc *ippool.Allocator, enactments []nncev1beta1.NodeNetworkConfigurationEnactment) view {
 	claims := poolstatus.ClaimsOf(pool, alloc.Range(), enactments)
-	return view{claims: claims, audit: poolstatus.AuditPool(pool, alloc, claims), waiting: waitingFor(pool, enactments)}
+	return view{claims: claims, audit: poolstatus.AuditPool(pool, alloc, claims), waiting: waitingFor(pool, enactments),
+		enactments: enactments}
 }
 
 // waitingFor lists the enactments Failing with IPPoolExhausted on pool.

@@ -14,6 +14,7 @@ import (
 
 	"k8s.io/apimachinery/pkg/types"
 	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/config"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
@@ -23,6 +24,7 @@ import (
 	"github.com/nmstate-ippool/nmstate-ippool/controllers/enactment"
 	"github.com/nmstate-ippool/nmstate-ippool/controllers/handler"
 	"github.com/nmstate-ippool/nmstate-ippool/controllers/nodestate"
+	"github.com/nmstate-ippool/nmstate-ippool/controllers/policy"
 	"github.com/nmstate-ippool/nmstate-ippool/controllers/pool"
 	"github.com/nmstate-ippool/nmstate-ippool/internal/poolstatus"
 	"github.com/nmstate-ippool/nmstate-ippool/pkg/nmstatectl"
@@ -111,10 +113,13 @@ func NewNode(name, dir, sim string) *Node {
 	}}
 }
 
-// Start runs the node's handler against the control plane until Stop. It
+// Start runs the node's handler against the control plane until Stop, in a
+// manager whose cache is the handler binary's (handler.CacheOptions). It
 // requeues Pending enactments every 300ms and failed applies every 500ms.
+// Handlers apply only once the policy controller grants them a slot: run
+// one (StartPolicyController or StartPoolController).
 func (n *Node) Start(e *Env) error {
-	mgr, err := e.NewManager()
+	mgr, err := e.NewManager(handler.CacheOptions(n.Name))
 	if err != nil {
 		return err
 	}
@@ -171,11 +176,13 @@ func (n *Node) Configured(iface string) string {
 	return ""
 }
 
-// PoolController is a pool controller (the pool and enactment
-// reconcilers) running in a manager of its own.
+// PoolController is a pool controller (the pool, enactment and policy
+// reconcilers, as the pool-controller binary runs them) in a manager of its
+// own.
 type PoolController struct {
 	Pools      *pool.Reconciler
 	Enactments *enactment.Reconciler
+	Policies   *policy.Reconciler
 	stop       func() error
 }
 
@@ -187,7 +194,8 @@ func (e *Env) StartPoolController(grace time.Duration, metrics *pool.Metrics, tu
 	if err != nil {
 		return nil, err
 	}
-	pc := &PoolController{Pools: pool.New(mgr, metrics), Enactments: enactment.New(mgr, grace)}
+	pc := &PoolController{Pools: pool.New(mgr, metrics), Enactments: enactment.New(mgr, grace), Policies: policy.New(mgr)}
+	pc.Policies.Batch = 50 * time.Millisecond
 	pc.Pools.GracePeriod, pc.Pools.QuarantinePeriod = grace, grace
 	for _, f := range tune {
 		f(pc)
@@ -198,8 +206,27 @@ func (e *Env) StartPoolController(grace time.Duration, metrics *pool.Metrics, tu
 	if err := pc.Enactments.SetupWithManager(mgr, enactment.SetupOptions{SkipNameValidation: true}); err != nil {
 		return nil, err
 	}
+	if err := pc.Policies.SetupWithManager(context.Background(), mgr, policy.SetupOptions{SkipNameValidation: true}); err != nil {
+		return nil, err
+	}
 	pc.stop = RunManager(mgr)
 	return pc, nil
+}
+
+// StartPolicyController runs the policy controller alone (policy status
+// and maxUnavailable slots) until the returned function is called: what
+// handler tests that play the pool controller's part by hand still need.
+func (e *Env) StartPolicyController() (stop func() error, err error) {
+	mgr, err := e.NewManager()
+	if err != nil {
+		return nil, err
+	}
+	r := policy.New(mgr)
+	r.Batch = 50 * time.Millisecond
+	if err := r.SetupWithManager(context.Background(), mgr, policy.SetupOptions{SkipNameValidation: true}); err != nil {
+		return nil, err
+	}
+	return RunManager(mgr), nil
 }
 
 // Stop stops the controller and returns how it ended.
@@ -215,9 +242,13 @@ func (pc *PoolController) Stop() error {
 // NewManager returns a manager of the control plane for one simulated
 // component: no metrics or health endpoints, and controller names that may
 // repeat in one process.
-func (e *Env) NewManager() (ctrl.Manager, error) {
-	return ctrl.NewManager(e.Config, ctrl.Options{Scheme: e.Scheme, Metrics: metricsserver.Options{BindAddress: "0"},
-		HealthProbeBindAddress: "0", Controller: config.Controller{SkipNameValidation: ptrTo(true)}})
+func (e *Env) NewManager(cacheOpts ...cache.Options) (ctrl.Manager, error) {
+	opts := ctrl.Options{Scheme: e.Scheme, Metrics: metricsserver.Options{BindAddress: "0"},
+		HealthProbeBindAddress: "0", Controller: config.Controller{SkipNameValidation: ptrTo(true)}}
+	for _, c := range cacheOpts {
+		opts.Cache = c
+	}
+	return ctrl.NewManager(e.Config, opts)
 }
 
 // RunManager starts mgr and returns a function that stops it and returns

@@ -1,0 +1,183 @@
+package policy_test
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"testing"
+	"time"
+
+	"github.com/nmstate/kubernetes-nmstate/api/shared"
+	nmstatev1 "github.com/nmstate/kubernetes-nmstate/api/v1"
+	. "github.com/onsi/gomega"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/intstr"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	nncev1beta1 "github.com/nmstate-ippool/nmstate-ippool/api/v1beta1"
+	"github.com/nmstate-ippool/nmstate-ippool/controllers/policy"
+	"github.com/nmstate-ippool/nmstate-ippool/internal/conditions"
+	"github.com/nmstate-ippool/nmstate-ippool/test/envtest"
+)
+
+var (
+	cfg *envtest.Env
+	k   client.Client
+	ctx = context.Background()
+)
+
+func TestMain(m *testing.M) {
+	os.Exit(envtest.Run(m, func(s *envtest.Suite) { cfg, k = s.Env, s.Client }))
+}
+
+// startController runs the policy controller with a slot timeout.
+func startController(t *testing.T, slotTimeout time.Duration) {
+	t.Helper()
+	mgr, err := cfg.NewManager()
+	Expect(err).NotTo(HaveOccurred())
+	r := policy.New(mgr)
+	r.Batch, r.SlotTimeout = 50*time.Millisecond, slotTimeout
+	Expect(r.SetupWithManager(ctx, mgr, policy.SetupOptions{SkipNameValidation: true})).To(Succeed())
+	stop := envtest.RunManager(mgr)
+	t.Cleanup(func() { _ = stop() })
+}
+
+// setUp creates n labelled Nodes, a policy selecting them with
+// maxUnavailable, and one enactment per node, as handlers would.
+func setUp(t *testing.T, role string, n int, maxUnavailable intstr.IntOrString) []string {
+	t.Helper()
+	p := &nmstatev1.NodeNetworkConfigurationPolicy{ObjectMeta: metav1.ObjectMeta{Name: role}}
+	p.Spec.NodeSelector = map[string]string{"role": role}
+	p.Spec.MaxUnavailable = &maxUnavailable
+	p.Spec.DesiredState = shared.NewState("interfaces: []\n")
+	Expect(k.Create(ctx, p)).To(Succeed())
+	t.Cleanup(func() { _ = k.Delete(ctx, p) })
+	var names []string
+	for i := range n {
+		node := fmt.Sprintf("%s%02d", role, i+1)
+		Expect(k.Create(ctx, &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: node, Labels: map[string]string{"role": role}}})).To(Succeed())
+		t.Cleanup(func() { _ = k.Delete(ctx, &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: node}}) })
+		e := &nncev1beta1.NodeNetworkConfigurationEnactment{ObjectMeta: metav1.ObjectMeta{
+			Name:   shared.EnactmentKey(node, role).Name,
+			Labels: map[string]string{shared.EnactmentPolicyLabel: role, shared.EnactmentNodeLabel: node},
+		}}
+		Expect(k.Create(ctx, e)).To(Succeed())
+		t.Cleanup(func() { _ = k.Delete(ctx, e) })
+		names = append(names, e.Name)
+	}
+	return names
+}
+
+// handlerWrites sets an enactment's status as its handler would: at
+// generation 1, with condition c True, and a slot request when asked.
+func handlerWrites(name string, c shared.ConditionType, request bool) {
+	Eventually(func() error {
+		var e nncev1beta1.NodeNetworkConfigurationEnactment
+		if err := k.Get(ctx, types.NamespacedName{Name: name}, &e); err != nil {
+			return err
+		}
+		e.Status.PolicyGeneration = 1
+		e.Status.Conditions = conditions.OneTrue(e.Status.Conditions, shared.NodeNetworkConfigurationEnactmentConditionTypes[:], c, "", "", time.Now())
+		e.Status.Slot = nil
+		if request {
+			e.Status.Slot = &nncev1beta1.ApplySlot{Requested: metav1.NewMicroTime(time.Now())}
+		}
+		return k.Status().Update(ctx, &e)
+	}).Should(Succeed())
+}
+
+// slots returns the enactments whose slot is granted and those Pending for
+// want of one.
+func slots(names []string) (granted, pending []string) {
+	for _, name := range names {
+		var e nncev1beta1.NodeNetworkConfigurationEnactment
+		if k.Get(ctx, types.NamespacedName{Name: name}, &e) != nil {
+			continue
+		}
+		if e.Status.Slot != nil && e.Status.Slot.Granted != nil {
+			granted = append(granted, name)
+		}
+		if c := e.Status.Conditions.Find(shared.NodeNetworkConfigurationEnactmentConditionPending); c != nil &&
+			c.Status == corev1.ConditionTrue && c.Reason == shared.NodeNetworkConfigurationEnactmentConditionMaxUnavailableLimitReached {
+			pending = append(pending, name)
+		}
+	}
+	return granted, pending
+}
+
+// policyState returns the True condition of the policy and its message.
+func policyState(name string) func() string {
+	return func() string {
+		var p nmstatev1.NodeNetworkConfigurationPolicy
+		if err := k.Get(ctx, types.NamespacedName{Name: name}, &p); err != nil {
+			return err.Error()
+		}
+		for _, c := range p.Status.Conditions {
+			if c.Status == corev1.ConditionTrue {
+				return fmt.Sprintf("%s: %s", c.Type, c.Message)
+			}
+		}
+		return "no condition"
+	}
+}
+
+// TestMaxUnavailable: with maxUnavailable 1, three requests are granted
+// one at a time, the others shown Pending, in order, and the policy's
+// status follows the enactments to Available.
+func TestMaxUnavailable(t *testing.T) {
+	RegisterTestingT(t)
+	startController(t, time.Hour)
+	names := setUp(t, "one", 3, intstr.FromInt32(1))
+	Eventually(policyState("one")).Should(Equal("Progressing: Policy is progressing 0/3 nodes finished"))
+	for _, name := range names {
+		handlerWrites(name, shared.NodeNetworkConfigurationEnactmentConditionProgressing, true)
+	}
+	for done := range names {
+		var granted []string
+		Eventually(func() int {
+			var pending []string
+			granted, pending = slots(names)
+			return len(granted) + 100*len(pending)
+		}).Should(Equal(1+100*(len(names)-done-1)), "one slot granted, the other requests Pending")
+		Consistently(func() int { g, _ := slots(names); return len(g) }, 500*time.Millisecond).Should(Equal(1))
+		handlerWrites(granted[0], shared.NodeNetworkConfigurationEnactmentConditionAvailable, false)
+	}
+	Eventually(policyState("one")).Should(Equal("Available: 3/3 nodes successfully configured"))
+	var p nmstatev1.NodeNetworkConfigurationPolicy
+	Expect(k.Get(ctx, types.NamespacedName{Name: "one"}, &p)).To(Succeed())
+	Expect(p.Status.UnavailableNodeCount).To(BeZero())
+}
+
+// TestFailingAndScaleDown: a failing node degrades the policy; once that
+// node is removed the status counts the remaining nodes only
+// (kubernetes-nmstate #1098 keeps counting it).
+func TestFailingAndScaleDown(t *testing.T) {
+	RegisterTestingT(t)
+	startController(t, time.Hour)
+	names := setUp(t, "down", 3, intstr.FromString("50%"))
+	handlerWrites(names[0], shared.NodeNetworkConfigurationEnactmentConditionAvailable, false)
+	handlerWrites(names[1], shared.NodeNetworkConfigurationEnactmentConditionAvailable, false)
+	handlerWrites(names[2], shared.NodeNetworkConfigurationEnactmentConditionFailing, false)
+	Eventually(policyState("down")).Should(Equal("Degraded: 1/3 nodes failed to configure"))
+	Expect(k.Delete(ctx, &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "down03"}})).To(Succeed())
+	Eventually(policyState("down")).Should(Equal("Available: 2/2 nodes successfully configured"))
+	Expect(k.Delete(ctx, &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "down01"}})).To(Succeed())
+	Expect(k.Delete(ctx, &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "down02"}})).To(Succeed())
+	Eventually(policyState("down")).Should(Equal("Available: Policy does not match any node"))
+}
+
+// TestSlotTimeout: a grant whose handler never reports back stops counting
+// after the slot timeout, and the next request is granted.
+func TestSlotTimeout(t *testing.T) {
+	RegisterTestingT(t)
+	startController(t, 2*time.Second)
+	names := setUp(t, "dead", 2, intstr.FromInt32(1))
+	handlerWrites(names[0], shared.NodeNetworkConfigurationEnactmentConditionProgressing, true)
+	Eventually(func() []string { g, _ := slots(names); return g }).Should(Equal(names[:1]))
+	handlerWrites(names[1], shared.NodeNetworkConfigurationEnactmentConditionProgressing, true)
+	Eventually(func() []string { _, p := slots(names); return p }).Should(Equal(names[1:]))
+	Consistently(func() []string { g, _ := slots(names); return g }, time.Second).Should(Equal(names[:1]))
+	Eventually(func() []string { g, _ := slots(names); return g }, 10*time.Second).Should(Equal(names))
+}

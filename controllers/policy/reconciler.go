@@ -1,0 +1,208 @@
+package policy
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/nmstate/kubernetes-nmstate/api/shared"
+	nmstatev1 "github.com/nmstate/kubernetes-nmstate/api/v1"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/utils/clock"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	nncev1beta1 "github.com/nmstate-ippool/nmstate-ippool/api/v1beta1"
+	"github.com/nmstate-ippool/nmstate-ippool/internal/conditions"
+)
+
+// Defaults used by New.
+const (
+	// DefaultBatch is how long events are gathered into one reconcile.
+	DefaultBatch = 250 * time.Millisecond
+	// DefaultSlotTimeout is kubernetes-nmstate's: a node may hold a
+	// maxUnavailable slot this long before it is taken for dead.
+	DefaultSlotTimeout = 5 * time.Minute
+)
+
+// Reconciler writes a policy's status and grants its maxUnavailable slots.
+// Every field is set by the caller; see New for defaults.
+type Reconciler struct {
+	// Client reads from the manager's cache and writes to the API server.
+	Client client.Client
+	// Clock tells the time.
+	Clock clock.Clock
+	// Batch is how long events are gathered into one reconcile.
+	Batch time.Duration
+	// SlotTimeout is how long a grant counts against maxUnavailable.
+	SlotTimeout time.Duration
+}
+
+// New returns a Reconciler wired to the manager with the defaults.
+func New(mgr ctrl.Manager) *Reconciler {
+	return &Reconciler{
+		Client:      mgr.GetClient(),
+		Clock:       clock.RealClock{},
+		Batch:       DefaultBatch,
+		SlotTimeout: DefaultSlotTimeout,
+	}
+}
+
+// rollout is one reconcile's view of a policy: what was read and what the
+// pure decisions made of it.
+type rollout struct {
+	policy *nmstatev1.NodeNetworkConfigurationPolicy
+	// matching counts the nodes the policy selects; enactments are theirs
+	// (a node may have none yet).
+	matching   int
+	enactments []*nncev1beta1.NodeNetworkConfigurationEnactment
+	limit      int
+	slots      slots
+	conditions shared.ConditionList
+}
+
+// Reconcile grants the policy's slots, marks the requests that wait, and
+// writes the policy's status if it changed. Writes are guarded by
+// resourceVersions; a conflict requeues the policy.
+func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
+	ctx = ctrl.LoggerInto(ctx, ctrl.LoggerFrom(ctx).WithValues("policy", req.Name))
+	ro, err := r.fetch(ctx, req.Name)
+	if err != nil || ro == nil {
+		return ctrl.Result{}, err
+	}
+	now := r.Clock.Now()
+	ro.slots = planSlots(ro.enactments, ro.limit, now, r.SlotTimeout)
+	granted, err := r.grant(ctx, ro.slots.grant, now)
+	if err != nil {
+		return ctrl.Result{}, err
+	}
+	ro.slots.held += granted
+	if err := r.queue(ctx, ro.slots.queue, now); err != nil {
+		return ctrl.Result{}, err
+	}
+	ro.conditions = policyConditions(ro.policy.Status.Conditions,
+		summarize(ro.matching, ro.policy.Generation, ro.enactments), now)
+	if err := r.writeStatus(ctx, ro); err != nil {
+		return ctrl.Result{}, err
+	}
+	if ro.slots.nextExpiry.IsZero() {
+		return ctrl.Result{}, nil
+	}
+	return ctrl.Result{RequeueAfter: ro.slots.nextExpiry.Sub(now) + time.Second}, nil
+}
+
+// fetch reads the policy, the nodes it selects and their enactments from
+// the cache; nil when the policy is gone or being deleted.
+func (r *Reconciler) fetch(ctx context.Context, name string) (*rollout, error) {
+	var p nmstatev1.NodeNetworkConfigurationPolicy
+	if err := r.Client.Get(ctx, types.NamespacedName{Name: name}, &p); err != nil {
+		if apierrors.IsNotFound(err) {
+			return nil, nil
+		}
+		return nil, fmt.Errorf("get policy %q: %w", name, err)
+	}
+	if !p.DeletionTimestamp.IsZero() {
+		return nil, nil
+	}
+	nodes := &metav1.PartialObjectMetadataList{}
+	nodes.SetGroupVersionKind(corev1.SchemeGroupVersion.WithKind("NodeList"))
+	if err := r.Client.List(ctx, nodes, client.MatchingLabelsSelector{Selector: labels.SelectorFromSet(p.Spec.NodeSelector)},
+		client.UnsafeDisableDeepCopy); err != nil {
+		return nil, fmt.Errorf("list the nodes of policy %q: %w", name, err)
+	}
+	matching := make(map[string]bool, len(nodes.Items))
+	for _, n := range nodes.Items {
+		matching[n.Name] = true
+	}
+	var list nncev1beta1.NodeNetworkConfigurationEnactmentList
+	if err := r.Client.List(ctx, &list, client.MatchingFields{policyIndex: name}); err != nil {
+		return nil, fmt.Errorf("list the enactments of policy %q: %w", name, err)
+	}
+	ro := &rollout{policy: &p}
+	for i := range list.Items {
+		e := &list.Items[i]
+		if matching[e.Labels[shared.EnactmentNodeLabel]] && e.DeletionTimestamp.IsZero() {
+			ro.enactments = append(ro.enactments, e)
+		}
+	}
+	limit, err := maxUnavailable(p.Spec.MaxUnavailable, len(matching))
+	if err != nil {
+		return nil, fmt.Errorf("policy %q: %w", name, err)
+	}
+	ro.limit, ro.matching = limit, len(matching)
+	return ro, nil
+}
+
+// grant grants the slot requests of enactments and returns how many it
+// granted. A request that changed since the cache saw it (a conflict) is
+// left to the next reconcile, which its change queues.
+func (r *Reconciler) grant(ctx context.Context, enactments []*nncev1beta1.NodeNetworkConfigurationEnactment, now time.Time) (int, error) {
+	granted := 0
+	for _, e := range enactments {
+		e.Status.Slot.Granted = microNow(now)
+		if waitingForSlot(e) {
+			e.Status.Conditions = conditions.OneTrue(e.Status.Conditions, shared.NodeNetworkConfigurationEnactmentConditionTypes[:],
+				shared.NodeNetworkConfigurationEnactmentConditionProgressing,
+				shared.NodeNetworkConfigurationEnactmentConditionConfigurationProgressing, "Applying desired state", now)
+		}
+		err := r.Client.Status().Update(ctx, e)
+		switch {
+		case apierrors.IsConflict(err), apierrors.IsNotFound(err):
+			continue
+		case err != nil:
+			return granted, fmt.Errorf("grant a maxUnavailable slot to enactment %q: %w", e.Name, err)
+		}
+		granted++
+		ctrl.LoggerFrom(ctx).V(1).Info("granted a maxUnavailable slot", "enactment", e.Name)
+	}
+	return granted, nil
+}
+
+// queue shows the requests that wait for a slot as Pending.
+func (r *Reconciler) queue(ctx context.Context, enactments []*nncev1beta1.NodeNetworkConfigurationEnactment, now time.Time) error {
+	for _, e := range enactments {
+		if waitingForSlot(e) {
+			continue
+		}
+		e.Status.Conditions = conditions.OneTrue(e.Status.Conditions, shared.NodeNetworkConfigurationEnactmentConditionTypes[:],
+			shared.NodeNetworkConfigurationEnactmentConditionPending,
+			shared.NodeNetworkConfigurationEnactmentConditionMaxUnavailableLimitReached,
+			"maxUnavailable nodes are already being configured; waiting", now)
+		err := r.Client.Status().Update(ctx, e)
+		if err != nil && !apierrors.IsConflict(err) && !apierrors.IsNotFound(err) {
+			return fmt.Errorf("mark enactment %q as waiting for a maxUnavailable slot: %w", e.Name, err)
+		}
+	}
+	return nil
+}
+
+// waitingForSlot reports whether the enactment shows that it waits for a
+// maxUnavailable slot.
+func waitingForSlot(e *nncev1beta1.NodeNetworkConfigurationEnactment) bool {
+	c := e.Status.Conditions.Find(shared.NodeNetworkConfigurationEnactmentConditionPending)
+	return c != nil && c.Status == corev1.ConditionTrue &&
+		c.Reason == shared.NodeNetworkConfigurationEnactmentConditionMaxUnavailableLimitReached
+}
+
+// writeStatus writes the policy's conditions and the count of held slots
+// when they changed.
+func (r *Reconciler) writeStatus(ctx context.Context, ro *rollout) error {
+	p := ro.policy
+	held := ro.slots.held
+	if conditions.Same(ro.conditions, p.Status.Conditions) && p.Status.UnavailableNodeCount == held {
+		return nil
+	}
+	p.Status.Conditions = ro.conditions
+	if p.Status.UnavailableNodeCount != held {
+		p.Status.UnavailableNodeCount = held
+		p.Status.LastUnavailableNodeCountUpdate = &metav1.Time{Time: r.Clock.Now().Truncate(time.Second)}
+	}
+	if err := r.Client.Status().Update(ctx, p); err != nil {
+		return fmt.Errorf("update the status of policy %q: %w", p.Name, err)
+	}
+	return nil
+}

@@ -1,0 +1,148 @@
+package policy
+
+import (
+	"cmp"
+	"fmt"
+	"slices"
+	"time"
+
+	"github.com/nmstate/kubernetes-nmstate/api/shared"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/intstr"
+
+	nncev1beta1 "github.com/nmstate-ippool/nmstate-ippool/api/v1beta1"
+	"github.com/nmstate-ippool/nmstate-ippool/internal/conditions"
+)
+
+// DefaultMaxUnavailable is kubernetes-nmstate's default.
+var DefaultMaxUnavailable = intstr.FromString("50%")
+
+// summary counts the enactments of a policy's matching nodes by state.
+// Enactments of an older policy generation count as progressing.
+type summary struct {
+	matching, available, failing, progressing int
+}
+
+// trueCondition returns the enactment's True condition type, or "".
+func trueCondition(e *nncev1beta1.NodeNetworkConfigurationEnactment) shared.ConditionType {
+	for _, c := range e.Status.Conditions {
+		if c.Status == corev1.ConditionTrue {
+			return c.Type
+		}
+	}
+	return ""
+}
+
+// summarize counts enactments, which must be those of matching nodes.
+func summarize(matching int, generation int64, enactments []*nncev1beta1.NodeNetworkConfigurationEnactment) summary {
+	s := summary{matching: matching}
+	for _, e := range enactments {
+		switch {
+		case e.Status.PolicyGeneration != generation:
+			s.progressing++
+		case trueCondition(e) == shared.NodeNetworkConfigurationEnactmentConditionAvailable:
+			s.available++
+		case trueCondition(e) == shared.NodeNetworkConfigurationEnactmentConditionFailing:
+			s.failing++
+		default:
+			s.progressing++
+		}
+	}
+	return s
+}
+
+// policyConditions computes the policy's Available, Degraded and
+// Progressing conditions from a summary, as kubernetes-nmstate reports them.
+func policyConditions(old shared.ConditionList, s summary, now time.Time) shared.ConditionList {
+	set := func(t shared.ConditionType, status corev1.ConditionStatus, reason shared.ConditionReason, msg string) shared.Condition {
+		return conditions.Merge(old.Find(t), shared.Condition{Type: t, Status: status, Reason: reason, Message: msg}, now)
+	}
+	const (
+		avail = shared.NodeNetworkConfigurationPolicyConditionAvailable
+		degr  = shared.NodeNetworkConfigurationPolicyConditionDegraded
+		prog  = shared.NodeNetworkConfigurationPolicyConditionProgressing
+	)
+	f, t := corev1.ConditionFalse, corev1.ConditionTrue
+	switch {
+	case s.matching == 0:
+		msg := "Policy does not match any node"
+		r := shared.NodeNetworkConfigurationPolicyConditionConfigurationNoMatchingNode
+		return shared.ConditionList{set(avail, t, r, msg), set(degr, f, r, msg), set(prog, f, r, msg)}
+	case s.failing > 0:
+		msg := fmt.Sprintf("%d/%d nodes failed to configure", s.failing, s.matching)
+		r := shared.NodeNetworkConfigurationPolicyConditionFailedToConfigure
+		return shared.ConditionList{set(avail, f, r, msg), set(degr, t, r, msg), set(prog, f, r, msg)}
+	case s.available >= s.matching:
+		msg := fmt.Sprintf("%d/%d nodes successfully configured", s.available, s.matching)
+		r := shared.NodeNetworkConfigurationPolicyConditionSuccessfullyConfigured
+		return shared.ConditionList{set(avail, t, r, msg), set(degr, f, r, msg), set(prog, f, r, msg)}
+	default:
+		msg := fmt.Sprintf("Policy is progressing %d/%d nodes finished", s.available, s.matching)
+		r := shared.NodeNetworkConfigurationPolicyConditionConfigurationProgressing
+		return shared.ConditionList{set(avail, f, r, msg), set(degr, f, r, msg), set(prog, t, r, msg)}
+	}
+}
+
+// maxUnavailable returns how many of matching nodes may apply at once:
+// the policy's maxUnavailable (or DefaultMaxUnavailable) of them, rounded
+// up, and at least one.
+func maxUnavailable(spec *intstr.IntOrString, matching int) (int, error) {
+	v := DefaultMaxUnavailable
+	if spec != nil {
+		v = *spec
+	}
+	limit, err := intstr.GetScaledValueFromIntOrPercent(&v, matching, true)
+	if err != nil {
+		return 0, fmt.Errorf("maxUnavailable %q: %w", v.String(), err)
+	}
+	return max(limit, 1), nil
+}
+
+// slots is what the controller does with a policy's apply slots.
+type slots struct {
+	// held counts the grants that still count against maxUnavailable.
+	held int
+	// grant and queue are the requests to grant now and those that wait,
+	// oldest first.
+	grant, queue []*nncev1beta1.NodeNetworkConfigurationEnactment
+	// nextExpiry is when the oldest counted grant stops counting (zero if
+	// none): the controller looks again then.
+	nextExpiry time.Time
+}
+
+// planSlots decides which requests of enactments to grant under limit. A
+// grant older than timeout does not count: its handler died mid-apply.
+func planSlots(enactments []*nncev1beta1.NodeNetworkConfigurationEnactment, limit int, now time.Time, timeout time.Duration) slots {
+	var s slots
+	var requests []*nncev1beta1.NodeNetworkConfigurationEnactment
+	for _, e := range enactments {
+		slot := e.Status.Slot
+		switch {
+		case slot == nil:
+		case slot.Granted == nil:
+			requests = append(requests, e)
+		case now.Sub(slot.Granted.Time) < timeout:
+			s.held++
+			if expiry := slot.Granted.Add(timeout); s.nextExpiry.IsZero() || expiry.Before(s.nextExpiry) {
+				s.nextExpiry = expiry
+			}
+		}
+	}
+	slices.SortFunc(requests, func(a, b *nncev1beta1.NodeNetworkConfigurationEnactment) int {
+		if c := a.Status.Slot.Requested.Compare(b.Status.Slot.Requested.Time); c != 0 {
+			return c
+		}
+		return cmp.Compare(a.Name, b.Name)
+	})
+	free := max(limit-s.held, 0)
+	n := min(free, len(requests))
+	s.grant, s.queue = requests[:n], requests[n:]
+	return s
+}
+
+// microNow is now at the resolution status.slot keeps.
+func microNow(now time.Time) *metav1.MicroTime {
+	t := metav1.NewMicroTime(now.Truncate(time.Microsecond))
+	return &t
+}

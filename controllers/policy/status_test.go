@@ -1,0 +1,126 @@
+package policy
+
+import (
+	"testing"
+	"time"
+
+	"github.com/nmstate/kubernetes-nmstate/api/shared"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/intstr"
+
+	nncev1beta1 "github.com/nmstate-ippool/nmstate-ippool/api/v1beta1"
+	"github.com/nmstate-ippool/nmstate-ippool/internal/conditions"
+)
+
+func enactment(generation int64, state shared.ConditionType) *nncev1beta1.NodeNetworkConfigurationEnactment {
+	e := nncev1beta1.NodeNetworkConfigurationEnactment{}
+	e.Status.PolicyGeneration = generation
+	e.Status.Conditions = conditions.OneTrue(nil, shared.NodeNetworkConfigurationEnactmentConditionTypes[:], state, "", "", time.Now())
+	return &e
+}
+
+func TestPolicyConditions(t *testing.T) {
+	const (
+		av   = shared.NodeNetworkConfigurationEnactmentConditionAvailable
+		fail = shared.NodeNetworkConfigurationEnactmentConditionFailing
+		pend = shared.NodeNetworkConfigurationEnactmentConditionPending
+	)
+	tests := []struct {
+		name       string
+		matching   int
+		enactments []*nncev1beta1.NodeNetworkConfigurationEnactment
+		trueType   shared.ConditionType
+		message    string
+	}{
+		{"no node", 0, nil, shared.NodeNetworkConfigurationPolicyConditionAvailable, "Policy does not match any node"},
+		{"all available", 2, []*nncev1beta1.NodeNetworkConfigurationEnactment{enactment(3, av), enactment(3, av)},
+			shared.NodeNetworkConfigurationPolicyConditionAvailable, "2/2 nodes successfully configured"},
+		{"one failing wins", 3, []*nncev1beta1.NodeNetworkConfigurationEnactment{enactment(3, av), enactment(3, fail), enactment(3, pend)},
+			shared.NodeNetworkConfigurationPolicyConditionDegraded, "1/3 nodes failed to configure"},
+		{"a node without enactment yet", 2, []*nncev1beta1.NodeNetworkConfigurationEnactment{enactment(3, av)},
+			shared.NodeNetworkConfigurationPolicyConditionProgressing, "Policy is progressing 1/2 nodes finished"},
+		{"an enactment of an older generation", 1, []*nncev1beta1.NodeNetworkConfigurationEnactment{enactment(2, av)},
+			shared.NodeNetworkConfigurationPolicyConditionProgressing, "Policy is progressing 0/1 nodes finished"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			c := policyConditions(nil, summarize(tt.matching, 3, tt.enactments), time.Now())
+			for _, x := range c {
+				if (x.Status == corev1.ConditionTrue) != (x.Type == tt.trueType) {
+					t.Errorf("%s is %s", x.Type, x.Status)
+				}
+			}
+			if got := c.Find(tt.trueType).Message; got != tt.message {
+				t.Errorf("message %q, want %q", got, tt.message)
+			}
+		})
+	}
+}
+
+func TestMaxUnavailable(t *testing.T) {
+	pct, two, bad := intstr.FromString("30%"), intstr.FromInt32(2), intstr.FromString("lots")
+	tests := []struct {
+		spec     *intstr.IntOrString
+		matching int
+		want     int
+	}{
+		{nil, 10, 5}, {nil, 3, 2}, {nil, 0, 1}, {&pct, 10, 3}, {&pct, 1, 1}, {&two, 10, 2}, {&two, 1, 2},
+	}
+	for _, tt := range tests {
+		got, err := maxUnavailable(tt.spec, tt.matching)
+		if err != nil || got != tt.want {
+			t.Errorf("maxUnavailable(%v, %d) = %d, %v; want %d", tt.spec, tt.matching, got, err, tt.want)
+		}
+	}
+	if _, err := maxUnavailable(&bad, 10); err == nil {
+		t.Error("maxUnavailable accepted \"lots\"")
+	}
+}
+
+func slotted(name string, requested time.Time, granted *time.Time) *nncev1beta1.NodeNetworkConfigurationEnactment {
+	e := &nncev1beta1.NodeNetworkConfigurationEnactment{}
+	e.Name = name
+	e.Status.Slot = &nncev1beta1.ApplySlot{Requested: metav1.NewMicroTime(requested)}
+	if granted != nil {
+		e.Status.Slot.Granted = microNow(*granted)
+	}
+	return e
+}
+
+func names(es []*nncev1beta1.NodeNetworkConfigurationEnactment) []string {
+	var out []string
+	for _, e := range es {
+		out = append(out, e.Name)
+	}
+	return out
+}
+
+func TestPlanSlots(t *testing.T) {
+	t0 := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	recent, old := t0.Add(-time.Minute), t0.Add(-10*time.Minute)
+	enactments := []*nncev1beta1.NodeNetworkConfigurationEnactment{
+		slotted("c", t0.Add(-3*time.Second), nil),
+		slotted("a", t0.Add(-time.Second), nil),
+		slotted("b", t0.Add(-3*time.Second), nil),
+		slotted("held", t0.Add(-2*time.Minute), &recent),
+		slotted("dead", t0.Add(-20*time.Minute), &old),
+		{}, // no request
+	}
+	s := planSlots(enactments, 3, t0, 5*time.Minute)
+	if s.held != 1 {
+		t.Errorf("held = %d, want 1 (the expired grant does not count)", s.held)
+	}
+	if got := names(s.grant); len(got) != 2 || got[0] != "b" || got[1] != "c" {
+		t.Errorf("grant = %v, want the two oldest requests, by name on a tie: [b c]", got)
+	}
+	if got := names(s.queue); len(got) != 1 || got[0] != "a" {
+		t.Errorf("queue = %v, want [a]", got)
+	}
+	if want := recent.Add(5 * time.Minute); !s.nextExpiry.Equal(want) {
+		t.Errorf("nextExpiry = %v, want %v", s.nextExpiry, want)
+	}
+	if s := planSlots(enactments, 1, t0, 5*time.Minute); len(s.grant) != 0 || len(s.queue) != 3 {
+		t.Errorf("with the limit held: grant %v queue %v", names(s.grant), names(s.queue))
+	}
+}
