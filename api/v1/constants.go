@@ -66,6 +66,10 @@ const (
 	// ReasonIPPoolNotAvailable (Pending): the pool is not Available=True
 	// (being rebuilt, overlapping, ...); nothing is allocated until it is.
 	ReasonIPPoolNotAvailable = "IPPoolNotAvailable"
+	// ReasonIPPoolBusy (Pending): the handler's write to the pool met
+	// another allocation; the pool controller allocates for the enactment,
+	// together with every other one that waits, in one pool write.
+	ReasonIPPoolBusy = "IPPoolBusy"
 
 	// ReasonAddressOutsideRange (Event): an enactment records an address its
 	// pool no longer hands out (the pool was re-created smaller or with new

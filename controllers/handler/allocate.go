@@ -8,6 +8,7 @@ import (
 	"slices"
 	"time"
 
+	"github.com/nmstate/kubernetes-nmstate/api/shared"
 	nmstatev1 "github.com/nmstate/kubernetes-nmstate/api/v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -114,24 +115,36 @@ func (r *Reconciler) withdraw(ctx context.Context, a *allocation) {
 }
 
 // allocateFromPool serves the captures refs of one pool with at most one
-// successful pool write, retried on conflicts by r.Pools.
+// successful pool write, retried on conflicts by r.Pools. New addresses
+// are left to the pool controller (Pending / IPPoolBusy), which serves
+// every waiting node in one write, when DeferToController is set and the
+// enactment has not waited for it in vain already; the handler then only
+// reads the pool, to report a missing, unavailable or full pool itself.
 func (r *Reconciler) allocateFromPool(ctx context.Context, policy *nmstatev1.NodeNetworkConfigurationPolicy,
 	e *nncev1beta1.NodeNetworkConfigurationEnactment, poolName string, refs []capture.Ref) (*poolPlan, *outcome, error) {
 	var (
-		plan    *poolPlan
-		blocked *outcome
+		plan     *poolPlan
+		blocked  *outcome
+		deferred bool
 	)
+	ask := r.DeferToController && !servedInVain(e)
 	attempts, err := r.Pools.Update(ctx, poolName, func(pool *ippoolv1.NodeIPPool, alloc *ippool.Allocator) (bool, error) {
 		plan, blocked = r.planWrite(ctx, policy, e, pool, alloc, refs)
 		if blocked != nil || !plan.needsWrite() {
 			return false, nil
 		}
+		if deferred = ask && len(plan.fresh) > 0; deferred {
+			return false, nil
+		}
 		r.Metrics.attempt(poolName)
 		return true, nil
 	})
-	if errors.Is(err, poolwrite.ErrRetriesExhausted) {
-		r.Recorder.Eventf(e, nil, corev1.EventTypeWarning, ippoolv1.ReasonPoolWriteRetriesExhausted, "Allocate",
-			"NodeIPPool %s kept changing under %d write attempts of node %s; trying again later", poolName, attempts, r.NodeName)
+	if deferred || errors.Is(err, poolwrite.ErrRetriesExhausted) {
+		o := pending(ippoolv1.ReasonIPPoolBusy, fmt.Sprintf(
+			"NodeIPPool %q: the pool controller allocates for node %s, with the other nodes that wait, in one pool write", poolName, r.NodeName),
+			r.FailedRequeue)
+		o.waitingFor = poolName
+		return nil, &o, nil
 	}
 	if err != nil {
 		o, err := r.poolOutcome(poolName, refs, err)
@@ -144,6 +157,14 @@ func (r *Reconciler) allocateFromPool(ctx context.Context, policy *nmstatev1.Nod
 		r.logAllocations(ctx, plan, refs, attempts)
 	}
 	return plan, nil, nil
+}
+
+// servedInVain reports whether the enactment already waited for the pool
+// controller to allocate for it (IPPoolBusy) and was not served: the
+// controller may be down, so the handler allocates itself.
+func servedInVain(e *nncev1beta1.NodeNetworkConfigurationEnactment) bool {
+	c := e.Status.Conditions.Find(shared.NodeNetworkConfigurationEnactmentConditionPending)
+	return c != nil && c.Status == corev1.ConditionTrue && string(c.Reason) == ippoolv1.ReasonIPPoolBusy
 }
 
 // planWrite decides what one attempt writes to the pool: nothing when the

@@ -51,7 +51,7 @@ func upToDate(e *nncev1beta1.NodeNetworkConfigurationEnactment, policy *nmstatev
 		return false
 	}
 	want := e.DeepCopy()
-	record(want, captures, addresses, rendered.CapturedStates, shared.NodeNetworkConfigurationEnactmentMetaInfo{})
+	writeRecord(want, captures, addresses, rendered.CapturedStates, shared.NodeNetworkConfigurationEnactmentMetaInfo{})
 	return maps.EqualFunc(want.Status.IPPool, e.Status.IPPool, func(a, b ippoolv1.PoolAllocation) bool {
 		return slices.Equal(a.Allocated, b.Allocated)
 	}) && maps.EqualFunc(want.Status.CapturedStates, e.Status.CapturedStates,
@@ -82,7 +82,7 @@ func (r *Reconciler) applyGranted(ctx context.Context, name string) (ctrl.Result
 	if err != nil {
 		return ctrl.Result{}, err
 	}
-	if s.decide() != stepApply {
+	if s.decide(r.Clock.Now(), r.FailedRequeue) != stepApply {
 		ctrl.LoggerFrom(ctx).V(1).Info("the enactment changed before the apply; deciding again")
 		return ctrl.Result{RequeueAfter: cacheLag}, nil
 	}

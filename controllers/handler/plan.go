@@ -4,7 +4,6 @@ import (
 	"errors"
 	"fmt"
 	"net/netip"
-	"slices"
 
 	"github.com/nmstate/kubernetes-nmstate/api/shared"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -12,23 +11,10 @@ import (
 	ippoolv1 "github.com/nmstate-ippool/nmstate-ippool/api/v1"
 	nncev1beta1 "github.com/nmstate-ippool/nmstate-ippool/api/v1beta1"
 	"github.com/nmstate-ippool/nmstate-ippool/internal/poolstatus"
+	"github.com/nmstate-ippool/nmstate-ippool/internal/record"
 	"github.com/nmstate-ippool/nmstate-ippool/pkg/capture"
 	"github.com/nmstate-ippool/nmstate-ippool/pkg/ippool"
 )
-
-// recorded returns the address an enactment records for an ippool capture:
-// the capture's state names it and the pool's record lists it.
-func recorded(e *nncev1beta1.NodeNetworkConfigurationEnactment, ref capture.Ref) (capture.Address, bool) {
-	cs, ok := e.Status.CapturedStates[ref.Capture]
-	if !ok {
-		return capture.Address{}, false
-	}
-	addr, ok := capture.ParseState(cs.State.Raw)
-	if !ok || !slices.Contains(e.Status.IPPool[ref.Pool].Allocated, addr.IP.String()) {
-		return capture.Address{}, false
-	}
-	return addr, true
-}
 
 // poolPlan is what one pool must do for one enactment: the captures whose
 // recorded address is reused, the offsets of those whose bit is not set,
@@ -54,7 +40,7 @@ func planPool(e *nncev1beta1.NodeNetworkConfigurationEnactment, alloc *ippool.Al
 	rng := alloc.Range()
 	for _, ref := range refs {
 		p.pool = ref.Pool
-		addr, ok := recorded(e, ref)
+		addr, ok := record.Of(e, ref)
 		if !ok || taken[addr.IP] {
 			p.fresh = append(p.fresh, ref.Capture)
 			continue
@@ -127,10 +113,10 @@ func poolAvailable(pool *ippoolv1.NodeIPPool) (bool, string) {
 	return false, fmt.Sprintf("NodeIPPool %q has not been reconciled by the pool controller yet; waiting for it", pool.Name)
 }
 
-// record writes the addresses into the enactment: status.ippool by pool and
+// writeRecord writes the addresses into the enactment: status.ippool by pool and
 // status.capturedStates by capture, keeping the metadata of captured states
 // that did not change so a repeated record writes nothing new.
-func record(e *nncev1beta1.NodeNetworkConfigurationEnactment, captures capture.Captures, addresses map[string]capture.Address,
+func writeRecord(e *nncev1beta1.NodeNetworkConfigurationEnactment, captures capture.Captures, addresses map[string]capture.Address,
 	states map[string][]byte, meta shared.NodeNetworkConfigurationEnactmentMetaInfo) {
 	pools := ippoolv1.EnactmentIPPools{}
 	for _, ref := range captures.Refs {

@@ -22,6 +22,7 @@ import (
 	nncev1beta1 "github.com/nmstate-ippool/nmstate-ippool/api/v1beta1"
 	"github.com/nmstate-ippool/nmstate-ippool/internal/annotations"
 	"github.com/nmstate-ippool/nmstate-ippool/internal/poolwrite"
+	"github.com/nmstate-ippool/nmstate-ippool/internal/record"
 	"github.com/nmstate-ippool/nmstate-ippool/pkg/capture"
 )
 
@@ -57,6 +58,14 @@ type Reconciler struct {
 	Pools *poolwrite.Writer
 	// Metrics counts allocation attempts and conflicts.
 	Metrics *Metrics
+	// DeferToController leaves new addresses to the pool controller
+	// (Pending / IPPoolBusy), which serves every waiting node in one pool
+	// write: at a thousand nodes starting at once, racing for the pool's
+	// one status object costs more than waiting. An enactment the
+	// controller has not served within FailedRequeue (the controller is
+	// down) allocates itself. When false, the handler always allocates
+	// itself, retrying conflicts with Pools.Backoff.
+	DeferToController bool
 	// PendingRequeue is how long to wait before looking again at an
 	// enactment that waits on a pool (not available, or new addresses wait
 	// for the pool controller's rebuild).
@@ -90,7 +99,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 	if err != nil {
 		return ctrl.Result{}, err
 	}
-	switch s.decide() {
+	switch s.decide(r.Clock.Now(), r.FailedRequeue) {
 	case stepRetire:
 		return r.retireIfConfirmed(ctx, req.Name)
 	case stepEnact:
@@ -134,8 +143,10 @@ const (
 	stepApply
 )
 
-// decide is the pure heart of the handler: what to do for s.
-func (s *scope) decide() step {
+// decide is the pure heart of the handler: what to do for s at now. An
+// enactment that left its allocation to the pool controller (IPPoolBusy)
+// waits for it for up to busyWait before trying the pool again itself.
+func (s *scope) decide(now time.Time, busyWait time.Duration) step {
 	e := s.enactment
 	switch {
 	case e != nil && !e.DeletionTimestamp.IsZero(), !s.selected:
@@ -143,6 +154,8 @@ func (s *scope) decide() step {
 			return stepDone
 		}
 		return stepRetire
+	case e != nil && e.Status.PolicyGeneration == s.policy.Generation && !s.recordsComplete() && waitsForServe(e, now, busyWait):
+		return stepWait
 	case e == nil || e.Status.PolicyGeneration != s.policy.Generation || !s.recordsComplete():
 		return stepEnact
 	case e.Annotations[ippoolv1.NudgeAnnotation] != "" && e.Status.Slot == nil:
@@ -158,12 +171,20 @@ func (s *scope) decide() step {
 	}
 }
 
+// waitsForServe reports whether the enactment is Pending / IPPoolBusy since
+// less than wait before now.
+func waitsForServe(e *nncev1beta1.NodeNetworkConfigurationEnactment, now time.Time, wait time.Duration) bool {
+	c := e.Status.Conditions.Find(shared.NodeNetworkConfigurationEnactmentConditionPending)
+	return c != nil && c.Status == corev1.ConditionTrue && string(c.Reason) == ippoolv1.ReasonIPPoolBusy &&
+		now.Sub(c.LastHeartbeatTime.Time) < wait
+}
+
 // recordsComplete reports whether the enactment records an address for
 // every ippool capture of the policy (none are needed when the captures
 // do not parse).
 func (s *scope) recordsComplete() bool {
 	for _, ref := range s.captures.Refs {
-		if _, ok := recorded(s.enactment, ref); !ok {
+		if _, ok := record.Of(s.enactment, ref); !ok {
 			return false
 		}
 	}
@@ -201,7 +222,7 @@ func (r *Reconciler) fetch(ctx context.Context, reader client.Reader, name strin
 // the cache said: a stale cache must not take a node's addresses away.
 func (r *Reconciler) retireIfConfirmed(ctx context.Context, name string) (ctrl.Result, error) {
 	s, err := r.fetch(ctx, r.APIReader, name)
-	if err != nil || s.decide() != stepRetire {
+	if err != nil || s.decide(r.Clock.Now(), r.FailedRequeue) != stepRetire {
 		if err != nil {
 			return ctrl.Result{}, err
 		}
@@ -230,7 +251,7 @@ func (r *Reconciler) enact(ctx context.Context, name string) (ctrl.Result, error
 	if err != nil {
 		return ctrl.Result{}, err
 	}
-	switch s.decide() {
+	switch s.decide(r.Clock.Now(), r.FailedRequeue) {
 	case stepEnact:
 	case stepRetire:
 		return ctrl.Result{RequeueAfter: cacheLag}, nil
@@ -256,7 +277,7 @@ func (r *Reconciler) enact(ctx context.Context, name string) (ctrl.Result, error
 	dropped := unclaimed(s.enactment, alloc.addresses, s.captures)
 	rendered, err := r.render(ctx, s, alloc.addresses)
 	if err != nil {
-		record(s.enactment, s.captures, alloc.addresses, addressStates(alloc.addresses), r.meta())
+		writeRecord(s.enactment, s.captures, alloc.addresses, addressStates(alloc.addresses), r.meta())
 		o := failing(string(shared.NodeNetworkConfigurationEnactmentConditionFailedToConfigure), err.Error())
 		o.requeueAfter = r.FailedRequeue
 		return r.concludeRecorded(ctx, s, alloc, dropped, o)
@@ -264,7 +285,7 @@ func (r *Reconciler) enact(ctx context.Context, name string) (ctrl.Result, error
 	if upToDate(s.enactment, s.policy, rendered, s.captures, alloc.addresses) {
 		return ctrl.Result{}, nil
 	}
-	record(s.enactment, s.captures, alloc.addresses, rendered.CapturedStates, r.meta())
+	writeRecord(s.enactment, s.captures, alloc.addresses, rendered.CapturedStates, r.meta())
 	s.enactment.Status.DesiredState = shared.NewState(string(rendered.DesiredState))
 	s.enactment.Status.Slot = &nncev1beta1.ApplySlot{Requested: metav1.NewMicroTime(r.Clock.Now().Truncate(time.Microsecond))}
 	return r.concludeRecorded(ctx, s, alloc, dropped,

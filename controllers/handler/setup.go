@@ -35,16 +35,17 @@ const (
 func New(mgr ctrl.Manager, node string, state NetworkState, metrics *Metrics) *Reconciler {
 	clk := clock.RealClock{}
 	return &Reconciler{
-		Client:         mgr.GetClient(),
-		APIReader:      mgr.GetAPIReader(),
-		NodeName:       node,
-		State:          state,
-		Recorder:       mgr.GetEventRecorder("nmstate-ippool-handler"),
-		Clock:          clk,
-		Pools:          writer(mgr, clk, metrics),
-		Metrics:        metrics,
-		PendingRequeue: DefaultPendingRequeue,
-		FailedRequeue:  DefaultFailedRequeue,
+		Client:            mgr.GetClient(),
+		APIReader:         mgr.GetAPIReader(),
+		NodeName:          node,
+		State:             state,
+		Recorder:          mgr.GetEventRecorder("nmstate-ippool-handler"),
+		Clock:             clk,
+		Pools:             writer(mgr, clk, metrics),
+		Metrics:           metrics,
+		DeferToController: true,
+		PendingRequeue:    DefaultPendingRequeue,
+		FailedRequeue:     DefaultFailedRequeue,
 	}
 }
 

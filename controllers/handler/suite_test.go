@@ -33,18 +33,23 @@ var (
 // controller's part by hand where they need it.
 func TestMain(m *testing.M) {
 	var stop func() error
-	code := envtest.Run(m, func(s *envtest.Suite) {
+	os.Exit(envtest.Run(runFunc(func() int {
+		defer func() { _ = stop() }()
+		return m.Run()
+	}), func(s *envtest.Suite) {
 		cfg, k, simBin = s.Env, s.Client, s.Command("nmstatectl-sim")
 		var err error
 		if stop, err = cfg.StartPolicyController(); err != nil {
 			panic(err)
 		}
-	}, "nmstatectl-sim")
-	if stop != nil {
-		_ = stop()
-	}
-	os.Exit(code)
+	}, "nmstatectl-sim"))
 }
+
+// runFunc runs the tests and then stops the policy controller, while the
+// control plane still runs.
+type runFunc func() int
+
+func (f runFunc) Run() int { return f() }
 
 // newNodes creates Nodes prefix01..prefixNN with the given labels; start
 // runs their handlers.

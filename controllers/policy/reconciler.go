@@ -3,10 +3,12 @@ package policy
 import (
 	"context"
 	"fmt"
+	"sync/atomic"
 	"time"
 
 	"github.com/nmstate/kubernetes-nmstate/api/shared"
 	nmstatev1 "github.com/nmstate/kubernetes-nmstate/api/v1"
+	"golang.org/x/sync/errgroup"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -17,13 +19,15 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	nncev1beta1 "github.com/nmstate-ippool/nmstate-ippool/api/v1beta1"
+	"github.com/nmstate-ippool/nmstate-ippool/internal/batch"
 	"github.com/nmstate-ippool/nmstate-ippool/internal/conditions"
 )
 
+// parallelWrites bounds the enactment writes a reconcile has in flight.
+const parallelWrites = 8
+
 // Defaults used by New.
 const (
-	// DefaultBatch is how long events are gathered into one reconcile.
-	DefaultBatch = 250 * time.Millisecond
 	// DefaultSlotTimeout is kubernetes-nmstate's: a node may hold a
 	// maxUnavailable slot this long before it is taken for dead.
 	DefaultSlotTimeout = 5 * time.Minute
@@ -47,7 +51,7 @@ func New(mgr ctrl.Manager) *Reconciler {
 	return &Reconciler{
 		Client:      mgr.GetClient(),
 		Clock:       clock.RealClock{},
-		Batch:       DefaultBatch,
+		Batch:       batch.DefaultDelay,
 		SlotTimeout: DefaultSlotTimeout,
 	}
 }
@@ -86,7 +90,11 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 	}
 	ro.conditions = policyConditions(ro.policy.Status.Conditions,
 		summarize(ro.matching, ro.policy.Generation, ro.enactments), now)
-	if err := r.writeStatus(ctx, ro); err != nil {
+	switch err := r.writeStatus(ctx, ro); {
+	case apierrors.IsConflict(err):
+		// The cached policy was behind: its change queued this policy.
+		return ctrl.Result{RequeueAfter: r.Batch}, nil
+	case err != nil:
 		return ctrl.Result{}, err
 	}
 	if ro.slots.nextExpiry.IsZero() {
@@ -137,36 +145,46 @@ func (r *Reconciler) fetch(ctx context.Context, name string) (*rollout, error) {
 	return ro, nil
 }
 
-// grant grants the slot requests of enactments and returns how many it
-// granted. A request that changed since the cache saw it (a conflict) is
-// left to the next reconcile, which its change queues.
+// grant grants the slot requests of enactments, several writes at a time,
+// and returns how many it granted. A request that changed since the cache
+// saw it (a conflict) is left to the next reconcile, which its change
+// queues.
 func (r *Reconciler) grant(ctx context.Context, enactments []*nncev1beta1.NodeNetworkConfigurationEnactment, now time.Time) (int, error) {
-	granted := 0
-	for _, e := range enactments {
+	var granted atomic.Int64
+	err := writeEach(enactments, func(e *nncev1beta1.NodeNetworkConfigurationEnactment) error {
 		e.Status.Slot.Granted = microNow(now)
-		if waitingForSlot(e) {
-			e.Status.Conditions = conditions.OneTrue(e.Status.Conditions, shared.NodeNetworkConfigurationEnactmentConditionTypes[:],
-				shared.NodeNetworkConfigurationEnactmentConditionProgressing,
-				shared.NodeNetworkConfigurationEnactmentConditionConfigurationProgressing, "Applying desired state", now)
-		}
+		e.Status.Conditions = conditions.OneTrue(e.Status.Conditions, shared.NodeNetworkConfigurationEnactmentConditionTypes[:],
+			shared.NodeNetworkConfigurationEnactmentConditionProgressing,
+			shared.NodeNetworkConfigurationEnactmentConditionConfigurationProgressing, "Applying desired state", now)
 		err := r.Client.Status().Update(ctx, e)
 		switch {
 		case apierrors.IsConflict(err), apierrors.IsNotFound(err):
-			continue
+			return nil
 		case err != nil:
-			return granted, fmt.Errorf("grant a maxUnavailable slot to enactment %q: %w", e.Name, err)
+			return fmt.Errorf("grant a maxUnavailable slot to enactment %q: %w", e.Name, err)
 		}
-		granted++
-		ctrl.LoggerFrom(ctx).V(1).Info("granted a maxUnavailable slot", "enactment", e.Name)
+		granted.Add(1)
+		return nil
+	})
+	return int(granted.Load()), err
+}
+
+// writeEach runs write for every enactment, parallelWrites at a time, and
+// returns the first error.
+func writeEach(enactments []*nncev1beta1.NodeNetworkConfigurationEnactment, write func(*nncev1beta1.NodeNetworkConfigurationEnactment) error) error {
+	var g errgroup.Group
+	g.SetLimit(parallelWrites)
+	for _, e := range enactments {
+		g.Go(func() error { return write(e) })
 	}
-	return granted, nil
+	return g.Wait()
 }
 
 // queue shows the requests that wait for a slot as Pending.
 func (r *Reconciler) queue(ctx context.Context, enactments []*nncev1beta1.NodeNetworkConfigurationEnactment, now time.Time) error {
-	for _, e := range enactments {
+	return writeEach(enactments, func(e *nncev1beta1.NodeNetworkConfigurationEnactment) error {
 		if waitingForSlot(e) {
-			continue
+			return nil
 		}
 		e.Status.Conditions = conditions.OneTrue(e.Status.Conditions, shared.NodeNetworkConfigurationEnactmentConditionTypes[:],
 			shared.NodeNetworkConfigurationEnactmentConditionPending,
@@ -176,8 +194,8 @@ func (r *Reconciler) queue(ctx context.Context, enactments []*nncev1beta1.NodeNe
 		if err != nil && !apierrors.IsConflict(err) && !apierrors.IsNotFound(err) {
 			return fmt.Errorf("mark enactment %q as waiting for a maxUnavailable slot: %w", e.Name, err)
 		}
-	}
-	return nil
+		return nil
+	})
 }
 
 // waitingForSlot reports whether the enactment shows that it waits for a

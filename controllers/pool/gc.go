@@ -84,7 +84,7 @@ func (r *Reconciler) collect(ctx context.Context, pool *ippoolv1.NodeIPPool, due
 	}
 	var work holdWork
 	if holdsDue {
-		if work, err = r.planHolds(ctx, pool, poolstatus.ClaimsOf(pool.Name, rng, enactments)); err != nil {
+		if work, err = r.planHolds(ctx, pool, poolstatus.ClaimsOf(pool.Name, rng, enactments), existing(enactments)); err != nil {
 			return err
 		}
 	}

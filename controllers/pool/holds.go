@@ -59,7 +59,7 @@ type holdWork struct {
 // until the next one may. Pruning and quarantine checks are batched: at
 // most one every pruneAfter and quarantinePoll, however many enactment
 // events bring the pool back.
-func (r *Reconciler) entriesDue(pool *ippoolv1.NodeIPPool, claims poolstatus.Claims, m *poolMemory) (bool, time.Duration) {
+func (r *Reconciler) entriesDue(pool *ippoolv1.NodeIPPool, claims poolstatus.Claims, exists func(string) bool, m *poolMemory) (bool, time.Duration) {
 	lastPrune := m.lastPrune
 	now := r.Clock.Now()
 	var next time.Duration
@@ -79,8 +79,12 @@ func (r *Reconciler) entriesDue(pool *ippoolv1.NodeIPPool, claims poolstatus.Cla
 			} else {
 				wait(pruneAfter - now.Sub(lastPrune))
 			}
-		case age >= r.GracePeriod:
+		case age >= r.GracePeriod, !exists(e.Enactment) && age >= pruneAfter:
+			// An entry whose enactment is gone is forgotten early; the
+			// cache has surely seen a young entry's enactment by then.
 			due = true
+		case !exists(e.Enactment):
+			wait(pruneAfter - age)
 		default:
 			wait(r.GracePeriod - age)
 		}
@@ -98,7 +102,11 @@ func (r *Reconciler) entriesDue(pool *ippoolv1.NodeIPPool, claims poolstatus.Cla
 
 // planHolds decides, on the API server's view, which entries to prune,
 // revoke and lift. Revoking fences the enactment first.
-func (r *Reconciler) planHolds(ctx context.Context, pool *ippoolv1.NodeIPPool, claims poolstatus.Claims) (holdWork, error) {
+// An entry whose enactment is gone is forgotten at once: its token can
+// never record anything, and its bit stays for a quarantine or garbage
+// collection to free.
+func (r *Reconciler) planHolds(ctx context.Context, pool *ippoolv1.NodeIPPool, claims poolstatus.Claims,
+	exists func(string) bool) (holdWork, error) {
 	w := holdWork{revoke: map[string]string{}, forget: map[string]string{}, lift: map[string]lift{}}
 	now := r.Clock.Now()
 	for _, e := range pool.Status.InFlight {
@@ -106,6 +114,8 @@ func (r *Reconciler) planHolds(ctx context.Context, pool *ippoolv1.NodeIPPool, c
 		switch {
 		case err == nil && claims.HeldBy(ip, e.Enactment):
 			w.prune = append(w.prune, e.IP)
+		case !exists(e.Enactment):
+			w.forget[e.IP] = e.Token
 		case now.Sub(e.Since.Time) >= r.GracePeriod:
 			outcome, err := r.fence(ctx, pool, e)
 			switch {
@@ -183,6 +193,15 @@ func (r *Reconciler) fence(ctx context.Context, pool *ippoolv1.NodeIPPool, e ipp
 		"NodeIPPool %s revoked %s: taken for this enactment %s ago and never recorded; its handler allocates again",
 		pool.Name, e.IP, r.Clock.Since(e.Since.Time).Round(time.Second))
 	return fenced, nil
+}
+
+// existing returns whether an enactment of enactments has a name.
+func existing(enactments []nncev1beta1.NodeNetworkConfigurationEnactment) func(string) bool {
+	names := make(map[string]bool, len(enactments))
+	for i := range enactments {
+		names[enactments[i].Name] = true
+	}
+	return func(name string) bool { return names[name] }
 }
 
 // recordedIPs lists every address an enactment records, in any pool.

@@ -12,6 +12,7 @@ import (
 type Metrics struct {
 	size, allocated, free *prometheus.GaugeVec
 	rebuilds, garbage     *prometheus.CounterVec
+	servedWrites          *prometheus.CounterVec
 }
 
 // NewMetrics returns unregistered metrics.
@@ -28,12 +29,14 @@ func NewMetrics() *Metrics {
 		free:      gauge("nmstate_ippool_free", "Addresses of the pool left to hand out."),
 		rebuilds:  counter("nmstate_ippool_rebuilds_total", "Rebuilds of the pool's bitmap from the enactments."),
 		garbage:   counter("nmstate_ippool_garbage_collected_addresses_total", "Addresses freed because no enactment claimed them for the grace period."),
+		servedWrites: counter("nmstate_ippool_controller_allocation_attempts_total",
+			"Pool status writes the controller attempted to allocate for enactments whose handlers met other allocations."),
 	}
 }
 
 // Collectors returns the collectors to register.
 func (m *Metrics) Collectors() []prometheus.Collector {
-	return []prometheus.Collector{m.size, m.allocated, m.free, m.rebuilds, m.garbage}
+	return []prometheus.Collector{m.size, m.allocated, m.free, m.rebuilds, m.garbage, m.servedWrites}
 }
 
 func (m *Metrics) observe(pool *ippoolv1.NodeIPPool) {
@@ -52,7 +55,7 @@ func (m *Metrics) forget(pool string) {
 	for _, v := range []*prometheus.GaugeVec{m.size, m.allocated, m.free} {
 		v.DeleteLabelValues(pool)
 	}
-	for _, v := range []*prometheus.CounterVec{m.rebuilds, m.garbage} {
+	for _, v := range []*prometheus.CounterVec{m.rebuilds, m.garbage, m.servedWrites} {
 		v.DeleteLabelValues(pool)
 	}
 }
@@ -66,5 +69,11 @@ func (m *Metrics) rebuilt(pool string) {
 func (m *Metrics) collected(pool string, n int) {
 	if m != nil {
 		m.garbage.WithLabelValues(pool).Add(float64(n))
+	}
+}
+
+func (m *Metrics) servedWrite(pool string) {
+	if m != nil {
+		m.servedWrites.WithLabelValues(pool).Inc()
 	}
 }

@@ -48,8 +48,9 @@ func toNudge(pool *ippoolv1.NodeIPPool, v view, done map[string]string) []nudgeO
 	var full []*nncev1beta1.NodeNetworkConfigurationEnactment
 	for i := range v.enactments {
 		e := &v.enactments[i]
-		if e.Status.WaitingForIPPool != pool.Name || done[e.Name] == waitKey(e) || !e.DeletionTimestamp.IsZero() {
-			continue
+		if e.Status.WaitingForIPPool != pool.Name || done[e.Name] == waitKey(e) || !e.DeletionTimestamp.IsZero() ||
+			pendingFor(e, ippoolv1.ReasonIPPoolBusy) {
+			continue // busy ones are served, not nudged
 		}
 		if exhaustedPool(e) == pool.Name {
 			full = append(full, e)
@@ -84,6 +85,12 @@ func waitKey(e *nncev1beta1.NodeNetworkConfigurationEnactment) string {
 		}
 	}
 	return ""
+}
+
+// pendingFor reports whether the enactment is Pending for reason.
+func pendingFor(e *nncev1beta1.NodeNetworkConfigurationEnactment, reason string) bool {
+	c := e.Status.Conditions.Find(shared.NodeNetworkConfigurationEnactmentConditionPending)
+	return c != nil && c.Status == corev1.ConditionTrue && string(c.Reason) == reason
 }
 
 // failingSince returns when the enactment started failing.

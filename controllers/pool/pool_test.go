@@ -307,10 +307,10 @@ func TestRecreatedPool(t *testing.T) {
 		"AddressOutsideRange: Enactments hold addresses this range no longer hands out; their handlers allocate again: " +
 			"10.1.0.1 at node " + holder + " and interface eth1 (enactment " + holder + ".keep)"))
 	holder += ".keep"
-	Eventually(enactmentState(holder)).Should(HavePrefix("Available"))
 	Eventually(events("NodeNetworkConfigurationEnactment", holder)).Should(ContainElement(HavePrefix(
 		`AddressOutsideRange: capture addr: 10.1.0.1 is no longer handed out by NodeIPPool "keep"`)))
-	Expect(held(holder, "keep")).To(Equal([]string{"10.1.0.3"}))
+	Eventually(func() []string { return held(holder, "keep") }).Should(Equal([]string{"10.1.0.3"}))
+	Eventually(enactmentState(holder)).Should(HavePrefix("Available"))
 	assertIndexed("keep")
 }
 

@@ -51,6 +51,9 @@ type Reconciler struct {
 	QuarantinePeriod time.Duration
 	// Metrics exports per-pool gauges and counters; nil exports nothing.
 	Metrics *Metrics
+	// Batch is how long the events of pools and enactments are gathered
+	// into one reconcile of a pool.
+	Batch time.Duration
 
 	mu     sync.Mutex
 	memory map[string]*poolMemory
@@ -148,8 +151,12 @@ func (r *Reconciler) refuse(ctx context.Context, pool *ippoolv1.NodeIPPool, a av
 func (r *Reconciler) maintain(ctx context.Context, pool *ippoolv1.NodeIPPool, alloc *ippool.Allocator, v view) (ctrl.Result, error) {
 	m := r.remember(pool)
 	gcDue, gcNext := m.unclaimed.observe(withoutEntries(pool, alloc, v.audit.Unclaimed), r.Clock.Now(), r.GracePeriod)
-	holdsDue, holdsNext := r.entriesDue(pool, v.claims, m)
+	holdsDue, holdsNext := r.entriesDue(pool, v.claims, existing(v.enactments), m)
 	result := ctrl.Result{RequeueAfter: soonest(gcNext, holdsNext)}
+	// Waiting nodes first: serving them is what a rollout waits for.
+	if err := r.serve(ctx, pool, v); err != nil {
+		return result, err
+	}
 	if len(gcDue) > 0 || holdsDue {
 		return result, r.collect(ctx, pool, gcDue, holdsDue)
 	}

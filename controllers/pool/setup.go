@@ -22,6 +22,7 @@ import (
 
 	ippoolv1 "github.com/nmstate-ippool/nmstate-ippool/api/v1"
 	nncev1beta1 "github.com/nmstate-ippool/nmstate-ippool/api/v1beta1"
+	"github.com/nmstate-ippool/nmstate-ippool/internal/batch"
 	"github.com/nmstate-ippool/nmstate-ippool/internal/poolstatus"
 	"github.com/nmstate-ippool/nmstate-ippool/internal/poolwrite"
 	"github.com/nmstate-ippool/nmstate-ippool/pkg/ippool"
@@ -69,6 +70,7 @@ func New(mgr ctrl.Manager, metrics *Metrics) *Reconciler {
 		GracePeriod:      DefaultGracePeriod,
 		QuarantinePeriod: DefaultQuarantinePeriod,
 		Metrics:          metrics,
+		Batch:            batch.DefaultDelay,
 	}
 }
 
@@ -87,10 +89,10 @@ func (r *Reconciler) SetupWithManager(ctx context.Context, mgr ctrl.Manager, opt
 	return ctrl.NewControllerManagedBy(mgr).
 		Named("nodeippool").
 		WithOptions(controller.Options{SkipNameValidation: ptr.To(opts.SkipNameValidation)}).
-		For(&ippoolv1.NodeIPPool{}).
+		Watches(&ippoolv1.NodeIPPool{}, batch.EnqueueAfter(r.Batch, batch.Self)).
 		Watches(&ippoolv1.NodeIPPool{}, handler.EnqueueRequestsFromMapFunc(r.allPools),
 			builder.WithPredicates(predicate.Funcs{UpdateFunc: func(event.UpdateEvent) bool { return false }})).
-		Watches(&nncev1beta1.NodeNetworkConfigurationEnactment{}, handler.EnqueueRequestsFromMapFunc(r.poolsConcerning)).
+		Watches(&nncev1beta1.NodeNetworkConfigurationEnactment{}, batch.EnqueueAfter(r.Batch, r.poolsConcerning)).
 		Watches(&nmstatev1.NodeNetworkConfigurationPolicy{}, handler.EnqueueRequestsFromMapFunc(requestsFor(resetPool))).
 		Complete(r)
 }
@@ -161,7 +163,7 @@ func poolsOfEnactment(o client.Object) []string {
 	for pool := range e.Status.IPPool {
 		pools = append(pools, pool)
 	}
-	if pool := exhaustedPool(e); pool != "" {
+	if pool := e.Status.WaitingForIPPool; pool != "" {
 		pools = append(pools, pool)
 	}
 	pools = append(pools, resetPool(e)...)

@@ -195,7 +195,7 @@ func (e *Env) StartPoolController(grace time.Duration, metrics *pool.Metrics, tu
 		return nil, err
 	}
 	pc := &PoolController{Pools: pool.New(mgr, metrics), Enactments: enactment.New(mgr, grace), Policies: policy.New(mgr)}
-	pc.Policies.Batch = 50 * time.Millisecond
+	pc.Policies.Batch, pc.Pools.Batch = 50*time.Millisecond, 50*time.Millisecond
 	pc.Pools.GracePeriod, pc.Pools.QuarantinePeriod = grace, grace
 	for _, f := range tune {
 		f(pc)

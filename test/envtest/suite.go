@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
-	"testing"
 
 	"github.com/go-logr/logr"
 	ctrl "sigs.k8s.io/controller-runtime"
@@ -25,11 +24,15 @@ type Suite struct {
 // Command returns the path of a built command.
 func (s *Suite) Command(name string) string { return filepath.Join(s.Bin, name) }
 
+// Runner runs a package's tests: *testing.M, or a wrapper that also stops
+// what setup started before the control plane goes.
+type Runner interface{ Run() int }
+
 // Run is a TestMain: it sends the controllers' logs to $TEST_LOG (or
 // discards them), builds commands, starts the control plane, hands the
 // suite to setup, runs the tests and tears everything down. It returns the
 // exit code.
-func Run(m *testing.M, setup func(*Suite), commands ...string) int {
+func Run(m Runner, setup func(*Suite), commands ...string) int {
 	s, cleanup, err := setUp(commands)
 	defer cleanup()
 	if err != nil {

@@ -4,6 +4,9 @@ import (
 	"context"
 	"flag"
 	"fmt"
+	"io"
+	"net"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -94,7 +97,7 @@ func run(b *testing.B, n int) result {
 	role := fmt.Sprintf("scale%d-%d", n, time.Now().UnixNano()%100000)
 	res := result{nodes: n}
 
-	stopController := startPoolController(b)
+	metricsAddr, stopController := startPoolController(b)
 	defer stopController()
 
 	metrics := handler.NewMetrics()
@@ -135,7 +138,8 @@ func run(b *testing.B, n int) result {
 	res.controlPlaneCPU = controlPlaneCPU() - cpu0
 	res.requestsPerNode = float64(c.requests.Load()-req0) / float64(n)
 	res.eventsPerNode = float64(c.events.Load()-ev0) / float64(n)
-	res.attemptsPerAlloc = (counter(registry, "nmstate_ippool_allocation_attempts_total")) / float64(n)
+	res.attemptsPerAlloc = (counter(registry, "nmstate_ippool_allocation_attempts_total") +
+		scrape(b, metricsAddr, "nmstate_ippool_controller_allocation_attempts_total")) / float64(n)
 
 	res.scaleDown = scaleDown(b, role, names[n/2:], stops[n/2:], n-n/2)
 	b.StopTimer()
@@ -156,19 +160,43 @@ func run(b *testing.B, n int) result {
 }
 
 // startPoolController runs the pool controller binary against the suite's
-// control plane.
-func startPoolController(b *testing.B) func() {
+// control plane and returns the address of its metrics.
+func startPoolController(b *testing.B) (string, func()) {
 	kubeconfig := filepath.Join(b.TempDir(), "kubeconfig")
 	must(b, suite.Env.Kubeconfig(kubeconfig))
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	must(b, err)
+	addr := l.Addr().String()
+	must(b, l.Close())
 	cmd := exec.Command(suite.Command("pool-controller"), "--kubeconfig", kubeconfig, "--leader-elect=false",
-		"--metrics-bind-address", "0", "--health-probe-bind-address", "0", "--quarantine-period", "30s")
+		"--metrics-bind-address", addr, "--health-probe-bind-address", "0", "--quarantine-period", "30s")
 	if log := os.Getenv("TEST_LOG"); log != "" {
 		f, err := os.Create(log + ".pool-controller")
 		must(b, err)
 		cmd.Stdout, cmd.Stderr = f, f
 	}
 	must(b, cmd.Start())
-	return func() { _ = cmd.Process.Kill(); _ = cmd.Wait() }
+	return addr, func() { _ = cmd.Process.Kill(); _ = cmd.Wait() }
+}
+
+// scrape sums the samples of a counter the pool controller exports.
+func scrape(b *testing.B, addr, name string) float64 {
+	resp, err := http.Get("http://" + addr + "/metrics")
+	must(b, err)
+	defer func() { _ = resp.Body.Close() }()
+	raw, err := io.ReadAll(resp.Body)
+	must(b, err)
+	var sum float64
+	for _, line := range strings.Split(string(raw), "\n") {
+		if !strings.HasPrefix(line, name+"{") && !strings.HasPrefix(line, name+" ") {
+			continue
+		}
+		fields := strings.Fields(line)
+		v, err := strconv.ParseFloat(fields[len(fields)-1], 64)
+		must(b, err)
+		sum += v
+	}
+	return sum
 }
 
 // startHandler runs one node's handler and state reporter in a manager of

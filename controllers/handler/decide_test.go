@@ -1,0 +1,90 @@
+package handler
+
+import (
+	"net/netip"
+	"testing"
+	"time"
+
+	"github.com/nmstate/kubernetes-nmstate/api/shared"
+	nmstatev1 "github.com/nmstate/kubernetes-nmstate/api/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	ippoolv1 "github.com/nmstate-ippool/nmstate-ippool/api/v1"
+	nncev1beta1 "github.com/nmstate-ippool/nmstate-ippool/api/v1beta1"
+	"github.com/nmstate-ippool/nmstate-ippool/pkg/capture"
+)
+
+func TestDecide(t *testing.T) {
+	t0 := time.Date(2026, 1, 1, 12, 0, 0, 0, time.UTC)
+	policy := &nmstatev1.NodeNetworkConfigurationPolicy{ObjectMeta: metav1.ObjectMeta{Name: "p", Generation: 2}}
+	captures, err := capture.Parse(map[string]string{"addr": "ippool.pool.allocate"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	enactment := func(state shared.ConditionType, reason string, change func(*nncev1beta1.NodeNetworkConfigurationEnactment)) *nncev1beta1.NodeNetworkConfigurationEnactment {
+		e := &nncev1beta1.NodeNetworkConfigurationEnactment{}
+		e.Status.PolicyGeneration = 2
+		e.Status.Conditions = withConditions(nil, outcome{condition: state, reason: shared.ConditionReason(reason)}, t0)
+		writeRecord(e, captures, map[string]capture.Address{"addr": {IP: mustAddr(t, "10.0.0.1"), PrefixLength: 24}},
+			addressStates(map[string]capture.Address{"addr": {IP: mustAddr(t, "10.0.0.1"), PrefixLength: 24}}), shared.NodeNetworkConfigurationEnactmentMetaInfo{})
+		if change != nil {
+			change(e)
+		}
+		return e
+	}
+	avail := shared.NodeNetworkConfigurationEnactmentConditionAvailable
+	pend := shared.NodeNetworkConfigurationEnactmentConditionPending
+	prog := shared.NodeNetworkConfigurationEnactmentConditionProgressing
+	noRecord := func(e *nncev1beta1.NodeNetworkConfigurationEnactment) {
+		e.Status.IPPool, e.Status.CapturedStates = nil, nil
+	}
+	tests := []struct {
+		name      string
+		policy    *nmstatev1.NodeNetworkConfigurationPolicy
+		selected  bool
+		enactment *nncev1beta1.NodeNetworkConfigurationEnactment
+		now       time.Time
+		want      step
+	}{
+		{"applied: nothing to do", policy, true, enactment(avail, "", nil), t0, stepDone},
+		{"no enactment yet", policy, true, nil, t0, stepEnact},
+		{"policy gone, nothing to retire", nil, false, nil, t0, stepDone},
+		{"deselected", policy, false, enactment(avail, "", nil), t0, stepRetire},
+		{"being deleted", policy, true, enactment(avail, "", func(e *nncev1beta1.NodeNetworkConfigurationEnactment) {
+			e.DeletionTimestamp = &metav1.Time{Time: t0}
+		}), t0, stepRetire},
+		{"new generation", policy, true, enactment(avail, "", func(e *nncev1beta1.NodeNetworkConfigurationEnactment) {
+			e.Status.PolicyGeneration = 1
+		}), t0, stepEnact},
+		{"record dropped by a reset", policy, true, enactment(avail, "", noRecord), t0, stepEnact},
+		{"nudged by a pool", policy, true, enactment(avail, "", func(e *nncev1beta1.NodeNetworkConfigurationEnactment) {
+			e.Annotations = map[string]string{ippoolv1.NudgeAnnotation: "outside:10.0.0.1"}
+		}), t0, stepEnact},
+		{"slot asked", policy, true, enactment(prog, "", func(e *nncev1beta1.NodeNetworkConfigurationEnactment) {
+			e.Status.Slot = &nncev1beta1.ApplySlot{Requested: metav1.NewMicroTime(t0)}
+		}), t0, stepWait},
+		{"slot granted", policy, true, enactment(prog, "", func(e *nncev1beta1.NodeNetworkConfigurationEnactment) {
+			e.Status.Slot = &nncev1beta1.ApplySlot{Requested: metav1.NewMicroTime(t0), Granted: &metav1.MicroTime{Time: t0}}
+		}), t0, stepApply},
+		{"waiting for the pool controller", policy, true, enactment(pend, ippoolv1.ReasonIPPoolBusy, noRecord), t0.Add(5 * time.Second), stepWait},
+		{"the pool controller did not serve in time", policy, true, enactment(pend, ippoolv1.ReasonIPPoolBusy, noRecord), t0.Add(10 * time.Second), stepEnact},
+		{"failed: try again when asked", policy, true, enactment(shared.NodeNetworkConfigurationEnactmentConditionFailing, "", nil), t0, stepEnact},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			s := &scope{policy: tt.policy, enactment: tt.enactment, selected: tt.selected, captures: captures}
+			if got := s.decide(tt.now, 10*time.Second); got != tt.want {
+				t.Errorf("decide = %d, want %d", got, tt.want)
+			}
+		})
+	}
+}
+
+func mustAddr(t *testing.T, s string) netip.Addr {
+	t.Helper()
+	a, err := netip.ParseAddr(s)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return a
+}

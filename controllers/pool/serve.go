@@ -1,0 +1,215 @@
+package pool
+
+import (
+	"cmp"
+	"context"
+	"slices"
+	"time"
+
+	"github.com/nmstate/kubernetes-nmstate/api/shared"
+	nmstatev1 "github.com/nmstate/kubernetes-nmstate/api/v1"
+	"golang.org/x/sync/errgroup"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	ctrl "sigs.k8s.io/controller-runtime"
+
+	ippoolv1 "github.com/nmstate-ippool/nmstate-ippool/api/v1"
+	nncev1beta1 "github.com/nmstate-ippool/nmstate-ippool/api/v1beta1"
+	"github.com/nmstate-ippool/nmstate-ippool/internal/poolstatus"
+	"github.com/nmstate-ippool/nmstate-ippool/internal/poolwrite"
+	"github.com/nmstate-ippool/nmstate-ippool/internal/record"
+	"github.com/nmstate-ippool/nmstate-ippool/pkg/capture"
+	"github.com/nmstate-ippool/nmstate-ippool/pkg/ippool"
+)
+
+// parallelWrites bounds the enactment writes a reconcile has in flight.
+const parallelWrites = 8
+
+// request is an enactment that asked the controller to allocate for it
+// (Pending / IPPoolBusy), with the captures of the pool it has no address
+// for, and, once served, their addresses.
+type request struct {
+	enactment *nncev1beta1.NodeNetworkConfigurationEnactment
+	refs      []capture.Ref
+	addresses []capture.Address
+}
+
+// busyRequests returns the requests waiting on pool, oldest first. An
+// enactment's captures come from its policy in the cache; one whose
+// policy is gone, or that already records an address for every capture of
+// the pool, asks nothing.
+func (r *Reconciler) busyRequests(ctx context.Context, pool string, enactments []nncev1beta1.NodeNetworkConfigurationEnactment) []*request {
+	var out []*request
+	for i := range enactments {
+		e := &enactments[i]
+		if e.Status.WaitingForIPPool != pool || !pendingFor(e, ippoolv1.ReasonIPPoolBusy) || !e.DeletionTimestamp.IsZero() {
+			continue
+		}
+		var p nmstatev1.NodeNetworkConfigurationPolicy
+		if r.Client.Get(ctx, types.NamespacedName{Name: e.Labels[shared.EnactmentPolicyLabel]}, &p) != nil ||
+			p.Generation != e.Status.PolicyGeneration {
+			continue
+		}
+		captures, err := capture.Parse(p.Spec.Capture)
+		if err != nil {
+			continue
+		}
+		rq := &request{enactment: e}
+		for _, ref := range captures.RefsOf(pool) {
+			if _, ok := record.Of(e, ref); !ok {
+				rq.refs = append(rq.refs, ref)
+			}
+		}
+		if len(rq.refs) > 0 {
+			out = append(out, rq)
+		}
+	}
+	slices.SortFunc(out, func(a, b *request) int {
+		return cmp.Or(pendingSince(a.enactment).Compare(pendingSince(b.enactment).Time), cmp.Compare(a.enactment.Name, b.enactment.Name))
+	})
+	return out
+}
+
+func pendingSince(e *nncev1beta1.NodeNetworkConfigurationEnactment) metav1.Time {
+	if c := e.Status.Conditions.Find(shared.NodeNetworkConfigurationEnactmentConditionPending); c != nil {
+		return c.LastTransitionTime
+	}
+	return metav1.Time{}
+}
+
+// takeFor allocates the lowest free addresses for the request's captures
+// in alloc, all or none, and adds their in-flight entries to pool under
+// the enactment's resourceVersion, the token its record is written under.
+func takeFor(pool *ippoolv1.NodeIPPool, alloc *ippool.Allocator, rq *request, since metav1.Time) bool {
+	rng := alloc.Range()
+	var offsets []uint64
+	for range rq.refs {
+		off, err := alloc.AllocateNext()
+		if err != nil {
+			for _, o := range offsets {
+				_ = alloc.Release(o)
+			}
+			return false
+		}
+		offsets = append(offsets, off)
+	}
+	rq.addresses = rq.addresses[:0]
+	for _, off := range offsets {
+		ip, _ := rng.IP(off)
+		rq.addresses = append(rq.addresses, capture.Address{IP: ip, PrefixLength: rng.Prefix().Bits()})
+		poolstatus.AddInFlight(pool, ippoolv1.InFlightAddress{IP: ip.String(), Enactment: rq.enactment.Name,
+			Token: rq.enactment.ResourceVersion, Since: since})
+	}
+	return true
+}
+
+// serve allocates for every enactment that asked the controller to (its
+// handler's own write to the pool met other allocations): all of them in
+// one pool write, with in-flight entries, then one record per enactment,
+// written under the token as a handler would. A record refused because the
+// enactment changed withdraws its addresses. A pool that cannot serve them
+// all serves the oldest; the others wait and try again.
+func (r *Reconciler) serve(ctx context.Context, pool *ippoolv1.NodeIPPool, v view) error {
+	requests := r.busyRequests(ctx, pool.Name, v.enactments)
+	if len(requests) == 0 {
+		return nil
+	}
+	var served []*request
+	_, err := r.Pools.Update(ctx, pool.Name, func(p *ippoolv1.NodeIPPool, alloc *ippool.Allocator) (bool, error) {
+		served = served[:0]
+		if ok, _ := serving(p); !ok {
+			return false, nil
+		}
+		since := metav1.NewTime(r.Clock.Now().Truncate(time.Second))
+		for _, rq := range requests {
+			if !takeFor(p, alloc, rq, since) {
+				break
+			}
+			served = append(served, rq)
+		}
+		if len(served) == 0 {
+			return false, nil
+		}
+		r.Metrics.servedWrite(pool.Name)
+		return true, nil
+	}, poolwrite.Incarnation(pool.UID))
+	if err != nil {
+		return err
+	}
+	meta := shared.NodeNetworkConfigurationEnactmentMetaInfo{Version: "0", TimeStamp: metav1.NewTime(r.Clock.Now().Truncate(time.Second))}
+	// The records are independent writes to different enactments.
+	var g errgroup.Group
+	g.SetLimit(parallelWrites)
+	for _, rq := range served {
+		g.Go(func() error { return r.recordServed(ctx, pool, rq, meta) })
+	}
+	if len(served) > 0 {
+		ctrl.LoggerFrom(ctx).Info("allocated for waiting enactments in one pool write", "enactments", len(served), "waiting", len(requests))
+	}
+	return g.Wait()
+}
+
+// recordServed writes the addresses of a served request into its
+// enactment. A conflict means the enactment changed since the cache showed
+// it: if the fresh copy still asks (same wait, no record, no fence), the
+// record is written under it; otherwise the addresses are withdrawn.
+func (r *Reconciler) recordServed(ctx context.Context, pool *ippoolv1.NodeIPPool, rq *request, meta shared.NodeNetworkConfigurationEnactmentMetaInfo) error {
+	ips := make([]string, len(rq.addresses))
+	for i, a := range rq.addresses {
+		ips[i] = a.IP.String()
+	}
+	token := rq.enactment.ResourceVersion
+	current := rq.enactment
+	for range 3 {
+		e := current.DeepCopy()
+		for i, ref := range rq.refs {
+			record.Add(e, ref, rq.addresses[i], meta)
+		}
+		err := r.Client.Status().Update(ctx, e)
+		if err == nil {
+			ctrl.LoggerFrom(ctx).V(1).Info("allocated address for a waiting enactment", "enactment", e.Name, "ips", ips)
+			return nil
+		}
+		if !apierrors.IsConflict(err) {
+			if !apierrors.IsNotFound(err) {
+				return err
+			}
+			break
+		}
+		var fresh nncev1beta1.NodeNetworkConfigurationEnactment
+		if err := r.APIReader.Get(ctx, types.NamespacedName{Name: e.Name}, &fresh); err != nil || !stillAsks(&fresh, pool.Name, rq.refs) {
+			break
+		}
+		current = &fresh
+	}
+	if _, err := r.Pools.Withdraw(ctx, pool.Name, rq.enactment.Name, token, ips); err != nil {
+		ctrl.LoggerFrom(ctx).Error(err, "could not withdraw unrecorded addresses; they are revoked after the grace period",
+			"enactment", rq.enactment.Name, "ips", ips)
+	}
+	return nil
+}
+
+// stillAsks reports whether the enactment still waits for the controller
+// to allocate refs from pool, and was not fenced.
+func stillAsks(e *nncev1beta1.NodeNetworkConfigurationEnactment, pool string, refs []capture.Ref) bool {
+	if e.Status.WaitingForIPPool != pool || !pendingFor(e, ippoolv1.ReasonIPPoolBusy) || !e.DeletionTimestamp.IsZero() ||
+		e.Annotations[ippoolv1.FenceAnnotation] != "" {
+		return false
+	}
+	for _, ref := range refs {
+		if _, ok := record.Of(e, ref); ok {
+			return false
+		}
+	}
+	return true
+}
+
+// serving reports whether the pool may hand out addresses now.
+func serving(pool *ippoolv1.NodeIPPool) (bool, string) {
+	c := conditionOf(pool)
+	if c == nil || (c.Status != metav1.ConditionTrue && c.Reason != ippoolv1.ReasonExhaustedIPPool) {
+		return false, ""
+	}
+	return true, c.Reason
+}

@@ -1,0 +1,48 @@
+// Package record reads and extends the IP pool record of an enactment: the
+// addresses of status.ippool, by pool, and the captured state of each
+// ippool capture in status.capturedStates. Both halves must agree for an
+// address to count as recorded. Handlers write whole records; the pool
+// controller adds addresses it allocated for a handler.
+package record
+
+import (
+	"slices"
+
+	"github.com/nmstate/kubernetes-nmstate/api/shared"
+
+	ippoolv1 "github.com/nmstate-ippool/nmstate-ippool/api/v1"
+	nncev1beta1 "github.com/nmstate-ippool/nmstate-ippool/api/v1beta1"
+	"github.com/nmstate-ippool/nmstate-ippool/pkg/capture"
+)
+
+// Of returns the address an enactment records for an ippool capture: the
+// capture's state names it and the pool's record lists it.
+func Of(e *nncev1beta1.NodeNetworkConfigurationEnactment, ref capture.Ref) (capture.Address, bool) {
+	cs, ok := e.Status.CapturedStates[ref.Capture]
+	if !ok {
+		return capture.Address{}, false
+	}
+	addr, ok := capture.ParseState(cs.State.Raw)
+	if !ok || !slices.Contains(e.Status.IPPool[ref.Pool].Allocated, addr.IP.String()) {
+		return capture.Address{}, false
+	}
+	return addr, true
+}
+
+// Add records addr for the capture ref in e: it lists the address under
+// the pool and sets the capture's state, stamped with meta.
+func Add(e *nncev1beta1.NodeNetworkConfigurationEnactment, ref capture.Ref, addr capture.Address,
+	meta shared.NodeNetworkConfigurationEnactmentMetaInfo) {
+	if e.Status.IPPool == nil {
+		e.Status.IPPool = ippoolv1.EnactmentIPPools{}
+	}
+	held := e.Status.IPPool[ref.Pool]
+	held.Allocated = append(held.Allocated, addr.IP.String())
+	e.Status.IPPool[ref.Pool] = held
+	if e.Status.CapturedStates == nil {
+		e.Status.CapturedStates = map[string]shared.NodeNetworkConfigurationEnactmentCapturedState{}
+	}
+	e.Status.CapturedStates[ref.Capture] = shared.NodeNetworkConfigurationEnactmentCapturedState{
+		State: shared.NewState(string(addr.State())), MetaInfo: meta,
+	}
+}
