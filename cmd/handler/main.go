@@ -33,6 +33,7 @@ type options struct {
 	pendingRequeue time.Duration
 	failedRequeue  time.Duration
 	stateRefresh   time.Duration
+	selfAllocate   bool
 }
 
 func main() {
@@ -43,7 +44,10 @@ func main() {
 	flag.StringVar(&o.metricsAddr, "metrics-bind-address", ":8089", "address of the Prometheus metrics endpoint; 0 disables it")
 	flag.StringVar(&o.healthAddr, "health-probe-bind-address", ":8081", "address of the /healthz and /readyz endpoints; 0 disables them")
 	flag.DurationVar(&o.pendingRequeue, "pending-requeue", handler.DefaultPendingRequeue, "how often a Pending enactment is looked at again")
-	flag.DurationVar(&o.failedRequeue, "failed-requeue", handler.DefaultFailedRequeue, "how long to wait before applying again after nmstatectl failed")
+	flag.DurationVar(&o.failedRequeue, "failed-requeue", handler.DefaultFailedRequeue,
+		"how long to wait before trying again after a failure (nmstatectl failed, pool exhausted), and for the pool controller to allocate before allocating itself")
+	flag.BoolVar(&o.selfAllocate, "self-allocate", false,
+		"take new addresses from pools directly instead of leaving them to the pool controller, which serves every waiting node in one pool write")
 	flag.DurationVar(&o.stateRefresh, "state-refresh-period", nodestate.DefaultRefresh,
 		"how often the node's NodeNetworkState is checked; it is written only when the state changes")
 	zapOpts := zap.Options{}
@@ -84,6 +88,7 @@ func run(o options) error {
 	nudges := nodestate.NewNudges()
 	r := handler.New(mgr, o.node, network, metrics)
 	r.PendingRequeue, r.FailedRequeue = o.pendingRequeue, o.failedRequeue
+	r.DeferToController = !o.selfAllocate
 	r.StateChanged = func() { nudges.Nudge(o.node) }
 	r.NetworkLock = &sync.Mutex{}
 	if err := r.SetupWithManager(mgr, handler.SetupOptions{}); err != nil {

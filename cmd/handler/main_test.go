@@ -91,7 +91,10 @@ func TestHandlerProcess(t *testing.T) {
 
 	var logs syncBuffer
 	cmd := exec.Command(filepath.Join(dir, "handler"), "--kubeconfig", kubeconfig, "--nmstatectl", filepath.Join(dir, "nmstatectl-sim"),
-		"--metrics-bind-address", "0", "--health-probe-bind-address", "0")
+		"--metrics-bind-address", "0", "--health-probe-bind-address", "0",
+		// No pool controller runs here: the handler allocates itself once
+		// it has waited this long for one.
+		"--failed-requeue", "2s")
 	cmd.Env = append(os.Environ(), "NODE_NAME=node01", "NMSTATECTL_SIM_STATE="+filepath.Join(dir, "node01.yaml"))
 	cmd.Stdout, cmd.Stderr = &logs, &logs
 	if err := cmd.Start(); err != nil {

@@ -168,7 +168,8 @@ func (r *Reconciler) recordServed(ctx context.Context, pool *ippoolv1.NodeIPPool
 		}
 		err := r.Client.Status().Update(ctx, e)
 		if err == nil {
-			ctrl.LoggerFrom(ctx).V(1).Info("allocated address for a waiting enactment", "enactment", e.Name, "ips", ips)
+			ctrl.LoggerFrom(ctx).Info("allocated address", "enactment", e.Name, "node", e.Labels[shared.EnactmentNodeLabel],
+				"policy", e.Labels[shared.EnactmentPolicyLabel], "ips", ips)
 			return nil
 		}
 		if !apierrors.IsConflict(err) {
