@@ -105,7 +105,9 @@ func TestHandlerProcess(t *testing.T) {
 	deadline := time.Now().Add(60 * time.Second)
 	for !enactmentAvailable(ctx, k) {
 		if time.Now().After(deadline) {
-			t.Fatalf("the enactment did not become Available; handler output:\n%s", logs.String())
+			var e nncev1beta1.NodeNetworkConfigurationEnactment
+			_ = k.Get(ctx, shared.EnactmentKey("node01", "static-ip"), &e)
+			t.Fatalf("the enactment did not become Available: %+v\nhandler output:\n%s", e.Status, logs.String())
 		}
 		time.Sleep(200 * time.Millisecond)
 	}

@@ -133,7 +133,9 @@ func (r *Reconciler) allocateFromPool(ctx context.Context, policy *nmstatev1.Nod
 		if blocked != nil || !plan.needsWrite() {
 			return false, nil
 		}
-		if deferred = ask && len(plan.fresh) > 0; deferred {
+		// An address the range no longer hands out is replaced here: the
+		// controller serves captures without any record.
+		if deferred = ask && len(plan.fresh) > 0 && len(plan.moved) == 0; deferred {
 			return false, nil
 		}
 		r.Metrics.attempt(poolName)

@@ -38,6 +38,10 @@ func TestDecide(t *testing.T) {
 	noRecord := func(e *nncev1beta1.NodeNetworkConfigurationEnactment) {
 		e.Status.IPPool, e.Status.CapturedStates = nil, nil
 	}
+	waiting := func(e *nncev1beta1.NodeNetworkConfigurationEnactment) {
+		noRecord(e)
+		e.Status.WaitingForIPPool = "pool"
+	}
 	tests := []struct {
 		name      string
 		policy    *nmstatev1.NodeNetworkConfigurationPolicy
@@ -66,8 +70,11 @@ func TestDecide(t *testing.T) {
 		{"slot granted", policy, true, enactment(prog, "", func(e *nncev1beta1.NodeNetworkConfigurationEnactment) {
 			e.Status.Slot = &nncev1beta1.ApplySlot{Requested: metav1.NewMicroTime(t0), Granted: &metav1.MicroTime{Time: t0}}
 		}), t0, stepApply},
-		{"waiting for the pool controller", policy, true, enactment(pend, ippoolv1.ReasonIPPoolBusy, noRecord), t0.Add(5 * time.Second), stepWait},
-		{"the pool controller did not serve in time", policy, true, enactment(pend, ippoolv1.ReasonIPPoolBusy, noRecord), t0.Add(10 * time.Second), stepEnact},
+		{"waiting for the pool controller", policy, true, enactment(pend, ippoolv1.ReasonIPPoolBusy, waiting), t0.Add(5 * time.Second), stepWait},
+		{"the pool controller did not serve in time", policy, true, enactment(pend, ippoolv1.ReasonIPPoolBusy, waiting), t0.Add(10 * time.Second), stepEnact},
+		{"served by the pool controller", policy, true, enactment(pend, ippoolv1.ReasonIPPoolBusy, func(e *nncev1beta1.NodeNetworkConfigurationEnactment) {
+			e.Status.WaitingForIPPool = "pool"
+		}), t0.Add(time.Second), stepEnact},
 		{"failed: try again when asked", policy, true, enactment(shared.NodeNetworkConfigurationEnactmentConditionFailing, "", nil), t0, stepEnact},
 	}
 	for _, tt := range tests {

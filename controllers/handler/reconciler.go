@@ -99,14 +99,21 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 	if err != nil {
 		return ctrl.Result{}, err
 	}
-	switch s.decide(r.Clock.Now(), r.FailedRequeue) {
+	now := r.Clock.Now()
+	switch s.decide(now, r.FailedRequeue) {
 	case stepRetire:
 		return r.retireIfConfirmed(ctx, req.Name)
 	case stepEnact:
 		return r.enact(ctx, req.Name)
 	case stepApply:
 		return r.applyGranted(ctx, req.Name)
-	default: // stepWait, stepDone
+	case stepWait:
+		// A wait for a grant ends with the grant's event; a wait for the
+		// pool controller must end on time even if no event comes: this
+		// reconcile may have replaced the requeue that an earlier one asked
+		// for (the queue keeps one entry per policy).
+		return ctrl.Result{RequeueAfter: busyLeft(s.enactment, now, r.FailedRequeue)}, nil
+	default:
 		return ctrl.Result{}, nil
 	}
 }
@@ -154,7 +161,8 @@ func (s *scope) decide(now time.Time, busyWait time.Duration) step {
 			return stepDone
 		}
 		return stepRetire
-	case e != nil && e.Status.PolicyGeneration == s.policy.Generation && !s.recordsComplete() && waitsForServe(e, now, busyWait):
+	case e != nil && e.Status.PolicyGeneration == s.policy.Generation && !s.poolRecorded(e.Status.WaitingForIPPool) &&
+		waitsForServe(e, now, busyWait):
 		return stepWait
 	case e == nil || e.Status.PolicyGeneration != s.policy.Generation || !s.recordsComplete():
 		return stepEnact
@@ -174,9 +182,29 @@ func (s *scope) decide(now time.Time, busyWait time.Duration) step {
 // waitsForServe reports whether the enactment is Pending / IPPoolBusy since
 // less than wait before now.
 func waitsForServe(e *nncev1beta1.NodeNetworkConfigurationEnactment, now time.Time, wait time.Duration) bool {
+	return busyLeft(e, now, wait) > 0
+}
+
+// busyLeft returns how long an enactment that is Pending / IPPoolBusy
+// still waits for the pool controller before its handler allocates
+// itself; 0 if it is not waiting.
+func busyLeft(e *nncev1beta1.NodeNetworkConfigurationEnactment, now time.Time, wait time.Duration) time.Duration {
 	c := e.Status.Conditions.Find(shared.NodeNetworkConfigurationEnactmentConditionPending)
-	return c != nil && c.Status == corev1.ConditionTrue && string(c.Reason) == ippoolv1.ReasonIPPoolBusy &&
-		now.Sub(c.LastHeartbeatTime.Time) < wait
+	if c == nil || c.Status != corev1.ConditionTrue || string(c.Reason) != ippoolv1.ReasonIPPoolBusy {
+		return 0
+	}
+	return max(c.LastHeartbeatTime.Add(wait).Sub(now), 0)
+}
+
+// poolRecorded reports whether the enactment records an address for every
+// capture of the policy that draws from pool.
+func (s *scope) poolRecorded(pool string) bool {
+	for _, ref := range s.captures.RefsOf(pool) {
+		if _, ok := record.Of(s.enactment, ref); !ok {
+			return false
+		}
+	}
+	return true
 }
 
 // recordsComplete reports whether the enactment records an address for
@@ -251,12 +279,15 @@ func (r *Reconciler) enact(ctx context.Context, name string) (ctrl.Result, error
 	if err != nil {
 		return ctrl.Result{}, err
 	}
-	switch s.decide(r.Clock.Now(), r.FailedRequeue) {
+	now := r.Clock.Now()
+	switch s.decide(now, r.FailedRequeue) {
 	case stepEnact:
 	case stepRetire:
 		return ctrl.Result{RequeueAfter: cacheLag}, nil
-	default:
-		return ctrl.Result{}, nil // the cache was behind
+	case stepWait: // the cache was behind a wait
+		return ctrl.Result{RequeueAfter: busyLeft(s.enactment, now, r.FailedRequeue)}, nil
+	default: // the cache was behind
+		return ctrl.Result{}, nil
 	}
 	if s.enactment, err = r.ensureEnactment(ctx, s.policy, s.enactment); err != nil {
 		return ctrl.Result{}, err

@@ -12,6 +12,7 @@ import (
 
 	ippoolv1 "github.com/nmstate-ippool/nmstate-ippool/api/v1"
 	nncev1beta1 "github.com/nmstate-ippool/nmstate-ippool/api/v1beta1"
+	"github.com/nmstate-ippool/nmstate-ippool/controllers/handler"
 	"github.com/nmstate-ippool/nmstate-ippool/internal/poolstatus"
 	"github.com/nmstate-ippool/nmstate-ippool/internal/poolwrite"
 	"github.com/nmstate-ippool/nmstate-ippool/internal/retire"
@@ -225,7 +226,11 @@ func TestStalledAllocationIsRevoked(t *testing.T) {
 	Eventually(available("revoke")).Should(HavePrefix("True"))
 	createPolicy(t, "revoke", "revoke", "revoke")
 	var resume func()
-	stalled := addNodeWith(t, t.TempDir(), "revoke01", "revoke", func(nd *envtest.Node) { resume = nd.Network.Stall() })
+	stalled := addNodeWith(t, t.TempDir(), "revoke01", "revoke", func(nd *envtest.Node) {
+		resume = nd.Network.Stall()
+		// It takes the address itself, so that it stalls holding it.
+		nd.Tune = func(r *handler.Reconciler) { r.DeferToController = false }
+	})
 	t.Cleanup(resume)
 	Eventually(func() []ippoolv1.InFlightAddress { return poolStatus("revoke").InFlight }).Should(ContainElement(
 		HaveField("IP", "10.55.0.1")))
