@@ -123,6 +123,9 @@ func (r *Reconciler) serve(ctx context.Context, pool *ippoolv1.NodeIPPool, v vie
 		}
 		since := metav1.NewTime(r.Clock.Now().Truncate(time.Second))
 		for _, rq := range requests {
+			if hasInFlight(p, rq.enactment.Name) {
+				continue // served already; the cache has not seen the record yet
+			}
 			if !takeFor(p, alloc, rq, since) {
 				break
 			}
@@ -204,6 +207,17 @@ func stillAsks(e *nncev1beta1.NodeNetworkConfigurationEnactment, pool string, re
 		}
 	}
 	return true
+}
+
+// hasInFlight reports whether the pool has an in-flight entry for the
+// enactment.
+func hasInFlight(pool *ippoolv1.NodeIPPool, enactment string) bool {
+	for _, e := range pool.Status.InFlight {
+		if e.Enactment == enactment {
+			return true
+		}
+	}
+	return false
 }
 
 // serving reports whether the pool may hand out addresses now.
