@@ -132,16 +132,22 @@ func run(b *testing.B, n int) result {
 
 	b.ResetTimer()
 	cpu0, req0, ev0 := controlPlaneCPU(), c.requests.Load(), c.events.Load()
+	cpu, kinds := cpuByProcess(), c.snapshot()
 	res.plain = rollout(b, role+"-plain", role, nil, plainState, n)
+	b.Logf("%d nodes, plain rollout %.1fs, CPU: %s; per node: %s", n, res.plain.Seconds(), cpuSince(cpu), c.perNodeSince(kinds, n))
 	deletePolicy(b, role+"-plain")
+	cpu, kinds = cpuByProcess(), c.snapshot()
 	res.pooled = rollout(b, role+"-pool", role, map[string]string{"addr": "ippool." + role + ".allocate"}, envtest.OneAddressState, n)
+	b.Logf("%d nodes, pooled rollout %.1fs, CPU: %s; per node: %s", n, res.pooled.Seconds(), cpuSince(cpu), c.perNodeSince(kinds, n))
 	res.controlPlaneCPU = controlPlaneCPU() - cpu0
 	res.requestsPerNode = float64(c.requests.Load()-req0) / float64(n)
 	res.eventsPerNode = float64(c.events.Load()-ev0) / float64(n)
 	res.attemptsPerAlloc = (counter(registry, "nmstate_ippool_allocation_attempts_total") +
 		scrape(b, metricsAddr, "nmstate_ippool_controller_allocation_attempts_total")) / float64(n)
 
+	cpu = cpuByProcess()
 	res.scaleDown = scaleDown(b, role, names[n/2:], stops[n/2:], n-n/2)
+	b.Logf("%d nodes, scale-down of %d %.1fs, CPU: %s", n, n-n/2, res.scaleDown.Seconds(), cpuSince(cpu))
 	b.StopTimer()
 
 	b.ReportMetric(res.plain.Seconds(), "plain-s")
