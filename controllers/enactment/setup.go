@@ -37,6 +37,12 @@ func New(mgr ctrl.Manager, grace time.Duration) *Reconciler {
 	}
 }
 
+// concurrentRetires is how many enactments are looked at at once. When
+// many nodes are removed together their retires overlap, and the pool
+// writer puts their quarantines in shared pool writes. Retire is safe
+// against any number of concurrent retirers of one enactment.
+const concurrentRetires = 8
+
 // SetupOptions tune the controller.
 type SetupOptions struct {
 	// SkipNameValidation allows several controllers in one process (tests).
@@ -48,7 +54,7 @@ type SetupOptions struct {
 func (r *Reconciler) SetupWithManager(mgr ctrl.Manager, opts SetupOptions) error {
 	return ctrl.NewControllerManagedBy(mgr).
 		Named("nnce-cleanup").
-		WithOptions(controller.Options{SkipNameValidation: ptr.To(opts.SkipNameValidation)}).
+		WithOptions(controller.Options{SkipNameValidation: ptr.To(opts.SkipNameValidation), MaxConcurrentReconciles: concurrentRetires}).
 		For(&nncev1beta1.NodeNetworkConfigurationEnactment{}).
 		WatchesMetadata(&corev1.Node{}, handler.EnqueueRequestsFromMapFunc(r.enactmentsLabelled(shared.EnactmentNodeLabel)),
 			builder.WithPredicates(deletions())).

@@ -38,8 +38,9 @@ var ErrReplaced = errors.New("the pool was re-created")
 // Writer is the one writer of NodeIPPool statuses. Set every field but
 // OnConflict.
 type Writer struct {
-	// Reader reads from the API server, never from a cache: every write is
-	// decided on the latest copy.
+	// Reader reads from the API server, never from an informer's cache:
+	// every write is decided on the latest copy (but for the first read of
+	// an Update with FromWatchCache).
 	Reader client.Reader
 	// Client writes to the API server.
 	Client client.Client
@@ -51,6 +52,8 @@ type Writer struct {
 	// OnConflict, if set, is called for every pool write refused because
 	// another writer changed the pool first.
 	OnConflict func(pool string)
+
+	quarantines groups
 }
 
 // NewWriter returns a Writer reading through reader, writing through c,
@@ -74,7 +77,16 @@ type updateOptions struct {
 	uid        types.UID
 	vouch      bool
 	protective bool
+	watchCache bool
 	discard    func(error)
+}
+
+// FromWatchCache lets the first read come from the API server's watch
+// cache (resourceVersion "0") instead of etcd: cheaper for the API server,
+// and enough for a caller that mostly decides not to write. A stale copy
+// costs at most a conflict; every later attempt reads the latest copy.
+func FromWatchCache() Option {
+	return func(o *updateOptions) { o.watchCache = true }
 }
 
 // protective lets Update write a status whose stamp does not match (or
@@ -113,8 +125,10 @@ func (w *Writer) Update(ctx context.Context, name string, mutate Mutation, opts 
 		opt(&o)
 	}
 	attempts := 0
+	cached := o.watchCache
 	err := w.Retry(ctx, func() error {
-		pool, alloc, err := w.read(ctx, name, o)
+		pool, alloc, err := w.read(ctx, name, o, cached)
+		cached = false
 		if err != nil {
 			return err
 		}
@@ -217,9 +231,13 @@ func (w *Writer) Retry(ctx context.Context, write func() error) error {
 // restores the bitmap: one that cannot be decoded leaves the allocator
 // empty, and then the caller may write conditions, but only a Vouch write
 // may change the allocation state.
-func (w *Writer) read(ctx context.Context, name string, o updateOptions) (*ippoolv1.NodeIPPool, *ippool.Allocator, error) {
+func (w *Writer) read(ctx context.Context, name string, o updateOptions, cached bool) (*ippoolv1.NodeIPPool, *ippool.Allocator, error) {
 	var pool ippoolv1.NodeIPPool
-	if err := w.Reader.Get(ctx, types.NamespacedName{Name: name}, &pool); err != nil {
+	var opts []client.GetOption
+	if cached {
+		opts = append(opts, &client.GetOptions{Raw: &metav1.GetOptions{ResourceVersion: "0"}})
+	}
+	if err := w.Reader.Get(ctx, types.NamespacedName{Name: name}, &pool, opts...); err != nil {
 		return nil, nil, fmt.Errorf("get NodeIPPool %q: %w", name, err)
 	}
 	if o.uid != "" && pool.UID != o.uid {
@@ -325,36 +343,49 @@ func (w *Writer) Quarantine(ctx context.Context, holder Holder, record ippoolv1.
 }
 
 // quarantineIn adds quarantine entries for ips to one pool incarnation.
+// Quarantines of the same pool that callers of this Writer start while one
+// is being written go together in the next write (see groups).
 func (w *Writer) quarantineIn(ctx context.Context, pool *ippoolv1.NodeIPPool, holder Holder, ips []netip.Addr) ([]string, error) {
 	if len(ips) == 0 {
 		return nil, nil
 	}
-	var added []string
+	return w.quarantines.do(ctx, pool, &quarantine{holder: holder, ips: ips}, w.writeQuarantines)
+}
+
+// writeQuarantines adds the entries of qs to one pool incarnation in one
+// write, and sets each one's added.
+func (w *Writer) writeQuarantines(ctx context.Context, pool *ippoolv1.NodeIPPool, qs []*quarantine) error {
 	since := metav1.NewTime(w.Clock.Now().Truncate(time.Second))
 	_, err := w.Update(ctx, pool.Name, func(p *ippoolv1.NodeIPPool, alloc *ippool.Allocator) (bool, error) {
-		added = nil
-		set := false
-		for _, ip := range ips {
-			q := ippoolv1.QuarantinedAddress{IP: ip.String(), Node: holder.Node, Enactment: holder.Enactment, Since: since}
-			switch err := alloc.AllocateIP(ip); {
-			case err == nil:
-				set = true
-			case !errors.Is(err, ippool.ErrAllocated):
-				continue
-			}
-			if poolstatus.AddQuarantine(p, q) {
-				added = append(added, q.IP)
+		changed := false
+		for _, q := range qs {
+			q.added = nil
+			for _, ip := range q.ips {
+				entry := ippoolv1.QuarantinedAddress{IP: ip.String(), Node: q.holder.Node, Enactment: q.holder.Enactment, Since: since}
+				switch err := alloc.AllocateIP(ip); {
+				case err == nil:
+					changed = true
+				case !errors.Is(err, ippool.ErrAllocated):
+					continue
+				}
+				if poolstatus.AddQuarantine(p, entry) {
+					q.added = append(q.added, entry.IP)
+					changed = true
+				}
 			}
 		}
-		return set || len(added) > 0, nil
+		return changed, nil
 	}, Incarnation(pool.UID), protective())
 	if ignorable(err) {
-		return nil, nil
+		for _, q := range qs {
+			q.added = nil
+		}
+		return nil
 	}
 	if err != nil {
-		return nil, fmt.Errorf("quarantine %v: %w", ips, err)
+		return fmt.Errorf("quarantine in NodeIPPool %q: %w", pool.Name, err)
 	}
-	return added, nil
+	return nil
 }
 
 // ignorable tells the errors after which a give-back needs nothing: the

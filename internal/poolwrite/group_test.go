@@ -1,0 +1,106 @@
+package poolwrite
+
+import (
+	"context"
+	"net/netip"
+	"slices"
+	"sync"
+	"testing"
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	ktypes "k8s.io/apimachinery/pkg/types"
+
+	ippoolv1 "github.com/nmstate-ippool/nmstate-ippool/api/v1"
+)
+
+// TestGroupsGatherWhileAWriteIsInFlight: the quarantines that arrive while
+// a pool's write is in flight go in the next write together, each caller
+// gets its own result, and another pool is not held up.
+func TestGroupsGatherWhileAWriteIsInFlight(t *testing.T) {
+	var g groups
+	pool := &ippoolv1.NodeIPPool{ObjectMeta: metav1.ObjectMeta{Name: "p", UID: "u1"}}
+	other := &ippoolv1.NodeIPPool{ObjectMeta: metav1.ObjectMeta{Name: "q", UID: "u2"}}
+	release := make(chan struct{})
+	var mu sync.Mutex
+	var sizes []int
+	write := func(_ context.Context, p *ippoolv1.NodeIPPool, qs []*quarantine) error {
+		if p.Name == pool.Name && len(qs) == 1 && qs[0].holder.Node == "first" {
+			<-release // the first write stays in flight
+		}
+		mu.Lock()
+		sizes = append(sizes, len(qs))
+		mu.Unlock()
+		for _, q := range qs {
+			q.added = []string{q.holder.Node}
+		}
+		return nil
+	}
+	ctx := context.Background()
+	results := make(chan []string, 10)
+	quarantineAs := func(p *ippoolv1.NodeIPPool, node string) {
+		added, err := g.do(ctx, p, &quarantine{holder: Holder{Node: node}, ips: []netip.Addr{netip.MustParseAddr("10.0.0.1")}}, write)
+		if err != nil {
+			t.Errorf("%s: %v", node, err)
+		}
+		results <- added
+	}
+	go quarantineAs(pool, "first")
+	waitFor(t, func() bool { return forming(&g, "u1") == 0 && turnTaken(&g, "p") })
+
+	var wg sync.WaitGroup
+	for _, node := range []string{"a", "b", "c", "d"} {
+		wg.Add(1)
+		go func() { defer wg.Done(); quarantineAs(pool, node) }()
+	}
+	waitFor(t, func() bool { return forming(&g, "u1") == 4 })
+	quarantineAs(other, "elsewhere") // its own pool's turn is free
+	if got := <-results; !slices.Equal(got, []string{"elsewhere"}) {
+		t.Fatalf("the other pool's caller got %v", got)
+	}
+	close(release)
+	wg.Wait()
+	var got []string
+	for range 5 {
+		got = append(got, <-results...)
+	}
+	slices.Sort(got)
+	if want := []string{"a", "b", "c", "d", "first"}; !slices.Equal(got, want) {
+		t.Fatalf("results %v, want %v", got, want)
+	}
+	slices.Sort(sizes)
+	if want := []int{1, 1, 4}; !slices.Equal(sizes, want) {
+		t.Fatalf("writes of %v quarantines, want %v (the four that waited in one write)", sizes, want)
+	}
+}
+
+func forming(g *groups, uid string) int {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if grp := g.forming[ktypes.UID(uid)]; grp != nil {
+		return len(grp.members)
+	}
+	return 0
+}
+
+func turnTaken(g *groups, pool string) bool {
+	g.mu.Lock()
+	turn := g.turns[pool]
+	g.mu.Unlock()
+	if turn == nil || turn.TryLock() {
+		if turn != nil {
+			turn.Unlock()
+		}
+		return false
+	}
+	return true
+}
+
+func waitFor(t *testing.T, done func() bool) {
+	t.Helper()
+	for deadline := time.Now().Add(10 * time.Second); !done(); time.Sleep(time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("timed out")
+		}
+	}
+}
