@@ -118,8 +118,9 @@ func (r *Reconciler) withdraw(ctx context.Context, a *allocation) {
 // successful pool write, retried on conflicts by r.Pools. New addresses
 // are left to the pool controller (Pending / IPPoolBusy), which serves
 // every waiting node in one write, when DeferToController is set and the
-// enactment has not waited for it in vain already; the handler then only
-// reads the pool, to report a missing, unavailable or full pool itself.
+// enactment has not waited for it in vain already, or the controller is
+// still busy serving others (see serving); the handler then only reads
+// the pool, to report a missing, unavailable or full pool itself.
 func (r *Reconciler) allocateFromPool(ctx context.Context, policy *nmstatev1.NodeNetworkConfigurationPolicy,
 	e *nncev1beta1.NodeNetworkConfigurationEnactment, poolName string, refs []capture.Ref) (*poolPlan, *outcome, error) {
 	var (
@@ -127,8 +128,8 @@ func (r *Reconciler) allocateFromPool(ctx context.Context, policy *nmstatev1.Nod
 		blocked  *outcome
 		deferred bool
 	)
-	ask := r.DeferToController && !servedInVain(e)
-	attempts, err := r.Pools.Update(ctx, poolName, func(pool *ippoolv1.NodeIPPool, alloc *ippool.Allocator) (bool, error) {
+	mutate := func(pool *ippoolv1.NodeIPPool, alloc *ippool.Allocator) (bool, error) {
+		ask := r.DeferToController && (!servedInVain(e) || serving(pool, r.Clock.Now(), r.FailedRequeue))
 		plan, blocked = r.planWrite(ctx, policy, e, pool, alloc, refs)
 		if blocked != nil || !plan.needsWrite() {
 			return false, nil
@@ -140,7 +141,17 @@ func (r *Reconciler) allocateFromPool(ctx context.Context, policy *nmstatev1.Nod
 		}
 		r.Metrics.attempt(poolName)
 		return true, nil
-	})
+	}
+	// Most enacts only read the pool (their record is indexed, or they
+	// defer): a thousand nodes doing so at once read it from the API
+	// server's watch cache. A write decided on a stale copy conflicts and
+	// is decided again on the latest one.
+	attempts, err := r.Pools.Update(ctx, poolName, mutate, poolwrite.FromWatchCache())
+	if !deferred && (apierrors.IsNotFound(err) || blocked != nil) {
+		// The watch cache may be behind: a missing, unavailable or full
+		// pool is confirmed on the latest copy before it is reported.
+		attempts, err = r.Pools.Update(ctx, poolName, mutate)
+	}
 	if deferred || errors.Is(err, poolwrite.ErrRetriesExhausted) {
 		o := pending(ippoolv1.ReasonIPPoolBusy, fmt.Sprintf(
 			"NodeIPPool %q: the pool controller allocates for node %s, with the other nodes that wait, in one pool write", poolName, r.NodeName),
@@ -159,6 +170,20 @@ func (r *Reconciler) allocateFromPool(ctx context.Context, policy *nmstatev1.Nod
 		r.logAllocations(ctx, plan, refs, attempts)
 	}
 	return plan, nil, nil
+}
+
+// serving reports whether the pool shows an allocation younger than
+// window: an in-flight entry, which the pool controller adds for every
+// enactment it serves. A handler that waited in vain keeps waiting while
+// the controller serves others (under load it serves in large batches),
+// instead of adding its own writes to a pool that is busy already.
+func serving(pool *ippoolv1.NodeIPPool, now time.Time, window time.Duration) bool {
+	for _, f := range pool.Status.InFlight {
+		if now.Sub(f.Since.Time) < window {
+			return true
+		}
+	}
+	return false
 }
 
 // servedInVain reports whether the enactment already waited for the pool

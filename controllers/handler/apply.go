@@ -78,7 +78,7 @@ func (r *Reconciler) applyGranted(ctx context.Context, name string) (ctrl.Result
 		r.NetworkLock.Lock()
 		defer r.NetworkLock.Unlock()
 	}
-	s, err := r.fetch(ctx, r.APIReader, name)
+	s, err := r.confirmed(ctx, name)
 	if err != nil {
 		return ctrl.Result{}, err
 	}

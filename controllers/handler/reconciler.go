@@ -2,6 +2,7 @@ package handler
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strings"
 	"sync"
@@ -100,22 +101,26 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 		return ctrl.Result{}, err
 	}
 	now := r.Clock.Now()
+	var res ctrl.Result
 	switch s.decide(now, r.FailedRequeue) {
 	case stepRetire:
-		return r.retireIfConfirmed(ctx, req.Name)
+		res, err = r.retireIfConfirmed(ctx, req.Name)
 	case stepEnact:
-		return r.enact(ctx, req.Name)
+		res, err = r.enact(ctx, req.Name)
 	case stepApply:
-		return r.applyGranted(ctx, req.Name)
+		res, err = r.applyGranted(ctx, req.Name)
 	case stepWait:
 		// A wait for a grant ends with the grant's event; a wait for the
 		// pool controller must end on time even if no event comes: this
 		// reconcile may have replaced the requeue that an earlier one asked
 		// for (the queue keeps one entry per policy).
-		return ctrl.Result{RequeueAfter: busyLeft(s.enactment, now, r.FailedRequeue)}, nil
-	default:
-		return ctrl.Result{}, nil
+		res = ctrl.Result{RequeueAfter: busyLeft(s.enactment, now, r.FailedRequeue)}
 	}
+	if errors.Is(err, errCacheBehind) || apierrors.IsAlreadyExists(err) {
+		log.V(1).Info("the cache was behind; deciding again", "why", err.Error())
+		return ctrl.Result{RequeueAfter: cacheLag}, nil
+	}
+	return res, err
 }
 
 // scope is one reconcile's view of a policy on this node.
@@ -246,6 +251,36 @@ func (r *Reconciler) fetch(ctx context.Context, reader client.Reader, name strin
 	return s, err
 }
 
+// errCacheBehind says that the API server's enactment is ahead of what the
+// cache shows of it or of its policy: decide again once the cache has
+// caught up.
+var errCacheBehind = errors.New("the cache is behind the API server")
+
+// confirmed reads the scope of a policy for a step that writes or applies:
+// the enactment from the API server, whose resourceVersion guards every
+// write of the step; the policy and the Node from the cache, since one a
+// moment behind only delays what its own event brings. When the cache has
+// no enactment, the step's create confirms that (AlreadyExists).
+func (r *Reconciler) confirmed(ctx context.Context, name string) (*scope, error) {
+	s, err := r.fetch(ctx, r.Client, name)
+	if err != nil || s.enactment == nil {
+		return s, err
+	}
+	var e nncev1beta1.NodeNetworkConfigurationEnactment
+	switch err := r.APIReader.Get(ctx, client.ObjectKeyFromObject(s.enactment), &e); {
+	case apierrors.IsNotFound(err):
+		return nil, fmt.Errorf("enactment %q is gone: %w", s.enactment.Name, errCacheBehind)
+	case err != nil:
+		return nil, fmt.Errorf("get enactment %q: %w", s.enactment.Name, err)
+	}
+	if s.policy != nil && e.Status.PolicyGeneration > s.policy.Generation {
+		return nil, fmt.Errorf("enactment %q shows policy generation %d, the cache %d: %w",
+			e.Name, e.Status.PolicyGeneration, s.policy.Generation, errCacheBehind)
+	}
+	s.enactment = &e
+	return s, nil
+}
+
 // retireIfConfirmed retires the enactment if the API server confirms what
 // the cache said: a stale cache must not take a node's addresses away.
 func (r *Reconciler) retireIfConfirmed(ctx context.Context, name string) (ctrl.Result, error) {
@@ -275,7 +310,7 @@ func (r *Reconciler) retireIfConfirmed(ctx context.Context, name string) (ctrl.R
 // asks for a slot to apply, on the API server's copies. The record reaches
 // the API server before the state reaches the node.
 func (r *Reconciler) enact(ctx context.Context, name string) (ctrl.Result, error) {
-	s, err := r.fetch(ctx, r.APIReader, name)
+	s, err := r.confirmed(ctx, name)
 	if err != nil {
 		return ctrl.Result{}, err
 	}
