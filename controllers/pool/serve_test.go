@@ -2,6 +2,7 @@ package pool_test
 
 import (
 	"fmt"
+	"net/netip"
 	"strings"
 	"testing"
 	"time"
@@ -10,12 +11,16 @@ import (
 	. "github.com/onsi/gomega"
 	"github.com/prometheus/client_golang/prometheus"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/clock"
 
 	ippoolv1 "github.com/nmstate-ippool/nmstate-ippool/api/v1"
 	nncev1beta1 "github.com/nmstate-ippool/nmstate-ippool/api/v1beta1"
 	"github.com/nmstate-ippool/nmstate-ippool/controllers/handler"
 	"github.com/nmstate-ippool/nmstate-ippool/controllers/pool"
 	"github.com/nmstate-ippool/nmstate-ippool/internal/conditions"
+	"github.com/nmstate-ippool/nmstate-ippool/internal/poolstatus"
+	"github.com/nmstate-ippool/nmstate-ippool/internal/poolwrite"
+	"github.com/nmstate-ippool/nmstate-ippool/pkg/ippool"
 	"github.com/nmstate-ippool/nmstate-ippool/test/envtest"
 )
 
@@ -84,4 +89,66 @@ func gathered(registry *prometheus.Registry, name string) float64 {
 		}
 	}
 	return sum
+}
+
+// TestWaitOutlastsABusyController: a handler whose enactment the pool
+// controller has not served within --failed-requeue keeps waiting while
+// the pool shows that addresses are being handed out (a young in-flight
+// entry: under load the controller serves in large batches); once nothing
+// has been handed out for that long (the controller is down), it takes
+// its address itself.
+func TestWaitOutlastsABusyController(t *testing.T) {
+	RegisterTestingT(t)
+	stop := startController(t, nil)
+	createPool(t, "outlast", ippoolv1.IPRange{CIDR: "10.64.0.0/24"})
+	Eventually(available("outlast")).Should(HavePrefix("True"))
+	stop()
+
+	// Another node's address, in flight for as long as the test keeps
+	// its entry young.
+	w := poolwrite.NewWriter(k, k, clock.RealClock{})
+	refresh := func() error {
+		_, err := w.Update(ctx, "outlast", func(p *ippoolv1.NodeIPPool, alloc *ippool.Allocator) (bool, error) {
+			_ = alloc.AllocateIP(netip.MustParseAddr("10.64.0.200"))
+			poolstatus.AddInFlight(p, ippoolv1.InFlightAddress{IP: "10.64.0.200", Enactment: "other.outlast", Token: "1",
+				Since: metav1.NewTime(time.Now().Truncate(time.Second))})
+			return true, nil
+		})
+		return err
+	}
+	Expect(refresh()).To(Succeed())
+	busy, done := make(chan struct{}), make(chan struct{})
+	go func() {
+		defer close(done)
+		for {
+			select {
+			case <-busy:
+				return
+			case <-time.After(300 * time.Millisecond):
+				_ = refresh()
+			}
+		}
+	}()
+	t.Cleanup(func() {
+		select {
+		case <-busy:
+		default:
+			close(busy)
+		}
+		<-done
+	})
+
+	createPolicy(t, "outlast", "outlast", "outlast")
+	addNodeWith(t, t.TempDir(), "outlast01", "outlast", func(nd *envtest.Node) {
+		nd.Tune = func(r *handler.Reconciler) { r.FailedRequeue = 2 * time.Second }
+	})
+	Eventually(enactmentState("outlast01.outlast")).Should(HavePrefix("Pending"))
+	Consistently(func() []string { return held("outlast01.outlast", "outlast") }, 6*time.Second).Should(BeEmpty(),
+		"waited --failed-requeue three times over while another address was in flight")
+	Expect(enactmentState("outlast01.outlast")()).To(ContainSubstring("the pool controller allocates for node outlast01"))
+
+	close(busy)
+	<-done
+	Eventually(func() []string { return held("outlast01.outlast", "outlast") }, 15*time.Second).Should(HaveLen(1),
+		"allocated itself once nothing had been handed out for --failed-requeue")
 }
