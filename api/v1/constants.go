@@ -123,6 +123,17 @@ const (
 // "<pool>/<ip>" of the last revoked address.
 const FenceAnnotation = "nmstate.io/ippool-fence"
 
+// RequestAnnotation is set by a handler on an enactment it creates for a
+// policy with ippool captures, when it leaves new addresses to the pool
+// controller. It names the policy's pools, comma-separated, and asks the
+// controller to allocate and record an address for each of their captures
+// (with the other new enactments, in one pool write per pool) before the
+// handler has written anything: a thousand nodes starting at once cost
+// no status write each to ask. It counts only while the enactment has no
+// status yet; later requests are Pending / IPPoolBusy with
+// status.waitingForIPPool.
+const RequestAnnotation = "nmstate.io/ippool-request"
+
 // NudgeAnnotation is written on an enactment by the pool controller when
 // its handler should look at a pool again: the pool it waits on
 // (status.waitingForIPPool) became available or freed addresses, or the

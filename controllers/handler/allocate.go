@@ -20,6 +20,7 @@ import (
 	nncev1beta1 "github.com/nmstate-ippool/nmstate-ippool/api/v1beta1"
 	"github.com/nmstate-ippool/nmstate-ippool/internal/poolstatus"
 	"github.com/nmstate-ippool/nmstate-ippool/internal/poolwrite"
+	"github.com/nmstate-ippool/nmstate-ippool/internal/record"
 	"github.com/nmstate-ippool/nmstate-ippool/internal/retire"
 	"github.com/nmstate-ippool/nmstate-ippool/pkg/capture"
 	"github.com/nmstate-ippool/nmstate-ippool/pkg/ippool"
@@ -129,7 +130,8 @@ func (r *Reconciler) allocateFromPool(ctx context.Context, policy *nmstatev1.Nod
 		deferred bool
 	)
 	mutate := func(pool *ippoolv1.NodeIPPool, alloc *ippool.Allocator) (bool, error) {
-		ask := r.DeferToController && (!servedInVain(e) || serving(pool, r.Clock.Now(), r.FailedRequeue))
+		now := r.Clock.Now()
+		ask := r.DeferToController && (!servedInVain(e, now, r.FailedRequeue) || serving(pool, now, r.FailedRequeue))
 		plan, blocked = r.planWrite(ctx, policy, e, pool, alloc, refs)
 		if blocked != nil || !plan.needsWrite() {
 			return false, nil
@@ -187,9 +189,13 @@ func serving(pool *ippoolv1.NodeIPPool, now time.Time, window time.Duration) boo
 }
 
 // servedInVain reports whether the enactment already waited for the pool
-// controller to allocate for it (IPPoolBusy) and was not served: the
-// controller may be down, so the handler allocates itself.
-func servedInVain(e *nncev1beta1.NodeNetworkConfigurationEnactment) bool {
+// controller to allocate for it (IPPoolBusy, or a new enactment's request
+// for wait) and was not served: the controller may be down, so the
+// handler allocates itself.
+func servedInVain(e *nncev1beta1.NodeNetworkConfigurationEnactment, now time.Time, wait time.Duration) bool {
+	if record.Requesting(e) {
+		return busyLeft(e, now, wait) == 0
+	}
 	c := e.Status.Conditions.Find(shared.NodeNetworkConfigurationEnactmentConditionPending)
 	return c != nil && c.Status == corev1.ConditionTrue && string(c.Reason) == ippoolv1.ReasonIPPoolBusy
 }

@@ -42,6 +42,20 @@ func TestDecide(t *testing.T) {
 		noRecord(e)
 		e.Status.WaitingForIPPool = "pool"
 	}
+	// A new enactment that asks the pool controller: created at t0,
+	// nothing written since.
+	requested := func(change func(*nncev1beta1.NodeNetworkConfigurationEnactment)) *nncev1beta1.NodeNetworkConfigurationEnactment {
+		e := &nncev1beta1.NodeNetworkConfigurationEnactment{ObjectMeta: metav1.ObjectMeta{CreationTimestamp: metav1.NewTime(t0),
+			Annotations: map[string]string{ippoolv1.RequestAnnotation: "pool"}}}
+		if change != nil {
+			change(e)
+		}
+		return e
+	}
+	recorded := func(e *nncev1beta1.NodeNetworkConfigurationEnactment) {
+		a := map[string]capture.Address{"addr": {IP: mustAddr(t, "10.0.0.1"), PrefixLength: 24}}
+		writeRecord(e, captures, a, addressStates(a), shared.NodeNetworkConfigurationEnactmentMetaInfo{})
+	}
 	tests := []struct {
 		name      string
 		policy    *nmstatev1.NodeNetworkConfigurationPolicy
@@ -74,6 +88,13 @@ func TestDecide(t *testing.T) {
 		{"the pool controller did not serve in time", policy, true, enactment(pend, ippoolv1.ReasonIPPoolBusy, waiting), t0.Add(10 * time.Second), stepEnact},
 		{"served by the pool controller", policy, true, enactment(pend, ippoolv1.ReasonIPPoolBusy, func(e *nncev1beta1.NodeNetworkConfigurationEnactment) {
 			e.Status.WaitingForIPPool = "pool"
+		}), t0.Add(time.Second), stepEnact},
+		{"asked the pool controller on creation", policy, true, requested(nil), t0.Add(5 * time.Second), stepWait},
+		{"asked on creation, not served in time", policy, true, requested(nil), t0.Add(10 * time.Second), stepEnact},
+		{"asked on creation, served", policy, true, requested(recorded), t0.Add(time.Second), stepEnact},
+		{"asked on creation, then written by the handler", policy, true, requested(func(e *nncev1beta1.NodeNetworkConfigurationEnactment) {
+			e.Status.PolicyGeneration = 2
+			e.Status.Conditions = withConditions(nil, outcome{condition: pend, reason: ippoolv1.ReasonIPPoolNotAvailable}, t0)
 		}), t0.Add(time.Second), stepEnact},
 		{"failed: try again when asked", policy, true, enactment(shared.NodeNetworkConfigurationEnactmentConditionFailing, "", nil), t0, stepEnact},
 	}

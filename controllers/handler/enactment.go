@@ -57,9 +57,12 @@ func (r *Reconciler) selection(ctx context.Context, reader client.Reader, policy
 
 // ensureEnactment creates the enactment "<node>.<policy>" if it is missing,
 // owned by the Node and labelled like kubernetes-nmstate's, and makes sure
-// it carries the IP pool finalizer when the policy draws from a pool.
-func (r *Reconciler) ensureEnactment(ctx context.Context, policy *nmstatev1.NodeNetworkConfigurationPolicy,
-	e *nncev1beta1.NodeNetworkConfigurationEnactment) (*nncev1beta1.NodeNetworkConfigurationEnactment, error) {
+// it carries the IP pool finalizer when the policy draws from a pool. A
+// new enactment of a policy with ippool captures asks the pool controller
+// for its addresses (RequestAnnotation) unless this handler allocates
+// itself.
+func (r *Reconciler) ensureEnactment(ctx context.Context, s *scope) (*nncev1beta1.NodeNetworkConfigurationEnactment, error) {
+	policy, e := s.policy, s.enactment
 	wantsFinalizer := usesPools(policy)
 	if e != nil {
 		if !wantsFinalizer || controllerutil.ContainsFinalizer(e, ippoolv1.FinalizerIPPool) {
@@ -85,6 +88,9 @@ func (r *Reconciler) ensureEnactment(ctx context.Context, policy *nmstatev1.Node
 	}}
 	if wantsFinalizer {
 		controllerutil.AddFinalizer(e, ippoolv1.FinalizerIPPool)
+	}
+	if pools := s.captures.Pools(); r.DeferToController && s.captureErr == nil && len(pools) > 0 {
+		e.Annotations = map[string]string{ippoolv1.RequestAnnotation: strings.Join(pools, ",")}
 	}
 	if err := r.Client.Create(ctx, e); err != nil {
 		return nil, fmt.Errorf("create enactment %q: %w", e.Name, err)

@@ -14,6 +14,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/util/retry"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	ippoolv1 "github.com/nmstate-ippool/nmstate-ippool/api/v1"
@@ -312,10 +313,15 @@ func TestCaptureDroppedAndNodeUnselected(t *testing.T) {
 	Eventually(enactmentState(nd.Name, "update")).Should(HavePrefix("Available"))
 	Expect(held(nd.Name, "update", "update-pool")).To(Equal([]string{"10.80.0.1", "10.80.0.2"}))
 
-	Expect(k.Get(context.Background(), types.NamespacedName{Name: "update"}, policy)).To(Succeed())
-	policy.Spec.Capture = map[string]string{"a": "ippool.update-pool.allocate"}
-	policy.Spec.DesiredState = shared.NewState(strings.Split(two, "- name: eth2")[0])
-	Expect(k.Update(context.Background(), policy)).To(Succeed())
+	// The policy controller writes the policy's status meanwhile.
+	Expect(retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		if err := k.Get(context.Background(), types.NamespacedName{Name: "update"}, policy); err != nil {
+			return err
+		}
+		policy.Spec.Capture = map[string]string{"a": "ippool.update-pool.allocate"}
+		policy.Spec.DesiredState = shared.NewState(strings.Split(two, "- name: eth2")[0])
+		return k.Update(context.Background(), policy)
+	})).To(Succeed())
 	Eventually(func() ([]string, error) { return envtest.EntryAddresses(context.Background(), k, "update-pool") }).
 		Should(ContainElement("10.80.0.2"), "the dropped capture's address is quarantined")
 	Eventually(func() []string { return held(nd.Name, "update", "update-pool") }).Should(Equal([]string{"10.80.0.1"}))

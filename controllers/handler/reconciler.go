@@ -169,6 +169,8 @@ func (s *scope) decide(now time.Time, busyWait time.Duration) step {
 	case e != nil && e.Status.PolicyGeneration == s.policy.Generation && !s.poolRecorded(e.Status.WaitingForIPPool) &&
 		waitsForServe(e, now, busyWait):
 		return stepWait
+	case e != nil && record.Requesting(e) && !s.recordsComplete() && waitsForServe(e, now, busyWait):
+		return stepWait
 	case e == nil || e.Status.PolicyGeneration != s.policy.Generation || !s.recordsComplete():
 		return stepEnact
 	case e.Annotations[ippoolv1.NudgeAnnotation] != "" && e.Status.Slot == nil:
@@ -190,10 +192,13 @@ func waitsForServe(e *nncev1beta1.NodeNetworkConfigurationEnactment, now time.Ti
 	return busyLeft(e, now, wait) > 0
 }
 
-// busyLeft returns how long an enactment that is Pending / IPPoolBusy
-// still waits for the pool controller before its handler allocates
-// itself; 0 if it is not waiting.
+// busyLeft returns how long an enactment that asks the pool controller for
+// addresses (a new one's request, or Pending / IPPoolBusy) still waits for
+// it before its handler allocates itself; 0 if it is not waiting.
 func busyLeft(e *nncev1beta1.NodeNetworkConfigurationEnactment, now time.Time, wait time.Duration) time.Duration {
+	if record.Requesting(e) {
+		return max(e.CreationTimestamp.Add(wait).Sub(now), 0)
+	}
 	c := e.Status.Conditions.Find(shared.NodeNetworkConfigurationEnactmentConditionPending)
 	if c == nil || c.Status != corev1.ConditionTrue || string(c.Reason) != ippoolv1.ReasonIPPoolBusy {
 		return 0
@@ -324,7 +329,7 @@ func (r *Reconciler) enact(ctx context.Context, name string) (ctrl.Result, error
 	default: // the cache was behind
 		return ctrl.Result{}, nil
 	}
-	if s.enactment, err = r.ensureEnactment(ctx, s.policy, s.enactment); err != nil {
+	if s.enactment, err = r.ensureEnactment(ctx, s); err != nil {
 		return ctrl.Result{}, err
 	}
 	// A pool's nudge is acted on now; removing it first keeps the
@@ -377,10 +382,15 @@ func movedNote(moved []string) string {
 }
 
 // concludeBlocked reports an allocation that could not proceed: a Pending or
-// Failing outcome, or an error to retry.
+// Failing outcome, or an error to retry. A new enactment whose request the
+// pool controller has not had time to serve writes nothing: it waits.
 func (r *Reconciler) concludeBlocked(ctx context.Context, s *scope, blocked *outcome, err error) (ctrl.Result, error) {
 	if err != nil {
 		return ctrl.Result{}, err
+	}
+	if left := busyLeft(s.enactment, r.Clock.Now(), r.FailedRequeue); blocked.reason == ippoolv1.ReasonIPPoolBusy &&
+		record.Requesting(s.enactment) && left > 0 {
+		return ctrl.Result{RequeueAfter: left}, nil
 	}
 	return r.conclude(ctx, s, *blocked)
 }

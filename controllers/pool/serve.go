@@ -26,9 +26,10 @@ import (
 // parallelWrites bounds the enactment writes a reconcile has in flight.
 const parallelWrites = 8
 
-// request is an enactment that asked the controller to allocate for it
-// (Pending / IPPoolBusy), with the captures of the pool it has no address
-// for, and, once served, their addresses.
+// request is an enactment that asked the controller to allocate for it (a
+// new enactment's request annotation, or Pending / IPPoolBusy), with the
+// captures of the pool it has no address for, and, once served, their
+// addresses.
 type request struct {
 	enactment *nncev1beta1.NodeNetworkConfigurationEnactment
 	refs      []capture.Ref
@@ -37,18 +38,18 @@ type request struct {
 
 // busyRequests returns the requests waiting on pool, oldest first. An
 // enactment's captures come from its policy in the cache; one whose
-// policy is gone, or that already records an address for every capture of
-// the pool, asks nothing.
+// policy is gone or changed since it asked, or that already records an
+// address for every capture of the pool, asks nothing.
 func (r *Reconciler) busyRequests(ctx context.Context, pool string, enactments []nncev1beta1.NodeNetworkConfigurationEnactment) []*request {
 	var out []*request
 	for i := range enactments {
 		e := &enactments[i]
-		if e.Status.WaitingForIPPool != pool || !pendingFor(e, ippoolv1.ReasonIPPoolBusy) || !e.DeletionTimestamp.IsZero() {
+		if !asks(e, pool) {
 			continue
 		}
 		var p nmstatev1.NodeNetworkConfigurationPolicy
 		if r.Client.Get(ctx, types.NamespacedName{Name: e.Labels[shared.EnactmentPolicyLabel]}, &p) != nil ||
-			p.Generation != e.Status.PolicyGeneration {
+			(!record.Requesting(e) && p.Generation != e.Status.PolicyGeneration) {
 			continue
 		}
 		captures, err := capture.Parse(p.Spec.Capture)
@@ -71,7 +72,21 @@ func (r *Reconciler) busyRequests(ctx context.Context, pool string, enactments [
 	return out
 }
 
+// asks reports whether the enactment asks the controller for addresses
+// from pool: a new enactment's request, or Pending / IPPoolBusy.
+func asks(e *nncev1beta1.NodeNetworkConfigurationEnactment, pool string) bool {
+	if !e.DeletionTimestamp.IsZero() {
+		return false
+	}
+	return record.Requested(e, pool) || (e.Status.WaitingForIPPool == pool && pendingFor(e, ippoolv1.ReasonIPPoolBusy))
+}
+
+// pendingSince returns since when the enactment asks: its creation for a
+// new enactment's request.
 func pendingSince(e *nncev1beta1.NodeNetworkConfigurationEnactment) metav1.Time {
+	if record.Requesting(e) {
+		return e.CreationTimestamp
+	}
 	if c := e.Status.Conditions.Find(shared.NodeNetworkConfigurationEnactmentConditionPending); c != nil {
 		return c.LastTransitionTime
 	}
@@ -104,9 +119,9 @@ func takeFor(pool *ippoolv1.NodeIPPool, alloc *ippool.Allocator, rq *request, si
 	return true
 }
 
-// serve allocates for every enactment that asked the controller to (its
-// handler's own write to the pool met other allocations): all of them in
-// one pool write, with in-flight entries, then one record per enactment,
+// serve allocates for every enactment that asks the controller to (a new
+// enactment's request, or Pending / IPPoolBusy): all of them in one pool
+// write, with in-flight entries, then one record per enactment,
 // written under the token as a handler would. A record refused because the
 // enactment changed withdraws its addresses. A pool that cannot serve them
 // all serves the oldest; the others wait and try again.
@@ -194,11 +209,10 @@ func (r *Reconciler) recordServed(ctx context.Context, pool *ippoolv1.NodeIPPool
 	return nil
 }
 
-// stillAsks reports whether the enactment still waits for the controller
-// to allocate refs from pool, and was not fenced.
+// stillAsks reports whether the enactment still asks the controller to
+// allocate refs from pool, and was not fenced.
 func stillAsks(e *nncev1beta1.NodeNetworkConfigurationEnactment, pool string, refs []capture.Ref) bool {
-	if e.Status.WaitingForIPPool != pool || !pendingFor(e, ippoolv1.ReasonIPPoolBusy) || !e.DeletionTimestamp.IsZero() ||
-		e.Annotations[ippoolv1.FenceAnnotation] != "" {
+	if !asks(e, pool) || e.Annotations[ippoolv1.FenceAnnotation] != "" {
 		return false
 	}
 	for _, ref := range refs {

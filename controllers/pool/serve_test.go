@@ -25,7 +25,7 @@ import (
 )
 
 // TestBusyPoolServedByController: handlers leave new addresses to the
-// controller (Pending / IPPoolBusy) and never allocate themselves (their
+// controller (a request on creation) and never allocate themselves (their
 // own attempt is an hour away): they all end Available with unique,
 // indexed addresses the controller allocated in shared pool writes.
 func TestBusyPoolServedByController(t *testing.T) {
@@ -42,7 +42,7 @@ func TestBusyPoolServedByController(t *testing.T) {
 	nodes := make([]*envtest.Node, n)
 	for i := range nodes {
 		nodes[i] = addNodeWith(t, dir, fmt.Sprintf("busy%02d", i+1), "busy", func(nd *envtest.Node) {
-			nd.Tune = func(r *handler.Reconciler) { r.PendingRequeue = time.Hour }
+			nd.Tune = func(r *handler.Reconciler) { r.PendingRequeue, r.FailedRequeue = time.Hour, time.Hour }
 		})
 	}
 	for _, nd := range nodes {
@@ -67,6 +67,23 @@ func TestBusyPoolServedByController(t *testing.T) {
 	Expect(gathered(registry, "nmstate_ippool_controller_allocation_attempts_total")).To(BeNumerically(">", 0))
 	assertIndexed("busy")
 	Eventually(func() []string { return envtestEntries("busy") }).Should(BeEmpty(), "the in-flight entry is pruned once recorded")
+
+	// A new enactment that asks on creation, before anything is written
+	// to its status, is served the same way; one that names another pool
+	// is not.
+	asked := &nncev1beta1.NodeNetworkConfigurationEnactment{ObjectMeta: metav1.ObjectMeta{Name: "asked.busy",
+		Labels:      map[string]string{shared.EnactmentPolicyLabel: "busy"},
+		Annotations: map[string]string{ippoolv1.RequestAnnotation: "busy"}}}
+	elsewhere := &nncev1beta1.NodeNetworkConfigurationEnactment{ObjectMeta: metav1.ObjectMeta{Name: "elsewhere.busy",
+		Labels:      map[string]string{shared.EnactmentPolicyLabel: "busy"},
+		Annotations: map[string]string{ippoolv1.RequestAnnotation: "another-pool"}}}
+	for _, e := range []*nncev1beta1.NodeNetworkConfigurationEnactment{asked, elsewhere} {
+		Expect(k.Create(ctx, e)).To(Succeed())
+		t.Cleanup(func() { _ = k.Delete(ctx, e) })
+	}
+	Eventually(func() []string { return held("asked.busy", "busy") }).Should(HaveLen(1))
+	Expect(held("elsewhere.busy", "busy")).To(BeEmpty())
+	assertIndexed("busy")
 }
 
 func envtestEntries(pool string) []string {

@@ -25,6 +25,7 @@ import (
 	"github.com/nmstate-ippool/nmstate-ippool/internal/batch"
 	"github.com/nmstate-ippool/nmstate-ippool/internal/poolstatus"
 	"github.com/nmstate-ippool/nmstate-ippool/internal/poolwrite"
+	"github.com/nmstate-ippool/nmstate-ippool/internal/record"
 	"github.com/nmstate-ippool/nmstate-ippool/pkg/ippool"
 )
 
@@ -152,8 +153,8 @@ func requestsFor(pools func(client.Object) []string) handler.MapFunc {
 }
 
 // poolsOfEnactment names the pools an enactment concerns: those it records
-// addresses of, the one it waits on for want of an address, and the one its
-// reset annotation names.
+// addresses of, the ones it asks or waits for, and the one its reset
+// annotation names.
 func poolsOfEnactment(o client.Object) []string {
 	e, ok := o.(*nncev1beta1.NodeNetworkConfigurationEnactment)
 	if !ok {
@@ -165,6 +166,9 @@ func poolsOfEnactment(o client.Object) []string {
 	}
 	if pool := e.Status.WaitingForIPPool; pool != "" {
 		pools = append(pools, pool)
+	}
+	if record.Requesting(e) {
+		pools = append(pools, record.RequestedPools(e)...)
 	}
 	pools = append(pools, resetPool(e)...)
 	slices.Sort(pools)

@@ -7,6 +7,7 @@ package record
 
 import (
 	"slices"
+	"strings"
 
 	"github.com/nmstate/kubernetes-nmstate/api/shared"
 
@@ -45,4 +46,27 @@ func Add(e *nncev1beta1.NodeNetworkConfigurationEnactment, ref capture.Ref, addr
 	e.Status.CapturedStates[ref.Capture] = shared.NodeNetworkConfigurationEnactmentCapturedState{
 		State: shared.NewState(string(addr.State())), MetaInfo: meta,
 	}
+}
+
+// Requested reports whether a new enactment asks the pool controller for
+// addresses from pool (ippoolv1.RequestAnnotation): its handler named the
+// pool when it created it and has written no status since.
+func Requested(e *nncev1beta1.NodeNetworkConfigurationEnactment, pool string) bool {
+	return Requesting(e) && slices.Contains(RequestedPools(e), pool)
+}
+
+// Requesting reports whether a new enactment asks the pool controller for
+// addresses at all (see Requested).
+func Requesting(e *nncev1beta1.NodeNetworkConfigurationEnactment) bool {
+	return e.Annotations[ippoolv1.RequestAnnotation] != "" && len(e.Status.Conditions) == 0 &&
+		e.Status.PolicyGeneration == 0 && e.DeletionTimestamp.IsZero()
+}
+
+// RequestedPools returns the pools a new enactment's request names.
+func RequestedPools(e *nncev1beta1.NodeNetworkConfigurationEnactment) []string {
+	v := e.Annotations[ippoolv1.RequestAnnotation]
+	if v == "" {
+		return nil
+	}
+	return strings.Split(v, ",")
 }
