@@ -90,17 +90,22 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 	}
 	ro.conditions = policyConditions(ro.policy.Status.Conditions,
 		summarize(ro.matching, ro.policy.Generation, ro.enactments), now)
-	switch err := r.writeStatus(ctx, ro); {
+	held, err := r.writeStatus(ctx, ro, now)
+	switch {
 	case apierrors.IsConflict(err):
 		// The cached policy was behind: its change queued this policy.
 		return ctrl.Result{RequeueAfter: r.Batch}, nil
 	case err != nil:
 		return ctrl.Result{}, err
 	}
-	if ro.slots.nextExpiry.IsZero() {
-		return ctrl.Result{}, nil
+	var after time.Duration
+	if !ro.slots.nextExpiry.IsZero() {
+		after = ro.slots.nextExpiry.Sub(now) + time.Second
 	}
-	return ctrl.Result{RequeueAfter: ro.slots.nextExpiry.Sub(now) + time.Second}, nil
+	if held > 0 && (after == 0 || held < after) {
+		after = held
+	}
+	return ctrl.Result{RequeueAfter: after}, nil
 }
 
 // fetch reads the policy, the nodes it selects and their enactments from
@@ -206,21 +211,49 @@ func waitingForSlot(e *nncev1beta1.NodeNetworkConfigurationEnactment) bool {
 		c.Reason == shared.NodeNetworkConfigurationEnactmentConditionMaxUnavailableLimitReached
 }
 
+// ProgressEvery is the shortest interval between two writes of a policy's
+// status that only report progress ("Policy is progressing n/m nodes
+// finished", the count of held slots). Every write of a policy is an event
+// at every node's handler: at a thousand nodes, reporting each step of a
+// rollout would cost more than the rollout. Available, Degraded and the
+// start of a rollout are written at once.
+const ProgressEvery = 5 * time.Second
+
 // writeStatus writes the policy's conditions and the count of held slots
-// when they changed.
-func (r *Reconciler) writeStatus(ctx context.Context, ro *rollout) error {
+// when they changed. A write that would only report progress within
+// ProgressEvery of the last one is held back: it returns how long.
+func (r *Reconciler) writeStatus(ctx context.Context, ro *rollout, now time.Time) (time.Duration, error) {
 	p := ro.policy
 	held := ro.slots.held
 	if conditions.Same(ro.conditions, p.Status.Conditions) && p.Status.UnavailableNodeCount == held {
-		return nil
+		return 0, nil
+	}
+	if wait := progressHeldBack(p, ro.conditions, now); wait > 0 {
+		return wait, nil
 	}
 	p.Status.Conditions = ro.conditions
 	if p.Status.UnavailableNodeCount != held {
 		p.Status.UnavailableNodeCount = held
-		p.Status.LastUnavailableNodeCountUpdate = &metav1.Time{Time: r.Clock.Now().Truncate(time.Second)}
+		p.Status.LastUnavailableNodeCountUpdate = &metav1.Time{Time: now.Truncate(time.Second)}
 	}
 	if err := r.Client.Status().Update(ctx, p); err != nil {
-		return fmt.Errorf("update the status of policy %q: %w", p.Name, err)
+		return 0, fmt.Errorf("update the status of policy %q: %w", p.Name, err)
 	}
-	return nil
+	return 0, nil
+}
+
+// progressHeldBack returns how long a write of want must wait because it
+// only reports progress on a policy whose status last changed less than
+// ProgressEvery before now; 0 if it may be written now.
+func progressHeldBack(p *nmstatev1.NodeNetworkConfigurationPolicy, want shared.ConditionList, now time.Time) time.Duration {
+	const prog = shared.NodeNetworkConfigurationPolicyConditionProgressing
+	before, after := p.Status.Conditions.Find(prog), want.Find(prog)
+	if before == nil || after == nil || before.Status != corev1.ConditionTrue || after.Status != corev1.ConditionTrue {
+		return 0
+	}
+	last := before.LastHeartbeatTime.Time
+	if u := p.Status.LastUnavailableNodeCountUpdate; u != nil && u.After(last) {
+		last = u.Time
+	}
+	return max(last.Add(ProgressEvery).Sub(now), 0)
 }

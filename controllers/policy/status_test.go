@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"github.com/nmstate/kubernetes-nmstate/api/shared"
+	nmstatev1 "github.com/nmstate/kubernetes-nmstate/api/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/intstr"
@@ -122,5 +123,41 @@ func TestPlanSlots(t *testing.T) {
 	}
 	if s := planSlots(enactments, 1, t0, 5*time.Minute); len(s.grant) != 0 || len(s.queue) != 3 {
 		t.Errorf("with the limit held: grant %v queue %v", names(s.grant), names(s.queue))
+	}
+}
+
+// TestProgressHeldBack: a write that only reports progress waits until
+// ProgressEvery has passed since the status last changed; the start and
+// the end of a rollout are written at once.
+func TestProgressHeldBack(t *testing.T) {
+	t0 := time.Date(2026, 1, 1, 12, 0, 0, 0, time.UTC)
+	progressing := func(done, of int, at time.Time) shared.ConditionList {
+		return policyConditions(nil, summary{matching: of, available: done}, at)
+	}
+	tests := []struct {
+		name   string
+		before shared.ConditionList
+		count  *metav1.Time
+		want   shared.ConditionList
+		now    time.Time
+		held   time.Duration
+	}{
+		{"the start of a rollout", nil, nil, progressing(0, 10, t0), t0, 0},
+		{"progress soon after the last change", progressing(1, 10, t0), nil, progressing(2, 10, t0), t0.Add(2 * time.Second),
+			ProgressEvery - 2*time.Second},
+		{"progress soon after the slot count changed", progressing(1, 10, t0), &metav1.Time{Time: t0.Add(3 * time.Second)},
+			progressing(2, 10, t0), t0.Add(4 * time.Second), ProgressEvery - time.Second},
+		{"progress once the interval has passed", progressing(1, 10, t0), nil, progressing(2, 10, t0), t0.Add(ProgressEvery), 0},
+		{"the end of a rollout", progressing(9, 10, t0), nil, progressing(10, 10, t0), t0.Add(time.Second), 0},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			p := &nmstatev1.NodeNetworkConfigurationPolicy{}
+			p.Status.Conditions = tt.before
+			p.Status.LastUnavailableNodeCountUpdate = tt.count
+			if got := progressHeldBack(p, tt.want, tt.now); got != tt.held {
+				t.Errorf("held back %s, want %s", got, tt.held)
+			}
+		})
 	}
 }
