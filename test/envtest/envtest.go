@@ -19,6 +19,8 @@ type Env struct {
 	Config *rest.Config
 	Scheme *k8sruntime.Scheme
 	env    *envtest.Environment
+	// apiserverLog is the API server's log file, when $TEST_LOG is set.
+	apiserverLog *os.File
 }
 
 // RepoRoot returns the repository's root directory.
@@ -54,11 +56,19 @@ func Start() (*Env, error) {
 		ErrorIfCRDPathMissing: true,
 		Scheme:                scheme,
 	}
+	var apiserverLog *os.File
+	if path := os.Getenv("TEST_LOG"); path != "" {
+		// The API server's own log, beside the controllers'.
+		if apiserverLog, err = os.Create(path + ".kube-apiserver"); err != nil {
+			return nil, err
+		}
+		env.ControlPlane.GetAPIServer().Out, env.ControlPlane.GetAPIServer().Err = apiserverLog, apiserverLog
+	}
 	cfg, err := env.Start()
 	if err != nil {
 		return nil, fmt.Errorf("start the envtest control plane from %s: %w", dir, err)
 	}
-	return &Env{Config: cfg, Scheme: scheme, env: env}, nil
+	return &Env{Config: cfg, Scheme: scheme, env: env, apiserverLog: apiserverLog}, nil
 }
 
 // Stop stops the control plane.
@@ -66,7 +76,11 @@ func (e *Env) Stop() error {
 	if e == nil || e.env == nil {
 		return errors.New("envtest: not started")
 	}
-	return e.env.Stop()
+	err := e.env.Stop()
+	if e.apiserverLog != nil {
+		_ = e.apiserverLog.Close()
+	}
+	return err
 }
 
 // Kubeconfig writes a kubeconfig for a cluster-admin user of the control
