@@ -50,6 +50,9 @@ type allocation struct {
 // allocated that no enactment records.
 func (r *Reconciler) allocate(ctx context.Context, s *scope) (*allocation, *outcome, error) {
 	e, captures := s.enactment, s.captures
+	if record.Requesting(e) && s.recordsComplete() {
+		return servedOnRequest(e, captures), nil, nil
+	}
 	if o := r.blockedBeforeTaking(ctx, e, captures); o != nil {
 		return nil, o, nil
 	}
@@ -67,6 +70,24 @@ func (r *Reconciler) allocate(ctx context.Context, s *scope) (*allocation, *outc
 		a.moved = append(a.moved, plan.moved...)
 	}
 	return a, nil, nil
+}
+
+// servedOnRequest returns the allocation of a new enactment whose handler
+// has written nothing since it asked (record.Requesting) and which records
+// every capture: the pool controller recorded them in answer to the
+// request, after the pool write that set their bits and from the ranges
+// as they are, so there is nothing to check in the pools. Reading them
+// here would cost a thousand nodes a thousand reads of a pool that holds
+// a thousand in-flight entries at that moment; the pool controller's audit
+// still rebuilds a pool whose bitmap lost a recorded address.
+func servedOnRequest(e *nncev1beta1.NodeNetworkConfigurationEnactment, captures capture.Captures) *allocation {
+	a := &allocation{addresses: map[string]capture.Address{}, fresh: map[string][]string{}, enactment: e.Name, token: e.ResourceVersion}
+	for _, ref := range captures.Refs {
+		if addr, ok := record.Of(e, ref); ok {
+			a.addresses[ref.Capture] = addr
+		}
+	}
+	return a
 }
 
 // blockedBeforeTaking returns the outcome of a policy that needs a new
