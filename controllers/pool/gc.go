@@ -84,14 +84,14 @@ func (r *Reconciler) collect(ctx context.Context, pool *ippoolv1.NodeIPPool, due
 	}
 	var work holdWork
 	if holdsDue {
-		if work, err = r.planHolds(ctx, pool, poolstatus.ClaimsOf(pool.Name, rng, enactments), existing(enactments)); err != nil {
+		if work, err = r.planHolds(ctx, pool, poolstatus.Holders(pool.Name, rng, enactments), existing(enactments)); err != nil {
 			return err
 		}
 	}
 	var freed []uint64
 	var revoked, lifted []string
 	err = r.writeStatus(ctx, pool, func(p *ippoolv1.NodeIPPool, alloc *ippool.Allocator) (availability, bool, error) {
-		claims := poolstatus.ClaimsOf(p.Name, alloc.Range(), enactments)
+		claims := poolstatus.Holders(p.Name, alloc.Range(), enactments)
 		var changed bool
 		revoked, lifted, changed = applyHolds(p, alloc, claims, work)
 		freed = freeUnclaimed(p, alloc, claims, due)

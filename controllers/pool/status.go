@@ -46,7 +46,7 @@ type view struct {
 
 // observe builds the view of pool from its allocator and the enactments.
 func observe(pool string, alloc *ippool.Allocator, enactments []nncev1beta1.NodeNetworkConfigurationEnactment) view {
-	claims := poolstatus.ClaimsOf(pool, alloc.Range(), enactments)
+	claims := poolstatus.Holders(pool, alloc.Range(), enactments)
 	return view{claims: claims, audit: poolstatus.AuditPool(pool, alloc, claims), waiting: waitingFor(pool, enactments),
 		enactments: enactments}
 }

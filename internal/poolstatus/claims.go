@@ -31,6 +31,22 @@ type Owner struct {
 	// Interface is the interface of the enactment's desired state that
 	// carries the address; empty if none does.
 	Interface string `json:"interface,omitempty"`
+
+	// from and ip let an owner collected by Holders find its Capture and
+	// Interface when a message needs them.
+	from *nncev1beta1.NodeNetworkConfigurationEnactment
+	ip   netip.Addr
+}
+
+// detailed returns the owner with its Capture and Interface, found in its
+// enactment if Holders left them out.
+func (o Owner) detailed() Owner {
+	if o.from == nil {
+		return o
+	}
+	o.Capture, o.Interface = capturesByIP(o.from)[o.ip], interfacesByIP(o.from.Status.DesiredState.Raw)[o.ip]
+	o.from = nil
+	return o
 }
 
 // String describes the owner for messages: "node n1 and interface eth1
@@ -41,6 +57,7 @@ func (o Owner) String() string { return o.Describe(o.Pool) }
 // the owner records the address under when it is another one: "node n1
 // and interface eth1 (enactment n1.p, NodeIPPool other)".
 func (o Owner) Describe(pool string) string {
+	o = o.detailed()
 	var b strings.Builder
 	b.WriteString("node " + cmp.Or(o.Node, "?"))
 	switch {
@@ -69,6 +86,19 @@ type Claims map[netip.Addr][]Owner
 // collects the pool's own records only. Unparseable addresses are ignored:
 // no bit can stand for them.
 func ClaimsOf(pool string, rng *ippool.Range, enactments []nncev1beta1.NodeNetworkConfigurationEnactment) Claims {
+	return claimsOf(pool, rng, enactments, true)
+}
+
+// Holders is ClaimsOf without where in its enactment each owner uses the
+// address (Capture and Interface are left out, and found only when an
+// owner is described): it parses no YAML, for the decisions a controller
+// takes at every reconcile of a pool with a thousand holders. The
+// enactments must not change while the claims are used.
+func Holders(pool string, rng *ippool.Range, enactments []nncev1beta1.NodeNetworkConfigurationEnactment) Claims {
+	return claimsOf(pool, rng, enactments, false)
+}
+
+func claimsOf(pool string, rng *ippool.Range, enactments []nncev1beta1.NodeNetworkConfigurationEnactment, detailed bool) Claims {
 	c := Claims{}
 	for i := range enactments {
 		e := &enactments[i]
@@ -80,11 +110,15 @@ func ClaimsOf(pool string, rng *ippool.Range, enactments []nncev1beta1.NodeNetwo
 					slices.ContainsFunc(c[ip], func(o Owner) bool { return o.Enactment == e.Name }) {
 					continue
 				}
-				if captures == nil {
-					captures, interfaces = capturesByIP(e), interfacesByIP(e.Status.DesiredState.Raw)
+				o := Owner{Enactment: e.Name, Pool: name, Node: e.Labels[shared.EnactmentNodeLabel],
+					Policy: e.Labels[shared.EnactmentPolicyLabel], from: e, ip: ip}
+				if detailed {
+					if captures == nil {
+						captures, interfaces = capturesByIP(e), interfacesByIP(e.Status.DesiredState.Raw)
+					}
+					o.Capture, o.Interface, o.from, o.ip = captures[ip], interfaces[ip], nil, netip.Addr{}
 				}
-				c[ip] = append(c[ip], Owner{Enactment: e.Name, Pool: name, Node: e.Labels[shared.EnactmentNodeLabel],
-					Policy: e.Labels[shared.EnactmentPolicyLabel], Capture: captures[ip], Interface: interfaces[ip]})
+				c[ip] = append(c[ip], o)
 			}
 		}
 	}

@@ -49,6 +49,23 @@ func TestClaimsOf(t *testing.T) {
 	if s := want[netip.MustParseAddr("10.0.0.1")][0].String(); s != "node n1 and interface eth1 (enactment n1.p)" {
 		t.Errorf("owner reads %q", s)
 	}
+	// Holders finds the same owners, and names where they use the address
+	// only when described.
+	holders := Holders("a", nil, enactments)
+	for ip, owners := range want {
+		if len(holders[ip]) != len(owners) {
+			t.Fatalf("holders of %s: %+v, want %+v", ip, holders[ip], owners)
+		}
+		for i, o := range owners {
+			h := holders[ip][i]
+			if h.Enactment != o.Enactment || h.Pool != o.Pool || h.Node != o.Node || h.Capture != "" || h.Interface != "" {
+				t.Errorf("holder %+v, want %+v without capture and interface", h, o)
+			}
+			if h.String() != o.String() || h.Describe("z") != o.Describe("z") {
+				t.Errorf("holder reads %q, want %q", h.String(), o.String())
+			}
+		}
+	}
 	// With its range, pool "c" (10.1.0.0/24) also sees what n1 records
 	// under "b": uniqueness is cluster-wide, whatever the pool's name.
 	rng := ippool.MustNewRange(ippool.Spec{CIDR: "10.1.0.0/24"})
