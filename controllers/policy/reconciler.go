@@ -212,15 +212,17 @@ func waitingForSlot(e *nncev1beta1.NodeNetworkConfigurationEnactment) bool {
 }
 
 // ProgressEvery is the shortest interval between two writes of a policy's
-// status that only report progress ("Policy is progressing n/m nodes
-// finished", the count of held slots). Every write of a policy is an event
-// at every node's handler: at a thousand nodes, reporting each step of a
-// rollout would cost more than the rollout. Available, Degraded and the
-// start of a rollout are written at once.
+// status that only report changed counts ("Policy is progressing n/m
+// nodes finished", "n/n nodes successfully configured" as nodes come and
+// go, the held slot count). Every write of a policy is an event at every
+// node's handler: at a thousand nodes, reporting each step of a rollout or
+// a scale-down would cost more than the change itself. A change of
+// condition (the start or the end of a rollout, a failure) is written at
+// once.
 const ProgressEvery = 5 * time.Second
 
 // writeStatus writes the policy's conditions and the count of held slots
-// when they changed. A write that would only report progress within
+// when they changed. A write that would only report changed counts within
 // ProgressEvery of the last one is held back: it returns how long.
 func (r *Reconciler) writeStatus(ctx context.Context, ro *rollout, now time.Time) (time.Duration, error) {
 	p := ro.policy
@@ -228,7 +230,7 @@ func (r *Reconciler) writeStatus(ctx context.Context, ro *rollout, now time.Time
 	if conditions.Same(ro.conditions, p.Status.Conditions) && p.Status.UnavailableNodeCount == held {
 		return 0, nil
 	}
-	if wait := progressHeldBack(p, ro.conditions, now); wait > 0 {
+	if wait := countsHeldBack(p, ro.conditions, now); wait > 0 {
 		return wait, nil
 	}
 	p.Status.Conditions = ro.conditions
@@ -242,16 +244,24 @@ func (r *Reconciler) writeStatus(ctx context.Context, ro *rollout, now time.Time
 	return 0, nil
 }
 
-// progressHeldBack returns how long a write of want must wait because it
-// only reports progress on a policy whose status last changed less than
-// ProgressEvery before now; 0 if it may be written now.
-func progressHeldBack(p *nmstatev1.NodeNetworkConfigurationPolicy, want shared.ConditionList, now time.Time) time.Duration {
-	const prog = shared.NodeNetworkConfigurationPolicyConditionProgressing
-	before, after := p.Status.Conditions.Find(prog), want.Find(prog)
-	if before == nil || after == nil || before.Status != corev1.ConditionTrue || after.Status != corev1.ConditionTrue {
+// countsHeldBack returns how long a write of want must wait because it
+// only changes counts (every condition keeps its status and reason) on a
+// policy whose status last changed less than ProgressEvery before now; 0
+// if it may be written now.
+func countsHeldBack(p *nmstatev1.NodeNetworkConfigurationPolicy, want shared.ConditionList, now time.Time) time.Duration {
+	if len(p.Status.Conditions) == 0 || len(want) != len(p.Status.Conditions) {
 		return 0
 	}
-	last := before.LastHeartbeatTime.Time
+	var last time.Time
+	for _, w := range want {
+		before := p.Status.Conditions.Find(w.Type)
+		if before == nil || before.Status != w.Status || before.Reason != w.Reason {
+			return 0
+		}
+		if before.LastHeartbeatTime.After(last) {
+			last = before.LastHeartbeatTime.Time
+		}
+	}
 	if u := p.Status.LastUnavailableNodeCountUpdate; u != nil && u.After(last) {
 		last = u.Time
 	}

@@ -126,14 +126,15 @@ func TestPlanSlots(t *testing.T) {
 	}
 }
 
-// TestProgressHeldBack: a write that only reports progress waits until
+// TestCountsHeldBack: a write that only reports changed counts waits until
 // ProgressEvery has passed since the status last changed; the start and
-// the end of a rollout are written at once.
-func TestProgressHeldBack(t *testing.T) {
+// the end of a rollout, and a failure, are written at once.
+func TestCountsHeldBack(t *testing.T) {
 	t0 := time.Date(2026, 1, 1, 12, 0, 0, 0, time.UTC)
 	progressing := func(done, of int, at time.Time) shared.ConditionList {
 		return policyConditions(nil, summary{matching: of, available: done}, at)
 	}
+	failed := policyConditions(nil, summary{matching: 10, available: 8, failing: 1}, t0)
 	tests := []struct {
 		name   string
 		before shared.ConditionList
@@ -149,13 +150,16 @@ func TestProgressHeldBack(t *testing.T) {
 			progressing(2, 10, t0), t0.Add(4 * time.Second), ProgressEvery - time.Second},
 		{"progress once the interval has passed", progressing(1, 10, t0), nil, progressing(2, 10, t0), t0.Add(ProgressEvery), 0},
 		{"the end of a rollout", progressing(9, 10, t0), nil, progressing(10, 10, t0), t0.Add(time.Second), 0},
+		{"a failure", progressing(8, 10, t0), nil, failed, t0.Add(time.Second), 0},
+		{"nodes removed after the rollout", progressing(10, 10, t0), nil, progressing(8, 8, t0), t0.Add(time.Second),
+			ProgressEvery - time.Second},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			p := &nmstatev1.NodeNetworkConfigurationPolicy{}
 			p.Status.Conditions = tt.before
 			p.Status.LastUnavailableNodeCountUpdate = tt.count
-			if got := progressHeldBack(p, tt.want, tt.now); got != tt.held {
+			if got := countsHeldBack(p, tt.want, tt.now); got != tt.held {
 				t.Errorf("held back %s, want %s", got, tt.held)
 			}
 		})
