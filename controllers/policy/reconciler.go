@@ -132,7 +132,9 @@ func (r *Reconciler) fetch(ctx context.Context, name string) (*rollout, error) {
 		matching[n.Name] = true
 	}
 	var list nncev1beta1.NodeNetworkConfigurationEnactmentList
-	if err := r.Client.List(ctx, &list, client.MatchingFields{policyIndex: name}); err != nil {
+	// The items are the cache's own, not copies (every enactment event
+	// brings the policy back): writeEach copies the ones it changes.
+	if err := r.Client.List(ctx, &list, client.MatchingFields{policyIndex: name}, client.UnsafeDisableDeepCopy); err != nil {
 		return nil, fmt.Errorf("list the enactments of policy %q: %w", name, err)
 	}
 	ro := &rollout{policy: &p}
@@ -174,13 +176,13 @@ func (r *Reconciler) grant(ctx context.Context, enactments []*nncev1beta1.NodeNe
 	return int(granted.Load()), err
 }
 
-// writeEach runs write for every enactment, parallelWrites at a time, and
-// returns the first error.
+// writeEach runs write for a copy of every enactment, parallelWrites at a
+// time, and returns the first error.
 func writeEach(enactments []*nncev1beta1.NodeNetworkConfigurationEnactment, write func(*nncev1beta1.NodeNetworkConfigurationEnactment) error) error {
 	var g errgroup.Group
 	g.SetLimit(parallelWrites)
 	for _, e := range enactments {
-		g.Go(func() error { return write(e) })
+		g.Go(func() error { return write(e.DeepCopy()) })
 	}
 	return g.Wait()
 }

@@ -188,7 +188,9 @@ func (r *Reconciler) olderOverlapping(ctx context.Context, pool *ippoolv1.NodeIP
 // the records of any pool name whose address lies in its range.
 func (r *Reconciler) enactments(ctx context.Context) ([]nncev1beta1.NodeNetworkConfigurationEnactment, error) {
 	var list nncev1beta1.NodeNetworkConfigurationEnactmentList
-	if err := r.Client.List(ctx, &list); err != nil {
+	// Every event of a thousand enactments brings the pool back: the items
+	// are the cache's own, not copies. Never change them; copy one first.
+	if err := r.Client.List(ctx, &list, client.UnsafeDisableDeepCopy); err != nil {
 		return nil, fmt.Errorf("list enactments: %w", err)
 	}
 	return list.Items, nil

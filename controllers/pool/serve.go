@@ -42,22 +42,23 @@ type request struct {
 // address for every capture of the pool, asks nothing.
 func (r *Reconciler) busyRequests(ctx context.Context, pool string, enactments []nncev1beta1.NodeNetworkConfigurationEnactment) []*request {
 	var out []*request
+	policies := map[string]*policyCaptures{} // a thousand requests, one policy
 	for i := range enactments {
 		e := &enactments[i]
 		if !asks(e, pool) {
 			continue
 		}
-		var p nmstatev1.NodeNetworkConfigurationPolicy
-		if r.Client.Get(ctx, types.NamespacedName{Name: e.Labels[shared.EnactmentPolicyLabel]}, &p) != nil ||
-			(!record.Requesting(e) && p.Generation != e.Status.PolicyGeneration) {
-			continue
+		name := e.Labels[shared.EnactmentPolicyLabel]
+		p, ok := policies[name]
+		if !ok {
+			p = r.policyCaptures(ctx, name)
+			policies[name] = p
 		}
-		captures, err := capture.Parse(p.Spec.Capture)
-		if err != nil {
+		if p == nil || (!record.Requesting(e) && p.generation != e.Status.PolicyGeneration) {
 			continue
 		}
 		rq := &request{enactment: e}
-		for _, ref := range captures.RefsOf(pool) {
+		for _, ref := range p.captures.RefsOf(pool) {
 			if _, ok := record.Of(e, ref); !ok {
 				rq.refs = append(rq.refs, ref)
 			}
@@ -83,6 +84,26 @@ func asks(e *nncev1beta1.NodeNetworkConfigurationEnactment, pool string) bool {
 
 // pendingSince returns since when the enactment asks: its creation for a
 // new enactment's request.
+// policyCaptures are a policy's generation and parsed captures.
+type policyCaptures struct {
+	generation int64
+	captures   capture.Captures
+}
+
+// policyCaptures reads a policy from the cache and parses its captures;
+// nil if it is gone or its captures do not parse.
+func (r *Reconciler) policyCaptures(ctx context.Context, name string) *policyCaptures {
+	var p nmstatev1.NodeNetworkConfigurationPolicy
+	if r.Client.Get(ctx, types.NamespacedName{Name: name}, &p) != nil {
+		return nil
+	}
+	captures, err := capture.Parse(p.Spec.Capture)
+	if err != nil {
+		return nil
+	}
+	return &policyCaptures{generation: p.Generation, captures: captures}
+}
+
 func pendingSince(e *nncev1beta1.NodeNetworkConfigurationEnactment) metav1.Time {
 	if record.Requesting(e) {
 		return e.CreationTimestamp
