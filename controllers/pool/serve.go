@@ -23,8 +23,11 @@ import (
 	"github.com/nmstate-ippool/nmstate-ippool/pkg/ippool"
 )
 
-// parallelWrites bounds the enactment writes a reconcile has in flight.
-const parallelWrites = 8
+// parallelRecords bounds the records a serve has in flight. A thousand
+// nodes waiting on a batch wait on these writes, while the API server also
+// serves their handlers: a handful in flight would give the batch a
+// handful of the server's turns.
+const parallelRecords = 32
 
 // request is an enactment that asked the controller to allocate for it (a
 // new enactment's request annotation, or Pending / IPPoolBusy), with the
@@ -179,7 +182,7 @@ func (r *Reconciler) serve(ctx context.Context, pool *ippoolv1.NodeIPPool, v vie
 	meta := shared.NodeNetworkConfigurationEnactmentMetaInfo{Version: "0", TimeStamp: metav1.NewTime(r.Clock.Now().Truncate(time.Second))}
 	// The records are independent writes to different enactments.
 	var g errgroup.Group
-	g.SetLimit(parallelWrites)
+	g.SetLimit(parallelRecords)
 	for _, rq := range served {
 		g.Go(func() error { return r.recordServed(ctx, pool, rq, meta) })
 	}
