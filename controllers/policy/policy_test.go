@@ -130,7 +130,9 @@ func TestMaxUnavailable(t *testing.T) {
 	RegisterTestingT(t)
 	startController(t, time.Hour)
 	names := setUp(t, "one", 3, intstr.FromInt32(1))
-	Eventually(policyState("one")).Should(Equal("Progressing: Policy is progressing 0/3 nodes finished"))
+	// The controller may have written "0/2" while the third node was
+	// being created: a count-only change waits up to ProgressEvery.
+	Eventually(policyState("one"), policy.ProgressEvery+5*time.Second).Should(Equal("Progressing: Policy is progressing 0/3 nodes finished"))
 	for _, name := range names {
 		handlerWrites(name, shared.NodeNetworkConfigurationEnactmentConditionProgressing, true)
 	}
