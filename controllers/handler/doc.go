@@ -1,21 +1,26 @@
 // Package handler is the per-node NodeNetworkConfigurationPolicy reconciler:
 // one runs on every node (a DaemonSet), with its node's name injected. It
 // does what the kubernetes-nmstate handler does — select policies by node
-// selector, keep the enactment "<node>.<policy>" and its conditions, apply
-// the rendered desired state through nmstatectl, aggregate the policy's
-// conditions and honour maxUnavailable — and it resolves the
-// "ippool.<pool>.allocate" captures.
+// selector, keep the enactment "<node>.<policy>" and its conditions, ask the
+// policy controller for a maxUnavailable slot (status.slot) and apply the
+// rendered desired state through nmstatectl once it is granted — and it
+// resolves the "ippool.<pool>.allocate" captures. It never writes a
+// policy's status: the policy controller does.
 //
-// Allocation (DESIGN.md §4). For every ippool capture the enactment's record
-// (status.ippool and status.capturedStates) is reused while the pool still
-// contains the address; otherwise a free offset is taken from the pool's
-// status bitmap. All captures of one policy that draw from one pool are
-// served by one pool status write, guarded by the pool's resourceVersion; on
-// a conflict the pool is read again and the write retried with jittered
-// exponential backoff, a bounded number of times, then the request is
-// requeued. Nothing is allocated while a pool is not Available=True: only the
-// pool controller sets that. The record is written to the enactment before
-// anything is applied, so an address that reached a node is always recorded.
+// Allocation (DESIGN.md §4, docs/protocol.md). For every ippool capture the
+// enactment's record (status.ippool and status.capturedStates) is reused
+// while the pool still hands out the address. New addresses are left to
+// the pool controller, which serves every waiting enactment of a pool in
+// one pool write: a new enactment asks with its creation (the
+// ippoolv1.RequestAnnotation, no status write), an older one as
+// Pending / IPPoolBusy. A handler the controller has not served within
+// FailedRequeue, while the pool shows no recent allocation (the controller
+// is down, not busy), takes a free offset itself, in one pool status write
+// guarded by the pool's resourceVersion, retried on conflicts with
+// jittered exponential backoff. Nothing new is allocated while a pool is
+// not Available=True: only the pool controller sets that. The record is
+// written to the enactment before anything is applied, so an address that
+// reached a node is always recorded.
 //
 // Fresh addresses are taken with an in-flight entry in the pool that names
 // the enactment and its resourceVersion (the token), and recorded with a
@@ -44,7 +49,13 @@
 // a pool that is Available=False with ExhaustedIPPool, since addresses may
 // have been freed since; other reasons than that one keep it waiting.
 //
-// Correctness never depends on a fresh cache or on one reconcile at a time:
-// enactments and pools are read from the API server where a decision
-// depends on them, and every write carries a resourceVersion precondition.
+// Reads. A reconcile decides on the cache (the policies, this Node, this
+// node's enactments); one with nothing to do reads nothing else. A step
+// that writes reads its enactment from the API server, whose
+// resourceVersion guards every write of the step; a retirement confirms
+// the policy and the Node there too. Pools are read from the API server's
+// watch cache first, and a missing, unavailable or full pool is confirmed
+// on a fresh read before it is reported. Correctness never depends on a
+// fresh cache or on one reconcile at a time: every write carries a
+// resourceVersion precondition.
 package handler
