@@ -16,6 +16,13 @@
 // meanwhile. A rebuild that fails leaves the pool UnsyncronizedIPPool and is
 // retried.
 //
+// Serving. New addresses are allocated here for every enactment that asks
+// (a new enactment's ippoolv1.RequestAnnotation, or Pending / IPPoolBusy):
+// all of a pool's requests in one pool write with in-flight entries, then
+// one record per enactment under the resourceVersion the entry carries as
+// its token, several at a time (serve.go). Waiting enactments are nudged
+// when their pool can serve again (nudge.go).
+//
 // Garbage collection. A handler writes the pool before its enactment, so a
 // set bit that no enactment claims may be an allocation in flight. The
 // controller times every unclaimed bit it sees and frees those unclaimed
