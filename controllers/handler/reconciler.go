@@ -209,20 +209,20 @@ func busyLeft(e *nncev1beta1.NodeNetworkConfigurationEnactment, now time.Time, w
 // poolRecorded reports whether the enactment records an address for every
 // capture of the policy that draws from pool.
 func (s *scope) poolRecorded(pool string) bool {
-	for _, ref := range s.captures.RefsOf(pool) {
-		if _, ok := record.Of(s.enactment, ref); !ok {
-			return false
-		}
-	}
-	return true
+	return recordsAll(s.enactment, s.captures.RefsOf(pool))
 }
 
 // recordsComplete reports whether the enactment records an address for
 // every ippool capture of the policy (none are needed when the captures
 // do not parse).
 func (s *scope) recordsComplete() bool {
-	for _, ref := range s.captures.Refs {
-		if _, ok := record.Of(s.enactment, ref); !ok {
+	return recordsAll(s.enactment, s.captures.Refs)
+}
+
+// recordsAll reports whether e records an address for every one of refs.
+func recordsAll(e *nncev1beta1.NodeNetworkConfigurationEnactment, refs []capture.Ref) bool {
+	for _, ref := range refs {
+		if _, ok := record.Of(e, ref); !ok {
 			return false
 		}
 	}

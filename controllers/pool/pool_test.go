@@ -318,10 +318,7 @@ func TestRecreatedPool(t *testing.T) {
 // when one starts.
 func TestStartupRebuild(t *testing.T) {
 	RegisterTestingT(t)
-	stop := startController(t, nil)
-	createPool(t, "startup", ippoolv1.IPRange{CIDR: "10.3.0.0/24"})
-	Eventually(available("startup")).Should(HavePrefix("True"))
-	stop()
+	createIdlePool(t, "startup", "10.3.0.0/24")
 	claim(t, "n1.startup", "startup", "10.3.0.7")
 	Expect(bits("startup")).To(BeEmpty())
 	startController(t, nil)

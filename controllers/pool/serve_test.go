@@ -116,10 +116,7 @@ func gathered(registry *prometheus.Registry, name string) float64 {
 // its address itself.
 func TestWaitOutlastsABusyController(t *testing.T) {
 	RegisterTestingT(t)
-	stop := startController(t, nil)
-	createPool(t, "outlast", ippoolv1.IPRange{CIDR: "10.64.0.0/24"})
-	Eventually(available("outlast")).Should(HavePrefix("True"))
-	stop()
+	createIdlePool(t, "outlast", "10.64.0.0/24")
 
 	// Another node's address, in flight for as long as the test keeps
 	// its entry young.

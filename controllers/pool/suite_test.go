@@ -103,6 +103,16 @@ func createPool(t *testing.T, name string, r ippoolv1.IPRange) {
 	t.Cleanup(func() { deleteObject(p) })
 }
 
+// createIdlePool creates an available pool with a controller that is then
+// stopped: what happens next happens with no pool controller running.
+func createIdlePool(t *testing.T, name, cidr string) {
+	t.Helper()
+	stop := startController(t, nil)
+	createPool(t, name, ippoolv1.IPRange{CIDR: cidr})
+	Eventually(available(name)).Should(HavePrefix("True"))
+	stop()
+}
+
 // deleteObject deletes an object and waits until it is gone.
 func deleteObject(o client.Object) {
 	_ = k.Delete(ctx, o)
