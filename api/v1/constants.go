@@ -11,10 +11,35 @@ const (
 	ResetIPPoolAnnotation = "nmstate.io/reset-ippool"
 )
 
-// ConditionAvailable is the one condition type of a NodeIPPool. It is True
+// ConditionAvailable is the main condition type of a NodeIPPool. It is True
 // only when the pool controller has rebuilt the pool and handlers may
 // allocate from it.
 const ConditionAvailable = "Available"
+
+// ConditionReservationsHonored is the condition type of a NodeIPPool that
+// says whether every reservation (spec.reservations) is held by its node or
+// free for it. It is False when another holder has a reserved address, or
+// a reservation can never be handed out; the message names the address, the
+// holder and what to do. It does not stop the pool from serving.
+const ConditionReservationsHonored = "ReservationsHonored"
+
+// Reasons of the ReservationsHonored condition.
+const (
+	// ReasonReservationsHonored (True): every reserved address is held by
+	// its node or free for it (or the pool has no reservations).
+	ReasonReservationsHonored = "ReservationsHonored"
+	// ReasonReservationConflict (False): a reserved address is held by a
+	// node the reservation does not name or select. Nothing is taken from
+	// anyone: reset the holder's enactment to move it.
+	ReasonReservationConflict = "ReservationConflict"
+	// ReasonReservationNotHeld (False): a node holds another address of
+	// the pool while the one reserved for it is free. Nodes keep what they
+	// hold: reset the node's enactment to move it.
+	ReasonReservationNotHeld = "ReservationNotHeld"
+	// ReasonReservationInvalid (False): a reservation can never be handed
+	// out (outside the range); fix or remove it.
+	ReasonReservationInvalid = "ReservationInvalid"
+)
 
 // Reasons of the Available condition. The spellings are the specification's,
 // including "Unsyncronized".
@@ -111,6 +136,11 @@ const (
 	// range on a node's network that no enactment records (the quarantine
 	// of a deleted pool, a record lost by hand) and quarantined them.
 	ReasonAddressQuarantined = "AddressQuarantined"
+	// ReasonAddressReturned (enactment): an address quarantined when the
+	// enactment's record was removed (its node left, its policy stopped
+	// matching) was handed back to the same enactment and capture within
+	// the quarantine period, as to a node replaced under the same name.
+	ReasonAddressReturned = "AddressReturned"
 	// ReasonPoolWriteRetriesExhausted (enactment): every attempt to write a
 	// pool met a conflict; the handler tries again later.
 	ReasonPoolWriteRetriesExhausted = "PoolWriteRetriesExhausted"

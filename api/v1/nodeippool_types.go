@@ -2,6 +2,7 @@ package v1
 
 import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 )
 
 // NodeIPPool is a cluster-wide range of addresses from which node handlers
@@ -15,8 +16,9 @@ import (
 // +kubebuilder:subresource:status
 // +kubebuilder:resource:scope=Cluster,shortName=nip
 // +kubebuilder:printcolumn:name="CIDR",type=string,JSONPath=".spec.range.cidr"
-// +kubebuilder:printcolumn:name="Start",type=string,JSONPath=".spec.range.start"
-// +kubebuilder:printcolumn:name="End",type=string,JSONPath=".spec.range.end"
+// +kubebuilder:printcolumn:name="Start",type=string,JSONPath=".status.start"
+// +kubebuilder:printcolumn:name="End",type=string,JSONPath=".status.end"
+// +kubebuilder:printcolumn:name="Size",type=integer,JSONPath=".status.size"
 // +kubebuilder:printcolumn:name="Allocated",type=integer,JSONPath=".status.allocated"
 // +kubebuilder:printcolumn:name="Free",type=integer,JSONPath=".status.free"
 // +kubebuilder:printcolumn:name="Available",type=string,JSONPath=".status.conditions[?(@.type==\"Available\")].status"
@@ -33,15 +35,97 @@ type NodeIPPool struct {
 	Status NodeIPPoolStatus `json:"status,omitempty"`
 }
 
-// NodeIPPoolSpec is the desired range of a pool. It cannot be changed: to
-// grow or move a pool, delete and re-create it; addresses that still fit the
-// new range are kept.
+// NodeIPPoolSpec is the desired range of a pool, with what a node needs
+// beside its address (gateway, DNS) and the addresses pinned to nodes.
 //
-// +kubebuilder:validation:XValidation:rule="self == oldSelf",message="spec is immutable: delete and re-create the NodeIPPool to change its range (addresses that still fit the new range are kept)"
+// The range, the gateway and the DNS settings cannot be changed: to grow or
+// move a pool, delete and re-create it; addresses that still fit the new
+// range are kept. Reservations may change at any time.
+//
+// +kubebuilder:validation:XValidation:rule="self.range == oldSelf.range",message="spec.range is immutable: delete and re-create the NodeIPPool to change its range (addresses that still fit the new range are kept)"
+// +kubebuilder:validation:XValidation:rule="has(self.gateway) == has(oldSelf.gateway) && (!has(self.gateway) || self.gateway == oldSelf.gateway)",message="spec.gateway is immutable: the enactments record it with every address; create a new pool to change it"
+// +kubebuilder:validation:XValidation:rule="has(self.dns) == has(oldSelf.dns) && (!has(self.dns) || self.dns == oldSelf.dns)",message="spec.dns is immutable: the enactments record it with every address; create a new pool to change it"
+// +kubebuilder:validation:XValidation:rule="!has(self.gateway) || !isCIDR(self.range.cidr) || !isIP(self.gateway) || (ip(self.gateway).family() == cidr(self.range.cidr).ip().family() && cidr(self.range.cidr).containsIP(self.gateway))",messageExpression="'gateway ' + self.gateway + ' is outside cidr ' + self.range.cidr + ': the gateway must be on the subnet of the pool'"
 type NodeIPPoolSpec struct {
 	// Range is the span of addresses the pool hands out.
 	// +required
 	Range IPRange `json:"range"`
+
+	// Gateway is the next hop of the pool's subnet. It must lie inside the
+	// CIDR and is never handed out. Desired states use it as
+	// {{ capture.<name>.gateway }}. Immutable.
+	// +optional
+	// +kubebuilder:validation:MaxLength=45
+	// +kubebuilder:validation:XValidation:rule="isIP(self)",messageExpression="'gateway ' + self + ' is not an IP address'"
+	Gateway string `json:"gateway,omitempty"`
+
+	// DNS holds the name servers and search domains a node on this subnet
+	// uses. Desired states use them as {{ capture.<name>.dns-servers }} and
+	// {{ capture.<name>.dns-search }}. Immutable.
+	// +optional
+	DNS *DNS `json:"dns,omitempty"`
+
+	// Reservations pin addresses of the range to nodes. A reserved address
+	// is handed to the node it names (or the node its selector matches)
+	// and to nobody else; other nodes get addresses outside the
+	// reservations. A node whose reservation is taken by another holder
+	// gets another address, and the pool's ReservationsHonored condition
+	// says who holds it. Reservations may be added, changed and removed at
+	// any time; a node that holds an address keeps it (see
+	// ReservationsHonored for how to move it).
+	// +optional
+	// +listType=map
+	// +listMapKey=ip
+	// +kubebuilder:validation:MaxItems=256
+	Reservations []Reservation `json:"reservations,omitempty"`
+}
+
+// DNS is the name resolution of a pool's subnet.
+type DNS struct {
+	// Servers are name server addresses, in order of preference.
+	// +optional
+	// +listType=atomic
+	// +kubebuilder:validation:MaxItems=8
+	// +kubebuilder:validation:items:MaxLength=45
+	// +kubebuilder:validation:XValidation:rule="self.all(s, isIP(s))",messageExpression="'dns server ' + self.filter(s, !isIP(s))[0] + ' is not an IP address'"
+	Servers []string `json:"servers,omitempty"`
+	// Search are the search domains, in order.
+	// +optional
+	// +listType=atomic
+	// +kubebuilder:validation:MaxItems=8
+	// +kubebuilder:validation:items:MaxLength=253
+	// +kubebuilder:validation:XValidation:rule="self.all(d, d.matches('^[a-zA-Z0-9]([-.a-zA-Z0-9]*[a-zA-Z0-9])?$'))",messageExpression="'dns search domain ' + self.filter(d, !d.matches('^[a-zA-Z0-9]([-.a-zA-Z0-9]*[a-zA-Z0-9])?$'))[0] + ' is not a domain name'"
+	Search []string `json:"search,omitempty"`
+}
+
+// Reservation pins one address of the range to one node, named or
+// selected by labels (for example a label that survives the node's
+// replacement under another name). When several of a node's captures draw
+// from the pool, they take its reservations in capture-name order.
+//
+// +kubebuilder:validation:XValidation:rule="has(self.node) != has(self.nodeSelector)",message="a reservation names a node or selects one by labels: set exactly one of node and nodeSelector"
+type Reservation struct {
+	// IP is the reserved address, inside the range and not excluded.
+	// +required
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=45
+	// +kubebuilder:validation:XValidation:rule="isIP(self)",messageExpression="'reservation ' + self + ' is not an IP address'"
+	// +kubebuilder:validation:XValidation:rule="!isIP(self) || string(ip(self)) == self",message="a reservation is not an address in canonical form: write IPv6 addresses in lower case, compressed (2001:db8::5), so that an address is listed once, in one spelling"
+	IP string `json:"ip"`
+	// Node is the name of the node the address is for.
+	// +optional
+	// +kubebuilder:validation:MaxLength=253
+	Node string `json:"node,omitempty"`
+	// NodeSelector selects the node the address is for by its labels. If
+	// several nodes match, the first to ask gets it.
+	// +optional
+	NodeSelector *metav1.LabelSelector `json:"nodeSelector,omitempty"`
+	// Policy limits the reservation to the captures of one
+	// NodeNetworkConfigurationPolicy. Empty: any policy that draws from
+	// the pool on that node.
+	// +optional
+	// +kubebuilder:validation:MaxLength=253
+	Policy string `json:"policy,omitempty"`
 }
 
 // IPRange is a span of addresses inside a CIDR. Offsets count every address
@@ -112,8 +196,16 @@ type NodeIPPoolStatus struct {
 	// +optional
 	AllocatedOffsets string `json:"allocatedOffsets,omitempty"`
 
+	// Start is the first address of the range, its default included.
+	// +optional
+	Start string `json:"start,omitempty"`
+	// End is the last address of the range, its default included.
+	// +optional
+	End string `json:"end,omitempty"`
+
 	// Size is the number of addresses the pool can hand out: the range less
-	// its excluded and reserved addresses. Counts saturate at 2^63-1 for
+	// its excluded addresses, the gateway, and the network, broadcast or
+	// subnet-router anycast addresses. Reserved addresses count. Counts saturate at 2^63-1 for
 	// IPv6 ranges larger than that.
 	// +optional
 	Size int64 `json:"size"`
@@ -187,9 +279,21 @@ type QuarantinedAddress struct {
 	// Node is the node that held it.
 	// +optional
 	Node string `json:"node,omitempty"`
+	// NodeUID is the UID of that Node, which tells it from a replacement
+	// under the same name.
+	// +optional
+	NodeUID types.UID `json:"nodeUID,omitempty"`
 	// Enactment is the enactment that recorded it.
 	// +optional
 	Enactment string `json:"enactment,omitempty"`
+	// Capture is the capture that held it, when the address is kept for its
+	// holder's return: while the quarantine lasts, the enactment of the same
+	// name asking again for this capture (its node re-added under the same
+	// name, its policy matching the node again) gets it back. Empty for an
+	// address taken by a reset or found unrecorded, which goes to nobody
+	// until the quarantine is lifted.
+	// +optional
+	Capture string `json:"capture,omitempty"`
 	// Since is when the record was removed.
 	Since metav1.Time `json:"since"`
 }

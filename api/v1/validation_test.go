@@ -46,7 +46,19 @@ func pool(name string, r ippoolv1.IPRange) *ippoolv1.NodeIPPool {
 	return &ippoolv1.NodeIPPool{ObjectMeta: metav1.ObjectMeta{Name: name}, Spec: ippoolv1.NodeIPPoolSpec{Range: r}}
 }
 
+// with returns a pool of range r whose spec change sets.
+func with(name string, r ippoolv1.IPRange, change func(*ippoolv1.NodeIPPoolSpec)) *ippoolv1.NodeIPPool {
+	p := pool(name, r)
+	change(&p.Spec)
+	return p
+}
+
 func TestAdmissionRejectsInvalidPools(t *testing.T) {
+	v4 := ippoolv1.IPRange{CIDR: "10.10.10.0/24", Exclude: []string{"10.10.10.4", "10.10.10.8/30"}}
+	v6 := ippoolv1.IPRange{CIDR: "2001:db8::/120"}
+	reserve := func(rs ...ippoolv1.Reservation) func(*ippoolv1.NodeIPPoolSpec) {
+		return func(s *ippoolv1.NodeIPPoolSpec) { s.Reservations = rs }
+	}
 	manyExcludes := make([]string, 129)
 	for i := range manyExcludes {
 		manyExcludes[i] = fmt.Sprintf("10.10.10.%d", i+1)
@@ -106,6 +118,30 @@ func TestAdmissionRejectsInvalidPools(t *testing.T) {
 			[]string{"name traffic.one is not a DNS-1123 label"}},
 		{"name longer than a label", pool(strings.Repeat("a", 64), ippoolv1.IPRange{CIDR: "10.10.10.0/24"}),
 			[]string{"is not a DNS-1123 label"}},
+		{"gateway not an ip", with("p", v4, func(s *ippoolv1.NodeIPPoolSpec) { s.Gateway = "router" }),
+			[]string{"gateway router is not an IP address"}},
+		{"gateway outside cidr", with("p", v4, func(s *ippoolv1.NodeIPPoolSpec) { s.Gateway = "10.10.11.1" }),
+			[]string{"gateway 10.10.11.1 is outside cidr 10.10.10.0/24: the gateway must be on the subnet of the pool"}},
+		{"gateway of the other family", with("p", v4, func(s *ippoolv1.NodeIPPoolSpec) { s.Gateway = "2001:db8::1" }),
+			[]string{"gateway 2001:db8::1 is outside cidr 10.10.10.0/24"}},
+		{"dns server not an ip", with("p", v4, func(s *ippoolv1.NodeIPPoolSpec) {
+			s.DNS = &ippoolv1.DNS{Servers: []string{"10.10.10.53", "dns.example.com"}}
+		}), []string{"dns server dns.example.com is not an IP address"}},
+		{"dns search not a domain", with("p", v4, func(s *ippoolv1.NodeIPPoolSpec) {
+			s.DNS = &ippoolv1.DNS{Search: []string{"example.com", "-bad-.example"}}
+		}), []string{"dns search domain -bad-.example is not a domain name"}},
+		{"reservation for nobody", with("p", v4, reserve(ippoolv1.Reservation{IP: "10.10.10.5"})),
+			[]string{"set exactly one of node and nodeSelector"}},
+		{"reservation for a node and a selector", with("p", v4, reserve(ippoolv1.Reservation{IP: "10.10.10.5", Node: "worker-1",
+			NodeSelector: &metav1.LabelSelector{MatchLabels: map[string]string{"rack": "a"}}})),
+			[]string{"set exactly one of node and nodeSelector"}},
+		{"reservation not an ip", with("p", v4, reserve(ippoolv1.Reservation{IP: "10.10.10.500", Node: "worker-1"})),
+			[]string{"reservation 10.10.10.500 is not an IP address"}},
+		{"reservation not in canonical form", with("p", v6, reserve(ippoolv1.Reservation{IP: "2001:DB8:0::5", Node: "worker-1"})),
+			[]string{"spec.reservations[0].ip", "a reservation is not an address in canonical form"}},
+		{"reservation listed twice", with("p", v6, reserve(ippoolv1.Reservation{IP: "2001:db8::5", Node: "worker-1"},
+			ippoolv1.Reservation{IP: "2001:db8::5", Node: "worker-2"})),
+			[]string{"spec.reservations[1]", "Duplicate value"}},
 		{"two mistakes reported together", pool("p", ippoolv1.IPRange{CIDR: "10.10.10.0/24", Start: "10.10.11.1", Exclude: []string{"10.10.12.1"}}),
 			[]string{"start 10.10.11.1 is outside cidr", "exclude 10.10.12.1 is outside cidr"}},
 	}
@@ -165,6 +201,22 @@ var validRanges = map[string]ippoolv1.IPRange{
 	"close-bounds": {CIDR: "10.0.0.0/8", Start: "10.127.255.255", End: "10.128.0.0"},
 }
 
+func TestAdmissionAcceptsGatewayDNSAndReservations(t *testing.T) {
+	ctx := context.Background()
+	p := with("extras", ippoolv1.IPRange{CIDR: "10.30.0.0/24", Exclude: []string{"10.30.0.128/25"}}, func(s *ippoolv1.NodeIPPoolSpec) {
+		s.Gateway = "10.30.0.1"
+		s.DNS = &ippoolv1.DNS{Servers: []string{"10.30.0.53", "2001:db8::53"}, Search: []string{"example.com", "lab"}}
+		s.Reservations = []ippoolv1.Reservation{
+			{IP: "10.30.0.10", Node: "worker-1"},
+			{IP: "10.30.0.11", NodeSelector: &metav1.LabelSelector{MatchLabels: map[string]string{"serial": "abc123"}}, Policy: "static-ip"},
+		}
+	})
+	if err := k.Create(ctx, p); err != nil {
+		t.Fatalf("rejected: %v", err)
+	}
+	t.Cleanup(func() { _ = k.Delete(ctx, p) })
+}
+
 func TestAdmissionAcceptsValidPools(t *testing.T) {
 	for name, r := range validRanges {
 		t.Run(name, func(t *testing.T) {
@@ -190,8 +242,21 @@ func TestSpecIsImmutable(t *testing.T) {
 	t.Cleanup(func() { _ = k.Delete(ctx, p) })
 	p.Spec.Range.Start = "10.20.0.20"
 	err := k.Update(ctx, p)
-	if err == nil || !strings.Contains(err.Error(), "spec is immutable: delete and re-create the NodeIPPool") {
+	if err == nil || !strings.Contains(err.Error(), "spec.range is immutable: delete and re-create the NodeIPPool") {
 		t.Fatalf("update = %v, want the immutability message", err)
+	}
+	for name, change := range map[string]func(*ippoolv1.NodeIPPoolSpec){
+		"spec.gateway is immutable": func(s *ippoolv1.NodeIPPoolSpec) { s.Gateway = "10.20.0.1" },
+		"spec.dns is immutable":     func(s *ippoolv1.NodeIPPoolSpec) { s.DNS = &ippoolv1.DNS{Servers: []string{"10.20.0.53"}} },
+	} {
+		var fresh ippoolv1.NodeIPPool
+		if err := k.Get(ctx, client.ObjectKeyFromObject(p), &fresh); err != nil {
+			t.Fatal(err)
+		}
+		change(&fresh.Spec)
+		if err := k.Update(ctx, &fresh); err == nil || !strings.Contains(err.Error(), name) {
+			t.Errorf("update = %v, want %q", err, name)
+		}
 	}
 	// Status stays writable through its subresource.
 	var got ippoolv1.NodeIPPool
@@ -204,6 +269,15 @@ func TestSpecIsImmutable(t *testing.T) {
 	got.Status.Size, got.Status.Free = 245, 245
 	if err := k.Status().Update(ctx, &got); err != nil {
 		t.Fatalf("status update: %v", err)
+	}
+	// Reservations may change.
+	got.Spec.Reservations = []ippoolv1.Reservation{{IP: "10.20.0.30", Node: "worker-1"}}
+	if err := k.Update(ctx, &got); err != nil {
+		t.Fatalf("adding a reservation: %v", err)
+	}
+	got.Spec.Reservations = nil
+	if err := k.Update(ctx, &got); err != nil {
+		t.Fatalf("removing a reservation: %v", err)
 	}
 }
 

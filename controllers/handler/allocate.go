@@ -18,6 +18,7 @@ import (
 
 	ippoolv1 "github.com/nmstate-ippool/nmstate-ippool/api/v1"
 	nncev1beta1 "github.com/nmstate-ippool/nmstate-ippool/api/v1beta1"
+	"github.com/nmstate-ippool/nmstate-ippool/internal/assign"
 	"github.com/nmstate-ippool/nmstate-ippool/internal/poolstatus"
 	"github.com/nmstate-ippool/nmstate-ippool/internal/poolwrite"
 	"github.com/nmstate-ippool/nmstate-ippool/internal/record"
@@ -110,7 +111,7 @@ func (r *Reconciler) blockedBeforeTaking(ctx context.Context, e *nncev1beta1.Nod
 			continue
 		}
 		alloc, err := poolstatus.Allocator(&pool)
-		if err != nil || len(planPool(e, alloc, captures.RefsOf(name)).fresh) == 0 {
+		if err != nil || len(planPool(e, &pool, alloc, captures.RefsOf(name)).fresh) == 0 {
 			continue
 		}
 		if ok, why := poolAvailable(&pool); !ok {
@@ -228,7 +229,7 @@ func servedInVain(e *nncev1beta1.NodeNetworkConfigurationEnactment, now time.Tim
 func (r *Reconciler) planWrite(ctx context.Context, policy *nmstatev1.NodeNetworkConfigurationPolicy,
 	e *nncev1beta1.NodeNetworkConfigurationEnactment, pool *ippoolv1.NodeIPPool, alloc *ippool.Allocator,
 	refs []capture.Ref) (*poolPlan, *outcome) {
-	plan := planPool(e, alloc, refs)
+	plan := planPool(e, pool, alloc, refs)
 	if !plan.needsWrite() {
 		return plan, nil
 	}
@@ -241,7 +242,7 @@ func (r *Reconciler) planWrite(ctx context.Context, policy *nmstatev1.NodeNetwor
 		o.waitingFor = pool.Name
 		return nil, &o
 	}
-	if err := plan.apply(alloc); err != nil {
+	if err := plan.apply(alloc, r.claimant(ctx, policy, e)); err != nil {
 		return nil, r.exhausted(ctx, policy, pool, err)
 	}
 	since := metav1.NewTime(r.Clock.Now().Truncate(time.Second))
@@ -250,6 +251,19 @@ func (r *Reconciler) planWrite(ctx context.Context, policy *nmstatev1.NodeNetwor
 			Enactment: e.Name, Token: e.ResourceVersion, Since: since})
 	}
 	return plan, nil
+}
+
+// claimant describes this node's enactment of policy to the chooser; the
+// node's labels are read from the cache when a reservation selects by label.
+func (r *Reconciler) claimant(ctx context.Context, policy *nmstatev1.NodeNetworkConfigurationPolicy,
+	e *nncev1beta1.NodeNetworkConfigurationEnactment) assign.Claimant {
+	return assign.Claimant{Enactment: e.Name, Node: r.NodeName, Policy: policy.Name, Labels: func() map[string]string {
+		n, err := r.node(ctx)
+		if err != nil {
+			return nil
+		}
+		return n.Labels
+	}}
 }
 
 // poolOutcome turns a failed pool read into the enactment's outcome, or

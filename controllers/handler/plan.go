@@ -10,6 +10,7 @@ import (
 
 	ippoolv1 "github.com/nmstate-ippool/nmstate-ippool/api/v1"
 	nncev1beta1 "github.com/nmstate-ippool/nmstate-ippool/api/v1beta1"
+	"github.com/nmstate-ippool/nmstate-ippool/internal/assign"
 	"github.com/nmstate-ippool/nmstate-ippool/internal/poolstatus"
 	"github.com/nmstate-ippool/nmstate-ippool/internal/record"
 	"github.com/nmstate-ippool/nmstate-ippool/pkg/capture"
@@ -26,6 +27,8 @@ type poolPlan struct {
 	fresh     []string
 	// moved describes recorded addresses the range no longer hands out.
 	moved []string
+	// source is the pool the plan was made on.
+	source *ippoolv1.NodeIPPool
 }
 
 // needsWrite reports whether the pool's status must change.
@@ -34,8 +37,8 @@ func (p *poolPlan) needsWrite() bool { return len(p.unsetBits) > 0 || len(p.fres
 // planPool decides, without side effects, how the captures refs of one pool
 // are served from alloc. A recorded address is reused when the range still
 // hands it out and no other capture of the same plan already took it.
-func planPool(e *nncev1beta1.NodeNetworkConfigurationEnactment, alloc *ippool.Allocator, refs []capture.Ref) *poolPlan {
-	p := &poolPlan{addresses: map[string]capture.Address{}}
+func planPool(e *nncev1beta1.NodeNetworkConfigurationEnactment, pool *ippoolv1.NodeIPPool, alloc *ippool.Allocator, refs []capture.Ref) *poolPlan {
+	p := &poolPlan{addresses: map[string]capture.Address{}, source: pool}
 	taken := map[netip.Addr]bool{}
 	rng := alloc.Range()
 	for _, ref := range refs {
@@ -53,7 +56,7 @@ func planPool(e *nncev1beta1.NodeNetworkConfigurationEnactment, alloc *ippool.Al
 			continue
 		}
 		taken[addr.IP] = true
-		p.addresses[ref.Capture] = capture.Address{IP: addr.IP, PrefixLength: rng.Prefix().Bits()}
+		p.addresses[ref.Capture] = poolstatus.Address(pool, rng, addr.IP)
 		if !alloc.Has(off) {
 			p.unsetBits = append(p.unsetBits, off)
 		}
@@ -72,26 +75,29 @@ func (e *errExhausted) Error() string {
 	return poolstatus.ExhaustedMessage(e.pool, e.size, e.want)
 }
 
-// apply carries the plan out on alloc: it sets the reused bits and takes
-// the lowest free offsets for the fresh captures. On error alloc may be
-// half-changed; callers discard it.
-func (p *poolPlan) apply(alloc *ippool.Allocator) error {
+// apply carries the plan out on alloc, a fresh copy of the plan's pool:
+// it sets the reused bits and chooses addresses for the fresh captures
+// (internal/assign: a return from quarantine, a reservation, else the
+// lowest free address). On error alloc and the pool may be half-changed;
+// callers discard them.
+func (p *poolPlan) apply(alloc *ippool.Allocator, claimant assign.Claimant) error {
 	for _, off := range p.unsetBits {
 		if err := alloc.Allocate(off); err != nil && !errors.Is(err, ippool.ErrAllocated) {
 			return err
 		}
 	}
 	rng := alloc.Range()
+	chooser := assign.New(p.source, alloc)
+	defer chooser.Done()
 	for i, name := range p.fresh {
-		off, err := alloc.AllocateNext()
+		t, err := chooser.Take(claimant, name)
 		if errors.Is(err, ippool.ErrFull) {
 			return &errExhausted{pool: p.pool, size: rng.Size(), want: len(p.fresh) - i}
 		}
 		if err != nil {
 			return err
 		}
-		ip, _ := rng.IP(off)
-		p.addresses[name] = capture.Address{IP: ip, PrefixLength: rng.Prefix().Bits()}
+		p.addresses[name] = poolstatus.Address(p.source, rng, t.IP)
 	}
 	return nil
 }

@@ -10,6 +10,7 @@ import (
 
 	ippoolv1 "github.com/nmstate-ippool/nmstate-ippool/api/v1"
 	nncev1beta1 "github.com/nmstate-ippool/nmstate-ippool/api/v1beta1"
+	"github.com/nmstate-ippool/nmstate-ippool/internal/assign"
 	"github.com/nmstate-ippool/nmstate-ippool/pkg/capture"
 	"github.com/nmstate-ippool/nmstate-ippool/pkg/ippool"
 )
@@ -60,7 +61,7 @@ func TestPlanPool(t *testing.T) {
 					t.Fatal(err)
 				}
 			}
-			p := planPool(tt.e, alloc, refs)
+			p := planPool(tt.e, &ippoolv1.NodeIPPool{}, alloc, refs)
 			reused := map[string]string{}
 			for name, a := range p.addresses {
 				reused[name] = a.IP.String()
@@ -68,7 +69,7 @@ func TestPlanPool(t *testing.T) {
 			if !reflect.DeepEqual(reused, tt.reused) || !reflect.DeepEqual(p.unsetBits, tt.unsetBits) || !reflect.DeepEqual(p.fresh, tt.fresh) {
 				t.Fatalf("plan reused=%v unset=%v fresh=%v; want %v %v %v", reused, p.unsetBits, p.fresh, tt.reused, tt.unsetBits, tt.fresh)
 			}
-			if err := p.apply(alloc); err != nil {
+			if err := p.apply(alloc, assign.Claimant{Enactment: "n.p", Node: "n", Policy: "p"}); err != nil {
 				t.Fatal(err)
 			}
 			seen := map[netip.Addr]bool{}
@@ -85,9 +86,9 @@ func TestPlanPool(t *testing.T) {
 
 func TestPlanPoolExhausted(t *testing.T) {
 	alloc := ippool.NewAllocator(ippool.MustNewRange(ippool.Spec{CIDR: "10.0.0.0/30"}))
-	p := planPool(holding(), alloc, []capture.Ref{{Capture: "a", Pool: "p"}, {Capture: "b", Pool: "p"}, {Capture: "c", Pool: "p"}})
+	p := planPool(holding(), &ippoolv1.NodeIPPool{}, alloc, []capture.Ref{{Capture: "a", Pool: "p"}, {Capture: "b", Pool: "p"}, {Capture: "c", Pool: "p"}})
 	var ex *errExhausted
-	if err := p.apply(alloc); !errors.As(err, &ex) || ex.size != 2 || ex.want != 1 {
+	if err := p.apply(alloc, assign.Claimant{}); !errors.As(err, &ex) || ex.size != 2 || ex.want != 1 {
 		t.Fatalf("apply = %v, want exhausted of size 2 short by 1", err)
 	}
 }

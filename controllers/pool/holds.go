@@ -216,7 +216,9 @@ func recordedIPs(e *nncev1beta1.NodeNetworkConfigurationEnactment) []string {
 // liftReason tells why a quarantined address may be freed, or "" while its
 // former holder may still carry it: the quarantine period passed, the Node
 // is gone (its network with it, whatever its last published state shows),
-// or its NodeNetworkState, read after the release, no longer shows it.
+// or its NodeNetworkState, read after the release, no longer shows it. An
+// address kept for its holder's return (Capture set) outlives its Node:
+// a node replaced under the same name within the period gets it back.
 func (r *Reconciler) liftReason(ctx context.Context, q ippoolv1.QuarantinedAddress, now time.Time) (string, error) {
 	if age := now.Sub(q.Since.Time); age >= r.QuarantinePeriod {
 		return fmt.Sprintf("the quarantine period of %s passed", r.QuarantinePeriod), nil
@@ -224,9 +226,12 @@ func (r *Reconciler) liftReason(ctx context.Context, q ippoolv1.QuarantinedAddre
 	if q.Node == "" {
 		return "", nil
 	}
-	switch gone, err := r.nodeGone(ctx, q.Node); {
+	uid, gone, err := r.nodeUID(ctx, q.Node)
+	switch {
 	case err != nil:
 		return "", err
+	case q.Capture != "" && (gone || (q.NodeUID != "" && uid != q.NodeUID)):
+		return "", nil // kept for the node's return, or its replacement's, under its name
 	case gone:
 		return fmt.Sprintf("node %s is gone", q.Node), nil
 	}
@@ -241,16 +246,17 @@ func (r *Reconciler) liftReason(ctx context.Context, q ippoolv1.QuarantinedAddre
 	return fmt.Sprintf("node %s no longer carries it", q.Node), nil
 }
 
-// nodeGone reports whether a Node does not exist on the API server.
-func (r *Reconciler) nodeGone(ctx context.Context, name string) (bool, error) {
-	var n corev1.Node
-	switch err := r.APIReader.Get(ctx, types.NamespacedName{Name: name}, &n); {
+// nodeUID returns the UID of a Node on the API server, or gone.
+func (r *Reconciler) nodeUID(ctx context.Context, name string) (types.UID, bool, error) {
+	n := &metav1.PartialObjectMetadata{}
+	n.SetGroupVersionKind(corev1.SchemeGroupVersion.WithKind("Node"))
+	switch err := r.APIReader.Get(ctx, types.NamespacedName{Name: name}, n); {
 	case apierrors.IsNotFound(err):
-		return true, nil
+		return "", true, nil
 	case err != nil:
-		return false, fmt.Errorf("get node %q: %w", name, err)
+		return "", false, fmt.Errorf("get node %q: %w", name, err)
 	}
-	return false, nil
+	return n.UID, false, nil
 }
 
 // applyHolds carries w out on a fresh copy of the pool: it removes the

@@ -57,7 +57,9 @@ func enactmentGone(name string) func() bool {
 // TestScaleDown is the specification's scale-down workflow, with a full
 // pool: the node that joins last fails with ExhaustedIPPool on the pool;
 // deleting a Node (its handler gone, as on a drained node) frees its
-// address, and the waiting node gets it. The pool's metrics follow.
+// address once the quarantine period has passed (it is kept for the
+// node's return under its name until then), and the waiting node gets it.
+// The pool's metrics follow.
 func TestScaleDown(t *testing.T) {
 	RegisterTestingT(t)
 	metrics := pool.NewMetrics()
@@ -92,7 +94,7 @@ func TestScaleDown(t *testing.T) {
 	Eventually(events("NodeIPPool", "down")).Should(ContainElement(
 		"EnactmentRetired: Quarantined " + freed[0] + " held by enactment down01.down until node down01 no longer carries them: node down01 was deleted"))
 	Eventually(events("NodeIPPool", "down")).Should(ContainElement(
-		"QuarantineLifted: Freed quarantined " + freed[0] + " (node down01 is gone)"))
+		"QuarantineLifted: Freed quarantined " + freed[0] + " (the quarantine period of " + grace.String() + " passed)"))
 	Eventually(events("NodeNetworkConfigurationEnactment", "down01.down")).Should(ContainElement(
 		"EnactmentRetired: Retired: node down01 was deleted; quarantined " + freed[0] + " of NodeIPPool down"))
 	assertIndexed("down")

@@ -163,6 +163,9 @@ func (r *Reconciler) maintain(ctx context.Context, pool *ippoolv1.NodeIPPool, al
 	if err := r.setAvailable(ctx, pool, availabilityOf(pool.Name, alloc, v)); err != nil {
 		return result, err
 	}
+	if err := r.setReservations(ctx, pool, alloc, v); err != nil {
+		return result, err
+	}
 	r.nudge(ctx, pool, v)
 	return result, nil
 }
@@ -229,7 +232,7 @@ func (r *Reconciler) writeStatus(ctx context.Context, pool *ippoolv1.NodeIPPool,
 		written.DeepCopyInto(pool)
 	}
 	if transitioned {
-		r.announce(ctx, pool, want)
+		r.announce(ctx, pool, ippoolv1.ConditionAvailable, want)
 	}
 	return nil
 }
@@ -252,15 +255,15 @@ func (r *Reconciler) setAvailable(ctx context.Context, pool *ippoolv1.NodeIPPool
 	}
 	written.DeepCopyInto(pool)
 	if transitioned {
-		r.announce(ctx, pool, a)
+		r.announce(ctx, pool, ippoolv1.ConditionAvailable, a)
 	}
 	return nil
 }
 
-// announce logs a transition of the Available condition and raises an
-// Event, a Warning when the pool is refused.
-func (r *Reconciler) announce(ctx context.Context, pool *ippoolv1.NodeIPPool, a availability) {
-	ctrl.LoggerFrom(ctx).Info("pool availability changed", "status", a.status, "reason", a.reason, "message", a.message)
+// announce logs a transition of a pool condition and raises an Event, a
+// Warning when the condition is False.
+func (r *Reconciler) announce(ctx context.Context, pool *ippoolv1.NodeIPPool, condition string, a availability) {
+	ctrl.LoggerFrom(ctx).Info("pool condition changed", "type", condition, "status", a.status, "reason", a.reason, "message", a.message)
 	eventType := corev1.EventTypeNormal
 	if a.status == metav1.ConditionFalse {
 		eventType = corev1.EventTypeWarning

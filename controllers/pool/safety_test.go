@@ -346,19 +346,22 @@ func TestConcurrentRetirers(t *testing.T) {
 	Expect(bits("twice")).To(Equal([]string{"10.61.0.9"}), "kept from others while quarantined")
 }
 
-// TestGracefulRemovalLiftsQuarantine: a Node deleted while its handler
-// runs (found by make demo): the handler retires its enactment and
-// quarantines the address; its last published state still shows the
-// address, but the Node is gone, so the quarantine is lifted at once, not
-// after the quarantine period.
-func TestGracefulRemovalLiftsQuarantine(t *testing.T) {
+// TestNodeReplacedUnderItsNameGetsItsAddressBack: a Node deleted while its
+// handler runs (found by make demo) has its enactment retired and its
+// address quarantined. The Node is gone, but the address is kept for its
+// return: another node that joins gets another one, and the node re-added
+// under the same name within the quarantine period gets its old address
+// back, as does a replacement Node (a new UID) under that name.
+func TestNodeReplacedUnderItsNameGetsItsAddressBack(t *testing.T) {
 	RegisterTestingT(t)
 	startControllerWith(t, 10*time.Minute)
 	createPool(t, "leave", ippoolv1.IPRange{CIDR: "10.62.0.0/24"})
 	Eventually(available("leave")).Should(HavePrefix("True"))
 	createPolicy(t, "leave", "leave", "leave")
-	addNodeWith(t, t.TempDir(), "leave01", "leave", func(nd *envtest.Node) { nd.PublishState = true })
+	dir := t.TempDir()
+	first := addNodeWith(t, dir, "leave01", "leave", func(nd *envtest.Node) { nd.PublishState = true })
 	Eventually(enactmentState("leave01.leave")).Should(HavePrefix("Available"))
+	Expect(held("leave01.leave", "leave")).To(Equal([]string{"10.62.0.1"}))
 	Eventually(func() string {
 		var nns nncev1beta1.NodeNetworkState
 		_ = k.Get(ctx, types.NamespacedName{Name: "leave01"}, &nns)
@@ -367,8 +370,25 @@ func TestGracefulRemovalLiftsQuarantine(t *testing.T) {
 
 	Expect(k.Delete(ctx, newNode("leave01", "leave"))).To(Succeed())
 	Eventually(enactmentGone("leave01.leave")).Should(BeTrue())
-	Eventually(bits).WithArguments("leave").Should(BeEmpty())
-	Eventually(events("NodeIPPool", "leave")).Should(ContainElement("QuarantineLifted: Freed quarantined 10.62.0.1 (node leave01 is gone)"))
+	Expect(first.Stop()).To(Succeed())
+	Eventually(func() []ippoolv1.QuarantinedAddress { return poolStatus("leave").Quarantined }).Should(ConsistOf(
+		And(HaveField("IP", "10.62.0.1"), HaveField("Enactment", "leave01.leave"), HaveField("Capture", "addr"),
+			HaveField("NodeUID", Not(BeEmpty())))))
+	Consistently(bits, 3*time.Second).WithArguments("leave").Should(Equal([]string{"10.62.0.1"}),
+		"kept for the node's return although the Node is gone")
+
+	addNode(t, dir, "leave02", "leave")
+	Eventually(enactmentState("leave02.leave")).Should(HavePrefix("Available"))
+	Expect(held("leave02.leave", "leave")).To(Equal([]string{"10.62.0.2"}), "another node gets another address")
+
+	// The node comes back under its name: a new Node object, a new UID.
+	addNode(t, dir, "leave01", "leave")
+	Eventually(enactmentState("leave01.leave")).Should(HavePrefix("Available"))
+	Expect(held("leave01.leave", "leave")).To(Equal([]string{"10.62.0.1"}), "the old address comes back")
+	Eventually(func() []ippoolv1.QuarantinedAddress { return poolStatus("leave").Quarantined }).Should(BeEmpty())
+	Eventually(events("NodeNetworkConfigurationEnactment", "leave01.leave")).Should(ContainElement(
+		HavePrefix("AddressReturned: NodeIPPool leave returned 10.62.0.1 to capture addr")))
+	assertIndexed("leave")
 }
 
 // TestConcurrentQuarantinesAllLand: many nodes' addresses quarantined at

@@ -3,12 +3,14 @@ package pool
 import (
 	"cmp"
 	"context"
+	"fmt"
 	"slices"
 	"time"
 
 	"github.com/nmstate/kubernetes-nmstate/api/shared"
 	nmstatev1 "github.com/nmstate/kubernetes-nmstate/api/v1"
 	"golang.org/x/sync/errgroup"
+	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
@@ -16,6 +18,7 @@ import (
 
 	ippoolv1 "github.com/nmstate-ippool/nmstate-ippool/api/v1"
 	nncev1beta1 "github.com/nmstate-ippool/nmstate-ippool/api/v1beta1"
+	"github.com/nmstate-ippool/nmstate-ippool/internal/assign"
 	"github.com/nmstate-ippool/nmstate-ippool/internal/poolstatus"
 	"github.com/nmstate-ippool/nmstate-ippool/internal/poolwrite"
 	"github.com/nmstate-ippool/nmstate-ippool/internal/record"
@@ -37,6 +40,8 @@ type request struct {
 	enactment *nncev1beta1.NodeNetworkConfigurationEnactment
 	refs      []capture.Ref
 	addresses []capture.Address
+	// returned describes the addresses that came back from quarantine.
+	returned []string
 }
 
 // busyRequests returns the requests waiting on pool, oldest first. An
@@ -117,30 +122,49 @@ func pendingSince(e *nncev1beta1.NodeNetworkConfigurationEnactment) metav1.Time 
 	return metav1.Time{}
 }
 
-// takeFor allocates the lowest free addresses for the request's captures
-// in alloc, all or none, and adds their in-flight entries to pool under
-// the enactment's resourceVersion, the token its record is written under.
-func takeFor(pool *ippoolv1.NodeIPPool, alloc *ippool.Allocator, rq *request, since metav1.Time) bool {
-	rng := alloc.Range()
-	var offsets []uint64
-	for range rq.refs {
-		off, err := alloc.AllocateNext()
+// takeFor chooses addresses for the request's captures with c (see
+// internal/assign), all or none, and adds their in-flight entries to pool
+// under the enactment's resourceVersion, the token its record is written
+// under.
+func takeFor(pool *ippoolv1.NodeIPPool, c *assign.Chooser, rq *request, claimant assign.Claimant, since metav1.Time) bool {
+	var taken []assign.Taken
+	for _, ref := range rq.refs {
+		t, err := c.Take(claimant, ref.Capture)
 		if err != nil {
-			for _, o := range offsets {
-				_ = alloc.Release(o)
+			for _, t := range slices.Backward(taken) {
+				c.Give(t)
 			}
 			return false
 		}
-		offsets = append(offsets, off)
+		taken = append(taken, t)
 	}
-	rq.addresses = rq.addresses[:0]
-	for _, off := range offsets {
-		ip, _ := rng.IP(off)
-		rq.addresses = append(rq.addresses, capture.Address{IP: ip, PrefixLength: rng.Prefix().Bits()})
-		poolstatus.AddInFlight(pool, ippoolv1.InFlightAddress{IP: ip.String(), Enactment: rq.enactment.Name,
+	rng := c.Range()
+	rq.addresses, rq.returned = rq.addresses[:0], rq.returned[:0]
+	for i, t := range taken {
+		if t.Returned != nil {
+			rq.returned = append(rq.returned, fmt.Sprintf("%s to capture %s (quarantined since %s)",
+				t.IP, rq.refs[i].Capture, t.Returned.Since.UTC().Format(time.RFC3339)))
+		}
+		rq.addresses = append(rq.addresses, poolstatus.Address(pool, rng, t.IP))
+		poolstatus.AddInFlight(pool, ippoolv1.InFlightAddress{IP: t.IP.String(), Enactment: rq.enactment.Name,
 			Token: rq.enactment.ResourceVersion, Since: since})
 	}
 	return true
+}
+
+// claimant describes a request's enactment to the chooser; its node's
+// labels are read from the cache when a reservation selects by label.
+func (r *Reconciler) claimant(ctx context.Context, e *nncev1beta1.NodeNetworkConfigurationEnactment) assign.Claimant {
+	node := e.Labels[shared.EnactmentNodeLabel]
+	return assign.Claimant{Enactment: e.Name, Node: node, Policy: e.Labels[shared.EnactmentPolicyLabel],
+		Labels: func() map[string]string {
+			n := &metav1.PartialObjectMetadata{}
+			n.SetGroupVersionKind(corev1.SchemeGroupVersion.WithKind("Node"))
+			if err := r.Client.Get(ctx, types.NamespacedName{Name: node}, n); err != nil {
+				return nil
+			}
+			return n.Labels
+		}}
 }
 
 // serve allocates for every enactment that asks the controller to (a new
@@ -148,7 +172,8 @@ func takeFor(pool *ippoolv1.NodeIPPool, alloc *ippool.Allocator, rq *request, si
 // write, with in-flight entries, then one record per enactment,
 // written under the token as a handler would. A record refused because the
 // enactment changed withdraws its addresses. A pool that cannot serve them
-// all serves the oldest; the others wait and try again.
+// all serves the oldest (and those with a reservation or a return); the
+// others wait and try again.
 func (r *Reconciler) serve(ctx context.Context, pool *ippoolv1.NodeIPPool, v view) error {
 	requests := r.busyRequests(ctx, pool.Name, v.enactments)
 	if len(requests) == 0 {
@@ -161,12 +186,14 @@ func (r *Reconciler) serve(ctx context.Context, pool *ippoolv1.NodeIPPool, v vie
 			return false, nil
 		}
 		since := metav1.NewTime(r.Clock.Now().Truncate(time.Second))
+		chooser := assign.New(p, alloc)
+		defer chooser.Done()
 		for _, rq := range requests {
 			if hasInFlight(p, rq.enactment.Name) {
 				continue // served already; the cache has not seen the record yet
 			}
-			if !takeFor(p, alloc, rq, since) {
-				break
+			if !takeFor(p, chooser, rq, r.claimant(ctx, rq.enactment), since) {
+				continue // a later request may have a reservation or a return
 			}
 			served = append(served, rq)
 		}
@@ -211,7 +238,11 @@ func (r *Reconciler) recordServed(ctx context.Context, pool *ippoolv1.NodeIPPool
 		err := r.Client.Status().Update(ctx, e)
 		if err == nil {
 			ctrl.LoggerFrom(ctx).Info("allocated address", "enactment", e.Name, "node", e.Labels[shared.EnactmentNodeLabel],
-				"policy", e.Labels[shared.EnactmentPolicyLabel], "ips", ips)
+				"policy", e.Labels[shared.EnactmentPolicyLabel], "ips", ips, "returned", rq.returned)
+			for _, what := range rq.returned {
+				r.Recorder.Eventf(e, pool, corev1.EventTypeNormal, ippoolv1.ReasonAddressReturned, "Allocate",
+					"NodeIPPool %s returned %s: this enactment held it before its record was removed (its node left, or its policy stopped matching)", pool.Name, what)
+			}
 			return nil
 		}
 		if !apierrors.IsConflict(err) {

@@ -7,7 +7,6 @@ import (
 
 	"github.com/nmstate/kubernetes-nmstate/api/shared"
 	corev1 "k8s.io/api/core/v1"
-	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	ippoolv1 "github.com/nmstate-ippool/nmstate-ippool/api/v1"
@@ -98,20 +97,13 @@ func listNames(names []string, limit int) string {
 }
 
 // setAvailability sets the Available condition and the observed generation
-// on pool. It reports whether anything changed and whether the condition
-// transitioned (a new status or reason), which deserves an Event. The
-// transition time moves only when the status flips.
+// on pool (see setCondition).
 func setAvailability(pool *ippoolv1.NodeIPPool, a availability, now time.Time) (changed, transitioned bool) {
-	old := meta.FindStatusCondition(pool.Status.Conditions, ippoolv1.ConditionAvailable)
-	if old != nil && old.Status == a.status && old.Reason == a.reason && old.Message == a.message &&
-		old.ObservedGeneration == pool.Generation && pool.Status.ObservedGeneration == pool.Generation {
-		return false, false
+	changed, transitioned = setCondition(pool, ippoolv1.ConditionAvailable, a, now)
+	if pool.Status.ObservedGeneration != pool.Generation {
+		pool.Status.ObservedGeneration, changed = pool.Generation, true
 	}
-	transitioned = old == nil || old.Status != a.status || old.Reason != a.reason
-	meta.SetStatusCondition(&pool.Status.Conditions, metav1.Condition{Type: ippoolv1.ConditionAvailable, Status: a.status,
-		Reason: a.reason, Message: a.message, ObservedGeneration: pool.Generation, LastTransitionTime: metav1.NewTime(now)})
-	pool.Status.ObservedGeneration = pool.Generation
-	return true, transitioned
+	return changed, transitioned
 }
 
 // olderOverlapping returns the name of the oldest pool older than p whose

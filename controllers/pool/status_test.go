@@ -183,3 +183,49 @@ func TestOlderOverlapping(t *testing.T) {
 		}
 	}
 }
+
+func TestReservationsOf(t *testing.T) {
+	spec := ippoolv1.NodeIPPoolSpec{Range: ippoolv1.IPRange{CIDR: "10.9.0.0/24", End: "10.9.0.20"}}
+	rack := &metav1.LabelSelector{MatchLabels: map[string]string{"rack": "a"}}
+	labels := map[string]map[string]string{"n1": {"rack": "a"}, "n2": {"rack": "b"}}
+	tests := []struct {
+		name         string
+		reservations []ippoolv1.Reservation
+		enactments   []nncev1beta1.NodeNetworkConfigurationEnactment
+		want         string
+	}{
+		{"held by its node", []ippoolv1.Reservation{{IP: "10.9.0.5", Node: "n1"}},
+			[]nncev1beta1.NodeNetworkConfigurationEnactment{holding("n1.p", ippoolv1.EnactmentIPPools{"pool": {Allocated: []string{"10.9.0.5"}}})},
+			"True ReservationsHonored"},
+		{"held by the node its selector matches", []ippoolv1.Reservation{{IP: "10.9.0.5", NodeSelector: rack}},
+			[]nncev1beta1.NodeNetworkConfigurationEnactment{holding("n1.p", ippoolv1.EnactmentIPPools{"pool": {Allocated: []string{"10.9.0.5"}}})},
+			"True ReservationsHonored"},
+		{"held by a node its selector does not match", []ippoolv1.Reservation{{IP: "10.9.0.5", NodeSelector: rack}},
+			[]nncev1beta1.NodeNetworkConfigurationEnactment{holding("n2.p", ippoolv1.EnactmentIPPools{"pool": {Allocated: []string{"10.9.0.5"}}})},
+			"False ReservationConflict: 10.9.0.5 is reserved for the node matching rack=a but held by node n2 (enactment n2.p)"},
+		{"held under another policy", []ippoolv1.Reservation{{IP: "10.9.0.5", Node: "n1", Policy: "q"}},
+			[]nncev1beta1.NodeNetworkConfigurationEnactment{holding("n1.p", ippoolv1.EnactmentIPPools{"pool": {Allocated: []string{"10.9.0.5"}}})},
+			"False ReservationConflict: 10.9.0.5 is reserved for node n1 (policy q) but held by node n1 (enactment n1.p)"},
+		{"outside the range", []ippoolv1.Reservation{{IP: "10.9.0.5", Node: "n1"}, {IP: "10.9.0.30", Node: "n2"}}, nil,
+			"False ReservationInvalid: These reservations can never be handed out and are ignored: 10.9.0.30 (it is outside the range 10.9.0.1-10.9.0.20)"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			p := &ippoolv1.NodeIPPool{ObjectMeta: metav1.ObjectMeta{Name: "pool"}, Spec: spec}
+			p.Spec.Reservations = tt.reservations
+			rng, err := poolstatus.Range(p)
+			if err != nil {
+				t.Fatal(err)
+			}
+			alloc := ippool.NewAllocator(rng)
+			claims := poolstatus.Holders("pool", rng, tt.enactments)
+			for ip := range claims {
+				_ = alloc.AllocateIP(ip)
+			}
+			a := reservationsOf(p, alloc, claims, func(n string) map[string]string { return labels[n] })
+			if got := string(a.status) + " " + a.reason + ": " + a.message; !strings.HasPrefix(got, tt.want) {
+				t.Fatalf("got  %q\nwant %q...", got, tt.want)
+			}
+		})
+	}
+}

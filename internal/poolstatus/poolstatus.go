@@ -10,6 +10,7 @@ import (
 	"slices"
 
 	ippoolv1 "github.com/nmstate-ippool/nmstate-ippool/api/v1"
+	"github.com/nmstate-ippool/nmstate-ippool/pkg/capture"
 	"github.com/nmstate-ippool/nmstate-ippool/pkg/ippool"
 )
 
@@ -17,7 +18,23 @@ import (
 // ippool.ErrInvalidRange.
 func Range(pool *ippoolv1.NodeIPPool) (*ippool.Range, error) {
 	r := pool.Spec.Range
-	return ippool.NewRange(ippool.Spec{CIDR: r.CIDR, Start: r.Start, End: r.End, Exclude: r.Exclude})
+	return ippool.NewRange(ippool.Spec{CIDR: r.CIDR, Start: r.Start, End: r.End, Exclude: r.Exclude, Gateway: pool.Spec.Gateway})
+}
+
+// Address is what a capture served by pool resolves to when it holds ip:
+// the address with the prefix length of the range, and the pool's gateway
+// and DNS settings. rng is the pool's range.
+func Address(pool *ippoolv1.NodeIPPool, rng *ippool.Range, ip netip.Addr) capture.Address {
+	a := capture.Address{IP: ip, PrefixLength: rng.Prefix().Bits(), Gateway: rng.Gateway()}
+	if dns := pool.Spec.DNS; dns != nil {
+		for _, s := range dns.Servers {
+			if server, err := netip.ParseAddr(s); err == nil {
+				a.DNSServers = append(a.DNSServers, server)
+			}
+		}
+		a.DNSSearch = slices.Clone(dns.Search)
+	}
+	return a
 }
 
 // Allocator returns the allocator of a pool with its status bitmap
@@ -53,8 +70,10 @@ func Set(pool *ippoolv1.NodeIPPool, alloc *ippool.Allocator) {
 	SetCounts(pool, alloc)
 }
 
-// SetCounts writes the allocator's counts into the pool's status.
+// SetCounts writes the allocator's counts, and the range's start and end
+// (defaults included), into the pool's status.
 func SetCounts(pool *ippoolv1.NodeIPPool, alloc *ippool.Allocator) {
+	pool.Status.Start, pool.Status.End = alloc.Range().Start().String(), alloc.Range().End().String()
 	pool.Status.Size = saturate(alloc.Range().Size())
 	pool.Status.Allocated = saturate(alloc.Count())
 	pool.Status.Free = saturate(alloc.Free())

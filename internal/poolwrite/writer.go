@@ -289,8 +289,14 @@ func (w *Writer) Withdraw(ctx context.Context, pool, enactment, token string, ip
 
 // Holder names the former holder of quarantined addresses.
 type Holder struct {
-	Node      string
+	Node string
+	// NodeUID is the UID of the Node, from the enactment's owner reference.
+	NodeUID   types.UID
 	Enactment string
+	// Captures names, by address, the capture that held it when the
+	// address is kept for the holder's return (see
+	// ippoolv1.QuarantinedAddress.Capture); nil when it is not.
+	Captures map[string]string
 }
 
 // Quarantine keeps addresses whose record is gone from everyone else until
@@ -361,7 +367,8 @@ func (w *Writer) writeQuarantines(ctx context.Context, pool *ippoolv1.NodeIPPool
 		for _, q := range qs {
 			q.added = nil
 			for _, ip := range q.ips {
-				entry := ippoolv1.QuarantinedAddress{IP: ip.String(), Node: q.holder.Node, Enactment: q.holder.Enactment, Since: since}
+				entry := ippoolv1.QuarantinedAddress{IP: ip.String(), Node: q.holder.Node, NodeUID: q.holder.NodeUID,
+					Enactment: q.holder.Enactment, Capture: q.holder.Captures[ip.String()], Since: since}
 				switch err := alloc.AllocateIP(ip); {
 				case err == nil:
 					changed = true

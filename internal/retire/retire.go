@@ -170,7 +170,24 @@ func quarantine(ctx context.Context, w *poolwrite.Writer, e *nncev1beta1.NodeNet
 	return q
 }
 
-// HolderOf names the node and enactment that held an enactment's addresses.
+// HolderOf names the node and enactment that held an enactment's
+// addresses, and the capture of each address its record still holds: those
+// are kept for the enactment's return while quarantined. A record dropped
+// by a reset holds none, so its addresses go to nobody.
 func HolderOf(e *nncev1beta1.NodeNetworkConfigurationEnactment) poolwrite.Holder {
-	return poolwrite.Holder{Node: e.Labels[shared.EnactmentNodeLabel], Enactment: e.Name}
+	h := poolwrite.Holder{Node: e.Labels[shared.EnactmentNodeLabel], Enactment: e.Name}
+	for _, ref := range e.OwnerReferences {
+		if ref.Kind == "Node" && ref.APIVersion == "v1" && ref.Name == h.Node {
+			h.NodeUID = ref.UID
+		}
+	}
+	for name, state := range e.Status.CapturedStates {
+		if addr, ok := capture.ParseState(state.State.Raw); ok {
+			if h.Captures == nil {
+				h.Captures = map[string]string{}
+			}
+			h.Captures[addr.IP.String()] = name
+		}
+	}
+	return h
 }

@@ -87,24 +87,42 @@ func (c Captures) RefsOf(pool string) []Ref {
 	return refs
 }
 
-// Address is what an ippool capture resolves to.
+// Address is what an ippool capture resolves to: the address and its
+// prefix length, with the pool's gateway and DNS settings when it has them.
 type Address struct {
 	IP           netip.Addr
 	PrefixLength int
+	// Gateway is the pool's gateway; the zero Addr if it has none.
+	Gateway netip.Addr
+	// DNSServers and DNSSearch are the pool's DNS settings.
+	DNSServers []netip.Addr
+	DNSSearch  []string
 }
 
 func (a Address) String() string { return fmt.Sprintf("%s/%d", a.IP, a.PrefixLength) }
 
-// addressState is the captured state of an ippool capture.
+// addressState is the captured state of an ippool capture: what a desired
+// state reads as {{ capture.<name>.ip }}, prefix-length, gateway,
+// dns-servers and dns-search.
 type addressState struct {
-	IP           string `json:"ip"`
-	PrefixLength int    `json:"prefix-length"`
+	IP           string   `json:"ip"`
+	PrefixLength int      `json:"prefix-length"`
+	Gateway      string   `json:"gateway,omitempty"`
+	DNSServers   []string `json:"dns-servers,omitempty"`
+	DNSSearch    []string `json:"dns-search,omitempty"`
 }
 
 // State returns the captured state of an allocated address, as nmpolicy and
 // the enactment's status.capturedStates hold it.
 func (a Address) State() []byte {
-	b, _ := json.Marshal(addressState{IP: a.IP.String(), PrefixLength: a.PrefixLength}) // cannot fail
+	s := addressState{IP: a.IP.String(), PrefixLength: a.PrefixLength, DNSSearch: a.DNSSearch}
+	if a.Gateway.IsValid() {
+		s.Gateway = a.Gateway.String()
+	}
+	for _, ip := range a.DNSServers {
+		s.DNSServers = append(s.DNSServers, ip.String())
+	}
+	b, _ := json.Marshal(s) // cannot fail
 	return b
 }
 
@@ -120,7 +138,20 @@ func ParseState(state []byte) (Address, bool) {
 	if err != nil || s.PrefixLength < 0 || s.PrefixLength > ip.BitLen() {
 		return Address{}, false
 	}
-	return Address{IP: ip, PrefixLength: s.PrefixLength}, true
+	a := Address{IP: ip, PrefixLength: s.PrefixLength, DNSSearch: s.DNSSearch}
+	if s.Gateway != "" {
+		if a.Gateway, err = netip.ParseAddr(s.Gateway); err != nil {
+			return Address{}, false
+		}
+	}
+	for _, d := range s.DNSServers {
+		server, err := netip.ParseAddr(d)
+		if err != nil {
+			return Address{}, false
+		}
+		a.DNSServers = append(a.DNSServers, server)
+	}
+	return a, true
 }
 
 // Input is what Render needs.

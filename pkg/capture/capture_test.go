@@ -77,6 +77,16 @@ func addr(s string, prefix int) Address {
 	return Address{IP: netip.MustParseAddr(s), PrefixLength: prefix}
 }
 
+// withNetwork adds a pool's gateway and DNS settings to a.
+func withNetwork(a Address, gateway string, servers []string, search ...string) Address {
+	a.Gateway = netip.MustParseAddr(gateway)
+	for _, s := range servers {
+		a.DNSServers = append(a.DNSServers, netip.MustParseAddr(s))
+	}
+	a.DNSSearch = search
+	return a
+}
+
 func TestRender(t *testing.T) {
 	tests := []struct {
 		name      string
@@ -114,6 +124,54 @@ func TestRender(t *testing.T) {
   type: ethernet
 `,
 			captured: []string{"addr"},
+		},
+		{
+			name:      "gateway and dns",
+			captures:  map[string]string{"addr": "ippool.traffic-1.allocate"},
+			allocated: map[string]Address{"addr": withNetwork(addr("10.10.10.8", 24), "10.10.10.1", []string{"10.10.10.53", "10.10.10.54"}, "example.com")},
+			desired: `interfaces:
+- name: eth1
+  ipv4:
+    address:
+    - ip: "{{ capture.addr.ip }}"
+      prefix-length: "{{ capture.addr.prefix-length }}"
+routes:
+  config:
+  - destination: 0.0.0.0/0
+    next-hop-address: "{{ capture.addr.gateway }}"
+    next-hop-interface: eth1
+dns-resolver:
+  config:
+    server: "{{ capture.addr.dns-servers }}"
+    search: "{{ capture.addr.dns-search }}"
+`,
+			want: `dns-resolver:
+  config:
+    search:
+    - example.com
+    server:
+    - 10.10.10.53
+    - 10.10.10.54
+interfaces:
+- ipv4:
+    address:
+    - ip: 10.10.10.8
+      prefix-length: 24
+  name: eth1
+routes:
+  config:
+  - destination: 0.0.0.0/0
+    next-hop-address: 10.10.10.1
+    next-hop-interface: eth1
+`,
+			captured: []string{"addr"},
+		},
+		{
+			name:      "gateway of a pool without one",
+			captures:  map[string]string{"addr": "ippool.traffic-1.allocate"},
+			allocated: map[string]Address{"addr": addr("10.10.10.8", 24)},
+			desired:   "routes:\n  config:\n  - next-hop-address: \"{{ capture.addr.gateway }}\"\n",
+			err:       "render the desired state",
 		},
 		{
 			name:      "ipv6",
@@ -222,7 +280,7 @@ func TestRender(t *testing.T) {
 			}
 			for name, want := range tt.allocated {
 				got, ok := ParseState(out.CapturedStates[name])
-				if !ok || got != want {
+				if !ok || !reflect.DeepEqual(got, want) {
 					t.Errorf("captured state of %q = %v, want %v", name, got, want)
 				}
 			}
@@ -258,15 +316,20 @@ func assertPrefixLengthIsInteger(t *testing.T, state []byte) {
 func TestParseStateRoundTrip(t *testing.T) {
 	a := addr("2001:db8::7", 64)
 	got, ok := ParseState(a.State())
-	if !ok || got != a {
+	if !ok || !reflect.DeepEqual(got, a) {
 		t.Fatalf("ParseState(State()) = %v, %v", got, ok)
+	}
+	full := withNetwork(addr("10.0.0.7", 24), "10.0.0.1", []string{"10.0.0.53", "2001:db8::53"}, "example.com")
+	if got, ok := ParseState(full.State()); !ok || !reflect.DeepEqual(got, full) {
+		t.Fatalf("ParseState(State()) with gateway and DNS = %+v, %v", got, ok)
 	}
 	// As an enactment stores it: YAML.
 	got, ok = ParseState([]byte("ip: 10.0.0.1\nprefix-length: 24\n"))
-	if !ok || got != addr("10.0.0.1", 24) {
+	if !ok || !reflect.DeepEqual(got, addr("10.0.0.1", 24)) {
 		t.Fatalf("from YAML: %v, %v", got, ok)
 	}
-	for _, bad := range []string{"", "ip: nope\nprefix-length: 24", "ip: 10.0.0.1\nprefix-length: 33", "interfaces: []"} {
+	for _, bad := range []string{"", "ip: nope\nprefix-length: 24", "ip: 10.0.0.1\nprefix-length: 33", "interfaces: []",
+		"ip: 10.0.0.1\nprefix-length: 24\ngateway: router", "ip: 10.0.0.1\nprefix-length: 24\ndns-servers: [ns1]"} {
 		if _, ok := ParseState([]byte(bad)); ok {
 			t.Errorf("ParseState(%q) accepted", bad)
 		}

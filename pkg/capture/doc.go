@@ -7,8 +7,11 @@
 // with an error that names the capture and the expected form.
 //
 // Render hands the allocated addresses to nmpolicy as cached captures whose
-// state is {ip: "<address>", prefix-length: <int>}, so that a desired state
-// can use {{ capture.<name>.ip }} and {{ capture.<name>.prefix-length }},
+// state is {ip: "<address>", prefix-length: <int>} plus, when the pool has
+// them, gateway: "<address>", dns-servers: [...] and dns-search: [...], so
+// that a desired state can use {{ capture.<name>.ip }},
+// {{ capture.<name>.prefix-length }}, {{ capture.<name>.gateway }} and the
+// DNS lists,
 // resolves the ordinary captures against the current state, and returns the
 // rendered desired state with every captured state.
 //

@@ -19,6 +19,8 @@ type Spec struct {
 	Start   string
 	End     string
 	Exclude []string
+	// Gateway, if set, is an address of the CIDR that is never handed out.
+	Gateway string
 }
 
 // Range maps the addresses of a pool to offsets and back:
@@ -43,6 +45,7 @@ type Range struct {
 	last       uint64 // largest offset: end - start
 	excluded   []span // sorted, disjoint, non-adjacent, within [0, last]
 	size       uint64 // assignable offsets, saturating at math.MaxUint64
+	gateway    netip.Addr
 }
 
 // span is an inclusive interval of offsets. Inclusive bounds let a span end
@@ -81,7 +84,14 @@ func NewRange(spec Spec) (*Range, error) {
 			ErrInvalidRange, r.start, r.end)
 	}
 	r.last = span.lo
-	if err := r.setExcluded(spec.Exclude); err != nil {
+	exclude := spec.Exclude
+	if spec.Gateway != "" {
+		if r.gateway, err = r.parseGateway(spec.Gateway); err != nil {
+			return nil, err
+		}
+		exclude = append(slices.Clone(exclude), r.gateway.String())
+	}
+	if err := r.setExcluded(exclude); err != nil {
 		return nil, err
 	}
 	if r.size == 0 {
@@ -171,6 +181,20 @@ func (r *Range) parseBound(field, value string, def netip.Addr) (netip.Addr, err
 		return netip.Addr{}, fmt.Errorf("%w: %s %s is outside cidr %s", ErrInvalidRange, field, value, r.prefix)
 	}
 	return a, nil
+}
+
+// parseGateway checks that a gateway is an address of the CIDR that a
+// host may have: not the network, broadcast or subnet-router anycast one.
+func (r *Range) parseGateway(value string) (netip.Addr, error) {
+	gw, err := r.parseBound("gateway", value, netip.Addr{})
+	if err != nil {
+		return netip.Addr{}, err
+	}
+	if first, last := usableBounds(r.prefix); gw.Less(first) || last.Less(gw) {
+		return netip.Addr{}, fmt.Errorf("%w: gateway %s is the network, broadcast or subnet-router anycast address of cidr %s: pick a host address",
+			ErrInvalidRange, gw, r.prefix)
+	}
+	return gw, nil
 }
 
 // setExcluded turns the exclude list and the reserved addresses into sorted,
@@ -296,6 +320,10 @@ func mergeSpans(spans []span) []span {
 // Prefix returns the pool's CIDR; its length is the prefix length handed out
 // with every address.
 func (r *Range) Prefix() netip.Prefix { return r.prefix }
+
+// Gateway returns the pool's gateway, or the zero Addr if it has none. It
+// is never handed out.
+func (r *Range) Gateway() netip.Addr { return r.gateway }
 
 // Start returns the first address of the range (offset 0).
 func (r *Range) Start() netip.Addr { return r.start }

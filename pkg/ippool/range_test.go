@@ -155,6 +155,13 @@ func TestNewRangeRejects(t *testing.T) {
 		{"exclude garbage", Spec{CIDR: "10.0.0.0/24", Exclude: []string{"ten"}}, "not an IP address"},
 		{"everything excluded", Spec{CIDR: "10.0.0.0/30", Exclude: []string{"10.0.0.1", "10.0.0.2"}}, "every address"},
 		{"only reserved", Spec{CIDR: "10.0.0.0/24", Start: "10.0.0.0", End: "10.0.0.0"}, "every address"},
+		{"gateway garbage", Spec{CIDR: "10.0.0.0/24", Gateway: "router"}, "gateway: \"router\" is not an IP address"},
+		{"gateway outside", Spec{CIDR: "10.0.0.0/24", Gateway: "10.0.1.1"}, "gateway 10.0.1.1 is outside cidr 10.0.0.0/24"},
+		{"gateway family", Spec{CIDR: "10.0.0.0/24", Gateway: "2001:db8::1"}, "gateway 2001:db8::1 and cidr 10.0.0.0/24 are of different IP families"},
+		{"gateway is the network", Spec{CIDR: "10.0.0.0/24", Gateway: "10.0.0.0"}, "gateway 10.0.0.0 is the network, broadcast"},
+		{"gateway is the broadcast", Spec{CIDR: "10.0.0.0/24", Gateway: "10.0.0.255"}, "pick a host address"},
+		{"gateway is the anycast", Spec{CIDR: "2001:db8::/64", Gateway: "2001:db8::"}, "subnet-router anycast"},
+		{"only the gateway", Spec{CIDR: "10.0.0.0/24", Start: "10.0.0.1", End: "10.0.0.1", Gateway: "10.0.0.1"}, "every address"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -163,6 +170,40 @@ func TestNewRangeRejects(t *testing.T) {
 				t.Fatalf("NewRange(%+v) = %v, want ErrInvalidRange containing %q", tt.spec, err, tt.want)
 			}
 		})
+	}
+}
+
+func TestGatewayIsNeverHandedOut(t *testing.T) {
+	with := MustNewRange(Spec{CIDR: "10.0.0.0/29", Gateway: "10.0.0.1"})
+	without := MustNewRange(Spec{CIDR: "10.0.0.0/29"})
+	if got := with.Gateway(); got != netip.MustParseAddr("10.0.0.1") {
+		t.Fatalf("Gateway() = %s", got)
+	}
+	if without.Gateway().IsValid() {
+		t.Fatalf("a range without a gateway has gateway %s", without.Gateway())
+	}
+	if with.Size() != without.Size()-1 || with.Start() != without.Start() {
+		t.Fatalf("size %d start %s, want %d and %s: the gateway is excluded, nothing moves", with.Size(), with.Start(), without.Size()-1, without.Start())
+	}
+	a := NewAllocator(with)
+	var got []string
+	for {
+		off, err := a.AllocateNext()
+		if errors.Is(err, ErrFull) {
+			break
+		}
+		ip, _ := with.IP(off)
+		got = append(got, ip.String())
+	}
+	if strings.Join(got, " ") != "10.0.0.2 10.0.0.3 10.0.0.4 10.0.0.5 10.0.0.6" {
+		t.Fatalf("handed out %v", got)
+	}
+	if _, err := with.Assignable(netip.MustParseAddr("10.0.0.1")); !errors.Is(err, ErrExcluded) {
+		t.Fatalf("Assignable(gateway) = %v, want ErrExcluded", err)
+	}
+	// A gateway outside start-end is on the subnet all the same.
+	if _, err := NewRange(Spec{CIDR: "10.0.0.0/24", Start: "10.0.0.10", Gateway: "10.0.0.1"}); err != nil {
+		t.Fatalf("gateway below start: %v", err)
 	}
 }
 

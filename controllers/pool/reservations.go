@@ -1,0 +1,161 @@
+package pool
+
+import (
+	"context"
+	"fmt"
+	"net/netip"
+	"slices"
+	"strings"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+
+	ippoolv1 "github.com/nmstate-ippool/nmstate-ippool/api/v1"
+	"github.com/nmstate-ippool/nmstate-ippool/internal/assign"
+	"github.com/nmstate-ippool/nmstate-ippool/internal/poolstatus"
+	"github.com/nmstate-ippool/nmstate-ippool/internal/poolwrite"
+	"github.com/nmstate-ippool/nmstate-ippool/pkg/ippool"
+)
+
+// honored is the ReservationsHonored condition of a pool whose reservations
+// are all held by their nodes or free for them.
+var honored = availability{metav1.ConditionTrue, ippoolv1.ReasonReservationsHonored,
+	"Every reserved address is held by its node or free for it"}
+
+// reservationsOf decides the ReservationsHonored condition: invalid
+// reservations first, then reserved addresses held by a node they are not
+// for. nodeLabels returns a node's labels (nil if unknown); it is called
+// only for reservations by label selector. Nothing is taken from anyone:
+// the message says how to move an address.
+func reservationsOf(pool *ippoolv1.NodeIPPool, alloc *ippool.Allocator, claims poolstatus.Claims,
+	nodeLabels func(string) map[string]string) availability {
+	valid, invalid := assign.Reservations(pool, alloc.Range())
+	if len(invalid) > 0 {
+		msgs := make([]string, 0, len(invalid))
+		for _, in := range invalid {
+			msgs = append(msgs, fmt.Sprintf("%s (%s)", in.IP, in.Why))
+		}
+		return refused(ippoolv1.ReasonReservationInvalid, fmt.Sprintf(
+			"These reservations can never be handed out and are ignored: %s; fix or remove them in spec.reservations", listNames(msgs, 5)))
+	}
+	var conflicts []string
+	for _, res := range valid {
+		for _, o := range claims[res.IP] {
+			if res.Matches(o.Node, o.Policy, func() map[string]string { return nodeLabels(o.Node) }) {
+				continue
+			}
+			conflicts = append(conflicts, fmt.Sprintf(
+				"%s is reserved for %s but held by node %s (enactment %s); to move it, run: kubectl annotate nnce %s %s=%s",
+				res.IP, res.Describe(), o.Node, o.Enactment, o.Enactment, ippoolv1.ResetIPPoolAnnotation, pool.Name))
+		}
+	}
+	if len(conflicts) > 0 {
+		slices.Sort(conflicts)
+		return refused(ippoolv1.ReasonReservationConflict, strings.Join(conflicts, "; ")+
+			". The holder keeps the address until then")
+	}
+	if moves := unheld(pool, alloc, valid, claims); len(moves) > 0 {
+		return refused(ippoolv1.ReasonReservationNotHeld, strings.Join(moves, "; ")+
+			". A node keeps the address it holds until its enactment is reset")
+	}
+	return honored
+}
+
+// unheld describes the free addresses reserved by name for a node that
+// holds another address of the pool for the same policy, with the command
+// that moves it.
+func unheld(pool *ippoolv1.NodeIPPool, alloc *ippool.Allocator, valid []assign.Reservation, claims poolstatus.Claims) []string {
+	type held struct {
+		poolstatus.Owner
+		ip netip.Addr
+	}
+	byNode := map[string][]held{}
+	for ip, owners := range claims {
+		for _, o := range owners {
+			if o.Pool == pool.Name {
+				byNode[o.Node] = append(byNode[o.Node], held{o, ip})
+			}
+		}
+	}
+	for _, hs := range byNode {
+		slices.SortFunc(hs, func(a, b held) int { return a.ip.Compare(b.ip) })
+	}
+	var out []string
+	for _, res := range valid {
+		if res.Node == "" || alloc.Has(res.Offset) {
+			continue
+		}
+		for _, o := range byNode[res.Node] {
+			if res.Policy == "" || res.Policy == o.Policy {
+				out = append(out, fmt.Sprintf("node %s holds %s, not its reserved %s, which is free; to move it, run: kubectl annotate nnce %s %s=%s",
+					res.Node, o.ip, res.IP, o.Enactment, ippoolv1.ResetIPPoolAnnotation, pool.Name))
+				break
+			}
+		}
+	}
+	slices.Sort(out)
+	return out
+}
+
+// nodeLabels returns a function that reads a node's labels from the cache,
+// nil when the node is not there.
+func (r *Reconciler) nodeLabels(ctx context.Context) func(string) map[string]string {
+	return func(name string) map[string]string {
+		n := &metav1.PartialObjectMetadata{}
+		n.SetGroupVersionKind(corev1.SchemeGroupVersion.WithKind("Node"))
+		if err := r.Client.Get(ctx, types.NamespacedName{Name: name}, n); err != nil {
+			return nil
+		}
+		return n.Labels
+	}
+}
+
+// setReservations writes the ReservationsHonored condition of a pool that
+// has reservations, or had them, through the pool writer, if it changed,
+// and tells of a transition with an Event.
+func (r *Reconciler) setReservations(ctx context.Context, pool *ippoolv1.NodeIPPool, alloc *ippool.Allocator, v view) error {
+	old := meta.FindStatusCondition(pool.Status.Conditions, ippoolv1.ConditionReservationsHonored)
+	if len(pool.Spec.Reservations) == 0 && old == nil {
+		return nil
+	}
+	want := honored
+	if len(pool.Spec.Reservations) > 0 {
+		want = reservationsOf(pool, alloc, v.claims, r.nodeLabels(ctx))
+	} else {
+		want.message = "The pool has no reservations"
+	}
+	if changed, _ := setCondition(pool.DeepCopy(), ippoolv1.ConditionReservationsHonored, want, r.Clock.Now()); !changed {
+		return nil
+	}
+	var transitioned bool
+	written, err := r.Pools.UpdateConditions(ctx, pool.Name, func(p *ippoolv1.NodeIPPool) bool {
+		var changed bool
+		changed, transitioned = setCondition(p, ippoolv1.ConditionReservationsHonored, want, r.Clock.Now())
+		return changed
+	}, poolwrite.Incarnation(pool.UID))
+	if err != nil || written == nil {
+		return err
+	}
+	written.DeepCopyInto(pool)
+	if transitioned {
+		r.announce(ctx, pool, ippoolv1.ConditionReservationsHonored, want)
+	}
+	return nil
+}
+
+// setCondition sets the condition of type t on pool. It reports whether
+// anything changed and whether the condition transitioned (a new status or
+// reason). The transition time moves only when the status flips.
+func setCondition(pool *ippoolv1.NodeIPPool, t string, a availability, now time.Time) (changed, transitioned bool) {
+	old := meta.FindStatusCondition(pool.Status.Conditions, t)
+	if old != nil && old.Status == a.status && old.Reason == a.reason && old.Message == a.message && old.ObservedGeneration == pool.Generation {
+		return false, false
+	}
+	transitioned = old == nil || old.Status != a.status || old.Reason != a.reason
+	meta.SetStatusCondition(&pool.Status.Conditions, metav1.Condition{Type: t, Status: a.status,
+		Reason: a.reason, Message: a.message, ObservedGeneration: pool.Generation, LastTransitionTime: metav1.NewTime(now)})
+	return true, transitioned
+}

@@ -1,0 +1,145 @@
+package pool_test
+
+import (
+	"fmt"
+	"testing"
+
+	. "github.com/onsi/gomega"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	ippoolv1 "github.com/nmstate-ippool/nmstate-ippool/api/v1"
+	nncev1beta1 "github.com/nmstate-ippool/nmstate-ippool/api/v1beta1"
+	"github.com/nmstate-ippool/nmstate-ippool/controllers/handler"
+	"github.com/nmstate-ippool/nmstate-ippool/pkg/capture"
+	"github.com/nmstate-ippool/nmstate-ippool/test/envtest"
+)
+
+// reservations returns "Status Reason: message" of the pool's
+// ReservationsHonored condition.
+func reservations(name string) func() string {
+	return func() string {
+		var p ippoolv1.NodeIPPool
+		if err := k.Get(ctx, types.NamespacedName{Name: name}, &p); err != nil {
+			return err.Error()
+		}
+		c := meta.FindStatusCondition(p.Status.Conditions, ippoolv1.ConditionReservationsHonored)
+		if c == nil {
+			return "none"
+		}
+		return fmt.Sprintf("%s %s: %s", c.Status, c.Reason, c.Message)
+	}
+}
+
+// setReservations replaces a pool's reservations, as an admin's edit would.
+func setReservations(name string, rs ...ippoolv1.Reservation) {
+	Eventually(func() error {
+		var p ippoolv1.NodeIPPool
+		if err := k.Get(ctx, types.NamespacedName{Name: name}, &p); err != nil {
+			return err
+		}
+		p.Spec.Reservations = rs
+		return k.Update(ctx, &p)
+	}).Should(Succeed())
+}
+
+// capturedState returns the captured state of an enactment's capture.
+func capturedState(enactment, name string) capture.Address {
+	var e nncev1beta1.NodeNetworkConfigurationEnactment
+	Expect(k.Get(ctx, types.NamespacedName{Name: enactment}, &e)).To(Succeed())
+	a, ok := capture.ParseState(e.Status.CapturedStates[name].State.Raw)
+	Expect(ok).To(BeTrue(), "captured state of %s in %s", name, enactment)
+	return a
+}
+
+// TestReservationsGatewayAndDNS: a pool with a gateway, DNS servers and
+// reservations by node name and by label. The reserved nodes get their
+// addresses (one from the controller, one allocating itself), the others
+// never get a reserved address nor the gateway, and every record carries
+// the gateway and DNS. A reservation held by another node, or not held by
+// its node, shows in ReservationsHonored with the command that fixes it;
+// running it moves the address.
+func TestReservationsGatewayAndDNS(t *testing.T) {
+	RegisterTestingT(t)
+	startController(t, nil)
+	p := &ippoolv1.NodeIPPool{ObjectMeta: metav1.ObjectMeta{Name: "resv"}, Spec: ippoolv1.NodeIPPoolSpec{
+		Range:   ippoolv1.IPRange{CIDR: "10.66.0.0/24", End: "10.66.0.9"},
+		Gateway: "10.66.0.1",
+		DNS:     &ippoolv1.DNS{Servers: []string{"10.66.0.53"}, Search: []string{"lab.example"}},
+		Reservations: []ippoolv1.Reservation{
+			{IP: "10.66.0.7", Node: "resv02"},
+			{IP: "10.66.0.6", NodeSelector: &metav1.LabelSelector{MatchLabels: map[string]string{"serial": "xyz"}}},
+		},
+	}}
+	Expect(k.Create(ctx, p)).To(Succeed())
+	t.Cleanup(func() { deleteObject(p) })
+	Eventually(available("resv")).Should(HavePrefix("True"))
+	Eventually(func(g Gomega) {
+		var got ippoolv1.NodeIPPool
+		g.Expect(k.Get(ctx, client.ObjectKeyFromObject(p), &got)).To(Succeed())
+		g.Expect([]any{got.Status.Start, got.Status.End, got.Status.Size}).To(Equal([]any{"10.66.0.1", "10.66.0.9", int64(8)}),
+			"the defaulted start is shown; the gateway is not handed out")
+	}).Should(Succeed())
+	createPolicy(t, "resv", "resv", "resv")
+	dir := t.TempDir()
+	addNode(t, dir, "resv01", "resv")
+	Eventually(enactmentState("resv01.resv")).Should(HavePrefix("Available"))
+	// resv02 allocates itself: the handler follows the reservations too.
+	addNodeWith(t, dir, "resv02", "resv", func(nd *envtest.Node) {
+		nd.Tune = func(r *handler.Reconciler) { r.DeferToController = false }
+	})
+	labelled := newNode("resv03", "resv")
+	labelled.Labels["serial"] = "xyz"
+	Expect(k.Create(ctx, labelled)).To(Succeed())
+	nd := envtest.NewNode("resv03", dir, simBin)
+	Expect(nd.Start(env)).To(Succeed())
+	t.Cleanup(func() { _ = nd.Stop(); _ = k.Delete(ctx, labelled) })
+	for _, n := range []string{"resv02", "resv03"} {
+		Eventually(enactmentState(n + ".resv")).Should(HavePrefix("Available"))
+	}
+	Expect(held("resv01.resv", "resv")).To(Equal([]string{"10.66.0.2"}), "not the gateway")
+	Expect(held("resv02.resv", "resv")).To(Equal([]string{"10.66.0.7"}), "reserved by name")
+	Expect(held("resv03.resv", "resv")).To(Equal([]string{"10.66.0.6"}), "reserved by label")
+	a := capturedState("resv01.resv", "addr")
+	Expect([]string{a.Gateway.String(), fmt.Sprint(a.DNSServers), fmt.Sprint(a.DNSSearch)}).To(Equal(
+		[]string{"10.66.0.1", "[10.66.0.53]", "[lab.example]"}))
+	Expect(capturedState("resv02.resv", "addr").Gateway.String()).To(Equal("10.66.0.1"), "the handler records the gateway too")
+	Eventually(reservations("resv")).Should(HavePrefix("True ReservationsHonored"))
+	assertIndexed("resv")
+
+	// A reservation for a node that does not exist yet, of an address
+	// resv01 holds: a conflict, named, with the command that moves it.
+	setReservations("resv", ippoolv1.Reservation{IP: "10.66.0.7", Node: "resv02"},
+		ippoolv1.Reservation{IP: "10.66.0.6", NodeSelector: &metav1.LabelSelector{MatchLabels: map[string]string{"serial": "xyz"}}},
+		ippoolv1.Reservation{IP: "10.66.0.2", Node: "resv09"})
+	Eventually(reservations("resv")).Should(Equal("False ReservationConflict: 10.66.0.2 is reserved for node resv09 but held by node resv01 " +
+		"(enactment resv01.resv); to move it, run: kubectl annotate nnce resv01.resv nmstate.io/reset-ippool=resv. The holder keeps the address until then"))
+	Eventually(events("NodeIPPool", "resv")).Should(ContainElement(HavePrefix("ReservationConflict: 10.66.0.2 is reserved for node resv09")))
+	Expect(held("resv01.resv", "resv")).To(Equal([]string{"10.66.0.2"}), "nothing is taken from the holder")
+
+	// A reservation for resv01 of a free address: resv01 keeps what it
+	// holds until its enactment is reset, then moves.
+	setReservations("resv", ippoolv1.Reservation{IP: "10.66.0.7", Node: "resv02"},
+		ippoolv1.Reservation{IP: "10.66.0.6", NodeSelector: &metav1.LabelSelector{MatchLabels: map[string]string{"serial": "xyz"}}},
+		ippoolv1.Reservation{IP: "10.66.0.8", Node: "resv01"})
+	Eventually(reservations("resv")).Should(Equal("False ReservationNotHeld: node resv01 holds 10.66.0.2, not its reserved 10.66.0.8, " +
+		"which is free; to move it, run: kubectl annotate nnce resv01.resv nmstate.io/reset-ippool=resv. A node keeps the address it holds until its enactment is reset"))
+	annotate(&nncev1beta1.NodeNetworkConfigurationEnactment{ObjectMeta: metav1.ObjectMeta{Name: "resv01.resv"}}, "resv")
+	Eventually(func() []string { return held("resv01.resv", "resv") }).Should(Equal([]string{"10.66.0.8"}))
+	Eventually(enactmentState("resv01.resv")).Should(HavePrefix("Available"))
+	Eventually(reservations("resv")).Should(HavePrefix("True ReservationsHonored"))
+	assertIndexed("resv")
+
+	// Nodes that join now get neither a reserved address nor the
+	// gateway, until the pool is full.
+	addNode(t, dir, "resv04", "resv")
+	addNode(t, dir, "resv05", "resv")
+	addNode(t, dir, "resv06", "resv")
+	for _, n := range []string{"resv04", "resv05", "resv06"} {
+		Eventually(enactmentState(n + ".resv")).Should(HavePrefix("Available"))
+		Expect(held(n+".resv", "resv")).To(ConsistOf(BeElementOf("10.66.0.2", "10.66.0.3", "10.66.0.4", "10.66.0.5", "10.66.0.9")))
+	}
+	assertIndexed("resv")
+}

@@ -1,0 +1,240 @@
+// Package assign decides which address of a pool a capture gets. Both
+// writers that hand out addresses use it (the pool controller serving
+// requests, a handler allocating itself), so they follow the same order:
+//
+//  1. the address quarantined for the claimant's return: the same
+//     enactment (its node re-added under the same name, its policy
+//     matching the node again) asking for the same capture gets back the
+//     address it held, while the quarantine lasts;
+//  2. a free address the pool reserves for the claimant's node
+//     (spec.reservations, by node name or label selector, optionally for
+//     one policy), in the order the reservations are listed;
+//  3. the lowest free address that no reservation holds for another node.
+//
+// A Chooser works on the pool and allocator of one pool write: it keeps the
+// free reserved addresses out of the allocator's reach while it works, and
+// Done gives them back before the allocator is written. It is not safe for
+// concurrent use.
+package assign
+
+import (
+	"errors"
+	"fmt"
+	"net/netip"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
+
+	ippoolv1 "github.com/nmstate-ippool/nmstate-ippool/api/v1"
+	"github.com/nmstate-ippool/nmstate-ippool/internal/poolstatus"
+	"github.com/nmstate-ippool/nmstate-ippool/pkg/ippool"
+)
+
+// Claimant is the owner an address is chosen for.
+type Claimant struct {
+	// Enactment is the enactment that will record the address,
+	// "<node>.<policy>".
+	Enactment string
+	// Node and Policy are the enactment's node and policy.
+	Node, Policy string
+	// Labels returns the node's labels; it is called only when the pool
+	// has a reservation by label selector. Nil, or a nil result, matches no
+	// selector.
+	Labels func() map[string]string
+}
+
+// Taken is one address a Chooser handed out.
+type Taken struct {
+	IP     netip.Addr
+	offset uint64
+	// Returned is set when the address came back from quarantine; the
+	// entry it came from, to restore on Give.
+	Returned *ippoolv1.QuarantinedAddress
+	// reserved is set when the address was a free reservation.
+	reserved bool
+}
+
+// Reservation is a valid reservation of a pool, parsed.
+type Reservation struct {
+	IP     netip.Addr
+	Offset uint64
+	Node   string
+	// NodeSelector is the reservation's selector as written, Selector
+	// parsed.
+	NodeSelector *metav1.LabelSelector
+	Selector     labels.Selector
+	Policy       string
+}
+
+// Matches reports whether the reservation is for the claimant. labels is
+// evaluated only for a selector.
+func (r Reservation) Matches(node, policy string, nodeLabels func() map[string]string) bool {
+	if r.Policy != "" && r.Policy != policy {
+		return false
+	}
+	if r.Node != "" {
+		return r.Node == node
+	}
+	if nodeLabels == nil {
+		return false
+	}
+	l := nodeLabels()
+	return l != nil && r.Selector.Matches(labels.Set(l))
+}
+
+// Describe names whom the reservation is for, as messages write it.
+func (r Reservation) Describe() string {
+	who := "node " + r.Node
+	if r.Node == "" {
+		who = "the node matching " + metav1.FormatLabelSelector(r.NodeSelector)
+	}
+	if r.Policy != "" {
+		who += " (policy " + r.Policy + ")"
+	}
+	return who
+}
+
+// Invalid is a reservation that can never be handed out, and why.
+type Invalid struct {
+	IP  string
+	Why string
+}
+
+// Reservations parses the reservations of pool against its range. Those
+// that can never be handed out (not an address, outside the range,
+// excluded, the gateway, listed twice, a bad selector) are returned apart,
+// with a reason an admin can act on; admission refuses them when the
+// webhook runs, and the pool controller reports them otherwise.
+func Reservations(pool *ippoolv1.NodeIPPool, rng *ippool.Range) ([]Reservation, []Invalid) {
+	var (
+		valid   []Reservation
+		invalid []Invalid
+		seen    = map[netip.Addr]bool{}
+	)
+	for _, res := range pool.Spec.Reservations {
+		ip, err := ippool.ParseAddr(res.IP)
+		if err != nil {
+			invalid = append(invalid, Invalid{res.IP, err.Error()})
+			continue
+		}
+		off, err := rng.Assignable(ip)
+		switch {
+		case ip == rng.Gateway():
+			invalid = append(invalid, Invalid{res.IP, "it is the gateway, which is never handed out"})
+			continue
+		case errors.Is(err, ippool.ErrExcluded):
+			invalid = append(invalid, Invalid{res.IP, fmt.Sprintf("it is excluded from the range %s-%s (spec.range.exclude, or a network, broadcast or anycast address)", rng.Start(), rng.End())})
+			continue
+		case err != nil:
+			invalid = append(invalid, Invalid{res.IP, fmt.Sprintf("it is outside the range %s-%s", rng.Start(), rng.End())})
+			continue
+		case seen[ip]:
+			invalid = append(invalid, Invalid{res.IP, "it is reserved more than once"})
+			continue
+		}
+		seen[ip] = true
+		r := Reservation{IP: ip, Offset: off, Node: res.Node, Policy: res.Policy}
+		if res.Node == "" {
+			sel, err := metav1.LabelSelectorAsSelector(res.NodeSelector)
+			if err != nil || res.NodeSelector == nil {
+				invalid = append(invalid, Invalid{res.IP, fmt.Sprintf("its node selector is invalid: %v", err)})
+				continue
+			}
+			r.Selector, r.NodeSelector = sel, res.NodeSelector
+		}
+		valid = append(valid, r)
+	}
+	return valid, invalid
+}
+
+// Chooser hands out the addresses of one pool write.
+type Chooser struct {
+	pool         *ippoolv1.NodeIPPool
+	alloc        *ippool.Allocator
+	reservations []Reservation
+	// blocked are the free reserved offsets the chooser marked allocated
+	// so that AllocateNext passes them by.
+	blocked map[uint64]bool
+}
+
+// New returns a Chooser over pool (a fresh copy the caller writes) and its
+// allocator. Call Done before the allocator is written.
+func New(pool *ippoolv1.NodeIPPool, alloc *ippool.Allocator) *Chooser {
+	c := &Chooser{pool: pool, alloc: alloc, blocked: map[uint64]bool{}}
+	c.reservations, _ = Reservations(pool, alloc.Range())
+	for _, r := range c.reservations {
+		if !alloc.Has(r.Offset) && alloc.Allocate(r.Offset) == nil {
+			c.blocked[r.Offset] = true
+		}
+	}
+	return c
+}
+
+// Range returns the range of the pool.
+func (c *Chooser) Range() *ippool.Range { return c.alloc.Range() }
+
+// Done gives the free reserved addresses back to the allocator. The
+// Chooser must not be used after.
+func (c *Chooser) Done() {
+	for off := range c.blocked {
+		_ = c.alloc.Release(off)
+	}
+	c.blocked = nil
+}
+
+// Take chooses and allocates an address for the capture of the claimant.
+// It fails with an error wrapping ippool.ErrFull when no address is left
+// for it; nothing changes then.
+func (c *Chooser) Take(cl Claimant, captureName string) (Taken, error) {
+	rng := c.alloc.Range()
+	if q := c.returning(cl.Enactment, captureName); q != nil {
+		ip, _ := netip.ParseAddr(q.IP)
+		entry := *q
+		poolstatus.RemoveQuarantine(c.pool, q.IP)
+		off, _ := rng.Offset(ip)
+		return Taken{IP: ip, offset: off, Returned: &entry}, nil
+	}
+	for _, r := range c.reservations {
+		if c.blocked[r.Offset] && r.Matches(cl.Node, cl.Policy, cl.Labels) {
+			delete(c.blocked, r.Offset)
+			return Taken{IP: r.IP, offset: r.Offset, reserved: true}, nil
+		}
+	}
+	off, err := c.alloc.AllocateNext()
+	if err != nil {
+		if len(c.blocked) > 0 {
+			return Taken{}, fmt.Errorf("%w (%d more are reserved for other nodes)", err, len(c.blocked))
+		}
+		return Taken{}, err
+	}
+	ip, _ := rng.IP(off)
+	return Taken{IP: ip, offset: off}, nil
+}
+
+// Give undoes a Take whose address will not be written after all.
+func (c *Chooser) Give(t Taken) {
+	switch {
+	case t.Returned != nil:
+		poolstatus.AddQuarantine(c.pool, *t.Returned)
+	case t.reserved:
+		c.blocked[t.offset] = true
+	default:
+		_ = c.alloc.Release(t.offset)
+	}
+}
+
+// returning returns the quarantine entry kept for the return of the
+// enactment's capture, or nil. Only an address the allocator holds is
+// handed back.
+func (c *Chooser) returning(enactment, captureName string) *ippoolv1.QuarantinedAddress {
+	for i := range c.pool.Status.Quarantined {
+		q := &c.pool.Status.Quarantined[i]
+		if q.Capture == "" || q.Capture != captureName || q.Enactment != enactment {
+			continue
+		}
+		if ip, err := netip.ParseAddr(q.IP); err == nil && c.alloc.HasIP(ip) && poolstatus.InFlightOf(c.pool, q.IP) == nil {
+			return q
+		}
+	}
+	return nil
+}

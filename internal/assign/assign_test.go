@@ -1,0 +1,143 @@
+package assign
+
+import (
+	"errors"
+	"fmt"
+	"net/netip"
+	"strings"
+	"testing"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	ippoolv1 "github.com/nmstate-ippool/nmstate-ippool/api/v1"
+	"github.com/nmstate-ippool/nmstate-ippool/internal/poolstatus"
+	"github.com/nmstate-ippool/nmstate-ippool/pkg/ippool"
+)
+
+func testPool(reservations ...ippoolv1.Reservation) (*ippoolv1.NodeIPPool, *ippool.Allocator) {
+	p := &ippoolv1.NodeIPPool{Spec: ippoolv1.NodeIPPoolSpec{
+		Range:        ippoolv1.IPRange{CIDR: "10.0.0.0/24", End: "10.0.0.6", Exclude: []string{"10.0.0.5"}},
+		Gateway:      "10.0.0.1",
+		Reservations: reservations,
+	}}
+	rng, err := poolstatus.Range(p)
+	if err != nil {
+		panic(err)
+	}
+	return p, ippool.NewAllocator(rng)
+}
+
+func claimant(node string, labels map[string]string) Claimant {
+	return Claimant{Enactment: node + ".policy", Node: node, Policy: "policy", Labels: func() map[string]string { return labels }}
+}
+
+func TestTakeOrder(t *testing.T) {
+	rack := &metav1.LabelSelector{MatchLabels: map[string]string{"rack": "a"}}
+	p, alloc := testPool(
+		ippoolv1.Reservation{IP: "10.0.0.2", Node: "pinned"},
+		ippoolv1.Reservation{IP: "10.0.0.3", NodeSelector: rack},
+		ippoolv1.Reservation{IP: "10.0.0.6", Node: "pinned", Policy: "other"},
+	)
+	// 10.0.0.4 was held by back.policy's capture addr and is kept for its
+	// return.
+	if err := alloc.AllocateIP(mustAddr("10.0.0.4")); err != nil {
+		t.Fatal(err)
+	}
+	poolstatus.AddQuarantine(p, ippoolv1.QuarantinedAddress{IP: "10.0.0.4", Node: "back", Enactment: "back.policy", Capture: "addr"})
+
+	c := New(p, alloc)
+	take := func(cl Claimant, capture string) string {
+		tk, err := c.Take(cl, capture)
+		if err != nil {
+			return err.Error()
+		}
+		return tk.IP.String()
+	}
+	if got := take(claimant("other", nil), "addr"); !strings.Contains(got, "reserved for other nodes") {
+		t.Fatalf("a node without reservation in a pool whose free addresses are all reserved got %s", got)
+	}
+	if _, err := c.Take(claimant("back", nil), "other-capture"); !errors.Is(err, ippool.ErrFull) {
+		t.Fatalf("another capture of the returning enactment: %v, want ErrFull", err)
+	}
+	if got := take(claimant("back", nil), "addr"); got != "10.0.0.4" {
+		t.Fatalf("the returning capture got %s, want its old 10.0.0.4", got)
+	}
+	if len(p.Status.Quarantined) != 0 {
+		t.Fatalf("the returned address is still quarantined: %v", p.Status.Quarantined)
+	}
+	if got := take(claimant("racked", map[string]string{"rack": "a"}), "addr"); got != "10.0.0.3" {
+		t.Fatalf("the node selected by label got %s, want 10.0.0.3", got)
+	}
+	if got := take(claimant("pinned", nil), "addr"); got != "10.0.0.2" {
+		t.Fatalf("the pinned node got %s, want 10.0.0.2 (10.0.0.6 is for another policy)", got)
+	}
+	c.Done()
+	if alloc.HasIP(mustAddr("10.0.0.6")) {
+		t.Fatal("Done left a free reserved address allocated")
+	}
+	if got := fmt.Sprint(alloc.Count()); got != "3" {
+		t.Fatalf("allocated %s addresses, want 3", got)
+	}
+}
+
+func TestGiveUndoesTake(t *testing.T) {
+	p, alloc := testPool(ippoolv1.Reservation{IP: "10.0.0.6", Node: "pinned"})
+	if err := alloc.AllocateIP(mustAddr("10.0.0.4")); err != nil {
+		t.Fatal(err)
+	}
+	poolstatus.AddQuarantine(p, ippoolv1.QuarantinedAddress{IP: "10.0.0.4", Enactment: "back.policy", Capture: "addr"})
+	before := alloc.Clone()
+	c := New(p, alloc)
+	for _, tc := range []struct {
+		cl      Claimant
+		capture string
+	}{{claimant("back", nil), "addr"}, {claimant("pinned", nil), "addr"}, {claimant("anyone", nil), "addr"}} {
+		tk, err := c.Take(tc.cl, tc.capture)
+		if err != nil {
+			t.Fatal(err)
+		}
+		c.Give(tk)
+	}
+	c.Done()
+	if !alloc.Equal(before) || len(p.Status.Quarantined) != 1 {
+		t.Fatalf("after Give and Done: %d allocated, quarantined %v; want what was there before", alloc.Count(), p.Status.Quarantined)
+	}
+}
+
+func TestReservationsRefused(t *testing.T) {
+	p, alloc := testPool(
+		ippoolv1.Reservation{IP: "10.0.0.1", Node: "a"},
+		ippoolv1.Reservation{IP: "10.0.0.5", Node: "a"},
+		ippoolv1.Reservation{IP: "10.0.0.9", Node: "a"},
+		ippoolv1.Reservation{IP: "ten", Node: "a"},
+		ippoolv1.Reservation{IP: "10.0.0.2", Node: "a"},
+		ippoolv1.Reservation{IP: "10.0.0.2", Node: "b"},
+		ippoolv1.Reservation{IP: "10.0.0.3", NodeSelector: &metav1.LabelSelector{MatchLabels: map[string]string{"bad key!": "x"}}},
+	)
+	valid, invalid := Reservations(p, alloc.Range())
+	if len(valid) != 1 || valid[0].IP.String() != "10.0.0.2" || valid[0].Node != "a" {
+		t.Fatalf("valid = %+v", valid)
+	}
+	var got []string
+	for _, in := range invalid {
+		got = append(got, in.IP+": "+in.Why)
+	}
+	want := []string{
+		"10.0.0.1: it is the gateway",
+		"10.0.0.5: it is excluded from the range 10.0.0.1-10.0.0.6",
+		"10.0.0.9: it is outside the range 10.0.0.1-10.0.0.6",
+		`ten: "ten" is not an IP address`,
+		"10.0.0.2: it is reserved more than once",
+		"10.0.0.3: its node selector is invalid",
+	}
+	if len(got) != len(want) {
+		t.Fatalf("invalid = %q", got)
+	}
+	for i := range want {
+		if !strings.HasPrefix(got[i], want[i]) {
+			t.Errorf("invalid[%d] = %q, want prefix %q", i, got[i], want[i])
+		}
+	}
+}
+
+func mustAddr(s string) netip.Addr { return netip.MustParseAddr(s) }
