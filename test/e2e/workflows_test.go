@@ -150,6 +150,20 @@ var _ = Describe("Scaling", func() {
 			Expect(addresses("scale", "scale", "eth1", next)[next]).To(Equal(ip))
 		})
 	}
+
+	It("replace: a node removed and re-added under its name within the quarantine period gets its address back", func() {
+		const node = "node07"
+		localcluster("node", "add", node)
+		ip := addresses("scale", "scale", "eth1", node)[node]
+		localcluster("node", "remove", node)
+		Eventually(func() *nncev1beta1.NodeNetworkConfigurationEnactment { return enactment(node, "scale") }).Should(BeNil())
+		Expect(poolBits("scale")).To(ContainElement(ip), "kept for the node's return")
+		localcluster("node", "add", node)
+		DeferCleanup(func() { localcluster("node", "remove", node) })
+		Expect(addresses("scale", "scale", "eth1", node)[node]).To(Equal(ip))
+		Eventually(func() []string { return events("NodeNetworkConfigurationEnactment", node+".scale") }).Should(
+			ContainElement(HavePrefix("AddressReturned: NodeIPPool scale returned " + ip)))
+	})
 })
 
 var _ = Describe("Manual clean up with nmstate.io/reset-ippool", func() {
