@@ -12,6 +12,7 @@ import (
 	"strings"
 	"testing"
 
+	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
@@ -19,8 +20,10 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	ctrlenvtest "sigs.k8s.io/controller-runtime/pkg/envtest"
 
 	"github.com/nmstate-ippool/nmstate-ippool/deploy"
+	"github.com/nmstate-ippool/nmstate-ippool/internal/poolwebhook"
 	"github.com/nmstate-ippool/nmstate-ippool/test/envtest"
 )
 
@@ -74,7 +77,10 @@ func render(t *testing.T, dir string) []*unstructured.Unstructured {
 // a server-side dry run, so the API server validates each of them (pod
 // specs, RBAC references, the NodeIPPool's CEL rules) without running them.
 func TestInstallDryRun(t *testing.T) {
-	env, err := envtest.Start()
+	env, err := envtest.Start(func(e *ctrlenvtest.Environment) error {
+		e.CRDDirectoryPaths = append(e.CRDDirectoryPaths, filepath.Join(envtest.RepoRoot(), "deploy", "testdata", "cert-manager-crds.yaml"))
+		return nil
+	})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -97,15 +103,18 @@ func TestInstallDryRun(t *testing.T) {
 		}
 	}
 	for _, want := range []string{"Namespace/nmstate-ippool", "DaemonSet/nmstate-ippool-handler", "Deployment/nmstate-ippool-pool-controller",
+		"ValidatingWebhookConfiguration/nmstate-ippool", "Service/nmstate-ippool-webhook", "Certificate/nmstate-ippool-webhook",
 		"CustomResourceDefinition/nodeippools.nmstate.io", "CustomResourceDefinition/nodenetworkstates.nmstate.io",
 		"ClusterRole/nmstate-ippool-handler", "ClusterRole/nmstate-ippool-pool-controller", "Role/nmstate-ippool-leader-election"} {
 		if !slices.Contains(kinds, want) {
 			t.Errorf("the install lacks %s; it has %v", want, kinds)
 		}
 	}
-	for _, o := range render(t, "samples") {
-		if err := c.Apply(ctx, client.ApplyConfigurationFromUnstructured(o), client.FieldOwner("deploy-test"), client.DryRunAll); err != nil {
-			t.Errorf("apply sample %s %s: %v", o.GetKind(), o.GetName(), err)
+	for _, dir := range []string{"samples", "samples/routed"} {
+		for _, o := range render(t, dir) {
+			if err := c.Apply(ctx, client.ApplyConfigurationFromUnstructured(o), client.FieldOwner("deploy-test"), client.DryRunAll); err != nil {
+				t.Errorf("apply sample %s %s of deploy/%s: %v", o.GetKind(), o.GetName(), dir, err)
+			}
 		}
 	}
 }
@@ -203,5 +212,55 @@ func TestEmbeddedCRDs(t *testing.T) {
 		"nodenetworkconfigurationpolicies.nmstate.io", "nodenetworkstates.nmstate.io"}
 	if strings.Join(names, ",") != strings.Join(want, ",") {
 		t.Errorf("embedded CRDs %v, want %v", names, want)
+	}
+}
+
+// TestWebhookWiring: the webhook configuration reaches the pool controller
+// through the Service on the path it serves, the certificate cert-manager
+// issues is the one the controller mounts and the one whose CA is
+// injected, and a range change fails closed while creations fail open.
+func TestWebhookWiring(t *testing.T) {
+	objs := render(t, "default")
+	w := typed[admissionregistrationv1.ValidatingWebhookConfiguration](t, objs, "ValidatingWebhookConfiguration", "nmstate-ippool")
+	svc := typed[corev1.Service](t, objs, "Service", "nmstate-ippool-webhook")
+	cert := typed[unstructured.Unstructured](t, objs, "Certificate", "nmstate-ippool-webhook")
+	dep := typed[appsv1.Deployment](t, objs, "Deployment", "nmstate-ippool-pool-controller")
+
+	if got, want := w.Annotations["cert-manager.io/inject-ca-from"], cert.GetNamespace()+"/"+cert.GetName(); got != want {
+		t.Errorf("inject-ca-from %q, want the Certificate %q", got, want)
+	}
+	policies := map[string]admissionregistrationv1.FailurePolicyType{}
+	for _, h := range w.Webhooks {
+		s := h.ClientConfig.Service
+		if s == nil || s.Name != svc.Name || s.Namespace != svc.Namespace || s.Path == nil || *s.Path != poolwebhook.Path {
+			t.Errorf("webhook %s calls %+v, want service %s/%s path %s", h.Name, s, svc.Namespace, svc.Name, poolwebhook.Path)
+		}
+		policies[h.Name] = *h.FailurePolicy
+	}
+	if policies["range.nodeippools.nmstate.io"] != admissionregistrationv1.Fail || policies["reservations.nodeippools.nmstate.io"] != admissionregistrationv1.Ignore {
+		t.Errorf("failure policies %v: a range change must fail closed, the rest open", policies)
+	}
+	secret, _, _ := unstructured.NestedString(cert.Object, "spec", "secretName")
+	pod := dep.Spec.Template.Spec
+	mounted := false
+	for _, v := range pod.Volumes {
+		mounted = mounted || (v.Secret != nil && v.Secret.SecretName == secret)
+	}
+	if !mounted || !slices.Contains(pod.Containers[0].Args, "--webhook-port=9443") {
+		t.Errorf("the controller does not mount the certificate's secret %q or serve on 9443: volumes %+v, args %v", secret, pod.Volumes, pod.Containers[0].Args)
+	}
+	if svc.Spec.Ports[0].TargetPort.String() != "webhook" || !slices.ContainsFunc(pod.Containers[0].Ports, func(p corev1.ContainerPort) bool {
+		return p.Name == "webhook" && p.ContainerPort == 9443
+	}) {
+		t.Errorf("the Service targets %v; the container's ports are %+v", svc.Spec.Ports[0].TargetPort, pod.Containers[0].Ports)
+	}
+	for k, v := range svc.Spec.Selector {
+		if pod.Containers != nil && dep.Spec.Template.Labels[k] != v {
+			t.Errorf("the Service selects %s=%s, which the controller's pods do not carry", k, v)
+		}
+	}
+	embedded, err := deploy.ValidatingWebhook()
+	if err != nil || len(embedded.Webhooks) != len(w.Webhooks) {
+		t.Errorf("embedded webhook configuration: %v, %d entries", err, len(embedded.Webhooks))
 	}
 }

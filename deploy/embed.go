@@ -1,7 +1,7 @@
 // Package deploy holds the project's Kubernetes manifests (kustomize
 // directories; deploy/default is the whole install). Its Go side embeds the
-// CRDs, so that tools such as the local cluster install exactly what
-// deploy/default does.
+// CRDs and the webhook configuration, so that tools such as the local
+// cluster install exactly what deploy/default does.
 package deploy
 
 import (
@@ -9,12 +9,28 @@ import (
 	"fmt"
 	"io/fs"
 
+	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	"sigs.k8s.io/yaml"
 )
 
 //go:embed crd/nmstate.io_*.yaml
 var crds embed.FS
+
+//go:embed webhook/validating_webhook.yaml
+var validatingWebhook []byte
+
+// ValidatingWebhook returns the NodeIPPool webhook configuration of
+// deploy/webhook. Its entries reach the webhook through the Service the
+// install creates; a caller that serves it elsewhere (the local cluster,
+// envtest) rewrites their client configuration.
+func ValidatingWebhook() (*admissionregistrationv1.ValidatingWebhookConfiguration, error) {
+	var w admissionregistrationv1.ValidatingWebhookConfiguration
+	if err := yaml.UnmarshalStrict(validatingWebhook, &w); err != nil {
+		return nil, fmt.Errorf("webhook/validating_webhook.yaml: %w", err)
+	}
+	return &w, nil
+}
 
 // CRDs returns the CustomResourceDefinitions of deploy/crd.
 func CRDs() ([]*apiextensionsv1.CustomResourceDefinition, error) {

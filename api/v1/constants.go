@@ -136,6 +136,10 @@ const (
 	// range on a node's network that no enactment records (the quarantine
 	// of a deleted pool, a record lost by hand) and quarantined them.
 	ReasonAddressQuarantined = "AddressQuarantined"
+	// ReasonRangeChanged (pool): the range's start, end or exclude changed
+	// in place; the pool was rebuilt from the enactments, its addresses at
+	// their new offsets.
+	ReasonRangeChanged = "RangeChanged"
 	// ReasonAddressReturned (enactment): an address quarantined when the
 	// enactment's record was removed (its node left, its policy stopped
 	// matching) was handed back to the same enactment and capture within

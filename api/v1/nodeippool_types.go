@@ -38,11 +38,14 @@ type NodeIPPool struct {
 // NodeIPPoolSpec is the desired range of a pool, with what a node needs
 // beside its address (gateway, DNS) and the addresses pinned to nodes.
 //
-// The range, the gateway and the DNS settings cannot be changed: to grow or
-// move a pool, delete and re-create it; addresses that still fit the new
-// range are kept. Reservations may change at any time.
+// The CIDR, the gateway and the DNS settings cannot be changed. The range's
+// start, end and exclude may change in place as long as no address in use
+// leaves the range or is excluded: the pool controller's admission webhook
+// refuses any other change and names the holders (DESIGN.md §6). Moving the
+// start moves every offset, so the pool is rebuilt (ReconcilingPool) before
+// it hands out addresses again. Reservations may change at any time.
 //
-// +kubebuilder:validation:XValidation:rule="self.range == oldSelf.range",message="spec.range is immutable: delete and re-create the NodeIPPool to change its range (addresses that still fit the new range are kept)"
+// +kubebuilder:validation:XValidation:rule="self.range.cidr == oldSelf.range.cidr",messageExpression="'spec.range.cidr is immutable (' + oldSelf.range.cidr + '): to renumber the pool into another subnet, create a new NodeIPPool and point the policies at it; start, end and exclude may change in place'"
 // +kubebuilder:validation:XValidation:rule="has(self.gateway) == has(oldSelf.gateway) && (!has(self.gateway) || self.gateway == oldSelf.gateway)",message="spec.gateway is immutable: the enactments record it with every address; create a new pool to change it"
 // +kubebuilder:validation:XValidation:rule="has(self.dns) == has(oldSelf.dns) && (!has(self.dns) || self.dns == oldSelf.dns)",message="spec.dns is immutable: the enactments record it with every address; create a new pool to change it"
 // +kubebuilder:validation:XValidation:rule="!has(self.gateway) || !isCIDR(self.range.cidr) || !isIP(self.gateway) || (ip(self.gateway).family() == cidr(self.range.cidr).ip().family() && cidr(self.range.cidr).containsIP(self.gateway))",messageExpression="'gateway ' + self.gateway + ' is outside cidr ' + self.range.cidr + ': the gateway must be on the subnet of the pool'"

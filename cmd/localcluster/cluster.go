@@ -35,6 +35,10 @@ type cluster struct {
 	QuarantinePeriod string `json:"quarantinePeriod"`
 	// Controllers is how many pool controller replicas run.
 	Controllers int `json:"controllers,omitempty"`
+	// WebhookPort is where the first pool controller replica serves the
+	// NodeIPPool webhook; the webhook configuration calls it there, so a
+	// restarted replica listens on the same port.
+	WebhookPort int `json:"webhookPort,omitempty"`
 	// Processes by name: etcd, kube-apiserver, pool-controller and
 	// handler/<node>.
 	Processes map[string]*process `json:"processes"`

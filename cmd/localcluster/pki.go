@@ -20,12 +20,17 @@ import (
 
 // pki holds the files of the local control plane's certificates: a CA, the
 // API server's serving certificate, an admin client certificate
-// (system:masters) and the service account signing key.
+// (system:masters), the pool controller's webhook serving certificate and
+// the service account signing key.
 type pki struct {
 	dir string
 }
 
 func (p pki) path(name string) string { return filepath.Join(p.dir, name) }
+
+// webhookCertDir holds the webhook's serving certificate, signed by the
+// cluster's CA.
+func (p pki) webhookCertDir() string { return p.path("webhook") }
 
 // generate writes every key and certificate into p.dir.
 func (p pki) generate() error {
@@ -53,6 +58,21 @@ func (p pki) generate() error {
 		ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth},
 	}
 	if err := p.issue("admin", admin, caKey, caCert); err != nil {
+		return err
+	}
+	// The pool controller's webhook, served on loopback: the API server
+	// calls it by URL (see installWebhook). controller-runtime's webhook
+	// server reads tls.crt and tls.key from its --webhook-cert-dir.
+	webhook := &x509.Certificate{
+		Subject:     pkix.Name{CommonName: "nmstate-ippool-webhook"},
+		DNSNames:    []string{"localhost"},
+		IPAddresses: []net.IP{net.ParseIP("127.0.0.1")},
+		ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
+	}
+	if err := os.MkdirAll(p.webhookCertDir(), 0o700); err != nil {
+		return err
+	}
+	if err := p.issue(filepath.Join("webhook", "tls"), webhook, caKey, caCert); err != nil {
 		return err
 	}
 	saKey, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)

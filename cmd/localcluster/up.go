@@ -16,12 +16,14 @@ import (
 	"syscall"
 	"time"
 
+	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/nmstate-ippool/nmstate-ippool/deploy"
+	"github.com/nmstate-ippool/nmstate-ippool/internal/poolwebhook"
 )
 
 // upOptions are the flags of "up".
@@ -97,6 +99,7 @@ func (c *cluster) bootstrap(ctx context.Context, nodes int, out io.Writer) error
 		{"kube-apiserver", func(ctx context.Context) error { return c.startAPIServer(ctx, keys) }},
 		{"CRDs", c.installCRDs},
 		{"pool-controller", c.startPoolController},
+		{"webhook", func(ctx context.Context) error { return c.installWebhook(ctx, keys) }},
 	} {
 		if err := step(out, s.name, func() error { return s.run(ctx) }); err != nil {
 			return err
@@ -349,16 +352,67 @@ func (c *cluster) startControllerReplica(ctx context.Context, name string) error
 	if err != nil {
 		return err
 	}
+	webhook, err := c.webhookPort(name)
+	if err != nil {
+		return err
+	}
 	p := &process{Binary: filepath.Join(c.Bin, "pool-controller"), Log: c.path("logs", name+".log"),
 		Health: "http://" + hostPort(health) + "/readyz", Metrics: "http://" + hostPort(metrics) + "/metrics", Args: []string{
 			"--kubeconfig=" + c.kubeconfig(), "--leader-election-namespace=default",
 			"--health-probe-bind-address=" + hostPort(health), "--metrics-bind-address=" + hostPort(metrics),
 			"--gc-grace-period=" + c.GracePeriod, "--quarantine-period=" + c.QuarantinePeriod,
+			"--webhook-host=127.0.0.1", fmt.Sprintf("--webhook-port=%d", webhook),
+			"--webhook-cert-dir=" + pki{dir: c.path("pki")}.webhookCertDir(),
 		}}
 	if err := c.launch(name, p); err != nil {
 		return err
 	}
 	return p.ready(ctx, time.Minute, httpReady(p.Health))
+}
+
+// webhookPort returns the port a replica serves the webhook on: the first
+// replica's is chosen once and kept, since the webhook configuration names
+// it; the others take any free port.
+func (c *cluster) webhookPort(replica string) (int, error) {
+	if replica != controllerName(1) {
+		return freePort()
+	}
+	if c.WebhookPort == 0 {
+		port, err := freePort()
+		if err != nil {
+			return 0, err
+		}
+		c.WebhookPort = port
+	}
+	return c.WebhookPort, nil
+}
+
+// installWebhook installs deploy/webhook's configuration, calling the first
+// pool controller replica by URL with the cluster's CA instead of through
+// the Service (the local cluster has no service network). The certificate
+// is the cluster's own: no cert-manager.
+func (c *cluster) installWebhook(ctx context.Context, keys pki) error {
+	k, err := c.client()
+	if err != nil {
+		return err
+	}
+	w, err := deploy.ValidatingWebhook()
+	if err != nil {
+		return err
+	}
+	ca, err := os.ReadFile(keys.path("ca.crt"))
+	if err != nil {
+		return err
+	}
+	url := fmt.Sprintf("https://%s%s", hostPort(c.WebhookPort), poolwebhook.Path)
+	w.Annotations = nil // no cert-manager here
+	for i := range w.Webhooks {
+		w.Webhooks[i].ClientConfig = admissionregistrationv1.WebhookClientConfig{URL: &url, CABundle: ca}
+	}
+	if err := k.Create(ctx, w); err != nil {
+		return fmt.Errorf("create ValidatingWebhookConfiguration %s: %w", w.Name, err)
+	}
+	return nil
 }
 
 // launch starts a process and records it before anything else can fail.

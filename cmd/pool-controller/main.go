@@ -17,10 +17,13 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
 	ctrlmetrics "sigs.k8s.io/controller-runtime/pkg/metrics"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
+	"sigs.k8s.io/controller-runtime/pkg/webhook"
+	"sigs.k8s.io/controller-runtime/pkg/webhook/admission"
 
 	"github.com/nmstate-ippool/nmstate-ippool/controllers/enactment"
 	"github.com/nmstate-ippool/nmstate-ippool/controllers/policy"
 	"github.com/nmstate-ippool/nmstate-ippool/controllers/pool"
+	"github.com/nmstate-ippool/nmstate-ippool/internal/poolwebhook"
 	"github.com/nmstate-ippool/nmstate-ippool/internal/scheme"
 )
 
@@ -28,6 +31,8 @@ type options struct {
 	metricsAddr, healthAddr, leaseNamespace string
 	leaderElection                          bool
 	gracePeriod, quarantinePeriod           time.Duration
+	webhookPort                             int
+	webhookHost, webhookCertDir             string
 }
 
 func main() {
@@ -40,6 +45,10 @@ func main() {
 		"how long an address may stay allocated with no enactment claiming it, an address taken but not recorded, and an enactment terminating without its handler, before the controller frees it")
 	flag.DurationVar(&o.quarantinePeriod, "quarantine-period", pool.DefaultQuarantinePeriod,
 		"longest time an address taken from its holder (release, reset, node removal) is kept from everyone else when the holder cannot confirm it no longer carries it")
+	flag.IntVar(&o.webhookPort, "webhook-port", 9443, "port of the NodeIPPool admission webhook (deploy/webhook); 0 disables it")
+	flag.StringVar(&o.webhookHost, "webhook-host", "", "address the webhook listens on (default: every address)")
+	flag.StringVar(&o.webhookCertDir, "webhook-cert-dir", "/tmp/k8s-webhook-server/serving-certs",
+		"directory holding the webhook's serving certificate, tls.crt and tls.key (reloaded when they change)")
 	zapOpts := zap.Options{}
 	zapOpts.BindFlags(flag.CommandLine)
 	flag.Parse()
@@ -63,8 +72,13 @@ func run(o options) error {
 	if err != nil {
 		return fmt.Errorf("load the kubeconfig: %w", err)
 	}
+	var webhooks webhook.Server
+	if o.webhookPort != 0 {
+		webhooks = webhook.NewServer(webhook.Options{Host: o.webhookHost, Port: o.webhookPort, CertDir: o.webhookCertDir})
+	}
 	mgr, err := ctrl.NewManager(cfg, ctrl.Options{
 		Scheme:                  s,
+		WebhookServer:           webhooks,
 		Metrics:                 metricsserver.Options{BindAddress: o.metricsAddr},
 		HealthProbeBindAddress:  o.healthAddr,
 		LeaderElection:          o.leaderElection,
@@ -88,13 +102,21 @@ func run(o options) error {
 	if err := policy.New(mgr).SetupWithManager(ctx, mgr, policy.SetupOptions{}); err != nil {
 		return fmt.Errorf("set up the policy controller: %w", err)
 	}
+	ready := healthz.Ping
+	if webhooks != nil {
+		webhooks.Register(poolwebhook.Path, &webhook.Admission{Handler: &poolwebhook.Validator{
+			Reader: mgr.GetAPIReader(), Decoder: admission.NewDecoder(mgr.GetScheme())}})
+		// Ready once the webhook serves: the Service sends admission
+		// requests only to ready replicas.
+		ready = webhooks.StartedChecker()
+	}
 	if err := mgr.AddHealthzCheck("healthz", healthz.Ping); err != nil {
 		return err
 	}
-	if err := mgr.AddReadyzCheck("readyz", healthz.Ping); err != nil {
+	if err := mgr.AddReadyzCheck("readyz", ready); err != nil {
 		return err
 	}
 	ctrl.Log.Info("starting pool controller", "leaderElection", o.leaderElection, "gcGracePeriod", o.gracePeriod.String(),
-		"quarantinePeriod", o.quarantinePeriod.String())
+		"quarantinePeriod", o.quarantinePeriod.String(), "webhookPort", o.webhookPort)
 	return mgr.Start(ctx)
 }

@@ -136,6 +136,9 @@ func (r *Reconciler) rebuildReason(ctx context.Context, pool *ippoolv1.NodeIPPoo
 		return "the controller started", nil
 	}
 	switch {
+	case rangeMoved(pool, unreadable):
+		return fmt.Sprintf("the range changed from %s-%s to %s (generation %d)", pool.Status.Start, pool.Status.End,
+			describeRange(pool), pool.Generation), nil
 	case unreadable != nil:
 		return fmt.Sprintf("status.allocatedOffsets is unreadable (%v)", unreadable), nil
 	case !poolstatus.Vouched(pool):
@@ -144,6 +147,23 @@ func (r *Reconciler) rebuildReason(ctx context.Context, pool *ippoolv1.NodeIPPoo
 		return r.confirmMissing(ctx, pool)
 	}
 	return "", nil
+}
+
+// rangeMoved reports whether a bitmap could not be restored only because
+// the range changed under it: the snapshot names another range (its
+// fingerprint), and the stamp vouches that the bitmap itself is as its
+// writers left it.
+func rangeMoved(pool *ippoolv1.NodeIPPool, unreadable error) bool {
+	return errors.Is(unreadable, ippool.ErrSnapshotMismatch) && poolstatus.Vouched(pool)
+}
+
+// describeRange describes the pool's effective range, defaults included.
+func describeRange(pool *ippoolv1.NodeIPPool) string {
+	rng, err := poolstatus.Range(pool)
+	if err != nil {
+		return "an unusable range"
+	}
+	return fmt.Sprintf("%s-%s", rng.Start(), rng.End())
 }
 
 // confirmUnvouched re-reads the pool from the API server and tells whether
@@ -232,11 +252,19 @@ func (r *Reconciler) rebuildFromEnactments(ctx context.Context, pool *ippoolv1.N
 	var v view
 	var distrusted bool
 	var strays []string
-	vouch := poolwrite.Vouch(func(err error) {
-		r.Recorder.Eventf(pool, nil, corev1.EventTypeWarning, ippoolv1.ReasonUnsyncronizedIPPool, "Rebuild",
-			"Discarded an unreadable status.allocatedOffsets (%v); rebuilding from the enactments", err)
-	})
+	// discarded is the error of a bitmap the writer could not restore in
+	// the current attempt, and unreadable what the attempt made of it.
+	var discarded, unreadable error
+	var moved string
+	vouch := poolwrite.Vouch(func(err error) { discarded = err })
 	err = r.writeStatus(ctx, pool, func(p *ippoolv1.NodeIPPool, alloc *ippool.Allocator) (availability, bool, error) {
+		unreadable, discarded, moved = discarded, nil, ""
+		if rangeMoved(p, unreadable) {
+			// The offsets of the old range mean nothing in the new one:
+			// the bitmap is rebuilt from records and entries, which name
+			// addresses.
+			moved, unreadable = fmt.Sprintf("%s-%s to %s", p.Status.Start, p.Status.End, describeRange(p)), nil
+		}
 		distrusted = false
 		if !poolstatus.Vouched(p) {
 			// A new pool has nothing to distrust; any other status that
@@ -256,6 +284,26 @@ func (r *Reconciler) rebuildFromEnactments(ctx context.Context, pool *ippoolv1.N
 	if err != nil {
 		return err
 	}
+	r.reportRebuild(pool, moved, unreadable, strays, distrusted)
+	r.reportOutside(pool, v)
+	ctrl.LoggerFrom(ctx).Info("rebuilt pool", "set", set, "allocated", pool.Status.Allocated,
+		"collisions", len(v.audit.Collisions), "outside", len(v.audit.Outside), "unclaimed", len(v.audit.Unclaimed))
+	return nil
+}
+
+// reportRebuild raises the Events of a finished rebuild: the range it was
+// done for (moved, "old to new"), the unreadable bitmap it discarded, the
+// stray addresses it quarantined, the status it did not trust.
+func (r *Reconciler) reportRebuild(pool *ippoolv1.NodeIPPool, moved string, unreadable error, strays []string, distrusted bool) {
+	switch {
+	case moved != "":
+		r.Recorder.Eventf(pool, nil, corev1.EventTypeNormal, ippoolv1.ReasonRangeChanged, "Rebuild",
+			"The range changed from %s: rebuilt from the enactments, %d addresses allocated at their offsets in the new range",
+			moved, pool.Status.Allocated)
+	case unreadable != nil:
+		r.Recorder.Eventf(pool, nil, corev1.EventTypeWarning, ippoolv1.ReasonUnsyncronizedIPPool, "Rebuild",
+			"Discarded an unreadable status.allocatedOffsets (%v); rebuilt from the enactments", unreadable)
+	}
 	if len(strays) > 0 {
 		r.Recorder.Eventf(pool, nil, corev1.EventTypeWarning, ippoolv1.ReasonAddressQuarantined, "Rebuild",
 			"Quarantined %s: carried by a node's network but recorded by no enactment (its pool was deleted, or a record was lost)",
@@ -266,10 +314,6 @@ func (r *Reconciler) rebuildFromEnactments(ctx context.Context, pool *ippoolv1.N
 			"Rebuilt from the enactments: status.allocatedOffsets, inFlight or quarantined had been changed by someone other than "+
 				"the pool controller and the handlers (its stamp did not match), so only recorded, in-flight and quarantined addresses were kept")
 	}
-	r.reportOutside(pool, v)
-	ctrl.LoggerFrom(ctx).Info("rebuilt pool", "set", set, "allocated", pool.Status.Allocated,
-		"collisions", len(v.audit.Collisions), "outside", len(v.audit.Outside), "unclaimed", len(v.audit.Unclaimed))
-	return nil
 }
 
 // carriedAddresses maps every static address the nodes' NodeNetworkStates

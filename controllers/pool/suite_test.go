@@ -37,9 +37,15 @@ var (
 	simBin string
 )
 
+// TestMain runs the package on a control plane with the NodeIPPool
+// webhook installed and served, as the pool controller serves it: every
+// pool the tests create or change passes through it.
 func TestMain(m *testing.M) {
-	os.Exit(envtest.Run(m, func(s *envtest.Suite) {
+	os.Exit(envtest.RunWith(m, []envtest.Option{envtest.WithWebhook()}, func(s *envtest.Suite) {
 		env, k, simBin = s.Env, s.Client, s.Command("nmstatectl-sim")
+		if _, err := env.StartWebhook(); err != nil {
+			panic(err) // the suite cannot run without it
+		}
 	}, "nmstatectl-sim"))
 }
 

@@ -6,11 +6,18 @@ import (
 	"os"
 	"path/filepath"
 	"runtime"
+	"time"
 
 	k8sruntime "k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/rest"
+	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
+	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
+	"sigs.k8s.io/controller-runtime/pkg/webhook"
+	"sigs.k8s.io/controller-runtime/pkg/webhook/admission"
 
+	"github.com/nmstate-ippool/nmstate-ippool/deploy"
+	"github.com/nmstate-ippool/nmstate-ippool/internal/poolwebhook"
 	projectscheme "github.com/nmstate-ippool/nmstate-ippool/internal/scheme"
 )
 
@@ -37,9 +44,27 @@ func AssetsDir() string {
 	return filepath.Join(RepoRoot(), "bin", "k8s")
 }
 
+// Option tunes the control plane Start starts.
+type Option func(*envtest.Environment) error
+
+// WithWebhook installs deploy/webhook's configuration, rewritten to call a
+// webhook server on loopback with a certificate of envtest's own CA; serve
+// it with Env.StartWebhook. Until it serves, NodeIPPool range changes are
+// refused (the range entry fails closed) and creations pass unchecked.
+func WithWebhook() Option {
+	return func(env *envtest.Environment) error {
+		w, err := deploy.ValidatingWebhook()
+		if err != nil {
+			return err
+		}
+		env.WebhookInstallOptions.ValidatingWebhooks = append(env.WebhookInstallOptions.ValidatingWebhooks, w)
+		return nil
+	}
+}
+
 // Start starts etcd and kube-apiserver and installs the CRDs of deploy/crd.
 // Call Stop when done.
-func Start() (*Env, error) {
+func Start(opts ...Option) (*Env, error) {
 	dir := AssetsDir()
 	for _, bin := range []string{"kube-apiserver", "etcd"} {
 		if _, err := os.Stat(filepath.Join(dir, bin)); err != nil {
@@ -56,6 +81,11 @@ func Start() (*Env, error) {
 		ErrorIfCRDPathMissing: true,
 		Scheme:                scheme,
 	}
+	for _, o := range opts {
+		if err := o(env); err != nil {
+			return nil, err
+		}
+	}
 	var apiserverLog *os.File
 	if path := os.Getenv("TEST_LOG"); path != "" {
 		// The API server's own log, beside the controllers'.
@@ -69,6 +99,32 @@ func Start() (*Env, error) {
 		return nil, fmt.Errorf("start the envtest control plane from %s: %w", dir, err)
 	}
 	return &Env{Config: cfg, Scheme: scheme, env: env, apiserverLog: apiserverLog}, nil
+}
+
+// StartWebhook serves the NodeIPPool admission webhook in this process,
+// where the configuration WithWebhook installed calls it, until the returned
+// function is called. It returns once the webhook answers.
+func (e *Env) StartWebhook() (stop func() error, err error) {
+	o := &e.env.WebhookInstallOptions
+	if len(o.ValidatingWebhooks) == 0 {
+		return nil, errors.New("envtest: started without WithWebhook")
+	}
+	mgr, err := ctrl.NewManager(e.Config, ctrl.Options{Scheme: e.Scheme, Metrics: metricsserver.Options{BindAddress: "0"},
+		HealthProbeBindAddress: "0", LeaderElection: false,
+		WebhookServer: webhook.NewServer(webhook.Options{Host: o.LocalServingHost, Port: o.LocalServingPort, CertDir: o.LocalServingCertDir})})
+	if err != nil {
+		return nil, err
+	}
+	mgr.GetWebhookServer().Register(poolwebhook.Path, &webhook.Admission{Handler: &poolwebhook.Validator{
+		Reader: mgr.GetAPIReader(), Decoder: admission.NewDecoder(e.Scheme)}})
+	stop = RunManager(mgr)
+	check := mgr.GetWebhookServer().StartedChecker()
+	for deadline := time.Now().Add(30 * time.Second); check(nil) != nil; time.Sleep(50 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			return nil, errors.Join(fmt.Errorf("the webhook does not answer on %s:%d", o.LocalServingHost, o.LocalServingPort), stop())
+		}
+	}
+	return stop, nil
 }
 
 // Stop stops the control plane.

@@ -33,7 +33,12 @@ type Runner interface{ Run() int }
 // suite to setup, runs the tests and tears everything down. It returns the
 // exit code.
 func Run(m Runner, setup func(*Suite), commands ...string) int {
-	s, cleanup, err := setUp(commands)
+	return RunWith(m, nil, setup, commands...)
+}
+
+// RunWith is Run with the control plane started with opts.
+func RunWith(m Runner, opts []Option, setup func(*Suite), commands ...string) int {
+	s, cleanup, err := setUp(opts, commands)
 	defer cleanup()
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
@@ -43,7 +48,7 @@ func Run(m Runner, setup func(*Suite), commands ...string) int {
 	return m.Run()
 }
 
-func setUp(commands []string) (*Suite, func(), error) {
+func setUp(opts []Option, commands []string) (*Suite, func(), error) {
 	var undo []func()
 	cleanup := func() {
 		for i := len(undo) - 1; i >= 0; i-- {
@@ -68,7 +73,7 @@ func setUp(commands []string) (*Suite, func(), error) {
 	if err := BuildCommands(dir, commands...); err != nil {
 		return nil, cleanup, err
 	}
-	env, err := Start()
+	env, err := Start(opts...)
 	if err != nil {
 		return nil, cleanup, err
 	}

@@ -175,7 +175,7 @@ func startPoolController(b *testing.B) (string, func()) {
 	addr := l.Addr().String()
 	must(b, l.Close())
 	cmd := exec.Command(suite.Command("pool-controller"), "--kubeconfig", kubeconfig, "--leader-elect=false",
-		"--metrics-bind-address", addr, "--health-probe-bind-address", "0", "--quarantine-period", "30s")
+		"--metrics-bind-address", addr, "--health-probe-bind-address", "0", "--quarantine-period", "30s", "--webhook-port", "0")
 	if log := os.Getenv("TEST_LOG"); log != "" {
 		f, err := os.Create(log + ".pool-controller")
 		must(b, err)
