@@ -5,6 +5,7 @@
 //	kubectl nodeippool show POOL               every allocated offset → IP → node, interface, policy, capture
 //	kubectl nodeippool decode POOL OFFSET|IP   an offset or an address, both ways
 //	kubectl nodeippool check [POOL...]         exit 1 if pool status and enactments disagree, listing how
+//	kubectl nodeippool plan -f POOL.yaml       who would keep, move or lose an address under a proposed pool
 //	kubectl nodeippool explain --cidr ...      a range's offsets, offline
 //
 // The cluster commands print tables, or -o json|yaml, and find the cluster
@@ -33,14 +34,18 @@ const usage = `Usage:
   kubectl nodeippool show POOL                [-o table|json|yaml]
   kubectl nodeippool decode POOL OFFSET|IP    [-o table|json|yaml]
   kubectl nodeippool check [POOL...]          [-o table|json|yaml]
+  kubectl nodeippool plan -f FILE             [-o table|json|yaml]
   kubectl nodeippool explain --cidr CIDR [--start IP] [--end IP] [--exclude IP|CIDR,...]
                              [--allocated SNAPSHOT] [--allocate N] [--limit N]
 
 list shows the pools; show, every allocated or recorded address of a pool
 with its offset, state and holders (node, interface, policy, capture);
 decode turns an offset into an address or back; check exits 1 when a
-pool's status and the enactments disagree, listing every mismatch. They
-take --kubeconfig and --context like kubectl.
+pool's status and the enactments disagree, listing every mismatch; plan
+reads proposed NodeIPPools from FILE (- for standard input) and shows, for
+each, which nodes would keep, move or lose their address, at which offsets,
+and whether kubectl apply may change the pool in place. They take
+--kubeconfig and --context like kubectl; none changes anything.
 
 explain needs no cluster: it shows how a range maps offsets to addresses,
 which are excluded, what a status.allocatedOffsets snapshot holds and, with
@@ -63,6 +68,8 @@ func run(args []string, stdout, stderr io.Writer) int {
 	switch cmd, rest := args[0], args[1:]; cmd {
 	case "explain":
 		err = runExplain(rest, stdout, stderr)
+	case "plan":
+		err = runPlan(rest, stdout, stderr)
 	case "list", "show", "decode", "check":
 		err = runCluster(cmd, rest, stdout, stderr)
 	case "help", "-h", "--help":

@@ -1,0 +1,118 @@
+package main
+
+import (
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	ippoolv1 "github.com/nmstate-ippool/nmstate-ippool/api/v1"
+)
+
+// writeFile writes a proposed pool for plan -f.
+func writeFile(t *testing.T, content string) string {
+	t.Helper()
+	path := filepath.Join(t.TempDir(), "pool.yaml")
+	if err := os.WriteFile(path, []byte(content), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return path
+}
+
+// TestPlan runs plan against a real API server: a growth in place, a
+// change that would take addresses (refused in place, with what a
+// re-creation would do instead), a new pool taking over the records of an
+// old one, and bad input.
+func TestPlan(t *testing.T) {
+	k, kubeconfig := cluster(t)
+	pool(t, k, "traffic", ippoolv1.IPRange{CIDR: "10.30.0.0/24", Start: "10.30.0.10", End: "10.30.0.12"},
+		"10.30.0.10", "10.30.0.11", "10.30.0.12")
+	enactment(t, k, "node01", "static-ip", "traffic", "10.30.0.10")
+	enactment(t, k, "node02", "static-ip", "traffic", "10.30.0.11")
+	enactment(t, k, "node03", "static-ip", "traffic", "10.30.0.12")
+	enactment(t, k, "node04", "old", "gone", "10.31.0.7")
+
+	grow := writeFile(t, `apiVersion: nmstate.io/v1
+kind: NodeIPPool
+metadata: {name: traffic}
+spec:
+  range: {cidr: 10.30.0.0/24, start: 10.30.0.2, end: 10.30.0.20}
+---
+apiVersion: nmstate.io/v1
+kind: NodeNetworkConfigurationPolicy
+metadata: {name: ignored}
+`)
+	code, out, errOut := plugin(kubeconfig, "plan", "-f", grow)
+	if code != 0 {
+		t.Fatalf("plan: exit %d: %s", code, errOut)
+	}
+	for _, want := range []string{
+		"NodeIPPool traffic: 10.30.0.10-10.30.0.12 -> 10.30.0.2-10.30.0.20; kubectl apply changes it in place",
+		"node02  static-ip  addr     10.30.0.11  recorded  1 -> 9   keep",
+		"the start moves, so every offset moves",
+		"3 holder(s) keep their address, 0 move to another, 0 find none; 16 of 19 addresses stay free",
+	} {
+		if !strings.Contains(out, want) {
+			t.Errorf("plan output lacks %q:\n%s", want, out)
+		}
+	}
+
+	shrink := writeFile(t, `{"apiVersion": "nmstate.io/v1", "kind": "NodeIPPool", "metadata": {"name": "traffic"},
+  "spec": {"range": {"cidr": "10.30.0.0/24", "start": "10.30.0.11", "end": "10.30.0.12", "exclude": ["10.30.0.12"]}}}`)
+	code, out, _ = plugin(kubeconfig, "plan", "-f", shrink)
+	for _, want := range []string{
+		"kubectl apply would be refused:",
+		"spec.range: Forbidden: the change takes 2 address(es) in use from their holders: 10.30.0.10 held by node node01",
+		"Deleting the pool and creating it anew would do this:",
+		"node01  static-ip  addr     10.30.0.10  recorded  0 -> -  lose: outside the proposed range 10.30.0.11-10.30.0.12; the proposed range has no free address left for it",
+		"node02  static-ip  addr     10.30.0.11  recorded  1 -> 0  keep",
+		"1 holder(s) keep their address, 0 move to another, 2 find none",
+	} {
+		if !strings.Contains(out, want) {
+			t.Errorf("plan output lacks %q:\n%s", want, out)
+		}
+	}
+	if code != 0 {
+		t.Errorf("plan of a refused change: exit %d; it reports, it does not fail", code)
+	}
+
+	// A new pool under the name of a deleted one takes over its records.
+	recreated := writeFile(t, "apiVersion: nmstate.io/v1\nkind: NodeIPPool\nmetadata: {name: gone}\nspec:\n  range: {cidr: 10.31.0.0/24}\n")
+	code, out, errOut = plugin(kubeconfig, "plan", "-f", recreated, "-o", "json")
+	if code != 0 {
+		t.Fatalf("plan -o json: exit %d: %s", code, errOut)
+	}
+	var plans []poolPlan
+	if err := json.Unmarshal([]byte(out), &plans); err != nil {
+		t.Fatalf("%v:\n%s", err, out)
+	}
+	if len(plans) != 1 || plans[0].Exists || len(plans[0].Outcomes) != 1 || plans[0].Outcomes[0].Node != "node04" ||
+		plans[0].Outcomes[0].Verdict != "keep" || plans[0].Size != 254 || plans[0].Free != 253 {
+		t.Errorf("plan of a new pool: %s", out)
+	}
+
+	// The cluster still has what it had: plan changes nothing.
+	if code, out, _ := plugin(kubeconfig, "show", "traffic"); code != 0 || !strings.Contains(out, "10.30.0.10-10.30.0.12") {
+		t.Errorf("show after plan: exit %d\n%s", code, out)
+	}
+
+	for _, tt := range []struct {
+		args []string
+		code int
+		want string
+	}{
+		{[]string{"plan"}, 2, "plan needs -f FILE"},
+		{[]string{"plan", "-f", filepath.Join(t.TempDir(), "missing.yaml")}, 1, "read the proposed pool"},
+		{[]string{"plan", "-f", writeFile(t, "kind: ConfigMap\n")}, 1, "holds no NodeIPPool"},
+		{[]string{"plan", "-f", writeFile(t, "kind: NodeIPPool\nmetadata: {name: x}\nspec: {range: {cidr: 10.0.0.0/24}, typo: 1}\n")}, 1,
+			`document 1 is not a valid NodeIPPool: error unmarshaling JSON: while decoding JSON: json: unknown field "typo"`},
+		{[]string{"plan", "-f", writeFile(t, "kind: NodeIPPool\nmetadata: {name: x}\nspec: {range: {cidr: 10.0.0.0/30, start: 10.0.0.3}}\n")}, 1,
+			"the proposed pool cannot hand out addresses"},
+	} {
+		code, _, errOut := plugin(kubeconfig, tt.args...)
+		if code != tt.code || !strings.Contains(errOut, tt.want) {
+			t.Errorf("%v: exit %d, stderr %q; want %d and %q", tt.args, code, errOut, tt.code, tt.want)
+		}
+	}
+}
