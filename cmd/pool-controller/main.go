@@ -104,11 +104,13 @@ func run(o options) error {
 	}
 	ready := healthz.Ping
 	if webhooks != nil {
-		webhooks.Register(poolwebhook.Path, &webhook.Admission{Handler: &poolwebhook.Validator{
+		// Through the manager, which runs the server once asked for it.
+		server := mgr.GetWebhookServer()
+		server.Register(poolwebhook.Path, &webhook.Admission{Handler: &poolwebhook.Validator{
 			Reader: mgr.GetAPIReader(), Decoder: admission.NewDecoder(mgr.GetScheme())}})
 		// Ready once the webhook serves: the Service sends admission
 		// requests only to ready replicas.
-		ready = webhooks.StartedChecker()
+		ready = server.StartedChecker()
 	}
 	if err := mgr.AddHealthzCheck("healthz", healthz.Ping); err != nil {
 		return err
