@@ -3,44 +3,20 @@ package pool_test
 import (
 	"slices"
 	"strings"
-	"sync"
 	"testing"
 
 	. "github.com/onsi/gomega"
 	"k8s.io/apimachinery/pkg/types"
-	"k8s.io/client-go/rest"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	ippoolv1 "github.com/nmstate-ippool/nmstate-ippool/api/v1"
+	"github.com/nmstate-ippool/nmstate-ippool/test/envtest"
 )
 
-// warnings collects the admission warnings the API server returns.
-type warnings struct {
-	mu   sync.Mutex
-	seen []string
-}
-
-func (w *warnings) HandleWarningHeader(_ int, _ string, text string) {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	w.seen = append(w.seen, text)
-}
-
-func (w *warnings) take() string {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	out := strings.Join(w.seen, "\n")
-	w.seen = nil
-	return out
-}
-
 // warned returns a client whose admission warnings w collects.
-func warned(t *testing.T) (client.Client, *warnings) {
+func warned(t *testing.T) (client.Client, *envtest.Warnings) {
 	t.Helper()
-	w := &warnings{}
-	cfg := rest.CopyConfig(env.Config)
-	cfg.WarningHandler = w
-	c, err := client.New(cfg, client.Options{Scheme: env.Scheme})
+	c, w, err := envtest.WarnedClient(env.Config, client.Options{Scheme: env.Scheme})
 	Expect(err).NotTo(HaveOccurred())
 	return c, w
 }
@@ -126,12 +102,12 @@ func TestGrowInPlace(t *testing.T) {
 
 	// A dry run of growing the end says what it does, and does nothing.
 	Expect(changeRange(wc, "grow", func(r *ippoolv1.IPRange) { r.End = "10.61.0.20" }, client.DryRunAll)).To(Succeed())
-	Expect(w.take()).To(ContainSubstring("NodeIPPool grow: 3 holder(s) keep their address, 0 move to another, 0 find none; 8 of 11 addresses stay free"))
+	Expect(w.Take()).To(ContainSubstring("NodeIPPool grow: 3 holder(s) keep their address, 0 move to another, 0 find none; 8 of 11 addresses stay free"))
 	Expect(rangeOf("grow").End).To(Equal("10.61.0.12"))
 
 	// The end grows: the waiting node gets an address from the new part.
 	Expect(changeRange(wc, "grow", func(r *ippoolv1.IPRange) { r.End = "10.61.0.20" })).To(Succeed())
-	Expect(w.take()).To(ContainSubstring("the range changes from 10.61.0.10-10.61.0.12 to 10.61.0.10-10.61.0.20"))
+	Expect(w.Take()).To(ContainSubstring("the range changes from 10.61.0.10-10.61.0.12 to 10.61.0.10-10.61.0.20"))
 	Eventually(enactmentState(waiting + ".grow")).Should(HavePrefix("Available"))
 	want[waiting] = held(waiting+".grow", "grow")[0]
 	Expect(want[waiting]).To(Equal("10.61.0.13"))
@@ -141,7 +117,7 @@ func TestGrowInPlace(t *testing.T) {
 	// The start moves earlier: every offset moves, the pool is rebuilt,
 	// and every node keeps its address.
 	Expect(changeRange(wc, "grow", func(r *ippoolv1.IPRange) { r.Start = "10.61.0.2" })).To(Succeed())
-	Expect(w.take()).To(ContainSubstring("the start moves, so every offset moves and the pool controller rebuilds the pool"))
+	Expect(w.Take()).To(ContainSubstring("the start moves, so every offset moves and the pool controller rebuilds the pool"))
 	Eventually(events("NodeIPPool", "grow")).Should(ContainElement(
 		"RangeChanged: The range changed from 10.61.0.10-10.61.0.20 to 10.61.0.2-10.61.0.20: rebuilt from the enactments, 4 addresses allocated at their offsets in the new range"))
 	Eventually(available("grow")).Should(HavePrefix("True ReconciledPool"))
@@ -157,6 +133,7 @@ func TestGrowInPlace(t *testing.T) {
 
 	// Excludes holding no address come and go; a new node skips them.
 	Expect(changeRange(k, "grow", func(r *ippoolv1.IPRange) { r.Exclude = []string{"10.61.0.2", "10.61.0.4/31"} })).To(Succeed())
+	Eventually(events("NodeIPPool", "grow")).Should(ContainElement(HavePrefix("RangeChanged: The excludes of the range 10.61.0.2-10.61.0.20 changed")))
 	Eventually(available("grow")).Should(HavePrefix("True ReconciledPool"))
 	dir := t.TempDir()
 	addNode(t, dir, "grow05", "grow")

@@ -137,8 +137,7 @@ func (r *Reconciler) rebuildReason(ctx context.Context, pool *ippoolv1.NodeIPPoo
 	}
 	switch {
 	case rangeMoved(pool, unreadable):
-		return fmt.Sprintf("the range changed from %s-%s to %s (generation %d)", pool.Status.Start, pool.Status.End,
-			describeRange(pool), pool.Generation), nil
+		return fmt.Sprintf("%s (generation %d)", rangeChange(pool), pool.Generation), nil
 	case unreadable != nil:
 		return fmt.Sprintf("status.allocatedOffsets is unreadable (%v)", unreadable), nil
 	case !poolstatus.Vouched(pool):
@@ -155,6 +154,17 @@ func (r *Reconciler) rebuildReason(ctx context.Context, pool *ippoolv1.NodeIPPoo
 // writers left it.
 func rangeMoved(pool *ippoolv1.NodeIPPool, unreadable error) bool {
 	return errors.Is(unreadable, ippool.ErrSnapshotMismatch) && poolstatus.Vouched(pool)
+}
+
+// rangeChange describes how the pool's range changed since its status was
+// written: "the range changed from A-B to C-D", or "the excludes of A-B
+// changed" when only they did.
+func rangeChange(pool *ippoolv1.NodeIPPool) string {
+	from, to := pool.Status.Start+"-"+pool.Status.End, describeRange(pool)
+	if from == to {
+		return "the excludes of the range " + to + " changed"
+	}
+	return "the range changed from " + from + " to " + to
 }
 
 // describeRange describes the pool's effective range, defaults included.
@@ -263,7 +273,7 @@ func (r *Reconciler) rebuildFromEnactments(ctx context.Context, pool *ippoolv1.N
 			// The offsets of the old range mean nothing in the new one:
 			// the bitmap is rebuilt from records and entries, which name
 			// addresses.
-			moved, unreadable = fmt.Sprintf("%s-%s to %s", p.Status.Start, p.Status.End, describeRange(p)), nil
+			moved, unreadable = rangeChange(p), nil
 		}
 		distrusted = false
 		if !poolstatus.Vouched(p) {
@@ -291,15 +301,16 @@ func (r *Reconciler) rebuildFromEnactments(ctx context.Context, pool *ippoolv1.N
 	return nil
 }
 
-// reportRebuild raises the Events of a finished rebuild: the range it was
-// done for (moved, "old to new"), the unreadable bitmap it discarded, the
+// reportRebuild raises the Events of a finished rebuild: the range change
+// it was done for (moved, see rangeChange), the unreadable bitmap it
+// discarded, the
 // stray addresses it quarantined, the status it did not trust.
 func (r *Reconciler) reportRebuild(pool *ippoolv1.NodeIPPool, moved string, unreadable error, strays []string, distrusted bool) {
 	switch {
 	case moved != "":
 		r.Recorder.Eventf(pool, nil, corev1.EventTypeNormal, ippoolv1.ReasonRangeChanged, "Rebuild",
-			"The range changed from %s: rebuilt from the enactments, %d addresses allocated at their offsets in the new range",
-			moved, pool.Status.Allocated)
+			"%s: rebuilt from the enactments, %d addresses allocated at their offsets in the new range",
+			strings.ToUpper(moved[:1])+moved[1:], pool.Status.Allocated)
 	case unreadable != nil:
 		r.Recorder.Eventf(pool, nil, corev1.EventTypeWarning, ippoolv1.ReasonUnsyncronizedIPPool, "Rebuild",
 			"Discarded an unreadable status.allocatedOffsets (%v); rebuilt from the enactments", unreadable)

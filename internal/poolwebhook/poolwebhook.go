@@ -81,7 +81,9 @@ func (v *Validator) Handle(ctx context.Context, req admission.Request) admission
 		return invalid(proposed.Name, errs)
 	}
 	var warnings []string
-	if rangeChanged || stored == nil {
+	if rangeChanged || (stored == nil && len(a.Outcomes) > 0) {
+		// A change of the range, or a pool created under a name that
+		// enactments still record: say what it does to their addresses.
 		warnings = a.Summary()
 	}
 	if stored == nil && len(a.Overlapping) > 0 {
