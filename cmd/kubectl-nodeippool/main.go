@@ -97,28 +97,19 @@ var arity = map[string][2]int{"list": {0, 0}, "show": {1, 1}, "decode": {2, 2}, 
 
 func runCluster(cmd string, args []string, stdout, stderr io.Writer) error {
 	fs := flag.NewFlagSet(cmd, flag.ContinueOnError)
-	fs.SetOutput(stderr)
-	fs.Usage = func() { fmt.Fprint(stderr, usage) }
-	kubeconfig := fs.String("kubeconfig", "", "path of the kubeconfig file (default $KUBECONFIG, then ~/.kube/config)")
-	kubeContext := fs.String("context", "", "the kubeconfig context to use")
-	output := fs.String("o", "table", "output format: table, json or yaml")
-	fs.StringVar(output, "output", "table", "output format: table, json or yaml")
+	flags := bindClusterFlags(fs, stderr)
 	pos, err := cli.Parse(fs, args, arity[cmd][0], arity[cmd][1])
 	if err != nil {
 		return err
 	}
-	if *output != "table" && *output != "json" && *output != "yaml" {
-		return fmt.Errorf("%w: -o %q: use table, json or yaml", cli.ErrUsage, *output)
+	if err := flags.check(); err != nil {
+		return err
 	}
-	k, err := connect(*kubeconfig, *kubeContext)
+	st, err := flags.read()
 	if err != nil {
 		return err
 	}
-	st, err := read(context.Background(), k)
-	if err != nil {
-		return err
-	}
-	p := printer{w: stdout, format: *output}
+	p := printer{w: stdout, format: flags.output}
 	switch cmd {
 	case "list":
 		return p.list(st.pools)
@@ -129,6 +120,41 @@ func runCluster(cmd string, args []string, stdout, stderr io.Writer) error {
 	default:
 		return st.check(p, pos)
 	}
+}
+
+// clusterFlags are the flags of every command that reads the cluster.
+type clusterFlags struct {
+	kubeconfig, context, output string
+}
+
+// bindClusterFlags defines the cluster flags on fs, whose errors and usage
+// go to stderr.
+func bindClusterFlags(fs *flag.FlagSet, stderr io.Writer) *clusterFlags {
+	f := &clusterFlags{}
+	fs.SetOutput(stderr)
+	fs.Usage = func() { fmt.Fprint(stderr, usage) }
+	fs.StringVar(&f.kubeconfig, "kubeconfig", "", "path of the kubeconfig file (default $KUBECONFIG, then ~/.kube/config)")
+	fs.StringVar(&f.context, "context", "", "the kubeconfig context to use")
+	fs.StringVar(&f.output, "o", "table", "output format: table, json or yaml")
+	fs.StringVar(&f.output, "output", "table", "output format: table, json or yaml")
+	return f
+}
+
+// check refuses an output format the printer does not know.
+func (f *clusterFlags) check() error {
+	if f.output != "table" && f.output != "json" && f.output != "yaml" {
+		return fmt.Errorf("%w: -o %q: use table, json or yaml", cli.ErrUsage, f.output)
+	}
+	return nil
+}
+
+// read connects to the cluster and reads every pool and enactment.
+func (f *clusterFlags) read() (*snapshot, error) {
+	k, err := connect(f.kubeconfig, f.context)
+	if err != nil {
+		return nil, err
+	}
+	return read(context.Background(), k)
 }
 
 // connect builds a client the way kubectl finds its cluster.

@@ -2,7 +2,6 @@ package main
 
 import (
 	"bytes"
-	"context"
 	"errors"
 	"flag"
 	"fmt"
@@ -34,32 +33,23 @@ type poolPlan struct {
 // nothing.
 func runPlan(args []string, stdout, stderr io.Writer) error {
 	fs := flag.NewFlagSet("plan", flag.ContinueOnError)
-	fs.SetOutput(stderr)
-	fs.Usage = func() { fmt.Fprint(stderr, usage) }
+	flags := bindClusterFlags(fs, stderr)
 	file := fs.String("f", "", "file with the proposed NodeIPPool(s), YAML or JSON; - reads standard input")
 	fs.StringVar(file, "filename", "", "same as -f")
-	kubeconfig := fs.String("kubeconfig", "", "path of the kubeconfig file (default $KUBECONFIG, then ~/.kube/config)")
-	kubeContext := fs.String("context", "", "the kubeconfig context to use")
-	output := fs.String("o", "table", "output format: table, json or yaml")
-	fs.StringVar(output, "output", "table", "output format: table, json or yaml")
 	if _, err := cli.Parse(fs, args, 0, 0); err != nil {
 		return err
 	}
 	if *file == "" {
 		return fmt.Errorf("%w: plan needs -f FILE with the proposed NodeIPPool", cli.ErrUsage)
 	}
-	if *output != "table" && *output != "json" && *output != "yaml" {
-		return fmt.Errorf("%w: -o %q: use table, json or yaml", cli.ErrUsage, *output)
+	if err := flags.check(); err != nil {
+		return err
 	}
 	proposed, err := readPools(*file)
 	if err != nil {
 		return err
 	}
-	k, err := connect(*kubeconfig, *kubeContext)
-	if err != nil {
-		return err
-	}
-	st, err := read(context.Background(), k)
+	st, err := flags.read()
 	if err != nil {
 		return err
 	}
@@ -71,7 +61,7 @@ func runPlan(args []string, stdout, stderr io.Writer) error {
 		}
 		plans = append(plans, pl)
 	}
-	return printer{w: stdout, format: *output}.plans(plans)
+	return printer{w: stdout, format: flags.output}.plans(plans)
 }
 
 // readPools decodes every NodeIPPool of a YAML or JSON stream; it refuses
