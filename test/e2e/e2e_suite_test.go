@@ -243,12 +243,17 @@ func configured(node, iface string) string {
 
 // poolAvailable returns "Status Reason" of a pool's Available condition.
 func poolAvailable(name string) func() string {
+	return poolCondition(name, ippoolv1.ConditionAvailable)
+}
+
+// poolCondition returns "Status Reason" of a pool's condition of type t.
+func poolCondition(name, t string) func() string {
 	return func() string {
 		var p ippoolv1.NodeIPPool
 		if err := k.Get(ctx, types.NamespacedName{Name: name}, &p); err != nil {
 			return err.Error()
 		}
-		c := meta.FindStatusCondition(p.Status.Conditions, ippoolv1.ConditionAvailable)
+		c := meta.FindStatusCondition(p.Status.Conditions, t)
 		if c == nil {
 			return "none"
 		}
