@@ -250,7 +250,7 @@ func TestImmutableFields(t *testing.T) {
 		// The same subnet spelled otherwise is another CIDR too.
 		"spec.range.cidr is immutable": func(s *ippoolv1.NodeIPPoolSpec) { s.Range.CIDR = "10.20.0.0/23" },
 		"spec.gateway is immutable":    func(s *ippoolv1.NodeIPPoolSpec) { s.Gateway = "10.20.0.1" },
-		"spec.dns is immutable":     func(s *ippoolv1.NodeIPPoolSpec) { s.DNS = &ippoolv1.DNS{Servers: []string{"10.20.0.53"}} },
+		"spec.dns is immutable":        func(s *ippoolv1.NodeIPPoolSpec) { s.DNS = &ippoolv1.DNS{Servers: []string{"10.20.0.53"}} },
 	} {
 		var fresh ippoolv1.NodeIPPool
 		if err := k.Get(ctx, client.ObjectKeyFromObject(p), &fresh); err != nil {
