@@ -195,3 +195,35 @@ func TestRefusalsOfANewPool(t *testing.T) {
 		t.Errorf("in place, the move and the overlap are refused; got %v", errs)
 	}
 }
+
+// Trimming free addresses off a range is allowed; a quarantined address
+// leaving it is dropped, with a warning, not refused.
+func TestAssessTrimAndIPv6(t *testing.T) {
+	stored := pool("p", "10.0.0.0/24", "10.0.0.10", "10.0.0.30")
+	stored.Status.Quarantined = []ippoolv1.QuarantinedAddress{{IP: "10.0.0.25", Node: "gone"}}
+	holdings := Holdings("p", stored, []nncev1beta1.NodeNetworkConfigurationEnactment{holding("n1", "p", "10.0.0.12")})
+	a, err := Assess(pool("p", "10.0.0.0/24", "10.0.0.10", "10.0.0.20"), stored, holdings, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := verdicts(a); got != "10.0.0.12:keep 10.0.0.25:drop" {
+		t.Errorf("verdicts %s", got)
+	}
+	if errs := a.Refusals(true); len(errs) != 0 {
+		t.Errorf("trimming free addresses is refused: %v", errs)
+	}
+	if summary := strings.Join(a.Summary(), "\n"); !strings.Contains(summary, "10.0.0.25 quarantined after node gone") {
+		t.Errorf("the dropped quarantine is not told: %s", summary)
+	}
+
+	v6 := pool("p6", "fd00::/64", "fd00::10", "fd00::20")
+	holdings = Holdings("p6", v6, []nncev1beta1.NodeNetworkConfigurationEnactment{holding("n1", "p6", "fd00::11")})
+	a, err = Assess(pool("p6", "fd00::/64", "fd00::1", "fd00::ffff"), v6, holdings, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	o := a.Outcomes[0]
+	if o.Verdict != Keep || *o.OldOffset != 1 || *o.Offset != 16 || !a.OffsetsMove || len(a.Refusals(true)) != 0 {
+		t.Errorf("IPv6 growth: %+v, offsets %d -> %d", a, *o.OldOffset, *o.Offset)
+	}
+}
