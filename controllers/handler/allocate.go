@@ -42,6 +42,9 @@ type allocation struct {
 	// moved describes recorded addresses that were replaced because their
 	// pool no longer hands them out.
 	moved []string
+	// returned holds, by pool, the fresh addresses that came back from
+	// quarantine.
+	returned map[string][]string
 }
 
 // allocate serves every ippool capture of the policy, one pool at a time.
@@ -57,7 +60,8 @@ func (r *Reconciler) allocate(ctx context.Context, s *scope) (*allocation, *outc
 	if o := r.blockedBeforeTaking(ctx, e, captures); o != nil {
 		return nil, o, nil
 	}
-	a := &allocation{addresses: map[string]capture.Address{}, fresh: map[string][]string{}, enactment: e.Name, token: e.ResourceVersion}
+	a := &allocation{addresses: map[string]capture.Address{}, fresh: map[string][]string{}, returned: map[string][]string{},
+		enactment: e.Name, token: e.ResourceVersion}
 	for _, pool := range captures.Pools() {
 		plan, blocked, err := r.allocateFromPool(ctx, s.policy, e, pool, captures.RefsOf(pool))
 		if err != nil || blocked != nil {
@@ -69,6 +73,9 @@ func (r *Reconciler) allocate(ctx context.Context, s *scope) (*allocation, *outc
 			a.fresh[pool] = append(a.fresh[pool], plan.addresses[name].IP.String())
 		}
 		a.moved = append(a.moved, plan.moved...)
+		if len(plan.returned) > 0 {
+			a.returned[pool] = plan.returned
+		}
 	}
 	return a, nil, nil
 }

@@ -27,6 +27,9 @@ type poolPlan struct {
 	fresh     []string
 	// moved describes recorded addresses the range no longer hands out.
 	moved []string
+	// returned describes the fresh addresses that came back from
+	// quarantine (assign.Taken.DescribeReturn).
+	returned []string
 	// source is the pool the plan was made on.
 	source *ippoolv1.NodeIPPool
 }
@@ -98,6 +101,9 @@ func (p *poolPlan) apply(alloc *ippool.Allocator, claimant assign.Claimant) erro
 			return err
 		}
 		p.addresses[name] = poolstatus.Address(p.source, rng, t.IP)
+		if what := t.DescribeReturn(name); what != "" {
+			p.returned = append(p.returned, what)
+		}
 	}
 	return nil
 }

@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -22,6 +24,7 @@ import (
 	ippoolv1 "github.com/nmstate-ippool/nmstate-ippool/api/v1"
 	nncev1beta1 "github.com/nmstate-ippool/nmstate-ippool/api/v1beta1"
 	"github.com/nmstate-ippool/nmstate-ippool/internal/annotations"
+	"github.com/nmstate-ippool/nmstate-ippool/internal/assign"
 	"github.com/nmstate-ippool/nmstate-ippool/internal/poolwrite"
 	"github.com/nmstate-ippool/nmstate-ippool/internal/record"
 	"github.com/nmstate-ippool/nmstate-ippool/pkg/capture"
@@ -345,6 +348,7 @@ func (r *Reconciler) enact(ctx context.Context, name string) (ctrl.Result, error
 		return r.concludeBlocked(ctx, s, blocked, err)
 	}
 	r.reportMoved(s.enactment, alloc.moved)
+	r.reportReturned(s.enactment, alloc.returned)
 	dropped := unclaimed(s.enactment, alloc.addresses, s.captures)
 	rendered, err := r.render(ctx, s, alloc.addresses)
 	if err != nil {
@@ -369,6 +373,18 @@ func (r *Reconciler) reportMoved(e *nncev1beta1.NodeNetworkConfigurationEnactmen
 	for _, m := range moved {
 		r.Recorder.Eventf(e, nil, corev1.EventTypeWarning, ippoolv1.ReasonAddressOutsideRange, "Allocate",
 			"%s; allocating a new address", m)
+	}
+}
+
+// reportReturned tells, with the pool controller's words, of addresses
+// that came back to this enactment from quarantine (its node re-added under
+// its name within the quarantine period).
+func (r *Reconciler) reportReturned(e *nncev1beta1.NodeNetworkConfigurationEnactment, returned map[string][]string) {
+	for _, pool := range slices.Sorted(maps.Keys(returned)) {
+		p := &ippoolv1.NodeIPPool{}
+		p.Name = pool
+		r.Recorder.Eventf(e, p, corev1.EventTypeNormal, ippoolv1.ReasonAddressReturned, "Allocate", "%s",
+			assign.ReturnedMessage(pool, returned[pool]))
 	}
 }
 

@@ -351,44 +351,64 @@ func TestConcurrentRetirers(t *testing.T) {
 // address quarantined. The Node is gone, but the address is kept for its
 // return: another node that joins gets another one, and the node re-added
 // under the same name within the quarantine period gets its old address
-// back, as does a replacement Node (a new UID) under that name.
+// back, as does a replacement Node (a new UID) under that name, with an
+// AddressReturned Event whether the pool controller serves it or its
+// handler allocates itself.
 func TestNodeReplacedUnderItsNameGetsItsAddressBack(t *testing.T) {
-	RegisterTestingT(t)
+	for _, tt := range []struct {
+		name, pool, cidr, first string
+		selfAllocate           bool
+	}{
+		{"served by the pool controller", "leave", "10.62.0.0/24", "10.62.0.1", false},
+		{"allocated by the handler", "leave-self", "10.62.1.0/24", "10.62.1.1", true},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			RegisterTestingT(t)
+			replaceNode(t, tt.pool, tt.cidr, tt.first, tt.selfAllocate)
+		})
+	}
+}
+
+func replaceNode(t *testing.T, pool, cidr, first string, selfAllocate bool) {
 	startControllerWith(t, 10*time.Minute)
-	createPool(t, "leave", ippoolv1.IPRange{CIDR: "10.62.0.0/24"})
-	Eventually(available("leave")).Should(HavePrefix("True"))
-	createPolicy(t, "leave", "leave", "leave")
+	createPool(t, pool, ippoolv1.IPRange{CIDR: cidr})
+	Eventually(available(pool)).Should(HavePrefix("True"))
+	createPolicy(t, pool, pool, pool)
 	dir := t.TempDir()
-	first := addNodeWith(t, dir, "leave01", "leave", func(nd *envtest.Node) { nd.PublishState = true })
-	Eventually(enactmentState("leave01.leave")).Should(HavePrefix("Available"))
-	Expect(held("leave01.leave", "leave")).To(Equal([]string{"10.62.0.1"}))
+	node, other, enactment := pool+"01", pool+"02", pool+"01."+pool
+	tune := func(nd *envtest.Node) {
+		nd.Tune = func(r *handler.Reconciler) { r.DeferToController = !selfAllocate }
+	}
+	leaving := addNodeWith(t, dir, node, pool, func(nd *envtest.Node) { nd.PublishState = true })
+	Eventually(enactmentState(enactment)).Should(HavePrefix("Available"))
+	Expect(held(enactment, pool)).To(Equal([]string{first}))
 	Eventually(func() string {
 		var nns nncev1beta1.NodeNetworkState
-		_ = k.Get(ctx, types.NamespacedName{Name: "leave01"}, &nns)
+		_ = k.Get(ctx, types.NamespacedName{Name: node}, &nns)
 		return string(nns.Status.CurrentState.Raw)
-	}).Should(ContainSubstring("10.62.0.1"))
+	}).Should(ContainSubstring(first))
 
-	Expect(k.Delete(ctx, newNode("leave01", "leave"))).To(Succeed())
-	Eventually(enactmentGone("leave01.leave")).Should(BeTrue())
-	Expect(first.Stop()).To(Succeed())
-	Eventually(func() []ippoolv1.QuarantinedAddress { return poolStatus("leave").Quarantined }).Should(ConsistOf(
-		And(HaveField("IP", "10.62.0.1"), HaveField("Enactment", "leave01.leave"), HaveField("Capture", "addr"),
+	Expect(k.Delete(ctx, newNode(node, pool))).To(Succeed())
+	Eventually(enactmentGone(enactment)).Should(BeTrue())
+	Expect(leaving.Stop()).To(Succeed())
+	Eventually(func() []ippoolv1.QuarantinedAddress { return poolStatus(pool).Quarantined }).Should(ConsistOf(
+		And(HaveField("IP", first), HaveField("Enactment", enactment), HaveField("Capture", "addr"),
 			HaveField("NodeUID", Not(BeEmpty())))))
-	Consistently(bits, 3*time.Second).WithArguments("leave").Should(Equal([]string{"10.62.0.1"}),
+	Consistently(bits, 3*time.Second).WithArguments(pool).Should(Equal([]string{first}),
 		"kept for the node's return although the Node is gone")
 
-	addNode(t, dir, "leave02", "leave")
-	Eventually(enactmentState("leave02.leave")).Should(HavePrefix("Available"))
-	Expect(held("leave02.leave", "leave")).To(Equal([]string{"10.62.0.2"}), "another node gets another address")
+	addNodeWith(t, dir, other, pool, tune)
+	Eventually(enactmentState(other + "." + pool)).Should(HavePrefix("Available"))
+	Expect(held(other+"."+pool, pool)).NotTo(ContainElement(first), "another node gets another address")
 
 	// The node comes back under its name: a new Node object, a new UID.
-	addNode(t, dir, "leave01", "leave")
-	Eventually(enactmentState("leave01.leave")).Should(HavePrefix("Available"))
-	Expect(held("leave01.leave", "leave")).To(Equal([]string{"10.62.0.1"}), "the old address comes back")
-	Eventually(func() []ippoolv1.QuarantinedAddress { return poolStatus("leave").Quarantined }).Should(BeEmpty())
-	Eventually(events("NodeNetworkConfigurationEnactment", "leave01.leave")).Should(ContainElement(
-		HavePrefix("AddressReturned: NodeIPPool leave returned 10.62.0.1 to capture addr")))
-	assertIndexed("leave")
+	addNodeWith(t, dir, node, pool, tune)
+	Eventually(enactmentState(enactment)).Should(HavePrefix("Available"))
+	Expect(held(enactment, pool)).To(Equal([]string{first}), "the old address comes back")
+	Eventually(func() []ippoolv1.QuarantinedAddress { return poolStatus(pool).Quarantined }).Should(BeEmpty())
+	Eventually(events("NodeNetworkConfigurationEnactment", enactment)).Should(ContainElement(
+		HavePrefix("AddressReturned: NodeIPPool " + pool + " returned " + first + " to capture addr")))
+	assertIndexed(pool)
 }
 
 // TestConcurrentQuarantinesAllLand: many nodes' addresses quarantined at

@@ -3,7 +3,6 @@ package pool
 import (
 	"cmp"
 	"context"
-	"fmt"
 	"slices"
 	"time"
 
@@ -141,9 +140,8 @@ func takeFor(pool *ippoolv1.NodeIPPool, c *assign.Chooser, rq *request, claimant
 	rng := c.Range()
 	rq.addresses, rq.returned = rq.addresses[:0], rq.returned[:0]
 	for i, t := range taken {
-		if t.Returned != nil {
-			rq.returned = append(rq.returned, fmt.Sprintf("%s to capture %s (quarantined since %s)",
-				t.IP, rq.refs[i].Capture, t.Returned.Since.UTC().Format(time.RFC3339)))
+		if what := t.DescribeReturn(rq.refs[i].Capture); what != "" {
+			rq.returned = append(rq.returned, what)
 		}
 		rq.addresses = append(rq.addresses, poolstatus.Address(pool, rng, t.IP))
 		poolstatus.AddInFlight(pool, ippoolv1.InFlightAddress{IP: t.IP.String(), Enactment: rq.enactment.Name,
@@ -239,9 +237,9 @@ func (r *Reconciler) recordServed(ctx context.Context, pool *ippoolv1.NodeIPPool
 		if err == nil {
 			ctrl.LoggerFrom(ctx).Info("allocated address", "enactment", e.Name, "node", e.Labels[shared.EnactmentNodeLabel],
 				"policy", e.Labels[shared.EnactmentPolicyLabel], "ips", ips, "returned", rq.returned)
-			for _, what := range rq.returned {
-				r.Recorder.Eventf(e, pool, corev1.EventTypeNormal, ippoolv1.ReasonAddressReturned, "Allocate",
-					"NodeIPPool %s returned %s: this enactment held it before its record was removed (its node left, or its policy stopped matching)", pool.Name, what)
+			if len(rq.returned) > 0 {
+				r.Recorder.Eventf(e, pool, corev1.EventTypeNormal, ippoolv1.ReasonAddressReturned, "Allocate", "%s",
+					assign.ReturnedMessage(pool.Name, rq.returned))
 			}
 			return nil
 		}

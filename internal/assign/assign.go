@@ -21,6 +21,8 @@ import (
 	"errors"
 	"fmt"
 	"net/netip"
+	"strings"
+	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
@@ -41,6 +43,23 @@ type Claimant struct {
 	// has a reservation by label selector. Nil, or a nil result, matches no
 	// selector.
 	Labels func() map[string]string
+}
+
+// ReturnedMessage is the note of the AddressReturned Event on an enactment
+// that pool gave back its addresses (see Taken.DescribeReturn), whoever
+// chose them: the pool controller or a self-allocating handler.
+func ReturnedMessage(pool string, returned []string) string {
+	return fmt.Sprintf("NodeIPPool %s returned %s: this enactment held it before its record was removed (its node left, or its policy stopped matching)",
+		pool, strings.Join(returned, ", "))
+}
+
+// DescribeReturn describes an address that came back from quarantine to
+// captureName, for ReturnedMessage; "" if it did not.
+func (t Taken) DescribeReturn(captureName string) string {
+	if t.Returned == nil {
+		return ""
+	}
+	return fmt.Sprintf("%s to capture %s (quarantined since %s)", t.IP, captureName, t.Returned.Since.UTC().Format(time.RFC3339))
 }
 
 // Taken is one address a Chooser handed out.
