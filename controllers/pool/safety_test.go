@@ -357,7 +357,7 @@ func TestConcurrentRetirers(t *testing.T) {
 func TestNodeReplacedUnderItsNameGetsItsAddressBack(t *testing.T) {
 	for _, tt := range []struct {
 		name, pool, cidr, first string
-		selfAllocate           bool
+		selfAllocate            bool
 	}{
 		{"served by the pool controller", "leave", "10.62.0.0/24", "10.62.0.1", false},
 		{"allocated by the handler", "leave-self", "10.62.1.0/24", "10.62.1.1", true},
