@@ -6,6 +6,7 @@ import (
 	"testing"
 
 	. "github.com/onsi/gomega"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -53,6 +54,17 @@ func TestGrowInPlace(t *testing.T) {
 	createPool(t, "grow", ippoolv1.IPRange{CIDR: "10.61.0.0/24", Start: "10.61.0.10", End: "10.61.0.12"})
 	createPool(t, "grow-neighbour", ippoolv1.IPRange{CIDR: "10.61.0.0/24", Start: "10.61.0.100", End: "10.61.0.110"})
 	Eventually(available("grow")).Should(HavePrefix("True"))
+
+	// A new pool overlapping another is admitted with a warning, and the
+	// controller refuses it.
+	over := &ippoolv1.NodeIPPool{ObjectMeta: metav1.ObjectMeta{Name: "grow-over"},
+		Spec: ippoolv1.NodeIPPoolSpec{Range: ippoolv1.IPRange{CIDR: "10.61.0.0/24", Start: "10.61.0.105", End: "10.61.0.120"}}}
+	Expect(wc.Create(ctx, over)).To(Succeed())
+	Expect(w.Take()).To(Equal("NodeIPPool grow-over overlaps NodeIPPool grow-neighbour (10.61.0.100-10.61.0.110): " +
+		"the pool controller refuses the newer of two overlapping pools (OverlappingIPPool)"))
+	Eventually(available("grow-over")).Should(HavePrefix("False OverlappingIPPool"))
+	deleteObject(over)
+
 	createPolicy(t, "grow", "grow", "grow")
 	nodes := newNodes(t, "grow", 4)
 	var waiting string

@@ -19,6 +19,7 @@ import (
 	"fmt"
 	"net/http"
 	"reflect"
+	"strings"
 
 	admissionv1 "k8s.io/api/admission/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -50,6 +51,9 @@ type Validator struct {
 // (spec.range, spec.reservations[ip].ip) that name each holder, address and
 // what to do; admitted changes of the range carry warnings with the plan.
 func (v *Validator) Handle(ctx context.Context, req admission.Request) admission.Response {
+	if req.Operation != admissionv1.Create && req.Operation != admissionv1.Update {
+		return admission.Allowed("")
+	}
 	var proposed ippoolv1.NodeIPPool
 	if err := v.Decoder.Decode(req, &proposed); err != nil {
 		return admission.Errored(http.StatusBadRequest, fmt.Errorf("decode the NodeIPPool: %w", err))
@@ -60,9 +64,6 @@ func (v *Validator) Handle(ctx context.Context, req admission.Request) admission
 		if err := v.Decoder.DecodeRaw(req.OldObject, stored); err != nil {
 			return admission.Errored(http.StatusBadRequest, fmt.Errorf("decode the stored NodeIPPool: %w", err))
 		}
-	}
-	if req.Operation != admissionv1.Create && req.Operation != admissionv1.Update {
-		return admission.Allowed("")
 	}
 	rangeChanged := stored != nil && !reflect.DeepEqual(stored.Spec.Range, proposed.Spec.Range)
 	if stored != nil && !rangeChanged && reflect.DeepEqual(stored.Spec.Reservations, proposed.Spec.Reservations) {
@@ -87,8 +88,8 @@ func (v *Validator) Handle(ctx context.Context, req admission.Request) admission
 		warnings = a.Summary()
 	}
 	if stored == nil && len(a.Overlapping) > 0 {
-		warnings = append(warnings, fmt.Sprintf("NodeIPPool %s overlaps %v: the pool controller refuses the newer of two overlapping pools (OverlappingIPPool)",
-			proposed.Name, a.Overlapping))
+		warnings = append(warnings, fmt.Sprintf("NodeIPPool %s overlaps NodeIPPool %s: the pool controller refuses the newer of two overlapping pools (OverlappingIPPool)",
+			proposed.Name, strings.Join(a.Overlapping, ", ")))
 	}
 	return admission.Allowed("").WithWarnings(warnings...)
 }
