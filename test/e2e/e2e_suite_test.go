@@ -235,10 +235,10 @@ func trueCondition(node, policy string) func() string {
 	}
 }
 
-// configured returns the first address the node's simulated network
-// carries on iface: what its handler applied.
-func configured(node, iface string) string {
-	return envtest.NewNode(node, filepath.Join(dir, "nodes"), filepath.Join(bin, "nmstatectl-sim")).Configured(iface)
+// configured returns every address the node's simulated network carries
+// on iface: what its handlers applied, this spec's and earlier ones'.
+func configured(node, iface string) []string {
+	return envtest.NewNode(node, filepath.Join(dir, "nodes"), filepath.Join(bin, "nmstatectl-sim")).ConfiguredAll(iface)
 }
 
 // poolAvailable returns "Status Reason" of a pool's Available condition.

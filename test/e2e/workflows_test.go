@@ -28,7 +28,10 @@ func addresses(policy, pool, iface string, nodes ...string) map[string]string {
 		Eventually(trueCondition(node, policy)).Should(HavePrefix("Available"), node)
 		ips := held(node, policy, pool)
 		Expect(ips).To(HaveLen(1), node)
-		Eventually(func() string { return configured(node, iface) }).Should(HavePrefix(ips[0]+"/"), node)
+		// The specs share the nodes, whose interfaces keep what earlier
+		// specs configured (as a real node's would): look for this
+		// spec's address among them.
+		Eventually(func() []string { return configured(node, iface) }).Should(ContainElement(HavePrefix(ips[0]+"/")), node)
 		out[node] = ips[0]
 	}
 	return out
@@ -237,7 +240,7 @@ var _ = Describe("An IPv4 and an IPv6 pool on two interfaces", func() {
 		Expect(distinct(v6)).To(HaveLen(3))
 		Expect(distinct(v6)).NotTo(ContainElement("fd00:45::11"))
 		for _, node := range workers {
-			Expect(configured(node, "eth2")).To(Equal(v6[node] + "/64"))
+			Expect(configured(node, "eth2")).To(ContainElement(v6[node] + "/64"))
 		}
 	})
 })

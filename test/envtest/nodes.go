@@ -160,20 +160,29 @@ func (n *Node) Stop() error {
 // node's simulated network has on an interface (IPv4 first, then IPv6),
 // or "".
 func (n *Node) Configured(iface string) string {
+	if all := n.ConfiguredAll(iface); len(all) > 0 {
+		return all[0]
+	}
+	return ""
+}
+
+// ConfiguredAll returns every static address/prefix the node's simulated
+// network has on an interface (IPv4 first, then IPv6), or nil.
+func (n *Node) ConfiguredAll(iface string) []string {
 	raw, err := n.Network.Runner.Show(context.Background())
 	if err != nil {
-		return ""
+		return nil
 	}
 	ifaces, err := nmstatectl.StaticAddresses(raw)
 	if err != nil {
-		return ""
+		return nil
 	}
 	for _, i := range ifaces {
 		if i.Name == iface {
-			return i.Addresses[0]
+			return i.Addresses
 		}
 	}
-	return ""
+	return nil
 }
 
 // PoolController is a pool controller (the pool, enactment and policy
