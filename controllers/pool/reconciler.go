@@ -241,13 +241,25 @@ func (r *Reconciler) writeStatus(ctx context.Context, pool *ippoolv1.NodeIPPool,
 // the pool writer; the cached copy tells whether it may have. It writes
 // also on a pool whose range or bitmap cannot be used.
 func (r *Reconciler) setAvailable(ctx context.Context, pool *ippoolv1.NodeIPPool, a availability) error {
-	if changed, _ := setAvailability(pool.DeepCopy(), a, r.Clock.Now()); !changed {
+	return r.writeCondition(ctx, pool, ippoolv1.ConditionAvailable, a, setAvailability)
+}
+
+// conditionSetter sets one condition of a pool to a, as setCondition
+// does, and reports whether anything changed and whether it transitioned.
+type conditionSetter func(pool *ippoolv1.NodeIPPool, a availability, now time.Time) (changed, transitioned bool)
+
+// writeCondition writes the condition of type t alone, if set changes it,
+// through the pool writer: the cached copy tells whether it may have, the
+// latest copy decides. It updates pool to what was written and announces a
+// transition.
+func (r *Reconciler) writeCondition(ctx context.Context, pool *ippoolv1.NodeIPPool, t string, a availability, set conditionSetter) error {
+	if changed, _ := set(pool.DeepCopy(), a, r.Clock.Now()); !changed {
 		return nil
 	}
 	var transitioned bool
 	written, err := r.Pools.UpdateConditions(ctx, pool.Name, func(p *ippoolv1.NodeIPPool) bool {
 		var changed bool
-		changed, transitioned = setAvailability(p, a, r.Clock.Now())
+		changed, transitioned = set(p, a, r.Clock.Now())
 		return changed
 	}, poolwrite.Incarnation(pool.UID))
 	if err != nil || written == nil {
@@ -255,7 +267,7 @@ func (r *Reconciler) setAvailable(ctx context.Context, pool *ippoolv1.NodeIPPool
 	}
 	written.DeepCopyInto(pool)
 	if transitioned {
-		r.announce(ctx, pool, ippoolv1.ConditionAvailable, a)
+		r.announce(ctx, pool, t, a)
 	}
 	return nil
 }

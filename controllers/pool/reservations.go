@@ -16,7 +16,6 @@ import (
 	ippoolv1 "github.com/nmstate-ippool/nmstate-ippool/api/v1"
 	"github.com/nmstate-ippool/nmstate-ippool/internal/assign"
 	"github.com/nmstate-ippool/nmstate-ippool/internal/poolstatus"
-	"github.com/nmstate-ippool/nmstate-ippool/internal/poolwrite"
 	"github.com/nmstate-ippool/nmstate-ippool/pkg/ippool"
 )
 
@@ -127,23 +126,10 @@ func (r *Reconciler) setReservations(ctx context.Context, pool *ippoolv1.NodeIPP
 	} else {
 		want.message = "The pool has no reservations"
 	}
-	if changed, _ := setCondition(pool.DeepCopy(), ippoolv1.ConditionReservationsHonored, want, r.Clock.Now()); !changed {
-		return nil
-	}
-	var transitioned bool
-	written, err := r.Pools.UpdateConditions(ctx, pool.Name, func(p *ippoolv1.NodeIPPool) bool {
-		var changed bool
-		changed, transitioned = setCondition(p, ippoolv1.ConditionReservationsHonored, want, r.Clock.Now())
-		return changed
-	}, poolwrite.Incarnation(pool.UID))
-	if err != nil || written == nil {
-		return err
-	}
-	written.DeepCopyInto(pool)
-	if transitioned {
-		r.announce(ctx, pool, ippoolv1.ConditionReservationsHonored, want)
-	}
-	return nil
+	return r.writeCondition(ctx, pool, ippoolv1.ConditionReservationsHonored, want,
+		func(p *ippoolv1.NodeIPPool, a availability, now time.Time) (bool, bool) {
+			return setCondition(p, ippoolv1.ConditionReservationsHonored, a, now)
+		})
 }
 
 // setCondition sets the condition of type t on pool. It reports whether
