@@ -171,3 +171,23 @@ func freePort() (int, error) {
 }
 
 func hostPort(port int) string { return "127.0.0.1:" + strconv.Itoa(port) }
+
+// awaitPort waits up to timeout until port on 127.0.0.1 can be listened on
+// again, for a process restarted on the port its clients know. A process
+// killed with SIGKILL reads as gone (alive) as soon as its main thread is a
+// zombie, while its other threads, and its listening sockets, may still be
+// torn down.
+func awaitPort(port int, timeout time.Duration) error {
+	free := func() bool {
+		l, err := net.Listen("tcp", hostPort(port))
+		if err != nil {
+			return false
+		}
+		_ = l.Close()
+		return true
+	}
+	if !waitFor(timeout, free) {
+		return fmt.Errorf("port %d is still in use after %s", port, timeout)
+	}
+	return nil
+}

@@ -182,6 +182,9 @@ func (c *cluster) restartAPIServer(ctx context.Context, crash bool) error {
 			return err
 		}
 	}
+	if err := awaitPort(port, 30*time.Second); err != nil {
+		return fmt.Errorf("restart kube-apiserver: %w", err)
+	}
 	return c.startAPIServerOn(ctx, pki{dir: c.path("pki")}, port)
 }
 
@@ -355,6 +358,9 @@ func (c *cluster) startControllerReplica(ctx context.Context, name string) error
 	webhook, err := c.webhookPort(name)
 	if err != nil {
 		return err
+	}
+	if err := awaitPort(webhook, 30*time.Second); err != nil {
+		return fmt.Errorf("start %s: %w", name, err)
 	}
 	p := &process{Binary: filepath.Join(c.Bin, "pool-controller"), Log: c.path("logs", name+".log"),
 		Health: "http://" + hostPort(health) + "/readyz", Metrics: "http://" + hostPort(metrics) + "/metrics", Args: []string{
