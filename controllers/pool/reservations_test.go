@@ -5,7 +5,6 @@ import (
 	"testing"
 
 	. "github.com/onsi/gomega"
-	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -20,17 +19,7 @@ import (
 // reservations returns "Status Reason: message" of the pool's
 // ReservationsHonored condition.
 func reservations(name string) func() string {
-	return func() string {
-		var p ippoolv1.NodeIPPool
-		if err := k.Get(ctx, types.NamespacedName{Name: name}, &p); err != nil {
-			return err.Error()
-		}
-		c := meta.FindStatusCondition(p.Status.Conditions, ippoolv1.ConditionReservationsHonored)
-		if c == nil {
-			return "none"
-		}
-		return fmt.Sprintf("%s %s: %s", c.Status, c.Reason, c.Message)
-	}
+	return poolCondition(name, ippoolv1.ConditionReservationsHonored)
 }
 
 // setReservations replaces a pool's reservations, as an admin's edit would.

@@ -151,12 +151,18 @@ func claim(t *testing.T, name, poolName string, ips ...string) {
 // available returns "Status Reason: message" of the pool's Available
 // condition.
 func available(name string) func() string {
+	return poolCondition(name, ippoolv1.ConditionAvailable)
+}
+
+// poolCondition returns "Status Reason: message" of the pool's condition
+// of type t, or "none".
+func poolCondition(name, t string) func() string {
 	return func() string {
 		var p ippoolv1.NodeIPPool
 		if err := k.Get(ctx, types.NamespacedName{Name: name}, &p); err != nil {
 			return err.Error()
 		}
-		c := meta.FindStatusCondition(p.Status.Conditions, ippoolv1.ConditionAvailable)
+		c := meta.FindStatusCondition(p.Status.Conditions, t)
 		if c == nil {
 			return "none"
 		}
