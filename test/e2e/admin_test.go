@@ -15,6 +15,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
+	"k8s.io/client-go/util/retry"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/yaml"
 
@@ -38,14 +39,23 @@ func warnedClient() (client.Client, *envtest.Warnings) {
 	return c, w
 }
 
-// editRange changes a pool's range through c, as kubectl edit would.
+// editRange changes a pool's range through c, as kubectl edit would, and
+// as kubectl does, reads the pool again when its status changed in between:
+// the pool controller writes it whenever an enactment changes.
 func editRange(c client.Client, name string, change func(*ippoolv1.IPRange), opts ...client.UpdateOption) error {
-	var p ippoolv1.NodeIPPool
-	if err := k.Get(ctx, types.NamespacedName{Name: name}, &p); err != nil {
-		return err
-	}
-	change(&p.Spec.Range)
-	return c.Update(ctx, &p, opts...)
+	return editPool(c, name, func(p *ippoolv1.NodeIPPool) { change(&p.Spec.Range) }, opts...)
+}
+
+// editPool changes a pool's spec through c; see editRange.
+func editPool(c client.Client, name string, change func(*ippoolv1.NodeIPPool), opts ...client.UpdateOption) error {
+	return retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		var p ippoolv1.NodeIPPool
+		if err := k.Get(ctx, types.NamespacedName{Name: name}, &p); err != nil {
+			return err
+		}
+		change(&p)
+		return c.Update(ctx, &p, opts...)
+	})
 }
 
 // printed returns the columns `kubectl get nip NAME` prints: the API
@@ -96,10 +106,9 @@ var _ = Describe("Gateway, DNS and reservations (deploy/samples/routed)", func()
 			HaveKeyWithValue("Size", BeNumerically("==", 41)), HaveKeyWithValue("Allocated", BeNumerically("==", 3))))
 
 		By("refusing a reservation the range does not hand out")
-		var p ippoolv1.NodeIPPool
-		Expect(k.Get(ctx, types.NamespacedName{Name: "traffic-2"}, &p)).To(Succeed())
-		p.Spec.Reservations = append(p.Spec.Reservations, ippoolv1.Reservation{IP: "10.20.20.1", Node: "node03"})
-		err := k.Update(ctx, &p)
+		err := editPool(k, "traffic-2", func(p *ippoolv1.NodeIPPool) {
+			p.Spec.Reservations = append(p.Spec.Reservations, ippoolv1.Reservation{IP: "10.20.20.1", Node: "node03"})
+		})
 		Expect(err).To(MatchError(ContainSubstring(`spec.reservations[10.20.20.1].ip: Invalid value: "10.20.20.1": cannot be handed out: it is the gateway`)))
 	})
 

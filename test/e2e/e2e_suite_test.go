@@ -38,8 +38,30 @@ import (
 
 func TestE2E(t *testing.T) {
 	RegisterFailHandler(Fail)
-	RunSpecs(t, "nmstate-ippool end to end")
+	if !RunSpecs(t, "nmstate-ippool end to end") {
+		// Last, where a CI log cut to its end still shows it: why each spec
+		// failed, not only which.
+		fmt.Println("Why the specs failed:")
+		for _, f := range failures {
+			fmt.Println(f)
+		}
+	}
 }
+
+// failures are the failed specs' digests, for TestE2E to print last.
+var failures []string
+
+// failureLines is how many lines of a failure's message its digest keeps.
+const failureLines = 4
+
+var _ = ReportAfterEach(func(r SpecReport) {
+	if !r.Failed() {
+		return
+	}
+	msg := strings.Split(strings.TrimSpace(r.Failure.Message), "\n")
+	failures = append(failures, fmt.Sprintf("- %s (%s)\n  %s", r.LeafNodeText, r.Failure.Location,
+		strings.Join(msg[:min(len(msg), failureLines)], "\n  ")))
+})
 
 // grace is the pool controller's garbage collection grace period in the
 // local cluster.
@@ -76,6 +98,29 @@ var _ = BeforeSuite(func() {
 	k, err = client.New(cfg, client.Options{Scheme: s})
 	Expect(err).NotTo(HaveOccurred())
 })
+
+// When a spec fails, the tails of the pool controller's and the handlers'
+// logs go to its report: on a CI machine they are all there is to read.
+var _ = JustAfterEach(func() {
+	if !CurrentSpecReport().Failed() {
+		return
+	}
+	logs, _ := filepath.Glob(filepath.Join(dir, "logs", "*.log"))
+	for _, log := range logs {
+		if name := filepath.Base(log); name == "etcd.log" || name == "kube-apiserver.log" {
+			continue
+		}
+		raw, err := os.ReadFile(log)
+		if err != nil {
+			continue
+		}
+		lines := strings.Split(strings.TrimRight(string(raw), "\n"), "\n")
+		GinkgoWriter.Printf("--- last lines of %s ---\n%s\n", filepath.Base(log), strings.Join(lines[max(0, len(lines)-logTail):], "\n"))
+	}
+})
+
+// logTail is how many lines of each log a failed spec reports.
+const logTail = 40
 
 // After every spec the plugin finds the pools and the enactments in
 // agreement (Unique, Indexed, no leaks), and the spec's objects are gone.
