@@ -140,11 +140,15 @@ const (
 	// in place; the pool was rebuilt from the enactments, its addresses at
 	// their new offsets.
 	ReasonRangeChanged = "RangeChanged"
-	// ReasonAddressReturned (enactment): an address quarantined when the
-	// enactment's record was removed (its node left, its policy stopped
-	// matching) was handed back to the same enactment and capture within
+	// ReasonAddressReturned (enactment): an address quarantined or kept
+	// when the enactment's record was removed (its node left, its policy
+	// stopped matching) was handed back to the same enactment and capture within
 	// the quarantine period, as to a node replaced under the same name.
 	ReasonAddressReturned = "AddressReturned"
+	// ReasonAddressReclaimed (enactment): the pool had no free address but
+	// those kept for deleted nodes' return (status.keptForReturn), and gave
+	// the enactment the one kept longest; that node no longer gets it back.
+	ReasonAddressReclaimed = "AddressReclaimed"
 	// ReasonPoolWriteRetriesExhausted (enactment): every attempt to write a
 	// pool met a conflict; the handler tries again later.
 	ReasonPoolWriteRetriesExhausted = "PoolWriteRetriesExhausted"

@@ -239,6 +239,19 @@ type NodeIPPoolStatus struct {
 	// +kubebuilder:validation:MaxItems=4096
 	Quarantined []QuarantinedAddress `json:"quarantined,omitempty"`
 
+	// KeptForReturn lists free addresses whose Node was deleted, each kept
+	// for the node's return under the same name until the quarantine
+	// period has passed since its release. The address is free (its bit
+	// is clear, Free counts it): the enactment of the same name asking
+	// again for the same capture gets it back, and other nodes get one
+	// only when no other address is free, the longest kept first. An entry
+	// steers a free address, it never holds one.
+	// +optional
+	// +listType=map
+	// +listMapKey=ip
+	// +kubebuilder:validation:MaxItems=4096
+	KeptForReturn []KeptAddress `json:"keptForReturn,omitempty"`
+
 	// Stamp vouches for allocatedOffsets, inFlight and quarantined: a digest
 	// of them and of the pool's UID, written by the pool controller after a
 	// rebuild and by every writer that verified the previous stamp. Handlers
@@ -298,6 +311,23 @@ type QuarantinedAddress struct {
 	// +optional
 	Capture string `json:"capture,omitempty"`
 	// Since is when the record was removed.
+	Since metav1.Time `json:"since"`
+}
+
+// KeptAddress is a free address kept for the return of the node that held
+// it (see NodeIPPoolStatus.KeptForReturn).
+type KeptAddress struct {
+	// IP is the address.
+	IP string `json:"ip"`
+	// Node is the deleted node that held it.
+	Node string `json:"node"`
+	// Enactment is the enactment that recorded it; the enactment of the
+	// same name gets it back.
+	Enactment string `json:"enactment"`
+	// Capture is the capture of that enactment that held it.
+	Capture string `json:"capture"`
+	// Since is when the address was taken from its holder; it is kept
+	// until the quarantine period has passed since.
 	Since metav1.Time `json:"since"`
 }
 

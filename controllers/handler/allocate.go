@@ -42,9 +42,9 @@ type allocation struct {
 	// moved describes recorded addresses that were replaced because their
 	// pool no longer hands them out.
 	moved []string
-	// returned holds, by pool, the fresh addresses that came back from
-	// quarantine.
-	returned map[string][]string
+	// notes hold, by pool, what the enactment is told of its fresh
+	// addresses (assign.Notes).
+	notes map[string]assign.Notes
 }
 
 // allocate serves every ippool capture of the policy, one pool at a time.
@@ -60,7 +60,7 @@ func (r *Reconciler) allocate(ctx context.Context, s *scope) (*allocation, *outc
 	if o := r.blockedBeforeTaking(ctx, e, captures); o != nil {
 		return nil, o, nil
 	}
-	a := &allocation{addresses: map[string]capture.Address{}, fresh: map[string][]string{}, returned: map[string][]string{},
+	a := &allocation{addresses: map[string]capture.Address{}, fresh: map[string][]string{}, notes: map[string]assign.Notes{},
 		enactment: e.Name, token: e.ResourceVersion}
 	for _, pool := range captures.Pools() {
 		plan, blocked, err := r.allocateFromPool(ctx, s.policy, e, pool, captures.RefsOf(pool))
@@ -73,9 +73,7 @@ func (r *Reconciler) allocate(ctx context.Context, s *scope) (*allocation, *outc
 			a.fresh[pool] = append(a.fresh[pool], plan.addresses[name].IP.String())
 		}
 		a.moved = append(a.moved, plan.moved...)
-		if len(plan.returned) > 0 {
-			a.returned[pool] = plan.returned
-		}
+		a.notes[pool] = plan.notes
 	}
 	return a, nil, nil
 }

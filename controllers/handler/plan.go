@@ -27,9 +27,9 @@ type poolPlan struct {
 	fresh     []string
 	// moved describes recorded addresses the range no longer hands out.
 	moved []string
-	// returned describes the fresh addresses that came back from
-	// quarantine (assign.Taken.DescribeReturn).
-	returned []string
+	// notes describe the fresh addresses that came back, or were kept for
+	// another node's return (assign.Notes).
+	notes assign.Notes
 	// source is the pool the plan was made on.
 	source *ippoolv1.NodeIPPool
 }
@@ -101,9 +101,7 @@ func (p *poolPlan) apply(alloc *ippool.Allocator, claimant assign.Claimant) erro
 			return err
 		}
 		p.addresses[name] = poolstatus.Address(p.source, rng, t.IP)
-		if what := t.DescribeReturn(name); what != "" {
-			p.returned = append(p.returned, what)
-		}
+		p.notes.Add(t, name)
 	}
 	return nil
 }

@@ -348,7 +348,7 @@ func (r *Reconciler) enact(ctx context.Context, name string) (ctrl.Result, error
 		return r.concludeBlocked(ctx, s, blocked, err)
 	}
 	r.reportMoved(s.enactment, alloc.moved)
-	r.reportReturned(s.enactment, alloc.returned)
+	r.reportNotes(s.enactment, alloc.notes)
 	dropped := unclaimed(s.enactment, alloc.addresses, s.captures)
 	rendered, err := r.render(ctx, s, alloc.addresses)
 	if err != nil {
@@ -376,15 +376,16 @@ func (r *Reconciler) reportMoved(e *nncev1beta1.NodeNetworkConfigurationEnactmen
 	}
 }
 
-// reportReturned tells, with the pool controller's words, of addresses
-// that came back to this enactment from quarantine (its node re-added under
-// its name within the quarantine period).
-func (r *Reconciler) reportReturned(e *nncev1beta1.NodeNetworkConfigurationEnactment, returned map[string][]string) {
-	for _, pool := range slices.Sorted(maps.Keys(returned)) {
+// reportNotes tells, with the pool controller's words, of addresses that
+// came back to this enactment (its node re-added under its name within the
+// quarantine period) or were kept for another node's return.
+func (r *Reconciler) reportNotes(e *nncev1beta1.NodeNetworkConfigurationEnactment, notes map[string]assign.Notes) {
+	for _, pool := range slices.Sorted(maps.Keys(notes)) {
 		p := &ippoolv1.NodeIPPool{}
 		p.Name = pool
-		r.Recorder.Eventf(e, p, corev1.EventTypeNormal, ippoolv1.ReasonAddressReturned, "Allocate", "%s",
-			assign.ReturnedMessage(pool, returned[pool]))
+		for _, n := range notes[pool].Events(pool) {
+			r.Recorder.Eventf(e, p, corev1.EventTypeNormal, n.Reason, "Allocate", "%s", n.Message)
+		}
 	}
 }
 

@@ -29,10 +29,12 @@ const pruneAfter = 10 * time.Second
 // nothing else brings the pool back.
 const quarantinePoll = 5 * time.Second
 
-// lift is the decision to free one quarantined address.
+// lift is the decision to free one quarantined address, and with keep, to
+// keep it for its holder's return (its Node was deleted).
 type lift struct {
 	since metav1.Time
 	why   string
+	keep  bool
 }
 
 // holdWork is what one maintenance write does to the entries of a pool,
@@ -53,6 +55,9 @@ type holdWork struct {
 	// lift are quarantined addresses to free, with why; an entry is lifted
 	// only if it is still the one decided on (same since).
 	lift map[string]lift
+	// expire are kept addresses whose quarantine period has passed, by
+	// since: their holder no longer gets them back first.
+	expire map[string]metav1.Time
 }
 
 // entriesDue returns whether the pool's entries need work now, and how long
@@ -89,6 +94,13 @@ func (r *Reconciler) entriesDue(pool *ippoolv1.NodeIPPool, claims poolstatus.Cla
 			wait(r.GracePeriod - age)
 		}
 	}
+	for _, k := range pool.Status.KeptForReturn {
+		if left := r.QuarantinePeriod - now.Sub(k.Since.Time); left <= 0 {
+			due = true
+		} else {
+			wait(left)
+		}
+	}
 	if len(pool.Status.Quarantined) > 0 {
 		if since := now.Sub(m.lastLiftCheck); since >= quarantinePoll {
 			due = true
@@ -107,7 +119,7 @@ func (r *Reconciler) entriesDue(pool *ippoolv1.NodeIPPool, claims poolstatus.Cla
 // collection to free.
 func (r *Reconciler) planHolds(ctx context.Context, pool *ippoolv1.NodeIPPool, claims poolstatus.Claims,
 	exists func(string) bool) (holdWork, error) {
-	w := holdWork{revoke: map[string]string{}, forget: map[string]string{}, lift: map[string]lift{}}
+	w := holdWork{revoke: map[string]string{}, forget: map[string]string{}, lift: map[string]lift{}, expire: map[string]metav1.Time{}}
 	now := r.Clock.Now()
 	for _, e := range pool.Status.InFlight {
 		ip, err := netip.ParseAddr(e.IP)
@@ -129,12 +141,18 @@ func (r *Reconciler) planHolds(ctx context.Context, pool *ippoolv1.NodeIPPool, c
 		}
 	}
 	for _, q := range pool.Status.Quarantined {
-		why, err := r.liftReason(ctx, q, now)
+		l, err := r.liftReason(ctx, q, now)
 		if err != nil {
 			return holdWork{}, err
 		}
-		if why != "" {
-			w.lift[q.IP] = lift{since: q.Since, why: why}
+		if l.why != "" {
+			l.since = q.Since
+			w.lift[q.IP] = l
+		}
+	}
+	for _, k := range pool.Status.KeptForReturn {
+		if now.Sub(k.Since.Time) >= r.QuarantinePeriod {
+			w.expire[k.IP] = k.Since
 		}
 	}
 	return w, nil
@@ -213,37 +231,43 @@ func recordedIPs(e *nncev1beta1.NodeNetworkConfigurationEnactment) []string {
 	return out
 }
 
-// liftReason tells why a quarantined address may be freed, or "" while its
-// former holder may still carry it: the quarantine period passed, the Node
-// is gone (its network with it, whatever its last published state shows),
-// or its NodeNetworkState, read after the release, no longer shows it. An
-// address kept for its holder's return (Capture set) outlives its Node:
-// a node replaced under the same name within the period gets it back.
-func (r *Reconciler) liftReason(ctx context.Context, q ippoolv1.QuarantinedAddress, now time.Time) (string, error) {
+// liftReason tells why a quarantined address may be freed (lift.why), or
+// nothing while its former holder may still carry it: the quarantine period
+// passed, the Node is gone (its network with it, whatever its last
+// published state shows), or its NodeNetworkState, read after the release,
+// no longer shows it. An address of a capture (Capture set) whose Node is
+// gone is freed and kept for the node's return under its name (lift.keep):
+// other nodes get it only when nothing else is free. While a replacement
+// under the name is there, it stays quarantined for it.
+func (r *Reconciler) liftReason(ctx context.Context, q ippoolv1.QuarantinedAddress, now time.Time) (lift, error) {
 	if age := now.Sub(q.Since.Time); age >= r.QuarantinePeriod {
-		return fmt.Sprintf("the quarantine period of %s passed", r.QuarantinePeriod), nil
+		return lift{why: fmt.Sprintf("the quarantine period of %s passed", r.QuarantinePeriod)}, nil
 	}
 	if q.Node == "" {
-		return "", nil
+		return lift{}, nil
 	}
 	uid, gone, err := r.nodeUID(ctx, q.Node)
 	switch {
 	case err != nil:
-		return "", err
-	case q.Capture != "" && (gone || (q.NodeUID != "" && uid != q.NodeUID)):
-		return "", nil // kept for the node's return, or its replacement's, under its name
+		return lift{}, err
 	case gone:
-		return fmt.Sprintf("node %s is gone", q.Node), nil
+		if q.Capture == "" || q.Enactment == "" {
+			return lift{why: fmt.Sprintf("node %s is gone", q.Node)}, nil
+		}
+		return lift{why: fmt.Sprintf("node %s is gone; kept for its return until %s", q.Node,
+			q.Since.Add(r.QuarantinePeriod).UTC().Format(time.RFC3339)), keep: true}, nil
+	case q.Capture != "" && q.NodeUID != "" && uid != q.NodeUID:
+		return lift{}, nil // its replacement under the name gets it back
 	}
 	var nns nncev1beta1.NodeNetworkState
 	if err := r.APIReader.Get(ctx, types.NamespacedName{Name: q.Node}, &nns); err != nil {
-		return "", client.IgnoreNotFound(err)
+		return lift{}, client.IgnoreNotFound(err)
 	}
 	ip, err := netip.ParseAddr(q.IP)
 	if err != nil || !nns.Status.LastSuccessfulUpdateTime.After(q.Since.Time) || poolstatus.StateCarries(nns.Status.CurrentState.Raw, ip) {
-		return "", nil
+		return lift{}, nil
 	}
-	return fmt.Sprintf("node %s no longer carries it", q.Node), nil
+	return lift{why: fmt.Sprintf("node %s no longer carries it", q.Node)}, nil
 }
 
 // nodeUID returns the UID of a Node on the API server, or gone.
@@ -260,9 +284,10 @@ func (r *Reconciler) nodeUID(ctx context.Context, name string) (types.UID, bool,
 }
 
 // applyHolds carries w out on a fresh copy of the pool: it removes the
-// entries and clears the bits no record claims and no other entry holds.
-// It returns the addresses it freed, by cause, and whether it changed
-// anything.
+// entries and clears the bits no record claims and no other entry holds,
+// keeps the lifted addresses of deleted nodes for their return, and forgets
+// kept addresses that expired or that someone holds again. It returns the
+// addresses it freed, by cause, and whether it changed anything.
 func applyHolds(pool *ippoolv1.NodeIPPool, alloc *ippool.Allocator, claims poolstatus.Claims, w holdWork) (revoked, lifted []string, changed bool) {
 	a := &holdsApplier{pool: pool, alloc: alloc, claims: claims}
 	for _, s := range w.prune {
@@ -288,13 +313,19 @@ func applyHolds(pool *ippoolv1.NodeIPPool, alloc *ippool.Allocator, claims pools
 			if poolstatus.InFlightOf(pool, s) != nil {
 				continue // lifted once its in-flight entry is pruned, revoked or forgotten
 			}
+			entry := *q
 			poolstatus.RemoveQuarantine(pool, s)
 			a.changed = true
 			if a.free(s) {
 				lifted = append(lifted, s)
+				if l.keep {
+					poolstatus.AddKept(pool, ippoolv1.KeptAddress{IP: s, Node: entry.Node, Enactment: entry.Enactment,
+						Capture: entry.Capture, Since: entry.Since})
+				}
 			}
 		}
 	}
+	a.forgetKept(w.expire)
 	slices.Sort(revoked)
 	slices.Sort(lifted)
 	return revoked, lifted, a.changed
@@ -311,6 +342,22 @@ type holdsApplier struct {
 func (a *holdsApplier) recordedBy(s, enactment string) bool {
 	ip, err := netip.ParseAddr(s)
 	return err == nil && a.claims.HeldBy(ip, enactment)
+}
+
+// forgetKept drops the kept entries that expired (same since), or whose
+// address the range no longer hands out or someone holds again.
+func (a *holdsApplier) forgetKept(expire map[string]metav1.Time) {
+	for _, k := range slices.Clone(a.pool.Status.KeptForReturn) {
+		since, expired := expire[k.IP]
+		ip, err := netip.ParseAddr(k.IP)
+		if err == nil && !(expired && since.Equal(&k.Since)) {
+			if _, err = a.alloc.Range().Assignable(ip); err == nil && !a.alloc.HasIP(ip) {
+				continue
+			}
+		}
+		poolstatus.RemoveKept(a.pool, k.IP)
+		a.changed = true
+	}
 }
 
 func (a *holdsApplier) removeInFlight(s string) {

@@ -57,15 +57,18 @@ func enactmentGone(name string) func() bool {
 // TestScaleDown is the specification's scale-down workflow, with a full
 // pool: the node that joins last fails with ExhaustedIPPool on the pool;
 // deleting a Node (its handler gone, as on a drained node) frees its
-// address once the quarantine period has passed (it is kept for the
-// node's return under its name until then), and the waiting node gets it.
-// The pool's metrics follow.
+// address at once, without waiting for the quarantine period: the Node is
+// gone, its network with it. The address is kept for the node's return,
+// but the pool has no other, so the waiting node gets it and is told
+// whose it was. The pool's metrics follow.
 func TestScaleDown(t *testing.T) {
 	RegisterTestingT(t)
 	metrics := pool.NewMetrics()
 	registry := prometheus.NewRegistry()
 	registry.MustRegister(metrics.Collectors()...)
-	startController(t, metrics)
+	pc, err := env.StartPoolController(grace, metrics, func(pc *envtest.PoolController) { pc.Pools.QuarantinePeriod = time.Hour })
+	Expect(err).NotTo(HaveOccurred())
+	t.Cleanup(func() { _ = pc.Stop() })
 	createPool(t, "down", ippoolv1.IPRange{CIDR: "10.5.0.0/24", Start: "10.5.0.1", End: "10.5.0.2"})
 	Eventually(available("down")).Should(HavePrefix("True ReconciledPool"))
 	createPolicy(t, "down", "down", "down")
@@ -93,8 +96,12 @@ func TestScaleDown(t *testing.T) {
 	Eventually(available("down")).Should(HavePrefix("True ReconciledPool"))
 	Eventually(events("NodeIPPool", "down")).Should(ContainElement(
 		"EnactmentRetired: Quarantined " + freed[0] + " held by enactment down01.down until node down01 no longer carries them: node down01 was deleted"))
-	Eventually(events("NodeIPPool", "down")).Should(ContainElement(
-		"QuarantineLifted: Freed quarantined " + freed[0] + " (the quarantine period of " + grace.String() + " passed)"))
+	Eventually(events("NodeIPPool", "down")).Should(ContainElement(And(
+		HavePrefix("QuarantineLifted: Freed quarantined "+freed[0]+" (node down01 is gone; kept for its return until "),
+		Not(ContainSubstring("quarantine period")))))
+	Eventually(events("NodeNetworkConfigurationEnactment", "down03.down")).Should(ContainElement(
+		HavePrefix("AddressReclaimed: NodeIPPool down gave this enactment " + freed[0] + ", kept since ")))
+	Expect(poolStatus("down").KeptForReturn).To(BeEmpty())
 	Eventually(events("NodeNetworkConfigurationEnactment", "down01.down")).Should(ContainElement(
 		"EnactmentRetired: Retired: node down01 was deleted; quarantined " + freed[0] + " of NodeIPPool down"))
 	assertIndexed("down")

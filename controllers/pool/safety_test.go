@@ -348,12 +348,12 @@ func TestConcurrentRetirers(t *testing.T) {
 
 // TestNodeReplacedUnderItsNameGetsItsAddressBack: a Node deleted while its
 // handler runs (found by make demo) has its enactment retired and its
-// address quarantined. The Node is gone, but the address is kept for its
-// return: another node that joins gets another one, and the node re-added
-// under the same name within the quarantine period gets its old address
-// back, as does a replacement Node (a new UID) under that name, with an
-// AddressReturned Event whether the pool controller serves it or its
-// handler allocates itself.
+// address quarantined. The Node is gone, its network with it: the address
+// is freed at once (not after the quarantine period) and kept for the
+// node's return. Another node that joins gets another one, and the node
+// re-added under the same name within the quarantine period (a new Node,
+// a new UID) gets its old address back, with an AddressReturned Event,
+// whether the pool controller serves it or its handler allocates itself.
 func TestNodeReplacedUnderItsNameGetsItsAddressBack(t *testing.T) {
 	for _, tt := range []struct {
 		name, pool, cidr, first string
@@ -391,11 +391,10 @@ func replaceNode(t *testing.T, pool, cidr, first string, selfAllocate bool) {
 	Expect(k.Delete(ctx, newNode(node, pool))).To(Succeed())
 	Eventually(enactmentGone(enactment)).Should(BeTrue())
 	Expect(leaving.Stop()).To(Succeed())
-	Eventually(func() []ippoolv1.QuarantinedAddress { return poolStatus(pool).Quarantined }).Should(ConsistOf(
-		And(HaveField("IP", first), HaveField("Enactment", enactment), HaveField("Capture", "addr"),
-			HaveField("NodeUID", Not(BeEmpty())))))
-	Consistently(bits, 3*time.Second).WithArguments(pool).Should(Equal([]string{first}),
-		"kept for the node's return although the Node is gone")
+	Eventually(func() []ippoolv1.KeptAddress { return poolStatus(pool).KeptForReturn }).Should(ConsistOf(
+		And(HaveField("IP", first), HaveField("Enactment", enactment), HaveField("Capture", "addr"), HaveField("Node", node))))
+	Expect(poolStatus(pool).Quarantined).To(BeEmpty())
+	Expect(bits(pool)).To(BeEmpty(), "free: the Node is gone, and its network with it")
 
 	addNodeWith(t, dir, other, pool, tune)
 	Eventually(enactmentState(other + "." + pool)).Should(HavePrefix("Available"))
@@ -405,10 +404,39 @@ func replaceNode(t *testing.T, pool, cidr, first string, selfAllocate bool) {
 	addNodeWith(t, dir, node, pool, tune)
 	Eventually(enactmentState(enactment)).Should(HavePrefix("Available"))
 	Expect(held(enactment, pool)).To(Equal([]string{first}), "the old address comes back")
-	Eventually(func() []ippoolv1.QuarantinedAddress { return poolStatus(pool).Quarantined }).Should(BeEmpty())
+	Eventually(func() []ippoolv1.KeptAddress { return poolStatus(pool).KeptForReturn }).Should(BeEmpty())
 	Eventually(events("NodeNetworkConfigurationEnactment", enactment)).Should(ContainElement(
-		HavePrefix("AddressReturned: NodeIPPool " + pool + " returned " + first + " to capture addr")))
+		HavePrefix("AddressReturned: NodeIPPool " + pool + " returned " + first + " to capture addr (kept since ")))
 	assertIndexed(pool)
+}
+
+// TestKeptAddressExpires: an address kept for a deleted node's return is
+// passed by while other addresses are free, and once the quarantine period
+// has passed since its release it is an address like any other.
+func TestKeptAddressExpires(t *testing.T) {
+	RegisterTestingT(t)
+	const period = 15 * time.Second
+	startControllerWith(t, period)
+	createPool(t, "expire", ippoolv1.IPRange{CIDR: "10.64.0.0/24", Start: "10.64.0.1", End: "10.64.0.10"})
+	Eventually(available("expire")).Should(HavePrefix("True"))
+	createPolicy(t, "expire", "expire", "expire")
+	dir := t.TempDir()
+	leaving := addNode(t, dir, "expire01", "expire")
+	Eventually(enactmentState("expire01.expire")).Should(HavePrefix("Available"))
+	Expect(held("expire01.expire", "expire")).To(Equal([]string{"10.64.0.1"}))
+
+	Expect(leaving.Stop()).To(Succeed())
+	Expect(k.Delete(ctx, newNode("expire01", "expire"))).To(Succeed())
+	Eventually(func() []ippoolv1.KeptAddress { return poolStatus("expire").KeptForReturn }).Should(ConsistOf(HaveField("IP", "10.64.0.1")))
+	addNode(t, dir, "expire02", "expire")
+	Eventually(enactmentState("expire02.expire")).Should(HavePrefix("Available"))
+	Expect(held("expire02.expire", "expire")).To(Equal([]string{"10.64.0.2"}), "a kept address is passed by while others are free")
+
+	Eventually(func() []ippoolv1.KeptAddress { return poolStatus("expire").KeptForReturn }, 2*period).Should(BeEmpty())
+	addNode(t, dir, "expire03", "expire")
+	Eventually(enactmentState("expire03.expire")).Should(HavePrefix("Available"))
+	Expect(held("expire03.expire", "expire")).To(Equal([]string{"10.64.0.1"}), "once expired, the lowest free address again")
+	assertIndexed("expire")
 }
 
 // TestConcurrentQuarantinesAllLand: many nodes' addresses quarantined at

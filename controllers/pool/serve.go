@@ -39,8 +39,9 @@ type request struct {
 	enactment *nncev1beta1.NodeNetworkConfigurationEnactment
 	refs      []capture.Ref
 	addresses []capture.Address
-	// returned describes the addresses that came back from quarantine.
-	returned []string
+	// notes describe the addresses that came back, or were kept for
+	// another node's return.
+	notes assign.Notes
 }
 
 // busyRequests returns the requests waiting on pool, oldest first. An
@@ -138,11 +139,9 @@ func takeFor(pool *ippoolv1.NodeIPPool, c *assign.Chooser, rq *request, claimant
 		taken = append(taken, t)
 	}
 	rng := c.Range()
-	rq.addresses, rq.returned = rq.addresses[:0], rq.returned[:0]
+	rq.addresses, rq.notes = rq.addresses[:0], assign.Notes{}
 	for i, t := range taken {
-		if what := t.DescribeReturn(rq.refs[i].Capture); what != "" {
-			rq.returned = append(rq.returned, what)
-		}
+		rq.notes.Add(t, rq.refs[i].Capture)
 		rq.addresses = append(rq.addresses, poolstatus.Address(pool, rng, t.IP))
 		poolstatus.AddInFlight(pool, ippoolv1.InFlightAddress{IP: t.IP.String(), Enactment: rq.enactment.Name,
 			Token: rq.enactment.ResourceVersion, Since: since})
@@ -236,10 +235,9 @@ func (r *Reconciler) recordServed(ctx context.Context, pool *ippoolv1.NodeIPPool
 		err := r.Client.Status().Update(ctx, e)
 		if err == nil {
 			ctrl.LoggerFrom(ctx).Info("allocated address", "enactment", e.Name, "node", e.Labels[shared.EnactmentNodeLabel],
-				"policy", e.Labels[shared.EnactmentPolicyLabel], "ips", ips, "returned", rq.returned)
-			if len(rq.returned) > 0 {
-				r.Recorder.Eventf(e, pool, corev1.EventTypeNormal, ippoolv1.ReasonAddressReturned, "Allocate", "%s",
-					assign.ReturnedMessage(pool.Name, rq.returned))
+				"policy", e.Labels[shared.EnactmentPolicyLabel], "ips", ips, "returned", rq.notes.Returned, "reclaimed", rq.notes.Reclaimed)
+			for _, n := range rq.notes.Events(pool.Name) {
+				r.Recorder.Eventf(e, pool, corev1.EventTypeNormal, n.Reason, "Allocate", "%s", n.Message)
 			}
 			return nil
 		}

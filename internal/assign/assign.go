@@ -2,25 +2,32 @@
 // writers that hand out addresses use it (the pool controller serving
 // requests, a handler allocating itself), so they follow the same order:
 //
-//  1. the address quarantined for the claimant's return: the same
-//     enactment (its node re-added under the same name, its policy
-//     matching the node again) asking for the same capture gets back the
-//     address it held, while the quarantine lasts;
+//  1. the address kept for the claimant's return: the same enactment (its
+//     node re-added under the same name, its policy matching the node
+//     again) asking for the same capture gets back the address it held,
+//     while the quarantine period lasts: from status.quarantined while its
+//     node may still carry it, from status.keptForReturn (free, kept last
+//     for others) once its Node was deleted;
 //  2. a free address the pool reserves for the claimant's node
 //     (spec.reservations, by node name or label selector, optionally for
 //     one policy), in the order the reservations are listed;
-//  3. the lowest free address that no reservation holds for another node.
+//  3. the lowest free address that no reservation holds for another node
+//     and that is not kept for another node's return;
+//  4. when no such address is left, the address kept longest for another
+//     node's return: a pool never refuses a node for the sake of a node
+//     that may not come back.
 //
 // A Chooser works on the pool and allocator of one pool write: it keeps the
-// free reserved addresses out of the allocator's reach while it works, and
-// Done gives them back before the allocator is written. It is not safe for
-// concurrent use.
+// free reserved and kept addresses out of the allocator's reach while it
+// works, and Done gives them back before the allocator is written. It is not
+// safe for concurrent use.
 package assign
 
 import (
 	"errors"
 	"fmt"
 	"net/netip"
+	"slices"
 	"strings"
 	"time"
 
@@ -53,22 +60,79 @@ func ReturnedMessage(pool string, returned []string) string {
 		pool, strings.Join(returned, ", "))
 }
 
-// DescribeReturn describes an address that came back from quarantine to
-// captureName, for ReturnedMessage; "" if it did not.
+// DescribeReturn describes an address that came back to captureName,
+// for ReturnedMessage; "" if it did not.
 func (t Taken) DescribeReturn(captureName string) string {
-	if t.Returned == nil {
+	switch {
+	case t.returned != nil:
+		return fmt.Sprintf("%s to capture %s (quarantined since %s)", t.IP, captureName, t.returned.Since.UTC().Format(time.RFC3339))
+	case t.kept != nil && !t.reclaimed:
+		return fmt.Sprintf("%s to capture %s (kept since %s)", t.IP, captureName, t.kept.Since.UTC().Format(time.RFC3339))
+	}
+	return ""
+}
+
+// ReclaimedMessage is the note of the AddressReclaimed Event on an
+// enactment that pool gave addresses kept for another node's return (see
+// Taken.DescribeReclaim).
+func ReclaimedMessage(pool string, reclaimed []string) string {
+	return fmt.Sprintf("NodeIPPool %s gave this enactment %s: no other address was free; the node it was kept for no longer gets it back",
+		pool, strings.Join(reclaimed, ", "))
+}
+
+// DescribeReclaim describes an address kept for another node's return that
+// was handed out all the same, for ReclaimedMessage; "" if it was not.
+func (t Taken) DescribeReclaim() string {
+	if !t.reclaimed {
 		return ""
 	}
-	return fmt.Sprintf("%s to capture %s (quarantined since %s)", t.IP, captureName, t.Returned.Since.UTC().Format(time.RFC3339))
+	return fmt.Sprintf("%s, kept since %s for the return of %s", t.IP, t.kept.Since.UTC().Format(time.RFC3339), t.kept.Enactment)
+}
+
+// Notes are what the recipient of a pool write's addresses is told with
+// Events: the addresses that came back to it, and those it was given that
+// were kept for another node's return.
+type Notes struct {
+	Returned, Reclaimed []string
+}
+
+// Add notes t, handed out for captureName.
+func (n *Notes) Add(t Taken, captureName string) {
+	if what := t.DescribeReturn(captureName); what != "" {
+		n.Returned = append(n.Returned, what)
+	}
+	if what := t.DescribeReclaim(); what != "" {
+		n.Reclaimed = append(n.Reclaimed, what)
+	}
+}
+
+// Note is one Event of Notes: a Normal Event's reason and note.
+type Note struct {
+	Reason, Message string
+}
+
+// Events returns the Events of n for addresses of pool.
+func (n Notes) Events(pool string) []Note {
+	var out []Note
+	if len(n.Returned) > 0 {
+		out = append(out, Note{ippoolv1.ReasonAddressReturned, ReturnedMessage(pool, n.Returned)})
+	}
+	if len(n.Reclaimed) > 0 {
+		out = append(out, Note{ippoolv1.ReasonAddressReclaimed, ReclaimedMessage(pool, n.Reclaimed)})
+	}
+	return out
 }
 
 // Taken is one address a Chooser handed out.
 type Taken struct {
 	IP     netip.Addr
 	offset uint64
-	// Returned is set when the address came back from quarantine; the
-	// entry it came from, to restore on Give.
-	Returned *ippoolv1.QuarantinedAddress
+	// returned is set when the address came back from quarantine, kept
+	// when it was kept for a return: the entry it came from, to restore on
+	// Give. reclaimed tells that kept was another node's.
+	returned  *ippoolv1.QuarantinedAddress
+	kept      *ippoolv1.KeptAddress
+	reclaimed bool
 	// reserved is set when the address was a free reservation.
 	reserved bool
 }
@@ -174,6 +238,15 @@ type Chooser struct {
 	// blocked are the free reserved offsets the chooser marked allocated
 	// so that AllocateNext passes them by.
 	blocked map[uint64]bool
+	// kept are the free offsets kept for a return that the chooser marked
+	// allocated, longest kept first; a handed-out one is removed.
+	kept []keptOffset
+}
+
+// keptOffset is a free address kept for its holder's return.
+type keptOffset struct {
+	offset uint64
+	entry  ippoolv1.KeptAddress
 }
 
 // New returns a Chooser over pool (a fresh copy the caller writes) and its
@@ -186,19 +259,34 @@ func New(pool *ippoolv1.NodeIPPool, alloc *ippool.Allocator) *Chooser {
 			c.blocked[r.Offset] = true
 		}
 	}
+	kept := slices.Clone(pool.Status.KeptForReturn)
+	slices.SortStableFunc(kept, func(a, b ippoolv1.KeptAddress) int { return a.Since.Compare(b.Since.Time) })
+	for _, k := range kept {
+		ip, err := netip.ParseAddr(k.IP)
+		if err != nil {
+			continue
+		}
+		off, err := alloc.Range().Assignable(ip)
+		if err == nil && !alloc.Has(off) && alloc.Allocate(off) == nil {
+			c.kept = append(c.kept, keptOffset{offset: off, entry: k})
+		}
+	}
 	return c
 }
 
 // Range returns the range of the pool.
 func (c *Chooser) Range() *ippool.Range { return c.alloc.Range() }
 
-// Done gives the free reserved addresses back to the allocator. The
-// Chooser must not be used after.
+// Done gives the free reserved and kept addresses back to the allocator.
+// The Chooser must not be used after.
 func (c *Chooser) Done() {
 	for off := range c.blocked {
 		_ = c.alloc.Release(off)
 	}
-	c.blocked = nil
+	for _, k := range c.kept {
+		_ = c.alloc.Release(k.offset)
+	}
+	c.blocked, c.kept = nil, nil
 }
 
 // Take chooses and allocates an address for the capture of the claimant.
@@ -211,7 +299,12 @@ func (c *Chooser) Take(cl Claimant, captureName string) (Taken, error) {
 		entry := *q
 		poolstatus.RemoveQuarantine(c.pool, q.IP)
 		off, _ := rng.Offset(ip)
-		return Taken{IP: ip, offset: off, Returned: &entry}, nil
+		return Taken{IP: ip, offset: off, returned: &entry}, nil
+	}
+	if i := slices.IndexFunc(c.kept, func(k keptOffset) bool {
+		return k.entry.Enactment == cl.Enactment && k.entry.Capture == captureName
+	}); i >= 0 {
+		return c.takeKept(i, false), nil
 	}
 	for _, r := range c.reservations {
 		if c.blocked[r.Offset] && r.Matches(cl.Node, cl.Policy, cl.Labels) {
@@ -220,6 +313,9 @@ func (c *Chooser) Take(cl Claimant, captureName string) (Taken, error) {
 		}
 	}
 	off, err := c.alloc.AllocateNext()
+	if errors.Is(err, ippool.ErrFull) && len(c.kept) > 0 {
+		return c.takeKept(0, true), nil
+	}
 	if err != nil {
 		if len(c.blocked) > 0 {
 			return Taken{}, fmt.Errorf("%w (%d more are reserved for other nodes)", err, len(c.blocked))
@@ -230,11 +326,26 @@ func (c *Chooser) Take(cl Claimant, captureName string) (Taken, error) {
 	return Taken{IP: ip, offset: off}, nil
 }
 
+// takeKept hands out the i-th kept address: back to its holder, or
+// reclaimed for another.
+func (c *Chooser) takeKept(i int, reclaimed bool) Taken {
+	k := c.kept[i]
+	c.kept = slices.Delete(c.kept, i, i+1)
+	poolstatus.RemoveKept(c.pool, k.entry.IP)
+	ip, _ := c.alloc.Range().IP(k.offset)
+	return Taken{IP: ip, offset: k.offset, kept: &k.entry, reclaimed: reclaimed}
+}
+
 // Give undoes a Take whose address will not be written after all.
 func (c *Chooser) Give(t Taken) {
 	switch {
-	case t.Returned != nil:
-		poolstatus.AddQuarantine(c.pool, *t.Returned)
+	case t.returned != nil:
+		poolstatus.AddQuarantine(c.pool, *t.returned)
+	case t.kept != nil:
+		poolstatus.AddKept(c.pool, *t.kept)
+		k := keptOffset{offset: t.offset, entry: *t.kept}
+		i, _ := slices.BinarySearchFunc(c.kept, k, func(a, b keptOffset) int { return a.entry.Since.Compare(b.entry.Since.Time) })
+		c.kept = slices.Insert(c.kept, i, k)
 	case t.reserved:
 		c.blocked[t.offset] = true
 	default:

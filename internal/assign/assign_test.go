@@ -104,6 +104,82 @@ func TestGiveUndoesTake(t *testing.T) {
 	}
 }
 
+// TestKeptForReturn: an address kept for a deleted node's return is free,
+// but handed to others only when nothing else is, longest kept first, with
+// a note; its own enactment and capture get it back with a note; Give puts
+// a kept address back where it was.
+func TestKeptForReturn(t *testing.T) {
+	p, alloc := testPool()
+	since := func(s int) metav1.Time { return metav1.Unix(int64(1_700_000_000+s), 0) }
+	// 10.0.0.2 kept longer than 10.0.0.3; 10.0.0.5 is excluded, so only
+	// 10.0.0.4 and 10.0.0.6 are free for anyone.
+	poolstatus.AddKept(p, ippoolv1.KeptAddress{IP: "10.0.0.3", Node: "newer", Enactment: "newer.policy", Capture: "addr", Since: since(20)})
+	poolstatus.AddKept(p, ippoolv1.KeptAddress{IP: "10.0.0.2", Node: "older", Enactment: "older.policy", Capture: "addr", Since: since(10)})
+	before := alloc.Clone()
+	c := New(p, alloc)
+	var notes Notes
+	take := func(cl Claimant) string {
+		tk, err := c.Take(cl, "addr")
+		if err != nil {
+			return err.Error()
+		}
+		notes.Add(tk, "addr")
+		return tk.IP.String()
+	}
+	for _, want := range []string{"10.0.0.4", "10.0.0.6"} {
+		if got := take(claimant("fresh", nil)); got != want {
+			t.Fatalf("a new node got %s, want the free %s before any kept address", got, want)
+		}
+	}
+	if len(notes.Returned)+len(notes.Reclaimed) != 0 {
+		t.Fatalf("notes for fresh addresses: %+v", notes)
+	}
+	tk, err := c.Take(claimant("full", nil), "addr")
+	if err != nil || tk.IP.String() != "10.0.0.2" {
+		t.Fatalf("with nothing else free a node got %v, %v; want 10.0.0.2, kept longest", tk.IP, err)
+	}
+	c.Give(tk)
+	if poolstatus.KeptOf(p, "10.0.0.2") == nil {
+		t.Fatal("Give did not keep 10.0.0.2 again")
+	}
+	if got := take(claimant("full", nil)); got != "10.0.0.2" {
+		t.Fatalf("after Give a node got %s, want 10.0.0.2 again", got)
+	}
+	if got := take(claimant("newer", nil)); got != "10.0.0.3" {
+		t.Fatalf("the returning node got %s, want its kept 10.0.0.3", got)
+	}
+	if len(p.Status.KeptForReturn) != 0 {
+		t.Fatalf("handed-out addresses are still kept: %v", p.Status.KeptForReturn)
+	}
+	if _, err := c.Take(claimant("older", nil), "addr"); !errors.Is(err, ippool.ErrFull) {
+		t.Fatalf("the node whose kept address was reclaimed: %v, want ErrFull", err)
+	}
+	c.Done()
+	if alloc.Count() != before.Count()+4 {
+		t.Fatalf("allocated %d, want the 4 taken", alloc.Count())
+	}
+	ev := notes.Events("pool")
+	if len(ev) != 2 || ev[0].Reason != ippoolv1.ReasonAddressReturned || ev[1].Reason != ippoolv1.ReasonAddressReclaimed ||
+		!strings.Contains(ev[0].Message, "10.0.0.3 to capture addr (kept since") ||
+		!strings.Contains(ev[1].Message, "10.0.0.2, kept since 2023-11-14T22:13:30Z for the return of older.policy") {
+		t.Fatalf("events = %+v", ev)
+	}
+}
+
+// TestDoneReleasesKept: kept addresses nobody took stay free.
+func TestDoneReleasesKept(t *testing.T) {
+	p, alloc := testPool()
+	poolstatus.AddKept(p, ippoolv1.KeptAddress{IP: "10.0.0.2", Enactment: "gone.policy", Capture: "addr"})
+	c := New(p, alloc)
+	if tk, err := c.Take(claimant("fresh", nil), "addr"); err != nil || tk.IP.String() != "10.0.0.3" {
+		t.Fatalf("got %v, %v; want 10.0.0.3", tk.IP, err)
+	}
+	c.Done()
+	if alloc.HasIP(mustAddr("10.0.0.2")) || poolstatus.KeptOf(p, "10.0.0.2") == nil {
+		t.Fatal("Done did not leave the untouched kept address free and kept")
+	}
+}
+
 func TestReservationsRefused(t *testing.T) {
 	p, alloc := testPool(
 		ippoolv1.Reservation{IP: "10.0.0.1", Node: "a"},

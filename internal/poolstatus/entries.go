@@ -56,3 +56,38 @@ func RemoveQuarantine(pool *ippoolv1.NodeIPPool, ip string) {
 		pool.Status.Quarantined = nil
 	}
 }
+
+// maxKept is how many kept addresses a pool lists at most, as the CRD
+// allows: beyond it, the longest kept is dropped, which only forgets a
+// preference.
+const maxKept = 4096
+
+// KeptOf returns the kept entry of ip, or nil.
+func KeptOf(pool *ippoolv1.NodeIPPool, ip string) *ippoolv1.KeptAddress {
+	i := slices.IndexFunc(pool.Status.KeptForReturn, func(k ippoolv1.KeptAddress) bool { return k.IP == ip })
+	if i < 0 {
+		return nil
+	}
+	return &pool.Status.KeptForReturn[i]
+}
+
+// AddKept keeps k.IP for its holder's return, replacing an older entry of
+// the same address; the list stays sorted, longest kept first.
+func AddKept(pool *ippoolv1.NodeIPPool, k ippoolv1.KeptAddress) {
+	RemoveKept(pool, k.IP)
+	i, _ := slices.BinarySearchFunc(pool.Status.KeptForReturn, k, func(a, b ippoolv1.KeptAddress) int {
+		return a.Since.Compare(b.Since.Time)
+	})
+	pool.Status.KeptForReturn = slices.Insert(pool.Status.KeptForReturn, i, k)
+	if n := len(pool.Status.KeptForReturn); n > maxKept {
+		pool.Status.KeptForReturn = slices.Delete(pool.Status.KeptForReturn, 0, n-maxKept)
+	}
+}
+
+// RemoveKept forgets the kept entry of ip, if any.
+func RemoveKept(pool *ippoolv1.NodeIPPool, ip string) {
+	pool.Status.KeptForReturn = slices.DeleteFunc(pool.Status.KeptForReturn, func(k ippoolv1.KeptAddress) bool { return k.IP == ip })
+	if len(pool.Status.KeptForReturn) == 0 {
+		pool.Status.KeptForReturn = nil
+	}
+}

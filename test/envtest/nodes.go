@@ -315,6 +315,20 @@ func EntryAddresses(ctx context.Context, c client.Reader, name string) ([]string
 	return slices.Compact(poolstatus.AddrStrings(out)), nil
 }
 
+// KeptAddresses returns the addresses a pool keeps for deleted nodes'
+// return (status.keptForReturn), sorted: free in its bitmap.
+func KeptAddresses(ctx context.Context, c client.Reader, name string) ([]string, error) {
+	var p ippoolv1.NodeIPPool
+	if err := c.Get(ctx, types.NamespacedName{Name: name}, &p); err != nil {
+		return nil, err
+	}
+	out := make([]netip.Addr, 0, len(p.Status.KeptForReturn))
+	for _, k := range p.Status.KeptForReturn {
+		out = append(out, netip.MustParseAddr(k.IP))
+	}
+	return poolstatus.AddrStrings(out), nil
+}
+
 // IndexedAs returns what a pool's bitmap must hold: the addresses the
 // enactments record (failing if one is held twice) and those of its
 // entries.
