@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/nmstate/kubernetes-nmstate/api/shared"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -125,12 +126,15 @@ func TestClusterCommands(t *testing.T) {
 	enactment(t, k, "node03", "bad-c", "bad", "10.20.0.3")
 	enactment(t, k, "node04", "bad-d", "bad", "10.20.0.200")
 	enactment(t, k, "node05", "gone", "deleted-pool", "10.30.0.1")
-	// held: .1 in flight, .2 quarantined (both expected, no problem);
-	// .7 recorded under another pool's name inside this range, not set.
+	// held: .1 in flight, .2 quarantined, .3 free and kept for a deleted
+	// node's return (all expected, no problem); .7 recorded under another
+	// pool's name inside this range, not set.
 	pool(t, k, "held", ippoolv1.IPRange{CIDR: "10.40.0.0/24"}, "10.40.0.1", "10.40.0.2")
 	editStatus(t, k, "held", true, func(p *ippoolv1.NodeIPPool) {
 		poolstatus.AddInFlight(p, ippoolv1.InFlightAddress{IP: "10.40.0.1", Enactment: "node07.x", Token: "1", Since: metav1.Now()})
 		poolstatus.AddQuarantine(p, ippoolv1.QuarantinedAddress{IP: "10.40.0.2", Node: "node08", Since: metav1.Now()})
+		poolstatus.AddKept(p, ippoolv1.KeptAddress{IP: "10.40.0.3", Node: "node09", Enactment: "node09.static-ip", Capture: "addr",
+			Since: metav1.Date(2026, 11, 23, 10, 0, 0, 0, time.UTC)})
 	})
 	enactment(t, k, "node06", "other", "other-pool", "10.40.0.7")
 	// hand: a status nobody vouched for.
@@ -151,7 +155,10 @@ func TestClusterCommands(t *testing.T) {
 			"1       10.20.0.2    collision  node02  eth1       bad-b   addr", "2       10.20.0.3    missing    node03", "8       10.20.0.9    unclaimed  -",
 			"-       10.20.0.200  outside    node04"}},
 		{"show held and other pools' records", []string{"show", "held"}, 0, []string{"0       10.40.0.1  in-flight    -",
-			"1       10.40.0.2  quarantined  -", "6       10.40.0.7  missing      node06"}},
+			"1       10.40.0.2  quarantined  -", "2       10.40.0.3  kept         node09  -          static-ip  addr",
+			"6       10.40.0.7  missing      node06"}},
+		{"decode a kept address", []string{"decode", "held", "10.40.0.3"}, 0, []string{"NodeIPPool held: 10.40.0.3 is offset 2, free and kept " +
+			"since 2026-11-23T10:00:00Z for the return of node node09 (enactment node09.static-ip, capture addr); other nodes get it only when no other address is free"}},
 		{"decode an offset", []string{"decode", "good", "2"}, 0, []string{"NodeIPPool good: 10.10.11.6 is offset 2, allocated, held by node node02 on eth1 " +
 			"(enactment node02.static-ip, policy static-ip, capture addr)"}},
 		{"decode an excluded address", []string{"decode", "good", "10.10.11.5"}, 0, []string{"10.10.11.5 is offset 1, excluded"}},

@@ -27,6 +27,7 @@ const (
 	stateCollision   = "collision"   // recorded by several enactments
 	stateOutside     = "outside"     // recorded, but the range does not hand it out
 	stateFree        = "free"
+	stateKept        = "kept"     // free, kept for the return of a deleted node; others get it last
 	stateExcluded    = "excluded" // excluded or reserved: never handed out
 )
 
@@ -64,6 +65,8 @@ type addressRow struct {
 	IP      string             `json:"ip"`
 	State   string             `json:"state"`
 	Holders []poolstatus.Owner `json:"holders,omitempty"`
+	// KeptFor is the deleted node's enactment a kept address waits for.
+	KeptFor *ippoolv1.KeptAddress `json:"keptFor,omitempty"`
 }
 
 // poolDetail is the output of show.
@@ -114,6 +117,12 @@ func (in *inspected) detail() poolDetail {
 		seen[ip] = true
 		ips = append(ips, ip)
 	}
+	for _, k := range in.pool.Status.KeptForReturn {
+		if ip, err := netip.ParseAddr(k.IP); err == nil && !seen[ip] && len(ips) < maxListed {
+			seen[ip] = true
+			ips = append(ips, ip)
+		}
+	}
 	for ip := range in.claims {
 		if !seen[ip] {
 			ips = append(ips, ip)
@@ -153,6 +162,8 @@ func (in *inspected) row(ip netip.Addr) addressRow {
 		r.State = stateUnclaimed
 	case assignErr != nil:
 		r.State = stateExcluded
+	case poolstatus.KeptOf(in.pool, r.IP) != nil:
+		r.State, r.KeptFor = stateKept, poolstatus.KeptOf(in.pool, r.IP)
 	default:
 		r.State = stateFree
 	}

@@ -6,6 +6,7 @@ import (
 	"io"
 	"strings"
 	"text/tabwriter"
+	"time"
 
 	"sigs.k8s.io/yaml"
 
@@ -74,6 +75,10 @@ func (p printer) detail(d poolDetail) error {
 	tw := p.table()
 	fmt.Fprintln(tw, "OFFSET\tIP\tSTATE\tNODE\tINTERFACE\tPOLICY\tCAPTURE")
 	for _, a := range d.Addresses {
+		if k := a.KeptFor; k != nil {
+			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\n", dash(a.Offset), a.IP, a.State, k.Node, "-", policyOf(k.Enactment, k.Node), k.Capture)
+			continue
+		}
 		for _, h := range holdersOrNone(a.Holders) {
 			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\n", dash(a.Offset), a.IP, a.State, dash(h.Node), dash(h.Interface), dash(h.Policy), dash(h.Capture))
 		}
@@ -88,6 +93,12 @@ func (p printer) decoded(pool string, a addressRow) error {
 	where := "outside the range"
 	if a.Offset != "" {
 		where = "offset " + a.Offset
+	}
+	if k := a.KeptFor; k != nil {
+		_, err := fmt.Fprintf(p.w, "NodeIPPool %s: %s is %s, free and kept since %s for the return of node %s (enactment %s, capture %s); "+
+			"other nodes get it only when no other address is free\n",
+			pool, a.IP, where, k.Since.UTC().Format(time.RFC3339), k.Node, k.Enactment, k.Capture)
+		return err
 	}
 	fmt.Fprintf(p.w, "NodeIPPool %s: %s is %s, %s", pool, a.IP, where, a.State)
 	if len(a.Holders) == 0 {
@@ -124,6 +135,11 @@ func (p printer) checks(checks []poolCheck) error {
 	}
 	_, err := fmt.Fprintf(p.w, "all %d pools agree with their enactments\n", len(checks))
 	return err
+}
+
+// policyOf returns the policy of an enactment "<node>.<policy>".
+func policyOf(enactment, node string) string {
+	return dash(strings.TrimPrefix(enactment, node+"."))
 }
 
 func holdersOrNone(h []poolstatus.Owner) []poolstatus.Owner {
