@@ -94,11 +94,11 @@ wait_until "node04's enactment Available" 90 enactment_available node04
 table
 expect_nodes 4
 
-say "Scaling down: node02 leaves; its address is quarantined, then returns to the pool once node02 is gone"
+say "Scaling down: node02 leaves; its address is free again once node02 is gone, kept for its return"
 freed=$(address_of node02)
 run localcluster node remove node02 --dir "$dir"
 wait_until "$freed free again after node02 left" 30 bash -c \
-	"kubectl nodeippool decode traffic-1 '$freed' | grep -q ', free$'"
+	"kubectl nodeippool decode traffic-1 '$freed' | grep -q ', free and kept since .* for the return of node node02'"
 run kubectl nodeippool decode traffic-1 "$freed"
 expect_nodes 3
 

@@ -313,6 +313,13 @@ func poolBits(name string) []string {
 	return ips
 }
 
+// kept returns the addresses a pool keeps for deleted nodes' return.
+func kept(name string) []string {
+	ips, err := envtest.KeptAddresses(ctx, k, name)
+	Expect(err).NotTo(HaveOccurred())
+	return ips
+}
+
 // events returns the reasons and notes of the Events about an object.
 func events(kind, name string) []string {
 	out, err := envtest.Events(ctx, k, kind, name)

@@ -133,7 +133,7 @@ var _ = Describe("Scaling", func() {
 	})
 
 	for _, crash := range []bool{false, true} {
-		It(fmt.Sprintf("down (crash: %v): a removed node's address returns to the pool and the next node gets it", crash), func() {
+		It(fmt.Sprintf("down (crash: %v): a removed node's address is free again at once, kept for its return, and a new node gets another", crash), func() {
 			node := map[bool]string{false: "node05", true: "node06"}[crash]
 			// Start from a settled pool: an address quarantined by an earlier
 			// step and freed later would be lower than the one freed here.
@@ -147,10 +147,11 @@ var _ = Describe("Scaling", func() {
 			localcluster(args...)
 			Eventually(func() *nncev1beta1.NodeNetworkConfigurationEnactment { return enactment(node, "scale") }).Should(BeNil())
 			Eventually(func() []string { return poolBits("scale") }).ShouldNot(ContainElement(ip))
+			Expect(kept("scale")).To(ContainElement(ip))
 			next := node + "-next"
 			localcluster("node", "add", next)
 			DeferCleanup(func() { localcluster("node", "remove", next) })
-			Expect(addresses("scale", "scale", "eth1", next)[next]).To(Equal(ip))
+			Expect(addresses("scale", "scale", "eth1", next)[next]).NotTo(Equal(ip), "passed by while other addresses are free")
 		})
 	}
 
@@ -160,7 +161,8 @@ var _ = Describe("Scaling", func() {
 		ip := addresses("scale", "scale", "eth1", node)[node]
 		localcluster("node", "remove", node)
 		Eventually(func() *nncev1beta1.NodeNetworkConfigurationEnactment { return enactment(node, "scale") }).Should(BeNil())
-		Expect(poolBits("scale")).To(ContainElement(ip), "kept for the node's return")
+		Eventually(func() []string { return kept("scale") }).Should(ContainElement(ip), "kept for the node's return")
+		Expect(poolBits("scale")).NotTo(ContainElement(ip), "and free: the Node is gone, its network with it")
 		localcluster("node", "add", node)
 		DeferCleanup(func() { localcluster("node", "remove", node) })
 		Expect(addresses("scale", "scale", "eth1", node)[node]).To(Equal(ip))

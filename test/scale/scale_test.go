@@ -266,14 +266,20 @@ func scaleDown(b *testing.B, pool string, nodes []string, stops []func() error, 
 	for _, name := range nodes {
 		must(b, suite.Client.Delete(ctx, &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: name}}))
 	}
+	kept := 0
 	waitFor(b, 10*time.Minute, "the removed nodes' addresses to return to the pool", func() bool {
 		var p ippoolv1.NodeIPPool
 		if err := suite.Client.Get(ctx, types.NamespacedName{Name: pool}, &p); err != nil {
 			return false
 		}
+		kept = len(p.Status.KeptForReturn)
 		return p.Status.Allocated == int64(remaining) && len(p.Status.Quarantined) == 0 && len(p.Status.InFlight) == 0
 	})
-	return time.Since(began)
+	took := time.Since(began)
+	// Free, and kept for the removed nodes' return until the quarantine
+	// period has passed.
+	b.Logf("scale-down: %d addresses free again in %s, %d of them kept for their node's return", len(nodes), took.Round(100*time.Millisecond), kept)
+	return took
 }
 
 func deletePolicy(b *testing.B, name string) {
