@@ -309,20 +309,8 @@ func applyHolds(pool *ippoolv1.NodeIPPool, alloc *ippool.Allocator, claims pools
 		}
 	}
 	for s, l := range w.lift {
-		if q := poolstatus.QuarantineOf(pool, s); q != nil && q.Since.Equal(&l.since) {
-			if poolstatus.InFlightOf(pool, s) != nil {
-				continue // lifted once its in-flight entry is pruned, revoked or forgotten
-			}
-			entry := *q
-			poolstatus.RemoveQuarantine(pool, s)
-			a.changed = true
-			if a.free(s) {
-				lifted = append(lifted, s)
-				if l.keep {
-					poolstatus.AddKept(pool, ippoolv1.KeptAddress{IP: s, Node: entry.Node, Enactment: entry.Enactment,
-						Capture: entry.Capture, Since: entry.Since})
-				}
-			}
+		if a.lift(s, l) {
+			lifted = append(lifted, s)
 		}
 	}
 	a.forgetKept(w.expire)
@@ -344,13 +332,35 @@ func (a *holdsApplier) recordedBy(s, enactment string) bool {
 	return err == nil && a.claims.HeldBy(ip, enactment)
 }
 
+// lift removes the quarantine of s if it is still the one decided on and
+// no in-flight entry holds s (then it is lifted once that entry is pruned,
+// revoked or forgotten), frees s, and with l.keep keeps it for its holder's
+// return. It reports whether it freed s.
+func (a *holdsApplier) lift(s string, l lift) bool {
+	q := poolstatus.QuarantineOf(a.pool, s)
+	if q == nil || !q.Since.Equal(&l.since) || poolstatus.InFlightOf(a.pool, s) != nil {
+		return false
+	}
+	entry := *q
+	poolstatus.RemoveQuarantine(a.pool, s)
+	a.changed = true
+	if !a.free(s) {
+		return false
+	}
+	if l.keep {
+		poolstatus.AddKept(a.pool, ippoolv1.KeptAddress{IP: s, Node: entry.Node, Enactment: entry.Enactment,
+			Capture: entry.Capture, Since: entry.Since})
+	}
+	return true
+}
+
 // forgetKept drops the kept entries that expired (same since), or whose
 // address the range no longer hands out or someone holds again.
 func (a *holdsApplier) forgetKept(expire map[string]metav1.Time) {
 	for _, k := range slices.Clone(a.pool.Status.KeptForReturn) {
 		since, expired := expire[k.IP]
 		ip, err := netip.ParseAddr(k.IP)
-		if err == nil && !(expired && since.Equal(&k.Since)) {
+		if err == nil && (!expired || !since.Equal(&k.Since)) {
 			if _, err = a.alloc.Range().Assignable(ip); err == nil && !a.alloc.HasIP(ip) {
 				continue
 			}

@@ -8,6 +8,7 @@ import (
 
 	"github.com/nmstate/kubernetes-nmstate/api/shared"
 	. "github.com/onsi/gomega"
+	"github.com/prometheus/client_golang/prometheus"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/utils/clock"
@@ -15,6 +16,7 @@ import (
 	ippoolv1 "github.com/nmstate-ippool/nmstate-ippool/api/v1"
 	nncev1beta1 "github.com/nmstate-ippool/nmstate-ippool/api/v1beta1"
 	"github.com/nmstate-ippool/nmstate-ippool/controllers/handler"
+	"github.com/nmstate-ippool/nmstate-ippool/controllers/pool"
 	"github.com/nmstate-ippool/nmstate-ippool/internal/poolstatus"
 	"github.com/nmstate-ippool/nmstate-ippool/internal/poolwrite"
 	"github.com/nmstate-ippool/nmstate-ippool/internal/retire"
@@ -416,7 +418,12 @@ func replaceNode(t *testing.T, pool, cidr, first string, selfAllocate bool) {
 func TestKeptAddressExpires(t *testing.T) {
 	RegisterTestingT(t)
 	const period = 15 * time.Second
-	startControllerWith(t, period)
+	metrics := pool.NewMetrics()
+	registry := prometheus.NewRegistry()
+	registry.MustRegister(metrics.Collectors()...)
+	pc, err := env.StartPoolController(grace, metrics, func(pc *envtest.PoolController) { pc.Pools.QuarantinePeriod = period })
+	Expect(err).NotTo(HaveOccurred())
+	t.Cleanup(func() { _ = pc.Stop() })
 	createPool(t, "expire", ippoolv1.IPRange{CIDR: "10.64.0.0/24", Start: "10.64.0.1", End: "10.64.0.10"})
 	Eventually(available("expire")).Should(HavePrefix("True"))
 	createPolicy(t, "expire", "expire", "expire")
@@ -428,11 +435,13 @@ func TestKeptAddressExpires(t *testing.T) {
 	Expect(leaving.Stop()).To(Succeed())
 	Expect(k.Delete(ctx, newNode("expire01", "expire"))).To(Succeed())
 	Eventually(func() []ippoolv1.KeptAddress { return poolStatus("expire").KeptForReturn }).Should(ConsistOf(HaveField("IP", "10.64.0.1")))
+	Eventually(metric(registry, "nmstate_ippool_kept_for_return", "expire")).Should(Equal(1.0))
 	addNode(t, dir, "expire02", "expire")
 	Eventually(enactmentState("expire02.expire")).Should(HavePrefix("Available"))
 	Expect(held("expire02.expire", "expire")).To(Equal([]string{"10.64.0.2"}), "a kept address is passed by while others are free")
 
 	Eventually(func() []ippoolv1.KeptAddress { return poolStatus("expire").KeptForReturn }, 2*period).Should(BeEmpty())
+	Eventually(metric(registry, "nmstate_ippool_kept_for_return", "expire")).Should(Equal(0.0))
 	addNode(t, dir, "expire03", "expire")
 	Eventually(enactmentState("expire03.expire")).Should(HavePrefix("Available"))
 	Expect(held("expire03.expire", "expire")).To(Equal([]string{"10.64.0.1"}), "once expired, the lowest free address again")
