@@ -140,8 +140,9 @@ func (r *Reconciler) planHolds(ctx context.Context, pool *ippoolv1.NodeIPPool, c
 			}
 		}
 	}
+	nodes := r.nodeUIDs(len(pool.Status.Quarantined))
 	for _, q := range pool.Status.Quarantined {
-		l, err := r.liftReason(ctx, q, now)
+		l, err := r.liftReason(ctx, q, now, nodes)
 		if err != nil {
 			return holdWork{}, err
 		}
@@ -239,14 +240,14 @@ func recordedIPs(e *nncev1beta1.NodeNetworkConfigurationEnactment) []string {
 // gone is freed and kept for the node's return under its name (lift.keep):
 // other nodes get it only when nothing else is free. While a replacement
 // under the name is there, it stays quarantined for it.
-func (r *Reconciler) liftReason(ctx context.Context, q ippoolv1.QuarantinedAddress, now time.Time) (lift, error) {
+func (r *Reconciler) liftReason(ctx context.Context, q ippoolv1.QuarantinedAddress, now time.Time, nodes *nodeUIDs) (lift, error) {
 	if age := now.Sub(q.Since.Time); age >= r.QuarantinePeriod {
 		return lift{why: fmt.Sprintf("the quarantine period of %s passed", r.QuarantinePeriod)}, nil
 	}
 	if q.Node == "" {
 		return lift{}, nil
 	}
-	uid, gone, err := r.nodeUID(ctx, q.Node)
+	uid, gone, err := nodes.get(ctx, q.Node)
 	switch {
 	case err != nil:
 		return lift{}, err
@@ -270,17 +271,54 @@ func (r *Reconciler) liftReason(ctx context.Context, q ippoolv1.QuarantinedAddre
 	return lift{why: fmt.Sprintf("node %s no longer carries it", q.Node)}, nil
 }
 
-// nodeUID returns the UID of a Node on the API server, or gone.
-func (r *Reconciler) nodeUID(ctx context.Context, name string) (types.UID, bool, error) {
-	n := &metav1.PartialObjectMetadata{}
-	n.SetGroupVersionKind(corev1.SchemeGroupVersion.WithKind("Node"))
-	switch err := r.APIReader.Get(ctx, types.NamespacedName{Name: name}, n); {
+// DefaultListNodesFrom is the default of Reconciler.ListNodesFrom.
+const DefaultListNodesFrom = 16
+
+// nodeUIDs tells, for one pass of planHolds, whether a Node exists on the
+// API server and under which UID: by one read each, or for many entries
+// from one metadata list made on first use.
+type nodeUIDs struct {
+	reader client.Reader
+	list   bool
+	uids   map[string]types.UID
+}
+
+// nodeUIDs returns the node lookup of a pass over entries quarantined
+// addresses.
+func (r *Reconciler) nodeUIDs(entries int) *nodeUIDs {
+	from := r.ListNodesFrom
+	if from <= 0 {
+		from = DefaultListNodesFrom
+	}
+	return &nodeUIDs{reader: r.APIReader, list: entries >= from}
+}
+
+// get returns the UID of a Node, or gone.
+func (n *nodeUIDs) get(ctx context.Context, name string) (types.UID, bool, error) {
+	if n.list {
+		if n.uids == nil {
+			nodes := &metav1.PartialObjectMetadataList{}
+			nodes.SetGroupVersionKind(corev1.SchemeGroupVersion.WithKind("NodeList"))
+			if err := n.reader.List(ctx, nodes); err != nil {
+				return "", false, fmt.Errorf("list nodes: %w", err)
+			}
+			n.uids = make(map[string]types.UID, len(nodes.Items))
+			for _, node := range nodes.Items {
+				n.uids[node.Name] = node.UID
+			}
+		}
+		uid, ok := n.uids[name]
+		return uid, !ok, nil
+	}
+	node := &metav1.PartialObjectMetadata{}
+	node.SetGroupVersionKind(corev1.SchemeGroupVersion.WithKind("Node"))
+	switch err := n.reader.Get(ctx, types.NamespacedName{Name: name}, node); {
 	case apierrors.IsNotFound(err):
 		return "", true, nil
 	case err != nil:
 		return "", false, fmt.Errorf("get node %q: %w", name, err)
 	}
-	return n.UID, false, nil
+	return node.UID, false, nil
 }
 
 // applyHolds carries w out on a fresh copy of the pool: it removes the

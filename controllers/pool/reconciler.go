@@ -49,6 +49,11 @@ type Reconciler struct {
 	// QuarantinePeriod is the longest an address taken from its holder stays
 	// quarantined when the holder cannot confirm it no longer carries it.
 	QuarantinePeriod time.Duration
+	// ListNodesFrom is how many quarantined addresses of a pool make a
+	// quarantine check list the Nodes once instead of reading each (after
+	// a scale-down of hundreds of nodes, one list costs less than hundreds
+	// of reads); 0 means DefaultListNodesFrom.
+	ListNodesFrom int
 	// Metrics exports per-pool gauges and counters; nil exports nothing.
 	Metrics *Metrics
 	// Batch is how long the events of pools and enactments are gathered

@@ -414,14 +414,19 @@ func replaceNode(t *testing.T, pool, cidr, first string, selfAllocate bool) {
 
 // TestKeptAddressExpires: an address kept for a deleted node's return is
 // passed by while other addresses are free, and once the quarantine period
-// has passed since its release it is an address like any other.
+// has passed since its release it is an address like any other. The
+// controller finds the Node gone in a list of Nodes (TestScaleDown, by
+// reading it).
 func TestKeptAddressExpires(t *testing.T) {
 	RegisterTestingT(t)
 	const period = 15 * time.Second
 	metrics := pool.NewMetrics()
 	registry := prometheus.NewRegistry()
 	registry.MustRegister(metrics.Collectors()...)
-	pc, err := env.StartPoolController(grace, metrics, func(pc *envtest.PoolController) { pc.Pools.QuarantinePeriod = period })
+	// One quarantined address is enough to look the Nodes up with a list.
+	pc, err := env.StartPoolController(grace, metrics, func(pc *envtest.PoolController) {
+		pc.Pools.QuarantinePeriod, pc.Pools.ListNodesFrom = period, 1
+	})
 	Expect(err).NotTo(HaveOccurred())
 	t.Cleanup(func() { _ = pc.Stop() })
 	createPool(t, "expire", ippoolv1.IPRange{CIDR: "10.64.0.0/24", Start: "10.64.0.1", End: "10.64.0.10"})
