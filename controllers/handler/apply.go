@@ -86,7 +86,23 @@ func (r *Reconciler) applyGranted(ctx context.Context, name string) (ctrl.Result
 		ctrl.LoggerFrom(ctx).V(1).Info("the enactment changed before the apply; deciding again")
 		return ctrl.Result{RequeueAfter: cacheLag}, nil
 	}
-	applyErr := r.State.Apply(ctx, s.enactment.Status.DesiredState.Raw)
+	desired := s.enactment.Status.DesiredState.Raw
+	if len(desired) == 0 {
+		// The pool controller recorded the addresses and asked to apply
+		// (record.AskToApply): the state is rendered now, on the current
+		// state the apply starts from.
+		addresses := servedOnRequest(s.enactment, s.captures).addresses
+		rendered, err := r.render(ctx, s, addresses)
+		if err != nil {
+			o := failing(string(shared.NodeNetworkConfigurationEnactmentConditionFailedToConfigure), err.Error())
+			o.requeueAfter = r.FailedRequeue
+			return r.conclude(ctx, s, o)
+		}
+		desired = rendered.DesiredState
+		writeRecord(s.enactment, s.captures, addresses, rendered.CapturedStates, r.meta())
+		s.enactment.Status.DesiredState = shared.NewState(string(desired))
+	}
+	applyErr := r.State.Apply(ctx, desired)
 	if r.StateChanged != nil {
 		r.StateChanged()
 	}

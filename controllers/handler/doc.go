@@ -20,7 +20,9 @@
 // jittered exponential backoff. Nothing new is allocated while a pool is
 // not Available=True: only the pool controller sets that. The record is
 // written to the enactment before anything is applied, so an address that
-// reached a node is always recorded.
+// reached a node is always recorded. A record the controller completes
+// also asks to apply (record.AskToApply): the handler then renders the
+// state once its slot is granted, and writes it with the outcome.
 //
 // Fresh addresses are taken with an in-flight entry in the pool that names
 // the enactment and its resourceVersion (the token), and recorded with a

@@ -224,12 +224,7 @@ func (s *scope) recordsComplete() bool {
 
 // recordsAll reports whether e records an address for every one of refs.
 func recordsAll(e *nncev1beta1.NodeNetworkConfigurationEnactment, refs []capture.Ref) bool {
-	for _, ref := range refs {
-		if _, ok := record.Of(e, ref); !ok {
-			return false
-		}
-	}
-	return true
+	return record.Complete(e, refs)
 }
 
 // fetch reads the scope of a policy through reader: the cache for the
@@ -364,7 +359,7 @@ func (r *Reconciler) enact(ctx context.Context, name string) (ctrl.Result, error
 	s.enactment.Status.DesiredState = shared.NewState(string(rendered.DesiredState))
 	s.enactment.Status.Slot = &nncev1beta1.ApplySlot{Requested: metav1.NewMicroTime(r.Clock.Now().Truncate(time.Microsecond))}
 	return r.concludeRecorded(ctx, s, alloc, dropped,
-		progressing("Waiting for the policy controller to grant a maxUnavailable slot"+movedNote(alloc.moved)))
+		progressing(record.WaitingForSlot+movedNote(alloc.moved)))
 }
 
 // reportMoved raises a Warning Event on the enactment for every recorded

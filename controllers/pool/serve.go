@@ -37,8 +37,12 @@ const parallelRecords = 32
 // addresses.
 type request struct {
 	enactment *nncev1beta1.NodeNetworkConfigurationEnactment
-	refs      []capture.Ref
-	addresses []capture.Address
+	// generation and all are the policy's generation and every ippool
+	// capture of it, of any pool.
+	generation int64
+	all        []capture.Ref
+	refs       []capture.Ref
+	addresses  []capture.Address
 	// notes describe the addresses that came back, or were kept for
 	// another node's return.
 	notes assign.Notes
@@ -65,7 +69,7 @@ func (r *Reconciler) busyRequests(ctx context.Context, pool string, enactments [
 		if p == nil || (!record.Requesting(e) && p.generation != e.Status.PolicyGeneration) {
 			continue
 		}
-		rq := &request{enactment: e}
+		rq := &request{enactment: e, generation: p.generation, all: p.captures.Refs}
 		for _, ref := range p.captures.RefsOf(pool) {
 			if _, ok := record.Of(e, ref); !ok {
 				rq.refs = append(rq.refs, ref)
@@ -217,9 +221,11 @@ func (r *Reconciler) serve(ctx context.Context, pool *ippoolv1.NodeIPPool, v vie
 }
 
 // recordServed writes the addresses of a served request into its
-// enactment. A conflict means the enactment changed since the cache showed
-// it: if the fresh copy still asks (same wait, no record, no fence), the
-// record is written under it; otherwise the addresses are withdrawn.
+// enactment, and once the enactment records every capture of its policy,
+// asks in the same write to apply it (record.AskToApply). A conflict means
+// the enactment changed since the cache showed it: if the fresh copy still
+// asks (same wait, no record, no fence), the record is written under it;
+// otherwise the addresses are withdrawn.
 func (r *Reconciler) recordServed(ctx context.Context, pool *ippoolv1.NodeIPPool, rq *request, meta shared.NodeNetworkConfigurationEnactmentMetaInfo) error {
 	ips := make([]string, len(rq.addresses))
 	for i, a := range rq.addresses {
@@ -231,6 +237,11 @@ func (r *Reconciler) recordServed(ctx context.Context, pool *ippoolv1.NodeIPPool
 		e := current.DeepCopy()
 		for i, ref := range rq.refs {
 			record.Add(e, ref, rq.addresses[i], meta)
+		}
+		if record.Complete(e, rq.all) {
+			// The handler's next write would ask to apply; this one does,
+			// so a pooled node costs no more writes than a plain one.
+			record.AskToApply(e, rq.generation, r.Clock.Now())
 		}
 		err := r.Client.Status().Update(ctx, e)
 		if err == nil {

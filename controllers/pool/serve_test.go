@@ -11,6 +11,7 @@ import (
 	. "github.com/onsi/gomega"
 	"github.com/prometheus/client_golang/prometheus"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/utils/clock"
 
 	ippoolv1 "github.com/nmstate-ippool/nmstate-ippool/api/v1"
@@ -20,6 +21,7 @@ import (
 	"github.com/nmstate-ippool/nmstate-ippool/internal/conditions"
 	"github.com/nmstate-ippool/nmstate-ippool/internal/poolstatus"
 	"github.com/nmstate-ippool/nmstate-ippool/internal/poolwrite"
+	"github.com/nmstate-ippool/nmstate-ippool/internal/record"
 	"github.com/nmstate-ippool/nmstate-ippool/pkg/ippool"
 	"github.com/nmstate-ippool/nmstate-ippool/test/envtest"
 )
@@ -27,7 +29,9 @@ import (
 // TestBusyPoolServedByController: handlers leave new addresses to the
 // controller (a request on creation) and never allocate themselves (their
 // own attempt is an hour away): they all end Available with unique,
-// indexed addresses the controller allocated in shared pool writes.
+// indexed addresses the controller allocated in shared pool writes. The
+// controller's record asks to apply (a slot request, Progressing, the
+// policy generation) and the handlers render their state once granted.
 func TestBusyPoolServedByController(t *testing.T) {
 	RegisterTestingT(t)
 	metrics := pool.NewMetrics()
@@ -47,7 +51,12 @@ func TestBusyPoolServedByController(t *testing.T) {
 	}
 	for _, nd := range nodes {
 		Eventually(enactmentState(nd.Name+".busy"), time.Minute).Should(HavePrefix("Available"))
-		Expect(held(nd.Name+".busy", "busy")).To(HaveLen(1))
+		ips := held(nd.Name+".busy", "busy")
+		Expect(ips).To(HaveLen(1))
+		var e nncev1beta1.NodeNetworkConfigurationEnactment
+		Expect(k.Get(ctx, types.NamespacedName{Name: nd.Name + ".busy"}, &e)).To(Succeed())
+		Expect(string(e.Status.DesiredState.Raw)).To(ContainSubstring(ips[0]), "rendered with its address when applied")
+		Expect(nd.ConfiguredAll("eth1")).To(ContainElement(HavePrefix(ips[0] + "/")))
 	}
 	assertIndexed("busy")
 	t.Logf("controller pool writes for waiting nodes: %v", gathered(registry, "nmstate_ippool_controller_allocation_attempts_total"))
@@ -83,6 +92,15 @@ func TestBusyPoolServedByController(t *testing.T) {
 	}
 	Eventually(func() []string { return held("asked.busy", "busy") }).Should(HaveLen(1))
 	Expect(held("elsewhere.busy", "busy")).To(BeEmpty())
+	for _, name := range []string{"hand.busy", "asked.busy"} {
+		Expect(k.Get(ctx, types.NamespacedName{Name: name}, e)).To(Succeed())
+		Expect(e.Status.PolicyGeneration).To(Equal(int64(1)), name)
+		Expect(e.Status.Slot).NotTo(BeNil(), "%s: the record asks to apply", name)
+		Expect(e.Status.DesiredState.Raw).To(BeEmpty(), "%s: rendered by the handler once granted", name)
+		c := e.Status.Conditions.Find(shared.NodeNetworkConfigurationEnactmentConditionProgressing)
+		Expect(c).NotTo(BeNil(), name)
+		Expect([]string{string(c.Status), c.Message}).To(Equal([]string{"True", record.WaitingForSlot}), name)
+	}
 	assertIndexed("busy")
 }
 
