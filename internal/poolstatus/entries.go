@@ -6,22 +6,40 @@ import (
 	ippoolv1 "github.com/nmstate-ippool/nmstate-ippool/api/v1"
 )
 
-// InFlightOf returns the in-flight entry of ip, or nil.
-func InFlightOf(pool *ippoolv1.NodeIPPool, ip string) *ippoolv1.InFlightAddress {
-	i := slices.IndexFunc(pool.Status.InFlight, func(e ippoolv1.InFlightAddress) bool { return e.IP == ip })
-	if i < 0 {
+// The entry lists of a pool's status (in flight, quarantined, kept) are
+// keyed by address; entryOf and without work on any of them, given how to
+// read an entry's address.
+func inFlightIP(e *ippoolv1.InFlightAddress) string       { return e.IP }
+func quarantinedIP(q *ippoolv1.QuarantinedAddress) string { return q.IP }
+func keptIP(k *ippoolv1.KeptAddress) string               { return k.IP }
+
+// entryOf returns the entry of ip in list, or nil.
+func entryOf[T any](list []T, ipOf func(*T) string, ip string) *T {
+	for i := range list {
+		if ipOf(&list[i]) == ip {
+			return &list[i]
+		}
+	}
+	return nil
+}
+
+// without returns list without the entries of ip; nil when none is left.
+func without[T any](list []T, ipOf func(*T) string, ip string) []T {
+	list = slices.DeleteFunc(list, func(e T) bool { return ipOf(&e) == ip })
+	if len(list) == 0 {
 		return nil
 	}
-	return &pool.Status.InFlight[i]
+	return list
+}
+
+// InFlightOf returns the in-flight entry of ip, or nil.
+func InFlightOf(pool *ippoolv1.NodeIPPool, ip string) *ippoolv1.InFlightAddress {
+	return entryOf(pool.Status.InFlight, inFlightIP, ip)
 }
 
 // QuarantineOf returns the quarantine entry of ip, or nil.
 func QuarantineOf(pool *ippoolv1.NodeIPPool, ip string) *ippoolv1.QuarantinedAddress {
-	i := slices.IndexFunc(pool.Status.Quarantined, func(q ippoolv1.QuarantinedAddress) bool { return q.IP == ip })
-	if i < 0 {
-		return nil
-	}
-	return &pool.Status.Quarantined[i]
+	return entryOf(pool.Status.Quarantined, quarantinedIP, ip)
 }
 
 // AddInFlight records that e was taken; an older entry for the same
@@ -33,10 +51,7 @@ func AddInFlight(pool *ippoolv1.NodeIPPool, e ippoolv1.InFlightAddress) {
 
 // RemoveInFlight removes the in-flight entry of ip, if any.
 func RemoveInFlight(pool *ippoolv1.NodeIPPool, ip string) {
-	pool.Status.InFlight = slices.DeleteFunc(pool.Status.InFlight, func(e ippoolv1.InFlightAddress) bool { return e.IP == ip })
-	if len(pool.Status.InFlight) == 0 {
-		pool.Status.InFlight = nil
-	}
+	pool.Status.InFlight = without(pool.Status.InFlight, inFlightIP, ip)
 }
 
 // AddQuarantine quarantines q.IP unless it is already quarantined, and
@@ -51,10 +66,7 @@ func AddQuarantine(pool *ippoolv1.NodeIPPool, q ippoolv1.QuarantinedAddress) boo
 
 // RemoveQuarantine lifts the quarantine of ip, if any.
 func RemoveQuarantine(pool *ippoolv1.NodeIPPool, ip string) {
-	pool.Status.Quarantined = slices.DeleteFunc(pool.Status.Quarantined, func(q ippoolv1.QuarantinedAddress) bool { return q.IP == ip })
-	if len(pool.Status.Quarantined) == 0 {
-		pool.Status.Quarantined = nil
-	}
+	pool.Status.Quarantined = without(pool.Status.Quarantined, quarantinedIP, ip)
 }
 
 // maxKept is how many kept addresses a pool lists at most, as the CRD
@@ -64,11 +76,7 @@ const maxKept = 4096
 
 // KeptOf returns the kept entry of ip, or nil.
 func KeptOf(pool *ippoolv1.NodeIPPool, ip string) *ippoolv1.KeptAddress {
-	i := slices.IndexFunc(pool.Status.KeptForReturn, func(k ippoolv1.KeptAddress) bool { return k.IP == ip })
-	if i < 0 {
-		return nil
-	}
-	return &pool.Status.KeptForReturn[i]
+	return entryOf(pool.Status.KeptForReturn, keptIP, ip)
 }
 
 // AddKept keeps k.IP for its holder's return, replacing an older entry of
@@ -86,8 +94,5 @@ func AddKept(pool *ippoolv1.NodeIPPool, k ippoolv1.KeptAddress) {
 
 // RemoveKept forgets the kept entry of ip, if any.
 func RemoveKept(pool *ippoolv1.NodeIPPool, ip string) {
-	pool.Status.KeptForReturn = slices.DeleteFunc(pool.Status.KeptForReturn, func(k ippoolv1.KeptAddress) bool { return k.IP == ip })
-	if len(pool.Status.KeptForReturn) == 0 {
-		pool.Status.KeptForReturn = nil
-	}
+	pool.Status.KeptForReturn = without(pool.Status.KeptForReturn, keptIP, ip)
 }
