@@ -94,9 +94,7 @@ func (r *Reconciler) applyGranted(ctx context.Context, name string) (ctrl.Result
 		addresses := servedOnRequest(s.enactment, s.captures).addresses
 		rendered, err := r.render(ctx, s, addresses)
 		if err != nil {
-			o := failing(string(shared.NodeNetworkConfigurationEnactmentConditionFailedToConfigure), err.Error())
-			o.requeueAfter = r.FailedRequeue
-			return r.conclude(ctx, s, o)
+			return r.conclude(ctx, s, r.failedToConfigure(err.Error()))
 		}
 		desired = rendered.DesiredState
 		writeRecord(s.enactment, s.captures, addresses, rendered.CapturedStates, r.meta())
@@ -108,9 +106,7 @@ func (r *Reconciler) applyGranted(ctx context.Context, name string) (ctrl.Result
 	}
 	if applyErr != nil {
 		ctrl.LoggerFrom(ctx).Info("applying the desired state failed", "error", applyErr.Error())
-		o := failing(string(shared.NodeNetworkConfigurationEnactmentConditionFailedToConfigure),
-			fmt.Sprintf("error reconciling NodeNetworkConfigurationPolicy on node %s: %v", r.NodeName, applyErr))
-		o.requeueAfter = r.FailedRequeue
+		o := r.failedToConfigure(fmt.Sprintf("error reconciling NodeNetworkConfigurationPolicy on node %s: %v", r.NodeName, applyErr))
 		return r.conclude(ctx, s, o)
 	}
 	ctrl.LoggerFrom(ctx).Info("applied desired state", "ippool", s.enactment.Status.IPPool)

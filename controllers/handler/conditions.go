@@ -32,6 +32,14 @@ func progressing(message string) outcome {
 		reason: shared.NodeNetworkConfigurationEnactmentConditionConfigurationProgressing, message: message}
 }
 
+// failedToConfigure is the outcome of a state that could not be rendered or
+// applied: Failing / FailedToConfigure, tried again after FailedRequeue.
+func (r *Reconciler) failedToConfigure(message string) outcome {
+	o := failing(string(shared.NodeNetworkConfigurationEnactmentConditionFailedToConfigure), message)
+	o.requeueAfter = r.FailedRequeue
+	return o
+}
+
 func failing(reason string, message string) outcome {
 	return outcome{condition: shared.NodeNetworkConfigurationEnactmentConditionFailing,
 		reason: shared.ConditionReason(reason), message: message}

@@ -348,9 +348,7 @@ func (r *Reconciler) enact(ctx context.Context, name string) (ctrl.Result, error
 	rendered, err := r.render(ctx, s, alloc.addresses)
 	if err != nil {
 		writeRecord(s.enactment, s.captures, alloc.addresses, addressStates(alloc.addresses), r.meta())
-		o := failing(string(shared.NodeNetworkConfigurationEnactmentConditionFailedToConfigure), err.Error())
-		o.requeueAfter = r.FailedRequeue
-		return r.concludeRecorded(ctx, s, alloc, dropped, o)
+		return r.concludeRecorded(ctx, s, alloc, dropped, r.failedToConfigure(err.Error()))
 	}
 	if upToDate(s.enactment, s.policy, rendered, s.captures, alloc.addresses) {
 		return ctrl.Result{}, nil
