@@ -6,13 +6,29 @@
 //	nmstatectl-sim apply [--no-commit] [--timeout SECONDS] FILE
 //	nmstatectl-sim commit
 //	nmstatectl-sim rollback
+//	nmstatectl-sim --version
 //
 // The state file is $NMSTATECTL_SIM_STATE (default ./nmstate-sim.yaml); a
-// missing file starts as a node with eth0 (holding the default route), eth1
-// and eth2. apply merges interfaces by name (an interface with state: absent
-// is removed) and replaces other top-level keys. With --no-commit the result
-// waits in <state>.checkpoint until commit, or until rollback or the timeout
-// discards it.
+// missing file starts as a node like a real one: eth0 configured by DHCP
+// (addresses, default routes and nameserver in the running state), eth1
+// and eth2 (see defaultState).
+//
+// apply merges the desired state into the current one as nmstate does,
+// for what policies touch:
+//   - interfaces merge by name, key by key; state: absent removes one;
+//     routes through an interface that goes down or away leave the
+//     running routes;
+//   - routes.config entries are added to the config and the running
+//     routes (table 254 unless given); an entry with state: absent
+//     removes every route it matches from both;
+//   - dns-resolver.config replaces the config, and its servers (when it
+//     has any) become the running ones;
+//   - other top-level keys replace.
+//
+// With --no-commit the result is live at once (show reports it) and waits
+// in <state>.checkpoint until commit; rollback, or the timeout passing,
+// returns to the state before it. rollback with no checkpoint fails, as
+// nmstatectl's does.
 //
 // Failures can be injected: each line "SUBCOMMAND: MESSAGE" of <state>.fail
 // makes that subcommand print MESSAGE and exit 1.
@@ -24,8 +40,11 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"hash/fnv"
 	"io"
+	"maps"
 	"os"
+	"slices"
 	"path/filepath"
 	"strings"
 	"time"
@@ -33,30 +52,88 @@ import (
 	"sigs.k8s.io/yaml"
 )
 
+// Version is what --version prints.
+const Version = "nmstatectl-sim 2.2 (a simulator of nmstatectl)"
+
 // StateEnv names the environment variable holding the state file's path.
 const StateEnv = "NMSTATECTL_SIM_STATE"
 
+// defaultState is a new node's network, as nmstatectl show reports a real
+// one: eth0 configured by DHCP (an IPv4 lease and an IPv6 autoconf
+// address, both in the running state), the default routes and the
+// nameserver it learned, and two unconfigured NICs. %s, %s and %s are the
+// node's IPv4 address, its IPv6 address and its MAC address's last bytes,
+// which differ between state files.
 const defaultState = `interfaces:
 - name: eth0
   type: ethernet
   state: up
+  mac-address: 52:54:00:%[3]s
   ipv4:
     enabled: true
     dhcp: true
+    address:
+    - ip: %[1]s
+      prefix-length: 16
+  ipv6:
+    enabled: true
+    dhcp: true
+    autoconf: true
+    address:
+    - ip: %[2]s
+      prefix-length: 64
 - name: eth1
   type: ethernet
   state: up
+  ipv4:
+    enabled: false
+  ipv6:
+    enabled: false
 - name: eth2
   type: ethernet
   state: up
+  ipv4:
+    enabled: false
+  ipv6:
+    enabled: false
+dns-resolver:
+  config: {}
+  running:
+    server:
+    - 192.168.0.1
 routes:
+  config: []
   running:
   - destination: 0.0.0.0/0
-    next-hop-address: 192.168.122.1
+    next-hop-address: 192.168.0.1
     next-hop-interface: eth0
+    metric: 100
     table-id: 254
-  config: []
+  - destination: 192.168.0.0/16
+    next-hop-address: 0.0.0.0
+    next-hop-interface: eth0
+    metric: 100
+    table-id: 254
+  - destination: ::/0
+    next-hop-address: fd00:192:168::1
+    next-hop-interface: eth0
+    metric: 100
+    table-id: 254
 `
+
+// newNodeState returns the default state of the node whose state file is
+// path: its addresses are derived from the path, so that the nodes of one
+// cluster differ.
+func newNodeState(path string) []byte {
+	h := fnv.New32a()
+	_, _ = h.Write([]byte(path))
+	n := h.Sum32()%(254*256-256) + 256 // 192.168.1.0 to 192.168.254.255
+	hi, lo := n/256, n%256
+	v4 := fmt.Sprintf("192.168.%d.%d", hi, lo)
+	v6 := fmt.Sprintf("fd00:192:168::%x:%x", hi, lo)
+	mac := fmt.Sprintf("00:%02x:%02x", hi, lo)
+	return fmt.Appendf(nil, defaultState, v4, v6, mac)
+}
 
 func main() {
 	path := os.Getenv(StateEnv)
@@ -88,6 +165,9 @@ func (s *simulator) run(args []string, stdout io.Writer) error {
 		return err
 	}
 	switch args[0] {
+	case "--version", "-V":
+		_, err := fmt.Fprintln(stdout, Version)
+		return err
 	case "show":
 		return s.show(stdout)
 	case "apply":
@@ -117,7 +197,7 @@ func (s *simulator) injectedFailure(sub string) error {
 }
 
 func (s *simulator) show(stdout io.Writer) error {
-	state, err := s.load()
+	state, err := s.current()
 	if err != nil {
 		return err
 	}
@@ -144,7 +224,7 @@ func (s *simulator) apply(args []string) error {
 	if err := yaml.Unmarshal(raw, &desired); err != nil {
 		return fmt.Errorf("apply: invalid desired state: %w", err)
 	}
-	state, err := s.load()
+	state, err := s.current()
 	if err != nil {
 		return err
 	}
@@ -178,18 +258,43 @@ func (s *simulator) commit() error {
 	return os.Remove(s.path + ".checkpoint")
 }
 
-// rollback discards the checkpoint; with none it does nothing.
+// rollback discards the checkpoint; with none it fails, as nmstatectl
+// does.
 func (s *simulator) rollback() error {
-	if err := os.Remove(s.path + ".checkpoint"); err != nil && !errors.Is(err, os.ErrNotExist) {
-		return err
+	err := os.Remove(s.path + ".checkpoint")
+	if errors.Is(err, os.ErrNotExist) {
+		return errors.New("rollback: no checkpoint to roll back")
 	}
-	return nil
+	return err
 }
 
+// current returns the live state: an uncommitted checkpoint's while it
+// has not timed out, else the committed one. A checkpoint that timed out
+// is removed (nmstate rolls it back by itself).
+func (s *simulator) current() (map[string]any, error) {
+	raw, err := os.ReadFile(s.path + ".checkpoint")
+	if errors.Is(err, os.ErrNotExist) {
+		return s.load()
+	}
+	if err != nil {
+		return nil, err
+	}
+	var cp checkpoint
+	if err := yaml.Unmarshal(raw, &cp); err != nil {
+		return nil, fmt.Errorf("corrupt checkpoint: %w", err)
+	}
+	if s.now().After(cp.Deadline) {
+		_ = os.Remove(s.path + ".checkpoint")
+		return s.load()
+	}
+	return cp.State, nil
+}
+
+// load returns the committed state.
 func (s *simulator) load() (map[string]any, error) {
 	raw, err := os.ReadFile(s.path)
 	if errors.Is(err, os.ErrNotExist) {
-		raw = []byte(defaultState)
+		raw = newNodeState(s.path)
 	} else if err != nil {
 		return nil, err
 	}
@@ -203,25 +308,133 @@ func (s *simulator) load() (map[string]any, error) {
 	return state, nil
 }
 
-// merge applies desired to state: interfaces merge by name, key by key; an
-// interface with state "absent" is removed; other top-level keys replace.
+// merge applies desired to state (see the command's doc).
 func merge(state, desired map[string]any) (map[string]any, error) {
 	out := map[string]any{}
 	for k, v := range state {
 		out[k] = v
 	}
 	for k, v := range desired {
-		if k != "interfaces" {
+		switch k {
+		case "interfaces":
+			ifaces, err := mergeInterfaces(state["interfaces"], v)
+			if err != nil {
+				return nil, err
+			}
+			out[k] = ifaces
+		case "routes":
+			routes, err := mergeRoutes(asMap(state["routes"]), v)
+			if err != nil {
+				return nil, err
+			}
+			out[k] = routes
+		case "dns-resolver":
+			out[k] = mergeDNS(asMap(state["dns-resolver"]), asMap(v))
+		default:
 			out[k] = v
-			continue
 		}
-		ifaces, err := mergeInterfaces(state["interfaces"], v)
-		if err != nil {
-			return nil, err
-		}
-		out[k] = ifaces
+	}
+	if routes := asMap(out["routes"]); routes != nil {
+		routes["running"] = withoutRoutesOf(routes["running"], upInterfaces(out["interfaces"]))
 	}
 	return out, nil
+}
+
+func asMap(v any) map[string]any {
+	m, _ := v.(map[string]any)
+	return m
+}
+
+// mergeRoutes adds desired's config entries to routes' config and running
+// lists, or removes those they match when their state is absent.
+func mergeRoutes(routes map[string]any, desired any) (map[string]any, error) {
+	d := asMap(desired)
+	if d == nil {
+		return nil, errors.New("routes must be a map")
+	}
+	config, _ := routes["config"].([]any)
+	running, _ := routes["running"].([]any)
+	want, _ := d["config"].([]any)
+	for _, w := range want {
+		r := asMap(w)
+		if r == nil {
+			return nil, fmt.Errorf("route %v is not a map", w)
+		}
+		if r["state"] == "absent" {
+			config, running = removeMatching(config, r), removeMatching(running, r)
+			continue
+		}
+		r = maps.Clone(r)
+		if _, ok := r["table-id"]; !ok {
+			r["table-id"] = float64(254)
+		}
+		config, running = addRoute(config, r), addRoute(running, r)
+	}
+	return map[string]any{"config": config, "running": running}, nil
+}
+
+// removeMatching drops every route that has all of match's keys (but
+// state) with the same values.
+func removeMatching(routes []any, match map[string]any) []any {
+	return slices.DeleteFunc(slices.Clone(routes), func(x any) bool {
+		r := asMap(x)
+		for k, v := range match {
+			if k != "state" && fmt.Sprint(r[k]) != fmt.Sprint(v) {
+				return false
+			}
+		}
+		return true
+	})
+}
+
+// addRoute adds r unless a route with the same destination, next hop and
+// table is there.
+func addRoute(routes []any, r map[string]any) []any {
+	key := func(m map[string]any) string {
+		return fmt.Sprint(m["destination"], m["next-hop-address"], m["next-hop-interface"], m["table-id"])
+	}
+	for _, x := range routes {
+		if key(asMap(x)) == key(r) {
+			return routes
+		}
+	}
+	return append(slices.Clone(routes), r)
+}
+
+// upInterfaces returns the names of the interfaces that are not down.
+func upInterfaces(interfaces any) map[string]bool {
+	up := map[string]bool{}
+	list, _ := interfaces.([]any)
+	for _, x := range list {
+		i := asMap(x)
+		if name, _ := i["name"].(string); name != "" && i["state"] != "down" {
+			up[name] = true
+		}
+	}
+	return up
+}
+
+// withoutRoutesOf drops the running routes through interfaces that are
+// not up: down, or gone.
+func withoutRoutesOf(running any, up map[string]bool) []any {
+	list, _ := running.([]any)
+	return slices.DeleteFunc(slices.Clone(list), func(x any) bool {
+		name, _ := asMap(x)["next-hop-interface"].(string)
+		return name != "" && !up[name]
+	})
+}
+
+// mergeDNS replaces the resolver's config; servers configured become the
+// running ones.
+func mergeDNS(current, desired map[string]any) map[string]any {
+	out := map[string]any{"config": map[string]any{}, "running": current["running"]}
+	if c := asMap(desired["config"]); c != nil {
+		out["config"] = c
+		if servers, _ := c["server"].([]any); len(servers) > 0 {
+			out["running"] = maps.Clone(c)
+		}
+	}
+	return out
 }
 
 func mergeInterfaces(current, desired any) ([]any, error) {

@@ -3,7 +3,6 @@ package nmstatectl
 import (
 	"bytes"
 	"context"
-	"errors"
 	"fmt"
 	"os"
 	"os/exec"
@@ -15,8 +14,9 @@ import (
 	"sigs.k8s.io/yaml"
 )
 
-// DefaultTimeout is the checkpoint timeout of Apply when Runner.Timeout is 0.
-const DefaultTimeout = 60 * time.Second
+// DefaultTimeout is the checkpoint timeout of Apply when Runner.Timeout is
+// 0: kubernetes-nmstate's. It must outlast the probes run before Commit.
+const DefaultTimeout = 480 * time.Second
 
 // Runner runs one nmstatectl binary. It is safe for concurrent use, but
 // nmstatectl itself applies one state at a time per node.
@@ -52,10 +52,15 @@ func (r Runner) Show(ctx context.Context) ([]byte, error) {
 	return r.run(ctx, "show", "--json")
 }
 
-// Apply applies desired (YAML or JSON) with a checkpoint and commits it. If
-// the apply or the commit fails, it rolls the checkpoint back and returns the
-// failure, whose message carries nmstatectl's output; a failed rollback is
-// joined to it.
+// Version returns what nmstatectl --version prints, trimmed.
+func (r Runner) Version(ctx context.Context) (string, error) {
+	out, err := r.run(ctx, "--version")
+	return strings.TrimSpace(string(out)), err
+}
+
+// Apply applies desired (YAML or JSON) under a checkpoint that nmstatectl
+// rolls back by itself unless Commit follows within Timeout. If the apply
+// fails, nmstatectl has rolled it back; the error carries its output.
 func (r Runner) Apply(ctx context.Context, desired []byte) error {
 	f, err := os.CreateTemp("", "nmstate-desired-*.yaml")
 	if err != nil {
@@ -74,20 +79,23 @@ func (r Runner) Apply(ctx context.Context, desired []byte) error {
 		timeout = DefaultTimeout
 	}
 	seconds := strconv.Itoa(int(timeout.Round(time.Second) / time.Second))
-	if _, err := r.run(ctx, "apply", "--no-commit", "--timeout", seconds, f.Name()); err != nil {
-		return errors.Join(err, r.rollback(ctx))
-	}
-	if _, err := r.run(ctx, "commit"); err != nil {
-		return errors.Join(err, r.rollback(ctx))
-	}
-	return nil
+	_, err = r.run(ctx, "apply", "--no-commit", "--timeout", seconds, f.Name())
+	return err
 }
 
-func (r Runner) rollback(ctx context.Context) error {
-	if _, err := r.run(context.WithoutCancel(ctx), "rollback"); err != nil {
-		return fmt.Errorf("rollback after a failed apply: %w", err)
-	}
-	return nil
+// Commit makes the applied state permanent.
+func (r Runner) Commit(ctx context.Context) error {
+	_, err := r.run(ctx, "commit")
+	return err
+}
+
+// Rollback returns the node to the state before the last uncommitted
+// Apply. It runs to the end even if ctx is cancelled: a node must not be
+// left between two states. nmstatectl fails when there is nothing to roll
+// back.
+func (r Runner) Rollback(ctx context.Context) error {
+	_, err := r.run(context.WithoutCancel(ctx), "rollback")
+	return err
 }
 
 func (r Runner) run(ctx context.Context, args ...string) ([]byte, error) {
@@ -114,30 +122,38 @@ type InterfaceAddresses struct {
 
 // StaticAddresses returns the interfaces of an nmstate state (YAML or
 // JSON, as show prints it) that carry static addresses, in the state's
-// order.
+// order. Addresses of a family configured by DHCP or autoconf are the
+// lease's, not static, and are left out.
 func StaticAddresses(state []byte) ([]InterfaceAddresses, error) {
 	type address struct {
 		IP           string `json:"ip"`
 		PrefixLength int    `json:"prefix-length"`
 	}
+	type family struct {
+		DHCP     bool      `json:"dhcp"`
+		Autoconf bool      `json:"autoconf"`
+		Address  []address `json:"address"`
+	}
 	var s struct {
 		Interfaces []struct {
 			Name string `json:"name"`
-			IPv4 struct {
-				Address []address `json:"address"`
-			} `json:"ipv4"`
-			IPv6 struct {
-				Address []address `json:"address"`
-			} `json:"ipv6"`
+			IPv4 family `json:"ipv4"`
+			IPv6 family `json:"ipv6"`
 		} `json:"interfaces"`
 	}
 	if err := yaml.Unmarshal(state, &s); err != nil {
 		return nil, fmt.Errorf("read the state's interfaces: %w", err)
 	}
+	static := func(f family) []address {
+		if f.DHCP || f.Autoconf {
+			return nil
+		}
+		return f.Address
+	}
 	var out []InterfaceAddresses
 	for _, i := range s.Interfaces {
 		var addrs []string
-		for _, a := range slices.Concat(i.IPv4.Address, i.IPv6.Address) {
+		for _, a := range slices.Concat(static(i.IPv4), static(i.IPv6)) {
 			addrs = append(addrs, fmt.Sprintf("%s/%d", a.IP, a.PrefixLength))
 		}
 		if len(addrs) > 0 {

@@ -82,6 +82,9 @@ func TestApplyCommits(t *testing.T) {
 	if err := r.Apply(context.Background(), []byte(eth1Static)); err != nil {
 		t.Fatal(err)
 	}
+	if err := r.Commit(context.Background()); err != nil {
+		t.Fatal(err)
+	}
 	after := interfaces(t, r)
 	if _, ok := after["eth2"]; ok {
 		t.Error("eth2 is still there after state: absent")
@@ -95,20 +98,50 @@ func TestApplyCommits(t *testing.T) {
 	}
 }
 
-func TestApplyFailureRollsBackWithOutput(t *testing.T) {
+func TestApplyWaitsForCommitOrRollback(t *testing.T) {
+	ctx := context.Background()
+	r, state := newRunner(t)
+	if err := r.Apply(ctx, []byte(eth1Static)); err != nil {
+		t.Fatal(err)
+	}
+	if _, ok := interfaces(t, r)["eth2"]; ok {
+		t.Fatal("an uncommitted apply is not live")
+	}
+	if err := r.Rollback(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(state + ".checkpoint"); !errors.Is(err, os.ErrNotExist) {
+		t.Fatal("the checkpoint was not rolled back")
+	}
+	if err := r.Rollback(ctx); err == nil {
+		t.Error("a rollback with no checkpoint succeeded; nmstatectl fails")
+	}
+	if err := r.Commit(ctx); err == nil {
+		t.Error("a commit with no checkpoint succeeded")
+	}
+	if _, ok := interfaces(t, r)["eth2"]; !ok {
+		t.Fatal("a rolled back apply changed the state")
+	}
+}
+
+func TestFailureCarriesOutput(t *testing.T) {
 	for _, sub := range []string{"apply", "commit"} {
 		t.Run(sub, func(t *testing.T) {
+			ctx := context.Background()
 			r, state := newRunner(t)
 			if err := os.WriteFile(state+".fail", []byte(sub+": eth1: no such device\n"), 0o600); err != nil {
 				t.Fatal(err)
 			}
-			err := r.Apply(context.Background(), []byte(eth1Static))
+			err := r.Apply(ctx, []byte(eth1Static))
+			if err == nil {
+				err = r.Commit(ctx)
+				if rbErr := r.Rollback(ctx); rbErr != nil {
+					t.Fatal(rbErr)
+				}
+			}
 			var nmErr *Error
 			if !errors.As(err, &nmErr) || !strings.Contains(err.Error(), "eth1: no such device") {
-				t.Fatalf("Apply = %v, want an *Error carrying the output", err)
-			}
-			if _, err := os.Stat(state + ".checkpoint"); !errors.Is(err, os.ErrNotExist) {
-				t.Fatal("the checkpoint was not rolled back")
+				t.Fatalf("%s = %v, want an *Error carrying the output", sub, err)
 			}
 			if _, ok := interfaces(t, r)["eth2"]; !ok {
 				t.Fatal("a failed apply changed the state")
@@ -117,7 +150,10 @@ func TestApplyFailureRollsBackWithOutput(t *testing.T) {
 			if err := os.Remove(state + ".fail"); err != nil {
 				t.Fatal(err)
 			}
-			if err := r.Apply(context.Background(), []byte(eth1Static)); err != nil {
+			if err := r.Apply(ctx, []byte(eth1Static)); err != nil {
+				t.Fatal(err)
+			}
+			if err := r.Commit(ctx); err != nil {
 				t.Fatal(err)
 			}
 		})
@@ -150,7 +186,7 @@ func TestInvalidDesiredState(t *testing.T) {
 }
 
 func TestStaticAddresses(t *testing.T) {
-	state := []byte(`{"interfaces":[{"name":"eth0","ipv4":{"dhcp":true}},` +
+	state := []byte(`{"interfaces":[{"name":"eth0","ipv4":{"dhcp":true,"address":[{"ip":"192.168.0.9","prefix-length":16}]}},` +
 		`{"name":"eth1","ipv4":{"address":[{"ip":"10.0.0.1","prefix-length":24}]},"ipv6":{"address":[{"ip":"fd00::1","prefix-length":64}]}},` +
 		`{"name":"eth2","ipv6":{"address":[{"ip":"fd00::2","prefix-length":64}]}}]}`)
 	got, err := StaticAddresses(state)

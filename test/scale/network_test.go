@@ -2,6 +2,7 @@ package scale
 
 import (
 	"context"
+	"errors"
 	"sync"
 )
 
@@ -12,10 +13,11 @@ const baseState = `{"interfaces":[` +
 	`{"name":"eth1","type":"ethernet","state":"up"}]}`
 
 // memNetwork is a node's network in memory: Show returns the last state
-// applied (the base state at first), Apply stores it.
+// committed (the base state at first), Apply keeps a state until Commit
+// or Rollback.
 type memNetwork struct {
-	mu    sync.Mutex
-	state []byte
+	mu             sync.Mutex
+	state, pending []byte
 }
 
 func (m *memNetwork) Show(context.Context) ([]byte, error) {
@@ -30,6 +32,26 @@ func (m *memNetwork) Show(context.Context) ([]byte, error) {
 func (m *memNetwork) Apply(_ context.Context, desired []byte) error {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	m.state = append([]byte(nil), desired...)
+	m.pending = append([]byte(nil), desired...)
+	return nil
+}
+
+func (m *memNetwork) Commit(context.Context) error {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.pending == nil {
+		return errors.New("no checkpoint to commit")
+	}
+	m.state, m.pending = m.pending, nil
+	return nil
+}
+
+func (m *memNetwork) Rollback(context.Context) error {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.pending == nil {
+		return errors.New("no checkpoint to roll back")
+	}
+	m.pending = nil
 	return nil
 }
