@@ -48,6 +48,28 @@ type NodeNetworkConfigurationEnactmentStatus struct {
 	// back with the outcome of the apply. Absent while no apply waits.
 	// +optional
 	Slot *ApplySlot `json:"slot,omitempty"`
+
+	// Failures counts this node's failed attempts to configure policy
+	// generation policyGeneration: the state could not be rendered or
+	// applied, or a probe failed after the apply and it was rolled back.
+	// The handler tries again after a backoff (Failing / Retrying
+	// "Retrying n/m") until its retries are spent, then stays Failing /
+	// FailedToConfigure until the policy changes. A new generation starts
+	// the count again. Kept in the status, so a restarted handler goes on
+	// counting.
+	// +optional
+	Failures *ConfigureFailures `json:"failures,omitempty"`
+}
+
+// ConfigureFailures is the count of failed attempts of one policy
+// generation on one node.
+type ConfigureFailures struct {
+	// Count is how many attempts failed.
+	// +kubebuilder:validation:Minimum=1
+	Count int32 `json:"count"`
+	// Last is when the last attempt failed; the next one is due a backoff
+	// later.
+	Last metav1.Time `json:"last"`
 }
 
 // ApplySlot is a request for one of a policy's maxUnavailable slots and,

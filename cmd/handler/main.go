@@ -5,10 +5,12 @@
 package main
 
 import (
+	"context"
 	"errors"
 	"flag"
 	"fmt"
 	"os"
+	"strings"
 	"sync"
 	"time"
 
@@ -20,6 +22,7 @@ import (
 
 	"github.com/nmstate-ippool/nmstate-ippool/controllers/handler"
 	"github.com/nmstate-ippool/nmstate-ippool/controllers/nodestate"
+	"github.com/nmstate-ippool/nmstate-ippool/internal/probe"
 	"github.com/nmstate-ippool/nmstate-ippool/internal/scheme"
 	"github.com/nmstate-ippool/nmstate-ippool/pkg/nmstatectl"
 )
@@ -34,13 +37,25 @@ type options struct {
 	failedRequeue  time.Duration
 	stateRefresh   time.Duration
 	selfAllocate   bool
+	probes         string
+	probeTimeout   time.Duration
+	retries        int
+	retryInitial   time.Duration
+	retryMax       time.Duration
 }
 
 func main() {
 	var o options
 	flag.StringVar(&o.node, "node-name", os.Getenv("NODE_NAME"), "the node this handler configures (default $NODE_NAME)")
 	flag.StringVar(&o.nmstatectl, "nmstatectl", "nmstatectl", "path of the nmstatectl binary (or of nmstatectl-sim)")
-	flag.DurationVar(&o.applyTimeout, "apply-timeout", nmstatectl.DefaultTimeout, "checkpoint timeout of nmstatectl apply")
+	flag.DurationVar(&o.applyTimeout, "apply-timeout", nmstatectl.DefaultTimeout,
+		"checkpoint timeout of nmstatectl apply: an apply not committed by then is rolled back by nmstate; must exceed the probes' time")
+	flag.StringVar(&o.probes, "probes", "ping,dns,api-server,node-readiness",
+		"the probes run after an apply, before it is committed (comma-separated; empty for none); ping and dns run only if they passed before the apply")
+	flag.DurationVar(&o.probeTimeout, "probe-timeout", probe.DefaultTimeout, "how long each probe is polled after an apply before the apply is rolled back")
+	flag.IntVar(&o.retries, "retries", handler.DefaultRetry.Steps, "how many times an attempt to configure a policy that failed is retried")
+	flag.DurationVar(&o.retryInitial, "retry-initial-delay", handler.DefaultRetry.Duration, "the delay before the first retry; it doubles with each")
+	flag.DurationVar(&o.retryMax, "retry-max-delay", handler.DefaultRetry.Cap, "the longest delay between two retries")
 	flag.StringVar(&o.metricsAddr, "metrics-bind-address", ":8089", "address of the Prometheus metrics endpoint; 0 disables it")
 	flag.StringVar(&o.healthAddr, "health-probe-bind-address", ":8081", "address of the /healthz and /readyz endpoints; 0 disables them")
 	flag.DurationVar(&o.pendingRequeue, "pending-requeue", handler.DefaultPendingRequeue, "how often a Pending enactment is looked at again")
@@ -65,6 +80,14 @@ func run(o options) error {
 	if o.node == "" {
 		return errors.New("no node name: set --node-name or $NODE_NAME (from the downward API's spec.nodeName)")
 	}
+	if o.retries < 0 || o.retryInitial <= 0 || o.retryMax < o.retryInitial {
+		return fmt.Errorf("--retries %d, --retry-initial-delay %s, --retry-max-delay %s: want retries >= 0 and 0 < initial delay <= max delay",
+			o.retries, o.retryInitial, o.retryMax)
+	}
+	if o.probeTimeout <= 0 || o.applyTimeout <= 2*o.probeTimeout {
+		return fmt.Errorf("--apply-timeout %s must exceed twice --probe-timeout %s (probes run after the apply and again after a rollback), which must be positive",
+			o.applyTimeout, o.probeTimeout)
+	}
 	s, err := scheme.New()
 	if err != nil {
 		return err
@@ -88,6 +111,11 @@ func run(o options) error {
 	nudges := nodestate.NewNudges()
 	r := handler.New(mgr, o.node, network, metrics)
 	r.PendingRequeue, r.FailedRequeue = o.pendingRequeue, o.failedRequeue
+	r.Retry.Steps, r.Retry.Duration, r.Retry.Cap = o.retries, o.retryInitial, o.retryMax
+	if r.Probes.Probes, err = probe.Select(r.Probes.Probes, strings.Split(o.probes, ",")); err != nil {
+		return fmt.Errorf("--probes: %w", err)
+	}
+	r.Probes.Timeout = o.probeTimeout
 	r.DeferToController = !o.selfAllocate
 	r.StateChanged = func() { nudges.Nudge(o.node) }
 	r.NetworkLock = &sync.Mutex{}
@@ -96,6 +124,9 @@ func run(o options) error {
 	}
 	reporter := nodestate.New(mgr, o.node, network)
 	reporter.Refresh = o.stateRefresh
+	if reporter.Version, err = network.Version(context.Background()); err != nil {
+		ctrl.Log.Info("could not read the nmstate version; the NodeNetworkState will not show it", "error", err.Error())
+	}
 	reporter.NetworkLock = r.NetworkLock
 	if err := reporter.SetupWithManager(mgr, nudges, nodestate.SetupOptions{}); err != nil {
 		return fmt.Errorf("set up the NodeNetworkState reporter: %w", err)

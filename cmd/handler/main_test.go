@@ -74,7 +74,15 @@ func TestHandlerProcess(t *testing.T) {
 	}
 	t.Cleanup(func() { _ = stopPolicies() })
 	ctx := context.Background()
-	mustCreate(t, k, &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "node01", Labels: map[string]string{"role": "worker"}}})
+	node := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "node01", Labels: map[string]string{"role": "worker"}}}
+	mustCreate(t, k, node)
+	// The handler runs its default probes: node-readiness needs the Node
+	// Ready, as a kubelet reports it.
+	node.Status.Conditions = []corev1.NodeCondition{{Type: corev1.NodeReady, Status: corev1.ConditionTrue, Reason: "KubeletReady",
+		LastHeartbeatTime: metav1.Now(), LastTransitionTime: metav1.Now()}}
+	if err := k.Status().Update(ctx, node); err != nil {
+		t.Fatal(err)
+	}
 	pool := &ippoolv1.NodeIPPool{ObjectMeta: metav1.ObjectMeta{Name: "traffic-1"},
 		Spec: ippoolv1.NodeIPPoolSpec{Range: ippoolv1.IPRange{CIDR: "10.10.10.0/24", Start: "10.10.10.1", End: "10.10.10.10"}}}
 	mustCreate(t, k, pool)
@@ -119,6 +127,21 @@ func TestHandlerProcess(t *testing.T) {
 	}
 	if _, ok := allocation["attempts"]; !ok {
 		t.Errorf("allocation log lacks attempts: %v", allocation)
+	}
+	// The NodeNetworkState, refreshed after the apply, shows the address
+	// and the handler's nmstate version.
+	deadline = time.Now().Add(30 * time.Second)
+	for {
+		var nns nncev1beta1.NodeNetworkState
+		err := k.Get(ctx, client.ObjectKey{Name: "node01"}, &nns)
+		if err == nil && strings.Contains(string(nns.Status.CurrentState.Raw), "10.10.10.1") &&
+			strings.HasPrefix(nns.Status.HandlerNmstateVersion, "nmstatectl-sim ") && !nns.Status.LastSuccessfulUpdateTime.IsZero() {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the NodeNetworkState does not show the applied state and the nmstate version: %v %+v", err, nns.Status)
+		}
+		time.Sleep(200 * time.Millisecond)
 	}
 }
 

@@ -23,9 +23,13 @@ import (
 )
 
 // handlerTuning returns the handler flags of a local cluster: quicker
-// retries than in production.
+// retries and probes than in production, and no ping or dns probe: the
+// simulated nodes' gateway and nameserver exist only in their states, so
+// those probes would fail before every apply and be skipped, after a
+// wait.
 func (c *cluster) handlerTuning() []string {
-	return []string{"--pending-requeue=2s", "--failed-requeue=10s"}
+	return []string{"--pending-requeue=2s", "--failed-requeue=10s", "--retry-max-delay=5s",
+		"--probes=api-server,node-readiness", "--probe-timeout=20s", "--apply-timeout=60s"}
 }
 
 func handlerName(node string) string { return "handler/" + node }

@@ -3,6 +3,7 @@ package handler
 import (
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"maps"
 	"slices"
@@ -14,6 +15,7 @@ import (
 
 	ippoolv1 "github.com/nmstate-ippool/nmstate-ippool/api/v1"
 	nncev1beta1 "github.com/nmstate-ippool/nmstate-ippool/api/v1beta1"
+	"github.com/nmstate-ippool/nmstate-ippool/internal/probe"
 	"github.com/nmstate-ippool/nmstate-ippool/pkg/capture"
 )
 
@@ -82,7 +84,7 @@ func (r *Reconciler) applyGranted(ctx context.Context, name string) (ctrl.Result
 	if err != nil {
 		return ctrl.Result{}, err
 	}
-	if s.decide(r.Clock.Now(), r.FailedRequeue) != stepApply {
+	if s.decide(r.Clock.Now(), r.timing()) != stepApply {
 		ctrl.LoggerFrom(ctx).V(1).Info("the enactment changed before the apply; deciding again")
 		return ctrl.Result{RequeueAfter: cacheLag}, nil
 	}
@@ -94,21 +96,62 @@ func (r *Reconciler) applyGranted(ctx context.Context, name string) (ctrl.Result
 		addresses := servedOnRequest(s.enactment, s.captures).addresses
 		rendered, err := r.render(ctx, s, addresses)
 		if err != nil {
-			return r.conclude(ctx, s, r.failedToConfigure(err.Error()))
+			return r.conclude(ctx, s, r.configureFailed(s, err.Error()))
 		}
 		desired = rendered.DesiredState
 		writeRecord(s.enactment, s.captures, addresses, rendered.CapturedStates, r.meta())
 		s.enactment.Status.DesiredState = shared.NewState(string(desired))
 	}
-	applyErr := r.State.Apply(ctx, desired)
+	applyErr := r.applyProbed(ctx, desired)
 	if r.StateChanged != nil {
 		r.StateChanged()
 	}
 	if applyErr != nil {
 		ctrl.LoggerFrom(ctx).Info("applying the desired state failed", "error", applyErr.Error())
-		o := r.failedToConfigure(fmt.Sprintf("error reconciling NodeNetworkConfigurationPolicy on node %s: %v", r.NodeName, applyErr))
-		return r.conclude(ctx, s, o)
+		return r.conclude(ctx, s, r.configureFailed(s,
+			fmt.Sprintf("error reconciling NodeNetworkConfigurationPolicy on node %s: %v", r.NodeName, applyErr)))
 	}
 	ctrl.LoggerFrom(ctx).Info("applied desired state", "ippool", s.enactment.Status.IPPool)
 	return r.conclude(ctx, s, available("successfully reconciled"))
+}
+
+// applyProbed applies desired as kubernetes-nmstate does: it rolls back a
+// checkpoint a crashed apply may have left, notes which conditional
+// probes pass, applies under a checkpoint, and runs the probes. If they
+// pass it commits; if one fails it rolls back and probes again, and the
+// error names the probe and what it saw, and how the node fared after the
+// rollback.
+func (r *Reconciler) applyProbed(ctx context.Context, desired []byte) error {
+	log := ctrl.LoggerFrom(ctx)
+	if err := r.State.Rollback(ctx); err == nil {
+		log.Info("rolled back a checkpoint left by an earlier apply")
+	}
+	probes := r.Probes.Before(ctx)
+	if err := r.State.Apply(ctx, desired); err != nil {
+		return err
+	}
+	probeErr := r.Probes.After(ctx, probes)
+	if probeErr == nil {
+		if err := r.State.Commit(ctx); err != nil {
+			return errors.Join(err, rollbackError(r.State.Rollback(ctx)))
+		}
+		log.V(1).Info("probes passed; committed", "probes", probe.Names(probes))
+		return nil
+	}
+	log.Info("a probe failed after the apply; rolling back", "error", probeErr.Error())
+	if err := r.State.Rollback(ctx); err != nil {
+		return fmt.Errorf("%w; rolling back failed too: %w", probeErr, err)
+	}
+	if err := r.Probes.After(ctx, probes); err != nil {
+		return fmt.Errorf("rolled back: %w; after the rollback %w", probeErr, err)
+	}
+	return fmt.Errorf("rolled back: %w", probeErr)
+}
+
+// rollbackError words a failed rollback after a failed commit.
+func rollbackError(err error) error {
+	if err == nil {
+		return nil
+	}
+	return fmt.Errorf("rolling back failed too: %w", err)
 }

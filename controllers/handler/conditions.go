@@ -1,10 +1,13 @@
 package handler
 
 import (
+	"fmt"
 	"time"
 
 	"github.com/nmstate/kubernetes-nmstate/api/shared"
 	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/wait"
 
 	nncev1beta1 "github.com/nmstate-ippool/nmstate-ippool/api/v1beta1"
 	"github.com/nmstate-ippool/nmstate-ippool/internal/conditions"
@@ -20,6 +23,8 @@ type outcome struct {
 	// waitingFor names the pool the enactment waits on: for want of a free
 	// address (IPPoolExhausted) or until it can serve (IPPoolNotAvailable).
 	waitingFor string
+	// failures, if set, is the enactment's new count of failed attempts.
+	failures *nncev1beta1.ConfigureFailures
 }
 
 func available(message string) outcome {
@@ -32,12 +37,65 @@ func progressing(message string) outcome {
 		reason: shared.NodeNetworkConfigurationEnactmentConditionConfigurationProgressing, message: message}
 }
 
-// failedToConfigure is the outcome of a state that could not be rendered or
-// applied: Failing / FailedToConfigure, tried again after FailedRequeue.
-func (r *Reconciler) failedToConfigure(message string) outcome {
-	o := failing(string(shared.NodeNetworkConfigurationEnactmentConditionFailedToConfigure), message)
-	o.requeueAfter = r.FailedRequeue
+// ReasonRetrying is kubernetes-nmstate's reason of a Failing enactment
+// whose failure will be retried.
+const ReasonRetrying = "Retrying"
+
+// configureFailed is the outcome of an attempt to configure the policy's
+// generation that failed (the state could not be rendered or applied, or a
+// probe failed and it was rolled back): Failing / Retrying "Retrying n/m"
+// while r.Retry has retries left, tried again after its backoff; then
+// Failing / FailedToConfigure, not tried again until the policy changes.
+func (r *Reconciler) configureFailed(s *scope, message string) outcome {
+	e := s.enactment
+	n := int32(1)
+	if f := e.Status.Failures; f != nil && e.Status.PolicyGeneration == s.policy.Generation {
+		n = f.Count + 1
+	}
+	failures := &nncev1beta1.ConfigureFailures{Count: n, Last: metav1.NewTime(r.Clock.Now().Truncate(time.Second))}
+	if retries := int32(r.Retry.Steps); n <= retries {
+		after := retryDelay(r.Retry, n)
+		o := failing(ReasonRetrying, fmt.Sprintf("Retrying %d/%d in %s: %s", n, retries, after, message))
+		o.failures, o.requeueAfter = failures, after
+		return o
+	}
+	attempts := "1 attempt"
+	if n > 1 {
+		attempts = fmt.Sprintf("%d attempts", n)
+	}
+	o := failing(string(shared.NodeNetworkConfigurationEnactmentConditionFailedToConfigure),
+		fmt.Sprintf("%s (gave up after %s; change the policy to try again)", message, attempts))
+	o.failures = failures
 	return o
+}
+
+// retryDelay is the backoff before retry n (1-based) of b.
+func retryDelay(b wait.Backoff, n int32) time.Duration {
+	b.Steps = int(n) + 1 // Step stops growing when its steps are spent
+	var d time.Duration
+	for range n {
+		d = b.Step()
+	}
+	return d
+}
+
+// retryLeft returns how long an enactment whose last attempt failed with
+// Retrying still waits for its retry; 0 if it does not wait.
+func retryLeft(e *nncev1beta1.NodeNetworkConfigurationEnactment, now time.Time, b wait.Backoff) time.Duration {
+	c := e.Status.Conditions.Find(shared.NodeNetworkConfigurationEnactmentConditionFailing)
+	f := e.Status.Failures
+	if f == nil || c == nil || c.Status != corev1.ConditionTrue || string(c.Reason) != ReasonRetrying {
+		return 0
+	}
+	return max(f.Last.Add(retryDelay(b, f.Count)).Sub(now), 0)
+}
+
+// failedFinally reports whether the enactment's generation failed with
+// every retry spent.
+func failedFinally(e *nncev1beta1.NodeNetworkConfigurationEnactment) bool {
+	c := e.Status.Conditions.Find(shared.NodeNetworkConfigurationEnactmentConditionFailing)
+	return e.Status.Failures != nil && c != nil && c.Status == corev1.ConditionTrue &&
+		c.Reason == shared.NodeNetworkConfigurationEnactmentConditionFailedToConfigure
 }
 
 func failing(reason string, message string) outcome {

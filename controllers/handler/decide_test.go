@@ -2,6 +2,7 @@ package handler
 
 import (
 	"net/netip"
+	"slices"
 	"testing"
 	"time"
 
@@ -35,6 +36,13 @@ func TestDecide(t *testing.T) {
 	avail := shared.NodeNetworkConfigurationEnactmentConditionAvailable
 	pend := shared.NodeNetworkConfigurationEnactmentConditionPending
 	prog := shared.NodeNetworkConfigurationEnactmentConditionProgressing
+	fail := shared.NodeNetworkConfigurationEnactmentConditionFailing
+	// failures records n failed attempts, the last at t0.
+	failures := func(n int32) func(*nncev1beta1.NodeNetworkConfigurationEnactment) {
+		return func(e *nncev1beta1.NodeNetworkConfigurationEnactment) {
+			e.Status.Failures = &nncev1beta1.ConfigureFailures{Count: n, Last: metav1.NewTime(t0)}
+		}
+	}
 	noRecord := func(e *nncev1beta1.NodeNetworkConfigurationEnactment) {
 		e.Status.IPPool, e.Status.CapturedStates = nil, nil
 	}
@@ -97,11 +105,20 @@ func TestDecide(t *testing.T) {
 			e.Status.Conditions = withConditions(nil, outcome{condition: pend, reason: ippoolv1.ReasonIPPoolNotAvailable}, t0)
 		}), t0.Add(time.Second), stepEnact},
 		{"failed: try again when asked", policy, true, enactment(shared.NodeNetworkConfigurationEnactmentConditionFailing, "", nil), t0, stepEnact},
+		{"retrying: waits for the backoff", policy, true, enactment(fail, ReasonRetrying, failures(3)), t0.Add(3 * time.Second), stepWait},
+		{"retrying: the backoff is over", policy, true, enactment(fail, ReasonRetrying, failures(3)), t0.Add(4 * time.Second), stepEnact},
+		{"retries spent: stays failed", policy, true, enactment(fail, string(shared.NodeNetworkConfigurationEnactmentConditionFailedToConfigure), failures(6)), t0.Add(time.Hour), stepDone},
+		{"retries spent, new generation", policy, true, enactment(fail, string(shared.NodeNetworkConfigurationEnactmentConditionFailedToConfigure), func(e *nncev1beta1.NodeNetworkConfigurationEnactment) {
+			failures(6)(e)
+			e.Status.PolicyGeneration = 1
+		}), t0, stepEnact},
+		{"aborted: stays aborted", policy, true, enactment(shared.NodeNetworkConfigurationEnactmentConditionAborted,
+			string(shared.NodeNetworkConfigurationEnactmentConditionConfigurationAborted), nil), t0.Add(time.Hour), stepDone},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			s := &scope{policy: tt.policy, enactment: tt.enactment, selected: tt.selected, captures: captures}
-			if got := s.decide(tt.now, 10*time.Second); got != tt.want {
+			if got := s.decide(tt.now, timing{busyWait: 10 * time.Second, retry: DefaultRetry}); got != tt.want {
 				t.Errorf("decide = %d, want %d", got, tt.want)
 			}
 		})
@@ -115,4 +132,15 @@ func mustAddr(t *testing.T, s string) netip.Addr {
 		t.Fatal(err)
 	}
 	return a
+}
+
+func TestRetryDelay(t *testing.T) {
+	var got []time.Duration
+	for n := int32(1); n <= 7; n++ {
+		got = append(got, retryDelay(DefaultRetry, n))
+	}
+	want := []time.Duration{time.Second, 2 * time.Second, 4 * time.Second, 8 * time.Second, 16 * time.Second, 30 * time.Second, 30 * time.Second}
+	if !slices.Equal(got, want) {
+		t.Errorf("retry delays = %v, want %v", got, want)
+	}
 }

@@ -13,7 +13,9 @@ import (
 	. "github.com/onsi/gomega"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/client-go/util/retry"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -198,16 +200,19 @@ func (c countingReader) List(ctx context.Context, list client.ObjectList, opts .
 	return c.Reader.List(ctx, list, opts...)
 }
 
-// TestApplyFailure makes nmstatectl fail: the enactment fails with its
-// output, keeps the address, and succeeds once nmstatectl does.
+// TestApplyFailure makes nmstatectl fail: the enactment retries with
+// backoff (Failing / Retrying "Retrying n/m"), keeps its address, and
+// succeeds once nmstatectl does.
 func TestApplyFailure(t *testing.T) {
 	RegisterTestingT(t)
 	nd := newNodes(t, "applyfail", 1, map[string]string{"role": "applyfail"})[0]
 	Expect(os.WriteFile(nd.State+".fail", []byte("apply: eth1: no such device (simulated)\n"), 0o600)).To(Succeed())
+	nd.Tune = func(r *handler.Reconciler) { r.Retry.Duration, r.Retry.Cap = time.Second, 10*time.Second }
 	newPool(t, "applyfail-pool", ippoolv1.IPRange{CIDR: "10.50.0.0/24"}, true)
 	newPolicy(t, "applyfail", map[string]string{"role": "applyfail"}, map[string]string{"addr": "ippool.applyfail-pool.allocate"}, envtest.OneAddressState)
 	start(t, nd)
-	Eventually(enactmentState(nd.Name, "applyfail")).Should(And(HavePrefix("Failing"), ContainSubstring("eth1: no such device (simulated)")))
+	Eventually(enactmentState(nd.Name, "applyfail")).Should(And(HavePrefix("Failing: Retrying 2/5 in 2s: "),
+		ContainSubstring("eth1: no such device (simulated)")))
 	address := held(nd.Name, "applyfail", "applyfail-pool")
 	Expect(address).To(Equal([]string{"10.50.0.1"}))
 	assertIndexed("applyfail-pool")
@@ -217,6 +222,48 @@ func TestApplyFailure(t *testing.T) {
 	Eventually(enactmentState(nd.Name, "applyfail")).Should(HavePrefix("Available"))
 	Expect(held(nd.Name, "applyfail", "applyfail-pool")).To(Equal(address))
 	Expect(nd.Configured("eth1")).To(Equal("10.50.0.1/24"))
+	e, err := getEnactment(nd.Name, "applyfail")
+	Expect(err).NotTo(HaveOccurred())
+	Expect(e.Status.Failures).To(BeNil(), "success clears the count")
+}
+
+// TestRetriesSpent: an apply that keeps failing is tried 1 + 5 times with
+// growing delays, not in a loop; then the enactment is Failing /
+// FailedToConfigure with a Warning Event and stays so, across a handler
+// restart, until the policy changes.
+func TestRetriesSpent(t *testing.T) {
+	RegisterTestingT(t)
+	nd := newNodes(t, "retries", 1, map[string]string{"role": "retries"})[0]
+	Expect(os.WriteFile(nd.State+".fail", []byte("apply: eth1: no such device (simulated)\n"), 0o600)).To(Succeed())
+	newPool(t, "retries-pool", ippoolv1.IPRange{CIDR: "10.51.0.0/24"}, true)
+	p := newPolicy(t, "retries", map[string]string{"role": "retries"}, map[string]string{"addr": "ippool.retries-pool.allocate"}, envtest.OneAddressState)
+	start(t, nd)
+	Eventually(enactmentState(nd.Name, "retries")).Should(And(HavePrefix("Failing: "),
+		HaveSuffix("eth1: no such device (simulated) (gave up after 6 attempts; change the policy to try again)")))
+	e, err := getEnactment(nd.Name, "retries")
+	Expect(err).NotTo(HaveOccurred())
+	Expect(e.Status.Failures.Count).To(Equal(int32(6)))
+	Expect(e.Status.Conditions.Find(shared.NodeNetworkConfigurationEnactmentConditionFailing).Reason).To(
+		Equal(shared.NodeNetworkConfigurationEnactmentConditionFailedToConfigure))
+	Expect(nd.Network.Applies.Load()).To(Equal(int32(6)))
+	// One Warning Event per failed attempt, each saying what comes next.
+	Eventually(enactmentEvents(nd.Name, "retries")).Should(ConsistOf(
+		HavePrefix("Retrying: Retrying 1/5 in 100ms: "), HavePrefix("Retrying: Retrying 2/5 in 200ms: "),
+		HavePrefix("Retrying: Retrying 3/5 in 400ms: "), HavePrefix("Retrying: Retrying 4/5 in 800ms: "),
+		HavePrefix("Retrying: Retrying 5/5 in 1s: "), HavePrefix("FailedToConfigure: ")))
+
+	// No hot loop, and a restarted handler goes on from the count.
+	Expect(nd.Stop()).To(Succeed())
+	start(t, nd)
+	Consistently(nd.Network.Applies.Load, 2*time.Second).Should(Equal(int32(6)))
+
+	Expect(os.Remove(nd.State + ".fail")).To(Succeed())
+	bumpPolicy(p.Name)
+	Eventually(enactmentState(nd.Name, "retries")).Should(HavePrefix("Available"))
+	e, err = getEnactment(nd.Name, "retries")
+	Expect(err).NotTo(HaveOccurred())
+	Expect(e.Status.Failures).To(BeNil())
+	Expect(e.Status.PolicyGeneration).To(Equal(int64(2)))
 }
 
 // TestPendingUntilPoolAvailable: no allocation before the pool controller
@@ -335,4 +382,64 @@ func TestCaptureDroppedAndNodeUnselected(t *testing.T) {
 	Eventually(func() ([]string, error) { return envtest.EntryAddresses(context.Background(), k, "update-pool") }).
 		Should(ContainElement("10.80.0.1"))
 	Eventually(policyCondition("update", shared.NodeNetworkConfigurationPolicyConditionAvailable)).Should(Equal("True: Policy does not match any node"))
+}
+
+// TestAbortedAtMaxUnavailable: once as many nodes as maxUnavailable gave
+// up on a policy, the other nodes do not apply it: Aborted /
+// ConfigurationAborted, and the policy is Degraded. A fixed policy rolls
+// out again.
+func TestAbortedAtMaxUnavailable(t *testing.T) {
+	RegisterTestingT(t)
+	nodes := newNodes(t, "abort", 3, map[string]string{"role": "abort"})
+	for _, nd := range nodes {
+		Expect(os.WriteFile(nd.State+".fail", []byte("apply: eth1: no such device (simulated)\n"), 0o600)).To(Succeed())
+		nd.Tune = func(r *handler.Reconciler) { r.Retry.Steps = 0 }
+	}
+	newPool(t, "abort-pool", ippoolv1.IPRange{CIDR: "10.52.0.0/24"}, true)
+	p := &nmstatev1.NodeNetworkConfigurationPolicy{ObjectMeta: metav1.ObjectMeta{Name: "abort"}}
+	p.Spec.NodeSelector = map[string]string{"role": "abort"}
+	p.Spec.Capture = map[string]string{"addr": "ippool.abort-pool.allocate"}
+	p.Spec.DesiredState = shared.NewState(envtest.OneAddressState)
+	one := intstr.FromInt32(1)
+	p.Spec.MaxUnavailable = &one
+	Expect(k.Create(context.Background(), p)).To(Succeed())
+	t.Cleanup(func() { deletePolicy(t, p.Name) })
+	for _, nd := range nodes {
+		start(t, nd)
+	}
+	states := func() []string {
+		var out []string
+		for _, nd := range nodes {
+			e, err := getEnactment(nd.Name, "abort")
+			if err != nil {
+				return []string{err.Error()}
+			}
+			for _, c := range e.Status.Conditions {
+				if c.Status == corev1.ConditionTrue {
+					out = append(out, string(c.Type)+"/"+string(c.Reason))
+				}
+			}
+		}
+		return out
+	}
+	Eventually(states).Should(ConsistOf("Failing/FailedToConfigure", "Aborted/ConfigurationAborted", "Aborted/ConfigurationAborted"))
+	Eventually(policyCondition("abort", shared.NodeNetworkConfigurationPolicyConditionDegraded)).Should(
+		Equal("True: 1/3 nodes failed to configure, 2 aborted"))
+	Consistently(func() int32 {
+		var applies int32
+		for _, nd := range nodes {
+			applies += nd.Network.Applies.Load()
+		}
+		return applies
+	}, 2*time.Second).Should(Equal(int32(1)), "only the node that failed applied")
+	for _, nd := range nodes {
+		if s, _ := enactmentState(nd.Name, "abort")(); strings.HasPrefix(s, "Aborted") {
+			Expect(s).To(Equal("Aborted: Configuration aborted: policy generation 1 failed on 1 node, " +
+				"which reaches its maxUnavailable (1); fix the policy to roll it out again"))
+		}
+		Expect(os.Remove(nd.State + ".fail")).To(Succeed())
+	}
+	bumpPolicy(p.Name)
+	Eventually(states).Should(ConsistOf("Available/SuccessfullyConfigured", "Available/SuccessfullyConfigured", "Available/SuccessfullyConfigured"))
+	Eventually(policyCondition("abort", shared.NodeNetworkConfigurationPolicyConditionAvailable)).Should(Equal("True: 3/3 nodes successfully configured"))
 }

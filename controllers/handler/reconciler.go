@@ -16,6 +16,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/tools/events"
 	"k8s.io/utils/clock"
 	ctrl "sigs.k8s.io/controller-runtime"
@@ -26,17 +27,24 @@ import (
 	"github.com/nmstate-ippool/nmstate-ippool/internal/annotations"
 	"github.com/nmstate-ippool/nmstate-ippool/internal/assign"
 	"github.com/nmstate-ippool/nmstate-ippool/internal/poolwrite"
+	"github.com/nmstate-ippool/nmstate-ippool/internal/probe"
 	"github.com/nmstate-ippool/nmstate-ippool/internal/record"
 	"github.com/nmstate-ippool/nmstate-ippool/pkg/capture"
 )
 
 // NetworkState reads and applies the node's network state.
-// *nmstatectl.Runner implements it.
+// nmstatectl.Runner implements it.
 type NetworkState interface {
 	// Show returns the current state (JSON or YAML).
 	Show(ctx context.Context) ([]byte, error)
-	// Apply applies a desired state, or rolls back and fails.
+	// Apply applies a desired state under a checkpoint that Commit makes
+	// permanent and Rollback undoes; a failed Apply changed nothing.
 	Apply(ctx context.Context, desired []byte) error
+	// Commit makes the last Apply permanent.
+	Commit(ctx context.Context) error
+	// Rollback undoes the last uncommitted Apply; it fails when there is
+	// none.
+	Rollback(ctx context.Context) error
 }
 
 // Reconciler reconciles NodeNetworkConfigurationPolicies for one node. Every
@@ -74,10 +82,18 @@ type Reconciler struct {
 	// enactment that waits on a pool (not available, or new addresses wait
 	// for the pool controller's rebuild).
 	PendingRequeue time.Duration
-	// FailedRequeue is how long to wait before trying again after a
-	// failure: nmstatectl failed, or the pool is exhausted. Failures are
-	// often transient.
+	// FailedRequeue is how long to wait before looking again at an
+	// enactment that waits on an exhausted pool, and for the pool
+	// controller to serve before allocating itself.
 	FailedRequeue time.Duration
+	// Retry spaces the attempts to configure a policy generation that
+	// failed (render, apply or probe): Steps is how many times a failure
+	// is retried, the delays grow from Duration by Factor up to Cap. The
+	// count is kept in the enactment (status.failures).
+	Retry wait.Backoff
+	// Probes check the node after an apply, before it is committed; a
+	// failure rolls the apply back.
+	Probes probe.Set
 	// NetworkLock, if set, is held while the handler checks that its
 	// record is current and applies a state; the node's state reporter
 	// reads under it (see nodestate.Reconciler.NetworkLock).
@@ -105,7 +121,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 	}
 	now := r.Clock.Now()
 	var res ctrl.Result
-	switch s.decide(now, r.FailedRequeue) {
+	switch s.decide(now, r.timing()) {
 	case stepRetire:
 		res, err = r.retireIfConfirmed(ctx, req.Name)
 	case stepEnact:
@@ -114,10 +130,10 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 		res, err = r.applyGranted(ctx, req.Name)
 	case stepWait:
 		// A wait for a grant ends with the grant's event; a wait for the
-		// pool controller must end on time even if no event comes: this
-		// reconcile may have replaced the requeue that an earlier one asked
-		// for (the queue keeps one entry per policy).
-		res = ctrl.Result{RequeueAfter: busyLeft(s.enactment, now, r.FailedRequeue)}
+		// pool controller or for a retry must end on time even if no event
+		// comes: this reconcile may have replaced the requeue that an
+		// earlier one asked for (the queue keeps one entry per policy).
+		res = ctrl.Result{RequeueAfter: waitLeft(s.enactment, now, r.timing())}
 	}
 	if errors.Is(err, errCacheBehind) || apierrors.IsAlreadyExists(err) {
 		log.V(1).Info("the cache was behind; deciding again", "why", err.Error())
@@ -158,10 +174,26 @@ const (
 	stepApply
 )
 
+// timing is what decide needs to know of the handler's waits.
+type timing struct {
+	// busyWait is how long an enactment waits for the pool controller to
+	// serve it before allocating itself.
+	busyWait time.Duration
+	// retry spaces the retries of a failed generation.
+	retry wait.Backoff
+}
+
+func (r *Reconciler) timing() timing {
+	return timing{busyWait: r.FailedRequeue, retry: r.Retry}
+}
+
 // decide is the pure heart of the handler: what to do for s at now. An
 // enactment that left its allocation to the pool controller (IPPoolBusy)
-// waits for it for up to busyWait before trying the pool again itself.
-func (s *scope) decide(now time.Time, busyWait time.Duration) step {
+// waits for it for up to t.busyWait before trying the pool again itself;
+// one whose generation failed waits for its retry's backoff, and stays
+// failed once its retries are spent or its rollout was aborted.
+func (s *scope) decide(now time.Time, t timing) step {
+	busyWait := t.busyWait
 	e := s.enactment
 	switch {
 	case e != nil && !e.DeletionTimestamp.IsZero(), !s.selected:
@@ -178,6 +210,10 @@ func (s *scope) decide(now time.Time, busyWait time.Duration) step {
 		return stepEnact
 	case e.Annotations[ippoolv1.NudgeAnnotation] != "" && e.Status.Slot == nil:
 		return stepEnact
+	case e.Status.Slot == nil && (failedFinally(e) || trueCondition(e) == shared.NodeNetworkConfigurationEnactmentConditionAborted):
+		return stepDone
+	case e.Status.Slot == nil && retryLeft(e, now, t.retry) > 0:
+		return stepWait
 	case e.Status.Slot != nil && e.Status.Slot.Granted != nil:
 		return stepApply
 	case e.Status.Slot != nil:
@@ -187,6 +223,12 @@ func (s *scope) decide(now time.Time, busyWait time.Duration) step {
 	default:
 		return stepEnact
 	}
+}
+
+// waitLeft returns how long a waiting enactment still waits: for the pool
+// controller to serve it, or for its next retry.
+func waitLeft(e *nncev1beta1.NodeNetworkConfigurationEnactment, now time.Time, t timing) time.Duration {
+	return max(busyLeft(e, now, t.busyWait), retryLeft(e, now, t.retry))
 }
 
 // waitsForServe reports whether the enactment is Pending / IPPoolBusy since
@@ -288,7 +330,7 @@ func (r *Reconciler) confirmed(ctx context.Context, name string) (*scope, error)
 // the cache said: a stale cache must not take a node's addresses away.
 func (r *Reconciler) retireIfConfirmed(ctx context.Context, name string) (ctrl.Result, error) {
 	s, err := r.fetch(ctx, r.APIReader, name)
-	if err != nil || s.decide(r.Clock.Now(), r.FailedRequeue) != stepRetire {
+	if err != nil || s.decide(r.Clock.Now(), r.timing()) != stepRetire {
 		if err != nil {
 			return ctrl.Result{}, err
 		}
@@ -318,12 +360,12 @@ func (r *Reconciler) enact(ctx context.Context, name string) (ctrl.Result, error
 		return ctrl.Result{}, err
 	}
 	now := r.Clock.Now()
-	switch s.decide(now, r.FailedRequeue) {
+	switch s.decide(now, r.timing()) {
 	case stepEnact:
 	case stepRetire:
 		return ctrl.Result{RequeueAfter: cacheLag}, nil
 	case stepWait: // the cache was behind a wait
-		return ctrl.Result{RequeueAfter: busyLeft(s.enactment, now, r.FailedRequeue)}, nil
+		return ctrl.Result{RequeueAfter: waitLeft(s.enactment, now, r.timing())}, nil
 	default: // the cache was behind
 		return ctrl.Result{}, nil
 	}
@@ -348,7 +390,7 @@ func (r *Reconciler) enact(ctx context.Context, name string) (ctrl.Result, error
 	rendered, err := r.render(ctx, s, alloc.addresses)
 	if err != nil {
 		writeRecord(s.enactment, s.captures, alloc.addresses, addressStates(alloc.addresses), r.meta())
-		return r.concludeRecorded(ctx, s, alloc, dropped, r.failedToConfigure(err.Error()))
+		return r.concludeRecorded(ctx, s, alloc, dropped, r.configureFailed(s, err.Error()))
 	}
 	if upToDate(s.enactment, s.policy, rendered, s.captures, alloc.addresses) {
 		return ctrl.Result{}, nil
@@ -452,6 +494,17 @@ func (r *Reconciler) reportRevoked(ctx context.Context, alloc *allocation) {
 // conclude writes the enactment's conditions for o and requeues as o asks.
 func (r *Reconciler) conclude(ctx context.Context, s *scope, o outcome) (ctrl.Result, error) {
 	e := s.enactment
+	if e.Status.PolicyGeneration != s.policy.Generation {
+		// A new generation starts afresh: its own conditions, times and
+		// failure count.
+		e.Status.Conditions, e.Status.Failures = nil, nil
+	}
+	switch {
+	case o.failures != nil:
+		e.Status.Failures = o.failures
+	case o.condition == shared.NodeNetworkConfigurationEnactmentConditionAvailable:
+		e.Status.Failures = nil
+	}
 	e.Status.PolicyGeneration = s.policy.Generation
 	e.Status.WaitingForIPPool = o.waitingFor
 	if o.condition != shared.NodeNetworkConfigurationEnactmentConditionProgressing {

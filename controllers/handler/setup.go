@@ -9,6 +9,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/utils/clock"
 	"k8s.io/utils/ptr"
 	ctrl "sigs.k8s.io/controller-runtime"
@@ -21,6 +22,7 @@ import (
 
 	nncev1beta1 "github.com/nmstate-ippool/nmstate-ippool/api/v1beta1"
 	"github.com/nmstate-ippool/nmstate-ippool/internal/poolwrite"
+	"github.com/nmstate-ippool/nmstate-ippool/internal/probe"
 )
 
 // Defaults used by New.
@@ -28,6 +30,22 @@ const (
 	DefaultPendingRequeue = 10 * time.Second
 	DefaultFailedRequeue  = time.Minute
 )
+
+// DefaultRetry is kubernetes-nmstate's: a failed generation is retried 5
+// times, 1s after the first failure, then 2s, 4s, ... up to 30s.
+var DefaultRetry = wait.Backoff{Duration: time.Second, Factor: 2, Cap: 30 * time.Second, Steps: 5}
+
+// Probes returns the probes of a handler: api-server and node-readiness,
+// read through reader (which must not be a cache), and ping and dns on the
+// state show reads, with kubernetes-nmstate's timings.
+func Probes(reader client.Reader, node string, show probe.Show) probe.Set {
+	return probe.Set{Probes: []probe.Probe{
+		probe.Ping(show, probe.ICMPPing),
+		probe.DNS(show, probe.DefaultDNSHost, "53"),
+		probe.APIServer(reader),
+		probe.NodeReadiness(reader, node),
+	}}
+}
 
 // New returns a Reconciler for node wired to the manager, with the default
 // clock and timeouts; callers may change any field before
@@ -46,6 +64,8 @@ func New(mgr ctrl.Manager, node string, state NetworkState, metrics *Metrics) *R
 		DeferToController: true,
 		PendingRequeue:    DefaultPendingRequeue,
 		FailedRequeue:     DefaultFailedRequeue,
+		Retry:             DefaultRetry,
+		Probes:            Probes(mgr.GetAPIReader(), node, state.Show),
 	}
 }
 
@@ -104,4 +124,5 @@ func (r *Reconciler) SetupWithManager(mgr ctrl.Manager, opts SetupOptions) error
 // +kubebuilder:rbac:groups=nmstate.io,resources=nodeippools,verbs=get;list;watch
 // +kubebuilder:rbac:groups=nmstate.io,resources=nodeippools/status,verbs=get;update;patch
 // +kubebuilder:rbac:groups="",resources=nodes,verbs=get;list;watch
+// +kubebuilder:rbac:groups="",resources=namespaces,verbs=get
 // +kubebuilder:rbac:groups=events.k8s.io,resources=events,verbs=create;patch

@@ -27,6 +27,7 @@ import (
 	"github.com/nmstate-ippool/nmstate-ippool/controllers/policy"
 	"github.com/nmstate-ippool/nmstate-ippool/controllers/pool"
 	"github.com/nmstate-ippool/nmstate-ippool/internal/poolstatus"
+	"github.com/nmstate-ippool/nmstate-ippool/internal/probe"
 	"github.com/nmstate-ippool/nmstate-ippool/pkg/nmstatectl"
 )
 
@@ -115,7 +116,11 @@ func NewNode(name, dir, sim string) *Node {
 
 // Start runs the node's handler against the control plane until Stop, in a
 // manager whose cache is the handler binary's (handler.CacheOptions). It
-// requeues Pending enactments every 300ms and failed applies every 500ms.
+// requeues Pending enactments every 300ms, retries failed applies after
+// 100ms, 200ms, ... up to 1s, and probes the API server only, polling
+// every 100ms for up to 3s (a test gives its nodes other probes through
+// Tune: the Nodes tests create have no Ready condition, and the simulated
+// gateway does not exist).
 // Handlers apply only once the policy controller grants them a slot: run
 // one (StartPolicyController or StartPoolController).
 func (n *Node) Start(e *Env) error {
@@ -126,6 +131,9 @@ func (n *Node) Start(e *Env) error {
 	r := handler.New(mgr, n.Name, n.Network, n.Metrics)
 	r.PendingRequeue = 300 * time.Millisecond
 	r.FailedRequeue = 500 * time.Millisecond
+	r.Retry.Duration, r.Retry.Cap = 100*time.Millisecond, time.Second
+	r.Probes = probe.Set{Probes: []probe.Probe{probe.APIServer(mgr.GetAPIReader())},
+		Interval: 100 * time.Millisecond, Timeout: 3 * time.Second}
 	if n.Tune != nil {
 		n.Tune(r)
 	}

@@ -31,6 +31,7 @@ import (
 	nncev1beta1 "github.com/nmstate-ippool/nmstate-ippool/api/v1beta1"
 	"github.com/nmstate-ippool/nmstate-ippool/controllers/handler"
 	"github.com/nmstate-ippool/nmstate-ippool/controllers/nodestate"
+	"github.com/nmstate-ippool/nmstate-ippool/internal/probe"
 	"github.com/nmstate-ippool/nmstate-ippool/test/envtest"
 )
 
@@ -215,6 +216,9 @@ func startHandler(b *testing.B, node string, metrics *handler.Metrics, c *counte
 	must(b, err)
 	network := &memNetwork{}
 	r := handler.New(mgr, node, network, metrics)
+	// The benchmark's Nodes have no Ready condition: the API server is
+	// the one probe that costs a request.
+	r.Probes.Probes = []probe.Probe{probe.APIServer(mgr.GetAPIReader())}
 	r.NetworkLock = &sync.Mutex{}
 	nudges := nodestate.NewNudges()
 	r.StateChanged = func() { nudges.Nudge(node) }
