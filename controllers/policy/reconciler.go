@@ -79,7 +79,10 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 		return ctrl.Result{}, err
 	}
 	now := r.Clock.Now()
-	ro.slots = planSlots(ro.enactments, ro.limit, now, r.SlotTimeout)
+	ro.slots = planSlots(ro.enactments, ro.policy.Generation, ro.limit, now, r.SlotTimeout)
+	if err := r.abort(ctx, ro, now); err != nil {
+		return ctrl.Result{}, err
+	}
 	granted, err := r.grant(ctx, ro.slots.grant, now)
 	if err != nil {
 		return ctrl.Result{}, err
@@ -187,6 +190,26 @@ func writeEach(enactments []*nncev1beta1.NodeNetworkConfigurationEnactment, writ
 	return g.Wait()
 }
 
+// abort refuses the requests of a policy that failed on maxUnavailable
+// nodes: Aborted / ConfigurationAborted, the request withdrawn. The
+// handler does not ask again for this generation. A request that changed
+// since the cache saw it is left to the next reconcile.
+func (r *Reconciler) abort(ctx context.Context, ro *rollout, now time.Time) error {
+	msg := fmt.Sprintf("Configuration aborted: policy generation %d failed on %s, which reaches its maxUnavailable (%d); "+
+		"fix the policy to roll it out again", ro.policy.Generation, nodes(ro.slots.failed), ro.limit)
+	return writeEach(ro.slots.abort, func(e *nncev1beta1.NodeNetworkConfigurationEnactment) error {
+		e.Status.Slot = nil
+		e.Status.Conditions = conditions.OneTrue(e.Status.Conditions, shared.NodeNetworkConfigurationEnactmentConditionTypes[:],
+			shared.NodeNetworkConfigurationEnactmentConditionAborted,
+			shared.NodeNetworkConfigurationEnactmentConditionConfigurationAborted, msg, now)
+		err := r.Client.Status().Update(ctx, e)
+		if err != nil && !apierrors.IsConflict(err) && !apierrors.IsNotFound(err) {
+			return fmt.Errorf("abort the rollout on enactment %q: %w", e.Name, err)
+		}
+		return nil
+	})
+}
+
 // queue shows the requests that wait for a slot as Pending.
 func (r *Reconciler) queue(ctx context.Context, enactments []*nncev1beta1.NodeNetworkConfigurationEnactment, now time.Time) error {
 	return writeEach(enactments, func(e *nncev1beta1.NodeNetworkConfigurationEnactment) error {
@@ -268,4 +291,12 @@ func countsHeldBack(p *nmstatev1.NodeNetworkConfigurationPolicy, want shared.Con
 		last = u.Time
 	}
 	return max(last.Add(ProgressEvery).Sub(now), 0)
+}
+
+// nodes says "1 node" or "n nodes".
+func nodes(n int) string {
+	if n == 1 {
+		return "1 node"
+	}
+	return fmt.Sprintf("%d nodes", n)
 }

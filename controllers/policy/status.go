@@ -21,7 +21,7 @@ var DefaultMaxUnavailable = intstr.FromString("50%")
 // summary counts the enactments of a policy's matching nodes by state.
 // Enactments of an older policy generation count as progressing.
 type summary struct {
-	matching, available, failing, progressing int
+	matching, available, failing, aborted, progressing int
 }
 
 // trueCondition returns the enactment's True condition type, or "".
@@ -45,6 +45,8 @@ func summarize(matching int, generation int64, enactments []*nncev1beta1.NodeNet
 			s.available++
 		case trueCondition(e) == shared.NodeNetworkConfigurationEnactmentConditionFailing:
 			s.failing++
+		case trueCondition(e) == shared.NodeNetworkConfigurationEnactmentConditionAborted:
+			s.aborted++
 		default:
 			s.progressing++
 		}
@@ -69,8 +71,11 @@ func policyConditions(old shared.ConditionList, s summary, now time.Time) shared
 		msg := "Policy does not match any node"
 		r := shared.NodeNetworkConfigurationPolicyConditionConfigurationNoMatchingNode
 		return shared.ConditionList{set(avail, t, r, msg), set(degr, f, r, msg), set(prog, f, r, msg)}
-	case s.failing > 0:
+	case s.failing > 0 || s.aborted > 0:
 		msg := fmt.Sprintf("%d/%d nodes failed to configure", s.failing, s.matching)
+		if s.aborted > 0 {
+			msg += fmt.Sprintf(", %d aborted", s.aborted)
+		}
 		r := shared.NodeNetworkConfigurationPolicyConditionFailedToConfigure
 		return shared.ConditionList{set(avail, f, r, msg), set(degr, t, r, msg), set(prog, f, r, msg)}
 	case s.available >= s.matching:
@@ -103,9 +108,13 @@ func maxUnavailable(spec *intstr.IntOrString, matching int) (int, error) {
 type slots struct {
 	// held counts the grants that still count against maxUnavailable.
 	held int
+	// failed counts the enactments whose node gave up on the policy's
+	// generation (Failing / FailedToConfigure).
+	failed int
 	// grant and queue are the requests to grant now and those that wait,
-	// oldest first.
-	grant, queue []*nncev1beta1.NodeNetworkConfigurationEnactment
+	// oldest first; abort are the requests refused because failed reached
+	// maxUnavailable.
+	grant, queue, abort []*nncev1beta1.NodeNetworkConfigurationEnactment
 	// nextExpiry is when the oldest counted grant stops counting (zero if
 	// none): the controller looks again then.
 	nextExpiry time.Time
@@ -113,10 +122,17 @@ type slots struct {
 
 // planSlots decides which requests of enactments to grant under limit. A
 // grant older than timeout does not count: its handler died mid-apply.
-func planSlots(enactments []*nncev1beta1.NodeNetworkConfigurationEnactment, limit int, now time.Time, timeout time.Duration) slots {
+// Once limit nodes gave up on generation, every request is aborted, as
+// kubernetes-nmstate does: a policy that broke that many nodes is not
+// rolled out further.
+func planSlots(enactments []*nncev1beta1.NodeNetworkConfigurationEnactment, generation int64, limit int, now time.Time,
+	timeout time.Duration) slots {
 	var s slots
 	var requests []*nncev1beta1.NodeNetworkConfigurationEnactment
 	for _, e := range enactments {
+		if gaveUp(e, generation) {
+			s.failed++
+		}
 		slot := e.Status.Slot
 		switch {
 		case slot == nil:
@@ -135,10 +151,22 @@ func planSlots(enactments []*nncev1beta1.NodeNetworkConfigurationEnactment, limi
 		}
 		return cmp.Compare(a.Name, b.Name)
 	})
+	if s.failed >= limit {
+		s.abort = requests
+		return s
+	}
 	free := max(limit-s.held, 0)
 	n := min(free, len(requests))
 	s.grant, s.queue = requests[:n], requests[n:]
 	return s
+}
+
+// gaveUp reports whether the enactment's node gave up on generation: its
+// retries are spent.
+func gaveUp(e *nncev1beta1.NodeNetworkConfigurationEnactment, generation int64) bool {
+	c := e.Status.Conditions.Find(shared.NodeNetworkConfigurationEnactmentConditionFailing)
+	return e.Status.PolicyGeneration == generation && c != nil && c.Status == corev1.ConditionTrue &&
+		c.Reason == shared.NodeNetworkConfigurationEnactmentConditionFailedToConfigure
 }
 
 // microNow is now at the resolution status.slot keeps.

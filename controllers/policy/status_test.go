@@ -108,7 +108,7 @@ func TestPlanSlots(t *testing.T) {
 		slotted("dead", t0.Add(-20*time.Minute), &old),
 		{}, // no request
 	}
-	s := planSlots(enactments, 3, t0, 5*time.Minute)
+	s := planSlots(enactments, 0, 3, t0, 5*time.Minute)
 	if s.held != 1 {
 		t.Errorf("held = %d, want 1 (the expired grant does not count)", s.held)
 	}
@@ -121,8 +121,26 @@ func TestPlanSlots(t *testing.T) {
 	if want := recent.Add(5 * time.Minute); !s.nextExpiry.Equal(want) {
 		t.Errorf("nextExpiry = %v, want %v", s.nextExpiry, want)
 	}
-	if s := planSlots(enactments, 1, t0, 5*time.Minute); len(s.grant) != 0 || len(s.queue) != 3 {
+	if s := planSlots(enactments, 0, 1, t0, 5*time.Minute); len(s.grant) != 0 || len(s.queue) != 3 {
 		t.Errorf("with the limit held: grant %v queue %v", names(s.grant), names(s.queue))
+	}
+	// Nodes that gave up on generation 0 reach the limit: every request
+	// is aborted; a node that gave up on an older generation does not
+	// count.
+	gaveUp := func(generation int64) *nncev1beta1.NodeNetworkConfigurationEnactment {
+		e := enactment(generation, shared.NodeNetworkConfigurationEnactmentConditionFailing)
+		e.Status.Conditions.Find(shared.NodeNetworkConfigurationEnactmentConditionFailing).Reason =
+			shared.NodeNetworkConfigurationEnactmentConditionFailedToConfigure
+		return e
+	}
+	withFailed := append([]*nncev1beta1.NodeNetworkConfigurationEnactment{gaveUp(0), gaveUp(-1)}, enactments...)
+	if s := planSlots(withFailed, 0, 2, t0, 5*time.Minute); s.failed != 1 || len(s.abort) != 0 || len(s.grant) != 1 {
+		t.Errorf("one failure under a limit of 2: failed %d abort %v grant %v", s.failed, names(s.abort), names(s.grant))
+	}
+	withFailed = append(withFailed, gaveUp(0))
+	s = planSlots(withFailed, 0, 2, t0, 5*time.Minute)
+	if got := names(s.abort); s.failed != 2 || len(got) != 3 || len(s.grant)+len(s.queue) != 0 {
+		t.Errorf("two failures at a limit of 2: failed %d abort %v grant %v queue %v", s.failed, got, names(s.grant), names(s.queue))
 	}
 }
 
