@@ -44,8 +44,8 @@ import (
 	"io"
 	"maps"
 	"os"
-	"slices"
 	"path/filepath"
+	"slices"
 	"strings"
 	"time"
 

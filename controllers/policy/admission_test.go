@@ -37,10 +37,12 @@ func TestAdmission(t *testing.T) {
 	}
 	immutable := "spec.capture: Forbidden: spec.capture is immutable: delete the policy and create it again to change its captures"
 	for name, change := range map[string]func(*nmstatev1.NodeNetworkConfigurationPolicy){
-		"changed":  func(p *nmstatev1.NodeNetworkConfigurationPolicy) { p.Spec.Capture["addr"] = "ippool.other.allocate" },
-		"added":    func(p *nmstatev1.NodeNetworkConfigurationPolicy) { p.Spec.Capture["more"] = "ippool.traffic.allocate" },
-		"removed":  func(p *nmstatev1.NodeNetworkConfigurationPolicy) { p.Spec.Capture = nil },
-		"replaced": func(p *nmstatev1.NodeNetworkConfigurationPolicy) { p.Spec.Capture = map[string]string{"x": "ippool.t.allocate"} },
+		"changed": func(p *nmstatev1.NodeNetworkConfigurationPolicy) { p.Spec.Capture["addr"] = "ippool.other.allocate" },
+		"added":   func(p *nmstatev1.NodeNetworkConfigurationPolicy) { p.Spec.Capture["more"] = "ippool.traffic.allocate" },
+		"removed": func(p *nmstatev1.NodeNetworkConfigurationPolicy) { p.Spec.Capture = nil },
+		"replaced": func(p *nmstatev1.NodeNetworkConfigurationPolicy) {
+			p.Spec.Capture = map[string]string{"x": "ippool.t.allocate"}
+		},
 	} {
 		err := update(change)
 		Expect(apierrors.IsInvalid(err)).To(BeTrue(), "capture %s: %v", name, err)

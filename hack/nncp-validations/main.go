@@ -1,0 +1,115 @@
+// Command nncp-validations adds this project's admission rules to the
+// NodeNetworkConfigurationPolicy CRD that controller-gen generates from
+// kubernetes-nmstate's API types, which carry no markers for them. `make
+// manifests` runs it on deploy/crd; `make verify` checks the result like
+// any generated file.
+//
+// The rules are CEL, checked by the API server:
+//   - spec.capture is immutable (kubernetes-nmstate's rule): the
+//     addresses a policy holds are recorded per capture;
+//   - nodeSelector values are valid label values, and there are at most
+//     128 of them (the bound keeps the rule's cost within the API
+//     server's budget);
+//   - the policy's name is a valid label value: it is the
+//     nmstate.io/policy label of its enactments.
+package main
+
+import (
+	"fmt"
+	"os"
+
+	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
+	"k8s.io/utils/ptr"
+	"sigs.k8s.io/yaml"
+)
+
+func main() {
+	if len(os.Args) != 2 {
+		fmt.Fprintln(os.Stderr, "usage: nncp-validations <the NodeNetworkConfigurationPolicy CRD file>")
+		os.Exit(2)
+	}
+	if err := run(os.Args[1]); err != nil {
+		fmt.Fprintln(os.Stderr, "nncp-validations:", err)
+		os.Exit(1)
+	}
+}
+
+// labelValue is the syntax of a label value (k8s.io/apimachinery's
+// validation.IsValidLabelValue), less the length, which maxLength checks.
+const labelValue = `^(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?$`
+
+// maxSelectorLabels bounds the labels of a nodeSelector.
+const maxSelectorLabels = 128
+
+func run(path string) error {
+	raw, err := os.ReadFile(path)
+	if err != nil {
+		return err
+	}
+	var crd apiextensionsv1.CustomResourceDefinition
+	if err := yaml.UnmarshalStrict(raw, &crd); err != nil {
+		return fmt.Errorf("%s: %w", path, err)
+	}
+	if crd.Spec.Names.Kind != "NodeNetworkConfigurationPolicy" {
+		return fmt.Errorf("%s holds the CRD of %s, not of NodeNetworkConfigurationPolicy", path, crd.Spec.Names.Kind)
+	}
+	for i := range crd.Spec.Versions {
+		if err := addRules(crd.Spec.Versions[i].Schema.OpenAPIV3Schema); err != nil {
+			return fmt.Errorf("version %s: %w", crd.Spec.Versions[i].Name, err)
+		}
+	}
+	// Through a map, to leave out the empty status that controller-gen
+	// does not write either.
+	typed, err := yaml.Marshal(&crd)
+	if err != nil {
+		return err
+	}
+	var doc map[string]any
+	if err := yaml.Unmarshal(typed, &doc); err != nil {
+		return err
+	}
+	delete(doc, "status")
+	out, err := yaml.Marshal(doc)
+	if err != nil {
+		return err
+	}
+	return os.WriteFile(path, append([]byte("---\n"), out...), 0o644)
+}
+
+func addRules(root *apiextensionsv1.JSONSchemaProps) error {
+	if root == nil {
+		return fmt.Errorf("no schema")
+	}
+	spec, ok := root.Properties["spec"]
+	if !ok {
+		return fmt.Errorf("no spec in the schema")
+	}
+	root.XValidations = apiextensionsv1.ValidationRules{{
+		Rule: "size(self.metadata.name) <= 63",
+		Message: "a policy's name must be 63 characters or less: it is the value of the nmstate.io/policy label " +
+			"of the policy's enactments",
+	}}
+	spec.XValidations = apiextensionsv1.ValidationRules{{
+		Rule:      "has(self.capture) == has(oldSelf.capture) && (!has(self.capture) || self.capture == oldSelf.capture)",
+		Message:   "spec.capture is immutable: delete the policy and create it again to change its captures",
+		FieldPath: ".capture",
+		Reason:    ptr.To(apiextensionsv1.FieldValueForbidden),
+	}}
+	selector, ok := spec.Properties["nodeSelector"]
+	if !ok || selector.AdditionalProperties == nil || selector.AdditionalProperties.Schema == nil {
+		return fmt.Errorf("no nodeSelector map in the spec")
+	}
+	// A bound on the entries keeps the rule's estimated cost within the
+	// API server's budget; no selector needs more labels than this.
+	selector.MaxProperties = ptr.To[int64](maxSelectorLabels)
+	value := selector.AdditionalProperties.Schema
+	value.MaxLength = ptr.To[int64](63)
+	value.XValidations = apiextensionsv1.ValidationRules{{
+		Rule: "self.matches('" + labelValue + "')",
+		Message: "a nodeSelector value must be a valid label value: empty, or alphanumeric characters, '-', '_' and '.', " +
+			"beginning and ending with an alphanumeric character",
+	}}
+	spec.Properties["nodeSelector"] = selector
+	root.Properties["spec"] = spec
+	return nil
+}
