@@ -53,3 +53,11 @@ func TestNext(t *testing.T) {
 }
 
 func contains(s, sub string) bool { return strings.Contains(s, sub) }
+
+func TestJittered(t *testing.T) {
+	for f, want := range map[float64]time.Duration{0: 54 * time.Second, 0.5: time.Minute, 0.999999: 66 * time.Second} {
+		if got := jittered(time.Minute, f).Round(time.Second); got != want {
+			t.Errorf("jittered(1m, %v) = %s, want %s", f, got, want)
+		}
+	}
+}

@@ -46,8 +46,25 @@ type Reconciler struct {
 	// controller relies on that to lift a quarantine when the state shows
 	// an address gone.
 	NetworkLock sync.Locker
-	// Refresh is how often the state is read when nothing nudges.
+	// Refresh is how often the state is read when nothing nudges; each
+	// wait is jittered by ±10% (kubernetes-nmstate's), so that the nodes
+	// of a cluster started together do not all write at once.
 	Refresh time.Duration
+	// Random returns numbers in [0, 1) for the jitter.
+	Random func() float64
+	// Version is the handler's nmstate version (nmstatectl --version),
+	// published as status.handlerNmstateVersion; empty if unknown.
+	Version string
+}
+
+// jittered returns d moved by up to ±10%: f in [0, 1) picks where.
+func jittered(d time.Duration, f float64) time.Duration {
+	return time.Duration(float64(d) * (0.9 + 0.2*f))
+}
+
+// refreshAfter is the wait before the next look at the state.
+func (r *Reconciler) refreshAfter() time.Duration {
+	return jittered(r.Refresh, r.Random())
 }
 
 // nnsConditionTypes are the NNS condition types, in kubernetes-nmstate's
@@ -68,15 +85,18 @@ func (r *Reconciler) Reconcile(ctx context.Context, _ ctrl.Request) (ctrl.Result
 	}
 	readAt, current, showErr := r.show(ctx)
 	status, changed := next(nns.Status, current, showErr, readAt)
+	if status.HandlerNmstateVersion != r.Version {
+		status.HandlerNmstateVersion, changed = r.Version, true
+	}
 	if !changed {
-		return ctrl.Result{RequeueAfter: r.Refresh}, nil
+		return ctrl.Result{RequeueAfter: r.refreshAfter()}, nil
 	}
 	nns.Status = status
 	if err := r.Client.Status().Update(ctx, nns); err != nil {
 		return ctrl.Result{}, fmt.Errorf("write NodeNetworkState %q: %w", nns.Name, err)
 	}
 	ctrl.LoggerFrom(ctx).Info("published the node's network state", "failing", showErr != nil)
-	return ctrl.Result{RequeueAfter: r.Refresh}, nil
+	return ctrl.Result{RequeueAfter: r.refreshAfter()}, nil
 }
 
 // show reads the state under NetworkLock and returns the time the read

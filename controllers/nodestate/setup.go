@@ -2,6 +2,7 @@ package nodestate
 
 import (
 	"context"
+	"math/rand/v2"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -26,7 +27,8 @@ const DefaultRefresh = time.Minute
 
 // New returns a Reconciler for node wired to the manager.
 func New(mgr ctrl.Manager, node string, state StateReader) *Reconciler {
-	return &Reconciler{Client: mgr.GetClient(), NodeName: node, State: state, Clock: clock.RealClock{}, Refresh: DefaultRefresh}
+	return &Reconciler{Client: mgr.GetClient(), NodeName: node, State: state, Clock: clock.RealClock{}, Refresh: DefaultRefresh,
+		Random: rand.Float64}
 }
 
 // Nudges makes the reporter read the state at once. Nudge never blocks;
