@@ -180,3 +180,9 @@ const RequestAnnotation = "nmstate.io/ippool-request"
 // a handler learns that a pool changed; it removes the annotation when it
 // looks again. Waiting handlers also look again on their own, less often.
 const NudgeAnnotation = "nmstate.io/ippool-nudge"
+
+// PolicyConditionIgnored is the NodeNetworkConfigurationPolicy condition
+// type that newer kubernetes-nmstate releases set True, with reason
+// NoMatchingNode, on a policy that selects no node; the kubernetes-nmstate
+// API module this project pins predates its constant.
+const PolicyConditionIgnored = "Ignored"

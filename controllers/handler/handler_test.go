@@ -335,10 +335,10 @@ func enactmentEvents(node, policy string) func() []string {
 	}
 }
 
-// TestCaptureDroppedAndNodeUnselected: an updated policy keeps the
-// addresses of the captures that remain and frees the dropped one; a node
-// that stops matching gives everything back.
-func TestCaptureDroppedAndNodeUnselected(t *testing.T) {
+// TestCaptureImmutableAndNodeUnselected: the API server refuses to drop a
+// capture of a policy (its addresses are recorded per capture), and
+// nothing changes; a node that stops matching gives everything back.
+func TestCaptureImmutableAndNodeUnselected(t *testing.T) {
 	RegisterTestingT(t)
 	nd := newNodes(t, "update", 1, map[string]string{"role": "update"})[0]
 	newPool(t, "update-pool", ippoolv1.IPRange{CIDR: "10.80.0.0/24"}, true)
@@ -361,18 +361,18 @@ func TestCaptureDroppedAndNodeUnselected(t *testing.T) {
 	Expect(held(nd.Name, "update", "update-pool")).To(Equal([]string{"10.80.0.1", "10.80.0.2"}))
 
 	// The policy controller writes the policy's status meanwhile.
-	Expect(retry.RetryOnConflict(retry.DefaultRetry, func() error {
+	err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
 		if err := k.Get(context.Background(), types.NamespacedName{Name: "update"}, policy); err != nil {
 			return err
 		}
 		policy.Spec.Capture = map[string]string{"a": "ippool.update-pool.allocate"}
 		policy.Spec.DesiredState = shared.NewState(strings.Split(two, "- name: eth2")[0])
 		return k.Update(context.Background(), policy)
-	})).To(Succeed())
-	Eventually(func() ([]string, error) { return envtest.EntryAddresses(context.Background(), k, "update-pool") }).
-		Should(ContainElement("10.80.0.2"), "the dropped capture's address is quarantined")
-	Eventually(func() []string { return held(nd.Name, "update", "update-pool") }).Should(Equal([]string{"10.80.0.1"}))
-	Eventually(enactmentState(nd.Name, "update")).Should(HavePrefix("Available"))
+	})
+	Expect(apierrors.IsInvalid(err)).To(BeTrue(), "dropping a capture: %v", err)
+	Expect(err.Error()).To(ContainSubstring("spec.capture is immutable: delete the policy and create it again"))
+	Consistently(func() []string { return held(nd.Name, "update", "update-pool") }, time.Second).
+		Should(Equal([]string{"10.80.0.1", "10.80.0.2"}))
 
 	var n corev1.Node
 	Expect(k.Get(context.Background(), types.NamespacedName{Name: nd.Name}, &n)).To(Succeed())
@@ -381,7 +381,7 @@ func TestCaptureDroppedAndNodeUnselected(t *testing.T) {
 	Eventually(func() bool { _, err := getEnactment(nd.Name, "update"); return apierrors.IsNotFound(err) }).Should(BeTrue())
 	Eventually(func() ([]string, error) { return envtest.EntryAddresses(context.Background(), k, "update-pool") }).
 		Should(ContainElement("10.80.0.1"))
-	Eventually(policyCondition("update", shared.NodeNetworkConfigurationPolicyConditionAvailable)).Should(Equal("True: Policy does not match any node"))
+	Eventually(policyCondition("update", shared.ConditionType(ippoolv1.PolicyConditionIgnored))).Should(Equal("True: Policy does not match any node"))
 }
 
 // TestAbortedAtMaxUnavailable: once as many nodes as maxUnavailable gave

@@ -167,7 +167,7 @@ func TestFailingAndScaleDown(t *testing.T) {
 	Eventually(policyState("down")).Should(Equal("Available: 2/2 nodes successfully configured"))
 	Expect(k.Delete(ctx, &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "down01"}})).To(Succeed())
 	Expect(k.Delete(ctx, &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "down02"}})).To(Succeed())
-	Eventually(policyState("down")).Should(Equal("Available: Policy does not match any node"))
+	Eventually(policyState("down")).Should(Equal("Ignored: Policy does not match any node"))
 }
 
 // TestSlotTimeout: a grant whose handler never reports back stops counting

@@ -11,6 +11,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/intstr"
 
+	ippoolv1 "github.com/nmstate-ippool/nmstate-ippool/api/v1"
 	nncev1beta1 "github.com/nmstate-ippool/nmstate-ippool/api/v1beta1"
 	"github.com/nmstate-ippool/nmstate-ippool/internal/conditions"
 )
@@ -54,38 +55,47 @@ func summarize(matching int, generation int64, enactments []*nncev1beta1.NodeNet
 	return s
 }
 
-// policyConditions computes the policy's Available, Degraded and
-// Progressing conditions from a summary, as kubernetes-nmstate reports them.
+// ignored is the policy's Ignored condition type.
+const ignored = shared.ConditionType(ippoolv1.PolicyConditionIgnored)
+
+// policyConditions computes the policy's Available, Degraded, Progressing
+// and Ignored conditions from a summary, as kubernetes-nmstate reports
+// them. A policy that selects no node is Ignored, not Available: nothing
+// was configured.
 func policyConditions(old shared.ConditionList, s summary, now time.Time) shared.ConditionList {
-	set := func(t shared.ConditionType, status corev1.ConditionStatus, reason shared.ConditionReason, msg string) shared.Condition {
-		return conditions.Merge(old.Find(t), shared.Condition{Type: t, Status: status, Reason: reason, Message: msg}, now)
-	}
 	const (
 		avail = shared.NodeNetworkConfigurationPolicyConditionAvailable
 		degr  = shared.NodeNetworkConfigurationPolicyConditionDegraded
 		prog  = shared.NodeNetworkConfigurationPolicyConditionProgressing
 	)
-	f, t := corev1.ConditionFalse, corev1.ConditionTrue
+	// list sets trueType True with reason and message, and the others
+	// False with the same reason.
+	list := func(trueType shared.ConditionType, r shared.ConditionReason, msg string) shared.ConditionList {
+		out := make(shared.ConditionList, 0, 4)
+		for _, t := range []shared.ConditionType{avail, degr, prog, ignored} {
+			want := shared.Condition{Type: t, Status: corev1.ConditionFalse, Reason: r, Message: msg}
+			if t == trueType {
+				want.Status = corev1.ConditionTrue
+			}
+			out = append(out, conditions.Merge(old.Find(t), want, now))
+		}
+		return out
+	}
 	switch {
 	case s.matching == 0:
-		msg := "Policy does not match any node"
-		r := shared.NodeNetworkConfigurationPolicyConditionConfigurationNoMatchingNode
-		return shared.ConditionList{set(avail, t, r, msg), set(degr, f, r, msg), set(prog, f, r, msg)}
+		return list(ignored, shared.NodeNetworkConfigurationPolicyConditionConfigurationNoMatchingNode, "Policy does not match any node")
 	case s.failing > 0 || s.aborted > 0:
 		msg := fmt.Sprintf("%d/%d nodes failed to configure", s.failing, s.matching)
 		if s.aborted > 0 {
 			msg += fmt.Sprintf(", %d aborted", s.aborted)
 		}
-		r := shared.NodeNetworkConfigurationPolicyConditionFailedToConfigure
-		return shared.ConditionList{set(avail, f, r, msg), set(degr, t, r, msg), set(prog, f, r, msg)}
+		return list(degr, shared.NodeNetworkConfigurationPolicyConditionFailedToConfigure, msg)
 	case s.available >= s.matching:
-		msg := fmt.Sprintf("%d/%d nodes successfully configured", s.available, s.matching)
-		r := shared.NodeNetworkConfigurationPolicyConditionSuccessfullyConfigured
-		return shared.ConditionList{set(avail, t, r, msg), set(degr, f, r, msg), set(prog, f, r, msg)}
+		return list(avail, shared.NodeNetworkConfigurationPolicyConditionSuccessfullyConfigured,
+			fmt.Sprintf("%d/%d nodes successfully configured", s.available, s.matching))
 	default:
-		msg := fmt.Sprintf("Policy is progressing %d/%d nodes finished", s.available, s.matching)
-		r := shared.NodeNetworkConfigurationPolicyConditionConfigurationProgressing
-		return shared.ConditionList{set(avail, f, r, msg), set(degr, f, r, msg), set(prog, t, r, msg)}
+		return list(prog, shared.NodeNetworkConfigurationPolicyConditionConfigurationProgressing,
+			fmt.Sprintf("Policy is progressing %d/%d nodes finished", s.available, s.matching))
 	}
 }
 

@@ -34,7 +34,7 @@ func TestPolicyConditions(t *testing.T) {
 		trueType   shared.ConditionType
 		message    string
 	}{
-		{"no node", 0, nil, shared.NodeNetworkConfigurationPolicyConditionAvailable, "Policy does not match any node"},
+		{"no node", 0, nil, ignored, "Policy does not match any node"},
 		{"all available", 2, []*nncev1beta1.NodeNetworkConfigurationEnactment{enactment(3, av), enactment(3, av)},
 			shared.NodeNetworkConfigurationPolicyConditionAvailable, "2/2 nodes successfully configured"},
 		{"one failing wins", 3, []*nncev1beta1.NodeNetworkConfigurationEnactment{enactment(3, av), enactment(3, fail), enactment(3, pend)},
