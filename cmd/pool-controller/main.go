@@ -91,6 +91,8 @@ func run(o options) error {
 	ctx := ctrl.SetupSignalHandler()
 	metrics := pool.NewMetrics()
 	ctrlmetrics.Registry.MustRegister(metrics.Collectors()...)
+	// Every replica reports them, from its own cache: aggregate with max.
+	ctrlmetrics.Registry.MustRegister(policy.NewStatusMetrics(mgr.GetCache()))
 	pools := pool.New(mgr, metrics)
 	pools.GracePeriod, pools.QuarantinePeriod = o.gracePeriod, o.quarantinePeriod
 	if err := pools.SetupWithManager(ctx, mgr, pool.SetupOptions{}); err != nil {
