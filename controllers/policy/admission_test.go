@@ -9,8 +9,10 @@ import (
 	. "github.com/onsi/gomega"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/client-go/util/retry"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/yaml"
 )
 
 // TestAdmission checks the rules of the NodeNetworkConfigurationPolicy
@@ -78,4 +80,27 @@ func TestAdmission(t *testing.T) {
 		Expect(apierrors.IsInvalid(err)).To(BeTrue(), "%s: %v", bad.name, err)
 		Expect(err.Error()).To(ContainSubstring(bad.want))
 	}
+}
+
+// TestServedAsV1beta1: a policy written for nmstate.io/v1beta1, as many of
+// kubernetes-nmstate's examples are, is accepted and read back as v1.
+func TestServedAsV1beta1(t *testing.T) {
+	RegisterTestingT(t)
+	u := &unstructured.Unstructured{}
+	Expect(yaml.Unmarshal([]byte(`apiVersion: nmstate.io/v1beta1
+kind: NodeNetworkConfigurationPolicy
+metadata:
+  name: served-v1beta1
+spec:
+  nodeSelector: {kubernetes.io/hostname: node01}
+  desiredState:
+    interfaces:
+    - {name: eth1, type: ethernet, state: up}
+`), &u.Object)).To(Succeed())
+	Expect(k.Create(ctx, u)).To(Succeed())
+	t.Cleanup(func() { _ = k.Delete(ctx, u) })
+	var p nmstatev1.NodeNetworkConfigurationPolicy
+	Expect(k.Get(ctx, client.ObjectKey{Name: "served-v1beta1"}, &p)).To(Succeed())
+	Expect(p.Spec.NodeSelector).To(Equal(map[string]string{"kubernetes.io/hostname": "node01"}))
+	Expect(string(p.Spec.DesiredState.Raw)).To(ContainSubstring("eth1"))
 }

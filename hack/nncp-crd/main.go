@@ -1,9 +1,14 @@
-// Command nncp-validations adds this project's admission rules to the
-// NodeNetworkConfigurationPolicy CRD that controller-gen generates from
-// kubernetes-nmstate's API types, which carry no markers for them. `make
-// manifests` runs it on deploy/crd; `make verify` checks the result like
-// any generated file.
+// Command nncp-crd completes the NodeNetworkConfigurationPolicy CRD that
+// controller-gen generates from kubernetes-nmstate's v1 API types, with
+// what those types carry no markers for. `make manifests` runs it on
+// deploy/crd; `make verify` checks the result like any generated file.
 //
+// It serves nmstate.io/v1beta1 beside v1, as kubernetes-nmstate does, so
+// that policies written for v1beta1 (its documentation's examples among
+// them) apply unchanged: the two versions have the same schema, so the
+// API server converts between them by rewriting apiVersion.
+//
+// It adds this project's admission rules.
 // The rules are CEL, checked by the API server:
 //   - spec.capture is immutable (kubernetes-nmstate's rule): the
 //     addresses a policy holds are recorded per capture;
@@ -25,11 +30,11 @@ import (
 
 func main() {
 	if len(os.Args) != 2 {
-		fmt.Fprintln(os.Stderr, "usage: nncp-validations <the NodeNetworkConfigurationPolicy CRD file>")
+		fmt.Fprintln(os.Stderr, "usage: nncp-crd <the NodeNetworkConfigurationPolicy CRD file>")
 		os.Exit(2)
 	}
 	if err := run(os.Args[1]); err != nil {
-		fmt.Fprintln(os.Stderr, "nncp-validations:", err)
+		fmt.Fprintln(os.Stderr, "nncp-crd:", err)
 		os.Exit(1)
 	}
 }
@@ -53,11 +58,16 @@ func run(path string) error {
 	if crd.Spec.Names.Kind != "NodeNetworkConfigurationPolicy" {
 		return fmt.Errorf("%s holds the CRD of %s, not of NodeNetworkConfigurationPolicy", path, crd.Spec.Names.Kind)
 	}
-	for i := range crd.Spec.Versions {
-		if err := addRules(crd.Spec.Versions[i].Schema.OpenAPIV3Schema); err != nil {
-			return fmt.Errorf("version %s: %w", crd.Spec.Versions[i].Name, err)
-		}
+	if len(crd.Spec.Versions) != 1 || crd.Spec.Versions[0].Name != "v1" {
+		return fmt.Errorf("%s: want the one version v1 that controller-gen generates", path)
 	}
+	v1 := &crd.Spec.Versions[0]
+	if err := addRules(v1.Schema.OpenAPIV3Schema); err != nil {
+		return fmt.Errorf("version %s: %w", v1.Name, err)
+	}
+	v1beta1 := *v1.DeepCopy()
+	v1beta1.Name, v1beta1.Storage = "v1beta1", false
+	crd.Spec.Versions = append(crd.Spec.Versions, v1beta1)
 	// Through a map, to leave out the empty status that controller-gen
 	// does not write either.
 	typed, err := yaml.Marshal(&crd)
