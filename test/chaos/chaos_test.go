@@ -37,6 +37,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/tools/clientcmd"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/yaml"
 
 	ippoolv1 "github.com/nmstate-ippool/nmstate-ippool/api/v1"
 	nncev1beta1 "github.com/nmstate-ippool/nmstate-ippool/api/v1beta1"
@@ -237,11 +238,26 @@ func (c *cluster) dumpStuck() {
 	time.Sleep(time.Second)
 }
 
-// networks reads the static addresses of the nodes' simulated networks.
+// liveState reads a simulated node's live state: an uncommitted apply's
+// (its checkpoint) while there is one, else the committed state.
+func liveState(file string) ([]byte, error) {
+	if raw, err := os.ReadFile(file + ".checkpoint"); err == nil {
+		var cp struct {
+			State json.RawMessage `json:"state"`
+		}
+		if err := yaml.Unmarshal(raw, &cp); err == nil && len(cp.State) > 0 {
+			return cp.State, nil
+		}
+	}
+	return os.ReadFile(file)
+}
+
+// networks reads the static addresses of the nodes' simulated networks,
+// live.
 func (c *cluster) networks(nodes []string) map[string][]string {
 	out := map[string][]string{}
 	for _, node := range nodes {
-		raw, err := os.ReadFile(filepath.Join(c.dir, "nodes", node+".yaml"))
+		raw, err := liveState(filepath.Join(c.dir, "nodes", node+".yaml"))
 		if err != nil {
 			continue
 		}
