@@ -77,16 +77,8 @@ func main() {
 }
 
 func run(o options) error {
-	if o.node == "" {
-		return errors.New("no node name: set --node-name or $NODE_NAME (from the downward API's spec.nodeName)")
-	}
-	if o.retries < 0 || o.retryInitial <= 0 || o.retryMax < o.retryInitial {
-		return fmt.Errorf("--retries %d, --retry-initial-delay %s, --retry-max-delay %s: want retries >= 0 and 0 < initial delay <= max delay",
-			o.retries, o.retryInitial, o.retryMax)
-	}
-	if o.probeTimeout <= 0 || o.applyTimeout <= 2*o.probeTimeout {
-		return fmt.Errorf("--apply-timeout %s must exceed twice --probe-timeout %s (probes run after the apply and again after a rollback), which must be positive",
-			o.applyTimeout, o.probeTimeout)
+	if err := o.validate(); err != nil {
+		return err
 	}
 	s, err := scheme.New()
 	if err != nil {
@@ -109,14 +101,10 @@ func run(o options) error {
 	ctrlmetrics.Registry.MustRegister(metrics.Collectors()...)
 	network := nmstatectl.Runner{Path: o.nmstatectl, Timeout: o.applyTimeout}
 	nudges := nodestate.NewNudges()
-	r := handler.New(mgr, o.node, network, metrics)
-	r.PendingRequeue, r.FailedRequeue = o.pendingRequeue, o.failedRequeue
-	r.Retry.Steps, r.Retry.Duration, r.Retry.Cap = o.retries, o.retryInitial, o.retryMax
-	if r.Probes.Probes, err = probe.Select(r.Probes.Probes, strings.Split(o.probes, ",")); err != nil {
-		return fmt.Errorf("--probes: %w", err)
+	r, err := o.handler(mgr, network, metrics)
+	if err != nil {
+		return err
 	}
-	r.Probes.Timeout = o.probeTimeout
-	r.DeferToController = !o.selfAllocate
 	r.StateChanged = func() { nudges.Nudge(o.node) }
 	r.NetworkLock = &sync.Mutex{}
 	if err := r.SetupWithManager(mgr, handler.SetupOptions{}); err != nil {
@@ -139,4 +127,34 @@ func run(o options) error {
 	}
 	ctrl.Log.Info("starting handler", "node", o.node, "nmstatectl", o.nmstatectl)
 	return mgr.Start(ctrl.SetupSignalHandler())
+}
+
+// validate checks the flags that depend on each other.
+func (o options) validate() error {
+	if o.node == "" {
+		return errors.New("no node name: set --node-name or $NODE_NAME (from the downward API's spec.nodeName)")
+	}
+	if o.retries < 0 || o.retryInitial <= 0 || o.retryMax < o.retryInitial {
+		return fmt.Errorf("--retries %d, --retry-initial-delay %s, --retry-max-delay %s: want retries >= 0 and 0 < initial delay <= max delay",
+			o.retries, o.retryInitial, o.retryMax)
+	}
+	if o.probeTimeout <= 0 || o.applyTimeout <= 2*o.probeTimeout {
+		return fmt.Errorf("--apply-timeout %s must exceed twice --probe-timeout %s (probes run after the apply and again after a rollback), which must be positive",
+			o.applyTimeout, o.probeTimeout)
+	}
+	return nil
+}
+
+// handler returns the node's handler tuned by the flags.
+func (o options) handler(mgr ctrl.Manager, network nmstatectl.Runner, metrics *handler.Metrics) (*handler.Reconciler, error) {
+	r := handler.New(mgr, o.node, network, metrics)
+	r.PendingRequeue, r.FailedRequeue = o.pendingRequeue, o.failedRequeue
+	r.Retry.Steps, r.Retry.Duration, r.Retry.Cap = o.retries, o.retryInitial, o.retryMax
+	var err error
+	if r.Probes.Probes, err = probe.Select(r.Probes.Probes, strings.Split(o.probes, ",")); err != nil {
+		return nil, fmt.Errorf("--probes: %w", err)
+	}
+	r.Probes.Timeout = o.probeTimeout
+	r.DeferToController = !o.selfAllocate
+	return r, nil
 }

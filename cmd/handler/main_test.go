@@ -173,3 +173,26 @@ func findLog(t *testing.T, logs, msg string) map[string]any {
 	t.Fatalf("no %q log line in:\n%s", msg, logs)
 	return nil
 }
+
+func TestFlagsValidate(t *testing.T) {
+	good := options{node: "node01", retries: 5, retryInitial: time.Second, retryMax: 30 * time.Second,
+		probeTimeout: 2 * time.Minute, applyTimeout: 8 * time.Minute}
+	if err := good.validate(); err != nil {
+		t.Fatalf("the defaults: %v", err)
+	}
+	for name, tt := range map[string]struct {
+		change func(*options)
+		want   string
+	}{
+		"no node":              {func(o *options) { o.node = "" }, "no node name: set --node-name or $NODE_NAME"},
+		"negative retries":     {func(o *options) { o.retries = -1 }, "want retries >= 0"},
+		"max below initial":    {func(o *options) { o.retryMax = time.Millisecond }, "0 < initial delay <= max delay"},
+		"checkpoint too short": {func(o *options) { o.applyTimeout = 3 * time.Minute }, "--apply-timeout 3m0s must exceed twice --probe-timeout 2m0s"},
+	} {
+		o := good
+		tt.change(&o)
+		if err := o.validate(); err == nil || !strings.Contains(err.Error(), tt.want) {
+			t.Errorf("%s: %v, want %q", name, err, tt.want)
+		}
+	}
+}

@@ -20,6 +20,7 @@
 package main
 
 import (
+	"errors"
 	"fmt"
 	"os"
 
@@ -88,11 +89,11 @@ func run(path string) error {
 
 func addRules(root *apiextensionsv1.JSONSchemaProps) error {
 	if root == nil {
-		return fmt.Errorf("no schema")
+		return errors.New("no schema")
 	}
 	spec, ok := root.Properties["spec"]
 	if !ok {
-		return fmt.Errorf("no spec in the schema")
+		return errors.New("no spec in the schema")
 	}
 	root.XValidations = apiextensionsv1.ValidationRules{{
 		Rule: "size(self.metadata.name) <= 63",
@@ -107,7 +108,7 @@ func addRules(root *apiextensionsv1.JSONSchemaProps) error {
 	}}
 	selector, ok := spec.Properties["nodeSelector"]
 	if !ok || selector.AdditionalProperties == nil || selector.AdditionalProperties.Schema == nil {
-		return fmt.Errorf("no nodeSelector map in the spec")
+		return errors.New("no nodeSelector map in the spec")
 	}
 	// A bound on the entries keeps the rule's estimated cost within the
 	// API server's budget; no selector needs more labels than this.
