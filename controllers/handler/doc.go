@@ -34,6 +34,17 @@
 // the one it wrote, so an address whose record was removed meanwhile (a
 // reset) never reaches the network. See docs/protocol.md.
 //
+// Applying (kubernetes-nmstate's way). Under the network lock: rollback
+// (a stale checkpoint), the conditional probes tried once, apply
+// --no-commit, every probe polled (package probe), then commit, or
+// rollback and the probes again; the outcome names the probe that failed.
+// A failed attempt (render, apply, probe) is counted in status.failures
+// for the policy's generation and retried after Retry's backoff (Failing /
+// Retrying), until the retries are spent (Failing / FailedToConfigure),
+// after which the generation is not tried again; nor is one the policy
+// controller aborted (Aborted). A new generation starts with fresh
+// conditions and count.
+//
 // Releasing. When a policy is deleted, stops matching the node, or drops a
 // capture, the handler first removes the record (the enactment, or the
 // dropped addresses from it) under the enactment's resourceVersion and then
