@@ -258,12 +258,18 @@ func TestRetriesSpent(t *testing.T) {
 	Consistently(nd.Network.Applies.Load, 2*time.Second).Should(Equal(int32(6)))
 
 	Expect(os.Remove(nd.State + ".fail")).To(Succeed())
+	failedAt := e.Status.Conditions.Find(shared.NodeNetworkConfigurationEnactmentConditionFailing).LastTransitionTime
 	bumpPolicy(p.Name)
 	Eventually(enactmentState(nd.Name, "retries")).Should(HavePrefix("Available"))
 	e, err = getEnactment(nd.Name, "retries")
 	Expect(err).NotTo(HaveOccurred())
 	Expect(e.Status.Failures).To(BeNil())
 	Expect(e.Status.PolicyGeneration).To(Equal(int64(2)))
+	// The new generation's conditions start afresh: even the types that
+	// stayed False have moved on from the old generation's times.
+	aborted := e.Status.Conditions.Find(shared.NodeNetworkConfigurationEnactmentConditionAborted)
+	Expect(aborted.LastTransitionTime.After(failedAt.Time)).To(BeTrue(), "Aborted changed at %s, the old generation failed at %s",
+		aborted.LastTransitionTime, failedAt)
 }
 
 // TestPendingUntilPoolAvailable: no allocation before the pool controller

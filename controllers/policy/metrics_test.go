@@ -30,8 +30,8 @@ func TestStatusMetrics(t *testing.T) {
 	lonely.Spec.DesiredState = shared.NewState("interfaces: []\n")
 	Expect(k.Create(ctx, lonely)).To(Succeed())
 	t.Cleanup(func() { _ = k.Delete(ctx, lonely) })
-	Eventually(policyState("metrics")).Should(HavePrefix("Degraded"))
-	Eventually(policyState("metrics-lonely")).Should(HavePrefix("Ignored"))
+	Eventually(policyState("metrics"), 30*time.Second).Should(HavePrefix("Degraded"))
+	Eventually(policyState("metrics-lonely"), 30*time.Second).Should(HavePrefix("Ignored"))
 
 	m := policy.NewStatusMetrics(k)
 	Expect(testutil.CollectAndCompare(m, strings.NewReader(`
