@@ -5,7 +5,6 @@ import (
 	"time"
 
 	"github.com/nmstate/kubernetes-nmstate/api/shared"
-	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
 
@@ -82,9 +81,8 @@ func retryDelay(b wait.Backoff, n int32) time.Duration {
 // retryLeft returns how long an enactment whose last attempt failed with
 // Retrying still waits for its retry; 0 if it does not wait.
 func retryLeft(e *nncev1beta1.NodeNetworkConfigurationEnactment, now time.Time, b wait.Backoff) time.Duration {
-	c := e.Status.Conditions.Find(shared.NodeNetworkConfigurationEnactmentConditionFailing)
 	f := e.Status.Failures
-	if f == nil || c == nil || c.Status != corev1.ConditionTrue || string(c.Reason) != ReasonRetrying {
+	if f == nil || !conditions.IsTrueWith(e.Status.Conditions, shared.NodeNetworkConfigurationEnactmentConditionFailing, ReasonRetrying) {
 		return 0
 	}
 	return max(f.Last.Add(retryDelay(b, f.Count)).Sub(now), 0)
@@ -93,9 +91,8 @@ func retryLeft(e *nncev1beta1.NodeNetworkConfigurationEnactment, now time.Time, 
 // failedFinally reports whether the enactment's generation failed with
 // every retry spent.
 func failedFinally(e *nncev1beta1.NodeNetworkConfigurationEnactment) bool {
-	c := e.Status.Conditions.Find(shared.NodeNetworkConfigurationEnactmentConditionFailing)
-	return e.Status.Failures != nil && c != nil && c.Status == corev1.ConditionTrue &&
-		c.Reason == shared.NodeNetworkConfigurationEnactmentConditionFailedToConfigure
+	return e.Status.Failures != nil && conditions.IsTrueWith(e.Status.Conditions,
+		shared.NodeNetworkConfigurationEnactmentConditionFailing, shared.NodeNetworkConfigurationEnactmentConditionFailedToConfigure)
 }
 
 func failing(reason string, message string) outcome {
@@ -116,10 +113,5 @@ func withConditions(old shared.ConditionList, o outcome, now time.Time) shared.C
 
 // trueCondition returns the enactment's True condition type, or "".
 func trueCondition(e *nncev1beta1.NodeNetworkConfigurationEnactment) shared.ConditionType {
-	for _, c := range e.Status.Conditions {
-		if c.Status == corev1.ConditionTrue {
-			return c.Type
-		}
-	}
-	return ""
+	return conditions.TrueType(e.Status.Conditions)
 }

@@ -7,11 +7,11 @@ import (
 	"github.com/nmstate/kubernetes-nmstate/api/shared"
 	nmstatev1 "github.com/nmstate/kubernetes-nmstate/api/v1"
 	"github.com/prometheus/client_golang/prometheus"
-	corev1 "k8s.io/api/core/v1"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	nncev1beta1 "github.com/nmstate-ippool/nmstate-ippool/api/v1beta1"
+	"github.com/nmstate-ippool/nmstate-ippool/internal/conditions"
 )
 
 // StatusMetrics counts policies and enactments by status, under
@@ -91,11 +91,9 @@ func zeroes(types ...shared.ConditionType) map[string]int {
 }
 
 // statusOf returns the type of the True condition, or unknown.
-func statusOf(conditions shared.ConditionList) string {
-	for _, c := range conditions {
-		if c.Status == corev1.ConditionTrue {
-			return string(c.Type)
-		}
+func statusOf(list shared.ConditionList) string {
+	if t := conditions.TrueType(list); t != "" {
+		return string(t)
 	}
 	return unknown
 }

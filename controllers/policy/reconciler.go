@@ -231,9 +231,8 @@ func (r *Reconciler) queue(ctx context.Context, enactments []*nncev1beta1.NodeNe
 // waitingForSlot reports whether the enactment shows that it waits for a
 // maxUnavailable slot.
 func waitingForSlot(e *nncev1beta1.NodeNetworkConfigurationEnactment) bool {
-	c := e.Status.Conditions.Find(shared.NodeNetworkConfigurationEnactmentConditionPending)
-	return c != nil && c.Status == corev1.ConditionTrue &&
-		c.Reason == shared.NodeNetworkConfigurationEnactmentConditionMaxUnavailableLimitReached
+	return conditions.IsTrueWith(e.Status.Conditions, shared.NodeNetworkConfigurationEnactmentConditionPending,
+		shared.NodeNetworkConfigurationEnactmentConditionMaxUnavailableLimitReached)
 }
 
 // ProgressEvery is the shortest interval between two writes of a policy's

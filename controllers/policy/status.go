@@ -25,16 +25,6 @@ type summary struct {
 	matching, available, failing, aborted, progressing int
 }
 
-// trueCondition returns the enactment's True condition type, or "".
-func trueCondition(e *nncev1beta1.NodeNetworkConfigurationEnactment) shared.ConditionType {
-	for _, c := range e.Status.Conditions {
-		if c.Status == corev1.ConditionTrue {
-			return c.Type
-		}
-	}
-	return ""
-}
-
 // summarize counts enactments, which must be those of matching nodes.
 func summarize(matching int, generation int64, enactments []*nncev1beta1.NodeNetworkConfigurationEnactment) summary {
 	s := summary{matching: matching}
@@ -42,11 +32,11 @@ func summarize(matching int, generation int64, enactments []*nncev1beta1.NodeNet
 		switch {
 		case e.Status.PolicyGeneration != generation:
 			s.progressing++
-		case trueCondition(e) == shared.NodeNetworkConfigurationEnactmentConditionAvailable:
+		case conditions.TrueType(e.Status.Conditions) == shared.NodeNetworkConfigurationEnactmentConditionAvailable:
 			s.available++
-		case trueCondition(e) == shared.NodeNetworkConfigurationEnactmentConditionFailing:
+		case conditions.TrueType(e.Status.Conditions) == shared.NodeNetworkConfigurationEnactmentConditionFailing:
 			s.failing++
-		case trueCondition(e) == shared.NodeNetworkConfigurationEnactmentConditionAborted:
+		case conditions.TrueType(e.Status.Conditions) == shared.NodeNetworkConfigurationEnactmentConditionAborted:
 			s.aborted++
 		default:
 			s.progressing++
@@ -174,9 +164,8 @@ func planSlots(enactments []*nncev1beta1.NodeNetworkConfigurationEnactment, gene
 // gaveUp reports whether the enactment's node gave up on generation: its
 // retries are spent.
 func gaveUp(e *nncev1beta1.NodeNetworkConfigurationEnactment, generation int64) bool {
-	c := e.Status.Conditions.Find(shared.NodeNetworkConfigurationEnactmentConditionFailing)
-	return e.Status.PolicyGeneration == generation && c != nil && c.Status == corev1.ConditionTrue &&
-		c.Reason == shared.NodeNetworkConfigurationEnactmentConditionFailedToConfigure
+	return e.Status.PolicyGeneration == generation && conditions.IsTrueWith(e.Status.Conditions,
+		shared.NodeNetworkConfigurationEnactmentConditionFailing, shared.NodeNetworkConfigurationEnactmentConditionFailedToConfigure)
 }
 
 // microNow is now at the resolution status.slot keeps.

@@ -60,3 +60,20 @@ func Same(a, b shared.ConditionList) bool {
 	}
 	return true
 }
+
+// TrueType returns the type of the list's True condition, or "" if none is
+// True. The lists this package computes have at most one.
+func TrueType(list shared.ConditionList) shared.ConditionType {
+	for _, c := range list {
+		if c.Status == corev1.ConditionTrue {
+			return c.Type
+		}
+	}
+	return ""
+}
+
+// IsTrueWith reports whether the list's condition t is True with reason.
+func IsTrueWith(list shared.ConditionList, t shared.ConditionType, reason shared.ConditionReason) bool {
+	c := list.Find(t)
+	return c != nil && c.Status == corev1.ConditionTrue && c.Reason == reason
+}

@@ -1,0 +1,128 @@
+package handler
+
+import (
+	"time"
+
+	"github.com/nmstate/kubernetes-nmstate/api/shared"
+	"k8s.io/apimachinery/pkg/util/wait"
+
+	ippoolv1 "github.com/nmstate-ippool/nmstate-ippool/api/v1"
+	nncev1beta1 "github.com/nmstate-ippool/nmstate-ippool/api/v1beta1"
+	"github.com/nmstate-ippool/nmstate-ippool/internal/conditions"
+	"github.com/nmstate-ippool/nmstate-ippool/internal/record"
+	"github.com/nmstate-ippool/nmstate-ippool/pkg/capture"
+)
+
+// step is what a reconcile does.
+type step int
+
+const (
+	// stepDone: the enactment shows this generation applied, or given
+	// up on (its retries spent, or its rollout aborted).
+	stepDone step = iota
+	// stepWait: a slot was asked for and is not granted yet, the pool
+	// controller is to serve the enactment, or a retry's backoff runs.
+	stepWait
+	// stepRetire: the enactment ends (policy gone or deselected, or the
+	// enactment is being deleted).
+	stepRetire
+	// stepEnact: allocate, record, render and ask for a slot.
+	stepEnact
+	// stepApply: the slot is granted; apply what was recorded.
+	stepApply
+)
+
+// timing is what decide needs to know of the handler's waits.
+type timing struct {
+	// busyWait is how long an enactment waits for the pool controller to
+	// serve it before allocating itself.
+	busyWait time.Duration
+	// retry spaces the retries of a failed generation.
+	retry wait.Backoff
+}
+
+func (r *Reconciler) timing() timing {
+	return timing{busyWait: r.FailedRequeue, retry: r.Retry}
+}
+
+// decide is the pure heart of the handler: what to do for s at now. An
+// enactment that left its allocation to the pool controller (IPPoolBusy)
+// waits for it for up to t.busyWait before trying the pool again itself;
+// one whose generation failed waits for its retry's backoff, and stays
+// failed once its retries are spent or its rollout was aborted.
+func (s *scope) decide(now time.Time, t timing) step {
+	busyWait := t.busyWait
+	e := s.enactment
+	switch {
+	case e != nil && !e.DeletionTimestamp.IsZero(), !s.selected:
+		if e == nil {
+			return stepDone
+		}
+		return stepRetire
+	case e != nil && e.Status.PolicyGeneration == s.policy.Generation && !s.poolRecorded(e.Status.WaitingForIPPool) &&
+		waitsForServe(e, now, busyWait):
+		return stepWait
+	case e != nil && record.Requesting(e) && !s.recordsComplete() && waitsForServe(e, now, busyWait):
+		return stepWait
+	case e == nil || e.Status.PolicyGeneration != s.policy.Generation || !s.recordsComplete():
+		return stepEnact
+	case e.Annotations[ippoolv1.NudgeAnnotation] != "" && e.Status.Slot == nil:
+		return stepEnact
+	case e.Status.Slot == nil && (failedFinally(e) || trueCondition(e) == shared.NodeNetworkConfigurationEnactmentConditionAborted):
+		return stepDone
+	case e.Status.Slot == nil && retryLeft(e, now, t.retry) > 0:
+		return stepWait
+	case e.Status.Slot != nil && e.Status.Slot.Granted != nil:
+		return stepApply
+	case e.Status.Slot != nil:
+		return stepWait
+	case trueCondition(e) == shared.NodeNetworkConfigurationEnactmentConditionAvailable:
+		return stepDone
+	default:
+		return stepEnact
+	}
+}
+
+// waitLeft returns how long a waiting enactment still waits: for the pool
+// controller to serve it, or for its next retry.
+func waitLeft(e *nncev1beta1.NodeNetworkConfigurationEnactment, now time.Time, t timing) time.Duration {
+	return max(busyLeft(e, now, t.busyWait), retryLeft(e, now, t.retry))
+}
+
+// waitsForServe reports whether the enactment is Pending / IPPoolBusy since
+// less than wait before now.
+func waitsForServe(e *nncev1beta1.NodeNetworkConfigurationEnactment, now time.Time, wait time.Duration) bool {
+	return busyLeft(e, now, wait) > 0
+}
+
+// busyLeft returns how long an enactment that asks the pool controller for
+// addresses (a new one's request, or Pending / IPPoolBusy) still waits for
+// it before its handler allocates itself; 0 if it is not waiting.
+func busyLeft(e *nncev1beta1.NodeNetworkConfigurationEnactment, now time.Time, wait time.Duration) time.Duration {
+	if record.Requesting(e) {
+		return max(e.CreationTimestamp.Add(wait).Sub(now), 0)
+	}
+	if !conditions.IsTrueWith(e.Status.Conditions, shared.NodeNetworkConfigurationEnactmentConditionPending, ippoolv1.ReasonIPPoolBusy) {
+		return 0
+	}
+	c := e.Status.Conditions.Find(shared.NodeNetworkConfigurationEnactmentConditionPending)
+	return max(c.LastHeartbeatTime.Add(wait).Sub(now), 0)
+}
+
+// poolRecorded reports whether the enactment records an address for every
+// capture of the policy that draws from pool.
+func (s *scope) poolRecorded(pool string) bool {
+	return recordsAll(s.enactment, s.captures.RefsOf(pool))
+}
+
+// recordsComplete reports whether the enactment records an address for
+// every ippool capture of the policy (none are needed when the captures
+// do not parse).
+func (s *scope) recordsComplete() bool {
+	return recordsAll(s.enactment, s.captures.Refs)
+}
+
+// recordsAll reports whether e records an address for every one of refs.
+func recordsAll(e *nncev1beta1.NodeNetworkConfigurationEnactment, refs []capture.Ref) bool {
+	return record.Complete(e, refs)
+}
