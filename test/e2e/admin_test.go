@@ -96,7 +96,7 @@ var _ = Describe("Gateway, DNS and reservations (deploy/samples/routed)", func()
 			a, ok := capture.ParseState(e.Status.CapturedStates["addr"].State.Raw)
 			Expect(ok).To(BeTrue())
 			Expect([]any{a.Gateway.String(), a.DNSServers[0].String(), a.DNSSearch}).To(Equal([]any{"10.20.20.1", "10.20.20.53", []string{"traffic.example"}}))
-			Eventually(func() []string { return routedBy(node) }).Should(Equal([]string{"10.99.0.0/16 via 10.20.20.1 on eth2",
+			Eventually(func() []string { return routedBy(node, "eth2") }).Should(Equal([]string{"10.99.0.0/16 via 10.20.20.1 on eth2",
 				"dns [10.20.20.53] search [traffic.example]"}), node)
 		}
 		Eventually(poolCondition("traffic-2", ippoolv1.ConditionReservationsHonored)).Should(Equal("True ReservationsHonored"))
@@ -172,10 +172,11 @@ var _ = Describe("Growing a pool in place", func() {
 	})
 })
 
-// routedBy returns the configured routes and name resolution of a node's
-// NodeNetworkState, as "DESTINATION via NEXT-HOP on INTERFACE" and "dns
-// [SERVERS] search [DOMAINS]".
-func routedBy(node string) []string {
+// routedBy returns the routes a node's NodeNetworkState configures through
+// iface, as "DESTINATION via NEXT-HOP on INTERFACE", and its name
+// resolution, as "dns [SERVERS] search [DOMAINS]". Specs share nodes, so
+// routes through other interfaces are left out.
+func routedBy(node, iface string) []string {
 	var nns nncev1beta1.NodeNetworkState
 	if err := k.Get(ctx, types.NamespacedName{Name: node}, &nns); err != nil {
 		return []string{err.Error()}
@@ -200,6 +201,9 @@ func routedBy(node string) []string {
 	}
 	var out []string
 	for _, r := range state.Routes.Config {
+		if r.Interface != iface {
+			continue
+		}
 		out = append(out, fmt.Sprintf("%s via %s on %s", r.Destination, r.NextHop, r.Interface))
 	}
 	return append(out, fmt.Sprintf("dns %v search %v", state.DNS.Config.Server, state.DNS.Config.Search))

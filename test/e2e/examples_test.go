@@ -167,18 +167,33 @@ func enactmentsOf(policy string) int {
 
 // saveNodeNetworks returns a function that puts the nodes' simulated
 // networks back as they are now: the examples leave bonds, bridges and
-// static eth0 addresses behind, as they would on real nodes.
+// static eth0 addresses behind, as they would on real nodes. A node that
+// was never applied to has no state file yet (the simulator starts it
+// from its defaults), so files that appear meanwhile are removed, and so
+// are checkpoints.
 func saveNodeNetworks() func() {
 	GinkgoHelper()
-	files, err := filepath.Glob(filepath.Join(dir, "nodes", "*.yaml"))
-	Expect(err).NotTo(HaveOccurred())
+	nodes := filepath.Join(dir, "nodes")
+	stateFiles := func() []string {
+		GinkgoHelper()
+		files, err := filepath.Glob(filepath.Join(nodes, "*.yaml"))
+		Expect(err).NotTo(HaveOccurred())
+		checkpoints, err := filepath.Glob(filepath.Join(nodes, "*.yaml.checkpoint"))
+		Expect(err).NotTo(HaveOccurred())
+		return append(files, checkpoints...)
+	}
 	saved := map[string][]byte{}
-	for _, f := range files {
+	for _, f := range stateFiles() {
 		raw, err := os.ReadFile(f)
 		Expect(err).NotTo(HaveOccurred())
 		saved[f] = raw
 	}
 	return func() {
+		for _, f := range stateFiles() {
+			if _, ok := saved[f]; !ok {
+				Expect(os.Remove(f)).To(Succeed())
+			}
+		}
 		for f, raw := range saved {
 			Expect(os.WriteFile(f, raw, 0o600)).To(Succeed())
 		}
