@@ -51,8 +51,9 @@ func TestE2E(t *testing.T) {
 // failures are the failed specs' digests, for TestE2E to print last.
 var failures []string
 
-// failureLines is how many lines of a failure's message its digest keeps.
-const failureLines = 4
+// failureLines is how many lines of a failure's message its digest keeps:
+// enough for an Expected/to equal pair of a few elements.
+const failureLines = 16
 
 var _ = ReportAfterEach(func(r SpecReport) {
 	if !r.Failed() {
