@@ -263,7 +263,7 @@ func (r *Reconciler) planWrite(ctx context.Context, policy *nmstatev1.NodeNetwor
 func (r *Reconciler) claimant(ctx context.Context, policy *nmstatev1.NodeNetworkConfigurationPolicy,
 	e *nncev1beta1.NodeNetworkConfigurationEnactment) assign.Claimant {
 	return assign.Claimant{Enactment: e.Name, Node: r.NodeName, Policy: policy.Name, Labels: func() map[string]string {
-		n, err := r.node(ctx)
+		n, err := r.node(ctx, r.Client)
 		if err != nil {
 			return nil
 		}

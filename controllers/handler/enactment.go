@@ -22,11 +22,11 @@ import (
 	"github.com/nmstate-ippool/nmstate-ippool/pkg/capture"
 )
 
-// node returns this node's metadata from the cache.
-func (r *Reconciler) node(ctx context.Context) (*metav1.PartialObjectMetadata, error) {
+// node returns this node's metadata, read through reader.
+func (r *Reconciler) node(ctx context.Context, reader client.Reader) (*metav1.PartialObjectMetadata, error) {
 	n := &metav1.PartialObjectMetadata{}
 	n.SetGroupVersionKind(corev1.SchemeGroupVersion.WithKind("Node"))
-	if err := r.Client.Get(ctx, types.NamespacedName{Name: r.NodeName}, n); err != nil {
+	if err := reader.Get(ctx, types.NamespacedName{Name: r.NodeName}, n); err != nil {
 		return nil, fmt.Errorf("get node %q: %w", r.NodeName, err)
 	}
 	return n, nil
@@ -41,13 +41,12 @@ func (r *Reconciler) selection(ctx context.Context, reader client.Reader, policy
 	if !policy.DeletionTimestamp.IsZero() {
 		return false, "the policy is being deleted", nil
 	}
-	n := &metav1.PartialObjectMetadata{}
-	n.SetGroupVersionKind(corev1.SchemeGroupVersion.WithKind("Node"))
-	if err := reader.Get(ctx, types.NamespacedName{Name: r.NodeName}, n); err != nil {
-		if apierrors.IsNotFound(err) {
-			return false, "the node is gone", nil
-		}
-		return false, "", fmt.Errorf("get node %q: %w", r.NodeName, err)
+	n, err := r.node(ctx, reader)
+	switch {
+	case apierrors.IsNotFound(err):
+		return false, "the node is gone", nil
+	case err != nil:
+		return false, "", err
 	}
 	if !labels.SelectorFromSet(policy.Spec.NodeSelector).Matches(labels.Set(n.Labels)) {
 		return false, "the node selector no longer matches the node", nil
@@ -74,8 +73,13 @@ func (r *Reconciler) ensureEnactment(ctx context.Context, s *scope) (*nncev1beta
 		}
 		return e, nil
 	}
-	node, err := r.node(ctx)
-	if err != nil {
+	// The Node comes from the API server: a cache that still shows a
+	// Node just deleted would give it an enactment, and addresses, again.
+	node, err := r.node(ctx, r.APIReader)
+	switch {
+	case apierrors.IsNotFound(err):
+		return nil, fmt.Errorf("node %q is gone: %w", r.NodeName, errCacheBehind)
+	case err != nil:
 		return nil, err
 	}
 	e = &nncev1beta1.NodeNetworkConfigurationEnactment{ObjectMeta: metav1.ObjectMeta{

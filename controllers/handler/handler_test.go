@@ -390,6 +390,41 @@ func TestCaptureImmutableAndNodeUnselected(t *testing.T) {
 	Eventually(policyCondition("update", shared.ConditionType(ippoolv1.PolicyConditionIgnored))).Should(Equal("True: Policy does not match any node"))
 }
 
+// TestNodeDeletedBehindAStaleCache: a handler whose cache still shows its
+// Node after the Node was deleted does not create an enactment for it,
+// and so takes no address: the Node is read from the API server before an
+// enactment is created.
+func TestNodeDeletedBehindAStaleCache(t *testing.T) {
+	RegisterTestingT(t)
+	nd := newNodes(t, "stale", 1, map[string]string{"role": "stale"})[0]
+	newPool(t, "stale-pool", ippoolv1.IPRange{CIDR: "10.81.0.0/24"}, true)
+	node := &metav1.PartialObjectMetadata{}
+	node.SetGroupVersionKind(corev1.SchemeGroupVersion.WithKind("Node"))
+	Expect(k.Get(context.Background(), types.NamespacedName{Name: nd.Name}, node)).To(Succeed())
+	Expect(k.Delete(context.Background(), &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: nd.Name}})).To(Succeed())
+	nd.Tune = func(r *handler.Reconciler) { r.Client = staleNode{Client: r.Client, node: node} }
+	start(t, nd)
+	newPolicy(t, "stale", map[string]string{"role": "stale"}, map[string]string{"addr": "ippool.stale-pool.allocate"}, envtest.OneAddressState)
+	Consistently(func() bool { _, err := getEnactment(nd.Name, "stale"); return apierrors.IsNotFound(err) }, 3*time.Second).
+		Should(BeTrue(), "an enactment for a deleted Node")
+	Expect(envtest.EntryAddresses(context.Background(), k, "stale-pool")).To(BeEmpty())
+}
+
+// staleNode is a cache that still shows a Node the API server no longer
+// has.
+type staleNode struct {
+	client.Client
+	node *metav1.PartialObjectMetadata
+}
+
+func (s staleNode) Get(ctx context.Context, key client.ObjectKey, obj client.Object, opts ...client.GetOption) error {
+	if m, ok := obj.(*metav1.PartialObjectMetadata); ok && m.Kind == "Node" && key.Name == s.node.Name {
+		s.node.DeepCopyInto(m)
+		return nil
+	}
+	return s.Client.Get(ctx, key, obj, opts...)
+}
+
 // TestAbortedAtMaxUnavailable: once as many nodes as maxUnavailable gave
 // up on a policy, the other nodes do not apply it: Aborted /
 // ConfigurationAborted, and the policy is Degraded. A fixed policy rolls
