@@ -264,3 +264,87 @@ func TestWebhookWiring(t *testing.T) {
 		t.Errorf("embedded webhook configuration: %v, %d entries", err, len(embedded.Webhooks))
 	}
 }
+
+// TestLocalOverlay: deploy/local, the install the local cluster's real
+// nodes run, is deploy/default with other images and nmstatectl-sim for
+// nmstatectl, which keeps each node's network in a host directory. Every
+// other object and field, the RBAC among them, is deploy/default's.
+func TestLocalOverlay(t *testing.T) {
+	key := func(u *unstructured.Unstructured) string {
+		return u.GetKind() + "/" + u.GetNamespace() + "/" + u.GetName()
+	}
+	want := map[string]*unstructured.Unstructured{}
+	for _, u := range render(t, "default") {
+		want[key(u)] = u
+	}
+	local := render(t, "local")
+	if len(local) != len(want) {
+		t.Errorf("deploy/local has %d objects, deploy/default %d", len(local), len(want))
+	}
+	images := map[string]string{
+		"localhost/nmstate-ippool/handler:local":         "ghcr.io/nmstate-ippool/handler:latest",
+		"localhost/nmstate-ippool/pool-controller:local": "ghcr.io/nmstate-ippool/pool-controller:latest",
+	}
+	for _, u := range local {
+		def, ok := want[key(u)]
+		if !ok {
+			t.Errorf("deploy/local adds %s", key(u))
+			continue
+		}
+		if u.GetKind() == "Deployment" || u.GetKind() == "DaemonSet" {
+			containers, _, _ := unstructured.NestedSlice(u.Object, "spec", "template", "spec", "containers")
+			for _, c := range containers {
+				c := c.(map[string]any)
+				if images[c["image"].(string)] == "" {
+					t.Errorf("%s: image %v is not one make images-local builds", key(u), c["image"])
+				}
+				c["image"] = images[c["image"].(string)]
+			}
+			if err := unstructured.SetNestedSlice(u.Object, containers, "spec", "template", "spec", "containers"); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if u.GetKind() == "DaemonSet" {
+			u = undoSimulator(t, u)
+		}
+		if got, err := u.MarshalJSON(); err != nil {
+			t.Fatal(err)
+		} else if wantJSON, _ := def.MarshalJSON(); !bytes.Equal(got, wantJSON) {
+			t.Errorf("deploy/local changes %s beyond its images and nmstatectl:\n%s\nwant\n%s", key(u), got, wantJSON)
+		}
+	}
+}
+
+// undoSimulator checks the handler's switch to nmstatectl-sim with its
+// state on the host, and returns the DaemonSet without it.
+func undoSimulator(t *testing.T, u *unstructured.Unstructured) *unstructured.Unstructured {
+	t.Helper()
+	var ds appsv1.DaemonSet
+	if err := runtime.DefaultUnstructuredConverter.FromUnstructured(u.Object, &ds); err != nil {
+		t.Fatal(err)
+	}
+	pod := &ds.Spec.Template.Spec
+	c := &pod.Containers[0]
+	if c.Args[0] != "--nmstatectl=/usr/local/bin/nmstatectl-sim" {
+		t.Errorf("handler: first argument %q, want nmstatectl-sim", c.Args[0])
+	}
+	c.Args[0] = "--nmstatectl=/usr/bin/nmstatectl"
+	last := c.Env[len(c.Env)-1]
+	if last.Name != "NMSTATECTL_SIM_STATE" || last.Value != "/var/lib/nmstate-ippool-local/$(NODE_NAME).yaml" {
+		t.Errorf("handler: the simulator's state is not per node on the host: %+v", last)
+	}
+	c.Env = c.Env[:len(c.Env)-1]
+	mount, volume := c.VolumeMounts[len(c.VolumeMounts)-1], pod.Volumes[len(pod.Volumes)-1]
+	if mount.Name != volume.Name || volume.HostPath == nil || volume.HostPath.Path != mount.MountPath {
+		t.Errorf("handler: the simulator's state directory is not the host's: %+v, %+v", mount, volume)
+	}
+	c.VolumeMounts, pod.Volumes = c.VolumeMounts[:len(c.VolumeMounts)-1], pod.Volumes[:len(pod.Volumes)-1]
+	raw, err := runtime.DefaultUnstructuredConverter.ToUnstructured(&ds)
+	if err != nil {
+		t.Fatal(err)
+	}
+	unstructured.RemoveNestedField(raw, "status") // the round trip's zero status
+	unstructured.RemoveNestedField(raw, "metadata", "creationTimestamp")
+	unstructured.RemoveNestedField(raw, "spec", "template", "metadata", "creationTimestamp")
+	return &unstructured.Unstructured{Object: raw}
+}
