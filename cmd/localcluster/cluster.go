@@ -39,8 +39,12 @@ type cluster struct {
 	// NodeIPPool webhook; the webhook configuration calls it there, so a
 	// restarted replica listens on the same port.
 	WebhookPort int `json:"webhookPort,omitempty"`
+	// Real is set on a cluster of real nodes (up --kubelets): kubelets run
+	// its nodes, and the handler and the pool controller are pods.
+	Real *realCluster `json:"real,omitempty"`
 	// Processes by name: etcd, kube-apiserver, pool-controller and
-	// handler/<node>.
+	// handler/<node>; with real nodes kube-controller-manager,
+	// kube-scheduler, and containerd/, kube-proxy/ and kubelet/<node>.
 	Processes map[string]*process `json:"processes"`
 }
 
@@ -108,9 +112,10 @@ func (c *cluster) running() []string {
 }
 
 // order lists the processes in the order they start: etcd, the API server,
-// the pool controller, then the handlers by node.
+// the pool controller or the Kubernetes controllers, then the node
+// processes by name.
 func (c *cluster) order() []string {
-	rank := map[string]int{"etcd": 0, "kube-apiserver": 1, "pool-controller": 2}
+	rank := map[string]int{"etcd": 0, "kube-apiserver": 1, "pool-controller": 2, "kube-controller-manager": 2, "kube-scheduler": 3}
 	rankOf := func(name string) (int, bool) {
 		if strings.HasPrefix(name, "pool-controller-") {
 			name = "pool-controller"

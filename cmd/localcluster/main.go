@@ -37,7 +37,9 @@ import (
 
 const usage = `Usage:
   localcluster up --nodes N [--dir DIR] [--gc-grace-period D] [--quarantine-period D] [--controllers N] [--bin DIR] [--assets DIR]
-  localcluster node add NAME [--label k=v]... [--dir DIR]
+  localcluster up --kubelets K [--images DIR] [--dir DIR] [--bin DIR] [--assets DIR]
+  localcluster install [--overlay DIR] [--kubectl PATH] [--dir DIR]
+  localcluster node add NAME [--label k=v]... [--kubelet] [--dir DIR]
   localcluster node remove NAME [--crash] [--dir DIR]
   localcluster node restart NAME [--crash] [--dir DIR]
   localcluster node stall NAME [--dir DIR]
@@ -56,6 +58,15 @@ controller restart and apiserver restart stop the pool controller (the
 replica that leads, of several) or kube-apiserver (killed, with --crash)
 and start it again. down stops every process up
 and node add started, and removes nothing. DIR defaults to .local.
+
+up --kubelets K runs K real nodes instead (real01...; needs root, make
+node-packages node-assets images-local): each a kubelet with its own
+containerd, kube-proxy and network namespace, beside kube-controller-manager
+and kube-scheduler. install then applies the install of deploy/local with
+kubectl apply -k, and the handler and the pool controller run as pods.
+node add NAME --kubelet adds a real node; node remove deletes its Node,
+waits until its enactments are gone, and stops it (with --crash, it stops
+it first).
 `
 
 func main() {
@@ -91,6 +102,8 @@ func dispatch(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		return withCluster(rest, "status", stderr, nil, func(c *cluster, _ []string) error { return c.status(stdout) })
 	case "node":
 		return cmdNode(ctx, rest, stdout, stderr)
+	case "install":
+		return cmdInstall(ctx, rest, stdout, stderr)
 	case "controller", "apiserver":
 		return cmdRestart(ctx, cmd, rest, stdout, stderr)
 	case "help", "-h", "--help":
@@ -113,8 +126,14 @@ func cmdUp(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs.DurationVar(&o.quarantine, "quarantine-period", 30*time.Second,
 		"the pool controller's quarantine period: the longest an address taken from a node is kept from others when the node cannot confirm it is gone")
 	fs.StringVar(&o.bin, "bin", exeDir(), "directory of handler, pool-controller and nmstatectl-sim")
-	fs.StringVar(&o.assets, "assets", "", "directory of etcd and kube-apiserver (default $KUBEBUILDER_ASSETS, else BIN/k8s)")
+	fs.StringVar(&o.assets, "assets", "", "directory of etcd, kube-apiserver and, with --kubelets, the node components (default $KUBEBUILDER_ASSETS, else BIN/k8s)")
+	fs.IntVar(&o.kubelets, "kubelets", 0,
+		"how many real nodes to run instead of simulated ones: kubelets with their own containerd and network namespace (needs root; see 'make real-nodes')")
+	fs.StringVar(&o.images, "images", "", "with --kubelets, directory of the image tarballs of make images-local (default BIN/images)")
 	if _, err := cli.Parse(fs, args, 0, 0); err != nil {
+		return err
+	}
+	if err := o.checkKubelets(fs); err != nil {
 		return err
 	}
 	if o.gracePeriod < 3*time.Second {
@@ -147,6 +166,29 @@ func cmdUp(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	return up(ctx, o, stdout)
 }
 
+// checkKubelets checks --kubelets and, for real nodes, sets the options
+// they imply: no simulated nodes, and the images' directory.
+func (o *upOptions) checkKubelets(fs *flag.FlagSet) error {
+	if o.kubelets < 0 || o.kubelets > maxRealNodes {
+		return fmt.Errorf("%w: --kubelets %d: give 0 to %d", cli.ErrUsage, o.kubelets, maxRealNodes)
+	}
+	if o.kubelets == 0 {
+		return nil
+	}
+	nodesSet := false
+	fs.Visit(func(f *flag.Flag) { nodesSet = nodesSet || f.Name == "nodes" })
+	if nodesSet && o.nodes > 0 {
+		return fmt.Errorf("%w: --nodes %d with --kubelets %d: a cluster's nodes are all simulated or all real; give one", cli.ErrUsage, o.nodes, o.kubelets)
+	}
+	o.nodes = 0
+	if o.images == "" {
+		o.images = filepath.Join(o.bin, "images")
+	}
+	var err error
+	o.images, err = filepath.Abs(o.images)
+	return err
+}
+
 // labels collects repeated --label k=v flags.
 type labels map[string]string
 
@@ -167,11 +209,12 @@ func cmdNode(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	}
 	verb, rest := args[0], args[1:]
 	extra := labels{}
-	var crash bool
+	var crash, kubelet bool
 	flags := func(fs *flag.FlagSet) {
 		switch verb {
 		case "add":
 			fs.Var(extra, "label", "a label of the node, key=value (repeatable)")
+			fs.BoolVar(&kubelet, "kubelet", false, "a real node: a kubelet with its own containerd (clusters of up --kubelets)")
 		case "remove", "restart":
 			fs.BoolVar(&crash, "crash", false, "kill the handler (SIGKILL) instead of stopping it")
 		}
@@ -180,9 +223,15 @@ func cmdNode(ctx context.Context, args []string, stdout, stderr io.Writer) error
 		return fmt.Errorf("%w: unknown node command %q", cli.ErrUsage, verb)
 	}
 	return withCluster(rest, "node "+verb, stderr, flags, func(c *cluster, names []string) error {
+		if kubelet && c.Real == nil {
+			return fmt.Errorf("%w: --kubelet: this cluster's nodes are simulated; start a cluster of real nodes with 'localcluster up --kubelets K'", cli.ErrUsage)
+		}
 		k, err := c.client()
 		if err != nil {
 			return err
+		}
+		if c.Real != nil {
+			return c.realNode(ctx, k, verb, names[0], extra, kubelet, crash, stdout)
 		}
 		switch verb {
 		case "add":
@@ -216,6 +265,9 @@ func cmdRestart(ctx context.Context, what string, args []string, stdout, stderr 
 		fs.BoolVar(&crash, "crash", false, "kill it (SIGKILL) instead of stopping it")
 	}
 	return withCluster(args[1:], what+" restart", stderr, flags, func(c *cluster, _ []string) error {
+		if what == "controller" && c.Real != nil {
+			return errors.New("the pool controller of a cluster with real nodes runs as pods: delete the leader's pod instead (kubectl -n nmstate-ippool get lease nmstate-ippool-pool-controller names it)")
+		}
 		process, err := "kube-apiserver", error(nil)
 		if what == "apiserver" {
 			err = c.restartAPIServer(ctx, crash)
@@ -264,9 +316,16 @@ func withCluster(args []string, name string, stderr io.Writer, flags func(*flag.
 	return c.save()
 }
 
-// down stops every process and keeps every file.
+// down stops every process and keeps every file. Real nodes are stopped
+// first, with their containers, and their network namespaces and the
+// bridge removed.
 func (c *cluster) down(out io.Writer) error {
+	var realErr error
+	if c.Real != nil {
+		realErr = c.downReal()
+	}
 	stopped, err := c.stopAll()
+	err = errors.Join(realErr, err)
 	fmt.Fprintf(out, "stopped %d processes: %s\nstate and logs are kept in %s\n", len(stopped), strings.Join(stopped, ", "), c.dir)
 	return err
 }

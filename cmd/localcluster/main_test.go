@@ -57,6 +57,14 @@ func TestProcessIdentity(t *testing.T) {
 
 func TestCommandLineErrors(t *testing.T) {
 	dir := t.TempDir()
+	simulated := t.TempDir() // a cluster's state with simulated nodes
+	if err := os.WriteFile(filepath.Join(simulated, stateFile), []byte(`{"processes": {}}`), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	real := t.TempDir() // and with real nodes
+	if err := os.WriteFile(filepath.Join(real, stateFile), []byte(`{"processes": {}, "real": {"nodes": {}}}`), 0o600); err != nil {
+		t.Fatal(err)
+	}
 	for _, tt := range []struct {
 		args []string
 		code int
@@ -68,6 +76,12 @@ func TestCommandLineErrors(t *testing.T) {
 		{[]string{"up", "--gc-grace-period", "1s", "--dir", dir}, 2, "--gc-grace-period 1s: give at least 3s"},
 		{[]string{"up", "--quarantine-period", "0s", "--dir", dir}, 2, "--quarantine-period 0s is too short"},
 		{[]string{"up", "--controllers", "0", "--dir", dir}, 2, "--controllers 0: give 1 to 3"},
+		{[]string{"up", "--kubelets", "300", "--dir", dir}, 2, "--kubelets 300: give 0 to 200"},
+		{[]string{"up", "--kubelets", "2", "--nodes", "3", "--dir", dir}, 2, "--nodes 3 with --kubelets 2: a cluster's nodes are all simulated or all real"},
+		{[]string{"install", "--dir", dir}, 1, "no local cluster in " + dir},
+		{[]string{"install", "--dir", simulated}, 2, "install runs the handler and the pool controller as pods, on real nodes"},
+		{[]string{"node", "add", "n1", "--kubelet", "--dir", simulated}, 2, "--kubelet: this cluster's nodes are simulated"},
+		{[]string{"controller", "restart", "--dir", real}, 1, "the pool controller of a cluster with real nodes runs as pods"},
 		{[]string{"node"}, 2, "node needs add, remove, restart, stall or resume"},
 		{[]string{"controller"}, 2, "controller needs restart"},
 		{[]string{"apiserver", "stop"}, 2, "apiserver needs restart"},

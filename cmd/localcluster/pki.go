@@ -47,7 +47,7 @@ func (p pki) generate() error {
 	serving := &x509.Certificate{
 		Subject:     pkix.Name{CommonName: "kube-apiserver"},
 		DNSNames:    []string{"localhost", "kubernetes", "kubernetes.default", "kubernetes.default.svc"},
-		IPAddresses: []net.IP{net.ParseIP("127.0.0.1"), net.ParseIP("10.0.0.1")},
+		IPAddresses: []net.IP{net.ParseIP("127.0.0.1"), net.ParseIP("10.0.0.1"), net.ParseIP(realHostIP)},
 		ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
 	}
 	if err := p.issue("apiserver", serving, caKey, caCert); err != nil {
@@ -73,6 +73,17 @@ func (p pki) generate() error {
 		return err
 	}
 	if err := p.issue(filepath.Join("webhook", "tls"), webhook, caKey, caCert); err != nil {
+		return err
+	}
+	// The webhook's certificate for the install of deploy/local, served
+	// by the pool controller's pods behind their Service. cert-manager
+	// would issue it; localcluster install puts it in the Secret.
+	service := &x509.Certificate{
+		Subject:     pkix.Name{CommonName: webhookService},
+		DNSNames:    []string{webhookService, webhookService + ".cluster.local"},
+		ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
+	}
+	if err := p.issue("webhook-service", service, caKey, caCert); err != nil {
 		return err
 	}
 	saKey, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"net"
@@ -29,6 +30,9 @@ type process struct {
 	Metrics string `json:"metrics,omitempty"`
 	// Removed is set on the handler of a node that was removed.
 	Removed bool `json:"removed,omitempty"`
+	// NetNS, if set, is the network namespace (of /run/netns) it runs in:
+	// a real node's.
+	NetNS string `json:"netns,omitempty"`
 }
 
 // start starts p detached: it outlives the command that started it.
@@ -42,6 +46,12 @@ func (p *process) start() error {
 	}
 	defer func() { _ = log.Close() }()
 	cmd := exec.Command(p.Binary, p.Args...)
+	if p.NetNS != "" {
+		// nsenter enters only the network namespace and then executes the
+		// program, which keeps nsenter's PID and shares the host's mounts
+		// (the kubelet's volumes must be seen by containerd).
+		cmd = exec.Command("nsenter", append([]string{"--net=" + netnsPath(p.NetNS), "--", p.Binary}, p.Args...)...)
+	}
 	cmd.Env = append(os.Environ(), p.Env...)
 	cmd.Stdout, cmd.Stderr = log, log
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
@@ -74,7 +84,9 @@ func (p *process) alive() bool {
 	if err != nil {
 		want = p.Binary
 	}
-	return strings.TrimSuffix(exe, " (deleted)") == want
+	exe = strings.TrimSuffix(exe, " (deleted)")
+	// Until nsenter has executed the program, the PID is nsenter's.
+	return exe == want || (p.NetNS != "" && filepath.Base(exe) == "nsenter")
 }
 
 // stop sends sig to p and waits up to timeout for it to end; if it has not,
@@ -131,13 +143,16 @@ func (p *process) ready(ctx context.Context, timeout time.Duration, get func(con
 }
 
 // httpReady returns a readiness probe of a plain HTTP endpoint.
-func httpReady(url string) func(context.Context) error {
+func httpReady(url string) func(context.Context) error { return statusOK(http.DefaultClient, url) }
+
+// statusOK returns a probe that passes when url answers 200 OK.
+func statusOK(hc *http.Client, url string) func(context.Context) error {
 	return func(ctx context.Context) error {
 		req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
 		if err != nil {
 			return err
 		}
-		resp, err := http.DefaultClient.Do(req)
+		resp, err := hc.Do(req)
 		if err != nil {
 			return err
 		}
@@ -147,6 +162,30 @@ func httpReady(url string) func(context.Context) error {
 		}
 		return nil
 	}
+}
+
+// answers returns a readiness probe that passes once url answers at all.
+func answers(url string) func(context.Context) error {
+	return func(ctx context.Context) error {
+		req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+		if err != nil {
+			return err
+		}
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			return err
+		}
+		return resp.Body.Close()
+	}
+}
+
+// insecureReady returns a readiness probe of an HTTPS health endpoint
+// whose certificate is self-signed: kube-controller-manager's and
+// kube-scheduler's on loopback.
+func insecureReady(url string) func(context.Context) error {
+	hc := &http.Client{Timeout: 5 * time.Second, Transport: &http.Transport{
+		TLSClientConfig: &tls.Config{InsecureSkipVerify: true, MinVersion: tls.VersionTLS12}}} //nolint:gosec // a self-signed loopback endpoint, health only
+	return statusOK(hc, url)
 }
 
 func waitFor(timeout time.Duration, cond func() bool) bool {

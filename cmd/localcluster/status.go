@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"path/filepath"
 	"strings"
 	"text/tabwriter"
 
@@ -29,20 +30,29 @@ func (c *cluster) status(out io.Writer) error {
 	}
 	fmt.Fprintln(out)
 	tw = tabwriter.NewWriter(out, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "NODE\tHANDLER\tINTERFACE\tADDRESSES")
+	fmt.Fprintln(tw, "NODE\tSTATE\tINTERFACE\tADDRESSES")
 	for _, name := range c.order() {
 		node, ok := strings.CutPrefix(name, "handler/")
+		if real := c.Real != nil && strings.HasPrefix(name, "kubelet/"); real {
+			node, ok = strings.CutPrefix(name, "kubelet/")
+		}
 		if !ok {
 			continue
 		}
 		state := "stopped"
 		switch p := c.Processes[name]; {
+		case c.Real != nil && c.Real.Nodes[node] != nil && c.Real.Nodes[node].Removed:
+			state = "removed"
 		case p.alive():
 			state = "running"
 		case p.Removed:
 			state = "removed"
 		}
-		ifaces := staticAddresses(c.simState(node))
+		stateFile := c.simState(node)
+		if c.Real != nil {
+			stateFile = filepath.Join(simStateHostDir, node+".yaml")
+		}
+		ifaces := staticAddresses(stateFile)
 		if len(ifaces) == 0 {
 			fmt.Fprintf(tw, "%s\t%s\t-\t-\n", node, state)
 		}

@@ -11,6 +11,7 @@ import (
 	"net/url"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -30,6 +31,8 @@ import (
 type upOptions struct {
 	dir, bin, assets string
 	nodes            int
+	kubelets         int
+	images           string
 	gracePeriod      time.Duration
 	quarantine       time.Duration
 	controllers      int
@@ -43,29 +46,50 @@ func up(ctx context.Context, o upOptions, out io.Writer) error {
 	}
 	c := &cluster{dir: o.dir, Bin: o.bin, Assets: o.assets, GracePeriod: o.gracePeriod.String(),
 		QuarantinePeriod: o.quarantine.String(), Controllers: o.controllers, Processes: map[string]*process{}}
+	if o.kubelets > 0 {
+		c.Real = &realCluster{Images: o.images, Nodes: map[string]*realNode{}}
+		if err := c.checkRealPrerequisites(); err != nil {
+			return err
+		}
+	}
 	if err := c.checkBinaries(); err != nil {
 		return err
 	}
 	if err := c.clean(); err != nil {
 		return err
 	}
-	err := c.bootstrap(ctx, o.nodes, out)
+	bootstrap := func() error { return c.bootstrap(ctx, o.nodes, out) }
+	if c.Real != nil {
+		bootstrap = func() error { return c.bootstrapReal(ctx, o.kubelets, out) }
+	}
+	err := bootstrap()
 	if err != nil {
-		if _, stopErr := c.stopAll(); stopErr != nil {
+		var realErr error
+		if c.Real != nil {
+			realErr = c.downReal()
+		}
+		_, stopErr := c.stopAll()
+		if stopErr = errors.Join(realErr, stopErr); stopErr != nil {
 			err = errors.Join(err, stopErr)
 		}
 		return fmt.Errorf("%w\n(stopped what was started; logs are in %s)", err, c.path("logs"))
 	}
 	fmt.Fprintf(out, "\nThe local cluster is up. Try:\n  export KUBECONFIG=%s\n  kubectl get nodes\n  localcluster status --dir %s\n",
 		c.kubeconfig(), c.dir)
+	if c.Real != nil {
+		fmt.Fprintf(out, "Its nodes run no handler yet: install nmstate-ippool with\n  localcluster install --dir %s\n", c.dir)
+	}
 	return nil
 }
 
 // checkBinaries fails early, saying how to build, when a program is
 // missing.
 func (c *cluster) checkBinaries() error {
-	for _, p := range []string{filepath.Join(c.Assets, "etcd"), filepath.Join(c.Assets, "kube-apiserver"),
-		filepath.Join(c.Bin, "handler"), filepath.Join(c.Bin, "pool-controller"), filepath.Join(c.Bin, "nmstatectl-sim")} {
+	programs := []string{filepath.Join(c.Assets, "etcd"), filepath.Join(c.Assets, "kube-apiserver")}
+	if c.Real == nil { // real nodes run them from their images
+		programs = append(programs, filepath.Join(c.Bin, "handler"), filepath.Join(c.Bin, "pool-controller"), filepath.Join(c.Bin, "nmstatectl-sim"))
+	}
+	for _, p := range programs {
 		if _, err := os.Stat(p); err != nil {
 			return fmt.Errorf("%s not found: run 'make build envtest-assets' (or set --bin and --assets)", p)
 		}
@@ -112,6 +136,39 @@ func (c *cluster) bootstrap(ctx context.Context, nodes int, out io.Writer) error
 	for i := 1; i <= nodes; i++ {
 		name := fmt.Sprintf("node%02d", i)
 		if err := step(out, "node "+name, func() error { return c.addNode(ctx, k, name, nil) }); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// bootstrapReal starts the control plane with the Kubernetes controllers
+// and the real nodes. The handler and the pool controller come with the
+// install (localcluster install).
+func (c *cluster) bootstrapReal(ctx context.Context, kubelets int, out io.Writer) error {
+	keys := pki{dir: c.path("pki")}
+	if err := keys.generate(); err != nil {
+		return fmt.Errorf("generate certificates: %w", err)
+	}
+	for _, s := range []struct {
+		name string
+		run  func(context.Context) error
+	}{
+		{"host network", func(context.Context) error { return c.setupHost() }},
+		{"etcd", c.startEtcd},
+		{"kube-apiserver", func(ctx context.Context) error { return c.startAPIServer(ctx, keys) }},
+		{"kube-controllers", c.startKubeControllers},
+	} {
+		if err := step(out, s.name, func() error { return s.run(ctx) }); err != nil {
+			return err
+		}
+	}
+	k, err := c.client()
+	if err != nil {
+		return err
+	}
+	for i := 1; i <= kubelets; i++ {
+		if err := c.addRealNode(ctx, k, fmt.Sprintf("real%02d", i), nil, out); err != nil {
 			return err
 		}
 	}
@@ -200,8 +257,20 @@ func (c *cluster) startAPIServerOn(ctx context.Context, keys pki, port int) erro
 			"--service-account-issuer=https://kubernetes.default.svc",
 			"--service-account-key-file=" + keys.path("sa.pub"), "--service-account-signing-key-file=" + keys.path("sa.key"),
 			"--service-cluster-ip-range=10.0.0.0/24", "--authorization-mode=RBAC", "--allow-privileged=true",
-			"--disable-admission-plugins=ServiceAccount",
 		}}
+	if c.Real == nil {
+		// No service account controller runs to give pods their accounts.
+		p.Args = append(p.Args, "--disable-admission-plugins=ServiceAccount")
+	} else {
+		// The nodes reach it on the bridge, and so does the kubernetes
+		// Service; it calls webhooks at their pods' addresses (there is no
+		// kube-proxy on the host) and kubelets with the admin's
+		// certificate (for logs and exec).
+		p.Args = append(slices.DeleteFunc(p.Args, func(a string) bool {
+			return strings.HasPrefix(a, "--bind-address=") || strings.HasPrefix(a, "--advertise-address=")
+		}), "--bind-address=0.0.0.0", "--advertise-address="+realHostIP, "--enable-aggregator-routing=true",
+			"--kubelet-client-certificate="+keys.path("admin.crt"), "--kubelet-client-key="+keys.path("admin.key"))
+	}
 	if err := c.launch("kube-apiserver", p); err != nil {
 		return err
 	}
@@ -229,21 +298,7 @@ func adminProbe(keys pki, url string) (func(context.Context) error, error) {
 	pool.AppendCertsFromPEM(ca)
 	hc := &http.Client{Timeout: 5 * time.Second, Transport: &http.Transport{
 		TLSClientConfig: &tls.Config{Certificates: []tls.Certificate{cert}, RootCAs: pool, MinVersion: tls.VersionTLS12}}}
-	return func(ctx context.Context) error {
-		req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
-		if err != nil {
-			return err
-		}
-		resp, err := hc.Do(req)
-		if err != nil {
-			return err
-		}
-		_ = resp.Body.Close()
-		if resp.StatusCode != http.StatusOK {
-			return fmt.Errorf("%s: %s", url, resp.Status)
-		}
-		return nil
-	}, nil
+	return statusOK(hc, url), nil
 }
 
 // installCRDs creates the CRDs of deploy/crd and waits until they serve.
