@@ -78,6 +78,15 @@ images: ## Build the handler and pool-controller images (needs a Docker engine).
 	docker build --target handler -t $(IMG_REGISTRY)/handler:$(IMG_TAG) .
 	docker build --target pool-controller -t $(IMG_REGISTRY)/pool-controller:$(IMG_TAG) .
 
+IMAGES_DIR ?= $(LOCALBIN)/images
+
+.PHONY: images-local
+images-local: ## Build the images of the local cluster's real nodes without Docker (go-containerregistry) into bin/images.
+	@mkdir -p $(IMAGES_DIR)/bin
+	CGO_ENABLED=0 go build -trimpath -o $(IMAGES_DIR)/bin/ ./cmd/handler ./cmd/pool-controller ./cmd/nmstatectl-sim
+	cd hack/images && CGO_ENABLED=0 go build -trimpath -o $(IMAGES_DIR)/bin/pause ./pause
+	cd hack/images && go run . -bin $(IMAGES_DIR)/bin -out $(IMAGES_DIR)
+
 .PHONY: install-manifests
 install-manifests: $(KUSTOMIZE) ## Render the whole install (deploy/default) to stdout.
 	$(KUSTOMIZE) build deploy/default
@@ -88,6 +97,26 @@ install-manifests: $(KUSTOMIZE) ## Render the whole install (deploy/default) to 
 demo: ## Build everything, run a 3-node local cluster, assign, scale up and down, reset, tear down.
 	hack/demo.sh
 
+.PHONY: real-nodes
+real-nodes: build node-packages node-assets images-local $(KUBECTL) ## Run a local cluster of REAL_NODES (2) real nodes (root) in .local-real and install deploy/local on it.
+	$(LOCALBIN)/localcluster up --kubelets $(REAL_NODES) --dir $(REAL_NODES_DIR)
+	$(LOCALBIN)/localcluster install --dir $(REAL_NODES_DIR)
+
+REAL_NODES ?= 2
+REAL_NODES_DIR ?= .local-real
+
+.PHONY: node-packages
+node-packages: ## Install what real nodes need from Debian's packages (containerd, runc, CNI plugins, iptables, conntrack), if missing.
+	hack/node-packages.sh
+
+.PHONY: node-assets
+node-assets: $(ENVTEST_DIR)/kubelet $(ENVTEST_DIR)/kube-proxy $(ENVTEST_DIR)/kube-controller-manager $(ENVTEST_DIR)/kube-scheduler ## Build kubelet, kube-proxy, kube-controller-manager and kube-scheduler into bin/k8s (once).
+
+$(ENVTEST_DIR)/kubelet $(ENVTEST_DIR)/kube-proxy $(ENVTEST_DIR)/kube-controller-manager $(ENVTEST_DIR)/kube-scheduler: hack/kube-apiserver/go.mod
+	@mkdir -p $(ENVTEST_DIR)
+	@echo "building $(notdir $@) $(KUBE_VERSION) from source"
+	cd hack/kube-apiserver && ../progress.sh "building $(notdir $@)" go build -ldflags "$(KUBE_LDFLAGS)" -o $@ k8s.io/kubernetes/cmd/$(notdir $@)
+
 ##@ Test
 
 .PHONY: test
@@ -97,6 +126,10 @@ test: envtest-assets $(KUSTOMIZE) ## Run unit tests, fuzz seeds, envtest suites,
 .PHONY: test-e2e
 test-e2e: envtest-assets ## Run the end-to-end workflows on a local cluster of real processes (part of make test too).
 	go test -count=1 -timeout 20m ./test/e2e/ -args -ginkgo.v
+
+.PHONY: test-real-nodes
+test-real-nodes: build node-packages node-assets images-local $(KUBECTL) ## Run the e2e suite of the install on real nodes: kubelets, containerd, the DaemonSet and Deployment (root).
+	REAL_NODES_E2E=1 go test -count=1 -timeout 30m ./test/realnodes/ -args -ginkgo.v
 
 CHAOS_DURATION ?= 10m
 CHAOS_NODES ?= 20

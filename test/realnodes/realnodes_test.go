@@ -1,0 +1,458 @@
+// Package realnodes runs the install of deploy/local on a local cluster of
+// real nodes: kubelets with their own containerd and network namespace,
+// kube-controller-manager, kube-scheduler and kube-proxy, all built from
+// the pinned Kubernetes module (localcluster up --kubelets). The handler
+// runs as the DaemonSet's pods and the pool controller as the Deployment's
+// two replicas, from images built without Docker (make images-local), with
+// the service accounts and RBAC of deploy/. It needs root and Debian's
+// containerd: make test-real-nodes installs and builds what it needs and
+// runs it; elsewhere it is skipped.
+package realnodes
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/nmstate/kubernetes-nmstate/api/shared"
+	nmstatev1 "github.com/nmstate/kubernetes-nmstate/api/v1"
+	. "github.com/onsi/ginkgo/v2"
+	. "github.com/onsi/gomega"
+	appsv1 "k8s.io/api/apps/v1"
+	coordinationv1 "k8s.io/api/coordination/v1"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/tools/clientcmd"
+	"k8s.io/utils/ptr"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/yaml"
+
+	ippoolv1 "github.com/nmstate-ippool/nmstate-ippool/api/v1"
+	nncev1beta1 "github.com/nmstate-ippool/nmstate-ippool/api/v1beta1"
+	"github.com/nmstate-ippool/nmstate-ippool/internal/scheme"
+	"github.com/nmstate-ippool/nmstate-ippool/pkg/nmstatectl"
+	"github.com/nmstate-ippool/nmstate-ippool/test/envtest"
+)
+
+// enableEnv turns the suite on; make test-real-nodes sets it.
+const enableEnv = "REAL_NODES_E2E"
+
+func TestRealNodes(t *testing.T) {
+	if os.Getenv(enableEnv) == "" {
+		t.Skipf("the install on real nodes needs root, containerd and the node components: run make test-real-nodes (it sets %s=1)", enableEnv)
+	}
+	RegisterFailHandler(Fail)
+	RunSpecs(t, "nmstate-ippool on real nodes")
+}
+
+const (
+	namespace = "nmstate-ippool"
+	// The sample pool and policy of deploy/samples.
+	pool, policy, iface = "traffic-1", "static-ip", "eth1"
+	// simStateDir is where deploy/local's handler pods keep each node's
+	// simulated network, on the host.
+	simStateDir = "/var/lib/nmstate-ippool-local"
+)
+
+var (
+	ctx = context.Background()
+	// bin holds the commands built for the suite; dir the cluster.
+	bin, dir string
+	k        client.WithWatch
+)
+
+var _ = BeforeSuite(func() {
+	SetDefaultEventuallyTimeout(3 * time.Minute)
+	SetDefaultEventuallyPollingInterval(500 * time.Millisecond)
+	root, err := os.MkdirTemp("", "nmstate-ippool-real-")
+	Expect(err).NotTo(HaveOccurred())
+	bin, dir = filepath.Join(root, "bin"), filepath.Join(root, "cluster")
+	repo := envtest.RepoRoot()
+	By("building localcluster and the kubectl plugin")
+	Expect(envtest.BuildCommands(bin, "localcluster", "kubectl-nodeippool")).To(Succeed())
+	By("starting two real nodes")
+	localcluster("up", "--kubelets", "2", "--bin", bin, "--assets", envtest.AssetsDir(),
+		"--images", filepath.Join(repo, "bin", "images"))
+	DeferCleanup(func() {
+		By("stopping the cluster")
+		localcluster("down")
+		_ = os.RemoveAll(root)
+	})
+	cfg, err := clientcmd.BuildConfigFromFlags("", filepath.Join(dir, "kubeconfig"))
+	Expect(err).NotTo(HaveOccurred())
+	s, err := scheme.New()
+	Expect(err).NotTo(HaveOccurred())
+	k, err = client.NewWithWatch(cfg, client.Options{Scheme: s})
+	Expect(err).NotTo(HaveOccurred())
+	By("installing deploy/local with kubectl apply -k")
+	localcluster("install", "--overlay", filepath.Join(repo, "deploy", "local"), "--kubectl", filepath.Join(repo, "bin", "kubectl"),
+		"--cert-manager-crds", filepath.Join(repo, "deploy", "testdata", "cert-manager-crds.yaml"))
+})
+
+// When a spec fails, the pods' logs, the events and the tails of the
+// node components' logs go to its report.
+var _ = JustAfterEach(func() {
+	if !CurrentSpecReport().Failed() {
+		return
+	}
+	GinkgoWriter.Println(kubectl("get", "pods,nodes,nnce,nodeippool", "-A", "-o", "wide"))
+	GinkgoWriter.Println(kubectl("get", "events", "-A", "--sort-by=.lastTimestamp"))
+	GinkgoWriter.Println(kubectl("-n", namespace, "logs", "-l", "app.kubernetes.io/name=nmstate-ippool", "--tail=40", "--prefix", "--max-log-requests=10"))
+	logs, _ := filepath.Glob(filepath.Join(dir, "logs", "*.log"))
+	for _, log := range logs {
+		raw, err := os.ReadFile(log)
+		if err != nil || strings.HasPrefix(filepath.Base(log), "etcd") {
+			continue
+		}
+		lines := strings.Split(strings.TrimRight(string(raw), "\n"), "\n")
+		GinkgoWriter.Printf("--- last lines of %s ---\n%s\n", filepath.Base(log), strings.Join(lines[max(0, len(lines)-20):], "\n"))
+	}
+})
+
+var _ = Describe("The install of deploy/local on real nodes", Ordered, func() {
+	nodes := []string{"real01", "real02"}
+	ips := map[string]string{}
+
+	It("runs the handler on every node and two pool controller replicas, one of them leading", func() {
+		Eventually(func() []string { return podNodes("handler") }).Should(ConsistOf(nodes))
+		Eventually(func() int { return len(podNodes("pool-controller")) }).Should(Equal(2))
+		Eventually(leader).Should(BeElementOf(podNames("pool-controller")))
+		for _, node := range nodes {
+			Eventually(func() string { return nodeState(node) }).ShouldNot(BeEmpty(), "the handler pod on %s reports its NodeNetworkState", node)
+		}
+	})
+
+	It("gives every node its own address from the sample pool", func() {
+		applySample("nodeippool.yaml", &ippoolv1.NodeIPPool{})
+		applySample("nncp.yaml", &nmstatev1.NodeNetworkConfigurationPolicy{})
+		for _, node := range nodes {
+			ips[node] = address(node)
+		}
+		Expect(distinct(ips)).To(HaveLen(2))
+		agree()
+	})
+
+	It("scale up: a kubelet joins, the DaemonSet runs a handler on it, and it gets its own address", func() {
+		localcluster("node", "add", "real03", "--kubelet")
+		nodes = append(nodes, "real03")
+		Eventually(func() []string { return podNodes("handler") }).Should(ConsistOf(nodes))
+		ips["real03"] = address("real03")
+		Expect(distinct(ips)).To(HaveLen(3))
+		agree()
+	})
+
+	It("keeps a node's address when its handler pod is deleted and the DaemonSet starts another", func() {
+		old := handlerPod("real02")
+		Expect(k.Delete(ctx, old)).To(Succeed())
+		Eventually(func() types.UID {
+			if p := handlerPod("real02"); p != nil && ready(p) {
+				return p.UID
+			}
+			return ""
+		}).ShouldNot(BeElementOf(old.UID, types.UID("")))
+		Consistently(func() []string { return held("real02") }, 10*time.Second).Should(Equal([]string{ips["real02"]}))
+		Expect(configured("real02")).To(ContainElement(HavePrefix(ips["real02"] + "/")))
+		Expect(trueCondition("real02")).To(HavePrefix("Available"))
+		agree()
+	})
+
+	It("the other pool controller replica leads when the leader's pod is killed", func() {
+		killed := leader()
+		Expect(killed).NotTo(BeEmpty())
+		pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: killed, Namespace: namespace}}
+		Expect(k.Delete(ctx, pod, client.GracePeriodSeconds(0))).To(Succeed())
+		Eventually(leader).ShouldNot(BeElementOf(killed, ""))
+		By("the new leader reconciling the pool")
+		Expect(editPool(func(p *ippoolv1.NodeIPPool) {
+			p.Spec.Range.Exclude = append(p.Spec.Range.Exclude, "10.10.10.7")
+		})).To(Succeed())
+		Eventually(func() bool {
+			var p ippoolv1.NodeIPPool
+			Expect(k.Get(ctx, client.ObjectKey{Name: pool}, &p)).To(Succeed())
+			return p.Status.ObservedGeneration == p.Generation
+		}).Should(BeTrue())
+		Eventually(func() int { return len(podNames("pool-controller")) }).Should(Equal(2))
+		agree()
+	})
+
+	It("scale down: the garbage collector deletes a removed Node's enactment, and the finalizer holds it until its handler released the address", func() {
+		By("stopping the pool controller, so that only Kubernetes' garbage collector deletes the enactment")
+		scalePoolController(0)
+		DeferCleanup(func() { scalePoolController(2) })
+		e := enactment("real03")
+		Expect(e).NotTo(BeNil())
+		Expect(e.OwnerReferences).To(ContainElement(HaveField("Kind", "Node")))
+		Expect(e.Finalizers).To(ContainElement(ippoolv1.FinalizerIPPool))
+		w, err := k.Watch(ctx, &nncev1beta1.NodeNetworkConfigurationEnactmentList{},
+			client.MatchingLabels{shared.EnactmentNodeLabel: "real03"})
+		Expect(err).NotTo(HaveOccurred())
+		defer w.Stop()
+
+		var mu sync.Mutex
+		var seen []string // what the watch saw of the enactment
+		held := false
+		go func() {
+			for ev := range w.ResultChan() {
+				o, ok := ev.Object.(*nncev1beta1.NodeNetworkConfigurationEnactment)
+				if !ok {
+					continue
+				}
+				mu.Lock()
+				seen = append(seen, fmt.Sprintf("%s deletionTimestamp=%v finalizers=%v", ev.Type, o.DeletionTimestamp, o.Finalizers))
+				held = held || (o.DeletionTimestamp != nil && slices.Contains(o.Finalizers, ippoolv1.FinalizerIPPool))
+				mu.Unlock()
+			}
+		}()
+		Expect(k.Delete(ctx, &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "real03"}})).To(Succeed())
+		Eventually(func() *nncev1beta1.NodeNetworkConfigurationEnactment { return enactment("real03") }).Should(BeNil())
+		Eventually(func() bool { mu.Lock(); defer mu.Unlock(); return held }, 10*time.Second).Should(BeTrue(),
+			func() string {
+				mu.Lock()
+				defer mu.Unlock()
+				return "held by the finalizer while terminating; the watch saw:\n" + strings.Join(seen, "\n")
+			})
+		By("the handler having released the address into quarantine: handed to nobody until the pool controller sees the node is gone")
+		var p ippoolv1.NodeIPPool
+		Expect(k.Get(ctx, client.ObjectKey{Name: pool}, &p)).To(Succeed())
+		Expect(p.Status.Quarantined).To(ContainElement(HaveField("IP", ips["real03"])))
+		Expect(poolAddresses()).To(ContainElement(ips["real03"]))
+
+		By("the pool controller, back, freeing it and keeping it for the node's return")
+		scalePoolController(2)
+		Eventually(poolAddresses).ShouldNot(ContainElement(ips["real03"]))
+		kept, err := envtest.KeptAddresses(ctx, k, pool)
+		Expect(err).NotTo(HaveOccurred())
+		Expect(kept).To(ContainElement(ips["real03"]))
+
+		By("stopping the node")
+		localcluster("node", "remove", "real03")
+		agree()
+	})
+})
+
+// localcluster runs the localcluster command on the suite's cluster.
+func localcluster(args ...string) string {
+	GinkgoHelper()
+	cmd := exec.Command(filepath.Join(bin, "localcluster"), append(args, "--dir", dir)...)
+	var out bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &out
+	start := time.Now()
+	err := cmd.Run()
+	GinkgoWriter.Printf("localcluster %v (%.0fs):\n%s\n", args, time.Since(start).Seconds(), out.String())
+	Expect(err).NotTo(HaveOccurred(), "localcluster %v:\n%s", args, out.String())
+	return out.String()
+}
+
+// kubectl runs the repository's kubectl on the cluster and returns what
+// it printed, errors included: it reports, it checks nothing.
+func kubectl(args ...string) string {
+	out, _ := exec.Command(filepath.Join(envtest.RepoRoot(), "bin", "kubectl"),
+		append([]string{"--kubeconfig", filepath.Join(dir, "kubeconfig")}, args...)...).CombinedOutput()
+	return string(out)
+}
+
+// agree checks, with the kubectl plugin, that the pools and the
+// enactments agree.
+func agree() {
+	GinkgoHelper()
+	Eventually(func() (string, error) {
+		out, err := exec.Command(filepath.Join(bin, "kubectl-nodeippool"), "check", "--kubeconfig", filepath.Join(dir, "kubeconfig")).CombinedOutput()
+		return string(out), err
+	}).Should(ContainSubstring("agree with their enactments"))
+}
+
+// pods returns the running pods of a component of the install.
+func pods(component string) []corev1.Pod {
+	var list corev1.PodList
+	Expect(k.List(ctx, &list, client.InNamespace(namespace),
+		client.MatchingLabels{"app.kubernetes.io/component": component})).To(Succeed())
+	return slices.DeleteFunc(list.Items, func(p corev1.Pod) bool { return p.DeletionTimestamp != nil || !ready(&p) })
+}
+
+func ready(p *corev1.Pod) bool {
+	for _, c := range p.Status.Conditions {
+		if c.Type == corev1.PodReady {
+			return c.Status == corev1.ConditionTrue
+		}
+	}
+	return false
+}
+
+// podNodes returns the nodes a component's ready pods run on.
+func podNodes(component string) []string {
+	var out []string
+	for _, p := range pods(component) {
+		out = append(out, p.Spec.NodeName)
+	}
+	return out
+}
+
+func podNames(component string) []string {
+	var out []string
+	for _, p := range pods(component) {
+		out = append(out, p.Name)
+	}
+	return out
+}
+
+// handlerPod returns the handler pod of a node that is not terminating, or
+// nil.
+func handlerPod(node string) *corev1.Pod {
+	var list corev1.PodList
+	Expect(k.List(ctx, &list, client.InNamespace(namespace),
+		client.MatchingLabels{"app.kubernetes.io/component": "handler"})).To(Succeed())
+	for i := range list.Items {
+		if p := &list.Items[i]; p.Spec.NodeName == node && p.DeletionTimestamp == nil {
+			return p
+		}
+	}
+	return nil
+}
+
+// leader returns the pod that holds the pool controller's leader election
+// lease (its identity is the pod's hostname, then an ID), or "".
+func leader() string {
+	var lease coordinationv1.Lease
+	if err := k.Get(ctx, client.ObjectKey{Namespace: namespace, Name: "nmstate-ippool-pool-controller"}, &lease); err != nil {
+		return ""
+	}
+	holder, _, _ := strings.Cut(ptr.Deref(lease.Spec.HolderIdentity, ""), "_")
+	return holder
+}
+
+// scalePoolController sets the pool controller's replicas and waits until
+// that many pods are ready and no other runs.
+func scalePoolController(replicas int32) {
+	GinkgoHelper()
+	var d appsv1.Deployment
+	Expect(k.Get(ctx, client.ObjectKey{Namespace: namespace, Name: "nmstate-ippool-pool-controller"}, &d)).To(Succeed())
+	patch := client.MergeFrom(d.DeepCopy())
+	d.Spec.Replicas = ptr.To(replicas)
+	Expect(k.Patch(ctx, &d, patch)).To(Succeed())
+	Eventually(func() int {
+		var list corev1.PodList
+		Expect(k.List(ctx, &list, client.InNamespace(namespace),
+			client.MatchingLabels{"app.kubernetes.io/component": "pool-controller"})).To(Succeed())
+		if len(list.Items) != int(replicas) {
+			return -1
+		}
+		return len(pods("pool-controller"))
+	}).Should(Equal(int(replicas)))
+}
+
+// applySample creates an object of deploy/samples.
+func applySample(file string, into client.Object) {
+	GinkgoHelper()
+	raw, err := os.ReadFile(filepath.Join(envtest.RepoRoot(), "deploy", "samples", file))
+	Expect(err).NotTo(HaveOccurred())
+	Expect(yaml.UnmarshalStrict(raw, into)).To(Succeed())
+	Expect(k.Create(ctx, into)).To(Succeed())
+}
+
+func editPool(change func(*ippoolv1.NodeIPPool)) error {
+	var p ippoolv1.NodeIPPool
+	if err := k.Get(ctx, client.ObjectKey{Name: pool}, &p); err != nil {
+		return err
+	}
+	change(&p)
+	return k.Update(ctx, &p)
+}
+
+// enactment returns the node's enactment of the sample policy, or nil.
+func enactment(node string) *nncev1beta1.NodeNetworkConfigurationEnactment {
+	var e nncev1beta1.NodeNetworkConfigurationEnactment
+	if err := k.Get(ctx, shared.EnactmentKey(node, policy), &e); err != nil {
+		Expect(apierrors.IsNotFound(err)).To(BeTrue(), err)
+		return nil
+	}
+	return &e
+}
+
+// held returns the addresses the node's enactment records from the pool.
+func held(node string) []string {
+	if e := enactment(node); e != nil {
+		return e.Status.IPPool[pool].Allocated
+	}
+	return nil
+}
+
+// trueCondition returns "Type Reason: message" of the node's enactment's
+// True condition.
+func trueCondition(node string) string {
+	e := enactment(node)
+	if e == nil {
+		return "no enactment"
+	}
+	for _, c := range e.Status.Conditions {
+		if c.Status == corev1.ConditionTrue {
+			return fmt.Sprintf("%s %s: %s", c.Type, c.Reason, c.Message)
+		}
+	}
+	return "no condition"
+}
+
+// configured returns the static addresses of the node's simulated network
+// on the sample's interface, read from the file its handler pods keep on
+// the host.
+func configured(node string) []string {
+	raw, err := os.ReadFile(filepath.Join(simStateDir, node+".yaml"))
+	if err != nil {
+		return nil
+	}
+	ifaces, err := nmstatectl.StaticAddresses(raw)
+	if err != nil {
+		return nil
+	}
+	for _, i := range ifaces {
+		if i.Name == iface {
+			return i.Addresses
+		}
+	}
+	return nil
+}
+
+// address waits until the node's enactment is Available with one address
+// that its network carries, and returns it.
+func address(node string) string {
+	GinkgoHelper()
+	Eventually(func() string { return trueCondition(node) }).Should(HavePrefix("Available"), node)
+	ips := held(node)
+	Expect(ips).To(HaveLen(1), node)
+	Eventually(func() []string { return configured(node) }).Should(ContainElement(HavePrefix(ips[0]+"/")), node)
+	return ips[0]
+}
+
+// nodeState returns the interfaces of the node's NodeNetworkState as its
+// handler pod reports them, or "".
+func nodeState(node string) string {
+	var nns nncev1beta1.NodeNetworkState
+	if err := k.Get(ctx, client.ObjectKey{Name: node}, &nns); err != nil {
+		return ""
+	}
+	return string(nns.Status.CurrentState.Raw)
+}
+
+func poolAddresses() []string {
+	ips, err := envtest.PoolAddresses(ctx, k, pool)
+	Expect(err).NotTo(HaveOccurred())
+	return ips
+}
+
+func distinct(m map[string]string) []string {
+	var ips []string
+	for _, ip := range m {
+		ips = append(ips, ip)
+	}
+	slices.Sort(ips)
+	return slices.Compact(ips)
+}
