@@ -300,6 +300,11 @@ func withCluster(args []string, name string, stderr io.Writer, flags func(*flag.
 	if err != nil {
 		return err
 	}
+	// Absolute: the paths written into the nodes' configurations are
+	// read by programs that resolve them against their own directories.
+	if *dir, err = filepath.Abs(*dir); err != nil {
+		return err
+	}
 	unlock, err := lock(*dir)
 	if err != nil {
 		return err
@@ -322,7 +327,10 @@ func withCluster(args []string, name string, stderr io.Writer, flags func(*flag.
 func (c *cluster) down(out io.Writer) error {
 	var realErr error
 	if c.Real != nil {
-		realErr = c.downReal()
+		var nodes []string
+		nodes, realErr = c.downReal()
+		fmt.Fprintf(out, "stopped %d real nodes (kubelet, kube-proxy, containers, containerd, network namespace): %s\n",
+			len(nodes), strings.Join(nodes, ", "))
 	}
 	stopped, err := c.stopAll()
 	err = errors.Join(realErr, err)

@@ -261,6 +261,9 @@ func (c *cluster) addRealNode(ctx context.Context, k client.Client, name string,
 		return err
 	}
 	// A node added again under a removed one's name is a new machine.
+	if err := unmountUnder(c.realNodeDir(name)); err != nil {
+		return err
+	}
 	for _, dir := range []string{c.realNodeDir(name), filepath.Join(simStateHostDir, name+".yaml")} {
 		if err := os.RemoveAll(dir); err != nil {
 			return err
@@ -698,13 +701,18 @@ func unmountUnder(dir string) error {
 	return errors.Join(errs...)
 }
 
-// downReal stops every real node and removes the host's bridge.
-func (c *cluster) downReal() error {
+// downReal stops every real node and removes the host's bridge. It
+// returns the nodes that ran.
+func (c *cluster) downReal() ([]string, error) {
 	var errs []error
+	var stopped []string
 	for _, name := range slices.Sorted(maps.Keys(c.Real.Nodes)) {
+		if c.Processes[kubeletName(name)].alive() || c.Processes[containerdName(name)].alive() {
+			stopped = append(stopped, name)
+		}
 		errs = append(errs, c.stopRealNode(name, c.Real.Nodes[name]))
 	}
-	return errors.Join(errors.Join(errs...), c.teardownHost())
+	return stopped, errors.Join(errors.Join(errs...), c.teardownHost())
 }
 
 // realNode runs a node command on a cluster of real nodes. Restart, stall

@@ -66,7 +66,7 @@ func up(ctx context.Context, o upOptions, out io.Writer) error {
 	if err != nil {
 		var realErr error
 		if c.Real != nil {
-			realErr = c.downReal()
+			_, realErr = c.downReal()
 		}
 		_, stopErr := c.stopAll()
 		if stopErr = errors.Join(realErr, stopErr); stopErr != nil {
@@ -100,7 +100,11 @@ func (c *cluster) checkBinaries() error {
 // clean removes what an earlier cluster in the directory left, and only
 // that: the directory may hold other things.
 func (c *cluster) clean() error {
-	for _, name := range []string{"etcd", "pki", "nodes", "logs", "kubeconfig", stateFile} {
+	// Real nodes of a cluster that was not taken down leave mounts there.
+	if err := unmountUnder(c.path("real")); err != nil {
+		return err
+	}
+	for _, name := range []string{"etcd", "pki", "nodes", "real", "logs", "kubeconfig", stateFile} {
 		if err := os.RemoveAll(c.path(name)); err != nil {
 			return err
 		}

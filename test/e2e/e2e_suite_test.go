@@ -39,30 +39,14 @@ import (
 func TestE2E(t *testing.T) {
 	RegisterFailHandler(Fail)
 	if !RunSpecs(t, "nmstate-ippool end to end") {
-		// Last, where a CI log cut to its end still shows it: why each spec
-		// failed, not only which.
-		fmt.Println("Why the specs failed:")
-		for _, f := range failures {
-			fmt.Println(f)
-		}
+		digests.Print()
 	}
 }
 
-// failures are the failed specs' digests, for TestE2E to print last.
-var failures []string
+// digests are the failed specs' digests, for TestE2E to print last.
+var digests envtest.SpecDigests
 
-// failureLines is how many lines of a failure's message its digest keeps:
-// enough for an Expected/to equal pair of a few elements.
-const failureLines = 16
-
-var _ = ReportAfterEach(func(r SpecReport) {
-	if !r.Failed() {
-		return
-	}
-	msg := strings.Split(strings.TrimSpace(r.Failure.Message), "\n")
-	failures = append(failures, fmt.Sprintf("- %s (%s)\n  %s", r.LeafNodeText, r.Failure.Location,
-		strings.Join(msg[:min(len(msg), failureLines)], "\n  ")))
-})
+var _ = ReportAfterEach(func(r SpecReport) { digests.Add(r) })
 
 // grace is the pool controller's garbage collection grace period in the
 // local cluster.

@@ -52,8 +52,15 @@ func TestRealNodes(t *testing.T) {
 		t.Skipf("the install on real nodes needs root, containerd and the node components: run make test-real-nodes (it sets %s=1)", enableEnv)
 	}
 	RegisterFailHandler(Fail)
-	RunSpecs(t, "nmstate-ippool on real nodes")
+	if !RunSpecs(t, "nmstate-ippool on real nodes") {
+		digests.Print()
+	}
 }
+
+// digests are the failed specs' digests, for TestRealNodes to print last.
+var digests envtest.SpecDigests
+
+var _ = ReportAfterEach(func(r SpecReport) { digests.Add(r) })
 
 const (
 	namespace = "nmstate-ippool"
