@@ -94,15 +94,15 @@ install-manifests: $(KUSTOMIZE) ## Render the whole install (deploy/default) to 
 ##@ Demo
 
 .PHONY: demo
-demo: ## Build everything, run a 3-node local cluster, assign, scale up and down, reset, tear down.
-	hack/demo.sh
+demo: ## Build everything, run a 3-node local cluster, assign, scale up and down, reset, tear down; REAL=1 on real nodes (root).
+	REAL=$(REAL) hack/demo.sh
 
 .PHONY: real-nodes
-real-nodes: build node-packages node-assets images-local $(KUBECTL) ## Run a local cluster of REAL_NODES (2) real nodes (root) in .local-real and install deploy/local on it.
-	$(LOCALBIN)/localcluster up --kubelets $(REAL_NODES) --dir $(REAL_NODES_DIR)
+real-nodes: build node-packages node-assets images-local $(KUBECTL) ## Run a local cluster of KUBELETS (2) real nodes (root) in .local-real and install deploy/local on it.
+	$(LOCALBIN)/localcluster up --kubelets $(KUBELETS) --dir $(REAL_NODES_DIR)
 	$(LOCALBIN)/localcluster install --dir $(REAL_NODES_DIR)
 
-REAL_NODES ?= 2
+KUBELETS ?= 2
 REAL_NODES_DIR ?= .local-real
 
 .PHONY: node-packages

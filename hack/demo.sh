@@ -4,10 +4,19 @@
 # a node, removes one, resets the pool, and tears the cluster down, printing
 # the commands it runs and which node carries which address. It exits
 # non-zero as soon as a step does not come out as expected.
+#
+# With REAL=1 (make demo REAL=1, as root) the nodes are real: kubelets with
+# their own containerd (localcluster up --kubelets 3), and the handler and
+# the pool controller run as the pods of the install of deploy/local.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-dir=${DEMO_DIR:-.local}
+real=${REAL:-}
+prefix=node
+if [[ -n $real ]]; then
+	prefix=real
+fi
+dir=${DEMO_DIR:-.local${real:+-real}}
 export PATH="$PWD/bin:$PATH" KUBECONFIG="$PWD/$dir/kubeconfig"
 
 say() { printf '\n\033[1m==> %s\033[0m\n' "$*"; }
@@ -73,13 +82,28 @@ cleanup() {
 	fi
 }
 
-say "Building the binaries, kubectl and the local control plane (the first time, kube-apiserver takes about five minutes)"
-make --no-print-directory build envtest-assets kubectl
+n2=${prefix}02 n4=${prefix}04
+if [[ -n $real ]]; then
+	say "Building the binaries, kubectl, the local control plane, the node components and the images (the first time, about ten minutes)"
+	make --no-print-directory build envtest-assets kubectl node-packages node-assets images-local
 
-say "Starting a local cluster of three nodes"
-trap cleanup EXIT
-run localcluster up --nodes 3 --dir "$dir"
-run kubectl get nodes
+	say "Starting a local cluster of three real nodes: kubelets with their own containerd"
+	trap cleanup EXIT
+	run localcluster up --kubelets 3 --dir "$dir"
+	run kubectl get nodes -o wide
+
+	say "Installing nmstate-ippool: kubectl apply -k deploy/local"
+	run localcluster install --dir "$dir"
+	run kubectl -n nmstate-ippool get pods -o wide
+else
+	say "Building the binaries, kubectl and the local control plane (the first time, kube-apiserver takes about five minutes)"
+	make --no-print-directory build envtest-assets kubectl
+
+	say "Starting a local cluster of three nodes"
+	trap cleanup EXIT
+	run localcluster up --nodes 3 --dir "$dir"
+	run kubectl get nodes
+fi
 
 say "Applying the README's NodeIPPool and NNCP (deploy/samples)"
 run kubectl apply -k deploy/samples
@@ -88,17 +112,17 @@ run kubectl get nodeippools
 table
 expect_nodes 3
 
-say "Scaling up: node04 joins and gets an address of its own"
-run localcluster node add node04 --dir "$dir"
-wait_until "node04's enactment Available" 90 enactment_available node04
+say "Scaling up: $n4 joins and gets an address of its own"
+run localcluster node add "$n4" ${real:+--kubelet} --dir "$dir"
+wait_until "$n4's enactment Available" 90 enactment_available "$n4"
 table
 expect_nodes 4
 
-say "Scaling down: node02 leaves; its address is free again once node02 is gone, kept for its return"
-freed=$(address_of node02)
-run localcluster node remove node02 --dir "$dir"
-wait_until "$freed free again after node02 left" 30 bash -c \
-	"kubectl nodeippool decode traffic-1 '$freed' | grep -q ', free and kept since .* for the return of node node02'"
+say "Scaling down: $n2 leaves; its address is free again once $n2 is gone, kept for its return"
+freed=$(address_of "$n2")
+run localcluster node remove "$n2" --dir "$dir"
+wait_until "$freed free again after $n2 left" 30 bash -c \
+	"kubectl nodeippool decode traffic-1 '$freed' | grep -q ', free and kept since .* for the return of node $n2'"
 run kubectl nodeippool decode traffic-1 "$freed"
 expect_nodes 3
 
