@@ -229,9 +229,12 @@ var _ = Describe("The install of deploy/local on real nodes", Ordered, func() {
 				return "held by the finalizer while terminating; the watch saw:\n" + strings.Join(seen, "\n")
 			})
 		By("the handler having released the address into quarantine: handed to nobody until the pool controller sees the node is gone")
-		var p ippoolv1.NodeIPPool
-		Expect(k.Get(ctx, client.ObjectKey{Name: pool}, &p)).To(Succeed())
-		Expect(p.Status.Quarantined).To(ContainElement(HaveField("IP", ips["real03"])))
+		// The record goes first, then its remover quarantines the address.
+		Eventually(func() []ippoolv1.QuarantinedAddress {
+			var p ippoolv1.NodeIPPool
+			Expect(k.Get(ctx, client.ObjectKey{Name: pool}, &p)).To(Succeed())
+			return p.Status.Quarantined
+		}, 30*time.Second).Should(ContainElement(HaveField("IP", ips["real03"])))
 		Expect(poolAddresses()).To(ContainElement(ips["real03"]))
 
 		By("the pool controller, back, freeing it and keeping it for the node's return")
