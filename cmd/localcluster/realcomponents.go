@@ -1,0 +1,261 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"maps"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+)
+
+// startKubeControllers starts kube-controller-manager (garbage collector,
+// DaemonSet, Deployment, ReplicaSet, service account and endpoint
+// controllers, among others) and kube-scheduler. Node IPAM is off: each
+// node's pod range is in its CNI configuration. The node lifecycle
+// controller runs: it lifts the not-ready taint a new Node is created
+// with.
+func (c *cluster) startKubeControllers(ctx context.Context) error {
+	keys := pki{dir: c.path("pki")}
+	for _, s := range []struct {
+		name string
+		args []string
+	}{
+		{"kube-controller-manager", []string{
+			"--service-account-private-key-file=" + keys.path("sa.key"), "--root-ca-file=" + keys.path("ca.crt"),
+			"--controllers=*,-nodeipam", "--use-service-account-credentials=false",
+			"--cluster-cidr=" + realPodRange, "--authentication-skip-lookup",
+		}},
+		{"kube-scheduler", nil},
+	} {
+		port, err := freePort()
+		if err != nil {
+			return err
+		}
+		p := &process{Binary: filepath.Join(c.Assets, s.name), Log: c.path("logs", s.name+".log"),
+			Health: fmt.Sprintf("https://%s/healthz", hostPort(port)),
+			Args: append([]string{"--kubeconfig=" + c.kubeconfig(), "--leader-elect=false",
+				"--bind-address=127.0.0.1", fmt.Sprintf("--secure-port=%d", port)}, s.args...)}
+		if err := c.launch(s.name, p); err != nil {
+			return err
+		}
+		if err := p.ready(ctx, time.Minute, insecureReady(p.Health)); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func (c *cluster) containerdSocket(node string) string {
+	return c.realNodeDir(node, "containerd.sock")
+}
+
+// startContainerd writes the node's containerd and CNI configuration and
+// starts containerd in the node's namespace.
+func (c *cluster) startContainerd(ctx context.Context, name string, n realNode) error {
+	dir := c.realNodeDir(name)
+	for _, d := range []string{"cni", "cni-ipam", "containerd-root", "containerd-state"} {
+		if err := os.MkdirAll(filepath.Join(dir, d), 0o755); err != nil {
+			return err
+		}
+	}
+	// restrict_oom_score_adj: this sandbox may not lower oom_score_adj,
+	// which the pod sandboxes ask for (runc then fails to start them).
+	config := fmt.Sprintf(`version = 2
+root = %[1]q
+state = %[2]q
+[grpc]
+  address = %[3]q
+[plugins."io.containerd.grpc.v1.cri"]
+  sandbox_image = %[4]q
+  restrict_oom_score_adj = true
+  [plugins."io.containerd.grpc.v1.cri".cni]
+    bin_dir = "/usr/lib/cni"
+    conf_dir = %[5]q
+  [plugins."io.containerd.grpc.v1.cri".containerd]
+    snapshotter = "overlayfs"
+    default_runtime_name = "runc"
+    [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc]
+      runtime_type = "io.containerd.runc.v2"
+`, filepath.Join(dir, "containerd-root"), filepath.Join(dir, "containerd-state"), c.containerdSocket(name),
+		sandboxImage, filepath.Join(dir, "cni"))
+	cni := fmt.Sprintf(`{
+  "cniVersion": "0.4.0",
+  "name": "ippool-pods",
+  "plugins": [
+    {"type": "bridge", "bridge": "cni0", "isGateway": true, "ipMasq": true, "hairpinMode": true,
+     "ipam": {"type": "host-local", "dataDir": %q, "ranges": [[{"subnet": %q}]], "routes": [{"dst": "0.0.0.0/0"}]}},
+    {"type": "portmap", "capabilities": {"portMappings": true}}
+  ]
+}
+`, filepath.Join(dir, "cni-ipam"), n.podCIDR())
+	if err := os.WriteFile(filepath.Join(dir, "containerd.toml"), []byte(config), 0o644); err != nil {
+		return err
+	}
+	if err := os.WriteFile(filepath.Join(dir, "cni", "10-pods.conflist"), []byte(cni), 0o644); err != nil {
+		return err
+	}
+	bin, err := exec.LookPath("containerd")
+	if err != nil {
+		return err
+	}
+	p := &process{Binary: bin, NetNS: n.netns(), Log: c.path("logs", "containerd-"+name+".log"),
+		Args: []string{"--config", filepath.Join(dir, "containerd.toml")}}
+	if err := c.launch(containerdName(name), p); err != nil {
+		return err
+	}
+	return p.ready(ctx, time.Minute, func(context.Context) error { return c.ctr(name, "version") })
+}
+
+// ctr runs ctr against a node's containerd, in the namespace of the
+// kubelet's containers.
+func (c *cluster) ctr(node string, args ...string) error {
+	return runCmd("ctr", append([]string{"--address", c.containerdSocket(node), "--namespace", "k8s.io"}, args...)...)
+}
+
+// importImages imports the image tarballs of make images-local: nothing is
+// pulled.
+func (c *cluster) importImages(node string) error {
+	for _, name := range realImages {
+		if err := c.ctr(node, "images", "import", filepath.Join(c.Real.Images, name)); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// nodeKubeconfig writes the kubeconfig of a node's components: the admin
+// credentials, with the API server at its address on the bridge.
+func (c *cluster) nodeKubeconfig(name string) (string, error) {
+	path := c.realNodeDir(name, "kubeconfig")
+	_, port, err := net.SplitHostPort(strings.TrimPrefix(c.APIServer, "https://"))
+	if err != nil {
+		return "", err
+	}
+	return path, pki{dir: c.path("pki")}.writeKubeconfig(path, "https://"+net.JoinHostPort(realHostIP, port))
+}
+
+// startKubeProxy starts the node's kube-proxy (iptables mode), which makes
+// the Services, the API server's among them, reachable from the node and
+// its pods.
+func (c *cluster) startKubeProxy(ctx context.Context, name string, n realNode) error {
+	kubeconfig, err := c.nodeKubeconfig(name)
+	if err != nil {
+		return err
+	}
+	// conntrack 0: leave the kernel's settings, which a namespace may
+	// not change.
+	config := fmt.Sprintf(`apiVersion: kubeproxy.config.k8s.io/v1alpha1
+kind: KubeProxyConfiguration
+clientConnection:
+  kubeconfig: %q
+hostnameOverride: %q
+bindAddress: %q
+healthzBindAddress: %q
+metricsBindAddress: 127.0.0.1:10249
+mode: iptables
+clusterCIDR: %q
+conntrack:
+  maxPerCore: 0
+  min: 0
+  tcpEstablishedTimeout: 0s
+  tcpCloseWaitTimeout: 0s
+`, kubeconfig, name, n.ip(), n.ip()+":10256", realPodRange)
+	path := c.realNodeDir(name, "kube-proxy.yaml")
+	if err := os.WriteFile(path, []byte(config), 0o644); err != nil {
+		return err
+	}
+	p := &process{Binary: filepath.Join(c.Assets, "kube-proxy"), NetNS: n.netns(), Log: c.path("logs", "kube-proxy-"+name+".log"),
+		Health: "http://" + n.ip() + ":10256/livez", Args: []string{"--config=" + path}}
+	if err := c.launch(kubeProxyName(name), p); err != nil {
+		return err
+	}
+	// kube-proxy's health endpoint answers once it runs; it is healthy
+	// only after its first sync, which needs the Node.
+	return p.ready(ctx, time.Minute, answers(p.Health))
+}
+
+// startKubelet starts the node's kubelet and waits until its Node is
+// Ready. The configuration fits this machine: cgroup v1 with the cgroupfs
+// driver and no QoS cgroups, no swap check and no eviction (several
+// kubelets share the host's disk and memory), and no image garbage
+// collection (the images cannot be pulled again).
+func (c *cluster) startKubelet(ctx context.Context, k client.Client, name string, n realNode) error {
+	kubeconfig, err := c.nodeKubeconfig(name)
+	if err != nil {
+		return err
+	}
+	root := c.realNodeDir(name, "kubelet")
+	config := fmt.Sprintf(`apiVersion: kubelet.config.k8s.io/v1beta1
+kind: KubeletConfiguration
+authentication:
+  anonymous: {enabled: false}
+  webhook: {enabled: false}
+  x509: {clientCAFile: %q}
+authorization: {mode: AlwaysAllow}
+address: %q
+healthzBindAddress: %q
+readOnlyPort: 0
+containerRuntimeEndpoint: %q
+podLogsDir: %q
+cgroupDriver: cgroupfs
+cgroupsPerQOS: false
+enforceNodeAllocatable: []
+failSwapOn: false
+localStorageCapacityIsolation: false
+evictionHard: {}
+imageGCHighThresholdPercent: 100
+imageGCLowThresholdPercent: 99
+resolvConf: /etc/resolv.conf
+serializeImagePulls: false
+`, pki{dir: c.path("pki")}.path("ca.crt"), n.ip(), n.ip(), "unix://"+c.containerdSocket(name), filepath.Join(root, "pod-logs"))
+	path := c.realNodeDir(name, "kubelet.yaml")
+	if err := os.WriteFile(path, []byte(config), 0o644); err != nil {
+		return err
+	}
+	p := &process{Binary: filepath.Join(c.Assets, "kubelet"), NetNS: n.netns(), Log: c.path("logs", "kubelet-"+name+".log"),
+		Args: []string{"--config=" + path, "--kubeconfig=" + kubeconfig, "--hostname-override=" + name,
+			"--node-ip=" + n.ip(), "--root-dir=" + root, "--cert-dir=" + filepath.Join(root, "pki"), "--v=1"}}
+	if err := c.launch(kubeletName(name), p); err != nil {
+		return err
+	}
+	return p.ready(ctx, 2*time.Minute, func(ctx context.Context) error { return nodeReady(ctx, k, name) })
+}
+
+// nodeReady fails until the Node is Ready.
+func nodeReady(ctx context.Context, k client.Client, name string) error {
+	var node corev1.Node
+	if err := k.Get(ctx, client.ObjectKey{Name: name}, &node); err != nil {
+		return err
+	}
+	for _, cond := range node.Status.Conditions {
+		if cond.Type == corev1.NodeReady && cond.Status == corev1.ConditionTrue {
+			return nil
+		}
+	}
+	return fmt.Errorf("node %s is not Ready", name)
+}
+
+// labelNode adds labels to a Node, as kubeadm does for the roles a kubelet
+// may not give itself.
+func labelNode(ctx context.Context, k client.Client, name string, labels map[string]string) error {
+	var node corev1.Node
+	if err := k.Get(ctx, client.ObjectKey{Name: name}, &node); err != nil {
+		return err
+	}
+	patch := client.MergeFrom(node.DeepCopy())
+	if node.Labels == nil {
+		node.Labels = map[string]string{}
+	}
+	maps.Copy(node.Labels, labels)
+	if err := k.Patch(ctx, &node, patch); err != nil {
+		return fmt.Errorf("label node %s: %w", name, err)
+	}
+	return nil
+}
