@@ -89,7 +89,7 @@ var _ = Describe("Gateway, DNS and reservations (deploy/samples/routed)", func()
 		policyAvailable("static-ip-routed")
 		got := addresses("static-ip-routed", "traffic-2", "eth2", workers...)
 		Expect(got["node02"]).To(Equal("10.20.20.50"), "reserved for node02")
-		Expect(distinct(got)).To(HaveLen(3))
+		Expect(envtest.Distinct(got)).To(HaveLen(3))
 		for node, ip := range got {
 			Expect(ip).NotTo(Equal("10.20.20.1"), "the gateway is never handed out")
 			e := enactment(node, "static-ip-routed")

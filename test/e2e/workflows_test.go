@@ -37,22 +37,13 @@ func addresses(policy, pool, iface string, nodes ...string) map[string]string {
 	return out
 }
 
-func distinct(m map[string]string) []string {
-	var ips []string
-	for _, ip := range m {
-		ips = append(ips, ip)
-	}
-	slices.Sort(ips)
-	return slices.Compact(ips)
-}
-
 var _ = Describe("Assign static addresses with a NodeIPPool", func() {
 	It("gives every selected node its own address from the README's pool and applies it", func() {
 		applySample("nodeippool.yaml", &ippoolv1.NodeIPPool{})
 		applySample("nncp.yaml", &nmstatev1.NodeNetworkConfigurationPolicy{})
 		policyAvailable("static-ip")
 		got := addresses("static-ip", "traffic-1", "eth1", workers...)
-		Expect(distinct(got)).To(HaveLen(3))
+		Expect(envtest.Distinct(got)).To(HaveLen(3))
 		for _, ip := range got {
 			Expect(ip).To(BeElementOf("10.10.10.1", "10.10.10.2", "10.10.10.3", "10.10.10.5", "10.10.10.6", "10.10.10.7"))
 		}
@@ -112,7 +103,7 @@ var _ = Describe("A policy deleted and re-created", func() {
 		Eventually(func() []string { return poolBits("recreate") }).Should(BeEmpty())
 		createPolicy("recreate", "recreate")
 		policyAvailable("recreate")
-		Expect(distinct(addresses("recreate", "recreate", "eth1", workers...))).To(HaveLen(3))
+		Expect(envtest.Distinct(addresses("recreate", "recreate", "eth1", workers...))).To(HaveLen(3))
 	})
 })
 
@@ -128,7 +119,7 @@ var _ = Describe("Scaling", func() {
 		localcluster("node", "add", "node04")
 		DeferCleanup(func() { localcluster("node", "remove", "node04") })
 		got := addresses("scale", "scale", "eth1", append(workers, "node04")...)
-		Expect(distinct(got)).To(HaveLen(4))
+		Expect(envtest.Distinct(got)).To(HaveLen(4))
 		policyAvailable("scale")
 	})
 
@@ -197,7 +188,7 @@ var _ = Describe("Manual clean up with nmstate.io/reset-ippool", func() {
 				ContainElement(HavePrefix("AddressesDropped: Dropped " + before[node])))
 		}
 		policyAvailable("reset")
-		Expect(distinct(addresses("reset", "reset", "eth1", workers...))).To(HaveLen(3))
+		Expect(envtest.Distinct(addresses("reset", "reset", "eth1", workers...))).To(HaveLen(3))
 	})
 })
 
@@ -238,9 +229,9 @@ var _ = Describe("An IPv4 and an IPv6 pool on two interfaces", func() {
 		policyAvailable("dual")
 		v4 := addresses("dual", "v4", "eth1", workers...)
 		v6 := addresses("dual", "v6", "eth2", workers...)
-		Expect(distinct(v4)).To(HaveLen(3))
-		Expect(distinct(v6)).To(HaveLen(3))
-		Expect(distinct(v6)).NotTo(ContainElement("fd00:45::11"))
+		Expect(envtest.Distinct(v4)).To(HaveLen(3))
+		Expect(envtest.Distinct(v6)).To(HaveLen(3))
+		Expect(envtest.Distinct(v6)).NotTo(ContainElement("fd00:45::11"))
 		for _, node := range workers {
 			Expect(configured(node, "eth2")).To(ContainElement(v6[node] + "/64"))
 		}

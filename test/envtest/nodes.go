@@ -181,7 +181,14 @@ func (n *Node) ConfiguredAll(iface string) []string {
 	if err != nil {
 		return nil
 	}
-	ifaces, err := nmstatectl.StaticAddresses(raw)
+	return InterfaceAddresses(raw, iface)
+}
+
+// InterfaceAddresses returns the static addresses (address/prefix, IPv4
+// first) an nmstate state has on one interface, or nil when it has none or
+// the state does not parse.
+func InterfaceAddresses(state []byte, iface string) []string {
+	ifaces, err := nmstatectl.StaticAddresses(state)
 	if err != nil {
 		return nil
 	}
@@ -191,6 +198,17 @@ func (n *Node) ConfiguredAll(iface string) []string {
 		}
 	}
 	return nil
+}
+
+// Distinct returns the distinct values of m, sorted: as many as there are
+// keys when every node holds its own address.
+func Distinct(m map[string]string) []string {
+	var out []string
+	for _, v := range m {
+		out = append(out, v)
+	}
+	slices.Sort(out)
+	return slices.Compact(out)
 }
 
 // PoolController is a pool controller (the pool, enactment and policy

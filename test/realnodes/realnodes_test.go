@@ -40,7 +40,6 @@ import (
 	ippoolv1 "github.com/nmstate-ippool/nmstate-ippool/api/v1"
 	nncev1beta1 "github.com/nmstate-ippool/nmstate-ippool/api/v1beta1"
 	"github.com/nmstate-ippool/nmstate-ippool/internal/scheme"
-	"github.com/nmstate-ippool/nmstate-ippool/pkg/nmstatectl"
 	"github.com/nmstate-ippool/nmstate-ippool/test/envtest"
 )
 
@@ -145,7 +144,7 @@ var _ = Describe("The install of deploy/local on real nodes", Ordered, func() {
 		for _, node := range nodes {
 			ips[node] = address(node)
 		}
-		Expect(distinct(ips)).To(HaveLen(2))
+		Expect(envtest.Distinct(ips)).To(HaveLen(2))
 		agree()
 	})
 
@@ -154,7 +153,7 @@ var _ = Describe("The install of deploy/local on real nodes", Ordered, func() {
 		nodes = append(nodes, "real03")
 		Eventually(func() []string { return podNodes("handler") }).Should(ConsistOf(nodes))
 		ips["real03"] = address("real03")
-		Expect(distinct(ips)).To(HaveLen(3))
+		Expect(envtest.Distinct(ips)).To(HaveLen(3))
 		agree()
 	})
 
@@ -419,16 +418,7 @@ func configured(node string) []string {
 	if err != nil {
 		return nil
 	}
-	ifaces, err := nmstatectl.StaticAddresses(raw)
-	if err != nil {
-		return nil
-	}
-	for _, i := range ifaces {
-		if i.Name == iface {
-			return i.Addresses
-		}
-	}
-	return nil
+	return envtest.InterfaceAddresses(raw, iface)
 }
 
 // address waits until the node's enactment is Available with one address
@@ -456,13 +446,4 @@ func poolAddresses() []string {
 	ips, err := envtest.PoolAddresses(ctx, k, pool)
 	Expect(err).NotTo(HaveOccurred())
 	return ips
-}
-
-func distinct(m map[string]string) []string {
-	var ips []string
-	for _, ip := range m {
-		ips = append(ips, ip)
-	}
-	slices.Sort(ips)
-	return slices.Compact(ips)
 }
