@@ -20,8 +20,9 @@ import (
 
 // pki holds the files of the local control plane's certificates: a CA, the
 // API server's serving certificate, an admin client certificate
-// (system:masters), the pool controller's webhook serving certificate and
-// the service account signing key.
+// (system:masters), a serving certificate on loopback for the controller
+// manager and scheduler, the pool controller's webhook serving certificates
+// and the service account signing key.
 type pki struct {
 	dir string
 }
@@ -34,7 +35,7 @@ func (p pki) webhookCertDir() string { return p.path("webhook") }
 
 // generate writes every key and certificate into p.dir.
 func (p pki) generate() error {
-	if err := os.MkdirAll(p.dir, 0o700); err != nil {
+	if err := os.MkdirAll(p.webhookCertDir(), 0o700); err != nil {
 		return err
 	}
 	caKey, caCert, err := newCA()
@@ -44,47 +45,10 @@ func (p pki) generate() error {
 	if err := writeCert(p.path("ca.crt"), caCert); err != nil {
 		return err
 	}
-	serving := &x509.Certificate{
-		Subject:     pkix.Name{CommonName: "kube-apiserver"},
-		DNSNames:    []string{"localhost", "kubernetes", "kubernetes.default", "kubernetes.default.svc"},
-		IPAddresses: []net.IP{net.ParseIP("127.0.0.1"), net.ParseIP("10.0.0.1"), net.ParseIP(realHostIP)},
-		ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
-	}
-	if err := p.issue("apiserver", serving, caKey, caCert); err != nil {
-		return err
-	}
-	admin := &x509.Certificate{
-		Subject:     pkix.Name{CommonName: "admin", Organization: []string{"system:masters"}},
-		ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth},
-	}
-	if err := p.issue("admin", admin, caKey, caCert); err != nil {
-		return err
-	}
-	// The pool controller's webhook, served on loopback: the API server
-	// calls it by URL (see installWebhook). controller-runtime's webhook
-	// server reads tls.crt and tls.key from its --webhook-cert-dir.
-	webhook := &x509.Certificate{
-		Subject:     pkix.Name{CommonName: "nmstate-ippool-webhook"},
-		DNSNames:    []string{"localhost"},
-		IPAddresses: []net.IP{net.ParseIP("127.0.0.1")},
-		ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
-	}
-	if err := os.MkdirAll(p.webhookCertDir(), 0o700); err != nil {
-		return err
-	}
-	if err := p.issue(filepath.Join("webhook", "tls"), webhook, caKey, caCert); err != nil {
-		return err
-	}
-	// The webhook's certificate for the install of deploy/local, served
-	// by the pool controller's pods behind their Service. cert-manager
-	// would issue it; localcluster install puts it in the Secret.
-	service := &x509.Certificate{
-		Subject:     pkix.Name{CommonName: webhookService},
-		DNSNames:    []string{webhookService, webhookService + ".cluster.local"},
-		ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
-	}
-	if err := p.issue("webhook-service", service, caKey, caCert); err != nil {
-		return err
+	for name, tmpl := range certificates() {
+		if err := p.issue(name, tmpl, caKey, caCert); err != nil {
+			return err
+		}
 	}
 	saKey, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
 	if err != nil {
@@ -98,6 +62,47 @@ func (p pki) generate() error {
 		return err
 	}
 	return os.WriteFile(p.path("sa.pub"), pem.EncodeToMemory(&pem.Block{Type: "PUBLIC KEY", Bytes: pub}), 0o600)
+}
+
+// certificates are the certificates the cluster's CA signs, by the name of
+// their files in the PKI directory.
+func certificates() map[string]*x509.Certificate {
+	loopback := []net.IP{net.ParseIP("127.0.0.1")}
+	server := []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth}
+	return map[string]*x509.Certificate{
+		"apiserver": {
+			Subject:     pkix.Name{CommonName: "kube-apiserver"},
+			DNSNames:    []string{"localhost", "kubernetes", "kubernetes.default", "kubernetes.default.svc"},
+			IPAddresses: []net.IP{net.ParseIP("127.0.0.1"), net.ParseIP("10.0.0.1"), net.ParseIP(realHostIP)},
+			ExtKeyUsage: server,
+		},
+		"admin": {
+			Subject:     pkix.Name{CommonName: "admin", Organization: []string{"system:masters"}},
+			ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth},
+		},
+		// kube-controller-manager's and kube-scheduler's, on loopback, so
+		// that their health is probed with the cluster's CA.
+		"loopback": {
+			Subject: pkix.Name{CommonName: "localcluster-loopback"}, DNSNames: []string{"localhost"},
+			IPAddresses: loopback, ExtKeyUsage: server,
+		},
+		// The pool controller's webhook, served on loopback: the API
+		// server calls it by URL (see installWebhook). controller-runtime's
+		// webhook server reads tls.crt and tls.key from its
+		// --webhook-cert-dir.
+		filepath.Join("webhook", "tls"): {
+			Subject: pkix.Name{CommonName: "nmstate-ippool-webhook"}, DNSNames: []string{"localhost"},
+			IPAddresses: loopback, ExtKeyUsage: server,
+		},
+		// The webhook's certificate for the install of deploy/local, served
+		// by the pool controller's pods behind their Service. cert-manager
+		// would issue it; localcluster install puts it in the Secret.
+		"webhook-service": {
+			Subject:     pkix.Name{CommonName: webhookService},
+			DNSNames:    []string{webhookService, webhookService + ".cluster.local"},
+			ExtKeyUsage: server,
+		},
+	}
 }
 
 func newCA() (*ecdsa.PrivateKey, *x509.Certificate, error) {

@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"crypto/tls"
 	"errors"
 	"fmt"
 	"net"
@@ -177,15 +176,6 @@ func answers(url string) func(context.Context) error {
 		}
 		return resp.Body.Close()
 	}
-}
-
-// insecureReady returns a readiness probe of an HTTPS health endpoint
-// whose certificate is self-signed: kube-controller-manager's and
-// kube-scheduler's on loopback.
-func insecureReady(url string) func(context.Context) error {
-	hc := &http.Client{Timeout: 5 * time.Second, Transport: &http.Transport{
-		TLSClientConfig: &tls.Config{InsecureSkipVerify: true, MinVersion: tls.VersionTLS12}}} //nolint:gosec // a self-signed loopback endpoint, health only
-	return statusOK(hc, url)
 }
 
 func waitFor(timeout time.Duration, cond func() bool) bool {

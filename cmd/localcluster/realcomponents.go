@@ -41,11 +41,17 @@ func (c *cluster) startKubeControllers(ctx context.Context) error {
 		p := &process{Binary: filepath.Join(c.Assets, s.name), Log: c.path("logs", s.name+".log"),
 			Health: fmt.Sprintf("https://%s/healthz", hostPort(port)),
 			Args: append([]string{"--kubeconfig=" + c.kubeconfig(), "--leader-elect=false",
-				"--bind-address=127.0.0.1", fmt.Sprintf("--secure-port=%d", port)}, s.args...)}
+				"--bind-address=127.0.0.1", fmt.Sprintf("--secure-port=%d", port),
+				"--tls-cert-file=" + keys.path("loopback.crt"), "--tls-private-key-file=" + keys.path("loopback.key"),
+			}, s.args...)}
 		if err := c.launch(s.name, p); err != nil {
 			return err
 		}
-		if err := p.ready(ctx, time.Minute, insecureReady(p.Health)); err != nil {
+		probe, err := adminProbe(keys, p.Health)
+		if err != nil {
+			return err
+		}
+		if err := p.ready(ctx, time.Minute, probe); err != nil {
 			return err
 		}
 	}
