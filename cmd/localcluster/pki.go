@@ -4,6 +4,7 @@ import (
 	"crypto/ecdsa"
 	"crypto/elliptic"
 	"crypto/rand"
+	"crypto/tls"
 	"crypto/x509"
 	"crypto/x509/pkix"
 	"encoding/pem"
@@ -18,11 +19,13 @@ import (
 	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
 )
 
-// pki holds the files of the local control plane's certificates: a CA, the
-// API server's serving certificate, an admin client certificate
-// (system:masters), a serving certificate on loopback for the controller
-// manager and scheduler, the pool controller's webhook serving certificates
-// and the service account signing key.
+// pki holds the files of the local control plane's certificates: a CA and
+// its key, the API server's serving certificate, an admin client
+// certificate (system:masters), client certificates of the Kubernetes
+// components (kubelets' are issued as nodes are added), a serving
+// certificate on loopback for the controller manager and scheduler, the
+// pool controller's webhook serving certificates and the service account
+// signing key.
 type pki struct {
 	dir string
 }
@@ -43,6 +46,10 @@ func (p pki) generate() error {
 		return err
 	}
 	if err := writeCert(p.path("ca.crt"), caCert); err != nil {
+		return err
+	}
+	// Kept, for the kubelets of real nodes added later.
+	if err := writeKey(p.path("ca.key"), caKey); err != nil {
 		return err
 	}
 	for name, tmpl := range certificates() {
@@ -76,10 +83,12 @@ func certificates() map[string]*x509.Certificate {
 			IPAddresses: []net.IP{net.ParseIP("127.0.0.1"), net.ParseIP("10.0.0.1"), net.ParseIP(realHostIP)},
 			ExtKeyUsage: server,
 		},
-		"admin": {
-			Subject:     pkix.Name{CommonName: "admin", Organization: []string{"system:masters"}},
-			ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth},
-		},
+		"admin": clientCertificate("admin", "system:masters"),
+		// The users Kubernetes' default RBAC gives the control plane's
+		// components their permissions, as kubeadm's clusters have them.
+		"kube-controller-manager": clientCertificate("system:kube-controller-manager"),
+		"kube-scheduler":          clientCertificate("system:kube-scheduler"),
+		"kube-proxy":              clientCertificate("system:kube-proxy"),
 		// kube-controller-manager's and kube-scheduler's, on loopback, so
 		// that their health is probed with the cluster's CA.
 		"loopback": {
@@ -103,6 +112,42 @@ func certificates() map[string]*x509.Certificate {
 			ExtKeyUsage: server,
 		},
 	}
+}
+
+// clientCertificate is the template of a client certificate of a user in
+// groups.
+func clientCertificate(user string, groups ...string) *x509.Certificate {
+	return &x509.Certificate{
+		Subject:     pkix.Name{CommonName: user, Organization: groups},
+		ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth},
+	}
+}
+
+// issueKubelet writes the client certificate of a node's kubelet, whose
+// user and group the Node authorizer and NodeRestriction know.
+func (p pki) issueKubelet(node string) error {
+	caKey, ca, err := p.loadCA()
+	if err != nil {
+		return err
+	}
+	return p.issue(kubeletIdentity(node), clientCertificate("system:node:"+node, "system:nodes"), caKey, ca)
+}
+
+// kubeletIdentity names the files of a node's kubelet's certificate.
+func kubeletIdentity(node string) string { return "kubelet-" + node }
+
+// loadCA reads the CA's key and certificate that generate wrote.
+func (p pki) loadCA() (*ecdsa.PrivateKey, *x509.Certificate, error) {
+	pair, err := tls.LoadX509KeyPair(p.path("ca.crt"), p.path("ca.key"))
+	if err != nil {
+		return nil, nil, fmt.Errorf("the cluster's CA: %w", err)
+	}
+	key, ok := pair.PrivateKey.(*ecdsa.PrivateKey)
+	if !ok {
+		return nil, nil, fmt.Errorf("the cluster's CA key %s is not an ECDSA key", p.path("ca.key"))
+	}
+	ca, err := x509.ParseCertificate(pair.Certificate[0])
+	return key, ca, err
 }
 
 func newCA() (*ecdsa.PrivateKey, *x509.Certificate, error) {
@@ -166,26 +211,27 @@ func writeKey(path string, key *ecdsa.PrivateKey) error {
 	return os.WriteFile(path, pem.EncodeToMemory(&pem.Block{Type: "EC PRIVATE KEY", Bytes: der}), 0o600)
 }
 
-// writeKubeconfig writes a kubeconfig for the admin user of the API server
-// at url, with the credentials embedded so the file works from anywhere.
-func (p pki) writeKubeconfig(path, url string) error {
+// writeKubeconfig writes a kubeconfig for the API server at url with the
+// client certificate of identity (its files' name: "admin",
+// "kube-proxy", ...), embedded so that the file works from anywhere.
+func (p pki) writeKubeconfig(path, url, identity string) error {
 	read := func(name string) ([]byte, error) { return os.ReadFile(p.path(name)) }
 	ca, err := read("ca.crt")
 	if err != nil {
 		return err
 	}
-	cert, err := read("admin.crt")
+	cert, err := read(identity + ".crt")
 	if err != nil {
 		return err
 	}
-	key, err := read("admin.key")
+	key, err := read(identity + ".key")
 	if err != nil {
 		return err
 	}
 	cfg := clientcmdapi.NewConfig()
 	cfg.Clusters["local"] = &clientcmdapi.Cluster{Server: url, CertificateAuthorityData: ca}
-	cfg.AuthInfos["admin"] = &clientcmdapi.AuthInfo{ClientCertificateData: cert, ClientKeyData: key}
-	cfg.Contexts["local"] = &clientcmdapi.Context{Cluster: "local", AuthInfo: "admin"}
+	cfg.AuthInfos[identity] = &clientcmdapi.AuthInfo{ClientCertificateData: cert, ClientKeyData: key}
+	cfg.Contexts["local"] = &clientcmdapi.Context{Cluster: "local", AuthInfo: identity}
 	cfg.CurrentContext = "local"
 	return clientcmd.WriteToFile(*cfg, path)
 }

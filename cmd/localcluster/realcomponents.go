@@ -29,7 +29,7 @@ func (c *cluster) startKubeControllers(ctx context.Context) error {
 	}{
 		{"kube-controller-manager", []string{
 			"--service-account-private-key-file=" + keys.path("sa.key"), "--root-ca-file=" + keys.path("ca.crt"),
-			"--controllers=*,-nodeipam", "--use-service-account-credentials=false",
+			"--controllers=*,-nodeipam", "--use-service-account-credentials=true",
 			"--cluster-cidr=" + realPodRange, "--authentication-skip-lookup",
 		}},
 		{"kube-scheduler", nil},
@@ -38,9 +38,13 @@ func (c *cluster) startKubeControllers(ctx context.Context) error {
 		if err != nil {
 			return err
 		}
+		kubeconfig := c.path(s.name + ".kubeconfig")
+		if err := keys.writeKubeconfig(kubeconfig, c.APIServer, s.name); err != nil {
+			return err
+		}
 		p := &process{Binary: filepath.Join(c.Assets, s.name), Log: c.path("logs", s.name+".log"),
 			Health: fmt.Sprintf("https://%s/healthz", hostPort(port)),
-			Args: append([]string{"--kubeconfig=" + c.kubeconfig(), "--leader-elect=false",
+			Args: append([]string{"--kubeconfig=" + kubeconfig, "--leader-elect=false",
 				"--bind-address=127.0.0.1", fmt.Sprintf("--secure-port=%d", port),
 				"--tls-cert-file=" + keys.path("loopback.crt"), "--tls-private-key-file=" + keys.path("loopback.key"),
 			}, s.args...)}
@@ -136,22 +140,23 @@ func (c *cluster) importImages(node string) error {
 	return nil
 }
 
-// nodeKubeconfig writes the kubeconfig of a node's components: the admin
-// credentials, with the API server at its address on the bridge.
-func (c *cluster) nodeKubeconfig(name string) (string, error) {
-	path := c.realNodeDir(name, "kubeconfig")
+// nodeKubeconfig writes the kubeconfig of one of a node's components,
+// with the client certificate of identity and the API server at its
+// address on the bridge.
+func (c *cluster) nodeKubeconfig(node, identity string) (string, error) {
+	path := c.realNodeDir(node, identity+".kubeconfig")
 	_, port, err := net.SplitHostPort(strings.TrimPrefix(c.APIServer, "https://"))
 	if err != nil {
 		return "", err
 	}
-	return path, pki{dir: c.path("pki")}.writeKubeconfig(path, "https://"+net.JoinHostPort(realHostIP, port))
+	return path, pki{dir: c.path("pki")}.writeKubeconfig(path, "https://"+net.JoinHostPort(realHostIP, port), identity)
 }
 
 // startKubeProxy starts the node's kube-proxy (iptables mode), which makes
 // the Services, the API server's among them, reachable from the node and
 // its pods.
 func (c *cluster) startKubeProxy(ctx context.Context, name string, n realNode) error {
-	kubeconfig, err := c.nodeKubeconfig(name)
+	kubeconfig, err := c.nodeKubeconfig(name, "kube-proxy")
 	if err != nil {
 		return err
 	}
@@ -191,9 +196,16 @@ conntrack:
 // Ready. The configuration fits this machine: cgroup v1 with the cgroupfs
 // driver and no QoS cgroups, no swap check and no eviction (several
 // kubelets share the host's disk and memory), and no image garbage
-// collection (the images cannot be pulled again).
+// collection (the images cannot be pulled again). It authenticates as
+// system:node:NAME, so that the Node authorizer and NodeRestriction hold
+// it to its own node, and it asks the API server whom to let in
+// (webhook authentication and authorization).
 func (c *cluster) startKubelet(ctx context.Context, k client.Client, name string, n realNode) error {
-	kubeconfig, err := c.nodeKubeconfig(name)
+	keys := pki{dir: c.path("pki")}
+	if err := keys.issueKubelet(name); err != nil {
+		return fmt.Errorf("node %s: the kubelet's certificate: %w", name, err)
+	}
+	kubeconfig, err := c.nodeKubeconfig(name, kubeletIdentity(name))
 	if err != nil {
 		return err
 	}
@@ -202,9 +214,9 @@ func (c *cluster) startKubelet(ctx context.Context, k client.Client, name string
 kind: KubeletConfiguration
 authentication:
   anonymous: {enabled: false}
-  webhook: {enabled: false}
+  webhook: {enabled: true}
   x509: {clientCAFile: %q}
-authorization: {mode: AlwaysAllow}
+authorization: {mode: Webhook}
 address: %q
 healthzBindAddress: %q
 readOnlyPort: 0
@@ -220,7 +232,7 @@ imageGCHighThresholdPercent: 100
 imageGCLowThresholdPercent: 99
 resolvConf: /etc/resolv.conf
 serializeImagePulls: false
-`, pki{dir: c.path("pki")}.path("ca.crt"), n.ip(), n.ip(), "unix://"+c.containerdSocket(name), filepath.Join(root, "pod-logs"))
+`, keys.path("ca.crt"), n.ip(), n.ip(), "unix://"+c.containerdSocket(name), filepath.Join(root, "pod-logs"))
 	path := c.realNodeDir(name, "kubelet.yaml")
 	if err := os.WriteFile(path, []byte(config), 0o644); err != nil {
 		return err

@@ -269,16 +269,19 @@ func (c *cluster) startAPIServerOn(ctx context.Context, keys pki, port int) erro
 		// The nodes reach it on the bridge, and so does the kubernetes
 		// Service; it calls webhooks at their pods' addresses (there is no
 		// kube-proxy on the host) and kubelets with the admin's
-		// certificate (for logs and exec).
+		// certificate (for logs and exec). Kubelets are authorized as
+		// nodes, as in a production cluster.
 		p.Args = append(slices.DeleteFunc(p.Args, func(a string) bool {
-			return strings.HasPrefix(a, "--bind-address=") || strings.HasPrefix(a, "--advertise-address=")
+			return strings.HasPrefix(a, "--bind-address=") || strings.HasPrefix(a, "--advertise-address=") ||
+				strings.HasPrefix(a, "--authorization-mode=")
 		}), "--bind-address=0.0.0.0", "--advertise-address="+realHostIP, "--enable-aggregator-routing=true",
-			"--kubelet-client-certificate="+keys.path("admin.crt"), "--kubelet-client-key="+keys.path("admin.key"))
+			"--kubelet-client-certificate="+keys.path("admin.crt"), "--kubelet-client-key="+keys.path("admin.key"),
+			"--authorization-mode=Node,RBAC", "--enable-admission-plugins=NodeRestriction")
 	}
 	if err := c.launch("kube-apiserver", p); err != nil {
 		return err
 	}
-	if err := keys.writeKubeconfig(c.kubeconfig(), c.APIServer); err != nil {
+	if err := keys.writeKubeconfig(c.kubeconfig(), c.APIServer, "admin"); err != nil {
 		return err
 	}
 	probe, err := adminProbe(keys, p.Health)
