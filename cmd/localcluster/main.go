@@ -321,19 +321,26 @@ func withCluster(args []string, name string, stderr io.Writer, flags func(*flag.
 	return c.save()
 }
 
+// stopEverything stops the real nodes, if any, then every process, and
+// returns the names of the nodes and processes it stopped.
+func (c *cluster) stopEverything() (nodes, processes []string, err error) {
+	var realErr error
+	if c.Real != nil {
+		nodes, realErr = c.downReal()
+	}
+	processes, err = c.stopAll()
+	return nodes, processes, errors.Join(realErr, err)
+}
+
 // down stops every process and keeps every file. Real nodes are stopped
 // first, with their containers, and their network namespaces and the
 // bridge removed.
 func (c *cluster) down(out io.Writer) error {
-	var realErr error
+	nodes, stopped, err := c.stopEverything()
 	if c.Real != nil {
-		var nodes []string
-		nodes, realErr = c.downReal()
 		fmt.Fprintf(out, "stopped %d real nodes (kubelet, kube-proxy, containers, containerd, network namespace): %s\n",
 			len(nodes), strings.Join(nodes, ", "))
 	}
-	stopped, err := c.stopAll()
-	err = errors.Join(realErr, err)
 	fmt.Fprintf(out, "stopped %d processes: %s\nstate and logs are kept in %s\n", len(stopped), strings.Join(stopped, ", "), c.dir)
 	return err
 }

@@ -58,18 +58,12 @@ func up(ctx context.Context, o upOptions, out io.Writer) error {
 	if err := c.clean(); err != nil {
 		return err
 	}
-	bootstrap := func() error { return c.bootstrap(ctx, o.nodes, out) }
+	n := o.nodes
 	if c.Real != nil {
-		bootstrap = func() error { return c.bootstrapReal(ctx, o.kubelets, out) }
+		n = o.kubelets
 	}
-	err := bootstrap()
-	if err != nil {
-		var realErr error
-		if c.Real != nil {
-			_, realErr = c.downReal()
-		}
-		_, stopErr := c.stopAll()
-		if stopErr = errors.Join(realErr, stopErr); stopErr != nil {
+	if err := c.bootstrap(ctx, n, out); err != nil {
+		if _, _, stopErr := c.stopEverything(); stopErr != nil {
 			err = errors.Join(err, stopErr)
 		}
 		return fmt.Errorf("%w\n(stopped what was started; logs are in %s)", err, c.path("logs"))
@@ -112,57 +106,39 @@ func (c *cluster) clean() error {
 	return os.MkdirAll(c.dir, 0o755)
 }
 
-// bootstrap starts the control plane, installs the CRDs, and starts the
-// pool controller and one handler per node.
-func (c *cluster) bootstrap(ctx context.Context, nodes int, out io.Writer) error {
+// bootstrap starts the control plane and n nodes. Simulated nodes come
+// with the CRDs, the pool controller and one handler process per node.
+// Real nodes come with the Kubernetes controllers and kubelets; the
+// handler and the pool controller come with the install (localcluster
+// install).
+func (c *cluster) bootstrap(ctx context.Context, n int, out io.Writer) error {
 	keys := pki{dir: c.path("pki")}
 	if err := keys.generate(); err != nil {
 		return fmt.Errorf("generate certificates: %w", err)
 	}
-	for _, s := range []struct {
+	type startStep struct {
 		name string
 		run  func(context.Context) error
-	}{
-		{"etcd", c.startEtcd},
-		{"kube-apiserver", func(ctx context.Context) error { return c.startAPIServer(ctx, keys) }},
+	}
+	etcd := startStep{"etcd", c.startEtcd}
+	apiServer := startStep{"kube-apiserver", func(ctx context.Context) error { return c.startAPIServer(ctx, keys) }}
+	steps := []startStep{etcd, apiServer,
 		{"CRDs", c.installCRDs},
 		{"pool-controller", c.startPoolController},
 		{"webhook", func(ctx context.Context) error { return c.installWebhook(ctx, keys) }},
-	} {
-		if err := step(out, s.name, func() error { return s.run(ctx) }); err != nil {
-			return err
-		}
 	}
-	k, err := c.client()
-	if err != nil {
-		return err
-	}
-	for i := 1; i <= nodes; i++ {
+	addNode := func(k client.Client, i int) error {
 		name := fmt.Sprintf("node%02d", i)
-		if err := step(out, "node "+name, func() error { return c.addNode(ctx, k, name, nil) }); err != nil {
-			return err
+		return step(out, "node "+name, func() error { return c.addNode(ctx, k, name, nil) })
+	}
+	if c.Real != nil {
+		steps = []startStep{{"host network", func(context.Context) error { return c.setupHost() }},
+			etcd, apiServer, {"kube-controllers", c.startKubeControllers}}
+		addNode = func(k client.Client, i int) error {
+			return c.addRealNode(ctx, k, fmt.Sprintf("real%02d", i), nil, out)
 		}
 	}
-	return nil
-}
-
-// bootstrapReal starts the control plane with the Kubernetes controllers
-// and the real nodes. The handler and the pool controller come with the
-// install (localcluster install).
-func (c *cluster) bootstrapReal(ctx context.Context, kubelets int, out io.Writer) error {
-	keys := pki{dir: c.path("pki")}
-	if err := keys.generate(); err != nil {
-		return fmt.Errorf("generate certificates: %w", err)
-	}
-	for _, s := range []struct {
-		name string
-		run  func(context.Context) error
-	}{
-		{"host network", func(context.Context) error { return c.setupHost() }},
-		{"etcd", c.startEtcd},
-		{"kube-apiserver", func(ctx context.Context) error { return c.startAPIServer(ctx, keys) }},
-		{"kube-controllers", c.startKubeControllers},
-	} {
+	for _, s := range steps {
 		if err := step(out, s.name, func() error { return s.run(ctx) }); err != nil {
 			return err
 		}
@@ -171,8 +147,8 @@ func (c *cluster) bootstrapReal(ctx context.Context, kubelets int, out io.Writer
 	if err != nil {
 		return err
 	}
-	for i := 1; i <= kubelets; i++ {
-		if err := c.addRealNode(ctx, k, fmt.Sprintf("real%02d", i), nil, out); err != nil {
+	for i := 1; i <= n; i++ {
+		if err := addNode(k, i); err != nil {
 			return err
 		}
 	}
