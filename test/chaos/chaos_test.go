@@ -35,13 +35,11 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
-	"k8s.io/client-go/tools/clientcmd"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/yaml"
 
 	ippoolv1 "github.com/nmstate-ippool/nmstate-ippool/api/v1"
 	nncev1beta1 "github.com/nmstate-ippool/nmstate-ippool/api/v1beta1"
-	"github.com/nmstate-ippool/nmstate-ippool/internal/scheme"
 	"github.com/nmstate-ippool/nmstate-ippool/pkg/nmstatectl"
 	"github.com/nmstate-ippool/nmstate-ippool/test/envtest"
 )
@@ -133,11 +131,8 @@ func start(t *testing.T, seed uint64) *cluster {
 		}
 		c.run("down")
 	})
-	cfg, err := clientcmd.BuildConfigFromFlags("", filepath.Join(c.dir, "kubeconfig"))
-	Expect(err).NotTo(HaveOccurred())
-	s, err := scheme.New()
-	Expect(err).NotTo(HaveOccurred())
-	c.k, err = client.New(cfg, client.Options{Scheme: s})
+	var err error
+	c.k, err = envtest.LocalClusterClient(c.dir)
 	Expect(err).NotTo(HaveOccurred())
 	return c
 }

@@ -26,13 +26,11 @@ import (
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
-	"k8s.io/client-go/tools/clientcmd"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/yaml"
 
 	ippoolv1 "github.com/nmstate-ippool/nmstate-ippool/api/v1"
 	nncev1beta1 "github.com/nmstate-ippool/nmstate-ippool/api/v1beta1"
-	"github.com/nmstate-ippool/nmstate-ippool/internal/scheme"
 	"github.com/nmstate-ippool/nmstate-ippool/test/envtest"
 )
 
@@ -76,11 +74,7 @@ var _ = BeforeSuite(func() {
 		expectNoProcessLeft()
 		_ = os.RemoveAll(root)
 	})
-	cfg, err := clientcmd.BuildConfigFromFlags("", filepath.Join(dir, "kubeconfig"))
-	Expect(err).NotTo(HaveOccurred())
-	s, err := scheme.New()
-	Expect(err).NotTo(HaveOccurred())
-	k, err = client.New(cfg, client.Options{Scheme: s})
+	k, err = envtest.LocalClusterClient(dir)
 	Expect(err).NotTo(HaveOccurred())
 })
 
@@ -90,18 +84,9 @@ var _ = JustAfterEach(func() {
 	if !CurrentSpecReport().Failed() {
 		return
 	}
-	logs, _ := filepath.Glob(filepath.Join(dir, "logs", "*.log"))
-	for _, log := range logs {
-		if name := filepath.Base(log); name == "etcd.log" || name == "kube-apiserver.log" {
-			continue
-		}
-		raw, err := os.ReadFile(log)
-		if err != nil {
-			continue
-		}
-		lines := strings.Split(strings.TrimRight(string(raw), "\n"), "\n")
-		GinkgoWriter.Printf("--- last lines of %s ---\n%s\n", filepath.Base(log), strings.Join(lines[max(0, len(lines)-logTail):], "\n"))
-	}
+	envtest.PrintLogTails(GinkgoWriter, dir, logTail, func(name string) bool {
+		return name == "etcd.log" || name == "kube-apiserver.log"
+	})
 })
 
 // logTail is how many lines of each log a failed spec reports.

@@ -32,14 +32,12 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
-	"k8s.io/client-go/tools/clientcmd"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/yaml"
 
 	ippoolv1 "github.com/nmstate-ippool/nmstate-ippool/api/v1"
 	nncev1beta1 "github.com/nmstate-ippool/nmstate-ippool/api/v1beta1"
-	"github.com/nmstate-ippool/nmstate-ippool/internal/scheme"
 	"github.com/nmstate-ippool/nmstate-ippool/test/envtest"
 )
 
@@ -94,11 +92,7 @@ var _ = BeforeSuite(func() {
 		localcluster("down")
 		_ = os.RemoveAll(root)
 	})
-	cfg, err := clientcmd.BuildConfigFromFlags("", filepath.Join(dir, "kubeconfig"))
-	Expect(err).NotTo(HaveOccurred())
-	s, err := scheme.New()
-	Expect(err).NotTo(HaveOccurred())
-	k, err = client.NewWithWatch(cfg, client.Options{Scheme: s})
+	k, err = envtest.LocalClusterClient(dir)
 	Expect(err).NotTo(HaveOccurred())
 	By("installing deploy/local with kubectl apply -k")
 	localcluster("install", "--overlay", filepath.Join(repo, "deploy", "local"), "--kubectl", filepath.Join(repo, "bin", "kubectl"),
@@ -114,15 +108,7 @@ var _ = JustAfterEach(func() {
 	GinkgoWriter.Println(kubectl("get", "pods,nodes,nnce,nodeippool", "-A", "-o", "wide"))
 	GinkgoWriter.Println(kubectl("get", "events", "-A", "--sort-by=.lastTimestamp"))
 	GinkgoWriter.Println(kubectl("-n", namespace, "logs", "-l", "app.kubernetes.io/name=nmstate-ippool", "--tail=40", "--prefix", "--max-log-requests=10"))
-	logs, _ := filepath.Glob(filepath.Join(dir, "logs", "*.log"))
-	for _, log := range logs {
-		raw, err := os.ReadFile(log)
-		if err != nil || strings.HasPrefix(filepath.Base(log), "etcd") {
-			continue
-		}
-		lines := strings.Split(strings.TrimRight(string(raw), "\n"), "\n")
-		GinkgoWriter.Printf("--- last lines of %s ---\n%s\n", filepath.Base(log), strings.Join(lines[max(0, len(lines)-20):], "\n"))
-	}
+	envtest.PrintLogTails(GinkgoWriter, dir, 20, func(name string) bool { return strings.HasPrefix(name, "etcd") })
 })
 
 var _ = Describe("The install of deploy/local on real nodes", Ordered, func() {
