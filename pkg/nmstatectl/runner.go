@@ -6,25 +6,33 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
-	"slices"
 	"strconv"
 	"strings"
 	"time"
-
-	"sigs.k8s.io/yaml"
 )
 
 // DefaultTimeout is the checkpoint timeout of Apply when Runner.Timeout is
 // 0: kubernetes-nmstate's. It must outlast the probes run before Commit.
 const DefaultTimeout = 480 * time.Second
 
+// DefaultCommandTimeout bounds every command but apply when
+// Runner.CommandTimeout is 0: a hung nmstatectl (NetworkManager not
+// answering) must not hold the node's network lock, or the handler, for
+// ever.
+const DefaultCommandTimeout = 2 * time.Minute
+
 // Runner runs one nmstatectl binary. It is safe for concurrent use, but
 // nmstatectl itself applies one state at a time per node.
 type Runner struct {
 	// Path is the nmstatectl binary; "nmstatectl" from PATH when empty.
 	Path string
-	// Timeout is the checkpoint timeout passed to apply --timeout.
+	// Timeout is the checkpoint timeout passed to apply --timeout; it
+	// also bounds how long the apply command may run.
 	Timeout time.Duration
+	// CommandTimeout bounds every other command (show, commit, rollback,
+	// --version); DefaultCommandTimeout when 0. A command that runs longer
+	// is killed and fails.
+	CommandTimeout time.Duration
 	// Env is added to the command's environment (the simulator reads its
 	// state file from it).
 	Env []string
@@ -74,12 +82,9 @@ func (r Runner) Apply(ctx context.Context, desired []byte) error {
 	if err := f.Close(); err != nil {
 		return fmt.Errorf("write the desired state: %w", err)
 	}
-	timeout := r.Timeout
-	if timeout <= 0 {
-		timeout = DefaultTimeout
-	}
+	timeout := r.checkpointTimeout()
 	seconds := strconv.Itoa(int(timeout.Round(time.Second) / time.Second))
-	_, err = r.run(ctx, "apply", "--no-commit", "--timeout", seconds, f.Name())
+	_, err = r.runFor(ctx, timeout, "apply", "--no-commit", "--timeout", seconds, f.Name())
 	return err
 }
 
@@ -98,67 +103,43 @@ func (r Runner) Rollback(ctx context.Context) error {
 	return err
 }
 
+func (r Runner) checkpointTimeout() time.Duration {
+	if r.Timeout <= 0 {
+		return DefaultTimeout
+	}
+	return r.Timeout
+}
+
+// run runs a command for at most CommandTimeout.
 func (r Runner) run(ctx context.Context, args ...string) ([]byte, error) {
+	timeout := r.CommandTimeout
+	if timeout <= 0 {
+		timeout = DefaultCommandTimeout
+	}
+	return r.runFor(ctx, timeout, args...)
+}
+
+// runFor runs a command for at most timeout; one that runs longer is
+// killed and its error says so.
+func (r Runner) runFor(ctx context.Context, timeout time.Duration, args ...string) ([]byte, error) {
+	ctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
 	path := r.Path
 	if path == "" {
 		path = "nmstatectl"
 	}
 	cmd := exec.CommandContext(ctx, path, args...)
 	cmd.Env = append(os.Environ(), r.Env...)
+	// A killed command's children may hold its output open: stop waiting
+	// for them soon after.
+	cmd.WaitDelay = 5 * time.Second
 	var stdout, stderr bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &stdout, &stderr
 	if err := cmd.Run(); err != nil {
+		if ctx.Err() == context.DeadlineExceeded {
+			err = fmt.Errorf("%w: no answer within %s", context.DeadlineExceeded, timeout)
+		}
 		return nil, &Error{Args: args, Output: stderr.String() + stdout.String(), Err: err}
 	}
 	return stdout.Bytes(), nil
-}
-
-// InterfaceAddresses is an interface of an nmstate state with its static
-// addresses, as "ip/prefix-length", IPv4 first.
-type InterfaceAddresses struct {
-	Name      string
-	Addresses []string
-}
-
-// StaticAddresses returns the interfaces of an nmstate state (YAML or
-// JSON, as show prints it) that carry static addresses, in the state's
-// order. Addresses of a family configured by DHCP or autoconf are the
-// lease's, not static, and are left out.
-func StaticAddresses(state []byte) ([]InterfaceAddresses, error) {
-	type address struct {
-		IP           string `json:"ip"`
-		PrefixLength int    `json:"prefix-length"`
-	}
-	type family struct {
-		DHCP     bool      `json:"dhcp"`
-		Autoconf bool      `json:"autoconf"`
-		Address  []address `json:"address"`
-	}
-	var s struct {
-		Interfaces []struct {
-			Name string `json:"name"`
-			IPv4 family `json:"ipv4"`
-			IPv6 family `json:"ipv6"`
-		} `json:"interfaces"`
-	}
-	if err := yaml.Unmarshal(state, &s); err != nil {
-		return nil, fmt.Errorf("read the state's interfaces: %w", err)
-	}
-	static := func(f family) []address {
-		if f.DHCP || f.Autoconf {
-			return nil
-		}
-		return f.Address
-	}
-	var out []InterfaceAddresses
-	for _, i := range s.Interfaces {
-		var addrs []string
-		for _, a := range slices.Concat(static(i.IPv4), static(i.IPv6)) {
-			addrs = append(addrs, fmt.Sprintf("%s/%d", a.IP, a.PrefixLength))
-		}
-		if len(addrs) > 0 {
-			out = append(out, InterfaceAddresses{Name: i.Name, Addresses: addrs})
-		}
-	}
-	return out, nil
 }

@@ -1,0 +1,181 @@
+package nmstatectl
+
+import (
+	"context"
+	"errors"
+	"net/netip"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+)
+
+const twoOnEth1 = `interfaces:
+- name: eth0
+  type: ethernet
+  state: up
+  ipv4:
+    enabled: true
+    dhcp: true
+    address:
+    - ip: 192.168.0.7
+      prefix-length: 16
+- name: eth1
+  type: ethernet
+  state: up
+  ipv4:
+    enabled: true
+    dhcp: false
+    address:
+    - ip: 10.10.10.8
+      prefix-length: 24
+    - ip: 192.0.2.5
+      prefix-length: 24
+  ipv6:
+    enabled: true
+    dhcp: false
+    autoconf: false
+    address:
+    - ip: fd00::8
+      prefix-length: 64
+`
+
+func TestCarriers(t *testing.T) {
+	got := Carriers([]byte(twoOnEth1))
+	want := map[string]string{"192.168.0.7": "eth0", "10.10.10.8": "eth1", "192.0.2.5": "eth1", "fd00::8": "eth1"}
+	if len(got) != len(want) {
+		t.Fatalf("Carriers = %v, want %v", got, want)
+	}
+	for ip, iface := range want {
+		if got[netip.MustParseAddr(ip)] != iface {
+			t.Errorf("Carriers[%s] = %q, want %q", ip, got[netip.MustParseAddr(ip)], iface)
+		}
+	}
+	if got := Carriers([]byte("{")); len(got) != 0 {
+		t.Errorf("a state that does not parse carries %v", got)
+	}
+}
+
+func TestWithoutAddresses(t *testing.T) {
+	for _, tt := range []struct {
+		name string
+		drop []string
+		want string
+		from map[string]string
+		err  error
+	}{
+		{
+			name: "one of two IPv4 addresses",
+			drop: []string{"10.10.10.8"},
+			want: `{"interfaces":[{"ipv4":{"address":[{"ip":"192.0.2.5","prefix-length":24}],"dhcp":false,"enabled":true},"name":"eth1","state":"up","type":"ethernet"}]}`,
+			from: map[string]string{"10.10.10.8": "eth1"},
+		},
+		{
+			name: "the last IPv6 address, and one not carried",
+			drop: []string{"fd00::8", "10.99.0.1"},
+			want: `{"interfaces":[{"ipv6":{"address":[],"autoconf":false,"dhcp":false,"enabled":true},"name":"eth1","state":"up","type":"ethernet"}]}`,
+			from: map[string]string{"fd00::8": "eth1"},
+		},
+		{
+			name: "nothing carried",
+			drop: []string{"10.99.0.1"},
+			from: map[string]string{},
+		},
+		{
+			name: "an address DHCP gave",
+			drop: []string{"192.168.0.7"},
+			err:  ErrLearned,
+		},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			var drop []netip.Addr
+			for _, s := range tt.drop {
+				drop = append(drop, netip.MustParseAddr(s))
+			}
+			desired, from, err := WithoutAddresses([]byte(twoOnEth1), drop)
+			if !errors.Is(err, tt.err) {
+				t.Fatalf("err = %v, want %v", err, tt.err)
+			}
+			if err != nil {
+				return
+			}
+			if string(desired) != tt.want {
+				t.Errorf("desired =\n%s\nwant\n%s", desired, tt.want)
+			}
+			if len(from) != len(tt.from) {
+				t.Errorf("from = %v, want %v", from, tt.from)
+			}
+			for ip, iface := range tt.from {
+				if from[netip.MustParseAddr(ip)] != iface {
+					t.Errorf("from[%s] = %q, want %q", ip, from[netip.MustParseAddr(ip)], iface)
+				}
+			}
+		})
+	}
+}
+
+// TestWithoutAddressesApplied: the state WithoutAddresses returns, applied
+// by the simulator, takes that address off and leaves the interface's
+// other addresses and every other interface as they were.
+func TestWithoutAddressesApplied(t *testing.T) {
+	r, _ := newRunner(t)
+	ctx := context.Background()
+	if err := r.Apply(ctx, []byte(twoOnEth1)); err != nil {
+		t.Fatal(err)
+	}
+	if err := r.Commit(ctx); err != nil {
+		t.Fatal(err)
+	}
+	current, err := r.Show(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	desired, _, err := WithoutAddresses(current, []netip.Addr{netip.MustParseAddr("10.10.10.8")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := r.Apply(ctx, desired); err != nil {
+		t.Fatal(err)
+	}
+	if err := r.Commit(ctx); err != nil {
+		t.Fatal(err)
+	}
+	after, err := r.Show(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := Carriers(after)
+	if _, ok := got[netip.MustParseAddr("10.10.10.8")]; ok {
+		t.Errorf("10.10.10.8 is still carried: %v", got)
+	}
+	for _, keep := range []string{"192.0.2.5", "fd00::8"} {
+		if got[netip.MustParseAddr(keep)] != "eth1" {
+			t.Errorf("%s left eth1: %v", keep, got)
+		}
+	}
+	if len(Carriers(current))-1 != len(got) {
+		t.Errorf("more than one address changed: before %v, after %v", Carriers(current), got)
+	}
+}
+
+// TestCommandTimeout: a command that does not answer is killed, and the
+// error says it did not answer in time.
+func TestCommandTimeout(t *testing.T) {
+	script := filepath.Join(t.TempDir(), "nmstatectl")
+	if err := os.WriteFile(script, []byte("#!/bin/sh\nexec sleep 30\n"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	r := Runner{Path: script, CommandTimeout: 200 * time.Millisecond}
+	start := time.Now()
+	_, err := r.Show(context.Background())
+	if err == nil || !errors.Is(err, context.DeadlineExceeded) || !strings.Contains(err.Error(), "no answer within 200ms") {
+		t.Fatalf("Show = %v, want a timeout", err)
+	}
+	if took := time.Since(start); took > 10*time.Second {
+		t.Errorf("Show took %s", took)
+	}
+	if err := r.Rollback(context.Background()); !errors.Is(err, context.DeadlineExceeded) {
+		t.Errorf("Rollback = %v, want a timeout", err)
+	}
+}
