@@ -41,6 +41,32 @@ const (
 	ReasonReservationInvalid = "ReservationInvalid"
 )
 
+// ConditionReleasesConfirmed is the condition type of a NodeIPPool that
+// says whether every quarantined address is on its way out: True while
+// each was released less than the quarantine period ago or its holder has
+// shown it gone; False when one is still carried by its former holder
+// past the quarantine period (ReasonAddressStillCarried), or the holder
+// has published no network state since the release
+// (ReasonReleaseUnconfirmed). The message names the node, the interface,
+// the address and what to do. The addresses stay quarantined: a timer
+// never hands an address to a second NIC. It does not stop the pool from
+// serving.
+const ConditionReleasesConfirmed = "ReleasesConfirmed"
+
+// Reasons of the ReleasesConfirmed condition.
+const (
+	// ReasonReleasesConfirmed (True): no quarantine is overdue.
+	ReasonReleasesConfirmed = "ReleasesConfirmed"
+	// ReasonAddressStillCarried (False): a former holder's network still
+	// shows an address released longer than the quarantine period ago.
+	ReasonAddressStillCarried = "AddressStillCarried"
+	// ReasonReleaseUnconfirmed (False): a former holder published no
+	// network state since an address was released longer than the
+	// quarantine period ago (its handler is down, or cannot read its
+	// network).
+	ReasonReleaseUnconfirmed = "ReleaseUnconfirmed"
+)
+
 // Reasons of the Available condition. The spellings are the specification's,
 // including "Unsyncronized".
 const (
@@ -60,6 +86,9 @@ const (
 	ReasonOverlappingIPPool = "OverlappingIPPool"
 	// ReasonIPCollision (False): two owners claim the same address.
 	ReasonIPCollision = "IPCollision"
+	// ReasonTerminatingIPPool (False): the pool is being deleted; it hands
+	// out nothing, and goes once nothing is in flight or quarantined.
+	ReasonTerminatingIPPool = "TerminatingIPPool"
 	// ReasonInvalidIPPool (False): the range passed admission but cannot be
 	// used (for example a start that defaults past the end). Not in the
 	// specification's table; added so that no bad spec fails silently.
@@ -71,6 +100,15 @@ const (
 // to their pools: by the node's handler, or by the pool controller when the
 // node is gone.
 const FinalizerIPPool = "nmstate.io/ippool"
+
+// FinalizerPoolEntries is set on every NodeIPPool by the pool controller.
+// A deleted pool stays, handing out nothing, until no address is in
+// flight (each is recorded or revoked) and no quarantine is left (each
+// lifted on evidence): a late record of an address taken from the old
+// incarnation can never meet a new pool of the same name that handed it
+// out again, and a released address never leaves every pool's protection
+// while its former holder may carry it.
+const FinalizerPoolEntries = "nmstate.io/ippool-entries"
 
 // Reasons of enactment conditions added by IP pools, next to
 // kubernetes-nmstate's own.
@@ -129,8 +167,7 @@ const (
 	// again if it still needs one.
 	ReasonAllocationRevoked = "AllocationRevoked"
 	// ReasonQuarantineLifted (pool): quarantined addresses were freed
-	// because their former holder no longer carries them, its Node is gone,
-	// or the quarantine period passed.
+	// because their former holder showed them gone, or its Node is gone.
 	ReasonQuarantineLifted = "QuarantineLifted"
 	// ReasonAddressQuarantined (pool): a rebuild found addresses of the
 	// range on a node's network that no enactment records (the quarantine
@@ -149,6 +186,13 @@ const (
 	// those kept for deleted nodes' return (status.keptForReturn), and gave
 	// the enactment the one kept longest; that node no longer gets it back.
 	ReasonAddressReclaimed = "AddressReclaimed"
+	// ReasonAddressReleased (pool): a node's handler took a released
+	// address off the interface it was applied to.
+	ReasonAddressReleased = "AddressReleased"
+	// ReasonReleaseFailed (pool): a node's handler could not take a
+	// released address off its interface; it stays quarantined and the
+	// handler tries again.
+	ReasonReleaseFailed = "ReleaseFailed"
 	// ReasonPoolWriteRetriesExhausted (enactment): every attempt to write a
 	// pool met a conflict; the handler tries again later.
 	ReasonPoolWriteRetriesExhausted = "PoolWriteRetriesExhausted"
@@ -158,8 +202,24 @@ const (
 // revokes an address taken for the enactment but never recorded. Writing it
 // changes the enactment's resourceVersion, so a handler that stalled between
 // taking the address and recording it fails to record it. Its value is
-// "<pool>/<ip>" of the last revoked address.
+// "<pool>/<ip>@<token>" of the last revoked address, the token being the
+// resourceVersion the address was taken under: every fence is a new value,
+// so it changes the object even when the same address is revoked twice.
 const FenceAnnotation = "nmstate.io/ippool-fence"
+
+// FenceValue is the FenceAnnotation value of the revocation of ip, taken
+// from pool under token.
+func FenceValue(pool, ip, token string) string {
+	return pool + "/" + ip + "@" + token
+}
+
+// RefreshStateLabel on a NodeNetworkState asks its node's handler to read
+// the network and publish it again (kubernetes-nmstate's label): a new
+// value is a new request. The pool controller sets it when it needs
+// evidence that a released address is gone; the handler first takes
+// released addresses off its interfaces, and publishes even if nothing
+// changed.
+const RefreshStateLabel = "nmstate.io/force-nns-refresh"
 
 // RequestAnnotation is set by a handler on an enactment it creates for a
 // policy with ippool captures, when it leaves new addresses to the pool

@@ -230,9 +230,12 @@ type NodeIPPoolStatus struct {
 	InFlight []InFlightAddress `json:"inFlight,omitempty"`
 
 	// Quarantined lists addresses taken from their holder (release, reset,
-	// node removal) that stay allocated until the holder's network no
-	// longer carries them, its Node is gone, or the quarantine period has
-	// passed. Nobody is handed a quarantined address.
+	// node removal) that stay allocated until there is evidence that the
+	// holder no longer carries them: its NodeNetworkState, published after
+	// the release, without them, or its Node gone. Time alone never lifts
+	// a quarantine: past the quarantine period the ReleasesConfirmed
+	// condition says which node still carries what. Nobody is handed a
+	// quarantined address.
 	// +optional
 	// +listType=map
 	// +listMapKey=ip
@@ -265,7 +268,8 @@ type NodeIPPoolStatus struct {
 	// +optional
 	ObservedGeneration int64 `json:"observedGeneration,omitempty"`
 
-	// Conditions hold the Available condition; see the Reason constants.
+	// Conditions hold the Available, ReservationsHonored and
+	// ReleasesConfirmed conditions; see the Reason constants.
 	// +optional
 	// +listType=map
 	// +listMapKey=type
@@ -310,8 +314,23 @@ type QuarantinedAddress struct {
 	// until the quarantine is lifted.
 	// +optional
 	Capture string `json:"capture,omitempty"`
-	// Since is when the record was removed.
+	// Interface is the interface the address was applied to, from the
+	// record; empty if the record did not say.
+	// +optional
+	Interface string `json:"interface,omitempty"`
+	// Since is when the release began: the releaser writes its own time,
+	// and the pool controller replaces it with its own clock's when it asks
+	// the holder for evidence, so that every quarantine is timed on one
+	// clock.
 	Since metav1.Time `json:"since"`
+	// StateSeenAtRelease is the lastSuccessfulUpdateTime of the holder's
+	// NodeNetworkState (stamped by the holder's node) as the pool
+	// controller read it once the record was gone; the zero time when the
+	// node had published none. A state the node publishes later was read
+	// after the release: when it does not carry the address, the
+	// quarantine is lifted. Empty until the controller has looked.
+	// +optional
+	StateSeenAtRelease *metav1.Time `json:"stateSeenAtRelease,omitempty"`
 }
 
 // KeptAddress is a free address kept for the return of the node that held

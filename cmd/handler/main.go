@@ -106,6 +106,7 @@ func run(o options) error {
 		return err
 	}
 	r.StateChanged = func() { nudges.Nudge(o.node) }
+	r.Released = func() { nudges.Release(o.node) }
 	r.NetworkLock = &sync.Mutex{}
 	if err := r.SetupWithManager(mgr, handler.SetupOptions{}); err != nil {
 		return fmt.Errorf("set up the handler: %w", err)
@@ -115,7 +116,7 @@ func run(o options) error {
 	if reporter.Version, err = network.Version(context.Background()); err != nil {
 		ctrl.Log.Info("could not read the nmstate version; the NodeNetworkState will not show it", "error", err.Error())
 	}
-	reporter.NetworkLock = r.NetworkLock
+	reporter.NetworkLock, reporter.Settle = r.NetworkLock, r.Settle
 	if err := reporter.SetupWithManager(mgr, nudges, nodestate.SetupOptions{}); err != nil {
 		return fmt.Errorf("set up the NodeNetworkState reporter: %w", err)
 	}

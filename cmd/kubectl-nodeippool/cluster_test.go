@@ -12,6 +12,7 @@ import (
 
 	"github.com/nmstate/kubernetes-nmstate/api/shared"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	ippoolv1 "github.com/nmstate-ippool/nmstate-ippool/api/v1"
@@ -132,7 +133,9 @@ func TestClusterCommands(t *testing.T) {
 	pool(t, k, "held", ippoolv1.IPRange{CIDR: "10.40.0.0/24"}, "10.40.0.1", "10.40.0.2")
 	editStatus(t, k, "held", true, func(p *ippoolv1.NodeIPPool) {
 		poolstatus.AddInFlight(p, ippoolv1.InFlightAddress{IP: "10.40.0.1", Enactment: "node07.x", Token: "1", Since: metav1.Now()})
-		poolstatus.AddQuarantine(p, ippoolv1.QuarantinedAddress{IP: "10.40.0.2", Node: "node08", Since: metav1.Now()})
+		poolstatus.AddQuarantine(p, ippoolv1.QuarantinedAddress{IP: "10.40.0.2", Node: "node08", Enactment: "node08.static-ip",
+			Interface: "eth1", Since: metav1.Date(2026, 11, 23, 9, 0, 0, 0, time.UTC),
+			StateSeenAtRelease: ptr.To(metav1.Date(2026, 11, 23, 8, 59, 58, 0, time.UTC))})
 		poolstatus.AddKept(p, ippoolv1.KeptAddress{IP: "10.40.0.3", Node: "node09", Enactment: "node09.static-ip", Capture: "addr",
 			Since: metav1.Date(2026, 11, 23, 10, 0, 0, 0, time.UTC)})
 	})
@@ -155,8 +158,12 @@ func TestClusterCommands(t *testing.T) {
 			"1       10.20.0.2    collision  node02  eth1       bad-b   addr", "2       10.20.0.3    missing    node03", "8       10.20.0.9    unclaimed  -",
 			"-       10.20.0.200  outside    node04"}},
 		{"show held and other pools' records", []string{"show", "held"}, 0, []string{"0       10.40.0.1  in-flight    -",
-			"1       10.40.0.2  quarantined  -", "2       10.40.0.3  kept         node09  -          static-ip  addr",
-			"6       10.40.0.7  missing      node06"}},
+			"1       10.40.0.2  quarantined  node08  eth1       static-ip  -", "2       10.40.0.3  kept         node09  -          static-ip  addr",
+			"6       10.40.0.7  missing      node06",
+			"Quarantined:\n  10.40.0.2: released by node node08 at 2026-11-23T09:00:00Z; handed to nobody until node node08 publishes a " +
+				"network state without it (its state then was of 2026-11-23T08:59:58Z) or its Node is deleted"}},
+		{"decode a quarantined address", []string{"decode", "held", "10.40.0.2"}, 0, []string{"NodeIPPool held: 10.40.0.2 is offset 1, " +
+			"quarantined: released by node node08 at 2026-11-23T09:00:00Z; handed to nobody until node node08 publishes"}},
 		{"decode a kept address", []string{"decode", "held", "10.40.0.3"}, 0, []string{"NodeIPPool held: 10.40.0.3 is offset 2, free and kept " +
 			"since 2026-11-23T10:00:00Z for the return of node node09 (enactment node09.static-ip, capture addr); other nodes get it only when no other address is free"}},
 		{"decode an offset", []string{"decode", "good", "2"}, 0, []string{"NodeIPPool good: 10.10.11.6 is offset 2, allocated, held by node node02 on eth1 " +

@@ -8,6 +8,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"time"
 
 	"k8s.io/apimachinery/pkg/api/meta"
 
@@ -67,11 +68,18 @@ type addressRow struct {
 	Holders []poolstatus.Owner `json:"holders,omitempty"`
 	// KeptFor is the deleted node's enactment a kept address waits for.
 	KeptFor *ippoolv1.KeptAddress `json:"keptFor,omitempty"`
+	// Quarantine is a quarantined address's entry, and Why says what it
+	// waits for.
+	Quarantine *ippoolv1.QuarantinedAddress `json:"quarantine,omitempty"`
+	Why        string                       `json:"why,omitempty"`
 }
 
 // poolDetail is the output of show.
 type poolDetail struct {
 	poolSummary
+	// Releases is the ReleasesConfirmed condition, "Status Reason:
+	// message"; empty while the pool has none.
+	Releases     string       `json:"releases,omitempty"`
 	PrefixLength int          `json:"prefixLength"`
 	Addresses    []addressRow `json:"addresses"`
 	// Truncated is set when the bitmap holds more than maxListed addresses;
@@ -105,6 +113,9 @@ func inspect(p *ippoolv1.NodeIPPool, enactments []nncev1beta1.NodeNetworkConfigu
 // with its state and holders.
 func (in *inspected) detail() poolDetail {
 	d := poolDetail{poolSummary: summarize(in.pool), PrefixLength: in.alloc.Range().Prefix().Bits()}
+	if c := meta.FindStatusCondition(in.pool.Status.Conditions, ippoolv1.ConditionReleasesConfirmed); c != nil {
+		d.Releases = fmt.Sprintf("%s %s: %s", c.Status, c.Reason, c.Message)
+	}
 	rng := in.alloc.Range()
 	seen := map[netip.Addr]bool{}
 	var ips []netip.Addr
@@ -157,7 +168,8 @@ func (in *inspected) row(ip netip.Addr) addressRow {
 	case set && poolstatus.InFlightOf(in.pool, r.IP) != nil:
 		r.State = stateInFlight
 	case set && poolstatus.QuarantineOf(in.pool, r.IP) != nil:
-		r.State = stateQuarantined
+		r.State, r.Quarantine = stateQuarantined, poolstatus.QuarantineOf(in.pool, r.IP)
+		r.Why = quarantineWhy(r.Quarantine)
 	case set:
 		r.State = stateUnclaimed
 	case assignErr != nil:
@@ -278,3 +290,16 @@ func checkAll(pools []ippoolv1.NodeIPPool, enactments []nncev1beta1.NodeNetworkC
 // errMismatch is returned by check when it found problems; the exit code
 // is then 1.
 var errMismatch = errors.New("the pools and the enactments disagree")
+
+// quarantineWhy says what a quarantined address waits for.
+func quarantineWhy(q *ippoolv1.QuarantinedAddress) string {
+	since := q.Since.UTC().Format(time.RFC3339)
+	switch {
+	case q.Node == "":
+		return "released at " + since + " by no node; freed at the pool controller's next look"
+	case q.StateSeenAtRelease == nil:
+		return fmt.Sprintf("released by node %s at %s; the pool controller has not looked at node %s's network since", q.Node, since, q.Node)
+	}
+	return fmt.Sprintf("released by node %s at %s; handed to nobody until node %s publishes a network state without it "+
+		"(its state then was of %s) or its Node is deleted", q.Node, since, q.Node, q.StateSeenAtRelease.UTC().Format(time.RFC3339))
+}

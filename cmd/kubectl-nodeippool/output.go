@@ -67,7 +67,11 @@ func (p printer) detail(d poolDetail) error {
 	fmt.Fprintf(p.w, "NodeIPPool:    %s\n", d.Name)
 	fmt.Fprintf(p.w, "Range:         %s %s (prefix-length %d)\n", d.CIDR, d.Range, d.PrefixLength)
 	fmt.Fprintf(p.w, "Addresses:     %d allocated, %d free, %d in all\n", d.Allocated, d.Free, d.Size)
-	fmt.Fprintf(p.w, "Available:     %s %s: %s\n\n", d.Available, d.Reason, d.Message)
+	fmt.Fprintf(p.w, "Available:     %s %s: %s\n", d.Available, d.Reason, d.Message)
+	if d.Releases != "" {
+		fmt.Fprintf(p.w, "Releases:      %s\n", d.Releases)
+	}
+	fmt.Fprintln(p.w)
 	if len(d.Addresses) == 0 {
 		_, err := fmt.Fprintln(p.w, "No address is allocated or recorded.")
 		return err
@@ -79,11 +83,37 @@ func (p printer) detail(d poolDetail) error {
 			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\n", dash(a.Offset), a.IP, a.State, k.Node, "-", policyOf(k.Enactment, k.Node), k.Capture)
 			continue
 		}
+		if q := a.Quarantine; q != nil {
+			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\n", dash(a.Offset), a.IP, a.State, dash(q.Node), dash(q.Interface),
+				policyOf(q.Enactment, q.Node), dash(q.Capture))
+			continue
+		}
 		for _, h := range holdersOrNone(a.Holders) {
 			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\n", dash(a.Offset), a.IP, a.State, dash(h.Node), dash(h.Interface), dash(h.Policy), dash(h.Capture))
 		}
 	}
-	return tw.Flush()
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	return p.quarantines(d.Addresses)
+}
+
+// quarantines tells why each quarantined address is held.
+func (p printer) quarantines(rows []addressRow) error {
+	first := true
+	for _, a := range rows {
+		if a.Quarantine == nil {
+			continue
+		}
+		if first {
+			fmt.Fprintln(p.w, "\nQuarantined:")
+			first = false
+		}
+		if _, err := fmt.Fprintf(p.w, "  %s: %s\n", a.IP, a.Why); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 func (p printer) decoded(pool string, a addressRow) error {
@@ -101,6 +131,10 @@ func (p printer) decoded(pool string, a addressRow) error {
 		return err
 	}
 	fmt.Fprintf(p.w, "NodeIPPool %s: %s is %s, %s", pool, a.IP, where, a.State)
+	if a.Why != "" {
+		_, err := fmt.Fprintf(p.w, ": %s\n", a.Why)
+		return err
+	}
 	if len(a.Holders) == 0 {
 		_, err := fmt.Fprintln(p.w)
 		return err

@@ -39,6 +39,9 @@ type allocation struct {
 	// enactment's name and the resourceVersion the record is written
 	// under.
 	enactment, token string
+	// uids are the UIDs of the pools fresh was taken from: a withdrawal
+	// touches no later incarnation.
+	uids map[string]types.UID
 	// moved describes recorded addresses that were replaced because their
 	// pool no longer hands them out.
 	moved []string
@@ -61,7 +64,7 @@ func (r *Reconciler) allocate(ctx context.Context, s *scope) (*allocation, *outc
 		return nil, o, nil
 	}
 	a := &allocation{addresses: map[string]capture.Address{}, fresh: map[string][]string{}, notes: map[string]assign.Notes{},
-		enactment: e.Name, token: e.ResourceVersion}
+		enactment: e.Name, token: e.ResourceVersion, uids: map[string]types.UID{}}
 	for _, pool := range captures.Pools() {
 		plan, blocked, err := r.allocateFromPool(ctx, s.policy, e, pool, captures.RefsOf(pool))
 		if err != nil || blocked != nil {
@@ -71,6 +74,9 @@ func (r *Reconciler) allocate(ctx context.Context, s *scope) (*allocation, *outc
 		maps.Copy(a.addresses, plan.addresses)
 		for _, name := range plan.fresh {
 			a.fresh[pool] = append(a.fresh[pool], plan.addresses[name].IP.String())
+		}
+		if plan.source != nil {
+			a.uids[pool] = plan.source.UID
 		}
 		a.moved = append(a.moved, plan.moved...)
 		a.notes[pool] = plan.notes
@@ -136,7 +142,7 @@ func (r *Reconciler) blockedBeforeTaking(ctx context.Context, e *nncev1beta1.Nod
 // pool controller.
 func (r *Reconciler) withdraw(ctx context.Context, a *allocation) {
 	for pool, ips := range a.fresh {
-		if _, err := r.Pools.Withdraw(ctx, pool, a.enactment, a.token, ips); err != nil {
+		if _, err := r.Pools.Withdraw(ctx, pool, a.enactment, a.token, ips, poolwrite.Incarnation(a.uids[pool])); err != nil {
 			ctrl.LoggerFrom(ctx).Error(err, "could not give back unrecorded addresses; the pool controller will revoke them", "pool", pool, "ips", ips)
 		}
 	}
@@ -158,7 +164,7 @@ func (r *Reconciler) allocateFromPool(ctx context.Context, policy *nmstatev1.Nod
 	)
 	mutate := func(pool *ippoolv1.NodeIPPool, alloc *ippool.Allocator) (bool, error) {
 		now := r.Clock.Now()
-		ask := r.DeferToController && (!servedInVain(e, now, r.FailedRequeue) || serving(pool, now, r.FailedRequeue))
+		ask := r.DeferToController && (!servedInVain(e, now, r.FailedRequeue) || controllerBusy(pool, now, r.FailedRequeue))
 		plan, blocked = r.planWrite(ctx, policy, e, pool, alloc, refs)
 		if blocked != nil || !plan.needsWrite() {
 			return false, nil
@@ -201,12 +207,12 @@ func (r *Reconciler) allocateFromPool(ctx context.Context, policy *nmstatev1.Nod
 	return plan, nil, nil
 }
 
-// serving reports whether the pool shows an allocation younger than
+// controllerBusy reports whether the pool shows an allocation younger than
 // window: an in-flight entry, which the pool controller adds for every
 // enactment it serves. A handler that waited in vain keeps waiting while
 // the controller serves others (under load it serves in large batches),
 // instead of adding its own writes to a pool that is busy already.
-func serving(pool *ippoolv1.NodeIPPool, now time.Time, window time.Duration) bool {
+func controllerBusy(pool *ippoolv1.NodeIPPool, now time.Time, window time.Duration) bool {
 	for _, f := range pool.Status.InFlight {
 		if now.Sub(f.Since.Time) < window {
 			return true
@@ -325,10 +331,10 @@ func (r *Reconciler) logAllocations(ctx context.Context, plan *poolPlan, refs []
 	}
 }
 
-// unclaimed returns, by pool, the addresses the enactment records that no
+// droppedAddresses returns, by pool, the addresses the enactment records that no
 // current capture uses (a dropped capture, a capture moved to another pool).
 // They are released once the new record is written.
-func unclaimed(e *nncev1beta1.NodeNetworkConfigurationEnactment, addresses map[string]capture.Address,
+func droppedAddresses(e *nncev1beta1.NodeNetworkConfigurationEnactment, addresses map[string]capture.Address,
 	captures capture.Captures) map[string][]string {
 	kept := map[string][]string{}
 	for _, ref := range captures.Refs {
@@ -345,22 +351,23 @@ func unclaimed(e *nncev1beta1.NodeNetworkConfigurationEnactment, addresses map[s
 	return drop
 }
 
-// quarantineDropped gives back addresses the enactment no longer records:
-// they are quarantined until this node no longer carries them. A failure is
-// logged: the record is gone, so garbage collection frees them.
-func (r *Reconciler) quarantineDropped(ctx context.Context, e *nncev1beta1.NodeNetworkConfigurationEnactment, dropped map[string][]string) {
+// quarantineDropped quarantines addresses the enactment is about to stop
+// recording, until this node no longer carries them. It must succeed
+// before the record goes.
+func (r *Reconciler) quarantineDropped(ctx context.Context, e *nncev1beta1.NodeNetworkConfigurationEnactment, dropped map[string][]string) error {
 	if len(dropped) == 0 {
-		return
+		return nil
 	}
 	record := ippoolv1.EnactmentIPPools{}
 	for pool, ips := range dropped {
 		record[pool] = ippoolv1.PoolAllocation{Allocated: ips}
 	}
-	q, err := r.Pools.Quarantine(ctx, retire.HolderOf(e), record)
+	q, err := r.Pools.Quarantine(ctx, retire.HolderOf(e).WithoutReturn(), record)
 	if err != nil {
-		ctrl.LoggerFrom(ctx).Error(err, "could not quarantine dropped addresses; the pool controller will collect them", "dropped", dropped)
+		return fmt.Errorf("quarantine the addresses enactment %q drops: %w", e.Name, err)
 	}
 	if len(q) > 0 {
 		ctrl.LoggerFrom(ctx).Info("quarantined dropped addresses", "ippool", q)
 	}
+	return nil
 }

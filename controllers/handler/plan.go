@@ -111,6 +111,9 @@ func (p *poolPlan) apply(alloc *ippool.Allocator, claimant assign.Claimant) erro
 // tried all the same: addresses may have been freed since, and a request
 // that still finds it full fails with IPPoolExhausted.
 func poolAvailable(pool *ippoolv1.NodeIPPool) (bool, string) {
+	if !pool.DeletionTimestamp.IsZero() {
+		return false, fmt.Sprintf("NodeIPPool %q is being deleted and hands out nothing; create it again, or point the policy at another pool", pool.Name)
+	}
 	for _, c := range pool.Status.Conditions {
 		if c.Type != ippoolv1.ConditionAvailable {
 			continue

@@ -102,6 +102,10 @@ type Reconciler struct {
 	// not (a rollback changes the network too): the node's state reporter
 	// reads the state again.
 	StateChanged func()
+	// Released, if set, is called after this handler released addresses
+	// (an enactment retired, captures dropped): the node's state reporter
+	// settles the network (Settle takes them off) and publishes it.
+	Released func()
 }
 
 // cacheLag is how soon a reconcile whose cached view the API server
@@ -231,6 +235,7 @@ func (r *Reconciler) retireIfConfirmed(ctx context.Context, name string) (ctrl.R
 	if err := r.retire(ctx, s.enactment, why); err != nil {
 		return ctrl.Result{}, err
 	}
+	r.released()
 	if s.selected {
 		// Deleted while the policy still selects the node (by hand, or
 		// with its Node): start over once it is gone.
@@ -274,7 +279,7 @@ func (r *Reconciler) enact(ctx context.Context, name string) (ctrl.Result, error
 	}
 	r.reportMoved(s.enactment, alloc.moved)
 	r.reportNotes(s.enactment, alloc.notes)
-	dropped := unclaimed(s.enactment, alloc.addresses, s.captures)
+	dropped := droppedAddresses(s.enactment, alloc.addresses, s.captures)
 	rendered, err := r.render(ctx, s, alloc.addresses)
 	if err != nil {
 		writeRecord(s.enactment, s.captures, alloc.addresses, addressStates(alloc.addresses), r.meta())
@@ -336,24 +341,36 @@ func (r *Reconciler) concludeBlocked(ctx context.Context, s *scope, blocked *out
 }
 
 // concludeRecorded writes an enactment that now records alloc's fresh
-// addresses and no longer records dropped. The write is guarded by the
-// resourceVersion the fresh addresses' in-flight entries carry as their
-// token. Once it has landed, dropped is quarantined. If the API server
-// refused it (a conflict), the record certainly does not exist: the fresh
-// addresses are withdrawn, and if the pool controller fenced the enactment
-// because the addresses stayed unrecorded too long, that is told. After
-// any other error the write may have landed, so they are kept.
+// addresses and no longer records dropped. dropped is quarantined first:
+// the record that claims them goes only once their quarantine holds them.
+// The write is guarded by the resourceVersion the fresh addresses'
+// in-flight entries carry as their token. If the API server refused it (a
+// conflict), the record certainly does not exist: the fresh addresses are
+// withdrawn, and if the pool controller fenced the enactment because the
+// addresses stayed unrecorded too long, that is told. After any other
+// error the write may have landed, so they are kept.
 func (r *Reconciler) concludeRecorded(ctx context.Context, s *scope, alloc *allocation, dropped map[string][]string,
 	o outcome) (ctrl.Result, error) {
+	if err := r.quarantineDropped(ctx, s.enactment, dropped); err != nil {
+		r.withdraw(ctx, alloc)
+		return ctrl.Result{}, err
+	}
 	res, err := r.conclude(ctx, s, o)
 	switch {
 	case apierrors.IsConflict(err):
 		r.withdraw(ctx, alloc)
 		r.reportRevoked(ctx, alloc)
-	case err == nil:
-		r.quarantineDropped(ctx, s.enactment, dropped)
+	case err == nil && len(dropped) > 0:
+		r.released()
 	}
 	return res, err
+}
+
+// released tells the node's state reporter that addresses were released.
+func (r *Reconciler) released() {
+	if r.Released != nil {
+		r.Released()
+	}
 }
 
 // reportRevoked tells, with an Event, that fresh addresses were revoked by
@@ -369,7 +386,7 @@ func (r *Reconciler) reportRevoked(ctx context.Context, alloc *allocation) {
 	fence := e.Annotations[ippoolv1.FenceAnnotation]
 	for pool, ips := range alloc.fresh {
 		for _, ip := range ips {
-			if fence == pool+"/"+ip {
+			if fence == ippoolv1.FenceValue(pool, ip, alloc.token) {
 				ctrl.LoggerFrom(ctx).Info("an unrecorded address was revoked; not applying it", "pool", pool, "ip", ip)
 				r.Recorder.Eventf(&e, nil, corev1.EventTypeWarning, ippoolv1.ReasonAllocationRevoked, "Record",
 					"NodeIPPool %s revoked %s before node %s recorded it (the handler stalled past the grace period); not applied, allocating again",

@@ -9,7 +9,6 @@ import (
 	"time"
 
 	"github.com/nmstate/kubernetes-nmstate/api/shared"
-	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
@@ -18,8 +17,10 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/yaml"
 
+	ippoolv1 "github.com/nmstate-ippool/nmstate-ippool/api/v1"
 	nncev1beta1 "github.com/nmstate-ippool/nmstate-ippool/api/v1beta1"
 	"github.com/nmstate-ippool/nmstate-ippool/internal/conditions"
+	"github.com/nmstate-ippool/nmstate-ippool/internal/nodemeta"
 )
 
 // StateReader reads the node's current network state (JSON or YAML).
@@ -40,12 +41,19 @@ type Reconciler struct {
 	// Clock stamps the updates.
 	Clock clock.PassiveClock
 	// NetworkLock, if set, is held by the handler while it checks its
-	// record and applies a state. Reading under it means a published state
-	// is never one in the middle of an apply, and the state's time (taken
-	// before the read) is one at which no apply was under way: the pool
-	// controller relies on that to lift a quarantine when the state shows
-	// an address gone.
+	// record and applies a state. The reporter holds it from before
+	// Settle until its write is done: a published state is never one from
+	// the middle of an apply, and no apply of the handler changes the
+	// network between the read and the write. The pool controller relies
+	// on that to lift a quarantine on a state published after a release.
 	NetworkLock sync.Locker
+	// Settle, if set, is called under NetworkLock before the state is read
+	// for a publication that must be made: the first after the reporter
+	// starts, one the pool controller asked for (RefreshStateLabel), one
+	// Nudges.Release asked for. It takes released addresses off the
+	// interfaces (handler.Reconciler.Settle). Its error is logged; the
+	// state is published all the same.
+	Settle func(context.Context) error
 	// Refresh is how often the state is read when nothing nudges; each
 	// wait is jittered by ±10% (kubernetes-nmstate's), so that the nodes
 	// of a cluster started together do not all write at once.
@@ -55,6 +63,14 @@ type Reconciler struct {
 	// Version is the handler's nmstate version (nmstatectl --version),
 	// published as status.handlerNmstateVersion; empty if unknown.
 	Version string
+
+	nudges *Nudges
+	// mu guards what the reporter remembers of its publications.
+	mu sync.Mutex
+	// published is set once a state was published since the start, and
+	// answered is the last RefreshStateLabel value a publication answered.
+	published bool
+	answered  string
 }
 
 // jittered returns d moved by up to ±10%: f in [0, 1) picks where.
@@ -71,22 +87,41 @@ func (r *Reconciler) refreshAfter() time.Duration {
 // order.
 var nnsConditionTypes = []shared.ConditionType{shared.NodeNetworkStateConditionAvailable, shared.NodeNetworkStateConditionFailing}
 
-// Reconcile reads the node's state and writes its NNS if it changed.
+// Reconcile reads the node's state and writes its NNS if it changed, or if
+// a publication must be made (see Settle).
 func (r *Reconciler) Reconcile(ctx context.Context, _ ctrl.Request) (ctrl.Result, error) {
 	ctx = ctrl.LoggerInto(ctx, ctrl.LoggerFrom(ctx).WithValues("node", r.NodeName))
-	node := &metav1.PartialObjectMetadata{}
-	node.SetGroupVersionKind(corev1.SchemeGroupVersion.WithKind("Node"))
-	if err := r.Client.Get(ctx, types.NamespacedName{Name: r.NodeName}, node); err != nil {
+	node, err := nodemeta.Get(ctx, r.Client, r.NodeName)
+	if err != nil {
 		return ctrl.Result{}, client.IgnoreNotFound(err) // a deleted node has no state to publish
 	}
 	nns, err := r.ensure(ctx, node)
 	if err != nil {
 		return ctrl.Result{}, err
 	}
-	readAt, current, showErr := r.show(ctx)
+	if r.NetworkLock != nil {
+		r.NetworkLock.Lock()
+		defer r.NetworkLock.Unlock()
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	request := nns.Labels[ippoolv1.RefreshStateLabel]
+	must := !r.published || request != r.answered || r.nudges.takeRelease()
+	if must && r.Settle != nil {
+		if err := r.Settle(ctx); err != nil {
+			ctrl.LoggerFrom(ctx).Info("could not settle the network before publishing it", "error", err.Error())
+		}
+	}
+	readAt := r.Clock.Now()
+	current, showErr := r.State.Show(ctx)
 	status, changed := next(nns.Status, current, showErr, readAt)
 	if status.HandlerNmstateVersion != r.Version {
 		status.HandlerNmstateVersion, changed = r.Version, true
+	}
+	if must && showErr == nil {
+		// A state read now, published even if it did not change: the
+		// answer to whoever asked for it.
+		status.LastSuccessfulUpdateTime, changed = later(nns.Status.LastSuccessfulUpdateTime, readAt), true
 	}
 	if !changed {
 		return ctrl.Result{RequeueAfter: r.refreshAfter()}, nil
@@ -95,20 +130,21 @@ func (r *Reconciler) Reconcile(ctx context.Context, _ ctrl.Request) (ctrl.Result
 	if err := r.Client.Status().Update(ctx, nns); err != nil {
 		return ctrl.Result{}, fmt.Errorf("write NodeNetworkState %q: %w", nns.Name, err)
 	}
-	ctrl.LoggerFrom(ctx).Info("published the node's network state", "failing", showErr != nil)
+	r.published, r.answered = true, request
+	ctrl.LoggerFrom(ctx).Info("published the node's network state", "failing", showErr != nil, "asked", request != "")
 	return ctrl.Result{RequeueAfter: r.refreshAfter()}, nil
 }
 
-// show reads the state under NetworkLock and returns the time the read
-// started.
-func (r *Reconciler) show(ctx context.Context) (time.Time, []byte, error) {
-	if r.NetworkLock != nil {
-		r.NetworkLock.Lock()
-		defer r.NetworkLock.Unlock()
+// later returns a publication time for a state read at now that is later
+// than prev: now, to the second, or a second after prev. Each publication
+// is stamped later than the one before, on the node's clock: a state
+// stamped later than one seen at a release was published after it.
+func later(prev metav1.Time, now time.Time) metav1.Time {
+	t := now.Truncate(time.Second)
+	if !t.After(prev.Time) {
+		t = prev.Add(time.Second)
 	}
-	readAt := r.Clock.Now()
-	current, err := r.State.Show(ctx)
-	return readAt, current, err
+	return metav1.NewTime(t)
 }
 
 // ensure returns the node's NNS, creating it, owned by the node, if it is
@@ -152,7 +188,7 @@ func next(old shared.NodeNetworkStateStatus, current []byte, showErr error, now 
 		return old, false
 	}
 	s.CurrentState = shared.NewState(string(state))
-	s.LastSuccessfulUpdateTime = metav1.NewTime(now.Truncate(time.Second))
+	s.LastSuccessfulUpdateTime = later(old.LastSuccessfulUpdateTime, now)
 	return s, true
 }
 

@@ -65,7 +65,7 @@ func nns(name string) func() (*nncev1beta1.NodeNetworkState, error) {
 }
 
 // startReporter runs a reporter for node until stop is called.
-func startReporter(t *testing.T, node string, net *network, refresh time.Duration) (nodestate.Nudges, func()) {
+func startReporter(t *testing.T, node string, net *network, refresh time.Duration) (*nodestate.Nudges, func()) {
 	t.Helper()
 	mgr, err := env.NewManager()
 	Expect(err).NotTo(HaveOccurred())

@@ -3,6 +3,7 @@ package nodestate
 import (
 	"context"
 	"math/rand/v2"
+	"sync/atomic"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -31,21 +32,38 @@ func New(mgr ctrl.Manager, node string, state StateReader) *Reconciler {
 		Random: rand.Float64}
 }
 
-// Nudges makes the reporter read the state at once. Nudge never blocks;
-// nudges that come while one waits are merged.
-type Nudges chan event.GenericEvent
+// Nudges makes the reporter read the state at once. Nudge and Release
+// never block; nudges that come while one waits are merged.
+type Nudges struct {
+	events  chan event.GenericEvent
+	release atomic.Bool
+}
 
-// NewNudges returns a channel for one reporter.
-func NewNudges() Nudges { return make(Nudges, 1) }
+// NewNudges returns the nudges of one reporter.
+func NewNudges() *Nudges { return &Nudges{events: make(chan event.GenericEvent, 1)} }
 
-// Nudge asks for a look at the state of node.
-func (n Nudges) Nudge(node string) {
+// Nudge asks for a look at the state of node: its network may have
+// changed (after an apply).
+func (n *Nudges) Nudge(node string) {
 	o := &nncev1beta1.NodeNetworkState{}
 	o.Name = node
 	select {
-	case n <- event.GenericEvent{Object: o}:
+	case n.events <- event.GenericEvent{Object: o}:
 	default:
 	}
+}
+
+// Release asks for a publication of the state of node after the reporter
+// settled it: the node released addresses, to be taken off its interfaces.
+func (n *Nudges) Release(node string) {
+	n.release.Store(true)
+	n.Nudge(node)
+}
+
+// takeRelease reports whether a release was asked for since the last
+// call. A nil Nudges never asks.
+func (n *Nudges) takeRelease() bool {
+	return n != nil && n.release.Swap(false)
 }
 
 // SetupOptions tune the controller.
@@ -56,7 +74,8 @@ type SetupOptions struct {
 
 // SetupWithManager registers the reporter: the node, its NNS (so a
 // deleted NNS comes back) and nudges.
-func (r *Reconciler) SetupWithManager(mgr ctrl.Manager, nudges Nudges, opts SetupOptions) error {
+func (r *Reconciler) SetupWithManager(mgr ctrl.Manager, nudges *Nudges, opts SetupOptions) error {
+	r.nudges = nudges
 	thisNode := predicate.NewPredicateFuncs(func(o client.Object) bool { return o.GetName() == r.NodeName })
 	toNode := handler.EnqueueRequestsFromMapFunc(func(context.Context, client.Object) []reconcile.Request {
 		return []reconcile.Request{{NamespacedName: types.NamespacedName{Name: r.NodeName}}}
@@ -66,7 +85,7 @@ func (r *Reconciler) SetupWithManager(mgr ctrl.Manager, nudges Nudges, opts Setu
 		WithOptions(controller.Options{SkipNameValidation: ptr.To(opts.SkipNameValidation)}).
 		WatchesMetadata(&corev1.Node{}, toNode, builder.WithPredicates(thisNode)).
 		Watches(&nncev1beta1.NodeNetworkState{}, toNode, builder.WithPredicates(thisNode)).
-		WatchesRawSource(source.Channel(nudges, toNode)).
+		WatchesRawSource(source.Channel(nudges.events, toNode)).
 		Complete(r)
 }
 

@@ -8,6 +8,7 @@ import (
 	. "github.com/onsi/gomega"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/util/retry"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	ippoolv1 "github.com/nmstate-ippool/nmstate-ippool/api/v1"
@@ -25,12 +26,16 @@ func warned(t *testing.T) (client.Client, *envtest.Warnings) {
 // changeRange applies change to the pool's range, as `kubectl edit` would,
 // and returns the API server's answer.
 func changeRange(c client.Client, name string, change func(*ippoolv1.IPRange), opts ...client.UpdateOption) error {
-	var p ippoolv1.NodeIPPool
-	if err := k.Get(ctx, types.NamespacedName{Name: name}, &p); err != nil {
-		return err
-	}
-	change(&p.Spec.Range)
-	return c.Update(ctx, &p, opts...)
+	// As kubectl edit would, on the latest copy: the controller writes
+	// the pool's metadata too (its finalizer).
+	return retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		var p ippoolv1.NodeIPPool
+		if err := k.Get(ctx, types.NamespacedName{Name: name}, &p); err != nil {
+			return err
+		}
+		change(&p.Spec.Range)
+		return c.Update(ctx, &p, opts...)
+	})
 }
 
 // rangeOf returns the pool's spec.range as stored.

@@ -30,7 +30,7 @@ const pruneAfter = 10 * time.Second
 const quarantinePoll = 5 * time.Second
 
 // lift is the decision to free one quarantined address, and with keep, to
-// keep it for its holder's return (its Node was deleted).
+// keep it for its holder's return (its Node was deleted or replaced).
 type lift struct {
 	since metav1.Time
 	why   string
@@ -43,8 +43,9 @@ type holdWork struct {
 	// prune are in-flight entries whose enactment records the address.
 	prune []string
 	// revoke are in-flight entries left unrecorded past the grace period
-	// whose enactment the controller fenced, with the token: never
-	// recorded, so never applied, and freed at once.
+	// (at once when the pool is being deleted) whose enactment the
+	// controller fenced, with the token: never recorded, so never
+	// applied, and freed at once.
 	revoke map[string]string
 	// forget are in-flight entries whose enactment is gone or changed
 	// without recording them, with the token. The address may have been
@@ -55,17 +56,25 @@ type holdWork struct {
 	// lift are quarantined addresses to free, with why; an entry is lifted
 	// only if it is still the one decided on (same since).
 	lift map[string]lift
+	// seen are quarantines looked at for the first time since the release,
+	// with the time of the holder's network state then: the controller
+	// records it, and restamps the entry's since with its own clock.
+	seen map[string]metav1.Time
+	// overdue are the quarantines past their period, by address.
+	overdue map[string]overdue
+	// ask are the nodes asked for their network state again.
+	ask []string
 	// expire are kept addresses whose quarantine period has passed, by
 	// since: their holder no longer gets them back first.
 	expire map[string]metav1.Time
 }
 
-// entriesDue returns whether the pool's entries need work now, and how long
+// holdsDue returns whether the pool's entries need work now, and how long
 // until the next one may. Pruning and quarantine checks are batched: at
 // most one every pruneAfter and quarantinePoll, however many enactment
-// events bring the pool back.
-func (r *Reconciler) entriesDue(pool *ippoolv1.NodeIPPool, claims poolstatus.Claims, exists func(string) bool, m *poolMemory) (bool, time.Duration) {
-	lastPrune := m.lastPrune
+// events bring the pool back. The ages of in-flight entries are measured
+// on the controller's clock, from when this process first saw them.
+func (r *Reconciler) holdsDue(pool *ippoolv1.NodeIPPool, claims poolstatus.Claims, exists func(string) bool, m *poolMemory) (bool, time.Duration) {
 	now := r.Clock.Now()
 	var next time.Duration
 	wait := func(d time.Duration) {
@@ -74,17 +83,19 @@ func (r *Reconciler) entriesDue(pool *ippoolv1.NodeIPPool, claims poolstatus.Cla
 		}
 	}
 	due := false
+	ages := m.inFlight.see(inFlightKeys(pool), now)
+	terminating := !pool.DeletionTimestamp.IsZero()
 	for _, e := range pool.Status.InFlight {
 		ip, err := netip.ParseAddr(e.IP)
-		age := now.Sub(e.Since.Time)
+		age := ages[inFlightKey(e)]
 		switch {
 		case err == nil && claims.HeldBy(ip, e.Enactment):
-			if now.Sub(lastPrune) >= pruneAfter {
+			if age >= pruneAfter || terminating {
 				due = true
 			} else {
-				wait(pruneAfter - now.Sub(lastPrune))
+				wait(pruneAfter - age)
 			}
-		case age >= r.GracePeriod, !exists(e.Enactment) && age >= pruneAfter:
+		case terminating, age >= r.GracePeriod, !exists(e.Enactment) && age >= pruneAfter:
 			// An entry whose enactment is gone is forgotten early; the
 			// cache has surely seen a young entry's enactment by then.
 			due = true
@@ -102,7 +113,7 @@ func (r *Reconciler) entriesDue(pool *ippoolv1.NodeIPPool, claims poolstatus.Cla
 		}
 	}
 	if len(pool.Status.Quarantined) > 0 {
-		if since := now.Sub(m.lastLiftCheck); since >= quarantinePoll {
+		if since := now.Sub(m.lastLiftCheck); m.stateChanged.Swap(false) || since >= quarantinePoll {
 			due = true
 			wait(quarantinePoll)
 		} else {
@@ -112,15 +123,30 @@ func (r *Reconciler) entriesDue(pool *ippoolv1.NodeIPPool, claims poolstatus.Cla
 	return due, next
 }
 
+// inFlightKey names one in-flight entry: a new token is a new entry.
+func inFlightKey(e ippoolv1.InFlightAddress) string { return e.IP + "@" + e.Token }
+
+func inFlightKeys(pool *ippoolv1.NodeIPPool) []string {
+	keys := make([]string, 0, len(pool.Status.InFlight))
+	for _, e := range pool.Status.InFlight {
+		keys = append(keys, inFlightKey(e))
+	}
+	return keys
+}
+
 // planHolds decides, on the API server's view, which entries to prune,
-// revoke and lift. Revoking fences the enactment first.
-// An entry whose enactment is gone is forgotten at once: its token can
-// never record anything, and its bit stays for a quarantine or garbage
-// collection to free.
+// revoke and lift, and which holders to ask for evidence. Revoking fences
+// the enactment first. An entry whose enactment is gone is forgotten at
+// once: its token can never record anything, and its bit stays for a
+// quarantine or garbage collection to free. A pool being deleted revokes
+// every unrecorded entry at once.
 func (r *Reconciler) planHolds(ctx context.Context, pool *ippoolv1.NodeIPPool, claims poolstatus.Claims,
-	exists func(string) bool) (holdWork, error) {
-	w := holdWork{revoke: map[string]string{}, forget: map[string]string{}, lift: map[string]lift{}, expire: map[string]metav1.Time{}}
+	exists func(string) bool, m *poolMemory) (holdWork, error) {
+	w := holdWork{revoke: map[string]string{}, forget: map[string]string{}, lift: map[string]lift{},
+		seen: map[string]metav1.Time{}, overdue: map[string]overdue{}, expire: map[string]metav1.Time{}}
 	now := r.Clock.Now()
+	ages := m.inFlight.see(inFlightKeys(pool), now)
+	terminating := !pool.DeletionTimestamp.IsZero()
 	for _, e := range pool.Status.InFlight {
 		ip, err := netip.ParseAddr(e.IP)
 		switch {
@@ -128,7 +154,7 @@ func (r *Reconciler) planHolds(ctx context.Context, pool *ippoolv1.NodeIPPool, c
 			w.prune = append(w.prune, e.IP)
 		case !exists(e.Enactment):
 			w.forget[e.IP] = e.Token
-		case now.Sub(e.Since.Time) >= r.GracePeriod:
+		case terminating || ages[inFlightKey(e)] >= r.GracePeriod:
 			outcome, err := r.fence(ctx, pool, e)
 			switch {
 			case err != nil:
@@ -140,16 +166,8 @@ func (r *Reconciler) planHolds(ctx context.Context, pool *ippoolv1.NodeIPPool, c
 			}
 		}
 	}
-	nodes := r.nodeUIDs(len(pool.Status.Quarantined))
-	for _, q := range pool.Status.Quarantined {
-		l, err := r.liftReason(ctx, q, now, nodes)
-		if err != nil {
-			return holdWork{}, err
-		}
-		if l.why != "" {
-			l.since = q.Since
-			w.lift[q.IP] = l
-		}
+	if err := r.planQuarantines(ctx, pool, claims, &w); err != nil {
+		return holdWork{}, err
 	}
 	for _, k := range pool.Status.KeptForReturn {
 		if now.Sub(k.Since.Time) >= r.QuarantinePeriod {
@@ -157,6 +175,39 @@ func (r *Reconciler) planHolds(ctx context.Context, pool *ippoolv1.NodeIPPool, c
 		}
 	}
 	return w, nil
+}
+
+// planQuarantines judges every quarantine of pool on what the API server
+// says of its holder (judgeQuarantine).
+func (r *Reconciler) planQuarantines(ctx context.Context, pool *ippoolv1.NodeIPPool, claims poolstatus.Claims, w *holdWork) error {
+	if len(pool.Status.Quarantined) == 0 {
+		return nil
+	}
+	views, err := r.holders(ctx, pool, claims)
+	if err != nil {
+		return err
+	}
+	now := r.Clock.Now()
+	ask := map[string]bool{}
+	for _, q := range pool.Status.Quarantined {
+		v := judgeQuarantine(q, views[q.IP], now, r.QuarantinePeriod)
+		if v.lift.why != "" {
+			v.lift.since = q.Since
+			w.lift[q.IP] = v.lift
+		}
+		if v.seen != nil {
+			w.seen[q.IP] = *v.seen
+		}
+		if v.overdue.reason != "" {
+			w.overdue[q.IP] = v.overdue
+		}
+		if v.ask && !ask[q.Node] {
+			ask[q.Node] = true
+			w.ask = append(w.ask, q.Node)
+		}
+	}
+	slices.Sort(w.ask)
+	return nil
 }
 
 // fenceOutcome is what fence found.
@@ -198,7 +249,9 @@ func (r *Reconciler) fence(ctx context.Context, pool *ippoolv1.NodeIPPool, e ipp
 	if enactment.Annotations == nil {
 		enactment.Annotations = map[string]string{}
 	}
-	enactment.Annotations[ippoolv1.FenceAnnotation] = pool.Name + "/" + e.IP
+	// The token makes every fence a new value: a fence that left the
+	// object as it was would not move its resourceVersion.
+	enactment.Annotations[ippoolv1.FenceAnnotation] = ippoolv1.FenceValue(pool.Name, e.IP, e.Token)
 	if err := r.Client.Patch(ctx, &enactment, patch); err != nil {
 		switch {
 		case apierrors.IsNotFound(err):
@@ -232,101 +285,25 @@ func recordedIPs(e *nncev1beta1.NodeNetworkConfigurationEnactment) []string {
 	return out
 }
 
-// liftReason tells why a quarantined address may be freed (lift.why), or
-// nothing while its former holder may still carry it: the quarantine period
-// passed, the Node is gone (its network with it, whatever its last
-// published state shows), or its NodeNetworkState, read after the release,
-// no longer shows it. An address of a capture (Capture set) whose Node is
-// gone is freed and kept for the node's return under its name (lift.keep):
-// other nodes get it only when nothing else is free. While a replacement
-// under the name is there, it stays quarantined for it.
-func (r *Reconciler) liftReason(ctx context.Context, q ippoolv1.QuarantinedAddress, now time.Time, nodes *nodeUIDs) (lift, error) {
-	if age := now.Sub(q.Since.Time); age >= r.QuarantinePeriod {
-		return lift{why: fmt.Sprintf("the quarantine period of %s passed", r.QuarantinePeriod)}, nil
+// listNodesFrom is how many quarantined addresses of a pool make a look
+// at them list the Nodes once instead of reading each.
+func (r *Reconciler) listNodesFrom() int {
+	if r.ListNodesFrom <= 0 {
+		return DefaultListNodesFrom
 	}
-	if q.Node == "" {
-		return lift{}, nil
-	}
-	uid, gone, err := nodes.get(ctx, q.Node)
-	switch {
-	case err != nil:
-		return lift{}, err
-	case gone:
-		if q.Capture == "" || q.Enactment == "" {
-			return lift{why: fmt.Sprintf("node %s is gone", q.Node)}, nil
-		}
-		return lift{why: fmt.Sprintf("node %s is gone; kept for its return until %s", q.Node,
-			q.Since.Add(r.QuarantinePeriod).UTC().Format(time.RFC3339)), keep: true}, nil
-	case q.Capture != "" && q.NodeUID != "" && uid != q.NodeUID:
-		return lift{}, nil // its replacement under the name gets it back
-	}
-	var nns nncev1beta1.NodeNetworkState
-	if err := r.APIReader.Get(ctx, types.NamespacedName{Name: q.Node}, &nns); err != nil {
-		return lift{}, client.IgnoreNotFound(err)
-	}
-	ip, err := netip.ParseAddr(q.IP)
-	if err != nil || !nns.Status.LastSuccessfulUpdateTime.After(q.Since.Time) || poolstatus.StateCarries(nns.Status.CurrentState.Raw, ip) {
-		return lift{}, nil
-	}
-	return lift{why: fmt.Sprintf("node %s no longer carries it", q.Node)}, nil
+	return r.ListNodesFrom
 }
 
 // DefaultListNodesFrom is the default of Reconciler.ListNodesFrom.
 const DefaultListNodesFrom = 16
-
-// nodeUIDs tells, for one pass of planHolds, whether a Node exists on the
-// API server and under which UID: by one read each, or for many entries
-// from one metadata list made on first use.
-type nodeUIDs struct {
-	reader client.Reader
-	list   bool
-	uids   map[string]types.UID
-}
-
-// nodeUIDs returns the node lookup of a pass over entries quarantined
-// addresses.
-func (r *Reconciler) nodeUIDs(entries int) *nodeUIDs {
-	from := r.ListNodesFrom
-	if from <= 0 {
-		from = DefaultListNodesFrom
-	}
-	return &nodeUIDs{reader: r.APIReader, list: entries >= from}
-}
-
-// get returns the UID of a Node, or gone.
-func (n *nodeUIDs) get(ctx context.Context, name string) (types.UID, bool, error) {
-	if n.list {
-		if n.uids == nil {
-			nodes := &metav1.PartialObjectMetadataList{}
-			nodes.SetGroupVersionKind(corev1.SchemeGroupVersion.WithKind("NodeList"))
-			if err := n.reader.List(ctx, nodes); err != nil {
-				return "", false, fmt.Errorf("list nodes: %w", err)
-			}
-			n.uids = make(map[string]types.UID, len(nodes.Items))
-			for _, node := range nodes.Items {
-				n.uids[node.Name] = node.UID
-			}
-		}
-		uid, ok := n.uids[name]
-		return uid, !ok, nil
-	}
-	node := &metav1.PartialObjectMetadata{}
-	node.SetGroupVersionKind(corev1.SchemeGroupVersion.WithKind("Node"))
-	switch err := n.reader.Get(ctx, types.NamespacedName{Name: name}, node); {
-	case apierrors.IsNotFound(err):
-		return "", true, nil
-	case err != nil:
-		return "", false, fmt.Errorf("get node %q: %w", name, err)
-	}
-	return node.UID, false, nil
-}
 
 // applyHolds carries w out on a fresh copy of the pool: it removes the
 // entries and clears the bits no record claims and no other entry holds,
 // keeps the lifted addresses of deleted nodes for their return, and forgets
 // kept addresses that expired or that someone holds again. It returns the
 // addresses it freed, by cause, and whether it changed anything.
-func applyHolds(pool *ippoolv1.NodeIPPool, alloc *ippool.Allocator, claims poolstatus.Claims, w holdWork) (revoked, lifted []string, changed bool) {
+func applyHolds(pool *ippoolv1.NodeIPPool, alloc *ippool.Allocator, claims poolstatus.Claims, w holdWork,
+	now metav1.Time) (revoked, lifted []string, changed bool) {
 	a := &holdsApplier{pool: pool, alloc: alloc, claims: claims}
 	for _, s := range w.prune {
 		if e := poolstatus.InFlightOf(pool, s); e != nil && a.recordedBy(s, e.Enactment) {
@@ -350,6 +327,9 @@ func applyHolds(pool *ippoolv1.NodeIPPool, alloc *ippool.Allocator, claims pools
 		if a.lift(s, l) {
 			lifted = append(lifted, s)
 		}
+	}
+	for s, seen := range w.seen {
+		a.seen(s, seen, now)
 	}
 	a.forgetKept(w.expire)
 	slices.Sort(revoked)
@@ -390,6 +370,19 @@ func (a *holdsApplier) lift(s string, l lift) bool {
 			Capture: entry.Capture, Since: entry.Since})
 	}
 	return true
+}
+
+// seen records, on the quarantine of s if it still awaits its first look,
+// the time of its holder's state at that look, and restamps its since
+// with the controller's clock: from then on the quarantine is timed on
+// one clock, whatever the releaser's said.
+func (a *holdsApplier) seen(s string, state, now metav1.Time) {
+	for i := range a.pool.Status.Quarantined {
+		if q := &a.pool.Status.Quarantined[i]; q.IP == s && q.StateSeenAtRelease == nil {
+			q.StateSeenAtRelease, q.Since = &state, now
+			a.changed = true
+		}
+	}
 }
 
 // forgetKept drops the kept entries that expired (same since), or whose

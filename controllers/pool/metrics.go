@@ -42,7 +42,7 @@ func (m *Metrics) Collectors() []prometheus.Collector {
 	return []prometheus.Collector{m.size, m.allocated, m.free, m.kept, m.rebuilds, m.garbage, m.servedWrites}
 }
 
-func (m *Metrics) observe(pool *ippoolv1.NodeIPPool) {
+func (m *Metrics) report(pool *ippoolv1.NodeIPPool) {
 	if m == nil {
 		return
 	}

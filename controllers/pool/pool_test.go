@@ -3,6 +3,7 @@ package pool_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"net/netip"
 	"strings"
 	"sync/atomic"
@@ -132,15 +133,20 @@ func TestScaleDownWhileControllerDown(t *testing.T) {
 }
 
 // TestDeletedPolicyWithoutHandler: the enactment of a deleted policy whose
-// handler is gone is deleted at once and retired after the grace period.
+// handler is down is deleted at once and retired after the grace period.
+// Its address stays quarantined however long the handler stays down: past
+// the quarantine period the pool says so (ReleasesConfirmed), and nobody
+// is handed it. Once the handler is back, it takes the address off its
+// interface and publishes its state, and the address is freed.
 func TestDeletedPolicyWithoutHandler(t *testing.T) {
 	RegisterTestingT(t)
 	startController(t, nil)
-	createPool(t, "orphan", ippoolv1.IPRange{CIDR: "10.7.0.0/24"})
+	createPool(t, "orphan", ippoolv1.IPRange{CIDR: "10.7.0.0/24", Start: "10.7.0.1", End: "10.7.0.1"})
 	Eventually(available("orphan")).Should(HavePrefix("True"))
 	createPolicy(t, "orphan", "orphan", "orphan")
 	nd := newNodes(t, "orphan", 1)[0]
 	Eventually(enactmentState("orphan01.orphan")).Should(HavePrefix("Available"))
+	Expect(nd.Configured("eth1")).To(Equal("10.7.0.1/24"))
 	Expect(nd.Stop()).To(Succeed())
 	Expect(k.Delete(ctx, &nmstatev1.NodeNetworkConfigurationPolicy{ObjectMeta: metav1.ObjectMeta{Name: "orphan"}})).To(Succeed())
 
@@ -150,7 +156,30 @@ func TestDeletedPolicyWithoutHandler(t *testing.T) {
 	}).Should(BeTrue(), "deleted at once, kept by its finalizer")
 	Expect(bits("orphan")).To(HaveLen(1), "the address is kept during the grace period")
 	Eventually(enactmentGone("orphan01.orphan")).Should(BeTrue())
-	Eventually(func() []string { return bits("orphan") }).Should(BeEmpty())
+	Eventually(poolCondition("orphan", ippoolv1.ConditionReleasesConfirmed), 5*grace).Should(HavePrefix(
+		"False ReleaseUnconfirmed: Quarantined past the quarantine period, handed to nobody until the holder shows them gone: " +
+			"10.7.0.1, released by node orphan01 "))
+	Expect(poolCondition("orphan", ippoolv1.ConditionReleasesConfirmed)()).To(HaveSuffix(
+		"node orphan01 has published no network state since; check its handler pod, or delete the Node if the machine is gone"))
+	Eventually(events("NodeIPPool", "orphan")).Should(ContainElement(HavePrefix("ReleaseUnconfirmed: Quarantined past the quarantine period")))
+	Expect(bits("orphan")).To(Equal([]string{"10.7.0.1"}), "a timer never frees an address")
+	Expect(nd.Configured("eth1")).To(Equal("10.7.0.1/24"))
+
+	// Another node asks the pool for its only address.
+	createPolicy(t, "orphan-next", "orphan-next", "orphan")
+	next := newNodes(t, "orphan-next", 1)[0]
+	Eventually(enactmentState("orphan-next01.orphan-next")).Should(HavePrefix("Failing: "), "the only address is quarantined")
+	Consistently(next.Configured).WithArguments("eth1").Should(BeEmpty())
+
+	Expect(nd.Start(env)).To(Succeed())
+	Eventually(events("NodeIPPool", "orphan")).Should(ContainElement("AddressReleased: Node orphan01 took released 10.7.0.1 (eth1) off"))
+	Eventually(events("NodeIPPool", "orphan")).Should(ContainElement(
+		"QuarantineLifted: Freed quarantined 10.7.0.1 (node orphan01 showed it gone)"))
+	Eventually(poolCondition("orphan", ippoolv1.ConditionReleasesConfirmed)).Should(HavePrefix("True ReleasesConfirmed"))
+	Eventually(enactmentState("orphan-next01.orphan-next")).Should(HavePrefix("Available"), "the freed address serves the other node")
+	Expect(next.Configured("eth1")).To(Equal("10.7.0.1/24"))
+	Expect(nd.ConfiguredAll("eth1")).To(BeEmpty(), "one address, one NIC")
+	assertIndexed("orphan")
 }
 
 // TestResetScopes is the specification's manual clean-up: a reset on an
@@ -180,7 +209,7 @@ func TestResetScopes(t *testing.T) {
 	nnce := &nncev1beta1.NodeNetworkConfigurationEnactment{ObjectMeta: metav1.ObjectMeta{Name: "scopes01.scope-a"}}
 	annotate(nnce, "scopes")
 	Eventually(annotated(nnce)).Should(BeFalse())
-	Eventually(func() []string { return held("scopes01.scope-a", "scopes") }).Should(Equal([]string{"10.8.0.1"}))
+	Eventually(func() []string { return held("scopes01.scope-a", "scopes") }).Should(Equal([]string{"10.8.0.1"}), func() string { s := poolStatus("scopes"); return fmt.Sprintf("%+v %v", s, bits("scopes")) })
 	Eventually(enactmentState("scopes01.scope-a")).Should(HavePrefix("Available"))
 	Eventually(events("NodeNetworkConfigurationEnactment", "scopes01.scope-a")).Should(ContainElement(
 		"AddressesDropped: Dropped " + before["scopes01.scope-a"][0] + " of NodeIPPool scopes for the nmstate.io/reset-ippool annotation; the handler allocates again"))
@@ -259,7 +288,7 @@ func TestGarbageCollection(t *testing.T) {
 
 	Eventually(func() []string { return bits("gc") }).Should(Equal([]string{"10.2.0.4"}))
 	Eventually(events("NodeIPPool", "gc")).Should(ContainElement(
-		"GarbageCollected: Freed 10.2.0.9: allocated for longer than 3s but recorded by no enactment"))
+		"GarbageCollected: Freed 10.2.0.9: allocated for longer than 3s but recorded by no enactment and on no node's network"))
 	Expect(metric(registry, "nmstate_ippool_garbage_collected_addresses_total", "gc")()).To(Equal(1.0))
 	Expect(metric(registry, "nmstate_ippool_rebuilds_total", "gc")()).To(BeNumerically(">=", 2))
 	annotate(p, "")

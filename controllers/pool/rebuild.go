@@ -25,6 +25,7 @@ import (
 	"github.com/nmstate-ippool/nmstate-ippool/internal/poolwrite"
 	"github.com/nmstate-ippool/nmstate-ippool/internal/retire"
 	"github.com/nmstate-ippool/nmstate-ippool/pkg/ippool"
+	"github.com/nmstate-ippool/nmstate-ippool/pkg/nmstatectl"
 )
 
 // resets are the reset annotations that concern one pool.
@@ -206,7 +207,7 @@ func (r *Reconciler) confirmMissing(ctx context.Context, pool *ippoolv1.NodeIPPo
 	if err != nil {
 		return fmt.Sprintf("the pool cannot be read (%v)", err), nil
 	}
-	missing := observe(fresh.Name, alloc, enactments).audit.Missing
+	missing := viewOf(fresh.Name, alloc, enactments).audit.Missing
 	if len(missing) == 0 {
 		return "", nil
 	}
@@ -267,7 +268,7 @@ func (r *Reconciler) rebuildFromEnactments(ctx context.Context, pool *ippoolv1.N
 	var discarded, unreadable error
 	var moved string
 	vouch := poolwrite.Vouch(func(err error) { discarded = err })
-	err = r.writeStatus(ctx, pool, func(p *ippoolv1.NodeIPPool, alloc *ippool.Allocator) (availability, bool, error) {
+	err = r.writeStatus(ctx, pool, func(p *ippoolv1.NodeIPPool, alloc *ippool.Allocator) (conditionSet, bool, error) {
 		unreadable, discarded, moved = discarded, nil, ""
 		if rangeMoved(p, unreadable) {
 			// The offsets of the old range mean nothing in the new one:
@@ -285,11 +286,11 @@ func (r *Reconciler) rebuildFromEnactments(ctx context.Context, pool *ippoolv1.N
 			alloc.Clear()
 		}
 		set = setEntries(p, alloc)
-		v = observe(p.Name, alloc, enactments)
+		v = viewOf(p.Name, alloc, enactments)
 		set += setMissing(alloc, v.audit.Missing)
 		v.audit.Missing = nil
 		strays = quarantineStrays(p, alloc, v.claims, carried, metav1.NewTime(r.Clock.Now().Truncate(time.Second)))
-		return availabilityOf(p.Name, alloc, v), true, nil
+		return conditionSet{ippoolv1.ConditionAvailable: availabilityOf(p, alloc, v)}, true, nil
 	}, vouch)
 	if err != nil {
 		return err
@@ -336,7 +337,7 @@ func (r *Reconciler) carriedAddresses(ctx context.Context) (map[netip.Addr]strin
 	}
 	out := map[netip.Addr]string{}
 	for _, nns := range list.Items {
-		for _, ip := range poolstatus.StateAddresses(nns.Status.CurrentState.Raw) {
+		for ip := range nmstatectl.Carriers(nns.Status.CurrentState.Raw) {
 			out[ip] = nns.Name
 		}
 	}

@@ -3,7 +3,9 @@ package pool
 import (
 	"context"
 	"fmt"
+	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -74,11 +76,16 @@ type poolMemory struct {
 	rebuilt bool
 	// refused is set while this process refuses the pool (overlapping or
 	// invalid); the pool is rebuilt once it is no longer refused.
-	refused   bool
-	unclaimed unclaimedBits
-	// lastPrune is when recorded in-flight entries were last removed, and
-	// lastLiftCheck when quarantines were last looked at.
-	lastPrune, lastLiftCheck time.Time
+	refused bool
+	// unclaimed and inFlight time the set bits nobody claims and the
+	// in-flight entries, on this process's clock.
+	unclaimed sightings[uint64]
+	inFlight  sightings[string]
+	// lastLiftCheck is when quarantines were last looked at, and
+	// stateChanged is set when a quarantined address's holder published a
+	// new state since: the quarantines are looked at again at once.
+	lastLiftCheck time.Time
+	stateChanged  atomic.Bool
 	// nudged holds, by enactment, why it was last nudged (see toNudge).
 	nudged map[string]string
 }
@@ -96,10 +103,10 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 		}
 		return ctrl.Result{}, client.IgnoreNotFound(err)
 	}
-	if !pool.DeletionTimestamp.IsZero() {
-		return ctrl.Result{}, nil
+	if err := r.ensureFinalizer(ctx, &pool); err != nil {
+		return ctrl.Result{}, err
 	}
-	r.Metrics.observe(&pool)
+	r.Metrics.report(&pool)
 	res, err := r.reconcile(ctx, &pool)
 	if apierrors.IsConflict(err) {
 		return ctrl.Result{RequeueAfter: conflictRequeue}, nil
@@ -107,7 +114,24 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 	return res, err
 }
 
+// ensureFinalizer adds FinalizerPoolEntries to a pool that is not being
+// deleted.
+func (r *Reconciler) ensureFinalizer(ctx context.Context, pool *ippoolv1.NodeIPPool) error {
+	if !pool.DeletionTimestamp.IsZero() || slices.Contains(pool.Finalizers, ippoolv1.FinalizerPoolEntries) {
+		return nil
+	}
+	patch := client.MergeFromWithOptions(pool.DeepCopy(), client.MergeFromWithOptimisticLock{})
+	pool.Finalizers = append(pool.Finalizers, ippoolv1.FinalizerPoolEntries)
+	if err := r.Client.Patch(ctx, pool, patch); err != nil {
+		return fmt.Errorf("add finalizer %s to NodeIPPool %q: %w", ippoolv1.FinalizerPoolEntries, pool.Name, err)
+	}
+	return nil
+}
+
 func (r *Reconciler) reconcile(ctx context.Context, pool *ippoolv1.NodeIPPool) (ctrl.Result, error) {
+	if !pool.DeletionTimestamp.IsZero() {
+		return r.finish(ctx, pool)
+	}
 	rng, err := poolstatus.Range(pool)
 	if err != nil {
 		return ctrl.Result{}, r.refuse(ctx, pool, refused(ippoolv1.ReasonInvalidIPPool,
@@ -127,7 +151,7 @@ func (r *Reconciler) reconcile(ctx context.Context, pool *ippoolv1.NodeIPPool) (
 	}
 	alloc := ippool.NewAllocator(rng)
 	unreadable := alloc.Restore(pool.Status.AllocatedOffsets)
-	v := observe(pool.Name, alloc, enactments)
+	v := viewOf(pool.Name, alloc, enactments)
 	rs, err := r.resetsOf(ctx, pool, enactments)
 	if err != nil {
 		return ctrl.Result{}, err
@@ -149,30 +173,20 @@ func (r *Reconciler) refuse(ctx context.Context, pool *ippoolv1.NodeIPPool, a av
 	return r.setAvailable(ctx, pool, a)
 }
 
-// maintain keeps a pool that serves up to date: it prunes recorded
-// in-flight entries, revokes stale ones, lifts quarantines, frees bits
-// unclaimed for longer than the grace period, or else writes the Available
-// condition if it changed, and comes back when the next of those falls due.
-func (r *Reconciler) maintain(ctx context.Context, pool *ippoolv1.NodeIPPool, alloc *ippool.Allocator, v view) (ctrl.Result, error) {
-	m := r.remember(pool)
-	gcDue, gcNext := m.unclaimed.observe(withoutEntries(pool, alloc, v.audit.Unclaimed), r.Clock.Now(), r.GracePeriod)
-	holdsDue, holdsNext := r.entriesDue(pool, v.claims, existing(v.enactments), m)
-	result := ctrl.Result{RequeueAfter: soonest(gcNext, holdsNext)}
-	// Waiting nodes first: serving them is what a rollout waits for.
-	if err := r.serve(ctx, pool, v); err != nil {
-		return result, err
+// finish looks after a pool being deleted: it hands out nothing, revokes
+// what is in flight, lifts quarantines on evidence, and lets the pool go
+// once no entry is left (see maintain). A pool whose range or bitmap
+// cannot be read could hand nothing out: it goes at once.
+func (r *Reconciler) finish(ctx context.Context, pool *ippoolv1.NodeIPPool) (ctrl.Result, error) {
+	alloc, err := poolstatus.Allocator(pool)
+	if err != nil {
+		return ctrl.Result{}, removeFinalizer(ctx, r.Client, pool, ippoolv1.FinalizerPoolEntries)
 	}
-	if len(gcDue) > 0 || holdsDue {
-		return result, r.collect(ctx, pool, gcDue, holdsDue)
+	enactments, err := r.enactments(ctx)
+	if err != nil {
+		return ctrl.Result{}, err
 	}
-	if err := r.setAvailable(ctx, pool, availabilityOf(pool.Name, alloc, v)); err != nil {
-		return result, err
-	}
-	if err := r.setReservations(ctx, pool, alloc, v); err != nil {
-		return result, err
-	}
-	r.nudge(ctx, pool, v)
-	return result, nil
+	return r.maintain(ctx, pool, alloc, viewOf(pool.Name, alloc, enactments))
 }
 
 // soonest returns the shorter positive duration, or 0 if neither is.
@@ -205,30 +219,30 @@ func (r *Reconciler) enactments(ctx context.Context) ([]nncev1beta1.NodeNetworkC
 }
 
 // statusChange computes, on a fresh copy of a pool read from the API
-// server, its Available condition, changes its bitmap, and reports whether
-// the bitmap changed.
-type statusChange func(pool *ippoolv1.NodeIPPool, alloc *ippool.Allocator) (availability, bool, error)
+// server, the conditions to set, changes its bitmap and entries, and
+// reports whether they changed.
+type statusChange func(pool *ippoolv1.NodeIPPool, alloc *ippool.Allocator) (conditionSet, bool, error)
 
-// writeStatus writes the bitmap, entries, counts and Available condition
-// of a pool through the pool writer, in one status write guarded by its
+// writeStatus writes the bitmap, entries, counts and conditions of a pool
+// through the pool writer, in one status write guarded by its
 // resourceVersion and UID (retried on conflicts), updates pool to what was
-// written, and raises an Event if the condition transitioned.
+// written, and raises an Event for each condition that transitioned.
 func (r *Reconciler) writeStatus(ctx context.Context, pool *ippoolv1.NodeIPPool, change statusChange, opts ...poolwrite.Option) error {
 	var (
-		want         availability
-		transitioned bool
+		want         conditionSet
+		transitioned []string
 		written      *ippoolv1.NodeIPPool
 	)
 	opts = append(opts, poolwrite.Incarnation(pool.UID))
 	_, err := r.Pools.Update(ctx, pool.Name, func(p *ippoolv1.NodeIPPool, alloc *ippool.Allocator) (bool, error) {
-		a, bitmapChanged, err := change(p, alloc)
+		conds, changed, err := change(p, alloc)
 		if err != nil {
 			return false, err
 		}
 		var condChanged bool
-		want, written = a, p
-		condChanged, transitioned = setAvailability(p, a, r.Clock.Now())
-		return bitmapChanged || condChanged, nil
+		want, written = conds, p
+		condChanged, transitioned = conds.set(p, r.Clock.Now())
+		return changed || condChanged, nil
 	}, opts...)
 	if err != nil {
 		return err
@@ -236,42 +250,32 @@ func (r *Reconciler) writeStatus(ctx context.Context, pool *ippoolv1.NodeIPPool,
 	if written != nil {
 		written.DeepCopyInto(pool)
 	}
-	if transitioned {
-		r.announce(ctx, pool, ippoolv1.ConditionAvailable, want)
+	for _, t := range transitioned {
+		r.announce(ctx, pool, t, want[t])
 	}
 	return nil
 }
 
 // setAvailable writes the Available condition alone, if it changed, through
-// the pool writer; the cached copy tells whether it may have. It writes
-// also on a pool whose range or bitmap cannot be used.
+// the pool writer: the cached copy tells whether it may have, the latest
+// copy decides. It writes also on a pool whose range or bitmap cannot be
+// used. It updates pool to what was written and announces a transition.
 func (r *Reconciler) setAvailable(ctx context.Context, pool *ippoolv1.NodeIPPool, a availability) error {
-	return r.writeCondition(ctx, pool, ippoolv1.ConditionAvailable, a, setAvailability)
-}
-
-// conditionSetter sets one condition of a pool to a, as setCondition
-// does, and reports whether anything changed and whether it transitioned.
-type conditionSetter func(pool *ippoolv1.NodeIPPool, a availability, now time.Time) (changed, transitioned bool)
-
-// writeCondition writes the condition of type t alone, if set changes it,
-// through the pool writer: the cached copy tells whether it may have, the
-// latest copy decides. It updates pool to what was written and announces a
-// transition.
-func (r *Reconciler) writeCondition(ctx context.Context, pool *ippoolv1.NodeIPPool, t string, a availability, set conditionSetter) error {
-	if changed, _ := set(pool.DeepCopy(), a, r.Clock.Now()); !changed {
+	conds := conditionSet{ippoolv1.ConditionAvailable: a}
+	if changed, _ := conds.set(pool.DeepCopy(), r.Clock.Now()); !changed {
 		return nil
 	}
-	var transitioned bool
+	var transitioned []string
 	written, err := r.Pools.UpdateConditions(ctx, pool.Name, func(p *ippoolv1.NodeIPPool) bool {
 		var changed bool
-		changed, transitioned = set(p, a, r.Clock.Now())
+		changed, transitioned = conds.set(p, r.Clock.Now())
 		return changed
 	}, poolwrite.Incarnation(pool.UID))
 	if err != nil || written == nil {
 		return err
 	}
 	written.DeepCopyInto(pool)
-	if transitioned {
+	for _, t := range transitioned {
 		r.announce(ctx, pool, t, a)
 	}
 	return nil

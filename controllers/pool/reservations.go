@@ -1,17 +1,14 @@
 package pool
 
 import (
-	"context"
 	"fmt"
 	"net/netip"
 	"slices"
 	"strings"
 	"time"
 
-	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/types"
 
 	ippoolv1 "github.com/nmstate-ippool/nmstate-ippool/api/v1"
 	"github.com/nmstate-ippool/nmstate-ippool/internal/assign"
@@ -97,39 +94,6 @@ func unheld(pool *ippoolv1.NodeIPPool, alloc *ippool.Allocator, valid []assign.R
 	}
 	slices.Sort(out)
 	return out
-}
-
-// nodeLabels returns a function that reads a node's labels from the cache,
-// nil when the node is not there.
-func (r *Reconciler) nodeLabels(ctx context.Context) func(string) map[string]string {
-	return func(name string) map[string]string {
-		n := &metav1.PartialObjectMetadata{}
-		n.SetGroupVersionKind(corev1.SchemeGroupVersion.WithKind("Node"))
-		if err := r.Client.Get(ctx, types.NamespacedName{Name: name}, n); err != nil {
-			return nil
-		}
-		return n.Labels
-	}
-}
-
-// setReservations writes the ReservationsHonored condition of a pool that
-// has reservations, or had them, through the pool writer, if it changed,
-// and tells of a transition with an Event.
-func (r *Reconciler) setReservations(ctx context.Context, pool *ippoolv1.NodeIPPool, alloc *ippool.Allocator, v view) error {
-	old := meta.FindStatusCondition(pool.Status.Conditions, ippoolv1.ConditionReservationsHonored)
-	if len(pool.Spec.Reservations) == 0 && old == nil {
-		return nil
-	}
-	want := honored
-	if len(pool.Spec.Reservations) > 0 {
-		want = reservationsOf(pool, alloc, v.claims, r.nodeLabels(ctx))
-	} else {
-		want.message = "The pool has no reservations"
-	}
-	return r.writeCondition(ctx, pool, ippoolv1.ConditionReservationsHonored, want,
-		func(p *ippoolv1.NodeIPPool, a availability, now time.Time) (bool, bool) {
-			return setCondition(p, ippoolv1.ConditionReservationsHonored, a, now)
-		})
 }
 
 // setCondition sets the condition of type t on pool. It reports whether

@@ -127,7 +127,7 @@ func TestResetWhileHolderStalled(t *testing.T) {
 	createPool(t, "stall", ippoolv1.IPRange{CIDR: "10.54.0.0/24", Start: "10.54.0.1", End: "10.54.0.4"})
 	Eventually(available("stall")).Should(HavePrefix("True"))
 	createPolicy(t, "stall", "stall", "stall")
-	holder := addNodeWith(t, t.TempDir(), "stall01", "stall", func(nd *envtest.Node) { nd.PublishState = true })
+	holder := addNodeWith(t, t.TempDir(), "stall01", "stall", func(*envtest.Node) {})
 	Eventually(enactmentState("stall01.stall")).Should(HavePrefix("Available"))
 	old := held("stall01.stall", "stall")
 	Expect(old).To(Equal([]string{"10.54.0.1"}))
@@ -144,17 +144,13 @@ func TestResetWhileHolderStalled(t *testing.T) {
 	Expect(holder.Configured("eth1")).To(Equal("10.54.0.1/24"), "the stalled holder still carries it")
 	Expect(joiner.Configured("eth1")).To(Equal("10.54.0.2/24"))
 
-	// A NodeNetworkState's time has a resolution of one second: only a
-	// state read in a later second than the release proves the address
-	// gone. A real holder is never this quick.
-	time.Sleep(time.Second)
 	Expect(holder.Start(env)).To(Succeed())
 	Eventually(enactmentState("stall01.stall")).Should(HavePrefix("Available"))
 	Eventually(holder.Configured).WithArguments("eth1").Should(Equal("10.54.0.3/24"))
 	Eventually(bits).WithArguments("stall").Should(Equal([]string{"10.54.0.2", "10.54.0.3"}),
 		"freed once the holder's published state no longer carries it, long before the quarantine period")
 	Eventually(events("NodeIPPool", "stall")).Should(ContainElement(
-		"QuarantineLifted: Freed quarantined 10.54.0.1 (node stall01 no longer carries it)"))
+		"QuarantineLifted: Freed quarantined 10.54.0.1 (node stall01 showed it gone)"))
 	assertIndexed("stall")
 }
 
@@ -241,7 +237,7 @@ func TestStalledAllocationIsRevoked(t *testing.T) {
 	Eventually(events("NodeIPPool", "revoke"), grace*5).Should(ContainElement(HavePrefix("AllocationRevoked: Freed 10.55.0.1")))
 	var fenced nncev1beta1.NodeNetworkConfigurationEnactment
 	Expect(k.Get(ctx, types.NamespacedName{Name: "revoke01.revoke"}, &fenced)).To(Succeed())
-	Expect(fenced.Annotations).To(HaveKeyWithValue(ippoolv1.FenceAnnotation, "revoke/10.55.0.1"))
+	Expect(fenced.Annotations).To(HaveKeyWithValue(ippoolv1.FenceAnnotation, HavePrefix("revoke/10.55.0.1@")))
 
 	addNode(t, t.TempDir(), "revoke02", "revoke")
 	Eventually(enactmentState("revoke02.revoke")).Should(HavePrefix("Available"))
@@ -381,7 +377,7 @@ func replaceNode(t *testing.T, pool, cidr, first string, selfAllocate bool) {
 	tune := func(nd *envtest.Node) {
 		nd.Tune = func(r *handler.Reconciler) { r.DeferToController = !selfAllocate }
 	}
-	leaving := addNodeWith(t, dir, node, pool, func(nd *envtest.Node) { nd.PublishState = true })
+	leaving := addNodeWith(t, dir, node, pool, func(*envtest.Node) {})
 	Eventually(enactmentState(enactment)).Should(HavePrefix("Available"))
 	Expect(held(enactment, pool)).To(Equal([]string{first}))
 	Eventually(func() string {

@@ -183,7 +183,7 @@ func (r *Reconciler) serve(ctx context.Context, pool *ippoolv1.NodeIPPool, v vie
 	var served []*request
 	_, err := r.Pools.Update(ctx, pool.Name, func(p *ippoolv1.NodeIPPool, alloc *ippool.Allocator) (bool, error) {
 		served = served[:0]
-		if ok, _ := serving(p); !ok {
+		if ok, _ := canServe(p); !ok {
 			return false, nil
 		}
 		since := metav1.NewTime(r.Clock.Now().Truncate(time.Second))
@@ -222,67 +222,43 @@ func (r *Reconciler) serve(ctx context.Context, pool *ippoolv1.NodeIPPool, v vie
 
 // recordServed writes the addresses of a served request into its
 // enactment, and once the enactment records every capture of its policy,
-// asks in the same write to apply it (record.AskToApply). A conflict means
-// the enactment changed since the cache showed it: if the fresh copy still
-// asks (same wait, no record, no fence), the record is written under it;
-// otherwise the addresses are withdrawn.
+// asks in the same write to apply it (record.AskToApply). The write is
+// guarded by the token the addresses' in-flight entries carry, as a
+// handler's record is: a conflict means the enactment changed since (a
+// fence among the possible changes), so the record certainly does not
+// exist; the addresses are withdrawn, and the enactment, if it still asks,
+// is served again with a new token.
 func (r *Reconciler) recordServed(ctx context.Context, pool *ippoolv1.NodeIPPool, rq *request, meta shared.NodeNetworkConfigurationEnactmentMetaInfo) error {
 	ips := make([]string, len(rq.addresses))
 	for i, a := range rq.addresses {
 		ips[i] = a.IP.String()
 	}
-	token := rq.enactment.ResourceVersion
-	current := rq.enactment
-	for range 3 {
-		e := current.DeepCopy()
-		for i, ref := range rq.refs {
-			record.Add(e, ref, rq.addresses[i], meta)
-		}
-		if record.Complete(e, rq.all) {
-			// The handler's next write would ask to apply; this one does,
-			// so a pooled node costs no more writes than a plain one.
-			record.AskToApply(e, rq.generation, r.Clock.Now())
-		}
-		err := r.Client.Status().Update(ctx, e)
-		if err == nil {
-			ctrl.LoggerFrom(ctx).Info("allocated address", "enactment", e.Name, "node", e.Labels[shared.EnactmentNodeLabel],
-				"policy", e.Labels[shared.EnactmentPolicyLabel], "ips", ips, "returned", rq.notes.Returned, "reclaimed", rq.notes.Reclaimed)
-			for _, n := range rq.notes.Events(pool.Name) {
-				r.Recorder.Eventf(e, pool, corev1.EventTypeNormal, n.Reason, "Allocate", "%s", n.Message)
-			}
-			return nil
-		}
-		if !apierrors.IsConflict(err) {
-			if !apierrors.IsNotFound(err) {
-				return err
-			}
-			break
-		}
-		var fresh nncev1beta1.NodeNetworkConfigurationEnactment
-		if err := r.APIReader.Get(ctx, types.NamespacedName{Name: e.Name}, &fresh); err != nil || !stillAsks(&fresh, pool.Name, rq.refs) {
-			break
-		}
-		current = &fresh
+	e := rq.enactment.DeepCopy()
+	for i, ref := range rq.refs {
+		record.Add(e, ref, rq.addresses[i], meta)
 	}
-	if _, err := r.Pools.Withdraw(ctx, pool.Name, rq.enactment.Name, token, ips); err != nil {
+	if record.Complete(e, rq.all) {
+		// The handler's next write would ask to apply; this one does,
+		// so a pooled node costs no more writes than a plain one.
+		record.AskToApply(e, rq.generation, r.Clock.Now())
+	}
+	err := r.Client.Status().Update(ctx, e)
+	if err == nil {
+		ctrl.LoggerFrom(ctx).Info("allocated address", "enactment", e.Name, "node", e.Labels[shared.EnactmentNodeLabel],
+			"policy", e.Labels[shared.EnactmentPolicyLabel], "ips", ips, "returned", rq.notes.Returned, "reclaimed", rq.notes.Reclaimed)
+		for _, n := range rq.notes.Events(pool.Name) {
+			r.Recorder.Eventf(e, pool, corev1.EventTypeNormal, n.Reason, "Allocate", "%s", n.Message)
+		}
+		return nil
+	}
+	if !apierrors.IsConflict(err) && !apierrors.IsNotFound(err) {
+		return err // it may have landed: the entries stay for the next look
+	}
+	if _, err := r.Pools.Withdraw(ctx, pool.Name, rq.enactment.Name, rq.enactment.ResourceVersion, ips, poolwrite.Incarnation(pool.UID)); err != nil {
 		ctrl.LoggerFrom(ctx).Error(err, "could not withdraw unrecorded addresses; they are revoked after the grace period",
 			"enactment", rq.enactment.Name, "ips", ips)
 	}
 	return nil
-}
-
-// stillAsks reports whether the enactment still asks the controller to
-// allocate refs from pool, and was not fenced.
-func stillAsks(e *nncev1beta1.NodeNetworkConfigurationEnactment, pool string, refs []capture.Ref) bool {
-	if !asks(e, pool) || e.Annotations[ippoolv1.FenceAnnotation] != "" {
-		return false
-	}
-	for _, ref := range refs {
-		if _, ok := record.Of(e, ref); ok {
-			return false
-		}
-	}
-	return true
 }
 
 // hasInFlight reports whether the pool has an in-flight entry for the
@@ -296,8 +272,11 @@ func hasInFlight(pool *ippoolv1.NodeIPPool, enactment string) bool {
 	return false
 }
 
-// serving reports whether the pool may hand out addresses now.
-func serving(pool *ippoolv1.NodeIPPool) (bool, string) {
+// canServe reports whether the pool may hand out addresses now.
+func canServe(pool *ippoolv1.NodeIPPool) (bool, string) {
+	if !pool.DeletionTimestamp.IsZero() {
+		return false, ""
+	}
 	c := conditionOf(pool)
 	if c == nil || (c.Status != metav1.ConditionTrue && c.Reason != ippoolv1.ReasonExhaustedIPPool) {
 		return false, ""

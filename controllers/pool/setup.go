@@ -95,7 +95,27 @@ func (r *Reconciler) SetupWithManager(ctx context.Context, mgr ctrl.Manager, opt
 			builder.WithPredicates(predicate.Funcs{UpdateFunc: func(event.UpdateEvent) bool { return false }})).
 		Watches(&nncev1beta1.NodeNetworkConfigurationEnactment{}, batch.EnqueueAfter(r.Batch, r.poolsConcerning)).
 		Watches(&nmstatev1.NodeNetworkConfigurationPolicy{}, handler.EnqueueRequestsFromMapFunc(requestsFor(resetPool))).
+		WatchesMetadata(&nncev1beta1.NodeNetworkState{}, batch.EnqueueAfter(r.Batch, r.poolsAwaitingState)).
 		Complete(r)
+}
+
+// poolsAwaitingState maps a node's NodeNetworkState, as metadata only, to
+// the pools that quarantine an address of that node: its new state may be
+// the evidence they wait for, so they look at their quarantines at once.
+func (r *Reconciler) poolsAwaitingState(ctx context.Context, o client.Object) []reconcile.Request {
+	var pools ippoolv1.NodeIPPoolList
+	if err := r.Client.List(ctx, &pools); err != nil {
+		return nil
+	}
+	var reqs []reconcile.Request
+	for i := range pools.Items {
+		p := &pools.Items[i]
+		if slices.ContainsFunc(p.Status.Quarantined, func(q ippoolv1.QuarantinedAddress) bool { return q.Node == o.GetName() }) {
+			r.remember(p).stateChanged.Store(true)
+			reqs = append(reqs, reconcile.Request{NamespacedName: types.NamespacedName{Name: p.Name}})
+		}
+	}
+	return reqs
 }
 
 func (r *Reconciler) allPools(ctx context.Context, _ client.Object) []reconcile.Request {
@@ -189,7 +209,7 @@ func resetPool(o client.Object) []string {
 // +kubebuilder:rbac:groups=nmstate.io,resources=nodenetworkconfigurationenactments,verbs=get;list;watch;patch
 // +kubebuilder:rbac:groups=nmstate.io,resources=nodenetworkconfigurationenactments/status,verbs=get;update;patch
 // +kubebuilder:rbac:groups=nmstate.io,resources=nodenetworkconfigurationpolicies,verbs=get;list;watch;patch
-// +kubebuilder:rbac:groups=nmstate.io,resources=nodenetworkstates,verbs=get;list
+// +kubebuilder:rbac:groups=nmstate.io,resources=nodenetworkstates,verbs=get;list;watch;patch
 // +kubebuilder:rbac:groups="",resources=nodes,verbs=get;list;watch
 // +kubebuilder:rbac:groups=events.k8s.io,resources=events,verbs=create;patch
 // Leader election needs leases in the controller's namespace only:

@@ -3,7 +3,6 @@ package pool
 import (
 	"fmt"
 	"strings"
-	"time"
 
 	"github.com/nmstate/kubernetes-nmstate/api/shared"
 	corev1 "k8s.io/api/core/v1"
@@ -23,8 +22,8 @@ type availability struct {
 }
 
 var (
-	reconciling = availability{metav1.ConditionUnknown, ippoolv1.ReasonReconcilingPool, "The pool is being updated"}
-	upToDate    = availability{metav1.ConditionTrue, ippoolv1.ReasonReconciledPool, "The pool is up to date"}
+	reconciling    = availability{metav1.ConditionUnknown, ippoolv1.ReasonReconcilingPool, "The pool is being updated"}
+	reconciledPool = availability{metav1.ConditionTrue, ippoolv1.ReasonReconciledPool, "The pool is up to date"}
 )
 
 func refused(reason, message string) availability {
@@ -43,8 +42,8 @@ type view struct {
 	enactments []nncev1beta1.NodeNetworkConfigurationEnactment
 }
 
-// observe builds the view of pool from its allocator and the enactments.
-func observe(pool string, alloc *ippool.Allocator, enactments []nncev1beta1.NodeNetworkConfigurationEnactment) view {
+// viewOf builds the view of pool from its allocator and the enactments.
+func viewOf(pool string, alloc *ippool.Allocator, enactments []nncev1beta1.NodeNetworkConfigurationEnactment) view {
 	claims := poolstatus.Holders(pool, alloc.Range(), enactments)
 	return view{claims: claims, audit: poolstatus.AuditPool(pool, alloc, claims), waiting: waitingFor(pool, enactments),
 		enactments: enactments}
@@ -73,18 +72,22 @@ func exhaustedPool(e *nncev1beta1.NodeNetworkConfigurationEnactment) string {
 }
 
 // availabilityOf decides the Available condition of a pool that may serve:
-// collisions first, then exhaustion, else up to date.
-func availabilityOf(pool string, alloc *ippool.Allocator, v view) availability {
+// being deleted first, then collisions, then exhaustion, else up to date.
+func availabilityOf(pool *ippoolv1.NodeIPPool, alloc *ippool.Allocator, v view) availability {
 	switch {
+	case !pool.DeletionTimestamp.IsZero():
+		return refused(ippoolv1.ReasonTerminatingIPPool, fmt.Sprintf(
+			"The pool is being deleted: it hands out nothing, and goes once no address is in flight (%d) or quarantined (%d)",
+			len(pool.Status.InFlight), len(pool.Status.Quarantined)))
 	case len(v.audit.Collisions) > 0:
-		return refused(ippoolv1.ReasonIPCollision, poolstatus.CollisionMessage(pool, v.claims, v.audit.Collisions))
+		return refused(ippoolv1.ReasonIPCollision, poolstatus.CollisionMessage(pool.Name, v.claims, v.audit.Collisions))
 	case len(v.waiting) > 0:
 		return refused(ippoolv1.ReasonExhaustedIPPool, fmt.Sprintf(
 			"The IP pool has been depleted: %d of %d addresses are allocated and %s could not get one; "+
 				"re-create the NodeIPPool with a larger range (addresses that still fit are kept)",
 			alloc.Count(), alloc.Range().Size(), listNames(v.waiting, 5)))
 	default:
-		return upToDate
+		return reconciledPool
 	}
 }
 
@@ -96,22 +99,15 @@ func listNames(names []string, limit int) string {
 	return fmt.Sprintf("%s and %d more", strings.Join(names[:limit], ", "), len(names)-limit)
 }
 
-// setAvailability sets the Available condition and the observed generation
-// on pool (see setCondition).
-func setAvailability(pool *ippoolv1.NodeIPPool, a availability, now time.Time) (changed, transitioned bool) {
-	changed, transitioned = setCondition(pool, ippoolv1.ConditionAvailable, a, now)
-	if pool.Status.ObservedGeneration != pool.Generation {
-		pool.Status.ObservedGeneration, changed = pool.Generation, true
-	}
-	return changed, transitioned
-}
-
 // olderOverlapping returns the name of the oldest pool older than p whose
 // range overlaps p's, or "". Age is creation time, then name.
 func olderOverlapping(p *ippoolv1.NodeIPPool, rng *ippool.Range, pools []ippoolv1.NodeIPPool) string {
 	for i := range pools {
 		o := &pools[i]
-		if o.UID == p.UID || !older(o, p) || !o.DeletionTimestamp.IsZero() {
+		// A pool being deleted still counts: it goes once its holds are
+		// resolved, and until then it may quarantine addresses a newer
+		// pool would hand out.
+		if o.UID == p.UID || !older(o, p) {
 			continue
 		}
 		orng, err := poolstatus.Range(o)

@@ -1,6 +1,7 @@
 package pool
 
 import (
+	"net/netip"
 	"reflect"
 	"strings"
 	"testing"
@@ -47,7 +48,7 @@ func TestAvailabilityOf(t *testing.T) {
 		{"up to date", []nncev1beta1.NodeNetworkConfigurationEnactment{
 			holding("n1.pol", ippoolv1.EnactmentIPPools{"p": {Allocated: []string{"10.0.0.1"}}}),
 			holding("n2.pol", ippoolv1.EnactmentIPPools{"p": {Allocated: []string{"10.0.0.2"}}}),
-		}, upToDate},
+		}, reconciledPool},
 		{"exhausted", []nncev1beta1.NodeNetworkConfigurationEnactment{
 			holding("n1.pol", ippoolv1.EnactmentIPPools{"p": {Allocated: []string{"10.0.0.1"}}}),
 			holding("n2.pol", ippoolv1.EnactmentIPPools{"p": {Allocated: []string{"10.0.0.2"}}}),
@@ -63,24 +64,25 @@ func TestAvailabilityOf(t *testing.T) {
 			"node n2 (enactment n2.pol); reset all but one holder, e.g. kubectl annotate nnce n2.pol nmstate.io/reset-ippool=p")},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
-			if got := availabilityOf("p", full, observe("p", full, tt.enactments)); got != tt.want {
+			pool := &ippoolv1.NodeIPPool{ObjectMeta: metav1.ObjectMeta{Name: "p"}}
+			if got := availabilityOf(pool, full, viewOf("p", full, tt.enactments)); got != tt.want {
 				t.Errorf("got  %+v\nwant %+v", got, tt.want)
 			}
 		})
 	}
 }
 
-// TestSetAvailability: the transition time moves only when the status
+// TestSetConditions: the transition time moves only when the status
 // flips, a repeated value writes nothing, and only a new status or reason
 // counts as a transition (an Event).
-func TestSetAvailability(t *testing.T) {
+func TestSetConditions(t *testing.T) {
 	t0 := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
 	p := &ippoolv1.NodeIPPool{ObjectMeta: metav1.ObjectMeta{Generation: 1}}
 	step := func(a availability, at time.Time, wantChanged, wantTransition bool, wantLTT time.Time) {
 		t.Helper()
-		changed, transitioned := setAvailability(p, a, at)
+		changed, transitioned := conditionSet{ippoolv1.ConditionAvailable: a}.set(p, at)
 		c := meta.FindStatusCondition(p.Status.Conditions, ippoolv1.ConditionAvailable)
-		if changed != wantChanged || transitioned != wantTransition || !c.LastTransitionTime.Time.Equal(wantLTT) {
+		if changed != wantChanged || (len(transitioned) > 0) != wantTransition || !c.LastTransitionTime.Time.Equal(wantLTT) {
 			t.Errorf("%+v at %s: changed %v transitioned %v LTT %s; want %v %v %s", a, at, changed, transitioned,
 				c.LastTransitionTime.Time, wantChanged, wantTransition, wantLTT)
 		}
@@ -90,7 +92,7 @@ func TestSetAvailability(t *testing.T) {
 	}
 	step(reconciling, t0, true, true, t0)
 	step(reconciling, t0.Add(time.Minute), false, false, t0)
-	step(upToDate, t0.Add(2*time.Minute), true, true, t0.Add(2*time.Minute))
+	step(reconciledPool, t0.Add(2*time.Minute), true, true, t0.Add(2*time.Minute))
 	exhaustedA := refused(ippoolv1.ReasonExhaustedIPPool, "a")
 	step(exhaustedA, t0.Add(3*time.Minute), true, true, t0.Add(3*time.Minute))
 	step(refused(ippoolv1.ReasonExhaustedIPPool, "b"), t0.Add(4*time.Minute), true, false, t0.Add(3*time.Minute))
@@ -99,10 +101,10 @@ func TestSetAvailability(t *testing.T) {
 	step(refused(ippoolv1.ReasonIPCollision, "b"), t0.Add(6*time.Minute), true, false, t0.Add(3*time.Minute))
 }
 
-func TestUnclaimedBits(t *testing.T) {
+func TestSightings(t *testing.T) {
 	t0 := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
 	grace := 2 * time.Minute
-	var u unclaimedBits
+	var u sightings[uint64]
 	for _, tt := range []struct {
 		at        time.Duration
 		unclaimed []uint64
@@ -117,33 +119,41 @@ func TestUnclaimedBits(t *testing.T) {
 		{3 * time.Minute, []uint64{5, 9, 7}, []uint64{5, 9}, time.Minute},
 		{4 * time.Minute, nil, nil, 0},
 	} {
-		due, next := u.observe(tt.unclaimed, t0.Add(tt.at), grace)
+		due, next := dueOffsets(u.see(tt.unclaimed, t0.Add(tt.at)), grace)
 		if !reflect.DeepEqual(due, tt.due) || next != tt.next {
 			t.Errorf("at %s with %v unclaimed: due %v next %s, want %v %s", tt.at, tt.unclaimed, due, next, tt.due, tt.next)
 		}
 	}
 }
 
-// TestFreeUnclaimed: collection frees only due bits that are set and that
-// nobody claims on the API server now.
-func TestFreeUnclaimed(t *testing.T) {
+// TestCollectUnclaimed: collection frees only due bits that are set, that
+// nobody claims on the API server now, and that no node's network
+// carries; one a node carries is quarantined for that node instead.
+func TestCollectUnclaimed(t *testing.T) {
 	alloc := ippool.NewAllocator(ippool.MustNewRange(ippool.Spec{CIDR: "10.0.0.0/24", Start: "10.0.0.1", End: "10.0.0.10"}))
-	for _, off := range []uint64{0, 1, 2} {
+	for _, off := range []uint64{0, 1, 2, 3, 4, 6} {
 		_ = alloc.Allocate(off)
 	}
-	_ = alloc.Allocate(3)
-	_ = alloc.Allocate(4)
 	claims := poolstatus.ClaimsOf("p", alloc.Range(), []nncev1beta1.NodeNetworkConfigurationEnactment{
 		holding("n1.pol", ippoolv1.EnactmentIPPools{"p": {Allocated: []string{"10.0.0.2"}}})})
 	pool := &ippoolv1.NodeIPPool{}
 	poolstatus.AddInFlight(pool, ippoolv1.InFlightAddress{IP: "10.0.0.4", Enactment: "n2.pol", Token: "7"})
 	poolstatus.AddQuarantine(pool, ippoolv1.QuarantinedAddress{IP: "10.0.0.5", Node: "n3"})
-	freed := freeUnclaimed(pool, alloc, claims, []uint64{0, 1, 3, 4, 5})
-	if want := []uint64{0}; !reflect.DeepEqual(freed, want) {
-		t.Errorf("freed %v, want %v (1 is claimed, 3 in flight, 4 quarantined, 5 is not set)", freed, want)
+	now := metav1.NewTime(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC))
+	carried := map[netip.Addr]string{netip.MustParseAddr("10.0.0.7"): "n9"}
+	got := collectUnclaimed(pool, alloc, claims, []uint64{0, 1, 3, 4, 5, 6}, carried, now)
+	if want := []uint64{0}; !reflect.DeepEqual(got.freed, want) {
+		t.Errorf("freed %v, want %v (1 is claimed, 3 in flight, 4 quarantined, 5 is not set, 6 carried)", got.freed, want)
 	}
-	if alloc.Has(0) || !alloc.Has(1) || !alloc.Has(2) || !alloc.Has(3) || !alloc.Has(4) {
-		t.Errorf("bits after collection: 0=%v 1=%v 2=%v 3=%v 4=%v", alloc.Has(0), alloc.Has(1), alloc.Has(2), alloc.Has(3), alloc.Has(4))
+	if want := []string{"10.0.0.7 on node n9"}; !reflect.DeepEqual(got.quarantined, want) {
+		t.Errorf("quarantined %v, want %v", got.quarantined, want)
+	}
+	if q := poolstatus.QuarantineOf(pool, "10.0.0.7"); q == nil || q.Node != "n9" || !q.Since.Equal(&now) {
+		t.Errorf("quarantine of 10.0.0.7: %+v", q)
+	}
+	if alloc.Has(0) || !alloc.Has(1) || !alloc.Has(2) || !alloc.Has(3) || !alloc.Has(4) || !alloc.Has(6) {
+		t.Errorf("bits after collection: 0=%v 1=%v 2=%v 3=%v 4=%v 6=%v", alloc.Has(0), alloc.Has(1), alloc.Has(2), alloc.Has(3),
+			alloc.Has(4), alloc.Has(6))
 	}
 }
 

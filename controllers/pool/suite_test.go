@@ -119,10 +119,21 @@ func createIdlePool(t *testing.T, name, cidr string) {
 	stop()
 }
 
-// deleteObject deletes an object and waits until it is gone.
+// deleteObject deletes an object and waits until it is gone. A pool
+// keeps its finalizer until a pool controller lets it go, and a test's
+// controller may be stopped by then: the finalizer is taken off by hand.
 func deleteObject(o client.Object) {
 	_ = k.Delete(ctx, o)
-	Eventually(func() bool { return k.Get(ctx, client.ObjectKeyFromObject(o), o) != nil }).Should(BeTrue())
+	Eventually(func() bool {
+		if err := k.Get(ctx, client.ObjectKeyFromObject(o), o); err != nil {
+			return true
+		}
+		if _, ok := o.(*ippoolv1.NodeIPPool); ok && len(o.GetFinalizers()) > 0 {
+			o.SetFinalizers(nil)
+			_ = k.Update(ctx, o)
+		}
+		return false
+	}).Should(BeTrue())
 }
 
 // createPolicy creates a policy for the nodes labelled role whose capture

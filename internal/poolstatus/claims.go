@@ -9,12 +9,12 @@ import (
 	"strings"
 
 	"github.com/nmstate/kubernetes-nmstate/api/shared"
-	"sigs.k8s.io/yaml"
 
 	ippoolv1 "github.com/nmstate-ippool/nmstate-ippool/api/v1"
 	nncev1beta1 "github.com/nmstate-ippool/nmstate-ippool/api/v1beta1"
 	"github.com/nmstate-ippool/nmstate-ippool/pkg/capture"
 	"github.com/nmstate-ippool/nmstate-ippool/pkg/ippool"
+	"github.com/nmstate-ippool/nmstate-ippool/pkg/nmstatectl"
 )
 
 // Owner is one holder of an address: an enactment, and where in it the
@@ -44,7 +44,7 @@ func (o Owner) detailed() Owner {
 	if o.from == nil {
 		return o
 	}
-	o.Capture, o.Interface = capturesByIP(o.from)[o.ip], interfacesByIP(o.from.Status.DesiredState.Raw)[o.ip]
+	o.Capture, o.Interface = capturesByIP(o.from)[o.ip], nmstatectl.Carriers(o.from.Status.DesiredState.Raw)[o.ip]
 	o.from = nil
 	return o
 }
@@ -114,7 +114,7 @@ func claimsOf(pool string, rng *ippool.Range, enactments []nncev1beta1.NodeNetwo
 					Policy: e.Labels[shared.EnactmentPolicyLabel], from: e, ip: ip}
 				if detailed {
 					if captures == nil {
-						captures, interfaces = capturesByIP(e), interfacesByIP(e.Status.DesiredState.Raw)
+						captures, interfaces = capturesByIP(e), nmstatectl.Carriers(e.Status.DesiredState.Raw)
 					}
 					o.Capture, o.Interface, o.from, o.ip = captures[ip], interfaces[ip], nil, netip.Addr{}
 				}
@@ -164,40 +164,6 @@ func capturesByIP(e *nncev1beta1.NodeNetworkConfigurationEnactment) map[netip.Ad
 		if addr, ok := capture.ParseState(e.Status.CapturedStates[name].State.Raw); ok {
 			if _, seen := out[addr.IP]; !seen {
 				out[addr.IP] = name
-			}
-		}
-	}
-	return out
-}
-
-// interfacesByIP maps the static addresses of a desired state to the
-// interfaces that carry them.
-func interfacesByIP(desired []byte) map[netip.Addr]string {
-	var state struct {
-		Interfaces []struct {
-			Name string `json:"name"`
-			IPv4 struct {
-				Address []struct {
-					IP string `json:"ip"`
-				} `json:"address"`
-			} `json:"ipv4"`
-			IPv6 struct {
-				Address []struct {
-					IP string `json:"ip"`
-				} `json:"address"`
-			} `json:"ipv6"`
-		} `json:"interfaces"`
-	}
-	out := map[netip.Addr]string{}
-	if len(desired) == 0 || yaml.Unmarshal(desired, &state) != nil {
-		return out
-	}
-	for _, iface := range state.Interfaces {
-		for _, a := range append(iface.IPv4.Address, iface.IPv6.Address...) {
-			if ip, err := netip.ParseAddr(a.IP); err == nil {
-				if _, seen := out[ip]; !seen {
-					out[ip] = iface.Name
-				}
 			}
 		}
 	}

@@ -92,21 +92,3 @@ func ExhaustedMessage(pool string, size uint64, want int) string {
 	return fmt.Sprintf("NodeIPPool %q is exhausted: all %d addresses are allocated and %d more are needed; re-create it with a larger range",
 		pool, size, want)
 }
-
-// StateAddresses returns the static addresses a network state (JSON or
-// YAML) configures on its interfaces, sorted.
-func StateAddresses(state []byte) []netip.Addr {
-	var out []netip.Addr
-	for ip := range interfacesByIP(state) {
-		out = append(out, ip)
-	}
-	slices.SortFunc(out, netip.Addr.Compare)
-	return out
-}
-
-// StateCarries reports whether a network state (JSON or YAML, as nmstatectl
-// show prints it or a desired state) configures ip on an interface.
-func StateCarries(state []byte, ip netip.Addr) bool {
-	_, ok := interfacesByIP(state)[ip]
-	return ok
-}

@@ -15,10 +15,11 @@ import (
 const stampVersion = "v1."
 
 // Stamp computes the stamp that vouches for a pool's allocation state: its
-// UID, status.allocatedOffsets, status.inFlight and status.quarantined. It
-// is a digest, not a signature: it catches hand edits and statuses copied
-// from another pool, not a writer that recomputes it on purpose (RBAC on
-// nodeippools/status is what keeps those out).
+// UID, status.allocatedOffsets, status.inFlight and status.quarantined
+// (what lifts a quarantine included). It is a digest, not a signature: it
+// catches hand edits and statuses copied from another pool, not a writer
+// that recomputes it on purpose (RBAC on nodeippools/status is what keeps
+// those out).
 func Stamp(pool *ippoolv1.NodeIPPool) string {
 	h := sha256.New()
 	field(h, string(pool.UID))
@@ -32,6 +33,10 @@ func Stamp(pool *ippoolv1.NodeIPPool) string {
 	slices.SortFunc(quarantined, func(a, b ippoolv1.QuarantinedAddress) int { return strings.Compare(a.IP, b.IP) })
 	for _, q := range quarantined {
 		field(h, "q", q.IP, q.Node, q.Enactment, q.Since.UTC().Format(time.RFC3339))
+		if q.StateSeenAtRelease != nil {
+			// Only when set, so that older entries keep their stamps.
+			field(h, "s", q.StateSeenAtRelease.UTC().Format(time.RFC3339))
+		}
 	}
 	return stampVersion + hex.EncodeToString(h.Sum(nil))[:32]
 }

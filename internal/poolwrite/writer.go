@@ -258,8 +258,9 @@ func (w *Writer) read(ctx context.Context, name string, o updateOptions, cached 
 // not own, in this pool incarnation or a later one. It returns the
 // addresses it cleared. A pool that is gone, unreadable or unvouched needs
 // nothing: the pool controller's rebuild and garbage collection deal with
-// the entries.
-func (w *Writer) Withdraw(ctx context.Context, pool, enactment, token string, ips []string) ([]string, error) {
+// the entries. Give Incarnation with the UID of the pool the addresses were
+// taken from: a pool re-created since is left alone.
+func (w *Writer) Withdraw(ctx context.Context, pool, enactment, token string, ips []string, opts ...Option) ([]string, error) {
 	if len(ips) == 0 {
 		return nil, nil
 	}
@@ -277,7 +278,7 @@ func (w *Writer) Withdraw(ctx context.Context, pool, enactment, token string, ip
 			withdrawn = append(withdrawn, s)
 		}
 		return len(withdrawn) > 0, nil
-	})
+	}, opts...)
 	if ignorable(err) {
 		return nil, nil
 	}
@@ -297,16 +298,29 @@ type Holder struct {
 	// address is kept for the holder's return (see
 	// ippoolv1.QuarantinedAddress.Capture); nil when it is not.
 	Captures map[string]string
+	// Interfaces names, by address, the interface it was applied to, for
+	// messages.
+	Interfaces map[string]string
 }
 
-// Quarantine keeps addresses whose record is gone from everyone else until
-// the pool controller lifts the quarantine (the holder no longer carries
-// them, its Node is gone, or the quarantine period passed). Call it only
-// after the record is gone. An address is quarantined, its bit set, in
-// every pool whose range hands it out: its own pool, or, if that pool was
-// deleted, an overlapping one. It writes also on a status nobody vouches
-// for (a bitmap emptied by hand), since it only adds protection. It
-// returns the addresses it quarantined, by pool.
+// WithoutReturn returns h with no address kept for its return: the
+// quarantine of an address taken by a reset or dropped from a policy hands
+// it back to nobody.
+func (h Holder) WithoutReturn() Holder {
+	h.Captures = nil
+	return h
+}
+
+// Quarantine keeps addresses from everyone else until the pool controller
+// lifts the quarantine on evidence that the holder no longer carries them
+// (its network state, published after the release, without them, or its
+// Node gone). Call it before the record goes: the controller lifts no
+// quarantine while a record claims its address. It is idempotent: an
+// address quarantined already keeps its entry. An address is quarantined,
+// its bit set, in every pool whose range hands it out: its own pool, or,
+// if that pool was deleted, an overlapping one. It writes also on a status
+// nobody vouches for (a bitmap emptied by hand), since it only adds
+// protection. It returns the addresses it newly quarantined, by pool.
 func (w *Writer) Quarantine(ctx context.Context, holder Holder, record ippoolv1.EnactmentIPPools) (ippoolv1.EnactmentIPPools, error) {
 	var ips []netip.Addr
 	for _, a := range record {
@@ -319,11 +333,24 @@ func (w *Writer) Quarantine(ctx context.Context, holder Holder, record ippoolv1.
 	if len(ips) == 0 {
 		return nil, nil
 	}
+	out := ippoolv1.EnactmentIPPools{}
+	// A pool re-created between the list and its write is listed again:
+	// the new incarnation hands the addresses out, so it must hold them.
+	for attempt := 1; ; attempt++ {
+		err := w.quarantineInPools(ctx, holder, ips, out)
+		if !errors.Is(err, ErrReplaced) || attempt == 3 {
+			return out, err
+		}
+	}
+}
+
+// quarantineInPools quarantines ips in every pool whose range hands one
+// of them out, and adds what it quarantined to out.
+func (w *Writer) quarantineInPools(ctx context.Context, holder Holder, ips []netip.Addr, out ippoolv1.EnactmentIPPools) error {
 	var pools ippoolv1.NodeIPPoolList
 	if err := w.Reader.List(ctx, &pools); err != nil {
-		return nil, fmt.Errorf("list pools: %w", err)
+		return fmt.Errorf("list pools: %w", err)
 	}
-	out := ippoolv1.EnactmentIPPools{}
 	var errs []error
 	for i := range pools.Items {
 		p := &pools.Items[i]
@@ -345,7 +372,7 @@ func (w *Writer) Quarantine(ctx context.Context, holder Holder, record ippoolv1.
 			out[p.Name] = ippoolv1.PoolAllocation{Allocated: q}
 		}
 	}
-	return out, errors.Join(errs...)
+	return errors.Join(errs...)
 }
 
 // quarantineIn adds quarantine entries for ips to one pool incarnation.
@@ -368,7 +395,8 @@ func (w *Writer) writeQuarantines(ctx context.Context, pool *ippoolv1.NodeIPPool
 			q.added = nil
 			for _, ip := range q.ips {
 				entry := ippoolv1.QuarantinedAddress{IP: ip.String(), Node: q.holder.Node, NodeUID: q.holder.NodeUID,
-					Enactment: q.holder.Enactment, Capture: q.holder.Captures[ip.String()], Since: since}
+					Enactment: q.holder.Enactment, Capture: q.holder.Captures[ip.String()],
+					Interface: q.holder.Interfaces[ip.String()], Since: since}
 				switch err := alloc.AllocateIP(ip); {
 				case err == nil:
 					changed = true
@@ -383,7 +411,8 @@ func (w *Writer) writeQuarantines(ctx context.Context, pool *ippoolv1.NodeIPPool
 		}
 		return changed, nil
 	}, Incarnation(pool.UID), protective())
-	if ignorable(err) {
+	if apierrors.IsNotFound(err) || errors.Is(err, ippool.ErrInvalidRange) {
+		// The pool is gone, or hands out nothing: it needs no quarantine.
 		for _, q := range qs {
 			q.added = nil
 		}

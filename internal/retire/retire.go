@@ -4,20 +4,24 @@
 // one enactment at once. An address leaves its holder in two steps, always
 // in this order:
 //
-//  1. the record goes: the enactment's status.ippool entry (Drop) or the
+//  1. the addresses are quarantined in their pools
+//     (poolwrite.Writer.Quarantine): they stay allocated, handed to
+//     nobody, until the pool controller has evidence that the former
+//     holder no longer carries them;
+//  2. the record goes: the enactment's status.ippool entry (Drop) or the
 //     enactment itself (Retire), written under the enactment's
 //     resourceVersion, so that of several concurrent callers exactly one
-//     succeeds;
-//  2. that caller alone quarantines the addresses in their pools
-//     (poolwrite.Writer.Quarantine): they stay allocated, handed to nobody,
-//     until the pool controller sees that the former holder no longer
-//     carries them.
+//     succeeds.
 //
-// A bit is therefore never freed while an enactment records its address,
-// and never handed to another node while its former holder may still carry
-// it. A process that dies between the steps leaves set bits that no
-// enactment claims; the pool controller's garbage collection frees them
-// after its grace period.
+// The record goes only once its quarantine is written: a failed
+// quarantine is an error, and the record stays until a later call
+// succeeds. So a bit is never unprotected: before step 1 the record
+// claims it, after it the quarantine does. A process that dies between the
+// steps leaves a quarantine beside a record that still claims the address;
+// the pool controller lifts a quarantine only once no record claims its
+// address, and the next call finishes the job (a deleted enactment is
+// retired by the pool controller, a reset is done again until its
+// annotation is removed).
 package retire
 
 import (
@@ -29,7 +33,6 @@ import (
 	"github.com/nmstate/kubernetes-nmstate/api/shared"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/types"
-	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
 
@@ -37,6 +40,7 @@ import (
 	nncev1beta1 "github.com/nmstate-ippool/nmstate-ippool/api/v1beta1"
 	"github.com/nmstate-ippool/nmstate-ippool/internal/poolwrite"
 	"github.com/nmstate-ippool/nmstate-ippool/pkg/capture"
+	"github.com/nmstate-ippool/nmstate-ippool/pkg/nmstatectl"
 )
 
 // errGone ends a retry loop when the enactment is gone, was replaced, or
@@ -47,24 +51,22 @@ var errGone = errors.New("nothing left to retire")
 //
 //  1. it deletes the enactment, so that no handler reuses its record (the
 //     FinalizerIPPool finalizer keeps the object and the record);
-//  2. it removes the finalizer under the enactment's resourceVersion, which
+//  2. it quarantines the addresses the record holds;
+//  3. it removes the finalizer under the enactment's resourceVersion, which
 //     makes the API server drop the object; of several concurrent retirers
-//     (the node's handler, the pool controller) exactly one succeeds;
-//  3. that one quarantines the addresses the removed record held.
+//     (the node's handler, the pool controller) exactly one succeeds.
 //
-// It returns the addresses it quarantined, by pool: nil when another
-// retirer won, or when the enactment had no finalizer (its bits, if any,
-// are then left to garbage collection). A quarantine that fails is logged,
-// not returned, because nothing could retry it: the record is already gone
-// and garbage collection frees the bits after its grace period. Retire is
-// idempotent; after an error, call it again.
+// It returns the addresses it quarantined, by pool, when it removed the
+// finalizer itself: nil when another retirer won, or the enactment had no
+// finalizer. A quarantine that fails is returned, with the finalizer still
+// on. Retire is idempotent; after an error, call it again.
 func Retire(ctx context.Context, w *poolwrite.Writer, e *nncev1beta1.NodeNetworkConfigurationEnactment) (ippoolv1.EnactmentIPPools, error) {
 	if e.DeletionTimestamp.IsZero() {
 		if err := w.Client.Delete(ctx, e, client.Preconditions{UID: &e.UID}); client.IgnoreNotFound(err) != nil {
 			return nil, fmt.Errorf("delete enactment %q: %w", e.Name, err)
 		}
 	}
-	var removed *nncev1beta1.NodeNetworkConfigurationEnactment
+	var quarantined ippoolv1.EnactmentIPPools
 	err := w.Retry(ctx, func() error {
 		fresh, err := get(ctx, w, e.Name)
 		if err != nil {
@@ -72,6 +74,9 @@ func Retire(ctx context.Context, w *poolwrite.Writer, e *nncev1beta1.NodeNetwork
 		}
 		if fresh == nil || fresh.UID != e.UID || !controllerutil.ContainsFinalizer(fresh, ippoolv1.FinalizerIPPool) {
 			return errGone
+		}
+		if quarantined, err = quarantine(ctx, w, fresh, fresh.Status.IPPool); err != nil {
+			return err
 		}
 		patch := client.MergeFromWithOptions(fresh.DeepCopy(), client.MergeFromWithOptimisticLock{})
 		controllerutil.RemoveFinalizer(fresh, ippoolv1.FinalizerIPPool)
@@ -81,7 +86,6 @@ func Retire(ctx context.Context, w *poolwrite.Writer, e *nncev1beta1.NodeNetwork
 			}
 			return fmt.Errorf("remove the finalizer of enactment %q: %w", e.Name, err)
 		}
-		removed = fresh
 		return nil
 	})
 	if errors.Is(err, errGone) {
@@ -90,23 +94,21 @@ func Retire(ctx context.Context, w *poolwrite.Writer, e *nncev1beta1.NodeNetwork
 	if err != nil {
 		return nil, err
 	}
-	return quarantine(ctx, w, removed, removed.Status.IPPool), nil
+	return quarantined, nil
 }
 
 // Drop removes the record of one pool from an enactment (its status.ippool
-// entry and the captured states holding those addresses) under the
-// enactment's resourceVersion, then quarantines the addresses, so that the
-// node's handler allocates again. It returns the addresses dropped from the
-// record; nil if the enactment is gone or held nothing from the pool. As in
-// Retire, a failed quarantine is logged and left to garbage collection.
+// entry and the captured states holding those addresses): it quarantines
+// the addresses, then writes the record without them under the
+// enactment's resourceVersion, so that the node's handler allocates
+// again. It returns the addresses dropped from the record; nil if the
+// enactment is gone or held nothing from the pool. A quarantine that fails
+// is returned, and the record stays.
 func Drop(ctx context.Context, w *poolwrite.Writer, enactment, pool string) ([]string, error) {
-	var (
-		held []string
-		e    *nncev1beta1.NodeNetworkConfigurationEnactment
-	)
+	var held []string
 	err := w.Retry(ctx, func() error {
-		var err error
-		if e, err = get(ctx, w, enactment); err != nil {
+		e, err := get(ctx, w, enactment)
+		if err != nil {
 			return err
 		}
 		if e == nil {
@@ -114,6 +116,10 @@ func Drop(ctx context.Context, w *poolwrite.Writer, enactment, pool string) ([]s
 		}
 		if held = e.Status.IPPool[pool].Allocated; len(held) == 0 {
 			return errGone
+		}
+		// A reset's addresses go to nobody, not back to this enactment.
+		if _, err := w.Quarantine(ctx, HolderOf(e).WithoutReturn(), ippoolv1.EnactmentIPPools{pool: {Allocated: held}}); err != nil {
+			return fmt.Errorf("quarantine the %s addresses of enactment %q before its record goes: %w", pool, enactment, err)
 		}
 		forget(e, pool)
 		if err := w.Client.Status().Update(ctx, e); err != nil {
@@ -130,7 +136,6 @@ func Drop(ctx context.Context, w *poolwrite.Writer, enactment, pool string) ([]s
 	if err != nil {
 		return nil, err
 	}
-	quarantine(ctx, w, e, ippoolv1.EnactmentIPPools{pool: {Allocated: held}})
 	return held, nil
 }
 
@@ -158,16 +163,15 @@ func get(ctx context.Context, w *poolwrite.Writer, name string) (*nncev1beta1.No
 	return &e, nil
 }
 
-// quarantine quarantines a record that is gone and returns what it
-// quarantined.
+// quarantine quarantines the addresses of record, held by e, and returns
+// what it quarantined.
 func quarantine(ctx context.Context, w *poolwrite.Writer, e *nncev1beta1.NodeNetworkConfigurationEnactment,
-	record ippoolv1.EnactmentIPPools) ippoolv1.EnactmentIPPools {
+	record ippoolv1.EnactmentIPPools) (ippoolv1.EnactmentIPPools, error) {
 	q, err := w.Quarantine(ctx, HolderOf(e), record)
 	if err != nil {
-		ctrl.LoggerFrom(ctx).Error(err, "could not quarantine the addresses of a removed record; garbage collection frees them after its grace period",
-			"enactment", e.Name, "record", record)
+		return nil, fmt.Errorf("quarantine the addresses of enactment %q before its record goes: %w", e.Name, err)
 	}
-	return q
+	return q, nil
 }
 
 // HolderOf names the node and enactment that held an enactment's
@@ -188,6 +192,12 @@ func HolderOf(e *nncev1beta1.NodeNetworkConfigurationEnactment) poolwrite.Holder
 			}
 			h.Captures[addr.IP.String()] = name
 		}
+	}
+	for ip, iface := range nmstatectl.Carriers(e.Status.DesiredState.Raw) {
+		if h.Interfaces == nil {
+			h.Interfaces = map[string]string{}
+		}
+		h.Interfaces[ip.String()] = iface
 	}
 	return h
 }

@@ -56,10 +56,11 @@ type Node struct {
 	Metrics *handler.Metrics
 	// Tune, if set, adjusts the handler before it starts.
 	Tune func(*handler.Reconciler)
-	// PublishState, if set, runs the node's NodeNetworkState reporter
-	// beside its handler, sharing its network lock, as the handler binary
-	// does.
-	PublishState bool
+	// NoStateReporter, if set, runs the handler without the node's
+	// NodeNetworkState reporter, which the handler binary runs beside it
+	// sharing its network lock: the node then publishes no state, takes no
+	// released address off, and gives no evidence of a release.
+	NoStateReporter bool
 
 	stop func() error
 }
@@ -140,12 +141,13 @@ func (n *Node) Start(e *Env) error {
 	if err := r.SetupWithManager(mgr, handler.SetupOptions{SkipNameValidation: true}); err != nil {
 		return err
 	}
-	if n.PublishState {
+	if !n.NoStateReporter {
 		nudges := nodestate.NewNudges()
 		r.NetworkLock = &sync.Mutex{}
 		r.StateChanged = func() { nudges.Nudge(n.Name) }
+		r.Released = func() { nudges.Release(n.Name) }
 		reporter := nodestate.New(mgr, n.Name, n.Network.Runner)
-		reporter.Refresh, reporter.NetworkLock = 500*time.Millisecond, r.NetworkLock
+		reporter.Refresh, reporter.NetworkLock, reporter.Settle = 500*time.Millisecond, r.NetworkLock, r.Settle
 		if err := reporter.SetupWithManager(mgr, nudges, nodestate.SetupOptions{SkipNameValidation: true}); err != nil {
 			return err
 		}

@@ -1,0 +1,296 @@
+package pool
+
+import (
+	"context"
+	"fmt"
+	"maps"
+	"net/netip"
+	"slices"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	ippoolv1 "github.com/nmstate-ippool/nmstate-ippool/api/v1"
+	nncev1beta1 "github.com/nmstate-ippool/nmstate-ippool/api/v1beta1"
+	"github.com/nmstate-ippool/nmstate-ippool/internal/assign"
+	"github.com/nmstate-ippool/nmstate-ippool/internal/nodemeta"
+	"github.com/nmstate-ippool/nmstate-ippool/internal/poolstatus"
+	"github.com/nmstate-ippool/nmstate-ippool/pkg/ippool"
+)
+
+// maintenance is what one maintenance pass writes to a pool, decided
+// before its one status write.
+type maintenance struct {
+	// holdsDue: the entries were looked at, and holds says what to do.
+	holdsDue bool
+	holds    holdWork
+	// gcDue are the unclaimed offsets old enough to collect; carried maps
+	// the addresses nodes' networks carry to the node, read after the
+	// enactments when gcDue is not empty.
+	gcDue   []uint64
+	carried map[netip.Addr]string
+	// enactments are those the write's claims come from: listed from the
+	// API server when entries or bits are due, else the cache's.
+	enactments []nncev1beta1.NodeNetworkConfigurationEnactment
+	// labels holds the labels of the nodes a reservation by selector may
+	// be for, read before the write.
+	labels map[string]map[string]string
+}
+
+// due reports whether the pass has entries or bits to act on.
+func (mw *maintenance) due() bool { return mw.holdsDue || len(mw.gcDue) > 0 }
+
+// maintain keeps a pool up to date: it serves waiting enactments, then,
+// in one status write, prunes recorded in-flight entries, revokes stale
+// ones, lifts quarantines on evidence, collects bits unclaimed for longer
+// than the grace period, and sets the Available, ReservationsHonored and
+// ReleasesConfirmed conditions; it asks holders for evidence, nudges the
+// enactments that should look again, and comes back when the next of
+// those falls due. A pool being deleted serves nothing, revokes what is in
+// flight, and loses its finalizer once no entry is left.
+func (r *Reconciler) maintain(ctx context.Context, pool *ippoolv1.NodeIPPool, alloc *ippool.Allocator, v view) (ctrl.Result, error) {
+	m := r.remember(pool)
+	now := r.Clock.Now()
+	gcDue, gcNext := dueOffsets(m.unclaimed.see(withoutEntries(pool, alloc, v.audit.Unclaimed), now), r.GracePeriod)
+	holdsDue, holdsNext := r.holdsDue(pool, v.claims, existing(v.enactments), m)
+	result := ctrl.Result{RequeueAfter: soonest(gcNext, holdsNext)}
+	terminating := !pool.DeletionTimestamp.IsZero()
+	if !terminating {
+		// Waiting nodes first: serving them is what a rollout waits for.
+		if err := r.serve(ctx, pool, v); err != nil {
+			return result, err
+		}
+	}
+	mw, err := r.planMaintenance(ctx, pool, v, gcDue, holdsDue, m)
+	if err != nil {
+		return result, err
+	}
+	if err := r.writeMaintenance(ctx, pool, mw); err != nil {
+		return result, err
+	}
+	r.askForStates(ctx, mw.holds.ask)
+	if terminating {
+		return result, r.release(ctx, pool)
+	}
+	r.nudge(ctx, pool, v)
+	return result, nil
+}
+
+// planMaintenance reads what a maintenance write needs: the enactments
+// from the API server, then the holders' states, when entries or bits are
+// due; the labels reservations may need.
+func (r *Reconciler) planMaintenance(ctx context.Context, pool *ippoolv1.NodeIPPool, v view, gcDue []uint64, holdsDue bool,
+	m *poolMemory) (*maintenance, error) {
+	mw := &maintenance{holdsDue: holdsDue, gcDue: gcDue, enactments: v.enactments}
+	if mw.due() {
+		enactments, err := r.enactmentsFromAPI(ctx)
+		if err != nil {
+			return nil, err
+		}
+		mw.enactments = enactments
+	}
+	rng, err := poolstatus.Range(pool)
+	if err != nil {
+		return nil, err
+	}
+	claims := poolstatus.Holders(pool.Name, rng, mw.enactments)
+	if holdsDue {
+		if mw.holds, err = r.planHolds(ctx, pool, claims, existing(mw.enactments), m); err != nil {
+			return nil, err
+		}
+		m.lastLiftCheck = r.Clock.Now()
+	}
+	if len(gcDue) > 0 {
+		if mw.carried, err = r.carriedAddresses(ctx); err != nil {
+			return nil, err
+		}
+	}
+	mw.labels = r.reservedForLabels(ctx, pool, rng, claims)
+	return mw, nil
+}
+
+// writeMaintenance carries out a maintenance pass in one status write, and
+// tells what it freed. When nothing is due and the cached copy shows that
+// no condition would change, it writes (and reads) nothing.
+func (r *Reconciler) writeMaintenance(ctx context.Context, pool *ippoolv1.NodeIPPool, mw *maintenance) error {
+	var (
+		revoked, lifted []string
+		got             collected
+	)
+	now := metav1.NewTime(r.Clock.Now().Truncate(time.Second))
+	change := func(p *ippoolv1.NodeIPPool, alloc *ippool.Allocator) (conditionSet, bool, error) {
+		claims := poolstatus.Holders(p.Name, alloc.Range(), mw.enactments)
+		changed := false
+		revoked, lifted, got = nil, nil, collected{}
+		if mw.holdsDue {
+			revoked, lifted, changed = applyHolds(p, alloc, claims, mw.holds, now)
+		}
+		got = collectUnclaimed(p, alloc, claims, mw.gcDue, mw.carried, now)
+		return r.maintainedConditions(p, alloc, mw, claims), changed || len(got.freed)+len(got.quarantined) > 0, nil
+	}
+	if !mw.due() && !r.conditionsChange(pool, mw) {
+		return nil
+	}
+	if err := r.writeStatus(ctx, pool, change); err != nil {
+		return err
+	}
+	r.reportHolds(ctx, pool, mw.holds, revoked, lifted)
+	r.reportCollected(ctx, pool, got)
+	return nil
+}
+
+// conditionsChange reports whether the conditions a maintenance write
+// would set differ from the cached pool's.
+func (r *Reconciler) conditionsChange(pool *ippoolv1.NodeIPPool, mw *maintenance) bool {
+	p := pool.DeepCopy()
+	alloc, err := poolstatus.Allocator(p)
+	if err != nil {
+		return true
+	}
+	conds := r.maintainedConditions(p, alloc, mw, poolstatus.Holders(p.Name, alloc.Range(), mw.enactments))
+	changed, _ := conds.set(p, r.Clock.Now())
+	return changed
+}
+
+// maintainedConditions computes the conditions a maintenance write sets
+// on p: Available; ReservationsHonored when the pool has or had
+// reservations; ReleasesConfirmed when the quarantines were looked at or
+// there are none.
+func (r *Reconciler) maintainedConditions(p *ippoolv1.NodeIPPool, alloc *ippool.Allocator, mw *maintenance,
+	claims poolstatus.Claims) conditionSet {
+	conds := conditionSet{ippoolv1.ConditionAvailable: availabilityOf(p, alloc, viewOf(p.Name, alloc, mw.enactments))}
+	if len(p.Spec.Reservations) > 0 || meta.FindStatusCondition(p.Status.Conditions, ippoolv1.ConditionReservationsHonored) != nil {
+		conds[ippoolv1.ConditionReservationsHonored] = reservationsOf(p, alloc, claims, labelsFrom(mw.labels))
+	}
+	if len(p.Status.Quarantined) == 0 {
+		conds[ippoolv1.ConditionReleasesConfirmed] = releasesOf(nil)
+	} else if mw.holdsDue {
+		conds[ippoolv1.ConditionReleasesConfirmed] = releasesOf(stillOverdue(p, mw.holds.overdue))
+	}
+	return conds
+}
+
+// stillOverdue keeps of overdue the addresses p still quarantines.
+func stillOverdue(p *ippoolv1.NodeIPPool, late map[string]overdue) map[string]overdue {
+	out := map[string]overdue{}
+	for ip, o := range late {
+		if poolstatus.QuarantineOf(p, ip) != nil {
+			out[ip] = o
+		}
+	}
+	return out
+}
+
+// reservedForLabels reads, from the cache, the labels of the nodes that
+// hold a reserved address of a reservation by label selector: what
+// reservationsOf asks of them. It is read before the write, so that the
+// write's mutation reads nothing.
+func (r *Reconciler) reservedForLabels(ctx context.Context, pool *ippoolv1.NodeIPPool, rng *ippool.Range,
+	claims poolstatus.Claims) map[string]map[string]string {
+	valid, _ := assign.Reservations(pool, rng)
+	out := map[string]map[string]string{}
+	for _, res := range valid {
+		if res.Node != "" {
+			continue
+		}
+		for _, o := range claims[res.IP] {
+			if _, ok := out[o.Node]; ok {
+				continue
+			}
+			if n, err := nodemeta.Get(ctx, r.Client, o.Node); err == nil {
+				out[o.Node] = n.Labels
+			} else {
+				out[o.Node] = nil
+			}
+		}
+	}
+	return out
+}
+
+// labelsFrom looks nodes' labels up in labels.
+func labelsFrom(labels map[string]map[string]string) func(string) map[string]string {
+	return func(node string) map[string]string { return labels[node] }
+}
+
+// release removes the finalizer of a pool being deleted once nothing is
+// in flight and nothing quarantined: every address taken from it is then
+// recorded or revoked, and every released address gone from its holder.
+func (r *Reconciler) release(ctx context.Context, pool *ippoolv1.NodeIPPool) error {
+	if len(pool.Status.InFlight) > 0 || len(pool.Status.Quarantined) > 0 {
+		return nil
+	}
+	if err := removeFinalizer(ctx, r.Client, pool, ippoolv1.FinalizerPoolEntries); err != nil {
+		return err
+	}
+	ctrl.LoggerFrom(ctx).Info("released a deleted pool: nothing in flight or quarantined")
+	return nil
+}
+
+// reportCollected logs and tells of collected bits.
+func (r *Reconciler) reportCollected(ctx context.Context, pool *ippoolv1.NodeIPPool, got collected) {
+	if len(got.quarantined) > 0 {
+		ctrl.LoggerFrom(ctx).Info("quarantined unclaimed addresses a node carries", "ips", got.quarantined)
+		r.Recorder.Eventf(pool, nil, corev1.EventTypeWarning, ippoolv1.ReasonAddressQuarantined, "Collect",
+			"Quarantined %s: allocated for longer than %s and recorded by no enactment, but on a node's network; "+
+				"freed once the node shows it gone", listNames(got.quarantined, 10), r.GracePeriod)
+	}
+	if len(got.freed) == 0 {
+		return
+	}
+	r.remember(pool).unclaimed.forget(got.freed...)
+	ips := offsetsToIPs(pool, got.freed)
+	ctrl.LoggerFrom(ctx).Info("collected unclaimed addresses", "ips", ips, "gracePeriod", r.GracePeriod.String())
+	r.Recorder.Eventf(pool, nil, corev1.EventTypeNormal, ippoolv1.ReasonGarbageCollected, "Collect",
+		"Freed %s: allocated for longer than %s but recorded by no enactment and on no node's network", listNames(ips, 10), r.GracePeriod)
+	r.Metrics.collected(pool.Name, len(got.freed))
+}
+
+// enactmentsFromAPI lists every enactment from the API server, for
+// decisions a stale cache could get wrong.
+func (r *Reconciler) enactmentsFromAPI(ctx context.Context) ([]nncev1beta1.NodeNetworkConfigurationEnactment, error) {
+	var list nncev1beta1.NodeNetworkConfigurationEnactmentList
+	if err := r.APIReader.List(ctx, &list); err != nil {
+		return nil, fmt.Errorf("list enactments: %w", err)
+	}
+	return list.Items, nil
+}
+
+// conditionSet holds the values a status write gives to conditions, by
+// type; conditions it does not name are left as they are.
+type conditionSet map[string]availability
+
+// set sets the conditions on pool, and its observed generation. It reports
+// whether anything changed, and which conditions transitioned.
+func (cs conditionSet) set(pool *ippoolv1.NodeIPPool, now time.Time) (bool, []string) {
+	changed := false
+	var transitioned []string
+	for _, t := range slices.Sorted(maps.Keys(cs)) {
+		c, tr := setCondition(pool, t, cs[t], now)
+		changed = changed || c
+		if tr {
+			transitioned = append(transitioned, t)
+		}
+	}
+	if pool.Status.ObservedGeneration != pool.Generation {
+		pool.Status.ObservedGeneration, changed = pool.Generation, true
+	}
+	return changed, transitioned
+}
+
+// removeFinalizer removes a finalizer from an object under its
+// resourceVersion, if it has it.
+func removeFinalizer(ctx context.Context, c client.Client, o client.Object, finalizer string) error {
+	if !slices.Contains(o.GetFinalizers(), finalizer) {
+		return nil
+	}
+	patch := client.MergeFromWithOptions(o.DeepCopyObject().(client.Object), client.MergeFromWithOptimisticLock{})
+	o.SetFinalizers(slices.DeleteFunc(slices.Clone(o.GetFinalizers()), func(f string) bool { return f == finalizer }))
+	if err := c.Patch(ctx, o, patch); client.IgnoreNotFound(err) != nil {
+		return fmt.Errorf("remove finalizer %s from %s: %w", finalizer, o.GetName(), err)
+	}
+	return nil
+}

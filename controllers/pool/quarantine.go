@@ -1,0 +1,249 @@
+package pool
+
+import (
+	"cmp"
+	"context"
+	"fmt"
+	"maps"
+	"net/netip"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	ippoolv1 "github.com/nmstate-ippool/nmstate-ippool/api/v1"
+	nncev1beta1 "github.com/nmstate-ippool/nmstate-ippool/api/v1beta1"
+	"github.com/nmstate-ippool/nmstate-ippool/internal/nodemeta"
+	"github.com/nmstate-ippool/nmstate-ippool/internal/poolstatus"
+	"github.com/nmstate-ippool/nmstate-ippool/pkg/nmstatectl"
+)
+
+// askAgainAfter is how long the controller waits for a holder to answer a
+// request for its network state before it asks again: the handler may have
+// been down, or may have failed to take the address off.
+const askAgainAfter = 30 * time.Second
+
+// noStatePublished is what StateSeenAtRelease holds when the holder had
+// published no NodeNetworkState at the release: any state it publishes is
+// later.
+var noStatePublished = metav1.NewTime(time.Unix(0, 0).UTC())
+
+// holderView is what the API server says of a quarantined address's former
+// holder, read after the address's record was looked for.
+type holderView struct {
+	// recorded: an enactment still records the address (the release has
+	// not dropped the record yet, or the address came back to its holder).
+	recorded bool
+	// nodeGone: no Node of the holder's name exists.
+	nodeGone bool
+	// nodeUID is the UID of the Node of the holder's name.
+	nodeUID types.UID
+	// state is the holder's NodeNetworkState, nil when it has none.
+	state *nncev1beta1.NodeNetworkState
+}
+
+// verdict is what the controller does with one quarantine.
+type verdict struct {
+	// lift, when its why is set, frees the address.
+	lift lift
+	// seen, when set, is the holder's state time to record as
+	// StateSeenAtRelease: the first look after the release.
+	seen *metav1.Time
+	// ask: request a fresh NodeNetworkState from the holder.
+	ask bool
+	// overdue, when its reason is set, is why the quarantine outlasted its
+	// period.
+	overdue overdue
+}
+
+// overdue is a quarantine that outlasted the quarantine period.
+type overdue struct {
+	reason, message string
+}
+
+// judgeQuarantine decides what to do with the quarantine q of a pool at
+// now, from what the API server says of its holder (see docs/protocol.md,
+// "Lifting a quarantine"). Only evidence frees an address: the holder's
+// Node gone, or a NodeNetworkState the holder published after the release
+// without the address. The first look after the release records the time
+// of the holder's state then, and asks for a new one. Time only decides
+// when to ask again and when to report the quarantine overdue.
+func judgeQuarantine(q ippoolv1.QuarantinedAddress, h holderView, now time.Time, period time.Duration) verdict {
+	switch {
+	case h.recorded:
+		return verdict{}
+	case q.Node == "":
+		return verdict{lift: lift{why: "no node held it"}}
+	case h.nodeGone:
+		if q.Capture == "" || q.Enactment == "" {
+			return verdict{lift: lift{why: fmt.Sprintf("node %s is gone", q.Node)}}
+		}
+		return verdict{lift: lift{why: fmt.Sprintf("node %s is gone; kept for its return until %s", q.Node,
+			q.Since.Add(period).UTC().Format(time.RFC3339)), keep: true}}
+	}
+	published, iface, carried := stateOf(h.state, q.IP)
+	if q.StateSeenAtRelease == nil {
+		seen := noStatePublished
+		if h.state != nil {
+			seen = h.state.Status.LastSuccessfulUpdateTime
+		}
+		return verdict{seen: &seen, ask: true}
+	}
+	fresh := h.state != nil && published.After(q.StateSeenAtRelease.Time)
+	if fresh && !carried {
+		if q.Capture != "" && q.Enactment != "" && q.NodeUID != "" && h.nodeUID != q.NodeUID {
+			// A new Node of the name: the old one is gone, and its
+			// replacement gets the address back first.
+			return verdict{lift: lift{why: fmt.Sprintf("node %s was replaced under its name and does not carry it; kept for its return until %s",
+				q.Node, q.Since.Add(period).UTC().Format(time.RFC3339)), keep: true}}
+		}
+		return verdict{lift: lift{why: fmt.Sprintf("node %s showed it gone", q.Node)}}
+	}
+	v := verdict{ask: now.Sub(stateRequested(h.state)) >= askAgainAfter}
+	if age := now.Sub(q.Since.Time); age >= period {
+		v.overdue = overdueOf(q, fresh, iface, published, age)
+	}
+	return v
+}
+
+// overdueOf describes a quarantine past its period: its holder still shows
+// the address (fresh), or has published nothing since the release.
+func overdueOf(q ippoolv1.QuarantinedAddress, fresh bool, iface string, published time.Time, age time.Duration) overdue {
+	released := fmt.Sprintf("%s, released by node %s %s ago", q.IP, q.Node, age.Round(time.Second))
+	if fresh {
+		return overdue{ippoolv1.ReasonAddressStillCarried, fmt.Sprintf(
+			"%s, is still on its interface %s (its NodeNetworkState of %s); its handler retries taking it off: see the pool's "+
+				"ReleaseFailed Events, or take %s off %s by hand; delete the Node if the machine is gone",
+			released, cmp.Or(iface, "?"), published.UTC().Format(time.RFC3339), q.IP, cmp.Or(iface, "the interface"))}
+	}
+	return overdue{ippoolv1.ReasonReleaseUnconfirmed, fmt.Sprintf(
+		"%s: node %s has published no network state since; check its handler pod, or delete the Node if the machine is gone",
+		released, q.Node)}
+}
+
+// stateOf returns when a NodeNetworkState was published (the zero time
+// without one), and the interface that carries ip in it.
+func stateOf(nns *nncev1beta1.NodeNetworkState, s string) (published time.Time, iface string, carried bool) {
+	if nns == nil {
+		return time.Time{}, "", false
+	}
+	ip, err := netip.ParseAddr(s)
+	if err != nil {
+		return nns.Status.LastSuccessfulUpdateTime.Time, "", false
+	}
+	iface, carried = nmstatectl.Carriers(nns.Status.CurrentState.Raw)[ip]
+	return nns.Status.LastSuccessfulUpdateTime.Time, iface, carried
+}
+
+// stateRequested returns when the state of a NodeNetworkState was last
+// asked for (its RefreshStateLabel, in Unix nanoseconds), or the zero
+// time.
+func stateRequested(nns *nncev1beta1.NodeNetworkState) time.Time {
+	if nns == nil {
+		return time.Time{}
+	}
+	n, err := strconv.ParseInt(nns.Labels[ippoolv1.RefreshStateLabel], 10, 64)
+	if err != nil {
+		return time.Time{}
+	}
+	return time.Unix(0, n)
+}
+
+// holders reads, for each quarantine of pool, what the API server says of
+// its former holder. claims come from enactments listed from the API
+// server before any state is read here, so a state read here is read after
+// any record claims lists as gone.
+func (r *Reconciler) holders(ctx context.Context, pool *ippoolv1.NodeIPPool, claims poolstatus.Claims) (map[string]holderView, error) {
+	out := make(map[string]holderView, len(pool.Status.Quarantined))
+	nodes := &nodemeta.Lookup{Reader: r.APIReader, List: len(pool.Status.Quarantined) >= r.listNodesFrom()}
+	states := map[string]*nncev1beta1.NodeNetworkState{}
+	for _, q := range pool.Status.Quarantined {
+		var h holderView
+		if ip, err := netip.ParseAddr(q.IP); err == nil && len(claims[ip]) > 0 {
+			h.recorded = true
+		}
+		if h.recorded || q.Node == "" {
+			out[q.IP] = h
+			continue
+		}
+		uid, gone, err := nodes.UID(ctx, q.Node)
+		if err != nil {
+			return nil, err
+		}
+		h.nodeUID, h.nodeGone = uid, gone
+		if !gone {
+			nns, ok := states[q.Node]
+			if !ok {
+				if nns, err = r.nodeState(ctx, q.Node); err != nil {
+					return nil, err
+				}
+				states[q.Node] = nns
+			}
+			h.state = nns
+		}
+		out[q.IP] = h
+	}
+	return out, nil
+}
+
+// nodeState reads a node's NodeNetworkState from the API server; nil when
+// it has none.
+func (r *Reconciler) nodeState(ctx context.Context, node string) (*nncev1beta1.NodeNetworkState, error) {
+	var nns nncev1beta1.NodeNetworkState
+	switch err := r.APIReader.Get(ctx, types.NamespacedName{Name: node}, &nns); {
+	case apierrors.IsNotFound(err):
+		return nil, nil
+	case err != nil:
+		return nil, fmt.Errorf("get NodeNetworkState %q: %w", node, err)
+	}
+	return &nns, nil
+}
+
+// askForStates asks each node to publish its network state again
+// (RefreshStateLabel): its handler takes released addresses off first. A
+// node whose NodeNetworkState is gone publishes one on its own.
+func (r *Reconciler) askForStates(ctx context.Context, nodes []string) {
+	for _, node := range nodes {
+		nns := &nncev1beta1.NodeNetworkState{}
+		nns.Name = node
+		patch := client.RawPatch(types.MergePatchType, fmt.Appendf(nil, `{"metadata":{"labels":{%q:%q}}}`,
+			ippoolv1.RefreshStateLabel, strconv.FormatInt(r.Clock.Now().UnixNano(), 10)))
+		if err := r.Client.Patch(ctx, nns, patch); client.IgnoreNotFound(err) != nil {
+			// The next look asks again.
+			ctrl.LoggerFrom(ctx).Info("could not ask a node for its network state", "node", node, "error", err.Error())
+		}
+	}
+}
+
+// releasesOf decides the ReleasesConfirmed condition from the overdue
+// quarantines, by address.
+func releasesOf(late map[string]overdue) availability {
+	if len(late) == 0 {
+		return availability{metav1.ConditionTrue, ippoolv1.ReasonReleasesConfirmed,
+			"Every released address left its holder's network or is within its quarantine period"}
+	}
+	reason := ippoolv1.ReasonReleaseUnconfirmed
+	msgs := make([]string, 0, len(late))
+	for _, ip := range slices.Sorted(maps.Keys(late)) {
+		o := late[ip]
+		if o.reason == ippoolv1.ReasonAddressStillCarried {
+			reason = o.reason
+		}
+		msgs = append(msgs, o.message)
+	}
+	return refused(reason, "Quarantined past the quarantine period, handed to nobody until the holder shows them gone: "+
+		strings.Join(msgs[:min(len(msgs), 5)], "; ")+moreOf(len(msgs)-5))
+}
+
+func moreOf(n int) string {
+	if n <= 0 {
+		return ""
+	}
+	return fmt.Sprintf("; and %d more", n)
+}
