@@ -17,6 +17,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	ippoolv1 "github.com/nmstate-ippool/nmstate-ippool/api/v1"
+	nncev1beta1 "github.com/nmstate-ippool/nmstate-ippool/api/v1beta1"
 	"github.com/nmstate-ippool/nmstate-ippool/controllers/handler"
 	"github.com/nmstate-ippool/nmstate-ippool/internal/probe"
 	"github.com/nmstate-ippool/nmstate-ippool/test/dnsserver"
@@ -178,6 +179,31 @@ func TestStaleCheckpointRolledBack(t *testing.T) {
 	Eventually(enactmentState(nd.Name, "stale")).Should(HavePrefix("Available"))
 	Expect(nd.Configured("eth2")).To(BeEmpty())
 	Expect(nd.Configured("eth1")).To(Equal("10.95.0.1/24"))
+}
+
+// TestCheckpointRolledBackBeforePublishing: a handler restarted after it
+// crashed between apply and commit rolls the checkpoint back before its
+// state reporter publishes: the published state is the one nmstate would
+// return to, never the uncommitted one. Otherwise a release the crashed
+// apply was taking off would look done, and nmstate's own rollback would
+// put the address back after the pool had handed it on.
+func TestCheckpointRolledBackBeforePublishing(t *testing.T) {
+	RegisterTestingT(t)
+	nd := newNodes(t, "crashed", 1, map[string]string{"role": "crashed"})[0]
+	Expect(nd.Network.Apply(context.Background(),
+		[]byte("interfaces:\n- {name: eth2, type: ethernet, state: up, ipv4: {enabled: true, address: [{ip: 10.95.8.8, prefix-length: 24}]}}\n"))).To(Succeed())
+	Expect(nd.Configured("eth2")).To(Equal("10.95.8.8/24"), "the crashed apply is live")
+	start(t, nd)
+	var nns nncev1beta1.NodeNetworkState
+	Eventually(func() error { return k.Get(context.Background(), types.NamespacedName{Name: nd.Name}, &nns) }).Should(Succeed())
+	Eventually(func() string {
+		_ = k.Get(context.Background(), types.NamespacedName{Name: nd.Name}, &nns)
+		return string(nns.Status.CurrentState.Raw)
+	}).Should(ContainSubstring("eth2"))
+	Expect(string(nns.Status.CurrentState.Raw)).NotTo(ContainSubstring("10.95.8.8"), "the uncommitted state was published")
+	Expect(nd.Configured("eth2")).To(BeEmpty())
+	_, err := os.Stat(nd.State + ".checkpoint")
+	Expect(os.IsNotExist(err)).To(BeTrue(), "no checkpoint is left for nmstate to roll back later")
 }
 
 func setReady(node string, status corev1.ConditionStatus) {

@@ -92,8 +92,13 @@ var nnsConditionTypes = []shared.ConditionType{shared.NodeNetworkStateConditionA
 func (r *Reconciler) Reconcile(ctx context.Context, _ ctrl.Request) (ctrl.Result, error) {
 	ctx = ctrl.LoggerInto(ctx, ctrl.LoggerFrom(ctx).WithValues("node", r.NodeName))
 	node, err := nodemeta.Get(ctx, r.Client, r.NodeName)
+	if apierrors.IsNotFound(err) {
+		// A deleted node has no state to publish, but a machine still
+		// running takes off what was released with its Node.
+		return ctrl.Result{}, r.settleOnly(ctx)
+	}
 	if err != nil {
-		return ctrl.Result{}, client.IgnoreNotFound(err) // a deleted node has no state to publish
+		return ctrl.Result{}, err
 	}
 	nns, err := r.ensure(ctx, node)
 	if err != nil {
@@ -107,10 +112,8 @@ func (r *Reconciler) Reconcile(ctx context.Context, _ ctrl.Request) (ctrl.Result
 	defer r.mu.Unlock()
 	request := nns.Labels[ippoolv1.RefreshStateLabel]
 	must := !r.published || request != r.answered || r.nudges.takeRelease()
-	if must && r.Settle != nil {
-		if err := r.Settle(ctx); err != nil {
-			ctrl.LoggerFrom(ctx).Info("could not settle the network before publishing it", "error", err.Error())
-		}
+	if must {
+		r.settle(ctx)
 	}
 	readAt := r.Clock.Now()
 	current, showErr := r.State.Show(ctx)
@@ -133,6 +136,31 @@ func (r *Reconciler) Reconcile(ctx context.Context, _ ctrl.Request) (ctrl.Result
 	r.published, r.answered = true, request
 	ctrl.LoggerFrom(ctx).Info("published the node's network state", "failing", showErr != nil, "asked", request != "")
 	return ctrl.Result{RequeueAfter: r.refreshAfter()}, nil
+}
+
+// settle runs Settle, if set, and logs its error: the state is published
+// all the same. The caller holds NetworkLock.
+func (r *Reconciler) settle(ctx context.Context) {
+	if r.Settle == nil {
+		return
+	}
+	if err := r.Settle(ctx); err != nil {
+		ctrl.LoggerFrom(ctx).Info("could not settle the network before publishing it", "error", err.Error())
+	}
+}
+
+// settleOnly settles the network of a node whose Node is gone, when a
+// release asked for it, and publishes nothing.
+func (r *Reconciler) settleOnly(ctx context.Context) error {
+	if !r.nudges.takeRelease() {
+		return nil
+	}
+	if r.NetworkLock != nil {
+		r.NetworkLock.Lock()
+		defer r.NetworkLock.Unlock()
+	}
+	r.settle(ctx)
+	return nil
 }
 
 // later returns a publication time for a state read at now that is later

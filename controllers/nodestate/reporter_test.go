@@ -3,8 +3,10 @@ package nodestate_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"os"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -127,4 +129,45 @@ func TestReporter(t *testing.T) {
 	}, 5*time.Second).Should(Equal("reading the node's network state failed: NetworkManager is not running"))
 	s, _ := nns("nns01")()
 	Expect(string(s.Status.CurrentState.Raw)).To(ContainSubstring("10.0.0.1"), "the last state is kept")
+}
+
+// TestRefreshRequestAnswered: a request for the state (the refresh label,
+// as the pool controller sets it when it waits for evidence) is answered
+// with a publication even when nothing changed, each stamped later than
+// the one before on the node's clock, however quick they come; Settle runs
+// first, under the network lock.
+func TestRefreshRequestAnswered(t *testing.T) {
+	RegisterTestingT(t)
+	SetDefaultEventuallyTimeout(30 * time.Second)
+	node := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "nns02"}}
+	Expect(k.Create(context.Background(), node)).To(Succeed())
+	net := &network{state: `{"interfaces":[{"name":"eth1","state":"up"}]}`}
+	mgr, err := env.NewManager()
+	Expect(err).NotTo(HaveOccurred())
+	r := nodestate.New(mgr, "nns02", net)
+	r.Refresh, r.NetworkLock = time.Hour, &sync.Mutex{}
+	var settled atomic.Int32
+	r.Settle = func(context.Context) error {
+		if r.NetworkLock.(*sync.Mutex).TryLock() {
+			return errors.New("settled without the network lock")
+		}
+		settled.Add(1)
+		return nil
+	}
+	Expect(r.SetupWithManager(mgr, nodestate.NewNudges(), nodestate.SetupOptions{SkipNameValidation: true})).To(Succeed())
+	stop := envtest.RunManager(mgr)
+	t.Cleanup(func() { Expect(stop()).To(Succeed()) })
+	Eventually(func() (*nncev1beta1.NodeNetworkState, error) { return nns("nns02")() }).Should(
+		HaveField("Status.LastSuccessfulUpdateTime.Time", Not(BeZero())))
+	Expect(settled.Load()).To(BeEquivalentTo(1), "the first publication settles first")
+	prev, _ := nns("nns02")()
+	for i := 1; i <= 3; i++ {
+		s, _ := nns("nns02")()
+		s.Labels = map[string]string{"nmstate.io/force-nns-refresh": fmt.Sprint(i)}
+		Expect(k.Update(context.Background(), s)).To(Succeed())
+		Eventually(func() time.Time { s, _ := nns("nns02")(); return s.Status.LastSuccessfulUpdateTime.Time }).Should(
+			BeTemporally(">", prev.Status.LastSuccessfulUpdateTime.Time), "request %d answered with a later state", i)
+		prev, _ = nns("nns02")()
+		Expect(settled.Load()).To(BeEquivalentTo(i + 1))
+	}
 }

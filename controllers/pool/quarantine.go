@@ -25,9 +25,12 @@ import (
 )
 
 // askAgainAfter is how long the controller waits for a holder to answer a
-// request for its network state before it asks again: the handler may have
-// been down, or may have failed to take the address off.
-const askAgainAfter = 30 * time.Second
+// request for its network state before it asks again (the handler may have
+// been down, or may have failed to take the address off): a tenth of the
+// quarantine period, 30s by default, and at least a second.
+func askAgainAfter(period time.Duration) time.Duration {
+	return max(period/10, time.Second)
+}
 
 // noStatePublished is what StateSeenAtRelease holds when the holder had
 // published no NodeNetworkState at the release: any state it publishes is
@@ -105,7 +108,7 @@ func judgeQuarantine(q ippoolv1.QuarantinedAddress, h holderView, now time.Time,
 		}
 		return verdict{lift: lift{why: fmt.Sprintf("node %s showed it gone", q.Node)}}
 	}
-	v := verdict{ask: now.Sub(stateRequested(h.state)) >= askAgainAfter}
+	v := verdict{ask: now.Sub(stateRequested(h.state)) >= askAgainAfter(period)}
 	if age := now.Sub(q.Since.Time); age >= period {
 		v.overdue = overdueOf(q, fresh, iface, published, age)
 	}
