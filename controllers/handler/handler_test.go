@@ -165,7 +165,9 @@ func TestSticky(t *testing.T) {
 	nd.Network.Shows.Store(0)
 	nd.Network.Applies.Store(0)
 	var reads, poolLists atomic.Int32
-	nd.Tune = func(r *handler.Reconciler) { r.APIReader = countingReader{Reader: r.APIReader, n: &reads, poolLists: &poolLists} }
+	nd.Tune = func(r *handler.Reconciler) {
+		r.APIReader = countingReader{Reader: r.APIReader, n: &reads, poolLists: &poolLists}
+	}
 	start(t, nd)
 	Consistently(func(g Gomega) {
 		var after ippoolv1.NodeIPPool

@@ -69,7 +69,9 @@ func TestQuarantineFollowsARecreatedPool(t *testing.T) {
 		err := c.List(ctx, list, opts...)
 		if _, ok := list.(*ippoolv1.NodeIPPoolList); ok && err == nil && !replaced.Swap(true) {
 			Expect(k.Delete(ctx, old)).To(Succeed())
-			Eventually(func() bool { return apierrors.IsNotFound(k.Get(ctx, client.ObjectKeyFromObject(old), &ippoolv1.NodeIPPool{})) }).
+			Eventually(func() bool {
+				return apierrors.IsNotFound(k.Get(ctx, client.ObjectKeyFromObject(old), &ippoolv1.NodeIPPool{}))
+			}).
 				Should(BeTrue())
 			newPool("recreated", "10.82.0.0/24")
 		}
@@ -114,7 +116,9 @@ func TestWithdrawStaysInItsIncarnation(t *testing.T) {
 	RegisterTestingT(t)
 	old := newPool("withdraw", "10.84.0.0/24")
 	Expect(k.Delete(ctx, old)).To(Succeed())
-	Eventually(func() bool { return apierrors.IsNotFound(k.Get(ctx, client.ObjectKeyFromObject(old), &ippoolv1.NodeIPPool{})) }).Should(BeTrue())
+	Eventually(func() bool {
+		return apierrors.IsNotFound(k.Get(ctx, client.ObjectKeyFromObject(old), &ippoolv1.NodeIPPool{}))
+	}).Should(BeTrue())
 	newPool("withdraw", "10.84.0.0/24")
 	w := poolwrite.NewWriter(k, k, clock.RealClock{})
 	_, err := w.Update(ctx, "withdraw", func(p *ippoolv1.NodeIPPool, alloc *ippool.Allocator) (bool, error) {
