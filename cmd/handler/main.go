@@ -14,6 +14,7 @@ import (
 	"sync"
 	"time"
 
+	"k8s.io/utils/clock"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/healthz"
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
@@ -42,6 +43,7 @@ type options struct {
 	retries        int
 	retryInitial   time.Duration
 	retryMax       time.Duration
+	clockOffset    time.Duration
 }
 
 func main() {
@@ -65,6 +67,8 @@ func main() {
 		"take new addresses from pools directly instead of leaving them to the pool controller, which serves every waiting node in one pool write")
 	flag.DurationVar(&o.stateRefresh, "state-refresh-period", nodestate.DefaultRefresh,
 		"how often the node's NodeNetworkState is checked; it is written only when the state changes")
+	flag.DurationVar(&o.clockOffset, "test-clock-offset", 0,
+		"for tests only: move the handler's clock by this much, to show that nothing depends on the node's clock agreeing with the control plane's")
 	zapOpts := zap.Options{}
 	zapOpts.BindFlags(flag.CommandLine)
 	flag.Parse() // controller-runtime registers --kubeconfig
@@ -116,7 +120,7 @@ func run(o options) error {
 	if reporter.Version, err = network.Version(context.Background()); err != nil {
 		ctrl.Log.Info("could not read the nmstate version; the NodeNetworkState will not show it", "error", err.Error())
 	}
-	reporter.NetworkLock, reporter.Settle = r.NetworkLock, r.Settle
+	reporter.NetworkLock, reporter.Settle, reporter.Clock = r.NetworkLock, r.Settle, r.Clock
 	if err := reporter.SetupWithManager(mgr, nudges, nodestate.SetupOptions{}); err != nil {
 		return fmt.Errorf("set up the NodeNetworkState reporter: %w", err)
 	}
@@ -157,5 +161,18 @@ func (o options) handler(mgr ctrl.Manager, network nmstatectl.Runner, metrics *h
 	}
 	r.Probes.Timeout = o.probeTimeout
 	r.DeferToController = !o.selfAllocate
+	if o.clockOffset != 0 {
+		r.Clock = offsetClock{offset: o.clockOffset}
+		r.Pools.Clock = r.Clock
+	}
 	return r, nil
 }
+
+// offsetClock is the real clock moved by offset (--test-clock-offset).
+type offsetClock struct {
+	clock.RealClock
+	offset time.Duration
+}
+
+func (c offsetClock) Now() time.Time                  { return time.Now().Add(c.offset) }
+func (c offsetClock) Since(t time.Time) time.Duration { return c.Now().Sub(t) }

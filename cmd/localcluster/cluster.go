@@ -42,6 +42,9 @@ type cluster struct {
 	// Real is set on a cluster of real nodes (up --kubelets): kubelets run
 	// its nodes, and the handler and the pool controller are pods.
 	Real *realCluster `json:"real,omitempty"`
+	// ClockOffsets holds, by node, how far the clock of a simulated node's
+	// handler is moved (node add --clock-offset), for tests of clock skew.
+	ClockOffsets map[string]string `json:"clockOffsets,omitempty"`
 	// Processes by name: etcd, kube-apiserver, pool-controller and
 	// handler/<node>; with real nodes kube-controller-manager,
 	// kube-scheduler, and containerd/, kube-proxy/ and kubelet/<node>.

@@ -210,11 +210,13 @@ func cmdNode(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	verb, rest := args[0], args[1:]
 	extra := labels{}
 	var crash, kubelet bool
+	var offset time.Duration
 	flags := func(fs *flag.FlagSet) {
 		switch verb {
 		case "add":
 			fs.Var(extra, "label", "a label of the node, key=value (repeatable)")
 			fs.BoolVar(&kubelet, "kubelet", false, "a real node: a kubelet with its own containerd (clusters of up --kubelets)")
+			fs.DurationVar(&offset, "clock-offset", 0, "move the clock of the node's handler by this much (tests of clock skew; simulated nodes)")
 		case "remove", "restart":
 			fs.BoolVar(&crash, "crash", false, "kill the handler (SIGKILL) instead of stopping it")
 		}
@@ -235,6 +237,7 @@ func cmdNode(ctx context.Context, args []string, stdout, stderr io.Writer) error
 		}
 		switch verb {
 		case "add":
+			c.setClockOffset(names[0], offset)
 			if err := c.addNode(ctx, k, names[0], extra); err != nil {
 				return err
 			}

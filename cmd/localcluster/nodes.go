@@ -85,6 +85,9 @@ func (c *cluster) startHandler(ctx context.Context, node string) error {
 		Args: append([]string{"--kubeconfig=" + c.kubeconfig(), "--node-name=" + node,
 			"--nmstatectl=" + filepath.Join(c.Bin, "nmstatectl-sim"),
 			"--health-probe-bind-address=" + hostPort(health), "--metrics-bind-address=0"}, c.handlerTuning()...)}
+	if offset := c.ClockOffsets[node]; offset != "" {
+		p.Args = append(p.Args, "--test-clock-offset="+offset)
+	}
 	if err := c.launch(handlerName(node), p); err != nil {
 		return err
 	}
@@ -92,6 +95,19 @@ func (c *cluster) startHandler(ctx context.Context, node string) error {
 }
 
 func (c *cluster) simState(node string) string { return c.path("nodes", node+".yaml") }
+
+// setClockOffset keeps how far a node's handler clock is moved; 0 moves
+// it not at all.
+func (c *cluster) setClockOffset(node string, offset time.Duration) {
+	if offset == 0 {
+		delete(c.ClockOffsets, node)
+		return
+	}
+	if c.ClockOffsets == nil {
+		c.ClockOffsets = map[string]string{}
+	}
+	c.ClockOffsets[node] = offset.String()
+}
 
 // removeNode deletes a node. Gracefully, the Node goes first while its
 // handler runs, and the handler is stopped once the node's enactments are

@@ -94,8 +94,11 @@ func (r *Reconciler) Reconcile(ctx context.Context, _ ctrl.Request) (ctrl.Result
 	node, err := nodemeta.Get(ctx, r.Client, r.NodeName)
 	if apierrors.IsNotFound(err) {
 		// A deleted node has no state to publish, but a machine still
-		// running takes off what was released with its Node.
-		return ctrl.Result{}, r.settleOnly(ctx)
+		// running takes off what the pools release with its Node, soon:
+		// an address kept for the node's return is handed on once its
+		// quarantine period has passed.
+		r.settleOrphan(ctx)
+		return ctrl.Result{RequeueAfter: orphanSettle}, nil
 	}
 	if err != nil {
 		return ctrl.Result{}, err
@@ -149,18 +152,18 @@ func (r *Reconciler) settle(ctx context.Context) {
 	}
 }
 
-// settleOnly settles the network of a node whose Node is gone, when a
-// release asked for it, and publishes nothing.
-func (r *Reconciler) settleOnly(ctx context.Context) error {
-	if !r.nudges.takeRelease() {
-		return nil
-	}
+// orphanSettle is how often the machine of a deleted Node settles its
+// network while its handler runs.
+const orphanSettle = 2 * time.Second
+
+// settleOrphan settles the network of a node whose Node is gone, and
+// publishes nothing.
+func (r *Reconciler) settleOrphan(ctx context.Context) {
 	if r.NetworkLock != nil {
 		r.NetworkLock.Lock()
 		defer r.NetworkLock.Unlock()
 	}
 	r.settle(ctx)
-	return nil
 }
 
 // later returns a publication time for a state read at now that is later

@@ -35,6 +35,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/intstr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/yaml"
 
@@ -51,11 +52,17 @@ var (
 )
 
 const (
-	grace      = 5 * time.Second
-	quarantine = time.Minute // longer than a client's re-watch backoff after API server restarts (up to 30s)
+	grace = 5 * time.Second
+	// quarantine is short: a timer never frees a quarantined address, so
+	// a short period only makes quarantines overdue (reported) sooner,
+	// and rollouts gated by maxUnavailable outlast it.
+	quarantine = 10 * time.Second
 	policy     = "chaos"
 	pool4      = "chaos-v4"
 	pool6      = "chaos-v6"
+	// skewedNodes run their handlers with clocks an hour off, one ahead
+	// and one behind.
+	skewedNodes = 2
 )
 
 // cluster is the local cluster under test.
@@ -66,10 +73,20 @@ type cluster struct {
 	ctx      context.Context
 	// next numbers the nodes that join.
 	next int
-	// stalled maps a stalled node to when it is resumed.
-	stalled map[string]time.Time
+	// undo holds what faults do later (resume a stalled handler, put a
+	// policy back, register a deleted Node again), by what it restores.
+	undo map[string]*undo
+	// orphans are nodes whose Node was deleted while their handler runs:
+	// their machine, and its network, are still there.
+	orphans map[string]bool
 	// target names what the last fault hit, for the log.
 	target string
+}
+
+// undo is something a fault does again later.
+type undo struct {
+	at time.Time
+	do func() bool
 }
 
 func TestChaos(t *testing.T) {
@@ -88,7 +105,7 @@ func TestChaos(t *testing.T) {
 	rng := rand.New(rand.NewPCG(seed, seed))
 	counts := map[string]int{}
 	for end := time.Now().Add(*duration); time.Now().Before(end); {
-		c.resumeDue(false)
+		c.undoDue(false)
 		f := faults[rng.IntN(len(faults))]
 		c.target = ""
 		if f.run(c, rng) {
@@ -97,7 +114,7 @@ func TestChaos(t *testing.T) {
 		}
 		time.Sleep(time.Duration(500+rng.IntN(1500)) * time.Millisecond)
 	}
-	c.resumeDue(true)
+	c.undoDue(true)
 	t.Logf("faults injected: %s", describe(counts))
 	last := time.Now()
 	converged := poll(time.Minute, func() bool { return len(c.unconverged()) == 0 })
@@ -110,18 +127,20 @@ func TestChaos(t *testing.T) {
 	Expect(converged).To(BeTrue(), "every node holds its addresses within a minute of the last fault (seed %d): %v", seed, c.unconverged())
 	t.Logf("converged %s after the last fault", time.Since(last).Round(time.Second))
 	Eventually(c.check, grace+quarantine+time.Minute).Should(Succeed(), "the pools agree with the enactments, no leak (seed %d)", seed)
+	Eventually(c.quarantined, time.Minute).Should(BeEmpty(), "every quarantine is lifted on evidence once every node is up (seed %d)", seed)
+	t.Logf("releases: %s", c.releases())
 }
 
 // start builds the commands and brings up a cluster of *nodes nodes.
 func start(t *testing.T, seed uint64) *cluster {
 	root := t.TempDir()
 	c := &cluster{t: t, bin: filepath.Join(root, "bin"), dir: filepath.Join(root, "cluster"), ctx: context.Background(),
-		next: *nodes + 1, stalled: map[string]time.Time{}}
+		next: *nodes + 1, undo: map[string]*undo{}, orphans: map[string]bool{}}
 	Expect(envtest.BuildCommands(c.bin, "handler", "pool-controller", "nmstatectl-sim", "localcluster", "kubectl-nodeippool")).To(Succeed())
 	c.run("up", "--nodes", fmt.Sprint(*nodes), "--bin", c.bin, "--assets", envtest.AssetsDir(),
 		"--gc-grace-period", grace.String(), "--quarantine-period", quarantine.String(), "--controllers", "2")
 	t.Cleanup(func() {
-		c.resumeDue(true)
+		c.undoDue(true)
 		if t.Failed() {
 			t.Logf("the cluster's logs are in %s", filepath.Join(c.dir, "logs"))
 			logs := filepath.Join(os.TempDir(), fmt.Sprintf("chaos-logs-%d", seed))
@@ -134,6 +153,11 @@ func start(t *testing.T, seed uint64) *cluster {
 	var err error
 	c.k, err = envtest.LocalClusterClient(c.dir)
 	Expect(err).NotTo(HaveOccurred())
+	for i := range skewedNodes {
+		c.next++
+		offset := []string{"1h", "-1h"}[i%2]
+		c.run("node", "add", fmt.Sprintf("node%02d", c.next), "--clock-offset", offset)
+	}
 	return c
 }
 
@@ -153,11 +177,37 @@ func (c *cluster) setUp() {
 		Expect(c.k.Create(c.ctx, &ippoolv1.NodeIPPool{ObjectMeta: metav1.ObjectMeta{Name: name},
 			Spec: ippoolv1.NodeIPPoolSpec{Range: ippoolv1.IPRange{CIDR: cidr}}})).To(Succeed())
 	}
+	Expect(c.k.Create(c.ctx, chaosPolicy(true))).To(Succeed())
+}
+
+// v4OnlyState is TwoFamiliesState without its IPv6 part.
+const v4OnlyState = `interfaces:
+- name: eth1
+  type: ethernet
+  state: up
+  ipv4:
+    enabled: true
+    dhcp: false
+    address:
+    - ip: "{{ capture.v4.ip }}"
+      prefix-length: "{{ capture.v4.prefix-length }}"
+`
+
+// chaosPolicy is the policy of every node: with both captures, or with
+// the IPv4 one only. It applies to two nodes at a time, so that a rollout
+// to every node lasts longer than the quarantine period.
+func chaosPolicy(both bool) *nmstatev1.NodeNetworkConfigurationPolicy {
 	p := &nmstatev1.NodeNetworkConfigurationPolicy{ObjectMeta: metav1.ObjectMeta{Name: policy}}
 	p.Spec.NodeSelector = map[string]string{"node-role.kubernetes.io/worker": ""}
-	p.Spec.Capture = map[string]string{"v4": "ippool." + pool4 + ".allocate", "v6": "ippool." + pool6 + ".allocate"}
-	p.Spec.DesiredState = shared.NewState(envtest.TwoFamiliesState)
-	Expect(c.k.Create(c.ctx, p)).To(Succeed())
+	two := intstr.FromInt32(2)
+	p.Spec.MaxUnavailable = &two
+	p.Spec.Capture = map[string]string{"v4": "ippool." + pool4 + ".allocate"}
+	p.Spec.DesiredState = shared.NewState(v4OnlyState)
+	if both {
+		p.Spec.Capture["v6"] = "ippool." + pool6 + ".allocate"
+		p.Spec.DesiredState = shared.NewState(envtest.TwoFamiliesState)
+	}
+	return p
 }
 
 // nodeNames lists the Nodes.
@@ -172,6 +222,58 @@ func (c *cluster) nodeNames() []string {
 	}
 	sort.Strings(out)
 	return out
+}
+
+// machines lists the nodes whose machine runs: those with a Node, and
+// those whose Node was deleted while their handler runs.
+func (c *cluster) machines() []string {
+	out := c.nodeNames()
+	for n := range c.orphans {
+		if !slices.Contains(out, n) {
+			out = append(out, n)
+		}
+	}
+	sort.Strings(out)
+	return out
+}
+
+// quarantined lists the addresses the pools still quarantine, with their
+// former holder.
+func (c *cluster) quarantined() []string {
+	var out []string
+	for _, name := range []string{pool4, pool6} {
+		var p ippoolv1.NodeIPPool
+		if err := c.k.Get(c.ctx, types.NamespacedName{Name: name}, &p); err != nil {
+			out = append(out, err.Error())
+			continue
+		}
+		for _, q := range p.Status.Quarantined {
+			out = append(out, fmt.Sprintf("%s of %s", q.IP, q.Node))
+		}
+	}
+	return out
+}
+
+// releases counts the pools' Events about releases, by reason: what the
+// run's figures in docs/reliability.md report.
+func (c *cluster) releases() string {
+	counts := map[string]int{}
+	for _, name := range []string{pool4, pool6} {
+		evs, err := envtest.Events(c.ctx, c.k, "NodeIPPool", name)
+		if err != nil {
+			return err.Error()
+		}
+		for _, e := range evs {
+			reason, _, _ := strings.Cut(e, ":")
+			counts[reason]++
+		}
+	}
+	var parts []string
+	for _, r := range []string{ippoolv1.ReasonAddressReleased, ippoolv1.ReasonQuarantineLifted, ippoolv1.ReasonReleaseFailed,
+		ippoolv1.ReasonAddressStillCarried, ippoolv1.ReasonReleaseUnconfirmed, ippoolv1.ReasonAllocationRevoked, ippoolv1.ReasonGarbageCollected} {
+		parts = append(parts, fmt.Sprintf("%s %d", r, counts[r]))
+	}
+	return strings.Join(parts, ", ")
 }
 
 // converged waits until every node holds its addresses.
@@ -298,9 +400,11 @@ func (c *cluster) sample() *sampler {
 			case <-time.After(200 * time.Millisecond):
 			}
 			// A node counts only if it exists before and after its network
-			// is read: a removed node's network is gone with it.
-			nets := c.networks(c.nodeNames())
-			found := onTwoNICs(nets, c.nodeNames())
+			// is read: a removed node's network is gone with it. A node
+			// whose Node was deleted while its handler runs counts: its
+			// machine is still there.
+			nets := c.networks(c.machines())
+			found := onTwoNICs(nets, c.machines())
 			s.mu.Lock()
 			s.samples++
 			for _, d := range found {
@@ -341,22 +445,48 @@ func (s *sampler) stop() ([]string, int) {
 	return s.duplicates, s.samples
 }
 
-// resumeDue resumes the stalled handlers whose stall is over, or all.
-func (c *cluster) resumeDue(all bool) {
-	for node, at := range c.stalled {
-		if all || time.Now().After(at) {
-			c.run("node", "resume", node)
-			delete(c.stalled, node)
+// later schedules do at at, under key; it reports false if something is
+// scheduled under key already (the fault does not happen then).
+func (c *cluster) later(key string, at time.Time, do func() bool) bool {
+	if _, ok := c.undo[key]; ok {
+		return false
+	}
+	c.undo[key] = &undo{at: at, do: do}
+	return true
+}
+
+// undoDue does what faults scheduled and is due, or all of it; what fails
+// is tried again on the next call.
+func (c *cluster) undoDue(all bool) {
+	for key, u := range c.undo {
+		if (all || time.Now().After(u.at)) && u.do() {
+			delete(c.undo, key)
 		}
+	}
+	if all && len(c.undo) > 0 {
+		for end := time.Now().Add(time.Minute); len(c.undo) > 0 && time.Now().Before(end); time.Sleep(time.Second) {
+			c.undoDue(false)
+		}
+		Expect(c.undo).To(BeEmpty(), "what the faults undo later was undone")
 	}
 }
 
-// pick returns a random node that is not stalled, or "", and names it as
-// the fault's target.
+// busy reports whether a fault will still act on node later.
+func (c *cluster) busy(node string) bool {
+	for key := range c.undo {
+		if strings.HasSuffix(key, "/"+node) {
+			return true
+		}
+	}
+	return c.orphans[node]
+}
+
+// pick returns a random node that no fault will act on later, or "", and
+// names it as the fault's target.
 func (c *cluster) pick(rng *rand.Rand) string {
 	var free []string
 	for _, n := range c.nodeNames() {
-		if _, stalled := c.stalled[n]; !stalled {
+		if !c.busy(n) {
 			free = append(free, n)
 		}
 	}

@@ -3,12 +3,15 @@ package chaos
 import (
 	"fmt"
 	"math/rand/v2"
+	"net/netip"
+	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
 	"time"
 
 	nmstatev1 "github.com/nmstate/kubernetes-nmstate/api/v1"
+	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -17,6 +20,7 @@ import (
 
 	ippoolv1 "github.com/nmstate-ippool/nmstate-ippool/api/v1"
 	nncev1beta1 "github.com/nmstate-ippool/nmstate-ippool/api/v1beta1"
+	"github.com/nmstate-ippool/nmstate-ippool/pkg/nmstatectl"
 )
 
 // fault is one kind of trouble; run reports whether it happened.
@@ -35,8 +39,8 @@ var faults = []fault{
 		if node == "" || !c.try("node", "stall", node) {
 			return false
 		}
-		c.stalled[node] = time.Now().Add(grace + time.Duration(rng.IntN(5000))*time.Millisecond)
-		return true
+		return c.later("resume/"+node, time.Now().Add(grace+time.Duration(rng.IntN(5000))*time.Millisecond),
+			func() bool { return c.try("node", "resume", node) })
 	}},
 	{"leading pool controller kill -9 (of two)", func(c *cluster, _ *rand.Rand) bool {
 		return c.try("controller", "restart", "--crash")
@@ -78,6 +82,43 @@ var faults = []fault{
 		return c.createPool(wider, ippoolv1.IPRange{CIDR: "10.90.0.0/23"}) && c.deletePool(pool4) &&
 			c.poolAvailable(wider) && c.createPool(pool4, ippoolv1.IPRange{CIDR: "10.90.0.0/24"}) &&
 			c.deletePool(wider) && c.poolAvailable(pool4)
+	}},
+	{"policy deleted, created again a moment later", func(c *cluster, rng *rand.Rand) bool {
+		return c.replacePolicy(nil, rng)
+	}},
+	{"policy created again without its IPv6 capture for a while", func(c *cluster, rng *rand.Rand) bool {
+		return c.replacePolicy(chaosPolicy(false), rng)
+	}},
+	{"node deselected by its labels for a while", func(c *cluster, rng *rand.Rand) bool {
+		node := c.pick(rng)
+		if node == "" || !c.setWorker(node, false) {
+			return false
+		}
+		return c.later("select/"+node, time.Now().Add(time.Duration(2000+rng.IntN(8000))*time.Millisecond),
+			func() bool { return c.setWorker(node, true) })
+	}},
+	{"handler killed between apply and commit", func(c *cluster, rng *rand.Rand) bool {
+		node := c.pick(rng)
+		return node != "" && c.crashMidApply(node)
+	}},
+	{"pool deleted and created again, twice in a row", func(c *cluster, rng *rand.Rand) bool {
+		name := []string{pool4, pool6}[rng.IntN(2)]
+		cidr := map[string]string{pool4: "10.90.0.0/24", pool6: "fd00:90::/64"}[name]
+		for range 2 {
+			if !c.deletePool(name) || !c.createPool(name, ippoolv1.IPRange{CIDR: cidr}) {
+				return false
+			}
+		}
+		return true
+	}},
+	{"Node deleted while its handler runs, registered again later", func(c *cluster, rng *rand.Rand) bool {
+		node := c.pick(rng)
+		if node == "" || c.k.Delete(c.ctx, &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: node}}) != nil {
+			return false
+		}
+		c.orphans[node] = true
+		return c.later("register/"+node, time.Now().Add(time.Duration(3000+rng.IntN(7000))*time.Millisecond),
+			func() bool { return c.register(node) })
 	}},
 	{"bitmap emptied by hand", func(c *cluster, rng *rand.Rand) bool {
 		var p ippoolv1.NodeIPPool
@@ -161,4 +202,108 @@ func describe(counts map[string]int) string {
 		parts = append(parts, fmt.Sprintf("%s: %d", f.name, counts[f.name]))
 	}
 	return strings.Join(parts, "; ")
+}
+
+// replacePolicy deletes the policy and creates next in its place (the
+// same policy when next is nil) at once; a variant is replaced by the
+// full policy again a few seconds later. Captures are immutable: a policy
+// drops one by being created again.
+func (c *cluster) replacePolicy(next *nmstatev1.NodeNetworkConfigurationPolicy, rng *rand.Rand) bool {
+	if _, ok := c.undo["policy/"]; ok {
+		return false
+	}
+	full := next == nil
+	if full {
+		next = chaosPolicy(true)
+	}
+	if !c.recreatePolicy(next) {
+		return false
+	}
+	if full {
+		return true
+	}
+	return c.later("policy/", time.Now().Add(time.Duration(3000+rng.IntN(7000))*time.Millisecond),
+		func() bool { return c.recreatePolicy(chaosPolicy(true)) })
+}
+
+// recreatePolicy deletes the policy, waits until it is gone, and creates p.
+func (c *cluster) recreatePolicy(p *nmstatev1.NodeNetworkConfigurationPolicy) bool {
+	old := &nmstatev1.NodeNetworkConfigurationPolicy{ObjectMeta: metav1.ObjectMeta{Name: policy}}
+	if err := c.k.Delete(c.ctx, old); client.IgnoreNotFound(err) != nil {
+		return false
+	}
+	if !poll(30*time.Second, func() bool { return apierrors.IsNotFound(c.k.Get(c.ctx, client.ObjectKeyFromObject(old), old)) }) {
+		return false
+	}
+	return poll(30*time.Second, func() bool { return c.k.Create(c.ctx, p.DeepCopy()) == nil })
+}
+
+// setWorker adds or removes a node's worker role label, which the policy
+// selects.
+func (c *cluster) setWorker(node string, worker bool) bool {
+	var n corev1.Node
+	if err := c.k.Get(c.ctx, types.NamespacedName{Name: node}, &n); err != nil {
+		return apierrors.IsNotFound(err) // removed meanwhile: nothing to restore
+	}
+	patch := client.MergeFrom(n.DeepCopy())
+	if worker {
+		n.Labels["node-role.kubernetes.io/worker"] = ""
+	} else {
+		delete(n.Labels, "node-role.kubernetes.io/worker")
+	}
+	return c.k.Patch(c.ctx, &n, patch) == nil
+}
+
+// register creates a node's Node again, Ready, as its kubelet would after
+// the Node was deleted while the machine ran.
+func (c *cluster) register(node string) bool {
+	n := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: node, Labels: map[string]string{"kubernetes.io/hostname": node,
+		"kubernetes.io/os": "linux", "node-role.kubernetes.io/worker": ""}}}
+	if err := c.k.Create(c.ctx, n); err != nil && !apierrors.IsAlreadyExists(err) {
+		return false
+	}
+	n.Status.Conditions = []corev1.NodeCondition{{Type: corev1.NodeReady, Status: corev1.ConditionTrue, Reason: "KubeletReady",
+		Message: "registered again", LastHeartbeatTime: metav1.Now(), LastTransitionTime: metav1.Now()}}
+	if c.k.Status().Update(c.ctx, n) != nil {
+		return false
+	}
+	delete(c.orphans, node)
+	return true
+}
+
+// crashMidApply stalls a node's handler, resets its enactment's IPv4
+// record (the address is released), leaves an apply that takes the node's
+// addresses off uncommitted, and kills the handler: as if it died between
+// apply and commit while it took a released address off. The restarted
+// handler must roll the checkpoint back before it publishes a state, or
+// the release would look done while nmstate's own rollback would bring
+// the address back.
+func (c *cluster) crashMidApply(node string) bool {
+	if !c.try("node", "stall", node) {
+		return false
+	}
+	defer c.try("node", "resume", node)
+	if !c.annotate(&nncev1beta1.NodeNetworkConfigurationEnactment{}, node+"."+policy, pool4) {
+		return false
+	}
+	state := filepath.Join(c.dir, "nodes", node+".yaml")
+	current, err := os.ReadFile(state)
+	if err != nil {
+		return false
+	}
+	var ips []netip.Addr
+	for ip, iface := range nmstatectl.Carriers(current) {
+		if iface == "eth1" || iface == "eth2" {
+			ips = append(ips, ip)
+		}
+	}
+	desired, _, err := nmstatectl.WithoutAddresses(current, ips)
+	if err != nil || desired == nil {
+		return false
+	}
+	sim := nmstatectl.Runner{Path: filepath.Join(c.bin, "nmstatectl-sim"), Env: []string{"NMSTATECTL_SIM_STATE=" + state}}
+	if sim.Apply(c.ctx, desired) != nil {
+		return false
+	}
+	return c.try("node", "restart", node, "--crash")
 }
