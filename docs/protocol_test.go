@@ -1,0 +1,63 @@
+// Package docs holds the project's design pages; its test keeps
+// protocol.md honest.
+package docs
+
+import (
+	"os"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"testing"
+)
+
+// TestEveryNeverIsTested: every paragraph of protocol.md that says
+// "never" names a test in brackets, and every test the page names exists.
+func TestEveryNeverIsTested(t *testing.T) {
+	raw, err := os.ReadFile("protocol.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	named := regexp.MustCompile("`(Test[A-Za-z0-9_]+)`")
+	never := regexp.MustCompile(`(?i)\bnever\b`)
+	tests := map[string]bool{}
+	for i, para := range strings.Split(string(raw), "\n\n") {
+		if i == 0 || !never.MatchString(para) || strings.Contains(para, "*never*") {
+			continue
+		}
+		if !strings.Contains(para, "[`Test") {
+			t.Errorf("a paragraph says never but names no test:\n%s", para)
+		}
+	}
+	for _, m := range named.FindAllStringSubmatch(string(raw), -1) {
+		tests[m[1]] = false
+	}
+	err = filepath.WalkDir("..", func(path string, d os.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		if d.IsDir() && (d.Name() == "bin" || strings.HasPrefix(d.Name(), ".")) && path != ".." {
+			return filepath.SkipDir
+		}
+		if !strings.HasSuffix(path, "_test.go") {
+			return nil
+		}
+		src, err := os.ReadFile(path)
+		if err != nil {
+			return err
+		}
+		for name := range tests {
+			if strings.Contains(string(src), "func "+name+"(") {
+				tests[name] = true
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for name, found := range tests {
+		if !found {
+			t.Errorf("protocol.md names %s, which no test file defines", name)
+		}
+	}
+}
