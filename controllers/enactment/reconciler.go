@@ -23,6 +23,7 @@ import (
 	ippoolv1 "github.com/nmstate-ippool/nmstate-ippool/api/v1"
 	nncev1beta1 "github.com/nmstate-ippool/nmstate-ippool/api/v1beta1"
 	"github.com/nmstate-ippool/nmstate-ippool/internal/annotations"
+	"github.com/nmstate-ippool/nmstate-ippool/internal/nodemeta"
 	"github.com/nmstate-ippool/nmstate-ippool/internal/poolwrite"
 	"github.com/nmstate-ippool/nmstate-ippool/internal/retire"
 )
@@ -147,16 +148,15 @@ func nodeOf(e *nncev1beta1.NodeNetworkConfigurationEnactment) (string, *metav1.O
 
 // nodeGone says why the enactment's node is gone, or "" if it is there.
 func (r *Reconciler) nodeGone(ctx context.Context, name string, owner *metav1.OwnerReference) (string, error) {
-	n := &metav1.PartialObjectMetadata{}
-	n.SetGroupVersionKind(corev1.SchemeGroupVersion.WithKind("Node"))
-	if err := r.Client.Get(ctx, types.NamespacedName{Name: name}, n); err == nil && (owner == nil || owner.UID == n.UID) {
+	if n, err := nodemeta.Get(ctx, r.Client, name); err == nil && (owner == nil || owner.UID == n.UID) {
 		return "", nil
 	}
-	switch err := r.APIReader.Get(ctx, types.NamespacedName{Name: name}, n); {
+	n, err := nodemeta.Get(ctx, r.APIReader, name)
+	switch {
 	case apierrors.IsNotFound(err):
 		return fmt.Sprintf("node %s was deleted", name), nil
 	case err != nil:
-		return "", fmt.Errorf("get node %q: %w", name, err)
+		return "", err
 	case owner != nil && owner.UID != n.UID:
 		return fmt.Sprintf("node %s was deleted and re-created", name), nil
 	}

@@ -162,10 +162,11 @@ func (r *Reconciler) allocateFromPool(ctx context.Context, policy *nmstatev1.Nod
 		blocked  *outcome
 		deferred bool
 	)
+	who := r.claimant(ctx, policy, e)
 	mutate := func(pool *ippoolv1.NodeIPPool, alloc *ippool.Allocator) (bool, error) {
 		now := r.Clock.Now()
 		ask := r.DeferToController && (!servedInVain(e, now, r.FailedRequeue) || controllerBusy(pool, now, r.FailedRequeue))
-		plan, blocked = r.planWrite(ctx, policy, e, pool, alloc, refs)
+		plan, blocked = r.planWrite(ctx, policy, e, pool, alloc, refs, who)
 		if blocked != nil || !plan.needsWrite() {
 			return false, nil
 		}
@@ -239,7 +240,7 @@ func servedInVain(e *nncev1beta1.NodeNetworkConfigurationEnactment, now time.Tim
 // sets their bits) but blocks new ones.
 func (r *Reconciler) planWrite(ctx context.Context, policy *nmstatev1.NodeNetworkConfigurationPolicy,
 	e *nncev1beta1.NodeNetworkConfigurationEnactment, pool *ippoolv1.NodeIPPool, alloc *ippool.Allocator,
-	refs []capture.Ref) (*poolPlan, *outcome) {
+	refs []capture.Ref, who assign.Claimant) (*poolPlan, *outcome) {
 	plan := planPool(e, pool, alloc, refs)
 	if !plan.needsWrite() {
 		return plan, nil
@@ -253,7 +254,7 @@ func (r *Reconciler) planWrite(ctx context.Context, policy *nmstatev1.NodeNetwor
 		o.waitingFor = pool.Name
 		return nil, &o
 	}
-	if err := plan.apply(alloc, r.claimant(ctx, policy, e)); err != nil {
+	if err := plan.apply(alloc, who); err != nil {
 		return nil, r.exhausted(ctx, policy, pool, err)
 	}
 	since := metav1.NewTime(r.Clock.Now().Truncate(time.Second))
@@ -264,17 +265,17 @@ func (r *Reconciler) planWrite(ctx context.Context, policy *nmstatev1.NodeNetwor
 	return plan, nil
 }
 
-// claimant describes this node's enactment of policy to the chooser; the
-// node's labels are read from the cache when a reservation selects by label.
+// claimant describes this node's enactment of policy to the chooser, with
+// the node's labels read from the cache now, before any pool write's
+// mutation runs: a reservation may select nodes by label.
 func (r *Reconciler) claimant(ctx context.Context, policy *nmstatev1.NodeNetworkConfigurationPolicy,
 	e *nncev1beta1.NodeNetworkConfigurationEnactment) assign.Claimant {
-	return assign.Claimant{Enactment: e.Name, Node: r.NodeName, Policy: policy.Name, Labels: func() map[string]string {
-		n, err := r.node(ctx, r.Client)
-		if err != nil {
-			return nil
-		}
-		return n.Labels
-	}}
+	var labels map[string]string
+	if n, err := r.node(ctx, r.Client); err == nil {
+		labels = n.Labels
+	}
+	return assign.Claimant{Enactment: e.Name, Node: r.NodeName, Policy: policy.Name,
+		Labels: func() map[string]string { return labels }}
 }
 
 // poolOutcome turns a failed pool read into the enactment's outcome, or

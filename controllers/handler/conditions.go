@@ -9,6 +9,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/wait"
 
 	nncev1beta1 "github.com/nmstate-ippool/nmstate-ippool/api/v1beta1"
+	"github.com/nmstate-ippool/nmstate-ippool/internal/backoff"
 	"github.com/nmstate-ippool/nmstate-ippool/internal/conditions"
 )
 
@@ -70,12 +71,7 @@ func (r *Reconciler) configureFailed(s *scope, message string) outcome {
 
 // retryDelay is the backoff before retry n (1-based) of b.
 func retryDelay(b wait.Backoff, n int32) time.Duration {
-	b.Steps = int(n) + 1 // Step stops growing when its steps are spent
-	var d time.Duration
-	for range n {
-		d = b.Step()
-	}
-	return d
+	return backoff.Delay(b, int(n))
 }
 
 // retryLeft returns how long an enactment whose last attempt failed with

@@ -11,25 +11,20 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
-	"k8s.io/apimachinery/pkg/types"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
 
 	ippoolv1 "github.com/nmstate-ippool/nmstate-ippool/api/v1"
 	nncev1beta1 "github.com/nmstate-ippool/nmstate-ippool/api/v1beta1"
+	"github.com/nmstate-ippool/nmstate-ippool/internal/nodemeta"
 	"github.com/nmstate-ippool/nmstate-ippool/internal/retire"
 	"github.com/nmstate-ippool/nmstate-ippool/pkg/capture"
 )
 
 // node returns this node's metadata, read through reader.
 func (r *Reconciler) node(ctx context.Context, reader client.Reader) (*metav1.PartialObjectMetadata, error) {
-	n := &metav1.PartialObjectMetadata{}
-	n.SetGroupVersionKind(corev1.SchemeGroupVersion.WithKind("Node"))
-	if err := reader.Get(ctx, types.NamespacedName{Name: r.NodeName}, n); err != nil {
-		return nil, fmt.Errorf("get node %q: %w", r.NodeName, err)
-	}
-	return n, nil
+	return nodemeta.Get(ctx, reader, r.NodeName)
 }
 
 // selection tells whether the policy selects this node, and if not why,

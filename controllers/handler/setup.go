@@ -6,7 +6,6 @@ import (
 	"github.com/nmstate/kubernetes-nmstate/api/shared"
 	nmstatev1 "github.com/nmstate/kubernetes-nmstate/api/v1"
 	corev1 "k8s.io/api/core/v1"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/util/wait"
@@ -21,6 +20,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/predicate"
 
 	nncev1beta1 "github.com/nmstate-ippool/nmstate-ippool/api/v1beta1"
+	"github.com/nmstate-ippool/nmstate-ippool/internal/nodemeta"
 	"github.com/nmstate-ippool/nmstate-ippool/internal/poolwrite"
 	"github.com/nmstate-ippool/nmstate-ippool/internal/probe"
 )
@@ -75,11 +75,9 @@ func New(mgr ctrl.Manager, node string, state NetworkState, metrics *Metrics) *R
 // enactments. Nothing else may be read through the cache: a Get or List of
 // another kind would start a cluster-wide informer.
 func CacheOptions(node string) cache.Options {
-	nodeMeta := &metav1.PartialObjectMetadata{}
-	nodeMeta.SetGroupVersionKind(corev1.SchemeGroupVersion.WithKind("Node"))
 	byName := fields.OneTermEqualSelector("metadata.name", node)
 	return cache.Options{ByObject: map[client.Object]cache.ByObject{
-		nodeMeta:                        {Field: byName},
+		nodemeta.Object(""):             {Field: byName},
 		&nncev1beta1.NodeNetworkState{}: {Field: byName},
 		&nncev1beta1.NodeNetworkConfigurationEnactment{}: {
 			Label: labels.SelectorFromSet(labels.Set{shared.EnactmentNodeLabel: node}),

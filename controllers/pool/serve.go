@@ -18,6 +18,7 @@ import (
 	ippoolv1 "github.com/nmstate-ippool/nmstate-ippool/api/v1"
 	nncev1beta1 "github.com/nmstate-ippool/nmstate-ippool/api/v1beta1"
 	"github.com/nmstate-ippool/nmstate-ippool/internal/assign"
+	"github.com/nmstate-ippool/nmstate-ippool/internal/nodemeta"
 	"github.com/nmstate-ippool/nmstate-ippool/internal/poolstatus"
 	"github.com/nmstate-ippool/nmstate-ippool/internal/poolwrite"
 	"github.com/nmstate-ippool/nmstate-ippool/internal/record"
@@ -153,19 +154,34 @@ func takeFor(pool *ippoolv1.NodeIPPool, c *assign.Chooser, rq *request, claimant
 	return true
 }
 
-// claimant describes a request's enactment to the chooser; its node's
-// labels are read from the cache when a reservation selects by label.
-func (r *Reconciler) claimant(ctx context.Context, e *nncev1beta1.NodeNetworkConfigurationEnactment) assign.Claimant {
+// claimant describes a request's enactment to the chooser, with its
+// node's labels from labels.
+func claimant(e *nncev1beta1.NodeNetworkConfigurationEnactment, labels map[string]map[string]string) assign.Claimant {
 	node := e.Labels[shared.EnactmentNodeLabel]
 	return assign.Claimant{Enactment: e.Name, Node: node, Policy: e.Labels[shared.EnactmentPolicyLabel],
-		Labels: func() map[string]string {
-			n := &metav1.PartialObjectMetadata{}
-			n.SetGroupVersionKind(corev1.SchemeGroupVersion.WithKind("Node"))
-			if err := r.Client.Get(ctx, types.NamespacedName{Name: node}, n); err != nil {
-				return nil
-			}
-			return n.Labels
-		}}
+		Labels: func() map[string]string { return labels[node] }}
+}
+
+// requestersLabels reads, from the cache, the labels of the requests'
+// nodes when the pool reserves addresses by label selector: the chooser
+// needs them, and the pool write's mutation reads nothing.
+func (r *Reconciler) requestersLabels(ctx context.Context, pool *ippoolv1.NodeIPPool, requests []*request) map[string]map[string]string {
+	if !slices.ContainsFunc(pool.Spec.Reservations, func(res ippoolv1.Reservation) bool { return res.NodeSelector != nil }) {
+		return nil
+	}
+	out := map[string]map[string]string{}
+	for _, rq := range requests {
+		node := rq.enactment.Labels[shared.EnactmentNodeLabel]
+		if _, ok := out[node]; ok {
+			continue
+		}
+		if n, err := nodemeta.Get(ctx, r.Client, node); err == nil {
+			out[node] = n.Labels
+		} else {
+			out[node] = nil
+		}
+	}
+	return out
 }
 
 // serve allocates for every enactment that asks the controller to (a new
@@ -181,6 +197,7 @@ func (r *Reconciler) serve(ctx context.Context, pool *ippoolv1.NodeIPPool, v vie
 		return nil
 	}
 	var served []*request
+	labels := r.requestersLabels(ctx, pool, requests)
 	_, err := r.Pools.Update(ctx, pool.Name, func(p *ippoolv1.NodeIPPool, alloc *ippool.Allocator) (bool, error) {
 		served = served[:0]
 		if ok, _ := canServe(p); !ok {
@@ -193,7 +210,7 @@ func (r *Reconciler) serve(ctx context.Context, pool *ippoolv1.NodeIPPool, v vie
 			if hasInFlight(p, rq.enactment.Name) {
 				continue // served already; the cache has not seen the record yet
 			}
-			if !takeFor(p, chooser, rq, r.claimant(ctx, rq.enactment), since) {
+			if !takeFor(p, chooser, rq, claimant(rq.enactment, labels), since) {
 				continue // a later request may have a reservation or a return
 			}
 			served = append(served, rq)

@@ -4,16 +4,19 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math/rand/v2"
 	"net/netip"
 	"time"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/utils/clock"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	ippoolv1 "github.com/nmstate-ippool/nmstate-ippool/api/v1"
+	"github.com/nmstate-ippool/nmstate-ippool/internal/backoff"
 	"github.com/nmstate-ippool/nmstate-ippool/internal/poolstatus"
 	"github.com/nmstate-ippool/nmstate-ippool/pkg/ippool"
 )
@@ -45,7 +48,7 @@ type Writer struct {
 	// Client writes to the API server.
 	Client client.Client
 	// Backoff paces retries after conflicts.
-	Backoff *Backoff
+	Backoff *backoff.Jittered
 	// Clock stamps in-flight and quarantine entries and waits between
 	// retries.
 	Clock clock.Clock
@@ -54,6 +57,12 @@ type Writer struct {
 	OnConflict func(pool string)
 
 	quarantines groups
+}
+
+// DefaultBackoff returns 10 attempts from 20ms up to 2s, seeded randomly.
+func DefaultBackoff() *backoff.Jittered {
+	return &backoff.Jittered{Backoff: wait.Backoff{Duration: 20 * time.Millisecond, Factor: 2, Cap: 2 * time.Second, Steps: 10},
+		Rand: rand.New(rand.NewPCG(rand.Uint64(), rand.Uint64()))}
 }
 
 // NewWriter returns a Writer reading through reader, writing through c,
