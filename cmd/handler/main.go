@@ -104,13 +104,13 @@ func run(o options) error {
 	metrics := handler.NewMetrics()
 	ctrlmetrics.Registry.MustRegister(metrics.Collectors()...)
 	network := nmstatectl.Runner{Path: o.nmstatectl, Timeout: o.applyTimeout}
-	nudges := nodestate.NewNudges()
+	refreshes := nodestate.NewRefreshes()
 	r, err := o.handler(mgr, network, metrics)
 	if err != nil {
 		return err
 	}
-	r.StateChanged = func() { nudges.Nudge(o.node) }
-	r.Released = func() { nudges.Release(o.node) }
+	r.StateChanged = func() { refreshes.Refresh(o.node) }
+	r.Released = func() { refreshes.Release(o.node) }
 	r.NetworkLock = &sync.Mutex{}
 	if err := r.SetupWithManager(mgr, handler.SetupOptions{}); err != nil {
 		return fmt.Errorf("set up the handler: %w", err)
@@ -121,7 +121,7 @@ func run(o options) error {
 		ctrl.Log.Info("could not read the nmstate version; the NodeNetworkState will not show it", "error", err.Error())
 	}
 	reporter.NetworkLock, reporter.Settle, reporter.Clock = r.NetworkLock, r.Settle, r.Clock
-	if err := reporter.SetupWithManager(mgr, nudges, nodestate.SetupOptions{}); err != nil {
+	if err := reporter.SetupWithManager(mgr, refreshes, nodestate.SetupOptions{}); err != nil {
 		return fmt.Errorf("set up the NodeNetworkState reporter: %w", err)
 	}
 	if err := mgr.AddHealthzCheck("healthz", healthz.Ping); err != nil {

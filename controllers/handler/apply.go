@@ -42,10 +42,10 @@ func addressStates(addresses map[string]capture.Address) map[string][]byte {
 	return states
 }
 
-// upToDate reports whether the enactment already shows this rendering of
+// alreadyApplied reports whether the enactment already shows this rendering of
 // this policy generation as applied, with the same record: then there is
 // nothing to write and nothing to apply.
-func upToDate(e *nncev1beta1.NodeNetworkConfigurationEnactment, policy *nmstatev1.NodeNetworkConfigurationPolicy,
+func alreadyApplied(e *nncev1beta1.NodeNetworkConfigurationEnactment, policy *nmstatev1.NodeNetworkConfigurationPolicy,
 	rendered capture.Output, captures capture.Captures, addresses map[string]capture.Address) bool {
 	if e.Status.PolicyGeneration != policy.Generation ||
 		trueCondition(e) != shared.NodeNetworkConfigurationEnactmentConditionAvailable ||

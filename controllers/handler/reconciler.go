@@ -285,7 +285,7 @@ func (r *Reconciler) enact(ctx context.Context, name string) (ctrl.Result, error
 		writeRecord(s.enactment, s.captures, alloc.addresses, addressStates(alloc.addresses), r.meta())
 		return r.concludeRecorded(ctx, s, alloc, dropped, r.configureFailed(s, err.Error()))
 	}
-	if upToDate(s.enactment, s.policy, rendered, s.captures, alloc.addresses) {
+	if alreadyApplied(s.enactment, s.policy, rendered, s.captures, alloc.addresses) {
 		return ctrl.Result{}, nil
 	}
 	writeRecord(s.enactment, s.captures, alloc.addresses, rendered.CapturedStates, r.meta())

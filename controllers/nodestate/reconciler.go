@@ -50,11 +50,11 @@ type Reconciler struct {
 	// Settle, if set, is called under NetworkLock before the state is read
 	// for a publication that must be made: the first after the reporter
 	// starts, one the pool controller asked for (RefreshStateLabel), one
-	// Nudges.Release asked for. It takes released addresses off the
+	// Refreshes.Release asked for. It takes released addresses off the
 	// interfaces (handler.Reconciler.Settle). Its error is logged; the
 	// state is published all the same.
 	Settle func(context.Context) error
-	// Refresh is how often the state is read when nothing nudges; each
+	// Refresh is how often the state is read when nothing asks for it; each
 	// wait is jittered by ±10% (kubernetes-nmstate's), so that the nodes
 	// of a cluster started together do not all write at once.
 	Refresh time.Duration
@@ -64,7 +64,7 @@ type Reconciler struct {
 	// published as status.handlerNmstateVersion; empty if unknown.
 	Version string
 
-	nudges *Nudges
+	refreshes *Refreshes
 	// mu guards what the reporter remembers of its publications.
 	mu sync.Mutex
 	// published is set once a state was published since the start, and
@@ -114,7 +114,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, _ ctrl.Request) (ctrl.Result
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	request := nns.Labels[ippoolv1.RefreshStateLabel]
-	must := !r.published || request != r.answered || r.nudges.takeRelease()
+	must := !r.published || request != r.answered || r.refreshes.takeRelease()
 	if must {
 		r.settle(ctx)
 	}

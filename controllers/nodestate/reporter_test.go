@@ -67,14 +67,14 @@ func nns(name string) func() (*nncev1beta1.NodeNetworkState, error) {
 }
 
 // startReporter runs a reporter for node until stop is called.
-func startReporter(t *testing.T, node string, net *network, refresh time.Duration) (*nodestate.Nudges, func()) {
+func startReporter(t *testing.T, node string, net *network, refresh time.Duration) (*nodestate.Refreshes, func()) {
 	t.Helper()
 	mgr, err := env.NewManager()
 	Expect(err).NotTo(HaveOccurred())
 	r := nodestate.New(mgr, node, net)
 	r.Refresh = refresh
-	nudges := nodestate.NewNudges()
-	Expect(r.SetupWithManager(mgr, nudges, nodestate.SetupOptions{SkipNameValidation: true})).To(Succeed())
+	refreshes := nodestate.NewRefreshes()
+	Expect(r.SetupWithManager(mgr, refreshes, nodestate.SetupOptions{SkipNameValidation: true})).To(Succeed())
 	run := envtest.RunManager(mgr)
 	stopped := false
 	stop := func() {
@@ -84,7 +84,7 @@ func startReporter(t *testing.T, node string, net *network, refresh time.Duratio
 		}
 	}
 	t.Cleanup(stop)
-	return nudges, stop
+	return refreshes, stop
 }
 
 // TestReporter: the NNS is created owned by the node, written when the
@@ -112,14 +112,14 @@ func TestReporter(t *testing.T) {
 	stop()
 
 	// With an hour between refreshes, only a nudge explains an update.
-	nudges, _ := startReporter(t, "nns01", net, time.Hour)
+	refreshes, _ := startReporter(t, "nns01", net, time.Hour)
 	Eventually(net.readCount).Should(BeNumerically(">", reads+4), "the new reporter reads the state once")
 	net.set(`{"interfaces":[{"name":"eth1","state":"up","ipv4":{"address":[{"ip":"10.0.0.1","prefix-length":24}]}}]}`, nil)
-	nudges.Nudge("nns01")
+	refreshes.Refresh("nns01")
 	Eventually(func() string { s, _ := nns("nns01")(); return string(s.Status.CurrentState.Raw) }, 5*time.Second).Should(ContainSubstring("10.0.0.1"))
 
 	net.set("", errors.New("NetworkManager is not running"))
-	nudges.Nudge("nns01")
+	refreshes.Refresh("nns01")
 	Eventually(func() string {
 		s, _ := nns("nns01")()
 		if c := s.Status.Conditions.Find(shared.NodeNetworkStateConditionFailing); c != nil && c.Status == corev1.ConditionTrue {
@@ -154,7 +154,7 @@ func TestRefreshRequestAnswered(t *testing.T) {
 		settled.Add(1)
 		return nil
 	}
-	Expect(r.SetupWithManager(mgr, nodestate.NewNudges(), nodestate.SetupOptions{SkipNameValidation: true})).To(Succeed())
+	Expect(r.SetupWithManager(mgr, nodestate.NewRefreshes(), nodestate.SetupOptions{SkipNameValidation: true})).To(Succeed())
 	stop := envtest.RunManager(mgr)
 	t.Cleanup(func() { Expect(stop()).To(Succeed()) })
 	Eventually(func() (*nncev1beta1.NodeNetworkState, error) { return nns("nns02")() }).Should(

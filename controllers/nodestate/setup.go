@@ -23,7 +23,7 @@ import (
 	nncev1beta1 "github.com/nmstate-ippool/nmstate-ippool/api/v1beta1"
 )
 
-// DefaultRefresh is how often the state is read when nothing nudges.
+// DefaultRefresh is how often the state is read when nothing asks for it.
 const DefaultRefresh = time.Minute
 
 // New returns a Reconciler for node wired to the manager.
@@ -32,19 +32,19 @@ func New(mgr ctrl.Manager, node string, state StateReader) *Reconciler {
 		Random: rand.Float64}
 }
 
-// Nudges makes the reporter read the state at once. Nudge and Release
-// never block; nudges that come while one waits are merged.
-type Nudges struct {
+// Refreshes make the reporter read the state at once. Refresh and Release
+// never block; the ones that come while one waits are merged.
+type Refreshes struct {
 	events  chan event.GenericEvent
 	release atomic.Bool
 }
 
-// NewNudges returns the nudges of one reporter.
-func NewNudges() *Nudges { return &Nudges{events: make(chan event.GenericEvent, 1)} }
+// NewRefreshes returns the refreshes of one reporter.
+func NewRefreshes() *Refreshes { return &Refreshes{events: make(chan event.GenericEvent, 1)} }
 
-// Nudge asks for a look at the state of node: its network may have
+// Refresh asks for a look at the state of node: its network may have
 // changed (after an apply).
-func (n *Nudges) Nudge(node string) {
+func (n *Refreshes) Refresh(node string) {
 	o := &nncev1beta1.NodeNetworkState{}
 	o.Name = node
 	select {
@@ -55,14 +55,14 @@ func (n *Nudges) Nudge(node string) {
 
 // Release asks for a publication of the state of node after the reporter
 // settled it: the node released addresses, to be taken off its interfaces.
-func (n *Nudges) Release(node string) {
+func (n *Refreshes) Release(node string) {
 	n.release.Store(true)
-	n.Nudge(node)
+	n.Refresh(node)
 }
 
 // takeRelease reports whether a release was asked for since the last
-// call. A nil Nudges never asks.
-func (n *Nudges) takeRelease() bool {
+// call. A nil Refreshes never asks.
+func (n *Refreshes) takeRelease() bool {
 	return n != nil && n.release.Swap(false)
 }
 
@@ -73,9 +73,9 @@ type SetupOptions struct {
 }
 
 // SetupWithManager registers the reporter: the node, its NNS (so a
-// deleted NNS comes back) and nudges.
-func (r *Reconciler) SetupWithManager(mgr ctrl.Manager, nudges *Nudges, opts SetupOptions) error {
-	r.nudges = nudges
+// deleted NNS comes back) and refreshes.
+func (r *Reconciler) SetupWithManager(mgr ctrl.Manager, refreshes *Refreshes, opts SetupOptions) error {
+	r.refreshes = refreshes
 	thisNode := predicate.NewPredicateFuncs(func(o client.Object) bool { return o.GetName() == r.NodeName })
 	toNode := handler.EnqueueRequestsFromMapFunc(func(context.Context, client.Object) []reconcile.Request {
 		return []reconcile.Request{{NamespacedName: types.NamespacedName{Name: r.NodeName}}}
@@ -85,7 +85,7 @@ func (r *Reconciler) SetupWithManager(mgr ctrl.Manager, nudges *Nudges, opts Set
 		WithOptions(controller.Options{SkipNameValidation: ptr.To(opts.SkipNameValidation)}).
 		WatchesMetadata(&corev1.Node{}, toNode, builder.WithPredicates(thisNode)).
 		Watches(&nncev1beta1.NodeNetworkState{}, toNode, builder.WithPredicates(thisNode)).
-		WatchesRawSource(source.Channel(nudges.events, toNode)).
+		WatchesRawSource(source.Channel(refreshes.events, toNode)).
 		Complete(r)
 }
 

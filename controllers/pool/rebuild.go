@@ -66,7 +66,7 @@ func (r *Reconciler) resetsOf(ctx context.Context, pool *ippoolv1.NodeIPPool, en
 	}
 	var rs resets
 	for _, o := range candidates {
-		fresh, err := r.stillAsks(ctx, o, pool.Name)
+		fresh, err := r.confirmReset(ctx, o, pool.Name)
 		if err != nil {
 			return resets{}, err
 		}
@@ -77,9 +77,9 @@ func (r *Reconciler) resetsOf(ctx context.Context, pool *ippoolv1.NodeIPPool, en
 	return rs, r.expand(ctx, &rs)
 }
 
-// stillAsks re-reads an annotated object from the API server and returns
+// confirmReset re-reads an annotated object from the API server and returns
 // it if it still asks for a reset of pool, or nil.
-func (r *Reconciler) stillAsks(ctx context.Context, o client.Object, pool string) (client.Object, error) {
+func (r *Reconciler) confirmReset(ctx context.Context, o client.Object, pool string) (client.Object, error) {
 	fresh := o.DeepCopyObject().(client.Object)
 	if err := r.APIReader.Get(ctx, client.ObjectKeyFromObject(o), fresh); err != nil {
 		return nil, client.IgnoreNotFound(err)

@@ -142,13 +142,13 @@ func (n *Node) Start(e *Env) error {
 		return err
 	}
 	if !n.NoStateReporter {
-		nudges := nodestate.NewNudges()
+		refreshes := nodestate.NewRefreshes()
 		r.NetworkLock = &sync.Mutex{}
-		r.StateChanged = func() { nudges.Nudge(n.Name) }
-		r.Released = func() { nudges.Release(n.Name) }
+		r.StateChanged = func() { refreshes.Refresh(n.Name) }
+		r.Released = func() { refreshes.Release(n.Name) }
 		reporter := nodestate.New(mgr, n.Name, n.Network.Runner)
 		reporter.Refresh, reporter.NetworkLock, reporter.Settle = 500*time.Millisecond, r.NetworkLock, r.Settle
-		if err := reporter.SetupWithManager(mgr, nudges, nodestate.SetupOptions{SkipNameValidation: true}); err != nil {
+		if err := reporter.SetupWithManager(mgr, refreshes, nodestate.SetupOptions{SkipNameValidation: true}); err != nil {
 			return err
 		}
 	}

@@ -220,12 +220,12 @@ func startHandler(b *testing.B, node string, metrics *handler.Metrics, c *counte
 	// the one probe that costs a request.
 	r.Probes.Probes = []probe.Probe{probe.APIServer(mgr.GetAPIReader())}
 	r.NetworkLock = &sync.Mutex{}
-	nudges := nodestate.NewNudges()
-	r.StateChanged = func() { nudges.Nudge(node) }
+	refreshes := nodestate.NewRefreshes()
+	r.StateChanged = func() { refreshes.Refresh(node) }
 	must(b, r.SetupWithManager(mgr, handler.SetupOptions{SkipNameValidation: true}))
 	reporter := nodestate.New(mgr, node, network)
 	reporter.NetworkLock = r.NetworkLock
-	must(b, reporter.SetupWithManager(mgr, nudges, nodestate.SetupOptions{SkipNameValidation: true}))
+	must(b, reporter.SetupWithManager(mgr, refreshes, nodestate.SetupOptions{SkipNameValidation: true}))
 	nodeMeta := &metav1.PartialObjectMetadata{}
 	nodeMeta.SetGroupVersionKind(corev1.SchemeGroupVersion.WithKind("Node"))
 	must(b, c.countEvents(context.Background(), mgr, &nmstatev1.NodeNetworkConfigurationPolicy{},
