@@ -476,3 +476,25 @@ func TestSkewedNodeClock(t *testing.T) {
 	Expect(bits("skew")).To(Equal([]string{"10.78.0.1"}))
 	Expect(carried(holder)()).To(Equal([]string{"10.78.0.1/24"}))
 }
+
+// TestUnvouchedPoolDeleted: a pool whose bitmap was emptied by hand and
+// that is deleted before the pool controller rebuilt it still goes: being
+// deleted, it hands nothing out, and its entries are resolved all the same.
+func TestUnvouchedPoolDeleted(t *testing.T) {
+	RegisterTestingT(t)
+	stop := startController(t, nil)
+	createPool(t, "unvouched", ippoolv1.IPRange{CIDR: "10.79.0.0/24"})
+	Eventually(available("unvouched")).Should(HavePrefix("True"))
+	e := &nncev1beta1.NodeNetworkConfigurationEnactment{ObjectMeta: metav1.ObjectMeta{Name: "stalled01.unvouched"}}
+	Expect(k.Create(ctx, e)).To(Succeed())
+	t.Cleanup(func() { _ = k.Delete(ctx, e) })
+	takeInFlight("unvouched", "10.79.0.1", e.Name, e.ResourceVersion)
+	stop()
+	setBits("unvouched")
+	p := &ippoolv1.NodeIPPool{ObjectMeta: metav1.ObjectMeta{Name: "unvouched"}}
+	Expect(k.Delete(ctx, p)).To(Succeed())
+	startController(t, nil)
+	Eventually(func() bool { return apierrors.IsNotFound(k.Get(ctx, client.ObjectKeyFromObject(p), p)) }).Should(BeTrue())
+	Expect(k.Get(ctx, client.ObjectKeyFromObject(e), e)).To(Succeed())
+	Expect(e.Annotations).To(HaveKey(ippoolv1.FenceAnnotation), "its allocation in flight was revoked first")
+}

@@ -19,6 +19,7 @@ import (
 	"github.com/nmstate-ippool/nmstate-ippool/internal/assign"
 	"github.com/nmstate-ippool/nmstate-ippool/internal/nodemeta"
 	"github.com/nmstate-ippool/nmstate-ippool/internal/poolstatus"
+	"github.com/nmstate-ippool/nmstate-ippool/internal/poolwrite"
 	"github.com/nmstate-ippool/nmstate-ippool/pkg/ippool"
 )
 
@@ -62,19 +63,22 @@ func (r *Reconciler) maintain(ctx context.Context, pool *ippoolv1.NodeIPPool, al
 	if !terminating {
 		// Waiting nodes first: serving them is what a rollout waits for.
 		if err := r.serve(ctx, pool, v); err != nil {
-			return result, err
+			return ctrl.Result{}, err
 		}
 	}
 	mw, err := r.planMaintenance(ctx, pool, v, gcDue, holdsDue, m)
 	if err != nil {
-		return result, err
+		return ctrl.Result{}, err
 	}
 	if err := r.writeMaintenance(ctx, pool, mw); err != nil {
-		return result, err
+		return ctrl.Result{}, err
 	}
 	r.askForStates(ctx, mw.holds.ask)
 	if terminating {
-		return result, r.release(ctx, pool)
+		if err := r.release(ctx, pool); err != nil {
+			return ctrl.Result{}, err
+		}
+		return result, nil
 	}
 	r.nudge(ctx, pool, v)
 	return result, nil
@@ -135,7 +139,14 @@ func (r *Reconciler) writeMaintenance(ctx context.Context, pool *ippoolv1.NodeIP
 	if !mw.due() && !r.conditionsChange(pool, mw) {
 		return nil
 	}
-	if err := r.writeStatus(ctx, pool, change); err != nil {
+	var opts []poolwrite.Option
+	if !pool.DeletionTimestamp.IsZero() {
+		// A pool being deleted hands nothing out: its bitmap matters no
+		// more, only its entries, which it resolves even on a status
+		// nobody vouched for (emptied by hand just before the deletion).
+		opts = append(opts, poolwrite.Vouch(func(error) {}))
+	}
+	if err := r.writeStatus(ctx, pool, change, opts...); err != nil {
 		return err
 	}
 	r.reportHolds(ctx, pool, mw.holds, revoked, lifted)

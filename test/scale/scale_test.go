@@ -31,6 +31,7 @@ import (
 	nncev1beta1 "github.com/nmstate-ippool/nmstate-ippool/api/v1beta1"
 	"github.com/nmstate-ippool/nmstate-ippool/controllers/handler"
 	"github.com/nmstate-ippool/nmstate-ippool/controllers/nodestate"
+	"github.com/nmstate-ippool/nmstate-ippool/internal/nodemeta"
 	"github.com/nmstate-ippool/nmstate-ippool/internal/probe"
 	"github.com/nmstate-ippool/nmstate-ippool/test/envtest"
 )
@@ -52,6 +53,7 @@ const plainState = "interfaces:\n- name: eth1\n  type: ethernet\n  state: up\n  
 type result struct {
 	nodes                          int
 	plain, pooled, scaleDown       time.Duration
+	release                        time.Duration
 	attemptsPerAlloc               float64
 	requestsPerNode, eventsPerNode float64
 	heapPerNode                    float64
@@ -61,11 +63,14 @@ type result struct {
 // BenchmarkScale is the project's scale benchmark. For each node count N
 // it starts N handlers and the pool controller, rolls out a policy that
 // configures eth1 (the baseline), then one that also gives each node an
-// address from a pool, then deletes half the nodes at once, and reports:
+// address from a pool, then deletes half the nodes at once, then the
+// pooled policy (the other half release their addresses), and reports:
 // both rollout times and their ratio, milliseconds per node, pool write
 // attempts per allocation, API requests and watch events per handler,
-// handler heap per node, the control plane's CPU, and how long until
-// every address of the removed nodes is back in the pool. After the last
+// handler heap per node, the control plane's CPU, how long until every
+// address of the removed nodes is back in the pool, and how long until the
+// remaining nodes took their released addresses off and the pool freed
+// them on that evidence. After the last
 // count it prints each count's times against the first's.
 //
 //	go test -run '^$' -bench Scale -benchtime 1x ./test/scale/ -scale.nodes 100,300,1000
@@ -149,6 +154,9 @@ func run(b *testing.B, n int) result {
 	cpu = cpuByProcess()
 	res.scaleDown = scaleDown(b, role, names[n/2:], stops[n/2:], n-n/2)
 	b.Logf("%d nodes, scale-down of %d %.1fs, CPU: %s", n, n-n/2, res.scaleDown.Seconds(), cpuSince(cpu))
+	cpu = cpuByProcess()
+	res.release = release(b, role, role+"-pool")
+	b.Logf("%d nodes, release by %d %.1fs, CPU: %s", n, n/2, res.release.Seconds(), cpuSince(cpu))
 	b.StopTimer()
 
 	b.ReportMetric(res.plain.Seconds(), "plain-s")
@@ -162,7 +170,7 @@ func run(b *testing.B, n int) result {
 	b.ReportMetric(res.heapPerNode/1024, "heap-KiB/node")
 	b.ReportMetric(res.controlPlaneCPU.Seconds(), "control-plane-cpu-s")
 	b.ReportMetric(res.scaleDown.Seconds(), "scale-down-s")
-	deletePolicy(b, role+"-pool")
+	b.ReportMetric(res.release.Seconds(), "release-s")
 	return res
 }
 
@@ -222,14 +230,13 @@ func startHandler(b *testing.B, node string, metrics *handler.Metrics, c *counte
 	r.NetworkLock = &sync.Mutex{}
 	refreshes := nodestate.NewRefreshes()
 	r.StateChanged = func() { refreshes.Refresh(node) }
+	r.Released = func() { refreshes.Release(node) }
 	must(b, r.SetupWithManager(mgr, handler.SetupOptions{SkipNameValidation: true}))
 	reporter := nodestate.New(mgr, node, network)
-	reporter.NetworkLock = r.NetworkLock
+	reporter.NetworkLock, reporter.Settle = r.NetworkLock, r.Settle
 	must(b, reporter.SetupWithManager(mgr, refreshes, nodestate.SetupOptions{SkipNameValidation: true}))
-	nodeMeta := &metav1.PartialObjectMetadata{}
-	nodeMeta.SetGroupVersionKind(corev1.SchemeGroupVersion.WithKind("Node"))
 	must(b, c.countEvents(context.Background(), mgr, &nmstatev1.NodeNetworkConfigurationPolicy{},
-		&nncev1beta1.NodeNetworkConfigurationEnactment{}, &nncev1beta1.NodeNetworkState{}, nodeMeta))
+		&nncev1beta1.NodeNetworkConfigurationEnactment{}, &nncev1beta1.NodeNetworkState{}, nodemeta.Object("")))
 	return envtest.RunManager(mgr)
 }
 
@@ -284,6 +291,24 @@ func scaleDown(b *testing.B, pool string, nodes []string, stops []func() error, 
 	// period has passed.
 	b.Logf("scale-down: %d addresses free again in %s, %d of them kept for their node's return", len(nodes), took.Round(100*time.Millisecond), kept)
 	return took
+}
+
+// release deletes the pooled policy while the remaining nodes run, and
+// returns how long until the pool is empty: every node took its address
+// off and published its state, and every quarantine was lifted on that
+// evidence.
+func release(b *testing.B, pool, policy string) time.Duration {
+	ctx := context.Background()
+	began := time.Now()
+	must(b, suite.Client.Delete(ctx, &nmstatev1.NodeNetworkConfigurationPolicy{ObjectMeta: metav1.ObjectMeta{Name: policy}}))
+	waitFor(b, 10*time.Minute, "the released addresses to be lifted", func() bool {
+		var p ippoolv1.NodeIPPool
+		if err := suite.Client.Get(ctx, types.NamespacedName{Name: pool}, &p); err != nil {
+			return false
+		}
+		return p.Status.Allocated == 0 && len(p.Status.Quarantined) == 0 && len(p.Status.InFlight) == 0
+	})
+	return time.Since(began)
 }
 
 func deletePolicy(b *testing.B, name string) {
