@@ -34,6 +34,9 @@ type StateReader interface {
 type Reconciler struct {
 	// Client reads from the manager's cache and writes to the API server.
 	Client client.Client
+	// APIReader reads from the API server: the NodeNetworkState again
+	// when a write met a change of it.
+	APIReader client.Reader
 	// NodeName is the node whose state is published.
 	NodeName string
 	// State reads the node's network state.
@@ -113,32 +116,73 @@ func (r *Reconciler) Reconcile(ctx context.Context, _ ctrl.Request) (ctrl.Result
 	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	request := nns.Labels[ippoolv1.RefreshStateLabel]
-	must := !r.published || request != r.answered || r.refreshes.takeRelease()
+	must := !r.published || nns.Labels[ippoolv1.RefreshStateLabel] != r.answered || r.refreshes.takeRelease()
 	if must {
 		r.settle(ctx)
 	}
 	readAt := r.Clock.Now()
 	current, showErr := r.State.Show(ctx)
-	status, changed := next(nns.Status, current, showErr, readAt)
+	read := reading{state: current, err: showErr, at: readAt, must: must}
+	// A request for the state (a new label) changes the object under the
+	// write: the write is made again on the latest copy, with what was
+	// read under the lock.
+	for attempt := 1; ; attempt++ {
+		written, err := r.publish(ctx, nns, read)
+		if err == nil {
+			if written {
+				r.published, r.answered = true, nns.Labels[ippoolv1.RefreshStateLabel]
+			}
+			return ctrl.Result{RequeueAfter: r.refreshAfter()}, nil
+		}
+		if !apierrors.IsConflict(err) || attempt == 3 {
+			return ctrl.Result{}, err
+		}
+		if nns, err = r.latest(ctx); err != nil {
+			return ctrl.Result{}, err
+		}
+	}
+}
+
+// reading is one read of the node's network state.
+type reading struct {
+	state []byte
+	err   error
+	at    time.Time
+	// must: publish it even if nothing changed.
+	must bool
+}
+
+// publish writes the NNS status that read makes of nns's, if it changed
+// or must be published, and reports whether it wrote.
+func (r *Reconciler) publish(ctx context.Context, nns *nncev1beta1.NodeNetworkState, read reading) (bool, error) {
+	status, changed := next(nns.Status, read.state, read.err, read.at)
 	if status.HandlerNmstateVersion != r.Version {
 		status.HandlerNmstateVersion, changed = r.Version, true
 	}
-	if must && showErr == nil {
+	if read.must && read.err == nil {
 		// A state read now, published even if it did not change: the
 		// answer to whoever asked for it.
-		status.LastSuccessfulUpdateTime, changed = later(nns.Status.LastSuccessfulUpdateTime, readAt), true
+		status.LastSuccessfulUpdateTime, changed = later(nns.Status.LastSuccessfulUpdateTime, read.at), true
 	}
 	if !changed {
-		return ctrl.Result{RequeueAfter: r.refreshAfter()}, nil
+		return false, nil
 	}
 	nns.Status = status
 	if err := r.Client.Status().Update(ctx, nns); err != nil {
-		return ctrl.Result{}, fmt.Errorf("write NodeNetworkState %q: %w", nns.Name, err)
+		return false, fmt.Errorf("write NodeNetworkState %q: %w", nns.Name, err)
 	}
-	r.published, r.answered = true, request
-	ctrl.LoggerFrom(ctx).Info("published the node's network state", "failing", showErr != nil, "asked", request != "")
-	return ctrl.Result{RequeueAfter: r.refreshAfter()}, nil
+	ctrl.LoggerFrom(ctx).Info("published the node's network state", "failing", read.err != nil,
+		"asked", nns.Labels[ippoolv1.RefreshStateLabel] != "")
+	return true, nil
+}
+
+// latest reads the node's NNS from the API server.
+func (r *Reconciler) latest(ctx context.Context) (*nncev1beta1.NodeNetworkState, error) {
+	var nns nncev1beta1.NodeNetworkState
+	if err := r.APIReader.Get(ctx, types.NamespacedName{Name: r.NodeName}, &nns); err != nil {
+		return nil, fmt.Errorf("get NodeNetworkState %q: %w", r.NodeName, err)
+	}
+	return &nns, nil
 }
 
 // settle runs Settle, if set, and logs its error: the state is published

@@ -28,7 +28,7 @@ const DefaultRefresh = time.Minute
 
 // New returns a Reconciler for node wired to the manager.
 func New(mgr ctrl.Manager, node string, state StateReader) *Reconciler {
-	return &Reconciler{Client: mgr.GetClient(), NodeName: node, State: state, Clock: clock.RealClock{}, Refresh: DefaultRefresh,
+	return &Reconciler{Client: mgr.GetClient(), APIReader: mgr.GetAPIReader(), NodeName: node, State: state, Clock: clock.RealClock{}, Refresh: DefaultRefresh,
 		Random: rand.Float64}
 }
 

@@ -122,7 +122,7 @@ func (r *Reconciler) ensureFinalizer(ctx context.Context, pool *ippoolv1.NodeIPP
 	}
 	patch := client.MergeFromWithOptions(pool.DeepCopy(), client.MergeFromWithOptimisticLock{})
 	pool.Finalizers = append(pool.Finalizers, ippoolv1.FinalizerPoolEntries)
-	if err := r.Client.Patch(ctx, pool, patch); err != nil {
+	if err := r.Client.Patch(ctx, pool, patch); client.IgnoreNotFound(err) != nil {
 		return fmt.Errorf("add finalizer %s to NodeIPPool %q: %w", ippoolv1.FinalizerPoolEntries, pool.Name, err)
 	}
 	return nil
