@@ -98,7 +98,7 @@ func run(o options) error {
 	if err := pools.SetupWithManager(ctx, mgr, pool.SetupOptions{}); err != nil {
 		return fmt.Errorf("set up the pool controller: %w", err)
 	}
-	if err := enactment.New(mgr, o.gracePeriod).SetupWithManager(mgr, enactment.SetupOptions{}); err != nil {
+	if err := enactment.New(mgr).SetupWithManager(mgr, enactment.SetupOptions{}); err != nil {
 		return fmt.Errorf("set up the enactment controller: %w", err)
 	}
 	if err := policy.New(mgr).SetupWithManager(ctx, mgr, policy.SetupOptions{}); err != nil {

@@ -6,7 +6,6 @@ import (
 	"maps"
 	"slices"
 	"strings"
-	"time"
 
 	"github.com/nmstate/kubernetes-nmstate/api/shared"
 	nmstatev1 "github.com/nmstate/kubernetes-nmstate/api/v1"
@@ -15,7 +14,6 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/tools/events"
-	"k8s.io/utils/clock"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
@@ -28,7 +26,11 @@ import (
 	"github.com/nmstate-ippool/nmstate-ippool/internal/retire"
 )
 
-// Reconciler retires enactments that no handler will retire and refuses
+// Reconciler retires enactments: those being deleted (their handler, or
+// the admin, deleted them), those of deleted Nodes and, after deleting
+// them, those of deleted policies. It is the one retirer: it quarantines
+// the addresses of many enactments in shared pool writes, where a thousand
+// handlers releasing at once would race for each pool. It also refuses
 // reset annotations that name no pool. Set every exported field; New sets
 // them from a manager with defaults.
 type Reconciler struct {
@@ -41,11 +43,6 @@ type Reconciler struct {
 	Pools *poolwrite.Writer
 	// Recorder emits Events.
 	Recorder events.EventRecorder
-	// Clock times terminating enactments.
-	Clock clock.PassiveClock
-	// GracePeriod is how long an enactment may stay terminating, waiting
-	// for its handler, before the controller retires it.
-	GracePeriod time.Duration
 }
 
 // Reconcile looks at one enactment: its reset annotation and its policy's,
@@ -64,14 +61,11 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 		return ctrl.Result{}, err
 	}
 	switch fate.kind {
-	case keep:
-		return ctrl.Result{}, nil
 	case retireNow:
 		return ctrl.Result{}, r.retire(ctx, &e, fate.why)
 	case deleteNow:
-		return ctrl.Result{RequeueAfter: r.GracePeriod}, r.delete(ctx, &e, fate.why)
-	case waitFor:
-		return ctrl.Result{RequeueAfter: fate.after}, nil
+		// Its deletion brings it back, to be retired.
+		return ctrl.Result{}, r.delete(ctx, &e, fate.why)
 	}
 	return ctrl.Result{}, nil
 }
@@ -82,23 +76,19 @@ type fateKind int
 const (
 	// keep: its handler looks after it.
 	keep fateKind = iota
-	// retireNow: nobody else will; release its addresses.
+	// retireNow: release its addresses and let it go.
 	retireNow
-	// deleteNow: its policy is gone; delete it and give its handler the
-	// grace period to release the addresses.
+	// deleteNow: its policy is gone; delete it, then retire it.
 	deleteNow
-	// waitFor: terminating; its handler has until the grace period ends.
-	waitFor
 )
 
 type fate struct {
-	kind  fateKind
-	why   string
-	after time.Duration
+	kind fateKind
+	why  string
 }
 
 // judge decides an enactment's fate from its node and policy on the API
-// server and, if it is terminating, from how long it has been.
+// server.
 func (r *Reconciler) judge(ctx context.Context, e *nncev1beta1.NodeNetworkConfigurationEnactment) (fate, error) {
 	node, owner := nodeOf(e)
 	if node == "" {
@@ -111,11 +101,7 @@ func (r *Reconciler) judge(ctx context.Context, e *nncev1beta1.NodeNetworkConfig
 		if !controllerutil.ContainsFinalizer(e, ippoolv1.FinalizerIPPool) {
 			return fate{}, nil
 		}
-		waited := r.Clock.Since(e.DeletionTimestamp.Time)
-		if waited < r.GracePeriod {
-			return fate{kind: waitFor, after: r.GracePeriod - waited}, nil
-		}
-		return fate{kind: retireNow, why: fmt.Sprintf("its handler did not release it within %s of its deletion", r.GracePeriod)}, nil
+		return fate{kind: retireNow, why: "it was deleted"}, nil
 	}
 	policy := e.Labels[shared.EnactmentPolicyLabel]
 	if policy == "" {
@@ -210,15 +196,14 @@ func describeReleased(released ippoolv1.EnactmentIPPools) string {
 }
 
 // delete deletes the enactment of a deleted policy, as its handler would;
-// the handler, or the controller after the grace period, releases its
-// addresses.
+// the controller then retires it.
 func (r *Reconciler) delete(ctx context.Context, e *nncev1beta1.NodeNetworkConfigurationEnactment, why string) error {
 	if err := r.Client.Delete(ctx, e, client.Preconditions{UID: &e.UID}); client.IgnoreNotFound(err) != nil {
 		return fmt.Errorf("delete enactment %q: %w", e.Name, err)
 	}
 	ctrl.LoggerFrom(ctx).Info("deleted enactment", "reason", why)
 	r.Recorder.Eventf(e, nil, corev1.EventTypeNormal, ippoolv1.ReasonEnactmentRetired, "Delete",
-		"Deleted: %s; its handler releases its addresses, or the pool controller after %s", why, r.GracePeriod)
+		"Deleted: %s; its addresses are released next", why)
 	return nil
 }
 

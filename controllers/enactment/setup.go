@@ -2,7 +2,6 @@ package enactment
 
 import (
 	"context"
-	"time"
 
 	"github.com/nmstate/kubernetes-nmstate/api/shared"
 	nmstatev1 "github.com/nmstate/kubernetes-nmstate/api/v1"
@@ -23,17 +22,13 @@ import (
 	"github.com/nmstate-ippool/nmstate-ippool/internal/poolwrite"
 )
 
-// New returns a Reconciler wired to the manager that retires enactments
-// left terminating for longer than grace.
-func New(mgr ctrl.Manager, grace time.Duration) *Reconciler {
-	clk := clock.RealClock{}
+// New returns a Reconciler wired to the manager.
+func New(mgr ctrl.Manager) *Reconciler {
 	return &Reconciler{
-		Client:      mgr.GetClient(),
-		APIReader:   mgr.GetAPIReader(),
-		Pools:       poolwrite.NewWriter(mgr.GetAPIReader(), mgr.GetClient(), clk),
-		Recorder:    mgr.GetEventRecorder("nmstate-ippool-pool-controller"),
-		Clock:       clk,
-		GracePeriod: grace,
+		Client:    mgr.GetClient(),
+		APIReader: mgr.GetAPIReader(),
+		Pools:     poolwrite.NewWriter(mgr.GetAPIReader(), mgr.GetClient(), clock.RealClock{}),
+		Recorder:  mgr.GetEventRecorder("nmstate-ippool-pool-controller"),
 	}
 }
 

@@ -45,14 +45,18 @@
 // controller aborted (Aborted). A new generation starts with fresh
 // conditions and count.
 //
-// Releasing. When a policy is deleted, stops matching the node, or drops a
-// capture, the handler first removes the record (the enactment, or the
-// dropped addresses from it) under the enactment's resourceVersion and then
-// quarantines the addresses (package retire); so does the pool controller
-// when it retires an enactment of a deleted node or resets one, and of two
-// concurrent retirers only one quarantines. The enactment carries the
+// Releasing. When a policy is deleted or stops matching the node, the
+// handler deletes its enactment (under its UID), and the pool controller
+// retires it: it quarantines the addresses, then lets the enactment go
+// (package retire). When a policy drops a capture, or the range no longer
+// hands out a recorded address, the handler quarantines the address first
+// and then writes the record without it. The enactment carries the
 // FinalizerIPPool finalizer while it holds addresses, so that its record
-// outlives a deletion until the addresses are quarantined.
+// outlives a deletion until the addresses are quarantined. Settle takes
+// every released address of the node off its interface: the node's state
+// reporter runs it before each publication the pool controller asks for,
+// and the pool frees the address once the published state shows it gone
+// (docs/protocol.md).
 //
 // Writers. The handler writes a pool's allocatedOffsets, counts and entries
 // through internal/poolwrite, only on a status whose stamp matches; the pool

@@ -18,7 +18,6 @@ import (
 	ippoolv1 "github.com/nmstate-ippool/nmstate-ippool/api/v1"
 	nncev1beta1 "github.com/nmstate-ippool/nmstate-ippool/api/v1beta1"
 	"github.com/nmstate-ippool/nmstate-ippool/internal/nodemeta"
-	"github.com/nmstate-ippool/nmstate-ippool/internal/retire"
 	"github.com/nmstate-ippool/nmstate-ippool/pkg/capture"
 )
 
@@ -123,21 +122,16 @@ func (r *Reconciler) writeEnactment(ctx context.Context, e *nncev1beta1.NodeNetw
 	return nil
 }
 
-// retire ends an enactment and gives its addresses back through
-// retire.Retire, which is safe against the pool controller retiring it at
-// the same time. A nil enactment is already retired.
-func (r *Reconciler) retire(ctx context.Context, e *nncev1beta1.NodeNetworkConfigurationEnactment, why string) error {
-	if e == nil {
+// end deletes an enactment that no longer applies, unless it is being
+// deleted already. The pool controller retires it: it quarantines its
+// addresses and lets it go. A nil enactment is gone already.
+func (r *Reconciler) end(ctx context.Context, e *nncev1beta1.NodeNetworkConfigurationEnactment, why string) error {
+	if e == nil || !e.DeletionTimestamp.IsZero() {
 		return nil
 	}
-	log := ctrl.LoggerFrom(ctx).WithValues("enactment", e.Name)
-	if e.DeletionTimestamp.IsZero() {
-		log.Info("retiring enactment", "reason", why)
+	if err := r.Client.Delete(ctx, e, client.Preconditions{UID: &e.UID}); client.IgnoreNotFound(err) != nil {
+		return fmt.Errorf("delete enactment %q: %w", e.Name, err)
 	}
-	quarantined, err := retire.Retire(ctx, r.Pools, e)
-	if err != nil {
-		return err
-	}
-	log.Info("retired enactment", "quarantined", quarantined)
+	ctrl.LoggerFrom(ctx).Info("deleted enactment", "enactment", e.Name, "reason", why)
 	return nil
 }

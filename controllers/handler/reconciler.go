@@ -218,8 +218,11 @@ func (r *Reconciler) confirmed(ctx context.Context, name string) (*scope, error)
 	return s, nil
 }
 
-// retireIfConfirmed retires the enactment if the API server confirms what
-// the cache said: a stale cache must not take a node's addresses away.
+// retireIfConfirmed ends the enactment if the API server confirms what
+// the cache said (a stale cache must not take a node's addresses away): it
+// deletes it, and the pool controller retires it, releasing its addresses
+// in shared pool writes; this node then takes them off when asked for its
+// state.
 func (r *Reconciler) retireIfConfirmed(ctx context.Context, name string) (ctrl.Result, error) {
 	s, err := r.fetch(ctx, r.APIReader, name)
 	if err != nil || s.decide(r.Clock.Now(), r.timing()) != stepRetire {
@@ -232,10 +235,9 @@ func (r *Reconciler) retireIfConfirmed(ctx context.Context, name string) (ctrl.R
 	if s.selected {
 		why = "the enactment is being deleted"
 	}
-	if err := r.retire(ctx, s.enactment, why); err != nil {
+	if err := r.end(ctx, s.enactment, why); err != nil {
 		return ctrl.Result{}, err
 	}
-	r.released()
 	if s.selected {
 		// Deleted while the policy still selects the node (by hand, or
 		// with its Node): start over once it is gone.

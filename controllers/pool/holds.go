@@ -113,7 +113,10 @@ func (r *Reconciler) holdsDue(pool *ippoolv1.NodeIPPool, claims poolstatus.Claim
 		}
 	}
 	if len(pool.Status.Quarantined) > 0 {
-		if since := now.Sub(m.lastLiftCheck); m.stateChanged.Swap(false) || since >= quarantinePoll {
+		// A new quarantine is looked at at once: its holder is asked for
+		// evidence, and the sooner it is, the sooner the address is free.
+		fresh := slices.ContainsFunc(pool.Status.Quarantined, func(q ippoolv1.QuarantinedAddress) bool { return q.StateSeenAtRelease == nil })
+		if since := now.Sub(m.lastLiftCheck); m.stateChanged.Swap(false) || fresh || since >= quarantinePoll {
 			due = true
 			wait(quarantinePoll)
 		} else {

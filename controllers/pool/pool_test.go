@@ -133,7 +133,7 @@ func TestScaleDownWhileControllerDown(t *testing.T) {
 }
 
 // TestDeletedPolicyWithoutHandler: the enactment of a deleted policy whose
-// handler is down is deleted at once and retired after the grace period.
+// handler is down is deleted and retired by the pool controller.
 // Its address stays quarantined however long the handler stays down: past
 // the quarantine period the pool says so (ReleasesConfirmed), and nobody
 // is handed it. Once the handler is back, it takes the address off its
@@ -150,12 +150,8 @@ func TestDeletedPolicyWithoutHandler(t *testing.T) {
 	Expect(nd.Stop()).To(Succeed())
 	Expect(k.Delete(ctx, &nmstatev1.NodeNetworkConfigurationPolicy{ObjectMeta: metav1.ObjectMeta{Name: "orphan"}})).To(Succeed())
 
-	var e nncev1beta1.NodeNetworkConfigurationEnactment
-	Eventually(func() bool {
-		return k.Get(ctx, types.NamespacedName{Name: "orphan01.orphan"}, &e) == nil && !e.DeletionTimestamp.IsZero()
-	}).Should(BeTrue(), "deleted at once, kept by its finalizer")
-	Expect(bits("orphan")).To(HaveLen(1), "the address is kept during the grace period")
-	Eventually(enactmentGone("orphan01.orphan")).Should(BeTrue())
+	Eventually(enactmentGone("orphan01.orphan")).Should(BeTrue(), "deleted and retired by the pool controller")
+	Expect(poolStatus("orphan").Quarantined).To(ConsistOf(And(HaveField("IP", "10.7.0.1"), HaveField("Node", "orphan01"))))
 	Eventually(poolCondition("orphan", ippoolv1.ConditionReleasesConfirmed), 5*grace).Should(HavePrefix(
 		"False ReleaseUnconfirmed: Quarantined past the quarantine period, handed to nobody until the holder shows them gone: " +
 			"10.7.0.1, released by node orphan01 "))

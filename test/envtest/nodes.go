@@ -231,7 +231,7 @@ func (e *Env) StartPoolController(grace time.Duration, metrics *pool.Metrics, tu
 	if err != nil {
 		return nil, err
 	}
-	pc := &PoolController{Pools: pool.New(mgr, metrics), Enactments: enactment.New(mgr, grace), Policies: policy.New(mgr)}
+	pc := &PoolController{Pools: pool.New(mgr, metrics), Enactments: enactment.New(mgr), Policies: policy.New(mgr)}
 	pc.Policies.Batch, pc.Pools.Batch = 50*time.Millisecond, 50*time.Millisecond
 	pc.Pools.GracePeriod, pc.Pools.QuarantinePeriod = grace, grace
 	for _, f := range tune {
