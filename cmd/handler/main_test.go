@@ -68,7 +68,7 @@ func TestHandlerProcess(t *testing.T) {
 		t.Fatal(err)
 	}
 	// The control plane's policy controller grants the slot to apply.
-	stopPolicies, err := env.StartPolicyController()
+	stopPolicies, err := env.StartPolicyAndEnactmentControllers()
 	if err != nil {
 		t.Fatal(err)
 	}

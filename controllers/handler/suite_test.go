@@ -39,7 +39,7 @@ func TestMain(m *testing.M) {
 	}), func(s *envtest.Suite) {
 		cfg, k, simBin = s.Env, s.Client, s.Command("nmstatectl-sim")
 		var err error
-		if stop, err = cfg.StartPolicyController(); err != nil {
+		if stop, err = cfg.StartPolicyAndEnactmentControllers(); err != nil {
 			panic(err)
 		}
 	}, "nmstatectl-sim"))

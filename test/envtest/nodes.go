@@ -123,7 +123,7 @@ func NewNode(name, dir, sim string) *Node {
 // Tune: the Nodes tests create have no Ready condition, and the simulated
 // gateway does not exist).
 // Handlers apply only once the policy controller grants them a slot: run
-// one (StartPolicyController or StartPoolController).
+// one (StartPolicyAndEnactmentControllers or StartPoolController).
 func (n *Node) Start(e *Env) error {
 	mgr, err := e.NewManager(handler.CacheOptions(n.Name))
 	if err != nil {
@@ -250,10 +250,11 @@ func (e *Env) StartPoolController(grace time.Duration, metrics *pool.Metrics, tu
 	return pc, nil
 }
 
-// StartPolicyController runs the policy controller alone (policy status
-// and maxUnavailable slots) until the returned function is called: what
+// StartPolicyAndEnactmentControllers runs the policy controller (policy status and
+// maxUnavailable slots) and the enactment controller (which retires the
+// enactments handlers delete) until the returned function is called: what
 // handler tests that play the pool controller's part by hand still need.
-func (e *Env) StartPolicyController() (stop func() error, err error) {
+func (e *Env) StartPolicyAndEnactmentControllers() (stop func() error, err error) {
 	mgr, err := e.NewManager()
 	if err != nil {
 		return nil, err
@@ -261,6 +262,9 @@ func (e *Env) StartPolicyController() (stop func() error, err error) {
 	r := policy.New(mgr)
 	r.Batch = 50 * time.Millisecond
 	if err := r.SetupWithManager(context.Background(), mgr, policy.SetupOptions{SkipNameValidation: true}); err != nil {
+		return nil, err
+	}
+	if err := enactment.New(mgr).SetupWithManager(mgr, enactment.SetupOptions{SkipNameValidation: true}); err != nil {
 		return nil, err
 	}
 	return RunManager(mgr), nil
