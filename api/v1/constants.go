@@ -232,6 +232,13 @@ const RefreshStateLabel = "nmstate.io/force-nns-refresh"
 // status.waitingForIPPool.
 const RequestAnnotation = "nmstate.io/ippool-request"
 
+// PolicyUIDAnnotation is set by a handler on every enactment it creates:
+// the UID of the policy it was created for. An enactment whose policy was
+// deleted and created again under the same name (a new UID) is ended and
+// created anew for the new policy, never taken for it, even when a watch
+// missed the deletion.
+const PolicyUIDAnnotation = "nmstate.io/policy-uid"
+
 // NudgeAnnotation is written on an enactment by the pool controller when
 // its handler should look at a pool again: the pool it waits on
 // (status.waitingForIPPool) became available or freed addresses, or the

@@ -87,8 +87,9 @@ func (r *Reconciler) ensureEnactment(ctx context.Context, s *scope) (*nncev1beta
 	if wantsFinalizer {
 		controllerutil.AddFinalizer(e, ippoolv1.FinalizerIPPool)
 	}
+	e.Annotations = map[string]string{ippoolv1.PolicyUIDAnnotation: string(policy.UID)}
 	if pools := s.captures.Pools(); r.DeferToController && s.captureErr == nil && len(pools) > 0 {
-		e.Annotations = map[string]string{ippoolv1.RequestAnnotation: strings.Join(pools, ",")}
+		e.Annotations[ippoolv1.RequestAnnotation] = strings.Join(pools, ",")
 	}
 	if err := r.Client.Create(ctx, e); err != nil {
 		return nil, fmt.Errorf("create enactment %q: %w", e.Name, err)

@@ -496,3 +496,27 @@ func TestAbortedAtMaxUnavailable(t *testing.T) {
 	Eventually(states).Should(ConsistOf("Available/SuccessfullyConfigured", "Available/SuccessfullyConfigured", "Available/SuccessfullyConfigured"))
 	Eventually(policyCondition("abort", shared.NodeNetworkConfigurationPolicyConditionAvailable)).Should(Equal("True: 3/3 nodes successfully configured"))
 }
+
+// TestStaleEnactmentOfAnEarlierPolicy: an enactment created for an
+// earlier policy of the same name (deleted and created again while a
+// watch missed the deletion) is ended and created anew for the policy
+// that exists, never taken for it.
+func TestStaleEnactmentOfAnEarlierPolicy(t *testing.T) {
+	RegisterTestingT(t)
+	nd := newNodes(t, "earlier", 1, map[string]string{"role": "earlier"})[0]
+	p := newPolicy(t, "earlier", map[string]string{"role": "earlier"}, nil,
+		"interfaces:\n- name: eth1\n  type: ethernet\n  state: up\n  mtu: 1400\n")
+	start(t, nd)
+	Eventually(enactmentState(nd.Name, "earlier")).Should(HavePrefix("Available"))
+	e, err := getEnactment(nd.Name, "earlier")
+	Expect(err).NotTo(HaveOccurred())
+	Expect(e.Annotations).To(HaveKeyWithValue(ippoolv1.PolicyUIDAnnotation, string(p.UID)))
+	old := e.UID
+	e.Annotations[ippoolv1.PolicyUIDAnnotation] = "uid-of-an-earlier-policy"
+	Expect(k.Update(context.Background(), e)).To(Succeed())
+	Eventually(func() types.UID { e, _ := getEnactment(nd.Name, "earlier"); return e.UID }).ShouldNot(Equal(old))
+	Eventually(enactmentState(nd.Name, "earlier")).Should(HavePrefix("Available"))
+	e, err = getEnactment(nd.Name, "earlier")
+	Expect(err).NotTo(HaveOccurred())
+	Expect(e.Annotations).To(HaveKeyWithValue(ippoolv1.PolicyUIDAnnotation, string(p.UID)))
+}

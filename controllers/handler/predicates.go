@@ -26,6 +26,19 @@ func policyOfEnactment(_ context.Context, o client.Object) []reconcile.Request {
 	return []reconcile.Request{{NamespacedName: types.NamespacedName{Name: policy}}}
 }
 
+// specOrIncarnationChanged passes the events of a policy whose spec
+// changed (a new generation), and the update that a watch makes of a
+// policy deleted and created again under its name while it missed the
+// deletion: a new UID, with the same generation, 1.
+func specOrIncarnationChanged() predicate.Predicate {
+	return predicate.Or(predicate.GenerationChangedPredicate{}, predicate.Funcs{
+		CreateFunc:  func(event.CreateEvent) bool { return false },
+		DeleteFunc:  func(event.DeleteEvent) bool { return false },
+		GenericFunc: func(event.GenericEvent) bool { return false },
+		UpdateFunc:  func(e event.UpdateEvent) bool { return e.ObjectOld.GetUID() != e.ObjectNew.GetUID() },
+	})
+}
+
 // allPolicies requeues every policy, for a change of this node's labels.
 func (r *Reconciler) allPolicies(ctx context.Context, _ client.Object) []reconcile.Request {
 	var list nmstatev1.NodeNetworkConfigurationPolicyList

@@ -17,7 +17,6 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller"
 	"sigs.k8s.io/controller-runtime/pkg/handler"
-	"sigs.k8s.io/controller-runtime/pkg/predicate"
 
 	nncev1beta1 "github.com/nmstate-ippool/nmstate-ippool/api/v1beta1"
 	"github.com/nmstate-ippool/nmstate-ippool/internal/nodemeta"
@@ -107,7 +106,7 @@ func (r *Reconciler) SetupWithManager(mgr ctrl.Manager, opts SetupOptions) error
 	return ctrl.NewControllerManagedBy(mgr).
 		Named("nncp-handler").
 		WithOptions(controller.Options{SkipNameValidation: ptr.To(opts.SkipNameValidation)}).
-		For(&nmstatev1.NodeNetworkConfigurationPolicy{}, builder.WithPredicates(predicate.GenerationChangedPredicate{})).
+		For(&nmstatev1.NodeNetworkConfigurationPolicy{}, builder.WithPredicates(specOrIncarnationChanged())).
 		Watches(&nncev1beta1.NodeNetworkConfigurationEnactment{}, handler.EnqueueRequestsFromMapFunc(policyOfEnactment),
 			builder.WithPredicates(changesByOthers())).
 		WatchesMetadata(&corev1.Node{}, handler.EnqueueRequestsFromMapFunc(r.allPolicies),

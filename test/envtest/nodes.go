@@ -240,11 +240,15 @@ func (e *Env) StartPoolController(grace time.Duration, metrics *pool.Metrics, tu
 	if err := pc.Pools.SetupWithManager(context.Background(), mgr, pool.SetupOptions{SkipNameValidation: true}); err != nil {
 		return nil, err
 	}
-	if err := pc.Enactments.SetupWithManager(mgr, enactment.SetupOptions{SkipNameValidation: true}); err != nil {
-		return nil, err
+	if pc.Enactments != nil {
+		if err := pc.Enactments.SetupWithManager(mgr, enactment.SetupOptions{SkipNameValidation: true}); err != nil {
+			return nil, err
+		}
 	}
-	if err := pc.Policies.SetupWithManager(context.Background(), mgr, policy.SetupOptions{SkipNameValidation: true}); err != nil {
-		return nil, err
+	if pc.Policies != nil {
+		if err := pc.Policies.SetupWithManager(context.Background(), mgr, policy.SetupOptions{SkipNameValidation: true}); err != nil {
+			return nil, err
+		}
 	}
 	pc.stop = RunManager(mgr)
 	return pc, nil
