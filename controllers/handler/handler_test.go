@@ -113,34 +113,6 @@ func TestExhausted(t *testing.T) {
 	Eventually(policyCondition("exhaust", shared.NodeNetworkConfigurationPolicyConditionDegraded)).Should(Equal("True: 1/3 nodes failed to configure"))
 }
 
-// TestPolicyRecreated is the specification's "NNCP re-creation" workflow:
-// deleting the policy returns its addresses, re-creating it allocates again.
-func TestPolicyRecreated(t *testing.T) {
-	RegisterTestingT(t)
-	nodes := newNodes(t, "recreate", 2, map[string]string{"role": "recreate"})
-	newPool(t, "recreate-pool", ippoolv1.IPRange{CIDR: "10.30.0.0/24"}, true)
-	newPolicy(t, "recreate", map[string]string{"role": "recreate"}, map[string]string{"addr": "ippool.recreate-pool.allocate"}, envtest.OneAddressState)
-	for _, nd := range nodes {
-		start(t, nd)
-		Eventually(enactmentState(nd.Name, "recreate")).Should(HavePrefix("Available"))
-	}
-	assertIndexed("recreate-pool")
-
-	deletePolicy(t, "recreate")
-	for _, nd := range nodes {
-		Eventually(func() bool { _, err := getEnactment(nd.Name, "recreate"); return apierrors.IsNotFound(err) }).Should(BeTrue())
-	}
-	Eventually(func() ([]string, error) { return envtest.EntryAddresses(context.Background(), k, "recreate-pool") }).
-		Should(Equal([]string{"10.30.0.1", "10.30.0.2"}), "quarantined until the pool controller sees them gone")
-
-	newPolicy(t, "recreate", map[string]string{"role": "recreate"}, map[string]string{"addr": "ippool.recreate-pool.allocate"}, envtest.OneAddressState)
-	for _, nd := range nodes {
-		Eventually(enactmentState(nd.Name, "recreate")).Should(HavePrefix("Available"))
-		Expect(held(nd.Name, "recreate", "recreate-pool")).To(HaveLen(1))
-	}
-	assertIndexed("recreate-pool")
-}
-
 // TestSticky restarts a node's handler: the new one finds the address in
 // the enactment and does nothing at all: no pool or enactment write, no
 // apply, no read from the API server but one list of the pools, with which
@@ -495,28 +467,4 @@ func TestAbortedAtMaxUnavailable(t *testing.T) {
 	bumpPolicy(p.Name)
 	Eventually(states).Should(ConsistOf("Available/SuccessfullyConfigured", "Available/SuccessfullyConfigured", "Available/SuccessfullyConfigured"))
 	Eventually(policyCondition("abort", shared.NodeNetworkConfigurationPolicyConditionAvailable)).Should(Equal("True: 3/3 nodes successfully configured"))
-}
-
-// TestStaleEnactmentOfAnEarlierPolicy: an enactment created for an
-// earlier policy of the same name (deleted and created again while a
-// watch missed the deletion) is ended and created anew for the policy
-// that exists, never taken for it.
-func TestStaleEnactmentOfAnEarlierPolicy(t *testing.T) {
-	RegisterTestingT(t)
-	nd := newNodes(t, "earlier", 1, map[string]string{"role": "earlier"})[0]
-	p := newPolicy(t, "earlier", map[string]string{"role": "earlier"}, nil,
-		"interfaces:\n- name: eth1\n  type: ethernet\n  state: up\n  mtu: 1400\n")
-	start(t, nd)
-	Eventually(enactmentState(nd.Name, "earlier")).Should(HavePrefix("Available"))
-	e, err := getEnactment(nd.Name, "earlier")
-	Expect(err).NotTo(HaveOccurred())
-	Expect(e.Annotations).To(HaveKeyWithValue(ippoolv1.PolicyUIDAnnotation, string(p.UID)))
-	old := e.UID
-	e.Annotations[ippoolv1.PolicyUIDAnnotation] = "uid-of-an-earlier-policy"
-	Expect(k.Update(context.Background(), e)).To(Succeed())
-	Eventually(func() types.UID { e, _ := getEnactment(nd.Name, "earlier"); return e.UID }).ShouldNot(Equal(old))
-	Eventually(enactmentState(nd.Name, "earlier")).Should(HavePrefix("Available"))
-	e, err = getEnactment(nd.Name, "earlier")
-	Expect(err).NotTo(HaveOccurred())
-	Expect(e.Annotations).To(HaveKeyWithValue(ippoolv1.PolicyUIDAnnotation, string(p.UID)))
 }

@@ -1,14 +1,9 @@
 package pool_test
 
 import (
-	"context"
-	"errors"
-	"fmt"
 	"net/netip"
 	"os"
 	"slices"
-	"sort"
-	"sync"
 	"testing"
 	"time"
 
@@ -18,10 +13,8 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
-	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/utils/clock"
 	"sigs.k8s.io/controller-runtime/pkg/client"
-	"sigs.k8s.io/controller-runtime/pkg/client/interceptor"
 
 	ippoolv1 "github.com/nmstate-ippool/nmstate-ippool/api/v1"
 	nncev1beta1 "github.com/nmstate-ippool/nmstate-ippool/api/v1beta1"
@@ -29,83 +22,8 @@ import (
 	"github.com/nmstate-ippool/nmstate-ippool/internal/poolstatus"
 	"github.com/nmstate-ippool/nmstate-ippool/internal/poolwrite"
 	"github.com/nmstate-ippool/nmstate-ippool/pkg/ippool"
-	"github.com/nmstate-ippool/nmstate-ippool/pkg/nmstatectl"
 	"github.com/nmstate-ippool/nmstate-ippool/test/envtest"
 )
-
-// nicSampler reads the networks of nodes again and again, and keeps every
-// sample in which one address was on two of them: one address, one NIC.
-type nicSampler struct {
-	mu         sync.Mutex
-	nodes      []*envtest.Node
-	duplicates []string
-	samples    int
-}
-
-// sampleNICs samples the networks of nodes, and of those watch adds, until
-// the test ends.
-func sampleNICs(t *testing.T, nodes ...*envtest.Node) *nicSampler {
-	s := &nicSampler{nodes: nodes}
-	done := make(chan struct{})
-	var wg sync.WaitGroup
-	wg.Go(func() {
-		for {
-			select {
-			case <-done:
-				return
-			case <-time.After(50 * time.Millisecond):
-			}
-			s.sample()
-		}
-	})
-	t.Cleanup(func() { close(done); wg.Wait() })
-	return s
-}
-
-func (s *nicSampler) watch(nodes ...*envtest.Node) {
-	s.mu.Lock()
-	s.nodes = append(s.nodes, nodes...)
-	s.mu.Unlock()
-}
-
-func (s *nicSampler) sample() {
-	s.mu.Lock()
-	nodes := slices.Clone(s.nodes)
-	s.mu.Unlock()
-	holders := map[netip.Addr][]string{}
-	for _, nd := range nodes {
-		raw, err := nd.Network.Runner.Show(context.Background())
-		if err != nil {
-			continue
-		}
-		for ip := range nmstatectl.Carriers(raw) {
-			holders[ip] = append(holders[ip], nd.Name)
-		}
-	}
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	s.samples++
-	for ip, on := range holders {
-		if len(on) > 1 {
-			sort.Strings(on)
-			s.duplicates = append(s.duplicates, fmt.Sprintf("%s on %v", ip, on))
-		}
-	}
-}
-
-// onTwoNICs returns the duplicates seen so far, after at least one more
-// sample.
-func (s *nicSampler) onTwoNICs() []string {
-	s.sample()
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return slices.Clone(s.duplicates)
-}
-
-// carried returns the addresses a node's network carries on eth1.
-func carried(nd *envtest.Node) func() []string {
-	return func() []string { return nd.ConfiguredAll("eth1") }
-}
 
 // TestPolicyDeletedAddressesLeaveTheNIC is the first scenario of the
 // Evidence issue: a pooled policy is deleted. Its nodes take their
@@ -359,142 +277,48 @@ func TestTerminatingPoolHandsOutNothing(t *testing.T) {
 	Expect(e.Annotations).To(HaveKeyWithValue(ippoolv1.FenceAnnotation, "inflight/10.76.0.1@"+token))
 }
 
-// recordWatch wraps the pool controller's client: on the first record it
-// writes, it changes the enactment first (as its handler may at that very
-// moment), and it notes, for every record, whether it was written under
-// the token of an in-flight entry of the pool.
-type recordWatch struct {
-	mu      sync.Mutex
-	bumped  bool
-	records []string
-}
-
-func (w *recordWatch) intercept(pool string) interceptor.Funcs {
-	return interceptor.Funcs{SubResourceUpdate: func(ctx context.Context, c client.Client, sub string, obj client.Object,
-		opts ...client.SubResourceUpdateOption) error {
-		e, ok := obj.(*nncev1beta1.NodeNetworkConfigurationEnactment)
-		if !ok || sub != "status" {
-			return c.SubResource(sub).Update(ctx, obj, opts...)
-		}
-		w.mu.Lock()
-		defer w.mu.Unlock()
-		if !w.bumped {
-			w.bumped = true
-			bump := e.DeepCopy()
-			bump.Annotations = map[string]string{"example.com/touched": "yes"}
-			Expect(c.Patch(ctx, bump, client.MergeFrom(e.DeepCopy()))).To(Succeed())
-		}
-		var p ippoolv1.NodeIPPool
-		Expect(c.Get(ctx, types.NamespacedName{Name: pool}, &p)).To(Succeed())
-		underToken := slices.ContainsFunc(p.Status.InFlight, func(f ippoolv1.InFlightAddress) bool {
-			return f.Enactment == e.Name && f.Token == e.ResourceVersion
-		})
-		err := c.SubResource(sub).Update(ctx, obj, opts...)
-		if err == nil {
-			w.records = append(w.records, fmt.Sprintf("%s under its token: %v", e.Name, underToken))
-		}
-		return err
-	}}
-}
-
-// TestControllerRecordsUnderTheToken: the pool controller records the
-// addresses it served only under the token of their in-flight entries, as
-// a handler does: when the enactment changed since it was read, the record
-// fails, the addresses are withdrawn, and the enactment is served again
-// under a new token. A record under a newer resourceVersion would escape
-// the fence a revocation writes.
-func TestControllerRecordsUnderTheToken(t *testing.T) {
+// TestDeletedPolicyWithoutHandler: the enactment of a deleted policy whose
+// handler is down is deleted and retired by the pool controller.
+// Its address stays quarantined however long the handler stays down: past
+// the quarantine period the pool says so (ReleasesConfirmed), and nobody
+// is handed it. Once the handler is back, it takes the address off its
+// interface and publishes its state, and the address is freed.
+func TestDeletedPolicyWithoutHandler(t *testing.T) {
 	RegisterTestingT(t)
-	watch := &recordWatch{}
-	pc, err := env.StartPoolController(grace, nil, func(pc *envtest.PoolController) {
-		pc.Pools.Client = interceptor.NewClient(withWatch{pc.Pools.Client}, watch.intercept("token"))
-	})
-	Expect(err).NotTo(HaveOccurred())
-	t.Cleanup(func() { _ = pc.Stop() })
-	createPool(t, "token", ippoolv1.IPRange{CIDR: "10.77.0.0/24", Start: "10.77.0.1", End: "10.77.0.8"})
-	Eventually(available("token")).Should(HavePrefix("True"))
-	createPolicy(t, "token", "token", "token")
-	// The handler waits for the controller, however long it takes.
-	addNodeWith(t, t.TempDir(), "token01", "token", func(nd *envtest.Node) {
-		nd.Tune = func(r *handler.Reconciler) { r.FailedRequeue = time.Hour }
-	})
-	Eventually(enactmentState("token01.token")).Should(HavePrefix("Available"))
-	watch.mu.Lock()
-	defer watch.mu.Unlock()
-	Expect(watch.bumped).To(BeTrue())
-	Expect(watch.records).To(ConsistOf("token01.token under its token: true"))
-	assertIndexed("token")
-}
-
-// withWatch lets the interceptor wrap a manager's client, which does not
-// watch; the controller never asks it to.
-type withWatch struct{ client.Client }
-
-func (withWatch) Watch(context.Context, client.ObjectList, ...client.ListOption) (watch.Interface, error) {
-	return nil, errors.New("not supported")
-}
-
-// skewed is a clock that runs behind the real one.
-type skewed struct {
-	clock.RealClock
-	by time.Duration
-}
-
-func (s skewed) Now() time.Time                  { return time.Now().Add(-s.by) }
-func (s skewed) Since(t time.Time) time.Duration { return s.Now().Sub(t) }
-
-// TestSkewedNodeClock: a node whose clock runs an hour behind releases an
-// address it cannot take off. Its quarantine is timed on the pool
-// controller's clock, not the node's: it is not reported overdue at once,
-// and it is never lifted while the node carries the address.
-func TestSkewedNodeClock(t *testing.T) {
-	RegisterTestingT(t)
-	startControllerWith(t, 20*time.Second)
-	createPool(t, "skew", ippoolv1.IPRange{CIDR: "10.78.0.0/24", Start: "10.78.0.1", End: "10.78.0.1"})
-	Eventually(available("skew")).Should(HavePrefix("True"))
-	createPolicy(t, "skew", "skew", "skew")
-	holder := addNodeWith(t, t.TempDir(), "skew01", "skew", func(nd *envtest.Node) {
-		nd.Tune = func(r *handler.Reconciler) {
-			r.Clock = skewed{by: time.Hour}
-			r.Pools.Clock = r.Clock
-		}
-	})
-	Eventually(enactmentState("skew01.skew")).Should(HavePrefix("Available"))
-	Expect(os.WriteFile(holder.State+".fail", []byte("apply: NetworkManager is not answering\n"), 0o600)).To(Succeed())
-	Expect(k.Delete(ctx, &nmstatev1.NodeNetworkConfigurationPolicy{ObjectMeta: metav1.ObjectMeta{Name: "skew"}})).To(Succeed())
-
-	var q *ippoolv1.QuarantinedAddress
-	Eventually(func() *metav1.Time {
-		s := poolStatus("skew")
-		if q = poolstatus.QuarantineOf(&ippoolv1.NodeIPPool{Status: s}, "10.78.0.1"); q == nil {
-			return nil
-		}
-		return q.StateSeenAtRelease
-	}).ShouldNot(BeNil())
-	Expect(time.Since(q.Since.Time)).To(BeNumerically("<", time.Minute), "since is the controller's time, not the node's")
-	Consistently(poolCondition("skew", ippoolv1.ConditionReleasesConfirmed), 10*time.Second).Should(HavePrefix("True"))
-	Expect(bits("skew")).To(Equal([]string{"10.78.0.1"}))
-	Expect(carried(holder)()).To(Equal([]string{"10.78.0.1/24"}))
-}
-
-// TestUnvouchedPoolDeleted: a pool whose bitmap was emptied by hand and
-// that is deleted before the pool controller rebuilt it still goes: being
-// deleted, it hands nothing out, and its entries are resolved all the same.
-func TestUnvouchedPoolDeleted(t *testing.T) {
-	RegisterTestingT(t)
-	stop := startController(t, nil)
-	createPool(t, "unvouched", ippoolv1.IPRange{CIDR: "10.79.0.0/24"})
-	Eventually(available("unvouched")).Should(HavePrefix("True"))
-	e := &nncev1beta1.NodeNetworkConfigurationEnactment{ObjectMeta: metav1.ObjectMeta{Name: "stalled01.unvouched"}}
-	Expect(k.Create(ctx, e)).To(Succeed())
-	t.Cleanup(func() { _ = k.Delete(ctx, e) })
-	takeInFlight("unvouched", "10.79.0.1", e.Name, e.ResourceVersion)
-	stop()
-	setBits("unvouched")
-	p := &ippoolv1.NodeIPPool{ObjectMeta: metav1.ObjectMeta{Name: "unvouched"}}
-	Expect(k.Delete(ctx, p)).To(Succeed())
 	startController(t, nil)
-	Eventually(func() bool { return apierrors.IsNotFound(k.Get(ctx, client.ObjectKeyFromObject(p), p)) }).Should(BeTrue())
-	Expect(k.Get(ctx, client.ObjectKeyFromObject(e), e)).To(Succeed())
-	Expect(e.Annotations).To(HaveKey(ippoolv1.FenceAnnotation), "its allocation in flight was revoked first")
+	createPool(t, "orphan", ippoolv1.IPRange{CIDR: "10.7.0.0/24", Start: "10.7.0.1", End: "10.7.0.1"})
+	Eventually(available("orphan")).Should(HavePrefix("True"))
+	createPolicy(t, "orphan", "orphan", "orphan")
+	nd := newNodes(t, "orphan", 1)[0]
+	Eventually(enactmentState("orphan01.orphan")).Should(HavePrefix("Available"))
+	Expect(nd.Configured("eth1")).To(Equal("10.7.0.1/24"))
+	Expect(nd.Stop()).To(Succeed())
+	Expect(k.Delete(ctx, &nmstatev1.NodeNetworkConfigurationPolicy{ObjectMeta: metav1.ObjectMeta{Name: "orphan"}})).To(Succeed())
+
+	Eventually(enactmentGone("orphan01.orphan")).Should(BeTrue(), "deleted and retired by the pool controller")
+	Expect(poolStatus("orphan").Quarantined).To(ConsistOf(And(HaveField("IP", "10.7.0.1"), HaveField("Node", "orphan01"))))
+	Eventually(poolCondition("orphan", ippoolv1.ConditionReleasesConfirmed), 5*grace).Should(HavePrefix(
+		"False ReleaseUnconfirmed: Quarantined past the quarantine period, handed to nobody until the holder shows them gone: " +
+			"10.7.0.1, released by node orphan01 "))
+	Expect(poolCondition("orphan", ippoolv1.ConditionReleasesConfirmed)()).To(HaveSuffix(
+		"node orphan01 has published no network state since; check its handler pod, or delete the Node if the machine is gone"))
+	Eventually(events("NodeIPPool", "orphan")).Should(ContainElement(HavePrefix("ReleaseUnconfirmed: Quarantined past the quarantine period")))
+	Expect(bits("orphan")).To(Equal([]string{"10.7.0.1"}), "a timer never frees an address")
+	Expect(nd.Configured("eth1")).To(Equal("10.7.0.1/24"))
+
+	// Another node asks the pool for its only address.
+	createPolicy(t, "orphan-next", "orphan-next", "orphan")
+	next := newNodes(t, "orphan-next", 1)[0]
+	Eventually(enactmentState("orphan-next01.orphan-next")).Should(HavePrefix("Failing: "), "the only address is quarantined")
+	Consistently(next.Configured).WithArguments("eth1").Should(BeEmpty())
+
+	Expect(nd.Start(env)).To(Succeed())
+	Eventually(events("NodeIPPool", "orphan")).Should(ContainElement("AddressReleased: Node orphan01 took released 10.7.0.1 (eth1) off"))
+	Eventually(events("NodeIPPool", "orphan")).Should(ContainElement(
+		"QuarantineLifted: Freed quarantined 10.7.0.1 (node orphan01 showed it gone)"))
+	Eventually(poolCondition("orphan", ippoolv1.ConditionReleasesConfirmed)).Should(HavePrefix("True ReleasesConfirmed"))
+	Eventually(enactmentState("orphan-next01.orphan-next")).Should(HavePrefix("Available"), "the freed address serves the other node")
+	Expect(next.Configured("eth1")).To(Equal("10.7.0.1/24"))
+	Expect(nd.ConfiguredAll("eth1")).To(BeEmpty(), "one address, one NIC")
+	assertIndexed("orphan")
 }

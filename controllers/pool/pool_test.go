@@ -132,52 +132,6 @@ func TestScaleDownWhileControllerDown(t *testing.T) {
 	assertIndexed("offline")
 }
 
-// TestDeletedPolicyWithoutHandler: the enactment of a deleted policy whose
-// handler is down is deleted and retired by the pool controller.
-// Its address stays quarantined however long the handler stays down: past
-// the quarantine period the pool says so (ReleasesConfirmed), and nobody
-// is handed it. Once the handler is back, it takes the address off its
-// interface and publishes its state, and the address is freed.
-func TestDeletedPolicyWithoutHandler(t *testing.T) {
-	RegisterTestingT(t)
-	startController(t, nil)
-	createPool(t, "orphan", ippoolv1.IPRange{CIDR: "10.7.0.0/24", Start: "10.7.0.1", End: "10.7.0.1"})
-	Eventually(available("orphan")).Should(HavePrefix("True"))
-	createPolicy(t, "orphan", "orphan", "orphan")
-	nd := newNodes(t, "orphan", 1)[0]
-	Eventually(enactmentState("orphan01.orphan")).Should(HavePrefix("Available"))
-	Expect(nd.Configured("eth1")).To(Equal("10.7.0.1/24"))
-	Expect(nd.Stop()).To(Succeed())
-	Expect(k.Delete(ctx, &nmstatev1.NodeNetworkConfigurationPolicy{ObjectMeta: metav1.ObjectMeta{Name: "orphan"}})).To(Succeed())
-
-	Eventually(enactmentGone("orphan01.orphan")).Should(BeTrue(), "deleted and retired by the pool controller")
-	Expect(poolStatus("orphan").Quarantined).To(ConsistOf(And(HaveField("IP", "10.7.0.1"), HaveField("Node", "orphan01"))))
-	Eventually(poolCondition("orphan", ippoolv1.ConditionReleasesConfirmed), 5*grace).Should(HavePrefix(
-		"False ReleaseUnconfirmed: Quarantined past the quarantine period, handed to nobody until the holder shows them gone: " +
-			"10.7.0.1, released by node orphan01 "))
-	Expect(poolCondition("orphan", ippoolv1.ConditionReleasesConfirmed)()).To(HaveSuffix(
-		"node orphan01 has published no network state since; check its handler pod, or delete the Node if the machine is gone"))
-	Eventually(events("NodeIPPool", "orphan")).Should(ContainElement(HavePrefix("ReleaseUnconfirmed: Quarantined past the quarantine period")))
-	Expect(bits("orphan")).To(Equal([]string{"10.7.0.1"}), "a timer never frees an address")
-	Expect(nd.Configured("eth1")).To(Equal("10.7.0.1/24"))
-
-	// Another node asks the pool for its only address.
-	createPolicy(t, "orphan-next", "orphan-next", "orphan")
-	next := newNodes(t, "orphan-next", 1)[0]
-	Eventually(enactmentState("orphan-next01.orphan-next")).Should(HavePrefix("Failing: "), "the only address is quarantined")
-	Consistently(next.Configured).WithArguments("eth1").Should(BeEmpty())
-
-	Expect(nd.Start(env)).To(Succeed())
-	Eventually(events("NodeIPPool", "orphan")).Should(ContainElement("AddressReleased: Node orphan01 took released 10.7.0.1 (eth1) off"))
-	Eventually(events("NodeIPPool", "orphan")).Should(ContainElement(
-		"QuarantineLifted: Freed quarantined 10.7.0.1 (node orphan01 showed it gone)"))
-	Eventually(poolCondition("orphan", ippoolv1.ConditionReleasesConfirmed)).Should(HavePrefix("True ReleasesConfirmed"))
-	Eventually(enactmentState("orphan-next01.orphan-next")).Should(HavePrefix("Available"), "the freed address serves the other node")
-	Expect(next.Configured("eth1")).To(Equal("10.7.0.1/24"))
-	Expect(nd.ConfiguredAll("eth1")).To(BeEmpty(), "one address, one NIC")
-	assertIndexed("orphan")
-}
-
 // TestResetScopes is the specification's manual clean-up: a reset on an
 // enactment drops that enactment's addresses only, one on a policy those of
 // its enactments only, one on the pool drops nothing; each annotation is

@@ -1,0 +1,89 @@
+package pool_test
+
+import (
+	"context"
+	"fmt"
+	"net/netip"
+	"slices"
+	"sort"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/nmstate-ippool/nmstate-ippool/pkg/nmstatectl"
+	"github.com/nmstate-ippool/nmstate-ippool/test/envtest"
+)
+
+// nicSampler reads the networks of nodes again and again, and keeps every
+// sample in which one address was on two of them: one address, one NIC.
+type nicSampler struct {
+	mu         sync.Mutex
+	nodes      []*envtest.Node
+	duplicates []string
+	samples    int
+}
+
+// sampleNICs samples the networks of nodes, and of those watch adds, until
+// the test ends.
+func sampleNICs(t *testing.T, nodes ...*envtest.Node) *nicSampler {
+	s := &nicSampler{nodes: nodes}
+	done := make(chan struct{})
+	var wg sync.WaitGroup
+	wg.Go(func() {
+		for {
+			select {
+			case <-done:
+				return
+			case <-time.After(50 * time.Millisecond):
+			}
+			s.sample()
+		}
+	})
+	t.Cleanup(func() { close(done); wg.Wait() })
+	return s
+}
+
+func (s *nicSampler) watch(nodes ...*envtest.Node) {
+	s.mu.Lock()
+	s.nodes = append(s.nodes, nodes...)
+	s.mu.Unlock()
+}
+
+func (s *nicSampler) sample() {
+	s.mu.Lock()
+	nodes := slices.Clone(s.nodes)
+	s.mu.Unlock()
+	holders := map[netip.Addr][]string{}
+	for _, nd := range nodes {
+		raw, err := nd.Network.Runner.Show(context.Background())
+		if err != nil {
+			continue
+		}
+		for ip := range nmstatectl.Carriers(raw) {
+			holders[ip] = append(holders[ip], nd.Name)
+		}
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.samples++
+	for ip, on := range holders {
+		if len(on) > 1 {
+			sort.Strings(on)
+			s.duplicates = append(s.duplicates, fmt.Sprintf("%s on %v", ip, on))
+		}
+	}
+}
+
+// onTwoNICs returns the duplicates seen so far, after at least one more
+// sample.
+func (s *nicSampler) onTwoNICs() []string {
+	s.sample()
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return slices.Clone(s.duplicates)
+}
+
+// carried returns the addresses a node's network carries on eth1.
+func carried(nd *envtest.Node) func() []string {
+	return func() []string { return nd.ConfiguredAll("eth1") }
+}

@@ -1,0 +1,168 @@
+package pool_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"slices"
+	"sync"
+	"testing"
+	"time"
+
+	nmstatev1 "github.com/nmstate/kubernetes-nmstate/api/v1"
+	. "github.com/onsi/gomega"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/watch"
+	"k8s.io/utils/clock"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/client/interceptor"
+
+	ippoolv1 "github.com/nmstate-ippool/nmstate-ippool/api/v1"
+	nncev1beta1 "github.com/nmstate-ippool/nmstate-ippool/api/v1beta1"
+	"github.com/nmstate-ippool/nmstate-ippool/controllers/handler"
+	"github.com/nmstate-ippool/nmstate-ippool/internal/poolstatus"
+	"github.com/nmstate-ippool/nmstate-ippool/test/envtest"
+)
+
+// recordWatch wraps the pool controller's client: on the first record it
+// writes, it changes the enactment first (as its handler may at that very
+// moment), and it notes, for every record, whether it was written under
+// the token of an in-flight entry of the pool.
+type recordWatch struct {
+	mu      sync.Mutex
+	bumped  bool
+	records []string
+}
+
+func (w *recordWatch) intercept(pool string) interceptor.Funcs {
+	return interceptor.Funcs{SubResourceUpdate: func(ctx context.Context, c client.Client, sub string, obj client.Object,
+		opts ...client.SubResourceUpdateOption) error {
+		e, ok := obj.(*nncev1beta1.NodeNetworkConfigurationEnactment)
+		if !ok || sub != "status" {
+			return c.SubResource(sub).Update(ctx, obj, opts...)
+		}
+		w.mu.Lock()
+		defer w.mu.Unlock()
+		if !w.bumped {
+			w.bumped = true
+			bump := e.DeepCopy()
+			bump.Annotations = map[string]string{"example.com/touched": "yes"}
+			Expect(c.Patch(ctx, bump, client.MergeFrom(e.DeepCopy()))).To(Succeed())
+		}
+		var p ippoolv1.NodeIPPool
+		Expect(c.Get(ctx, types.NamespacedName{Name: pool}, &p)).To(Succeed())
+		underToken := slices.ContainsFunc(p.Status.InFlight, func(f ippoolv1.InFlightAddress) bool {
+			return f.Enactment == e.Name && f.Token == e.ResourceVersion
+		})
+		err := c.SubResource(sub).Update(ctx, obj, opts...)
+		if err == nil {
+			w.records = append(w.records, fmt.Sprintf("%s under its token: %v", e.Name, underToken))
+		}
+		return err
+	}}
+}
+
+// TestControllerRecordsUnderTheToken: the pool controller records the
+// addresses it served only under the token of their in-flight entries, as
+// a handler does: when the enactment changed since it was read, the record
+// fails, the addresses are withdrawn, and the enactment is served again
+// under a new token. A record under a newer resourceVersion would escape
+// the fence a revocation writes.
+func TestControllerRecordsUnderTheToken(t *testing.T) {
+	RegisterTestingT(t)
+	watch := &recordWatch{}
+	pc, err := env.StartPoolController(grace, nil, func(pc *envtest.PoolController) {
+		pc.Pools.Client = interceptor.NewClient(withWatch{pc.Pools.Client}, watch.intercept("token"))
+	})
+	Expect(err).NotTo(HaveOccurred())
+	t.Cleanup(func() { _ = pc.Stop() })
+	createPool(t, "token", ippoolv1.IPRange{CIDR: "10.77.0.0/24", Start: "10.77.0.1", End: "10.77.0.8"})
+	Eventually(available("token")).Should(HavePrefix("True"))
+	createPolicy(t, "token", "token", "token")
+	// The handler waits for the controller, however long it takes.
+	addNodeWith(t, t.TempDir(), "token01", "token", func(nd *envtest.Node) {
+		nd.Tune = func(r *handler.Reconciler) { r.FailedRequeue = time.Hour }
+	})
+	Eventually(enactmentState("token01.token")).Should(HavePrefix("Available"))
+	watch.mu.Lock()
+	defer watch.mu.Unlock()
+	Expect(watch.bumped).To(BeTrue())
+	Expect(watch.records).To(ConsistOf("token01.token under its token: true"))
+	assertIndexed("token")
+}
+
+// withWatch lets the interceptor wrap a manager's client, which does not
+// watch; the controller never asks it to.
+type withWatch struct{ client.Client }
+
+func (withWatch) Watch(context.Context, client.ObjectList, ...client.ListOption) (watch.Interface, error) {
+	return nil, errors.New("not supported")
+}
+
+// skewed is a clock that runs behind the real one.
+type skewed struct {
+	clock.RealClock
+	by time.Duration
+}
+
+func (s skewed) Now() time.Time                  { return time.Now().Add(-s.by) }
+func (s skewed) Since(t time.Time) time.Duration { return s.Now().Sub(t) }
+
+// TestSkewedNodeClock: a node whose clock runs an hour behind releases an
+// address it cannot take off. Its quarantine is timed on the pool
+// controller's clock, not the node's: it is not reported overdue at once,
+// and it is never lifted while the node carries the address.
+func TestSkewedNodeClock(t *testing.T) {
+	RegisterTestingT(t)
+	startControllerWith(t, 20*time.Second)
+	createPool(t, "skew", ippoolv1.IPRange{CIDR: "10.78.0.0/24", Start: "10.78.0.1", End: "10.78.0.1"})
+	Eventually(available("skew")).Should(HavePrefix("True"))
+	createPolicy(t, "skew", "skew", "skew")
+	holder := addNodeWith(t, t.TempDir(), "skew01", "skew", func(nd *envtest.Node) {
+		nd.Tune = func(r *handler.Reconciler) {
+			r.Clock = skewed{by: time.Hour}
+			r.Pools.Clock = r.Clock
+		}
+	})
+	Eventually(enactmentState("skew01.skew")).Should(HavePrefix("Available"))
+	Expect(os.WriteFile(holder.State+".fail", []byte("apply: NetworkManager is not answering\n"), 0o600)).To(Succeed())
+	Expect(k.Delete(ctx, &nmstatev1.NodeNetworkConfigurationPolicy{ObjectMeta: metav1.ObjectMeta{Name: "skew"}})).To(Succeed())
+
+	var q *ippoolv1.QuarantinedAddress
+	Eventually(func() *metav1.Time {
+		s := poolStatus("skew")
+		if q = poolstatus.QuarantineOf(&ippoolv1.NodeIPPool{Status: s}, "10.78.0.1"); q == nil {
+			return nil
+		}
+		return q.StateSeenAtRelease
+	}).ShouldNot(BeNil())
+	Expect(time.Since(q.Since.Time)).To(BeNumerically("<", time.Minute), "since is the controller's time, not the node's")
+	Consistently(poolCondition("skew", ippoolv1.ConditionReleasesConfirmed), 10*time.Second).Should(HavePrefix("True"))
+	Expect(bits("skew")).To(Equal([]string{"10.78.0.1"}))
+	Expect(carried(holder)()).To(Equal([]string{"10.78.0.1/24"}))
+}
+
+// TestUnvouchedPoolDeleted: a pool whose bitmap was emptied by hand and
+// that is deleted before the pool controller rebuilt it still goes: being
+// deleted, it hands nothing out, and its entries are resolved all the same.
+func TestUnvouchedPoolDeleted(t *testing.T) {
+	RegisterTestingT(t)
+	stop := startController(t, nil)
+	createPool(t, "unvouched", ippoolv1.IPRange{CIDR: "10.79.0.0/24"})
+	Eventually(available("unvouched")).Should(HavePrefix("True"))
+	e := &nncev1beta1.NodeNetworkConfigurationEnactment{ObjectMeta: metav1.ObjectMeta{Name: "stalled01.unvouched"}}
+	Expect(k.Create(ctx, e)).To(Succeed())
+	t.Cleanup(func() { _ = k.Delete(ctx, e) })
+	takeInFlight("unvouched", "10.79.0.1", e.Name, e.ResourceVersion)
+	stop()
+	setBits("unvouched")
+	p := &ippoolv1.NodeIPPool{ObjectMeta: metav1.ObjectMeta{Name: "unvouched"}}
+	Expect(k.Delete(ctx, p)).To(Succeed())
+	startController(t, nil)
+	Eventually(func() bool { return apierrors.IsNotFound(k.Get(ctx, client.ObjectKeyFromObject(p), p)) }).Should(BeTrue())
+	Expect(k.Get(ctx, client.ObjectKeyFromObject(e), e)).To(Succeed())
+	Expect(e.Annotations).To(HaveKey(ippoolv1.FenceAnnotation), "its allocation in flight was revoked first")
+}
