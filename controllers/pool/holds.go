@@ -311,6 +311,11 @@ func applyHolds(pool *ippoolv1.NodeIPPool, alloc *ippool.Allocator, claims pools
 	for _, s := range w.prune {
 		if e := poolstatus.InFlightOf(pool, s); e != nil && a.recordedBy(s, e.Enactment) {
 			a.removeInFlight(s)
+			if q := poolstatus.QuarantineOf(pool, s); q != nil && q.Enactment == e.Enactment {
+				// An address returned to its holder: the return is
+				// recorded, its quarantine ends with it.
+				poolstatus.RemoveQuarantine(pool, s)
+			}
 		}
 	}
 	for s, token := range w.forget {

@@ -28,11 +28,13 @@ import (
 )
 
 // recordWatch wraps the pool controller's client: on the first record it
-// writes, it changes the enactment first (as its handler may at that very
-// moment), and it notes, for every record, whether it was written under
-// the token of an in-flight entry of the pool.
+// writes (of the enactment bumpFor, if set), it changes the enactment first
+// (as its handler may at that very moment), and it notes, for every
+// record, whether it was written under the token of an in-flight entry of
+// the pool.
 type recordWatch struct {
 	mu      sync.Mutex
+	bumpFor string
 	bumped  bool
 	records []string
 }
@@ -46,11 +48,10 @@ func (w *recordWatch) intercept(pool string) interceptor.Funcs {
 		}
 		w.mu.Lock()
 		defer w.mu.Unlock()
-		if !w.bumped {
+		if !w.bumped && (w.bumpFor == "" || w.bumpFor == e.Name) {
 			w.bumped = true
-			bump := e.DeepCopy()
-			bump.Annotations = map[string]string{"example.com/touched": "yes"}
-			Expect(c.Patch(ctx, bump, client.MergeFrom(e.DeepCopy()))).To(Succeed())
+			patch := client.RawPatch(types.MergePatchType, []byte(`{"metadata":{"annotations":{"example.com/touched":"yes"}}}`))
+			Expect(c.Patch(ctx, e.DeepCopy(), patch)).To(Succeed())
 		}
 		var p ippoolv1.NodeIPPool
 		Expect(c.Get(ctx, types.NamespacedName{Name: pool}, &p)).To(Succeed())
@@ -165,4 +166,49 @@ func TestUnvouchedPoolDeleted(t *testing.T) {
 	Eventually(func() bool { return apierrors.IsNotFound(k.Get(ctx, client.ObjectKeyFromObject(p), p)) }).Should(BeTrue())
 	Expect(k.Get(ctx, client.ObjectKeyFromObject(e), e)).To(Succeed())
 	Expect(e.Annotations).To(HaveKey(ippoolv1.FenceAnnotation), "its allocation in flight was revoked first")
+}
+
+// TestFailedReturnStaysQuarantined: an address handed back to its former
+// holder (the same enactment asking again for the same capture) stays
+// quarantined until the return is recorded. When the record fails, the
+// withdrawal frees nothing: another node waiting on the full pool does not
+// get the address the former holder still carries.
+func TestFailedReturnStaysQuarantined(t *testing.T) {
+	RegisterTestingT(t)
+	watch := &recordWatch{bumpFor: "back01.back"}
+	pc, err := env.StartPoolController(grace, nil, func(pc *envtest.PoolController) {
+		pc.Pools.Client = interceptor.NewClient(withWatch{pc.Pools.Client}, watch.intercept("back"))
+	})
+	Expect(err).NotTo(HaveOccurred())
+	t.Cleanup(func() { _ = pc.Stop() })
+	claim(t, "ghost", "back", "10.85.0.2")
+	createPool(t, "back", ippoolv1.IPRange{CIDR: "10.85.0.0/24", Start: "10.85.0.1", End: "10.85.0.2"})
+	Eventually(available("back")).Should(HavePrefix("True"))
+	createPolicy(t, "back", "back", "back")
+	// The holder waits for the controller, however long it takes.
+	holder := addNodeWith(t, t.TempDir(), "back01", "back", func(nd *envtest.Node) {
+		nd.Tune = func(r *handler.Reconciler) { r.FailedRequeue = time.Hour }
+	})
+	Eventually(enactmentState("back01.back")).Should(HavePrefix("Available"))
+	watch.mu.Lock()
+	watch.bumped = false // the first record was the first allocation's
+	watch.mu.Unlock()
+
+	// The holder cannot take the address off: it stays quarantined for it.
+	Expect(os.WriteFile(holder.State+".fail", []byte("apply: NetworkManager is not answering\n"), 0o600)).To(Succeed())
+	relabel("back01", "elsewhere")
+	Eventually(func() *ippoolv1.QuarantinedAddress { s := poolStatus("back"); return quarantined(&s, "10.85.0.1") }).
+		Should(HaveField("Enactment", "back01.back"))
+	createPolicy(t, "back-other", "back-other", "back")
+	addNode(t, t.TempDir(), "back02", "back-other")
+	Eventually(enactmentState("back02.back-other")).Should(ContainSubstring("is exhausted"))
+
+	// The holder comes back: its return's first record meets a change.
+	relabel("back01", "back")
+	Eventually(func() []string { return held("back01.back", "back") }).Should(Equal([]string{"10.85.0.1"}))
+	watch.mu.Lock()
+	Expect(watch.bumped).To(BeTrue(), "the return's record met a change")
+	watch.mu.Unlock()
+	Consistently(enactmentState("back02.back-other"), 2*time.Second).Should(ContainSubstring("is exhausted"))
+	Expect(held("back02.back-other", "back")).To(BeEmpty())
 }

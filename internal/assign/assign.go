@@ -6,8 +6,10 @@
 //     node re-added under the same name, its policy matching the node
 //     again) asking for the same capture gets back the address it held,
 //     while the quarantine period lasts: from status.quarantined while its
-//     node may still carry it, from status.keptForReturn (free, kept last
-//     for others) once its Node was deleted;
+//     node may still carry it (the quarantine stays until the return is
+//     recorded, so a return that fails leaves it quarantined), from
+//     status.keptForReturn (free, kept last for others) once its Node was
+//     deleted;
 //  2. a free address the pool reserves for the claimant's node
 //     (spec.reservations, by node name or label selector, optionally for
 //     one policy), in the order the reservations are listed;
@@ -241,6 +243,9 @@ type Chooser struct {
 	// kept are the free offsets kept for a return that the chooser marked
 	// allocated, longest kept first; a handed-out one is removed.
 	kept []keptOffset
+	// returned are the quarantined addresses handed back to their holder
+	// by this chooser.
+	returned map[string]bool
 }
 
 // keptOffset is a free address kept for its holder's return.
@@ -252,7 +257,7 @@ type keptOffset struct {
 // New returns a Chooser over pool (a fresh copy the caller writes) and its
 // allocator. Call Done before the allocator is written.
 func New(pool *ippoolv1.NodeIPPool, alloc *ippool.Allocator) *Chooser {
-	c := &Chooser{pool: pool, alloc: alloc, blocked: map[uint64]bool{}}
+	c := &Chooser{pool: pool, alloc: alloc, blocked: map[uint64]bool{}, returned: map[string]bool{}}
 	c.reservations, _ = Reservations(pool, alloc.Range())
 	for _, r := range c.reservations {
 		if !alloc.Has(r.Offset) && alloc.Allocate(r.Offset) == nil {
@@ -295,9 +300,13 @@ func (c *Chooser) Done() {
 func (c *Chooser) Take(cl Claimant, captureName string) (Taken, error) {
 	rng := c.alloc.Range()
 	if q := c.returning(cl.Enactment, captureName); q != nil {
+		// The quarantine stays until the return is recorded (the pool
+		// controller removes it with the in-flight entry): a return whose
+		// record fails leaves the address quarantined, as it was, and the
+		// withdrawal that follows frees nothing.
 		ip, _ := netip.ParseAddr(q.IP)
 		entry := *q
-		poolstatus.RemoveQuarantine(c.pool, q.IP)
+		c.returned[q.IP] = true
 		off, _ := rng.Offset(ip)
 		return Taken{IP: ip, offset: off, returned: &entry}, nil
 	}
@@ -340,7 +349,7 @@ func (c *Chooser) takeKept(i int, reclaimed bool) Taken {
 func (c *Chooser) Give(t Taken) {
 	switch {
 	case t.returned != nil:
-		poolstatus.AddQuarantine(c.pool, *t.returned)
+		delete(c.returned, t.returned.IP)
 	case t.kept != nil:
 		poolstatus.AddKept(c.pool, *t.kept)
 		k := keptOffset{offset: t.offset, entry: *t.kept}
@@ -362,7 +371,7 @@ func (c *Chooser) returning(enactment, captureName string) *ippoolv1.Quarantined
 		if q.Capture == "" || q.Capture != captureName || q.Enactment != enactment {
 			continue
 		}
-		if ip, err := netip.ParseAddr(q.IP); err == nil && c.alloc.HasIP(ip) && poolstatus.InFlightOf(c.pool, q.IP) == nil {
+		if ip, err := netip.ParseAddr(q.IP); err == nil && c.alloc.HasIP(ip) && poolstatus.InFlightOf(c.pool, q.IP) == nil && !c.returned[q.IP] {
 			return q
 		}
 	}

@@ -283,7 +283,10 @@ func (w *Writer) Withdraw(ctx context.Context, pool, enactment, token string, ip
 				continue
 			}
 			poolstatus.RemoveInFlight(p, s)
-			_ = alloc.ReleaseIP(ip) // outside the range after a hand edit: nothing to clear
+			if poolstatus.QuarantineOf(p, s) == nil {
+				// A quarantined address (a return that failed) stays held.
+				_ = alloc.ReleaseIP(ip) // outside the range after a hand edit: nothing to clear
+			}
 			withdrawn = append(withdrawn, s)
 		}
 		return len(withdrawn) > 0, nil
