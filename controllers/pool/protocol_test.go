@@ -5,8 +5,10 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"net/netip"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -176,8 +178,27 @@ func TestUnvouchedPoolDeleted(t *testing.T) {
 func TestFailedReturnStaysQuarantined(t *testing.T) {
 	RegisterTestingT(t)
 	watch := &recordWatch{bumpFor: "back01.back"}
+	// Every pool write the controller makes from the return on keeps the
+	// address set, as a quarantine or a record.
+	var returning atomic.Bool
+	var freed []string
+	var mu sync.Mutex
+	keptSet := interceptor.Funcs{SubResourceUpdate: func(ctx context.Context, c client.Client, sub string, obj client.Object,
+		opts ...client.SubResourceUpdateOption) error {
+		err := c.SubResource(sub).Update(ctx, obj, opts...)
+		if p, ok := obj.(*ippoolv1.NodeIPPool); ok && err == nil && p.Name == "back" && returning.Load() {
+			alloc, aerr := poolstatus.Allocator(p)
+			if aerr == nil && !alloc.HasIP(netip.MustParseAddr("10.85.0.1")) {
+				mu.Lock()
+				freed = append(freed, fmt.Sprintf("quarantined %v, in flight %v", p.Status.Quarantined, p.Status.InFlight))
+				mu.Unlock()
+			}
+		}
+		return err
+	}}
 	pc, err := env.StartPoolController(grace, nil, func(pc *envtest.PoolController) {
 		pc.Pools.Client = interceptor.NewClient(withWatch{pc.Pools.Client}, watch.intercept("back"))
+		pc.Pools.Pools.Client = interceptor.NewClient(withWatch{pc.Pools.Pools.Client}, keptSet)
 	})
 	Expect(err).NotTo(HaveOccurred())
 	t.Cleanup(func() { _ = pc.Stop() })
@@ -204,6 +225,7 @@ func TestFailedReturnStaysQuarantined(t *testing.T) {
 	Eventually(enactmentState("back02.back-other")).Should(ContainSubstring("is exhausted"))
 
 	// The holder comes back: its return's first record meets a change.
+	returning.Store(true)
 	relabel("back01", "back")
 	Eventually(func() []string { return held("back01.back", "back") }).Should(Equal([]string{"10.85.0.1"}))
 	watch.mu.Lock()
@@ -211,4 +233,7 @@ func TestFailedReturnStaysQuarantined(t *testing.T) {
 	watch.mu.Unlock()
 	Consistently(enactmentState("back02.back-other"), 2*time.Second).Should(ContainSubstring("is exhausted"))
 	Expect(held("back02.back-other", "back")).To(BeEmpty())
+	mu.Lock()
+	defer mu.Unlock()
+	Expect(freed).To(BeEmpty(), "10.85.0.1 was free while its holder carried it")
 }
