@@ -26,8 +26,12 @@ import (
 const pruneAfter = 10 * time.Second
 
 // quarantinePoll is how often quarantined addresses are looked at while
-// nothing else brings the pool back.
-const quarantinePoll = 5 * time.Second
+// nothing else brings the pool back, and freshQuarantinePoll how often
+// while one of them has not been looked at since its release.
+const (
+	quarantinePoll      = 5 * time.Second
+	freshQuarantinePoll = time.Second
+)
 
 // lift is the decision to free one quarantined address, and with keep, to
 // keep it for its holder's return (its Node was deleted or replaced).
@@ -113,10 +117,13 @@ func (r *Reconciler) holdsDue(pool *ippoolv1.NodeIPPool, claims poolstatus.Claim
 		}
 	}
 	if len(pool.Status.Quarantined) > 0 {
-		// A new quarantine is looked at at once: its holder is asked for
-		// evidence, and the sooner it is, the sooner the address is free.
+		// A new quarantine is looked at soon: its holder is asked for
+		// evidence, and the sooner it is, the sooner the address is free
+		// (but not at every event of a rollout: a quarantine beside a record
+		// still being removed stays new until the record is gone).
 		fresh := slices.ContainsFunc(pool.Status.Quarantined, func(q ippoolv1.QuarantinedAddress) bool { return q.StateSeenAtRelease == nil })
-		if since := now.Sub(m.lastLiftCheck); m.stateChanged.Swap(false) || fresh || since >= quarantinePoll {
+		since := now.Sub(m.lastLiftCheck)
+		if m.stateChanged.Swap(false) || (fresh && since >= freshQuarantinePoll) || since >= quarantinePoll {
 			due = true
 			wait(quarantinePoll)
 		} else {
