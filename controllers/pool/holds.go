@@ -126,6 +126,8 @@ func (r *Reconciler) holdsDue(pool *ippoolv1.NodeIPPool, claims poolstatus.Claim
 		if m.stateChanged.Swap(false) || (fresh && since >= freshQuarantinePoll) || since >= quarantinePoll {
 			due = true
 			wait(quarantinePoll)
+		} else if fresh {
+			wait(freshQuarantinePoll - since)
 		} else {
 			wait(quarantinePoll - since)
 		}
