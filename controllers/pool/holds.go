@@ -122,14 +122,15 @@ func (r *Reconciler) holdsDue(pool *ippoolv1.NodeIPPool, claims poolstatus.Claim
 		// (but not at every event of a rollout: a quarantine beside a record
 		// still being removed stays new until the record is gone).
 		fresh := slices.ContainsFunc(pool.Status.Quarantined, func(q ippoolv1.QuarantinedAddress) bool { return q.StateSeenAtRelease == nil })
-		since := now.Sub(m.lastLiftCheck)
-		if m.stateChanged.Swap(false) || (fresh && since >= freshQuarantinePoll) || since >= quarantinePoll {
+		poll := quarantinePoll
+		if fresh {
+			poll = freshQuarantinePoll
+		}
+		if since := now.Sub(m.lastLiftCheck); m.stateChanged.Swap(false) || since >= poll {
 			due = true
-			wait(quarantinePoll)
-		} else if fresh {
-			wait(freshQuarantinePoll - since)
+			wait(poll)
 		} else {
-			wait(quarantinePoll - since)
+			wait(poll - since)
 		}
 	}
 	return due, next
