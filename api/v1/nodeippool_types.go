@@ -289,6 +289,13 @@ type InFlightAddress struct {
 	Token string `json:"token"`
 	// Since is when the address was taken.
 	Since metav1.Time `json:"since"`
+	// Returning is the quarantine entry the address was handed back from,
+	// to the holder it was taken from: if the address is given back
+	// without being recorded (withdrawn, revoked), it goes back to that
+	// quarantine, not to the free addresses, since its holder may still
+	// carry it.
+	// +optional
+	Returning *QuarantinedAddress `json:"returning,omitempty"`
 }
 
 // QuarantinedAddress is an address taken from its holder, kept from

@@ -259,8 +259,7 @@ func (r *Reconciler) planWrite(ctx context.Context, policy *nmstatev1.NodeNetwor
 	}
 	since := metav1.NewTime(r.Clock.Now().Truncate(time.Second))
 	for _, name := range plan.fresh {
-		poolstatus.AddInFlight(pool, ippoolv1.InFlightAddress{IP: plan.addresses[name].IP.String(),
-			Enactment: e.Name, Token: e.ResourceVersion, Since: since})
+		poolstatus.AddInFlight(pool, plan.taken[name].InFlight(e.Name, e.ResourceVersion, since))
 	}
 	return plan, nil
 }

@@ -30,6 +30,8 @@ type poolPlan struct {
 	// notes describe the fresh addresses that came back, or were kept for
 	// another node's return (assign.Notes).
 	notes assign.Notes
+	// taken holds, by capture, how each fresh address was chosen.
+	taken map[string]assign.Taken
 	// source is the pool the plan was made on.
 	source *ippoolv1.NodeIPPool
 }
@@ -102,6 +104,10 @@ func (p *poolPlan) apply(alloc *ippool.Allocator, claimant assign.Claimant) erro
 		}
 		p.addresses[name] = poolstatus.Address(p.source, rng, t.IP)
 		p.notes.Add(t, name)
+		if p.taken == nil {
+			p.taken = map[string]assign.Taken{}
+		}
+		p.taken[name] = t
 	}
 	return nil
 }

@@ -321,22 +321,19 @@ func applyHolds(pool *ippoolv1.NodeIPPool, alloc *ippool.Allocator, claims pools
 	for _, s := range w.prune {
 		if e := poolstatus.InFlightOf(pool, s); e != nil && a.recordedBy(s, e.Enactment) {
 			a.removeInFlight(s)
-			if q := poolstatus.QuarantineOf(pool, s); q != nil && q.Enactment == e.Enactment {
-				// An address returned to its holder: the return is
-				// recorded, its quarantine ends with it.
-				poolstatus.RemoveQuarantine(pool, s)
-			}
 		}
 	}
 	for s, token := range w.forget {
 		if e := poolstatus.InFlightOf(pool, s); e != nil && e.Token == token {
-			a.removeInFlight(s)
+			// Its bit stays, for a quarantine or garbage collection.
+			poolstatus.Unrecorded(pool, s)
+			a.changed = true
 		}
 	}
 	for s, token := range w.revoke {
 		if e := poolstatus.InFlightOf(pool, s); e != nil && e.Token == token {
-			a.removeInFlight(s)
-			if a.free(s) {
+			a.changed = true
+			if poolstatus.Unrecorded(pool, s) && a.free(s) {
 				revoked = append(revoked, s)
 			}
 		}

@@ -148,8 +148,7 @@ func takeFor(pool *ippoolv1.NodeIPPool, c *assign.Chooser, rq *request, claimant
 	for i, t := range taken {
 		rq.notes.Add(t, rq.refs[i].Capture)
 		rq.addresses = append(rq.addresses, poolstatus.Address(pool, rng, t.IP))
-		poolstatus.AddInFlight(pool, ippoolv1.InFlightAddress{IP: t.IP.String(), Enactment: rq.enactment.Name,
-			Token: rq.enactment.ResourceVersion, Since: since})
+		poolstatus.AddInFlight(pool, t.InFlight(rq.enactment.Name, rq.enactment.ResourceVersion, since))
 	}
 	return true
 }

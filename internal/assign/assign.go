@@ -6,8 +6,8 @@
 //     node re-added under the same name, its policy matching the node
 //     again) asking for the same capture gets back the address it held,
 //     while the quarantine period lasts: from status.quarantined while its
-//     node may still carry it (the quarantine stays until the return is
-//     recorded, so a return that fails leaves it quarantined), from
+//     node may still carry it (its in-flight entry names the quarantine,
+//     so a return that is not recorded goes back to it), from
 //     status.keptForReturn (free, kept last for others) once its Node was
 //     deleted;
 //  2. a free address the pool reserves for the claimant's node
@@ -243,9 +243,6 @@ type Chooser struct {
 	// kept are the free offsets kept for a return that the chooser marked
 	// allocated, longest kept first; a handed-out one is removed.
 	kept []keptOffset
-	// returned are the quarantined addresses handed back to their holder
-	// by this chooser.
-	returned map[string]bool
 }
 
 // keptOffset is a free address kept for its holder's return.
@@ -257,7 +254,7 @@ type keptOffset struct {
 // New returns a Chooser over pool (a fresh copy the caller writes) and its
 // allocator. Call Done before the allocator is written.
 func New(pool *ippoolv1.NodeIPPool, alloc *ippool.Allocator) *Chooser {
-	c := &Chooser{pool: pool, alloc: alloc, blocked: map[uint64]bool{}, returned: map[string]bool{}}
+	c := &Chooser{pool: pool, alloc: alloc, blocked: map[uint64]bool{}}
 	c.reservations, _ = Reservations(pool, alloc.Range())
 	for _, r := range c.reservations {
 		if !alloc.Has(r.Offset) && alloc.Allocate(r.Offset) == nil {
@@ -300,13 +297,11 @@ func (c *Chooser) Done() {
 func (c *Chooser) Take(cl Claimant, captureName string) (Taken, error) {
 	rng := c.alloc.Range()
 	if q := c.returning(cl.Enactment, captureName); q != nil {
-		// The quarantine stays until the return is recorded (the pool
-		// controller removes it with the in-flight entry): a return whose
-		// record fails leaves the address quarantined, as it was, and the
-		// withdrawal that follows frees nothing.
+		// The in-flight entry names the quarantine (Taken.InFlight): a
+		// return that is not recorded goes back to it.
 		ip, _ := netip.ParseAddr(q.IP)
 		entry := *q
-		c.returned[q.IP] = true
+		poolstatus.RemoveQuarantine(c.pool, q.IP)
 		off, _ := rng.Offset(ip)
 		return Taken{IP: ip, offset: off, returned: &entry}, nil
 	}
@@ -345,11 +340,17 @@ func (c *Chooser) takeKept(i int, reclaimed bool) Taken {
 	return Taken{IP: ip, offset: k.offset, kept: &k.entry, reclaimed: reclaimed}
 }
 
+// InFlight returns the in-flight entry of t, taken for enactment under
+// token: it names the quarantine a returned address came from.
+func (t Taken) InFlight(enactment, token string, since metav1.Time) ippoolv1.InFlightAddress {
+	return ippoolv1.InFlightAddress{IP: t.IP.String(), Enactment: enactment, Token: token, Since: since, Returning: t.returned}
+}
+
 // Give undoes a Take whose address will not be written after all.
 func (c *Chooser) Give(t Taken) {
 	switch {
 	case t.returned != nil:
-		delete(c.returned, t.returned.IP)
+		poolstatus.AddQuarantine(c.pool, *t.returned)
 	case t.kept != nil:
 		poolstatus.AddKept(c.pool, *t.kept)
 		k := keptOffset{offset: t.offset, entry: *t.kept}
@@ -371,7 +372,7 @@ func (c *Chooser) returning(enactment, captureName string) *ippoolv1.Quarantined
 		if q.Capture == "" || q.Capture != captureName || q.Enactment != enactment {
 			continue
 		}
-		if ip, err := netip.ParseAddr(q.IP); err == nil && c.alloc.HasIP(ip) && poolstatus.InFlightOf(c.pool, q.IP) == nil && !c.returned[q.IP] {
+		if ip, err := netip.ParseAddr(q.IP); err == nil && c.alloc.HasIP(ip) && poolstatus.InFlightOf(c.pool, q.IP) == nil {
 			return q
 		}
 	}

@@ -54,6 +54,24 @@ func RemoveInFlight(pool *ippoolv1.NodeIPPool, ip string) {
 	pool.Status.InFlight = without(pool.Status.InFlight, inFlightIP, ip)
 }
 
+// Unrecorded removes the in-flight entry of ip, which will not be recorded,
+// and reports whether its bit may be cleared: an address that was being
+// handed back from quarantine goes back to its quarantine instead, since
+// its holder may still carry it.
+func Unrecorded(pool *ippoolv1.NodeIPPool, ip string) bool {
+	e := InFlightOf(pool, ip)
+	if e == nil {
+		return false
+	}
+	returning := e.Returning
+	RemoveInFlight(pool, ip)
+	if returning != nil {
+		AddQuarantine(pool, *returning)
+		return false
+	}
+	return true
+}
+
 // AddQuarantine quarantines q.IP unless it is already quarantined, and
 // reports whether it added an entry.
 func AddQuarantine(pool *ippoolv1.NodeIPPool, q ippoolv1.QuarantinedAddress) bool {

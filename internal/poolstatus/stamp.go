@@ -28,6 +28,10 @@ func Stamp(pool *ippoolv1.NodeIPPool) string {
 	slices.SortFunc(inFlight, func(a, b ippoolv1.InFlightAddress) int { return strings.Compare(a.IP, b.IP) })
 	for _, e := range inFlight {
 		field(h, "f", e.IP, e.Enactment, e.Token, e.Since.UTC().Format(time.RFC3339))
+		if e.Returning != nil {
+			// Only when set, so that older entries keep their stamps.
+			field(h, "r", e.Returning.Node, e.Returning.Enactment)
+		}
 	}
 	quarantined := slices.Clone(pool.Status.Quarantined)
 	slices.SortFunc(quarantined, func(a, b ippoolv1.QuarantinedAddress) int { return strings.Compare(a.IP, b.IP) })

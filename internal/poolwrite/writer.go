@@ -282,9 +282,7 @@ func (w *Writer) Withdraw(ctx context.Context, pool, enactment, token string, ip
 			if e == nil || e.Enactment != enactment || e.Token != token || perr != nil {
 				continue
 			}
-			poolstatus.RemoveInFlight(p, s)
-			if poolstatus.QuarantineOf(p, s) == nil {
-				// A quarantined address (a return that failed) stays held.
+			if poolstatus.Unrecorded(p, s) {
 				_ = alloc.ReleaseIP(ip) // outside the range after a hand edit: nothing to clear
 			}
 			withdrawn = append(withdrawn, s)
