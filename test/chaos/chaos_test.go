@@ -115,6 +115,7 @@ func TestChaos(t *testing.T) {
 		time.Sleep(time.Duration(500+rng.IntN(1500)) * time.Millisecond)
 	}
 	c.undoDue(true)
+	Expect(c.restorePools()).To(BeTrue(), "the pools the policy needs are back")
 	t.Logf("faults injected: %s", describe(counts))
 	last := time.Now()
 	converged := poll(time.Minute, func() bool { return len(c.unconverged()) == 0 })

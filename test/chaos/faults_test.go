@@ -151,13 +151,35 @@ func (c *cluster) createPool(name string, r ippoolv1.IPRange) bool {
 	return err == nil
 }
 
-// deletePool deletes a pool and waits until it is gone.
+// deletePool deletes a pool and waits until it is gone: a pool goes once
+// nothing is in flight and every quarantine was lifted on its holder's
+// evidence, which a stalled or crashed handler delays.
 func (c *cluster) deletePool(name string) bool {
 	p := &ippoolv1.NodeIPPool{ObjectMeta: metav1.ObjectMeta{Name: name}}
-	if err := c.k.Delete(c.ctx, p); err != nil {
+	if err := c.k.Delete(c.ctx, p); client.IgnoreNotFound(err) != nil {
 		return false
 	}
-	return poll(30*time.Second, func() bool { return apierrors.IsNotFound(c.k.Get(c.ctx, client.ObjectKeyFromObject(p), p)) })
+	return poll(2*time.Minute, func() bool { return apierrors.IsNotFound(c.k.Get(c.ctx, client.ObjectKeyFromObject(p), p)) })
+}
+
+// restorePools puts the pools back as the policy needs them once the
+// faults are over: the wider pool gone, the IPv4 and IPv6 pools there (a
+// fault that stopped halfway may have left one deleted).
+func (c *cluster) restorePools() bool {
+	if !c.deletePool("chaos-v4-wider") {
+		return false
+	}
+	for name, cidr := range map[string]string{pool4: "10.90.0.0/24", pool6: "fd00:90::/64"} {
+		var p ippoolv1.NodeIPPool
+		err := c.k.Get(c.ctx, types.NamespacedName{Name: name}, &p)
+		if err == nil && p.DeletionTimestamp.IsZero() {
+			continue
+		}
+		if (err == nil && !c.deletePool(name)) || !c.createPool(name, ippoolv1.IPRange{CIDR: cidr}) {
+			return false
+		}
+	}
+	return true
 }
 
 // poolAvailable waits until a pool is Available=True.
