@@ -114,10 +114,10 @@ func TestChaos(t *testing.T) {
 		}
 		time.Sleep(time.Duration(500+rng.IntN(1500)) * time.Millisecond)
 	}
+	last := time.Now()
 	c.undoDue(true)
 	Expect(c.restorePools()).To(BeTrue(), "the pools the policy needs are back")
-	t.Logf("faults injected: %s", describe(counts))
-	last := time.Now()
+	t.Logf("faults injected: %s; what they undo later undone %s after the last", describe(counts), time.Since(last).Round(time.Second))
 	converged := poll(time.Minute, func() bool { return len(c.unconverged()) == 0 })
 	duplicates, samples := s.stop()
 	t.Logf("%d samples of every node's network", samples)
@@ -125,7 +125,7 @@ func TestChaos(t *testing.T) {
 	if !converged {
 		c.dumpStuck()
 	}
-	Expect(converged).To(BeTrue(), "every node holds its addresses within a minute of the last fault (seed %d): %v", seed, c.unconverged())
+	Expect(converged).To(BeTrue(), "every node holds its addresses within a minute once the faults are undone (seed %d): %v", seed, c.unconverged())
 	t.Logf("converged %s after the last fault", time.Since(last).Round(time.Second))
 	Eventually(c.check, grace+quarantine+time.Minute).Should(Succeed(), "the pools agree with the enactments, no leak (seed %d)", seed)
 	Eventually(c.quarantined, time.Minute).Should(BeEmpty(), "every quarantine is lifted on evidence once every node is up (seed %d)", seed)
