@@ -56,7 +56,7 @@ const (
 	// quarantine is short: a timer never frees a quarantined address, so
 	// a short period only makes quarantines overdue (reported) sooner,
 	// and rollouts gated by maxUnavailable outlast it.
-	quarantine = 10 * time.Second
+	quarantine = 5 * time.Second
 	policy     = "chaos"
 	pool4      = "chaos-v4"
 	pool6      = "chaos-v6"
