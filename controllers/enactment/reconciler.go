@@ -74,8 +74,8 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 type fateKind int
 
 const (
-	// keep: its handler looks after it.
-	keep fateKind = iota
+	// keep: its handler looks after it (the zero fate).
+	_ fateKind = iota
 	// retireNow: release its addresses and let it go.
 	retireNow
 	// deleteNow: its policy is gone; delete it, then retire it.
