@@ -148,6 +148,22 @@ func (r *Reconciler) applyProbed(ctx context.Context, desired []byte) error {
 	return fmt.Errorf("rolled back: %w", probeErr)
 }
 
+// applyUnprobed applies desired and commits it at once, without probes:
+// for a change that must hold even if the node cannot reach what the
+// probes check.
+func (r *Reconciler) applyUnprobed(ctx context.Context, desired []byte) error {
+	if err := r.State.Rollback(ctx); err == nil {
+		ctrl.LoggerFrom(ctx).Info("rolled back a checkpoint left by an earlier apply")
+	}
+	if err := r.State.Apply(ctx, desired); err != nil {
+		return err
+	}
+	if err := r.State.Commit(ctx); err != nil {
+		return errors.Join(err, rollbackError(r.State.Rollback(ctx)))
+	}
+	return nil
+}
+
 // rollbackError words a failed rollback after a failed commit.
 func rollbackError(err error) error {
 	if err == nil {

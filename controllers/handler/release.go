@@ -15,6 +15,7 @@ import (
 
 	ippoolv1 "github.com/nmstate-ippool/nmstate-ippool/api/v1"
 	nncev1beta1 "github.com/nmstate-ippool/nmstate-ippool/api/v1beta1"
+	"github.com/nmstate-ippool/nmstate-ippool/internal/poolstatus"
 	"github.com/nmstate-ippool/nmstate-ippool/pkg/nmstatectl"
 )
 
@@ -28,26 +29,42 @@ import (
 // holds NetworkLock, so that the state read after Settle is one no apply
 // of this handler can change before it is published.
 //
+// orphaned says the node's Node is gone. The pools then count every
+// address the node held free (kept for its return only for a while), so
+// the machine takes off every address of a pool's range it carries that
+// no record of the node holds, excluded addresses apart.
+//
 // The pools are read before the node's records, both from the API server:
 // an address handed back to the node meanwhile is recorded by then, and
 // stays. A failed take-off is told with a ReleaseFailed Event on the pool
-// and returned; the address stays quarantined, and the pool controller's
-// next request for the node's state makes it try again.
-func (r *Reconciler) Settle(ctx context.Context) error {
+// and returned; a quarantined address stays quarantined, and the pool
+// controller's next request for the node's state makes it try again.
+func (r *Reconciler) Settle(ctx context.Context, orphaned bool) error {
 	log := ctrl.LoggerFrom(ctx).WithValues("node", r.NodeName)
 	if err := r.State.Rollback(ctx); err == nil {
 		log.Info("rolled back a checkpoint an interrupted apply left")
 	}
-	released, err := r.releasedFrom(ctx)
-	if err != nil || len(released) == 0 {
-		return err
+	var pools ippoolv1.NodeIPPoolList
+	if err := r.APIReader.List(ctx, &pools); err != nil {
+		return fmt.Errorf("list pools: %w", err)
+	}
+	released := r.releasedFrom(pools.Items)
+	if !orphaned && len(released) == 0 {
+		return nil
 	}
 	current, err := r.State.Show(ctx)
 	if err != nil {
 		return fmt.Errorf("read the current state: %w", err)
 	}
 	carried := nmstatectl.Carriers(current)
-	maps.DeleteFunc(released, func(ip netip.Addr, _ string) bool { _, ok := carried[ip]; return !ok })
+	if orphaned {
+		// The pools free what a deleted Node held, quarantined or not.
+		for ip, rel := range released {
+			released[ip] = release{pool: rel.pool, free: true}
+		}
+		maps.Copy(released, inRanges(pools.Items, carried))
+	}
+	maps.DeleteFunc(released, func(ip netip.Addr, _ release) bool { _, ok := carried[ip]; return !ok })
 	if len(released) == 0 {
 		return nil
 	}
@@ -55,35 +72,60 @@ func (r *Reconciler) Settle(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	maps.DeleteFunc(released, func(ip netip.Addr, _ string) bool { return held[ip] })
+	maps.DeleteFunc(released, func(ip netip.Addr, _ release) bool { return held[ip] })
 	if len(released) == 0 {
 		return nil
 	}
 	return r.takeOff(ctx, current, released)
 }
 
+// release is an address a pool holds released from this node.
+type release struct {
+	pool string
+	// free says the pool counts the address free already (its Node was
+	// deleted): it may be handed to another node at any time.
+	free bool
+}
+
 // releasedFrom maps the addresses pools hold released from this node
-// (quarantined or kept for its return) to the pool.
-func (r *Reconciler) releasedFrom(ctx context.Context) (map[netip.Addr]string, error) {
-	var pools ippoolv1.NodeIPPoolList
-	if err := r.APIReader.List(ctx, &pools); err != nil {
-		return nil, fmt.Errorf("list pools: %w", err)
-	}
-	out := map[netip.Addr]string{}
-	add := func(pool, node, s string) {
+// (quarantined or kept for its return) to their pool.
+func (r *Reconciler) releasedFrom(pools []ippoolv1.NodeIPPool) map[netip.Addr]release {
+	out := map[netip.Addr]release{}
+	add := func(pool, node, s string, free bool) {
 		if ip, err := netip.ParseAddr(s); err == nil && node == r.NodeName {
-			out[ip] = pool
+			out[ip] = release{pool: pool, free: free}
 		}
 	}
-	for _, p := range pools.Items {
+	for _, p := range pools {
 		for _, q := range p.Status.Quarantined {
-			add(p.Name, q.Node, q.IP)
+			add(p.Name, q.Node, q.IP, false)
 		}
 		for _, k := range p.Status.KeptForReturn {
-			add(p.Name, k.Node, k.IP)
+			add(p.Name, k.Node, k.IP, true)
 		}
 	}
-	return out, nil
+	return out
+}
+
+// inRanges maps the addresses of carried that a pool hands out to that
+// pool (the first, by name, of overlapping ones), as free.
+func inRanges(pools []ippoolv1.NodeIPPool, carried map[netip.Addr]string) map[netip.Addr]release {
+	out := map[netip.Addr]release{}
+	for _, p := range pools {
+		rng, err := poolstatus.Range(&p)
+		if err != nil {
+			continue
+		}
+		for ip := range carried {
+			if _, taken := out[ip]; taken {
+				continue
+			}
+			if _, err := rng.Assignable(ip); err == nil {
+				out[ip] = release{pool: p.Name, free: true}
+			}
+		}
+	}
+	return out
 }
 
 // heldByNode returns the addresses this node's enactments record, read
@@ -106,14 +148,22 @@ func (r *Reconciler) heldByNode(ctx context.Context) (map[netip.Addr]bool, error
 	return held, nil
 }
 
-// takeOff applies the state that takes released (by pool) off the
-// interfaces current shows them on, through the apply path (probes,
-// rollback), and tells the pools.
-func (r *Reconciler) takeOff(ctx context.Context, current []byte, released map[netip.Addr]string) error {
+// takeOff applies the state that takes released off the interfaces
+// current shows them on, and tells the pools. An address that is only
+// quarantined comes off through the apply path (probes, rollback): if
+// taking it off breaks the node, it stays on, quarantined, and the pool
+// raises a Warning. An address the pool counts free already comes off
+// without probes, which could only put it back beside the node it may be
+// handed to (and the node-readiness probe cannot pass without a Node).
+func (r *Reconciler) takeOff(ctx context.Context, current []byte, released map[netip.Addr]release) error {
 	ips := slices.SortedFunc(maps.Keys(released), netip.Addr.Compare)
 	desired, from, err := nmstatectl.WithoutAddresses(current, ips)
 	if err == nil {
-		err = r.applyProbed(ctx, desired)
+		if slices.ContainsFunc(ips, func(ip netip.Addr) bool { return released[ip].free }) {
+			err = r.applyUnprobed(ctx, desired)
+		} else {
+			err = r.applyProbed(ctx, desired)
+		}
 		if r.StateChanged != nil {
 			r.StateChanged()
 		}
@@ -123,7 +173,7 @@ func (r *Reconciler) takeOff(ctx context.Context, current []byte, released map[n
 		p.Name = pool
 		if err != nil {
 			r.Recorder.Eventf(p, nil, corev1.EventTypeWarning, ippoolv1.ReasonReleaseFailed, "Release",
-				"Node %s could not take released %s off: %v; they stay quarantined, and the node tries again",
+				"Node %s could not take released %s off: %v; the node tries again",
 				r.NodeName, strings.Join(addrs, ", "), err)
 			continue
 		}
@@ -139,14 +189,15 @@ func (r *Reconciler) takeOff(ctx context.Context, current []byte, released map[n
 
 // byPool describes released addresses by pool, with the interface each
 // was on: "10.0.0.4 (eth1)".
-func byPool(released map[netip.Addr]string, from map[netip.Addr]string) map[string][]string {
+func byPool(released map[netip.Addr]release, from map[netip.Addr]string) map[string][]string {
 	out := map[string][]string{}
 	for _, ip := range slices.SortedFunc(maps.Keys(released), netip.Addr.Compare) {
 		what := ip.String()
 		if iface := from[ip]; iface != "" {
 			what += " (" + iface + ")"
 		}
-		out[released[ip]] = append(out[released[ip]], what)
+		pool := released[ip].pool
+		out[pool] = append(out[pool], what)
 	}
 	return out
 }

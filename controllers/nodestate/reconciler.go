@@ -54,9 +54,11 @@ type Reconciler struct {
 	// for a publication that must be made: the first after the reporter
 	// starts, one the pool controller asked for (RefreshStateLabel), one
 	// Refreshes.Release asked for. It takes released addresses off the
-	// interfaces (handler.Reconciler.Settle). Its error is logged; the
-	// state is published all the same.
-	Settle func(context.Context) error
+	// interfaces (handler.Reconciler.Settle). While the node's Node is
+	// gone it is called every orphanSettle with orphaned set, and nothing
+	// is published. Its error is logged; the state is published all the
+	// same.
+	Settle func(ctx context.Context, orphaned bool) error
 	// Refresh is how often the state is read when nothing asks for it; each
 	// wait is jittered by ±10% (kubernetes-nmstate's), so that the nodes
 	// of a cluster started together do not all write at once.
@@ -118,7 +120,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, _ ctrl.Request) (ctrl.Result
 	defer r.mu.Unlock()
 	must := !r.published || nns.Labels[ippoolv1.RefreshStateLabel] != r.answered || r.refreshes.takeRelease()
 	if must {
-		r.settle(ctx)
+		r.settle(ctx, false)
 	}
 	readAt := r.Clock.Now()
 	current, showErr := r.State.Show(ctx)
@@ -187,11 +189,11 @@ func (r *Reconciler) latest(ctx context.Context) (*nncev1beta1.NodeNetworkState,
 
 // settle runs Settle, if set, and logs its error: the state is published
 // all the same. The caller holds NetworkLock.
-func (r *Reconciler) settle(ctx context.Context) {
+func (r *Reconciler) settle(ctx context.Context, orphaned bool) {
 	if r.Settle == nil {
 		return
 	}
-	if err := r.Settle(ctx); err != nil {
+	if err := r.Settle(ctx, orphaned); err != nil {
 		ctrl.LoggerFrom(ctx).Info("could not settle the network before publishing it", "error", err.Error())
 	}
 }
@@ -207,7 +209,7 @@ func (r *Reconciler) settleOrphan(ctx context.Context) {
 		r.NetworkLock.Lock()
 		defer r.NetworkLock.Unlock()
 	}
-	r.settle(ctx)
+	r.settle(ctx, true)
 }
 
 // later returns a publication time for a state read at now that is later

@@ -147,7 +147,7 @@ func TestRefreshRequestAnswered(t *testing.T) {
 	r := nodestate.New(mgr, "nns02", net)
 	r.Refresh, r.NetworkLock = time.Hour, &sync.Mutex{}
 	var settled atomic.Int32
-	r.Settle = func(context.Context) error {
+	r.Settle = func(context.Context, bool) error {
 		if r.NetworkLock.(*sync.Mutex).TryLock() {
 			return errors.New("settled without the network lock")
 		}

@@ -14,7 +14,8 @@ import (
 )
 
 // TestJudgeQuarantine: a quarantine is lifted only on evidence (the Node
-// gone, or a state published after the release without the address),
+// gone for the departure hold, or a state published after the release
+// without the address),
 // never because time passed; past the period it is reported, and the
 // holder is asked again for its state.
 func TestJudgeQuarantine(t *testing.T) {
@@ -46,9 +47,11 @@ func TestJudgeQuarantine(t *testing.T) {
 		want string
 	}{
 		{"still recorded: the release is not done", q(nil, "addr"), holderView{recorded: true}, 10 * time.Minute, "wait"},
-		{"the Node is gone: kept for its return", q(at(0), "addr"), holderView{nodeGone: true}, time.Second,
+		{"the Node just went: its machine, if it runs, takes the address off meanwhile", q(at(0), "addr"), holderView{nodeGone: true},
+			29 * time.Second, "wait"},
+		{"the Node is gone: kept for its return", q(at(0), "addr"), holderView{nodeGone: true}, 30 * time.Second,
 			"keep: node n1 is gone; kept for its return until 2026-01-01T12:05:00Z"},
-		{"the Node is gone, a reset's address", q(at(0), ""), holderView{nodeGone: true}, time.Second, "lift: node n1 is gone"},
+		{"the Node is gone, a reset's address", q(at(0), ""), holderView{nodeGone: true}, time.Minute, "lift: node n1 is gone"},
 		{"first look: the state then is recorded, and a new one asked for", q(nil, "addr"),
 			holderView{nodeUID: "uid1", state: state(-time.Second, true, -time.Hour)}, time.Second, "seen 11:59:59, ask"},
 		{"first look, no state ever published", q(nil, "addr"), holderView{nodeUID: "uid1"}, time.Second, "seen 00:00:00, ask"},
