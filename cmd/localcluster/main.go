@@ -139,7 +139,7 @@ func cmdUp(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	if o.gracePeriod < 3*time.Second {
 		return fmt.Errorf("%w: --gc-grace-period %s: give at least 3s", cli.ErrUsage, o.gracePeriod)
 	}
-	if err := pool.CheckPeriods(o.gracePeriod, o.quarantine); err != nil {
+	if err := pool.CheckPeriods(o.gracePeriod, o.quarantine, pool.DefaultDepartureHold); err != nil {
 		return fmt.Errorf("%w: %w", cli.ErrUsage, err)
 	}
 	if o.controllers < 1 || o.controllers > 3 {

@@ -31,6 +31,7 @@ type options struct {
 	metricsAddr, healthAddr, leaseNamespace string
 	leaderElection                          bool
 	gracePeriod, quarantinePeriod           time.Duration
+	departureHold                           time.Duration
 	webhookPort                             int
 	webhookHost, webhookCertDir             string
 }
@@ -45,6 +46,8 @@ func main() {
 		"how long an address may stay allocated with no enactment claiming it, an address taken but not recorded, and an enactment terminating without its handler, before the controller frees it")
 	flag.DurationVar(&o.quarantinePeriod, "quarantine-period", pool.DefaultQuarantinePeriod,
 		"longest time an address taken from its holder (release, reset, node removal) is kept from everyone else when the holder cannot confirm it no longer carries it")
+	flag.DurationVar(&o.departureHold, "departure-hold", pool.DefaultDepartureHold,
+		"how long the addresses of a deleted Node stay quarantined before they are free (at most --quarantine-period): time for its machine, if it still runs, to take them off; 0 if Nodes are only deleted once their machines are gone")
 	flag.IntVar(&o.webhookPort, "webhook-port", 9443, "port of the NodeIPPool admission webhook (deploy/webhook); 0 disables it")
 	flag.StringVar(&o.webhookHost, "webhook-host", "", "address the webhook listens on (default: every address)")
 	flag.StringVar(&o.webhookCertDir, "webhook-cert-dir", "/tmp/k8s-webhook-server/serving-certs",
@@ -61,7 +64,7 @@ func main() {
 }
 
 func run(o options) error {
-	if err := pool.CheckPeriods(o.gracePeriod, o.quarantinePeriod); err != nil {
+	if err := pool.CheckPeriods(o.gracePeriod, o.quarantinePeriod, o.departureHold); err != nil {
 		return err
 	}
 	s, err := scheme.New()
@@ -94,7 +97,7 @@ func run(o options) error {
 	// Every replica reports them, from its own cache: aggregate with max.
 	ctrlmetrics.Registry.MustRegister(policy.NewStatusMetrics(mgr.GetCache()))
 	pools := pool.New(mgr, metrics)
-	pools.GracePeriod, pools.QuarantinePeriod = o.gracePeriod, o.quarantinePeriod
+	pools.GracePeriod, pools.QuarantinePeriod, pools.DepartureHold = o.gracePeriod, o.quarantinePeriod, o.departureHold
 	if err := pools.SetupWithManager(ctx, mgr, pool.SetupOptions{}); err != nil {
 		return fmt.Errorf("set up the pool controller: %w", err)
 	}
@@ -121,6 +124,6 @@ func run(o options) error {
 		return err
 	}
 	ctrl.Log.Info("starting pool controller", "leaderElection", o.leaderElection, "gcGracePeriod", o.gracePeriod.String(),
-		"quarantinePeriod", o.quarantinePeriod.String(), "webhookPort", o.webhookPort)
+		"quarantinePeriod", o.quarantinePeriod.String(), "departureHold", o.departureHold.String(), "webhookPort", o.webhookPort)
 	return mgr.Start(ctx)
 }

@@ -203,7 +203,7 @@ func (r *Reconciler) planQuarantines(ctx context.Context, pool *ippoolv1.NodeIPP
 	now := r.Clock.Now()
 	ask := map[string]bool{}
 	for _, q := range pool.Status.Quarantined {
-		v := judgeQuarantine(q, views[q.IP], now, r.QuarantinePeriod)
+		v := judgeQuarantine(q, views[q.IP], now, r.QuarantinePeriod, r.DepartureHold)
 		if v.lift.why != "" {
 			v.lift.since = q.Since
 			w.lift[q.IP] = v.lift

@@ -65,19 +65,6 @@ type verdict struct {
 	overdue overdue
 }
 
-// maxDepartureHold bounds how long the addresses of a deleted Node stay
-// quarantined: a machine still running takes them off within seconds
-// (its handler settles at once when its Node goes, then every two
-// seconds, until the pod garbage collector removes it 40s later).
-const maxDepartureHold = 30 * time.Second
-
-// departureHold is how long the addresses of a deleted Node stay
-// quarantined after their release: the quarantine period, at most
-// maxDepartureHold.
-func departureHold(period time.Duration) time.Duration {
-	return min(period, maxDepartureHold)
-}
-
 // overdue is a quarantine that outlasted the quarantine period.
 type overdue struct {
 	reason, message string
@@ -86,17 +73,17 @@ type overdue struct {
 // judgeQuarantine decides what to do with the quarantine q of a pool at
 // now, from what the API server says of its holder (see docs/protocol.md,
 // "Lifting a quarantine"). Only evidence frees an address: the holder's
-// Node gone (for departureHold since the release), or a NodeNetworkState
+// Node gone (for hold since the release, at most period), or a NodeNetworkState
 // the holder published after the release without the address. The first look after the release records the time
 // of the holder's state then, and asks for a new one. Time only decides
 // when to ask again and when to report the quarantine overdue.
-func judgeQuarantine(q ippoolv1.QuarantinedAddress, h holderView, now time.Time, period time.Duration) verdict {
+func judgeQuarantine(q ippoolv1.QuarantinedAddress, h holderView, now time.Time, period, hold time.Duration) verdict {
 	switch {
 	case h.recorded:
 		return verdict{}
 	case q.Node == "":
 		return verdict{lift: lift{why: "no node held it"}}
-	case h.nodeGone && now.Sub(q.Since.Time) < departureHold(period):
+	case h.nodeGone && now.Sub(q.Since.Time) < min(hold, period):
 		// The machine of a deleted Node may still run (drained, its Node
 		// deleted, powered off later): its handler takes the address off
 		// meanwhile. The hold only delays; the Node gone is the evidence.

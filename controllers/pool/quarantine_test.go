@@ -74,7 +74,7 @@ func TestJudgeQuarantine(t *testing.T) {
 			"lift: no node held it"},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
-			v := judgeQuarantine(tt.q, tt.h, t0.Add(tt.now), period)
+			v := judgeQuarantine(tt.q, tt.h, t0.Add(tt.now), period, 30*time.Second)
 			if got := describeVerdict(v); got != tt.want {
 				t.Errorf("got  %q\nwant %q", got, tt.want)
 			}
@@ -116,5 +116,28 @@ func TestReleasesOf(t *testing.T) {
 	if got.status != metav1.ConditionFalse || got.reason != ippoolv1.ReasonAddressStillCarried ||
 		!strings.Contains(got.message, "10.0.0.5, released by node n1") || !strings.Contains(got.message, "10.0.0.6, released by node n2") {
 		t.Errorf("two overdue quarantines: %+v", got)
+	}
+}
+
+// TestCheckPeriods: periods that would break the protocol are refused at
+// start-up with the flag to fix; a departure hold of 0 is allowed.
+func TestCheckPeriods(t *testing.T) {
+	for _, tt := range []struct {
+		grace, quarantine, hold time.Duration
+		want                    string
+	}{
+		{time.Minute, time.Minute, 0, ""},
+		{time.Minute, time.Minute, time.Hour, ""},
+		{time.Millisecond, time.Minute, 0, "--gc-grace-period 1ms is too short"},
+		{time.Minute, 0, 0, "--quarantine-period 0s is too short"},
+		{time.Minute, time.Minute, -time.Second, "--departure-hold -1s is negative"},
+	} {
+		err := CheckPeriods(tt.grace, tt.quarantine, tt.hold)
+		switch {
+		case tt.want == "" && err != nil:
+			t.Errorf("CheckPeriods(%s, %s, %s): %v", tt.grace, tt.quarantine, tt.hold, err)
+		case tt.want != "" && (err == nil || !strings.HasPrefix(err.Error(), tt.want)):
+			t.Errorf("CheckPeriods(%s, %s, %s) = %v, want %q...", tt.grace, tt.quarantine, tt.hold, err, tt.want)
+		}
 	}
 }

@@ -51,6 +51,11 @@ type Reconciler struct {
 	// QuarantinePeriod is the longest an address taken from its holder stays
 	// quarantined when the holder cannot confirm it no longer carries it.
 	QuarantinePeriod time.Duration
+	// DepartureHold is how long the addresses of a deleted Node stay
+	// quarantined before they are free (at most QuarantinePeriod): the
+	// Node gone is the evidence, the hold gives a machine that still runs
+	// time to take them off.
+	DepartureHold time.Duration
 	// ListNodesFrom is how many quarantined addresses of a pool make a
 	// quarantine check list the Nodes once instead of reading each (after
 	// a scale-down of hundreds of nodes, one list costs less than hundreds

@@ -39,13 +39,21 @@ const DefaultGracePeriod = 2 * time.Minute
 // holder.
 const DefaultQuarantinePeriod = 5 * time.Minute
 
+// DefaultDepartureHold is how long the addresses of a deleted Node stay
+// quarantined by default. An admin who deletes a Node before powering its
+// machine off leaves that machine running with its addresses: its handler
+// takes them off at once when its Node goes, then retries every two
+// seconds, until kubelet's pod garbage collector deletes the handler's
+// pod about 40 s after the Node.
+const DefaultDepartureHold = 30 * time.Second
+
 // minPeriod is the shortest grace or quarantine period accepted: a handler
 // needs a moment between taking an address and recording it.
 const minPeriod = time.Second
 
 // CheckPeriods refuses a grace or quarantine period that would break the
 // protocol, with a message that says what to set.
-func CheckPeriods(grace, quarantine time.Duration) error {
+func CheckPeriods(grace, quarantine, hold time.Duration) error {
 	if grace < minPeriod {
 		return fmt.Errorf("--gc-grace-period %s is too short: addresses in flight would be revoked before their handlers record them; set it to %s or more (default %s)",
 			grace, minPeriod, DefaultGracePeriod)
@@ -53,6 +61,10 @@ func CheckPeriods(grace, quarantine time.Duration) error {
 	if quarantine < minPeriod {
 		return fmt.Errorf("--quarantine-period %s is too short: an address taken from a node could be handed to another while the first still carries it; set it to %s or more (default %s)",
 			quarantine, minPeriod, DefaultQuarantinePeriod)
+	}
+	if hold < 0 {
+		return fmt.Errorf("--departure-hold %s is negative: set it to 0 (a deleted Node's addresses are free at once) or more (default %s)",
+			hold, DefaultDepartureHold)
 	}
 	return nil
 }
@@ -70,6 +82,7 @@ func New(mgr ctrl.Manager, metrics *Metrics) *Reconciler {
 		Clock:            clk,
 		GracePeriod:      DefaultGracePeriod,
 		QuarantinePeriod: DefaultQuarantinePeriod,
+		DepartureHold:    DefaultDepartureHold,
 		Metrics:          metrics,
 		Batch:            batch.DefaultDelay,
 	}
