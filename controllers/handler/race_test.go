@@ -52,8 +52,13 @@ func raceRound(t *testing.T, round int) {
 	poolA, poolB := role+"-a", role+"-b"
 	// Barely larger than the cluster, so that everyone fights for the same
 	// lowest offsets.
-	newPool(t, poolA, ippoolv1.IPRange{CIDR: "10.90.0.0/24", Start: "10.90.0.1", End: "10.90.0.60", Exclude: []string{"10.90.0.8/30"}}, true)
-	newPool(t, poolB, ippoolv1.IPRange{CIDR: "fd00:90::/64", Start: "fd00:90::1", End: "fd00:90::40"}, true)
+	// Each round its own ranges: the last round's pools may still be
+	// terminating (their quarantines wait for the departure hold), and
+	// newPool marks a pool available by hand, where the pool controller
+	// would refuse one that overlaps them.
+	a, b := fmt.Sprintf("10.90.%d", round), fmt.Sprintf("fd00:90:%d:", round)
+	newPool(t, poolA, ippoolv1.IPRange{CIDR: a + ".0/24", Start: a + ".1", End: a + ".60", Exclude: []string{a + ".8/30"}}, true)
+	newPool(t, poolB, ippoolv1.IPRange{CIDR: b + ":/64", Start: b + ":1", End: b + ":40"}, true)
 	newPolicy(t, role, map[string]string{"role": role},
 		map[string]string{"a": "ippool." + poolA + ".allocate", "b": "ippool." + poolB + ".allocate"}, twoPoolState)
 
