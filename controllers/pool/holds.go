@@ -39,6 +39,9 @@ type lift struct {
 	since metav1.Time
 	why   string
 	keep  bool
+	// keptSince, if set, starts the kept entry's period instead of the
+	// quarantine's since.
+	keptSince metav1.Time
 }
 
 // holdWork is what one maintenance write does to the entries of a pool,
@@ -381,8 +384,12 @@ func (a *holdsApplier) lift(s string, l lift) bool {
 		return false
 	}
 	if l.keep {
+		since := entry.Since
+		if !l.keptSince.IsZero() {
+			since = l.keptSince
+		}
 		poolstatus.AddKept(a.pool, ippoolv1.KeptAddress{IP: s, Node: entry.Node, Enactment: entry.Enactment,
-			Capture: entry.Capture, Since: entry.Since})
+			Capture: entry.Capture, Since: since})
 	}
 	return true
 }

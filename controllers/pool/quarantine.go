@@ -92,8 +92,10 @@ func judgeQuarantine(q ippoolv1.QuarantinedAddress, h holderView, now time.Time,
 		if q.Capture == "" || q.Enactment == "" {
 			return verdict{lift: lift{why: fmt.Sprintf("node %s is gone", q.Node)}}
 		}
+		// Kept for a quarantine period from now: the departure hold has
+		// used up to a whole period of the release's already.
 		return verdict{lift: lift{why: fmt.Sprintf("node %s is gone; kept for its return until %s", q.Node,
-			q.Since.Add(period).UTC().Format(time.RFC3339)), keep: true}}
+			now.Add(period).UTC().Format(time.RFC3339)), keep: true, keptSince: metav1.NewTime(now)}}
 	}
 	published, iface, carried := stateOf(h.state, q.IP)
 	if q.StateSeenAtRelease == nil {

@@ -50,7 +50,7 @@ func TestJudgeQuarantine(t *testing.T) {
 		{"the Node just went: its machine, if it runs, takes the address off meanwhile", q(at(0), "addr"), holderView{nodeGone: true},
 			29 * time.Second, "wait"},
 		{"the Node is gone: kept for its return", q(at(0), "addr"), holderView{nodeGone: true}, 30 * time.Second,
-			"keep: node n1 is gone; kept for its return until 2026-01-01T12:05:00Z"},
+			"keep: node n1 is gone; kept for its return until 2026-01-01T12:05:30Z"},
 		{"the Node is gone, a reset's address", q(at(0), ""), holderView{nodeGone: true}, time.Minute, "lift: node n1 is gone"},
 		{"first look: the state then is recorded, and a new one asked for", q(nil, "addr"),
 			holderView{nodeUID: "uid1", state: state(-time.Second, true, -time.Hour)}, time.Second, "seen 11:59:59, ask"},
