@@ -17,6 +17,7 @@ import (
 	"encoding/json"
 	"flag"
 	"fmt"
+	"maps"
 	"math/rand/v2"
 	"os"
 	"os/exec"
@@ -77,8 +78,9 @@ type cluster struct {
 	// policy back, register a deleted Node again), by what it restores.
 	undo map[string]*undo
 	// orphans are nodes whose Node was deleted while their handler runs:
-	// their machine, and its network, are still there.
-	orphans map[string]bool
+	// their machine, and its network, are still there. The samplers read
+	// it while faults change it.
+	orphans nodeSet
 	// target names what the last fault hit, for the log.
 	target string
 }
@@ -136,7 +138,7 @@ func TestChaos(t *testing.T) {
 func start(t *testing.T, seed uint64) *cluster {
 	root := t.TempDir()
 	c := &cluster{t: t, bin: filepath.Join(root, "bin"), dir: filepath.Join(root, "cluster"), ctx: context.Background(),
-		next: *nodes + 1, undo: map[string]*undo{}, orphans: map[string]bool{}}
+		next: *nodes + 1, undo: map[string]*undo{}, orphans: nodeSet{m: map[string]bool{}}}
 	Expect(envtest.BuildCommands(c.bin, "handler", "pool-controller", "nmstatectl-sim", "localcluster", "kubectl-nodeippool")).To(Succeed())
 	c.run("up", "--nodes", fmt.Sprint(*nodes), "--bin", c.bin, "--assets", envtest.AssetsDir(),
 		"--gc-grace-period", grace.String(), "--quarantine-period", quarantine.String(), "--controllers", "2")
@@ -229,7 +231,7 @@ func (c *cluster) nodeNames() []string {
 // those whose Node was deleted while their handler runs.
 func (c *cluster) machines() []string {
 	out := c.nodeNames()
-	for n := range c.orphans {
+	for _, n := range c.orphans.list() {
 		if !slices.Contains(out, n) {
 			out = append(out, n)
 		}
@@ -479,7 +481,25 @@ func (c *cluster) busy(node string) bool {
 			return true
 		}
 	}
-	return c.orphans[node]
+	return c.orphans.has(node)
+}
+
+// nodeSet is a set of node names safe for concurrent use.
+type nodeSet struct {
+	mu sync.Mutex
+	m  map[string]bool
+}
+
+func (s *nodeSet) add(node string) { s.mu.Lock(); defer s.mu.Unlock(); s.m[node] = true }
+
+func (s *nodeSet) remove(node string) { s.mu.Lock(); defer s.mu.Unlock(); delete(s.m, node) }
+
+func (s *nodeSet) has(node string) bool { s.mu.Lock(); defer s.mu.Unlock(); return s.m[node] }
+
+func (s *nodeSet) list() []string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return slices.Collect(maps.Keys(s.m))
 }
 
 // pick returns a random node that no fault will act on later, or "", and

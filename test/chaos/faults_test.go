@@ -116,7 +116,7 @@ var faults = []fault{
 		if node == "" || c.k.Delete(c.ctx, &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: node}}) != nil {
 			return false
 		}
-		c.orphans[node] = true
+		c.orphans.add(node)
 		return c.later("register/"+node, time.Now().Add(time.Duration(3000+rng.IntN(7000))*time.Millisecond),
 			func() bool { return c.register(node) })
 	}},
@@ -289,7 +289,7 @@ func (c *cluster) register(node string) bool {
 	if c.k.Status().Update(c.ctx, n) != nil {
 		return false
 	}
-	delete(c.orphans, node)
+	c.orphans.remove(node)
 	return true
 }
 
