@@ -172,7 +172,13 @@ const (
 	// ReasonAddressQuarantined (pool): a rebuild found addresses of the
 	// range on a node's network that no enactment records (the quarantine
 	// of a deleted pool, a record lost by hand) and quarantined them.
+	// (enactment, about its pool): the pool controller quarantined the
+	// addresses the enactment asked to release (status.ippool releasing).
 	ReasonAddressQuarantined = "AddressQuarantined"
+	// ReasonNotServed (enactment, Warning): it has asked the pool
+	// controller for addresses for longer than the handler's
+	// --failed-requeue; the controller may not run.
+	ReasonNotServed = "NotServed"
 	// ReasonRangeChanged (pool): the range's start, end or exclude changed
 	// in place; the pool was rebuilt from the enactments, its addresses at
 	// their new offsets.

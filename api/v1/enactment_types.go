@@ -16,4 +16,22 @@ type PoolAllocation struct {
 	// Allocated are the addresses, in the order their captures were resolved.
 	// +listType=set
 	Allocated []string `json:"allocated"`
+	// Releasing are addresses the enactment no longer uses (a capture the
+	// policy dropped, an address the range no longer hands out): it asks
+	// the pool controller to take them back. They stay claimed, handed to
+	// nobody, until the controller has quarantined them and removed them
+	// from here; the node's handler takes them off its interfaces once
+	// they are quarantined.
+	// +optional
+	// +listType=set
+	Releasing []string `json:"releasing,omitempty"`
+}
+
+// Held returns every address the allocation claims: the allocated ones,
+// then the releasing ones.
+func (a PoolAllocation) Held() []string {
+	if len(a.Releasing) == 0 {
+		return a.Allocated
+	}
+	return append(append(make([]string, 0, len(a.Allocated)+len(a.Releasing)), a.Allocated...), a.Releasing...)
 }

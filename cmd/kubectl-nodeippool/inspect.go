@@ -275,8 +275,8 @@ func checkAll(pools []ippoolv1.NodeIPPool, enactments []nncev1beta1.NodeNetworkC
 	orphans := map[string][]string{}
 	for _, e := range enactments {
 		for pool, held := range e.Status.IPPool {
-			if !known[pool] && len(held.Allocated) > 0 {
-				orphans[pool] = append(orphans[pool], fmt.Sprintf("%s records %s", e.Name, strings.Join(held.Allocated, ", ")))
+			if !known[pool] && len(held.Held()) > 0 {
+				orphans[pool] = append(orphans[pool], fmt.Sprintf("%s records %s", e.Name, strings.Join(held.Held(), ", ")))
 			}
 		}
 	}

@@ -104,7 +104,7 @@ func claimsOf(pool string, rng *ippool.Range, enactments []nncev1beta1.NodeNetwo
 		e := &enactments[i]
 		var captures, interfaces map[netip.Addr]string
 		for _, name := range slices.Sorted(maps.Keys(e.Status.IPPool)) {
-			for _, s := range e.Status.IPPool[name].Allocated {
+			for _, s := range e.Status.IPPool[name].Held() {
 				ip, err := netip.ParseAddr(s)
 				if err != nil || !concerns(pool, rng, name, ip) ||
 					slices.ContainsFunc(c[ip], func(o Owner) bool { return o.Enactment == e.Name }) {

@@ -334,7 +334,7 @@ func (h Holder) WithoutReturn() Holder {
 func (w *Writer) Quarantine(ctx context.Context, holder Holder, record ippoolv1.EnactmentIPPools) (ippoolv1.EnactmentIPPools, error) {
 	var ips []netip.Addr
 	for _, a := range record {
-		for _, s := range a.Allocated {
+		for _, s := range a.Held() {
 			if ip, err := netip.ParseAddr(s); err == nil {
 				ips = append(ips, ip)
 			}

@@ -34,14 +34,21 @@ func Of(e *nncev1beta1.NodeNetworkConfigurationEnactment, ref capture.Ref) (capt
 }
 
 // Add records addr for the capture ref in e: it lists the address under
-// the pool and sets the capture's state, stamped with meta.
+// the pool and sets the capture's state, stamped with meta. An address the
+// capture held before moves to releasing (Release).
 func Add(e *nncev1beta1.NodeNetworkConfigurationEnactment, ref capture.Ref, addr capture.Address,
 	meta shared.NodeNetworkConfigurationEnactmentMetaInfo) {
+	if old, ok := e.Status.CapturedStates[ref.Capture]; ok {
+		if prev, ok := capture.ParseState(old.State.Raw); ok && prev.IP != addr.IP {
+			Release(e, prev.IP.String())
+		}
+	}
 	if e.Status.IPPool == nil {
 		e.Status.IPPool = ippoolv1.EnactmentIPPools{}
 	}
 	held := e.Status.IPPool[ref.Pool]
 	held.Allocated = append(held.Allocated, addr.IP.String())
+	held.Releasing = slices.DeleteFunc(held.Releasing, func(s string) bool { return s == addr.IP.String() })
 	e.Status.IPPool[ref.Pool] = held
 	if e.Status.CapturedStates == nil {
 		e.Status.CapturedStates = map[string]shared.NodeNetworkConfigurationEnactmentCapturedState{}
@@ -49,6 +56,60 @@ func Add(e *nncev1beta1.NodeNetworkConfigurationEnactment, ref capture.Ref, addr
 	e.Status.CapturedStates[ref.Capture] = shared.NodeNetworkConfigurationEnactmentCapturedState{
 		State: shared.NewState(string(addr.State())), MetaInfo: meta,
 	}
+}
+
+// Release moves ip, wherever e lists it as allocated, to releasing: e
+// still claims it, and asks the pool controller to take it back
+// (ippoolv1.PoolAllocation.Releasing).
+func Release(e *nncev1beta1.NodeNetworkConfigurationEnactment, ip string) {
+	for pool, a := range e.Status.IPPool {
+		if !slices.Contains(a.Allocated, ip) {
+			continue
+		}
+		a.Allocated = slices.DeleteFunc(slices.Clone(a.Allocated), func(s string) bool { return s == ip })
+		if a.Allocated == nil {
+			a.Allocated = []string{} // the field is required
+		}
+		if !slices.Contains(a.Releasing, ip) {
+			a.Releasing = append(slices.Clone(a.Releasing), ip)
+		}
+		e.Status.IPPool[pool] = a
+	}
+}
+
+// Set makes allocated e's record of allocated addresses, by pool. Every
+// address e held that allocated does not list moves to releasing
+// (Release): a record never lets an address go by itself.
+func Set(e *nncev1beta1.NodeNetworkConfigurationEnactment, allocated ippoolv1.EnactmentIPPools) {
+	listed := map[string]bool{}
+	for _, a := range allocated {
+		for _, ip := range a.Allocated {
+			listed[ip] = true
+		}
+	}
+	out := ippoolv1.EnactmentIPPools{}
+	for pool, a := range allocated {
+		out[pool] = ippoolv1.PoolAllocation{Allocated: slices.Clone(a.Allocated)}
+	}
+	for pool, a := range e.Status.IPPool {
+		for _, ip := range a.Held() {
+			if listed[ip] {
+				continue
+			}
+			o := out[pool]
+			if o.Allocated == nil {
+				o.Allocated = []string{} // the field is required
+			}
+			if !slices.Contains(o.Releasing, ip) {
+				o.Releasing = append(o.Releasing, ip)
+			}
+			out[pool] = o
+		}
+	}
+	if len(out) == 0 {
+		out = nil
+	}
+	e.Status.IPPool = out
 }
 
 // Requested reports whether a new enactment asks the pool controller for

@@ -1,15 +1,17 @@
 // Package retire takes addresses away from an enactment: Retire ends the
-// enactment, Drop removes one pool's record from it. Both the node's
-// handler and the pool controller use it, and any number of them may act on
-// one enactment at once. An address leaves its holder in two steps, always
+// enactment, Drop removes one pool's record from it, Release takes back
+// the addresses it asks to release. The pool controller uses it (and
+// tests, as a second retirer), and any number of callers may act on one
+// enactment at once. An address leaves its holder in two steps, always
 // in this order:
 //
 //  1. the addresses are quarantined in their pools
 //     (poolwrite.Writer.Quarantine): they stay allocated, handed to
 //     nobody, until the pool controller has evidence that the former
 //     holder no longer carries them;
-//  2. the record goes: the enactment's status.ippool entry (Drop) or the
-//     enactment itself (Retire), written under the enactment's
+//  2. the record goes: the enactment's status.ippool entry (Drop), its
+//     releasing addresses (Release) or the enactment itself (Retire),
+//     written under the enactment's
 //     resourceVersion, so that of several concurrent callers exactly one
 //     succeeds.
 //
@@ -114,7 +116,7 @@ func Drop(ctx context.Context, w *poolwrite.Writer, enactment, pool string) ([]s
 		if e == nil {
 			return errGone
 		}
-		if held = e.Status.IPPool[pool].Allocated; len(held) == 0 {
+		if held = e.Status.IPPool[pool].Held(); len(held) == 0 {
 			return errGone
 		}
 		// A reset's addresses go to nobody, not back to this enactment.
@@ -139,10 +141,73 @@ func Drop(ctx context.Context, w *poolwrite.Writer, enactment, pool string) ([]s
 	return held, nil
 }
 
+// Release takes back the addresses an enactment asks to release
+// (status.ippool[*].releasing, written by its handler or by the pool
+// controller when it replaced them): it quarantines them, for nobody's
+// return, then writes the record without them under the enactment's
+// resourceVersion. It returns the addresses it removed, by pool; nil if
+// the enactment is gone or asks nothing. A quarantine that fails is
+// returned, and the record stays.
+func Release(ctx context.Context, w *poolwrite.Writer, enactment string) (ippoolv1.EnactmentIPPools, error) {
+	var released ippoolv1.EnactmentIPPools
+	err := w.Retry(ctx, func() error {
+		e, err := get(ctx, w, enactment)
+		if err != nil {
+			return err
+		}
+		if e == nil || !e.DeletionTimestamp.IsZero() {
+			return errGone // retired whole
+		}
+		if released = Releasing(e); len(released) == 0 {
+			return errGone
+		}
+		if _, err := w.Quarantine(ctx, HolderOf(e).WithoutReturn(), released); err != nil {
+			return fmt.Errorf("quarantine the addresses enactment %q releases before its record lets them go: %w", enactment, err)
+		}
+		for pool, a := range e.Status.IPPool {
+			if a.Releasing = nil; len(a.Allocated) == 0 {
+				delete(e.Status.IPPool, pool)
+				continue
+			}
+			e.Status.IPPool[pool] = a
+		}
+		if err := w.Client.Status().Update(ctx, e); err != nil {
+			if apierrors.IsNotFound(err) {
+				return errGone
+			}
+			return fmt.Errorf("remove the released addresses of enactment %q: %w", enactment, err)
+		}
+		return nil
+	})
+	if errors.Is(err, errGone) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	return released, nil
+}
+
+// Releasing returns the addresses an enactment asks to release, by pool;
+// nil when there are none.
+func Releasing(e *nncev1beta1.NodeNetworkConfigurationEnactment) ippoolv1.EnactmentIPPools {
+	var out ippoolv1.EnactmentIPPools
+	for pool, a := range e.Status.IPPool {
+		if len(a.Releasing) == 0 {
+			continue
+		}
+		if out == nil {
+			out = ippoolv1.EnactmentIPPools{}
+		}
+		out[pool] = ippoolv1.PoolAllocation{Releasing: slices.Clone(a.Releasing)}
+	}
+	return out
+}
+
 // forget removes pool's record from e: the status.ippool entry and every
 // captured state that holds one of its addresses.
 func forget(e *nncev1beta1.NodeNetworkConfigurationEnactment, pool string) {
-	held := e.Status.IPPool[pool].Allocated
+	held := e.Status.IPPool[pool].Held()
 	delete(e.Status.IPPool, pool)
 	for name, state := range e.Status.CapturedStates {
 		if addr, ok := capture.ParseState(state.State.Raw); ok && slices.Contains(held, addr.IP.String()) {

@@ -22,6 +22,7 @@ import (
 	nncev1beta1 "github.com/nmstate-ippool/nmstate-ippool/api/v1beta1"
 	"github.com/nmstate-ippool/nmstate-ippool/internal/poolstatus"
 	"github.com/nmstate-ippool/nmstate-ippool/internal/poolwrite"
+	"github.com/nmstate-ippool/nmstate-ippool/internal/record"
 	"github.com/nmstate-ippool/nmstate-ippool/internal/retire"
 	"github.com/nmstate-ippool/nmstate-ippool/pkg/capture"
 	"github.com/nmstate-ippool/nmstate-ippool/pkg/ippool"
@@ -158,4 +159,47 @@ func TestDropQuarantinesBeforeTheRecordGoes(t *testing.T) {
 	Expect(e.Status.CapturedStates).NotTo(HaveKey("addr"))
 	Expect(quarantineOf("drop", "10.81.0.7")).To(And(HaveField("Node", "node02"), HaveField("Capture", ""),
 		HaveField("Interface", "")))
+}
+
+// TestReleaseQuarantinesBeforeTheRecordGoes: addresses an enactment
+// releases (its handler's new record no longer uses them) are quarantined
+// for nobody's return before the record lets them go; while that cannot
+// be written, the record keeps them, still releasing, and what the
+// enactment still uses is never touched.
+func TestReleaseQuarantinesBeforeTheRecordGoes(t *testing.T) {
+	RegisterTestingT(t)
+	availablePool(t, "release", "10.82.0.0/24")
+	e := holding(t, "node03", "release", "10.82.0.7")
+	w := poolwrite.NewWriter(k, k, clock.RealClock{})
+	_, err := w.Update(ctx, "release", func(_ *ippoolv1.NodeIPPool, alloc *ippool.Allocator) (bool, error) {
+		return true, alloc.AllocateIP(netip.MustParseAddr("10.82.0.8"))
+	})
+	Expect(err).NotTo(HaveOccurred())
+	// The handler's new record: the capture now holds .8, .7 is released.
+	Expect(k.Get(ctx, client.ObjectKeyFromObject(e), e)).To(Succeed())
+	record.Add(e, capture.Ref{Capture: "addr", Pool: "release"}, capture.Address{IP: netip.MustParseAddr("10.82.0.8"), PrefixLength: 24},
+		shared.NodeNetworkConfigurationEnactmentMetaInfo{})
+	Expect(e.Status.IPPool["release"]).To(Equal(ippoolv1.PoolAllocation{Allocated: []string{"10.82.0.8"}, Releasing: []string{"10.82.0.7"}}))
+	Expect(k.Status().Update(ctx, e)).To(Succeed())
+
+	var fail atomic.Bool
+	fail.Store(true)
+	_, err = retire.Release(ctx, failingPools(&fail), e.Name)
+	Expect(err).To(MatchError(ContainSubstring("quarantine the addresses enactment \"node03.p\" releases before its record lets them go")))
+	Expect(k.Get(ctx, client.ObjectKeyFromObject(e), e)).To(Succeed())
+	Expect(e.Status.IPPool["release"].Releasing).To(Equal([]string{"10.82.0.7"}), "the record keeps it")
+	Expect(quarantineOf("release", "10.82.0.7")).To(BeNil())
+
+	fail.Store(false)
+	released, err := retire.Release(ctx, failingPools(&fail), e.Name)
+	Expect(err).NotTo(HaveOccurred())
+	Expect(released).To(Equal(ippoolv1.EnactmentIPPools{"release": {Releasing: []string{"10.82.0.7"}}}))
+	Expect(k.Get(ctx, client.ObjectKeyFromObject(e), e)).To(Succeed())
+	Expect(e.Status.IPPool["release"]).To(Equal(ippoolv1.PoolAllocation{Allocated: []string{"10.82.0.8"}}))
+	Expect(quarantineOf("release", "10.82.0.7")).To(And(HaveField("Node", "node03"), HaveField("Capture", "")))
+	Expect(quarantineOf("release", "10.82.0.8")).To(BeNil())
+
+	again, err := retire.Release(ctx, w, e.Name)
+	Expect(err).NotTo(HaveOccurred())
+	Expect(again).To(BeNil(), "nothing left to release")
 }

@@ -1,0 +1,73 @@
+package record
+
+import (
+	"net/netip"
+	"reflect"
+	"testing"
+
+	"github.com/nmstate/kubernetes-nmstate/api/shared"
+
+	ippoolv1 "github.com/nmstate-ippool/nmstate-ippool/api/v1"
+	nncev1beta1 "github.com/nmstate-ippool/nmstate-ippool/api/v1beta1"
+	"github.com/nmstate-ippool/nmstate-ippool/pkg/capture"
+)
+
+func recording(pools ippoolv1.EnactmentIPPools) *nncev1beta1.NodeNetworkConfigurationEnactment {
+	e := &nncev1beta1.NodeNetworkConfigurationEnactment{}
+	e.Status.IPPool = pools
+	return e
+}
+
+// TestSetNeverLetsAnAddressGo: whatever a new record leaves out stays in
+// the enactment, releasing, for the pool controller to take back.
+func TestSetNeverLetsAnAddressGo(t *testing.T) {
+	for _, tt := range []struct {
+		name      string
+		held, set ippoolv1.EnactmentIPPools
+		want      ippoolv1.EnactmentIPPools
+	}{
+		{"unchanged", ippoolv1.EnactmentIPPools{"a": {Allocated: []string{"10.0.0.1"}}},
+			ippoolv1.EnactmentIPPools{"a": {Allocated: []string{"10.0.0.1"}}},
+			ippoolv1.EnactmentIPPools{"a": {Allocated: []string{"10.0.0.1"}}}},
+		{"a capture dropped", ippoolv1.EnactmentIPPools{"a": {Allocated: []string{"10.0.0.1", "10.0.0.2"}}},
+			ippoolv1.EnactmentIPPools{"a": {Allocated: []string{"10.0.0.1"}}},
+			ippoolv1.EnactmentIPPools{"a": {Allocated: []string{"10.0.0.1"}, Releasing: []string{"10.0.0.2"}}}},
+		{"a pool dropped", ippoolv1.EnactmentIPPools{"a": {Allocated: []string{"10.0.0.1"}}, "b": {Allocated: []string{"10.1.0.1"}}},
+			ippoolv1.EnactmentIPPools{"a": {Allocated: []string{"10.0.0.1"}}},
+			ippoolv1.EnactmentIPPools{"a": {Allocated: []string{"10.0.0.1"}}, "b": {Allocated: []string{}, Releasing: []string{"10.1.0.1"}}}},
+		{"everything dropped", ippoolv1.EnactmentIPPools{"a": {Allocated: []string{"10.0.0.1"}}}, nil,
+			ippoolv1.EnactmentIPPools{"a": {Allocated: []string{}, Releasing: []string{"10.0.0.1"}}}},
+		{"still releasing", ippoolv1.EnactmentIPPools{"a": {Allocated: []string{"10.0.0.3"}, Releasing: []string{"10.0.0.1"}}},
+			ippoolv1.EnactmentIPPools{"a": {Allocated: []string{"10.0.0.3"}}},
+			ippoolv1.EnactmentIPPools{"a": {Allocated: []string{"10.0.0.3"}, Releasing: []string{"10.0.0.1"}}}},
+		{"released address taken again", ippoolv1.EnactmentIPPools{"a": {Allocated: []string{}, Releasing: []string{"10.0.0.1"}}},
+			ippoolv1.EnactmentIPPools{"a": {Allocated: []string{"10.0.0.1"}}},
+			ippoolv1.EnactmentIPPools{"a": {Allocated: []string{"10.0.0.1"}}}},
+		{"nothing held, nothing set", nil, nil, nil},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			e := recording(tt.held)
+			Set(e, tt.set)
+			if !reflect.DeepEqual(e.Status.IPPool, tt.want) {
+				t.Errorf("Set(%v) on %v = %v, want %v", tt.set, tt.held, e.Status.IPPool, tt.want)
+			}
+		})
+	}
+}
+
+// TestAddReleasesTheReplacedAddress: a capture given a new address leaves
+// its previous one releasing.
+func TestAddReleasesTheReplacedAddress(t *testing.T) {
+	ref := capture.Ref{Capture: "addr", Pool: "a"}
+	old := capture.Address{IP: netip.MustParseAddr("10.0.0.9"), PrefixLength: 24}
+	e := recording(ippoolv1.EnactmentIPPools{"a": {Allocated: []string{"10.0.0.9"}}})
+	e.Status.CapturedStates = map[string]shared.NodeNetworkConfigurationEnactmentCapturedState{"addr": {State: shared.NewState(string(old.State()))}}
+	Add(e, ref, capture.Address{IP: netip.MustParseAddr("10.0.0.2"), PrefixLength: 24}, shared.NodeNetworkConfigurationEnactmentMetaInfo{})
+	want := ippoolv1.PoolAllocation{Allocated: []string{"10.0.0.2"}, Releasing: []string{"10.0.0.9"}}
+	if got := e.Status.IPPool["a"]; !reflect.DeepEqual(got, want) {
+		t.Errorf("after Add: %v, want %v", got, want)
+	}
+	if addr, ok := Of(e, ref); !ok || addr.IP.String() != "10.0.0.2" {
+		t.Errorf("the capture records %v (%v), want 10.0.0.2", addr, ok)
+	}
+}
