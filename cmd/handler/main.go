@@ -19,10 +19,10 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/healthz"
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
 	ctrlmetrics "sigs.k8s.io/controller-runtime/pkg/metrics"
-	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
 	"github.com/nmstate-ippool/nmstate-ippool/controllers/handler"
 	"github.com/nmstate-ippool/nmstate-ippool/controllers/nodestate"
+	"github.com/nmstate-ippool/nmstate-ippool/internal/metricsauth"
 	"github.com/nmstate-ippool/nmstate-ippool/internal/probe"
 	"github.com/nmstate-ippool/nmstate-ippool/internal/scheme"
 	"github.com/nmstate-ippool/nmstate-ippool/pkg/nmstatectl"
@@ -32,7 +32,7 @@ type options struct {
 	node           string
 	nmstatectl     string
 	applyTimeout   time.Duration
-	metricsAddr    string
+	metrics        metricsauth.Flags
 	healthAddr     string
 	pendingRequeue time.Duration
 	failedRequeue  time.Duration
@@ -58,13 +58,13 @@ func main() {
 	flag.IntVar(&o.retries, "retries", handler.DefaultRetry.Steps, "how many times an attempt to configure a policy that failed is retried")
 	flag.DurationVar(&o.retryInitial, "retry-initial-delay", handler.DefaultRetry.Duration, "the delay before the first retry; it doubles with each")
 	flag.DurationVar(&o.retryMax, "retry-max-delay", handler.DefaultRetry.Cap, "the longest delay between two retries")
-	flag.StringVar(&o.metricsAddr, "metrics-bind-address", ":8089", "address of the Prometheus metrics endpoint; 0 disables it")
+	o.metrics.Bind(flag.CommandLine, ":8089")
 	flag.StringVar(&o.healthAddr, "health-probe-bind-address", ":8081", "address of the /healthz and /readyz endpoints; 0 disables them")
 	flag.DurationVar(&o.pendingRequeue, "pending-requeue", handler.DefaultPendingRequeue, "how often a Pending enactment is looked at again")
 	flag.DurationVar(&o.failedRequeue, "failed-requeue", handler.DefaultFailedRequeue,
-		"how long to wait before trying again after a failure (nmstatectl failed, pool exhausted), and for the pool controller to allocate before allocating itself")
+		"how long to wait before trying again after a failure (nmstatectl failed, pool exhausted); an enactment that waits longer for the pool controller says so in its message")
 	flag.BoolVar(&o.selfAllocate, "self-allocate", false,
-		"take new addresses from pools directly instead of leaving them to the pool controller, which serves every waiting node in one pool write")
+		"take new addresses from pools directly, writing their status, as the specification describes (needs the RBAC of deploy/self-allocate); by default the handler never writes a pool and the pool controller allocates for every waiting node in one pool write")
 	flag.DurationVar(&o.stateRefresh, "state-refresh-period", nodestate.DefaultRefresh,
 		"how often the node's NodeNetworkState is checked; it is written only when the state changes")
 	flag.DurationVar(&o.clockOffset, "test-clock-offset", 0,
@@ -94,7 +94,7 @@ func run(o options) error {
 	}
 	mgr, err := ctrl.NewManager(cfg, ctrl.Options{
 		Scheme:                 s,
-		Metrics:                metricsserver.Options{BindAddress: o.metricsAddr},
+		Metrics:                o.metrics.Options(),
 		HealthProbeBindAddress: o.healthAddr,
 		Cache:                  handler.CacheOptions(o.node),
 	})
@@ -110,7 +110,6 @@ func run(o options) error {
 		return err
 	}
 	r.StateChanged = func() { refreshes.Refresh(o.node) }
-	r.Released = func() { refreshes.Release(o.node) }
 	r.NetworkLock = &sync.Mutex{}
 	if err := r.SetupWithManager(mgr, handler.SetupOptions{}); err != nil {
 		return fmt.Errorf("set up the handler: %w", err)
@@ -160,7 +159,7 @@ func (o options) handler(mgr ctrl.Manager, network nmstatectl.Runner, metrics *h
 		return nil, fmt.Errorf("--probes: %w", err)
 	}
 	r.Probes.Timeout = o.probeTimeout
-	r.DeferToController = !o.selfAllocate
+	r.SelfAllocate = o.selfAllocate
 	if o.clockOffset != 0 {
 		r.Clock = offsetClock{offset: o.clockOffset}
 		r.Pools.Clock = r.Clock

@@ -100,9 +100,9 @@ func TestHandlerProcess(t *testing.T) {
 	var logs syncBuffer
 	cmd := exec.Command(filepath.Join(dir, "handler"), "--kubeconfig", kubeconfig, "--nmstatectl", filepath.Join(dir, "nmstatectl-sim"),
 		"--metrics-bind-address", "0", "--health-probe-bind-address", "0",
-		// No pool controller runs here: the handler allocates itself once
-		// it has waited this long for one.
-		"--failed-requeue", "2s")
+		// No pool controller runs here: the handler takes its address
+		// itself, as the specification describes.
+		"--self-allocate", "--metrics-secure=false")
 	cmd.Env = append(os.Environ(), "NODE_NAME=node01", "NMSTATECTL_SIM_STATE="+filepath.Join(dir, "node01.yaml"))
 	cmd.Stdout, cmd.Stderr = &logs, &logs
 	if err := cmd.Start(); err != nil {

@@ -67,6 +67,9 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 		// Its deletion brings it back, to be retired.
 		return ctrl.Result{}, r.delete(ctx, &e, fate.why)
 	}
+	if len(retire.Releasing(&e)) > 0 {
+		return ctrl.Result{}, r.release(ctx, &e)
+	}
 	return ctrl.Result{}, nil
 }
 
@@ -178,6 +181,25 @@ func (r *Reconciler) retire(ctx context.Context, e *nncev1beta1.NodeNetworkConfi
 		p := &ippoolv1.NodeIPPool{ObjectMeta: metav1.ObjectMeta{Name: pool}}
 		r.Recorder.Eventf(p, nil, corev1.EventTypeNormal, ippoolv1.ReasonEnactmentRetired, "Release",
 			"Quarantined %s held by enactment %s until node %s no longer carries them: %s", strings.Join(released[pool].Allocated, ", "), e.Name, e.Labels[shared.EnactmentNodeLabel], why)
+	}
+	return nil
+}
+
+// release takes back the addresses the enactment asks to release (a
+// capture its policy dropped, an address its pool no longer hands out),
+// and tells of them.
+func (r *Reconciler) release(ctx context.Context, e *nncev1beta1.NodeNetworkConfigurationEnactment) error {
+	released, err := retire.Release(ctx, r.Pools, e.Name)
+	if err != nil || len(released) == 0 {
+		return err
+	}
+	node := e.Labels[shared.EnactmentNodeLabel]
+	ctrl.LoggerFrom(ctx).Info("released addresses the enactment no longer uses", "released", released)
+	for _, pool := range slices.Sorted(maps.Keys(released)) {
+		ips := strings.Join(released[pool].Held(), ", ")
+		p := &ippoolv1.NodeIPPool{ObjectMeta: metav1.ObjectMeta{Name: pool}}
+		r.Recorder.Eventf(e, p, corev1.EventTypeNormal, ippoolv1.ReasonAddressQuarantined, "Release",
+			"Quarantined %s of NodeIPPool %s, which enactment %s no longer uses, until node %s no longer carries them", ips, pool, e.Name, node)
 	}
 	return nil
 }

@@ -22,7 +22,6 @@ import (
 	"github.com/nmstate-ippool/nmstate-ippool/internal/poolstatus"
 	"github.com/nmstate-ippool/nmstate-ippool/internal/poolwrite"
 	"github.com/nmstate-ippool/nmstate-ippool/internal/record"
-	"github.com/nmstate-ippool/nmstate-ippool/internal/retire"
 	"github.com/nmstate-ippool/nmstate-ippool/pkg/capture"
 	"github.com/nmstate-ippool/nmstate-ippool/pkg/ippool"
 )
@@ -93,13 +92,19 @@ func (r *Reconciler) allocate(ctx context.Context, s *scope) (*allocation, *outc
 // a thousand in-flight entries at that moment; the pool controller's audit
 // still rebuilds a pool whose bitmap lost a recorded address.
 func servedOnRequest(e *nncev1beta1.NodeNetworkConfigurationEnactment, captures capture.Captures) *allocation {
-	a := &allocation{addresses: map[string]capture.Address{}, fresh: map[string][]string{}, enactment: e.Name, token: e.ResourceVersion}
+	return &allocation{addresses: recordedAddresses(e, captures), fresh: map[string][]string{}, enactment: e.Name, token: e.ResourceVersion}
+}
+
+// recordedAddresses returns the address the enactment records for each
+// capture that has one.
+func recordedAddresses(e *nncev1beta1.NodeNetworkConfigurationEnactment, captures capture.Captures) map[string]capture.Address {
+	out := map[string]capture.Address{}
 	for _, ref := range captures.Refs {
 		if addr, ok := record.Of(e, ref); ok {
-			a.addresses[ref.Capture] = addr
+			out[ref.Capture] = addr
 		}
 	}
-	return a
+	return out
 }
 
 // blockedBeforeTaking returns the outcome of a policy that needs a new
@@ -148,13 +153,12 @@ func (r *Reconciler) withdraw(ctx context.Context, a *allocation) {
 	}
 }
 
-// allocateFromPool serves the captures refs of one pool with at most one
-// successful pool write, retried on conflicts by r.Pools. New addresses
-// are left to the pool controller (Pending / IPPoolBusy), which serves
-// every waiting node in one write, when DeferToController is set and the
-// enactment has not waited for it in vain already, or the controller is
-// still busy serving others (see serving); the handler then only reads
-// the pool, to report a missing, unavailable or full pool itself.
+// allocateFromPool serves the captures refs of one pool. A handler that
+// only asks (the default) reads the pool, to report a missing,
+// unavailable or full pool itself, and leaves new addresses, replacements
+// of addresses the range no longer hands out, and missing bits to the
+// pool controller (Pending / IPPoolBusy). One that SelfAllocates makes at
+// most one successful pool write, retried on conflicts by r.Pools.
 func (r *Reconciler) allocateFromPool(ctx context.Context, policy *nmstatev1.NodeNetworkConfigurationPolicy,
 	e *nncev1beta1.NodeNetworkConfigurationEnactment, poolName string, refs []capture.Ref) (*poolPlan, *outcome, error) {
 	var (
@@ -164,15 +168,19 @@ func (r *Reconciler) allocateFromPool(ctx context.Context, policy *nmstatev1.Nod
 	)
 	who := r.claimant(ctx, policy, e)
 	mutate := func(pool *ippoolv1.NodeIPPool, alloc *ippool.Allocator) (bool, error) {
-		now := r.Clock.Now()
-		ask := r.DeferToController && (!servedInVain(e, now, r.FailedRequeue) || controllerBusy(pool, now, r.FailedRequeue))
+		vouched := poolstatus.Vouched(pool) // before the plan changes pool
 		plan, blocked = r.planWrite(ctx, policy, e, pool, alloc, refs, who)
 		if blocked != nil || !plan.needsWrite() {
 			return false, nil
 		}
-		// An address the range no longer hands out is replaced here: the
-		// controller serves captures without any record.
-		if deferred = ask && len(plan.fresh) > 0 && len(plan.moved) == 0; deferred {
+		if !r.SelfAllocate {
+			// The pool controller's audit sets missing bits of recorded
+			// addresses; it serves new ones, once it vouches for the
+			// bitmap they are taken from.
+			if len(plan.fresh) > 0 && !vouched {
+				return false, fmt.Errorf("NodeIPPool %q: %w; the pool controller must rebuild it", pool.Name, poolwrite.ErrUnvouched)
+			}
+			deferred = len(plan.fresh) > 0
 			return false, nil
 		}
 		r.Metrics.attempt(poolName)
@@ -183,16 +191,19 @@ func (r *Reconciler) allocateFromPool(ctx context.Context, policy *nmstatev1.Nod
 	// server's watch cache. A write decided on a stale copy conflicts and
 	// is decided again on the latest one.
 	attempts, err := r.Pools.Update(ctx, poolName, mutate, poolwrite.FromWatchCache())
-	if !deferred && (apierrors.IsNotFound(err) || blocked != nil) {
-		// The watch cache may be behind: a missing, unavailable or full
-		// pool is confirmed on the latest copy before it is reported.
+	if !deferred && (apierrors.IsNotFound(err) || errors.Is(err, poolwrite.ErrUnvouched) || blocked != nil) {
+		// The watch cache may be behind: a missing, unavailable, full or
+		// unvouched pool is confirmed on the latest copy before it is
+		// reported.
 		attempts, err = r.Pools.Update(ctx, poolName, mutate)
 	}
 	if deferred || errors.Is(err, poolwrite.ErrRetriesExhausted) {
-		o := pending(ippoolv1.ReasonIPPoolBusy, fmt.Sprintf(
-			"NodeIPPool %q: the pool controller allocates for node %s, with the other nodes that wait, in one pool write", poolName, r.NodeName),
-			r.FailedRequeue)
+		r.warnIfUnserved(e, poolName)
+		o := pending(ippoolv1.ReasonIPPoolBusy, r.askedMessage(poolName, plan), r.FailedRequeue)
 		o.waitingFor = poolName
+		if deferred && e.Status.WaitingForIPPool != poolName {
+			r.reportMoved(e, plan.moved)
+		}
 		return nil, &o, nil
 	}
 	if err != nil {
@@ -208,30 +219,33 @@ func (r *Reconciler) allocateFromPool(ctx context.Context, policy *nmstatev1.Nod
 	return plan, nil, nil
 }
 
-// controllerBusy reports whether the pool shows an allocation younger than
-// window: an in-flight entry, which the pool controller adds for every
-// enactment it serves. A handler that waited in vain keeps waiting while
-// the controller serves others (under load it serves in large batches),
-// instead of adding its own writes to a pool that is busy already.
-func controllerBusy(pool *ippoolv1.NodeIPPool, now time.Time, window time.Duration) bool {
-	for _, f := range pool.Status.InFlight {
-		if now.Sub(f.Since.Time) < window {
-			return true
-		}
+// askedMessage is the Pending / IPPoolBusy message of an enactment that
+// asks the pool controller for addresses from pool; plan, when set, says
+// which recorded addresses are replaced. It stays the same from one look
+// to the next: a status write would change the enactment's
+// resourceVersion, the token the controller serves it under.
+func (r *Reconciler) askedMessage(pool string, plan *poolPlan) string {
+	msg := fmt.Sprintf("NodeIPPool %q: the pool controller allocates for node %s, with the other nodes that wait, in one pool write", pool, r.NodeName)
+	if plan != nil {
+		msg += movedNote(plan.moved)
 	}
-	return false
+	return msg
 }
 
-// servedInVain reports whether the enactment already waited for the pool
-// controller to allocate for it (IPPoolBusy, or a new enactment's request
-// for wait) and was not served: the controller may be down, so the
-// handler allocates itself.
-func servedInVain(e *nncev1beta1.NodeNetworkConfigurationEnactment, now time.Time, wait time.Duration) bool {
-	if record.Requesting(e) {
-		return busyLeft(e, now, wait) == 0
-	}
+// warnIfUnserved raises a Warning Event on an enactment that has asked the
+// pool controller for longer than FailedRequeue: the controller may be
+// down. The Event, not the condition, says so, so that the enactment is
+// not written while the controller may be serving it.
+func (r *Reconciler) warnIfUnserved(e *nncev1beta1.NodeNetworkConfigurationEnactment, pool string) {
 	c := e.Status.Conditions.Find(shared.NodeNetworkConfigurationEnactmentConditionPending)
-	return c != nil && c.Status == corev1.ConditionTrue && string(c.Reason) == ippoolv1.ReasonIPPoolBusy
+	if e.Status.WaitingForIPPool != pool || c == nil || c.Status != corev1.ConditionTrue || string(c.Reason) != ippoolv1.ReasonIPPoolBusy ||
+		r.Clock.Since(c.LastTransitionTime.Time) <= r.FailedRequeue {
+		return
+	}
+	p := &ippoolv1.NodeIPPool{ObjectMeta: metav1.ObjectMeta{Name: pool}}
+	r.Recorder.Eventf(e, p, corev1.EventTypeWarning, ippoolv1.ReasonNotServed, "Allocate",
+		"NodeIPPool %s: node %s has waited for the pool controller since %s: check that it runs (Deployment nmstate-ippool-pool-controller)",
+		pool, r.NodeName, c.LastTransitionTime.UTC().Format(time.RFC3339))
 }
 
 // planWrite decides what one attempt writes to the pool: nothing when the
@@ -329,45 +343,4 @@ func (r *Reconciler) logAllocations(ctx context.Context, plan *poolPlan, refs []
 	if len(plan.unsetBits) > 0 {
 		log.Info("restored the bits of recorded addresses", "pool", plan.pool, "count", len(plan.unsetBits), "attempts", attempts)
 	}
-}
-
-// droppedAddresses returns, by pool, the addresses the enactment records that no
-// current capture uses (a dropped capture, a capture moved to another pool).
-// They are released once the new record is written.
-func droppedAddresses(e *nncev1beta1.NodeNetworkConfigurationEnactment, addresses map[string]capture.Address,
-	captures capture.Captures) map[string][]string {
-	kept := map[string][]string{}
-	for _, ref := range captures.Refs {
-		kept[ref.Pool] = append(kept[ref.Pool], addresses[ref.Capture].IP.String())
-	}
-	drop := map[string][]string{}
-	for pool, held := range e.Status.IPPool {
-		for _, ip := range held.Allocated {
-			if !slices.Contains(kept[pool], ip) {
-				drop[pool] = append(drop[pool], ip)
-			}
-		}
-	}
-	return drop
-}
-
-// quarantineDropped quarantines addresses the enactment is about to stop
-// recording, until this node no longer carries them. It must succeed
-// before the record goes.
-func (r *Reconciler) quarantineDropped(ctx context.Context, e *nncev1beta1.NodeNetworkConfigurationEnactment, dropped map[string][]string) error {
-	if len(dropped) == 0 {
-		return nil
-	}
-	record := ippoolv1.EnactmentIPPools{}
-	for pool, ips := range dropped {
-		record[pool] = ippoolv1.PoolAllocation{Allocated: ips}
-	}
-	q, err := r.Pools.Quarantine(ctx, retire.HolderOf(e).WithoutReturn(), record)
-	if err != nil {
-		return fmt.Errorf("quarantine the addresses enactment %q drops: %w", e.Name, err)
-	}
-	if len(q) > 0 {
-		ctrl.LoggerFrom(ctx).Info("quarantined dropped addresses", "ippool", q)
-	}
-	return nil
 }

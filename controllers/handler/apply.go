@@ -69,12 +69,15 @@ func sameState(a, b []byte) bool {
 	return errA == nil && errB == nil && bytes.Equal(ja, jb)
 }
 
-// applyGranted applies the recorded desired state once the policy
-// controller granted the slot, and gives the slot back with the outcome.
-// Under NetworkLock it confirms on the API server that the enactment still
-// asks for this apply: an address whose record was removed meanwhile (a
-// reset, a fence) is never put on the network, and the state reporter
-// never publishes a state from the middle of an apply.
+// applyGranted applies the policy once the policy controller granted the
+// slot, and gives the slot back with the outcome. Under NetworkLock it
+// confirms on the API server that the enactment still asks for this
+// apply: an address whose record was removed meanwhile (a reset, a fence)
+// is never put on the network, and the state reporter never publishes a
+// state from the middle of an apply. The state applied is rendered here,
+// from the policy and the enactment's record, on the current state the
+// apply starts from; status.desiredState is never applied as stored: it
+// is what the node applied, not an instruction to it.
 func (r *Reconciler) applyGranted(ctx context.Context, name string) (ctrl.Result, error) {
 	if r.NetworkLock != nil {
 		r.NetworkLock.Lock()
@@ -88,21 +91,14 @@ func (r *Reconciler) applyGranted(ctx context.Context, name string) (ctrl.Result
 		ctrl.LoggerFrom(ctx).V(1).Info("the enactment changed before the apply; deciding again")
 		return ctrl.Result{RequeueAfter: cacheLag}, nil
 	}
-	desired := s.enactment.Status.DesiredState.Raw
-	if len(desired) == 0 {
-		// The pool controller recorded the addresses and asked to apply
-		// (record.AskToApply): the state is rendered now, on the current
-		// state the apply starts from.
-		addresses := servedOnRequest(s.enactment, s.captures).addresses
-		rendered, err := r.render(ctx, s, addresses)
-		if err != nil {
-			return r.conclude(ctx, s, r.configureFailed(s, err.Error()))
-		}
-		desired = rendered.DesiredState
-		writeRecord(s.enactment, s.captures, addresses, rendered.CapturedStates, r.meta())
-		s.enactment.Status.DesiredState = shared.NewState(string(desired))
+	addresses := recordedAddresses(s.enactment, s.captures)
+	rendered, err := r.render(ctx, s, addresses)
+	if err != nil {
+		return r.conclude(ctx, s, r.configureFailed(s, err.Error()))
 	}
-	applyErr := r.applyProbed(ctx, desired)
+	writeRecord(s.enactment, s.captures, addresses, rendered.CapturedStates, r.meta())
+	s.enactment.Status.DesiredState = shared.NewState(string(rendered.DesiredState))
+	applyErr := r.applyProbed(ctx, rendered.DesiredState)
 	if r.StateChanged != nil {
 		r.StateChanged()
 	}

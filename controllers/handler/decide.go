@@ -97,7 +97,8 @@ func waitsForServe(e *nncev1beta1.NodeNetworkConfigurationEnactment, now time.Ti
 
 // busyLeft returns how long an enactment that asks the pool controller for
 // addresses (a new one's request, or Pending / IPPoolBusy) still waits for
-// it before its handler allocates itself; 0 if it is not waiting.
+// it before its handler looks again (and asks again, or with SelfAllocate
+// allocates itself); 0 if it is not waiting.
 func busyLeft(e *nncev1beta1.NodeNetworkConfigurationEnactment, now time.Time, wait time.Duration) time.Duration {
 	if record.Requesting(e) {
 		return max(e.CreationTimestamp.Add(wait).Sub(now), 0)

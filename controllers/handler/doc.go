@@ -13,16 +13,20 @@
 // the pool controller, which serves every waiting enactment of a pool in
 // one pool write: a new enactment asks with its creation (the
 // ippoolv1.RequestAnnotation, no status write), an older one as
-// Pending / IPPoolBusy. A handler the controller has not served within
-// FailedRequeue, while the pool shows no recent allocation (the controller
-// is down, not busy), takes a free offset itself, in one pool status write
-// guarded by the pool's resourceVersion, retried on conflicts with
-// jittered exponential backoff. Nothing new is allocated while a pool is
+// Pending / IPPoolBusy. The handler never writes a pool (its RBAC has no
+// pool writes, docs/protocol.md "Who writes a pool"), but with
+// SelfAllocate, the specification's handler allocation: it then takes a
+// free offset itself, in one pool status write guarded by the pool's
+// resourceVersion, retried on conflicts with jittered exponential
+// backoff. Nothing new is allocated while a pool is
 // not Available=True: only the pool controller sets that. The record is
 // written to the enactment before anything is applied, so an address that
 // reached a node is always recorded. A record the controller completes
 // also asks to apply (record.AskToApply): the handler then renders the
 // state once its slot is granted, and writes it with the outcome.
+//
+// Whatever is stored in status.desiredState, the handler applies only the
+// state it renders, at the apply, from the policy and its own record.
 //
 // Fresh addresses are taken with an in-flight entry in the pool that names
 // the enactment and its resourceVersion (the token), and recorded with a
@@ -49,8 +53,9 @@
 // handler deletes its enactment (under its UID), and the pool controller
 // retires it: it quarantines the addresses, then lets the enactment go
 // (package retire). When a policy drops a capture, or the range no longer
-// hands out a recorded address, the handler quarantines the address first
-// and then writes the record without it. The enactment carries the
+// hands out a recorded address, the handler's new record lists it as
+// releasing, and the pool controller quarantines it and then removes it
+// from the record (retire.Release). The enactment carries the
 // FinalizerIPPool finalizer while it holds addresses, so that its record
 // outlives a deletion until the addresses are quarantined. Settle takes
 // every released address of the node off its interface: the node's state

@@ -88,7 +88,7 @@ func (r *Reconciler) ensureEnactment(ctx context.Context, s *scope) (*nncev1beta
 		controllerutil.AddFinalizer(e, ippoolv1.FinalizerIPPool)
 	}
 	e.Annotations = map[string]string{ippoolv1.PolicyUIDAnnotation: string(policy.UID)}
-	if pools := s.captures.Pools(); r.DeferToController && s.captureErr == nil && len(pools) > 0 {
+	if pools := s.captures.Pools(); !r.SelfAllocate && s.captureErr == nil && len(pools) > 0 {
 		e.Annotations[ippoolv1.RequestAnnotation] = strings.Join(pools, ",")
 	}
 	if err := r.Client.Create(ctx, e); err != nil {

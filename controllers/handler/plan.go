@@ -134,7 +134,10 @@ func poolAvailable(pool *ippoolv1.NodeIPPool) (bool, string) {
 
 // writeRecord writes the addresses into the enactment: status.ippool by pool and
 // status.capturedStates by capture, keeping the metadata of captured states
-// that did not change so a repeated record writes nothing new.
+// that did not change so a repeated record writes nothing new. An address
+// the enactment held that no capture uses any more (a dropped capture, a
+// capture moved to another pool, a replaced address) is left releasing,
+// for the pool controller to take back (record.Set).
 func writeRecord(e *nncev1beta1.NodeNetworkConfigurationEnactment, captures capture.Captures, addresses map[string]capture.Address,
 	states map[string][]byte, meta shared.NodeNetworkConfigurationEnactmentMetaInfo) {
 	pools := ippoolv1.EnactmentIPPools{}
@@ -147,10 +150,7 @@ func writeRecord(e *nncev1beta1.NodeNetworkConfigurationEnactment, captures capt
 		a.Allocated = append(a.Allocated, addr.IP.String())
 		pools[ref.Pool] = a
 	}
-	if len(pools) == 0 {
-		pools = nil
-	}
-	e.Status.IPPool = pools
+	record.Set(e, pools)
 	captured := map[string]shared.NodeNetworkConfigurationEnactmentCapturedState{}
 	for name, state := range states {
 		old, ok := e.Status.CapturedStates[name]

@@ -73,7 +73,6 @@ func raceRound(t *testing.T, round int) {
 	var wg sync.WaitGroup
 	for _, nd := range nodes {
 		nd.Metrics = metrics
-		nd.Tune = func(r *handler.Reconciler) { r.DeferToController = false }
 		wg.Go(func() { start(t, nd) })
 	}
 	wg.Wait()

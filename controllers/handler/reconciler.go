@@ -70,14 +70,15 @@ type Reconciler struct {
 	Pools *poolwrite.Writer
 	// Metrics counts allocation attempts and conflicts.
 	Metrics *Metrics
-	// DeferToController leaves new addresses to the pool controller
-	// (Pending / IPPoolBusy), which serves every waiting node in one pool
-	// write: at a thousand nodes starting at once, racing for the pool's
-	// one status object costs more than waiting. An enactment the
-	// controller has not served within FailedRequeue (the controller is
-	// down) allocates itself. When false, the handler always allocates
-	// itself, retrying conflicts with Pools.Backoff.
-	DeferToController bool
+	// SelfAllocate makes the handler take new addresses from the pools
+	// itself, as the specification describes: it writes the pool's status
+	// (bits and in-flight entries for its own enactments), retrying
+	// conflicts with Pools.Backoff. When false (the default), the handler
+	// never writes a pool: it asks (Pending / IPPoolBusy), and the pool
+	// controller serves every waiting node in one pool write and restores
+	// the bits of recorded addresses. Either way the pool controller takes
+	// back what the handler releases (status.ippool releasing).
+	SelfAllocate bool
 	// PendingRequeue is how long to wait before looking again at an
 	// enactment that waits on a pool (not available, or new addresses wait
 	// for the pool controller's rebuild).
@@ -102,10 +103,6 @@ type Reconciler struct {
 	// not (a rollback changes the network too): the node's state reporter
 	// reads the state again.
 	StateChanged func()
-	// Released, if set, is called after this handler released addresses
-	// (an enactment retired, captures dropped): the node's state reporter
-	// settles the network (Settle takes them off) and publishes it.
-	Released func()
 }
 
 // cacheLag is how soon a reconcile whose cached view the API server
@@ -291,11 +288,10 @@ func (r *Reconciler) enact(ctx context.Context, name string) (ctrl.Result, error
 	}
 	r.reportMoved(s.enactment, alloc.moved)
 	r.reportNotes(s.enactment, alloc.notes)
-	dropped := droppedAddresses(s.enactment, alloc.addresses, s.captures)
 	rendered, err := r.render(ctx, s, alloc.addresses)
 	if err != nil {
 		writeRecord(s.enactment, s.captures, alloc.addresses, addressStates(alloc.addresses), r.meta())
-		return r.concludeRecorded(ctx, s, alloc, dropped, r.configureFailed(s, err.Error()))
+		return r.concludeRecorded(ctx, s, alloc, r.configureFailed(s, err.Error()))
 	}
 	if alreadyApplied(s.enactment, s.policy, rendered, s.captures, alloc.addresses) {
 		return ctrl.Result{}, nil
@@ -303,8 +299,7 @@ func (r *Reconciler) enact(ctx context.Context, name string) (ctrl.Result, error
 	writeRecord(s.enactment, s.captures, alloc.addresses, rendered.CapturedStates, r.meta())
 	s.enactment.Status.DesiredState = shared.NewState(string(rendered.DesiredState))
 	s.enactment.Status.Slot = &nncev1beta1.ApplySlot{Requested: metav1.NewMicroTime(r.Clock.Now().Truncate(time.Microsecond))}
-	return r.concludeRecorded(ctx, s, alloc, dropped,
-		progressing(record.WaitingForSlot+movedNote(alloc.moved)))
+	return r.concludeRecorded(ctx, s, alloc, progressing(record.WaitingForSlot+movedNote(alloc.moved)))
 }
 
 // reportMoved raises a Warning Event on the enactment for every recorded
@@ -353,36 +348,20 @@ func (r *Reconciler) concludeBlocked(ctx context.Context, s *scope, blocked *out
 }
 
 // concludeRecorded writes an enactment that now records alloc's fresh
-// addresses and no longer records dropped. dropped is quarantined first:
-// the record that claims them goes only once their quarantine holds them.
-// The write is guarded by the resourceVersion the fresh addresses'
-// in-flight entries carry as their token. If the API server refused it (a
-// conflict), the record certainly does not exist: the fresh addresses are
-// withdrawn, and if the pool controller fenced the enactment because the
-// addresses stayed unrecorded too long, that is told. After any other
-// error the write may have landed, so they are kept.
-func (r *Reconciler) concludeRecorded(ctx context.Context, s *scope, alloc *allocation, dropped map[string][]string,
-	o outcome) (ctrl.Result, error) {
-	if err := r.quarantineDropped(ctx, s.enactment, dropped); err != nil {
-		r.withdraw(ctx, alloc)
-		return ctrl.Result{}, err
-	}
+// addresses, and leaves those it no longer uses releasing. The write is
+// guarded by the resourceVersion the fresh addresses' in-flight entries
+// carry as their token. If the API server refused it (a conflict), the
+// record certainly does not exist: the fresh addresses are withdrawn, and
+// if the pool controller fenced the enactment because the addresses
+// stayed unrecorded too long, that is told. After any other error the
+// write may have landed, so they are kept.
+func (r *Reconciler) concludeRecorded(ctx context.Context, s *scope, alloc *allocation, o outcome) (ctrl.Result, error) {
 	res, err := r.conclude(ctx, s, o)
-	switch {
-	case apierrors.IsConflict(err):
+	if apierrors.IsConflict(err) {
 		r.withdraw(ctx, alloc)
 		r.reportRevoked(ctx, alloc)
-	case err == nil && len(dropped) > 0:
-		r.released()
 	}
 	return res, err
-}
-
-// released tells the node's state reporter that addresses were released.
-func (r *Reconciler) released() {
-	if r.Released != nil {
-		r.Released()
-	}
 }
 
 // reportRevoked tells, with an Event, that fresh addresses were revoked by

@@ -128,8 +128,10 @@ func inRanges(pools []ippoolv1.NodeIPPool, carried map[netip.Addr]string) map[ne
 	return out
 }
 
-// heldByNode returns the addresses this node's enactments record, read
-// from the API server.
+// heldByNode returns the addresses this node's enactments record as
+// allocated, read from the API server. An address an enactment releases
+// is not held: it comes off at once, while its record still keeps it from
+// anyone else until the pool controller has quarantined it.
 func (r *Reconciler) heldByNode(ctx context.Context) (map[netip.Addr]bool, error) {
 	var list nncev1beta1.NodeNetworkConfigurationEnactmentList
 	if err := r.APIReader.List(ctx, &list, client.MatchingLabels{shared.EnactmentNodeLabel: r.NodeName}); err != nil {

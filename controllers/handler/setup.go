@@ -52,19 +52,18 @@ func Probes(reader client.Reader, node string, show probe.Show) probe.Set {
 func New(mgr ctrl.Manager, node string, state NetworkState, metrics *Metrics) *Reconciler {
 	clk := clock.RealClock{}
 	return &Reconciler{
-		Client:            mgr.GetClient(),
-		APIReader:         mgr.GetAPIReader(),
-		NodeName:          node,
-		State:             state,
-		Recorder:          mgr.GetEventRecorder("nmstate-ippool-handler"),
-		Clock:             clk,
-		Pools:             writer(mgr, clk, metrics),
-		Metrics:           metrics,
-		DeferToController: true,
-		PendingRequeue:    DefaultPendingRequeue,
-		FailedRequeue:     DefaultFailedRequeue,
-		Retry:             DefaultRetry,
-		Probes:            Probes(mgr.GetAPIReader(), node, state.Show),
+		Client:         mgr.GetClient(),
+		APIReader:      mgr.GetAPIReader(),
+		NodeName:       node,
+		State:          state,
+		Recorder:       mgr.GetEventRecorder("nmstate-ippool-handler"),
+		Clock:          clk,
+		Pools:          writer(mgr, clk, metrics),
+		Metrics:        metrics,
+		PendingRequeue: DefaultPendingRequeue,
+		FailedRequeue:  DefaultFailedRequeue,
+		Retry:          DefaultRetry,
+		Probes:         Probes(mgr.GetAPIReader(), node, state.Show),
 	}
 }
 
@@ -114,12 +113,14 @@ func (r *Reconciler) SetupWithManager(mgr ctrl.Manager, opts SetupOptions) error
 		Complete(r)
 }
 
-// The handler's permissions (generated into deploy/rbac/handler).
+// The handler's permissions (generated into deploy/rbac/handler). Its
+// writes of enactments and NodeNetworkStates are narrowed to its own
+// node's by deploy/admission; it reads pools and never writes them, but
+// with --self-allocate, whose RBAC is deploy/self-allocate's.
 // +kubebuilder:rbac:groups=nmstate.io,resources=nodenetworkconfigurationpolicies,verbs=get;list;watch
 // +kubebuilder:rbac:groups=nmstate.io,resources=nodenetworkconfigurationenactments,verbs=get;list;watch;create;update;patch;delete
 // +kubebuilder:rbac:groups=nmstate.io,resources=nodenetworkconfigurationenactments/status,verbs=get;update;patch
 // +kubebuilder:rbac:groups=nmstate.io,resources=nodeippools,verbs=get;list;watch
-// +kubebuilder:rbac:groups=nmstate.io,resources=nodeippools/status,verbs=get;update;patch
 // +kubebuilder:rbac:groups="",resources=nodes,verbs=get;list;watch
 // +kubebuilder:rbac:groups="",resources=namespaces,verbs=get
 // +kubebuilder:rbac:groups=events.k8s.io,resources=events,verbs=create;patch

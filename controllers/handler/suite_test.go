@@ -30,7 +30,10 @@ var (
 // TestMain runs the suite against a real API server, with the policy
 // controller of the control plane granting maxUnavailable slots and
 // writing policy status, as in a cluster; the tests play the pool
-// controller's part by hand where they need it.
+// controller's part by hand where they need it. No pool controller
+// allocates here, so the handlers run in the specification's handler
+// allocation (--self-allocate, newNodes); the default, where handlers ask
+// the pool controller, is tested with it in controllers/pool and test/e2e.
 func TestMain(m *testing.M) {
 	var stop func() error
 	os.Exit(envtest.Run(runFunc(func() int {
@@ -61,6 +64,7 @@ func newNodes(t testing.TB, prefix string, n int, labels map[string]string) []*e
 		name := fmt.Sprintf("%s%02d", prefix, i+1)
 		Expect(k.Create(context.Background(), &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: name, Labels: labels}})).To(Succeed())
 		nodes[i] = envtest.NewNode(name, dir, simBin)
+		nodes[i].SelfAllocate = true
 	}
 	t.Cleanup(func() {
 		for _, nd := range nodes {

@@ -12,8 +12,9 @@
 //
 // It is also the evidence that a released address left the node (see
 // docs/protocol.md): the first publication after a start, one the pool
-// controller asks for (the nmstate.io/force-nns-refresh label) and one
-// after a release are made even if nothing changed, after Settle has taken
+// controller asks for (the nmstate.io/force-nns-refresh label, which it
+// sets when it quarantines an address of the node) are made even if
+// nothing changed, after Settle has taken
 // released addresses off the interfaces; each is stamped later than the
 // one before; and the reporter holds the node's network lock from Settle
 // to its write, so no apply of the handler falls between the read and the

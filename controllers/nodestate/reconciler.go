@@ -52,8 +52,8 @@ type Reconciler struct {
 	NetworkLock sync.Locker
 	// Settle, if set, is called under NetworkLock before the state is read
 	// for a publication that must be made: the first after the reporter
-	// starts, one the pool controller asked for (RefreshStateLabel), one
-	// Refreshes.Release asked for. It takes released addresses off the
+	// starts, one the pool controller asked for (RefreshStateLabel). It
+	// takes released addresses off the
 	// interfaces (handler.Reconciler.Settle). While the node's Node is
 	// gone it is called every orphanSettle with orphaned set, and nothing
 	// is published. Its error is logged; the state is published all the
@@ -118,7 +118,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, _ ctrl.Request) (ctrl.Result
 	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	must := !r.published || nns.Labels[ippoolv1.RefreshStateLabel] != r.answered || r.refreshes.takeRelease()
+	must := !r.published || nns.Labels[ippoolv1.RefreshStateLabel] != r.answered
 	if must {
 		r.settle(ctx, false)
 	}

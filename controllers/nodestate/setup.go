@@ -3,7 +3,6 @@ package nodestate
 import (
 	"context"
 	"math/rand/v2"
-	"sync/atomic"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -32,11 +31,10 @@ func New(mgr ctrl.Manager, node string, state StateReader) *Reconciler {
 		Random: rand.Float64}
 }
 
-// Refreshes make the reporter read the state at once. Refresh and Release
-// never block; the ones that come while one waits are merged.
+// Refreshes make the reporter read the state at once. Refresh never
+// blocks; the ones that come while one waits are merged.
 type Refreshes struct {
-	events  chan event.GenericEvent
-	release atomic.Bool
+	events chan event.GenericEvent
 }
 
 // NewRefreshes returns the refreshes of one reporter.
@@ -51,19 +49,6 @@ func (n *Refreshes) Refresh(node string) {
 	case n.events <- event.GenericEvent{Object: o}:
 	default:
 	}
-}
-
-// Release asks for a publication of the state of node after the reporter
-// settled it: the node released addresses, to be taken off its interfaces.
-func (n *Refreshes) Release(node string) {
-	n.release.Store(true)
-	n.Refresh(node)
-}
-
-// takeRelease reports whether a release was asked for since the last
-// call. A nil Refreshes never asks.
-func (n *Refreshes) takeRelease() bool {
-	return n != nil && n.release.Swap(false)
 }
 
 // SetupOptions tune the controller.

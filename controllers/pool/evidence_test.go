@@ -248,7 +248,7 @@ func TestTerminatingPoolHandsOutNothing(t *testing.T) {
 	Eventually(available("term")).Should(HavePrefix("False TerminatingIPPool: The pool is being deleted"))
 	createPolicy(t, "term", "term", "term")
 	addNodeWith(t, t.TempDir(), "term01", "term", func(nd *envtest.Node) {
-		nd.Tune = func(r *handler.Reconciler) { r.DeferToController = false }
+		nd.Tune = func(r *handler.Reconciler) { r.SelfAllocate = true }
 	})
 	Eventually(enactmentState("term01.term")).Should(ContainSubstring(`NodeIPPool "term" is being deleted and hands out nothing`))
 	Consistently(func() []string { return bits("term") }, 2*time.Second).Should(BeEmpty())

@@ -296,7 +296,7 @@ func existing(enactments []nncev1beta1.NodeNetworkConfigurationEnactment) func(s
 func recordedIPs(e *nncev1beta1.NodeNetworkConfigurationEnactment) []string {
 	var out []string
 	for _, a := range e.Status.IPPool {
-		out = append(out, a.Allocated...)
+		out = append(out, a.Held()...)
 	}
 	return out
 }

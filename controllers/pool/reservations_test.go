@@ -77,7 +77,7 @@ func TestReservationsGatewayAndDNS(t *testing.T) {
 	Eventually(enactmentState("resv01.resv")).Should(HavePrefix("Available"))
 	// resv02 allocates itself: the handler follows the reservations too.
 	addNodeWith(t, dir, "resv02", "resv", func(nd *envtest.Node) {
-		nd.Tune = func(r *handler.Reconciler) { r.DeferToController = false }
+		nd.Tune = func(r *handler.Reconciler) { r.SelfAllocate = true }
 	})
 	labelled := newNode("resv03", "resv")
 	labelled.Labels["serial"] = "xyz"

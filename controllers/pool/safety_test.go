@@ -146,11 +146,16 @@ func TestResetWhileHolderStalled(t *testing.T) {
 
 	Expect(holder.Start(env)).To(Succeed())
 	Eventually(enactmentState("stall01.stall")).Should(HavePrefix("Available"))
-	Eventually(holder.Configured).WithArguments("eth1").Should(Equal("10.54.0.3/24"))
-	Eventually(bits).WithArguments("stall").Should(Equal([]string{"10.54.0.2", "10.54.0.3"}),
-		"freed once the holder's published state no longer carries it, long before the quarantine period")
 	Eventually(events("NodeIPPool", "stall")).Should(ContainElement(
-		"QuarantineLifted: Freed quarantined 10.54.0.1 (node stall01 showed it gone)"))
+		"QuarantineLifted: Freed quarantined 10.54.0.1 (node stall01 showed it gone)"),
+		"freed once the holder's published state no longer carries it, long before the quarantine period")
+	// The holder's new address: .3 if it was served before the old one
+	// came off, or .1 again, the lowest free, once it was off and freed.
+	Eventually(func() []string { return held("stall01.stall", "stall") }).Should(ConsistOf(BeElementOf("10.54.0.1", "10.54.0.3")))
+	now := held("stall01.stall", "stall")
+	Eventually(holder.Configured).WithArguments("eth1").Should(Equal(now[0] + "/24"))
+	Eventually(bits).WithArguments("stall").Should(ConsistOf("10.54.0.2", now[0]))
+	Expect(joiner.Configured("eth1")).To(Equal("10.54.0.2/24"))
 	assertIndexed("stall")
 }
 
@@ -229,7 +234,7 @@ func TestStalledAllocationIsRevoked(t *testing.T) {
 	stalled := addNodeWith(t, t.TempDir(), "revoke01", "revoke", func(nd *envtest.Node) {
 		resume = nd.Network.Stall()
 		// It takes the address itself, so that it stalls holding it.
-		nd.Tune = func(r *handler.Reconciler) { r.DeferToController = false }
+		nd.Tune = func(r *handler.Reconciler) { r.SelfAllocate = true }
 	})
 	t.Cleanup(resume)
 	Eventually(func() []ippoolv1.InFlightAddress { return poolStatus("revoke").InFlight }).Should(ContainElement(
@@ -375,7 +380,7 @@ func replaceNode(t *testing.T, pool, cidr, first string, selfAllocate bool) {
 	dir := t.TempDir()
 	node, other, enactment := pool+"01", pool+"02", pool+"01."+pool
 	tune := func(nd *envtest.Node) {
-		nd.Tune = func(r *handler.Reconciler) { r.DeferToController = !selfAllocate }
+		nd.Tune = func(r *handler.Reconciler) { r.SelfAllocate = selfAllocate }
 	}
 	leaving := addNodeWith(t, dir, node, pool, func(*envtest.Node) {})
 	Eventually(enactmentState(enactment)).Should(HavePrefix("Available"))

@@ -3,6 +3,7 @@ package pool
 import (
 	"cmp"
 	"context"
+	"net/netip"
 	"slices"
 	"time"
 
@@ -52,13 +53,19 @@ type request struct {
 // busyRequests returns the requests waiting on pool, oldest first. An
 // enactment's captures come from its policy in the cache; one whose
 // policy is gone or changed since it asked, or that already records an
-// address for every capture of the pool, asks nothing.
-func (r *Reconciler) busyRequests(ctx context.Context, pool string, enactments []nncev1beta1.NodeNetworkConfigurationEnactment) []*request {
+// address the range hands out for every capture of the pool, asks
+// nothing. A recorded address the range no longer hands out is replaced:
+// the record then leaves it releasing (record.Add).
+func (r *Reconciler) busyRequests(ctx context.Context, pool *ippoolv1.NodeIPPool, enactments []nncev1beta1.NodeNetworkConfigurationEnactment) []*request {
+	rng, err := poolstatus.Range(pool)
+	if err != nil {
+		return nil
+	}
 	var out []*request
 	policies := map[string]*policyCaptures{} // a thousand requests, one policy
 	for i := range enactments {
 		e := &enactments[i]
-		if !asks(e, pool) {
+		if !asks(e, pool.Name) {
 			continue
 		}
 		name := e.Labels[shared.EnactmentPolicyLabel]
@@ -71,8 +78,8 @@ func (r *Reconciler) busyRequests(ctx context.Context, pool string, enactments [
 			continue
 		}
 		rq := &request{enactment: e, generation: p.generation, all: p.captures.Refs}
-		for _, ref := range p.captures.RefsOf(pool) {
-			if _, ok := record.Of(e, ref); !ok {
+		for _, ref := range p.captures.RefsOf(pool.Name) {
+			if addr, ok := record.Of(e, ref); !ok || !handsOut(rng, addr.IP) {
 				rq.refs = append(rq.refs, ref)
 			}
 		}
@@ -84,6 +91,12 @@ func (r *Reconciler) busyRequests(ctx context.Context, pool string, enactments [
 		return cmp.Or(pendingSince(a.enactment).Compare(pendingSince(b.enactment).Time), cmp.Compare(a.enactment.Name, b.enactment.Name))
 	})
 	return out
+}
+
+// handsOut reports whether the range hands ip out.
+func handsOut(rng *ippool.Range, ip netip.Addr) bool {
+	_, err := rng.Assignable(ip)
+	return err == nil
 }
 
 // asks reports whether the enactment asks the controller for addresses
@@ -191,7 +204,7 @@ func (r *Reconciler) requestersLabels(ctx context.Context, pool *ippoolv1.NodeIP
 // all serves the oldest (and those with a reservation or a return); the
 // others wait and try again.
 func (r *Reconciler) serve(ctx context.Context, pool *ippoolv1.NodeIPPool, v view) error {
-	requests := r.busyRequests(ctx, pool.Name, v.enactments)
+	requests := r.busyRequests(ctx, pool, v.enactments)
 	if len(requests) == 0 {
 		return nil
 	}

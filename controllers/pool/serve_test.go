@@ -2,7 +2,6 @@ package pool_test
 
 import (
 	"fmt"
-	"net/netip"
 	"strings"
 	"testing"
 	"time"
@@ -12,17 +11,13 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
-	"k8s.io/utils/clock"
 
 	ippoolv1 "github.com/nmstate-ippool/nmstate-ippool/api/v1"
 	nncev1beta1 "github.com/nmstate-ippool/nmstate-ippool/api/v1beta1"
 	"github.com/nmstate-ippool/nmstate-ippool/controllers/handler"
 	"github.com/nmstate-ippool/nmstate-ippool/controllers/pool"
 	"github.com/nmstate-ippool/nmstate-ippool/internal/conditions"
-	"github.com/nmstate-ippool/nmstate-ippool/internal/poolstatus"
-	"github.com/nmstate-ippool/nmstate-ippool/internal/poolwrite"
 	"github.com/nmstate-ippool/nmstate-ippool/internal/record"
-	"github.com/nmstate-ippool/nmstate-ippool/pkg/ippool"
 	"github.com/nmstate-ippool/nmstate-ippool/test/envtest"
 )
 
@@ -126,61 +121,38 @@ func gathered(registry *prometheus.Registry, name string) float64 {
 	return sum
 }
 
-// TestWaitOutlastsABusyController: a handler whose enactment the pool
-// controller has not served within --failed-requeue keeps waiting while
-// the pool shows that addresses are being handed out (a young in-flight
-// entry: under load the controller serves in large batches); once nothing
-// has been handed out for that long (the controller is down), it takes
-// its address itself.
-func TestWaitOutlastsABusyController(t *testing.T) {
+// TestHandlerOnlyAsks: with no pool controller running, a handler never
+// writes the pool (its RBAC has no pool writes); its enactment waits,
+// Pending / IPPoolBusy, with a message that does not change from one look
+// to the next (a status write would change the token the controller
+// serves it under), and a Warning Event says, once --failed-requeue has
+// passed, to check that the pool controller runs. A controller that
+// starts serves it.
+func TestHandlerOnlyAsks(t *testing.T) {
 	RegisterTestingT(t)
-	createIdlePool(t, "outlast", "10.64.0.0/24")
-
-	// Another node's address, in flight for as long as the test keeps
-	// its entry young.
-	w := poolwrite.NewWriter(k, k, clock.RealClock{})
-	refresh := func() error {
-		_, err := w.Update(ctx, "outlast", func(p *ippoolv1.NodeIPPool, alloc *ippool.Allocator) (bool, error) {
-			_ = alloc.AllocateIP(netip.MustParseAddr("10.64.0.200"))
-			poolstatus.AddInFlight(p, ippoolv1.InFlightAddress{IP: "10.64.0.200", Enactment: "other.outlast", Token: "1",
-				Since: metav1.NewTime(time.Now().Truncate(time.Second))})
-			return true, nil
-		})
-		return err
-	}
-	Expect(refresh()).To(Succeed())
-	busy, done := make(chan struct{}), make(chan struct{})
-	go func() {
-		defer close(done)
-		for {
-			select {
-			case <-busy:
-				return
-			case <-time.After(300 * time.Millisecond):
-				_ = refresh()
-			}
-		}
-	}()
-	t.Cleanup(func() {
-		select {
-		case <-busy:
-		default:
-			close(busy)
-		}
-		<-done
+	createIdlePool(t, "asks", "10.64.0.0/24")
+	before := poolStatus("asks")
+	createPolicy(t, "asks", "asks", "asks")
+	addNodeWith(t, t.TempDir(), "asks01", "asks", func(nd *envtest.Node) {
+		nd.Tune = func(r *handler.Reconciler) { r.FailedRequeue = time.Second }
 	})
+	Eventually(enactmentState("asks01.asks")).Should(Equal(
+		`Pending: NodeIPPool "asks": the pool controller allocates for node asks01, with the other nodes that wait, in one pool write`))
+	Eventually(events("NodeNetworkConfigurationEnactment", "asks01.asks")).Should(ContainElement(And(
+		HavePrefix("NotServed: NodeIPPool asks: node asks01 has waited for the pool controller since "),
+		HaveSuffix("check that it runs (Deployment nmstate-ippool-pool-controller)"))))
+	var e nncev1beta1.NodeNetworkConfigurationEnactment
+	Expect(k.Get(ctx, types.NamespacedName{Name: "asks01.asks"}, &e)).To(Succeed())
+	Consistently(func() string {
+		var now nncev1beta1.NodeNetworkConfigurationEnactment
+		Expect(k.Get(ctx, types.NamespacedName{Name: "asks01.asks"}, &now)).To(Succeed())
+		return now.ResourceVersion
+	}, 3*time.Second).Should(Equal(e.ResourceVersion), "a waiting enactment is not written again")
+	after := poolStatus("asks")
+	Expect(after.AllocatedOffsets).To(Equal(before.AllocatedOffsets), "the handler wrote the pool")
+	Expect(after.InFlight).To(BeEmpty())
 
-	createPolicy(t, "outlast", "outlast", "outlast")
-	addNodeWith(t, t.TempDir(), "outlast01", "outlast", func(nd *envtest.Node) {
-		nd.Tune = func(r *handler.Reconciler) { r.FailedRequeue = 2 * time.Second }
-	})
-	Eventually(enactmentState("outlast01.outlast")).Should(HavePrefix("Pending"))
-	Consistently(func() []string { return held("outlast01.outlast", "outlast") }, 6*time.Second).Should(BeEmpty(),
-		"waited --failed-requeue three times over while another address was in flight")
-	Expect(enactmentState("outlast01.outlast")()).To(ContainSubstring("the pool controller allocates for node outlast01"))
-
-	close(busy)
-	<-done
-	Eventually(func() []string { return held("outlast01.outlast", "outlast") }, 15*time.Second).Should(HaveLen(1),
-		"allocated itself once nothing had been handed out for --failed-requeue")
+	startController(t, nil)
+	Eventually(enactmentState("asks01.asks")).Should(HavePrefix("Available"))
+	Expect(held("asks01.asks", "asks")).To(Equal([]string{"10.64.0.1"}))
 }

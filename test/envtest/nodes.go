@@ -54,6 +54,9 @@ type Node struct {
 	Network *CountingState
 	// Metrics, if set, counts the handler's pool writes.
 	Metrics *handler.Metrics
+	// SelfAllocate runs the handler with --self-allocate: it takes
+	// addresses from pools itself instead of asking the pool controller.
+	SelfAllocate bool
 	// Tune, if set, adjusts the handler before it starts.
 	Tune func(*handler.Reconciler)
 	// NoStateReporter, if set, runs the handler without the node's
@@ -135,6 +138,7 @@ func (n *Node) Start(e *Env) error {
 	r.Retry.Duration, r.Retry.Cap = 100*time.Millisecond, time.Second
 	r.Probes = probe.Set{Probes: []probe.Probe{probe.APIServer(mgr.GetAPIReader())},
 		Interval: 100 * time.Millisecond, Timeout: 3 * time.Second}
+	r.SelfAllocate = n.SelfAllocate
 	if n.Tune != nil {
 		n.Tune(r)
 	}
@@ -145,7 +149,6 @@ func (n *Node) Start(e *Env) error {
 		refreshes := nodestate.NewRefreshes()
 		r.NetworkLock = &sync.Mutex{}
 		r.StateChanged = func() { refreshes.Refresh(n.Name) }
-		r.Released = func() { refreshes.Release(n.Name) }
 		reporter := nodestate.New(mgr, n.Name, n.Network.Runner)
 		reporter.Refresh, reporter.NetworkLock, reporter.Settle = 500*time.Millisecond, r.NetworkLock, r.Settle
 		if err := reporter.SetupWithManager(mgr, refreshes, nodestate.SetupOptions{SkipNameValidation: true}); err != nil {

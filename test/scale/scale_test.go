@@ -187,7 +187,7 @@ func startPoolController(b *testing.B) (string, func()) {
 	// as an autoscaler removes the machine first: no departure hold, so
 	// that the figure measures the controller, not the hold.
 	cmd := exec.Command(suite.Command("pool-controller"), "--kubeconfig", kubeconfig, "--leader-elect=false",
-		"--metrics-bind-address", addr, "--health-probe-bind-address", "0", "--quarantine-period", "30s", "--departure-hold", "0",
+		"--metrics-bind-address", addr, "--metrics-secure=false", "--health-probe-bind-address", "0", "--quarantine-period", "30s", "--departure-hold", "0",
 		"--webhook-port", "0")
 	if log := os.Getenv("TEST_LOG"); log != "" {
 		f, err := os.Create(log + ".pool-controller")
@@ -234,7 +234,6 @@ func startHandler(b *testing.B, node string, metrics *handler.Metrics, c *counte
 	r.NetworkLock = &sync.Mutex{}
 	refreshes := nodestate.NewRefreshes()
 	r.StateChanged = func() { refreshes.Refresh(node) }
-	r.Released = func() { refreshes.Release(node) }
 	must(b, r.SetupWithManager(mgr, handler.SetupOptions{SkipNameValidation: true}))
 	reporter := nodestate.New(mgr, node, network)
 	reporter.NetworkLock, reporter.Settle = r.NetworkLock, r.Settle
