@@ -170,7 +170,7 @@ func TestInstallShape(t *testing.T) {
 		allowed           bool
 		whyNotOrWhyNeeded string
 	}{
-		{handler, "nodeippools/status", "update", true, "handlers allocate"},
+		{handler, "nodeippools/status", "update", false, "handlers only ask the pool controller; deploy/self-allocate grants it"},
 		{handler, "nodenetworkstates/status", "update", true, "handlers publish their node's state"},
 		{handler, "nodeippools", "update", false, "handlers never change a pool's spec or annotations"},
 		{handler, "nodes", "update", false, "handlers only read nodes"},

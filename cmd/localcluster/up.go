@@ -403,7 +403,7 @@ func (c *cluster) startControllerReplica(ctx context.Context, name string) error
 	p := &process{Binary: filepath.Join(c.Bin, "pool-controller"), Log: c.path("logs", name+".log"),
 		Health: "http://" + hostPort(health) + "/readyz", Metrics: "http://" + hostPort(metrics) + "/metrics", Args: []string{
 			"--kubeconfig=" + c.kubeconfig(), "--leader-election-namespace=default",
-			"--health-probe-bind-address=" + hostPort(health), "--metrics-bind-address=" + hostPort(metrics),
+			"--health-probe-bind-address=" + hostPort(health), "--metrics-bind-address=" + hostPort(metrics), "--metrics-secure=false", // on 127.0.0.1, for this host's user
 			"--gc-grace-period=" + c.GracePeriod, "--quarantine-period=" + c.QuarantinePeriod,
 			"--webhook-host=127.0.0.1", fmt.Sprintf("--webhook-port=%d", webhook),
 			"--webhook-cert-dir=" + pki{dir: c.path("pki")}.webhookCertDir(),

@@ -16,29 +16,30 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/healthz"
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
 	ctrlmetrics "sigs.k8s.io/controller-runtime/pkg/metrics"
-	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 	"sigs.k8s.io/controller-runtime/pkg/webhook"
 	"sigs.k8s.io/controller-runtime/pkg/webhook/admission"
 
 	"github.com/nmstate-ippool/nmstate-ippool/controllers/enactment"
 	"github.com/nmstate-ippool/nmstate-ippool/controllers/policy"
 	"github.com/nmstate-ippool/nmstate-ippool/controllers/pool"
+	"github.com/nmstate-ippool/nmstate-ippool/internal/metricsauth"
 	"github.com/nmstate-ippool/nmstate-ippool/internal/poolwebhook"
 	"github.com/nmstate-ippool/nmstate-ippool/internal/scheme"
 )
 
 type options struct {
-	metricsAddr, healthAddr, leaseNamespace string
-	leaderElection                          bool
-	gracePeriod, quarantinePeriod           time.Duration
-	departureHold                           time.Duration
-	webhookPort                             int
-	webhookHost, webhookCertDir             string
+	metrics                       metricsauth.Flags
+	healthAddr, leaseNamespace    string
+	leaderElection                bool
+	gracePeriod, quarantinePeriod time.Duration
+	departureHold                 time.Duration
+	webhookPort                   int
+	webhookHost, webhookCertDir   string
 }
 
 func main() {
 	var o options
-	flag.StringVar(&o.metricsAddr, "metrics-bind-address", ":8090", "address of the Prometheus metrics endpoint; 0 disables it")
+	o.metrics.Bind(flag.CommandLine, ":8090")
 	flag.StringVar(&o.healthAddr, "health-probe-bind-address", ":8082", "address of the /healthz and /readyz endpoints; 0 disables them")
 	flag.BoolVar(&o.leaderElection, "leader-elect", true, "elect a leader so that one replica is active")
 	flag.StringVar(&o.leaseNamespace, "leader-election-namespace", "", "namespace of the leader election lease (default: the pod's namespace)")
@@ -82,7 +83,7 @@ func run(o options) error {
 	mgr, err := ctrl.NewManager(cfg, ctrl.Options{
 		Scheme:                  s,
 		WebhookServer:           webhooks,
-		Metrics:                 metricsserver.Options{BindAddress: o.metricsAddr},
+		Metrics:                 o.metrics.Options(),
 		HealthProbeBindAddress:  o.healthAddr,
 		LeaderElection:          o.leaderElection,
 		LeaderElectionID:        "nmstate-ippool-pool-controller",
