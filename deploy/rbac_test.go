@@ -135,4 +135,3 @@ func readmeTable(t *testing.T) map[permission]bool {
 	}
 	return out
 }
-

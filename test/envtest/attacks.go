@@ -48,8 +48,19 @@ type Attack struct {
 // and NodeNetworkState, objects for nodes that do not exist, the pool's
 // status, resets).
 func Attacks(own string, v Victims) []Attack {
-	byPolicy := fmt.Sprintf("node %s's credentials", own)
-	byRBAC := fmt.Sprintf("is forbidden: User %q", HandlerUser)
+	return append(enactmentAttacks(own, v), stateAndPoolAttacks(own, v)...)
+}
+
+// refusals are the beginnings of the messages of a refusal by the
+// admission policy and by RBAC.
+func refusals(own string) (byPolicy, byRBAC string) {
+	return fmt.Sprintf("node %s's credentials", own), fmt.Sprintf("is forbidden: User %q", HandlerUser)
+}
+
+// enactmentAttacks are the attacks on another node's enactment, and on
+// enactments of nodes that do not exist.
+func enactmentAttacks(own string, v Victims) []Attack {
+	byPolicy, _ := refusals(own)
 	other := v.Enactment.Labels[shared.EnactmentNodeLabel]
 	ghost := enactmentOf("ghost", "p")
 	return []Attack{
@@ -103,6 +114,14 @@ func Attacks(own string, v Victims) []Attack {
 			e.Name = other + ".q"
 			return c.Create(ctx, e)
 		}, byPolicy + " may change only enactments named " + own + ".<policy>", nil},
+	}
+}
+
+// stateAndPoolAttacks are the attacks on another node's NodeNetworkState,
+// on states of nodes that do not exist, and on the pool and the policy.
+func stateAndPoolAttacks(own string, v Victims) []Attack {
+	byPolicy, byRBAC := refusals(own)
+	return []Attack{
 		{"forge another node's network state without its addresses", func(ctx context.Context, admin, c client.Client) error {
 			s, err := fresh(ctx, admin, v.State)
 			if err != nil {
@@ -158,7 +177,7 @@ func (a Attack) Try(ctx context.Context, admin, attacker client.Client) error {
 	case !apierrors.IsForbidden(err):
 		return fmt.Errorf("%s: refused with %w, want Forbidden", a.Name, err)
 	case !strings.Contains(err.Error(), a.Refusal):
-		return fmt.Errorf("%s: the refusal says\n  %v\nwant it to say\n  %s", a.Name, err, a.Refusal)
+		return fmt.Errorf("%s: the refusal says\n  %w\nwant it to say\n  %s", a.Name, err, a.Refusal)
 	}
 	if a.Target != nil {
 		t, err := fresh(ctx, admin, a.Target)
