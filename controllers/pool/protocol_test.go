@@ -55,8 +55,10 @@ func (w *recordWatch) intercept(pool string) interceptor.Funcs {
 			patch := client.RawPatch(types.MergePatchType, []byte(`{"metadata":{"annotations":{"example.com/touched":"yes"}}}`))
 			Expect(c.Patch(ctx, e.DeepCopy(), patch)).To(Succeed())
 		}
+		// From the API server: the controller's cache may not have seen
+		// the pool write that added the entry yet.
 		var p ippoolv1.NodeIPPool
-		Expect(c.Get(ctx, types.NamespacedName{Name: pool}, &p)).To(Succeed())
+		Expect(k.Get(ctx, types.NamespacedName{Name: pool}, &p)).To(Succeed())
 		underToken := slices.ContainsFunc(p.Status.InFlight, func(f ippoolv1.InFlightAddress) bool {
 			return f.Enactment == e.Name && f.Token == e.ResourceVersion
 		})
