@@ -348,3 +348,31 @@ func undoSimulator(t *testing.T, u *unstructured.Unstructured) *unstructured.Uns
 	unstructured.RemoveNestedField(raw, "spec", "template", "metadata", "creationTimestamp")
 	return &unstructured.Unstructured{Object: raw}
 }
+
+// TestSelfAllocateOverlay: deploy/self-allocate is deploy/default with
+// --self-allocate and the one permission it needs, bound to the handler;
+// deploy/default grants neither.
+func TestSelfAllocateOverlay(t *testing.T) {
+	for _, tt := range []struct {
+		dir  string
+		self bool
+	}{{"default", false}, {"self-allocate", true}} {
+		objs := render(t, tt.dir)
+		ds := typed[appsv1.DaemonSet](t, objs, "DaemonSet", "nmstate-ippool-handler")
+		if got := slices.Contains(ds.Spec.Template.Spec.Containers[0].Args, "--self-allocate"); got != tt.self {
+			t.Errorf("deploy/%s: the handler runs with --self-allocate: %v, want %v", tt.dir, got, tt.self)
+		}
+		granted := false
+		for _, o := range objs {
+			if o.GetKind() == "ClusterRoleBinding" && o.GetName() == "nmstate-ippool-handler-self-allocate" {
+				b := typed[rbacv1.ClusterRoleBinding](t, objs, "ClusterRoleBinding", o.GetName())
+				role := typed[rbacv1.ClusterRole](t, objs, "ClusterRole", b.RoleRef.Name)
+				granted = allows(role, "nodeippools/status", "update") && len(b.Subjects) == 1 &&
+					b.Subjects[0].Name == "nmstate-ippool-handler" && b.Subjects[0].Namespace == "nmstate-ippool"
+			}
+		}
+		if granted != tt.self {
+			t.Errorf("deploy/%s: the handler's service account may update pool status: %v, want %v", tt.dir, granted, tt.self)
+		}
+	}
+}

@@ -36,6 +36,7 @@ type options struct {
 	healthAddr     string
 	pendingRequeue time.Duration
 	failedRequeue  time.Duration
+	unserved       time.Duration
 	stateRefresh   time.Duration
 	selfAllocate   bool
 	probes         string
@@ -62,7 +63,9 @@ func main() {
 	flag.StringVar(&o.healthAddr, "health-probe-bind-address", ":8081", "address of the /healthz and /readyz endpoints; 0 disables them")
 	flag.DurationVar(&o.pendingRequeue, "pending-requeue", handler.DefaultPendingRequeue, "how often a Pending enactment is looked at again")
 	flag.DurationVar(&o.failedRequeue, "failed-requeue", handler.DefaultFailedRequeue,
-		"how long to wait before trying again after a failure (nmstatectl failed, pool exhausted); an enactment that waits longer for the pool controller says so in its message")
+		"how long to wait before trying again after a failure (nmstatectl failed, pool exhausted)")
+	flag.DurationVar(&o.unserved, "unserved-warning", handler.DefaultUnservedWarning,
+		"how long an enactment asks the pool controller for addresses before a Warning Event (NotServed) says the controller may not run")
 	flag.BoolVar(&o.selfAllocate, "self-allocate", false,
 		"take new addresses from pools directly, writing their status, as the specification describes (needs the RBAC of deploy/self-allocate); by default the handler never writes a pool and the pool controller allocates for every waiting node in one pool write")
 	flag.DurationVar(&o.stateRefresh, "state-refresh-period", nodestate.DefaultRefresh,
@@ -142,6 +145,9 @@ func (o options) validate() error {
 		return fmt.Errorf("--retries %d, --retry-initial-delay %s, --retry-max-delay %s: want retries >= 0 and 0 < initial delay <= max delay",
 			o.retries, o.retryInitial, o.retryMax)
 	}
+	if o.unserved <= 0 {
+		return fmt.Errorf("--unserved-warning %s: want a positive duration", o.unserved)
+	}
 	if o.probeTimeout <= 0 || o.applyTimeout <= 2*o.probeTimeout {
 		return fmt.Errorf("--apply-timeout %s must exceed twice --probe-timeout %s (probes run after the apply and again after a rollback), which must be positive",
 			o.applyTimeout, o.probeTimeout)
@@ -152,7 +158,7 @@ func (o options) validate() error {
 // handler returns the node's handler tuned by the flags.
 func (o options) handler(mgr ctrl.Manager, network nmstatectl.Runner, metrics *handler.Metrics) (*handler.Reconciler, error) {
 	r := handler.New(mgr, o.node, network, metrics)
-	r.PendingRequeue, r.FailedRequeue = o.pendingRequeue, o.failedRequeue
+	r.PendingRequeue, r.FailedRequeue, r.UnservedWarning = o.pendingRequeue, o.failedRequeue, o.unserved
 	r.Retry.Steps, r.Retry.Duration, r.Retry.Cap = o.retries, o.retryInitial, o.retryMax
 	var err error
 	if r.Probes.Probes, err = probe.Select(r.Probes.Probes, strings.Split(o.probes, ",")); err != nil {

@@ -176,7 +176,7 @@ func findLog(t *testing.T, logs, msg string) map[string]any {
 
 func TestFlagsValidate(t *testing.T) {
 	good := options{node: "node01", retries: 5, retryInitial: time.Second, retryMax: 30 * time.Second,
-		probeTimeout: 2 * time.Minute, applyTimeout: 8 * time.Minute}
+		probeTimeout: 2 * time.Minute, applyTimeout: 8 * time.Minute, unserved: 2 * time.Minute}
 	if err := good.validate(); err != nil {
 		t.Fatalf("the defaults: %v", err)
 	}
@@ -188,6 +188,7 @@ func TestFlagsValidate(t *testing.T) {
 		"negative retries":     {func(o *options) { o.retries = -1 }, "want retries >= 0"},
 		"max below initial":    {func(o *options) { o.retryMax = time.Millisecond }, "0 < initial delay <= max delay"},
 		"checkpoint too short": {func(o *options) { o.applyTimeout = 3 * time.Minute }, "--apply-timeout 3m0s must exceed twice --probe-timeout 2m0s"},
+		"no unserved warning":  {func(o *options) { o.unserved = 0 }, "--unserved-warning 0s: want a positive duration"},
 	} {
 		o := good
 		tt.change(&o)

@@ -233,13 +233,13 @@ func (r *Reconciler) askedMessage(pool string, plan *poolPlan) string {
 }
 
 // warnIfUnserved raises a Warning Event on an enactment that has asked the
-// pool controller for longer than FailedRequeue: the controller may be
+// pool controller for longer than UnservedWarning: the controller may be
 // down. The Event, not the condition, says so, so that the enactment is
 // not written while the controller may be serving it.
 func (r *Reconciler) warnIfUnserved(e *nncev1beta1.NodeNetworkConfigurationEnactment, pool string) {
 	c := e.Status.Conditions.Find(shared.NodeNetworkConfigurationEnactmentConditionPending)
 	if e.Status.WaitingForIPPool != pool || c == nil || c.Status != corev1.ConditionTrue || string(c.Reason) != ippoolv1.ReasonIPPoolBusy ||
-		r.Clock.Since(c.LastTransitionTime.Time) <= r.FailedRequeue {
+		r.Clock.Since(c.LastTransitionTime.Time) <= r.UnservedWarning {
 		return
 	}
 	p := &ippoolv1.NodeIPPool{ObjectMeta: metav1.ObjectMeta{Name: pool}}

@@ -79,6 +79,10 @@ type Reconciler struct {
 	// the bits of recorded addresses. Either way the pool controller takes
 	// back what the handler releases (status.ippool releasing).
 	SelfAllocate bool
+	// UnservedWarning is how long an enactment asks the pool controller
+	// for addresses before a Warning Event (NotServed) says the controller
+	// may not run.
+	UnservedWarning time.Duration
 	// PendingRequeue is how long to wait before looking again at an
 	// enactment that waits on a pool (not available, or new addresses wait
 	// for the pool controller's rebuild).

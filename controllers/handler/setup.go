@@ -28,6 +28,9 @@ import (
 const (
 	DefaultPendingRequeue = 10 * time.Second
 	DefaultFailedRequeue  = time.Minute
+	// DefaultUnservedWarning is how long an enactment waits for the pool
+	// controller before its handler raises a NotServed Warning.
+	DefaultUnservedWarning = 2 * time.Minute
 )
 
 // DefaultRetry is kubernetes-nmstate's: a failed generation is retried 5
@@ -52,18 +55,19 @@ func Probes(reader client.Reader, node string, show probe.Show) probe.Set {
 func New(mgr ctrl.Manager, node string, state NetworkState, metrics *Metrics) *Reconciler {
 	clk := clock.RealClock{}
 	return &Reconciler{
-		Client:         mgr.GetClient(),
-		APIReader:      mgr.GetAPIReader(),
-		NodeName:       node,
-		State:          state,
-		Recorder:       mgr.GetEventRecorder("nmstate-ippool-handler"),
-		Clock:          clk,
-		Pools:          writer(mgr, clk, metrics),
-		Metrics:        metrics,
-		PendingRequeue: DefaultPendingRequeue,
-		FailedRequeue:  DefaultFailedRequeue,
-		Retry:          DefaultRetry,
-		Probes:         Probes(mgr.GetAPIReader(), node, state.Show),
+		Client:          mgr.GetClient(),
+		APIReader:       mgr.GetAPIReader(),
+		NodeName:        node,
+		State:           state,
+		Recorder:        mgr.GetEventRecorder("nmstate-ippool-handler"),
+		Clock:           clk,
+		Pools:           writer(mgr, clk, metrics),
+		Metrics:         metrics,
+		PendingRequeue:  DefaultPendingRequeue,
+		FailedRequeue:   DefaultFailedRequeue,
+		UnservedWarning: DefaultUnservedWarning,
+		Retry:           DefaultRetry,
+		Probes:          Probes(mgr.GetAPIReader(), node, state.Show),
 	}
 }
 

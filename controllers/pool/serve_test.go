@@ -125,16 +125,16 @@ func gathered(registry *prometheus.Registry, name string) float64 {
 // writes the pool (its RBAC has no pool writes); its enactment waits,
 // Pending / IPPoolBusy, with a message that does not change from one look
 // to the next (a status write would change the token the controller
-// serves it under), and a Warning Event says, once --failed-requeue has
+// serves it under), and a Warning Event says, once --unserved-warning has
 // passed, to check that the pool controller runs. A controller that
 // starts serves it.
 func TestHandlerOnlyAsks(t *testing.T) {
 	RegisterTestingT(t)
-	createIdlePool(t, "asks", "10.64.0.0/24")
+	createIdlePool(t, "asks", "10.67.0.0/24")
 	before := poolStatus("asks")
 	createPolicy(t, "asks", "asks", "asks")
 	addNodeWith(t, t.TempDir(), "asks01", "asks", func(nd *envtest.Node) {
-		nd.Tune = func(r *handler.Reconciler) { r.FailedRequeue = time.Second }
+		nd.Tune = func(r *handler.Reconciler) { r.UnservedWarning = time.Second }
 	})
 	Eventually(enactmentState("asks01.asks")).Should(Equal(
 		`Pending: NodeIPPool "asks": the pool controller allocates for node asks01, with the other nodes that wait, in one pool write`))
@@ -154,5 +154,5 @@ func TestHandlerOnlyAsks(t *testing.T) {
 
 	startController(t, nil)
 	Eventually(enactmentState("asks01.asks")).Should(HavePrefix("Available"))
-	Expect(held("asks01.asks", "asks")).To(Equal([]string{"10.64.0.1"}))
+	Expect(held("asks01.asks", "asks")).To(Equal([]string{"10.67.0.1"}))
 }
