@@ -2,7 +2,6 @@ package pool_test
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"net/netip"
 	"os"
@@ -17,7 +16,6 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
-	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/utils/clock"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/client/interceptor"
@@ -80,7 +78,7 @@ func TestControllerRecordsUnderTheToken(t *testing.T) {
 	RegisterTestingT(t)
 	watch := &recordWatch{}
 	pc, err := env.StartPoolController(grace, nil, func(pc *envtest.PoolController) {
-		pc.Pools.Client = interceptor.NewClient(withWatch{pc.Pools.Client}, watch.intercept("token"))
+		pc.Pools.Client = interceptor.NewClient(envtest.WithoutWatch{Client: pc.Pools.Client}, watch.intercept("token"))
 	})
 	Expect(err).NotTo(HaveOccurred())
 	t.Cleanup(func() { _ = pc.Stop() })
@@ -97,14 +95,6 @@ func TestControllerRecordsUnderTheToken(t *testing.T) {
 	Expect(watch.bumped).To(BeTrue())
 	Expect(watch.records).To(ConsistOf("token01.token under its token: true"))
 	assertIndexed("token")
-}
-
-// withWatch lets the interceptor wrap a manager's client, which does not
-// watch; the controller never asks it to.
-type withWatch struct{ client.Client }
-
-func (withWatch) Watch(context.Context, client.ObjectList, ...client.ListOption) (watch.Interface, error) {
-	return nil, errors.New("not supported")
 }
 
 // skewed is a clock that runs behind the real one.
@@ -199,8 +189,8 @@ func TestFailedReturnStaysQuarantined(t *testing.T) {
 		return err
 	}}
 	pc, err := env.StartPoolController(grace, nil, func(pc *envtest.PoolController) {
-		pc.Pools.Client = interceptor.NewClient(withWatch{pc.Pools.Client}, watch.intercept("back"))
-		pc.Pools.Pools.Client = interceptor.NewClient(withWatch{pc.Pools.Pools.Client}, keptSet)
+		pc.Pools.Client = interceptor.NewClient(envtest.WithoutWatch{Client: pc.Pools.Client}, watch.intercept("back"))
+		pc.Pools.Pools.Client = interceptor.NewClient(envtest.WithoutWatch{Client: pc.Pools.Pools.Client}, keptSet)
 	})
 	Expect(err).NotTo(HaveOccurred())
 	t.Cleanup(func() { _ = pc.Stop() })

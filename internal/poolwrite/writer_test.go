@@ -2,7 +2,6 @@ package poolwrite_test
 
 import (
 	"context"
-	"errors"
 	"net/netip"
 	"os"
 	"sync/atomic"
@@ -12,7 +11,6 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
-	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/utils/clock"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/client/interceptor"
@@ -35,12 +33,8 @@ func TestMain(m *testing.M) {
 var ctx = context.Background()
 
 func newPool(name, cidr string) *ippoolv1.NodeIPPool {
-	p := &ippoolv1.NodeIPPool{ObjectMeta: metav1.ObjectMeta{Name: name}, Spec: ippoolv1.NodeIPPoolSpec{Range: ippoolv1.IPRange{CIDR: cidr}}}
-	Expect(k.Create(ctx, p)).To(Succeed())
-	_, err := poolwrite.NewWriter(k, k, clock.RealClock{}).Update(ctx, name,
-		func(*ippoolv1.NodeIPPool, *ippool.Allocator) (bool, error) { return true, nil }, poolwrite.Vouch(func(error) {}))
+	p, err := envtest.VouchedPool(ctx, k, name, cidr)
 	Expect(err).NotTo(HaveOccurred())
-	Expect(k.Get(ctx, client.ObjectKeyFromObject(p), p)).To(Succeed())
 	return p
 }
 
@@ -48,12 +42,6 @@ func getPool(name string) *ippoolv1.NodeIPPool {
 	var p ippoolv1.NodeIPPool
 	Expect(k.Get(ctx, types.NamespacedName{Name: name}, &p)).To(Succeed())
 	return &p
-}
-
-type withWatch struct{ client.Client }
-
-func (withWatch) Watch(context.Context, client.ObjectList, ...client.ListOption) (watch.Interface, error) {
-	return nil, errors.New("not supported")
 }
 
 // TestQuarantineFollowsARecreatedPool: a pool deleted and re-created
@@ -64,7 +52,7 @@ func TestQuarantineFollowsARecreatedPool(t *testing.T) {
 	RegisterTestingT(t)
 	old := newPool("recreated", "10.82.0.0/24")
 	var replaced atomic.Bool
-	reader := interceptor.NewClient(withWatch{k}, interceptor.Funcs{List: func(ctx context.Context, c client.WithWatch, list client.ObjectList,
+	reader := interceptor.NewClient(envtest.WithoutWatch{Client: k}, interceptor.Funcs{List: func(ctx context.Context, c client.WithWatch, list client.ObjectList,
 		opts ...client.ListOption) error {
 		err := c.List(ctx, list, opts...)
 		if _, ok := list.(*ippoolv1.NodeIPPoolList); ok && err == nil && !replaced.Swap(true) {

@@ -2,7 +2,6 @@ package retire_test
 
 import (
 	"context"
-	"errors"
 	"net/netip"
 	"os"
 	"sync/atomic"
@@ -13,7 +12,6 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
-	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/utils/clock"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/client/interceptor"
@@ -43,13 +41,9 @@ var ctx = context.Background()
 // vouch for.
 func availablePool(t *testing.T, name, cidr string) {
 	t.Helper()
-	p := &ippoolv1.NodeIPPool{ObjectMeta: metav1.ObjectMeta{Name: name}, Spec: ippoolv1.NodeIPPoolSpec{Range: ippoolv1.IPRange{CIDR: cidr}}}
-	Expect(k.Create(ctx, p)).To(Succeed())
-	t.Cleanup(func() { _ = k.Delete(ctx, p) })
-	w := poolwrite.NewWriter(k, k, clock.RealClock{})
-	_, err := w.Update(ctx, name, func(*ippoolv1.NodeIPPool, *ippool.Allocator) (bool, error) { return true, nil },
-		poolwrite.Vouch(func(error) {}))
+	p, err := envtest.VouchedPool(ctx, k, name, cidr)
 	Expect(err).NotTo(HaveOccurred())
+	t.Cleanup(func() { _ = k.Delete(ctx, p) })
 }
 
 // holding creates a node's enactment that records ip of pool for the
@@ -82,7 +76,7 @@ func holding(t *testing.T, node, pool, ip string) *nncev1beta1.NodeNetworkConfig
 // failingPools is a writer whose pool status writes fail while fail is
 // set, as when the API server refuses them or the process dies first.
 func failingPools(fail *atomic.Bool) *poolwrite.Writer {
-	c := interceptor.NewClient(withWatch{k}, interceptor.Funcs{SubResourceUpdate: func(ctx context.Context, c client.Client, sub string,
+	c := interceptor.NewClient(envtest.WithoutWatch{Client: k}, interceptor.Funcs{SubResourceUpdate: func(ctx context.Context, c client.Client, sub string,
 		obj client.Object, opts ...client.SubResourceUpdateOption) error {
 		if _, ok := obj.(*ippoolv1.NodeIPPool); ok && fail.Load() {
 			return apierrors.NewServiceUnavailable("the API server is going away")
@@ -90,12 +84,6 @@ func failingPools(fail *atomic.Bool) *poolwrite.Writer {
 		return c.SubResource(sub).Update(ctx, obj, opts...)
 	}})
 	return poolwrite.NewWriter(k, c, clock.RealClock{})
-}
-
-type withWatch struct{ client.Client }
-
-func (withWatch) Watch(context.Context, client.ObjectList, ...client.ListOption) (watch.Interface, error) {
-	return nil, errors.New("not supported")
 }
 
 func quarantineOf(pool, ip string) *ippoolv1.QuarantinedAddress {

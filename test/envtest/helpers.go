@@ -1,0 +1,40 @@
+package envtest
+
+import (
+	"context"
+	"errors"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/watch"
+	"k8s.io/utils/clock"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	ippoolv1 "github.com/nmstate-ippool/nmstate-ippool/api/v1"
+	"github.com/nmstate-ippool/nmstate-ippool/internal/poolwrite"
+	"github.com/nmstate-ippool/nmstate-ippool/pkg/ippool"
+)
+
+// WithoutWatch lets an interceptor wrap a client that does not watch (a
+// manager's, or one of client.New): its Watch fails, and the code under
+// test never calls it.
+type WithoutWatch struct{ client.Client }
+
+// Watch is not supported.
+func (WithoutWatch) Watch(context.Context, client.ObjectList, ...client.ListOption) (watch.Interface, error) {
+	return nil, errors.New("not supported")
+}
+
+// VouchedPool creates a pool of cidr whose status carries the stamp the
+// pool controller writes after a rebuild, and returns it as stored.
+func VouchedPool(ctx context.Context, c client.Client, name, cidr string) (*ippoolv1.NodeIPPool, error) {
+	p := &ippoolv1.NodeIPPool{ObjectMeta: metav1.ObjectMeta{Name: name}, Spec: ippoolv1.NodeIPPoolSpec{Range: ippoolv1.IPRange{CIDR: cidr}}}
+	if err := c.Create(ctx, p); err != nil {
+		return nil, err
+	}
+	_, err := poolwrite.NewWriter(c, c, clock.RealClock{}).Update(ctx, name,
+		func(*ippoolv1.NodeIPPool, *ippool.Allocator) (bool, error) { return true, nil }, poolwrite.Vouch(func(error) {}))
+	if err != nil {
+		return nil, err
+	}
+	return p, c.Get(ctx, client.ObjectKeyFromObject(p), p)
+}
