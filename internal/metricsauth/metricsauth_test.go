@@ -2,10 +2,8 @@ package metricsauth_test
 
 import (
 	"context"
-	"crypto/tls"
 	"flag"
 	"fmt"
-	"io"
 	"net"
 	"net/http"
 	"os"
@@ -95,23 +93,11 @@ func TestSecureMetrics(t *testing.T) {
 // listen, and returns the status code and body.
 func scrape(t *testing.T, url, token string) (int, string) {
 	t.Helper()
-	c := &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{
-		// The endpoint's certificate is self-signed: what is tested here is
-		// who may read, not who serves.
-		TLSClientConfig: &tls.Config{InsecureSkipVerify: true}, //nolint:gosec // see above
-	}}
 	deadline := time.Now().Add(time.Minute)
 	for {
-		req, err := http.NewRequest(http.MethodGet, url, nil)
-		must(t, err)
-		if token != "" {
-			req.Header.Set("Authorization", "Bearer "+token)
-		}
-		resp, err := c.Do(req)
+		code, body, err := envtest.Scrape(context.Background(), url, token)
 		if err == nil {
-			body, _ := io.ReadAll(resp.Body)
-			_ = resp.Body.Close()
-			return resp.StatusCode, string(body)
+			return code, body
 		}
 		if time.Now().After(deadline) {
 			t.Fatalf("the metrics endpoint does not answer: %v", err)

@@ -2,7 +2,11 @@ package envtest
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
+	"io"
+	"net/http"
+	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/watch"
@@ -37,4 +41,28 @@ func VouchedPool(ctx context.Context, c client.Client, name, cidr string) (*ippo
 		return nil, err
 	}
 	return p, c.Get(ctx, client.ObjectKeyFromObject(p), p)
+}
+
+// Scrape gets a metrics endpoint over HTTPS with token (none if empty) and
+// returns the status code and the body. The components' endpoints serve a
+// certificate they sign themselves at start, which no test can know: what
+// a scrape checks is who may read, not who serves.
+func Scrape(ctx context.Context, url, token string) (int, string, error) {
+	c := &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{
+		TLSClientConfig: &tls.Config{InsecureSkipVerify: true}, //nolint:gosec // see above
+	}}
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+	if err != nil {
+		return 0, "", err
+	}
+	if token != "" {
+		req.Header.Set("Authorization", "Bearer "+token)
+	}
+	resp, err := c.Do(req)
+	if err != nil {
+		return 0, "", err
+	}
+	defer func() { _ = resp.Body.Close() }()
+	body, err := io.ReadAll(resp.Body)
+	return resp.StatusCode, string(body), err
 }

@@ -12,7 +12,6 @@ package realnodes
 import (
 	"bytes"
 	"context"
-	"crypto/tls"
 	"fmt"
 	"net/http"
 	"os"
@@ -29,15 +28,11 @@ import (
 	. "github.com/onsi/ginkgo/v2"
 	. "github.com/onsi/gomega"
 	appsv1 "k8s.io/api/apps/v1"
-	authenticationv1 "k8s.io/api/authentication/v1"
 	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
-	rbacv1 "k8s.io/api/rbac/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
-	"k8s.io/client-go/rest"
-	"k8s.io/client-go/tools/clientcmd"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/yaml"
@@ -464,58 +459,4 @@ func poolAddresses() []string {
 	ips, err := envtest.PoolAddresses(ctx, k, pool)
 	Expect(err).NotTo(HaveOccurred())
 	return ips
-}
-
-// kubeletToken returns the service-account token the kubelet of node
-// mounted into its handler pod: bound to the pod, with the node's name in
-// its node claim.
-func kubeletToken(node string) string {
-	p := handlerPod(node)
-	Expect(p).NotTo(BeNil())
-	files, err := filepath.Glob(filepath.Join(dir, "real", node, "kubelet", "pods", string(p.UID), "volumes", "kubernetes.io~projected", "*", "token"))
-	Expect(err).NotTo(HaveOccurred())
-	Expect(files).To(HaveLen(1), "the projected token of %s's handler pod", node)
-	raw, err := os.ReadFile(files[0])
-	Expect(err).NotTo(HaveOccurred())
-	return strings.TrimSpace(string(raw))
-}
-
-// localConfig returns the admin's configuration of the suite's cluster.
-func localConfig() *rest.Config {
-	cfg, err := clientcmd.BuildConfigFromFlags("", filepath.Join(dir, "kubeconfig"))
-	Expect(err).NotTo(HaveOccurred())
-	return cfg
-}
-
-// scraperToken returns a token of a service account bound to the
-// metrics-reader ClusterRole of the install.
-func scraperToken() string {
-	sa := &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: "scraper", Namespace: "default"}}
-	Expect(client.IgnoreAlreadyExists(k.Create(ctx, sa))).To(Succeed())
-	binding := &rbacv1.ClusterRoleBinding{ObjectMeta: metav1.ObjectMeta{Name: "scraper"},
-		RoleRef:  rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: "nmstate-ippool-metrics-reader"},
-		Subjects: []rbacv1.Subject{{Kind: "ServiceAccount", Name: sa.Name, Namespace: sa.Namespace}}}
-	Expect(client.IgnoreAlreadyExists(k.Create(ctx, binding))).To(Succeed())
-	tr := &authenticationv1.TokenRequest{}
-	Expect(k.SubResource("token").Create(ctx, sa, tr)).To(Succeed())
-	return tr.Status.Token
-}
-
-// scrape gets a metrics endpoint with token (none if empty) and returns
-// the status code, or 0 if it does not answer. The endpoint's
-// certificate is self-signed: what is checked is who may read.
-func scrape(url, token string) int {
-	c := &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{
-		TLSClientConfig: &tls.Config{InsecureSkipVerify: true}}} //nolint:gosec // see above
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
-	Expect(err).NotTo(HaveOccurred())
-	if token != "" {
-		req.Header.Set("Authorization", "Bearer "+token)
-	}
-	resp, err := c.Do(req)
-	if err != nil {
-		return 0
-	}
-	_ = resp.Body.Close()
-	return resp.StatusCode
 }
