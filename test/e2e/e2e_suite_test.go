@@ -44,7 +44,7 @@ func TestE2E(t *testing.T) {
 // digests are the failed specs' digests, for TestE2E to print last.
 var digests envtest.SpecDigests
 
-var _ = ReportAfterEach(func(r SpecReport) { digests.Add(r) })
+var _ = ReportAfterSuite("digests", func(r Report) { digests.Collect(r) })
 
 // grace is the pool controller's garbage collection grace period in the
 // local cluster.

@@ -17,13 +17,26 @@ const FailureLines = 16
 // the first lines of its failure.
 type SpecDigests struct{ failures []string }
 
-// Add records a spec's report if it failed; call it from ReportAfterEach.
-func (d *SpecDigests) Add(r ginkgo.SpecReport) {
+// Collect records the failed specs of a suite's report, the suite's own
+// nodes among them (a failed BeforeSuite skips every spec, and its message
+// is the only one that says why); call it from ReportAfterSuite.
+func (d *SpecDigests) Collect(r ginkgo.Report) {
+	for _, s := range r.SpecReports {
+		d.add(s)
+	}
+}
+
+// add records a spec's report if it failed.
+func (d *SpecDigests) add(r ginkgo.SpecReport) {
 	if !r.Failed() {
 		return
 	}
+	name := r.LeafNodeText
+	if name == "" {
+		name = "[" + r.LeafNodeType.String() + "]"
+	}
 	msg := strings.Split(strings.TrimSpace(r.Failure.Message), "\n")
-	d.failures = append(d.failures, fmt.Sprintf("- %s (%s)\n  %s", r.LeafNodeText, r.Failure.Location,
+	d.failures = append(d.failures, fmt.Sprintf("- %s (%s)\n  %s", name, r.Failure.Location,
 		strings.Join(msg[:min(len(msg), FailureLines)], "\n  ")))
 }
 

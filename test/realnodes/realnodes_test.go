@@ -58,7 +58,7 @@ func TestRealNodes(t *testing.T) {
 // digests are the failed specs' digests, for TestRealNodes to print last.
 var digests envtest.SpecDigests
 
-var _ = ReportAfterEach(func(r SpecReport) { digests.Add(r) })
+var _ = ReportAfterSuite("digests", func(r Report) { digests.Collect(r) })
 
 const (
 	namespace = "nmstate-ippool"
