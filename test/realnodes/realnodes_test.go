@@ -271,8 +271,16 @@ func localcluster(args ...string) string {
 	start := time.Now()
 	err := cmd.Run()
 	GinkgoWriter.Printf("localcluster %v (%.0fs):\n%s\n", args, time.Since(start).Seconds(), out.String())
-	Expect(err).NotTo(HaveOccurred(), "localcluster %v:\n%s", args, out.String())
+	// The digest keeps a failure's first lines: the end of the output,
+	// where the command says why it failed, goes first.
+	Expect(err).NotTo(HaveOccurred(), "localcluster %v failed; the end of its output:\n%s", args, lastLines(out.String(), 12))
 	return out.String()
+}
+
+// lastLines returns the last n lines of s.
+func lastLines(s string, n int) string {
+	lines := strings.Split(strings.TrimRight(s, "\n"), "\n")
+	return strings.Join(lines[max(0, len(lines)-n):], "\n")
 }
 
 // kubectl runs the repository's kubectl on the cluster and returns what
