@@ -192,6 +192,16 @@ const (
 	// those kept for deleted nodes' return (status.keptForReturn), and gave
 	// the enactment the one kept longest; that node no longer gets it back.
 	ReasonAddressReclaimed = "AddressReclaimed"
+	// ReasonAddressAdopted (enactment, Normal): a capture's first address
+	// is one its node already carried on the interface the policy's
+	// template puts it on (a per-node policy's static address, say): the
+	// pool gave it that address, so the node's network does not change.
+	ReasonAddressAdopted = "AddressAdopted"
+	// ReasonAddressNotAdopted (enactment, Warning): the node carries an
+	// address on that interface that the pool cannot give it (excluded,
+	// outside the range, reserved, held or carried by another node); the
+	// capture gets another address, which replaces it at the next apply.
+	ReasonAddressNotAdopted = "AddressNotAdopted"
 	// ReasonAddressReleased (pool): a node's handler took a released
 	// address off the interface it was applied to.
 	ReasonAddressReleased = "AddressReleased"

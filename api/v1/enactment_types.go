@@ -25,6 +25,14 @@ type PoolAllocation struct {
 	// +optional
 	// +listType=set
 	Releasing []string `json:"releasing,omitempty"`
+	// NotAdopted tells of the addresses the node carried, on the
+	// interfaces the policy puts its captures on, when this pool first
+	// served them, that the pool could not give it (excluded, outside the
+	// range, held, reserved or carried by another node), and why: the
+	// pool's addresses replaced them. An address the node carried and the
+	// pool could give it is adopted instead, and the node keeps it.
+	// +optional
+	NotAdopted []string `json:"notAdopted,omitempty"`
 }
 
 // Held returns every address the allocation claims: the allocated ones,

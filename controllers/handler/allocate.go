@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"maps"
+	"net/netip"
 	"slices"
 	"time"
 
@@ -24,6 +25,7 @@ import (
 	"github.com/nmstate-ippool/nmstate-ippool/internal/record"
 	"github.com/nmstate-ippool/nmstate-ippool/pkg/capture"
 	"github.com/nmstate-ippool/nmstate-ippool/pkg/ippool"
+	"github.com/nmstate-ippool/nmstate-ippool/pkg/nmstatectl"
 )
 
 // allocation is the result of serving a policy's ippool captures.
@@ -259,6 +261,13 @@ func (r *Reconciler) planWrite(ctx context.Context, policy *nmstatev1.NodeNetwor
 	if !plan.needsWrite() {
 		return plan, nil
 	}
+	if len(plan.fresh) > 0 {
+		// A template that reads what the pool does not set can never
+		// render: it takes no address while it waits to be fixed.
+		if o := r.templateBlocked(policy, pool, alloc.Range(), refs); o != nil {
+			return nil, o
+		}
+	}
 	if ok, why := poolAvailable(pool); !ok {
 		if len(plan.fresh) == 0 {
 			plan.unsetBits = nil
@@ -278,6 +287,21 @@ func (r *Reconciler) planWrite(ctx context.Context, policy *nmstatev1.NodeNetwor
 	return plan, nil
 }
 
+// templateBlocked returns the Failing outcome of a policy whose template
+// reads a field (gateway, DNS) that the captures refs of pool do not give,
+// or nil. It is looked at again after FailedRequeue: the pool may have been
+// fixed meanwhile.
+func (r *Reconciler) templateBlocked(policy *nmstatev1.NodeNetworkConfigurationPolicy, pool *ippoolv1.NodeIPPool,
+	rng *ippool.Range, refs []capture.Ref) *outcome {
+	err := capture.Missing(capture.Needs(policy.Spec.DesiredState.Raw, refs), pool.Name, poolstatus.Address(pool, rng, rng.Start()))
+	if err == nil {
+		return nil
+	}
+	o := failing(ippoolv1.ReasonInvalidCapture, err.Error())
+	o.requeueAfter = r.FailedRequeue
+	return &o
+}
+
 // claimant describes this node's enactment of policy to the chooser, with
 // the node's labels read from the cache now, before any pool write's
 // mutation runs: a reservation may select nodes by label.
@@ -287,8 +311,62 @@ func (r *Reconciler) claimant(ctx context.Context, policy *nmstatev1.NodeNetwork
 	if n, err := r.node(ctx, r.Client); err == nil {
 		labels = n.Labels
 	}
-	return assign.Claimant{Enactment: e.Name, Node: r.NodeName, Policy: policy.Name,
+	cl := assign.Claimant{Enactment: e.Name, Node: r.NodeName, Policy: policy.Name,
 		Labels: func() map[string]string { return labels }}
+	if r.SelfAllocate {
+		r.withCarried(ctx, &cl, policy, e)
+	}
+	return cl
+}
+
+// withCarried tells the chooser what this node carries on the interfaces
+// the policy's template puts each capture's address on, for a capture
+// that never had an address (adoption), and, when the node carries any
+// such address, which other nodes carry what (from their
+// NodeNetworkStates): a free address is adopted only if no other node
+// carries it. A state that cannot be read adopts nothing.
+func (r *Reconciler) withCarried(ctx context.Context, cl *assign.Claimant, policy *nmstatev1.NodeNetworkConfigurationPolicy,
+	e *nncev1beta1.NodeNetworkConfigurationEnactment) {
+	current, err := r.State.Show(ctx)
+	if err != nil {
+		return
+	}
+	carried := nmstatectl.Carriers(current)
+	candidates := func(captureName string) []assign.Carried {
+		if _, had := e.Status.CapturedStates[captureName]; had {
+			return nil
+		}
+		ifaces := capture.Interfaces(policy.Spec.DesiredState.Raw, captureName)
+		var out []assign.Carried
+		for ip, iface := range carried {
+			if slices.Contains(ifaces, iface) {
+				out = append(out, assign.Carried{IP: ip, Interface: iface})
+			}
+		}
+		return out
+	}
+	found := false
+	for name := range policy.Spec.Capture {
+		found = found || len(candidates(name)) > 0
+	}
+	if !found {
+		return
+	}
+	cl.Carried = candidates
+	var states nncev1beta1.NodeNetworkStateList
+	if err := r.APIReader.List(ctx, &states); err != nil {
+		return
+	}
+	others := map[netip.Addr]string{}
+	for _, nns := range states.Items {
+		if nns.Name == r.NodeName {
+			continue
+		}
+		for ip := range nmstatectl.Carriers(nns.Status.CurrentState.Raw) {
+			others[ip] = nns.Name
+		}
+	}
+	cl.CarriedElsewhere = func(ip netip.Addr) string { return others[ip] }
 }
 
 // poolOutcome turns a failed pool read into the enactment's outcome, or

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"maps"
 	"slices"
+	"strings"
 
 	"github.com/nmstate/kubernetes-nmstate/api/shared"
 	nmstatev1 "github.com/nmstate/kubernetes-nmstate/api/v1"
@@ -108,7 +109,20 @@ func (r *Reconciler) applyGranted(ctx context.Context, name string) (ctrl.Result
 			fmt.Sprintf("error reconciling NodeNetworkConfigurationPolicy on node %s: %v", r.NodeName, applyErr)))
 	}
 	ctrl.LoggerFrom(ctx).Info("applied desired state", "ippool", s.enactment.Status.IPPool)
-	return r.conclude(ctx, s, available("successfully reconciled"))
+	return r.conclude(ctx, s, available(appliedMessage(s.enactment)))
+}
+
+// appliedMessage is the Available message of an applied enactment:
+// kubernetes-nmstate's, and, for each pool that could not adopt what the
+// node carried, which addresses the pool's replaced and why.
+func appliedMessage(e *nncev1beta1.NodeNetworkConfigurationEnactment) string {
+	msg := "successfully reconciled"
+	for _, pool := range slices.Sorted(maps.Keys(e.Status.IPPool)) {
+		if n := e.Status.IPPool[pool].NotAdopted; len(n) > 0 {
+			msg += fmt.Sprintf("; NodeIPPool %s could not adopt what the node carried: %s; its address replaced it", pool, strings.Join(n, "; "))
+		}
+	}
+	return msg
 }
 
 // applyProbed applies desired as kubernetes-nmstate does: it rolls back a

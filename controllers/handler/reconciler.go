@@ -173,7 +173,7 @@ func (r *Reconciler) fetch(ctx context.Context, reader client.Reader, name strin
 		return nil, fmt.Errorf("get policy %q: %w", name, err)
 	default:
 		s.policy = &p
-		s.captures, s.captureErr = capture.Parse(p.Spec.Capture)
+		s.captures, s.captureErr = capture.ParsePolicy(p.Spec.Capture, p.Spec.DesiredState.Raw)
 	}
 	var e nncev1beta1.NodeNetworkConfigurationEnactment
 	key := shared.EnactmentKey(r.NodeName, name)
@@ -295,12 +295,22 @@ func (r *Reconciler) enact(ctx context.Context, name string) (ctrl.Result, error
 	rendered, err := r.render(ctx, s, alloc.addresses)
 	if err != nil {
 		writeRecord(s.enactment, s.captures, alloc.addresses, addressStates(alloc.addresses), r.meta())
-		return r.concludeRecorded(ctx, s, alloc, r.configureFailed(s, err.Error()))
+		o := r.configureFailed(s, err.Error())
+		if errors.Is(err, capture.ErrTemplate) {
+			// No retry renders it: it waits for the policy or the pool to
+			// change, and looks again after FailedRequeue.
+			o = failing(ippoolv1.ReasonInvalidCapture, err.Error())
+			o.requeueAfter = r.FailedRequeue
+		}
+		return r.concludeRecorded(ctx, s, alloc, o)
 	}
 	if alreadyApplied(s.enactment, s.policy, rendered, s.captures, alloc.addresses) {
 		return ctrl.Result{}, nil
 	}
 	writeRecord(s.enactment, s.captures, alloc.addresses, rendered.CapturedStates, r.meta())
+	for pool, n := range alloc.notes {
+		record.NoteNotAdopted(s.enactment, pool, n.NotAdopted)
+	}
 	s.enactment.Status.DesiredState = shared.NewState(string(rendered.DesiredState))
 	s.enactment.Status.Slot = &nncev1beta1.ApplySlot{Requested: metav1.NewMicroTime(r.Clock.Now().Truncate(time.Microsecond))}
 	return r.concludeRecorded(ctx, s, alloc, progressing(record.WaitingForSlot+movedNote(alloc.moved)))
@@ -323,7 +333,7 @@ func (r *Reconciler) reportNotes(e *nncev1beta1.NodeNetworkConfigurationEnactmen
 		p := &ippoolv1.NodeIPPool{}
 		p.Name = pool
 		for _, n := range notes[pool].Events(pool) {
-			r.Recorder.Eventf(e, p, corev1.EventTypeNormal, n.Reason, "Allocate", "%s", n.Message)
+			r.Recorder.Eventf(e, p, n.Type(), n.Reason, "Allocate", "%s", n.Message)
 		}
 	}
 }

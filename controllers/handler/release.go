@@ -88,7 +88,8 @@ type release struct {
 }
 
 // releasedFrom maps the addresses pools hold released from this node
-// (quarantined or kept for its return) to their pool.
+// (quarantined from one of its enactments, or kept for its return) to
+// their pool.
 func (r *Reconciler) releasedFrom(pools []ippoolv1.NodeIPPool) map[netip.Addr]release {
 	out := map[netip.Addr]release{}
 	add := func(pool, node, s string, free bool) {
@@ -98,6 +99,13 @@ func (r *Reconciler) releasedFrom(pools []ippoolv1.NodeIPPool) map[netip.Addr]re
 	}
 	for _, p := range pools {
 		for _, q := range p.Status.Quarantined {
+			if q.Enactment == "" {
+				// Found on the node, recorded by no enactment (a per-node
+				// policy's static address, say): not released by any
+				// record, so not taken off; the pool holds it for the
+				// node, whose pooled capture may adopt it.
+				continue
+			}
 			add(p.Name, q.Node, q.IP, false)
 		}
 		for _, k := range p.Status.KeptForReturn {

@@ -21,6 +21,29 @@ type nicSampler struct {
 	nodes      []*envtest.Node
 	duplicates []string
 	samples    int
+	// keep maps a node to an address it must carry in every sample, and
+	// without lists the samples in which one did not.
+	keep    map[string]netip.Addr
+	without []string
+}
+
+// mustKeep makes every later sample check that the node carries ip.
+func (s *nicSampler) mustKeep(node string, ip netip.Addr) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.keep == nil {
+		s.keep = map[string]netip.Addr{}
+	}
+	s.keep[node] = ip
+}
+
+// withoutAddress returns the samples, so far, in which a node did not carry
+// the address it must keep, after at least one more sample.
+func (s *nicSampler) withoutAddress() []string {
+	s.sample()
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return slices.Clone(s.without)
 }
 
 // sampleNICs samples the networks of nodes, and of those watch adds, until
@@ -54,11 +77,13 @@ func (s *nicSampler) sample() {
 	nodes := slices.Clone(s.nodes)
 	s.mu.Unlock()
 	holders := map[netip.Addr][]string{}
+	shown := map[string]bool{}
 	for _, nd := range nodes {
 		raw, err := nd.Network.Runner.Show(context.Background())
 		if err != nil {
 			continue
 		}
+		shown[nd.Name] = true
 		for ip := range nmstatectl.Carriers(raw) {
 			holders[ip] = append(holders[ip], nd.Name)
 		}
@@ -66,6 +91,11 @@ func (s *nicSampler) sample() {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.samples++
+	for node, ip := range s.keep {
+		if shown[node] && !slices.Contains(holders[ip], node) {
+			s.without = append(s.without, fmt.Sprintf("sample %d: node %s without %s", s.samples, node, ip))
+		}
+	}
 	for ip, on := range holders {
 		if len(on) > 1 {
 			sort.Strings(on)

@@ -10,7 +10,6 @@ import (
 	"github.com/nmstate/kubernetes-nmstate/api/shared"
 	nmstatev1 "github.com/nmstate/kubernetes-nmstate/api/v1"
 	"golang.org/x/sync/errgroup"
-	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
@@ -45,8 +44,11 @@ type request struct {
 	all        []capture.Ref
 	refs       []capture.Ref
 	addresses  []capture.Address
-	// notes describe the addresses that came back, or were kept for
-	// another node's return.
+	// ifaces are, by capture, the interfaces the policy's template puts
+	// its address on (capture.Interfaces).
+	ifaces map[string][]string
+	// notes describe the addresses that came back, were kept for another
+	// node's return, or were adopted.
 	notes assign.Notes
 }
 
@@ -74,10 +76,10 @@ func (r *Reconciler) busyRequests(ctx context.Context, pool *ippoolv1.NodeIPPool
 			p = r.policyCaptures(ctx, name)
 			policies[name] = p
 		}
-		if p == nil || (!record.Requesting(e) && p.generation != e.Status.PolicyGeneration) {
+		if p == nil || (!record.Requesting(e) && p.generation != e.Status.PolicyGeneration) || p.unrenderable(pool, rng) {
 			continue
 		}
-		rq := &request{enactment: e, generation: p.generation, all: p.captures.Refs}
+		rq := &request{enactment: e, generation: p.generation, all: p.captures.Refs, ifaces: p.ifaces}
 		for _, ref := range p.captures.RefsOf(pool.Name) {
 			if addr, ok := record.Of(e, ref); !ok || !handsOut(rng, addr.IP) {
 				rq.refs = append(rq.refs, ref)
@@ -110,10 +112,26 @@ func asks(e *nncev1beta1.NodeNetworkConfigurationEnactment, pool string) bool {
 
 // pendingSince returns since when the enactment asks: its creation for a
 // new enactment's request.
-// policyCaptures are a policy's generation and parsed captures.
+// policyCaptures are a policy's generation and parsed captures, with the
+// optional fields its template reads from them (capture.Needs).
 type policyCaptures struct {
 	generation int64
 	captures   capture.Captures
+	needs      map[string][]string
+	ifaces     map[string][]string
+}
+
+// unrenderable reports whether the template reads a field that the
+// policy's captures of pool do not give (a gateway the pool does not set):
+// the policy takes no address until it is fixed, and its handler says why.
+func (p *policyCaptures) unrenderable(pool *ippoolv1.NodeIPPool, rng *ippool.Range) bool {
+	needs := map[string][]string{}
+	for _, ref := range p.captures.RefsOf(pool.Name) {
+		if f := p.needs[ref.Capture]; len(f) > 0 {
+			needs[ref.Capture] = f
+		}
+	}
+	return len(needs) > 0 && capture.Missing(needs, pool.Name, poolstatus.Address(pool, rng, rng.Start())) != nil
 }
 
 // policyCaptures reads a policy from the cache and parses its captures;
@@ -123,11 +141,16 @@ func (r *Reconciler) policyCaptures(ctx context.Context, name string) *policyCap
 	if r.Client.Get(ctx, types.NamespacedName{Name: name}, &p) != nil {
 		return nil
 	}
-	captures, err := capture.Parse(p.Spec.Capture)
+	captures, err := capture.ParsePolicy(p.Spec.Capture, p.Spec.DesiredState.Raw)
 	if err != nil {
 		return nil
 	}
-	return &policyCaptures{generation: p.Generation, captures: captures}
+	pc := &policyCaptures{generation: p.Generation, captures: captures, needs: capture.Needs(p.Spec.DesiredState.Raw, captures.Refs),
+		ifaces: map[string][]string{}}
+	for _, ref := range captures.Refs {
+		pc.ifaces[ref.Capture] = capture.Interfaces(p.Spec.DesiredState.Raw, ref.Capture)
+	}
+	return pc
 }
 
 func pendingSince(e *nncev1beta1.NodeNetworkConfigurationEnactment) metav1.Time {
@@ -210,6 +233,7 @@ func (r *Reconciler) serve(ctx context.Context, pool *ippoolv1.NodeIPPool, v vie
 	}
 	var served []*request
 	labels := r.requestersLabels(ctx, pool, requests)
+	carried := r.carriedFor(ctx, pool, requests)
 	_, err := r.Pools.Update(ctx, pool.Name, func(p *ippoolv1.NodeIPPool, alloc *ippool.Allocator) (bool, error) {
 		served = served[:0]
 		if ok, _ := canServe(p); !ok {
@@ -222,7 +246,7 @@ func (r *Reconciler) serve(ctx context.Context, pool *ippoolv1.NodeIPPool, v vie
 			if hasInFlight(p, rq.enactment.Name) {
 				continue // served already; the cache has not seen the record yet
 			}
-			if !takeFor(p, chooser, rq, claimant(rq.enactment, labels), since) {
+			if !takeFor(p, chooser, rq, carried.adoption(claimant(rq.enactment, labels), rq), since) {
 				continue // a later request may have a reservation or a return
 			}
 			served = append(served, rq)
@@ -266,6 +290,7 @@ func (r *Reconciler) recordServed(ctx context.Context, pool *ippoolv1.NodeIPPool
 	for i, ref := range rq.refs {
 		record.Add(e, ref, rq.addresses[i], meta)
 	}
+	record.NoteNotAdopted(e, pool.Name, rq.notes.NotAdopted)
 	if record.Complete(e, rq.all) {
 		// The handler's next write would ask to apply; this one does,
 		// so a pooled node costs no more writes than a plain one.
@@ -276,7 +301,7 @@ func (r *Reconciler) recordServed(ctx context.Context, pool *ippoolv1.NodeIPPool
 		ctrl.LoggerFrom(ctx).Info("allocated address", "enactment", e.Name, "node", e.Labels[shared.EnactmentNodeLabel],
 			"policy", e.Labels[shared.EnactmentPolicyLabel], "ips", ips, "returned", rq.notes.Returned, "reclaimed", rq.notes.Reclaimed)
 		for _, n := range rq.notes.Events(pool.Name) {
-			r.Recorder.Eventf(e, pool, corev1.EventTypeNormal, n.Reason, "Allocate", "%s", n.Message)
+			r.Recorder.Eventf(e, pool, n.Type(), n.Reason, "Allocate", "%s", n.Message)
 		}
 		return nil
 	}

@@ -140,12 +140,30 @@ func deleteObject(o client.Object) {
 // addr draws from pool.
 func createPolicy(t *testing.T, name, role, pool string) {
 	t.Helper()
+	createPolicyWith(t, name, role, map[string]string{"addr": "ippool." + pool + ".allocate"}, envtest.OneAddressState)
+}
+
+// createPolicyWith creates a policy of nodes with role, with its captures
+// and desired state.
+func createPolicyWith(t *testing.T, name, role string, captures map[string]string, desired string) *nmstatev1.NodeNetworkConfigurationPolicy {
+	t.Helper()
 	p := &nmstatev1.NodeNetworkConfigurationPolicy{ObjectMeta: metav1.ObjectMeta{Name: name}}
 	p.Spec.NodeSelector = map[string]string{"role": role}
-	p.Spec.Capture = map[string]string{"addr": "ippool." + pool + ".allocate"}
-	p.Spec.DesiredState = shared.NewState(envtest.OneAddressState)
+	p.Spec.Capture = captures
+	p.Spec.DesiredState = shared.NewState(desired)
 	Expect(k.Create(ctx, p)).To(Succeed())
 	t.Cleanup(func() { _ = k.Delete(ctx, p) })
+	return p
+}
+
+// nodeStateOf returns what a node's NodeNetworkState shows as its current
+// state, or why it cannot be read.
+func nodeStateOf(node string) string {
+	var nns nncev1beta1.NodeNetworkState
+	if err := k.Get(ctx, types.NamespacedName{Name: node}, &nns); err != nil {
+		return err.Error()
+	}
+	return string(nns.Status.CurrentState.Raw)
 }
 
 // claim creates an enactment that records ips from a pool, as a handler

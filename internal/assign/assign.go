@@ -13,9 +13,14 @@
 //  2. a free address the pool reserves for the claimant's node
 //     (spec.reservations, by node name or label selector, optionally for
 //     one policy), in the order the reservations are listed;
-//  3. the lowest free address that no reservation holds for another node
+//  3. an address the claimant's node already carries on an interface the
+//     capture's template puts its address on (Claimant.Carried), the
+//     lowest first, when the range hands it out and no one else holds,
+//     reserves or carries it: the node keeps it (adoption, see
+//     Chooser.adopt), and its network does not change;
+//  4. the lowest free address that no reservation holds for another node
 //     and that is not kept for another node's return;
-//  4. when no such address is left, the address kept longest for another
+//  5. when no such address is left, the address kept longest for another
 //     node's return: a pool never refuses a node for the sake of a node
 //     that may not come back.
 //
@@ -52,7 +57,25 @@ type Claimant struct {
 	// has a reservation by label selector. Nil, or a nil result, matches no
 	// selector.
 	Labels func() map[string]string
+	// Carried returns the addresses the node carries, as its
+	// NodeNetworkState shows them, on the interfaces the capture's
+	// template puts its address on: the candidates for adoption. Nil
+	// means none.
+	Carried func(captureName string) []Carried
+	// CarriedElsewhere returns a node other than the claimant's that
+	// carries ip, or "". Nil means none is known to: only an address the
+	// pool holds for the claimant's node (found unrecorded on it) is then
+	// adopted, never a free one.
+	CarriedElsewhere func(ip netip.Addr) string
 }
+
+// Carried is an address a node carries on an interface.
+type Carried struct {
+	IP        netip.Addr
+	Interface string
+}
+
+func (c Carried) String() string { return c.IP.String() + " on " + c.Interface }
 
 // ReturnedMessage is the note of the AddressReturned Event on an enactment
 // that pool gave back its addresses (see Taken.DescribeReturn), whoever
@@ -92,10 +115,14 @@ func (t Taken) DescribeReclaim() string {
 }
 
 // Notes are what the recipient of a pool write's addresses is told with
-// Events: the addresses that came back to it, and those it was given that
-// were kept for another node's return.
+// Events: the addresses that came back to it, those it was given that
+// were kept for another node's return, those its node carried and kept
+// (adopted), and those its node carries that the pool could not give it.
 type Notes struct {
 	Returned, Reclaimed []string
+	// Adopted and NotAdopted are by address: "10.0.0.4 on eth1", and
+	// "10.0.0.9 on eth1 (it is excluded from the range ...)".
+	Adopted, NotAdopted []string
 }
 
 // Add notes t, handed out for captureName.
@@ -106,11 +133,23 @@ func (n *Notes) Add(t Taken, captureName string) {
 	if what := t.DescribeReclaim(); what != "" {
 		n.Reclaimed = append(n.Reclaimed, what)
 	}
+	if t.adopted != nil {
+		n.Adopted = append(n.Adopted, t.adopted.String())
+	}
+	n.NotAdopted = append(n.NotAdopted, t.notAdopted...)
 }
 
-// Note is one Event of Notes: a Normal Event's reason and note.
-type Note struct {
-	Reason, Message string
+// AdoptedMessage is the note of the AddressAdopted Event.
+func AdoptedMessage(pool string, adopted []string) string {
+	return fmt.Sprintf("NodeIPPool %s adopted %s: the node already carried it, so its network does not change",
+		pool, strings.Join(adopted, ", "))
+}
+
+// NotAdoptedMessage is the note of the AddressNotAdopted Event, and of
+// the enactment's condition.
+func NotAdoptedMessage(pool string, notAdopted []string) string {
+	return fmt.Sprintf("NodeIPPool %s could not adopt what the node carries: %s; the capture's address from the pool replaces it at the next apply",
+		pool, strings.Join(notAdopted, "; "))
 }
 
 // Events returns the Events of n for addresses of pool.
@@ -122,7 +161,27 @@ func (n Notes) Events(pool string) []Note {
 	if len(n.Reclaimed) > 0 {
 		out = append(out, Note{ippoolv1.ReasonAddressReclaimed, ReclaimedMessage(pool, n.Reclaimed)})
 	}
+	if len(n.Adopted) > 0 {
+		out = append(out, Note{ippoolv1.ReasonAddressAdopted, AdoptedMessage(pool, n.Adopted)})
+	}
+	if len(n.NotAdopted) > 0 {
+		out = append(out, Note{ippoolv1.ReasonAddressNotAdopted, NotAdoptedMessage(pool, n.NotAdopted)})
+	}
 	return out
+}
+
+// Note is one Event of Notes: a Normal Event's reason and note.
+type Note struct {
+	Reason, Message string
+}
+
+// Type returns the Event type of the note: Warning for an address the
+// node carries that the pool could not give it, Normal otherwise.
+func (n Note) Type() string {
+	if n.Reason == ippoolv1.ReasonAddressNotAdopted {
+		return "Warning"
+	}
+	return "Normal"
 }
 
 // Taken is one address a Chooser handed out.
@@ -137,6 +196,13 @@ type Taken struct {
 	reclaimed bool
 	// reserved is set when the address was a free reservation.
 	reserved bool
+	// adopted is set when the claimant's node carried the address, and
+	// stray is then the entry that held it for that node (found carried
+	// and unrecorded), to restore on Give; nil when it was free.
+	adopted *Carried
+	stray   *ippoolv1.QuarantinedAddress
+	// notAdopted describes what the node carries that it could not keep.
+	notAdopted []string
 }
 
 // Reservation is a valid reservation of a pool, parsed.
@@ -243,6 +309,9 @@ type Chooser struct {
 	// kept are the free offsets kept for a return that the chooser marked
 	// allocated, longest kept first; a handed-out one is removed.
 	kept []keptOffset
+	// adopted are the offsets handed out by adoption in this write, to the
+	// node: its second capture does not report them as held.
+	adopted map[uint64]string
 }
 
 // keptOffset is a free address kept for its holder's return.
@@ -254,7 +323,7 @@ type keptOffset struct {
 // New returns a Chooser over pool (a fresh copy the caller writes) and its
 // allocator. Call Done before the allocator is written.
 func New(pool *ippoolv1.NodeIPPool, alloc *ippool.Allocator) *Chooser {
-	c := &Chooser{pool: pool, alloc: alloc, blocked: map[uint64]bool{}}
+	c := &Chooser{pool: pool, alloc: alloc, blocked: map[uint64]bool{}, adopted: map[uint64]string{}}
 	c.reservations, _ = Reservations(pool, alloc.Range())
 	for _, r := range c.reservations {
 		if !alloc.Has(r.Offset) && alloc.Allocate(r.Offset) == nil {
@@ -316,9 +385,15 @@ func (c *Chooser) Take(cl Claimant, captureName string) (Taken, error) {
 			return Taken{IP: r.IP, offset: r.Offset, reserved: true}, nil
 		}
 	}
+	t, ok := c.adopt(cl, captureName)
+	if ok {
+		return t, nil
+	}
 	off, err := c.alloc.AllocateNext()
 	if errors.Is(err, ippool.ErrFull) && len(c.kept) > 0 {
-		return c.takeKept(0, true), nil
+		k := c.takeKept(0, true)
+		k.notAdopted = t.notAdopted
+		return k, nil
 	}
 	if err != nil {
 		if len(c.blocked) > 0 {
@@ -327,7 +402,95 @@ func (c *Chooser) Take(cl Claimant, captureName string) (Taken, error) {
 		return Taken{}, err
 	}
 	ip, _ := rng.IP(off)
-	return Taken{IP: ip, offset: off}, nil
+	return Taken{IP: ip, offset: off, notAdopted: t.notAdopted}, nil
+}
+
+// adopt hands out an address the claimant's node carries on an interface
+// the capture's template configures, the lowest first: one the pool holds
+// for that node because it was found there unrecorded (a stray, see the
+// pool controller's rebuild), or a free one no other node carries. An
+// address held, reserved or kept for anyone else, excluded, outside the
+// range or the gateway is not adopted, and the returned Taken (ok false)
+// describes why, for the node to be told.
+func (c *Chooser) adopt(cl Claimant, captureName string) (Taken, bool) {
+	if cl.Carried == nil {
+		return Taken{}, false
+	}
+	rng := c.alloc.Range()
+	candidates := slices.SortedFunc(slices.Values(cl.Carried(captureName)), func(a, b Carried) int { return a.IP.Compare(b.IP) })
+	var refused []string
+	for _, cand := range candidates {
+		ip := cand.IP
+		if ip.Is4() != rng.Start().Is4() || ip.IsLinkLocalUnicast() {
+			continue // another family's, or the link's own
+		}
+		off, err := rng.Assignable(ip)
+		if err == nil && c.adopted[off] == cl.Node {
+			continue // another capture of the node adopted it
+		}
+		why := c.refusal(cl, ip, off, err)
+		if why != "" {
+			refused = append(refused, fmt.Sprintf("%s (%s)", cand, why))
+			continue
+		}
+		cand := cand
+		t := Taken{IP: ip, offset: off, adopted: &cand}
+		if q := poolstatus.QuarantineOf(c.pool, ip.String()); q != nil {
+			entry := *q
+			t.stray = &entry
+			poolstatus.RemoveQuarantine(c.pool, q.IP)
+		} else if c.alloc.Allocate(off) != nil {
+			continue
+		}
+		c.adopted[off] = cl.Node
+		return t, true
+	}
+	return Taken{notAdopted: refused}, false
+}
+
+// refusal says why the claimant may not adopt ip (at off; err is the
+// range's verdict on it), or "".
+func (c *Chooser) refusal(cl Claimant, ip netip.Addr, off uint64, err error) string {
+	rng := c.alloc.Range()
+	switch {
+	case ip == rng.Gateway():
+		return "it is the pool's gateway"
+	case errors.Is(err, ippool.ErrExcluded):
+		return fmt.Sprintf("it is excluded from the range %s-%s", rng.Start(), rng.End())
+	case err != nil:
+		return fmt.Sprintf("it is outside the range %s-%s", rng.Start(), rng.End())
+	}
+	for _, r := range c.reservations {
+		if r.IP == ip && !r.Matches(cl.Node, cl.Policy, cl.Labels) {
+			return "it is reserved for " + r.Describe()
+		}
+	}
+	if slices.ContainsFunc(c.kept, func(k keptOffset) bool { return k.offset == off }) {
+		k := c.kept[slices.IndexFunc(c.kept, func(k keptOffset) bool { return k.offset == off })]
+		return "it is kept for the return of " + k.entry.Enactment
+	}
+	if f := poolstatus.InFlightOf(c.pool, ip.String()); f != nil {
+		return "it is being handed to " + f.Enactment
+	}
+	if q := poolstatus.QuarantineOf(c.pool, ip.String()); q != nil {
+		if q.Enactment == "" && q.Node == cl.Node {
+			return ""
+		}
+		if q.Enactment != "" {
+			return fmt.Sprintf("it was released from %s and is quarantined until node %s shows it gone", q.Enactment, q.Node)
+		}
+		return fmt.Sprintf("node %s carries it too", q.Node)
+	}
+	if c.alloc.Has(off) {
+		return "another holder has it"
+	}
+	if cl.CarriedElsewhere == nil {
+		return "no other node's network is known, so it is not handed out as carried"
+	}
+	if other := cl.CarriedElsewhere(ip); other != "" {
+		return fmt.Sprintf("node %s carries it too", other)
+	}
+	return ""
 }
 
 // takeKept hands out the i-th kept address: back to its holder, or
@@ -356,6 +519,13 @@ func (c *Chooser) Give(t Taken) {
 		k := keptOffset{offset: t.offset, entry: *t.kept}
 		i, _ := slices.BinarySearchFunc(c.kept, k, func(a, b keptOffset) int { return a.entry.Since.Compare(b.entry.Since.Time) })
 		c.kept = slices.Insert(c.kept, i, k)
+	case t.adopted != nil:
+		delete(c.adopted, t.offset)
+		if t.stray != nil {
+			poolstatus.AddQuarantine(c.pool, *t.stray)
+		} else {
+			_ = c.alloc.Release(t.offset)
+		}
 	case t.reserved:
 		c.blocked[t.offset] = true
 	default:

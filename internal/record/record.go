@@ -58,6 +58,18 @@ func Add(e *nncev1beta1.NodeNetworkConfigurationEnactment, ref capture.Ref, addr
 	}
 }
 
+// NoteNotAdopted records, under pool, what the node carried that the pool
+// could not give it (ippoolv1.PoolAllocation.NotAdopted); nothing when
+// notAdopted is empty.
+func NoteNotAdopted(e *nncev1beta1.NodeNetworkConfigurationEnactment, pool string, notAdopted []string) {
+	if len(notAdopted) == 0 || e.Status.IPPool == nil {
+		return
+	}
+	a := e.Status.IPPool[pool]
+	a.NotAdopted = append(slices.Clone(a.NotAdopted), notAdopted...)
+	e.Status.IPPool[pool] = a
+}
+
 // Release moves ip, wherever e lists it as allocated, to releasing: e
 // still claims it, and asks the pool controller to take it back
 // (ippoolv1.PoolAllocation.Releasing).
@@ -89,7 +101,7 @@ func Set(e *nncev1beta1.NodeNetworkConfigurationEnactment, allocated ippoolv1.En
 	}
 	out := ippoolv1.EnactmentIPPools{}
 	for pool, a := range allocated {
-		out[pool] = ippoolv1.PoolAllocation{Allocated: slices.Clone(a.Allocated)}
+		out[pool] = ippoolv1.PoolAllocation{Allocated: slices.Clone(a.Allocated), NotAdopted: e.Status.IPPool[pool].NotAdopted}
 	}
 	for pool, a := range e.Status.IPPool {
 		for _, ip := range a.Held() {

@@ -181,12 +181,19 @@ type Output struct {
 // capture must have an address in in.Allocated.
 func Render(in Input) (Output, error) {
 	cache := nmpolicytypes.CachedState{Capture: map[string]nmpolicytypes.CaptureState{}}
+	var missing []error
 	for _, r := range in.Captures.Refs {
 		addr, ok := in.Allocated[r.Capture]
 		if !ok {
 			return Output{}, fmt.Errorf("capture %q has no address from pool %q", r.Capture, r.Pool)
 		}
 		cache.Capture[r.Capture] = nmpolicytypes.CaptureState{State: addr.State()}
+		// nmpolicy would say "step not found" of a field the address
+		// lacks: say which pool setting provides it.
+		missing = append(missing, Missing(Needs(in.DesiredState, []Ref{r}), r.Pool, addr))
+	}
+	if err := errors.Join(missing...); err != nil {
+		return Output{}, err
 	}
 	// nmpolicy deletes cached captures from the expression map it is given:
 	// give it a copy, never the policy's own map.
@@ -201,4 +208,16 @@ func Render(in Input) (Output, error) {
 		out.CapturedStates[name] = s.State
 	}
 	return out, nil
+}
+
+// ParsePolicy parses a policy's captures (Parse) and, when some draw from
+// a pool, checks its desired state template (CheckTemplate): a policy that
+// can never render must not hold a pool's addresses. Plain policies are
+// left to nmpolicy, as kubernetes-nmstate leaves them.
+func ParsePolicy(captures map[string]string, desiredState []byte) (Captures, error) {
+	c, err := Parse(captures)
+	if err != nil || len(c.Refs) == 0 {
+		return c, err
+	}
+	return c, c.CheckTemplate(desiredState)
 }

@@ -171,7 +171,7 @@ routes:
 			captures:  map[string]string{"addr": "ippool.traffic-1.allocate"},
 			allocated: map[string]Address{"addr": addr("10.10.10.8", 24)},
 			desired:   "routes:\n  config:\n  - next-hop-address: \"{{ capture.addr.gateway }}\"\n",
-			err:       "render the desired state",
+			err:       "the template reads {{ capture.addr.gateway }}, but NodeIPPool traffic-1 sets no spec.gateway (which a pool cannot gain once created)",
 		},
 		{
 			name:      "ipv6",

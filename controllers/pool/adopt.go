@@ -1,0 +1,151 @@
+package pool
+
+import (
+	"context"
+	"net/netip"
+	"slices"
+
+	"github.com/nmstate/kubernetes-nmstate/api/shared"
+	"golang.org/x/sync/errgroup"
+	"k8s.io/apimachinery/pkg/types"
+
+	ippoolv1 "github.com/nmstate-ippool/nmstate-ippool/api/v1"
+	nncev1beta1 "github.com/nmstate-ippool/nmstate-ippool/api/v1beta1"
+	"github.com/nmstate-ippool/nmstate-ippool/internal/assign"
+	"github.com/nmstate-ippool/nmstate-ippool/internal/poolstatus"
+	"github.com/nmstate-ippool/nmstate-ippool/pkg/ippool"
+	"github.com/nmstate-ippool/nmstate-ippool/pkg/nmstatectl"
+)
+
+// carriedView is what the nodes that ask for their first addresses carry
+// on their interfaces, for adoption (assign.Claimant.Carried): read once
+// per serve, before the pool write, whose mutation reads nothing.
+type carriedView struct {
+	// byNode maps a requesting node to what its NodeNetworkState shows:
+	// address to interface.
+	byNode map[string]map[netip.Addr]string
+	// carriers maps each address of the pool's range that some node
+	// carries to the nodes that carry it; nil when no requesting node
+	// carries a free address of the range (then it is not needed).
+	carriers map[netip.Addr][]string
+}
+
+// carriedFor reads the NodeNetworkStates of the nodes whose requests ask
+// for a capture that has never had an address: a capture's first address
+// may be one its node already carries (adoption). Only when such a node
+// carries an address of the range that the pool neither holds nor
+// quarantines does it read every node's state, to make sure no other node
+// carries it too. A state that cannot be read adopts nothing.
+func (r *Reconciler) carriedFor(ctx context.Context, pool *ippoolv1.NodeIPPool, requests []*request) carriedView {
+	v := carriedView{byNode: map[string]map[netip.Addr]string{}}
+	var nodes []string
+	for _, rq := range requests {
+		if rq.first() {
+			nodes = append(nodes, rq.enactment.Labels[shared.EnactmentNodeLabel])
+		}
+	}
+	slices.Sort(nodes)
+	nodes = slices.Compact(nodes)
+	if len(nodes) == 0 {
+		return v
+	}
+	states := make([]map[netip.Addr]string, len(nodes))
+	var g errgroup.Group
+	g.SetLimit(parallelRecords)
+	for i, node := range nodes {
+		g.Go(func() error {
+			var nns nncev1beta1.NodeNetworkState
+			if err := r.APIReader.Get(ctx, types.NamespacedName{Name: node}, &nns); err == nil {
+				states[i] = nmstatectl.Carriers(nns.Status.CurrentState.Raw)
+			}
+			return nil
+		})
+	}
+	_ = g.Wait()
+	rng, err := poolstatus.Range(pool)
+	if err != nil {
+		return v
+	}
+	alloc, err := poolstatus.Allocator(pool)
+	if err != nil {
+		return v
+	}
+	free := false
+	for i, node := range nodes {
+		if states[i] == nil {
+			continue
+		}
+		v.byNode[node] = states[i]
+		for ip := range states[i] {
+			if off, err := rng.Assignable(ip); err == nil && !alloc.Has(off) {
+				free = true
+			}
+		}
+	}
+	if free {
+		v.carriers = r.carriersOf(ctx, rng)
+	}
+	return v
+}
+
+// carriersOf maps every address of rng that a node's NodeNetworkState
+// shows to the nodes that carry it; nil if the states cannot be read.
+func (r *Reconciler) carriersOf(ctx context.Context, rng *ippool.Range) map[netip.Addr][]string {
+	var list nncev1beta1.NodeNetworkStateList
+	if err := r.APIReader.List(ctx, &list); err != nil {
+		return nil
+	}
+	out := map[netip.Addr][]string{}
+	for _, nns := range list.Items {
+		for ip := range nmstatectl.Carriers(nns.Status.CurrentState.Raw) {
+			if _, err := rng.Offset(ip); err == nil {
+				out[ip] = append(out[ip], nns.Name)
+			}
+		}
+	}
+	return out
+}
+
+// first reports whether some capture the request asks for has never had
+// an address in the enactment.
+func (rq *request) first() bool {
+	for _, ref := range rq.refs {
+		if _, ok := rq.enactment.Status.CapturedStates[ref.Capture]; !ok {
+			return true
+		}
+	}
+	return false
+}
+
+// adoption completes the claimant of a request with what its node
+// carries on the interfaces each capture's template configures; captures
+// that had an address before adopt nothing.
+func (v carriedView) adoption(cl assign.Claimant, rq *request) assign.Claimant {
+	carried, ok := v.byNode[cl.Node]
+	if !ok {
+		return cl
+	}
+	cl.Carried = func(captureName string) []assign.Carried {
+		if _, had := rq.enactment.Status.CapturedStates[captureName]; had {
+			return nil
+		}
+		var out []assign.Carried
+		for ip, iface := range carried {
+			if slices.Contains(rq.ifaces[captureName], iface) {
+				out = append(out, assign.Carried{IP: ip, Interface: iface})
+			}
+		}
+		return out
+	}
+	if v.carriers != nil {
+		cl.CarriedElsewhere = func(ip netip.Addr) string {
+			for _, n := range v.carriers[ip] {
+				if n != cl.Node {
+					return n
+				}
+			}
+			return ""
+		}
+	}
+	return cl
+}
