@@ -5,7 +5,7 @@
 //	kubectl nodeippool show POOL               every allocated offset → IP → node, interface, policy, capture
 //	kubectl nodeippool decode POOL OFFSET|IP   an offset or an address, both ways
 //	kubectl nodeippool check [POOL...]         exit 1 if pool status and enactments disagree, listing how
-//	kubectl nodeippool plan -f POOL.yaml       who would keep, move or lose an address under a proposed pool
+//	kubectl nodeippool plan -f FILE            who would keep, move or lose an address under a proposed pool or pooled policy
 //	kubectl nodeippool explain --cidr ...      a range's offsets, offline
 //
 // The cluster commands print tables, or -o json|yaml, and find the cluster
@@ -42,9 +42,12 @@ list shows the pools; show, every allocated or recorded address of a pool
 with its offset, state and holders (node, interface, policy, capture);
 decode turns an offset into an address or back; check exits 1 when a
 pool's status and the enactments disagree, listing every mismatch; plan
-reads proposed NodeIPPools from FILE (- for standard input) and shows, for
-each, which nodes would keep, move or lose their address, at which offsets,
-and whether kubectl apply may change the pool in place. They take
+reads proposed NodeIPPools and pooled policies from FILE (- for standard
+input) and shows, for each pool, which nodes would keep, move or lose their
+address, at which offsets, and whether kubectl apply may change the pool in
+place; for each policy, which address every node it selects would have:
+the one it already carries on the interface (adopted), or a new one, and
+why. They take
 --kubeconfig and --context like kubectl; none changes anything.
 
 explain needs no cluster: it shows how a range maps offsets to addresses,

@@ -2,6 +2,7 @@ package main
 
 import (
 	"bytes"
+	"context"
 	"errors"
 	"flag"
 	"fmt"
@@ -11,6 +12,8 @@ import (
 
 	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
 	"sigs.k8s.io/yaml"
+
+	nmstatev1 "github.com/nmstate/kubernetes-nmstate/api/v1"
 
 	ippoolv1 "github.com/nmstate-ippool/nmstate-ippool/api/v1"
 	"github.com/nmstate-ippool/nmstate-ippool/internal/cli"
@@ -27,29 +30,36 @@ type poolPlan struct {
 	Refusals []string `json:"refusals,omitempty"`
 }
 
-// runPlan reads proposed NodeIPPools from a file and prints, for each, what
-// applying it would do to the addresses in use: who keeps, moves or loses
-// an address, and whether the change can be made in place. It changes
-// nothing.
+// runPlan reads proposed NodeIPPools and pooled policies from a file and
+// prints, for each pool, what applying it would do to the addresses in
+// use: who keeps, moves or loses an address, and whether the change can be
+// made in place; for each policy, which address every node it selects
+// would have: the one it carries on the interface (adopted), the one its
+// enactment records, or a new one, and why. It changes nothing.
 func runPlan(args []string, stdout, stderr io.Writer) error {
 	fs := flag.NewFlagSet("plan", flag.ContinueOnError)
 	flags := bindClusterFlags(fs, stderr)
-	file := fs.String("f", "", "file with the proposed NodeIPPool(s), YAML or JSON; - reads standard input")
+	file := fs.String("f", "", "file with the proposed NodeIPPool(s) and pooled NodeNetworkConfigurationPolicies, YAML or JSON; - reads standard input")
 	fs.StringVar(file, "filename", "", "same as -f")
 	if _, err := cli.Parse(fs, args, 0, 0); err != nil {
 		return err
 	}
 	if *file == "" {
-		return fmt.Errorf("%w: plan needs -f FILE with the proposed NodeIPPool", cli.ErrUsage)
+		return fmt.Errorf("%w: plan needs -f FILE with the proposed NodeIPPool or pooled policy", cli.ErrUsage)
 	}
 	if err := flags.check(); err != nil {
 		return err
 	}
-	proposed, err := readPools(*file)
+	proposed, policies, err := readProposed(*file)
 	if err != nil {
 		return err
 	}
-	st, err := flags.read()
+	k, err := connect(flags.kubeconfig, flags.context)
+	if err != nil {
+		return err
+	}
+	ctx := context.Background()
+	st, err := read(ctx, k)
 	if err != nil {
 		return err
 	}
@@ -61,12 +71,33 @@ func runPlan(args []string, stdout, stderr io.Writer) error {
 		}
 		plans = append(plans, pl)
 	}
-	return printer{w: stdout, format: flags.output}.plans(plans)
+	out := printer{w: stdout, format: flags.output}
+	if len(policies) == 0 {
+		return out.plans(plans)
+	}
+	n, err := readNodes(ctx, k)
+	if err != nil {
+		return err
+	}
+	adoption := st.adoptionPlans(policies, proposed, n)
+	if done, err := out.structured(struct {
+		Pools    []poolPlan   `json:"pools"`
+		Policies []policyPlan `json:"policies"`
+	}{plans, adoption}); done {
+		return err
+	}
+	if len(plans) > 0 {
+		if err := out.plans(plans); err != nil {
+			return err
+		}
+		fmt.Fprintln(stdout)
+	}
+	return out.policyPlans(adoption)
 }
 
-// readPools decodes every NodeIPPool of a YAML or JSON stream; it refuses
-// a stream that holds none, and says which documents it skipped.
-func readPools(path string) ([]ippoolv1.NodeIPPool, error) {
+// readProposed decodes every NodeIPPool and NodeNetworkConfigurationPolicy
+// of a YAML or JSON stream; it refuses a stream that holds neither.
+func readProposed(path string) ([]ippoolv1.NodeIPPool, []nmstatev1.NodeNetworkConfigurationPolicy, error) {
 	var raw []byte
 	var err error
 	if path == "-" {
@@ -75,37 +106,52 @@ func readPools(path string) ([]ippoolv1.NodeIPPool, error) {
 		raw, err = os.ReadFile(path)
 	}
 	if err != nil {
-		return nil, fmt.Errorf("read the proposed pool: %w", err)
+		return nil, nil, fmt.Errorf("read the proposed pool or policy: %w", err)
 	}
 	dec := utilyaml.NewYAMLOrJSONDecoder(bytes.NewReader(raw), 4096)
-	var pools []ippoolv1.NodeIPPool
+	var (
+		pools    []ippoolv1.NodeIPPool
+		policies []nmstatev1.NodeNetworkConfigurationPolicy
+	)
 	for doc := 1; ; doc++ {
 		var obj map[string]any
 		if err := dec.Decode(&obj); errors.Is(err, io.EOF) {
 			break
 		} else if err != nil {
-			return nil, fmt.Errorf("%s: document %d: %w", path, doc, err)
+			return nil, nil, fmt.Errorf("%s: document %d: %w", path, doc, err)
 		}
-		if obj == nil || obj["kind"] != "NodeIPPool" {
-			continue // a policy or anything else beside the pool
+		if obj == nil {
+			continue
 		}
 		b, err := yaml.Marshal(obj)
 		if err != nil {
-			return nil, err
+			return nil, nil, err
 		}
-		var p ippoolv1.NodeIPPool
-		if err := yaml.UnmarshalStrict(b, &p); err != nil {
-			return nil, fmt.Errorf("%s: document %d is not a valid NodeIPPool: %w", path, doc, err)
+		switch obj["kind"] {
+		case "NodeIPPool":
+			var p ippoolv1.NodeIPPool
+			if err := yaml.UnmarshalStrict(b, &p); err != nil {
+				return nil, nil, fmt.Errorf("%s: document %d is not a valid NodeIPPool: %w", path, doc, err)
+			}
+			if p.Name == "" {
+				return nil, nil, fmt.Errorf("%s: document %d: the NodeIPPool has no metadata.name", path, doc)
+			}
+			pools = append(pools, p)
+		case "NodeNetworkConfigurationPolicy":
+			var p nmstatev1.NodeNetworkConfigurationPolicy
+			if err := yaml.Unmarshal(b, &p); err != nil {
+				return nil, nil, fmt.Errorf("%s: document %d is not a valid NodeNetworkConfigurationPolicy: %w", path, doc, err)
+			}
+			if p.Name == "" {
+				return nil, nil, fmt.Errorf("%s: document %d: the NodeNetworkConfigurationPolicy has no metadata.name", path, doc)
+			}
+			policies = append(policies, p)
 		}
-		if p.Name == "" {
-			return nil, fmt.Errorf("%s: document %d: the NodeIPPool has no metadata.name", path, doc)
-		}
-		pools = append(pools, p)
 	}
-	if len(pools) == 0 {
-		return nil, fmt.Errorf("%s holds no NodeIPPool (kind: NodeIPPool)", path)
+	if len(pools)+len(policies) == 0 {
+		return nil, nil, fmt.Errorf("%s holds no NodeIPPool and no NodeNetworkConfigurationPolicy", path)
 	}
-	return pools, nil
+	return pools, policies, nil
 }
 
 // plan assesses a proposed pool against the pool of that name, if any, and

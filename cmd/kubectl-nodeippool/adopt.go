@@ -1,0 +1,321 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"maps"
+	"net/netip"
+	"slices"
+	"strings"
+
+	"github.com/nmstate/kubernetes-nmstate/api/shared"
+	nmstatev1 "github.com/nmstate/kubernetes-nmstate/api/v1"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/labels"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	ippoolv1 "github.com/nmstate-ippool/nmstate-ippool/api/v1"
+	nncev1beta1 "github.com/nmstate-ippool/nmstate-ippool/api/v1beta1"
+	"github.com/nmstate-ippool/nmstate-ippool/internal/assign"
+	"github.com/nmstate-ippool/nmstate-ippool/internal/poolstatus"
+	"github.com/nmstate-ippool/nmstate-ippool/internal/record"
+	"github.com/nmstate-ippool/nmstate-ippool/pkg/capture"
+	"github.com/nmstate-ippool/nmstate-ippool/pkg/ippool"
+	"github.com/nmstate-ippool/nmstate-ippool/pkg/nmstatectl"
+)
+
+// Verdicts of a node under a proposed pooled policy.
+const (
+	// verdictKeeps: the node keeps the address it carries (adopted).
+	verdictKeeps = "keeps"
+	// verdictHolds: the node's enactment already records an address.
+	verdictHolds = "holds"
+	// verdictRenumbered: the node gets a new address; what it carries on
+	// the interface (if anything) is replaced.
+	verdictRenumbered = "renumbered"
+	// verdictNew: the node carries nothing there and gets a new address.
+	verdictNew = "new"
+	// verdictWaits: the pool has no address left for the node.
+	verdictWaits = "waits"
+)
+
+// nodePlan is what a proposed pooled policy would give one node for one
+// capture.
+type nodePlan struct {
+	Policy  string `json:"policy"`
+	Capture string `json:"capture"`
+	Pool    string `json:"pool"`
+	Node    string `json:"node"`
+	// Interfaces are where the template puts the capture's address.
+	Interfaces []string `json:"interfaces,omitempty"`
+	// Carries are the addresses the node carries there.
+	Carries []string `json:"carries,omitempty"`
+	Verdict string   `json:"verdict"`
+	// IP is the address the node would have.
+	IP  string `json:"ip,omitempty"`
+	Why string `json:"why,omitempty"`
+}
+
+// policyPlan is the plan of one proposed policy.
+type policyPlan struct {
+	Policy string     `json:"policy"`
+	Nodes  []nodePlan `json:"nodes"`
+	// Problems are why the policy would not render or not be served.
+	Problems []string `json:"problems,omitempty"`
+}
+
+// nodes is what an adoption plan reads besides the snapshot: the nodes and
+// what their NodeNetworkStates show.
+type nodes struct {
+	items []corev1.Node
+	// carried maps a node to its addresses and their interfaces.
+	carried map[string]map[netip.Addr]string
+}
+
+func readNodes(ctx context.Context, k client.Client) (*nodes, error) {
+	var list corev1.NodeList
+	if err := k.List(ctx, &list); err != nil {
+		return nil, fmt.Errorf("list Nodes: %w", err)
+	}
+	var states nncev1beta1.NodeNetworkStateList
+	if err := k.List(ctx, &states); err != nil {
+		return nil, fmt.Errorf("list NodeNetworkStates: %w", err)
+	}
+	n := &nodes{items: list.Items, carried: map[string]map[netip.Addr]string{}}
+	for _, nns := range states.Items {
+		n.carried[nns.Name] = nmstatectl.Carriers(nns.Status.CurrentState.Raw)
+	}
+	slices.SortFunc(n.items, func(a, b corev1.Node) int { return strings.Compare(a.Name, b.Name) })
+	return n, nil
+}
+
+// adoptionPlans works out, for each proposed policy, what every node it
+// selects would get from each pool it draws from, the way the pool
+// controller chooses (internal/assign): a proposed pool stands in for the
+// stored one of its name; a new pool first holds, as its rebuild does,
+// every address of its range a node carries that no enactment records.
+// Nothing is written.
+func (s *snapshot) adoptionPlans(policies []nmstatev1.NodeNetworkConfigurationPolicy, proposed []ippoolv1.NodeIPPool, n *nodes) []policyPlan {
+	pools := map[string]*ippoolv1.NodeIPPool{}
+	stored := map[string]bool{}
+	for i := range s.pools {
+		pools[s.pools[i].Name] = s.pools[i].DeepCopy()
+		stored[s.pools[i].Name] = true
+	}
+	for i := range proposed {
+		p := proposed[i].DeepCopy()
+		if old, ok := pools[p.Name]; ok {
+			p.Status = old.Status
+		}
+		pools[p.Name] = p
+	}
+	choosers := map[string]*assign.Chooser{}
+	problems := map[string]error{}
+	chooser := func(name string) (*assign.Chooser, error) {
+		if c, ok := choosers[name]; ok {
+			return c, problems[name]
+		}
+		p, ok := pools[name]
+		if !ok {
+			problems[name] = fmt.Errorf("NodeIPPool %s does not exist and the file does not propose it", name)
+			choosers[name] = nil
+			return nil, problems[name]
+		}
+		alloc, err := poolstatus.Allocator(p)
+		if err != nil {
+			// A proposed range change: the pool is rebuilt from the
+			// records at their offsets in the new range.
+			rng, rerr := poolstatus.Range(p)
+			if rerr != nil {
+				problems[name] = fmt.Errorf("NodeIPPool %s: %w", name, rerr)
+				choosers[name] = nil
+				return nil, problems[name]
+			}
+			alloc = ippool.NewAllocator(rng)
+		}
+		s.holdRecorded(p, alloc)
+		if !stored[name] {
+			holdStrays(p, alloc, n.carried)
+		}
+		choosers[name] = assign.New(p, alloc)
+		return choosers[name], nil
+	}
+	var out []policyPlan
+	for i := range policies {
+		out = append(out, s.policyPlan(&policies[i], n, pools, chooser))
+	}
+	return out
+}
+
+// holdRecorded sets the bits of the addresses the enactments record from p.
+func (s *snapshot) holdRecorded(p *ippoolv1.NodeIPPool, alloc *ippool.Allocator) {
+	for _, e := range s.enactments {
+		for _, ip := range e.Status.IPPool[p.Name].Held() {
+			if a, err := netip.ParseAddr(ip); err == nil {
+				_ = alloc.AllocateIP(a)
+			}
+		}
+	}
+}
+
+// holdStrays quarantines, as a new pool's rebuild does, every address of
+// its range that a node carries and nothing holds.
+func holdStrays(p *ippoolv1.NodeIPPool, alloc *ippool.Allocator, carried map[string]map[netip.Addr]string) {
+	for _, node := range slices.Sorted(maps.Keys(carried)) {
+		for ip, iface := range carried[node] {
+			if _, err := alloc.Range().Assignable(ip); err != nil || alloc.HasIP(ip) {
+				continue
+			}
+			if alloc.AllocateIP(ip) == nil {
+				poolstatus.AddQuarantine(p, ippoolv1.QuarantinedAddress{IP: ip.String(), Node: node, Interface: iface})
+			}
+		}
+	}
+}
+
+// policyPlan plans one policy on the nodes it selects.
+func (s *snapshot) policyPlan(policy *nmstatev1.NodeNetworkConfigurationPolicy, n *nodes,
+	pools map[string]*ippoolv1.NodeIPPool, chooser func(string) (*assign.Chooser, error)) policyPlan {
+	pl := policyPlan{Policy: policy.Name}
+	captures, err := capture.ParsePolicy(policy.Spec.Capture, policy.Spec.DesiredState.Raw)
+	if err != nil {
+		pl.Problems = append(pl.Problems, err.Error())
+		return pl
+	}
+	if len(captures.Refs) == 0 {
+		pl.Problems = append(pl.Problems, "the policy has no ippool capture: nothing to plan")
+		return pl
+	}
+	selector := labels.SelectorFromSet(policy.Spec.NodeSelector)
+	for _, pool := range captures.Pools() {
+		c, err := chooser(pool)
+		if err != nil {
+			pl.Problems = append(pl.Problems, err.Error())
+			continue
+		}
+		rng := c.Range()
+		if err := capture.Missing(capture.Needs(policy.Spec.DesiredState.Raw, captures.RefsOf(pool)), pool,
+			poolstatus.Address(pools[pool], rng, rng.Start())); err != nil {
+			pl.Problems = append(pl.Problems, err.Error())
+			continue
+		}
+		for _, node := range n.items {
+			if !selector.Matches(labels.Set(node.Labels)) {
+				continue
+			}
+			for _, ref := range captures.RefsOf(pool) {
+				pl.Nodes = append(pl.Nodes, s.nodePlan(policy, ref, node.Name, n, c))
+			}
+		}
+	}
+	return pl
+}
+
+// nodePlan plans one capture of policy on node.
+func (s *snapshot) nodePlan(policy *nmstatev1.NodeNetworkConfigurationPolicy, ref capture.Ref, node string, n *nodes, c *assign.Chooser) nodePlan {
+	ifaces := capture.Interfaces(policy.Spec.DesiredState.Raw, ref.Capture)
+	np := nodePlan{Policy: policy.Name, Capture: ref.Capture, Pool: ref.Pool, Node: node, Interfaces: ifaces}
+	var carried []assign.Carried
+	for ip, iface := range n.carried[node] {
+		if slices.Contains(ifaces, iface) && !ip.IsLinkLocalUnicast() {
+			carried = append(carried, assign.Carried{IP: ip, Interface: iface})
+		}
+	}
+	slices.SortFunc(carried, func(a, b assign.Carried) int { return a.IP.Compare(b.IP) })
+	for _, cr := range carried {
+		np.Carries = append(np.Carries, cr.String())
+	}
+	name := shared.EnactmentKey(node, policy.Name).Name
+	for _, e := range s.enactments {
+		if e.Name != name {
+			continue
+		}
+		if addr, ok := record.Of(&e, ref); ok {
+			np.Verdict, np.IP, np.Why = verdictHolds, addr.IP.String(), "its enactment records it"
+			return np
+		}
+	}
+	cl := assign.Claimant{Enactment: name, Node: node, Policy: policy.Name,
+		Labels:  func() map[string]string { return n.labels(node) },
+		Carried: func(string) []assign.Carried { return carried },
+		CarriedElsewhere: func(ip netip.Addr) string {
+			for other, addrs := range n.carried {
+				if _, ok := addrs[ip]; ok && other != node {
+					return other
+				}
+			}
+			return ""
+		}}
+	t, err := c.Take(cl, ref.Capture)
+	if err != nil {
+		np.Verdict, np.Why = verdictWaits, err.Error()
+		return np
+	}
+	var notes assign.Notes
+	notes.Add(t, ref.Capture)
+	np.IP = t.IP.String()
+	switch {
+	case len(notes.Adopted) > 0:
+		np.Verdict, np.Why = verdictKeeps, "adopted: it already carries "+strings.Join(notes.Adopted, ", ")
+	case len(notes.NotAdopted) > 0:
+		np.Verdict, np.Why = verdictRenumbered, "cannot adopt "+strings.Join(notes.NotAdopted, "; ")
+	case len(notes.Returned) > 0:
+		np.Verdict, np.Why = verdictHolds, "returned: "+strings.Join(notes.Returned, ", ")
+	case len(carried) == 0:
+		np.Verdict, np.Why = verdictNew, fmt.Sprintf("it carries no address on %s", listOr(ifaces, "the interface (the template names none)"))
+	default:
+		np.Verdict, np.Why = verdictRenumbered, "a reservation for the node comes first"
+	}
+	return np
+}
+
+func (n *nodes) labels(node string) map[string]string {
+	for _, it := range n.items {
+		if it.Name == node {
+			return it.Labels
+		}
+	}
+	return nil
+}
+
+func listOr(names []string, none string) string {
+	if len(names) == 0 {
+		return none
+	}
+	return strings.Join(names, ", ")
+}
+
+func (p printer) policyPlans(plans []policyPlan) error {
+	for i, pl := range plans {
+		if i > 0 {
+			fmt.Fprintln(p.w)
+		}
+		keeps, renumbered := 0, 0
+		for _, np := range pl.Nodes {
+			switch np.Verdict {
+			case verdictKeeps, verdictHolds:
+				keeps++
+			case verdictRenumbered:
+				renumbered++
+			}
+		}
+		fmt.Fprintf(p.w, "NodeNetworkConfigurationPolicy %s: %d node captures, %d keep their address, %d renumbered\n",
+			pl.Policy, len(pl.Nodes), keeps, renumbered)
+		for _, prob := range pl.Problems {
+			fmt.Fprintf(p.w, "  ! %s\n", prob)
+		}
+		if len(pl.Nodes) == 0 {
+			continue
+		}
+		tw := p.table()
+		fmt.Fprintln(tw, "NODE\tCAPTURE\tPOOL\tCARRIES\tIP\tOUTCOME")
+		for _, np := range pl.Nodes {
+			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s: %s\n", np.Node, np.Capture, np.Pool, dash(strings.Join(np.Carries, ", ")),
+				dash(np.IP), np.Verdict, np.Why)
+		}
+		if err := tw.Flush(); err != nil {
+			return err
+		}
+	}
+	return nil
+}

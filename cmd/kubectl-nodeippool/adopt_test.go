@@ -1,0 +1,132 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"strings"
+	"testing"
+
+	"github.com/nmstate/kubernetes-nmstate/api/shared"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	nncev1beta1 "github.com/nmstate-ippool/nmstate-ippool/api/v1beta1"
+)
+
+// carrier creates a Node labelled role and its NodeNetworkState showing
+// addrs on eth1 (and 192.0.2.9 on eth0, which no template configures).
+func carrier(t *testing.T, k client.Client, name, role string, addrs ...string) {
+	t.Helper()
+	ctx := context.Background()
+	if err := k.Create(ctx, &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: name, Labels: map[string]string{"role": role}}}); err != nil {
+		t.Fatal(err)
+	}
+	nns := &nncev1beta1.NodeNetworkState{ObjectMeta: metav1.ObjectMeta{Name: name}}
+	if err := k.Create(ctx, nns); err != nil {
+		t.Fatal(err)
+	}
+	var list []string
+	for _, a := range addrs {
+		list = append(list, fmt.Sprintf(`{"ip":%q,"prefix-length":24}`, a))
+	}
+	nns.Status.CurrentState = shared.NewState(fmt.Sprintf(`{"interfaces":[`+
+		`{"name":"eth0","ipv4":{"enabled":true,"address":[{"ip":"10.62.0.99","prefix-length":24}]}},`+
+		`{"name":"eth1","ipv4":{"enabled":true,"address":[%s]}}]}`, strings.Join(list, ",")))
+	if err := k.Status().Update(ctx, nns); err != nil {
+		t.Fatal(err)
+	}
+}
+
+const migration = `
+apiVersion: nmstate.io/v1
+kind: NodeIPPool
+metadata: {name: traffic}
+spec:
+  range: {cidr: 10.62.0.0/24, start: 10.62.0.10, end: 10.62.0.200, exclude: ["10.62.0.52"]}
+---
+apiVersion: nmstate.io/v1
+kind: NodeNetworkConfigurationPolicy
+metadata: {name: traffic-eth1}
+spec:
+  nodeSelector: {role: worker}
+  capture: {addr: ippool.traffic.allocate}
+  desiredState:
+    interfaces:
+    - name: eth1
+      type: ethernet
+      state: up
+      ipv4:
+        enabled: true
+        dhcp: false
+        address:
+        - ip: "{{ capture.addr.ip }}"
+          prefix-length: "{{ capture.addr.prefix-length }}"
+---
+apiVersion: nmstate.io/v1
+kind: NodeNetworkConfigurationPolicy
+metadata: {name: with-gateway}
+spec:
+  nodeSelector: {role: worker}
+  capture: {addr: ippool.traffic.allocate}
+  desiredState:
+    routes:
+      config:
+      - destination: 0.0.0.0/0
+        next-hop-address: "{{ capture.addr.gateway }}"
+`
+
+// TestPlanAdoption: before any pool or pooled policy exists, plan shows
+// which node keeps the address it carries from its per-node policy and
+// which is renumbered, and why; and a template the pool cannot render.
+func TestPlanAdoption(t *testing.T) {
+	k, kubeconfig := cluster(t)
+	carrier(t, k, "node01", "worker", "10.62.0.43")
+	carrier(t, k, "node02", "worker", "10.62.0.46")
+	carrier(t, k, "node03", "worker", "10.62.0.52")               // excluded
+	carrier(t, k, "node04", "worker")                             // nothing
+	carrier(t, k, "node05", "worker", "10.62.0.49", "10.62.0.48") // two: the lowest
+	carrier(t, k, "node06", "storage", "10.62.0.60")              // not selected
+	file := writeFile(t, migration)
+
+	code, out, errOut := plugin(kubeconfig, "plan", "-f", file)
+	if code != 0 {
+		t.Fatalf("plan exited %d: %s%s", code, out, errOut)
+	}
+	for _, want := range []string{
+		"NodeIPPool traffic: new, range",
+		"NodeNetworkConfigurationPolicy traffic-eth1: 5 node captures, 3 keep their address, 1 renumbered",
+		"node01  addr     traffic  10.62.0.43 on eth1",
+		"keeps: adopted: it already carries 10.62.0.43 on eth1",
+		"10.62.0.46  keeps",
+		"renumbered: cannot adopt 10.62.0.52 on eth1 (it is excluded from the range 10.62.0.10-10.62.0.200)",
+		"new: it carries no address on eth1",
+		"10.62.0.48  keeps",
+		"! the desired state cannot be rendered: the template reads {{ capture.addr.gateway }}, but NodeIPPool traffic sets no spec.gateway",
+	} {
+		if !strings.Contains(out, want) {
+			t.Errorf("plan output lacks %q:\n%s", want, out)
+		}
+	}
+	if strings.Contains(out, "node06") {
+		t.Errorf("plan shows a node the policy does not select:\n%s", out)
+	}
+
+	code, out, _ = plugin(kubeconfig, "plan", "-f", file, "-o", "json")
+	var got struct {
+		Policies []policyPlan `json:"policies"`
+	}
+	if code != 0 || json.Unmarshal([]byte(out), &got) != nil || len(got.Policies) != 2 {
+		t.Fatalf("plan -o json exited %d:\n%s", code, out)
+	}
+	ips := map[string]string{}
+	for _, np := range got.Policies[0].Nodes {
+		ips[np.Node] = np.Verdict + " " + np.IP
+	}
+	want := map[string]string{"node01": "keeps 10.62.0.43", "node02": "keeps 10.62.0.46", "node03": "renumbered 10.62.0.10",
+		"node04": "new 10.62.0.11", "node05": "keeps 10.62.0.48"}
+	if fmt.Sprint(ips) != fmt.Sprint(want) {
+		t.Errorf("planned %v, want %v", ips, want)
+	}
+}
