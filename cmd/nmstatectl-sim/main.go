@@ -32,6 +32,10 @@
 //
 // Failures can be injected: each line "SUBCOMMAND: MESSAGE" of <state>.fail
 // makes that subcommand print MESSAGE and exit 1.
+//
+// Every apply that succeeds adds a line to <state>.applies (its time and
+// the desired state on one line, as JSON), so that tests can count what a
+// node was asked to apply.
 package main
 
 import (
@@ -231,10 +235,29 @@ func (s *simulator) apply(args []string) error {
 		return fmt.Errorf("apply: %w", err)
 	}
 	if !*noCommit {
-		return writeJSONAsYAML(s.path, merged)
+		err = writeJSONAsYAML(s.path, merged)
+	} else {
+		deadline := s.now().Add(time.Duration(*timeout) * time.Second)
+		err = writeJSONAsYAML(s.path+".checkpoint", checkpoint{Deadline: deadline, State: merged})
 	}
-	deadline := s.now().Add(time.Duration(*timeout) * time.Second)
-	return writeJSONAsYAML(s.path+".checkpoint", checkpoint{Deadline: deadline, State: merged})
+	if err != nil {
+		return err
+	}
+	return s.logApply(desired)
+}
+
+// logApply adds an applied desired state to <state>.applies.
+func (s *simulator) logApply(desired map[string]any) error {
+	line, err := json.Marshal(desired)
+	if err != nil {
+		return err
+	}
+	f, err := os.OpenFile(s.path+".applies", os.O_APPEND|os.O_CREATE|os.O_WRONLY, 0o644)
+	if err != nil {
+		return fmt.Errorf("apply: %w", err)
+	}
+	_, err = fmt.Fprintf(f, "%s %s\n", s.now().UTC().Format(time.RFC3339Nano), line)
+	return errors.Join(err, f.Close())
 }
 
 func (s *simulator) commit() error {

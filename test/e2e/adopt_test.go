@@ -1,0 +1,239 @@
+package e2e
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"io"
+	"net/netip"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/nmstate/kubernetes-nmstate/api/shared"
+	nmstatev1 "github.com/nmstate/kubernetes-nmstate/api/v1"
+	. "github.com/onsi/ginkgo/v2"
+	. "github.com/onsi/gomega"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/yaml"
+
+	"github.com/nmstate-ippool/nmstate-ippool/pkg/nmstatectl"
+)
+
+// migrationFile is what an admin writes to move nodes labelled
+// migrate=yes from one static policy each to one pooled policy: a pool
+// over the range the static addresses were typed from, and the policy.
+const migrationFile = `apiVersion: nmstate.io/v1
+kind: NodeIPPool
+metadata: {name: migrate}
+spec:
+  range: {cidr: 10.63.0.0/24, start: 10.63.0.10, end: 10.63.0.200}
+---
+apiVersion: nmstate.io/v1
+kind: NodeNetworkConfigurationPolicy
+metadata: {name: migrate}
+spec:
+  nodeSelector: {migrate: "yes"}
+  capture: {addr: ippool.migrate.allocate}
+  desiredState:
+    interfaces:
+    - name: eth1
+      type: ethernet
+      state: up
+      ipv4:
+        enabled: true
+        dhcp: false
+        address:
+        - ip: "{{ capture.addr.ip }}"
+          prefix-length: "{{ capture.addr.prefix-length }}"
+`
+
+// staticPolicy is one node's policy with its address typed in, as
+// kubernetes-nmstate's documentation writes them.
+func staticPolicy(node, ip string) *nmstatev1.NodeNetworkConfigurationPolicy {
+	p := &nmstatev1.NodeNetworkConfigurationPolicy{ObjectMeta: metav1.ObjectMeta{Name: "static-" + node}}
+	p.Spec.NodeSelector = map[string]string{"kubernetes.io/hostname": node}
+	p.Spec.DesiredState = shared.NewState(fmt.Sprintf("interfaces:\n- name: eth1\n  type: ethernet\n  state: up\n  ipv4:\n"+
+		"    enabled: true\n    dhcp: false\n    address:\n    - ip: %s\n      prefix-length: 24\n", ip))
+	return p
+}
+
+// liveNetwork maps what a simulated node's network carries, as show
+// would report it, read from the simulator's files (an uncommitted apply's
+// checkpoint is live), to its interfaces; nil while a file is being
+// replaced.
+func liveNetwork(node string) map[netip.Addr]string {
+	path := filepath.Join(dir, "nodes", node+".yaml")
+	if raw, err := os.ReadFile(path + ".checkpoint"); err == nil {
+		var cp struct {
+			State map[string]any `json:"state"`
+		}
+		if yaml.Unmarshal(raw, &cp) != nil || cp.State == nil {
+			return nil
+		}
+		state, _ := yaml.Marshal(cp.State)
+		return nmstatectl.Carriers(state)
+	}
+	raw, err := os.ReadFile(path)
+	if err != nil {
+		return nil
+	}
+	return nmstatectl.Carriers(raw)
+}
+
+// yamlApply creates every object of a YAML stream, as kubectl create -f
+// does.
+func yamlApply(stream string) error {
+	dec := utilyaml.NewYAMLOrJSONDecoder(strings.NewReader(stream), 4096)
+	for {
+		var u unstructured.Unstructured
+		if err := dec.Decode(&u.Object); errors.Is(err, io.EOF) {
+			return nil
+		} else if err != nil {
+			return err
+		}
+		if len(u.Object) == 0 {
+			continue
+		}
+		if err := k.Create(ctx, &u); err != nil {
+			return err
+		}
+	}
+}
+
+// applies counts the applies a simulated node's network has taken.
+func applies(node string) int {
+	raw, err := os.ReadFile(filepath.Join(dir, "nodes", node+".yaml.applies"))
+	if err != nil {
+		return 0
+	}
+	return bytes.Count(raw, []byte("\n"))
+}
+
+// addressSampler reads the nodes' networks every 20ms until stopped and
+// keeps the samples in which a node did not carry its address on eth1.
+type addressSampler struct {
+	mu      sync.Mutex
+	samples int
+	missing []string
+	stop    chan struct{}
+	done    sync.WaitGroup
+}
+
+func sampleAddresses(want map[string]netip.Addr) *addressSampler {
+	s := &addressSampler{stop: make(chan struct{})}
+	s.done.Go(func() {
+		for {
+			select {
+			case <-s.stop:
+				return
+			case <-time.After(20 * time.Millisecond):
+			}
+			for node, ip := range want {
+				nw := liveNetwork(node)
+				if nw == nil {
+					continue
+				}
+				s.mu.Lock()
+				s.samples++
+				if nw[ip] != "eth1" {
+					s.missing = append(s.missing, fmt.Sprintf("%s: %s without %s on eth1", time.Now().Format(time.StampMilli), node, ip))
+				}
+				s.mu.Unlock()
+			}
+		}
+	})
+	return s
+}
+
+// end stops the sampler and returns how many samples it took and those
+// without the address.
+func (s *addressSampler) end() (int, []string) {
+	close(s.stop)
+	s.done.Wait()
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.samples, slices.Clone(s.missing)
+}
+
+var _ = Describe("From one NNCP per node to one pooled policy", func() {
+	It("keeps every node's address: no address changes, no moment without it, one apply per node", func() {
+		const n = 10
+		want := map[string]netip.Addr{}
+		var nodes []string
+		for i := range n {
+			node := fmt.Sprintf("mig%02d", i+1)
+			nodes = append(nodes, node)
+			want[node] = netip.MustParseAddr(fmt.Sprintf("10.63.0.%d", 40+3*i))
+			localcluster("node", "add", node, "--label", "migrate=yes")
+			DeferCleanup(func() { localcluster("node", "remove", node) })
+		}
+		By("applying one static policy per node, as kubernetes-nmstate's documentation writes them")
+		for _, node := range nodes {
+			Expect(k.Create(ctx, staticPolicy(node, want[node].String()))).To(Succeed())
+		}
+		for _, node := range nodes {
+			Eventually(trueCondition(node, "static-"+node)).Should(HavePrefix("Available"), node)
+			Eventually(func() map[netip.Addr]string { return liveNetwork(node) }).Should(HaveKeyWithValue(want[node], "eth1"), node)
+		}
+		before := map[string]int{}
+		for _, node := range nodes {
+			before[node] = applies(node)
+		}
+		sampler := sampleAddresses(want)
+
+		By("planning the switch with kubectl nodeippool plan")
+		file := filepath.Join(GinkgoT().TempDir(), "migrate.yaml")
+		Expect(os.WriteFile(file, []byte(migrationFile), 0o644)).To(Succeed())
+		Expect(plugin("plan", "-f", file)).To(ContainSubstring(
+			"NodeNetworkConfigurationPolicy migrate: 10 node captures, 10 keep their address, 0 renumbered"))
+
+		By("creating the pool and the pooled policy")
+		Expect(yamlApply(migrationFile)).To(Succeed())
+		policyAvailable("migrate")
+		for _, node := range nodes {
+			Expect(held(node, "migrate", "migrate")).To(Equal([]string{want[node].String()}), node)
+			Expect(events("NodeNetworkConfigurationEnactment", node+".migrate")).To(ContainElement(
+				HavePrefix(fmt.Sprintf("AddressAdopted: NodeIPPool migrate adopted %s on eth1", want[node]))), node)
+		}
+
+		By("deleting the per-node policies")
+		for _, node := range nodes {
+			Expect(k.Delete(ctx, staticPolicy(node, ""))).To(Succeed())
+		}
+		for _, node := range nodes {
+			Eventually(func() *nmstatev1.NodeNetworkConfigurationPolicy {
+				p := &nmstatev1.NodeNetworkConfigurationPolicy{}
+				if k.Get(ctx, client.ObjectKey{Name: "static-" + node}, p) != nil {
+					return nil
+				}
+				return p
+			}).Should(BeNil())
+			Eventually(func() bool { return enactment(node, "static-"+node) == nil }).Should(BeTrue(), node)
+		}
+		// Long enough for a node asked for its state to have taken off
+		// anything it was going to.
+		Consistently(func() map[string]string {
+			return addresses("migrate", "migrate", "eth1", nodes...)
+		}, 5*time.Second, time.Second).Should(Equal(func() map[string]string {
+			out := map[string]string{}
+			for node, ip := range want {
+				out[node] = ip.String()
+			}
+			return out
+		}()))
+		samples, missing := sampler.end()
+		Expect(missing).To(BeEmpty())
+		Expect(samples).To(BeNumerically(">", 10*n), "the sampler sampled")
+		for _, node := range nodes {
+			Expect(applies(node)-before[node]).To(Equal(1), "%s: the pooled policy's apply, and nothing else", node)
+		}
+		Expect(plugin("show", "migrate")).To(ContainSubstring("allocated  mig01"))
+	})
+})
