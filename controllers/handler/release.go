@@ -23,9 +23,10 @@ import (
 // before its state is published: it rolls back a checkpoint that an apply
 // interrupted by a crash left (nmstate would roll it back by itself later,
 // putting back what that apply took off), then takes off its interfaces
-// every address a pool holds released from this node (quarantined, or
-// kept for its return) that no record of the node holds: a released
-// address is no longer the node's. It changes nothing else. The caller
+// every address a pool holds released from one of this node's enactments
+// (quarantined, or kept for its return) that no record of the node holds:
+// a released address is no longer the node's. An address found on the
+// node that no enactment recorded stays: no record released it. It changes nothing else. The caller
 // holds NetworkLock, so that the state read after Settle is one no apply
 // of this handler can change before it is published.
 //
