@@ -262,7 +262,7 @@ func (s *snapshot) nodePlan(policy *nmstatev1.NodeNetworkConfigurationPolicy, re
 	case len(notes.Returned) > 0:
 		np.Verdict, np.Why = verdictHolds, "returned: "+strings.Join(notes.Returned, ", ")
 	case len(carried) == 0:
-		np.Verdict, np.Why = verdictNew, fmt.Sprintf("it carries no address on %s", listOr(ifaces, "the interface (the template names none)"))
+		np.Verdict, np.Why = verdictNew, "it carries no address on "+listOr(ifaces, "the interface (the template names none)")
 	default:
 		np.Verdict, np.Why = verdictRenumbered, "a reservation for the node comes first"
 	}

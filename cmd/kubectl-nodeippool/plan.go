@@ -123,35 +123,51 @@ func readProposed(path string) ([]ippoolv1.NodeIPPool, []nmstatev1.NodeNetworkCo
 		if obj == nil {
 			continue
 		}
-		b, err := yaml.Marshal(obj)
+		pool, policy, err := decodeProposed(obj)
 		if err != nil {
-			return nil, nil, err
+			return nil, nil, fmt.Errorf("%s: document %d: %w", path, doc, err)
 		}
-		switch obj["kind"] {
-		case "NodeIPPool":
-			var p ippoolv1.NodeIPPool
-			if err := yaml.UnmarshalStrict(b, &p); err != nil {
-				return nil, nil, fmt.Errorf("%s: document %d is not a valid NodeIPPool: %w", path, doc, err)
-			}
-			if p.Name == "" {
-				return nil, nil, fmt.Errorf("%s: document %d: the NodeIPPool has no metadata.name", path, doc)
-			}
-			pools = append(pools, p)
-		case "NodeNetworkConfigurationPolicy":
-			var p nmstatev1.NodeNetworkConfigurationPolicy
-			if err := yaml.Unmarshal(b, &p); err != nil {
-				return nil, nil, fmt.Errorf("%s: document %d is not a valid NodeNetworkConfigurationPolicy: %w", path, doc, err)
-			}
-			if p.Name == "" {
-				return nil, nil, fmt.Errorf("%s: document %d: the NodeNetworkConfigurationPolicy has no metadata.name", path, doc)
-			}
-			policies = append(policies, p)
+		if pool != nil {
+			pools = append(pools, *pool)
+		}
+		if policy != nil {
+			policies = append(policies, *policy)
 		}
 	}
 	if len(pools)+len(policies) == 0 {
 		return nil, nil, fmt.Errorf("%s holds no NodeIPPool and no NodeNetworkConfigurationPolicy", path)
 	}
 	return pools, policies, nil
+}
+
+// decodeProposed decodes one document of a proposal: a NodeIPPool, a
+// NodeNetworkConfigurationPolicy, or anything else, which it skips.
+func decodeProposed(obj map[string]any) (*ippoolv1.NodeIPPool, *nmstatev1.NodeNetworkConfigurationPolicy, error) {
+	b, err := yaml.Marshal(obj)
+	if err != nil {
+		return nil, nil, err
+	}
+	switch obj["kind"] {
+	case "NodeIPPool":
+		var p ippoolv1.NodeIPPool
+		if err := yaml.UnmarshalStrict(b, &p); err != nil {
+			return nil, nil, fmt.Errorf("not a valid NodeIPPool: %w", err)
+		}
+		if p.Name == "" {
+			return nil, nil, errors.New("the NodeIPPool has no metadata.name")
+		}
+		return &p, nil, nil
+	case "NodeNetworkConfigurationPolicy":
+		var p nmstatev1.NodeNetworkConfigurationPolicy
+		if err := yaml.Unmarshal(b, &p); err != nil {
+			return nil, nil, fmt.Errorf("not a valid NodeNetworkConfigurationPolicy: %w", err)
+		}
+		if p.Name == "" {
+			return nil, nil, errors.New("the NodeNetworkConfigurationPolicy has no metadata.name")
+		}
+		return nil, &p, nil
+	}
+	return nil, nil, nil
 }
 
 // plan assesses a proposed pool against the pool of that name, if any, and

@@ -106,7 +106,7 @@ metadata: {name: ignored}
 		{[]string{"plan", "-f", filepath.Join(t.TempDir(), "missing.yaml")}, 1, "read the proposed pool"},
 		{[]string{"plan", "-f", writeFile(t, "kind: ConfigMap\n")}, 1, "holds no NodeIPPool"},
 		{[]string{"plan", "-f", writeFile(t, "kind: NodeIPPool\nmetadata: {name: x}\nspec: {range: {cidr: 10.0.0.0/24}, typo: 1}\n")}, 1,
-			`document 1 is not a valid NodeIPPool: error unmarshaling JSON: while decoding JSON: json: unknown field "typo"`},
+			`document 1: not a valid NodeIPPool: error unmarshaling JSON: while decoding JSON: json: unknown field "typo"`},
 		{[]string{"plan", "-f", writeFile(t, "kind: NodeIPPool\nmetadata: {name: x}\nspec: {range: {cidr: 10.0.0.0/30, start: 10.0.0.3}}\n")}, 1,
 			"the proposed pool cannot hand out addresses"},
 	} {

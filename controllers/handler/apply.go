@@ -116,13 +116,13 @@ func (r *Reconciler) applyGranted(ctx context.Context, name string) (ctrl.Result
 // kubernetes-nmstate's, and, for each pool that could not adopt what the
 // node carried, which addresses the pool's replaced and why.
 func appliedMessage(e *nncev1beta1.NodeNetworkConfigurationEnactment) string {
-	msg := "successfully reconciled"
+	msg := []string{"successfully reconciled"}
 	for _, pool := range slices.Sorted(maps.Keys(e.Status.IPPool)) {
 		if n := e.Status.IPPool[pool].NotAdopted; len(n) > 0 {
-			msg += fmt.Sprintf("; NodeIPPool %s could not adopt what the node carried: %s; its address replaced it", pool, strings.Join(n, "; "))
+			msg = append(msg, fmt.Sprintf("NodeIPPool %s could not adopt what the node carried: %s; its address replaced it", pool, strings.Join(n, "; ")))
 		}
 	}
-	return msg
+	return strings.Join(msg, "; ")
 }
 
 // applyProbed applies desired as kubernetes-nmstate does: it rolls back a

@@ -433,7 +433,6 @@ func (c *Chooser) adopt(cl Claimant, captureName string) (Taken, bool) {
 			refused = append(refused, fmt.Sprintf("%s (%s)", cand, why))
 			continue
 		}
-		cand := cand
 		t := Taken{IP: ip, offset: off, adopted: &cand}
 		if q := poolstatus.QuarantineOf(c.pool, ip.String()); q != nil {
 			entry := *q
