@@ -19,9 +19,10 @@ import (
 
 // carryingNode adds a node whose network already carries ip on eth1 (as a
 // per-node policy left it), or nothing when ip is "".
-func carryingNode(t *testing.T, dir, name, role, ip string) *envtest.Node {
+func carryingNode(t *testing.T, dir, name, role, ip string, selfAllocate bool) *envtest.Node {
 	t.Helper()
 	return addNodeWith(t, dir, name, role, func(nd *envtest.Node) {
+		nd.SelfAllocate = selfAllocate
 		if ip == "" {
 			return
 		}
@@ -45,54 +46,69 @@ func statePublishedAfter(node string, at time.Time) func() bool {
 // (typed into one policy per node) get a pool and one pooled policy for
 // eth1. Each keeps the address it carries, with no moment without it; a
 // node whose address the pool cannot give it is told why and gets a new
-// one; a node that carries nothing gets a new one.
+// one; a node that carries nothing gets a new one. The pool controller
+// chooses for handlers that ask (the default), and a handler that
+// allocates itself (--self-allocate) chooses the same.
 func TestAdoptCarriedAddresses(t *testing.T) {
 	RegisterTestingT(t)
 	startControllerWith(t, time.Minute)
-	dir := t.TempDir()
-	carriers := map[string]string{"adopt01": "10.59.0.43", "adopt02": "10.59.0.46", "adopt03": "10.59.0.5", "adopt04": ""}
-	nodes := map[string]*envtest.Node{}
-	for _, name := range []string{"adopt01", "adopt02", "adopt03", "adopt04"} {
-		nodes[name] = carryingNode(t, dir, name, "adopt", carriers[name])
+	for i, selfAllocate := range []bool{false, true} {
+		t.Run(fmt.Sprintf("self-allocate=%v", selfAllocate), func(t *testing.T) {
+			adoptCarried(t, fmt.Sprintf("adopt%d", i), fmt.Sprintf("10.59.%d", i), selfAllocate)
+		})
 	}
-	for name, ip := range carriers {
+}
+
+// adoptCarried runs TestAdoptCarriedAddresses with nodes, pool and policy
+// called name, in the /24 of net.
+func adoptCarried(t *testing.T, name, net string, selfAllocate bool) {
+	RegisterTestingT(t)
+	dir := t.TempDir()
+	node := func(i int) string { return fmt.Sprintf("%s-%02d", name, i) }
+	carriers := map[string]string{node(1): net + ".43", node(2): net + ".46", node(3): net + ".5", node(4): ""}
+	var nodes []*envtest.Node
+	for i := 1; i <= 4; i++ {
+		nodes = append(nodes, carryingNode(t, dir, node(i), name, carriers[node(i)], selfAllocate))
+	}
+	for n, ip := range carriers {
 		if ip != "" {
-			Eventually(func() bool { return strings.Contains(nodeStateOf(name), ip) }).Should(BeTrue(), "the state of %s", name)
+			Eventually(func() bool { return strings.Contains(nodeStateOf(n), ip) }).Should(BeTrue(), "the state of %s", n)
 		}
 	}
-	nics := sampleNICs(t, nodes["adopt01"], nodes["adopt02"], nodes["adopt03"], nodes["adopt04"])
-	nics.mustKeep("adopt01", netip.MustParseAddr("10.59.0.43"))
-	nics.mustKeep("adopt02", netip.MustParseAddr("10.59.0.46"))
+	nics := sampleNICs(t, nodes...)
+	nics.mustKeep(node(1), netip.MustParseAddr(net+".43"))
+	nics.mustKeep(node(2), netip.MustParseAddr(net+".46"))
 
-	createPool(t, "adopt", ippoolv1.IPRange{CIDR: "10.59.0.0/24", Start: "10.59.0.2", End: "10.59.0.100", Exclude: []string{"10.59.0.5"}})
-	Eventually(available("adopt")).Should(HavePrefix("True"))
+	createPool(t, name, ippoolv1.IPRange{CIDR: net + ".0/24", Start: net + ".2", End: net + ".100", Exclude: []string{net + ".5"}})
+	Eventually(available(name)).Should(HavePrefix("True"))
 	// The pool holds what the nodes carry for them; asked for evidence,
 	// the nodes publish their state, and take nothing off: no record
 	// released those addresses.
-	Expect(bits("adopt")).To(Equal([]string{"10.59.0.43", "10.59.0.46"}))
+	Expect(bits(name)).To(Equal([]string{net + ".43", net + ".46"}))
 	quarantined := time.Now()
-	Eventually(statePublishedAfter("adopt01", quarantined.Add(time.Second))).Should(BeTrue())
-	Expect(carried(nodes["adopt01"])()).To(Equal([]string{"10.59.0.43/24"}))
+	Eventually(statePublishedAfter(node(1), quarantined.Add(time.Second))).Should(BeTrue())
+	Expect(carried(nodes[0])()).To(Equal([]string{net + ".43/24"}))
 
-	createPolicy(t, "adopt", "adopt", "adopt")
-	for name := range carriers {
-		Eventually(enactmentState(name+".adopt")).Should(HavePrefix("Available"), name)
+	createPolicy(t, name, name, name)
+	for n := range carriers {
+		Eventually(enactmentState(n+"."+name)).Should(HavePrefix("Available"), n)
 	}
-	Expect(held("adopt01.adopt", "adopt")).To(Equal([]string{"10.59.0.43"}))
-	Expect(held("adopt02.adopt", "adopt")).To(Equal([]string{"10.59.0.46"}))
-	Expect(held("adopt03.adopt", "adopt")).To(Equal([]string{"10.59.0.2"}))
-	Expect(held("adopt04.adopt", "adopt")).To(Equal([]string{"10.59.0.3"}))
-	Expect(carried(nodes["adopt01"])()).To(Equal([]string{"10.59.0.43/24"}))
-	Expect(carried(nodes["adopt03"])()).To(Equal([]string{"10.59.0.2/24"}))
-	Eventually(events("NodeNetworkConfigurationEnactment", "adopt01.adopt")).Should(ContainElement(
-		"AddressAdopted: NodeIPPool adopt adopted 10.59.0.43 on eth1: the node already carried it, so its network does not change"))
-	notAdopted := "NodeIPPool adopt could not adopt what the node carries: 10.59.0.5 on eth1 (it is excluded from the range 10.59.0.2-10.59.0.100)"
-	Eventually(events("NodeNetworkConfigurationEnactment", "adopt03.adopt")).Should(ContainElement(HavePrefix("AddressNotAdopted: " + notAdopted)))
-	Expect(enactmentState("adopt03.adopt")()).To(ContainSubstring("could not adopt what the node carried: 10.59.0.5 on eth1 (it is excluded"))
+	Expect(held(node(1)+"."+name, name)).To(Equal([]string{net + ".43"}))
+	Expect(held(node(2)+"."+name, name)).To(Equal([]string{net + ".46"}))
+	Expect(held(node(3)+"."+name, name)).To(Equal([]string{net + ".2"}))
+	Expect(held(node(4)+"."+name, name)).To(Equal([]string{net + ".3"}))
+	Expect(carried(nodes[0])()).To(Equal([]string{net + ".43/24"}))
+	Expect(carried(nodes[2])()).To(Equal([]string{net + ".2/24"}))
+	Eventually(events("NodeNetworkConfigurationEnactment", node(1)+"."+name)).Should(ContainElement(
+		"AddressAdopted: NodeIPPool " + name + " adopted " + net + ".43 on eth1: the node already carried it, so its network does not change"))
+	notAdopted := "NodeIPPool " + name + " could not adopt what the node carries: " + net + ".5 on eth1 (it is excluded from the range " +
+		net + ".2-" + net + ".100)"
+	Eventually(events("NodeNetworkConfigurationEnactment", node(3)+"."+name)).Should(ContainElement(HavePrefix("AddressNotAdopted: " + notAdopted)))
+	Expect(enactmentState(node(3) + "." + name)()).To(ContainSubstring("could not adopt what the node carried: " + net + ".5 on eth1 (it is excluded"))
 	var p ippoolv1.NodeIPPool
-	Expect(k.Get(ctx, types.NamespacedName{Name: "adopt"}, &p)).To(Succeed())
+	Expect(k.Get(ctx, types.NamespacedName{Name: name}, &p)).To(Succeed())
 	Expect(p.Status.Quarantined).To(BeEmpty(), "the adopted addresses are no longer held apart")
-	assertIndexed("adopt")
+	assertIndexed(name)
 	Expect(nics.withoutAddress()).To(BeEmpty())
 	Expect(nics.onTwoNICs()).To(BeEmpty())
 }
