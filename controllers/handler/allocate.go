@@ -319,19 +319,20 @@ func (r *Reconciler) claimant(ctx context.Context, policy *nmstatev1.NodeNetwork
 	return cl
 }
 
-// withCarried tells the chooser what this node carries on the interfaces
-// the policy's template puts each capture's address on, for a capture
-// that never had an address (adoption), and, when the node carries any
-// such address, which other nodes carry what (from their
-// NodeNetworkStates): a free address is adopted only if no other node
-// carries it. A state that cannot be read adopts nothing.
+// withCarried tells the chooser what this node carries, as its
+// NodeNetworkState shows it (the pool controller chooses from the same),
+// on the interfaces the policy's template puts each capture's address on,
+// for a capture that never had an address (adoption), and, when the node
+// carries any such address, which other nodes carry what: a free address
+// is adopted only if no other node's state shows it. States that cannot
+// be read adopt nothing.
 func (r *Reconciler) withCarried(ctx context.Context, cl *assign.Claimant, policy *nmstatev1.NodeNetworkConfigurationPolicy,
 	e *nncev1beta1.NodeNetworkConfigurationEnactment) {
-	current, err := r.State.Show(ctx)
-	if err != nil {
+	var own nncev1beta1.NodeNetworkState
+	if err := r.APIReader.Get(ctx, types.NamespacedName{Name: r.NodeName}, &own); err != nil {
 		return
 	}
-	carried := nmstatectl.Carriers(current)
+	carried := nmstatectl.Carriers(own.Status.CurrentState.Raw)
 	candidates := func(captureName string) []assign.Carried {
 		if _, had := e.Status.CapturedStates[captureName]; had {
 			return nil

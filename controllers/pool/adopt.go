@@ -31,7 +31,8 @@ type carriedView struct {
 }
 
 // carriedFor reads the NodeNetworkStates of the nodes whose requests ask
-// for a capture that has never had an address: a capture's first address
+// for a capture that has never had an address (and that were not served
+// already, waiting for their record to reach the cache): a capture's first address
 // may be one its node already carries (adoption). Only when such a node
 // carries an address of the range that the pool neither holds nor
 // quarantines does it read every node's state, to make sure no other node
@@ -40,7 +41,7 @@ func (r *Reconciler) carriedFor(ctx context.Context, pool *ippoolv1.NodeIPPool, 
 	v := carriedView{byNode: map[string]map[netip.Addr]string{}}
 	var nodes []string
 	for _, rq := range requests {
-		if rq.first() {
+		if rq.first() && !hasInFlight(pool, rq.enactment.Name) {
 			nodes = append(nodes, rq.enactment.Labels[shared.EnactmentNodeLabel])
 		}
 	}

@@ -54,13 +54,15 @@ func TestAdoptCarriedAddresses(t *testing.T) {
 	startControllerWith(t, time.Minute)
 	for i, selfAllocate := range []bool{false, true} {
 		t.Run(fmt.Sprintf("self-allocate=%v", selfAllocate), func(t *testing.T) {
-			adoptCarried(t, fmt.Sprintf("adopt%d", i), fmt.Sprintf("10.59.%d", i), selfAllocate)
+			adoptCarried(t, fmt.Sprintf("adopt%d", i), fmt.Sprintf("10.9%d.0", i), selfAllocate)
 		})
 	}
 }
 
 // adoptCarried runs TestAdoptCarriedAddresses with nodes, pool and policy
-// called name, in the /24 of net.
+// called name, in the /24 of net (a range of its own: the nodes'
+// NodeNetworkStates outlive the test, and would carry into another
+// test's pool).
 func adoptCarried(t *testing.T, name, net string, selfAllocate bool) {
 	RegisterTestingT(t)
 	dir := t.TempDir()
@@ -95,10 +97,12 @@ func adoptCarried(t *testing.T, name, net string, selfAllocate bool) {
 	}
 	Expect(held(node(1)+"."+name, name)).To(Equal([]string{net + ".43"}))
 	Expect(held(node(2)+"."+name, name)).To(Equal([]string{net + ".46"}))
-	Expect(held(node(3)+"."+name, name)).To(Equal([]string{net + ".2"}))
-	Expect(held(node(4)+"."+name, name)).To(Equal([]string{net + ".3"}))
+	// The two others get the lowest free addresses, in the order they
+	// ask.
+	third, fourth := held(node(3)+"."+name, name), held(node(4)+"."+name, name)
+	Expect(append(third, fourth...)).To(ConsistOf(net+".2", net+".3"))
 	Expect(carried(nodes[0])()).To(Equal([]string{net + ".43/24"}))
-	Expect(carried(nodes[2])()).To(Equal([]string{net + ".2/24"}))
+	Expect(carried(nodes[2])()).To(Equal([]string{third[0] + "/24"}))
 	Eventually(events("NodeNetworkConfigurationEnactment", node(1)+"."+name)).Should(ContainElement(
 		"AddressAdopted: NodeIPPool " + name + " adopted " + net + ".43 on eth1: the node already carried it, so its network does not change"))
 	notAdopted := "NodeIPPool " + name + " could not adopt what the node carries: " + net + ".5 on eth1 (it is excluded from the range " +
@@ -121,7 +125,7 @@ func TestTemplateErrorsHoldNoAddress(t *testing.T) {
 	RegisterTestingT(t)
 	startControllerWith(t, time.Minute)
 	addNode(t, t.TempDir(), "tmpl01", "tmpl")
-	createPool(t, "tmpl", ippoolv1.IPRange{CIDR: "10.61.0.0/24", Start: "10.61.0.2", End: "10.61.0.9"})
+	createPool(t, "tmpl", ippoolv1.IPRange{CIDR: "10.92.0.0/24", Start: "10.92.0.2", End: "10.92.0.9"})
 	Eventually(available("tmpl")).Should(HavePrefix("True"))
 	policy := createPolicyWith(t, "tmpl", "tmpl", map[string]string{"addr": "ippool.tmpl.allocate"}, envtest.OneAddressState+
 		"routes:\n  config:\n  - destination: 0.0.0.0/0\n    next-hop-address: \"{{ capture.addr.gateway }}\"\n    next-hop-interface: eth1\n")
@@ -135,7 +139,7 @@ func TestTemplateErrorsHoldNoAddress(t *testing.T) {
 	policy.Spec.DesiredState = shared.NewState(envtest.OneAddressState)
 	Expect(k.Update(ctx, policy)).To(Succeed())
 	Eventually(enactmentState("tmpl01.tmpl"), time.Minute).Should(HavePrefix("Available"))
-	Expect(held("tmpl01.tmpl", "tmpl")).To(Equal([]string{"10.61.0.2"}))
+	Expect(held("tmpl01.tmpl", "tmpl")).To(Equal([]string{"10.92.0.2"}))
 
 	// A reference no pool can ever give is refused before any node asks.
 	Expect(k.Get(ctx, client.ObjectKeyFromObject(policy), policy)).To(Succeed())
