@@ -354,6 +354,9 @@ func (r *Reconciler) withCarried(ctx context.Context, cl *assign.Claimant, polic
 		return
 	}
 	cl.Carried = candidates
+	if held, err := r.heldByNode(ctx); err == nil {
+		cl.Holds = func(ip netip.Addr) bool { return held[ip] }
+	}
 	var states nncev1beta1.NodeNetworkStateList
 	if err := r.APIReader.List(ctx, &states); err != nil {
 		return

@@ -28,6 +28,9 @@ type carriedView struct {
 	// carries to the nodes that carry it; nil when no requesting node
 	// carries a free address of the range (then it is not needed).
 	carriers map[netip.Addr][]string
+	// held maps a requesting node to the addresses its enactments record
+	// or release (from the cache).
+	held map[string]map[netip.Addr]bool
 }
 
 // carriedFor reads the NodeNetworkStates of the nodes whose requests ask
@@ -37,8 +40,9 @@ type carriedView struct {
 // carries an address of the range that the pool neither holds nor
 // quarantines does it read every node's state, to make sure no other node
 // carries it too. A state that cannot be read adopts nothing.
-func (r *Reconciler) carriedFor(ctx context.Context, pool *ippoolv1.NodeIPPool, requests []*request) carriedView {
-	v := carriedView{byNode: map[string]map[netip.Addr]string{}}
+func (r *Reconciler) carriedFor(ctx context.Context, pool *ippoolv1.NodeIPPool, requests []*request,
+	enactments []nncev1beta1.NodeNetworkConfigurationEnactment) carriedView {
+	v := carriedView{byNode: map[string]map[netip.Addr]string{}, held: map[string]map[netip.Addr]bool{}}
 	var nodes []string
 	for _, rq := range requests {
 		if rq.first() && !hasInFlight(pool, rq.enactment.Name) {
@@ -85,6 +89,22 @@ func (r *Reconciler) carriedFor(ctx context.Context, pool *ippoolv1.NodeIPPool, 
 	}
 	if free {
 		v.carriers = r.carriersOf(ctx, rng)
+	}
+	for _, e := range enactments {
+		node := e.Labels[shared.EnactmentNodeLabel]
+		if _, ok := v.byNode[node]; !ok {
+			continue
+		}
+		for _, a := range e.Status.IPPool {
+			for _, s := range a.Held() {
+				if ip, err := netip.ParseAddr(s); err == nil {
+					if v.held[node] == nil {
+						v.held[node] = map[netip.Addr]bool{}
+					}
+					v.held[node][ip] = true
+				}
+			}
+		}
 	}
 	return v
 }
@@ -138,6 +158,8 @@ func (v carriedView) adoption(cl assign.Claimant, rq *request) assign.Claimant {
 		}
 		return out
 	}
+	held := v.held[cl.Node]
+	cl.Holds = func(ip netip.Addr) bool { return held[ip] }
 	if v.carriers != nil {
 		cl.CarriedElsewhere = func(ip netip.Addr) string {
 			for _, n := range v.carriers[ip] {

@@ -103,6 +103,23 @@ func describeVerdict(v verdict) string {
 	return strings.Join(parts, ", ")
 }
 
+// TestOverdueStray: an address found on a node unrecorded, still carried
+// past the period, is reported as held for that node, to adopt or take
+// off by hand: no handler takes it off.
+func TestOverdueStray(t *testing.T) {
+	q := ippoolv1.QuarantinedAddress{IP: "10.0.0.5", Node: "n1"}
+	got := overdueOf(q, true, "eth1", time.Now(), 6*time.Minute)
+	want := "10.0.0.5, found 6m0s ago on interface eth1 of node n1 and recorded by no enactment, is held for that node: " +
+		"a pooled policy that puts an address of this pool on eth1 adopts it, or take 10.0.0.5 off by hand to free it"
+	if got.reason != ippoolv1.ReasonAddressStillCarried || got.message != want {
+		t.Errorf("got %+v\nwant %s", got, want)
+	}
+	q.Enactment = "n1.p"
+	if got := overdueOf(q, true, "eth1", time.Now(), 6*time.Minute); !strings.Contains(got.message, "its handler retries taking it off") {
+		t.Errorf("a released address: %+v", got)
+	}
+}
+
 // TestReleasesOf: the condition names every overdue address, the
 // carried ones first in its reason.
 func TestReleasesOf(t *testing.T) {

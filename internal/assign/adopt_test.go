@@ -117,6 +117,27 @@ func TestAdoption(t *testing.T) {
 	}
 }
 
+// TestOwnAddressesAreNotReported: what the node holds under another
+// record, or releases, is neither adopted nor reported.
+func TestOwnAddressesAreNotReported(t *testing.T) {
+	p, alloc := adoptionPool(t)
+	if err := alloc.AllocateIP(mustAddr("10.1.0.12")); err != nil {
+		t.Fatal(err)
+	}
+	c := New(p, alloc)
+	cl := carrying("node09", nil, "10.1.0.12", "10.1.0.18")
+	cl.Holds = func(ip netip.Addr) bool { return ip == mustAddr("10.1.0.12") }
+	tk, err := c.Take(cl, "addr")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var n Notes
+	n.Add(tk, "addr")
+	if tk.IP.String() != "10.1.0.10" || len(n.Adopted)+len(n.NotAdopted) > 0 {
+		t.Errorf("took %s, notes %+v; want 10.1.0.10 and nothing to tell", tk.IP, n)
+	}
+}
+
 func TestAdoptionNeedsOtherNodes(t *testing.T) {
 	p, alloc := adoptionPool(t)
 	c := New(p, alloc)

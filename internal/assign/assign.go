@@ -67,6 +67,11 @@ type Claimant struct {
 	// pool holds for the claimant's node (found unrecorded on it) is then
 	// adopted, never a free one.
 	CarriedElsewhere func(ip netip.Addr) string
+	// Holds reports whether another record of the claimant's node holds ip
+	// (another policy's, or this one's being released): such a carried
+	// address is the node's already, neither adopted nor reported. Nil
+	// means none does.
+	Holds func(ip netip.Addr) bool
 }
 
 // Carried is an address a node carries on an interface.
@@ -429,6 +434,9 @@ func (c *Chooser) adopt(cl Claimant, captureName string) (Taken, bool) {
 			continue // another capture of the node adopted it
 		}
 		why := c.refusal(cl, ip, off, err)
+		if why == ownAddress {
+			continue
+		}
 		if why != "" {
 			refused = append(refused, fmt.Sprintf("%s (%s)", cand, why))
 			continue
@@ -447,10 +455,18 @@ func (c *Chooser) adopt(cl Claimant, captureName string) (Taken, bool) {
 	return Taken{notAdopted: refused}, false
 }
 
+// ownAddress is the refusal of an address the claimant's node holds or
+// releases under another record: not the node's to adopt, and nothing to
+// tell it.
+const ownAddress = "held by the node"
+
 // refusal says why the claimant may not adopt ip (at off; err is the
 // range's verdict on it), or "".
 func (c *Chooser) refusal(cl Claimant, ip netip.Addr, off uint64, err error) string {
 	rng := c.alloc.Range()
+	if cl.Holds != nil && cl.Holds(ip) {
+		return ownAddress
+	}
 	switch {
 	case ip == rng.Gateway():
 		return "it is the pool's gateway"
@@ -474,6 +490,9 @@ func (c *Chooser) refusal(cl Claimant, ip netip.Addr, off uint64, err error) str
 	if q := poolstatus.QuarantineOf(c.pool, ip.String()); q != nil {
 		if q.Enactment == "" && q.Node == cl.Node {
 			return ""
+		}
+		if q.Enactment != "" && q.Node == cl.Node {
+			return ownAddress // released by the node: it comes off
 		}
 		if q.Enactment != "" {
 			return fmt.Sprintf("it was released from %s and is quarantined until node %s shows it gone", q.Enactment, q.Node)
