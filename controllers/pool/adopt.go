@@ -54,6 +54,30 @@ func (r *Reconciler) carriedFor(ctx context.Context, pool *ippoolv1.NodeIPPool, 
 	if len(nodes) == 0 {
 		return v
 	}
+	v.byNode = r.statesOf(ctx, nodes)
+	rng, err := poolstatus.Range(pool)
+	if err != nil {
+		return v
+	}
+	alloc, err := poolstatus.Allocator(pool)
+	if err != nil {
+		return v
+	}
+	if carriesFree(v.byNode, rng, alloc) {
+		v.carriers = r.carriersOf(ctx, rng)
+	}
+	for _, e := range enactments {
+		node := e.Labels[shared.EnactmentNodeLabel]
+		if _, ok := v.byNode[node]; ok {
+			v.hold(node, e.Status.IPPool)
+		}
+	}
+	return v
+}
+
+// statesOf reads the NodeNetworkStates of nodes: by node, what each
+// carries and where. A node whose state cannot be read is left out.
+func (r *Reconciler) statesOf(ctx context.Context, nodes []string) map[string]map[netip.Addr]string {
 	states := make([]map[netip.Addr]string, len(nodes))
 	var g errgroup.Group
 	g.SetLimit(parallelRecords)
@@ -67,46 +91,40 @@ func (r *Reconciler) carriedFor(ctx context.Context, pool *ippoolv1.NodeIPPool, 
 		})
 	}
 	_ = g.Wait()
-	rng, err := poolstatus.Range(pool)
-	if err != nil {
-		return v
-	}
-	alloc, err := poolstatus.Allocator(pool)
-	if err != nil {
-		return v
-	}
-	free := false
+	out := map[string]map[netip.Addr]string{}
 	for i, node := range nodes {
-		if states[i] == nil {
-			continue
+		if states[i] != nil {
+			out[node] = states[i]
 		}
-		v.byNode[node] = states[i]
-		for ip := range states[i] {
+	}
+	return out
+}
+
+// carriesFree reports whether a node carries an address of rng that alloc
+// has free.
+func carriesFree(byNode map[string]map[netip.Addr]string, rng *ippool.Range, alloc *ippool.Allocator) bool {
+	for _, carried := range byNode {
+		for ip := range carried {
 			if off, err := rng.Assignable(ip); err == nil && !alloc.Has(off) {
-				free = true
+				return true
 			}
 		}
 	}
-	if free {
-		v.carriers = r.carriersOf(ctx, rng)
-	}
-	for _, e := range enactments {
-		node := e.Labels[shared.EnactmentNodeLabel]
-		if _, ok := v.byNode[node]; !ok {
-			continue
-		}
-		for _, a := range e.Status.IPPool {
-			for _, s := range a.Held() {
-				if ip, err := netip.ParseAddr(s); err == nil {
-					if v.held[node] == nil {
-						v.held[node] = map[netip.Addr]bool{}
-					}
-					v.held[node][ip] = true
+	return false
+}
+
+// hold notes the addresses a record of node holds or releases.
+func (v carriedView) hold(node string, pools ippoolv1.EnactmentIPPools) {
+	for _, a := range pools {
+		for _, s := range a.Held() {
+			if ip, err := netip.ParseAddr(s); err == nil {
+				if v.held[node] == nil {
+					v.held[node] = map[netip.Addr]bool{}
 				}
+				v.held[node][ip] = true
 			}
 		}
 	}
-	return v
 }
 
 // carriersOf maps every address of rng that a node's NodeNetworkState
