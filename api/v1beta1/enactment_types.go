@@ -36,6 +36,14 @@ type NodeNetworkConfigurationEnactmentStatus struct {
 	// +optional
 	IPPool ippoolv1.EnactmentIPPools `json:"ippool,omitempty"`
 
+	// RetryCount is what kubernetes-nmstate's handler counts its failed
+	// attempts in, by policy generation. This project's handler keeps its
+	// count in failures and never writes this field; the schema carries it
+	// so that an enactment written by upstream's handler (before a switch
+	// to ours, or after a switch back) loses nothing.
+	// +optional
+	RetryCount map[string]int `json:"retryCount,omitempty"`
+
 	// WaitingForIPPool names the pool this enactment waits on for want of a
 	// free address (its Failing reason is IPPoolExhausted); empty otherwise.
 	// The pool controller reads it to report who waits on an exhausted pool.

@@ -114,6 +114,13 @@ func (in *NodeNetworkConfigurationEnactmentStatus) DeepCopyInto(out *NodeNetwork
 			(*out)[key] = *val.DeepCopy()
 		}
 	}
+	if in.RetryCount != nil {
+		in, out := &in.RetryCount, &out.RetryCount
+		*out = make(map[string]int, len(*in))
+		for key, val := range *in {
+			(*out)[key] = val
+		}
+	}
 	if in.Slot != nil {
 		in, out := &in.Slot, &out.Slot
 		*out = new(ApplySlot)

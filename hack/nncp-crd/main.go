@@ -66,6 +66,9 @@ func run(path string) error {
 	if err := addRules(v1.Schema.OpenAPIV3Schema); err != nil {
 		return fmt.Errorf("version %s: %w", v1.Name, err)
 	}
+	if err := addUpstreamStatus(v1.Schema.OpenAPIV3Schema); err != nil {
+		return fmt.Errorf("version %s: %w", v1.Name, err)
+	}
 	v1beta1 := *v1.DeepCopy()
 	v1beta1.Name, v1beta1.Storage = "v1beta1", false
 	crd.Spec.Versions = append(crd.Spec.Versions, v1beta1)
@@ -85,6 +88,29 @@ func run(path string) error {
 		return err
 	}
 	return os.WriteFile(path, append([]byte("---\n"), out...), 0o644)
+}
+
+// addUpstreamStatus adds the status fields today's kubernetes-nmstate
+// handler writes that the API module this CRD is generated from predates,
+// so that the API server prunes none of them: unavailableNodeCountMap (the
+// unavailable nodes by policy generation; without it upstream's
+// maxUnavailable never throttles).
+func addUpstreamStatus(root *apiextensionsv1.JSONSchemaProps) error {
+	status, ok := root.Properties["status"]
+	if !ok {
+		return errors.New("no status in the schema")
+	}
+	if _, ok := status.Properties["unavailableNodeCountMap"]; !ok {
+		status.Properties["unavailableNodeCountMap"] = apiextensionsv1.JSONSchemaProps{
+			Description: "UnavailableNodeCountMap is the number of potentially unavailable nodes processing the policy, " +
+				"by policy generation: written by kubernetes-nmstate's handler, kept so that it is not pruned.",
+			Type: "object",
+			AdditionalProperties: &apiextensionsv1.JSONSchemaPropsOrBool{Allows: true,
+				Schema: &apiextensionsv1.JSONSchemaProps{Type: "integer"}},
+		}
+	}
+	root.Properties["status"] = status
+	return nil
 }
 
 func addRules(root *apiextensionsv1.JSONSchemaProps) error {
