@@ -33,6 +33,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/util/retry"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/yaml"
@@ -390,12 +391,16 @@ func applySample(file string, into client.Object) {
 }
 
 func editPool(change func(*ippoolv1.NodeIPPool)) error {
-	var p ippoolv1.NodeIPPool
-	if err := k.Get(ctx, client.ObjectKey{Name: pool}, &p); err != nil {
-		return err
-	}
-	change(&p)
-	return k.Update(ctx, &p)
+	// The controllers write the pool's status meanwhile (a new leader
+	// does at once): each write moves the resourceVersion.
+	return retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		var p ippoolv1.NodeIPPool
+		if err := k.Get(ctx, client.ObjectKey{Name: pool}, &p); err != nil {
+			return err
+		}
+		change(&p)
+		return k.Update(ctx, &p)
+	})
 }
 
 // enactment returns the node's enactment of the sample policy, or nil.
