@@ -68,8 +68,9 @@ type policyPlan struct {
 // what their NodeNetworkStates show.
 type nodes struct {
 	items []corev1.Node
-	// carried maps a node to its addresses and their interfaces.
-	carried map[string]map[netip.Addr]string
+	// carried maps a node to its addresses and their interfaces; static
+	// to the static ones only (the candidates for adoption).
+	carried, static map[string]map[netip.Addr]string
 }
 
 func readNodes(ctx context.Context, k client.Client) (*nodes, error) {
@@ -81,9 +82,10 @@ func readNodes(ctx context.Context, k client.Client) (*nodes, error) {
 	if err := k.List(ctx, &states); err != nil {
 		return nil, fmt.Errorf("list NodeNetworkStates: %w", err)
 	}
-	n := &nodes{items: list.Items, carried: map[string]map[netip.Addr]string{}}
+	n := &nodes{items: list.Items, carried: map[string]map[netip.Addr]string{}, static: map[string]map[netip.Addr]string{}}
 	for _, nns := range states.Items {
 		n.carried[nns.Name] = nmstatectl.Carriers(nns.Status.CurrentState.Raw)
+		n.static[nns.Name] = nmstatectl.StaticCarriers(nns.Status.CurrentState.Raw)
 	}
 	slices.SortFunc(n.items, func(a, b corev1.Node) int { return strings.Compare(a.Name, b.Name) })
 	return n, nil
@@ -216,7 +218,7 @@ func (s *snapshot) nodePlan(policy *nmstatev1.NodeNetworkConfigurationPolicy, re
 	ifaces := capture.Interfaces(policy.Spec.DesiredState.Raw, ref.Capture)
 	np := nodePlan{Policy: policy.Name, Capture: ref.Capture, Pool: ref.Pool, Node: node, Interfaces: ifaces}
 	var carried []assign.Carried
-	for ip, iface := range n.carried[node] {
+	for ip, iface := range n.static[node] {
 		if slices.Contains(ifaces, iface) && !ip.IsLinkLocalUnicast() {
 			carried = append(carried, assign.Carried{IP: ip, Interface: iface})
 		}

@@ -88,6 +88,16 @@ func TestPlanAdoption(t *testing.T) {
 	carrier(t, k, "node04", "worker")                             // nothing
 	carrier(t, k, "node05", "worker", "10.62.0.49", "10.62.0.48") // two: the lowest
 	carrier(t, k, "node06", "storage", "10.62.0.60")              // not selected
+	carrier(t, k, "node07", "worker")                             // a DHCP lease on eth1, below
+	dhcp := &nncev1beta1.NodeNetworkState{}
+	if err := k.Get(context.Background(), client.ObjectKey{Name: "node07"}, dhcp); err != nil {
+		t.Fatal(err)
+	}
+	dhcp.Status.CurrentState = shared.NewState(`{"interfaces":[{"name":"eth1","ipv4":{"enabled":true,"dhcp":true,` +
+		`"address":[{"ip":"10.62.0.70","prefix-length":24}]}}]}`)
+	if err := k.Status().Update(context.Background(), dhcp); err != nil {
+		t.Fatal(err)
+	}
 	file := writeFile(t, migration)
 
 	code, out, errOut := plugin(kubeconfig, "plan", "-f", file)
@@ -96,7 +106,7 @@ func TestPlanAdoption(t *testing.T) {
 	}
 	for _, want := range []string{
 		"NodeIPPool traffic: new, range",
-		"NodeNetworkConfigurationPolicy traffic-eth1: 5 node captures, 3 keep their address, 1 renumbered",
+		"NodeNetworkConfigurationPolicy traffic-eth1: 6 node captures, 3 keep their address, 1 renumbered",
 		"node01  addr     traffic  10.62.0.43 on eth1",
 		"keeps: adopted: it already carries 10.62.0.43 on eth1",
 		"10.62.0.46  keeps",
@@ -125,7 +135,7 @@ func TestPlanAdoption(t *testing.T) {
 		ips[np.Node] = np.Verdict + " " + np.IP
 	}
 	want := map[string]string{"node01": "keeps 10.62.0.43", "node02": "keeps 10.62.0.46", "node03": "renumbered 10.62.0.10",
-		"node04": "new 10.62.0.11", "node05": "keeps 10.62.0.48"}
+		"node04": "new 10.62.0.11", "node05": "keeps 10.62.0.48", "node07": "new 10.62.0.12"}
 	if fmt.Sprint(ips) != fmt.Sprint(want) {
 		t.Errorf("planned %v, want %v", ips, want)
 	}

@@ -332,7 +332,7 @@ func (r *Reconciler) withCarried(ctx context.Context, cl *assign.Claimant, polic
 	if err := r.APIReader.Get(ctx, types.NamespacedName{Name: r.NodeName}, &own); err != nil {
 		return
 	}
-	carried := nmstatectl.Carriers(own.Status.CurrentState.Raw)
+	carried := nmstatectl.StaticCarriers(own.Status.CurrentState.Raw)
 	candidates := func(captureName string) []assign.Carried {
 		if _, had := e.Status.CapturedStates[captureName]; had {
 			return nil

@@ -75,8 +75,10 @@ func (r *Reconciler) carriedFor(ctx context.Context, pool *ippoolv1.NodeIPPool, 
 	return v
 }
 
-// statesOf reads the NodeNetworkStates of nodes: by node, what each
-// carries and where. A node whose state cannot be read is left out.
+// statesOf reads the NodeNetworkStates of nodes: by node, the static
+// addresses each carries (not learned by DHCP or autoconf: a lease is the
+// DHCP server's to give) and where. A node whose state cannot be read is
+// left out.
 func (r *Reconciler) statesOf(ctx context.Context, nodes []string) map[string]map[netip.Addr]string {
 	states := make([]map[netip.Addr]string, len(nodes))
 	var g errgroup.Group
@@ -85,7 +87,7 @@ func (r *Reconciler) statesOf(ctx context.Context, nodes []string) map[string]ma
 		g.Go(func() error {
 			var nns nncev1beta1.NodeNetworkState
 			if err := r.APIReader.Get(ctx, types.NamespacedName{Name: node}, &nns); err == nil {
-				states[i] = nmstatectl.Carriers(nns.Status.CurrentState.Raw)
+				states[i] = nmstatectl.StaticCarriers(nns.Status.CurrentState.Raw)
 			}
 			return nil
 		})

@@ -64,6 +64,17 @@ func StaticAddresses(state []byte) ([]InterfaceAddresses, error) {
 // a desired state) puts on an interface, static or learned, to the first
 // interface that has it. A state that does not parse carries nothing.
 func Carriers(state []byte) map[netip.Addr]string {
+	return carriers(state, true)
+}
+
+// StaticCarriers is Carriers without the addresses of families configured
+// by DHCP or autoconf: the addresses a node was given by hand (a policy
+// with the address typed in), which a pool may adopt.
+func StaticCarriers(state []byte) map[netip.Addr]string {
+	return carriers(state, false)
+}
+
+func carriers(state []byte, learned bool) map[netip.Addr]string {
 	out := map[netip.Addr]string{}
 	s, err := parseState(state)
 	if err != nil {
@@ -72,6 +83,9 @@ func Carriers(state []byte) map[netip.Addr]string {
 	for _, iface := range s.interfaces() {
 		name, _ := iface["name"].(string)
 		for _, fam := range families {
+			if f, _ := iface[fam].(map[string]any); !learned && (f["dhcp"] == true || f["autoconf"] == true) {
+				continue
+			}
 			for _, ip := range familyAddresses(iface, fam) {
 				if _, seen := out[ip]; !seen {
 					out[ip] = name

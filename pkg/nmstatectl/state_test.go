@@ -57,6 +57,13 @@ func TestCarriers(t *testing.T) {
 	}
 }
 
+func TestStaticCarriers(t *testing.T) {
+	got := StaticCarriers([]byte(twoOnEth1))
+	if _, ok := got[netip.MustParseAddr("192.168.0.7")]; ok || len(got) != 3 || got[netip.MustParseAddr("10.10.10.8")] != "eth1" {
+		t.Errorf("StaticCarriers = %v, want eth1's three addresses and not eth0's DHCP one", got)
+	}
+}
+
 func TestWithoutAddresses(t *testing.T) {
 	for _, tt := range []struct {
 		name string
