@@ -110,8 +110,6 @@ func asks(e *nncev1beta1.NodeNetworkConfigurationEnactment, pool string) bool {
 	return record.Requested(e, pool) || (e.Status.WaitingForIPPool == pool && pendingFor(e, ippoolv1.ReasonIPPoolBusy))
 }
 
-// pendingSince returns since when the enactment asks: its creation for a
-// new enactment's request.
 // policyCaptures are a policy's generation and parsed captures, with the
 // optional fields its template reads from them (capture.Needs).
 type policyCaptures struct {
@@ -153,6 +151,8 @@ func (r *Reconciler) policyCaptures(ctx context.Context, name string) *policyCap
 	return pc
 }
 
+// pendingSince returns since when the enactment asks: its creation for a
+// new enactment's request.
 func pendingSince(e *nncev1beta1.NodeNetworkConfigurationEnactment) metav1.Time {
 	if record.Requesting(e) {
 		return e.CreationTimestamp
