@@ -8,8 +8,10 @@ import (
 	"time"
 
 	"github.com/nmstate/kubernetes-nmstate/api/shared"
+	nmstatev1 "github.com/nmstate/kubernetes-nmstate/api/v1"
 	. "github.com/onsi/gomega"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/util/retry"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	ippoolv1 "github.com/nmstate-ippool/nmstate-ippool/api/v1"
@@ -135,16 +137,24 @@ func TestTemplateErrorsHoldNoAddress(t *testing.T) {
 	Consistently(func() []string { return bits("tmpl") }, 2*time.Second).Should(BeEmpty())
 
 	// Fixed, the policy is served.
-	Expect(k.Get(ctx, client.ObjectKeyFromObject(policy), policy)).To(Succeed())
-	policy.Spec.DesiredState = shared.NewState(envtest.OneAddressState)
-	Expect(k.Update(ctx, policy)).To(Succeed())
+	setDesiredState(policy, envtest.OneAddressState)
 	Eventually(enactmentState("tmpl01.tmpl"), time.Minute).Should(HavePrefix("Available"))
 	Expect(held("tmpl01.tmpl", "tmpl")).To(Equal([]string{"10.92.0.2"}))
 
 	// A reference no pool can ever give is refused before any node asks.
-	Expect(k.Get(ctx, client.ObjectKeyFromObject(policy), policy)).To(Succeed())
-	policy.Spec.DesiredState = shared.NewState(strings.ReplaceAll(envtest.OneAddressState, "capture.addr.prefix-length", "capture.addr.prefix"))
-	Expect(k.Update(ctx, policy)).To(Succeed())
+	setDesiredState(policy, strings.ReplaceAll(envtest.OneAddressState, "capture.addr.prefix-length", "capture.addr.prefix"))
 	Eventually(enactmentState("tmpl01.tmpl")).Should(ContainSubstring(
 		`the template reads {{ capture.addr.prefix }}, but capture "addr" (ippool.tmpl.allocate) has no field "prefix"`))
+}
+
+// setDesiredState changes a policy's desired state, again on a conflict:
+// the policy controller writes its status meanwhile.
+func setDesiredState(policy *nmstatev1.NodeNetworkConfigurationPolicy, desired string) {
+	Expect(retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		if err := k.Get(ctx, client.ObjectKeyFromObject(policy), policy); err != nil {
+			return err
+		}
+		policy.Spec.DesiredState = shared.NewState(desired)
+		return k.Update(ctx, policy)
+	})).To(Succeed())
 }
