@@ -199,7 +199,8 @@ var _ = Describe("From one NNCP per node to one pooled policy", func() {
 		policyAvailable("migrate")
 		for _, node := range nodes {
 			Expect(held(node, "migrate", "migrate")).To(Equal([]string{want[node].String()}), node)
-			Expect(events("NodeNetworkConfigurationEnactment", node+".migrate")).To(ContainElement(
+			// Events are written after the record, asynchronously.
+			Eventually(func() []string { return events("NodeNetworkConfigurationEnactment", node+".migrate") }).Should(ContainElement(
 				HavePrefix(fmt.Sprintf("AddressAdopted: NodeIPPool migrate adopted %s on eth1", want[node]))), node)
 		}
 
