@@ -71,6 +71,8 @@ type nodes struct {
 	// carried maps a node to its addresses and their interfaces; static
 	// to the static ones only (the candidates for adoption).
 	carried, static map[string]map[netip.Addr]string
+	// carriers maps an address to the nodes that carry it.
+	carriers map[netip.Addr][]string
 }
 
 func readNodes(ctx context.Context, k client.Client) (*nodes, error) {
@@ -82,7 +84,8 @@ func readNodes(ctx context.Context, k client.Client) (*nodes, error) {
 	if err := k.List(ctx, &states); err != nil {
 		return nil, fmt.Errorf("list NodeNetworkStates: %w", err)
 	}
-	n := &nodes{items: list.Items, carried: map[string]map[netip.Addr]string{}, static: map[string]map[netip.Addr]string{}}
+	n := &nodes{items: list.Items, carried: map[string]map[netip.Addr]string{}, static: map[string]map[netip.Addr]string{},
+		carriers: assign.CarriersOf(states.Items)}
 	for _, nns := range states.Items {
 		n.carried[nns.Name] = nmstatectl.Carriers(nns.Status.CurrentState.Raw)
 		n.static[nns.Name] = nmstatectl.StaticCarriers(nns.Status.CurrentState.Raw)
@@ -217,12 +220,7 @@ func (s *snapshot) policyPlan(policy *nmstatev1.NodeNetworkConfigurationPolicy, 
 func (s *snapshot) nodePlan(policy *nmstatev1.NodeNetworkConfigurationPolicy, ref capture.Ref, node string, n *nodes, c *assign.Chooser) nodePlan {
 	ifaces := capture.Interfaces(policy.Spec.DesiredState.Raw, ref.Capture)
 	np := nodePlan{Policy: policy.Name, Capture: ref.Capture, Pool: ref.Pool, Node: node, Interfaces: ifaces}
-	var carried []assign.Carried
-	for ip, iface := range n.static[node] {
-		if slices.Contains(ifaces, iface) && !ip.IsLinkLocalUnicast() {
-			carried = append(carried, assign.Carried{IP: ip, Interface: iface})
-		}
-	}
+	carried := slices.DeleteFunc(assign.OnInterfaces(n.static[node], ifaces), func(c assign.Carried) bool { return c.IP.IsLinkLocalUnicast() })
 	slices.SortFunc(carried, func(a, b assign.Carried) int { return a.IP.Compare(b.IP) })
 	for _, cr := range carried {
 		np.Carries = append(np.Carries, cr.String())
@@ -238,16 +236,9 @@ func (s *snapshot) nodePlan(policy *nmstatev1.NodeNetworkConfigurationPolicy, re
 		}
 	}
 	cl := assign.Claimant{Enactment: name, Node: node, Policy: policy.Name,
-		Labels:  func() map[string]string { return n.labels(node) },
-		Carried: func(string) []assign.Carried { return carried },
-		CarriedElsewhere: func(ip netip.Addr) string {
-			for other, addrs := range n.carried {
-				if _, ok := addrs[ip]; ok && other != node {
-					return other
-				}
-			}
-			return ""
-		}}
+		Labels:           func() map[string]string { return n.labels(node) },
+		Carried:          func(string) []assign.Carried { return carried },
+		CarriedElsewhere: assign.ElsewhereThan(n.carriers, node)}
 	t, err := c.Take(cl, ref.Capture)
 	if err != nil {
 		np.Verdict, np.Why = verdictWaits, err.Error()

@@ -13,6 +13,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	nncev1beta1 "github.com/nmstate-ippool/nmstate-ippool/api/v1beta1"
+	"github.com/nmstate-ippool/nmstate-ippool/test/envtest"
 )
 
 // carrier creates a Node labelled role and its NodeNetworkState showing
@@ -39,30 +40,15 @@ func carrier(t *testing.T, k client.Client, name, role string, addrs ...string) 
 	}
 }
 
-const migration = `
-apiVersion: nmstate.io/v1
+// migration proposes a pool, the pooled policy for eth1 of the workers,
+// and a policy that reads a gateway the pool does not set.
+var migration = `apiVersion: nmstate.io/v1
 kind: NodeIPPool
 metadata: {name: traffic}
 spec:
   range: {cidr: 10.62.0.0/24, start: 10.62.0.10, end: 10.62.0.200, exclude: ["10.62.0.52"]}
 ---
-apiVersion: nmstate.io/v1
-kind: NodeNetworkConfigurationPolicy
-metadata: {name: traffic-eth1}
-spec:
-  nodeSelector: {role: worker}
-  capture: {addr: ippool.traffic.allocate}
-  desiredState:
-    interfaces:
-    - name: eth1
-      type: ethernet
-      state: up
-      ipv4:
-        enabled: true
-        dhcp: false
-        address:
-        - ip: "{{ capture.addr.ip }}"
-          prefix-length: "{{ capture.addr.prefix-length }}"
+` + envtest.PooledPolicyYAML("traffic-eth1", "role", "worker", "traffic") + `
 ---
 apiVersion: nmstate.io/v1
 kind: NodeNetworkConfigurationPolicy

@@ -333,27 +333,22 @@ func (r *Reconciler) withCarried(ctx context.Context, cl *assign.Claimant, polic
 		return
 	}
 	carried := nmstatectl.StaticCarriers(own.Status.CurrentState.Raw)
-	candidates := func(captureName string) []assign.Carried {
-		if _, had := e.Status.CapturedStates[captureName]; had {
-			return nil
-		}
-		ifaces := capture.Interfaces(policy.Spec.DesiredState.Raw, captureName)
-		var out []assign.Carried
-		for ip, iface := range carried {
-			if slices.Contains(ifaces, iface) {
-				out = append(out, assign.Carried{IP: ip, Interface: iface})
-			}
-		}
-		return out
-	}
-	found := false
-	for name := range policy.Spec.Capture {
-		found = found || len(candidates(name)) > 0
-	}
-	if !found {
+	captures, err := capture.Parse(policy.Spec.Capture)
+	if err != nil {
 		return
 	}
-	cl.Carried = candidates
+	candidates := map[string][]assign.Carried{}
+	for _, ref := range captures.Refs {
+		if _, had := e.Status.CapturedStates[ref.Capture]; !had {
+			if c := assign.OnInterfaces(carried, capture.Interfaces(policy.Spec.DesiredState.Raw, ref.Capture)); len(c) > 0 {
+				candidates[ref.Capture] = c
+			}
+		}
+	}
+	if len(candidates) == 0 {
+		return
+	}
+	cl.Carried = func(captureName string) []assign.Carried { return candidates[captureName] }
 	if held, err := r.heldByNode(ctx); err == nil {
 		cl.Holds = func(ip netip.Addr) bool { return held[ip] }
 	}
@@ -361,16 +356,7 @@ func (r *Reconciler) withCarried(ctx context.Context, cl *assign.Claimant, polic
 	if err := r.APIReader.List(ctx, &states); err != nil {
 		return
 	}
-	others := map[netip.Addr]string{}
-	for _, nns := range states.Items {
-		if nns.Name == r.NodeName {
-			continue
-		}
-		for ip := range nmstatectl.Carriers(nns.Status.CurrentState.Raw) {
-			others[ip] = nns.Name
-		}
-	}
-	cl.CarriedElsewhere = func(ip netip.Addr) string { return others[ip] }
+	cl.CarriedElsewhere = assign.ElsewhereThan(assign.CarriersOf(states.Items), r.NodeName)
 }
 
 // poolOutcome turns a failed pool read into the enactment's outcome, or

@@ -24,8 +24,8 @@ type carriedView struct {
 	// byNode maps a requesting node to what its NodeNetworkState shows:
 	// address to interface.
 	byNode map[string]map[netip.Addr]string
-	// carriers maps each address of the pool's range that some node
-	// carries to the nodes that carry it; nil when no requesting node
+	// carriers maps each address that some node carries to the nodes
+	// that carry it; nil when no requesting node
 	// carries a free address of the range (then it is not needed).
 	carriers map[netip.Addr][]string
 	// held maps a requesting node to the addresses its enactments record
@@ -64,7 +64,7 @@ func (r *Reconciler) carriedFor(ctx context.Context, pool *ippoolv1.NodeIPPool, 
 		return v
 	}
 	if carriesFree(v.byNode, rng, alloc) {
-		v.carriers = r.carriersOf(ctx, rng)
+		v.carriers = r.carriersOf(ctx)
 	}
 	for _, e := range enactments {
 		node := e.Labels[shared.EnactmentNodeLabel]
@@ -129,22 +129,14 @@ func (v carriedView) hold(node string, pools ippoolv1.EnactmentIPPools) {
 	}
 }
 
-// carriersOf maps every address of rng that a node's NodeNetworkState
-// shows to the nodes that carry it; nil if the states cannot be read.
-func (r *Reconciler) carriersOf(ctx context.Context, rng *ippool.Range) map[netip.Addr][]string {
+// carriersOf maps every address a node's NodeNetworkState shows to the
+// nodes that carry it; nil if the states cannot be read.
+func (r *Reconciler) carriersOf(ctx context.Context) map[netip.Addr][]string {
 	var list nncev1beta1.NodeNetworkStateList
 	if err := r.APIReader.List(ctx, &list); err != nil {
 		return nil
 	}
-	out := map[netip.Addr][]string{}
-	for _, nns := range list.Items {
-		for ip := range nmstatectl.Carriers(nns.Status.CurrentState.Raw) {
-			if _, err := rng.Offset(ip); err == nil {
-				out[ip] = append(out[ip], nns.Name)
-			}
-		}
-	}
-	return out
+	return assign.CarriersOf(list.Items)
 }
 
 // first reports whether some capture the request asks for has never had
@@ -170,25 +162,12 @@ func (v carriedView) adoption(cl assign.Claimant, rq *request) assign.Claimant {
 		if _, had := rq.enactment.Status.CapturedStates[captureName]; had {
 			return nil
 		}
-		var out []assign.Carried
-		for ip, iface := range carried {
-			if slices.Contains(rq.ifaces[captureName], iface) {
-				out = append(out, assign.Carried{IP: ip, Interface: iface})
-			}
-		}
-		return out
+		return assign.OnInterfaces(carried, rq.ifaces[captureName])
 	}
 	held := v.held[cl.Node]
 	cl.Holds = func(ip netip.Addr) bool { return held[ip] }
 	if v.carriers != nil {
-		cl.CarriedElsewhere = func(ip netip.Addr) string {
-			for _, n := range v.carriers[ip] {
-				if n != cl.Node {
-					return n
-				}
-			}
-			return ""
-		}
+		cl.CarriedElsewhere = assign.ElsewhereThan(v.carriers, cl.Node)
 	}
 	return cl
 }

@@ -24,35 +24,19 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"github.com/nmstate-ippool/nmstate-ippool/pkg/nmstatectl"
+	"github.com/nmstate-ippool/nmstate-ippool/test/envtest"
 )
 
 // migrationFile is what an admin writes to move nodes labelled
 // migrate=yes from one static policy each to one pooled policy: a pool
 // over the range the static addresses were typed from, and the policy.
-const migrationFile = `apiVersion: nmstate.io/v1
+var migrationFile = `apiVersion: nmstate.io/v1
 kind: NodeIPPool
 metadata: {name: migrate}
 spec:
   range: {cidr: 10.63.0.0/24, start: 10.63.0.10, end: 10.63.0.200}
 ---
-apiVersion: nmstate.io/v1
-kind: NodeNetworkConfigurationPolicy
-metadata: {name: migrate}
-spec:
-  nodeSelector: {migrate: "yes"}
-  capture: {addr: ippool.migrate.allocate}
-  desiredState:
-    interfaces:
-    - name: eth1
-      type: ethernet
-      state: up
-      ipv4:
-        enabled: true
-        dhcp: false
-        address:
-        - ip: "{{ capture.addr.ip }}"
-          prefix-length: "{{ capture.addr.prefix-length }}"
-`
+` + envtest.PooledPolicyYAML("migrate", "migrate", "yes", "migrate")
 
 // staticPolicy is one node's policy with its address typed in, as
 // kubernetes-nmstate's documentation writes them.

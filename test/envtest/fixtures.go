@@ -2,6 +2,8 @@ package envtest
 
 import (
 	"context"
+	"fmt"
+	"strings"
 
 	eventsv1 "k8s.io/api/events/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -20,6 +22,26 @@ const OneAddressState = `interfaces:
     - ip: "{{ capture.addr.ip }}"
       prefix-length: "{{ capture.addr.prefix-length }}"
 `
+
+// PooledPolicyYAML is a NodeNetworkConfigurationPolicy as an admin writes
+// it: name, for the nodes labelled key=value, its capture addr drawn from
+// pool onto eth1 (OneAddressState).
+func PooledPolicyYAML(name, key, value, pool string) string {
+	return fmt.Sprintf("apiVersion: nmstate.io/v1\nkind: NodeNetworkConfigurationPolicy\nmetadata: {name: %s}\nspec:\n"+
+		"  nodeSelector: {%s: %q}\n  capture: {addr: ippool.%s.allocate}\n  desiredState:\n%s",
+		name, key, value, pool, indent(OneAddressState, "    "))
+}
+
+// indent puts prefix before every line of s.
+func indent(s, prefix string) string {
+	lines := strings.SplitAfter(s, "\n")
+	for i, l := range lines {
+		if l != "" {
+			lines[i] = prefix + l
+		}
+	}
+	return strings.Join(lines, "")
+}
 
 // TwoFamiliesState is a desired state that puts the IPv4 address of the
 // capture v4 on eth1 and the IPv6 address of the capture v6 on eth2.
