@@ -87,6 +87,10 @@ images-local: ## Build the images of the local cluster's real nodes without Dock
 	cd hack/images && CGO_ENABLED=0 go build -trimpath -o $(IMAGES_DIR)/bin/pause ./pause
 	cd hack/images && go run . -bin $(IMAGES_DIR)/bin -out $(IMAGES_DIR)
 
+.PHONY: peer-handler
+peer-handler: ## Build kubernetes-nmstate's handler, unmodified, from ../shared/peers (PEERS_DIR) into bin/ (skipped when absent).
+	hack/peer-handler.sh $(LOCALBIN)
+
 .PHONY: install-manifests
 install-manifests: $(KUSTOMIZE) ## Render the whole install (deploy/default) to stdout.
 	$(KUSTOMIZE) build deploy/default
@@ -120,7 +124,7 @@ $(ENVTEST_DIR)/kubelet $(ENVTEST_DIR)/kube-proxy $(ENVTEST_DIR)/kube-controller-
 ##@ Test
 
 .PHONY: test
-test: envtest-assets $(KUSTOMIZE) ## Run unit tests, fuzz seeds, envtest suites, e2e and a short chaos run against a real API server (with -race).
+test: envtest-assets $(KUSTOMIZE) peer-handler ## Run unit tests, fuzz seeds, envtest suites, e2e, the suite beside kubernetes-nmstate's handler (when ../shared/peers is there) and a short chaos run against a real API server (with -race).
 	go test $(GO_TEST_FLAGS) ./...
 
 .PHONY: test-e2e

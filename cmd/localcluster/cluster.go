@@ -42,6 +42,13 @@ type cluster struct {
 	// Real is set on a cluster of real nodes (up --kubelets): kubelets run
 	// its nodes, and the handler and the pool controller are pods.
 	Real *realCluster `json:"real,omitempty"`
+	// Handler is the handler of simulated nodes: "ours" (the default when
+	// empty) or "upstream", kubernetes-nmstate's (up --handler upstream,
+	// handler use).
+	Handler string `json:"handler,omitempty"`
+	// PeerHandler is the kubernetes-nmstate handler's binary (make
+	// peer-handler).
+	PeerHandler string `json:"peerHandler,omitempty"`
 	// ClockOffsets holds, by node, how far the clock of a simulated node's
 	// handler is moved (node add --clock-offset), for tests of clock skew.
 	ClockOffsets map[string]string `json:"clockOffsets,omitempty"`

@@ -5,7 +5,8 @@
 // its own simulated network (nmstatectl-sim). Every process runs on its
 // own after the command returns; "down" stops them by PID.
 //
-//	localcluster up --nodes N [--dir .local] [--gc-grace-period 30s] [--quarantine-period 30s]
+//	localcluster up --nodes N [--dir .local] [--gc-grace-period 30s] [--quarantine-period 30s] [--handler ours|upstream]
+//	localcluster handler use ours|upstream
 //	localcluster node add NAME [--label k=v]...
 //	localcluster node remove NAME [--crash]
 //	localcluster node restart NAME [--crash]
@@ -37,6 +38,8 @@ import (
 
 const usage = `Usage:
   localcluster up --nodes N [--dir DIR] [--gc-grace-period D] [--quarantine-period D] [--controllers N] [--bin DIR] [--assets DIR]
+                  [--handler ours|upstream] [--peer-handler PATH]
+  localcluster handler use ours|upstream [--dir DIR]
   localcluster up --kubelets K [--images DIR] [--dir DIR] [--bin DIR] [--assets DIR]
   localcluster install [--overlay DIR] [--kubectl PATH] [--dir DIR]
   localcluster node add NAME [--label k=v]... [--kubelet] [--dir DIR]
@@ -58,6 +61,14 @@ controller restart and apiserver restart stop the pool controller (the
 replica that leads, of several) or kube-apiserver (killed, with --crash)
 and start it again. down stops every process up
 and node add started, and removes nothing. DIR defaults to .local.
+
+up --handler upstream runs kubernetes-nmstate's handler, unmodified (make
+peer-handler builds it from ../shared/peers), on the simulated nodes
+instead of ours, without the pool controller: a cluster as admins run it
+today. handler use switches every node to the other handler: it stops
+the running handlers, starts (ours) or stops (upstream) the pool
+controller, and starts the other handler on every node, which takes over
+the enactments as it finds them.
 
 up --kubelets K runs K real nodes instead (real01...; needs root, make
 node-packages node-assets images-local): each a kubelet with its own
@@ -104,6 +115,8 @@ func dispatch(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		return cmdNode(ctx, rest, stdout, stderr)
 	case "install":
 		return cmdInstall(ctx, rest, stdout, stderr)
+	case "handler":
+		return cmdHandler(ctx, rest, stdout, stderr)
 	case "controller", "apiserver":
 		return cmdRestart(ctx, cmd, rest, stdout, stderr)
 	case "help", "-h", "--help":
@@ -129,24 +142,14 @@ func cmdUp(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs.StringVar(&o.assets, "assets", "", "directory of etcd, kube-apiserver and, with --kubelets, the node components (default $KUBEBUILDER_ASSETS, else BIN/k8s)")
 	fs.IntVar(&o.kubelets, "kubelets", 0,
 		"how many real nodes to run instead of simulated ones: kubelets with their own containerd and network namespace (needs root; see 'make real-nodes')")
+	fs.StringVar(&o.handler, "handler", handlerOurs, "the simulated nodes' handler: ours, or upstream (kubernetes-nmstate's, from make peer-handler)")
+	fs.StringVar(&o.peerHandler, "peer-handler", "", "kubernetes-nmstate's handler binary (default BIN/kubernetes-nmstate-handler)")
 	fs.StringVar(&o.images, "images", "", "with --kubelets, directory of the image tarballs of make images-local (default BIN/images)")
 	if _, err := cli.Parse(fs, args, 0, 0); err != nil {
 		return err
 	}
-	if err := o.checkKubelets(fs); err != nil {
+	if err := o.check(fs); err != nil {
 		return err
-	}
-	if o.gracePeriod < 3*time.Second {
-		return fmt.Errorf("%w: --gc-grace-period %s: give at least 3s", cli.ErrUsage, o.gracePeriod)
-	}
-	if err := pool.CheckPeriods(o.gracePeriod, o.quarantine, pool.DefaultDepartureHold); err != nil {
-		return fmt.Errorf("%w: %w", cli.ErrUsage, err)
-	}
-	if o.controllers < 1 || o.controllers > 3 {
-		return fmt.Errorf("%w: --controllers %d: give 1 to 3", cli.ErrUsage, o.controllers)
-	}
-	if o.nodes < 0 || o.nodes > 99 {
-		return fmt.Errorf("%w: --nodes %d: give 0 to 99", cli.ErrUsage, o.nodes)
 	}
 	if o.assets == "" {
 		o.assets = os.Getenv("KUBEBUILDER_ASSETS")
@@ -164,6 +167,35 @@ func cmdUp(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	}
 	defer unlock()
 	return up(ctx, o, stdout)
+}
+
+// check checks the flags of up and sets the defaults they imply.
+func (o *upOptions) check(fs *flag.FlagSet) error {
+	if err := o.checkKubelets(fs); err != nil {
+		return err
+	}
+	if !slices.Contains(handlerKinds, o.handler) {
+		return fmt.Errorf("%w: --handler %q: give one of %s", cli.ErrUsage, o.handler, strings.Join(handlerKinds, ", "))
+	}
+	if o.handler == handlerUpstream && o.kubelets > 0 {
+		return fmt.Errorf("%w: --handler upstream runs on simulated nodes; real nodes run the handler of the install", cli.ErrUsage)
+	}
+	if o.peerHandler == "" {
+		o.peerHandler = filepath.Join(o.bin, "kubernetes-nmstate-handler")
+	}
+	if o.gracePeriod < 3*time.Second {
+		return fmt.Errorf("%w: --gc-grace-period %s: give at least 3s", cli.ErrUsage, o.gracePeriod)
+	}
+	if err := pool.CheckPeriods(o.gracePeriod, o.quarantine, pool.DefaultDepartureHold); err != nil {
+		return fmt.Errorf("%w: %w", cli.ErrUsage, err)
+	}
+	if o.controllers < 1 || o.controllers > 3 {
+		return fmt.Errorf("%w: --controllers %d: give 1 to 3", cli.ErrUsage, o.controllers)
+	}
+	if o.nodes < 0 || o.nodes > 99 {
+		return fmt.Errorf("%w: --nodes %d: give 0 to 99", cli.ErrUsage, o.nodes)
+	}
+	return nil
 }
 
 // checkKubelets checks --kubelets and, for real nodes, sets the options
@@ -228,32 +260,69 @@ func cmdNode(ctx context.Context, args []string, stdout, stderr io.Writer) error
 		if kubelet && c.Real == nil {
 			return fmt.Errorf("%w: --kubelet: this cluster's nodes are simulated; start a cluster of real nodes with 'localcluster up --kubelets K'", cli.ErrUsage)
 		}
+		if verb == "add" && !kubelet && c.Real != nil {
+			return fmt.Errorf("%w: this cluster's nodes are real: add node %s with --kubelet", cli.ErrUsage, names[0])
+		}
 		k, err := c.client()
 		if err != nil {
 			return err
 		}
-		if c.Real != nil {
-			return c.realNode(ctx, k, verb, names[0], extra, kubelet, crash, stdout)
-		}
+		nodes := c.nodes()
 		switch verb {
 		case "add":
 			c.setClockOffset(names[0], offset)
-			if err := c.addNode(ctx, k, names[0], extra); err != nil {
-				return err
-			}
-			fmt.Fprintf(stdout, "added node %s; its handler runs (pid %d)\n", names[0], c.Processes[handlerName(names[0])].PID)
-			return nil
+			return nodes.add(ctx, k, names[0], extra, stdout)
 		case "remove":
-			return c.removeNode(ctx, k, names[0], crash, stdout)
-		case "stall", "resume":
-			return c.signalHandler(names[0], verb, stdout)
+			return nodes.remove(ctx, k, names[0], crash, stdout)
+		case "restart":
+			return nodes.restart(ctx, k, names[0], crash, stdout)
 		default:
-			if err := c.restartHandler(ctx, k, names[0], crash); err != nil {
+			return nodes.signal(ctx, k, names[0], verb, stdout)
+		}
+	})
+}
+
+// cmdHandler runs "handler use ours|upstream": every simulated node
+// switches to the other handler, as an admin who replaces one handler
+// DaemonSet with the other would: the running handlers stop, the new
+// handler's cluster-wide parts are prepared, and it starts on every node.
+func cmdHandler(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	if len(args) < 2 || args[0] != "use" || !slices.Contains(handlerKinds, args[1]) {
+		return fmt.Errorf("%w: handler use needs one of %s", cli.ErrUsage, strings.Join(handlerKinds, ", "))
+	}
+	kind := args[1]
+	return withCluster(args[2:], "handler use", stderr, nil, func(c *cluster, _ []string) error {
+		if c.Real != nil {
+			return errors.New("the handler of real nodes is a pod of the install: install the other one instead")
+		}
+		if c.Handler == kind || (c.Handler == "" && kind == handlerOurs) {
+			return fmt.Errorf("the nodes already run %s", handlerTitle(kind))
+		}
+		k, err := c.client()
+		if err != nil {
+			return err
+		}
+		old, nodes := c.handler(), c.liveNodes()
+		for _, node := range nodes {
+			if err := old.stop(ctx, k, node, false); err != nil {
 				return err
 			}
-			fmt.Fprintf(stdout, "restarted the handler of %s (pid %d)\n", names[0], c.Processes[handlerName(names[0])].PID)
-			return nil
 		}
+		if err := old.retire(ctx, k); err != nil {
+			return err
+		}
+		fmt.Fprintf(stdout, "stopped %s on %d nodes\n", handlerTitle(c.Handler), len(nodes))
+		c.Handler = kind
+		if err := c.handler().prepare(ctx, k); err != nil {
+			return err
+		}
+		for _, node := range nodes {
+			if err := c.handler().start(ctx, k, node); err != nil {
+				return err
+			}
+		}
+		fmt.Fprintf(stdout, "started %s on %d nodes\n", handlerTitle(kind), len(nodes))
+		return nil
 	})
 }
 

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/nmstate/kubernetes-nmstate/api/shared"
+	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -20,6 +21,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	nncev1beta1 "github.com/nmstate-ippool/nmstate-ippool/api/v1beta1"
+	"github.com/nmstate-ippool/nmstate-ippool/deploy"
 )
 
 // handlerTuning returns the handler flags of a local cluster: quicker
@@ -67,11 +69,25 @@ func (c *cluster) addNode(ctx context.Context, k client.Client, name string, lab
 	if err := k.Status().Update(ctx, node); err != nil {
 		return fmt.Errorf("mark node %s Ready: %w", name, err)
 	}
-	return c.startHandler(ctx, name)
+	return c.handler().start(ctx, k, name)
 }
 
-// startHandler starts the handler of a node and waits until it is ready.
-func (c *cluster) startHandler(ctx context.Context, node string) error {
+// ourHandler is nmstate-ippool's handler, one process per simulated node.
+type ourHandler struct{ c *cluster }
+
+// prepare starts the pool controller and installs its webhook: our
+// handlers ask it for addresses, and its policy controller writes the
+// policies' status.
+func (h ourHandler) prepare(ctx context.Context, _ client.Client) error {
+	if err := h.c.startPoolController(ctx); err != nil {
+		return err
+	}
+	return h.c.installWebhook(ctx, pki{dir: h.c.path("pki")})
+}
+
+// start starts the handler of a node and waits until it is ready.
+func (h ourHandler) start(ctx context.Context, _ client.Client, node string) error {
+	c := h.c
 	if err := os.MkdirAll(c.path("nodes"), 0o755); err != nil {
 		return err
 	}
@@ -92,6 +108,45 @@ func (c *cluster) startHandler(ctx context.Context, node string) error {
 		return err
 	}
 	return p.ready(ctx, time.Minute, httpReady(p.Health))
+}
+
+func (h ourHandler) stop(_ context.Context, _ client.Client, node string, crash bool) error {
+	return h.c.stopHandler(node, crash)
+}
+
+// gone does nothing: the pool controller retires a deleted Node's
+// enactments and frees their addresses.
+func (ourHandler) gone(context.Context, client.Client, string) error { return nil }
+
+// retire stops the pool controller and removes its webhook, which no one
+// would answer; the pools and the enactments' records stay.
+func (h ourHandler) retire(ctx context.Context, k client.Client) error {
+	for name, p := range h.c.Processes {
+		if strings.HasPrefix(name, controllerName(1)) && p.alive() {
+			if err := p.stop(syscall.SIGTERM, 15*time.Second); err != nil {
+				return err
+			}
+		}
+	}
+	w, err := deploy.ValidatingWebhook()
+	if err != nil {
+		return err
+	}
+	err = k.Delete(ctx, &admissionregistrationv1.ValidatingWebhookConfiguration{ObjectMeta: metav1.ObjectMeta{Name: w.Name}})
+	if client.IgnoreNotFound(err) != nil {
+		return fmt.Errorf("delete the NodeIPPool webhook: %w", err)
+	}
+	return nil
+}
+
+// stopHandler stops a node's handler process: SIGTERM, or SIGKILL with
+// crash.
+func (c *cluster) stopHandler(node string, crash bool) error {
+	sig := syscall.SIGTERM
+	if crash {
+		sig = syscall.SIGKILL
+	}
+	return c.Processes[handlerName(node)].stop(sig, 15*time.Second)
 }
 
 func (c *cluster) simState(node string) string { return c.path("nodes", node+".yaml") }
@@ -122,8 +177,9 @@ func (c *cluster) removeNode(ctx context.Context, k client.Client, name string, 
 		return fmt.Errorf("node %s was removed already", name)
 	}
 	h.Removed = true
+	handler := c.handler()
 	if crash {
-		if err := h.stop(syscall.SIGKILL, 10*time.Second); err != nil {
+		if err := handler.stop(ctx, k, name, true); err != nil {
 			return err
 		}
 		fmt.Fprintf(out, "killed the handler of %s (pid %d)\n", name, h.PID)
@@ -132,9 +188,12 @@ func (c *cluster) removeNode(ctx context.Context, k client.Client, name string, 
 		return fmt.Errorf("delete node %s: %w", name, err)
 	}
 	fmt.Fprintf(out, "deleted node %s\n", name)
+	if err := handler.gone(ctx, k, name); err != nil {
+		return err
+	}
 	gone := waitFor(2*time.Minute, func() bool { return enactmentsOf(ctx, k, name) == 0 })
 	if !crash {
-		if err := h.stop(syscall.SIGTERM, 15*time.Second); err != nil {
+		if err := handler.stop(ctx, k, name, false); err != nil {
 			return err
 		}
 		fmt.Fprintf(out, "stopped the handler of %s\n", name)
@@ -175,19 +234,15 @@ func (c *cluster) signalHandler(name, verb string, out io.Writer) error {
 // restartHandler stops a node's handler (killed, with crash) and starts it
 // again.
 func (c *cluster) restartHandler(ctx context.Context, k client.Client, name string, crash bool) error {
-	h, ok := c.Processes[handlerName(name)]
-	if !ok {
+	if _, ok := c.Processes[handlerName(name)]; !ok {
 		return fmt.Errorf("node %s was not added by this local cluster", name)
 	}
 	if err := k.Get(ctx, client.ObjectKey{Name: name}, &corev1.Node{}); apierrors.IsNotFound(err) {
 		return fmt.Errorf("node %s was removed; add it again instead", name)
 	}
-	sig := syscall.SIGTERM
-	if crash {
-		sig = syscall.SIGKILL
-	}
-	if err := h.stop(sig, 15*time.Second); err != nil {
+	handler := c.handler()
+	if err := handler.stop(ctx, k, name, crash); err != nil {
 		return err
 	}
-	return c.startHandler(ctx, name)
+	return handler.start(ctx, k, name)
 }

@@ -36,6 +36,8 @@ type upOptions struct {
 	gracePeriod      time.Duration
 	quarantine       time.Duration
 	controllers      int
+	handler          string
+	peerHandler      string
 }
 
 // up starts a local cluster and leaves it running. If a step fails, it
@@ -45,7 +47,8 @@ func up(ctx context.Context, o upOptions, out io.Writer) error {
 		return fmt.Errorf("a local cluster is already up in %s (%v): run 'localcluster down' first", o.dir, old.running())
 	}
 	c := &cluster{dir: o.dir, Bin: o.bin, Assets: o.assets, GracePeriod: o.gracePeriod.String(),
-		QuarantinePeriod: o.quarantine.String(), Controllers: o.controllers, Processes: map[string]*process{}}
+		QuarantinePeriod: o.quarantine.String(), Controllers: o.controllers, Processes: map[string]*process{},
+		Handler: o.handler, PeerHandler: o.peerHandler}
 	if o.kubelets > 0 {
 		c.Real = &realCluster{Images: o.images, Nodes: map[string]*realNode{}}
 		if err := c.checkRealPrerequisites(); err != nil {
@@ -83,6 +86,11 @@ func (c *cluster) checkBinaries() error {
 	if c.Real == nil { // real nodes run them from their images
 		programs = append(programs, filepath.Join(c.Bin, "handler"), filepath.Join(c.Bin, "pool-controller"), filepath.Join(c.Bin, "nmstatectl-sim"))
 	}
+	if c.Handler == handlerUpstream {
+		if _, err := os.Stat(c.PeerHandler); err != nil {
+			return fmt.Errorf("%s not found: run 'make peer-handler' (it builds kubernetes-nmstate's handler from ../shared/peers)", c.PeerHandler)
+		}
+	}
 	for _, p := range programs {
 		if _, err := os.Stat(p); err != nil {
 			return fmt.Errorf("%s not found: run 'make build envtest-assets' (or set --bin and --assets)", p)
@@ -106,8 +114,17 @@ func (c *cluster) clean() error {
 	return os.MkdirAll(c.dir, 0o755)
 }
 
+// handlerSetup names the step that prepares the simulated nodes' handler.
+func (c *cluster) handlerSetup() string {
+	if c.Handler == handlerUpstream {
+		return "upstream handler"
+	}
+	return "pool-controller"
+}
+
 // bootstrap starts the control plane and n nodes. Simulated nodes come
-// with the CRDs, the pool controller and one handler process per node.
+// with the CRDs and one handler process per node, ours with the pool
+// controller and its webhook, kubernetes-nmstate's alone.
 // Real nodes come with the Kubernetes controllers and kubelets; the
 // handler and the pool controller come with the install (localcluster
 // install).
@@ -124,8 +141,13 @@ func (c *cluster) bootstrap(ctx context.Context, n int, out io.Writer) error {
 	apiServer := startStep{"kube-apiserver", func(ctx context.Context) error { return c.startAPIServer(ctx, keys) }}
 	steps := []startStep{etcd, apiServer,
 		{"CRDs", c.installCRDs},
-		{"pool-controller", c.startPoolController},
-		{"webhook", func(ctx context.Context) error { return c.installWebhook(ctx, keys) }},
+		{c.handlerSetup(), func(ctx context.Context) error {
+			k, err := c.client()
+			if err != nil {
+				return err
+			}
+			return c.handler().prepare(ctx, k)
+		}},
 	}
 	addNode := func(k client.Client, i int) error {
 		name := fmt.Sprintf("node%02d", i)
@@ -453,7 +475,15 @@ func (c *cluster) installWebhook(ctx context.Context, keys pki) error {
 	for i := range w.Webhooks {
 		w.Webhooks[i].ClientConfig = admissionregistrationv1.WebhookClientConfig{URL: &url, CABundle: ca}
 	}
-	if err := k.Create(ctx, w); err != nil {
+	err = k.Create(ctx, w)
+	if apierrors.IsAlreadyExists(err) { // the nodes switched back to our handler
+		var old admissionregistrationv1.ValidatingWebhookConfiguration
+		if err = k.Get(ctx, client.ObjectKeyFromObject(w), &old); err == nil {
+			w.ResourceVersion = old.ResourceVersion
+			err = k.Update(ctx, w)
+		}
+	}
+	if err != nil {
 		return fmt.Errorf("create ValidatingWebhookConfiguration %s: %w", w.Name, err)
 	}
 	return nil

@@ -1,12 +1,24 @@
 // Command nmstatectl-sim simulates nmstatectl for machines without
 // NetworkManager (tests and local clusters). It keeps one node's state in a
-// YAML file and understands the command line the handler uses:
+// YAML file and understands the command lines of our handler and of
+// kubernetes-nmstate's, in nmstatectl's formats:
 //
-//	nmstatectl-sim show --json
-//	nmstatectl-sim apply [--no-commit] [--timeout SECONDS] FILE
+//	nmstatectl-sim show [--json]
+//	nmstatectl-sim apply [--no-commit] [--timeout SECONDS] [FILE | -]
 //	nmstatectl-sim commit
 //	nmstatectl-sim rollback
+//	nmstatectl-sim policy [--current FILE] [--json] [--captured FILE] [--output-captured FILE] POLICY
+//	nmstatectl-sim st -
 //	nmstatectl-sim --version
+//
+// Verbosity flags (-v, -vv, -vvv) are accepted anywhere and change
+// nothing. show prints YAML, or JSON with --json; apply reads the desired
+// state from standard input when it is given no file or "-". policy and st
+// are described on their functions (policy.go).
+//
+// Called as "ping" (through a link of that name), it answers the gateway
+// probe of kubernetes-nmstate's handler from the simulated network (see
+// ping.go).
 //
 // The state file is $NMSTATECTL_SIM_STATE (default ./nmstate-sim.yaml); a
 // missing file starts as a node like a real one: eth0 configured by DHCP
@@ -142,16 +154,21 @@ func main() {
 	if path == "" {
 		path = "nmstate-sim.yaml"
 	}
-	sim := &simulator{path: path, now: time.Now}
-	if err := sim.run(os.Args[1:], os.Stdout); err != nil {
+	sim := &simulator{path: path, now: time.Now, stdin: os.Stdin}
+	run := sim.run
+	if filepath.Base(os.Args[0]) == "ping" {
+		run = sim.ping
+	}
+	if err := run(os.Args[1:], os.Stdout); err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		os.Exit(1)
 	}
 }
 
 type simulator struct {
-	path string
-	now  func() time.Time
+	path  string
+	now   func() time.Time
+	stdin io.Reader
 }
 
 type checkpoint struct {
@@ -159,9 +176,13 @@ type checkpoint struct {
 	State    map[string]any `json:"state"`
 }
 
+const usage = "usage: nmstatectl-sim show [--json] | apply [--no-commit] [--timeout N] [FILE | -] | commit | rollback | " +
+	"policy [--current FILE] [--json] [--captured FILE] [--output-captured FILE] POLICY | st - | --version"
+
 func (s *simulator) run(args []string, stdout io.Writer) error {
+	args = withoutVerbosity(args)
 	if len(args) == 0 {
-		return errors.New("usage: nmstatectl-sim show --json | apply [--no-commit] [--timeout N] FILE | commit | rollback")
+		return errors.New(usage)
 	}
 	if err := s.injectedFailure(args[0]); err != nil {
 		return err
@@ -171,15 +192,31 @@ func (s *simulator) run(args []string, stdout io.Writer) error {
 		_, err := fmt.Fprintln(stdout, Version)
 		return err
 	case "show":
-		return s.show(stdout)
+		return s.show(args[1:], stdout)
 	case "apply":
 		return s.apply(args[1:])
 	case "commit":
 		return s.commit()
 	case "rollback":
 		return s.rollback()
+	case "policy":
+		return s.policy(args[1:], stdout)
+	case "st", "statistic":
+		return s.statistic(args[1:], stdout)
 	}
-	return fmt.Errorf("unknown subcommand %q", args[0])
+	return fmt.Errorf("unknown subcommand %q; %s", args[0], usage)
+}
+
+// withoutVerbosity drops nmstatectl's verbosity flags (-v, -vv, -vvv).
+func withoutVerbosity(args []string) []string {
+	var out []string
+	for _, a := range args {
+		if len(a) > 1 && strings.Trim(a, "v") == "-" {
+			continue
+		}
+		out = append(out, a)
+	}
+	return out
 }
 
 func (s *simulator) injectedFailure(sub string) error {
@@ -198,9 +235,24 @@ func (s *simulator) injectedFailure(sub string) error {
 	return nil
 }
 
-func (s *simulator) show(stdout io.Writer) error {
+// show prints the live state: YAML, as nmstatectl does, or JSON with
+// --json.
+func (s *simulator) show(args []string, stdout io.Writer) error {
+	fs := flag.NewFlagSet("show", flag.ContinueOnError)
+	asJSON := fs.Bool("json", false, "print JSON instead of YAML")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
 	state, err := s.current()
 	if err != nil {
+		return err
+	}
+	if !*asJSON {
+		raw, err := yaml.Marshal(state)
+		if err != nil {
+			return err
+		}
+		_, err = stdout.Write(raw)
 		return err
 	}
 	enc := json.NewEncoder(stdout)
@@ -215,10 +267,10 @@ func (s *simulator) apply(args []string) error {
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
-	if fs.NArg() != 1 {
-		return errors.New("apply: want exactly one state file")
+	if fs.NArg() > 1 {
+		return errors.New("apply: want one state file, or the state on standard input")
 	}
-	raw, err := os.ReadFile(fs.Arg(0))
+	raw, err := s.readInput(fs.Arg(0))
 	if err != nil {
 		return fmt.Errorf("apply: %w", err)
 	}
@@ -244,6 +296,14 @@ func (s *simulator) apply(args []string) error {
 		return err
 	}
 	return s.logApply(desired)
+}
+
+// readInput reads a file, or standard input when name is "" or "-".
+func (s *simulator) readInput(name string) ([]byte, error) {
+	if name == "" || name == "-" {
+		return io.ReadAll(s.stdin)
+	}
+	return os.ReadFile(name)
 }
 
 // logApply adds an applied desired state to <state>.applies.

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net/netip"
+	"os"
 	"os/exec"
 	"path/filepath"
 	"slices"
@@ -402,4 +403,23 @@ func RecordedAddresses(ctx context.Context, c client.Reader, pool string) ([]str
 		out = append(out, ip)
 	}
 	return poolstatus.AddrStrings(out), nil
+}
+
+// PeerHandler returns kubernetes-nmstate's handler, built unmodified from
+// the source in ../shared/peers by hack/peer-handler.sh into the
+// checkout's bin/ (once: it builds again only when the source changes),
+// or "" when this checkout has no peers folder: the suites that run it
+// beside ours skip then.
+func PeerHandler() (string, error) {
+	bin := filepath.Join(RepoRoot(), "bin")
+	cmd := exec.Command(filepath.Join(RepoRoot(), "hack", "peer-handler.sh"), bin)
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		return "", fmt.Errorf("build kubernetes-nmstate's handler: %w\n%s", err, out)
+	}
+	path := filepath.Join(bin, "kubernetes-nmstate-handler")
+	if _, err := os.Stat(path); err != nil {
+		return "", nil // no peers folder; the script said so
+	}
+	return path, nil
 }

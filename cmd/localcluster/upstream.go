@@ -1,0 +1,145 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/nmstate/kubernetes-nmstate/api/shared"
+
+	nncev1beta1 "github.com/nmstate-ippool/nmstate-ippool/api/v1beta1"
+)
+
+// upstreamNamespace is where kubernetes-nmstate's handlers look for their
+// pods (POD_NAMESPACE), as its operator installs them.
+const upstreamNamespace = "nmstate"
+
+// upstreamPodLabel is the label kubernetes-nmstate's handler counts its
+// pods by: it configures only nodes that run such a pod.
+var upstreamPodLabel = map[string]string{"component": "kubernetes-nmstate-handler"}
+
+// upstreamHandler is kubernetes-nmstate's handler, built unmodified from
+// ../shared/peers (make peer-handler), one process per simulated node.
+// What it needs of a node, it is given here: nmstatectl and ping (both
+// nmstatectl-sim, which answers them from the node's simulated network),
+// a lock file, its namespace and a Pod on the node (it counts nodes by
+// their pods; the pods never run, there is no kubelet), and a DNS name
+// its probe resolves without a DNS server (PROBE_DNS_HOST=localhost, from
+// the hosts file). It writes the policies' status itself: the pool
+// controller, whose policy controller would write it too, does not run
+// beside it.
+type upstreamHandler struct{ c *cluster }
+
+// prepare creates the handlers' namespace and the directory of their
+// programs.
+func (h upstreamHandler) prepare(ctx context.Context, k client.Client) error {
+	c := h.c
+	if c.PeerHandler == "" {
+		c.PeerHandler = filepath.Join(c.Bin, "kubernetes-nmstate-handler")
+	}
+	if _, err := os.Stat(c.PeerHandler); err != nil {
+		return fmt.Errorf("%s not found: run 'make peer-handler' (it builds kubernetes-nmstate's handler from ../shared/peers)", c.PeerHandler)
+	}
+	err := k.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: upstreamNamespace}})
+	if err != nil && !apierrors.IsAlreadyExists(err) {
+		return fmt.Errorf("create namespace %s: %w", upstreamNamespace, err)
+	}
+	tools := c.path("upstream-bin")
+	if err := os.MkdirAll(tools, 0o755); err != nil {
+		return err
+	}
+	for _, name := range []string{"nmstatectl", "ping"} {
+		link := filepath.Join(tools, name)
+		if err := os.Remove(link); err != nil && !errors.Is(err, os.ErrNotExist) {
+			return err
+		}
+		if err := os.Symlink(filepath.Join(c.Bin, "nmstatectl-sim"), link); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func upstreamPodName(node string) string { return "nmstate-handler-" + node }
+
+// start creates the node's handler Pod (once) and starts the handler,
+// and returns once it has published the node's NodeNetworkState.
+func (h upstreamHandler) start(ctx context.Context, k client.Client, node string) error {
+	c := h.c
+	pod := &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Name: upstreamPodName(node), Namespace: upstreamNamespace, Labels: upstreamPodLabel},
+		Spec: corev1.PodSpec{NodeName: node, Containers: []corev1.Container{{
+			Name: "nmstate-handler", Image: "quay.io/nmstate/kubernetes-nmstate-handler:simulated-by-localcluster"}}},
+	}
+	if err := k.Create(ctx, pod); err != nil && !apierrors.IsAlreadyExists(err) {
+		return fmt.Errorf("create the handler pod of %s: %w", node, err)
+	}
+	if err := os.MkdirAll(c.path("nodes"), 0o755); err != nil {
+		return err
+	}
+	started := time.Now().Add(-time.Second)
+	p := &process{Binary: c.PeerHandler, Log: c.path("logs", "handler-"+node+".log"), Env: []string{
+		"NODE_NAME=" + node,
+		"POD_NAMESPACE=" + upstreamNamespace,
+		"KUBECONFIG=" + c.kubeconfig(),
+		"NMSTATE_INSTANCE_NODE_LOCK_FILE=" + c.path("nodes", node+".lock"),
+		"NMSTATECTL_SIM_STATE=" + c.simState(node),
+		"PATH=" + c.path("upstream-bin") + string(os.PathListSeparator) + os.Getenv("PATH"),
+		"PROBE_DNS_HOST=localhost",
+	}}
+	if err := c.launch(handlerName(node), p); err != nil {
+		return err
+	}
+	return p.ready(ctx, 2*time.Minute, func(ctx context.Context) error {
+		var nns nncev1beta1.NodeNetworkState
+		if err := k.Get(ctx, client.ObjectKey{Name: node}, &nns); err != nil {
+			return err
+		}
+		if nns.Status.LastSuccessfulUpdateTime.Time.Before(started) {
+			return fmt.Errorf("the NodeNetworkState of %s is from before the handler started", node)
+		}
+		return nil
+	})
+}
+
+func (h upstreamHandler) stop(_ context.Context, _ client.Client, node string, crash bool) error {
+	return h.c.stopHandler(node, crash)
+}
+
+// gone does what the cluster does of a deleted Node's objects: the
+// garbage collector deletes its enactments (owned by the Node) and the pod
+// garbage collector its handler Pod. The simulated cluster runs neither.
+func (h upstreamHandler) gone(ctx context.Context, k client.Client, node string) error {
+	err := k.DeleteAllOf(ctx, &nncev1beta1.NodeNetworkConfigurationEnactment{},
+		client.MatchingLabels{shared.EnactmentNodeLabel: node})
+	if err != nil {
+		return fmt.Errorf("delete the enactments of node %s: %w", node, err)
+	}
+	return h.deletePod(ctx, k, node)
+}
+
+// deletePod deletes a node's handler Pod at once: no kubelet confirms it.
+func (upstreamHandler) deletePod(ctx context.Context, k client.Client, node string) error {
+	err := k.Delete(ctx, &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: upstreamPodName(node), Namespace: upstreamNamespace}},
+		client.GracePeriodSeconds(0))
+	return client.IgnoreNotFound(err)
+}
+
+// retire deletes the handler Pods, as deleting the handler's DaemonSet
+// would.
+func (h upstreamHandler) retire(ctx context.Context, k client.Client) error {
+	err := k.DeleteAllOf(ctx, &corev1.Pod{}, client.InNamespace(upstreamNamespace),
+		client.MatchingLabels(upstreamPodLabel), client.GracePeriodSeconds(0))
+	if err != nil {
+		return fmt.Errorf("delete the handler pods: %w", err)
+	}
+	return nil
+}
