@@ -161,6 +161,14 @@ SCALE_NODES ?= 100,300,1000
 bench-scale: envtest-assets ## Run the scale benchmark for SCALE_NODES (100,300,1000) nodes; see docs/benchmarks.md.
 	go test -count=1 -timeout 180m -run '^$$' -bench Scale -benchtime 1x ./test/scale/ -args -scale.nodes $(SCALE_NODES)
 
+PEER_NODES ?= 25,100
+PEER_RUNS ?= 3
+
+.PHONY: bench-peer
+bench-peer: envtest-assets peer-handler ## Roll the same policies out with kubernetes-nmstate's handler and ours on local clusters of PEER_NODES (25,100) nodes; see docs/benchmarks.md.
+	go test -count=1 -timeout 180m -run '^$$' -bench Peer -benchtime 1x ./test/peerbench/ \
+		-args -peer.nodes $(PEER_NODES) -peer.runs $(PEER_RUNS)
+
 .PHONY: envtest-assets
 envtest-assets: $(ENVTEST_DIR)/kube-apiserver $(ENVTEST_DIR)/etcd ## Build kube-apiserver and etcd into bin/k8s (once).
 

@@ -144,3 +144,7 @@ func (c *cluster) liveNodes() []string {
 func cutHandlerName(process string) (string, bool) {
 	return strings.CutPrefix(process, "handler/")
 }
+
+// maxSimulatedNodes bounds up --nodes: each simulated node is a handler
+// process of some 30 to 60 MB.
+const maxSimulatedNodes = 250

@@ -192,8 +192,8 @@ func (o *upOptions) check(fs *flag.FlagSet) error {
 	if o.controllers < 1 || o.controllers > 3 {
 		return fmt.Errorf("%w: --controllers %d: give 1 to 3", cli.ErrUsage, o.controllers)
 	}
-	if o.nodes < 0 || o.nodes > 99 {
-		return fmt.Errorf("%w: --nodes %d: give 0 to 99", cli.ErrUsage, o.nodes)
+	if o.nodes < 0 || o.nodes > maxSimulatedNodes {
+		return fmt.Errorf("%w: --nodes %d: give 0 to %d", cli.ErrUsage, o.nodes, maxSimulatedNodes)
 	}
 	return nil
 }

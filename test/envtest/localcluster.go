@@ -17,17 +17,32 @@ import (
 // LocalClusterClient returns a client, with the project's scheme, of the
 // local cluster whose directory is dir (localcluster --dir).
 func LocalClusterClient(dir string) (client.WithWatch, error) {
-	cfg, err := clientcmd.BuildConfigFromFlags("", filepath.Join(dir, "kubeconfig"))
+	cfg, err := LocalClusterConfig(dir)
 	if err != nil {
 		return nil, err
 	}
-	s, err := scheme.New()
+	return ClientFor(cfg)
+}
+
+// LocalClusterConfig returns the admin's configuration of the local
+// cluster whose directory is dir.
+func LocalClusterConfig(dir string) (*rest.Config, error) {
+	cfg, err := clientcmd.BuildConfigFromFlags("", filepath.Join(dir, "kubeconfig"))
 	if err != nil {
 		return nil, err
 	}
 	// The suites read Warnings where they expect them (a webhook's); a
 	// client-wide handler would log them through a logger nobody set.
 	cfg.WarningHandler = rest.NoWarnings{}
+	return cfg, nil
+}
+
+// ClientFor returns a client of cfg with the project's scheme.
+func ClientFor(cfg *rest.Config) (client.WithWatch, error) {
+	s, err := scheme.New()
+	if err != nil {
+		return nil, err
+	}
 	return client.NewWithWatch(cfg, client.Options{Scheme: s})
 }
 

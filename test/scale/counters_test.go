@@ -7,7 +7,6 @@ import (
 	"maps"
 	"net/http"
 	"os"
-	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
@@ -19,6 +18,8 @@ import (
 	toolscache "k8s.io/client-go/tools/cache"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/nmstate-ippool/nmstate-ippool/test/envtest"
 )
 
 // counters are what all handlers of a run did, summed, in all and by
@@ -154,40 +155,18 @@ const handlersProcess = "handlers"
 func cpuByProcess() map[string]time.Duration {
 	out := map[string]time.Duration{}
 	me := strconv.Itoa(os.Getpid())
-	if _, _, t, ok := procStat("self"); ok {
+	if _, _, t, ok := envtest.ProcStat("self"); ok {
 		out[handlersProcess] = t
 	}
 	entries, _ := os.ReadDir("/proc")
 	for _, e := range entries {
-		name, parent, t, ok := procStat(e.Name())
+		name, parent, t, ok := envtest.ProcStat(e.Name())
 		if !ok || parent != me || (name != "kube-apiserver" && name != "etcd" && name != "pool-controller") {
 			continue
 		}
 		out[name] += t
 	}
 	return out
-}
-
-// procStat reads a process's name, parent and CPU time (user and system)
-// from /proc/<pid>/stat.
-func procStat(pid string) (name, parent string, cpu time.Duration, ok bool) {
-	raw, err := os.ReadFile(filepath.Join("/proc", pid, "stat"))
-	if err != nil {
-		return "", "", 0, false
-	}
-	s := string(raw)
-	open, closing := strings.IndexByte(s, '('), strings.LastIndexByte(s, ')')
-	if open < 0 || closing < 0 {
-		return "", "", 0, false
-	}
-	fields := strings.Fields(s[closing+2:])
-	// fields[1] is the parent, fields[11] and [12] user and system time.
-	if len(fields) < 13 {
-		return "", "", 0, false
-	}
-	utime, _ := strconv.ParseInt(fields[11], 10, 64)
-	stime, _ := strconv.ParseInt(fields[12], 10, 64)
-	return s[open+1 : closing], fields[1], time.Duration(utime+stime) * time.Second / 100, true // USER_HZ
 }
 
 // cpuSince formats the CPU each process used since before.

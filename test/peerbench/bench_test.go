@@ -1,0 +1,376 @@
+// Package peerbench measures our handler against kubernetes-nmstate's,
+// built unmodified from ../shared/peers, on the same local cluster of real
+// processes (make bench-peer; docs/benchmarks.md, "Beside
+// kubernetes-nmstate"). It skips without the peers folder.
+package peerbench
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"flag"
+	"fmt"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/nmstate/kubernetes-nmstate/api/shared"
+	nmstatev1 "github.com/nmstate/kubernetes-nmstate/api/v1"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/intstr"
+	"k8s.io/client-go/rest"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	ippoolv1 "github.com/nmstate-ippool/nmstate-ippool/api/v1"
+	nncev1beta1 "github.com/nmstate-ippool/nmstate-ippool/api/v1beta1"
+	"github.com/nmstate-ippool/nmstate-ippool/test/envtest"
+)
+
+var (
+	nodeCounts = flag.String("peer.nodes", "25,100", "comma-separated node counts, one local cluster per handler each")
+	runs       = flag.Int("peer.runs", 3, "rollouts of each case; the times reported are their median")
+)
+
+// A rollout case: a plain policy that changes eth1's MTU (what
+// kubernetes-nmstate does), with the default maxUnavailable (50%) or 100%,
+// and, for our handler, one that also puts an address from a pool on
+// eth2.
+type rolloutCase struct {
+	name           string
+	maxUnavailable string // "" for the default
+	pooled         bool
+}
+
+var cases = []rolloutCase{
+	{name: "plain"},
+	{name: "plain, maxUnavailable 100%", maxUnavailable: "100%"},
+	{name: "pooled", pooled: true},
+}
+
+// figures are one case's measurements on one cluster.
+type figures struct {
+	rollout                 time.Duration // median
+	requests, watchEvents   float64       // per node and rollout
+	writes                  float64       // per rollout, all nodes
+	cpu                     time.Duration // handlers' CPU per node and rollout
+	rssPerNode              float64       // bytes, after the rollouts
+	floor                   time.Duration // the same writes, at full concurrency
+	apiServerCPUPerRollout  time.Duration
+	controlPlaneCPUPerNode  time.Duration
+	rolloutsMeasured, nodes int
+}
+
+// BenchmarkPeer rolls the cases out on a local cluster of N simulated
+// nodes run by kubernetes-nmstate's handler, then on one run by ours, and
+// reports per case: the rollout time (median of -peer.runs), API requests
+// and watch events per node, handler CPU and memory per node, the floor
+// (the rollout's API writes issued at full concurrency by a load
+// generator against the same server), and ours ÷ upstream.
+//
+//	go test -run '^$' -bench Peer -benchtime 1x ./test/peerbench/ -args -peer.nodes 25,100
+func BenchmarkPeer(b *testing.B) {
+	peer, err := envtest.PeerHandler()
+	must(b, err)
+	if peer == "" {
+		b.Skip("no kubernetes-nmstate source in ../shared/peers: its handler cannot be built")
+	}
+	bin := filepath.Join(b.TempDir(), "bin")
+	must(b, envtest.BuildCommands(bin, "handler", "pool-controller", "nmstatectl-sim", "localcluster"))
+	for _, f := range strings.Split(*nodeCounts, ",") {
+		n, err := strconv.Atoi(strings.TrimSpace(f))
+		if err != nil || n < 1 {
+			b.Fatalf("-peer.nodes: %q is not a node count", f)
+		}
+		b.Run(fmt.Sprintf("nodes=%d", n), func(b *testing.B) {
+			for range b.N {
+				upstream := measure(b, bin, peer, n, "upstream")
+				ours := measure(b, bin, peer, n, "ours")
+				report(b, n, upstream, ours)
+			}
+		})
+	}
+}
+
+// measure starts a local cluster of n nodes run by handler and rolls out
+// every case it supports.
+func measure(b *testing.B, bin, peer string, n int, handler string) map[string]figures {
+	dir := filepath.Join(b.TempDir(), "cluster")
+	localcluster(b, bin, dir, "up", "--nodes", strconv.Itoa(n), "--handler", handler, "--peer-handler", peer,
+		"--bin", bin, "--assets", envtest.AssetsDir())
+	defer localcluster(b, bin, dir, "down")
+	cfg, err := envtest.LocalClusterConfig(dir)
+	must(b, err)
+	// Unthrottled: client-go's default of 5 requests a second would pace
+	// the polls and the floor's writes.
+	cfg.QPS = -1
+	k, err := envtest.ClientFor(cfg)
+	must(b, err)
+	m := &meter{b: b, k: k, cfg: cfg, dir: dir, nodes: n}
+	out := map[string]figures{}
+	for i, c := range cases {
+		if c.pooled && handler == "upstream" {
+			continue // kubernetes-nmstate has no pools
+		}
+		out[c.name] = m.rollouts(c, i)
+	}
+	return out
+}
+
+type meter struct {
+	b     *testing.B
+	k     client.Client
+	cfg   *rest.Config
+	dir   string
+	nodes int
+}
+
+// rollouts rolls a case out -peer.runs times, each a new policy that
+// changes every node's network, and measures them.
+func (m *meter) rollouts(c rolloutCase, index int) figures {
+	ctx := context.Background()
+	if c.pooled {
+		must(m.b, m.k.Create(ctx, &ippoolv1.NodeIPPool{ObjectMeta: metav1.ObjectMeta{Name: "bench"},
+			Spec: ippoolv1.NodeIPPoolSpec{Range: ippoolv1.IPRange{CIDR: "10.128.0.0/16"}}}))
+	}
+	var times []time.Duration
+	var f figures
+	for run := range *runs {
+		name := fmt.Sprintf("bench-%d-%d", index, run)
+		p := &nmstatev1.NodeNetworkConfigurationPolicy{ObjectMeta: metav1.ObjectMeta{Name: name}}
+		p.Spec.NodeSelector = map[string]string{"node-role.kubernetes.io/worker": ""}
+		if c.maxUnavailable != "" {
+			v := intstr.FromString(c.maxUnavailable)
+			p.Spec.MaxUnavailable = &v
+		}
+		desired := fmt.Sprintf("interfaces:\n- name: eth1\n  type: ethernet\n  state: up\n  mtu: %d\n", 1300+10*index+run)
+		if c.pooled {
+			p.Spec.Capture = map[string]string{"addr": "ippool.bench.allocate"}
+			desired += "- name: eth2\n  type: ethernet\n  state: up\n  ipv4:\n    enabled: true\n    dhcp: false\n" +
+				"    address:\n    - ip: \"{{ capture.addr.ip }}\"\n      prefix-length: \"{{ capture.addr.prefix-length }}\"\n"
+		}
+		p.Spec.DesiredState = shared.NewState(desired)
+		before := m.snapshot()
+		start := time.Now()
+		must(m.b, m.k.Create(ctx, p))
+		m.waitAvailable(name)
+		times = append(times, time.Since(start))
+		after := m.snapshot()
+		f.requests += (after.requests - before.requests) / float64(m.nodes)
+		f.watchEvents += (after.watchEvents - before.watchEvents) / float64(m.nodes)
+		f.writes += after.writes - before.writes
+		f.cpu += (after.handlerCPU - before.handlerCPU) / time.Duration(m.nodes)
+		f.apiServerCPUPerRollout += after.apiServerCPU - before.apiServerCPU
+		f.controlPlaneCPUPerNode += (after.controlPlaneCPU - before.controlPlaneCPU) / time.Duration(m.nodes)
+		must(m.b, m.k.Delete(ctx, p))
+		m.waitGone(name)
+	}
+	r := float64(*runs)
+	f.requests, f.watchEvents, f.writes = f.requests/r, f.watchEvents/r, f.writes/r
+	f.cpu /= time.Duration(*runs)
+	f.apiServerCPUPerRollout /= time.Duration(*runs)
+	f.controlPlaneCPUPerNode /= time.Duration(*runs)
+	slices.Sort(times)
+	f.rollout = times[len(times)/2]
+	f.rssPerNode = float64(m.snapshot().handlerRSS) / float64(m.nodes)
+	f.floor = m.floor(int(f.writes))
+	f.rolloutsMeasured, f.nodes = *runs, m.nodes
+	return f
+}
+
+// waitAvailable waits until a policy is Available on every node.
+func (m *meter) waitAvailable(name string) {
+	want := fmt.Sprintf("%d/%d nodes successfully configured", m.nodes, m.nodes)
+	waitFor(m.b, 30*time.Minute, "policy "+name+" available", func() bool {
+		var p nmstatev1.NodeNetworkConfigurationPolicy
+		if err := m.k.Get(context.Background(), client.ObjectKey{Name: name}, &p); err != nil {
+			return false
+		}
+		c := p.Status.Conditions.Find(shared.NodeNetworkConfigurationPolicyConditionAvailable)
+		return c != nil && c.Status == corev1.ConditionTrue && c.Message == want
+	})
+}
+
+// waitGone waits until a deleted policy's enactments are gone.
+func (m *meter) waitGone(name string) {
+	waitFor(m.b, 10*time.Minute, "enactments of "+name+" gone", func() bool {
+		var list nncev1beta1.NodeNetworkConfigurationEnactmentList
+		err := m.k.List(context.Background(), &list, client.MatchingLabels{shared.EnactmentPolicyLabel: name})
+		return err == nil && len(list.Items) == 0
+	})
+}
+
+// sample is what the cluster counted so far.
+type sample struct {
+	requests, watchEvents, writes float64
+	handlerCPU, apiServerCPU      time.Duration
+	controlPlaneCPU               time.Duration
+	handlerRSS                    uint64
+}
+
+var (
+	requestLine = regexp.MustCompile(`^apiserver_request_total\{.*verb="([A-Z]+)".*\} ([0-9.e+]+)$`)
+	watchLine   = regexp.MustCompile(`^apiserver_watch_events_total\{.*\} ([0-9.e+]+)$`)
+)
+
+// snapshot reads the API server's request and watch event counters and
+// the CPU and memory of the cluster's processes.
+func (m *meter) snapshot() sample {
+	var s sample
+	hc, err := rest.HTTPClientFor(m.cfg)
+	must(m.b, err)
+	resp, err := hc.Get(m.cfg.Host + "/metrics")
+	must(m.b, err)
+	defer func() { _ = resp.Body.Close() }()
+	if resp.StatusCode != http.StatusOK {
+		m.b.Fatalf("GET /metrics: %s", resp.Status)
+	}
+	sc := bufio.NewScanner(resp.Body)
+	sc.Buffer(make([]byte, 1<<20), 1<<20)
+	for sc.Scan() {
+		if g := requestLine.FindStringSubmatch(sc.Text()); g != nil {
+			v, _ := strconv.ParseFloat(g[2], 64)
+			s.requests += v
+			if slices.Contains([]string{"POST", "PUT", "PATCH", "DELETE", "APPLY"}, g[1]) {
+				s.writes += v
+			}
+		} else if g := watchLine.FindStringSubmatch(sc.Text()); g != nil {
+			v, _ := strconv.ParseFloat(g[1], 64)
+			s.watchEvents += v
+		}
+	}
+	must(m.b, sc.Err())
+	for name, pid := range m.pids() {
+		_, _, cpu, ok := envtest.ProcStat(pid)
+		if !ok {
+			continue
+		}
+		switch {
+		case strings.HasPrefix(name, "handler/"):
+			s.handlerCPU += cpu
+			s.handlerRSS += envtest.ProcRSS(pid)
+		case name == "kube-apiserver":
+			s.apiServerCPU += cpu
+			s.controlPlaneCPU += cpu
+		default:
+			s.controlPlaneCPU += cpu
+		}
+	}
+	return s
+}
+
+// pids returns the PIDs of the cluster's processes by name.
+func (m *meter) pids() map[string]string {
+	raw, err := os.ReadFile(filepath.Join(m.dir, "state.json"))
+	must(m.b, err)
+	out := map[string]string{}
+	for _, g := range regexp.MustCompile(`"([a-z0-9./-]+)": \{\s*"pid": (\d+)`).FindAllStringSubmatch(string(raw), -1) {
+		out[g[1]] = g[2]
+	}
+	return out
+}
+
+// floor times writes small objects created at once by as many clients
+// as the cluster has nodes: how fast this API server takes the writes a
+// rollout needs, whoever issues them.
+func (m *meter) floor(writes int) time.Duration {
+	ctx := context.Background()
+	ns := fmt.Sprintf("floor-%d", time.Now().UnixNano())
+	must(m.b, m.k.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}))
+	defer func() { _ = m.k.Delete(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}) }()
+	next := make(chan int, writes)
+	for i := range writes {
+		next <- i
+	}
+	close(next)
+	var wg sync.WaitGroup
+	start := time.Now()
+	for range min(m.nodes, max(writes, 1)) {
+		wg.Go(func() {
+			for i := range next {
+				cm := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("w%d", i), Namespace: ns},
+					Data: map[string]string{"state": "interfaces: []"}}
+				if err := m.k.Create(ctx, cm); err != nil {
+					m.b.Errorf("floor write: %v", err)
+				}
+			}
+		})
+	}
+	wg.Wait()
+	return time.Since(start)
+}
+
+// report prints one node count's figures and the ratios ours ÷ upstream.
+func report(b *testing.B, n int, upstream, ours map[string]figures) {
+	var out bytes.Buffer
+	fmt.Fprintf(&out, "\n%d nodes, %d rollouts per case (median time)\n", n, *runs)
+	fmt.Fprintf(&out, "%-28s %-9s %9s %9s %10s %10s %9s %9s %10s %9s\n", "case", "handler", "rollout", "floor",
+		"req/node", "watch/node", "cpu/node", "MB/node", "apisrv cpu", "writes")
+	for _, c := range cases {
+		for _, h := range []struct {
+			name string
+			f    map[string]figures
+		}{{"upstream", upstream}, {"ours", ours}} {
+			f, ok := h.f[c.name]
+			if !ok {
+				continue
+			}
+			fmt.Fprintf(&out, "%-28s %-9s %8.2fs %8.2fs %10.1f %10.1f %8.3fs %9.1f %9.2fs %9.0f\n", c.name, h.name,
+				f.rollout.Seconds(), f.floor.Seconds(), f.requests, f.watchEvents, f.cpu.Seconds(), f.rssPerNode/(1<<20),
+				f.apiServerCPUPerRollout.Seconds(), f.writes)
+		}
+	}
+	base := upstream["plain"]
+	for _, c := range cases {
+		if f, ok := ours[c.name]; ok {
+			fmt.Fprintf(&out, "ours (%s) ÷ upstream (plain): rollout x%.3f, requests/node x%.2f, watch events/node x%.2f, cpu/node x%.2f\n",
+				c.name, ratio(f.rollout, base.rollout), f.requests/base.requests, f.watchEvents/base.watchEvents, ratio(f.cpu, base.cpu))
+		}
+	}
+	if f, ok := upstream["plain, maxUnavailable 100%"]; ok {
+		if o, ok := ours["plain, maxUnavailable 100%"]; ok {
+			fmt.Fprintf(&out, "ours ÷ upstream (plain, maxUnavailable 100%%): rollout x%.3f\n", ratio(o.rollout, f.rollout))
+		}
+	}
+	b.Log(out.String())
+	b.ReportMetric(ratio(ours["plain"].rollout, base.rollout), "ours/upstream")
+}
+
+func ratio(a, b time.Duration) float64 {
+	if b == 0 {
+		return 0
+	}
+	return a.Seconds() / b.Seconds()
+}
+
+func localcluster(b *testing.B, bin, dir string, args ...string) {
+	cmd := exec.Command(filepath.Join(bin, "localcluster"), append(args, "--dir", dir)...)
+	if out, err := cmd.CombinedOutput(); err != nil {
+		b.Fatalf("localcluster %v: %v\n%s", args, err, out)
+	}
+}
+
+func waitFor(b *testing.B, limit time.Duration, what string, done func() bool) {
+	deadline := time.Now().Add(limit)
+	for !done() {
+		if time.Now().After(deadline) {
+			b.Fatalf("%s: not within %s", what, limit)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+func must(b testing.TB, err error) {
+	b.Helper()
+	if err != nil {
+		b.Fatal(err)
+	}
+}
