@@ -94,6 +94,8 @@ func (h upstreamHandler) start(ctx context.Context, k client.Client, node string
 		"NMSTATECTL_SIM_STATE=" + c.simState(node),
 		"PATH=" + c.path("upstream-bin") + string(os.PathListSeparator) + os.Getenv("PATH"),
 		"PROBE_DNS_HOST=localhost",
+		// Retries paced as ours in a local cluster (--retry-max-delay=5s).
+		"NNCP_MAX_BACKOFF_SECONDS=5",
 	}}
 	if err := c.launch(handlerName(node), p); err != nil {
 		return err

@@ -104,7 +104,7 @@ func pending(reason string, message string, after time.Duration) outcome {
 // withConditions returns the enactment's conditions with o's type True
 // and every other type False; times move only when something changes.
 func withConditions(old shared.ConditionList, o outcome, now time.Time) shared.ConditionList {
-	return conditions.OneTrue(old, shared.NodeNetworkConfigurationEnactmentConditionTypes[:], o.condition, o.reason, o.message, now)
+	return conditions.Enactment(old, o.condition, o.reason, o.message, now)
 }
 
 // trueCondition returns the enactment's True condition type, or "".

@@ -24,13 +24,16 @@ func TestWithConditionsMovesTimesOnlyOnChange(t *testing.T) {
 			t.Fatalf("%s times moved on a repeated outcome: %+v", x.Type, x)
 		}
 	}
-	// A flip moves the transition time of the two types that flipped only.
+	// A flip moves the transition time of the types whose status changed
+	// only: Progressing True to False, and Available and Failing, Unknown
+	// while it progressed, to True and False.
 	t1 := t0.Add(2 * time.Hour)
 	flipped := withConditions(same, available("done"), t1)
 	for _, x := range flipped {
 		moved := x.LastTransitionTime.Time.Equal(t1)
 		wantMoved := x.Type == shared.NodeNetworkConfigurationEnactmentConditionAvailable ||
-			x.Type == shared.NodeNetworkConfigurationEnactmentConditionProgressing
+			x.Type == shared.NodeNetworkConfigurationEnactmentConditionProgressing ||
+			x.Type == shared.NodeNetworkConfigurationEnactmentConditionFailing
 		if moved != wantMoved {
 			t.Errorf("%s: transition moved=%v, want %v", x.Type, moved, wantMoved)
 		}

@@ -26,6 +26,7 @@ import (
 	nncev1beta1 "github.com/nmstate-ippool/nmstate-ippool/api/v1beta1"
 	"github.com/nmstate-ippool/nmstate-ippool/internal/annotations"
 	"github.com/nmstate-ippool/nmstate-ippool/internal/assign"
+	"github.com/nmstate-ippool/nmstate-ippool/internal/conditions"
 	"github.com/nmstate-ippool/nmstate-ippool/internal/poolwrite"
 	"github.com/nmstate-ippool/nmstate-ippool/internal/probe"
 	"github.com/nmstate-ippool/nmstate-ippool/internal/record"
@@ -420,11 +421,23 @@ func (r *Reconciler) conclude(ctx context.Context, s *scope, o outcome) (ctrl.Re
 	if o.condition != shared.NodeNetworkConfigurationEnactmentConditionProgressing {
 		e.Status.Slot = nil
 	}
+	gaveUp := o.condition == shared.NodeNetworkConfigurationEnactmentConditionFailing &&
+		o.reason == shared.NodeNetworkConfigurationEnactmentConditionFailedToConfigure &&
+		!conditions.IsTrueWith(e.Status.Conditions, o.condition, o.reason)
 	if err := r.writeEnactment(ctx, e, o); err != nil {
 		return ctrl.Result{}, err
 	}
+	if gaveUp && e.Status.Failures != nil {
+		// kubernetes-nmstate's words, on the policy, where admins look.
+		r.Recorder.Eventf(s.policy, e, corev1.EventTypeWarning, ReasonReconcileFailed, "Enact",
+			"reconciliation of enactment %q has failed after %d retries", e.Name, e.Status.Failures.Count-1)
+	}
 	return ctrl.Result{RequeueAfter: o.requeueAfter}, nil
 }
+
+// ReasonReconcileFailed is kubernetes-nmstate's reason of the Warning
+// Event on a policy whose enactment gave up.
+const ReasonReconcileFailed = "ReconcileFailed"
 
 func (r *Reconciler) meta() shared.NodeNetworkConfigurationEnactmentMetaInfo {
 	return shared.NodeNetworkConfigurationEnactmentMetaInfo{Version: "0", TimeStamp: metav1.NewTime(r.Clock.Now().Truncate(time.Second))}

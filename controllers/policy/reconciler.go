@@ -14,6 +14,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/tools/events"
 	"k8s.io/utils/clock"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -44,6 +45,8 @@ type Reconciler struct {
 	Batch time.Duration
 	// SlotTimeout is how long a grant counts against maxUnavailable.
 	SlotTimeout time.Duration
+	// Recorder emits Events.
+	Recorder events.EventRecorder
 }
 
 // New returns a Reconciler wired to the manager with the defaults.
@@ -53,6 +56,7 @@ func New(mgr ctrl.Manager) *Reconciler {
 		Clock:       clock.RealClock{},
 		Batch:       batch.DefaultDelay,
 		SlotTimeout: DefaultSlotTimeout,
+		Recorder:    mgr.GetEventRecorder("nmstate-ippool-pool-controller"),
 	}
 }
 
@@ -163,7 +167,7 @@ func (r *Reconciler) grant(ctx context.Context, enactments []*nncev1beta1.NodeNe
 	var granted atomic.Int64
 	err := writeEach(enactments, func(e *nncev1beta1.NodeNetworkConfigurationEnactment) error {
 		e.Status.Slot.Granted = microNow(now)
-		e.Status.Conditions = conditions.OneTrue(e.Status.Conditions, shared.NodeNetworkConfigurationEnactmentConditionTypes[:],
+		e.Status.Conditions = conditions.Enactment(e.Status.Conditions,
 			shared.NodeNetworkConfigurationEnactmentConditionProgressing,
 			shared.NodeNetworkConfigurationEnactmentConditionConfigurationProgressing, "Applying desired state", now)
 		err := r.Client.Status().Update(ctx, e)
@@ -199,16 +203,25 @@ func (r *Reconciler) abort(ctx context.Context, ro *rollout, now time.Time) erro
 		"fix the policy to roll it out again", ro.policy.Generation, nodes(ro.slots.failed), ro.limit)
 	return writeEach(ro.slots.abort, func(e *nncev1beta1.NodeNetworkConfigurationEnactment) error {
 		e.Status.Slot = nil
-		e.Status.Conditions = conditions.OneTrue(e.Status.Conditions, shared.NodeNetworkConfigurationEnactmentConditionTypes[:],
+		e.Status.Conditions = conditions.Enactment(e.Status.Conditions,
 			shared.NodeNetworkConfigurationEnactmentConditionAborted,
 			shared.NodeNetworkConfigurationEnactmentConditionConfigurationAborted, msg, now)
 		err := r.Client.Status().Update(ctx, e)
 		if err != nil && !apierrors.IsConflict(err) && !apierrors.IsNotFound(err) {
 			return fmt.Errorf("abort the rollout on enactment %q: %w", e.Name, err)
 		}
+		if err == nil {
+			// kubernetes-nmstate's words, on the policy, where admins look.
+			r.Recorder.Eventf(ro.policy, e, corev1.EventTypeWarning, ReasonReconcileFailed, "Abort",
+				"reconciliation of enactment %q has aborted", e.Name)
+		}
 		return nil
 	})
 }
+
+// ReasonReconcileFailed is kubernetes-nmstate's reason of the Warning
+// Event on a policy whose enactment gave up or was aborted.
+const ReasonReconcileFailed = "ReconcileFailed"
 
 // queue shows the requests that wait for a slot as Pending.
 func (r *Reconciler) queue(ctx context.Context, enactments []*nncev1beta1.NodeNetworkConfigurationEnactment, now time.Time) error {
@@ -216,7 +229,7 @@ func (r *Reconciler) queue(ctx context.Context, enactments []*nncev1beta1.NodeNe
 		if waitingForSlot(e) {
 			return nil
 		}
-		e.Status.Conditions = conditions.OneTrue(e.Status.Conditions, shared.NodeNetworkConfigurationEnactmentConditionTypes[:],
+		e.Status.Conditions = conditions.Enactment(e.Status.Conditions,
 			shared.NodeNetworkConfigurationEnactmentConditionPending,
 			shared.NodeNetworkConfigurationEnactmentConditionMaxUnavailableLimitReached,
 			"maxUnavailable nodes are already being configured; waiting", now)

@@ -58,14 +58,21 @@ func policyConditions(old shared.ConditionList, s summary, now time.Time) shared
 		degr  = shared.NodeNetworkConfigurationPolicyConditionDegraded
 		prog  = shared.NodeNetworkConfigurationPolicyConditionProgressing
 	)
-	// list sets trueType True with reason and message, and the others
-	// False with the same reason.
+	// list sets trueType True with reason and message, and the others as
+	// kubernetes-nmstate does: False with the same reason and no message,
+	// but Available and Degraded Unknown while the policy progresses, and
+	// Progressing's reason ConfigurationProgressing once it is Degraded.
 	list := func(trueType shared.ConditionType, r shared.ConditionReason, msg string) shared.ConditionList {
 		out := make(shared.ConditionList, 0, 4)
 		for _, t := range []shared.ConditionType{avail, degr, prog, ignored} {
-			want := shared.Condition{Type: t, Status: corev1.ConditionFalse, Reason: r, Message: msg}
-			if t == trueType {
-				want.Status = corev1.ConditionTrue
+			want := shared.Condition{Type: t, Status: corev1.ConditionFalse, Reason: r}
+			switch {
+			case t == trueType:
+				want.Status, want.Message = corev1.ConditionTrue, msg
+			case trueType == prog && (t == avail || t == degr):
+				want.Status = corev1.ConditionUnknown
+			case trueType == degr && t == prog:
+				want.Reason = shared.NodeNetworkConfigurationPolicyConditionConfigurationProgressing
 			}
 			out = append(out, conditions.Merge(old.Find(t), want, now))
 		}

@@ -47,6 +47,34 @@ func OneTrue(old shared.ConditionList, types []shared.ConditionType, trueType sh
 	return out
 }
 
+// Enactment returns an enactment's conditions, in the order of
+// shared.NodeNetworkConfigurationEnactmentConditionTypes, with trueType
+// True (with reason and message), merged with old, written as
+// kubernetes-nmstate's handler writes them: every other condition carries
+// the same reason and no message, but Aborted, whose reason stays
+// SuccessfullyConfigured while the enactment fails, and, while it
+// progresses, Failing and Available, which are Unknown.
+func Enactment(old shared.ConditionList, trueType shared.ConditionType, reason shared.ConditionReason,
+	message string, now time.Time) shared.ConditionList {
+	types := shared.NodeNetworkConfigurationEnactmentConditionTypes
+	out := make(shared.ConditionList, 0, len(types))
+	for _, t := range types {
+		want := shared.Condition{Type: t, Status: corev1.ConditionFalse, Reason: reason}
+		switch {
+		case t == trueType:
+			want.Status, want.Message = corev1.ConditionTrue, message
+		case t == shared.NodeNetworkConfigurationEnactmentConditionAborted &&
+			trueType == shared.NodeNetworkConfigurationEnactmentConditionFailing:
+			want.Reason = shared.NodeNetworkConfigurationEnactmentConditionSuccessfullyConfigured
+		case trueType == shared.NodeNetworkConfigurationEnactmentConditionProgressing &&
+			(t == shared.NodeNetworkConfigurationEnactmentConditionFailing || t == shared.NodeNetworkConfigurationEnactmentConditionAvailable):
+			want.Status = corev1.ConditionUnknown
+		}
+		out = append(out, Merge(old.Find(t), want, now))
+	}
+	return out
+}
+
 // Same reports whether two lists hold the same conditions, ignoring times.
 func Same(a, b shared.ConditionList) bool {
 	if len(a) != len(b) {

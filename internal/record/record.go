@@ -172,7 +172,7 @@ func AskToApply(e *nncev1beta1.NodeNetworkConfigurationEnactment, gen int64, now
 	e.Status.WaitingForIPPool = ""
 	e.Status.DesiredState = shared.State{}
 	e.Status.Slot = &nncev1beta1.ApplySlot{Requested: metav1.NewMicroTime(now.Truncate(time.Microsecond))}
-	e.Status.Conditions = conditions.OneTrue(e.Status.Conditions, shared.NodeNetworkConfigurationEnactmentConditionTypes[:],
+	e.Status.Conditions = conditions.Enactment(e.Status.Conditions,
 		shared.NodeNetworkConfigurationEnactmentConditionProgressing,
 		shared.NodeNetworkConfigurationEnactmentConditionConfigurationProgressing, WaitingForSlot, now)
 }

@@ -37,6 +37,8 @@ var (
 	// kubernetes-nmstate's handler; dir the local cluster.
 	bin, dir string
 	k        client.Client
+	// peerHandler is kubernetes-nmstate's handler.
+	peerHandler string
 )
 
 // workers are the nodes the suite's cluster starts with.
@@ -45,9 +47,10 @@ var workers = []string{"node01", "node02", "node03", "node04"}
 var _ = BeforeSuite(func() {
 	SetDefaultEventuallyTimeout(2 * time.Minute)
 	SetDefaultEventuallyPollingInterval(250 * time.Millisecond)
-	peer, err := envtest.PeerHandler()
+	var err error
+	peerHandler, err = envtest.PeerHandler()
 	Expect(err).NotTo(HaveOccurred())
-	if peer == "" {
+	if peerHandler == "" {
 		Skip("no kubernetes-nmstate source in ../shared/peers: its handler cannot be built")
 	}
 	root, err := os.MkdirTemp("", "nmstate-ippool-peer-")
@@ -56,7 +59,7 @@ var _ = BeforeSuite(func() {
 	By("building the commands")
 	Expect(envtest.BuildCommands(bin, "handler", "pool-controller", "nmstatectl-sim", "localcluster", "kubectl-nodeippool")).To(Succeed())
 	By("starting a local cluster whose nodes run kubernetes-nmstate's handler")
-	localcluster("up", "--nodes", "4", "--handler", "upstream", "--peer-handler", peer,
+	localcluster("up", "--nodes", "4", "--handler", "upstream", "--peer-handler", peerHandler,
 		"--bin", bin, "--assets", envtest.AssetsDir())
 	DeferCleanup(func() {
 		By("stopping the local cluster")
@@ -77,6 +80,13 @@ var _ = JustAfterEach(func() {
 
 // localcluster runs the localcluster command on the suite's cluster.
 func localcluster(args ...string) string {
+	GinkgoHelper()
+	return localclusterIn(dir, args...)
+}
+
+// localclusterIn runs the localcluster command on the cluster of a
+// directory.
+func localclusterIn(dir string, args ...string) string {
 	GinkgoHelper()
 	cmd := exec.Command(filepath.Join(bin, "localcluster"), append(args, "--dir", dir)...)
 	var out bytes.Buffer

@@ -1,0 +1,350 @@
+package peer
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"path/filepath"
+	"regexp"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/nmstate/kubernetes-nmstate/api/shared"
+	nmstatev1 "github.com/nmstate/kubernetes-nmstate/api/v1"
+	. "github.com/onsi/ginkgo/v2"
+	. "github.com/onsi/gomega"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/client-go/rest"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/yaml"
+
+	nncev1beta1 "github.com/nmstate-ippool/nmstate-ippool/api/v1beta1"
+	"github.com/nmstate-ippool/nmstate-ippool/test/envtest"
+)
+
+// side is one of the two clusters of the parity spec: the same nodes,
+// run by one handler.
+type side struct {
+	handler string
+	dir     string
+	k       client.Client
+	cfg     *rest.Config
+}
+
+// startSide starts a local cluster of two nodes run by handler.
+func startSide(handler string) *side {
+	GinkgoHelper()
+	root, err := os.MkdirTemp("", "nmstate-ippool-parity-")
+	Expect(err).NotTo(HaveOccurred())
+	s := &side{handler: handler, dir: filepath.Join(root, "cluster")}
+	localclusterIn(s.dir, "up", "--nodes", "2", "--handler", handler, "--peer-handler", peerHandler,
+		"--bin", bin, "--assets", envtest.AssetsDir())
+	DeferCleanup(func() {
+		localclusterIn(s.dir, "down")
+		_ = os.RemoveAll(root)
+	})
+	s.cfg, err = envtest.LocalClusterConfig(s.dir)
+	Expect(err).NotTo(HaveOccurred())
+	s.k, err = envtest.ClientFor(s.cfg)
+	Expect(err).NotTo(HaveOccurred())
+	for _, node := range []string{"node01", "node02"} {
+		Eventually(func() error { return s.k.Get(ctx, client.ObjectKey{Name: node}, &nncev1beta1.NodeNetworkState{}) }).
+			Should(Succeed(), "the NodeNetworkState of %s on %s", node, handler)
+	}
+	return s
+}
+
+// examplePolicies returns the policies of the e2e suite's examples.
+func examplePolicies() []*unstructured.Unstructured {
+	GinkgoHelper()
+	dir := os.Getenv("NMSTATE_EXAMPLES")
+	if dir == "" {
+		dir = filepath.Join(envtest.RepoRoot(), "test", "e2e", "testdata", "examples")
+	}
+	files, err := filepath.Glob(filepath.Join(dir, "*.yaml"))
+	Expect(err).NotTo(HaveOccurred())
+	var out []*unstructured.Unstructured
+	for _, f := range files {
+		raw, err := os.ReadFile(f)
+		Expect(err).NotTo(HaveOccurred())
+		for _, doc := range strings.Split("\n"+string(raw), "\n---") {
+			u := &unstructured.Unstructured{}
+			Expect(yaml.Unmarshal([]byte(doc), &u.Object)).To(Succeed(), f)
+			if u.GetKind() == "NodeNetworkConfigurationPolicy" {
+				out = append(out, u)
+			}
+		}
+	}
+	Expect(out).NotTo(BeEmpty(), "no examples in %s", dir)
+	return out
+}
+
+var digits = regexp.MustCompile(`[0-9]+`)
+
+// shape is a message with its numbers replaced: what the admin reads,
+// without the counts and times that differ between runs.
+func shape(message string) string {
+	if i := strings.IndexByte(message, '\n'); i >= 0 {
+		message = message[:i]
+	}
+	return digits.ReplaceAllString(message, "N")
+}
+
+// settled reports whether a policy's conditions are final: Available or
+// Degraded, no longer Progressing.
+func (s *side) settled(name string) (string, error) {
+	var p nmstatev1.NodeNetworkConfigurationPolicy
+	if err := s.k.Get(ctx, client.ObjectKey{Name: name}, &p); err != nil {
+		return "", err
+	}
+	for _, c := range p.Status.Conditions {
+		if c.Status == corev1.ConditionTrue {
+			return string(c.Type), nil
+		}
+	}
+	return "no condition", nil
+}
+
+// enactmentState returns "Type Reason" of node.policy's True condition.
+func (s *side) enactmentState(node, policy string) (string, error) {
+	var e nncev1beta1.NodeNetworkConfigurationEnactment
+	if err := s.k.Get(ctx, shared.EnactmentKey(node, policy), &e); err != nil {
+		return "", err
+	}
+	for _, c := range e.Status.Conditions {
+		if c.Status == corev1.ConditionTrue {
+			return fmt.Sprintf("%s %s", c.Type, c.Reason), nil
+		}
+	}
+	return "no condition", nil
+}
+
+// view is what an admin sees of a policy on one side, line by line.
+func (s *side) view(name string) []string {
+	GinkgoHelper()
+	var out []string
+	var p nmstatev1.NodeNetworkConfigurationPolicy
+	Expect(s.k.Get(ctx, client.ObjectKey{Name: name}, &p)).To(Succeed())
+	for _, c := range p.Status.Conditions {
+		out = append(out, fmt.Sprintf("policy condition %s=%s %s: %s", c.Type, c.Status, c.Reason, shape(c.Message)))
+	}
+	var list nncev1beta1.NodeNetworkConfigurationEnactmentList
+	Expect(s.k.List(ctx, &list, client.MatchingLabels{shared.EnactmentPolicyLabel: name})).To(Succeed())
+	for _, e := range list.Items {
+		node := e.Labels[shared.EnactmentNodeLabel]
+		for _, c := range e.Status.Conditions {
+			msg := shape(c.Message)
+			if c.Type == shared.NodeNetworkConfigurationEnactmentConditionFailing && c.Status == corev1.ConditionTrue {
+				msg = "(the failure)" // each handler words nmstatectl's error its own way
+			}
+			out = append(out, fmt.Sprintf("enactment %s condition %s=%s %s: %s", node, c.Type, c.Status, c.Reason, msg))
+		}
+	}
+	out = append(out, s.table("nodenetworkconfigurationpolicies", name)...)
+	for _, e := range list.Items {
+		out = append(out, s.table("nodenetworkconfigurationenactments", e.Name)...)
+	}
+	out = append(out, s.stateFields("node01")...)
+	var events corev1.EventList
+	Expect(s.k.List(ctx, &events)).To(Succeed())
+	for _, ev := range events.Items {
+		obj := ev.InvolvedObject
+		if (obj.Kind == "NodeNetworkConfigurationPolicy" && obj.Name == name) ||
+			(obj.Kind == "NodeNetworkConfigurationEnactment" && strings.HasSuffix(obj.Name, "."+name)) {
+			out = append(out, fmt.Sprintf("event %s %s %s", obj.Kind, ev.Type, ev.Reason))
+		}
+	}
+	slices.Sort(out)
+	return slices.Compact(out)
+}
+
+// stateFields returns the fields of a node's NodeNetworkState an admin
+// reads: which status fields are set, its conditions, and the sections of
+// its current state.
+func (s *side) stateFields(node string) []string {
+	GinkgoHelper()
+	var nns unstructured.Unstructured
+	nns.SetAPIVersion("nmstate.io/v1beta1")
+	nns.SetKind("NodeNetworkState")
+	Expect(s.k.Get(ctx, client.ObjectKey{Name: node}, &nns)).To(Succeed())
+	status, _, _ := unstructured.NestedMap(nns.Object, "status")
+	var out []string
+	for field, v := range status {
+		out = append(out, "state field status."+field)
+		switch field {
+		case "currentState":
+			for section := range v.(map[string]any) {
+				out = append(out, "state field status.currentState."+section)
+			}
+		case "conditions":
+			for _, c := range v.([]any) {
+				c := c.(map[string]any)
+				out = append(out, fmt.Sprintf("state condition %v=%v %v: %v", c["type"], c["status"], c["reason"], shape(fmt.Sprint(c["message"]))))
+			}
+		}
+	}
+	return out
+}
+
+// table returns the columns kubectl get prints of an object, as the API
+// server renders them (the CRD's printer columns), ages left out.
+func (s *side) table(resource, name string) []string {
+	GinkgoHelper()
+	hc, err := rest.HTTPClientFor(s.cfg)
+	Expect(err).NotTo(HaveOccurred())
+	url := fmt.Sprintf("%s/apis/nmstate.io/v1beta1/%s/%s", s.cfg.Host, resource, name)
+	if resource == "nodenetworkconfigurationpolicies" {
+		url = fmt.Sprintf("%s/apis/nmstate.io/v1/%s/%s", s.cfg.Host, resource, name)
+	}
+	req, err := newTableRequest(context.Background(), url)
+	Expect(err).NotTo(HaveOccurred())
+	resp, err := hc.Do(req)
+	Expect(err).NotTo(HaveOccurred())
+	defer func() { _ = resp.Body.Close() }()
+	var t metav1.Table
+	Expect(decodeJSON(resp.Body, &t)).To(Succeed())
+	var out []string
+	for _, row := range t.Rows {
+		for i, col := range t.ColumnDefinitions {
+			if col.Type == "date" || col.Name == "Age" || i >= len(row.Cells) {
+				continue
+			}
+			out = append(out, fmt.Sprintf("kubectl get %s column %s: %v", resource, col.Name, row.Cells[i]))
+		}
+	}
+	return out
+}
+
+// newTableRequest asks for an object as the Table kubectl get prints.
+func newTableRequest(ctx context.Context, url string) (*http.Request, error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+	if err != nil {
+		return nil, err
+	}
+	req.Header.Set("Accept", "application/json;as=Table;v=v1;g=meta.k8s.io")
+	return req, nil
+}
+
+func decodeJSON(r io.Reader, into any) error { return json.NewDecoder(r).Decode(into) }
+
+// knownDifferences are the differences an admin sees between the two
+// handlers, each with its reason in the README's parity table. A line
+// that only one side shows is matched here by a pattern.
+var knownDifferences = []struct {
+	only    string // "upstream" or "ours"
+	pattern *regexp.Regexp
+	why     string
+}{
+	{"ours", regexp.MustCompile(`^event NodeNetworkConfigurationEnactment Warning (Retrying|FailedToConfigure)$`),
+		"a Warning Event on the enactment for every failed attempt, with nmstatectl's error and when the next comes, " +
+			"beside kubernetes-nmstate's ReconcileFailed on the policy"},
+	{"ours", regexp.MustCompile(`^state (condition .*|field status\.conditions)$`),
+		"NodeNetworkState conditions: kubernetes-nmstate defines Available and Failing but does not write them; " +
+			"ours says Failing when the node's state cannot be read"},
+}
+
+// unexplained returns the lines one side shows and the other does not,
+// but those knownDifferences explain.
+func unexplained(upstream, ours []string) []string {
+	var out []string
+	for _, d := range []struct {
+		only       string
+		have, lack []string
+	}{{"upstream", upstream, ours}, {"ours", ours, upstream}} {
+		for _, line := range d.have {
+			if slices.Contains(d.lack, line) {
+				continue
+			}
+			if !slices.ContainsFunc(knownDifferences, func(k struct {
+				only    string
+				pattern *regexp.Regexp
+				why     string
+			}) bool {
+				return k.only == d.only && k.pattern.MatchString(line)
+			}) {
+				out = append(out, "only "+d.only+": "+line)
+			}
+		}
+	}
+	return out
+}
+
+var _ = Describe("What an admin sees, from kubernetes-nmstate's handler and from ours", Ordered, func() {
+	var sides []*side
+
+	BeforeAll(func() {
+		sides = []*side{startSide("upstream"), startSide("ours")}
+	})
+
+	// rollOut creates a policy on both sides, waits until it settled, and
+	// compares the two views; then deletes it.
+	rollOut := func(u *unstructured.Unstructured, failOn string) {
+		GinkgoHelper()
+		views := map[string][]string{}
+		for _, s := range sides {
+			if failOn != "" {
+				fail := filepath.Join(s.dir, "nodes", failOn+".yaml.fail")
+				Expect(os.WriteFile(fail, []byte("apply: simulated failure of the node's network\n"), 0o600)).To(Succeed())
+				DeferCleanup(func() { _ = os.Remove(fail) })
+			}
+			Expect(s.k.Create(ctx, u.DeepCopy())).To(Succeed(), "%s on %s", u.GetName(), s.handler)
+			want := "Available"
+			if failOn != "" {
+				want = "Degraded"
+				// Until its retries are spent, the failing node is
+				// Retrying.
+				Eventually(func() (string, error) { return s.enactmentState(failOn, u.GetName()) }).
+					Should(Equal("Failing FailedToConfigure"), "%s on %s", u.GetName(), s.handler)
+			}
+			Eventually(func() (string, error) { return s.settled(u.GetName()) }).
+				Should(Equal(want), "%s on %s", u.GetName(), s.handler)
+			// Events are written after the conditions: let them land.
+			Eventually(func() []string { return s.view(u.GetName()) }).
+				WithTimeout(3 * time.Second).Should(Equal(s.view(u.GetName())))
+			views[s.handler] = s.view(u.GetName())
+			GinkgoWriter.Printf("%s, %s's handler:\n  %s\n", u.GetName(), s.handler, strings.Join(views[s.handler], "\n  "))
+			if failOn != "" {
+				Expect(os.Remove(filepath.Join(s.dir, "nodes", failOn+".yaml.fail"))).To(Succeed())
+			}
+		}
+		Expect(unexplained(views["upstream"], views["ours"])).To(BeEmpty(),
+			"%s: what only one handler shows (upstream:\n%s\nours:\n%s)", u.GetName(),
+			strings.Join(views["upstream"], "\n"), strings.Join(views["ours"], "\n"))
+		for _, s := range sides {
+			Expect(s.k.Delete(ctx, u.DeepCopy())).To(Succeed())
+			Eventually(func() ([]nncev1beta1.NodeNetworkConfigurationEnactment, error) {
+				var list nncev1beta1.NodeNetworkConfigurationEnactmentList
+				err := s.k.List(ctx, &list, client.MatchingLabels{shared.EnactmentPolicyLabel: u.GetName()})
+				return list.Items, err
+			}).Should(BeEmpty())
+		}
+	}
+
+	It("is the same for every documented kind of policy", func() {
+		for _, u := range examplePolicies() {
+			By(u.GetName())
+			rollOut(u, "")
+		}
+	})
+
+	It("is the same when a node fails to apply", func() {
+		for _, u := range examplePolicies() {
+			if !slices.Contains([]string{"eth1-static", "bridge-on-eth1", "resolvers"}, u.GetName()) {
+				continue
+			}
+			u = u.DeepCopy()
+			u.SetName(u.GetName() + "-failing")
+			// Both nodes at once, so that which node goes first, which
+			// each handler decides its own way, does not matter.
+			Expect(unstructured.SetNestedField(u.Object, "100%", "spec", "maxUnavailable")).To(Succeed())
+			By(u.GetName())
+			rollOut(u, "node02")
+		}
+	})
+})
