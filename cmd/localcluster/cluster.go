@@ -42,6 +42,10 @@ type cluster struct {
 	// Real is set on a cluster of real nodes (up --kubelets): kubelets run
 	// its nodes, and the handler and the pool controller are pods.
 	Real *realCluster `json:"real,omitempty"`
+	// Retries, if set, is how many times the handlers retry a failed
+	// apply (ours: --retries; kubernetes-nmstate's: NNCP_MAX_RETRIES, one
+	// more, as it counts the first attempt).
+	Retries *int `json:"retries,omitempty"`
 	// Handler is the handler of simulated nodes: "ours" (the default when
 	// empty) or "upstream", kubernetes-nmstate's (up --handler upstream,
 	// handler use).

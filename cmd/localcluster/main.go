@@ -38,7 +38,7 @@ import (
 
 const usage = `Usage:
   localcluster up --nodes N [--dir DIR] [--gc-grace-period D] [--quarantine-period D] [--controllers N] [--bin DIR] [--assets DIR]
-                  [--handler ours|upstream] [--peer-handler PATH]
+                  [--handler ours|upstream] [--peer-handler PATH] [--retries N]
   localcluster handler use ours|upstream [--dir DIR]
   localcluster up --kubelets K [--images DIR] [--dir DIR] [--bin DIR] [--assets DIR]
   localcluster install [--overlay DIR] [--kubectl PATH] [--dir DIR]
@@ -142,6 +142,7 @@ func cmdUp(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs.StringVar(&o.assets, "assets", "", "directory of etcd, kube-apiserver and, with --kubelets, the node components (default $KUBEBUILDER_ASSETS, else BIN/k8s)")
 	fs.IntVar(&o.kubelets, "kubelets", 0,
 		"how many real nodes to run instead of simulated ones: kubelets with their own containerd and network namespace (needs root; see 'make real-nodes')")
+	fs.IntVar(&o.retries, "retries", -1, "how many times the handlers retry a failed apply (default: their own, 5)")
 	fs.StringVar(&o.handler, "handler", handlerOurs, "the simulated nodes' handler: ours, or upstream (kubernetes-nmstate's, from make peer-handler)")
 	fs.StringVar(&o.peerHandler, "peer-handler", "", "kubernetes-nmstate's handler binary (default BIN/kubernetes-nmstate-handler)")
 	fs.StringVar(&o.images, "images", "", "with --kubelets, directory of the image tarballs of make images-local (default BIN/images)")

@@ -30,8 +30,12 @@ import (
 // those probes would fail before every apply and be skipped, after a
 // wait.
 func (c *cluster) handlerTuning() []string {
-	return []string{"--pending-requeue=2s", "--failed-requeue=10s", "--retry-max-delay=5s",
+	flags := []string{"--pending-requeue=2s", "--failed-requeue=10s", "--retry-max-delay=5s",
 		"--probes=api-server,node-readiness", "--probe-timeout=20s", "--apply-timeout=60s"}
+	if c.Retries != nil {
+		flags = append(flags, fmt.Sprintf("--retries=%d", *c.Retries))
+	}
+	return flags
 }
 
 func handlerName(node string) string { return "handler/" + node }

@@ -38,6 +38,7 @@ type upOptions struct {
 	controllers      int
 	handler          string
 	peerHandler      string
+	retries          int // -1: the handlers' default
 }
 
 // up starts a local cluster and leaves it running. If a step fails, it
@@ -49,6 +50,9 @@ func up(ctx context.Context, o upOptions, out io.Writer) error {
 	c := &cluster{dir: o.dir, Bin: o.bin, Assets: o.assets, GracePeriod: o.gracePeriod.String(),
 		QuarantinePeriod: o.quarantine.String(), Controllers: o.controllers, Processes: map[string]*process{},
 		Handler: o.handler, PeerHandler: o.peerHandler}
+	if o.retries >= 0 {
+		c.Retries = &o.retries
+	}
 	if o.kubelets > 0 {
 		c.Real = &realCluster{Images: o.images, Nodes: map[string]*realNode{}}
 		if err := c.checkRealPrerequisites(); err != nil {

@@ -97,6 +97,10 @@ func (h upstreamHandler) start(ctx context.Context, k client.Client, node string
 		// Retries paced as ours in a local cluster (--retry-max-delay=5s).
 		"NNCP_MAX_BACKOFF_SECONDS=5",
 	}}
+	if c.Retries != nil {
+		// Its count is of failed attempts, the first included.
+		p.Env = append(p.Env, fmt.Sprintf("NNCP_MAX_RETRIES=%d", *c.Retries+1))
+	}
 	if err := c.launch(handlerName(node), p); err != nil {
 		return err
 	}
