@@ -1,23 +1,18 @@
 package e2e
 
 import (
-	"bytes"
 	"errors"
 	"fmt"
 	"io"
 	"net/netip"
 	"os"
 	"path/filepath"
-	"slices"
 	"strings"
-	"sync"
 	"time"
 
-	"github.com/nmstate/kubernetes-nmstate/api/shared"
 	nmstatev1 "github.com/nmstate/kubernetes-nmstate/api/v1"
 	. "github.com/onsi/ginkgo/v2"
 	. "github.com/onsi/gomega"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -41,11 +36,7 @@ spec:
 // staticPolicy is one node's policy with its address typed in, as
 // kubernetes-nmstate's documentation writes them.
 func staticPolicy(node, ip string) *nmstatev1.NodeNetworkConfigurationPolicy {
-	p := &nmstatev1.NodeNetworkConfigurationPolicy{ObjectMeta: metav1.ObjectMeta{Name: "static-" + node}}
-	p.Spec.NodeSelector = map[string]string{"kubernetes.io/hostname": node}
-	p.Spec.DesiredState = shared.NewState(fmt.Sprintf("interfaces:\n- name: eth1\n  type: ethernet\n  state: up\n  ipv4:\n"+
-		"    enabled: true\n    dhcp: false\n    address:\n    - ip: %s\n      prefix-length: 24\n", ip))
-	return p
+	return envtest.StaticAddressPolicy("static-"+node, node, ip)
 }
 
 // liveNetwork maps what a simulated node's network carries, as show
@@ -92,58 +83,24 @@ func yamlApply(stream string) error {
 }
 
 // applies counts the applies a simulated node's network has taken.
-func applies(node string) int {
-	raw, err := os.ReadFile(filepath.Join(dir, "nodes", node+".yaml.applies"))
-	if err != nil {
-		return 0
-	}
-	return bytes.Count(raw, []byte("\n"))
-}
+func applies(node string) int { return envtest.Applies(dir, node) }
 
-// addressSampler reads the nodes' networks every 20ms until stopped and
+// sampleAddresses reads the nodes' networks every 20ms until ended and
 // keeps the samples in which a node did not carry its address on eth1.
-type addressSampler struct {
-	mu      sync.Mutex
-	samples int
-	missing []string
-	stop    chan struct{}
-	done    sync.WaitGroup
-}
-
-func sampleAddresses(want map[string]netip.Addr) *addressSampler {
-	s := &addressSampler{stop: make(chan struct{})}
-	s.done.Go(func() {
-		for {
-			select {
-			case <-s.stop:
-				return
-			case <-time.After(20 * time.Millisecond):
+func sampleAddresses(want map[string]netip.Addr) *envtest.Sampler {
+	return envtest.Sample(20*time.Millisecond, func() ([]string, bool) {
+		var missing []string
+		for node, ip := range want {
+			nw := liveNetwork(node)
+			if nw == nil {
+				return nil, false
 			}
-			for node, ip := range want {
-				nw := liveNetwork(node)
-				if nw == nil {
-					continue
-				}
-				s.mu.Lock()
-				s.samples++
-				if nw[ip] != "eth1" {
-					s.missing = append(s.missing, fmt.Sprintf("%s: %s without %s on eth1", time.Now().Format(time.StampMilli), node, ip))
-				}
-				s.mu.Unlock()
+			if nw[ip] != "eth1" {
+				missing = append(missing, fmt.Sprintf("%s without %s on eth1", node, ip))
 			}
 		}
+		return missing, true
 	})
-	return s
-}
-
-// end stops the sampler and returns how many samples it took and those
-// without the address.
-func (s *addressSampler) end() (int, []string) {
-	close(s.stop)
-	s.done.Wait()
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.samples, slices.Clone(s.missing)
 }
 
 var _ = Describe("From one NNCP per node to one pooled policy", func() {
@@ -213,9 +170,9 @@ var _ = Describe("From one NNCP per node to one pooled policy", func() {
 			}
 			return out
 		}()))
-		samples, missing := sampler.end()
+		samples, missing := sampler.End()
 		Expect(missing).To(BeEmpty())
-		Expect(samples).To(BeNumerically(">", 10*n), "the sampler sampled")
+		Expect(samples).To(BeNumerically(">", 10), "the sampler sampled every node")
 		for _, node := range nodes {
 			Expect(applies(node)-before[node]).To(Equal(1), "%s: the pooled policy's apply, and nothing else", node)
 		}

@@ -202,17 +202,8 @@ func createPolicyWith(name string, captures map[string]string, desired string) {
 // selects.
 func policyAvailable(name string) {
 	GinkgoHelper()
-	Eventually(func() string {
-		var p nmstatev1.NodeNetworkConfigurationPolicy
-		if err := k.Get(ctx, types.NamespacedName{Name: name}, &p); err != nil {
-			return err.Error()
-		}
-		c := p.Status.Conditions.Find(shared.NodeNetworkConfigurationPolicyConditionAvailable)
-		if c == nil {
-			return "no condition"
-		}
-		return string(c.Status) + ": " + c.Message
-	}).Should(MatchRegexp(`^True: \d+/\d+ nodes successfully configured$`))
+	Eventually(func() string { return envtest.PolicyAvailability(ctx, k, name) }).
+		Should(MatchRegexp(`^True SuccessfullyConfigured: \d+/\d+ nodes successfully configured$`), "policy %s", name)
 }
 
 // enactment returns node.policy, or nil while it does not exist.

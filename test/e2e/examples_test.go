@@ -5,7 +5,6 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
-	"strings"
 
 	"github.com/nmstate/kubernetes-nmstate/api/shared"
 	nmstatev1 "github.com/nmstate/kubernetes-nmstate/api/v1"
@@ -22,35 +21,12 @@ import (
 	"github.com/nmstate-ippool/nmstate-ippool/test/envtest"
 )
 
-// examplesDir is where the policies of the examples spec are read from:
-// $NMSTATE_EXAMPLES (a checkout's kubernetes-nmstate/docs/examples, to
-// run its files unchanged), else testdata/examples.
-func examplesDir() string {
-	if d := os.Getenv("NMSTATE_EXAMPLES"); d != "" {
-		return d
-	}
-	return filepath.Join(envtest.RepoRoot(), "test", "e2e", "testdata", "examples")
-}
-
-// examplePolicies reads every NodeNetworkConfigurationPolicy of the YAML
-// files in dir, in file order; a file may hold several documents.
-func examplePolicies(dir string) []*unstructured.Unstructured {
+// examplePolicies reads the policies of the examples spec
+// (envtest.ExamplesDir).
+func examplePolicies() []*unstructured.Unstructured {
 	GinkgoHelper()
-	files, err := filepath.Glob(filepath.Join(dir, "*.yaml"))
+	out, err := envtest.ExamplePolicies(envtest.ExamplesDir())
 	Expect(err).NotTo(HaveOccurred())
-	Expect(files).NotTo(BeEmpty(), "no examples in %s", dir)
-	var out []*unstructured.Unstructured
-	for _, f := range files {
-		raw, err := os.ReadFile(f)
-		Expect(err).NotTo(HaveOccurred())
-		for _, doc := range strings.Split("\n"+string(raw), "\n---") {
-			u := &unstructured.Unstructured{}
-			Expect(yaml.Unmarshal([]byte(doc), &u.Object)).To(Succeed(), f)
-			if u.GetKind() == "NodeNetworkConfigurationPolicy" {
-				out = append(out, u)
-			}
-		}
-	}
 	return out
 }
 
@@ -205,7 +181,7 @@ var _ = Describe("kubernetes-nmstate's documented kinds of policies", func() {
 		DeferCleanup(saveNodeNetworks())
 		createPool("examples", ippoolv1.IPRange{CIDR: "10.199.0.0/24"})
 		Eventually(poolAvailable("examples")).Should(Equal("True ReconciledPool"))
-		for _, u := range examplePolicies(examplesDir()) {
+		for _, u := range examplePolicies() {
 			By("applying " + u.GetName() + " (" + u.GetAPIVersion() + ")")
 			applyExample(u.DeepCopy())
 			removeExample(u)

@@ -1,12 +1,8 @@
 package peer
 
 import (
-	"bytes"
 	"fmt"
-	"os"
 	"path/filepath"
-	"slices"
-	"sync"
 	"time"
 
 	"github.com/nmstate/kubernetes-nmstate/api/shared"
@@ -32,19 +28,6 @@ const routeViaGateway = `routes:
     next-hop-interface: "{{ capture.gw.routes.running.0.next-hop-interface }}"
 `
 
-// onEth2 puts the address of the capture addr on eth2.
-const onEth2 = `interfaces:
-- name: eth2
-  type: ethernet
-  state: up
-  ipv4:
-    enabled: true
-    dhcp: false
-    address:
-    - ip: "{{ capture.addr.ip }}"
-      prefix-length: "{{ capture.addr.prefix-length }}"
-`
-
 func policy(name string, selector, captures map[string]string, desired string) *nmstatev1.NodeNetworkConfigurationPolicy {
 	p := &nmstatev1.NodeNetworkConfigurationPolicy{ObjectMeta: metav1.ObjectMeta{Name: name}}
 	p.Spec.NodeSelector = selector
@@ -53,47 +36,21 @@ func policy(name string, selector, captures map[string]string, desired string) *
 	return p
 }
 
-// staticAddress is one node's policy as admins write them today: the
-// address typed in, the node chosen by its hostname.
+// staticAddress is one node's policy as admins write them today.
 func staticAddress(node, ip string) *nmstatev1.NodeNetworkConfigurationPolicy {
-	return policy("eth1-"+node, map[string]string{"kubernetes.io/hostname": node}, nil, fmt.Sprintf(`interfaces:
-- name: eth1
-  type: ethernet
-  state: up
-  ipv4:
-    enabled: true
-    dhcp: false
-    address:
-    - ip: %s
-      prefix-length: 24
-`, ip))
+	return envtest.StaticAddressPolicy("eth1-"+node, node, ip)
 }
 
 // policyAvailable waits until a policy is Available on every node it
 // selects, in kubernetes-nmstate's words (which ours keeps).
 func policyAvailable(name string) {
 	GinkgoHelper()
-	Eventually(func() string {
-		var p nmstatev1.NodeNetworkConfigurationPolicy
-		if err := k.Get(ctx, client.ObjectKey{Name: name}, &p); err != nil {
-			return err.Error()
-		}
-		c := p.Status.Conditions.Find(shared.NodeNetworkConfigurationPolicyConditionAvailable)
-		if c == nil {
-			return "no condition"
-		}
-		return fmt.Sprintf("%s %s: %s", c.Status, c.Reason, c.Message)
-	}).Should(MatchRegexp(`^True SuccessfullyConfigured: \d+/\d+ nodes successfully configured$`), "policy %s", name)
+	Eventually(func() string { return envtest.PolicyAvailability(ctx, k, name) }).
+		Should(MatchRegexp(`^True SuccessfullyConfigured: \d+/\d+ nodes successfully configured$`), "policy %s", name)
 }
 
 // applies counts the applies a simulated node's network has taken.
-func applies(node string) int {
-	raw, err := os.ReadFile(filepath.Join(dir, "nodes", node+".yaml.applies"))
-	if err != nil {
-		return 0
-	}
-	return bytes.Count(raw, []byte("\n"))
-}
+func applies(node string) int { return envtest.Applies(dir, node) }
 
 func appliesOf(nodes []string) map[string]int {
 	out := map[string]int{}
@@ -118,53 +75,26 @@ func trueCondition(e *nncev1beta1.NodeNetworkConfigurationEnactment) string {
 	return "no condition"
 }
 
-// availability samples the enactments of the given names every 100 ms
-// until stopped and keeps every sample in which one was missing or not
-// Available.
-type availability struct {
-	mu        sync.Mutex
-	samples   int
-	unhealthy []string
-	stop      chan struct{}
-	done      sync.WaitGroup
-}
-
-func sampleAvailability(names []string) *availability {
-	a := &availability{stop: make(chan struct{})}
-	a.done.Go(func() {
-		for {
-			select {
-			case <-a.stop:
-				return
-			case <-time.After(100 * time.Millisecond):
-			}
-			var list nncev1beta1.NodeNetworkConfigurationEnactmentList
-			if err := k.List(ctx, &list); err != nil {
-				continue
-			}
-			seen := map[string]string{}
-			for i := range list.Items {
-				seen[list.Items[i].Name] = trueCondition(&list.Items[i])
-			}
-			a.mu.Lock()
-			a.samples++
-			for _, name := range names {
-				if got := seen[name]; got != "Available SuccessfullyConfigured" {
-					a.unhealthy = append(a.unhealthy, fmt.Sprintf("%s: %s is %q", time.Now().Format(time.StampMilli), name, got))
-				}
-			}
-			a.mu.Unlock()
+// sampleAvailability lists the enactments every 100 ms until ended and
+// keeps the samples in which one of names was missing or not Available.
+func sampleAvailability(names []string) *envtest.Sampler {
+	return envtest.Sample(100*time.Millisecond, func() ([]string, bool) {
+		var list nncev1beta1.NodeNetworkConfigurationEnactmentList
+		if err := k.List(ctx, &list); err != nil {
+			return nil, false
 		}
+		seen := map[string]string{}
+		for i := range list.Items {
+			seen[list.Items[i].Name] = trueCondition(&list.Items[i])
+		}
+		var unhealthy []string
+		for _, name := range names {
+			if got := seen[name]; got != "Available SuccessfullyConfigured" {
+				unhealthy = append(unhealthy, fmt.Sprintf("%s is %q", name, got))
+			}
+		}
+		return unhealthy, true
 	})
-	return a
-}
-
-func (a *availability) end() (int, []string) {
-	close(a.stop)
-	a.done.Wait()
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	return a.samples, slices.Clone(a.unhealthy)
 }
 
 // statesSince waits until every node's NodeNetworkState was written after
@@ -210,7 +140,7 @@ var _ = Describe("Switching between kubernetes-nmstate's handler and ours", Orde
 		statesSince(switched, workers)
 		Consistently(func() map[string]int { return appliesOf(workers) }, 5*time.Second, 250*time.Millisecond).
 			Should(Equal(before), "an unchanged policy was applied again")
-		samples, unhealthy := sampler.end()
+		samples, unhealthy := sampler.End()
 		Expect(unhealthy).To(BeEmpty())
 		Expect(samples).To(BeNumerically(">=", 20))
 
@@ -218,7 +148,7 @@ var _ = Describe("Switching between kubernetes-nmstate's handler and ours", Orde
 		Expect(k.Create(ctx, &ippoolv1.NodeIPPool{ObjectMeta: metav1.ObjectMeta{Name: "storage"},
 			Spec: ippoolv1.NodeIPPoolSpec{Range: ippoolv1.IPRange{CIDR: "10.71.0.0/24"}}})).To(Succeed())
 		Expect(k.Create(ctx, policy("storage", map[string]string{"node-role.kubernetes.io/worker": ""},
-			map[string]string{"addr": "ippool.storage.allocate"}, onEth2))).To(Succeed())
+			map[string]string{"addr": "ippool.storage.allocate"}, envtest.AddressState("eth2")))).To(Succeed())
 		policyAvailable("storage")
 		for _, node := range workers {
 			got := configured(node, "eth2")

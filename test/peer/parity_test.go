@@ -22,7 +22,6 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/client-go/rest"
 	"sigs.k8s.io/controller-runtime/pkg/client"
-	"sigs.k8s.io/yaml"
 
 	nncev1beta1 "github.com/nmstate-ippool/nmstate-ippool/api/v1beta1"
 	"github.com/nmstate-ippool/nmstate-ippool/test/envtest"
@@ -64,25 +63,8 @@ func startSide(handler string) *side {
 // examplePolicies returns the policies of the e2e suite's examples.
 func examplePolicies() []*unstructured.Unstructured {
 	GinkgoHelper()
-	dir := os.Getenv("NMSTATE_EXAMPLES")
-	if dir == "" {
-		dir = filepath.Join(envtest.RepoRoot(), "test", "e2e", "testdata", "examples")
-	}
-	files, err := filepath.Glob(filepath.Join(dir, "*.yaml"))
+	out, err := envtest.ExamplePolicies(envtest.ExamplesDir())
 	Expect(err).NotTo(HaveOccurred())
-	var out []*unstructured.Unstructured
-	for _, f := range files {
-		raw, err := os.ReadFile(f)
-		Expect(err).NotTo(HaveOccurred())
-		for _, doc := range strings.Split("\n"+string(raw), "\n---") {
-			u := &unstructured.Unstructured{}
-			Expect(yaml.Unmarshal([]byte(doc), &u.Object)).To(Succeed(), f)
-			if u.GetKind() == "NodeNetworkConfigurationPolicy" {
-				out = append(out, u)
-			}
-		}
-	}
-	Expect(out).NotTo(BeEmpty(), "no examples in %s", dir)
 	return out
 }
 
