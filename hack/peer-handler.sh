@@ -17,6 +17,10 @@ if [[ -z $tarball ]]; then
 fi
 out=$bin/kubernetes-nmstate-handler
 src=$bin/peer
+mkdir -p "$bin"
+# One build at a time: make and a test suite may ask at once.
+exec 9>"$bin/.peer-handler.lock"
+flock 9
 sum=$(sha256sum "$tarball" | cut -d' ' -f1)
 if [[ -x $out && -f $src/.sha256 && $(cat "$src/.sha256") == "$sum" ]]; then
 	echo "peer-handler: $out is built from $(basename "$tarball")"

@@ -78,6 +78,10 @@ const (
 	// ReasonExhaustedIPPool (False): a request could not be served because
 	// every address is taken; re-create the pool with a larger range.
 	ReasonExhaustedIPPool = "ExhaustedIPPool"
+	// ReasonReconcileFailed is kubernetes-nmstate's reason of the Warning
+	// Event on a policy whose enactment gave up (its retries spent) or
+	// whose rollout was aborted on it.
+	ReasonReconcileFailed = "ReconcileFailed"
 	// ReasonUnsyncronizedIPPool (False): a rebuild failed and the pool may not
 	// match the enactments.
 	ReasonUnsyncronizedIPPool = "UnsyncronizedIPPool"

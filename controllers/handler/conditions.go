@@ -102,7 +102,8 @@ func pending(reason string, message string, after time.Duration) outcome {
 }
 
 // withConditions returns the enactment's conditions with o's type True
-// and every other type False; times move only when something changes.
+// and the others as kubernetes-nmstate writes them (conditions.Enactment);
+// times move only when something changes.
 func withConditions(old shared.ConditionList, o outcome, now time.Time) shared.ConditionList {
 	return conditions.Enactment(old, o.condition, o.reason, o.message, now)
 }

@@ -450,6 +450,11 @@ func TestAbortedAtMaxUnavailable(t *testing.T) {
 	Eventually(states).Should(ConsistOf("Failing/FailedToConfigure", "Aborted/ConfigurationAborted", "Aborted/ConfigurationAborted"))
 	Eventually(policyCondition("abort", shared.NodeNetworkConfigurationPolicyConditionDegraded)).Should(
 		Equal("True: 1/3 nodes failed to configure, 2 aborted"))
+	// The policy tells of the give-up and of each abort, in
+	// kubernetes-nmstate's words.
+	Eventually(func() ([]string, error) {
+		return envtest.Events(context.Background(), k, "NodeNetworkConfigurationPolicy", "abort")
+	}).Should(ConsistOf(HaveSuffix("has failed after 0 retries"), HaveSuffix("has aborted"), HaveSuffix("has aborted")))
 	Consistently(func() int32 {
 		var applies int32
 		for _, nd := range nodes {

@@ -427,17 +427,13 @@ func (r *Reconciler) conclude(ctx context.Context, s *scope, o outcome) (ctrl.Re
 	if err := r.writeEnactment(ctx, e, o); err != nil {
 		return ctrl.Result{}, err
 	}
-	if gaveUp && e.Status.Failures != nil {
+	if gaveUp {
 		// kubernetes-nmstate's words, on the policy, where admins look.
-		r.Recorder.Eventf(s.policy, e, corev1.EventTypeWarning, ReasonReconcileFailed, "Enact",
-			"reconciliation of enactment %q has failed after %d retries", e.Name, e.Status.Failures.Count-1)
+		r.Recorder.Eventf(s.policy, e, corev1.EventTypeWarning, ippoolv1.ReasonReconcileFailed, "Enact",
+			"reconciliation of enactment %q has failed after %d retries", e.Name, r.Retry.Steps)
 	}
 	return ctrl.Result{RequeueAfter: o.requeueAfter}, nil
 }
-
-// ReasonReconcileFailed is kubernetes-nmstate's reason of the Warning
-// Event on a policy whose enactment gave up.
-const ReasonReconcileFailed = "ReconcileFailed"
 
 func (r *Reconciler) meta() shared.NodeNetworkConfigurationEnactmentMetaInfo {
 	return shared.NodeNetworkConfigurationEnactmentMetaInfo{Version: "0", TimeStamp: metav1.NewTime(r.Clock.Now().Truncate(time.Second))}

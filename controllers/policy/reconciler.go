@@ -19,6 +19,7 @@ import (
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	ippoolv1 "github.com/nmstate-ippool/nmstate-ippool/api/v1"
 	nncev1beta1 "github.com/nmstate-ippool/nmstate-ippool/api/v1beta1"
 	"github.com/nmstate-ippool/nmstate-ippool/internal/batch"
 	"github.com/nmstate-ippool/nmstate-ippool/internal/conditions"
@@ -212,16 +213,12 @@ func (r *Reconciler) abort(ctx context.Context, ro *rollout, now time.Time) erro
 		}
 		if err == nil {
 			// kubernetes-nmstate's words, on the policy, where admins look.
-			r.Recorder.Eventf(ro.policy, e, corev1.EventTypeWarning, ReasonReconcileFailed, "Abort",
+			r.Recorder.Eventf(ro.policy, e, corev1.EventTypeWarning, ippoolv1.ReasonReconcileFailed, "Abort",
 				"reconciliation of enactment %q has aborted", e.Name)
 		}
 		return nil
 	})
 }
-
-// ReasonReconcileFailed is kubernetes-nmstate's reason of the Warning
-// Event on a policy whose enactment gave up or was aborted.
-const ReasonReconcileFailed = "ReconcileFailed"
 
 // queue shows the requests that wait for a slot as Pending.
 func (r *Reconciler) queue(ctx context.Context, enactments []*nncev1beta1.NodeNetworkConfigurationEnactment, now time.Time) error {

@@ -49,11 +49,14 @@ func OneTrue(old shared.ConditionList, types []shared.ConditionType, trueType sh
 
 // Enactment returns an enactment's conditions, in the order of
 // shared.NodeNetworkConfigurationEnactmentConditionTypes, with trueType
-// True (with reason and message), merged with old, written as
-// kubernetes-nmstate's handler writes them: every other condition carries
-// the same reason and no message, but Aborted, whose reason stays
+// True (with reason and message), merged with old, with the rules
+// kubernetes-nmstate's handler writes them by: every other condition
+// carries the same reason and no message, but Aborted, whose reason stays
 // SuccessfullyConfigured while the enactment fails, and, while it
-// progresses, Failing and Available, which are Unknown.
+// progresses, Failing and Available, which are Unknown. Where it differs:
+// one condition only is True (upstream's Retrying makes Progressing True
+// beside Failing) and the True one alone has a message (upstream's
+// Pending gives Progressing its message too).
 func Enactment(old shared.ConditionList, trueType shared.ConditionType, reason shared.ConditionReason,
 	message string, now time.Time) shared.ConditionList {
 	types := shared.NodeNetworkConfigurationEnactmentConditionTypes

@@ -79,8 +79,7 @@ func shape(message string) string {
 	return digits.ReplaceAllString(message, "N")
 }
 
-// settled reports whether a policy's conditions are final: Available or
-// Degraded, no longer Progressing.
+// settled returns the type of a policy's True condition.
 func (s *side) settled(name string) (string, error) {
 	var p nmstatev1.NodeNetworkConfigurationPolicy
 	if err := s.k.Get(ctx, client.ObjectKey{Name: name}, &p); err != nil {
@@ -114,12 +113,7 @@ func (s *side) enactmentState(node, policy string) (string, error) {
 	if err := s.k.Get(ctx, shared.EnactmentKey(node, policy), &e); err != nil {
 		return "", err
 	}
-	for _, c := range e.Status.Conditions {
-		if c.Status == corev1.ConditionTrue {
-			return fmt.Sprintf("%s %s", c.Type, c.Reason), nil
-		}
-	}
-	return "no condition", nil
+	return trueCondition(&e), nil
 }
 
 // view is what an admin sees of a policy on one side, line by line.
@@ -230,14 +224,16 @@ func newTableRequest(ctx context.Context, url string) (*http.Request, error) {
 
 func decodeJSON(r io.Reader, into any) error { return json.NewDecoder(r).Decode(into) }
 
-// knownDifferences are the differences an admin sees between the two
-// handlers, each with its reason in the README's parity table. A line
-// that only one side shows is matched here by a pattern.
-var knownDifferences = []struct {
+// knownDifference is a difference an admin sees between the two
+// handlers, with its reason in the README's parity table: a line of the
+// view that only one side shows, matched by a pattern.
+type knownDifference struct {
 	only    string // "upstream" or "ours"
 	pattern *regexp.Regexp
 	why     string
-}{
+}
+
+var knownDifferences = []knownDifference{
 	{"ours", regexp.MustCompile(`^event NodeNetworkConfigurationEnactment Warning (Retrying|FailedToConfigure)$`),
 		"a Warning Event on the enactment for every failed attempt, with nmstatectl's error and when the next comes, " +
 			"beside kubernetes-nmstate's ReconcileFailed on the policy"},
@@ -258,11 +254,7 @@ func unexplained(upstream, ours []string) []string {
 			if slices.Contains(d.lack, line) {
 				continue
 			}
-			if !slices.ContainsFunc(knownDifferences, func(k struct {
-				only    string
-				pattern *regexp.Regexp
-				why     string
-			}) bool {
+			if !slices.ContainsFunc(knownDifferences, func(k knownDifference) bool {
 				return k.only == d.only && k.pattern.MatchString(line)
 			}) {
 				out = append(out, "only "+d.only+": "+line)
@@ -308,10 +300,16 @@ var _ = Describe("What an admin sees, from kubernetes-nmstate's handler and from
 			}
 			Eventually(func() (string, error) { return s.settled(u.GetName()) }).
 				Should(Equal(want), "%s on %s", u.GetName(), s.handler)
-			// Events are written after the conditions: let them land.
-			Eventually(func() []string { return s.view(u.GetName()) }).
-				WithTimeout(3 * time.Second).Should(Equal(s.view(u.GetName())))
-			views[s.handler] = s.view(u.GetName())
+			// Events are written after the conditions: take the view once
+			// two in a row, half a second apart, are the same.
+			var last []string
+			Eventually(func() bool {
+				now := s.view(u.GetName())
+				same := slices.Equal(now, last)
+				last = now
+				return same
+			}).WithPolling(500 * time.Millisecond).Should(BeTrue())
+			views[s.handler] = last
 			GinkgoWriter.Printf("%s, %s's handler:\n  %s\n", u.GetName(), s.handler, strings.Join(views[s.handler], "\n  "))
 			if failOn != "" {
 				Expect(os.Remove(filepath.Join(s.dir, "nodes", failOn+".yaml.fail"))).To(Succeed())

@@ -38,6 +38,7 @@ import (
 var (
 	nodeCounts = flag.String("peer.nodes", "25,100", "comma-separated node counts, one local cluster per handler each")
 	runs       = flag.Int("peer.runs", 3, "rollouts of each case; the times reported are their median")
+	handlers   = flag.String("peer.handlers", "upstream,ours", "the handlers to measure, in this order")
 )
 
 // A rollout case: a plain policy that changes eth1's MTU (what
@@ -65,7 +66,8 @@ type figures struct {
 	rssPerNode              float64       // bytes, after the rollouts
 	floor                   time.Duration // the same writes, at full concurrency
 	apiServerCPUPerRollout  time.Duration
-	controlPlaneCPUPerNode  time.Duration
+	poolControllerCPU       time.Duration // per rollout; ours only
+	poolControllerRSS       float64       // bytes, after the rollouts
 	rolloutsMeasured, nodes int
 }
 
@@ -92,9 +94,11 @@ func BenchmarkPeer(b *testing.B) {
 		}
 		b.Run(fmt.Sprintf("nodes=%d", n), func(b *testing.B) {
 			for range b.N {
-				upstream := measure(b, bin, peer, n, "upstream")
-				ours := measure(b, bin, peer, n, "ours")
-				report(b, n, upstream, ours)
+				measured := map[string]map[string]figures{}
+				for _, h := range strings.Split(*handlers, ",") {
+					measured[h] = measure(b, bin, peer, n, h)
+				}
+				report(b, n, measured["upstream"], measured["ours"])
 			}
 		})
 	}
@@ -169,7 +173,7 @@ func (m *meter) rollouts(c rolloutCase, index int) figures {
 		f.writes += after.writes - before.writes
 		f.cpu += (after.handlerCPU - before.handlerCPU) / time.Duration(m.nodes)
 		f.apiServerCPUPerRollout += after.apiServerCPU - before.apiServerCPU
-		f.controlPlaneCPUPerNode += (after.controlPlaneCPU - before.controlPlaneCPU) / time.Duration(m.nodes)
+		f.poolControllerCPU += after.poolControllerCPU - before.poolControllerCPU
 		must(m.b, m.k.Delete(ctx, p))
 		m.waitGone(name)
 	}
@@ -177,10 +181,12 @@ func (m *meter) rollouts(c rolloutCase, index int) figures {
 	f.requests, f.watchEvents, f.writes = f.requests/r, f.watchEvents/r, f.writes/r
 	f.cpu /= time.Duration(*runs)
 	f.apiServerCPUPerRollout /= time.Duration(*runs)
-	f.controlPlaneCPUPerNode /= time.Duration(*runs)
+	f.poolControllerCPU /= time.Duration(*runs)
 	slices.Sort(times)
 	f.rollout = times[len(times)/2]
-	f.rssPerNode = float64(m.snapshot().handlerRSS) / float64(m.nodes)
+	last := m.snapshot()
+	f.rssPerNode = float64(last.handlerRSS) / float64(m.nodes)
+	f.poolControllerRSS = float64(last.poolControllerRSS)
 	f.floor = m.floor(int(f.writes))
 	f.rolloutsMeasured, f.nodes = *runs, m.nodes
 	return f
@@ -212,8 +218,8 @@ func (m *meter) waitGone(name string) {
 type sample struct {
 	requests, watchEvents, writes float64
 	handlerCPU, apiServerCPU      time.Duration
-	controlPlaneCPU               time.Duration
-	handlerRSS                    uint64
+	poolControllerCPU             time.Duration
+	handlerRSS, poolControllerRSS uint64
 }
 
 var (
@@ -259,9 +265,9 @@ func (m *meter) snapshot() sample {
 			s.handlerRSS += envtest.ProcRSS(pid)
 		case name == "kube-apiserver":
 			s.apiServerCPU += cpu
-			s.controlPlaneCPU += cpu
-		default:
-			s.controlPlaneCPU += cpu
+		case strings.HasPrefix(name, "pool-controller"):
+			s.poolControllerCPU += cpu
+			s.poolControllerRSS += envtest.ProcRSS(pid)
 		}
 	}
 	return s
@@ -312,8 +318,8 @@ func (m *meter) floor(writes int) time.Duration {
 func report(b *testing.B, n int, upstream, ours map[string]figures) {
 	var out bytes.Buffer
 	fmt.Fprintf(&out, "\n%d nodes, %d rollouts per case (median time)\n", n, *runs)
-	fmt.Fprintf(&out, "%-28s %-9s %9s %9s %10s %10s %9s %9s %10s %9s\n", "case", "handler", "rollout", "floor",
-		"req/node", "watch/node", "cpu/node", "MB/node", "apisrv cpu", "writes")
+	fmt.Fprintf(&out, "%-28s %-9s %9s %9s %10s %10s %9s %9s %10s %9s %10s %9s\n", "case", "handler", "rollout", "floor",
+		"req/node", "watch/node", "cpu/node", "MB/node", "apisrv cpu", "writes", "poolctl cpu", "poolctl MB")
 	for _, c := range cases {
 		for _, h := range []struct {
 			name string
@@ -323,26 +329,26 @@ func report(b *testing.B, n int, upstream, ours map[string]figures) {
 			if !ok {
 				continue
 			}
-			fmt.Fprintf(&out, "%-28s %-9s %8.2fs %8.2fs %10.1f %10.1f %8.3fs %9.1f %9.2fs %9.0f\n", c.name, h.name,
+			fmt.Fprintf(&out, "%-28s %-9s %8.2fs %8.2fs %10.1f %10.1f %8.3fs %9.1f %9.2fs %9.0f %9.2fs %9.1f\n", c.name, h.name,
 				f.rollout.Seconds(), f.floor.Seconds(), f.requests, f.watchEvents, f.cpu.Seconds(), f.rssPerNode/(1<<20),
-				f.apiServerCPUPerRollout.Seconds(), f.writes)
+				f.apiServerCPUPerRollout.Seconds(), f.writes, f.poolControllerCPU.Seconds(), f.poolControllerRSS/(1<<20))
 		}
 	}
-	base := upstream["plain"]
-	for _, c := range cases {
-		if f, ok := ours[c.name]; ok {
-			fmt.Fprintf(&out, "ours (%s) ÷ upstream (plain): rollout x%.3f, requests/node x%.2f, watch events/node x%.2f, cpu/node x%.2f\n",
-				c.name, ratio(f.rollout, base.rollout), f.requests/base.requests, f.watchEvents/base.watchEvents, ratio(f.cpu, base.cpu))
+	if base, ok := upstream["plain"]; ok {
+		for _, c := range cases {
+			if f, ok := ours[c.name]; ok {
+				fmt.Fprintf(&out, "ours (%s) ÷ upstream (plain): rollout x%.3f, requests/node x%.2f, watch events/node x%.2f, cpu/node x%.2f\n",
+					c.name, ratio(f.rollout, base.rollout), f.requests/base.requests, f.watchEvents/base.watchEvents, ratio(f.cpu, base.cpu))
+			}
 		}
-	}
-	if f, ok := upstream["plain, maxUnavailable 100%"]; ok {
-		if o, ok := ours["plain, maxUnavailable 100%"]; ok {
-			fmt.Fprintf(&out, "ours ÷ upstream (plain, maxUnavailable 100%%): rollout x%.3f\n", ratio(o.rollout, f.rollout))
+		const full = "plain, maxUnavailable 100%"
+		if u, ok := upstream[full]; ok {
+			fmt.Fprintf(&out, "ours ÷ upstream (%s): rollout x%.3f\n", full, ratio(ours[full].rollout, u.rollout))
 		}
+		b.ReportMetric(ratio(ours["plain"].rollout, base.rollout), "ours/upstream")
 	}
 	// On standard output: go test cuts a benchmark's log after ten lines.
 	fmt.Print(out.String())
-	b.ReportMetric(ratio(ours["plain"].rollout, base.rollout), "ours/upstream")
 }
 
 func ratio(a, b time.Duration) float64 {
