@@ -2,6 +2,7 @@ package handler_test
 
 import (
 	"context"
+	"fmt"
 	"os"
 	"strings"
 	"sync/atomic"
@@ -235,11 +236,18 @@ func TestRetriesSpent(t *testing.T) {
 		HavePrefix("Retrying: Retrying 1/5 in 100ms: "), HavePrefix("Retrying: Retrying 2/5 in 200ms: "),
 		HavePrefix("Retrying: Retrying 3/5 in 400ms: "), HavePrefix("Retrying: Retrying 4/5 in 800ms: "),
 		HavePrefix("Retrying: Retrying 5/5 in 1s: "), HavePrefix("FailedToConfigure: ")))
+	// And one on the policy, in kubernetes-nmstate's words.
+	policyEvents := func() ([]string, error) {
+		return envtest.Events(context.Background(), k, "NodeNetworkConfigurationPolicy", "retries")
+	}
+	Eventually(policyEvents).Should(ConsistOf(
+		fmt.Sprintf(`ReconcileFailed: reconciliation of enactment "%s.retries" has failed after 5 retries`, nd.Name)))
 
 	// No hot loop, and a restarted handler goes on from the count.
 	Expect(nd.Stop()).To(Succeed())
 	start(t, nd)
 	Consistently(nd.Network.Applies.Load, 2*time.Second).Should(Equal(int32(6)))
+	Expect(policyEvents()).To(HaveLen(1), "the give-up is told once")
 
 	Expect(os.Remove(nd.State + ".fail")).To(Succeed())
 	failedAt := e.Status.Conditions.Find(shared.NodeNetworkConfigurationEnactmentConditionFailing).LastTransitionTime
