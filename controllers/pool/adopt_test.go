@@ -10,6 +10,8 @@ import (
 	"github.com/nmstate/kubernetes-nmstate/api/shared"
 	nmstatev1 "github.com/nmstate/kubernetes-nmstate/api/v1"
 	. "github.com/onsi/gomega"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/util/retry"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -157,4 +159,34 @@ func setDesiredState(policy *nmstatev1.NodeNetworkConfigurationPolicy, desired s
 		policy.Spec.DesiredState = shared.NewState(desired)
 		return k.Update(ctx, policy)
 	})).To(Succeed())
+}
+
+// TestDeletedPoolLeavesStrays: a pool whose only quarantines are strays
+// (an address a node carries and no enactment records) goes when it is
+// deleted: no record will ever release them, so they are never taken off.
+// A pool created again over the range holds them again for their node,
+// from its NodeNetworkState, and hands them to nobody else.
+func TestDeletedPoolLeavesStrays(t *testing.T) {
+	RegisterTestingT(t)
+	startControllerWith(t, time.Minute)
+	const name, net = "strays", "10.97.0"
+	carryingNode(t, t.TempDir(), name+"-01", name, net+".7", false)
+	Eventually(func() bool { return strings.Contains(nodeStateOf(name+"-01"), net+".7") }).Should(BeTrue())
+	createPool(t, name, ippoolv1.IPRange{CIDR: net + ".0/24"})
+	Eventually(available(name)).Should(HavePrefix("True"))
+	Expect(bits(name)).To(Equal([]string{net + ".7"}))
+
+	Expect(k.Delete(ctx, &ippoolv1.NodeIPPool{ObjectMeta: metav1.ObjectMeta{Name: name}})).To(Succeed())
+	Eventually(func() bool {
+		return apierrors.IsNotFound(k.Get(ctx, types.NamespacedName{Name: name}, &ippoolv1.NodeIPPool{}))
+	}).Should(BeTrue(), "a stray holds no deleted pool")
+
+	createPool(t, name, ippoolv1.IPRange{CIDR: net + ".0/24"})
+	Eventually(available(name)).Should(HavePrefix("True"))
+	var p ippoolv1.NodeIPPool
+	Expect(k.Get(ctx, types.NamespacedName{Name: name}, &p)).To(Succeed())
+	q := quarantined(&p.Status, net+".7")
+	Expect(q).NotTo(BeNil(), "the pool created again holds the stray")
+	Expect(q.Node).To(Equal(name + "-01"))
+	Expect(q.Enactment).To(BeEmpty())
 }

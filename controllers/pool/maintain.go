@@ -228,18 +228,27 @@ func labelsFrom(labels map[string]map[string]string) func(string) map[string]str
 }
 
 // release removes the finalizer of a pool being deleted once nothing is
-// in flight and nothing quarantined: every address taken from it is then
-// recorded or revoked, and every released address gone from its holder.
+// in flight and nothing quarantined but strays: every address taken from
+// it is then recorded or revoked, and every released address gone from its
+// holder. A stray (an address found on a node's network and recorded by no
+// enactment) does not hold the pool: no record will ever release it, so it
+// is never taken off, and a pool created again over its range finds it on
+// the same NodeNetworkState at its rebuild and holds it again.
 func (r *Reconciler) release(ctx context.Context, pool *ippoolv1.NodeIPPool) error {
-	if len(pool.Status.InFlight) > 0 || len(pool.Status.Quarantined) > 0 {
+	if len(pool.Status.InFlight) > 0 || slices.ContainsFunc(pool.Status.Quarantined, released) {
 		return nil
 	}
 	if err := removeFinalizer(ctx, r.Client, pool, ippoolv1.FinalizerPoolEntries); err != nil {
 		return err
 	}
-	ctrl.LoggerFrom(ctx).Info("released a deleted pool: nothing in flight or quarantined")
+	ctrl.LoggerFrom(ctx).Info("released a deleted pool: nothing in flight or quarantined but strays",
+		"strays", len(pool.Status.Quarantined))
 	return nil
 }
+
+// released reports whether a quarantine is of an address a record
+// released (not a stray).
+func released(q ippoolv1.QuarantinedAddress) bool { return q.Enactment != "" }
 
 // reportCollected logs and tells of collected bits.
 func (r *Reconciler) reportCollected(ctx context.Context, pool *ippoolv1.NodeIPPool, got collected) {
