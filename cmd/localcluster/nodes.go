@@ -13,7 +13,6 @@ import (
 	"time"
 
 	"github.com/nmstate/kubernetes-nmstate/api/shared"
-	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -21,7 +20,6 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	nncev1beta1 "github.com/nmstate-ippool/nmstate-ippool/api/v1beta1"
-	"github.com/nmstate-ippool/nmstate-ippool/deploy"
 )
 
 // handlerTuning returns the handler flags of a local cluster: quicker
@@ -125,22 +123,7 @@ func (ourHandler) gone(context.Context, client.Client, string) error { return ni
 // retire stops the pool controller and removes its webhook, which no one
 // would answer; the pools and the enactments' records stay.
 func (h ourHandler) retire(ctx context.Context, k client.Client) error {
-	for name, p := range h.c.Processes {
-		if strings.HasPrefix(name, controllerName(1)) && p.alive() {
-			if err := p.stop(syscall.SIGTERM, 15*time.Second); err != nil {
-				return err
-			}
-		}
-	}
-	w, err := deploy.ValidatingWebhook()
-	if err != nil {
-		return err
-	}
-	err = k.Delete(ctx, &admissionregistrationv1.ValidatingWebhookConfiguration{ObjectMeta: metav1.ObjectMeta{Name: w.Name}})
-	if client.IgnoreNotFound(err) != nil {
-		return fmt.Errorf("delete the NodeIPPool webhook: %w", err)
-	}
-	return nil
+	return h.c.stopPoolController(ctx, k)
 }
 
 // stopHandler stops a node's handler process: SIGTERM, or SIGKILL with

@@ -17,14 +17,12 @@ import (
 	"syscall"
 	"time"
 
-	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/nmstate-ippool/nmstate-ippool/deploy"
-	"github.com/nmstate-ippool/nmstate-ippool/internal/poolwebhook"
 )
 
 // upOptions are the flags of "up".
@@ -345,152 +343,6 @@ func established(ctx context.Context, k client.Client, name string) bool {
 		}
 	}
 	return false
-}
-
-// controllerName names the pool controller replica i (1-based).
-func controllerName(i int) string {
-	if i == 1 {
-		return "pool-controller"
-	}
-	return fmt.Sprintf("pool-controller-%d", i)
-}
-
-// restartPoolController stops the pool controller (killed, with crash) and
-// starts it again: of several replicas, the one that leads. It returns the
-// name of the replica it restarted.
-func (c *cluster) restartPoolController(ctx context.Context, crash bool) (string, error) {
-	sig := syscall.SIGTERM
-	if crash {
-		sig = syscall.SIGKILL
-	}
-	name := c.leader(ctx)
-	if err := c.Processes[name].stop(sig, 15*time.Second); err != nil {
-		return name, err
-	}
-	return name, c.startPoolController(ctx)
-}
-
-// leader returns the replica that holds the leader election lease, as
-// its metrics tell; the first replica if none says so.
-func (c *cluster) leader(ctx context.Context) string {
-	for i := 1; i <= max(c.Controllers, 1); i++ {
-		p := c.Processes[controllerName(i)]
-		if p == nil || p.Metrics == "" || !p.alive() {
-			continue
-		}
-		req, err := http.NewRequestWithContext(ctx, http.MethodGet, p.Metrics, nil)
-		if err != nil {
-			continue
-		}
-		resp, err := http.DefaultClient.Do(req)
-		if err != nil {
-			continue
-		}
-		body, _ := io.ReadAll(resp.Body)
-		_ = resp.Body.Close()
-		if strings.Contains(string(body), `leader_election_master_status{name="nmstate-ippool-pool-controller"} 1`) {
-			return controllerName(i)
-		}
-	}
-	return controllerName(1)
-}
-
-// startPoolController starts every pool controller replica that does not
-// run; with several, they elect a leader.
-func (c *cluster) startPoolController(ctx context.Context) error {
-	for i := 1; i <= max(c.Controllers, 1); i++ {
-		name := controllerName(i)
-		if c.Processes[name].alive() {
-			continue
-		}
-		if err := c.startControllerReplica(ctx, name); err != nil {
-			return err
-		}
-	}
-	return nil
-}
-
-func (c *cluster) startControllerReplica(ctx context.Context, name string) error {
-	health, err := freePort()
-	if err != nil {
-		return err
-	}
-	metrics, err := freePort()
-	if err != nil {
-		return err
-	}
-	webhook, err := c.webhookPort(name)
-	if err != nil {
-		return err
-	}
-	if err := awaitPort(webhook, 30*time.Second); err != nil {
-		return fmt.Errorf("start %s: %w", name, err)
-	}
-	p := &process{Binary: filepath.Join(c.Bin, "pool-controller"), Log: c.path("logs", name+".log"),
-		Health: "http://" + hostPort(health) + "/readyz", Metrics: "http://" + hostPort(metrics) + "/metrics", Args: []string{
-			"--kubeconfig=" + c.kubeconfig(), "--leader-election-namespace=default",
-			"--health-probe-bind-address=" + hostPort(health), "--metrics-bind-address=" + hostPort(metrics), "--metrics-secure=false", // on 127.0.0.1, for this host's user
-			"--gc-grace-period=" + c.GracePeriod, "--quarantine-period=" + c.QuarantinePeriod,
-			"--webhook-host=127.0.0.1", fmt.Sprintf("--webhook-port=%d", webhook),
-			"--webhook-cert-dir=" + pki{dir: c.path("pki")}.webhookCertDir(),
-		}}
-	if err := c.launch(name, p); err != nil {
-		return err
-	}
-	return p.ready(ctx, time.Minute, httpReady(p.Health))
-}
-
-// webhookPort returns the port a replica serves the webhook on: the first
-// replica's is chosen once and kept, since the webhook configuration names
-// it; the others take any free port.
-func (c *cluster) webhookPort(replica string) (int, error) {
-	if replica != controllerName(1) {
-		return freePort()
-	}
-	if c.WebhookPort == 0 {
-		port, err := freePort()
-		if err != nil {
-			return 0, err
-		}
-		c.WebhookPort = port
-	}
-	return c.WebhookPort, nil
-}
-
-// installWebhook installs deploy/webhook's configuration, calling the first
-// pool controller replica by URL with the cluster's CA instead of through
-// the Service (the local cluster has no service network). The certificate
-// is the cluster's own: no cert-manager.
-func (c *cluster) installWebhook(ctx context.Context, keys pki) error {
-	k, err := c.client()
-	if err != nil {
-		return err
-	}
-	w, err := deploy.ValidatingWebhook()
-	if err != nil {
-		return err
-	}
-	ca, err := os.ReadFile(keys.path("ca.crt"))
-	if err != nil {
-		return err
-	}
-	url := fmt.Sprintf("https://%s%s", hostPort(c.WebhookPort), poolwebhook.Path)
-	w.Annotations = nil // no cert-manager here
-	for i := range w.Webhooks {
-		w.Webhooks[i].ClientConfig = admissionregistrationv1.WebhookClientConfig{URL: &url, CABundle: ca}
-	}
-	err = k.Create(ctx, w)
-	if apierrors.IsAlreadyExists(err) { // the nodes switched back to our handler
-		var old admissionregistrationv1.ValidatingWebhookConfiguration
-		if err = k.Get(ctx, client.ObjectKeyFromObject(w), &old); err == nil {
-			w.ResourceVersion = old.ResourceVersion
-			err = k.Update(ctx, w)
-		}
-	}
-	if err != nil {
-		return fmt.Errorf("create ValidatingWebhookConfiguration %s: %w", w.Name, err)
-	}
-	return nil
 }
 
 // launch starts a process and records it before anything else can fail.

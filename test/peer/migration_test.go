@@ -15,6 +15,7 @@ import (
 
 	ippoolv1 "github.com/nmstate-ippool/nmstate-ippool/api/v1"
 	nncev1beta1 "github.com/nmstate-ippool/nmstate-ippool/api/v1beta1"
+	"github.com/nmstate-ippool/nmstate-ippool/internal/conditions"
 	"github.com/nmstate-ippool/nmstate-ippool/test/envtest"
 )
 
@@ -106,18 +107,9 @@ func ourStates(nodes []string) {
 		Eventually(func() (string, error) {
 			var nns nncev1beta1.NodeNetworkState
 			err := k.Get(ctx, client.ObjectKey{Name: node}, &nns)
-			return trueStateCondition(nns.Status.Conditions), err
+			return string(conditions.TrueType(nns.Status.Conditions)), err
 		}).Should(Equal("Available"), "the NodeNetworkState of %s, written by our handler", node)
 	}
-}
-
-func trueStateCondition(list shared.ConditionList) string {
-	for _, c := range list {
-		if c.Status == corev1.ConditionTrue {
-			return string(c.Type)
-		}
-	}
-	return ""
 }
 
 var _ = Describe("Switching between kubernetes-nmstate's handler and ours", Ordered, func() {

@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"io"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -199,7 +198,7 @@ func (s *side) table(resource, name string) []string {
 	Expect(err).NotTo(HaveOccurred())
 	defer func() { _ = resp.Body.Close() }()
 	var t metav1.Table
-	Expect(decodeJSON(resp.Body, &t)).To(Succeed())
+	Expect(json.NewDecoder(resp.Body).Decode(&t)).To(Succeed())
 	var out []string
 	for _, row := range t.Rows {
 		for i, col := range t.ColumnDefinitions {
@@ -221,8 +220,6 @@ func newTableRequest(ctx context.Context, url string) (*http.Request, error) {
 	req.Header.Set("Accept", "application/json;as=Table;v=v1;g=meta.k8s.io")
 	return req, nil
 }
-
-func decodeJSON(r io.Reader, into any) error { return json.NewDecoder(r).Decode(into) }
 
 // knownDifference is a difference an admin sees between the two
 // handlers, with its reason in the README's parity table: a line of the
