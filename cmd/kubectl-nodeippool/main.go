@@ -25,6 +25,7 @@ import (
 
 	ippoolv1 "github.com/nmstate-ippool/nmstate-ippool/api/v1"
 	nncev1beta1 "github.com/nmstate-ippool/nmstate-ippool/api/v1beta1"
+	"github.com/nmstate-ippool/nmstate-ippool/internal/capi"
 	"github.com/nmstate-ippool/nmstate-ippool/internal/cli"
 	"github.com/nmstate-ippool/nmstate-ippool/internal/scheme"
 )
@@ -176,7 +177,8 @@ func connect(kubeconfig, kubeContext string) (client.Client, error) {
 	return client.New(cfg, client.Options{Scheme: s})
 }
 
-// snapshot is what the plugin reads: every pool and enactment.
+// snapshot is what the plugin reads: every pool and enactment, and the
+// records of the Cluster API claims the pools serve.
 type snapshot struct {
 	pools      []ippoolv1.NodeIPPool
 	enactments []nncev1beta1.NodeNetworkConfigurationEnactment
@@ -191,7 +193,12 @@ func read(ctx context.Context, k client.Client) (*snapshot, error) {
 	if err := k.List(ctx, &enactments); err != nil {
 		return nil, fmt.Errorf("list enactments: %w", err)
 	}
-	return &snapshot{pools: pools.Items, enactments: enactments.Items}, nil
+	// Cluster API claims hold addresses of the pools too.
+	holders, err := capi.WithRecords(ctx, k, enactments.Items)
+	if err != nil {
+		return nil, err
+	}
+	return &snapshot{pools: pools.Items, enactments: holders}, nil
 }
 
 // find returns the inspected pool called name.

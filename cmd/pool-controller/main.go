@@ -12,6 +12,11 @@ import (
 	"os"
 	"time"
 
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/nmstate-ippool/nmstate-ippool/controllers/claim"
+	"github.com/nmstate-ippool/nmstate-ippool/internal/capi"
+
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/healthz"
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
@@ -81,7 +86,9 @@ func run(o options) error {
 		webhooks = webhook.NewServer(webhook.Options{Host: o.webhookHost, Port: o.webhookPort, CertDir: o.webhookCertDir})
 	}
 	mgr, err := ctrl.NewManager(cfg, ctrl.Options{
-		Scheme:                  s,
+		Scheme: s,
+		// Cluster API's IPAM objects are read unstructured, from the cache.
+		Client:                  client.Options{Cache: &client.CacheOptions{Unstructured: true}},
 		WebhookServer:           webhooks,
 		Metrics:                 o.metrics.Options(),
 		HealthProbeBindAddress:  o.healthAddr,
@@ -99,6 +106,11 @@ func run(o options) error {
 	ctrlmetrics.Registry.MustRegister(policy.NewStatusMetrics(mgr.GetCache()))
 	pools := pool.New(mgr, metrics)
 	pools.GracePeriod, pools.QuarantinePeriod, pools.DepartureHold = o.gracePeriod, o.quarantinePeriod, o.departureHold
+	ipam, err := setUpClaims(mgr)
+	if err != nil {
+		return err
+	}
+	pools.IPAMVersion = ipam
 	if err := pools.SetupWithManager(ctx, mgr, pool.SetupOptions{}); err != nil {
 		return fmt.Errorf("set up the pool controller: %w", err)
 	}
@@ -127,4 +139,28 @@ func run(o options) error {
 	ctrl.Log.Info("starting pool controller", "leaderElection", o.leaderElection, "gcGracePeriod", o.gracePeriod.String(),
 		"quarantinePeriod", o.quarantinePeriod.String(), "departureHold", o.departureHold.String(), "webhookPort", o.webhookPort)
 	return mgr.Start(ctx)
+}
+
+// setUpClaims starts the Cluster API IPAM provider when the
+// IPAddressClaim and IPAddress CRDs are installed, and returns the version
+// it speaks; without them it says so once and returns "". CRDs installed
+// later are served after a restart.
+func setUpClaims(mgr ctrl.Manager) (string, error) {
+	version, served, err := capi.Served(mgr.GetRESTMapper())
+	if err != nil {
+		return "", err
+	}
+	if !served {
+		ctrl.Log.Info("not serving Cluster API IPAddressClaims: the ipam.cluster.x-k8s.io CRDs are not installed (restart the pool controller after installing them)")
+		return "", nil
+	}
+	cluster, err := capi.ClusterServed(mgr.GetRESTMapper())
+	if err != nil {
+		return "", err
+	}
+	if err := claim.New(mgr, version, cluster).SetupWithManager(mgr, claim.SetupOptions{}); err != nil {
+		return "", fmt.Errorf("set up the IPAddressClaim controller: %w", err)
+	}
+	ctrl.Log.Info("serving Cluster API IPAddressClaims of NodeIPPools", "version", capi.Group+"/"+version, "clusterVersion", cluster)
+	return version, nil
 }

@@ -249,6 +249,13 @@ const (
 // under the token (fenced). A conflict means the enactment just changed,
 // maybe to record the address (undecided).
 func (r *Reconciler) fence(ctx context.Context, pool *ippoolv1.NodeIPPool, e ippoolv1.InFlightAddress) (fenceOutcome, error) {
+	if _, _, ok := poolstatus.ParseClaimHolder(e.Enactment); ok {
+		// Taken for a Cluster API claim by this controller, whose claim
+		// controller records it in the IPAddress it creates; its claim has
+		// an IPAddress with another address: the entry goes, the bit stays
+		// for garbage collection.
+		return movedOn, nil
+	}
 	var enactment nncev1beta1.NodeNetworkConfigurationEnactment
 	err := r.APIReader.Get(ctx, types.NamespacedName{Name: e.Enactment}, &enactment)
 	switch {

@@ -269,14 +269,14 @@ func (r *Reconciler) reportCollected(ctx context.Context, pool *ippoolv1.NodeIPP
 	r.Metrics.collected(pool.Name, len(got.freed))
 }
 
-// enactmentsFromAPI lists every enactment from the API server, for
-// decisions a stale cache could get wrong.
+// enactmentsFromAPI lists every enactment, and the claims' records, from
+// the API server, for decisions a stale cache could get wrong.
 func (r *Reconciler) enactmentsFromAPI(ctx context.Context) ([]nncev1beta1.NodeNetworkConfigurationEnactment, error) {
 	var list nncev1beta1.NodeNetworkConfigurationEnactmentList
 	if err := r.APIReader.List(ctx, &list); err != nil {
 		return nil, fmt.Errorf("list enactments: %w", err)
 	}
-	return list.Items, nil
+	return r.withClaims(ctx, r.APIReader, list.Items)
 }
 
 // conditionSet holds the values a status write gives to conditions, by

@@ -15,6 +15,7 @@ import (
 
 	ippoolv1 "github.com/nmstate-ippool/nmstate-ippool/api/v1"
 	nncev1beta1 "github.com/nmstate-ippool/nmstate-ippool/api/v1beta1"
+	"github.com/nmstate-ippool/nmstate-ippool/internal/poolstatus"
 )
 
 // nudgeOf is an enactment to nudge, and the reason (the wait it ends, or
@@ -34,6 +35,9 @@ func toNudge(pool *ippoolv1.NodeIPPool, v view, done map[string]string) []nudgeO
 	var out []nudgeOf
 	for _, ip := range v.audit.Outside {
 		for _, o := range v.claims[ip] {
+			if _, _, claim := poolstatus.ParseClaimHolder(o.Enactment); claim {
+				continue // a Cluster API claim keeps its address: IPAddresses are immutable
+			}
 			if key := "outside:" + ip.String(); done[o.Enactment] != key {
 				if e := findEnactment(v.enactments, o.Enactment); e != nil {
 					out = append(out, nudgeOf{enactment: e, key: key})

@@ -20,6 +20,7 @@ import (
 
 	ippoolv1 "github.com/nmstate-ippool/nmstate-ippool/api/v1"
 	nncev1beta1 "github.com/nmstate-ippool/nmstate-ippool/api/v1beta1"
+	"github.com/nmstate-ippool/nmstate-ippool/internal/capi"
 	"github.com/nmstate-ippool/nmstate-ippool/internal/poolstatus"
 	"github.com/nmstate-ippool/nmstate-ippool/internal/poolwrite"
 	"github.com/nmstate-ippool/nmstate-ippool/pkg/ippool"
@@ -66,6 +67,11 @@ type Reconciler struct {
 	// Batch is how long the events of pools and enactments are gathered
 	// into one reconcile of a pool.
 	Batch time.Duration
+	// IPAMVersion is the version of the Cluster API IPAM group the API
+	// server serves (capi.Served), whose IPAddresses are the records of
+	// the claims pools serve; "" when its CRDs are not installed: no claim
+	// holds an address then.
+	IPAMVersion string
 
 	mu     sync.Mutex
 	memory map[string]*poolMemory
@@ -220,7 +226,18 @@ func (r *Reconciler) enactments(ctx context.Context) ([]nncev1beta1.NodeNetworkC
 	if err := r.Client.List(ctx, &list, client.UnsafeDisableDeepCopy); err != nil {
 		return nil, fmt.Errorf("list enactments: %w", err)
 	}
-	return list.Items, nil
+	return r.withClaims(ctx, r.Client, list.Items)
+}
+
+// withClaims adds to enactments the records of the Cluster API claims,
+// read through reader, when claims are served: they hold addresses as
+// enactments do.
+func (r *Reconciler) withClaims(ctx context.Context, reader client.Reader,
+	enactments []nncev1beta1.NodeNetworkConfigurationEnactment) ([]nncev1beta1.NodeNetworkConfigurationEnactment, error) {
+	if r.IPAMVersion == "" {
+		return enactments, nil
+	}
+	return capi.WithRecords(ctx, reader, enactments)
 }
 
 // statusChange computes, on a fresh copy of a pool read from the API

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	nmstatev1 "github.com/nmstate/kubernetes-nmstate/api/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/utils/clock"
 	"k8s.io/utils/ptr"
@@ -23,6 +24,7 @@ import (
 	ippoolv1 "github.com/nmstate-ippool/nmstate-ippool/api/v1"
 	nncev1beta1 "github.com/nmstate-ippool/nmstate-ippool/api/v1beta1"
 	"github.com/nmstate-ippool/nmstate-ippool/internal/batch"
+	"github.com/nmstate-ippool/nmstate-ippool/internal/capi"
 	"github.com/nmstate-ippool/nmstate-ippool/internal/poolstatus"
 	"github.com/nmstate-ippool/nmstate-ippool/internal/poolwrite"
 	"github.com/nmstate-ippool/nmstate-ippool/internal/record"
@@ -100,7 +102,12 @@ type SetupOptions struct {
 // deletion of any pool (which may start or end an overlap), and reset
 // annotations on policies.
 func (r *Reconciler) SetupWithManager(ctx context.Context, mgr ctrl.Manager, opts SetupOptions) error {
-	return ctrl.NewControllerManagedBy(mgr).
+	b := ctrl.NewControllerManagedBy(mgr)
+	if r.IPAMVersion != "" {
+		// A claim's record coming or going changes what its pool holds.
+		b = b.Watches(capi.NewAddress(r.IPAMVersion), batch.EnqueueAfter(r.Batch, r.poolsOfAddress))
+	}
+	return b.
 		Named("nodeippool").
 		WithOptions(controller.Options{SkipNameValidation: ptr.To(opts.SkipNameValidation)}).
 		Watches(&ippoolv1.NodeIPPool{}, batch.EnqueueAfter(r.Batch, batch.Self)).
@@ -154,6 +161,30 @@ func (r *Reconciler) poolsConcerning(ctx context.Context, o client.Object) []rec
 		for i := range pools.Items {
 			rng, err := poolstatus.Range(&pools.Items[i])
 			if err == nil && holdsAny(rng, recordedIPs(e)) {
+				names = append(names, pools.Items[i].Name)
+			}
+		}
+	}
+	slices.Sort(names)
+	return requestsFor(func(client.Object) []string { return slices.Compact(names) })(ctx, o)
+}
+
+// poolsOfAddress maps a Cluster API IPAddress to the pools it concerns:
+// the one it names and those whose range holds its address.
+func (r *Reconciler) poolsOfAddress(ctx context.Context, o client.Object) []reconcile.Request {
+	u, ok := o.(*unstructured.Unstructured)
+	if !ok {
+		return nil
+	}
+	a := capi.AddressOf(u)
+	if !a.Pool.Ours() {
+		return nil
+	}
+	names := []string{a.Pool.Name}
+	var pools ippoolv1.NodeIPPoolList
+	if a.IP.IsValid() && r.Client.List(ctx, &pools) == nil {
+		for i := range pools.Items {
+			if rng, err := poolstatus.Range(&pools.Items[i]); err == nil && holdsAny(rng, []string{a.IP.String()}) {
 				names = append(names, pools.Items[i].Name)
 			}
 		}

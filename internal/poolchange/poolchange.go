@@ -69,7 +69,11 @@ func (h Holding) Describe() string {
 	case Quarantined:
 		verb = "quarantined after"
 	}
-	s := fmt.Sprintf("%s %s node %s", h.IP, verb, cmp.Or(h.Node, "?"))
+	holder := "node " + cmp.Or(h.Node, "?")
+	if ns, name, ok := poolstatus.ParseClaimHolder(h.Enactment); ok {
+		holder = "IPAddressClaim " + ns + "/" + name
+	}
+	s := fmt.Sprintf("%s %s %s", h.IP, verb, holder)
 	if len(who) > 0 {
 		s += " (" + strings.Join(who, ", ") + ")"
 	}
@@ -109,6 +113,9 @@ func Holdings(name string, stored *ippoolv1.NodeIPPool, enactments []nncev1beta1
 // nodeOf returns the node of an enactment name "<node>.<policy>"; node
 // names may hold dots, policy names may not.
 func nodeOf(enactment string) string {
+	if _, _, claim := poolstatus.ParseClaimHolder(enactment); claim {
+		return ""
+	}
 	if i := strings.LastIndex(enactment, "."); i > 0 {
 		return enactment[:i]
 	}

@@ -59,6 +59,13 @@ func (o Owner) String() string { return o.Describe(o.Pool) }
 func (o Owner) Describe(pool string) string {
 	o = o.detailed()
 	var b strings.Builder
+	if ns, name, ok := ParseClaimHolder(o.Enactment); ok {
+		b.WriteString("IPAddressClaim " + ns + "/" + name)
+		if o.Pool != "" && o.Pool != pool {
+			b.WriteString(" (NodeIPPool " + o.Pool + ")")
+		}
+		return b.String()
+	}
 	b.WriteString("node " + cmp.Or(o.Node, "?"))
 	switch {
 	case o.Interface != "":
@@ -72,6 +79,27 @@ func (o Owner) Describe(pool string) string {
 	}
 	b.WriteString(")")
 	return b.String()
+}
+
+// claimHolderPrefix starts the holder names of Cluster API claims; no
+// enactment name can hold its slashes.
+const claimHolderPrefix = "IPAddressClaim/"
+
+// ClaimHolder names the holder of an address a Cluster API IPAddressClaim
+// holds, where records, in-flight entries and quarantines name an
+// enactment: "IPAddressClaim/<namespace>/<name>".
+func ClaimHolder(namespace, name string) string {
+	return claimHolderPrefix + namespace + "/" + name
+}
+
+// ParseClaimHolder returns the claim a holder name of ClaimHolder names,
+// and false for an enactment's name.
+func ParseClaimHolder(holder string) (namespace, name string, ok bool) {
+	rest, ok := strings.CutPrefix(holder, claimHolderPrefix)
+	if !ok {
+		return "", "", false
+	}
+	return strings.Cut(rest, "/")
 }
 
 // Claims maps every address that enactments record on one pool to its

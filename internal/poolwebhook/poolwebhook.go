@@ -29,6 +29,7 @@ import (
 
 	ippoolv1 "github.com/nmstate-ippool/nmstate-ippool/api/v1"
 	nncev1beta1 "github.com/nmstate-ippool/nmstate-ippool/api/v1beta1"
+	"github.com/nmstate-ippool/nmstate-ippool/internal/capi"
 	"github.com/nmstate-ippool/nmstate-ippool/internal/poolchange"
 	"github.com/nmstate-ippool/nmstate-ippool/internal/poolstatus"
 )
@@ -105,7 +106,11 @@ func (v *Validator) assess(ctx context.Context, proposed, stored *ippoolv1.NodeI
 	if err := v.Reader.List(ctx, &pools); err != nil {
 		return nil, fmt.Errorf("list NodeIPPools: %w", err)
 	}
-	holdings := poolchange.Holdings(proposed.Name, stored, enactments.Items)
+	holders, err := capi.WithRecords(ctx, v.Reader, enactments.Items)
+	if err != nil {
+		return nil, err
+	}
+	holdings := poolchange.Holdings(proposed.Name, stored, holders)
 	return poolchange.Assess(proposed, stored, holdings, pools.Items)
 }
 

@@ -1,9 +1,11 @@
 package envtest
 
 import (
+	"encoding/json"
 	"errors"
 	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"runtime"
 	"time"
@@ -58,6 +60,33 @@ func WithWebhook() Option {
 			return err
 		}
 		env.WebhookInstallOptions.ValidatingWebhooks = append(env.WebhookInstallOptions.ValidatingWebhooks, w)
+		return nil
+	}
+}
+
+// ClusterAPIModule is the Cluster API release whose CRDs WithClusterAPI
+// installs.
+const ClusterAPIModule = "sigs.k8s.io/cluster-api@v1.14.2"
+
+// WithClusterAPI installs Cluster API's IPAddressClaim, IPAddress and
+// Cluster CRDs, as the sigs.k8s.io/cluster-api module ships them (fetched
+// through the Go module proxy into the module cache). They are served
+// without Cluster API's conversion webhook: use their storage version,
+// v1beta2.
+func WithClusterAPI() Option {
+	return func(env *envtest.Environment) error {
+		out, err := exec.Command("go", "mod", "download", "-json", ClusterAPIModule).Output()
+		if err != nil {
+			return fmt.Errorf("download %s for its CRDs: %w", ClusterAPIModule, err)
+		}
+		var mod struct{ Dir string }
+		if err := json.Unmarshal(out, &mod); err != nil || mod.Dir == "" {
+			return fmt.Errorf("download %s: no module directory in %q", ClusterAPIModule, out)
+		}
+		bases := filepath.Join(mod.Dir, "core", "config", "crd", "bases")
+		for _, f := range []string{"ipam.cluster.x-k8s.io_ipaddressclaims.yaml", "ipam.cluster.x-k8s.io_ipaddresses.yaml", "cluster.x-k8s.io_clusters.yaml"} {
+			env.CRDInstallOptions.Paths = append(env.CRDInstallOptions.Paths, filepath.Join(bases, f))
+		}
 		return nil
 	}
 }

@@ -13,6 +13,9 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/nmstate-ippool/nmstate-ippool/controllers/claim"
+	"github.com/nmstate-ippool/nmstate-ippool/internal/capi"
+
 	"k8s.io/apimachinery/pkg/types"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
@@ -224,7 +227,10 @@ type PoolController struct {
 	Pools      *pool.Reconciler
 	Enactments *enactment.Reconciler
 	Policies   *policy.Reconciler
-	stop       func() error
+	// Claims serves Cluster API IPAddressClaims, when the control plane
+	// has their CRDs (WithClusterAPI); nil otherwise.
+	Claims *claim.Reconciler
+	stop   func() error
 }
 
 // StartPoolController runs a pool controller with the given garbage
@@ -238,11 +244,27 @@ func (e *Env) StartPoolController(grace time.Duration, metrics *pool.Metrics, tu
 	pc := &PoolController{Pools: pool.New(mgr, metrics), Enactments: enactment.New(mgr), Policies: policy.New(mgr)}
 	pc.Policies.Batch, pc.Pools.Batch = 50*time.Millisecond, 50*time.Millisecond
 	pc.Pools.GracePeriod, pc.Pools.QuarantinePeriod = grace, grace
+	version, served, err := capi.Served(mgr.GetRESTMapper())
+	if err != nil {
+		return nil, err
+	}
+	if served {
+		clusters, err := capi.ClusterServed(mgr.GetRESTMapper())
+		if err != nil {
+			return nil, err
+		}
+		pc.Claims, pc.Pools.IPAMVersion = claim.New(mgr, version, clusters), version
+	}
 	for _, f := range tune {
 		f(pc)
 	}
 	if err := pc.Pools.SetupWithManager(context.Background(), mgr, pool.SetupOptions{SkipNameValidation: true}); err != nil {
 		return nil, err
+	}
+	if pc.Claims != nil {
+		if err := pc.Claims.SetupWithManager(mgr, claim.SetupOptions{SkipNameValidation: true}); err != nil {
+			return nil, err
+		}
 	}
 	if pc.Enactments != nil {
 		if err := pc.Enactments.SetupWithManager(mgr, enactment.SetupOptions{SkipNameValidation: true}); err != nil {
@@ -293,7 +315,10 @@ func (pc *PoolController) Stop() error {
 // repeat in one process.
 func (e *Env) NewManager(cacheOpts ...cache.Options) (ctrl.Manager, error) {
 	opts := ctrl.Options{Scheme: e.Scheme, Metrics: metricsserver.Options{BindAddress: "0"},
-		HealthProbeBindAddress: "0", Controller: config.Controller{SkipNameValidation: ptrTo(true)}}
+		HealthProbeBindAddress: "0", Controller: config.Controller{SkipNameValidation: ptrTo(true)},
+		// As the pool-controller binary: Cluster API's objects are read
+		// unstructured, from the cache.
+		Client: client.Options{Cache: &client.CacheOptions{Unstructured: true}}}
 	for _, c := range cacheOpts {
 		opts.Cache = c
 	}

@@ -1,0 +1,240 @@
+package claim
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/netip"
+	"reflect"
+
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/utils/clock"
+	"k8s.io/utils/ptr"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	ippoolv1 "github.com/nmstate-ippool/nmstate-ippool/api/v1"
+	nncev1beta1 "github.com/nmstate-ippool/nmstate-ippool/api/v1beta1"
+	"github.com/nmstate-ippool/nmstate-ippool/internal/assign"
+	"github.com/nmstate-ippool/nmstate-ippool/internal/capi"
+	"github.com/nmstate-ippool/nmstate-ippool/internal/poolstatus"
+	"github.com/nmstate-ippool/nmstate-ippool/internal/poolwrite"
+	"github.com/nmstate-ippool/nmstate-ippool/pkg/ippool"
+	"github.com/nmstate-ippool/nmstate-ippool/pkg/nmstatectl"
+)
+
+// allocate takes an address of the claim's pool for it and creates its
+// IPAddress. The address is taken in one pool write that adds an in-flight
+// entry naming the claim and its UID; a claim that finds such an entry
+// (its IPAddress not created yet, or being restored) takes that address.
+// A pool that cannot serve, or a requested address that cannot be had, is
+// a Ready=False condition, not an error.
+func (r *Reconciler) allocate(ctx context.Context, claim *unstructured.Unstructured) (condition, bool, error) {
+	ref := capi.PoolRefOf(claim)
+	var pool ippoolv1.NodeIPPool
+	err := r.Client.Get(ctx, types.NamespacedName{Name: ref.Name}, &pool)
+	if apierrors.IsNotFound(err) {
+		return notReady(capi.ReasonPoolNotReady, fmt.Sprintf(
+			"NodeIPPool %s does not exist: create it, or point spec.poolRef at an existing pool ('kubectl get nodeippools')", ref.Name)), false, nil
+	}
+	if err != nil {
+		return condition{}, false, fmt.Errorf("get NodeIPPool %s: %w", ref.Name, err)
+	}
+	if why := unservable(&pool); why != "" {
+		return notReady(capi.ReasonPoolNotReady, why), false, nil
+	}
+	rng, err := poolstatus.Range(&pool)
+	if err != nil {
+		return notReady(capi.ReasonPoolNotReady, fmt.Sprintf("NodeIPPool %s has an unusable range: %v", pool.Name, err)), false, nil
+	}
+	holder, token := holderOf(claim)
+	requested := claim.GetAnnotations()[capi.RequestedAddressAnnotation]
+	var got netip.Addr
+	var refusal *condition
+	_, err = r.Pools.Update(ctx, pool.Name, func(p *ippoolv1.NodeIPPool, alloc *ippool.Allocator) (bool, error) {
+		got, refusal = netip.Addr{}, nil
+		for _, e := range p.Status.InFlight {
+			if e.Enactment == holder && e.Token == token {
+				got, _ = netip.ParseAddr(e.IP)
+				return false, nil
+			}
+		}
+		if requested != "" {
+			got, refusal = takeRequested(p, alloc, requested)
+		} else {
+			got, refusal = takeNext(p, alloc, holder)
+		}
+		if refusal != nil {
+			return false, nil
+		}
+		poolstatus.AddInFlight(p, ippoolv1.InFlightAddress{IP: got.String(), Enactment: holder, Token: token, Since: now(r.Clock)})
+		return true, nil
+	}, poolwrite.Incarnation(pool.UID))
+	switch {
+	case apierrors.IsNotFound(err), errors.Is(err, poolwrite.ErrReplaced):
+		return notReady(capi.ReasonPoolNotReady, fmt.Sprintf("NodeIPPool %s was deleted or re-created meanwhile; trying again", pool.Name)), true, nil
+	case err != nil:
+		return condition{}, false, fmt.Errorf("allocate from NodeIPPool %s for IPAddressClaim %s/%s: %w", pool.Name, claim.GetNamespace(), claim.GetName(), err)
+	case refusal != nil:
+		return *refusal, false, nil
+	case !got.IsValid():
+		return condition{}, false, fmt.Errorf("NodeIPPool %s: the in-flight entry of %s holds no address", pool.Name, holder)
+	}
+	addr := newAddress(r.Version, claim, &pool, rng, got)
+	if err := r.Client.Create(ctx, addr); err != nil {
+		if apierrors.IsAlreadyExists(err) {
+			return notReady(capi.ReasonPoolNotReady, "its IPAddress is being replaced"), true, nil
+		}
+		return condition{}, false, fmt.Errorf("create IPAddress %s/%s: %w", addr.GetNamespace(), addr.GetName(), err)
+	}
+	if err := setAddressRef(claim, addr.GetName()); err != nil {
+		return condition{}, false, err
+	}
+	return ready(capi.ReasonAllocated, fmt.Sprintf("%s/%d from NodeIPPool %s", got, rng.Prefix().Bits(), pool.Name)), false, nil
+}
+
+// unservable says why a pool hands out no address now, or "". Only the
+// pool controller marks a pool Available; an exhausted pool still serves
+// whatever frees.
+func unservable(pool *ippoolv1.NodeIPPool) string {
+	if !pool.DeletionTimestamp.IsZero() {
+		return fmt.Sprintf("NodeIPPool %s is being deleted", pool.Name)
+	}
+	c := meta.FindStatusCondition(pool.Status.Conditions, ippoolv1.ConditionAvailable)
+	switch {
+	case c == nil:
+		return fmt.Sprintf("NodeIPPool %s is not available yet: the pool controller has not rebuilt it", pool.Name)
+	case c.Status == metav1.ConditionTrue, c.Reason == ippoolv1.ReasonExhaustedIPPool:
+		return ""
+	}
+	return fmt.Sprintf("NodeIPPool %s is not available (%s: %s); the claim is served once it is", pool.Name, c.Reason, c.Message)
+}
+
+// takeNext takes the address the pool's rules give a claimant that is no
+// node: the lowest free one that no reservation holds for a node and that
+// is not kept for a node's return (assign.Chooser).
+func takeNext(p *ippoolv1.NodeIPPool, alloc *ippool.Allocator, holder string) (netip.Addr, *condition) {
+	ch := assign.New(p, alloc)
+	t, err := ch.Take(assign.Claimant{Enactment: holder}, "")
+	ch.Done()
+	if err != nil {
+		c := notReady(capi.ReasonPoolExhausted, fmt.Sprintf(
+			"NodeIPPool %s has no address left for this claim (%d of %d allocated: %v); the claim is served as soon as one is freed, "+
+				"or grow the pool's range", p.Name, alloc.Count(), alloc.Range().Size(), err))
+		return netip.Addr{}, &c
+	}
+	return t.IP, nil
+}
+
+// takeRequested takes the address a claim asks for by annotation, if the
+// pool hands it out and nobody holds, reserves or keeps it.
+func takeRequested(p *ippoolv1.NodeIPPool, alloc *ippool.Allocator, s string) (netip.Addr, *condition) {
+	refuse := func(format string, args ...any) (netip.Addr, *condition) {
+		c := notReady(capi.ReasonAllocationFailed, fmt.Sprintf("annotation %s=%s: ", capi.RequestedAddressAnnotation, s)+
+			fmt.Sprintf(format, args...))
+		return netip.Addr{}, &c
+	}
+	ip, err := netip.ParseAddr(s)
+	if err != nil {
+		return refuse("not an IP address; write one address of NodeIPPool %s, or remove the annotation", p.Name)
+	}
+	if _, err := alloc.Range().Assignable(ip); err != nil {
+		return refuse("NodeIPPool %s does not hand it out (%v); ask for one of its range, or remove the annotation", p.Name, err)
+	}
+	reservations, _ := assign.Reservations(p, alloc.Range())
+	for _, res := range reservations {
+		if res.IP == ip {
+			return refuse("reserved in NodeIPPool %s for %s", p.Name, res.Describe())
+		}
+	}
+	switch {
+	case poolstatus.QuarantineOf(p, s) != nil:
+		q := poolstatus.QuarantineOf(p, s)
+		return refuse("quarantined in NodeIPPool %s since its release by %s: it is free once nothing carries it", p.Name, holderName(q.Enactment, q.Node))
+	case poolstatus.InFlightOf(p, s) != nil:
+		return refuse("being allocated to %s", holderName(poolstatus.InFlightOf(p, s).Enactment, ""))
+	case poolstatus.KeptOf(p, s) != nil:
+		return refuse("kept in NodeIPPool %s for the return of node %s", p.Name, poolstatus.KeptOf(p, s).Node)
+	case alloc.HasIP(ip):
+		return refuse("in use ('kubectl nodeippool show %s' names its holder)", p.Name)
+	}
+	if err := alloc.AllocateIP(ip); err != nil {
+		return refuse("%v", err)
+	}
+	return ip, nil
+}
+
+// holderName names the holder an entry names, for messages.
+func holderName(holder, node string) string {
+	if ns, name, ok := poolstatus.ParseClaimHolder(holder); ok {
+		return "IPAddressClaim " + ns + "/" + name
+	}
+	if node != "" {
+		return "node " + node
+	}
+	return "enactment " + holder
+}
+
+// newAddress builds the IPAddress of a claim holding ip of pool: named and
+// namespaced as the claim, owned by it, protected by capi.ProtectFinalizer,
+// with the pool's prefix length and gateway.
+func newAddress(version string, claim *unstructured.Unstructured, pool *ippoolv1.NodeIPPool, rng *ippool.Range, ip netip.Addr) *unstructured.Unstructured {
+	addr := capi.NewAddress(version)
+	addr.SetNamespace(claim.GetNamespace())
+	addr.SetName(claim.GetName())
+	if cluster := claim.GetLabels()[capi.ClusterNameLabel]; cluster != "" {
+		addr.SetLabels(map[string]string{capi.ClusterNameLabel: cluster})
+	}
+	addr.SetOwnerReferences([]metav1.OwnerReference{{APIVersion: claim.GetAPIVersion(), Kind: claim.GetKind(),
+		Name: claim.GetName(), UID: claim.GetUID(), Controller: ptr.To(true), BlockOwnerDeletion: ptr.To(true)}})
+	addr.SetFinalizers([]string{capi.ProtectFinalizer})
+	spec := map[string]any{
+		"address":  ip.String(),
+		"prefix":   int64(rng.Prefix().Bits()),
+		"claimRef": map[string]any{"name": claim.GetName()},
+		"poolRef":  map[string]any{"apiGroup": ippoolv1.GroupVersion.Group, "kind": "NodeIPPool", "name": pool.Name},
+	}
+	if gw := rng.Gateway(); gw.IsValid() {
+		spec["gateway"] = gw.String()
+	}
+	addr.Object["spec"] = spec
+	return addr
+}
+
+// setAddressRef points the claim's status.addressRef at its IPAddress.
+func setAddressRef(claim *unstructured.Unstructured, name string) error {
+	if err := unstructured.SetNestedField(claim.Object, name, "status", "addressRef", "name"); err != nil {
+		return fmt.Errorf("set status.addressRef of IPAddressClaim %s/%s: %w", claim.GetNamespace(), claim.GetName(), err)
+	}
+	return nil
+}
+
+// carrierOf returns the node whose NodeNetworkState shows ip on an
+// interface, or "".
+func carrierOf(ctx context.Context, reader client.Reader, ip netip.Addr) (string, error) {
+	var list nncev1beta1.NodeNetworkStateList
+	if err := reader.List(ctx, &list); err != nil {
+		return "", fmt.Errorf("list NodeNetworkStates: %w", err)
+	}
+	for _, nns := range list.Items {
+		if _, ok := nmstatectl.Carriers(nns.Status.CurrentState.Raw)[ip]; ok {
+			return nns.Name, nil
+		}
+	}
+	return "", nil
+}
+
+// now is the clock's time, to the second, as entries record it.
+func now(clk clock.Clock) metav1.Time {
+	return metav1.NewTime(clk.Now().Truncate(1e9))
+}
+
+// equalStatus reports whether two versions of a claim have the same status.
+func equalStatus(a, b *unstructured.Unstructured) bool {
+	sa, _, _ := unstructured.NestedFieldNoCopy(a.Object, "status")
+	sb, _, _ := unstructured.NestedFieldNoCopy(b.Object, "status")
+	return reflect.DeepEqual(sa, sb)
+}

@@ -1,0 +1,278 @@
+package claim
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/tools/events"
+	"k8s.io/utils/clock"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
+
+	ippoolv1 "github.com/nmstate-ippool/nmstate-ippool/api/v1"
+	"github.com/nmstate-ippool/nmstate-ippool/internal/capi"
+	"github.com/nmstate-ippool/nmstate-ippool/internal/poolstatus"
+	"github.com/nmstate-ippool/nmstate-ippool/internal/poolwrite"
+	"github.com/nmstate-ippool/nmstate-ippool/pkg/ippool"
+)
+
+// Reconciler fulfils the IPAddressClaims of NodeIPPools. Set every field.
+type Reconciler struct {
+	// Client reads claims, IPAddresses and pools from the manager's cache
+	// and writes to the API server.
+	Client client.Client
+	// APIReader reads from the API server what a lagging cache could get
+	// wrong: the IPAddress found missing, the states a release reads.
+	APIReader client.Reader
+	// Pools writes pool statuses.
+	Pools *poolwrite.Writer
+	// Recorder emits Events on claims.
+	Recorder events.EventRecorder
+	// Clock stamps conditions and entries.
+	Clock clock.Clock
+	// Version is the version of the IPAM group served (capi.Served).
+	Version string
+	// ClusterVersion is the version of cluster.x-k8s.io's Cluster served,
+	// "" when its CRD is not installed: no claim is paused by its Cluster
+	// then.
+	ClusterVersion string
+}
+
+// Reconcile serves one claim: fetch → paused? → release if deleted →
+// finalizer → restore, record or allocate → one status write.
+func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
+	claim := capi.NewClaim(r.Version)
+	if err := r.Client.Get(ctx, req.NamespacedName, claim); err != nil {
+		return ctrl.Result{}, client.IgnoreNotFound(err)
+	}
+	if !capi.PoolRefOf(claim).Ours() {
+		return ctrl.Result{}, nil
+	}
+	isPaused, err := r.paused(ctx, claim)
+	if err != nil {
+		return ctrl.Result{}, err
+	}
+	if isPaused {
+		return ctrl.Result{}, r.writeStatus(ctx, claim, paused(true))
+	}
+	if claim.GetDeletionTimestamp() != nil {
+		return ctrl.Result{}, r.release(ctx, claim)
+	}
+	if !controllerutil.ContainsFinalizer(claim, capi.ReleaseFinalizer) {
+		patch := client.MergeFromWithOptions(claim.DeepCopy(), client.MergeFromWithOptimisticLock{})
+		controllerutil.AddFinalizer(claim, capi.ReleaseFinalizer)
+		if err := r.Client.Patch(ctx, claim, patch); err != nil {
+			return ctrl.Result{}, fmt.Errorf("add the finalizer to IPAddressClaim %s: %w", req, err)
+		}
+	}
+	c, requeue, err := r.serve(ctx, claim)
+	if err != nil {
+		return ctrl.Result{}, err
+	}
+	if err := r.writeStatus(ctx, claim, paused(false), c); err != nil {
+		return ctrl.Result{}, err
+	}
+	if requeue {
+		return ctrl.Result{RequeueAfter: time.Second}, nil
+	}
+	return ctrl.Result{}, nil
+}
+
+// serve makes sure the claim has its IPAddress, and tells its Ready
+// condition; requeue asks to look again soon (an IPAddress let go to be
+// created again).
+func (r *Reconciler) serve(ctx context.Context, claim *unstructured.Unstructured) (condition, bool, error) {
+	addr, err := r.address(ctx, claim)
+	if err != nil {
+		return condition{}, false, err
+	}
+	switch {
+	case addr == nil:
+		return r.allocate(ctx, claim)
+	case !owns(claim, addr):
+		a := capi.AddressOf(addr)
+		return notReady(capi.ReasonAllocationFailed, fmt.Sprintf(
+			"IPAddress %s/%s exists and is not this claim's (claimRef %q, poolRef %s %s): delete or rename it",
+			a.Namespace, a.Name, a.Claim, a.Pool.Kind, a.Pool.Name)), false, nil
+	case addr.GetDeletionTimestamp() != nil:
+		return r.restore(ctx, claim, addr)
+	}
+	if err := setAddressRef(claim, addr.GetName()); err != nil {
+		return condition{}, false, err
+	}
+	a := capi.AddressOf(addr)
+	return ready(capi.ReasonAllocated, fmt.Sprintf("%s/%d from NodeIPPool %s", a.IP, a.Prefix, a.Pool.Name)), false, nil
+}
+
+// address returns the claim's IPAddress, read from the API server (the
+// cache may not have seen one created a moment ago), or nil.
+func (r *Reconciler) address(ctx context.Context, claim *unstructured.Unstructured) (*unstructured.Unstructured, error) {
+	addr := capi.NewAddress(r.Version)
+	err := r.APIReader.Get(ctx, client.ObjectKeyFromObject(claim), addr)
+	switch {
+	case apierrors.IsNotFound(err):
+		return nil, nil
+	case err != nil:
+		return nil, fmt.Errorf("get IPAddress %s/%s: %w", claim.GetNamespace(), claim.GetName(), err)
+	}
+	return addr, nil
+}
+
+// owns reports whether addr is the claim's: it names the claim and the
+// claim's pool.
+func owns(claim, addr *unstructured.Unstructured) bool {
+	a := capi.AddressOf(addr)
+	return a.Claim == claim.GetName() && a.Pool == capi.PoolRefOf(claim)
+}
+
+// restore puts back an IPAddress deleted while its claim lives: an
+// in-flight entry holds its address, its finalizer goes, and the next look
+// creates it again with the same address (allocate finds the entry).
+func (r *Reconciler) restore(ctx context.Context, claim, addr *unstructured.Unstructured) (condition, bool, error) {
+	a := capi.AddressOf(addr)
+	holder, token := holderOf(claim)
+	_, err := r.Pools.Update(ctx, a.Pool.Name, func(p *ippoolv1.NodeIPPool, alloc *ippool.Allocator) (bool, error) {
+		if e := poolstatus.InFlightOf(p, a.IP.String()); e != nil {
+			return false, nil
+		}
+		_ = alloc.AllocateIP(a.IP) // set already while the IPAddress records it
+		poolstatus.AddInFlight(p, ippoolv1.InFlightAddress{IP: a.IP.String(), Enactment: holder, Token: token,
+			Since: now(r.Clock)})
+		return true, nil
+	})
+	if err != nil && !apierrors.IsNotFound(err) {
+		return condition{}, false, fmt.Errorf("hold %s for IPAddressClaim %s/%s: %w", a.IP, claim.GetNamespace(), claim.GetName(), err)
+	}
+	if err := r.removeFinalizer(ctx, addr, capi.ProtectFinalizer); err != nil {
+		return condition{}, false, err
+	}
+	r.Recorder.Eventf(claim, nil, corev1.EventTypeWarning, capi.ReasonAddressRestored, "Restore",
+		"IPAddress %s/%s was deleted while this claim exists: it is created again with %s", a.Namespace, a.Name, a.IP)
+	return ready(capi.ReasonAllocated, fmt.Sprintf("%s/%d from NodeIPPool %s (its IPAddress is being restored)", a.IP, a.Prefix, a.Pool.Name)),
+		true, nil
+}
+
+// release quarantines the address of a claim being deleted, deletes its
+// IPAddress, and lets the claim go. An address still in flight (taken, no
+// IPAddress yet) is left to the pool controller: its entry is forgotten
+// and its bit collected once no record and no node holds it.
+func (r *Reconciler) release(ctx context.Context, claim *unstructured.Unstructured) error {
+	if !controllerutil.ContainsFinalizer(claim, capi.ReleaseFinalizer) {
+		return nil
+	}
+	addr, err := r.address(ctx, claim)
+	if err != nil {
+		return err
+	}
+	if addr != nil && owns(claim, addr) {
+		if err := r.quarantine(ctx, claim, capi.AddressOf(addr)); err != nil {
+			return err
+		}
+		if err := r.removeFinalizer(ctx, addr, capi.ProtectFinalizer); err != nil {
+			return err
+		}
+		if err := r.Client.Delete(ctx, addr); client.IgnoreNotFound(err) != nil {
+			return fmt.Errorf("delete IPAddress %s/%s: %w", addr.GetNamespace(), addr.GetName(), err)
+		}
+	}
+	return r.removeFinalizer(ctx, claim, capi.ReleaseFinalizer)
+}
+
+// quarantine keeps a released claim's address from everyone until the
+// pool controller has evidence that no NIC carries it: the node whose
+// NodeNetworkState shows it (a machine that joined the cluster) is its
+// holder; when no node shows it, none is known to carry it.
+func (r *Reconciler) quarantine(ctx context.Context, claim *unstructured.Unstructured, a capi.Address) error {
+	carrier, err := carrierOf(ctx, r.APIReader, a.IP)
+	if err != nil {
+		return err
+	}
+	holder, _ := holderOf(claim)
+	record := ippoolv1.EnactmentIPPools{a.Pool.Name: {Allocated: []string{a.IP.String()}}}
+	if _, err := r.Pools.Quarantine(ctx, poolwrite.Holder{Node: carrier, Enactment: holder}, record); err != nil {
+		return fmt.Errorf("quarantine %s of IPAddressClaim %s/%s: %w", a.IP, claim.GetNamespace(), claim.GetName(), err)
+	}
+	ctrl.LoggerFrom(ctx).Info("released address", "pool", a.Pool.Name, "ip", a.IP.String(), "node", carrier)
+	return nil
+}
+
+// removeFinalizer removes finalizer from o, under its resourceVersion.
+func (r *Reconciler) removeFinalizer(ctx context.Context, o *unstructured.Unstructured, finalizer string) error {
+	if !controllerutil.ContainsFinalizer(o, finalizer) {
+		return nil
+	}
+	patch := client.MergeFromWithOptions(o.DeepCopy(), client.MergeFromWithOptimisticLock{})
+	controllerutil.RemoveFinalizer(o, finalizer)
+	if err := r.Client.Patch(ctx, o, patch); client.IgnoreNotFound(err) != nil {
+		return fmt.Errorf("remove finalizer %s from %s %s/%s: %w", finalizer, o.GetKind(), o.GetNamespace(), o.GetName(), err)
+	}
+	return nil
+}
+
+// writeStatus sets cs on the claim and writes its status if that changed
+// anything, under its resourceVersion.
+func (r *Reconciler) writeStatus(ctx context.Context, claim *unstructured.Unstructured, cs ...condition) error {
+	before := claim.DeepCopy()
+	setConditions(claim, r.Version, r.Clock.Now(), cs...)
+	if equalStatus(before, claim) {
+		return nil
+	}
+	for _, c := range cs {
+		if c.typ == capi.ConditionReady && transitioned(before, c) {
+			kind := corev1.EventTypeNormal
+			if c.status != "True" {
+				kind = corev1.EventTypeWarning
+			}
+			r.Recorder.Eventf(claim, nil, kind, c.reason, "Allocate", "%s", c.message)
+		}
+	}
+	if err := r.Client.Status().Update(ctx, claim); err != nil {
+		if apierrors.IsConflict(err) || apierrors.IsNotFound(err) {
+			return client.IgnoreNotFound(errRetry(err))
+		}
+		return fmt.Errorf("write the status of IPAddressClaim %s/%s: %w", claim.GetNamespace(), claim.GetName(), err)
+	}
+	return nil
+}
+
+// errRetry makes a conflict an error that requeues quietly.
+func errRetry(err error) error {
+	if apierrors.IsConflict(err) {
+		return fmt.Errorf("the claim changed meanwhile, looking again: %w", err)
+	}
+	return err
+}
+
+// paused reports whether the claim or its Cluster is paused.
+func (r *Reconciler) paused(ctx context.Context, claim *unstructured.Unstructured) (bool, error) {
+	if _, ok := claim.GetAnnotations()[capi.PausedAnnotation]; ok {
+		return true, nil
+	}
+	name := capi.ClusterOf(claim)
+	if name == "" || r.ClusterVersion == "" {
+		return false, nil
+	}
+	cluster := &unstructured.Unstructured{}
+	cluster.SetGroupVersionKind(capi.ClusterGVK.GroupVersion().WithKind("Cluster"))
+	cluster.SetAPIVersion(capi.ClusterGVK.Group + "/" + r.ClusterVersion)
+	err := r.Client.Get(ctx, types.NamespacedName{Namespace: claim.GetNamespace(), Name: name}, cluster)
+	switch {
+	case apierrors.IsNotFound(err):
+		return false, nil
+	case err != nil:
+		return false, fmt.Errorf("get Cluster %s/%s: %w", claim.GetNamespace(), name, err)
+	}
+	p, _, _ := unstructured.NestedBool(cluster.Object, "spec", "paused")
+	return p, nil
+}
+
+// holderOf names the claim where entries name their holder, and its token.
+func holderOf(claim *unstructured.Unstructured) (holder, token string) {
+	return poolstatus.ClaimHolder(claim.GetNamespace(), claim.GetName()), string(claim.GetUID())
+}

@@ -1,0 +1,112 @@
+package claim
+
+import (
+	"context"
+
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/utils/clock"
+	"k8s.io/utils/ptr"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/builder"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/controller"
+	"sigs.k8s.io/controller-runtime/pkg/handler"
+	"sigs.k8s.io/controller-runtime/pkg/predicate"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
+
+	ippoolv1 "github.com/nmstate-ippool/nmstate-ippool/api/v1"
+	"github.com/nmstate-ippool/nmstate-ippool/internal/capi"
+	"github.com/nmstate-ippool/nmstate-ippool/internal/poolwrite"
+)
+
+// The provider's permissions (generated into deploy/rbac/pool-controller).
+// +kubebuilder:rbac:groups=ipam.cluster.x-k8s.io,resources=ipaddressclaims,verbs=get;list;watch;update;patch
+// +kubebuilder:rbac:groups=ipam.cluster.x-k8s.io,resources=ipaddressclaims/status,verbs=get;update;patch
+// +kubebuilder:rbac:groups=ipam.cluster.x-k8s.io,resources=ipaddresses,verbs=get;list;watch;create;update;patch;delete
+// +kubebuilder:rbac:groups=cluster.x-k8s.io,resources=clusters,verbs=get;list;watch
+
+// New returns a Reconciler wired to the manager for the IPAM version
+// served (capi.Served) and the Cluster version, "" without that CRD.
+func New(mgr ctrl.Manager, version, clusterVersion string) *Reconciler {
+	clk := clock.RealClock{}
+	return &Reconciler{
+		Client:         mgr.GetClient(),
+		APIReader:      mgr.GetAPIReader(),
+		Pools:          poolwrite.NewWriter(mgr.GetAPIReader(), mgr.GetClient(), clk),
+		Recorder:       mgr.GetEventRecorder("nmstate-ippool-pool-controller"),
+		Clock:          clk,
+		Version:        version,
+		ClusterVersion: clusterVersion,
+	}
+}
+
+// SetupOptions tune the controller.
+type SetupOptions struct {
+	// SkipNameValidation allows several controllers in one process (tests).
+	SkipNameValidation bool
+}
+
+// SetupWithManager registers the controller: the claims of NodeIPPools,
+// their IPAddresses, the pools (a pool that can serve again serves the
+// claims waiting for it) and, when installed, the Clusters (one unpaused).
+// The manager's client should cache unstructured objects.
+func (r *Reconciler) SetupWithManager(mgr ctrl.Manager, opts SetupOptions) error {
+	b := ctrl.NewControllerManagedBy(mgr).
+		Named("ipaddressclaim").
+		WithOptions(controller.Options{SkipNameValidation: ptr.To(opts.SkipNameValidation)}).
+		For(capi.NewClaim(r.Version), builder.WithPredicates(predicate.NewPredicateFuncs(func(o client.Object) bool {
+			u, ok := o.(*unstructured.Unstructured)
+			return ok && capi.PoolRefOf(u).Ours()
+		}))).
+		Owns(capi.NewAddress(r.Version)).
+		Watches(&ippoolv1.NodeIPPool{}, handler.EnqueueRequestsFromMapFunc(r.waitingFor))
+	if r.ClusterVersion != "" {
+		cluster := &unstructured.Unstructured{}
+		cluster.SetAPIVersion(capi.ClusterGVK.Group + "/" + r.ClusterVersion)
+		cluster.SetKind("Cluster")
+		b = b.Watches(cluster, handler.EnqueueRequestsFromMapFunc(r.ofCluster))
+	}
+	return b.Complete(r)
+}
+
+// waitingFor maps a pool to its claims that are not Ready.
+func (r *Reconciler) waitingFor(ctx context.Context, o client.Object) []reconcile.Request {
+	return r.claimsWhere(ctx, "", func(u *unstructured.Unstructured) bool {
+		ref := capi.PoolRefOf(u)
+		return ref.Ours() && ref.Name == o.GetName() && !isReady(u)
+	})
+}
+
+// ofCluster maps a Cluster to the claims of NodeIPPools that belong to it.
+func (r *Reconciler) ofCluster(ctx context.Context, o client.Object) []reconcile.Request {
+	return r.claimsWhere(ctx, o.GetNamespace(), func(u *unstructured.Unstructured) bool {
+		return capi.PoolRefOf(u).Ours() && capi.ClusterOf(u) == o.GetName()
+	})
+}
+
+func (r *Reconciler) claimsWhere(ctx context.Context, namespace string, match func(*unstructured.Unstructured) bool) []reconcile.Request {
+	list := capi.NewClaimList(r.Version)
+	if err := r.Client.List(ctx, list, client.InNamespace(namespace)); err != nil {
+		ctrl.LoggerFrom(ctx).Error(err, "could not list IPAddressClaims")
+		return nil
+	}
+	var reqs []reconcile.Request
+	for i := range list.Items {
+		if u := &list.Items[i]; match(u) {
+			reqs = append(reqs, reconcile.Request{NamespacedName: types.NamespacedName{Namespace: u.GetNamespace(), Name: u.GetName()}})
+		}
+	}
+	return reqs
+}
+
+// isReady reports whether the claim's Ready condition is True.
+func isReady(u *unstructured.Unstructured) bool {
+	list, _, _ := unstructured.NestedSlice(u.Object, "status", "conditions")
+	for _, item := range list {
+		if m, ok := item.(map[string]any); ok && m["type"] == capi.ConditionReady {
+			return m["status"] == "True"
+		}
+	}
+	return false
+}

@@ -1,0 +1,231 @@
+package claim_test
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"testing"
+	"time"
+
+	. "github.com/onsi/gomega"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/types"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	ippoolv1 "github.com/nmstate-ippool/nmstate-ippool/api/v1"
+	nncev1beta1 "github.com/nmstate-ippool/nmstate-ippool/api/v1beta1"
+	"github.com/nmstate-ippool/nmstate-ippool/internal/capi"
+	"github.com/nmstate-ippool/nmstate-ippool/test/envtest"
+)
+
+// grace is the garbage collection grace period and the quarantine period
+// of the controllers these tests start.
+const grace = 3 * time.Second
+
+// version is the IPAM version the tests speak: the CRDs' storage version,
+// since envtest serves them without Cluster API's conversion webhook.
+const version = "v1beta2"
+
+var (
+	env *envtest.Env
+	k   client.Client
+	ctx = context.Background()
+)
+
+// TestMain runs the package on a control plane with Cluster API's IPAM and
+// Cluster CRDs from the sigs.k8s.io/cluster-api module, and the NodeIPPool
+// webhook served as the pool controller serves it.
+func TestMain(m *testing.M) {
+	os.Exit(envtest.RunWith(m, []envtest.Option{envtest.WithWebhook(), envtest.WithClusterAPI()}, func(s *envtest.Suite) {
+		env, k = s.Env, s.Client
+		if _, err := env.StartWebhook(); err != nil {
+			panic(err) // the suite cannot run without it
+		}
+	}))
+}
+
+func init() {
+	SetDefaultEventuallyTimeout(45 * time.Second)
+	SetDefaultEventuallyPollingInterval(100 * time.Millisecond)
+}
+
+// startController runs a pool controller, with its claim controller, until
+// the test ends.
+func startController(t *testing.T) *envtest.PoolController {
+	t.Helper()
+	pc, err := env.StartPoolController(grace, nil)
+	Expect(err).NotTo(HaveOccurred())
+	Expect(pc.Claims).NotTo(BeNil(), "the IPAM CRDs are installed: the claim controller must run")
+	t.Cleanup(func() { _ = pc.Stop() })
+	return pc
+}
+
+// createPool creates an available pool.
+func createPool(t *testing.T, name string, spec ippoolv1.NodeIPPoolSpec) {
+	t.Helper()
+	p := &ippoolv1.NodeIPPool{ObjectMeta: metav1.ObjectMeta{Name: name}, Spec: spec}
+	Expect(k.Create(ctx, p)).To(Succeed())
+	t.Cleanup(func() {
+		_ = k.Delete(ctx, p)
+		Eventually(func() bool { return k.Get(ctx, client.ObjectKeyFromObject(p), p) != nil }).Should(BeTrue())
+	})
+	Eventually(available(name)).Should(HavePrefix("True"))
+}
+
+// createNamespace creates a namespace for one test's claims.
+func createNamespace(t *testing.T, name string) {
+	t.Helper()
+	Expect(k.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: name}})).To(Succeed())
+}
+
+// newClaim returns a claim of pool, as an infrastructure provider writes it.
+func newClaim(namespace, name, pool string) *unstructured.Unstructured {
+	c := capi.NewClaim(version)
+	c.SetNamespace(namespace)
+	c.SetName(name)
+	c.Object["spec"] = map[string]any{"poolRef": map[string]any{"apiGroup": "nmstate.io", "kind": "NodeIPPool", "name": pool}}
+	return c
+}
+
+// createClaim creates a claim of pool and deletes it when the test ends.
+func createClaim(t *testing.T, namespace, name, pool string, adjust ...func(*unstructured.Unstructured)) *unstructured.Unstructured {
+	t.Helper()
+	c := newClaim(namespace, name, pool)
+	for _, f := range adjust {
+		f(c)
+	}
+	Expect(k.Create(ctx, c)).To(Succeed())
+	t.Cleanup(func() { _ = k.Delete(ctx, newClaim(namespace, name, pool)) })
+	return c
+}
+
+// readiness returns "Status Reason: message" of a claim's Ready condition,
+// or what is missing.
+func readiness(namespace, name string) func() string {
+	return condition(namespace, name, capi.ConditionReady)
+}
+
+func condition(namespace, name, typ string) func() string {
+	return func() string {
+		c := capi.NewClaim(version)
+		if err := k.Get(ctx, types.NamespacedName{Namespace: namespace, Name: name}, c); err != nil {
+			return err.Error()
+		}
+		list, _, _ := unstructured.NestedSlice(c.Object, "status", "conditions")
+		for _, item := range list {
+			if m, ok := item.(map[string]any); ok && m["type"] == typ {
+				return fmt.Sprintf("%s %s: %s", m["status"], m["reason"], m["message"])
+			}
+		}
+		return "no " + typ + " condition"
+	}
+}
+
+// addressOf returns the address of the claim's IPAddress, or what is wrong.
+func addressOf(namespace, name string) func() string {
+	return func() string {
+		a, err := getAddress(namespace, name)
+		if err != nil {
+			return err.Error()
+		}
+		return capi.AddressOf(a).IP.String()
+	}
+}
+
+func getAddress(namespace, name string) (*unstructured.Unstructured, error) {
+	a := capi.NewAddress(version)
+	err := k.Get(ctx, types.NamespacedName{Namespace: namespace, Name: name}, a)
+	return a, err
+}
+
+// bits returns the addresses set in a pool's bitmap.
+func bits(name string) func() []string {
+	return func() []string {
+		ips, err := envtest.PoolAddresses(ctx, k, name)
+		if err != nil {
+			return []string{err.Error()}
+		}
+		return ips
+	}
+}
+
+// available returns "Status Reason: message" of the pool's Available
+// condition.
+func available(name string) func() string {
+	return func() string {
+		var p ippoolv1.NodeIPPool
+		if err := k.Get(ctx, types.NamespacedName{Name: name}, &p); err != nil {
+			return err.Error()
+		}
+		c := meta.FindStatusCondition(p.Status.Conditions, ippoolv1.ConditionAvailable)
+		if c == nil {
+			return "none"
+		}
+		return fmt.Sprintf("%s %s: %s", c.Status, c.Reason, c.Message)
+	}
+}
+
+// quarantined returns the quarantine entries of a pool as "ip node".
+func quarantined(name string) func() []string {
+	return func() []string {
+		var p ippoolv1.NodeIPPool
+		if err := k.Get(ctx, types.NamespacedName{Name: name}, &p); err != nil {
+			return []string{err.Error()}
+		}
+		var out []string
+		for _, q := range p.Status.Quarantined {
+			out = append(out, q.IP+" "+q.Node)
+		}
+		return out
+	}
+}
+
+// events returns "Reason: note" of the Events about an object.
+func events(kind, namespace, name string) func() []string {
+	return func() []string {
+		var list corev1.EventList
+		if err := k.List(ctx, &list, client.InNamespace(namespace)); err != nil {
+			return []string{err.Error()}
+		}
+		var out []string
+		for _, e := range list.Items {
+			if e.InvolvedObject.Kind == kind && e.InvolvedObject.Name == name {
+				out = append(out, e.Reason+": "+e.Message)
+			}
+		}
+		return out
+	}
+}
+
+// recordByNode creates an enactment that records ip from pool, as a
+// handler would, for a node that is not there: the controllers leave its
+// lifecycle alone.
+func recordByNode(t *testing.T, name, pool, ip string) {
+	t.Helper()
+	e := &nncev1beta1.NodeNetworkConfigurationEnactment{ObjectMeta: metav1.ObjectMeta{Name: name}}
+	Expect(k.Create(ctx, e)).To(Succeed())
+	t.Cleanup(func() { _ = k.Delete(ctx, e) })
+	e.Status.IPPool = ippoolv1.EnactmentIPPools{pool: {Allocated: []string{ip}}}
+	Expect(k.Status().Update(ctx, e)).To(Succeed())
+}
+
+// publishState writes a node's NodeNetworkState, stamped at.
+func publishState(t *testing.T, node, state string, at time.Time) {
+	t.Helper()
+	nns := &nncev1beta1.NodeNetworkState{ObjectMeta: metav1.ObjectMeta{Name: node}}
+	if err := k.Get(ctx, client.ObjectKeyFromObject(nns), nns); err != nil {
+		Expect(k.Create(ctx, nns)).To(Succeed())
+		t.Cleanup(func() { _ = k.Delete(ctx, &nncev1beta1.NodeNetworkState{ObjectMeta: metav1.ObjectMeta{Name: node}}) })
+	}
+	Eventually(func() error {
+		if err := k.Get(ctx, client.ObjectKeyFromObject(nns), nns); err != nil {
+			return err
+		}
+		nns.Status.CurrentState.Raw = []byte(state)
+		nns.Status.LastSuccessfulUpdateTime = metav1.NewTime(at.Truncate(time.Second))
+		return k.Status().Update(ctx, nns)
+	}).Should(Succeed())
+}

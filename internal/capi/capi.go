@@ -1,0 +1,252 @@
+// Package capi reads and writes the Cluster API IPAM objects a NodeIPPool
+// serves (IPAddressClaim, IPAddress of ipam.cluster.x-k8s.io), without a
+// dependency on the Cluster API module: the objects are unstructured, read
+// through whichever of the versions v1beta2 and v1beta1 the API server
+// serves, so the same binary works with Cluster API releases that store
+// either.
+//
+// The IPAddress objects are the durable records of the addresses claims
+// hold, as enactments' status.ippool are for nodes. Records presents each
+// as a record the pool's index is rebuilt from and every check counts in
+// (poolstatus.ClaimsOf): one uniqueness domain for nodes and claims. A
+// missing CRD is not an error: no claim can hold an address then.
+package capi
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/netip"
+	"strings"
+
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	ippoolv1 "github.com/nmstate-ippool/nmstate-ippool/api/v1"
+	nncev1beta1 "github.com/nmstate-ippool/nmstate-ippool/api/v1beta1"
+	"github.com/nmstate-ippool/nmstate-ippool/internal/poolstatus"
+)
+
+const (
+	// Group is the API group of the Cluster API IPAM objects.
+	Group = "ipam.cluster.x-k8s.io"
+	// ClaimKind and AddressKind are their kinds.
+	ClaimKind   = "IPAddressClaim"
+	AddressKind = "IPAddress"
+
+	// ReleaseFinalizer is on every claim this provider serves: the claim
+	// goes only once its address is quarantined and its IPAddress deleted.
+	ReleaseFinalizer = "ipam.cluster.x-k8s.io/ReleaseAddress"
+	// ProtectFinalizer is on every IPAddress this provider creates: an
+	// IPAddress deleted while its claim exists is put back as it was.
+	ProtectFinalizer = "ipam.cluster.x-k8s.io/ProtectAddress"
+
+	// PausedAnnotation on a claim, or spec.paused on its Cluster, pauses
+	// the claim: it is left alone.
+	PausedAnnotation = "cluster.x-k8s.io/paused"
+	// ClusterNameLabel names a claim's Cluster when spec.clusterName does
+	// not.
+	ClusterNameLabel = "cluster.x-k8s.io/cluster-name"
+	// RequestedAddressAnnotation asks for one address of the pool, as
+	// metal3's IP address manager honours it on IPAddressClaims.
+	RequestedAddressAnnotation = "ipAddress"
+)
+
+// Versions are the versions of the IPAM group this provider speaks, the
+// preferred first.
+var Versions = []string{"v1beta2", "v1beta1"}
+
+// ClusterGVK is the Cluster a claim belongs to, read for spec.paused.
+var ClusterGVK = schema.GroupVersionKind{Group: "cluster.x-k8s.io", Version: "v1beta2", Kind: "Cluster"}
+
+// Served returns the preferred version of the IPAM group that mapper
+// knows, and false when the IPAddressClaim and IPAddress CRDs are not
+// installed.
+func Served(mapper meta.RESTMapper) (string, bool, error) {
+	for _, v := range Versions {
+		_, errClaim := mapper.RESTMapping(schema.GroupKind{Group: Group, Kind: ClaimKind}, v)
+		_, errAddr := mapper.RESTMapping(schema.GroupKind{Group: Group, Kind: AddressKind}, v)
+		switch {
+		case errClaim == nil && errAddr == nil:
+			return v, true, nil
+		case errClaim != nil && !meta.IsNoMatchError(errClaim):
+			return "", false, fmt.Errorf("look up %s.%s: %w", ClaimKind, Group, errClaim)
+		case errAddr != nil && !meta.IsNoMatchError(errAddr):
+			return "", false, fmt.Errorf("look up %s.%s: %w", AddressKind, Group, errAddr)
+		}
+	}
+	return "", false, nil
+}
+
+// NewClaim and NewAddress return empty objects of version to read into.
+func NewClaim(version string) *unstructured.Unstructured   { return newObject(version, ClaimKind) }
+func NewAddress(version string) *unstructured.Unstructured { return newObject(version, AddressKind) }
+
+func newObject(version, kind string) *unstructured.Unstructured {
+	u := &unstructured.Unstructured{}
+	u.SetGroupVersionKind(schema.GroupVersionKind{Group: Group, Version: version, Kind: kind})
+	return u
+}
+
+// NewClaimList and NewAddressList return empty lists of version.
+func NewClaimList(version string) *unstructured.UnstructuredList {
+	return newList(version, ClaimKind)
+}
+
+func NewAddressList(version string) *unstructured.UnstructuredList {
+	return newList(version, AddressKind)
+}
+
+func newList(version, kind string) *unstructured.UnstructuredList {
+	l := &unstructured.UnstructuredList{}
+	l.SetGroupVersionKind(schema.GroupVersionKind{Group: Group, Version: version, Kind: kind + "List"})
+	return l
+}
+
+// PoolRef is a claim's or address's spec.poolRef.
+type PoolRef struct {
+	APIGroup, Kind, Name string
+}
+
+// Ours reports whether the reference names a NodeIPPool.
+func (p PoolRef) Ours() bool {
+	return p.APIGroup == ippoolv1.GroupVersion.Group && p.Kind == "NodeIPPool" && p.Name != ""
+}
+
+// PoolRefOf reads spec.poolRef of a claim or address (apiGroup is a string
+// in v1beta2 and an optional string in v1beta1: both read the same).
+func PoolRefOf(u *unstructured.Unstructured) PoolRef {
+	group, _, _ := unstructured.NestedString(u.Object, "spec", "poolRef", "apiGroup")
+	kind, _, _ := unstructured.NestedString(u.Object, "spec", "poolRef", "kind")
+	name, _, _ := unstructured.NestedString(u.Object, "spec", "poolRef", "name")
+	return PoolRef{APIGroup: group, Kind: kind, Name: name}
+}
+
+// Address is an IPAddress, read.
+type Address struct {
+	Namespace, Name string
+	// Claim is spec.claimRef.name.
+	Claim string
+	Pool  PoolRef
+	// IP is spec.address; invalid when it does not parse.
+	IP      netip.Addr
+	Prefix  int64
+	Gateway string
+	// Terminating: the IPAddress is being deleted.
+	Terminating bool
+}
+
+// AddressOf reads an IPAddress.
+func AddressOf(u *unstructured.Unstructured) Address {
+	claim, _, _ := unstructured.NestedString(u.Object, "spec", "claimRef", "name")
+	s, _, _ := unstructured.NestedString(u.Object, "spec", "address")
+	prefix, _, _ := unstructured.NestedInt64(u.Object, "spec", "prefix")
+	gateway, _, _ := unstructured.NestedString(u.Object, "spec", "gateway")
+	ip, _ := netip.ParseAddr(s)
+	return Address{Namespace: u.GetNamespace(), Name: u.GetName(), Claim: claim, Pool: PoolRefOf(u), IP: ip,
+		Prefix: prefix, Gateway: gateway, Terminating: u.GetDeletionTimestamp() != nil}
+}
+
+// Records lists the IPAddresses of NodeIPPools through reader and returns
+// each as the record of its claim: an enactment named
+// poolstatus.ClaimHolder(namespace, claim) that holds the address under
+// the pool's name. An IPAddress being deleted still holds its address.
+// Without the CRD there are none.
+func Records(ctx context.Context, reader client.Reader) ([]nncev1beta1.NodeNetworkConfigurationEnactment, error) {
+	for _, v := range Versions {
+		list := NewAddressList(v)
+		err := reader.List(ctx, list)
+		if isMissing(err) {
+			continue
+		}
+		if err != nil {
+			return nil, fmt.Errorf("list IPAddresses: %w", err)
+		}
+		return recordsOf(list.Items), nil
+	}
+	return nil, nil
+}
+
+// isMissing reports whether err says the kind is not served.
+func isMissing(err error) bool {
+	if err == nil {
+		return false
+	}
+	var noMatch *meta.NoKindMatchError
+	return meta.IsNoMatchError(err) || errors.As(err, &noMatch) ||
+		strings.Contains(err.Error(), "the server could not find the requested resource")
+}
+
+func recordsOf(items []unstructured.Unstructured) []nncev1beta1.NodeNetworkConfigurationEnactment {
+	out := make([]nncev1beta1.NodeNetworkConfigurationEnactment, 0, len(items))
+	for i := range items {
+		a := AddressOf(&items[i])
+		if !a.Pool.Ours() || !a.IP.IsValid() {
+			continue
+		}
+		e := nncev1beta1.NodeNetworkConfigurationEnactment{ObjectMeta: metav1.ObjectMeta{
+			Name: poolstatus.ClaimHolder(a.Namespace, a.Claim),
+		}}
+		e.Status.IPPool = ippoolv1.EnactmentIPPools{a.Pool.Name: {Allocated: []string{a.IP.String()}}}
+		out = append(out, e)
+	}
+	return out
+}
+
+// WithRecords appends the claims' records to enactments: the list every
+// decision about a pool's holders takes.
+func WithRecords(ctx context.Context, reader client.Reader,
+	enactments []nncev1beta1.NodeNetworkConfigurationEnactment) ([]nncev1beta1.NodeNetworkConfigurationEnactment, error) {
+	records, err := Records(ctx, reader)
+	if err != nil || len(records) == 0 {
+		return enactments, err
+	}
+	return append(enactments[:len(enactments):len(enactments)], records...), nil
+}
+
+// The conditions of a claim and their reasons. Ready and its False
+// reasons are Cluster API's (api/ipam: PoolNotReady, PoolExhausted,
+// AllocationFailed); Paused is the condition Cluster API's v1beta2 objects
+// carry.
+const (
+	ConditionReady  = "Ready"
+	ConditionPaused = "Paused"
+
+	ReasonAllocated        = "AddressAllocated"
+	ReasonPoolNotReady     = "PoolNotReady"
+	ReasonPoolExhausted    = "PoolExhausted"
+	ReasonAllocationFailed = "AllocationFailed"
+	ReasonPaused           = "Paused"
+	ReasonNotPaused        = "NotPaused"
+)
+
+// ReasonAddressRestored is the Event of a claim whose IPAddress was
+// deleted while the claim exists, and is created again.
+const ReasonAddressRestored = "AddressRestored"
+
+// ClusterOf names the Cluster of a claim: spec.clusterName, else its
+// cluster.x-k8s.io/cluster-name label; "" when neither says.
+func ClusterOf(claim *unstructured.Unstructured) string {
+	if name, _, _ := unstructured.NestedString(claim.Object, "spec", "clusterName"); name != "" {
+		return name
+	}
+	return claim.GetLabels()[ClusterNameLabel]
+}
+
+// ClusterServed returns the preferred served version of Cluster API's
+// Cluster, or "" when its CRD is not installed.
+func ClusterServed(mapper meta.RESTMapper) (string, error) {
+	for _, v := range []string{"v1beta2", "v1beta1"} {
+		_, err := mapper.RESTMapping(ClusterGVK.GroupKind(), v)
+		switch {
+		case err == nil:
+			return v, nil
+		case !meta.IsNoMatchError(err):
+			return "", fmt.Errorf("look up Cluster.%s: %w", ClusterGVK.Group, err)
+		}
+	}
+	return "", nil
+}
