@@ -161,6 +161,12 @@ SCALE_NODES ?= 100,300,1000
 bench-scale: envtest-assets ## Run the scale benchmark for SCALE_NODES (100,300,1000) nodes; see docs/benchmarks.md.
 	go test -count=1 -timeout 180m -run '^$$' -bench Scale -benchtime 1x ./test/scale/ -args -scale.nodes $(SCALE_NODES)
 
+CLAIMS ?= 1000
+
+.PHONY: bench-claims
+bench-claims: envtest-assets ## Serve CLAIMS (1000) Cluster API IPAddressClaims from one NodeIPPool: pool writes and time per claim; see docs/benchmarks.md.
+	go test -count=1 -timeout 60m -run '^$$' -bench Claims -benchtime 1x ./controllers/claim/ -args -claims.n $(CLAIMS)
+
 PEER_NODES ?= 25,100
 PEER_RUNS ?= 3
 

@@ -73,31 +73,9 @@ func run(o options) error {
 	if err := pool.CheckPeriods(o.gracePeriod, o.quarantinePeriod, o.departureHold); err != nil {
 		return err
 	}
-	s, err := scheme.New()
+	mgr, webhooks, err := newManager(o)
 	if err != nil {
 		return err
-	}
-	cfg, err := ctrl.GetConfig()
-	if err != nil {
-		return fmt.Errorf("load the kubeconfig: %w", err)
-	}
-	var webhooks webhook.Server
-	if o.webhookPort != 0 {
-		webhooks = webhook.NewServer(webhook.Options{Host: o.webhookHost, Port: o.webhookPort, CertDir: o.webhookCertDir})
-	}
-	mgr, err := ctrl.NewManager(cfg, ctrl.Options{
-		Scheme: s,
-		// Cluster API's IPAM objects are read unstructured, from the cache.
-		Client:                  client.Options{Cache: &client.CacheOptions{Unstructured: true}},
-		WebhookServer:           webhooks,
-		Metrics:                 o.metrics.Options(),
-		HealthProbeBindAddress:  o.healthAddr,
-		LeaderElection:          o.leaderElection,
-		LeaderElectionID:        "nmstate-ippool-pool-controller",
-		LeaderElectionNamespace: o.leaseNamespace,
-	})
-	if err != nil {
-		return fmt.Errorf("create the manager: %w", err)
 	}
 	ctx := ctrl.SetupSignalHandler()
 	metrics := pool.NewMetrics()
@@ -106,11 +84,9 @@ func run(o options) error {
 	ctrlmetrics.Registry.MustRegister(policy.NewStatusMetrics(mgr.GetCache()))
 	pools := pool.New(mgr, metrics)
 	pools.GracePeriod, pools.QuarantinePeriod, pools.DepartureHold = o.gracePeriod, o.quarantinePeriod, o.departureHold
-	ipam, err := setUpClaims(mgr)
-	if err != nil {
+	if pools.IPAMVersion, err = setUpClaims(mgr); err != nil {
 		return err
 	}
-	pools.IPAMVersion = ipam
 	if err := pools.SetupWithManager(ctx, mgr, pool.SetupOptions{}); err != nil {
 		return fmt.Errorf("set up the pool controller: %w", err)
 	}
@@ -163,4 +139,36 @@ func setUpClaims(mgr ctrl.Manager) (string, error) {
 	}
 	ctrl.Log.Info("serving Cluster API IPAddressClaims of NodeIPPools", "version", capi.Group+"/"+version, "clusterVersion", cluster)
 	return version, nil
+}
+
+// newManager creates the manager, with a webhook server when o asks for
+// one (nil otherwise).
+func newManager(o options) (ctrl.Manager, webhook.Server, error) {
+	s, err := scheme.New()
+	if err != nil {
+		return nil, nil, err
+	}
+	cfg, err := ctrl.GetConfig()
+	if err != nil {
+		return nil, nil, fmt.Errorf("load the kubeconfig: %w", err)
+	}
+	var webhooks webhook.Server
+	if o.webhookPort != 0 {
+		webhooks = webhook.NewServer(webhook.Options{Host: o.webhookHost, Port: o.webhookPort, CertDir: o.webhookCertDir})
+	}
+	mgr, err := ctrl.NewManager(cfg, ctrl.Options{
+		Scheme: s,
+		// Cluster API's IPAM objects are read unstructured, from the cache.
+		Client:                  client.Options{Cache: &client.CacheOptions{Unstructured: true}},
+		WebhookServer:           webhooks,
+		Metrics:                 o.metrics.Options(),
+		HealthProbeBindAddress:  o.healthAddr,
+		LeaderElection:          o.leaderElection,
+		LeaderElectionID:        "nmstate-ippool-pool-controller",
+		LeaderElectionNamespace: o.leaseNamespace,
+	})
+	if err != nil {
+		return nil, nil, fmt.Errorf("create the manager: %w", err)
+	}
+	return mgr, webhooks, nil
 }

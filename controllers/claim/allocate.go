@@ -50,11 +50,32 @@ func (r *Reconciler) allocate(ctx context.Context, claim *unstructured.Unstructu
 	if err != nil {
 		return notReady(capi.ReasonPoolNotReady, fmt.Sprintf("NodeIPPool %s has an unusable range: %v", pool.Name, err)), false, nil
 	}
+	got, c, requeue, err := r.take(ctx, claim, &pool)
+	if err != nil || c != nil {
+		return deref(c), requeue, err
+	}
+	addr := newAddress(r.Version, claim, &pool, rng, got)
+	if err := r.Client.Create(ctx, addr); err != nil {
+		if apierrors.IsAlreadyExists(err) {
+			return notReady(capi.ReasonPoolNotReady, "its IPAddress is being replaced"), true, nil
+		}
+		return condition{}, false, fmt.Errorf("create IPAddress %s/%s: %w", addr.GetNamespace(), addr.GetName(), err)
+	}
+	if err := setAddressRef(claim, addr.GetName()); err != nil {
+		return condition{}, false, err
+	}
+	return ready(capi.ReasonAllocated, fmt.Sprintf("%s/%d from NodeIPPool %s", got, rng.Prefix().Bits(), pool.Name)), false, nil
+}
+
+// take takes the claim's address in one pool write: the address its
+// in-flight entry holds already, the one it asks for, or the next the
+// pool's rules give. A refusal is a condition; requeue asks to look again.
+func (r *Reconciler) take(ctx context.Context, claim *unstructured.Unstructured, pool *ippoolv1.NodeIPPool) (netip.Addr, *condition, bool, error) {
 	holder, token := holderOf(claim)
 	requested := claim.GetAnnotations()[capi.RequestedAddressAnnotation]
 	var got netip.Addr
 	var refusal *condition
-	_, err = r.Pools.Update(ctx, pool.Name, func(p *ippoolv1.NodeIPPool, alloc *ippool.Allocator) (bool, error) {
+	_, err := r.Pools.Update(ctx, pool.Name, func(p *ippoolv1.NodeIPPool, alloc *ippool.Allocator) (bool, error) {
 		got, refusal = netip.Addr{}, nil
 		for _, e := range p.Status.InFlight {
 			if e.Enactment == holder && e.Token == token {
@@ -75,25 +96,24 @@ func (r *Reconciler) allocate(ctx context.Context, claim *unstructured.Unstructu
 	}, poolwrite.Incarnation(pool.UID))
 	switch {
 	case apierrors.IsNotFound(err), errors.Is(err, poolwrite.ErrReplaced):
-		return notReady(capi.ReasonPoolNotReady, fmt.Sprintf("NodeIPPool %s was deleted or re-created meanwhile; trying again", pool.Name)), true, nil
+		c := notReady(capi.ReasonPoolNotReady, fmt.Sprintf("NodeIPPool %s was deleted or re-created meanwhile; trying again", pool.Name))
+		return netip.Addr{}, &c, true, nil
 	case err != nil:
-		return condition{}, false, fmt.Errorf("allocate from NodeIPPool %s for IPAddressClaim %s/%s: %w", pool.Name, claim.GetNamespace(), claim.GetName(), err)
+		return netip.Addr{}, nil, false, fmt.Errorf("allocate from NodeIPPool %s for IPAddressClaim %s/%s: %w",
+			pool.Name, claim.GetNamespace(), claim.GetName(), err)
 	case refusal != nil:
-		return *refusal, false, nil
+		return netip.Addr{}, refusal, false, nil
 	case !got.IsValid():
-		return condition{}, false, fmt.Errorf("NodeIPPool %s: the in-flight entry of %s holds no address", pool.Name, holder)
+		return netip.Addr{}, nil, false, fmt.Errorf("NodeIPPool %s: the in-flight entry of %s holds no address", pool.Name, holder)
 	}
-	addr := newAddress(r.Version, claim, &pool, rng, got)
-	if err := r.Client.Create(ctx, addr); err != nil {
-		if apierrors.IsAlreadyExists(err) {
-			return notReady(capi.ReasonPoolNotReady, "its IPAddress is being replaced"), true, nil
-		}
-		return condition{}, false, fmt.Errorf("create IPAddress %s/%s: %w", addr.GetNamespace(), addr.GetName(), err)
+	return got, nil, false, nil
+}
+
+func deref(c *condition) condition {
+	if c == nil {
+		return condition{}
 	}
-	if err := setAddressRef(claim, addr.GetName()); err != nil {
-		return condition{}, false, err
-	}
-	return ready(capi.ReasonAllocated, fmt.Sprintf("%s/%d from NodeIPPool %s", got, rng.Prefix().Bits(), pool.Name)), false, nil
+	return *c
 }
 
 // unservable says why a pool hands out no address now, or "". Only the

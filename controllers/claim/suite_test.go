@@ -215,17 +215,6 @@ func recordByNode(t *testing.T, name, pool, ip string) {
 // publishState writes a node's NodeNetworkState, stamped at.
 func publishState(t *testing.T, node, state string, at time.Time) {
 	t.Helper()
-	nns := &nncev1beta1.NodeNetworkState{ObjectMeta: metav1.ObjectMeta{Name: node}}
-	if err := k.Get(ctx, client.ObjectKeyFromObject(nns), nns); err != nil {
-		Expect(k.Create(ctx, nns)).To(Succeed())
-		t.Cleanup(func() { _ = k.Delete(ctx, &nncev1beta1.NodeNetworkState{ObjectMeta: metav1.ObjectMeta{Name: node}}) })
-	}
-	Eventually(func() error {
-		if err := k.Get(ctx, client.ObjectKeyFromObject(nns), nns); err != nil {
-			return err
-		}
-		nns.Status.CurrentState.Raw = []byte(state)
-		nns.Status.LastSuccessfulUpdateTime = metav1.NewTime(at.Truncate(time.Second))
-		return k.Status().Update(ctx, nns)
-	}).Should(Succeed())
+	t.Cleanup(func() { _ = k.Delete(ctx, &nncev1beta1.NodeNetworkState{ObjectMeta: metav1.ObjectMeta{Name: node}}) })
+	Expect(envtest.PublishState(ctx, k, node, state, at)).To(Succeed())
 }

@@ -208,17 +208,9 @@ func TestUnclaimedButCarriedIsQuarantined(t *testing.T) {
 	Expect(k.Create(ctx, newNode("carry01", "none"))).To(Succeed())
 	t.Cleanup(func() { _ = k.Delete(ctx, newNode("carry01", "none")) })
 	nns := &nncev1beta1.NodeNetworkState{ObjectMeta: metav1.ObjectMeta{Name: "carry01"}}
-	Expect(k.Create(ctx, nns)).To(Succeed())
 	t.Cleanup(func() { _ = k.Delete(ctx, nns) })
 	publish := func(state string, at time.Time) {
-		Eventually(func() error {
-			if err := k.Get(ctx, client.ObjectKeyFromObject(nns), nns); err != nil {
-				return err
-			}
-			nns.Status.CurrentState.Raw = []byte(state)
-			nns.Status.LastSuccessfulUpdateTime = metav1.NewTime(at.Truncate(time.Second))
-			return k.Status().Update(ctx, nns)
-		}).Should(Succeed())
+		Expect(envtest.PublishState(ctx, k, "carry01", state, at)).To(Succeed())
 	}
 	publish(`{"interfaces":[{"name":"eth1","ipv4":{"address":[{"ip":"10.74.0.5","prefix-length":24}]}}]}`, time.Now())
 	writeBits("carry", "10.74.0.5")

@@ -33,8 +33,9 @@ import (
 const (
 	// Group is the API group of the Cluster API IPAM objects.
 	Group = "ipam.cluster.x-k8s.io"
-	// ClaimKind and AddressKind are their kinds.
-	ClaimKind   = "IPAddressClaim"
+	// ClaimKind is the kind of a claim.
+	ClaimKind = "IPAddressClaim"
+	// AddressKind is the kind of the address that fulfils a claim.
 	AddressKind = "IPAddress"
 
 	// ReleaseFinalizer is on every claim this provider serves: the claim
@@ -81,8 +82,10 @@ func Served(mapper meta.RESTMapper) (string, bool, error) {
 	return "", false, nil
 }
 
-// NewClaim and NewAddress return empty objects of version to read into.
-func NewClaim(version string) *unstructured.Unstructured   { return newObject(version, ClaimKind) }
+// NewClaim returns an empty IPAddressClaim of version to read into.
+func NewClaim(version string) *unstructured.Unstructured { return newObject(version, ClaimKind) }
+
+// NewAddress returns an empty IPAddress of version to read into.
 func NewAddress(version string) *unstructured.Unstructured { return newObject(version, AddressKind) }
 
 func newObject(version, kind string) *unstructured.Unstructured {
@@ -91,11 +94,12 @@ func newObject(version, kind string) *unstructured.Unstructured {
 	return u
 }
 
-// NewClaimList and NewAddressList return empty lists of version.
+// NewClaimList returns an empty list of IPAddressClaims of version.
 func NewClaimList(version string) *unstructured.UnstructuredList {
 	return newList(version, ClaimKind)
 }
 
+// NewAddressList returns an empty list of IPAddresses of version.
 func NewAddressList(version string) *unstructured.UnstructuredList {
 	return newList(version, AddressKind)
 }

@@ -8,12 +8,16 @@ import (
 	"net/http"
 	"time"
 
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/watch"
+	"k8s.io/client-go/util/retry"
 	"k8s.io/utils/clock"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	ippoolv1 "github.com/nmstate-ippool/nmstate-ippool/api/v1"
+	nncev1beta1 "github.com/nmstate-ippool/nmstate-ippool/api/v1beta1"
 	"github.com/nmstate-ippool/nmstate-ippool/internal/poolwrite"
 	"github.com/nmstate-ippool/nmstate-ippool/pkg/ippool"
 )
@@ -65,4 +69,24 @@ func Scrape(ctx context.Context, url, token string) (int, string, error) {
 	defer func() { _ = resp.Body.Close() }()
 	body, err := io.ReadAll(resp.Body)
 	return resp.StatusCode, string(body), err
+}
+
+// PublishState writes the status of a node's NodeNetworkState as its
+// handler would, stamped at (to the second), creating the object first if
+// it is missing; it retries on conflicts.
+func PublishState(ctx context.Context, c client.Client, node, state string, at time.Time) error {
+	nns := &nncev1beta1.NodeNetworkState{ObjectMeta: metav1.ObjectMeta{Name: node}}
+	if err := c.Get(ctx, client.ObjectKeyFromObject(nns), nns); apierrors.IsNotFound(err) {
+		if err := c.Create(ctx, nns); err != nil && !apierrors.IsAlreadyExists(err) {
+			return err
+		}
+	}
+	return retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		if err := c.Get(ctx, client.ObjectKeyFromObject(nns), nns); err != nil {
+			return err
+		}
+		nns.Status.CurrentState.Raw = []byte(state)
+		nns.Status.LastSuccessfulUpdateTime = metav1.NewTime(at.Truncate(time.Second))
+		return c.Status().Update(ctx, nns)
+	})
 }
