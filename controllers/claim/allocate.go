@@ -64,7 +64,7 @@ func (r *Reconciler) allocate(ctx context.Context, claim *unstructured.Unstructu
 	if err := setAddressRef(claim, addr.GetName()); err != nil {
 		return condition{}, false, err
 	}
-	return ready(capi.ReasonAllocated, fmt.Sprintf("%s/%d from NodeIPPool %s", got, rng.Prefix().Bits(), pool.Name)), false, nil
+	return ready(fmt.Sprintf("%s/%d from NodeIPPool %s", got, rng.Prefix().Bits(), pool.Name)), false, nil
 }
 
 // take takes the claim's address in one pool write: the address its

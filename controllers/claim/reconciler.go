@@ -107,7 +107,7 @@ func (r *Reconciler) serve(ctx context.Context, claim *unstructured.Unstructured
 		return condition{}, false, err
 	}
 	a := capi.AddressOf(addr)
-	return ready(capi.ReasonAllocated, fmt.Sprintf("%s/%d from NodeIPPool %s", a.IP, a.Prefix, a.Pool.Name)), false, nil
+	return ready(fmt.Sprintf("%s/%d from NodeIPPool %s", a.IP, a.Prefix, a.Pool.Name)), false, nil
 }
 
 // address returns the claim's IPAddress, read from the API server (the
@@ -154,7 +154,7 @@ func (r *Reconciler) restore(ctx context.Context, claim, addr *unstructured.Unst
 	}
 	r.Recorder.Eventf(claim, nil, corev1.EventTypeWarning, capi.ReasonAddressRestored, "Restore",
 		"IPAddress %s/%s was deleted while this claim exists: it is created again with %s", a.Namespace, a.Name, a.IP)
-	return ready(capi.ReasonAllocated, fmt.Sprintf("%s/%d from NodeIPPool %s (its IPAddress is being restored)", a.IP, a.Prefix, a.Pool.Name)),
+	return ready(fmt.Sprintf("%s/%d from NodeIPPool %s (its IPAddress is being restored)", a.IP, a.Prefix, a.Pool.Name)),
 		true, nil
 }
 

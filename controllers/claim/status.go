@@ -17,8 +17,8 @@ type condition struct {
 	message string
 }
 
-func ready(reason, message string) condition {
-	return condition{typ: capi.ConditionReady, status: metav1.ConditionTrue, reason: reason, message: message}
+func ready(message string) condition {
+	return condition{typ: capi.ConditionReady, status: metav1.ConditionTrue, reason: capi.ReasonAllocated, message: message}
 }
 
 func notReady(reason, message string) condition {

@@ -17,7 +17,7 @@ func TestSetConditions(t *testing.T) {
 	t0 := time.Date(2026, 11, 26, 10, 0, 0, 0, time.UTC)
 	t1 := t0.Add(time.Minute)
 	exhausted := notReady(capi.ReasonPoolExhausted, "NodeIPPool p has no address left")
-	served := ready(capi.ReasonAllocated, "10.0.0.1/24 from NodeIPPool p")
+	served := ready("10.0.0.1/24 from NodeIPPool p")
 	for _, tc := range []struct {
 		name    string
 		version string
