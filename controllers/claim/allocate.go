@@ -61,6 +61,9 @@ func (r *Reconciler) allocate(ctx context.Context, claim *unstructured.Unstructu
 		}
 		return condition{}, false, fmt.Errorf("create IPAddress %s/%s: %w", addr.GetNamespace(), addr.GetName(), err)
 	}
+	if err := r.forgetRestore(ctx, claim); err != nil {
+		return condition{}, false, err
+	}
 	if err := setAddressRef(claim, addr.GetName()); err != nil {
 		return condition{}, false, err
 	}
@@ -73,6 +76,7 @@ func (r *Reconciler) allocate(ctx context.Context, claim *unstructured.Unstructu
 func (r *Reconciler) take(ctx context.Context, claim *unstructured.Unstructured, pool *ippoolv1.NodeIPPool) (netip.Addr, *condition, bool, error) {
 	holder, token := holderOf(claim)
 	requested := claim.GetAnnotations()[capi.RequestedAddressAnnotation]
+	restoring := claim.GetAnnotations()[capi.RestoreAnnotation]
 	var got netip.Addr
 	var refusal *condition
 	_, err := r.Pools.Update(ctx, pool.Name, func(p *ippoolv1.NodeIPPool, alloc *ippool.Allocator) (bool, error) {
@@ -83,9 +87,12 @@ func (r *Reconciler) take(ctx context.Context, claim *unstructured.Unstructured,
 				return false, nil
 			}
 		}
-		if requested != "" {
+		switch {
+		case restoring != "":
+			got, refusal = takeBack(p, alloc, restoring)
+		case requested != "":
 			got, refusal = takeRequested(p, alloc, requested)
-		} else {
+		default:
 			got, refusal = takeNext(p, alloc, holder)
 		}
 		if refusal != nil {
@@ -134,8 +141,10 @@ func unservable(pool *ippoolv1.NodeIPPool) string {
 }
 
 // takeNext takes the address the pool's rules give a claimant that is no
-// node: the lowest free one that no reservation holds for a node and that
-// is not kept for a node's return (assign.Chooser).
+// node (assign.Chooser): the lowest free one that no reservation holds for
+// a node and that is not kept for a node's return; in a pool with no
+// other address left, the one kept longest for a node's return, as a node
+// would get it.
 func takeNext(p *ippoolv1.NodeIPPool, alloc *ippool.Allocator, holder string) (netip.Addr, *condition) {
 	ch := assign.New(p, alloc)
 	t, err := ch.Take(assign.Claimant{Enactment: holder}, "")
@@ -187,6 +196,50 @@ func takeRequested(p *ippoolv1.NodeIPPool, alloc *ippool.Allocator, s string) (n
 	return ip, nil
 }
 
+// takeBack takes again the address of a claim's IPAddress being restored
+// (capi.RestoreAnnotation), whose in-flight entry is gone: its bit is set
+// still unless garbage collection freed it meanwhile; an entry of anyone
+// else refuses it.
+func takeBack(p *ippoolv1.NodeIPPool, alloc *ippool.Allocator, s string) (netip.Addr, *condition) {
+	refuse := func(why string) (netip.Addr, *condition) {
+		c := notReady(capi.ReasonAllocationFailed, fmt.Sprintf("the address %s of its deleted IPAddress %s; remove the annotation %s "+
+			"to take another one", s, why, capi.RestoreAnnotation))
+		return netip.Addr{}, &c
+	}
+	ip, err := netip.ParseAddr(s)
+	if err != nil {
+		return refuse("is not an address")
+	}
+	switch {
+	case poolstatus.InFlightOf(p, s) != nil:
+		return refuse("is being allocated to " + holderName(poolstatus.InFlightOf(p, s).Enactment, ""))
+	case poolstatus.QuarantineOf(p, s) != nil:
+		return refuse("is quarantined after its release by " + holderName(poolstatus.QuarantineOf(p, s).Enactment, poolstatus.QuarantineOf(p, s).Node))
+	case poolstatus.KeptOf(p, s) != nil:
+		return refuse("is kept for the return of node " + poolstatus.KeptOf(p, s).Node)
+	}
+	if err := alloc.AllocateIP(ip); err != nil && !errors.Is(err, ippool.ErrAllocated) {
+		return refuse(fmt.Sprintf("cannot be had from NodeIPPool %s (%v)", p.Name, err))
+	}
+	return ip, nil
+}
+
+// forgetRestore removes capi.RestoreAnnotation from a claim whose
+// IPAddress is back.
+func (r *Reconciler) forgetRestore(ctx context.Context, claim *unstructured.Unstructured) error {
+	annotations := claim.GetAnnotations()
+	if _, ok := annotations[capi.RestoreAnnotation]; !ok {
+		return nil
+	}
+	patch := client.MergeFromWithOptions(claim.DeepCopy(), client.MergeFromWithOptimisticLock{})
+	delete(annotations, capi.RestoreAnnotation)
+	claim.SetAnnotations(annotations)
+	if err := r.Client.Patch(ctx, claim, patch); err != nil {
+		return fmt.Errorf("remove %s from IPAddressClaim %s/%s: %w", capi.RestoreAnnotation, claim.GetNamespace(), claim.GetName(), err)
+	}
+	return nil
+}
+
 // holderName names the holder an entry names, for messages.
 func holderName(holder, node string) string {
 	if ns, name, ok := poolstatus.ParseClaimHolder(holder); ok {
@@ -205,7 +258,7 @@ func newAddress(version string, claim *unstructured.Unstructured, pool *ippoolv1
 	addr := capi.NewAddress(version)
 	addr.SetNamespace(claim.GetNamespace())
 	addr.SetName(claim.GetName())
-	if cluster := claim.GetLabels()[capi.ClusterNameLabel]; cluster != "" {
+	if cluster := capi.ClusterOf(claim); cluster != "" {
 		addr.SetLabels(map[string]string{capi.ClusterNameLabel: cluster})
 	}
 	addr.SetOwnerReferences([]metav1.OwnerReference{{APIVersion: claim.GetAPIVersion(), Kind: claim.GetKind(),

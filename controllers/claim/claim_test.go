@@ -292,3 +292,73 @@ func TestRangeChangeNamesClaims(t *testing.T) {
 	p.Spec.Range.Start = "10.80.8.2"
 	Expect(k.Update(ctx, &p)).To(MatchError(ContainSubstring("10.80.8.1 held by IPAddressClaim webhook/m1")))
 }
+
+// TestRestoreSurvivesARestart: a provider stopped after it let an
+// IPAddress go, its in-flight entry gone, takes the same address back from
+// the claim's restore annotation, and removes the annotation.
+func TestRestoreSurvivesARestart(t *testing.T) {
+	RegisterTestingT(t)
+	pc := startController(t)
+	createNamespace(t, "restart")
+	createPool(t, "claims-restart", ippoolv1.NodeIPPoolSpec{Range: ippoolv1.IPRange{CIDR: "10.80.9.0/24", Start: "10.80.9.1", End: "10.80.9.9"}})
+	createClaim(t, "restart", "first", "claims-restart")
+	createClaim(t, "restart", "m1", "claims-restart")
+	Eventually(addressOf("restart", "first")).Should(Equal("10.80.9.1"))
+	Eventually(addressOf("restart", "m1")).Should(Equal("10.80.9.2"))
+	Expect(pc.Stop()).To(Succeed())
+
+	// As restore leaves things when the process dies after letting go.
+	Expect(retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		c := capi.NewClaim(version)
+		if err := k.Get(ctx, types.NamespacedName{Namespace: "restart", Name: "m1"}, c); err != nil {
+			return err
+		}
+		c.SetAnnotations(map[string]string{capi.RestoreAnnotation: "10.80.9.2"})
+		return k.Update(ctx, c)
+	})).To(Succeed())
+	a, err := getAddress("restart", "m1")
+	Expect(err).NotTo(HaveOccurred())
+	a.SetFinalizers(nil)
+	Expect(k.Update(ctx, a)).To(Succeed())
+	Expect(k.Delete(ctx, a)).To(Succeed())
+	// Someone else asks meanwhile: the next free address is not the one
+	// being restored, whose bit stays set.
+	createClaim(t, "restart", "other", "claims-restart")
+
+	startController(t)
+	Eventually(addressOf("restart", "m1")).Should(Equal("10.80.9.2"))
+	Eventually(addressOf("restart", "other")).Should(Equal("10.80.9.3"))
+	Eventually(func() map[string]string {
+		c := capi.NewClaim(version)
+		_ = k.Get(ctx, types.NamespacedName{Namespace: "restart", Name: "m1"}, c)
+		return c.GetAnnotations()
+	}).ShouldNot(HaveKey(capi.RestoreAnnotation))
+}
+
+// TestOrphanedAddressReleased: the IPAddress of a claim that went without
+// its release (its finalizer removed by hand while the provider was down)
+// is released when the provider sees it: quarantined, deleted, and its
+// address freed.
+func TestOrphanedAddressReleased(t *testing.T) {
+	RegisterTestingT(t)
+	pc := startController(t)
+	createNamespace(t, "orphan")
+	createPool(t, "claims-orphan", ippoolv1.NodeIPPoolSpec{Range: ippoolv1.IPRange{CIDR: "10.80.10.0/24", Start: "10.80.10.1", End: "10.80.10.9"}})
+	createClaim(t, "orphan", "m1", "claims-orphan")
+	Eventually(addressOf("orphan", "m1")).Should(Equal("10.80.10.1"))
+	Expect(pc.Stop()).To(Succeed())
+
+	Expect(k.Delete(ctx, newClaim("orphan", "m1", "claims-orphan"))).To(Succeed())
+	Expect(retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		c := capi.NewClaim(version)
+		if err := k.Get(ctx, types.NamespacedName{Namespace: "orphan", Name: "m1"}, c); err != nil {
+			return err
+		}
+		c.SetFinalizers(nil)
+		return k.Update(ctx, c)
+	})).To(Succeed())
+
+	startController(t)
+	Eventually(func() error { _, err := getAddress("orphan", "m1"); return err }).Should(MatchError(ContainSubstring("not found")))
+	Eventually(bits("claims-orphan")).Should(BeEmpty())
+}

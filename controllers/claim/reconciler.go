@@ -49,7 +49,10 @@ type Reconciler struct {
 func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
 	claim := capi.NewClaim(r.Version)
 	if err := r.Client.Get(ctx, req.NamespacedName, claim); err != nil {
-		return ctrl.Result{}, client.IgnoreNotFound(err)
+		if apierrors.IsNotFound(err) {
+			return ctrl.Result{}, r.releaseOrphan(ctx, req.NamespacedName)
+		}
+		return ctrl.Result{}, err
 	}
 	if !capi.PoolRefOf(claim).Ours() {
 		return ctrl.Result{}, nil
@@ -131,11 +134,26 @@ func owns(claim, addr *unstructured.Unstructured) bool {
 	return a.Claim == claim.GetName() && a.Pool == capi.PoolRefOf(claim)
 }
 
-// restore puts back an IPAddress deleted while its claim lives: an
-// in-flight entry holds its address, its finalizer goes, and the next look
-// creates it again with the same address (allocate finds the entry).
+// restore puts back an IPAddress deleted while its claim lives, with the
+// same address: the address is written on the claim (RestoreAnnotation)
+// and held by an in-flight entry, the old IPAddress is let go, and, once
+// it is gone, created again as allocate creates it. A provider that
+// restarts meanwhile finds the entry, or the annotation, and takes the
+// same address back.
 func (r *Reconciler) restore(ctx context.Context, claim, addr *unstructured.Unstructured) (condition, bool, error) {
 	a := capi.AddressOf(addr)
+	if claim.GetAnnotations()[capi.RestoreAnnotation] != a.IP.String() {
+		patch := client.MergeFromWithOptions(claim.DeepCopy(), client.MergeFromWithOptimisticLock{})
+		annotations := claim.GetAnnotations()
+		if annotations == nil {
+			annotations = map[string]string{}
+		}
+		annotations[capi.RestoreAnnotation] = a.IP.String()
+		claim.SetAnnotations(annotations)
+		if err := r.Client.Patch(ctx, claim, patch); err != nil {
+			return condition{}, false, fmt.Errorf("note the address of IPAddressClaim %s/%s: %w", claim.GetNamespace(), claim.GetName(), err)
+		}
+	}
 	holder, token := holderOf(claim)
 	_, err := r.Pools.Update(ctx, a.Pool.Name, func(p *ippoolv1.NodeIPPool, alloc *ippool.Allocator) (bool, error) {
 		if e := poolstatus.InFlightOf(p, a.IP.String()); e != nil {
@@ -146,16 +164,78 @@ func (r *Reconciler) restore(ctx context.Context, claim, addr *unstructured.Unst
 			Since: now(r.Clock)})
 		return true, nil
 	})
-	if err != nil && !apierrors.IsNotFound(err) {
+	if apierrors.IsNotFound(err) {
+		// Nothing can hold the address: the IPAddress stays, terminating,
+		// and keeps its record until the pool is back or the claim goes.
+		return notReady(capi.ReasonPoolNotReady, fmt.Sprintf("IPAddress %s/%s is being deleted and NodeIPPool %s is gone: "+
+			"it cannot be restored; create the pool again, or delete the claim", a.Namespace, a.Name, a.Pool.Name)), false, nil
+	}
+	if err != nil {
 		return condition{}, false, fmt.Errorf("hold %s for IPAddressClaim %s/%s: %w", a.IP, claim.GetNamespace(), claim.GetName(), err)
 	}
 	if err := r.removeFinalizer(ctx, addr, capi.ProtectFinalizer); err != nil {
 		return condition{}, false, err
 	}
+	if gone, err := r.waitGone(ctx, addr); err != nil || !gone {
+		return condition{}, true, err
+	}
 	r.Recorder.Eventf(claim, nil, corev1.EventTypeWarning, capi.ReasonAddressRestored, "Restore",
 		"IPAddress %s/%s was deleted while this claim exists: it is created again with %s", a.Namespace, a.Name, a.IP)
-	return ready(fmt.Sprintf("%s/%d from NodeIPPool %s (its IPAddress is being restored)", a.IP, a.Prefix, a.Pool.Name)),
-		true, nil
+	return r.allocate(ctx, claim)
+}
+
+// waitGone waits, a few seconds at most, until the object addr names is
+// gone (the API server deletes it once its last finalizer goes). It
+// reports whether it is.
+func (r *Reconciler) waitGone(ctx context.Context, addr *unstructured.Unstructured) (bool, error) {
+	const step, steps = 50 * time.Millisecond, 100
+	for range steps {
+		fresh := capi.NewAddress(r.Version)
+		err := r.APIReader.Get(ctx, client.ObjectKeyFromObject(addr), fresh)
+		switch {
+		case apierrors.IsNotFound(err), err == nil && fresh.GetUID() != addr.GetUID():
+			return true, nil
+		case err != nil:
+			return false, fmt.Errorf("get IPAddress %s/%s: %w", addr.GetNamespace(), addr.GetName(), err)
+		}
+		select {
+		case <-ctx.Done():
+			return false, ctx.Err()
+		case <-r.Clock.After(step):
+		}
+	}
+	return false, nil
+}
+
+// releaseOrphan releases the IPAddress of a claim that is gone without
+// its release (its finalizer removed by hand): the garbage collector
+// deletes such an IPAddress, and its finalizer would hold it, and its
+// address, forever. The claim's absence is confirmed on the API server.
+func (r *Reconciler) releaseOrphan(ctx context.Context, key types.NamespacedName) error {
+	addr := capi.NewAddress(r.Version)
+	if err := r.APIReader.Get(ctx, key, addr); err != nil {
+		return client.IgnoreNotFound(err)
+	}
+	a := capi.AddressOf(addr)
+	if !a.Pool.Ours() || a.Claim != key.Name {
+		return nil
+	}
+	if err := r.APIReader.Get(ctx, key, capi.NewClaim(r.Version)); !apierrors.IsNotFound(err) {
+		return err // the claim exists after all (nil), or cannot be read
+	}
+	orphan := capi.NewClaim(r.Version)
+	orphan.SetNamespace(key.Namespace)
+	orphan.SetName(key.Name)
+	if err := r.quarantine(ctx, orphan, a); err != nil {
+		return err
+	}
+	if err := r.removeFinalizer(ctx, addr, capi.ProtectFinalizer); err != nil {
+		return err
+	}
+	if err := r.Client.Delete(ctx, addr); client.IgnoreNotFound(err) != nil {
+		return fmt.Errorf("delete IPAddress %s/%s: %w", addr.GetNamespace(), addr.GetName(), err)
+	}
+	return nil
 }
 
 // release quarantines the address of a claim being deleted, deletes its

@@ -209,8 +209,8 @@ func (r *Reconciler) reservedForLabels(ctx context.Context, pool *ippoolv1.NodeI
 			continue
 		}
 		for _, o := range claims[res.IP] {
-			if _, ok := out[o.Node]; ok {
-				continue
+			if _, ok := out[o.Node]; ok || o.Node == "" {
+				continue // a Cluster API claim has no node
 			}
 			if n, err := nodemeta.Get(ctx, r.Client, o.Node); err == nil {
 				out[o.Node] = n.Labels

@@ -43,9 +43,12 @@ func reservationsOf(pool *ippoolv1.NodeIPPool, alloc *ippool.Allocator, claims p
 			if res.Matches(o.Node, o.Policy, func() map[string]string { return nodeLabels(o.Node) }) {
 				continue
 			}
-			conflicts = append(conflicts, fmt.Sprintf(
-				"%s is reserved for %s but held by node %s (enactment %s); to move it, run: kubectl annotate nnce %s %s=%s",
-				res.IP, res.Describe(), o.Node, o.Enactment, o.Enactment, ippoolv1.ResetIPPoolAnnotation, pool.Name))
+			holder := fmt.Sprintf("node %s (enactment %s)", o.Node, o.Enactment)
+			if _, _, claim := poolstatus.ParseClaimHolder(o.Enactment); claim {
+				holder = o.Describe(pool.Name)
+			}
+			conflicts = append(conflicts, fmt.Sprintf("%s is reserved for %s but held by %s; to move it, run: %s",
+				res.IP, res.Describe(), holder, o.Remedy(pool.Name)))
 		}
 	}
 	if len(conflicts) > 0 {
@@ -71,7 +74,7 @@ func unheld(pool *ippoolv1.NodeIPPool, alloc *ippool.Allocator, valid []assign.R
 	byNode := map[string][]held{}
 	for ip, owners := range claims {
 		for _, o := range owners {
-			if o.Pool == pool.Name {
+			if o.Pool == pool.Name && o.Node != "" {
 				byNode[o.Node] = append(byNode[o.Node], held{o, ip})
 			}
 		}

@@ -51,6 +51,10 @@ const (
 	// ClusterNameLabel names a claim's Cluster when spec.clusterName does
 	// not.
 	ClusterNameLabel = "cluster.x-k8s.io/cluster-name"
+	// RestoreAnnotation on a claim holds the address of its IPAddress
+	// while that IPAddress is deleted and created again: a provider that
+	// restarts meanwhile takes the same address back.
+	RestoreAnnotation = "nmstate.io/ippool-restore-address"
 	// RequestedAddressAnnotation asks for one address of the pool, as
 	// metal3's IP address manager honours it on IPAddressClaims.
 	RequestedAddressAnnotation = "ipAddress"

@@ -102,6 +102,16 @@ func ParseClaimHolder(holder string) (namespace, name string, ok bool) {
 	return strings.Cut(rest, "/")
 }
 
+// Remedy is the command that takes the address from this holder, for a
+// message about pool: reset an enactment's record, or delete a claim
+// (whose infrastructure provider asks again).
+func (o Owner) Remedy(pool string) string {
+	if ns, name, ok := ParseClaimHolder(o.Enactment); ok {
+		return fmt.Sprintf("kubectl -n %s delete ipaddressclaim %s", ns, name)
+	}
+	return fmt.Sprintf("kubectl annotate nnce %s %s=%s", o.Enactment, ippoolv1.ResetIPPoolAnnotation, cmp.Or(o.Pool, pool))
+}
+
 // Claims maps every address that enactments record on one pool to its
 // owners, sorted by enactment.
 type Claims map[netip.Addr][]Owner
@@ -296,6 +306,5 @@ func CollisionMessage(pool string, claims Claims, collisions []netip.Addr) strin
 	}
 	last := claims[collisions[len(collisions)-1]]
 	holder := last[len(last)-1]
-	return strings.Join(parts, "; ") + fmt.Sprintf("; reset all but one holder, e.g. kubectl annotate nnce %s %s=%s",
-		holder.Enactment, ippoolv1.ResetIPPoolAnnotation, cmp.Or(holder.Pool, pool))
+	return strings.Join(parts, "; ") + "; reset all but one holder, e.g. " + holder.Remedy(pool)
 }
