@@ -29,10 +29,14 @@ const grace = 3 * time.Second
 // since envtest serves them without Cluster API's conversion webhook.
 const version = "v1beta2"
 
+// defaultTimeout is the suite's Eventually timeout.
+const defaultTimeout = 45 * time.Second
+
 var (
-	env *envtest.Env
-	k   client.Client
-	ctx = context.Background()
+	env    *envtest.Env
+	k      client.Client
+	simBin string
+	ctx    = context.Background()
 )
 
 // TestMain runs the package on a control plane with Cluster API's IPAM and
@@ -40,15 +44,15 @@ var (
 // webhook served as the pool controller serves it.
 func TestMain(m *testing.M) {
 	os.Exit(envtest.RunWith(m, []envtest.Option{envtest.WithWebhook(), envtest.WithClusterAPI()}, func(s *envtest.Suite) {
-		env, k = s.Env, s.Client
+		env, k, simBin = s.Env, s.Client, s.Command("nmstatectl-sim")
 		if _, err := env.StartWebhook(); err != nil {
 			panic(err) // the suite cannot run without it
 		}
-	}))
+	}, "nmstatectl-sim"))
 }
 
 func init() {
-	SetDefaultEventuallyTimeout(45 * time.Second)
+	SetDefaultEventuallyTimeout(defaultTimeout)
 	SetDefaultEventuallyPollingInterval(100 * time.Millisecond)
 }
 

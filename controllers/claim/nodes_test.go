@@ -1,0 +1,114 @@
+package claim_test
+
+import (
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/nmstate/kubernetes-nmstate/api/shared"
+	nmstatev1 "github.com/nmstate/kubernetes-nmstate/api/v1"
+	. "github.com/onsi/gomega"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+
+	ippoolv1 "github.com/nmstate-ippool/nmstate-ippool/api/v1"
+	nncev1beta1 "github.com/nmstate-ippool/nmstate-ippool/api/v1beta1"
+	"github.com/nmstate-ippool/nmstate-ippool/internal/capi"
+	"github.com/nmstate-ippool/nmstate-ippool/test/envtest"
+)
+
+// TestNodesAndClaimsRace: real handlers of a pooled policy and claims ask
+// one small pool at once; every address goes to one holder, the bitmap
+// holds exactly the addresses handed out, and a released claim's address
+// goes to a node that joins later only once nothing carries it.
+func TestNodesAndClaimsRace(t *testing.T) {
+	RegisterTestingT(t)
+	startController(t)
+	createNamespace(t, "race")
+	createPool(t, "claims-race", ippoolv1.NodeIPPoolSpec{Range: ippoolv1.IPRange{CIDR: "10.81.0.0/24", Start: "10.81.0.1", End: "10.81.0.10"}})
+	dir := t.TempDir()
+	const nodes, claims = 5, 5
+	holders := func() map[string][]string {
+		out := map[string][]string{}
+		for i := range nodes + 1 {
+			var e nncev1beta1.NodeNetworkConfigurationEnactment
+			name := fmt.Sprintf("race%02d.race", i+1)
+			if k.Get(ctx, types.NamespacedName{Name: name}, &e) == nil {
+				for _, ip := range e.Status.IPPool["claims-race"].Allocated {
+					out[ip] = append(out[ip], name)
+				}
+			}
+		}
+		for i := range claims {
+			if a, err := getAddress("race", fmt.Sprintf("m%d", i+1)); err == nil {
+				ip := capi.AddressOf(a).IP.String()
+				out[ip] = append(out[ip], fmt.Sprintf("claim m%d", i+1))
+			}
+		}
+		return out
+	}
+	for i := range nodes {
+		addNode(t, dir, fmt.Sprintf("race%02d", i+1))
+	}
+	policy := &nmstatev1.NodeNetworkConfigurationPolicy{ObjectMeta: metav1.ObjectMeta{Name: "race"}}
+	policy.Spec.NodeSelector = map[string]string{"role": "race"}
+	policy.Spec.Capture = map[string]string{"addr": "ippool.claims-race.allocate"}
+	policy.Spec.DesiredState = shared.NewState(envtest.OneAddressState)
+	Expect(k.Create(ctx, policy)).To(Succeed())
+	t.Cleanup(func() { _ = k.Delete(ctx, policy) })
+	for i := range claims {
+		createClaim(t, "race", fmt.Sprintf("m%d", i+1), "claims-race")
+	}
+
+	Eventually(func() int { return len(holders()) }, 2*defaultTimeout).Should(Equal(nodes + claims))
+	all := holders()
+	for ip, who := range all {
+		Expect(who).To(HaveLen(1), "%s is held by %v", ip, who)
+	}
+	var ips []string
+	for ip := range all {
+		ips = append(ips, ip)
+	}
+	Eventually(bits("claims-race")).Should(ConsistOf(ips))
+	Expect(available("claims-race")()).To(HavePrefix("True"))
+
+	// Claim m1's machine joined as node racemachine, whose state shows its
+	// address; the claim is deleted while the pool is full.
+	released := addressOf("race", "m1")()
+	publishState(t, "racemachine", fmt.Sprintf(`{"interfaces":[{"name":"eth0","ipv4":{"address":[{"ip":%q,"prefix-length":24}]}}]}`, released),
+		time.Now())
+	machine := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "racemachine"}}
+	Expect(k.Create(ctx, machine)).To(Succeed())
+	t.Cleanup(func() { _ = k.Delete(ctx, machine) })
+	Expect(k.Delete(ctx, newClaim("race", "m1", "claims-race"))).To(Succeed())
+	Eventually(quarantined("claims-race")).Should(Equal([]string{released + " racemachine"}))
+
+	// A node that joins is not given the address while the machine carries it.
+	addNode(t, dir, "race06")
+	Eventually(func() string {
+		var e nncev1beta1.NodeNetworkConfigurationEnactment
+		if err := k.Get(ctx, types.NamespacedName{Name: "race06.race"}, &e); err != nil {
+			return err.Error()
+		}
+		return e.Status.WaitingForIPPool
+	}).Should(Equal("claims-race"))
+	Consistently(func() []string { return holders()[released] }, 2*grace).Should(BeEmpty())
+
+	// The machine shows the address gone: the node gets it.
+	publishState(t, "racemachine", `{"interfaces":[{"name":"eth0"}]}`, time.Now().Add(time.Minute))
+	Eventually(func() []string { return holders()[released] }).Should(Equal([]string{"race06.race"}))
+}
+
+// addNode creates a Node labelled role=race and starts its handler.
+func addNode(t *testing.T, dir, name string) {
+	t.Helper()
+	node := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: name, Labels: map[string]string{"role": "race"}}}
+	Expect(k.Create(ctx, node)).To(Succeed())
+	nd := envtest.NewNode(name, dir, simBin)
+	Expect(nd.Start(env)).To(Succeed())
+	t.Cleanup(func() {
+		_ = nd.Stop()
+		_ = k.Delete(ctx, node)
+	})
+}
