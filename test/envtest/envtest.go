@@ -10,6 +10,9 @@ import (
 	"runtime"
 	"time"
 
+	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
+	"sigs.k8s.io/yaml"
+
 	k8sruntime "k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/rest"
 	ctrl "sigs.k8s.io/controller-runtime"
@@ -74,6 +77,13 @@ const ClusterAPIModule = "sigs.k8s.io/cluster-api@v1.14.2"
 // without Cluster API's conversion webhook: use their storage version,
 // v1beta2.
 func WithClusterAPI() Option {
+	return WithClusterAPIAt("v1beta2")
+}
+
+// WithClusterAPIAt is WithClusterAPI as an older Cluster API release
+// serves the CRDs: storage is their storage version, and no later version
+// is served (v1beta1: as Cluster API up to 1.10 serves them).
+func WithClusterAPIAt(storage string) Option {
 	return func(env *envtest.Environment) error {
 		out, err := exec.Command("go", "mod", "download", "-json", ClusterAPIModule).Output()
 		if err != nil {
@@ -85,10 +95,39 @@ func WithClusterAPI() Option {
 		}
 		bases := filepath.Join(mod.Dir, "core", "config", "crd", "bases")
 		for _, f := range []string{"ipam.cluster.x-k8s.io_ipaddressclaims.yaml", "ipam.cluster.x-k8s.io_ipaddresses.yaml", "cluster.x-k8s.io_clusters.yaml"} {
-			env.CRDInstallOptions.Paths = append(env.CRDInstallOptions.Paths, filepath.Join(bases, f))
+			data, err := os.ReadFile(filepath.Join(bases, f))
+			if err != nil {
+				return err
+			}
+			var crd apiextensionsv1.CustomResourceDefinition
+			if err := yaml.Unmarshal(data, &crd); err != nil {
+				return fmt.Errorf("read %s: %w", f, err)
+			}
+			if err := servedUpTo(&crd, storage); err != nil {
+				return fmt.Errorf("%s: %w", f, err)
+			}
+			env.CRDInstallOptions.CRDs = append(env.CRDInstallOptions.CRDs, &crd)
 		}
 		return nil
 	}
+}
+
+// servedUpTo makes storage the CRD's storage version and serves no version
+// listed after it.
+func servedUpTo(crd *apiextensionsv1.CustomResourceDefinition, storage string) error {
+	found := false
+	for i := range crd.Spec.Versions {
+		v := &crd.Spec.Versions[i]
+		v.Storage = v.Name == storage
+		if found {
+			v.Served = false
+		}
+		found = found || v.Storage
+	}
+	if !found {
+		return fmt.Errorf("no version %s", storage)
+	}
+	return nil
 }
 
 // Start starts etcd and kube-apiserver and installs the CRDs of deploy/crd.
