@@ -211,6 +211,10 @@ func (in *inspected) problems() []string {
 	holders := func(ip netip.Addr) string {
 		names := make([]string, 0, len(in.claims[ip]))
 		for _, o := range in.claims[ip] {
+			if ns, name, claim := poolstatus.ParseClaimHolder(o.Enactment); claim {
+				names = append(names, "IPAddressClaim "+ns+"/"+name)
+				continue
+			}
 			names = append(names, o.Enactment)
 		}
 		return strings.Join(names, " and ")

@@ -89,7 +89,11 @@ func (p printer) detail(d poolDetail) error {
 			continue
 		}
 		for _, h := range holdersOrNone(a.Holders) {
-			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\n", dash(a.Offset), a.IP, a.State, dash(h.Node), dash(h.Interface), dash(h.Policy), dash(h.Capture))
+			policy := dash(h.Policy)
+			if ns, name, claim := poolstatus.ParseClaimHolder(h.Enactment); claim {
+				policy = "IPAddressClaim " + ns + "/" + name // no node, no policy: a Cluster API claim
+			}
+			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\n", dash(a.Offset), a.IP, a.State, dash(h.Node), dash(h.Interface), policy, dash(h.Capture))
 		}
 	}
 	if err := tw.Flush(); err != nil {
@@ -141,6 +145,10 @@ func (p printer) decoded(pool string, a addressRow) error {
 	}
 	held := make([]string, 0, len(a.Holders))
 	for _, h := range a.Holders {
+		if ns, name, claim := poolstatus.ParseClaimHolder(h.Enactment); claim {
+			held = append(held, fmt.Sprintf("IPAddressClaim %s/%s (its IPAddress %s/%s)", ns, name, ns, name))
+			continue
+		}
 		held = append(held, fmt.Sprintf("node %s on %s (enactment %s, policy %s, capture %s)",
 			dash(h.Node), dash(h.Interface), h.Enactment, dash(h.Policy), dash(h.Capture)))
 	}

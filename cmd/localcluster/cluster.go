@@ -50,6 +50,8 @@ type cluster struct {
 	// empty) or "upstream", kubernetes-nmstate's (up --handler upstream,
 	// handler use).
 	Handler string `json:"handler,omitempty"`
+	// ExtraCRDs are the CRD files up --crd installed.
+	ExtraCRDs []string `json:"extraCRDs,omitempty"`
 	// PeerHandler is the kubernetes-nmstate handler's binary (make
 	// peer-handler).
 	PeerHandler string `json:"peerHandler,omitempty"`

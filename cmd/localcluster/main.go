@@ -146,6 +146,10 @@ func cmdUp(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs.StringVar(&o.handler, "handler", handlerOurs, "the simulated nodes' handler: ours, or upstream (kubernetes-nmstate's, from make peer-handler)")
 	fs.StringVar(&o.peerHandler, "peer-handler", "", "kubernetes-nmstate's handler binary (default BIN/kubernetes-nmstate-handler)")
 	fs.StringVar(&o.images, "images", "", "with --kubelets, directory of the image tarballs of make images-local (default BIN/images)")
+	fs.Func("crd", "a CRD file to install before the controllers start, e.g. Cluster API's IPAM CRDs (repeatable)", func(path string) error {
+		o.crds = append(o.crds, path)
+		return nil
+	})
 	if _, err := cli.Parse(fs, args, 0, 0); err != nil {
 		return err
 	}

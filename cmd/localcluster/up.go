@@ -17,6 +17,8 @@ import (
 	"syscall"
 	"time"
 
+	"sigs.k8s.io/yaml"
+
 	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/types"
@@ -37,6 +39,10 @@ type upOptions struct {
 	handler          string
 	peerHandler      string
 	retries          int // -1: the handlers' default
+	// crds are CRD files installed with ours before any controller starts
+	// (Cluster API's IPAM CRDs, whose claims the pool controller serves
+	// only when they are there at its start).
+	crds []string
 }
 
 // up starts a local cluster and leaves it running. If a step fails, it
@@ -47,7 +53,7 @@ func up(ctx context.Context, o upOptions, out io.Writer) error {
 	}
 	c := &cluster{dir: o.dir, Bin: o.bin, Assets: o.assets, GracePeriod: o.gracePeriod.String(),
 		QuarantinePeriod: o.quarantine.String(), Controllers: o.controllers, Processes: map[string]*process{},
-		Handler: o.handler, PeerHandler: o.peerHandler}
+		Handler: o.handler, PeerHandler: o.peerHandler, ExtraCRDs: o.crds}
 	if o.retries >= 0 {
 		c.Retries = &o.retries
 	}
@@ -308,7 +314,24 @@ func adminProbe(keys pki, url string) (func(context.Context) error, error) {
 	return statusOK(hc, url), nil
 }
 
-// installCRDs creates the CRDs of deploy/crd and waits until they serve.
+// readCRD reads one CRD from a YAML file.
+func readCRD(path string) (*apiextensionsv1.CustomResourceDefinition, error) {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return nil, fmt.Errorf("read CRD: %w", err)
+	}
+	var crd apiextensionsv1.CustomResourceDefinition
+	if err := yaml.UnmarshalStrict(data, &crd); err != nil {
+		return nil, fmt.Errorf("read CRD %s: %w", path, err)
+	}
+	if crd.Kind != "CustomResourceDefinition" {
+		return nil, fmt.Errorf("%s is a %q, not a CustomResourceDefinition", path, crd.Kind)
+	}
+	return &crd, nil
+}
+
+// installCRDs creates the CRDs of deploy/crd, and those of up --crd, and
+// waits until they serve.
 func (c *cluster) installCRDs(ctx context.Context) error {
 	k, err := c.client()
 	if err != nil {
@@ -317,6 +340,13 @@ func (c *cluster) installCRDs(ctx context.Context) error {
 	crds, err := deploy.CRDs()
 	if err != nil {
 		return err
+	}
+	for _, path := range c.ExtraCRDs {
+		crd, err := readCRD(path)
+		if err != nil {
+			return err
+		}
+		crds = append(crds, crd)
 	}
 	for _, crd := range crds {
 		if err := k.Create(ctx, crd); err != nil && !apierrors.IsAlreadyExists(err) {

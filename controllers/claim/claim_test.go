@@ -160,11 +160,14 @@ func TestPausedClaims(t *testing.T) {
 	createClaim(t, "paused", "annotated", "claims-paused", func(u *unstructured.Unstructured) {
 		u.SetAnnotations(map[string]string{capi.PausedAnnotation: ""})
 	})
-	for _, name := range []string{"of-cluster", "annotated"} {
-		Eventually(condition("paused", name, capi.ConditionPaused)).Should(HavePrefix("True Paused"))
-		Expect(readiness("paused", name)()).To(Equal("no Ready condition"))
+	for name, why := range map[string]string{"of-cluster": "Cluster c1 has spec.paused", "annotated": "annotation cluster.x-k8s.io/paused on the claim"} {
+		Eventually(condition("paused", name, capi.ConditionPaused)).Should(Equal("True Paused: Paused by the " + why + ": the claim is left as it is"))
+		Expect(readiness("paused", name)()).To(Equal("False Paused: The claim is paused (" + why + "): it is served once it is unpaused"))
 		_, err := getAddress("paused", name)
 		Expect(err).To(MatchError(ContainSubstring("not found")))
+		c := capi.NewClaim(version)
+		Expect(k.Get(ctx, types.NamespacedName{Namespace: "paused", Name: name}, c)).To(Succeed())
+		Expect(c.GetFinalizers()).To(BeEmpty(), "a paused claim is left alone")
 	}
 
 	Expect(retry.RetryOnConflict(retry.DefaultRetry, func() error {
@@ -175,6 +178,7 @@ func TestPausedClaims(t *testing.T) {
 		return k.Update(ctx, cluster)
 	})).To(Succeed())
 	Eventually(addressOf("paused", "of-cluster")).Should(Equal("10.80.4.1"))
+	Eventually(readiness("paused", "of-cluster")).Should(HavePrefix("True AddressAllocated"))
 	Expect(condition("paused", "of-cluster", capi.ConditionPaused)()).To(HavePrefix("False NotPaused"))
 	_, err := getAddress("paused", "annotated")
 	Expect(err).To(MatchError(ContainSubstring("not found")), "still paused by its annotation")

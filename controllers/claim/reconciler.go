@@ -57,12 +57,17 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 	if !capi.PoolRefOf(claim).Ours() {
 		return ctrl.Result{}, nil
 	}
-	isPaused, err := r.paused(ctx, claim)
+	why, err := r.paused(ctx, claim)
 	if err != nil {
 		return ctrl.Result{}, err
 	}
-	if isPaused {
-		return ctrl.Result{}, r.writeStatus(ctx, claim, paused(true))
+	if why != "" {
+		cs := []condition{paused(why)}
+		if ref, _, _ := unstructured.NestedString(claim.Object, "status", "addressRef", "name"); ref == "" {
+			// Not served yet: Ready says why.
+			cs = append(cs, notReady(capi.ReasonPaused, "The claim is paused ("+why+"): it is served once it is unpaused"))
+		}
+		return ctrl.Result{}, r.writeStatus(ctx, claim, cs...)
 	}
 	if claim.GetDeletionTimestamp() != nil {
 		return ctrl.Result{}, r.release(ctx, claim)
@@ -78,7 +83,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 	if err != nil {
 		return ctrl.Result{}, err
 	}
-	if err := r.writeStatus(ctx, claim, paused(false), c); err != nil {
+	if err := r.writeStatus(ctx, claim, paused(""), c); err != nil {
 		return ctrl.Result{}, err
 	}
 	if requeue {
@@ -329,27 +334,30 @@ func errRetry(err error) error {
 	return err
 }
 
-// paused reports whether the claim or its Cluster is paused.
-func (r *Reconciler) paused(ctx context.Context, claim *unstructured.Unstructured) (bool, error) {
+// paused says why the claim is paused (its annotation, or its Cluster's
+// spec.paused), or "".
+func (r *Reconciler) paused(ctx context.Context, claim *unstructured.Unstructured) (string, error) {
 	if _, ok := claim.GetAnnotations()[capi.PausedAnnotation]; ok {
-		return true, nil
+		return "annotation " + capi.PausedAnnotation + " on the claim", nil
 	}
 	name := capi.ClusterOf(claim)
 	if name == "" || r.ClusterVersion == "" {
-		return false, nil
+		return "", nil
 	}
 	cluster := &unstructured.Unstructured{}
-	cluster.SetGroupVersionKind(capi.ClusterGVK.GroupVersion().WithKind("Cluster"))
 	cluster.SetAPIVersion(capi.ClusterGVK.Group + "/" + r.ClusterVersion)
+	cluster.SetKind("Cluster")
 	err := r.Client.Get(ctx, types.NamespacedName{Namespace: claim.GetNamespace(), Name: name}, cluster)
 	switch {
 	case apierrors.IsNotFound(err):
-		return false, nil
+		return "", nil
 	case err != nil:
-		return false, fmt.Errorf("get Cluster %s/%s: %w", claim.GetNamespace(), name, err)
+		return "", fmt.Errorf("get Cluster %s/%s: %w", claim.GetNamespace(), name, err)
 	}
-	p, _, _ := unstructured.NestedBool(cluster.Object, "spec", "paused")
-	return p, nil
+	if p, _, _ := unstructured.NestedBool(cluster.Object, "spec", "paused"); p {
+		return "Cluster " + name + " has spec.paused", nil
+	}
+	return "", nil
 }
 
 // holderOf names the claim where entries name their holder, and its token.

@@ -25,10 +25,12 @@ func notReady(reason, message string) condition {
 	return condition{typ: capi.ConditionReady, status: metav1.ConditionFalse, reason: reason, message: message}
 }
 
-func paused(is bool) condition {
-	if is {
+// paused is the Paused condition of a claim paused for why, or not
+// paused when why is "".
+func paused(why string) condition {
+	if why != "" {
 		return condition{typ: capi.ConditionPaused, status: metav1.ConditionTrue, reason: capi.ReasonPaused,
-			message: "The claim or its Cluster is paused: it is left as it is"}
+			message: "Paused by the " + why + ": the claim is left as it is"}
 	}
 	return condition{typ: capi.ConditionPaused, status: metav1.ConditionFalse, reason: capi.ReasonNotPaused}
 }

@@ -2,7 +2,8 @@
 // kube-apiserver, two pool controller replicas with leader election, one
 // handler per node) under seeded
 // random faults, samples every node's network all along, and fails on any
-// address carried by two NICs at once. After the faults, every node must
+// address carried by two NICs at once, or carried by a NIC while a
+// Cluster API claim of the same pool holds it. After the faults, every node must
 // hold its addresses within a minute and the pools must agree with the
 // enactments.
 //
@@ -63,6 +64,10 @@ const (
 	// skewedNodes run their handlers with clocks an hour off, one ahead
 	// and one behind.
 	skewedNodes = 2
+	// claims Cluster API IPAddressClaims of chaos-v4, in claimsNamespace,
+	// share the pool with the nodes all along.
+	claims          = 6
+	claimsNamespace = "chaos-claims"
 )
 
 // cluster is the local cluster under test.
@@ -82,6 +87,8 @@ type cluster struct {
 	orphans nodeSet
 	// target names what the last fault hit, for the log.
 	target string
+	// claimsMade numbers the claims created.
+	claimsMade int
 }
 
 // undo is something a fault does again later.
@@ -128,6 +135,7 @@ func TestChaos(t *testing.T) {
 	}
 	Expect(converged).To(BeTrue(), "every node holds its addresses within a minute once the faults are undone (seed %d): %v", seed, c.unconverged())
 	t.Logf("converged %s after the last fault", time.Since(last).Round(time.Second))
+	Eventually(c.claimsServed, time.Minute).Should(Succeed(), "every claim has its address once the faults are undone (seed %d)", seed)
 	Eventually(c.check, grace+quarantine+time.Minute).Should(Succeed(), "the pools agree with the enactments, no leak (seed %d)", seed)
 	Eventually(c.quarantined, time.Minute).Should(BeEmpty(), "every quarantine is lifted on evidence once every node is up (seed %d)", seed)
 	t.Logf("releases: %s", c.releases())
@@ -139,8 +147,14 @@ func start(t *testing.T, seed uint64) *cluster {
 	c := &cluster{t: t, bin: filepath.Join(root, "bin"), dir: filepath.Join(root, "cluster"), ctx: context.Background(),
 		next: *nodes + 1, undo: map[string]*undo{}, orphans: nodeSet{m: map[string]bool{}}}
 	Expect(envtest.BuildCommands(c.bin, "handler", "pool-controller", "nmstatectl-sim", "localcluster", "kubectl-nodeippool")).To(Succeed())
-	c.run("up", "--nodes", fmt.Sprint(*nodes), "--bin", c.bin, "--assets", envtest.AssetsDir(),
-		"--gc-grace-period", grace.String(), "--quarantine-period", quarantine.String(), "--controllers", "2")
+	args := []string{"up", "--nodes", fmt.Sprint(*nodes), "--bin", c.bin, "--assets", envtest.AssetsDir(),
+		"--gc-grace-period", grace.String(), "--quarantine-period", quarantine.String(), "--controllers", "2"}
+	crds, err := envtest.ClusterAPICRDFiles()
+	Expect(err).NotTo(HaveOccurred())
+	for _, crd := range crds {
+		args = append(args, "--crd", crd)
+	}
+	c.run(args...)
 	t.Cleanup(func() {
 		c.undoDue(true)
 		if t.Failed() {
@@ -152,7 +166,6 @@ func start(t *testing.T, seed uint64) *cluster {
 		}
 		c.run("down")
 	})
-	var err error
 	c.k, err = envtest.LocalClusterClient(c.dir)
 	Expect(err).NotTo(HaveOccurred())
 	for i := range skewedNodes {
@@ -180,6 +193,10 @@ func (c *cluster) setUp() {
 			Spec: ippoolv1.NodeIPPoolSpec{Range: ippoolv1.IPRange{CIDR: cidr}}})).To(Succeed())
 	}
 	Expect(c.k.Create(c.ctx, chaosPolicy(true))).To(Succeed())
+	Expect(c.k.Create(c.ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: claimsNamespace}})).To(Succeed())
+	for range claims {
+		Expect(c.createClaim()).To(BeTrue())
+	}
 }
 
 // v4OnlyState is TwoFamiliesState without its IPv6 part.
@@ -405,8 +422,13 @@ func (c *cluster) sample() *sampler {
 			// is read: a removed node's network is gone with it. A node
 			// whose Node was deleted while its handler runs counts: its
 			// machine is still there.
+			// A claim's address counts only if the same IPAddress holds it
+			// before and after the networks are read.
+			before := c.claimAddresses()
 			nets := c.networks(c.machines())
+			after := c.claimAddresses()
 			found := onTwoNICs(nets, c.machines())
+			found = append(found, claimedAndCarried(before, after, nets, c.machines())...)
 			s.mu.Lock()
 			s.samples++
 			for _, d := range found {

@@ -30,6 +30,8 @@ type fault struct {
 }
 
 var faults = []fault{
+	{"claim deleted, another created", func(c *cluster, rng *rand.Rand) bool { return c.replaceClaim(rng) }},
+	{"claim's IPAddress deleted", func(c *cluster, rng *rand.Rand) bool { return c.deleteAddress(rng) }},
 	{"handler kill -9 and restart", func(c *cluster, rng *rand.Rand) bool {
 		node := c.pick(rng)
 		return node != "" && c.try("node", "restart", node, "--crash")

@@ -85,17 +85,12 @@ func WithClusterAPI() Option {
 // is served (v1beta1: as Cluster API up to 1.10 serves them).
 func WithClusterAPIAt(storage string) Option {
 	return func(env *envtest.Environment) error {
-		out, err := exec.Command("go", "mod", "download", "-json", ClusterAPIModule).Output()
+		files, err := ClusterAPICRDFiles()
 		if err != nil {
-			return fmt.Errorf("download %s for its CRDs: %w", ClusterAPIModule, err)
+			return err
 		}
-		var mod struct{ Dir string }
-		if err := json.Unmarshal(out, &mod); err != nil || mod.Dir == "" {
-			return fmt.Errorf("download %s: no module directory in %q", ClusterAPIModule, out)
-		}
-		bases := filepath.Join(mod.Dir, "core", "config", "crd", "bases")
-		for _, f := range []string{"ipam.cluster.x-k8s.io_ipaddressclaims.yaml", "ipam.cluster.x-k8s.io_ipaddresses.yaml", "cluster.x-k8s.io_clusters.yaml"} {
-			data, err := os.ReadFile(filepath.Join(bases, f))
+		for _, f := range files {
+			data, err := os.ReadFile(f)
 			if err != nil {
 				return err
 			}
@@ -110,6 +105,26 @@ func WithClusterAPIAt(storage string) Option {
 		}
 		return nil
 	}
+}
+
+// ClusterAPICRDFiles returns the files of Cluster API's IPAddressClaim,
+// IPAddress and Cluster CRDs in the module cache, downloading the module
+// through the Go module proxy first if needed.
+func ClusterAPICRDFiles() ([]string, error) {
+	out, err := exec.Command("go", "mod", "download", "-json", ClusterAPIModule).Output()
+	if err != nil {
+		return nil, fmt.Errorf("download %s for its CRDs: %w", ClusterAPIModule, err)
+	}
+	var mod struct{ Dir string }
+	if err := json.Unmarshal(out, &mod); err != nil || mod.Dir == "" {
+		return nil, fmt.Errorf("download %s: no module directory in %q", ClusterAPIModule, out)
+	}
+	bases := filepath.Join(mod.Dir, "core", "config", "crd", "bases")
+	var files []string
+	for _, f := range []string{"ipam.cluster.x-k8s.io_ipaddressclaims.yaml", "ipam.cluster.x-k8s.io_ipaddresses.yaml", "cluster.x-k8s.io_clusters.yaml"} {
+		files = append(files, filepath.Join(bases, f))
+	}
+	return files, nil
 }
 
 // servedUpTo makes storage the CRD's storage version and serves no version
