@@ -366,3 +366,20 @@ func TestOrphanedAddressReleased(t *testing.T) {
 	Eventually(func() error { _, err := getAddress("orphan", "m1"); return err }).Should(MatchError(ContainSubstring("not found")))
 	Eventually(bits("claims-orphan")).Should(BeEmpty())
 }
+
+// TestIPv6Claim: a claim of an IPv6 pool gets its address with the
+// pool's prefix length, and the next claim the next address.
+func TestIPv6Claim(t *testing.T) {
+	RegisterTestingT(t)
+	startController(t)
+	createNamespace(t, "six")
+	createPool(t, "claims-six", ippoolv1.NodeIPPoolSpec{Range: ippoolv1.IPRange{CIDR: "fd00:80::/64", Start: "fd00:80::10"}, Gateway: "fd00:80::1"})
+	createClaim(t, "six", "m1", "claims-six")
+	createClaim(t, "six", "m2", "claims-six")
+	Eventually(readiness("six", "m1")).Should(Equal("True AddressAllocated: fd00:80::10/64 from NodeIPPool claims-six"))
+	Eventually(addressOf("six", "m2")).Should(Equal("fd00:80::11"))
+	a, err := getAddress("six", "m1")
+	Expect(err).NotTo(HaveOccurred())
+	Expect(a.Object["spec"]).To(HaveKeyWithValue("prefix", int64(64)))
+	Expect(a.Object["spec"]).To(HaveKeyWithValue("gateway", "fd00:80::1"))
+}
