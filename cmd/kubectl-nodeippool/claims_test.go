@@ -2,13 +2,11 @@ package main
 
 import (
 	"context"
-	"path/filepath"
 	"strings"
 	"testing"
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	ippoolv1 "github.com/nmstate-ippool/nmstate-ippool/api/v1"
 	"github.com/nmstate-ippool/nmstate-ippool/internal/capi"
@@ -19,19 +17,7 @@ import (
 // the claim, check counts it as a record (its bit set: agreed; its bit
 // cleared: missing, naming the claim).
 func TestClaimsInShowAndCheck(t *testing.T) {
-	env, err := envtest.Start(envtest.WithClusterAPI())
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = env.Stop() })
-	kubeconfig := filepath.Join(t.TempDir(), "kubeconfig")
-	if err := env.Kubeconfig(kubeconfig); err != nil {
-		t.Fatal(err)
-	}
-	k, err := client.New(env.Config, client.Options{Scheme: env.Scheme})
-	if err != nil {
-		t.Fatal(err)
-	}
+	k, kubeconfig := cluster(t, envtest.WithClusterAPI())
 	ctx := context.Background()
 	pool(t, k, "prov", ippoolv1.IPRange{CIDR: "192.0.2.0/24", Start: "192.0.2.10", End: "192.0.2.20"}, "192.0.2.10")
 	if err := k.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "cluster-a"}}); err != nil {

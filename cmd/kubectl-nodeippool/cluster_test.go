@@ -22,11 +22,11 @@ import (
 	"github.com/nmstate-ippool/nmstate-ippool/test/envtest"
 )
 
-// cluster starts an API server and returns a client and a kubeconfig for
-// the plugin.
-func cluster(t *testing.T) (client.Client, string) {
+// cluster starts an API server, with opts, and returns a client and a
+// kubeconfig for the plugin.
+func cluster(t *testing.T, opts ...envtest.Option) (client.Client, string) {
 	t.Helper()
-	env, err := envtest.Start()
+	env, err := envtest.Start(opts...)
 	if err != nil {
 		t.Fatal(err)
 	}
