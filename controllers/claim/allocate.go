@@ -56,9 +56,7 @@ func (r *Reconciler) allocate(ctx context.Context, claim *unstructured.Unstructu
 	}
 	addr := newAddress(r.Version, claim, &pool, rng, got)
 	if err := r.Client.Create(ctx, addr); err != nil {
-		if apierrors.IsAlreadyExists(err) {
-			return notReady(capi.ReasonPoolNotReady, "its IPAddress is being replaced"), true, nil
-		}
+		// AlreadyExists too: created meanwhile; the next pass reads it.
 		return condition{}, false, fmt.Errorf("create IPAddress %s/%s: %w", addr.GetNamespace(), addr.GetName(), err)
 	}
 	if err := r.forgetRestore(ctx, claim); err != nil {
@@ -86,6 +84,13 @@ func (r *Reconciler) take(ctx context.Context, claim *unstructured.Unstructured,
 				got, _ = netip.ParseAddr(e.IP)
 				return false, nil
 			}
+		}
+		if why := unservable(p); why != "" {
+			// The cache said it could serve; the API server says otherwise
+			// (a rebuild began meanwhile).
+			c := notReady(capi.ReasonPoolNotReady, why)
+			refusal = &c
+			return false, nil
 		}
 		switch {
 		case restoring != "":
