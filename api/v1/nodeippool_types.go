@@ -296,6 +296,12 @@ type InFlightAddress struct {
 	// carry it.
 	// +optional
 	Returning *QuarantinedAddress `json:"returning,omitempty"`
+	// Kept is the keptForReturn entry the address was taken from (handed
+	// back to its holder, or reclaimed from a full pool): if the address
+	// is given back without being recorded (withdrawn, revoked), it is
+	// kept again, so that its holder still gets it back first.
+	// +optional
+	Kept *KeptAddress `json:"kept,omitempty"`
 }
 
 // QuarantinedAddress is an address taken from its holder, kept from

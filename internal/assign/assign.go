@@ -390,9 +390,10 @@ func (c *Chooser) Take(cl Claimant, captureName string) (Taken, error) {
 }
 
 // InFlight returns the in-flight entry of t, taken for enactment under
-// token: it names the quarantine a returned address came from.
+// token: it names the quarantine a returned address came from, and the
+// kept entry a kept one came from.
 func (t Taken) InFlight(enactment, token string, since metav1.Time) ippoolv1.InFlightAddress {
-	return ippoolv1.InFlightAddress{IP: t.IP.String(), Enactment: enactment, Token: token, Since: since, Returning: t.returned}
+	return ippoolv1.InFlightAddress{IP: t.IP.String(), Enactment: enactment, Token: token, Since: since, Returning: t.returned, Kept: t.kept}
 }
 
 // Give undoes a Take whose address will not be written after all.

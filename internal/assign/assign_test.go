@@ -217,3 +217,41 @@ func TestReservationsRefused(t *testing.T) {
 }
 
 func mustAddr(s string) netip.Addr { return netip.MustParseAddr(s) }
+
+// TestKeptTakenThenUnrecorded: a kept address handed back whose record
+// then fails (the served record refused, the handler's write lost) is kept
+// again for its holder when its in-flight entry goes unrecorded, and free:
+// the holder's next ask gets it back with a note, not whatever address is
+// lowest.
+func TestKeptTakenThenUnrecorded(t *testing.T) {
+	p, alloc := testPool()
+	kept := ippoolv1.KeptAddress{IP: "10.0.0.3", Node: "back", Enactment: "back.policy", Capture: "addr", Since: metav1.Unix(1_700_000_000, 0)}
+	poolstatus.AddKept(p, kept)
+	c := New(p, alloc)
+	tk, err := c.Take(claimant("back", nil), "addr")
+	if err != nil || tk.IP.String() != "10.0.0.3" {
+		t.Fatalf("the returning node got %v, %v; want its kept 10.0.0.3", tk.IP, err)
+	}
+	c.Done()
+	e := tk.InFlight("back.policy", "42", metav1.Unix(1_700_000_100, 0))
+	if e.Kept == nil || *e.Kept != kept {
+		t.Fatalf("in-flight entry %+v does not name the kept entry %+v", e, kept)
+	}
+	poolstatus.AddInFlight(p, e)
+
+	if !poolstatus.Unrecorded(p, "10.0.0.3") {
+		t.Fatal("Unrecorded says the bit of a kept address may not be cleared")
+	}
+	_ = alloc.ReleaseIP(tk.IP)
+	if got := poolstatus.KeptOf(p, "10.0.0.3"); got == nil || *got != kept {
+		t.Fatalf("kept entry after Unrecorded = %+v, want %+v back", got, kept)
+	}
+	c = New(p, alloc)
+	var notes Notes
+	tk, err = c.Take(claimant("back", nil), "addr")
+	c.Done()
+	notes.Add(tk, "addr")
+	if err != nil || tk.IP.String() != "10.0.0.3" || len(notes.Returned) != 1 {
+		t.Fatalf("the next ask got %v, %v with notes %+v; want 10.0.0.3 returned", tk.IP, err, notes)
+	}
+}

@@ -57,17 +57,22 @@ func RemoveInFlight(pool *ippoolv1.NodeIPPool, ip string) {
 // Unrecorded removes the in-flight entry of ip, which will not be recorded,
 // and reports whether its bit may be cleared: an address that was being
 // handed back from quarantine goes back to its quarantine instead, since
-// its holder may still carry it.
+// its holder may still carry it; one taken from the addresses kept for a
+// holder's return is kept for it again (and its bit cleared: a kept
+// address is free).
 func Unrecorded(pool *ippoolv1.NodeIPPool, ip string) bool {
 	e := InFlightOf(pool, ip)
 	if e == nil {
 		return false
 	}
-	returning := e.Returning
+	returning, kept := e.Returning, e.Kept
 	RemoveInFlight(pool, ip)
 	if returning != nil {
 		AddQuarantine(pool, *returning)
 		return false
+	}
+	if kept != nil {
+		AddKept(pool, *kept)
 	}
 	return true
 }

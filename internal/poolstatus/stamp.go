@@ -32,6 +32,9 @@ func Stamp(pool *ippoolv1.NodeIPPool) string {
 			// Only when set, so that older entries keep their stamps.
 			field(h, "r", e.Returning.Node, e.Returning.Enactment)
 		}
+		if e.Kept != nil {
+			field(h, "k", e.Kept.Node, e.Kept.Enactment, e.Kept.Capture)
+		}
 	}
 	quarantined := slices.Clone(pool.Status.Quarantined)
 	slices.SortFunc(quarantined, func(a, b ippoolv1.QuarantinedAddress) int { return strings.Compare(a.IP, b.IP) })
