@@ -92,18 +92,22 @@ func (r *Reconciler) take(ctx context.Context, claim *unstructured.Unstructured,
 			refusal = &c
 			return false, nil
 		}
+		entry := ippoolv1.InFlightAddress{Enactment: holder, Token: token, Since: now(r.Clock)}
 		switch {
 		case restoring != "":
 			got, refusal = takeBack(p, alloc, restoring)
 		case requested != "":
 			got, refusal = takeRequested(p, alloc, requested)
 		default:
-			got, refusal = takeNext(p, alloc, holder)
+			var t assign.Taken
+			t, refusal = takeNext(p, alloc, holder)
+			got, entry = t.IP, t.InFlight(holder, token, entry.Since) // names a kept entry it came from
 		}
 		if refusal != nil {
 			return false, nil
 		}
-		poolstatus.AddInFlight(p, ippoolv1.InFlightAddress{IP: got.String(), Enactment: holder, Token: token, Since: now(r.Clock)})
+		entry.IP = got.String()
+		poolstatus.AddInFlight(p, entry)
 		return true, nil
 	}, poolwrite.Incarnation(pool.UID))
 	switch {
@@ -150,7 +154,7 @@ func unservable(pool *ippoolv1.NodeIPPool) string {
 // a node and that is not kept for a node's return; in a pool with no
 // other address left, the one kept longest for a node's return, as a node
 // would get it.
-func takeNext(p *ippoolv1.NodeIPPool, alloc *ippool.Allocator, holder string) (netip.Addr, *condition) {
+func takeNext(p *ippoolv1.NodeIPPool, alloc *ippool.Allocator, holder string) (assign.Taken, *condition) {
 	ch := assign.New(p, alloc)
 	t, err := ch.Take(assign.Claimant{Enactment: holder}, "")
 	ch.Done()
@@ -158,9 +162,9 @@ func takeNext(p *ippoolv1.NodeIPPool, alloc *ippool.Allocator, holder string) (n
 		c := notReady(capi.ReasonPoolExhausted, fmt.Sprintf(
 			"NodeIPPool %s has no address left for this claim (%d of %d allocated: %v); the claim is served as soon as one is freed, "+
 				"or grow the pool's range", p.Name, alloc.Count(), alloc.Range().Size(), err))
-		return netip.Addr{}, &c
+		return assign.Taken{}, &c
 	}
-	return t.IP, nil
+	return t, nil
 }
 
 // takeRequested takes the address a claim asks for by annotation, if the
