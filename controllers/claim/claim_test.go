@@ -22,10 +22,7 @@ import (
 // release finalizer; the pool's bitmap holds the address. A claim of
 // another provider's pool is left alone.
 func TestClaimServed(t *testing.T) {
-	RegisterTestingT(t)
-	startController(t)
-	createNamespace(t, "served")
-	createPool(t, "claims-served", ippoolv1.NodeIPPoolSpec{Range: ippoolv1.IPRange{CIDR: "10.80.1.0/24", Start: "10.80.1.10", End: "10.80.1.20"},
+	begin(t, "served", "claims-served", ippoolv1.NodeIPPoolSpec{Range: ippoolv1.IPRange{CIDR: "10.80.1.0/24", Start: "10.80.1.10", End: "10.80.1.20"},
 		Gateway: "10.80.1.1"})
 	c := createClaim(t, "served", "m1-eth0-0", "claims-served", func(u *unstructured.Unstructured) {
 		u.SetLabels(map[string]string{capi.ClusterNameLabel: "c1"})
@@ -78,10 +75,7 @@ func TestClaimServed(t *testing.T) {
 // NodeNetworkState, written after the release, shows it gone; then it is
 // free. A claim whose address no node carries frees it at once.
 func TestClaimReleased(t *testing.T) {
-	RegisterTestingT(t)
-	startController(t)
-	createNamespace(t, "released")
-	createPool(t, "claims-released", ippoolv1.NodeIPPoolSpec{Range: ippoolv1.IPRange{CIDR: "10.80.2.0/24", Start: "10.80.2.1", End: "10.80.2.9"}})
+	begin(t, "released", "claims-released", ippoolv1.NodeIPPoolSpec{Range: ippoolv1.IPRange{CIDR: "10.80.2.0/24", Start: "10.80.2.1", End: "10.80.2.9"}})
 	createClaim(t, "released", "carried", "claims-released")
 	createClaim(t, "released", "lone", "claims-released")
 	Eventually(addressOf("released", "carried")).Should(Equal("10.80.2.1"))
@@ -142,10 +136,7 @@ func TestClaimExhaustedThenServed(t *testing.T) {
 // paused, are left alone (no finalizer, no address) but for their Paused
 // condition, and are served once unpaused.
 func TestPausedClaims(t *testing.T) {
-	RegisterTestingT(t)
-	startController(t)
-	createNamespace(t, "paused")
-	createPool(t, "claims-paused", ippoolv1.NodeIPPoolSpec{Range: ippoolv1.IPRange{CIDR: "10.80.4.0/24"}})
+	begin(t, "paused", "claims-paused", ippoolv1.NodeIPPoolSpec{Range: ippoolv1.IPRange{CIDR: "10.80.4.0/24"}})
 	cluster := &unstructured.Unstructured{}
 	cluster.SetAPIVersion("cluster.x-k8s.io/v1beta2")
 	cluster.SetKind("Cluster")
@@ -187,10 +178,7 @@ func TestPausedClaims(t *testing.T) {
 // TestAddressRestored: an IPAddress deleted while its claim exists comes
 // back identical, and its address is never free meanwhile.
 func TestAddressRestored(t *testing.T) {
-	RegisterTestingT(t)
-	startController(t)
-	createNamespace(t, "restored")
-	createPool(t, "claims-restored", ippoolv1.NodeIPPoolSpec{Range: ippoolv1.IPRange{CIDR: "10.80.5.0/24", Start: "10.80.5.5", End: "10.80.5.9"}})
+	begin(t, "restored", "claims-restored", ippoolv1.NodeIPPoolSpec{Range: ippoolv1.IPRange{CIDR: "10.80.5.0/24", Start: "10.80.5.5", End: "10.80.5.9"}})
 	createClaim(t, "restored", "m1", "claims-restored")
 	Eventually(addressOf("restored", "m1")).Should(Equal("10.80.5.5"))
 	before, err := getAddress("restored", "m1")
@@ -220,10 +208,7 @@ func TestAddressRestored(t *testing.T) {
 // collision check (naming the claim), and a requested address is served
 // when free and refused, saying why, when not.
 func TestClaimsAndNodesShareOnePool(t *testing.T) {
-	RegisterTestingT(t)
-	startController(t)
-	createNamespace(t, "shared")
-	createPool(t, "claims-shared", ippoolv1.NodeIPPoolSpec{Range: ippoolv1.IPRange{CIDR: "10.80.6.0/24", Start: "10.80.6.1", End: "10.80.6.9"},
+	begin(t, "shared", "claims-shared", ippoolv1.NodeIPPoolSpec{Range: ippoolv1.IPRange{CIDR: "10.80.6.0/24", Start: "10.80.6.1", End: "10.80.6.9"},
 		Reservations: []ippoolv1.Reservation{{IP: "10.80.6.3", Node: "somenode"}}})
 	recordByNode(t, "sharednode01.p", "claims-shared", "10.80.6.1")
 	Eventually(bits("claims-shared")).Should(ContainElement("10.80.6.1"))
@@ -258,10 +243,7 @@ func TestClaimsAndNodesShareOnePool(t *testing.T) {
 // rebuilt from the claims' IPAddresses as from enactments: their
 // addresses are held again, and a new claim gets another one.
 func TestRebuildKeepsClaims(t *testing.T) {
-	RegisterTestingT(t)
-	startController(t)
-	createNamespace(t, "rebuilt")
-	createPool(t, "claims-rebuilt", ippoolv1.NodeIPPoolSpec{Range: ippoolv1.IPRange{CIDR: "10.80.7.0/24", Start: "10.80.7.1", End: "10.80.7.9"}})
+	begin(t, "rebuilt", "claims-rebuilt", ippoolv1.NodeIPPoolSpec{Range: ippoolv1.IPRange{CIDR: "10.80.7.0/24", Start: "10.80.7.1", End: "10.80.7.9"}})
 	createClaim(t, "rebuilt", "a", "claims-rebuilt")
 	createClaim(t, "rebuilt", "b", "claims-rebuilt")
 	Eventually(bits("claims-rebuilt")).Should(HaveLen(2))
@@ -285,10 +267,7 @@ func TestRebuildKeepsClaims(t *testing.T) {
 // TestRangeChangeNamesClaims: the webhook refuses to shrink a range below
 // an address a claim holds, and names the claim.
 func TestRangeChangeNamesClaims(t *testing.T) {
-	RegisterTestingT(t)
-	startController(t)
-	createNamespace(t, "webhook")
-	createPool(t, "claims-webhook", ippoolv1.NodeIPPoolSpec{Range: ippoolv1.IPRange{CIDR: "10.80.8.0/24", Start: "10.80.8.1", End: "10.80.8.9"}})
+	begin(t, "webhook", "claims-webhook", ippoolv1.NodeIPPoolSpec{Range: ippoolv1.IPRange{CIDR: "10.80.8.0/24", Start: "10.80.8.1", End: "10.80.8.9"}})
 	createClaim(t, "webhook", "m1", "claims-webhook")
 	Eventually(addressOf("webhook", "m1")).Should(Equal("10.80.8.1"))
 	var p ippoolv1.NodeIPPool
@@ -301,10 +280,7 @@ func TestRangeChangeNamesClaims(t *testing.T) {
 // IPAddress go, its in-flight entry gone, takes the same address back from
 // the claim's restore annotation, and removes the annotation.
 func TestRestoreSurvivesARestart(t *testing.T) {
-	RegisterTestingT(t)
-	pc := startController(t)
-	createNamespace(t, "restart")
-	createPool(t, "claims-restart", ippoolv1.NodeIPPoolSpec{Range: ippoolv1.IPRange{CIDR: "10.80.9.0/24", Start: "10.80.9.1", End: "10.80.9.9"}})
+	pc := begin(t, "restart", "claims-restart", ippoolv1.NodeIPPoolSpec{Range: ippoolv1.IPRange{CIDR: "10.80.9.0/24", Start: "10.80.9.1", End: "10.80.9.9"}})
 	createClaim(t, "restart", "first", "claims-restart")
 	createClaim(t, "restart", "m1", "claims-restart")
 	Eventually(addressOf("restart", "first")).Should(Equal("10.80.9.1"))
@@ -344,10 +320,7 @@ func TestRestoreSurvivesARestart(t *testing.T) {
 // is released when the provider sees it: quarantined, deleted, and its
 // address freed.
 func TestOrphanedAddressReleased(t *testing.T) {
-	RegisterTestingT(t)
-	pc := startController(t)
-	createNamespace(t, "orphan")
-	createPool(t, "claims-orphan", ippoolv1.NodeIPPoolSpec{Range: ippoolv1.IPRange{CIDR: "10.80.10.0/24", Start: "10.80.10.1", End: "10.80.10.9"}})
+	pc := begin(t, "orphan", "claims-orphan", ippoolv1.NodeIPPoolSpec{Range: ippoolv1.IPRange{CIDR: "10.80.10.0/24", Start: "10.80.10.1", End: "10.80.10.9"}})
 	createClaim(t, "orphan", "m1", "claims-orphan")
 	Eventually(addressOf("orphan", "m1")).Should(Equal("10.80.10.1"))
 	Expect(pc.Stop()).To(Succeed())
@@ -370,10 +343,7 @@ func TestOrphanedAddressReleased(t *testing.T) {
 // TestIPv6Claim: a claim of an IPv6 pool gets its address with the
 // pool's prefix length, and the next claim the next address.
 func TestIPv6Claim(t *testing.T) {
-	RegisterTestingT(t)
-	startController(t)
-	createNamespace(t, "six")
-	createPool(t, "claims-six", ippoolv1.NodeIPPoolSpec{Range: ippoolv1.IPRange{CIDR: "fd00:80::/64", Start: "fd00:80::10"}, Gateway: "fd00:80::1"})
+	begin(t, "six", "claims-six", ippoolv1.NodeIPPoolSpec{Range: ippoolv1.IPRange{CIDR: "fd00:80::/64", Start: "fd00:80::10"}, Gateway: "fd00:80::1"})
 	createClaim(t, "six", "m1", "claims-six")
 	createClaim(t, "six", "m2", "claims-six")
 	Eventually(readiness("six", "m1")).Should(Equal("True AddressAllocated: fd00:80::10/64 from NodeIPPool claims-six"))

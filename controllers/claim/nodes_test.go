@@ -23,10 +23,7 @@ import (
 // holds exactly the addresses handed out, and a released claim's address
 // goes to a node that joins later only once nothing carries it.
 func TestNodesAndClaimsRace(t *testing.T) {
-	RegisterTestingT(t)
-	startController(t)
-	createNamespace(t, "race")
-	createPool(t, "claims-race", ippoolv1.NodeIPPoolSpec{Range: ippoolv1.IPRange{CIDR: "10.81.0.0/24", Start: "10.81.0.1", End: "10.81.0.10"}})
+	begin(t, "race", "claims-race", ippoolv1.NodeIPPoolSpec{Range: ippoolv1.IPRange{CIDR: "10.81.0.0/24", Start: "10.81.0.1", End: "10.81.0.10"}})
 	dir := t.TempDir()
 	const nodes, claims = 5, 5
 	holders := func() map[string][]string {

@@ -67,6 +67,17 @@ func startController(t *testing.T) *envtest.PoolController {
 	return pc
 }
 
+// begin starts a test: a pool controller, the namespace of its claims
+// and an available pool.
+func begin(t *testing.T, namespace, pool string, spec ippoolv1.NodeIPPoolSpec) *envtest.PoolController {
+	t.Helper()
+	RegisterTestingT(t)
+	pc := startController(t)
+	createNamespace(t, namespace)
+	createPool(t, pool, spec)
+	return pc
+}
+
 // createPool creates an available pool.
 func createPool(t *testing.T, name string, spec ippoolv1.NodeIPPoolSpec) {
 	t.Helper()
