@@ -211,8 +211,8 @@ func (in *inspected) problems() []string {
 	holders := func(ip netip.Addr) string {
 		names := make([]string, 0, len(in.claims[ip]))
 		for _, o := range in.claims[ip] {
-			if ns, name, claim := poolstatus.ParseClaimHolder(o.Enactment); claim {
-				names = append(names, "IPAddressClaim "+ns+"/"+name)
+			if claim, ok := poolstatus.ClaimHolderName(o.Enactment); ok {
+				names = append(names, claim)
 				continue
 			}
 			names = append(names, o.Enactment)

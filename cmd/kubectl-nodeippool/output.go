@@ -90,8 +90,8 @@ func (p printer) detail(d poolDetail) error {
 		}
 		for _, h := range holdersOrNone(a.Holders) {
 			policy := dash(h.Policy)
-			if ns, name, claim := poolstatus.ParseClaimHolder(h.Enactment); claim {
-				policy = "IPAddressClaim " + ns + "/" + name // no node, no policy: a Cluster API claim
+			if claim, ok := poolstatus.ClaimHolderName(h.Enactment); ok {
+				policy = claim // no node, no policy: a Cluster API claim
 			}
 			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\n", dash(a.Offset), a.IP, a.State, dash(h.Node), dash(h.Interface), policy, dash(h.Capture))
 		}
@@ -145,7 +145,7 @@ func (p printer) decoded(pool string, a addressRow) error {
 	}
 	held := make([]string, 0, len(a.Holders))
 	for _, h := range a.Holders {
-		if ns, name, claim := poolstatus.ParseClaimHolder(h.Enactment); claim {
+		if ns, name, ok := poolstatus.ParseClaimHolder(h.Enactment); ok {
 			held = append(held, fmt.Sprintf("IPAddressClaim %s/%s (its IPAddress %s/%s)", ns, name, ns, name))
 			continue
 		}

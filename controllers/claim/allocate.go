@@ -188,15 +188,10 @@ func takeRequested(p *ippoolv1.NodeIPPool, alloc *ippool.Allocator, s string) (n
 			return refuse("reserved in NodeIPPool %s for %s", p.Name, res.Describe())
 		}
 	}
-	switch {
-	case poolstatus.QuarantineOf(p, s) != nil:
-		q := poolstatus.QuarantineOf(p, s)
-		return refuse("quarantined in NodeIPPool %s since its release by %s: it is free once nothing carries it", p.Name, holderName(q.Enactment, q.Node))
-	case poolstatus.InFlightOf(p, s) != nil:
-		return refuse("being allocated to %s", holderName(poolstatus.InFlightOf(p, s).Enactment, ""))
-	case poolstatus.KeptOf(p, s) != nil:
-		return refuse("kept in NodeIPPool %s for the return of node %s", p.Name, poolstatus.KeptOf(p, s).Node)
-	case alloc.HasIP(ip):
+	if held := heldByEntry(p, s); held != "" {
+		return refuse("%s", held)
+	}
+	if alloc.HasIP(ip) {
 		return refuse("in use ('kubectl nodeippool show %s' names its holder)", p.Name)
 	}
 	if err := alloc.AllocateIP(ip); err != nil {
@@ -219,13 +214,8 @@ func takeBack(p *ippoolv1.NodeIPPool, alloc *ippool.Allocator, s string) (netip.
 	if err != nil {
 		return refuse("is not an address")
 	}
-	switch {
-	case poolstatus.InFlightOf(p, s) != nil:
-		return refuse("is being allocated to " + holderName(poolstatus.InFlightOf(p, s).Enactment, ""))
-	case poolstatus.QuarantineOf(p, s) != nil:
-		return refuse("is quarantined after its release by " + holderName(poolstatus.QuarantineOf(p, s).Enactment, poolstatus.QuarantineOf(p, s).Node))
-	case poolstatus.KeptOf(p, s) != nil:
-		return refuse("is kept for the return of node " + poolstatus.KeptOf(p, s).Node)
+	if held := heldByEntry(p, s); held != "" {
+		return refuse("is " + held)
 	}
 	if err := alloc.AllocateIP(ip); err != nil && !errors.Is(err, ippool.ErrAllocated) {
 		return refuse(fmt.Sprintf("cannot be had from NodeIPPool %s (%v)", p.Name, err))
@@ -249,10 +239,26 @@ func (r *Reconciler) forgetRestore(ctx context.Context, claim *unstructured.Unst
 	return nil
 }
 
+// heldByEntry says which entry of the pool holds s (in flight,
+// quarantined, kept for a node's return), or "".
+func heldByEntry(p *ippoolv1.NodeIPPool, s string) string {
+	if q := poolstatus.QuarantineOf(p, s); q != nil {
+		return fmt.Sprintf("quarantined in NodeIPPool %s since its release by %s: it is free once nothing carries it",
+			p.Name, holderName(q.Enactment, q.Node))
+	}
+	if e := poolstatus.InFlightOf(p, s); e != nil {
+		return "being allocated to " + holderName(e.Enactment, "")
+	}
+	if k := poolstatus.KeptOf(p, s); k != nil {
+		return fmt.Sprintf("kept in NodeIPPool %s for the return of node %s", p.Name, k.Node)
+	}
+	return ""
+}
+
 // holderName names the holder an entry names, for messages.
 func holderName(holder, node string) string {
-	if ns, name, ok := poolstatus.ParseClaimHolder(holder); ok {
-		return "IPAddressClaim " + ns + "/" + name
+	if claim, ok := poolstatus.ClaimHolderName(holder); ok {
+		return claim
 	}
 	if node != "" {
 		return "node " + node

@@ -344,9 +344,7 @@ func (r *Reconciler) paused(ctx context.Context, claim *unstructured.Unstructure
 	if name == "" || r.ClusterVersion == "" {
 		return "", nil
 	}
-	cluster := &unstructured.Unstructured{}
-	cluster.SetAPIVersion(capi.ClusterGVK.Group + "/" + r.ClusterVersion)
-	cluster.SetKind("Cluster")
+	cluster := capi.NewCluster(r.ClusterVersion)
 	err := r.Client.Get(ctx, types.NamespacedName{Namespace: claim.GetNamespace(), Name: name}, cluster)
 	switch {
 	case apierrors.IsNotFound(err):

@@ -62,10 +62,7 @@ func (r *Reconciler) SetupWithManager(mgr ctrl.Manager, opts SetupOptions) error
 		Owns(capi.NewAddress(r.Version)).
 		Watches(&ippoolv1.NodeIPPool{}, handler.EnqueueRequestsFromMapFunc(r.waitingFor))
 	if r.ClusterVersion != "" {
-		cluster := &unstructured.Unstructured{}
-		cluster.SetAPIVersion(capi.ClusterGVK.Group + "/" + r.ClusterVersion)
-		cluster.SetKind("Cluster")
-		b = b.Watches(cluster, handler.EnqueueRequestsFromMapFunc(r.ofCluster))
+		b = b.Watches(capi.NewCluster(r.ClusterVersion), handler.EnqueueRequestsFromMapFunc(r.ofCluster))
 	}
 	return b.Complete(r)
 }

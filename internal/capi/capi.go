@@ -14,10 +14,10 @@ package capi
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"net/netip"
-	"strings"
+
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -183,9 +183,7 @@ func isMissing(err error) bool {
 	if err == nil {
 		return false
 	}
-	var noMatch *meta.NoKindMatchError
-	return meta.IsNoMatchError(err) || errors.As(err, &noMatch) ||
-		strings.Contains(err.Error(), "the server could not find the requested resource")
+	return meta.IsNoMatchError(err) || apierrors.IsNotFound(err)
 }
 
 func recordsOf(items []unstructured.Unstructured) []nncev1beta1.NodeNetworkConfigurationEnactment {
@@ -242,6 +240,13 @@ func ClusterOf(claim *unstructured.Unstructured) string {
 		return name
 	}
 	return claim.GetLabels()[ClusterNameLabel]
+}
+
+// NewCluster returns an empty Cluster of version to read into.
+func NewCluster(version string) *unstructured.Unstructured {
+	u := &unstructured.Unstructured{}
+	u.SetGroupVersionKind(ClusterGVK.GroupKind().WithVersion(version))
+	return u
 }
 
 // ClusterServed returns the preferred served version of Cluster API's

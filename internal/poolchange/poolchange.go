@@ -70,8 +70,8 @@ func (h Holding) Describe() string {
 		verb = "quarantined after"
 	}
 	holder := "node " + cmp.Or(h.Node, "?")
-	if ns, name, ok := poolstatus.ParseClaimHolder(h.Enactment); ok {
-		holder = "IPAddressClaim " + ns + "/" + name
+	if claim, ok := poolstatus.ClaimHolderName(h.Enactment); ok {
+		holder = claim
 	}
 	s := fmt.Sprintf("%s %s %s", h.IP, verb, holder)
 	if len(who) > 0 {

@@ -59,8 +59,8 @@ func (o Owner) String() string { return o.Describe(o.Pool) }
 func (o Owner) Describe(pool string) string {
 	o = o.detailed()
 	var b strings.Builder
-	if ns, name, ok := ParseClaimHolder(o.Enactment); ok {
-		b.WriteString("IPAddressClaim " + ns + "/" + name)
+	if claim, ok := ClaimHolderName(o.Enactment); ok {
+		b.WriteString(claim)
 		if o.Pool != "" && o.Pool != pool {
 			b.WriteString(" (NodeIPPool " + o.Pool + ")")
 		}
@@ -90,6 +90,17 @@ const claimHolderPrefix = "IPAddressClaim/"
 // enactment: "IPAddressClaim/<namespace>/<name>".
 func ClaimHolder(namespace, name string) string {
 	return claimHolderPrefix + namespace + "/" + name
+}
+
+// ClaimHolderName describes the claim a holder name of ClaimHolder
+// names, as messages write it ("IPAddressClaim <namespace>/<name>"), and
+// false for an enactment's name.
+func ClaimHolderName(holder string) (string, bool) {
+	ns, name, ok := ParseClaimHolder(holder)
+	if !ok {
+		return "", false
+	}
+	return "IPAddressClaim " + ns + "/" + name, true
 }
 
 // ParseClaimHolder returns the claim a holder name of ClaimHolder names,
