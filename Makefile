@@ -41,6 +41,7 @@ manifests: $(CONTROLLER_GEN) ## Generate the CRDs into deploy/crd and RBAC into 
 	$(CONTROLLER_GEN) crd paths=./api/... paths=$(UPSTREAM_API)/v1 output:crd:artifacts:config=deploy/crd
 	rm -f deploy/crd/nmstate.io_nmstates.yaml # the operator's kind, not ours
 	go run ./hack/nncp-crd deploy/crd/nmstate.io_nodenetworkconfigurationpolicies.yaml # v1beta1, and admission rules upstream's types carry no markers for
+	go run ./hack/nncp-crd deploy/crd/nmstate.io_poolednodenetworkconfigurationpolicies.yaml # the same spec rules
 	$(CONTROLLER_GEN) rbac:roleName=nmstate-ippool-handler paths=./controllers/handler/... paths=./controllers/nodestate/... paths=./internal/metricsauth/... output:rbac:artifacts:config=deploy/rbac/handler
 	$(CONTROLLER_GEN) rbac:roleName=nmstate-ippool-pool-controller paths=./controllers/pool/... paths=./controllers/claim/... paths=./controllers/enactment/... paths=./controllers/policy/... paths=./internal/metricsauth/... output:rbac:artifacts:config=deploy/rbac/pool-controller
 

@@ -18,7 +18,8 @@ var (
 )
 
 func addKnownTypes(scheme *runtime.Scheme) error {
-	scheme.AddKnownTypes(GroupVersion, &NodeIPPool{}, &NodeIPPoolList{})
+	scheme.AddKnownTypes(GroupVersion, &NodeIPPool{}, &NodeIPPoolList{},
+		&PooledNodeNetworkConfigurationPolicy{}, &PooledNodeNetworkConfigurationPolicyList{})
 	metav1.AddToGroupVersion(scheme, GroupVersion)
 	return nil
 }

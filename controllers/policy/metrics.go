@@ -12,6 +12,7 @@ import (
 
 	nncev1beta1 "github.com/nmstate-ippool/nmstate-ippool/api/v1beta1"
 	"github.com/nmstate-ippool/nmstate-ippool/internal/conditions"
+	"github.com/nmstate-ippool/nmstate-ippool/internal/policystatus"
 )
 
 // StatusMetrics counts policies and enactments by status, under
@@ -58,7 +59,7 @@ func (m *StatusMetrics) Collect(ch chan<- prometheus.Metric) {
 	if err := m.reader.List(ctx, &policies); err != nil {
 		log.Error(err, "could not list the policies for the metrics")
 	} else {
-		counts := zeroes(ignored, shared.NodeNetworkConfigurationPolicyConditionAvailable,
+		counts := zeroes(policystatus.Ignored, shared.NodeNetworkConfigurationPolicyConditionAvailable,
 			shared.NodeNetworkConfigurationPolicyConditionDegraded, shared.NodeNetworkConfigurationPolicyConditionProgressing)
 		for i := range policies.Items {
 			counts[statusOf(policies.Items[i].Status.Conditions)]++

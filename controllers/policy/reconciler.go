@@ -23,6 +23,7 @@ import (
 	nncev1beta1 "github.com/nmstate-ippool/nmstate-ippool/api/v1beta1"
 	"github.com/nmstate-ippool/nmstate-ippool/internal/batch"
 	"github.com/nmstate-ippool/nmstate-ippool/internal/conditions"
+	"github.com/nmstate-ippool/nmstate-ippool/internal/policystatus"
 )
 
 // parallelWrites bounds the enactment writes a reconcile has in flight.
@@ -96,8 +97,8 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 	if err := r.queue(ctx, ro.slots.queue, now); err != nil {
 		return ctrl.Result{}, err
 	}
-	ro.conditions = policyConditions(ro.policy.Status.Conditions,
-		summarize(ro.matching, ro.policy.Generation, ro.enactments), now)
+	ro.conditions = policystatus.Conditions(ro.policy.Status.Conditions,
+		policystatus.Summarize(ro.matching, ro.policy.Generation, ro.enactments), now)
 	held, err := r.writeStatus(ctx, ro, now)
 	switch {
 	case apierrors.IsConflict(err):
@@ -152,7 +153,7 @@ func (r *Reconciler) fetch(ctx context.Context, name string) (*rollout, error) {
 			ro.enactments = append(ro.enactments, e)
 		}
 	}
-	limit, err := maxUnavailable(p.Spec.MaxUnavailable, len(matching))
+	limit, err := policystatus.MaxUnavailable(p.Spec.MaxUnavailable, len(matching))
 	if err != nil {
 		return nil, fmt.Errorf("policy %q: %w", name, err)
 	}

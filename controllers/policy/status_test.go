@@ -6,96 +6,12 @@ import (
 
 	"github.com/nmstate/kubernetes-nmstate/api/shared"
 	nmstatev1 "github.com/nmstate/kubernetes-nmstate/api/v1"
-	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/util/intstr"
 
 	nncev1beta1 "github.com/nmstate-ippool/nmstate-ippool/api/v1beta1"
 	"github.com/nmstate-ippool/nmstate-ippool/internal/conditions"
+	"github.com/nmstate-ippool/nmstate-ippool/internal/policystatus"
 )
-
-func enactment(generation int64, state shared.ConditionType) *nncev1beta1.NodeNetworkConfigurationEnactment {
-	e := nncev1beta1.NodeNetworkConfigurationEnactment{}
-	e.Status.PolicyGeneration = generation
-	e.Status.Conditions = conditions.OneTrue(nil, shared.NodeNetworkConfigurationEnactmentConditionTypes[:], state, "", "", time.Now())
-	return &e
-}
-
-func TestPolicyConditions(t *testing.T) {
-	const (
-		av   = shared.NodeNetworkConfigurationEnactmentConditionAvailable
-		fail = shared.NodeNetworkConfigurationEnactmentConditionFailing
-		pend = shared.NodeNetworkConfigurationEnactmentConditionPending
-	)
-	tests := []struct {
-		name       string
-		matching   int
-		enactments []*nncev1beta1.NodeNetworkConfigurationEnactment
-		trueType   shared.ConditionType
-		message    string
-	}{
-		{"no node", 0, nil, ignored, "Policy does not match any node"},
-		{"all available", 2, []*nncev1beta1.NodeNetworkConfigurationEnactment{enactment(3, av), enactment(3, av)},
-			shared.NodeNetworkConfigurationPolicyConditionAvailable, "2/2 nodes successfully configured"},
-		{"one failing wins", 3, []*nncev1beta1.NodeNetworkConfigurationEnactment{enactment(3, av), enactment(3, fail), enactment(3, pend)},
-			shared.NodeNetworkConfigurationPolicyConditionDegraded, "1/3 nodes failed to configure"},
-		{"a node without enactment yet", 2, []*nncev1beta1.NodeNetworkConfigurationEnactment{enactment(3, av)},
-			shared.NodeNetworkConfigurationPolicyConditionProgressing, "Policy is progressing 1/2 nodes finished"},
-		{"an enactment of an older generation", 1, []*nncev1beta1.NodeNetworkConfigurationEnactment{enactment(2, av)},
-			shared.NodeNetworkConfigurationPolicyConditionProgressing, "Policy is progressing 0/1 nodes finished"},
-	}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			c := policyConditions(nil, summarize(tt.matching, 3, tt.enactments), time.Now())
-			for _, x := range c {
-				if (x.Status == corev1.ConditionTrue) != (x.Type == tt.trueType) {
-					t.Errorf("%s is %s", x.Type, x.Status)
-				}
-			}
-			if got := c.Find(tt.trueType).Message; got != tt.message {
-				t.Errorf("message %q, want %q", got, tt.message)
-			}
-		})
-	}
-}
-
-func TestMaxUnavailable(t *testing.T) {
-	pct, two, bad := intstr.FromString("30%"), intstr.FromInt32(2), intstr.FromString("lots")
-	tests := []struct {
-		spec     *intstr.IntOrString
-		matching int
-		want     int
-	}{
-		{nil, 10, 5}, {nil, 3, 2}, {nil, 0, 1}, {&pct, 10, 3}, {&pct, 1, 1}, {&two, 10, 2}, {&two, 1, 2},
-	}
-	for _, tt := range tests {
-		got, err := maxUnavailable(tt.spec, tt.matching)
-		if err != nil || got != tt.want {
-			t.Errorf("maxUnavailable(%v, %d) = %d, %v; want %d", tt.spec, tt.matching, got, err, tt.want)
-		}
-	}
-	if _, err := maxUnavailable(&bad, 10); err == nil {
-		t.Error("maxUnavailable accepted \"lots\"")
-	}
-}
-
-func slotted(name string, requested time.Time, granted *time.Time) *nncev1beta1.NodeNetworkConfigurationEnactment {
-	e := &nncev1beta1.NodeNetworkConfigurationEnactment{}
-	e.Name = name
-	e.Status.Slot = &nncev1beta1.ApplySlot{Requested: metav1.NewMicroTime(requested)}
-	if granted != nil {
-		e.Status.Slot.Granted = microNow(*granted)
-	}
-	return e
-}
-
-func names(es []*nncev1beta1.NodeNetworkConfigurationEnactment) []string {
-	var out []string
-	for _, e := range es {
-		out = append(out, e.Name)
-	}
-	return out
-}
 
 func TestPlanSlots(t *testing.T) {
 	t0 := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
@@ -128,7 +44,10 @@ func TestPlanSlots(t *testing.T) {
 	// is aborted; a node that gave up on an older generation does not
 	// count.
 	gaveUp := func(generation int64) *nncev1beta1.NodeNetworkConfigurationEnactment {
-		e := enactment(generation, shared.NodeNetworkConfigurationEnactmentConditionFailing)
+		e := &nncev1beta1.NodeNetworkConfigurationEnactment{}
+		e.Status.PolicyGeneration = generation
+		e.Status.Conditions = conditions.OneTrue(nil, shared.NodeNetworkConfigurationEnactmentConditionTypes[:],
+			shared.NodeNetworkConfigurationEnactmentConditionFailing, "", "", time.Now())
 		e.Status.Conditions.Find(shared.NodeNetworkConfigurationEnactmentConditionFailing).Reason =
 			shared.NodeNetworkConfigurationEnactmentConditionFailedToConfigure
 		return e
@@ -150,9 +69,9 @@ func TestPlanSlots(t *testing.T) {
 func TestCountsHeldBack(t *testing.T) {
 	t0 := time.Date(2026, 1, 1, 12, 0, 0, 0, time.UTC)
 	progressing := func(done, of int, at time.Time) shared.ConditionList {
-		return policyConditions(nil, summary{matching: of, available: done}, at)
+		return policystatus.Conditions(nil, policystatus.Summary{Matching: of, Available: done}, at)
 	}
-	failed := policyConditions(nil, summary{matching: 10, available: 8, failing: 1}, t0)
+	failed := policystatus.Conditions(nil, policystatus.Summary{Matching: 10, Available: 8, Failing: 1}, t0)
 	tests := []struct {
 		name   string
 		before shared.ConditionList
@@ -182,4 +101,22 @@ func TestCountsHeldBack(t *testing.T) {
 			}
 		})
 	}
+}
+
+func slotted(name string, requested time.Time, granted *time.Time) *nncev1beta1.NodeNetworkConfigurationEnactment {
+	e := &nncev1beta1.NodeNetworkConfigurationEnactment{}
+	e.Name = name
+	e.Status.Slot = &nncev1beta1.ApplySlot{Requested: metav1.NewMicroTime(requested)}
+	if granted != nil {
+		e.Status.Slot.Granted = microNow(*granted)
+	}
+	return e
+}
+
+func names(es []*nncev1beta1.NodeNetworkConfigurationEnactment) []string {
+	var out []string
+	for _, e := range es {
+		out = append(out, e.Name)
+	}
+	return out
 }

@@ -8,7 +8,9 @@
 // them) apply unchanged: the two versions have the same schema, so the
 // API server converts between them by rewriting apiVersion.
 //
-// It adds this project's admission rules.
+// It adds this project's admission rules, which the CRD of
+// PooledNodeNetworkConfigurationPolicy (an NNCP's spec, companion mode)
+// gets too, but for the v1beta1 version and upstream's status fields.
 // The rules are CEL, checked by the API server:
 //   - spec.capture is immutable (kubernetes-nmstate's rule): the
 //     addresses a policy holds are recorded per capture;
@@ -56,22 +58,32 @@ func run(path string) error {
 	if err := yaml.UnmarshalStrict(raw, &crd); err != nil {
 		return fmt.Errorf("%s: %w", path, err)
 	}
-	if crd.Spec.Names.Kind != "NodeNetworkConfigurationPolicy" {
-		return fmt.Errorf("%s holds the CRD of %s, not of NodeNetworkConfigurationPolicy", path, crd.Spec.Names.Kind)
+	kind := crd.Spec.Names.Kind
+	if kind != "NodeNetworkConfigurationPolicy" && kind != "PooledNodeNetworkConfigurationPolicy" {
+		return fmt.Errorf("%s holds the CRD of %s, not of NodeNetworkConfigurationPolicy or PooledNodeNetworkConfigurationPolicy", path, kind)
 	}
 	if len(crd.Spec.Versions) != 1 || crd.Spec.Versions[0].Name != "v1" {
 		return fmt.Errorf("%s: want the one version v1 that controller-gen generates", path)
 	}
 	v1 := &crd.Spec.Versions[0]
-	if err := addRules(v1.Schema.OpenAPIV3Schema); err != nil {
+	if err := addSpecRules(v1.Schema.OpenAPIV3Schema); err != nil {
 		return fmt.Errorf("version %s: %w", v1.Name, err)
 	}
-	if err := addUpstreamStatus(v1.Schema.OpenAPIV3Schema); err != nil {
-		return fmt.Errorf("version %s: %w", v1.Name, err)
+	if kind == "NodeNetworkConfigurationPolicy" {
+		// A pooled policy carries its name rule as a marker, and has no
+		// v1beta1 and no upstream status.
+		v1.Schema.OpenAPIV3Schema.XValidations = apiextensionsv1.ValidationRules{{
+			Rule: "size(self.metadata.name) <= 63",
+			Message: "a policy's name must be 63 characters or less: it is the value of the nmstate.io/policy label " +
+				"of the policy's enactments",
+		}}
+		if err := addUpstreamStatus(v1.Schema.OpenAPIV3Schema); err != nil {
+			return fmt.Errorf("version %s: %w", v1.Name, err)
+		}
+		v1beta1 := *v1.DeepCopy()
+		v1beta1.Name, v1beta1.Storage = "v1beta1", false
+		crd.Spec.Versions = append(crd.Spec.Versions, v1beta1)
 	}
-	v1beta1 := *v1.DeepCopy()
-	v1beta1.Name, v1beta1.Storage = "v1beta1", false
-	crd.Spec.Versions = append(crd.Spec.Versions, v1beta1)
 	// Through a map, to leave out the empty status that controller-gen
 	// does not write either.
 	typed, err := yaml.Marshal(&crd)
@@ -113,7 +125,9 @@ func addUpstreamStatus(root *apiextensionsv1.JSONSchemaProps) error {
 	return nil
 }
 
-func addRules(root *apiextensionsv1.JSONSchemaProps) error {
+// addSpecRules adds the rules of an NNCP's spec, which a pooled policy's
+// spec is too.
+func addSpecRules(root *apiextensionsv1.JSONSchemaProps) error {
 	if root == nil {
 		return errors.New("no schema")
 	}
@@ -121,11 +135,6 @@ func addRules(root *apiextensionsv1.JSONSchemaProps) error {
 	if !ok {
 		return errors.New("no spec in the schema")
 	}
-	root.XValidations = apiextensionsv1.ValidationRules{{
-		Rule: "size(self.metadata.name) <= 63",
-		Message: "a policy's name must be 63 characters or less: it is the value of the nmstate.io/policy label " +
-			"of the policy's enactments",
-	}}
 	spec.XValidations = apiextensionsv1.ValidationRules{{
 		Rule:      "has(self.capture) == has(oldSelf.capture) && (!has(self.capture) || self.capture == oldSelf.capture)",
 		Message:   "spec.capture is immutable: delete the policy and create it again to change its captures",

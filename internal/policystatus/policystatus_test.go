@@ -1,0 +1,78 @@
+package policystatus
+
+import (
+	"testing"
+	"time"
+
+	"github.com/nmstate/kubernetes-nmstate/api/shared"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/util/intstr"
+
+	nncev1beta1 "github.com/nmstate-ippool/nmstate-ippool/api/v1beta1"
+	"github.com/nmstate-ippool/nmstate-ippool/internal/conditions"
+)
+
+func enactment(generation int64, state shared.ConditionType) *nncev1beta1.NodeNetworkConfigurationEnactment {
+	e := nncev1beta1.NodeNetworkConfigurationEnactment{}
+	e.Status.PolicyGeneration = generation
+	e.Status.Conditions = conditions.OneTrue(nil, shared.NodeNetworkConfigurationEnactmentConditionTypes[:], state, "", "", time.Now())
+	return &e
+}
+
+func TestConditions(t *testing.T) {
+	const (
+		av   = shared.NodeNetworkConfigurationEnactmentConditionAvailable
+		fail = shared.NodeNetworkConfigurationEnactmentConditionFailing
+		pend = shared.NodeNetworkConfigurationEnactmentConditionPending
+	)
+	tests := []struct {
+		name       string
+		matching   int
+		enactments []*nncev1beta1.NodeNetworkConfigurationEnactment
+		trueType   shared.ConditionType
+		message    string
+	}{
+		{"no node", 0, nil, Ignored, "Policy does not match any node"},
+		{"all available", 2, []*nncev1beta1.NodeNetworkConfigurationEnactment{enactment(3, av), enactment(3, av)},
+			shared.NodeNetworkConfigurationPolicyConditionAvailable, "2/2 nodes successfully configured"},
+		{"one failing wins", 3, []*nncev1beta1.NodeNetworkConfigurationEnactment{enactment(3, av), enactment(3, fail), enactment(3, pend)},
+			shared.NodeNetworkConfigurationPolicyConditionDegraded, "1/3 nodes failed to configure"},
+		{"a node without enactment yet", 2, []*nncev1beta1.NodeNetworkConfigurationEnactment{enactment(3, av)},
+			shared.NodeNetworkConfigurationPolicyConditionProgressing, "Policy is progressing 1/2 nodes finished"},
+		{"an enactment of an older generation", 1, []*nncev1beta1.NodeNetworkConfigurationEnactment{enactment(2, av)},
+			shared.NodeNetworkConfigurationPolicyConditionProgressing, "Policy is progressing 0/1 nodes finished"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			c := Conditions(nil, Summarize(tt.matching, 3, tt.enactments), time.Now())
+			for _, x := range c {
+				if (x.Status == corev1.ConditionTrue) != (x.Type == tt.trueType) {
+					t.Errorf("%s is %s", x.Type, x.Status)
+				}
+			}
+			if got := c.Find(tt.trueType).Message; got != tt.message {
+				t.Errorf("message %q, want %q", got, tt.message)
+			}
+		})
+	}
+}
+
+func TestMaxUnavailable(t *testing.T) {
+	pct, two, bad := intstr.FromString("30%"), intstr.FromInt32(2), intstr.FromString("lots")
+	tests := []struct {
+		spec     *intstr.IntOrString
+		matching int
+		want     int
+	}{
+		{nil, 10, 5}, {nil, 3, 2}, {nil, 0, 1}, {&pct, 10, 3}, {&pct, 1, 1}, {&two, 10, 2}, {&two, 1, 2},
+	}
+	for _, tt := range tests {
+		got, err := MaxUnavailable(tt.spec, tt.matching)
+		if err != nil || got != tt.want {
+			t.Errorf("MaxUnavailable(%v, %d) = %d, %v; want %d", tt.spec, tt.matching, got, err, tt.want)
+		}
+	}
+	if _, err := MaxUnavailable(&bad, 10); err == nil {
+		t.Error("maxUnavailable accepted \"lots\"")
+	}
+}
