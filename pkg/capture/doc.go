@@ -15,6 +15,11 @@
 // resolves the ordinary captures against the current state, and returns the
 // rendered desired state with every captured state.
 //
+// Literal is the other way, for a handler that knows no pools
+// (kubernetes-nmstate's, in companion mode): it writes the ippool captures'
+// values into the template and leaves every other reference, and Plain the
+// other captures, for that handler to resolve on the node.
+//
 // The package is pure: it imports nmpolicy and the standard library, never a
 // Kubernetes client.
 package capture
