@@ -43,7 +43,7 @@ manifests: $(CONTROLLER_GEN) ## Generate the CRDs into deploy/crd and RBAC into 
 	go run ./hack/nncp-crd deploy/crd/nmstate.io_nodenetworkconfigurationpolicies.yaml # v1beta1, and admission rules upstream's types carry no markers for
 	go run ./hack/nncp-crd deploy/crd/nmstate.io_poolednodenetworkconfigurationpolicies.yaml # the same spec rules
 	$(CONTROLLER_GEN) rbac:roleName=nmstate-ippool-handler paths=./controllers/handler/... paths=./controllers/nodestate/... paths=./internal/metricsauth/... output:rbac:artifacts:config=deploy/rbac/handler
-	$(CONTROLLER_GEN) rbac:roleName=nmstate-ippool-pool-controller paths=./controllers/pool/... paths=./controllers/claim/... paths=./controllers/enactment/... paths=./controllers/policy/... paths=./internal/metricsauth/... output:rbac:artifacts:config=deploy/rbac/pool-controller
+	$(CONTROLLER_GEN) rbac:roleName=nmstate-ippool-pool-controller paths=./controllers/pool/... paths=./controllers/claim/... paths=./controllers/companion/... paths=./controllers/enactment/... paths=./controllers/policy/... paths=./internal/metricsauth/... output:rbac:artifacts:config=deploy/rbac/pool-controller
 
 .PHONY: generate
 generate: $(CONTROLLER_GEN) ## Generate the DeepCopy methods of api/.

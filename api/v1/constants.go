@@ -213,6 +213,14 @@ const (
 	// released address off its interface; it stays quarantined and the
 	// handler tries again.
 	ReasonReleaseFailed = "ReleaseFailed"
+	// ReasonAddressesReleased (pooled policy, Normal): the addresses of a
+	// node the policy no longer selects (or of every node, once it is
+	// deleted) are quarantined and its generated policy takes them off its
+	// interfaces.
+	ReasonAddressesReleased = "AddressesReleased"
+	// ReasonAddressesAllocated (pooled policy, Normal): nodes got their
+	// addresses; the message says which and how (adopted, returned).
+	ReasonAddressesAllocated = "AddressesAllocated"
 	// ReasonPoolWriteRetriesExhausted (enactment): every attempt to write a
 	// pool met a conflict; the handler tries again later.
 	ReasonPoolWriteRetriesExhausted = "PoolWriteRetriesExhausted"

@@ -136,6 +136,9 @@ const (
 	// PooledNodeAnnotation names the node an NNCP was generated for (a
 	// node name may be too long for a label value).
 	PooledNodeAnnotation = "nmstate.io/pooled-node"
+	// PooledReleaseAnnotation ("true") marks a generated NNCP whose desired
+	// state takes its node's released addresses off its interfaces.
+	PooledReleaseAnnotation = "nmstate.io/pooled-release"
 	// FinalizerPooledPolicy holds a pooled policy being deleted until its
 	// addresses are off its nodes' interfaces and its NNCPs are gone.
 	FinalizerPooledPolicy = "nmstate.io/pooled-policy"

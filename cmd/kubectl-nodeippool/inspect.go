@@ -211,8 +211,8 @@ func (in *inspected) problems() []string {
 	holders := func(ip netip.Addr) string {
 		names := make([]string, 0, len(in.claims[ip]))
 		for _, o := range in.claims[ip] {
-			if claim, ok := poolstatus.ClaimHolderName(o.Enactment); ok {
-				names = append(names, claim)
+			if foreign, ok := poolstatus.ForeignHolderName(o.Enactment); ok {
+				names = append(names, foreign)
 				continue
 			}
 			names = append(names, o.Enactment)

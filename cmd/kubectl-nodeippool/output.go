@@ -93,6 +93,9 @@ func (p printer) detail(d poolDetail) error {
 			if claim, ok := poolstatus.ClaimHolderName(h.Enactment); ok {
 				policy = claim // no node, no policy: a Cluster API claim
 			}
+			if name, _, ok := poolstatus.ParsePolicyHolder(h.Enactment); ok {
+				policy = "pnncp/" + name // companion mode
+			}
 			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\n", dash(a.Offset), a.IP, a.State, dash(h.Node), dash(h.Interface), policy, dash(h.Capture))
 		}
 	}
@@ -147,6 +150,11 @@ func (p printer) decoded(pool string, a addressRow) error {
 	for _, h := range a.Holders {
 		if ns, name, ok := poolstatus.ParseClaimHolder(h.Enactment); ok {
 			held = append(held, fmt.Sprintf("IPAddressClaim %s/%s (its IPAddress %s/%s)", ns, name, ns, name))
+			continue
+		}
+		if name, node, ok := poolstatus.ParsePolicyHolder(h.Enactment); ok {
+			held = append(held, fmt.Sprintf("node %s on %s (%s %s, capture %s)", node, dash(h.Interface),
+				poolstatus.PooledPolicyKind, name, dash(h.Capture)))
 			continue
 		}
 		held = append(held, fmt.Sprintf("node %s on %s (enactment %s, policy %s, capture %s)",

@@ -2,8 +2,15 @@
 // rebuilds pools from the enactments and opens them to the handlers
 // (Available=True), refuses overlapping or colliding ones, acts on reset
 // annotations, frees the addresses of deleted nodes and of enactments no
-// handler releases, and garbage-collects addresses no enactment claims. Run
-// two replicas; leader election keeps one active.
+// handler releases, and garbage-collects addresses no enactment claims. It
+// serves Cluster API IPAddressClaims when their CRDs are installed, and
+// keeps the NNCPs of pooled policies (companion mode). Run two replicas;
+// leader election keeps one active.
+//
+// --mode handler (the default) runs beside this project's handler: it also
+// writes the NNCPs' status and maxUnavailable slots and retires
+// enactments. --mode companion runs beside kubernetes-nmstate's handler,
+// which writes those itself: it leaves them alone.
 package main
 
 import (
@@ -12,22 +19,24 @@ import (
 	"os"
 	"time"
 
-	"sigs.k8s.io/controller-runtime/pkg/client"
-
-	"github.com/nmstate-ippool/nmstate-ippool/controllers/claim"
-	"github.com/nmstate-ippool/nmstate-ippool/internal/capi"
-
+	"k8s.io/apimachinery/pkg/api/meta"
 	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/healthz"
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
 	ctrlmetrics "sigs.k8s.io/controller-runtime/pkg/metrics"
 	"sigs.k8s.io/controller-runtime/pkg/webhook"
 	"sigs.k8s.io/controller-runtime/pkg/webhook/admission"
 
+	ippoolv1 "github.com/nmstate-ippool/nmstate-ippool/api/v1"
+	"github.com/nmstate-ippool/nmstate-ippool/controllers/claim"
+	"github.com/nmstate-ippool/nmstate-ippool/controllers/companion"
 	"github.com/nmstate-ippool/nmstate-ippool/controllers/enactment"
 	"github.com/nmstate-ippool/nmstate-ippool/controllers/policy"
 	"github.com/nmstate-ippool/nmstate-ippool/controllers/pool"
+	"github.com/nmstate-ippool/nmstate-ippool/internal/capi"
 	"github.com/nmstate-ippool/nmstate-ippool/internal/metricsauth"
+	"github.com/nmstate-ippool/nmstate-ippool/internal/poolstatus"
 	"github.com/nmstate-ippool/nmstate-ippool/internal/poolwebhook"
 	"github.com/nmstate-ippool/nmstate-ippool/internal/scheme"
 )
@@ -40,7 +49,14 @@ type options struct {
 	departureHold                 time.Duration
 	webhookPort                   int
 	webhookHost, webhookCertDir   string
+	mode                          string
 }
+
+// The modes of --mode.
+const (
+	modeHandler   = "handler"
+	modeCompanion = "companion"
+)
 
 func main() {
 	var o options
@@ -58,6 +74,8 @@ func main() {
 	flag.StringVar(&o.webhookHost, "webhook-host", "", "address the webhook listens on (default: every address)")
 	flag.StringVar(&o.webhookCertDir, "webhook-cert-dir", "/tmp/k8s-webhook-server/serving-certs",
 		"directory holding the webhook's serving certificate, tls.crt and tls.key (reloaded when they change)")
+	flag.StringVar(&o.mode, "mode", modeHandler, "handler: beside nmstate-ippool's handler; companion: beside kubernetes-nmstate's handler "+
+		"(no policy status, no enactment retirement: that handler does them)")
 	zapOpts := zap.Options{}
 	zapOpts.BindFlags(flag.CommandLine)
 	flag.Parse()
@@ -73,6 +91,9 @@ func run(o options) error {
 	if err := pool.CheckPeriods(o.gracePeriod, o.quarantinePeriod, o.departureHold); err != nil {
 		return err
 	}
+	if o.mode != modeHandler && o.mode != modeCompanion {
+		return fmt.Errorf("--mode %q: write %s or %s", o.mode, modeHandler, modeCompanion)
+	}
 	mgr, webhooks, err := newManager(o)
 	if err != nil {
 		return err
@@ -87,14 +108,19 @@ func run(o options) error {
 	if pools.IPAMVersion, err = setUpClaims(mgr); err != nil {
 		return err
 	}
+	if pools.PooledPolicies, err = setUpPooledPolicies(mgr); err != nil {
+		return err
+	}
 	if err := pools.SetupWithManager(ctx, mgr, pool.SetupOptions{}); err != nil {
 		return fmt.Errorf("set up the pool controller: %w", err)
 	}
-	if err := enactment.New(mgr).SetupWithManager(mgr, enactment.SetupOptions{}); err != nil {
-		return fmt.Errorf("set up the enactment controller: %w", err)
-	}
-	if err := policy.New(mgr).SetupWithManager(ctx, mgr, policy.SetupOptions{}); err != nil {
-		return fmt.Errorf("set up the policy controller: %w", err)
+	if o.mode == modeHandler {
+		if err := enactment.New(mgr).SetupWithManager(mgr, enactment.SetupOptions{}); err != nil {
+			return fmt.Errorf("set up the enactment controller: %w", err)
+		}
+		if err := policy.New(mgr).SetupWithManager(ctx, mgr, policy.SetupOptions{}); err != nil {
+			return fmt.Errorf("set up the policy controller: %w", err)
+		}
 	}
 	ready := healthz.Ping
 	if webhooks != nil {
@@ -112,7 +138,7 @@ func run(o options) error {
 	if err := mgr.AddReadyzCheck("readyz", ready); err != nil {
 		return err
 	}
-	ctrl.Log.Info("starting pool controller", "leaderElection", o.leaderElection, "gcGracePeriod", o.gracePeriod.String(),
+	ctrl.Log.Info("starting pool controller", "mode", o.mode, "leaderElection", o.leaderElection, "gcGracePeriod", o.gracePeriod.String(),
 		"quarantinePeriod", o.quarantinePeriod.String(), "departureHold", o.departureHold.String(), "webhookPort", o.webhookPort)
 	return mgr.Start(ctx)
 }
@@ -139,6 +165,23 @@ func setUpClaims(mgr ctrl.Manager) (string, error) {
 	}
 	ctrl.Log.Info("serving Cluster API IPAddressClaims of NodeIPPools", "version", capi.Group+"/"+version, "clusterVersion", cluster)
 	return version, nil
+}
+
+// setUpPooledPolicies starts the controller of companion mode's pooled
+// policies when their CRD is installed, and reports whether it is.
+func setUpPooledPolicies(mgr ctrl.Manager) (bool, error) {
+	_, err := mgr.GetRESTMapper().RESTMapping(ippoolv1.GroupVersion.WithKind(poolstatus.PooledPolicyKind).GroupKind(), ippoolv1.GroupVersion.Version)
+	switch {
+	case meta.IsNoMatchError(err):
+		ctrl.Log.Info("not serving pooled policies: the PooledNodeNetworkConfigurationPolicy CRD is not installed (restart the pool controller after installing it)")
+		return false, nil
+	case err != nil:
+		return false, fmt.Errorf("look up %s: %w", poolstatus.PooledPolicyKind, err)
+	}
+	if err := companion.New(mgr).SetupWithManager(mgr, companion.SetupOptions{}); err != nil {
+		return false, fmt.Errorf("set up the pooled policy controller: %w", err)
+	}
+	return true, nil
 }
 
 // newManager creates the manager, with a webhook server when o asks for

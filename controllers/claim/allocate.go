@@ -8,7 +8,6 @@ import (
 	"reflect"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/types"
@@ -43,7 +42,7 @@ func (r *Reconciler) allocate(ctx context.Context, claim *unstructured.Unstructu
 	if err != nil {
 		return condition{}, false, fmt.Errorf("get NodeIPPool %s: %w", ref.Name, err)
 	}
-	if why := unservable(&pool); why != "" {
+	if why := poolstatus.Unservable(&pool); why != "" {
 		return notReady(capi.ReasonPoolNotReady, why), false, nil
 	}
 	rng, err := poolstatus.Range(&pool)
@@ -85,7 +84,7 @@ func (r *Reconciler) take(ctx context.Context, claim *unstructured.Unstructured,
 				return false, nil
 			}
 		}
-		if why := unservable(p); why != "" {
+		if why := poolstatus.Unservable(p); why != "" {
 			// The cache said it could serve; the API server says otherwise
 			// (a rebuild began meanwhile).
 			c := notReady(capi.ReasonPoolNotReady, why)
@@ -130,23 +129,6 @@ func deref(c *condition) condition {
 		return condition{}
 	}
 	return *c
-}
-
-// unservable says why a pool hands out no address now, or "". Only the
-// pool controller marks a pool Available; an exhausted pool still serves
-// whatever frees.
-func unservable(pool *ippoolv1.NodeIPPool) string {
-	if !pool.DeletionTimestamp.IsZero() {
-		return fmt.Sprintf("NodeIPPool %s is being deleted", pool.Name)
-	}
-	c := meta.FindStatusCondition(pool.Status.Conditions, ippoolv1.ConditionAvailable)
-	switch {
-	case c == nil:
-		return fmt.Sprintf("NodeIPPool %s is not available yet: the pool controller has not rebuilt it", pool.Name)
-	case c.Status == metav1.ConditionTrue, c.Reason == ippoolv1.ReasonExhaustedIPPool:
-		return ""
-	}
-	return fmt.Sprintf("NodeIPPool %s is not available (%s: %s); the claim is served once it is", pool.Name, c.Reason, c.Message)
 }
 
 // takeNext takes the address the pool's rules give a claimant that is no
@@ -257,8 +239,8 @@ func heldByEntry(p *ippoolv1.NodeIPPool, s string) string {
 
 // holderName names the holder an entry names, for messages.
 func holderName(holder, node string) string {
-	if claim, ok := poolstatus.ClaimHolderName(holder); ok {
-		return claim
+	if foreign, ok := poolstatus.ForeignHolderName(holder); ok {
+		return foreign
 	}
 	if node != "" {
 		return "node " + node

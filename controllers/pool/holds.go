@@ -249,11 +249,12 @@ const (
 // under the token (fenced). A conflict means the enactment just changed,
 // maybe to record the address (undecided).
 func (r *Reconciler) fence(ctx context.Context, pool *ippoolv1.NodeIPPool, e ippoolv1.InFlightAddress) (fenceOutcome, error) {
-	if _, _, ok := poolstatus.ParseClaimHolder(e.Enactment); ok {
-		// Taken for a Cluster API claim by this controller, whose claim
-		// controller records it in the IPAddress it creates; its claim has
-		// an IPAddress with another address: the entry goes, the bit stays
-		// for garbage collection.
+	if poolstatus.Foreign(e.Enactment) {
+		// Taken by this process for a Cluster API claim or a pooled
+		// policy's node, whose controller records it in the IPAddress or
+		// the policy's status; the holder has recorded another address
+		// (or none, and takes it again from its entry while the entry
+		// lives): the entry goes, the bit stays for garbage collection.
 		return movedOn, nil
 	}
 	var enactment nncev1beta1.NodeNetworkConfigurationEnactment

@@ -276,7 +276,7 @@ func (r *Reconciler) enactmentsFromAPI(ctx context.Context) ([]nncev1beta1.NodeN
 	if err := r.APIReader.List(ctx, &list); err != nil {
 		return nil, fmt.Errorf("list enactments: %w", err)
 	}
-	return r.withClaims(ctx, r.APIReader, list.Items)
+	return r.withForeign(ctx, r.APIReader, list.Items)
 }
 
 // conditionSet holds the values a status write gives to conditions, by

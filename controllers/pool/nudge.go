@@ -35,8 +35,8 @@ func toNudge(pool *ippoolv1.NodeIPPool, v view, done map[string]string) []nudgeO
 	var out []nudgeOf
 	for _, ip := range v.audit.Outside {
 		for _, o := range v.claims[ip] {
-			if _, _, claim := poolstatus.ParseClaimHolder(o.Enactment); claim {
-				continue // a Cluster API claim keeps its address: IPAddresses are immutable
+			if poolstatus.Foreign(o.Enactment) {
+				continue // a Cluster API claim keeps its address (IPAddresses are immutable); a pooled policy's controller moves its own
 			}
 			if key := "outside:" + ip.String(); done[o.Enactment] != key {
 				if e := findEnactment(v.enactments, o.Enactment); e != nil {

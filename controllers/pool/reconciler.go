@@ -21,6 +21,7 @@ import (
 	ippoolv1 "github.com/nmstate-ippool/nmstate-ippool/api/v1"
 	nncev1beta1 "github.com/nmstate-ippool/nmstate-ippool/api/v1beta1"
 	"github.com/nmstate-ippool/nmstate-ippool/internal/capi"
+	"github.com/nmstate-ippool/nmstate-ippool/internal/companion"
 	"github.com/nmstate-ippool/nmstate-ippool/internal/poolstatus"
 	"github.com/nmstate-ippool/nmstate-ippool/internal/poolwrite"
 	"github.com/nmstate-ippool/nmstate-ippool/pkg/ippool"
@@ -72,6 +73,10 @@ type Reconciler struct {
 	// the claims pools serve; "" when its CRDs are not installed: no claim
 	// holds an address then.
 	IPAMVersion string
+	// PooledPolicies is set when the API server serves companion mode's
+	// PooledNodeNetworkConfigurationPolicy, whose status.nodes are records
+	// of addresses too (internal/companion).
+	PooledPolicies bool
 
 	mu     sync.Mutex
 	memory map[string]*poolMemory
@@ -226,18 +231,24 @@ func (r *Reconciler) enactments(ctx context.Context) ([]nncev1beta1.NodeNetworkC
 	if err := r.Client.List(ctx, &list, client.UnsafeDisableDeepCopy); err != nil {
 		return nil, fmt.Errorf("list enactments: %w", err)
 	}
-	return r.withClaims(ctx, r.Client, list.Items)
+	return r.withForeign(ctx, r.Client, list.Items)
 }
 
-// withClaims adds to enactments the records of the Cluster API claims,
-// read through reader, when claims are served: they hold addresses as
-// enactments do.
-func (r *Reconciler) withClaims(ctx context.Context, reader client.Reader,
+// withForeign adds to enactments the records of the Cluster API claims
+// and of the pooled policies' nodes, read through reader, when their
+// kinds are served: they hold addresses as enactments do.
+func (r *Reconciler) withForeign(ctx context.Context, reader client.Reader,
 	enactments []nncev1beta1.NodeNetworkConfigurationEnactment) ([]nncev1beta1.NodeNetworkConfigurationEnactment, error) {
-	if r.IPAMVersion == "" {
-		return enactments, nil
+	var err error
+	if r.IPAMVersion != "" {
+		if enactments, err = capi.WithRecords(ctx, reader, enactments); err != nil {
+			return nil, err
+		}
 	}
-	return capi.WithRecords(ctx, reader, enactments)
+	if r.PooledPolicies {
+		return companion.WithRecords(ctx, reader, enactments)
+	}
+	return enactments, nil
 }
 
 // statusChange computes, on a fresh copy of a pool read from the API

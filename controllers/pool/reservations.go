@@ -44,7 +44,7 @@ func reservationsOf(pool *ippoolv1.NodeIPPool, alloc *ippool.Allocator, claims p
 				continue
 			}
 			holder := fmt.Sprintf("node %s (enactment %s)", o.Node, o.Enactment)
-			if _, _, claim := poolstatus.ParseClaimHolder(o.Enactment); claim {
+			if poolstatus.Foreign(o.Enactment) {
 				holder = o.Describe(pool.Name)
 			}
 			conflicts = append(conflicts, fmt.Sprintf("%s is reserved for %s but held by %s; to move it, run: %s",

@@ -28,6 +28,7 @@ import (
 	"github.com/nmstate-ippool/nmstate-ippool/internal/poolstatus"
 	"github.com/nmstate-ippool/nmstate-ippool/internal/poolwrite"
 	"github.com/nmstate-ippool/nmstate-ippool/internal/record"
+	"github.com/nmstate-ippool/nmstate-ippool/pkg/capture"
 	"github.com/nmstate-ippool/nmstate-ippool/pkg/ippool"
 )
 
@@ -107,6 +108,10 @@ func (r *Reconciler) SetupWithManager(ctx context.Context, mgr ctrl.Manager, opt
 		// A claim's record coming or going changes what its pool holds.
 		b = b.Watches(capi.NewAddress(r.IPAMVersion), batch.EnqueueAfter(r.Batch, r.poolsOfAddress))
 	}
+	if r.PooledPolicies {
+		// A node's record coming or going changes what its pool holds.
+		b = b.Watches(&ippoolv1.PooledNodeNetworkConfigurationPolicy{}, batch.EnqueueAfter(r.Batch, r.poolsOfPooledPolicy))
+	}
 	return b.
 		Named("nodeippool").
 		WithOptions(controller.Options{SkipNameValidation: ptr.To(opts.SkipNameValidation)}).
@@ -185,6 +190,34 @@ func (r *Reconciler) poolsOfAddress(ctx context.Context, o client.Object) []reco
 	if a.IP.IsValid() && r.Client.List(ctx, &pools) == nil {
 		for i := range pools.Items {
 			if rng, err := poolstatus.Range(&pools.Items[i]); err == nil && holdsAny(rng, []string{a.IP.String()}) {
+				names = append(names, pools.Items[i].Name)
+			}
+		}
+	}
+	slices.Sort(names)
+	return requestsFor(func(client.Object) []string { return slices.Compact(names) })(ctx, o)
+}
+
+// poolsOfPooledPolicy maps a pooled policy to the pools its records and
+// its captures name, and those whose range holds an address it records.
+func (r *Reconciler) poolsOfPooledPolicy(ctx context.Context, o client.Object) []reconcile.Request {
+	p, ok := o.(*ippoolv1.PooledNodeNetworkConfigurationPolicy)
+	if !ok {
+		return nil
+	}
+	var names, ips []string
+	if c, err := capture.Parse(p.Spec.Capture); err == nil {
+		names = c.Pools()
+	}
+	for _, n := range p.Status.Nodes {
+		for _, a := range n.Addresses {
+			names, ips = append(names, a.Pool), append(ips, a.IP)
+		}
+	}
+	var pools ippoolv1.NodeIPPoolList
+	if len(ips) > 0 && r.Client.List(ctx, &pools) == nil {
+		for i := range pools.Items {
+			if rng, err := poolstatus.Range(&pools.Items[i]); err == nil && holdsAny(rng, ips) {
 				names = append(names, pools.Items[i].Name)
 			}
 		}

@@ -73,6 +73,9 @@ func (h Holding) Describe() string {
 	if claim, ok := poolstatus.ClaimHolderName(h.Enactment); ok {
 		holder = claim
 	}
+	if policy, _, ok := poolstatus.ParsePolicyHolder(h.Enactment); ok {
+		holder += " (" + poolstatus.PooledPolicyKind + " " + policy + ")"
+	}
 	s := fmt.Sprintf("%s %s %s", h.IP, verb, holder)
 	if len(who) > 0 {
 		s += " (" + strings.Join(who, ", ") + ")"
@@ -113,6 +116,9 @@ func Holdings(name string, stored *ippoolv1.NodeIPPool, enactments []nncev1beta1
 // nodeOf returns the node of an enactment name "<node>.<policy>"; node
 // names may hold dots, policy names may not.
 func nodeOf(enactment string) string {
+	if _, node, ok := poolstatus.ParsePolicyHolder(enactment); ok {
+		return node
+	}
 	if _, _, claim := poolstatus.ParseClaimHolder(enactment); claim {
 		return ""
 	}

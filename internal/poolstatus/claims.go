@@ -59,6 +59,18 @@ func (o Owner) String() string { return o.Describe(o.Pool) }
 func (o Owner) Describe(pool string) string {
 	o = o.detailed()
 	var b strings.Builder
+	if policy, node, ok := ParsePolicyHolder(o.Enactment); ok {
+		b.WriteString("node " + node)
+		if o.Capture != "" {
+			b.WriteString(" and capture " + o.Capture)
+		}
+		b.WriteString(" (" + PooledPolicyKind + " " + policy)
+		if o.Pool != "" && o.Pool != pool {
+			b.WriteString(", NodeIPPool " + o.Pool)
+		}
+		b.WriteString(")")
+		return b.String()
+	}
 	if claim, ok := ClaimHolderName(o.Enactment); ok {
 		b.WriteString(claim)
 		if o.Pool != "" && o.Pool != pool {
@@ -113,10 +125,59 @@ func ParseClaimHolder(holder string) (namespace, name string, ok bool) {
 	return strings.Cut(rest, "/")
 }
 
+// PooledPolicyKind is the kind of companion mode's policies.
+const PooledPolicyKind = "PooledNodeNetworkConfigurationPolicy"
+
+// policyHolderPrefix starts the holder names of a pooled policy's nodes.
+const policyHolderPrefix = PooledPolicyKind + "/"
+
+// PolicyHolder names the holder of the addresses a pooled policy
+// (companion mode) holds for one node, where records, in-flight entries
+// and quarantines name an enactment: "PooledNodeNetworkConfigurationPolicy/<policy>/<node>".
+// The node comes last: node names may hold dots, policy names no slash.
+func PolicyHolder(policy, node string) string {
+	return policyHolderPrefix + policy + "/" + node
+}
+
+// ParsePolicyHolder returns the pooled policy and node a holder name of
+// PolicyHolder names, and false for any other name.
+func ParsePolicyHolder(holder string) (policy, node string, ok bool) {
+	rest, ok := strings.CutPrefix(holder, policyHolderPrefix)
+	if !ok {
+		return "", "", false
+	}
+	return strings.Cut(rest, "/")
+}
+
+// ForeignHolderName describes a holder name of ClaimHolder or
+// PolicyHolder as messages write it ("IPAddressClaim <namespace>/<name>",
+// "node <node> (PooledNodeNetworkConfigurationPolicy <policy>)"), and false
+// for an enactment's name.
+func ForeignHolderName(holder string) (string, bool) {
+	if policy, node, ok := ParsePolicyHolder(holder); ok {
+		return "node " + node + " (" + PooledPolicyKind + " " + policy + ")", true
+	}
+	return ClaimHolderName(holder)
+}
+
+// Foreign reports whether holder names no enactment: a Cluster API claim
+// or a pooled policy's node, whose records live elsewhere and which no
+// enactment write reaches.
+func Foreign(holder string) bool {
+	_, _, claim := ParseClaimHolder(holder)
+	_, _, policy := ParsePolicyHolder(holder)
+	return claim || policy
+}
+
 // Remedy is the command that takes the address from this holder, for a
-// message about pool: reset an enactment's record, or delete a claim
-// (whose infrastructure provider asks again).
+// message about pool: reset an enactment's record or a pooled policy's
+// node (on the policy generated for it), or delete a claim (whose
+// infrastructure provider asks again).
 func (o Owner) Remedy(pool string) string {
+	if policy, node, ok := ParsePolicyHolder(o.Enactment); ok {
+		return fmt.Sprintf("kubectl annotate nncp %s %s=%s", ippoolv1.NodePolicyName(policy, node),
+			ippoolv1.ResetIPPoolAnnotation, cmp.Or(o.Pool, pool))
+	}
 	if ns, name, ok := ParseClaimHolder(o.Enactment); ok {
 		return fmt.Sprintf("kubectl -n %s delete ipaddressclaim %s", ns, name)
 	}

@@ -9,6 +9,10 @@ import (
 	"net/netip"
 	"slices"
 
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"k8s.io/apimachinery/pkg/api/meta"
+
 	ippoolv1 "github.com/nmstate-ippool/nmstate-ippool/api/v1"
 	"github.com/nmstate-ippool/nmstate-ippool/pkg/capture"
 	"github.com/nmstate-ippool/nmstate-ippool/pkg/ippool"
@@ -91,4 +95,21 @@ func saturate(n uint64) int64 {
 func ExhaustedMessage(pool string, size uint64, want int) string {
 	return fmt.Sprintf("NodeIPPool %q is exhausted: all %d addresses are allocated and %d more are needed; re-create it with a larger range",
 		pool, size, want)
+}
+
+// Unservable says why a pool hands out no address now, or "". Only the
+// pool controller marks a pool Available; an exhausted pool still serves
+// whatever frees.
+func Unservable(pool *ippoolv1.NodeIPPool) string {
+	if !pool.DeletionTimestamp.IsZero() {
+		return fmt.Sprintf("NodeIPPool %s is being deleted", pool.Name)
+	}
+	c := meta.FindStatusCondition(pool.Status.Conditions, ippoolv1.ConditionAvailable)
+	switch {
+	case c == nil:
+		return fmt.Sprintf("NodeIPPool %s is not available yet: the pool controller has not rebuilt it", pool.Name)
+	case c.Status == metav1.ConditionTrue, c.Reason == ippoolv1.ReasonExhaustedIPPool:
+		return ""
+	}
+	return fmt.Sprintf("NodeIPPool %s is not available (%s: %s); it serves once it is", pool.Name, c.Reason, c.Message)
 }

@@ -29,7 +29,7 @@ import (
 
 	ippoolv1 "github.com/nmstate-ippool/nmstate-ippool/api/v1"
 	nncev1beta1 "github.com/nmstate-ippool/nmstate-ippool/api/v1beta1"
-	"github.com/nmstate-ippool/nmstate-ippool/internal/capi"
+	"github.com/nmstate-ippool/nmstate-ippool/internal/companion"
 	"github.com/nmstate-ippool/nmstate-ippool/internal/poolchange"
 	"github.com/nmstate-ippool/nmstate-ippool/internal/poolstatus"
 )
@@ -106,7 +106,7 @@ func (v *Validator) assess(ctx context.Context, proposed, stored *ippoolv1.NodeI
 	if err := v.Reader.List(ctx, &pools); err != nil {
 		return nil, fmt.Errorf("list NodeIPPools: %w", err)
 	}
-	holders, err := capi.WithRecords(ctx, v.Reader, enactments.Items)
+	holders, err := companion.WithForeignRecords(ctx, v.Reader, enactments.Items)
 	if err != nil {
 		return nil, err
 	}

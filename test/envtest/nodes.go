@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/nmstate-ippool/nmstate-ippool/controllers/claim"
+	"github.com/nmstate-ippool/nmstate-ippool/controllers/companion"
 	"github.com/nmstate-ippool/nmstate-ippool/internal/capi"
 
 	"k8s.io/apimachinery/pkg/types"
@@ -230,7 +231,9 @@ type PoolController struct {
 	// Claims serves Cluster API IPAddressClaims, when the control plane
 	// has their CRDs (WithClusterAPI); nil otherwise.
 	Claims *claim.Reconciler
-	stop   func() error
+	// PooledPolicies keeps the NNCPs of pooled policies (companion mode).
+	PooledPolicies *companion.Reconciler
+	stop           func() error
 }
 
 // StartPoolController runs a pool controller with the given garbage
@@ -241,7 +244,9 @@ func (e *Env) StartPoolController(grace time.Duration, metrics *pool.Metrics, tu
 	if err != nil {
 		return nil, err
 	}
-	pc := &PoolController{Pools: pool.New(mgr, metrics), Enactments: enactment.New(mgr), Policies: policy.New(mgr)}
+	pc := &PoolController{Pools: pool.New(mgr, metrics), Enactments: enactment.New(mgr), Policies: policy.New(mgr),
+		PooledPolicies: companion.New(mgr)}
+	pc.Pools.PooledPolicies = true
 	pc.Policies.Batch, pc.Pools.Batch = 50*time.Millisecond, 50*time.Millisecond
 	pc.Pools.GracePeriod, pc.Pools.QuarantinePeriod = grace, grace
 	version, served, err := capi.Served(mgr.GetRESTMapper())
@@ -263,6 +268,11 @@ func (e *Env) StartPoolController(grace time.Duration, metrics *pool.Metrics, tu
 	}
 	if pc.Claims != nil {
 		if err := pc.Claims.SetupWithManager(mgr, claim.SetupOptions{SkipNameValidation: true}); err != nil {
+			return nil, err
+		}
+	}
+	if pc.PooledPolicies != nil {
+		if err := pc.PooledPolicies.SetupWithManager(mgr, companion.SetupOptions{SkipNameValidation: true}); err != nil {
 			return nil, err
 		}
 	}

@@ -1,0 +1,303 @@
+package companion
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"maps"
+	"net/netip"
+	"slices"
+	"strings"
+
+	"github.com/nmstate/kubernetes-nmstate/api/shared"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	ippoolv1 "github.com/nmstate-ippool/nmstate-ippool/api/v1"
+	nncev1beta1 "github.com/nmstate-ippool/nmstate-ippool/api/v1beta1"
+	"github.com/nmstate-ippool/nmstate-ippool/internal/assign"
+	"github.com/nmstate-ippool/nmstate-ippool/internal/poolstatus"
+	"github.com/nmstate-ippool/nmstate-ippool/internal/poolwrite"
+	"github.com/nmstate-ippool/nmstate-ippool/pkg/capture"
+	"github.com/nmstate-ippool/nmstate-ippool/pkg/ippool"
+	"github.com/nmstate-ippool/nmstate-ippool/pkg/nmstatectl"
+)
+
+// need is one capture of one node without an address.
+type need struct {
+	node string
+	ref  capture.Ref
+}
+
+// problem is why some nodes have no address, or cannot be configured.
+type problem struct {
+	reason  shared.ConditionReason
+	message string
+}
+
+// allocate takes an address for every capture of every selected node that
+// has none (not while its release is under way), one pool write per pool,
+// and records them in next. What cannot be had is a problem, not an
+// error.
+func (r *Reconciler) allocate(ctx context.Context, w *world, next *ippoolv1.PooledNodeNetworkConfigurationPolicy) ([]problem, error) {
+	byPool := map[string][]need{}
+	for _, node := range w.selected {
+		rec := next.Status.NodeOf(node)
+		if rec != nil && rec.Releasing {
+			continue
+		}
+		for _, ref := range w.captures.Refs {
+			if rec == nil || !slices.ContainsFunc(rec.Addresses, func(a ippoolv1.PooledAddress) bool { return a.Capture == ref.Capture }) {
+				byPool[ref.Pool] = append(byPool[ref.Pool], need{node: node, ref: ref})
+			}
+		}
+	}
+	var problems []problem
+	var notes []string
+	for _, name := range slices.Sorted(maps.Keys(byPool)) {
+		needs := byPool[name]
+		pool := w.pools[name]
+		if pool == nil {
+			problems = append(problems, problem{ippoolv1.ReasonIPPoolNotFound, fmt.Sprintf(
+				"NodeIPPool %s does not exist (capture %s): create it, or correct the capture ('kubectl get nodeippools'); %s wait",
+				name, needs[0].ref.Capture, nodesOf(needs))})
+			continue
+		}
+		if why := poolstatus.Unservable(pool); why != "" {
+			problems = append(problems, problem{ippoolv1.ReasonIPPoolNotAvailable, why + "; " + nodesOf(needs) + " wait"})
+			continue
+		}
+		if err := unrenderable(w, pool); err != nil {
+			// A policy that can never render must not hold the pool's addresses.
+			problems = append(problems, problem{ippoolv1.ReasonInvalidCapture, err.Error()})
+			continue
+		}
+		got, refused, n, err := r.take(ctx, w, next, pool, needs)
+		if err != nil {
+			return nil, err
+		}
+		notes = append(notes, n...)
+		for nd, ip := range got {
+			record(w, next, nd, ip)
+		}
+		if refused != nil {
+			problems = append(problems, *refused)
+		}
+	}
+	if len(notes) > 0 {
+		r.Recorder.Eventf(w.policy, nil, corev1.EventTypeNormal, ippoolv1.ReasonAddressesAllocated, "Allocate",
+			"%s", strings.Join(notes, "; "))
+	}
+	return problems, nil
+}
+
+// unrenderable says why the template can never render with pool's
+// addresses (it reads a gateway or DNS setting the pool does not set), or
+// nil.
+func unrenderable(w *world, pool *ippoolv1.NodeIPPool) error {
+	rng, err := poolstatus.Range(pool)
+	if err != nil {
+		return fmt.Errorf("NodeIPPool %s has an unusable range: %w", pool.Name, err)
+	}
+	sample := poolstatus.Address(pool, rng, rng.Start())
+	return capture.Missing(capture.Needs(w.policy.Spec.DesiredState.Raw, w.captures.RefsOf(pool.Name)), pool.Name, sample)
+}
+
+// record adds ip, the address of nd, to next's records.
+func record(w *world, next *ippoolv1.PooledNodeNetworkConfigurationPolicy, nd need, ip netip.Addr) {
+	rec := next.Status.NodeOf(nd.node)
+	if rec == nil {
+		next.Status.Nodes = append(next.Status.Nodes, ippoolv1.PooledPolicyNode{Node: nd.node,
+			Policy: ippoolv1.NodePolicyName(w.policy.Name, nd.node)})
+		slices.SortFunc(next.Status.Nodes, func(a, b ippoolv1.PooledPolicyNode) int { return strings.Compare(a.Node, b.Node) })
+		rec = next.Status.NodeOf(nd.node)
+	}
+	if n := w.nodes[nd.node]; n != nil {
+		rec.NodeUID = n.UID
+	}
+	rec.Addresses = append(rec.Addresses, ippoolv1.PooledAddress{Capture: nd.ref.Capture, Pool: nd.ref.Pool, IP: ip.String()})
+	slices.SortFunc(rec.Addresses, func(a, b ippoolv1.PooledAddress) int { return strings.Compare(a.Capture, b.Capture) })
+}
+
+// take takes the addresses of needs from pool in one pool write, each
+// held by an in-flight entry naming its node's holder with the policy's
+// UID as token; a need whose holder has such an entry already (a pass
+// that died before its status write) takes that address again. It returns
+// what it got, a problem for those it could not serve, and notes for the
+// Event.
+func (r *Reconciler) take(ctx context.Context, w *world, next *ippoolv1.PooledNodeNetworkConfigurationPolicy,
+	pool *ippoolv1.NodeIPPool, needs []need) (map[need]netip.Addr, *problem, []string, error) {
+	carried := r.carried(ctx, needs)
+	labelsOf := func(node string) func() map[string]string {
+		return func() map[string]string {
+			if n := w.nodes[node]; n != nil {
+				return n.Labels
+			}
+			return nil
+		}
+	}
+	var (
+		got     map[need]netip.Addr
+		full    []need
+		unavail string
+		notes   assign.Notes
+	)
+	_, err := r.Pools.Update(ctx, pool.Name, func(p *ippoolv1.NodeIPPool, alloc *ippool.Allocator) (bool, error) {
+		got, full, unavail, notes = map[need]netip.Addr{}, nil, "", assign.Notes{}
+		pending := inFlight(p, w.policy, next)
+		changed := false
+		ch := assign.New(p, alloc)
+		for _, nd := range needs {
+			holder, token := holderOf(w.policy, nd.node)
+			if list := pending[holder]; len(list) > 0 {
+				got[nd], pending[holder] = list[0], list[1:]
+				continue
+			}
+			if why := poolstatus.Unservable(p); why != "" {
+				unavail = why // the cache said it could serve; a rebuild began meanwhile
+				continue
+			}
+			cl := assign.Claimant{Enactment: holder, Node: nd.node, Policy: w.policy.Name, Labels: labelsOf(nd.node),
+				Carried: carried.of(nd.node, w.policy.Spec.DesiredState.Raw), CarriedElsewhere: carried.elsewhereThan(nd.node),
+				Holds: holds(next, nd.node)}
+			t, err := ch.Take(cl, nd.ref.Capture)
+			if err != nil {
+				full = append(full, nd)
+				continue
+			}
+			poolstatus.AddInFlight(p, t.InFlight(holder, token, metav1.NewTime(r.Clock.Now().Truncate(1e9))))
+			notes.Add(t, nd.ref.Capture)
+			got[nd], changed = t.IP, true
+		}
+		ch.Done()
+		return changed, nil
+	}, poolwrite.Incarnation(pool.UID))
+	switch {
+	case apierrors.IsNotFound(err), errors.Is(err, poolwrite.ErrReplaced):
+		return nil, &problem{ippoolv1.ReasonIPPoolNotAvailable, fmt.Sprintf(
+			"NodeIPPool %s was deleted or re-created meanwhile; %s wait", pool.Name, nodesOf(needs))}, nil, nil
+	case err != nil:
+		return nil, nil, nil, fmt.Errorf("allocate from NodeIPPool %s for %s %s: %w", pool.Name, poolstatus.PooledPolicyKind, w.policy.Name, err)
+	}
+	var said []string
+	for _, n := range notes.Events(pool.Name) {
+		said = append(said, n.Message)
+	}
+	if len(got) > 0 {
+		said = append(said, fmt.Sprintf("%d addresses of NodeIPPool %s for %s", len(got), pool.Name, nodesOf(slices.Collect(maps.Keys(got)))))
+	}
+	switch {
+	case len(full) > 0:
+		return got, &problem{ippoolv1.ReasonIPPoolExhausted, fmt.Sprintf(
+			"NodeIPPool %s has no address left for %s (%d of %d allocated): they get one as soon as one is freed; grow the pool's range "+
+				"(spec.range.end, or fewer excludes), or free addresses ('kubectl nodeippool show %s')",
+			pool.Name, nodesOf(full), pool.Status.Allocated, pool.Status.Size, pool.Name)}, said, nil
+	case unavail != "":
+		return got, &problem{ippoolv1.ReasonIPPoolNotAvailable, unavail}, said, nil
+	}
+	return got, nil, said, nil
+}
+
+// inFlight returns, by holder, the addresses the pool's in-flight entries
+// hold for the policy's nodes under its UID that their records do not
+// hold yet and that were not released since (the pool controller prunes
+// an entry some seconds after its address is recorded).
+func inFlight(p *ippoolv1.NodeIPPool, policy, next *ippoolv1.PooledNodeNetworkConfigurationPolicy) map[string][]netip.Addr {
+	out := map[string][]netip.Addr{}
+	for _, e := range p.Status.InFlight {
+		policyName, node, ok := poolstatus.ParsePolicyHolder(e.Enactment)
+		if !ok || policyName != policy.Name || e.Token != string(policy.UID) {
+			continue
+		}
+		if rec := next.Status.NodeOf(node); rec != nil &&
+			slices.ContainsFunc(rec.Addresses, func(a ippoolv1.PooledAddress) bool { return a.IP == e.IP }) {
+			continue
+		}
+		if poolstatus.QuarantineOf(p, e.IP) != nil {
+			continue // recorded, then released (a reset): not the node's any more
+		}
+		if ip, err := netip.ParseAddr(e.IP); err == nil {
+			out[e.Enactment] = append(out[e.Enactment], ip)
+		}
+	}
+	return out
+}
+
+// holds returns whether the node's record holds ip already.
+func holds(next *ippoolv1.PooledNodeNetworkConfigurationPolicy, node string) func(netip.Addr) bool {
+	return func(ip netip.Addr) bool {
+		rec := next.Status.NodeOf(node)
+		return rec != nil && slices.ContainsFunc(rec.Addresses, func(a ippoolv1.PooledAddress) bool { return a.IP == ip.String() })
+	}
+}
+
+// carriedView is what the nodes that need addresses carry, for adoption:
+// a node that already carries an address of the pool on the interface the
+// template puts its capture's address on (a per-node NNCP's static
+// address) keeps it.
+type carriedView struct {
+	// byNode maps a node that needs an address to what its state shows:
+	// address to interface; carriers maps each address any node carries
+	// to those nodes.
+	byNode   map[string]map[netip.Addr]string
+	carriers map[netip.Addr][]string
+}
+
+// elsewhereThan returns which node other than node carries an address;
+// nil (none known) when the states could not be read.
+func (v carriedView) elsewhereThan(node string) func(netip.Addr) string {
+	if v.carriers == nil {
+		return nil
+	}
+	return assign.ElsewhereThan(v.carriers, node)
+}
+
+// of returns the candidates for adoption of node for a capture.
+func (v carriedView) of(node string, template []byte) func(string) []assign.Carried {
+	carried, ok := v.byNode[node]
+	if !ok {
+		return nil
+	}
+	return func(captureName string) []assign.Carried {
+		return assign.OnInterfaces(carried, capture.Interfaces(template, captureName))
+	}
+}
+
+// carried reads the nodes' network states from the cache, once per pass
+// that allocates.
+func (r *Reconciler) carried(ctx context.Context, needs []need) carriedView {
+	var list nncev1beta1.NodeNetworkStateList
+	if err := r.Client.List(ctx, &list, client.UnsafeDisableDeepCopy); err != nil {
+		return carriedView{}
+	}
+	want := map[string]bool{}
+	for _, nd := range needs {
+		want[nd.node] = true
+	}
+	v := carriedView{byNode: map[string]map[netip.Addr]string{}, carriers: assign.CarriersOf(list.Items)}
+	for i := range list.Items {
+		if want[list.Items[i].Name] {
+			v.byNode[list.Items[i].Name] = nmstatectl.StaticCarriers(list.Items[i].Status.CurrentState.Raw)
+		}
+	}
+	return v
+}
+
+// nodesOf names the nodes of needs, for messages.
+func nodesOf(needs []need) string {
+	var names []string
+	for _, nd := range needs {
+		names = append(names, nd.node)
+	}
+	slices.Sort(names)
+	names = slices.Compact(names)
+	if len(names) == 1 {
+		return "node " + names[0]
+	}
+	if len(names) > 10 {
+		return fmt.Sprintf("nodes %s and %d more", strings.Join(names[:10], ", "), len(names)-10)
+	}
+	return "nodes " + strings.Join(names, ", ")
+}

@@ -1,0 +1,339 @@
+package companion_test
+
+import (
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/nmstate/kubernetes-nmstate/api/shared"
+	nmstatev1 "github.com/nmstate/kubernetes-nmstate/api/v1"
+	. "github.com/onsi/gomega"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/intstr"
+	"k8s.io/client-go/util/retry"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/yaml"
+
+	ippoolv1 "github.com/nmstate-ippool/nmstate-ippool/api/v1"
+)
+
+func intOrString(s string) intstr.IntOrString { return intstr.Parse(s) }
+
+func rangeSpec(cidr, start, end string) ippoolv1.NodeIPPoolSpec {
+	return ippoolv1.NodeIPPoolSpec{Range: ippoolv1.IPRange{CIDR: cidr, Start: start, End: end}}
+}
+
+// addressOf returns the address the pooled policy records for node, "" if
+// none.
+func addressOf(policy, node string) func() string {
+	return func() string {
+		for _, r := range recorded(policy)() {
+			if n, ip, _ := strings.Cut(r, " "); n == node {
+				return ip
+			}
+		}
+		return ""
+	}
+}
+
+// relabel sets a node's role label.
+func relabel(node, role string) {
+	Expect(retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		var n corev1.Node
+		if err := k.Get(ctx, types.NamespacedName{Name: node}, &n); err != nil {
+			return err
+		}
+		n.Labels["role"] = role
+		return k.Update(ctx, &n)
+	})).To(Succeed())
+}
+
+// annotate sets the reset annotation on an object.
+func annotate(o client.Object, value string) {
+	Expect(retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		if err := k.Get(ctx, client.ObjectKeyFromObject(o), o); err != nil {
+			return err
+		}
+		a := o.GetAnnotations()
+		if a == nil {
+			a = map[string]string{}
+		}
+		a[ippoolv1.ResetIPPoolAnnotation] = value
+		o.SetAnnotations(a)
+		return k.Update(ctx, o)
+	})).To(Succeed())
+}
+
+// TestRolloutPacedAndRecorded: every selected node gets its own address,
+// recorded in the pooled policy's status and set in the pool, and a plain
+// NNCP that selects it by hostname with the address written in; the NNCPs
+// are rolled out no more than maxUnavailable at a time; the status says
+// what kubernetes-nmstate says of a policy.
+func TestRolloutPacedAndRecorded(t *testing.T) {
+	u := begin(t, "roll", "roll-1", "roll-2", "roll-3", "roll-4")
+	createPool(t, "cmp-roll", rangeSpec("10.61.0.0/24", "10.61.0.10", "10.61.0.30"))
+	u.set(func(u *upstream) { u.hold = true })
+	p := pooled("roll", "roll", "cmp-roll", "1")
+	p.Spec.Capture["gw"] = `routes.running.destination=="0.0.0.0/0"`
+	create(t, p)
+
+	Eventually(recorded("roll")).Should(HaveLen(4), "every node's address is taken up front")
+	Expect(bits("cmp-roll")()).To(ConsistOf("10.61.0.10", "10.61.0.11", "10.61.0.12", "10.61.0.13"))
+	Eventually(generated("roll")).Should(HaveLen(1))
+	Consistently(generated("roll"), 2*time.Second).Should(HaveLen(1), "maxUnavailable 1: one node at a time")
+	Expect(status("roll")()).To(Equal("Progressing ConfigurationProgressing: Policy is progressing 0/4 nodes finished"))
+
+	for i := 1; i <= 4; i++ {
+		names := generated("roll")()
+		Expect(names).To(HaveLen(i))
+		for _, name := range names {
+			var g nmstatev1.NodeNetworkConfigurationPolicy
+			Expect(k.Get(ctx, types.NamespacedName{Name: name}, &g)).To(Succeed())
+			Expect(u.finish(g.Annotations[ippoolv1.PooledNodeAnnotation])).To(Succeed())
+		}
+		if i < 4 {
+			Eventually(generated("roll")).Should(HaveLen(i + 1))
+		}
+	}
+	Eventually(status("roll")).Should(Equal("Available SuccessfullyConfigured: 4/4 nodes successfully configured"))
+	Expect(u.maxBusy).To(BeNumerically("<=", 1), "never more nodes progressing than maxUnavailable")
+
+	var g nmstatev1.NodeNetworkConfigurationPolicy
+	Expect(k.Get(ctx, types.NamespacedName{Name: "roll-roll-2"}, &g)).To(Succeed())
+	Expect(g.Spec.NodeSelector).To(Equal(map[string]string{"kubernetes.io/hostname": "roll-2"}))
+	Expect(g.Spec.Capture).To(Equal(map[string]string{"gw": `routes.running.destination=="0.0.0.0/0"`}),
+		"the ordinary capture is passed through, the ippool one is not")
+	var desired map[string]any
+	Expect(yaml.Unmarshal(g.Spec.DesiredState.Raw, &desired)).To(Succeed())
+	addr := desired["interfaces"].([]any)[0].(map[string]any)["ipv4"].(map[string]any)["address"].([]any)[0].(map[string]any)
+	Expect(addr).To(Equal(map[string]any{"ip": addressOf("roll", "roll-2")(), "prefix-length": float64(24)}))
+	Expect(metav1.GetControllerOf(&g).Kind).To(Equal("PooledNodeNetworkConfigurationPolicy"))
+	for _, node := range []string{"roll-1", "roll-2", "roll-3", "roll-4"} {
+		Expect(u.configured(node)()).To(Equal([]string{addressOf("roll", node)() + "/24"}))
+	}
+}
+
+// TestNodesComeAndGo: a node deselected has its address taken off its NIC
+// before its NNCP goes, and the address is free once its network shows it
+// gone; a deleted node's address is kept for it and handed back when it
+// returns under its name; a joining node gets an NNCP.
+func TestNodesComeAndGo(t *testing.T) {
+	u := begin(t, "cg", "cg-1", "cg-2", "cg-3")
+	createPool(t, "cmp-cg", rangeSpec("10.62.0.0/24", "10.62.0.10", "10.62.0.30"))
+	create(t, pooled("cg", "cg", "cmp-cg", "100%"))
+	Eventually(status("cg")).Should(Equal("Available SuccessfullyConfigured: 3/3 nodes successfully configured"))
+	second, third := addressOf("cg", "cg-2")(), addressOf("cg", "cg-3")()
+
+	// A node no longer selected.
+	relabel("cg-2", "elsewhere")
+	Eventually(generated("cg")).Should(ConsistOf("cg-cg-1", "cg-cg-3"))
+	Expect(u.configured("cg-2")()).To(BeEmpty(), "the address was taken off before its NNCP went")
+	Expect(addressOf("cg", "cg-2")()).To(BeEmpty())
+	Eventually(bits("cmp-cg")).ShouldNot(ContainElement(second), "freed once the node's state shows it gone")
+	Eventually(status("cg")).Should(Equal("Available SuccessfullyConfigured: 2/2 nodes successfully configured"))
+
+	// A node deleted, then back under its name.
+	Expect(k.Delete(ctx, &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "cg-3"}})).To(Succeed())
+	Eventually(generated("cg")).Should(ConsistOf("cg-cg-1"))
+	Eventually(addressOf("cg", "cg-3")).Should(BeEmpty())
+	Expect(bits("cmp-cg")()).To(ContainElement(third), "kept for the node's return")
+	Expect(k.Create(ctx, &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "cg-3",
+		Labels: map[string]string{"role": "cg", "kubernetes.io/hostname": "cg-3"}}})).To(Succeed())
+	Eventually(addressOf("cg", "cg-3")).Should(Equal(third), "the same address back")
+
+	// A node joins.
+	u.addNode("cg-4", "cg")
+	Eventually(generated("cg")).Should(ConsistOf("cg-cg-1", "cg-cg-3", "cg-cg-4"))
+	Eventually(status("cg")).Should(Equal("Available SuccessfullyConfigured: 3/3 nodes successfully configured"))
+	Expect(addressOf("cg", "cg-4")()).NotTo(BeElementOf(addressOf("cg", "cg-1")(), third))
+}
+
+// TestDeletionTakesAddressesOff: deleting a pooled policy takes its
+// addresses off its nodes' NICs before its NNCPs go, and frees them.
+func TestDeletionTakesAddressesOff(t *testing.T) {
+	u := begin(t, "del", "del-1", "del-2")
+	createPool(t, "cmp-del", rangeSpec("10.63.0.0/24", "10.63.0.10", "10.63.0.30"))
+	p := pooled("del", "del", "cmp-del", "")
+	create(t, p)
+	Eventually(status("del")).Should(HavePrefix("Available"))
+	Expect(u.configured("del-1")()).To(HaveLen(1))
+
+	Expect(k.Delete(ctx, p)).To(Succeed())
+	Eventually(generated("del")).Should(BeEmpty())
+	Expect(u.configured("del-1")()).To(BeEmpty(), "off the NIC before the NNCP went")
+	Expect(u.configured("del-2")()).To(BeEmpty())
+	Eventually(func() error {
+		return k.Get(ctx, client.ObjectKeyFromObject(p), &ippoolv1.PooledNodeNetworkConfigurationPolicy{})
+	}).Should(MatchError(ContainSubstring("not found")))
+	Eventually(bits("cmp-del")).Should(BeEmpty())
+	Expect(quarantined("cmp-del")()).To(BeEmpty())
+}
+
+// TestExhaustedThenGrown: a pool too small leaves a node without an
+// address, said in the status (Degraded, naming the node and the fix) and
+// an Event; growing the pool in place serves it.
+func TestExhaustedThenGrown(t *testing.T) {
+	begin(t, "ex", "ex-1", "ex-2", "ex-3")
+	createPool(t, "cmp-ex", rangeSpec("10.64.0.0/24", "10.64.0.10", "10.64.0.11"))
+	create(t, pooled("ex", "ex", "cmp-ex", "100%"))
+	Eventually(status("ex")).Should(And(HavePrefix("Degraded IPPoolExhausted: NodeIPPool cmp-ex has no address left for node ex-3"),
+		ContainSubstring("grow the pool's range"), HaveSuffix("(2/3 nodes successfully configured)")))
+	Eventually(events("ex")).Should(ContainElement(HavePrefix("IPPoolExhausted: NodeIPPool cmp-ex has no address left for node ex-3")))
+	Expect(generated("ex")()).To(ConsistOf("ex-ex-1", "ex-ex-2"))
+
+	Expect(retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		var pool ippoolv1.NodeIPPool
+		if err := k.Get(ctx, types.NamespacedName{Name: "cmp-ex"}, &pool); err != nil {
+			return err
+		}
+		pool.Spec.Range.End = "10.64.0.12"
+		return k.Update(ctx, &pool)
+	})).To(Succeed())
+	Eventually(status("ex")).Should(Equal("Available SuccessfullyConfigured: 3/3 nodes successfully configured"))
+	Expect(addressOf("ex", "ex-3")()).To(Equal("10.64.0.12"))
+}
+
+// TestResets: the reset annotation on a generated NNCP gives its node a new
+// address; on the pooled policy, every node; the old addresses are off the
+// NICs and free once the nodes show it.
+func TestResets(t *testing.T) {
+	u := begin(t, "rs", "rs-1", "rs-2")
+	createPool(t, "cmp-rs", rangeSpec("10.65.0.0/24", "10.65.0.10", "10.65.0.30"))
+	p := pooled("rs", "rs", "cmp-rs", "100%")
+	create(t, p)
+	Eventually(status("rs")).Should(HavePrefix("Available"))
+	first, second := addressOf("rs", "rs-1")(), addressOf("rs", "rs-2")()
+
+	annotate(&nmstatev1.NodeNetworkConfigurationPolicy{ObjectMeta: metav1.ObjectMeta{Name: "rs-rs-1"}}, "cmp-rs")
+	Eventually(addressOf("rs", "rs-1")).ShouldNot(Or(Equal(first), BeEmpty()))
+	Expect(addressOf("rs", "rs-2")()).To(Equal(second))
+	renewed := addressOf("rs", "rs-1")()
+	Eventually(u.configured("rs-1")).Should(Equal([]string{renewed + "/24"}), "the new address replaces the old one")
+	Eventually(func() map[string]string {
+		var g nmstatev1.NodeNetworkConfigurationPolicy
+		_ = k.Get(ctx, types.NamespacedName{Name: "rs-rs-1"}, &g)
+		return g.Annotations
+	}).ShouldNot(HaveKey(ippoolv1.ResetIPPoolAnnotation))
+	Eventually(bits("cmp-rs")).ShouldNot(ContainElement(first))
+	Eventually(events("rs")).Should(ContainElement(ContainSubstring("Dropped " + first + " of node rs-1")))
+
+	annotate(p, "cmp-rs")
+	Eventually(addressOf("rs", "rs-2")).ShouldNot(Or(Equal(second), BeEmpty()))
+	Eventually(addressOf("rs", "rs-1")).ShouldNot(Or(Equal(renewed), BeEmpty()))
+	Eventually(status("rs")).Should(Equal("Available SuccessfullyConfigured: 2/2 nodes successfully configured"))
+}
+
+// TestPoolSettingsReservationsAndAdoption: gateway and DNS are written in
+// from the pool, a reservation goes to its node, and a node that already
+// carries an address of the pool on the interface keeps it (moving from
+// per-node NNCPs renumbers nothing).
+func TestPoolSettingsReservationsAndAdoption(t *testing.T) {
+	u := begin(t, "gw", "gw-1", "gw-2", "gw-3")
+	spec := rangeSpec("10.66.0.0/24", "10.66.0.10", "10.66.0.100")
+	spec.Gateway = "10.66.0.1"
+	spec.DNS = &ippoolv1.DNS{Servers: []string{"10.66.0.53"}}
+	spec.Reservations = []ippoolv1.Reservation{{IP: "10.66.0.50", Node: "gw-2"}}
+	createPool(t, "cmp-gw", spec)
+	// gw-3 carries 10.66.0.77 on eth1, as a per-node NNCP left it.
+	u.mu.Lock()
+	n := u.nodes["gw-3"]
+	u.mu.Unlock()
+	Expect(n.Network.Apply(ctx, []byte(`{"interfaces":[{"name":"eth1","type":"ethernet","state":"up","ipv4":{"enabled":true,"dhcp":false,"address":[{"ip":"10.66.0.77","prefix-length":24}]}}]}`))).To(Succeed())
+	Expect(n.Network.Commit(ctx)).To(Succeed())
+	Expect(u.publish("gw-3")).To(Succeed())
+
+	p := pooled("gw", "gw", "cmp-gw", "100%")
+	p.Spec.DesiredState = shared.NewState(oneAddressWithDNS)
+	create(t, p)
+	Eventually(status("gw")).Should(Equal("Available SuccessfullyConfigured: 3/3 nodes successfully configured"))
+	Expect(addressOf("gw", "gw-1")()).To(Equal("10.66.0.10"))
+	Expect(addressOf("gw", "gw-2")()).To(Equal("10.66.0.50"), "reserved for gw-2")
+	Expect(addressOf("gw", "gw-3")()).To(Equal("10.66.0.77"), "adopted: the node's network does not change")
+	Eventually(events("gw")).Should(ContainElement(ContainSubstring("10.66.0.77")))
+
+	var g nmstatev1.NodeNetworkConfigurationPolicy
+	Expect(k.Get(ctx, types.NamespacedName{Name: "gw-gw-1"}, &g)).To(Succeed())
+	var desired map[string]any
+	Expect(yaml.Unmarshal(g.Spec.DesiredState.Raw, &desired)).To(Succeed())
+	Expect(desired["routes"]).To(Equal(map[string]any{"config": []any{map[string]any{
+		"destination": "0.0.0.0/0", "next-hop-address": "10.66.0.1", "next-hop-interface": "eth1"}}}))
+	Expect(desired["dns-resolver"]).To(Equal(map[string]any{"config": map[string]any{"server": []any{"10.66.0.53"}}}))
+}
+
+// oneAddressWithDNS puts the capture addr on eth1 with the pool's
+// gateway as default route and its DNS servers.
+const oneAddressWithDNS = `interfaces:
+- name: eth1
+  type: ethernet
+  state: up
+  ipv4:
+    enabled: true
+    dhcp: false
+    address:
+    - ip: "{{ capture.addr.ip }}"
+      prefix-length: "{{ capture.addr.prefix-length }}"
+routes:
+  config:
+  - destination: 0.0.0.0/0
+    next-hop-address: "{{ capture.addr.gateway }}"
+    next-hop-interface: eth1
+dns-resolver:
+  config:
+    server: "{{ capture.addr.dns-servers }}"
+`
+
+// TestRefusals: a template that reads what the pool does not give holds
+// no address and generates nothing (Degraded, naming the setting); the
+// capture is immutable at admission.
+func TestRefusals(t *testing.T) {
+	begin(t, "bad", "bad-1")
+	createPool(t, "cmp-bad", rangeSpec("10.67.0.0/24", "10.67.0.10", "10.67.0.30"))
+	p := pooled("bad", "bad", "cmp-bad", "")
+	p.Spec.DesiredState = shared.NewState(oneAddressWithDNS)
+	create(t, p)
+	Eventually(status("bad")).Should(And(HavePrefix("Degraded InvalidCapture:"), ContainSubstring("NodeIPPool cmp-bad sets no spec.gateway")))
+	Consistently(recorded("bad"), time.Second).Should(BeEmpty())
+	Expect(generated("bad")()).To(BeEmpty())
+
+	err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		if err := k.Get(ctx, client.ObjectKeyFromObject(p), p); err != nil {
+			return err
+		}
+		p.Spec.Capture["addr"] = "ippool.other.allocate"
+		return k.Update(ctx, p)
+	})
+	Expect(err).To(MatchError(ContainSubstring("spec.capture is immutable")))
+
+	long := pooled(strings.Repeat("x", 64), "bad", "cmp-bad", "")
+	Expect(k.Create(ctx, long)).To(MatchError(ContainSubstring("63 characters or less")))
+}
+
+// TestPoolControllerCountsTheRecords: a pool rebuilt (reset) keeps the
+// pooled policy's addresses, and a range change that would drop one is
+// refused, naming the node and the pooled policy.
+func TestPoolControllerCountsTheRecords(t *testing.T) {
+	begin(t, "pc", "pc-1", "pc-2")
+	createPool(t, "cmp-pc", rangeSpec("10.68.0.0/24", "10.68.0.10", "10.68.0.30"))
+	create(t, pooled("pc", "pc", "cmp-pc", "100%"))
+	Eventually(status("pc")).Should(HavePrefix("Available"))
+	held := []string{addressOf("pc", "pc-1")(), addressOf("pc", "pc-2")()}
+
+	pool := &ippoolv1.NodeIPPool{ObjectMeta: metav1.ObjectMeta{Name: "cmp-pc"}}
+	annotate(pool, "")
+	Eventually(func() map[string]string {
+		_ = k.Get(ctx, client.ObjectKeyFromObject(pool), pool)
+		return pool.Annotations
+	}).ShouldNot(HaveKey(ippoolv1.ResetIPPoolAnnotation))
+	Eventually(bits("cmp-pc")).Should(ConsistOf(held))
+
+	err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		if err := k.Get(ctx, client.ObjectKeyFromObject(pool), pool); err != nil {
+			return err
+		}
+		pool.Spec.Range.Exclude = []string{held[1]}
+		return k.Update(ctx, pool)
+	})
+	Expect(err).To(MatchError(And(ContainSubstring(held[1]), ContainSubstring("PooledNodeNetworkConfigurationPolicy pc"))))
+}

@@ -1,0 +1,262 @@
+package companion
+
+import (
+	"context"
+	"fmt"
+	"maps"
+	"net/netip"
+	"reflect"
+	"slices"
+
+	"github.com/nmstate/kubernetes-nmstate/api/shared"
+	nmstatev1 "github.com/nmstate/kubernetes-nmstate/api/v1"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/ptr"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/yaml"
+
+	ippoolv1 "github.com/nmstate-ippool/nmstate-ippool/api/v1"
+	nncev1beta1 "github.com/nmstate-ippool/nmstate-ippool/api/v1beta1"
+	"github.com/nmstate-ippool/nmstate-ippool/internal/policystatus"
+	"github.com/nmstate-ippool/nmstate-ippool/internal/poolstatus"
+	"github.com/nmstate-ippool/nmstate-ippool/pkg/capture"
+)
+
+// hostnameLabel is the label kubelets set to their node's hostname: the
+// generated NNCPs select their node by it, as per-node NNCPs do.
+const hostnameLabel = "kubernetes.io/hostname"
+
+// plan is what a pass does to the generated NNCPs.
+type plan struct {
+	// write are the NNCPs to create or change now, within maxUnavailable;
+	// remove those to delete.
+	write, remove []*nmstatev1.NodeNetworkConfigurationPolicy
+	// waiting counts the changes held back (maxUnavailable reached, a
+	// node still progressing, the rollout aborted); progressing the
+	// nodes whose NNCP is being applied.
+	waiting, progressing int
+	// aborted is set once as many nodes failed as maxUnavailable.
+	aborted bool
+	// summary sums up the selected nodes.
+	summary  policystatus.Summary
+	problems []problem
+}
+
+// plan decides, for every node the policy selects, records or generated
+// an NNCP for, the NNCP it should have, and which changes to make now.
+func (r *Reconciler) plan(ctx context.Context, w *world, next *ippoolv1.PooledNodeNetworkConfigurationPolicy) plan {
+	var pl plan
+	pl.summary.Matching = len(w.selected)
+	nodes := slices.Clone(w.selected)
+	for _, rec := range next.Status.Nodes {
+		nodes = append(nodes, rec.Node)
+	}
+	nodes = append(nodes, slices.Collect(maps.Keys(w.generated))...)
+	slices.Sort(nodes)
+	nodes = slices.Compact(nodes)
+
+	limit, err := policystatus.MaxUnavailable(w.policy.Spec.MaxUnavailable, max(len(w.selected), len(next.Status.Nodes)))
+	if err != nil {
+		pl.problems = append(pl.problems, problem{ippoolv1.ReasonInvalidCapture, fmt.Sprintf("spec.%v: write a number or a percentage", err)})
+		limit = 1
+	}
+	busy, failed := 0, 0
+	var changes []*nmstatev1.NodeNetworkConfigurationPolicy
+	for _, node := range nodes {
+		have := w.generated[node]
+		st := policystatus.Progressing
+		if have != nil {
+			st = policystatus.StateOf(w.enactmentOf(node), have.Generation)
+			if st == policystatus.Progressing {
+				busy++
+			}
+		}
+		want, keep, why := r.desired(w, next, node)
+		if why != nil {
+			pl.problems = append(pl.problems, *why)
+		}
+		selected := w.isSelected(node)
+		switch {
+		case keep:
+			if selected {
+				pl.summary.Add(policystatus.Progressing)
+			}
+		case want == nil:
+			if have != nil {
+				pl.remove = append(pl.remove, have)
+			}
+		case have != nil && same(have, want):
+			if selected {
+				pl.summary.Add(st)
+				if st == policystatus.Failing || st == policystatus.Aborted {
+					failed++
+				}
+			}
+		default:
+			if selected {
+				pl.summary.Add(policystatus.Progressing)
+			}
+			if have != nil && st == policystatus.Progressing && w.enactmentOf(node) != nil {
+				pl.waiting++ // kubernetes-nmstate refuses to change a policy that progresses
+				continue
+			}
+			if have != nil {
+				updated := have.DeepCopy()
+				updated.Spec, updated.Annotations = want.Spec, want.Annotations
+				want = updated
+			}
+			changes = append(changes, want)
+		}
+	}
+	pl.aborted = failed >= limit
+	for _, c := range changes {
+		switch {
+		case busy >= limit, pl.aborted && !isRemoval(c):
+			pl.waiting++
+		default:
+			pl.write = append(pl.write, c)
+			busy++
+		}
+	}
+	pl.progressing = busy
+	if len(pl.problems) > 0 || len(pl.write) > 0 || len(pl.remove) > 0 {
+		ctrl.LoggerFrom(ctx).V(1).Info("planned", "write", len(pl.write), "remove", len(pl.remove), "waiting", pl.waiting, "busy", busy)
+	}
+	return pl
+}
+
+// desired returns the NNCP node should have (nil: none), or keep when the
+// node's NNCP stays as it is (its addresses are not all there, or its
+// state cannot be rendered: why says so).
+func (r *Reconciler) desired(w *world, next *ippoolv1.PooledNodeNetworkConfigurationPolicy,
+	node string) (want *nmstatev1.NodeNetworkConfigurationPolicy, keep bool, why *problem) {
+	rec := next.Status.NodeOf(node)
+	switch {
+	case rec != nil && rec.Releasing:
+		if g := w.generated[node]; g != nil && isRemoval(g) {
+			return nil, true, nil // applied, or being applied: release finishes it
+		}
+		if removal := w.removals[node]; removal != nil {
+			return r.generate(w, node, removal, true), false, nil
+		}
+		return nil, false, nil
+	case w.invalid != nil || !w.isSelected(node):
+		return nil, w.invalid != nil && w.generated[node] != nil, nil
+	case rec == nil || len(rec.Addresses) < len(w.captures.Refs):
+		return nil, true, nil
+	}
+	addrs := map[string]capture.Address{}
+	for _, a := range rec.Addresses {
+		ip, err := netip.ParseAddr(a.IP)
+		pool := w.pools[a.Pool]
+		if err != nil || pool == nil {
+			return nil, true, &problem{ippoolv1.ReasonIPPoolNotFound, fmt.Sprintf(
+				"node %s holds %s of NodeIPPool %s, which is gone: its gateway and DNS cannot be read; create the pool again", node, a.IP, a.Pool)}
+		}
+		rng, err := poolstatus.Range(pool)
+		if err != nil {
+			return nil, true, &problem{ippoolv1.ReasonIPPoolInvalid, fmt.Sprintf("NodeIPPool %s has an unusable range: %v", pool.Name, err)}
+		}
+		addrs[a.Capture] = poolstatus.Address(pool, rng, ip)
+	}
+	for _, ref := range w.captures.Refs {
+		if err := capture.Missing(capture.Needs(w.policy.Spec.DesiredState.Raw, []capture.Ref{ref}), ref.Pool, addrs[ref.Capture]); err != nil {
+			return nil, true, &problem{ippoolv1.ReasonInvalidCapture, err.Error()}
+		}
+	}
+	state, err := capture.Literal(w.policy.Spec.DesiredState.Raw, addrs)
+	if err != nil {
+		return nil, true, &problem{ippoolv1.ReasonInvalidCapture, fmt.Sprintf("the desired state cannot be rendered for node %s: %v", node, err)}
+	}
+	return r.generate(w, node, state, false), false, nil
+}
+
+// generate builds the NNCP of node with a desired state.
+func (r *Reconciler) generate(w *world, node string, state []byte, removal bool) *nmstatev1.NodeNetworkConfigurationPolicy {
+	p := w.policy
+	hostname := node
+	if n := w.nodes[node]; n != nil && n.Labels[hostnameLabel] != "" {
+		hostname = n.Labels[hostnameLabel]
+	}
+	g := &nmstatev1.NodeNetworkConfigurationPolicy{ObjectMeta: metav1.ObjectMeta{
+		Name:        ippoolv1.NodePolicyName(p.Name, node),
+		Labels:      map[string]string{ippoolv1.PooledPolicyLabel: p.Name},
+		Annotations: map[string]string{ippoolv1.PooledNodeAnnotation: node},
+		OwnerReferences: []metav1.OwnerReference{{APIVersion: ippoolv1.GroupVersion.String(), Kind: poolstatus.PooledPolicyKind,
+			Name: p.Name, UID: p.UID, Controller: ptr.To(true), BlockOwnerDeletion: ptr.To(true)}},
+	}}
+	if removal {
+		g.Annotations[ippoolv1.PooledReleaseAnnotation] = "true"
+	}
+	g.Spec.NodeSelector = map[string]string{hostnameLabel: hostname}
+	g.Spec.Capture = w.plain // immutable, as the pooled policy's
+	g.Spec.DesiredState = shared.NewState(string(state))
+	return g
+}
+
+// same reports whether an NNCP has the spec and annotations of want.
+func same(have, want *nmstatev1.NodeNetworkConfigurationPolicy) bool {
+	if !reflect.DeepEqual(have.Spec.NodeSelector, want.Spec.NodeSelector) || !reflect.DeepEqual(nilIfEmpty(have.Spec.Capture), nilIfEmpty(want.Spec.Capture)) ||
+		have.Spec.MaxUnavailable != nil || isRemoval(have) != isRemoval(want) {
+		return false
+	}
+	var a, b any
+	_ = yaml.Unmarshal(have.Spec.DesiredState.Raw, &a)
+	_ = yaml.Unmarshal(want.Spec.DesiredState.Raw, &b)
+	return reflect.DeepEqual(a, b)
+}
+
+func nilIfEmpty(m map[string]string) map[string]string {
+	if len(m) == 0 {
+		return nil
+	}
+	return m
+}
+
+// isRemoval reports whether an NNCP takes released addresses off.
+func isRemoval(g *nmstatev1.NodeNetworkConfigurationPolicy) bool {
+	return g.Annotations[ippoolv1.PooledReleaseAnnotation] == "true"
+}
+
+// enactmentOf returns kubernetes-nmstate's enactment of node's generated
+// NNCP, or nil.
+func (w *world) enactmentOf(node string) *nncev1beta1.NodeNetworkConfigurationEnactment {
+	g := w.generated[node]
+	if g == nil {
+		return nil
+	}
+	return w.enactments[shared.EnactmentKey(node, g.Name).Name]
+}
+
+// apply writes the plan: the NNCPs to create or change, then those to
+// delete. A conflict or an NNCP created meanwhile is looked at again.
+func (r *Reconciler) apply(ctx context.Context, p *ippoolv1.PooledNodeNetworkConfigurationPolicy, pl plan) error {
+	log := ctrl.LoggerFrom(ctx)
+	for _, g := range pl.write {
+		var err error
+		if g.ResourceVersion == "" {
+			err = r.Client.Create(ctx, g)
+		} else {
+			err = r.Client.Update(ctx, g)
+		}
+		switch {
+		case apierrors.IsConflict(err), apierrors.IsAlreadyExists(err):
+			return fmt.Errorf("policy %s changed meanwhile, looking again: %w", g.Name, err)
+		case err != nil:
+			r.Recorder.Eventf(p, nil, corev1.EventTypeWarning, string(shared.NodeNetworkConfigurationPolicyConditionFailedToConfigure), "Generate",
+				"could not write policy %s of node %s: %v", g.Name, g.Annotations[ippoolv1.PooledNodeAnnotation], err)
+			return fmt.Errorf("write policy %s: %w", g.Name, err)
+		}
+		log.Info("wrote policy", "policy", g.Name, "node", g.Annotations[ippoolv1.PooledNodeAnnotation], "release", isRemoval(g))
+	}
+	for _, g := range pl.remove {
+		if err := r.Client.Delete(ctx, g, client.Preconditions{UID: &g.UID}); client.IgnoreNotFound(err) != nil {
+			return fmt.Errorf("delete policy %s: %w", g.Name, err)
+		}
+		log.Info("deleted policy", "policy", g.Name, "node", g.Annotations[ippoolv1.PooledNodeAnnotation])
+	}
+	return nil
+}

@@ -1,0 +1,260 @@
+package companion
+
+import (
+	"context"
+	"fmt"
+	"reflect"
+	"slices"
+	"time"
+
+	"github.com/nmstate/kubernetes-nmstate/api/shared"
+	nmstatev1 "github.com/nmstate/kubernetes-nmstate/api/v1"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/tools/events"
+	"k8s.io/utils/clock"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
+
+	ippoolv1 "github.com/nmstate-ippool/nmstate-ippool/api/v1"
+	nncev1beta1 "github.com/nmstate-ippool/nmstate-ippool/api/v1beta1"
+	"github.com/nmstate-ippool/nmstate-ippool/internal/annotations"
+	"github.com/nmstate-ippool/nmstate-ippool/internal/poolstatus"
+	"github.com/nmstate-ippool/nmstate-ippool/internal/poolwrite"
+	"github.com/nmstate-ippool/nmstate-ippool/pkg/capture"
+)
+
+// Reconciler keeps the generated NNCPs and the records of pooled
+// policies. Set every field.
+type Reconciler struct {
+	// Client reads from the manager's cache and writes to the API server.
+	Client client.Client
+	// APIReader reads what a lagging cache could get wrong: the network
+	// states a release reads, the pools' entries.
+	APIReader client.Reader
+	// Pools writes pool statuses.
+	Pools *poolwrite.Writer
+	// Recorder emits Events on pooled policies.
+	Recorder events.EventRecorder
+	// Clock stamps conditions and entries.
+	Clock clock.Clock
+}
+
+// progressPoll is how often a pooled policy whose rollout is not done is
+// looked at again, besides the events of its NNCPs and enactments.
+const progressPoll = 30 * time.Second
+
+// Reconcile keeps one pooled policy: fetch → finalizer → observe → pool
+// writes (resets, departures, releases, allocations) → one status write
+// (records and conditions) → the generated NNCPs, paced → resets cleared
+// → finalizer off once a deleted policy holds nothing.
+func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
+	var p ippoolv1.PooledNodeNetworkConfigurationPolicy
+	if err := r.Client.Get(ctx, req.NamespacedName, &p); err != nil {
+		return ctrl.Result{}, client.IgnoreNotFound(err)
+	}
+	deleting := !p.DeletionTimestamp.IsZero()
+	if deleting && !controllerutil.ContainsFinalizer(&p, ippoolv1.FinalizerPooledPolicy) {
+		return ctrl.Result{}, nil
+	}
+	if !deleting && !controllerutil.ContainsFinalizer(&p, ippoolv1.FinalizerPooledPolicy) {
+		patch := client.MergeFromWithOptions(p.DeepCopy(), client.MergeFromWithOptimisticLock{})
+		controllerutil.AddFinalizer(&p, ippoolv1.FinalizerPooledPolicy)
+		if err := r.Client.Patch(ctx, &p, patch); err != nil {
+			return ctrl.Result{}, fmt.Errorf("add the finalizer to %s %s: %w", poolstatus.PooledPolicyKind, p.Name, err)
+		}
+	}
+	w, err := r.observe(ctx, &p)
+	if err != nil {
+		return ctrl.Result{}, err
+	}
+	next := p.DeepCopy()
+	problems, err := r.holdings(ctx, w, next)
+	if err != nil {
+		return ctrl.Result{}, err
+	}
+	pl := r.plan(ctx, w, next)
+	problems = append(problems, pl.problems...)
+	if err := r.writeStatus(ctx, w, &p, next, problems, pl); err != nil {
+		return ctrl.Result{}, err
+	}
+	if err := r.apply(ctx, next, pl); err != nil {
+		return ctrl.Result{}, err
+	}
+	for _, o := range w.resets.annotated {
+		if err := annotations.RemoveAnnotation(ctx, r.Client, o, ippoolv1.ResetIPPoolAnnotation); err != nil {
+			return ctrl.Result{}, err
+		}
+	}
+	if deleting && len(next.Status.Nodes) == 0 && len(w.generated) == 0 {
+		return ctrl.Result{}, r.removeFinalizer(ctx, next)
+	}
+	if pl.waiting > 0 || pl.progressing > 0 || len(problems) > 0 {
+		return ctrl.Result{RequeueAfter: progressPoll}, nil
+	}
+	return ctrl.Result{}, nil
+}
+
+// holdings does the pool writes of one pass, each before the status write
+// that depends on it: departed nodes, releases and resets quarantine
+// first, allocations take addresses for the nodes that lack them. It
+// changes next's records.
+func (r *Reconciler) holdings(ctx context.Context, w *world, next *ippoolv1.PooledNodeNetworkConfigurationPolicy) ([]problem, error) {
+	if err := r.depart(ctx, w, next); err != nil {
+		return nil, err
+	}
+	if err := r.release(ctx, w, next); err != nil {
+		return nil, err
+	}
+	if w.invalid != nil {
+		return nil, nil // nothing is allocated for a policy that cannot render
+	}
+	if err := r.reset(ctx, w, next); err != nil {
+		return nil, err
+	}
+	return r.allocate(ctx, w, next)
+}
+
+// world is what one pass knows of a pooled policy and its surroundings.
+type world struct {
+	policy   *ippoolv1.PooledNodeNetworkConfigurationPolicy
+	deleting bool
+	captures capture.Captures
+	// plain are the captures kubernetes-nmstate's handler resolves.
+	plain map[string]string
+	// invalid says why the captures or the template can never render.
+	invalid error
+	// nodes are every Node, by name; selected the names of those the
+	// policy selects (none while it is deleted), sorted.
+	nodes    map[string]*corev1.Node
+	selected []string
+	// generated are the policy's NNCPs, by node; enactments
+	// kubernetes-nmstate's enactments of them, by name.
+	generated  map[string]*nmstatev1.NodeNetworkConfigurationPolicy
+	enactments map[string]*nncev1beta1.NodeNetworkConfigurationEnactment
+	// pools are the pools the captures name that exist, by name.
+	pools  map[string]*ippoolv1.NodeIPPool
+	resets resets
+	// removals are the desired states that take released addresses off
+	// their nodes, by node (release).
+	removals map[string][]byte
+}
+
+// resets are the reset annotations for the policy's nodes.
+type resets struct {
+	// pools lists, by node, the pools whose addresses to reset.
+	pools map[string][]string
+	// annotated are the objects whose annotation to remove when done.
+	annotated []client.Object
+}
+
+// isSelected reports whether the policy selects node now.
+func (w *world) isSelected(node string) bool {
+	_, found := slices.BinarySearch(w.selected, node)
+	return found
+}
+
+// observe reads what a pass needs from the cache.
+func (r *Reconciler) observe(ctx context.Context, p *ippoolv1.PooledNodeNetworkConfigurationPolicy) (*world, error) {
+	w := &world{policy: p, deleting: !p.DeletionTimestamp.IsZero(), nodes: map[string]*corev1.Node{},
+		generated: map[string]*nmstatev1.NodeNetworkConfigurationPolicy{}, pools: map[string]*ippoolv1.NodeIPPool{},
+		enactments: map[string]*nncev1beta1.NodeNetworkConfigurationEnactment{}, resets: resets{pools: map[string][]string{}}}
+	w.captures, w.invalid = capture.ParsePolicy(p.Spec.Capture, p.Spec.DesiredState.Raw)
+	if w.invalid == nil {
+		w.plain, w.invalid = w.captures.Plain()
+	}
+	var nodes corev1.NodeList
+	if err := r.Client.List(ctx, &nodes); err != nil {
+		return nil, fmt.Errorf("list nodes: %w", err)
+	}
+	selector := labels.SelectorFromSet(p.Spec.NodeSelector)
+	for i := range nodes.Items {
+		n := &nodes.Items[i]
+		w.nodes[n.Name] = n
+		if !w.deleting && n.DeletionTimestamp.IsZero() && selector.Matches(labels.Set(n.Labels)) {
+			w.selected = append(w.selected, n.Name)
+		}
+	}
+	slices.Sort(w.selected)
+	var generated nmstatev1.NodeNetworkConfigurationPolicyList
+	if err := r.Client.List(ctx, &generated, client.MatchingLabels{ippoolv1.PooledPolicyLabel: p.Name}); err != nil {
+		return nil, fmt.Errorf("list the policies of %s %s: %w", poolstatus.PooledPolicyKind, p.Name, err)
+	}
+	for i := range generated.Items {
+		g := &generated.Items[i]
+		if node := g.Annotations[ippoolv1.PooledNodeAnnotation]; node != "" && ownedBy(g, p) {
+			w.generated[node] = g
+			var e nncev1beta1.NodeNetworkConfigurationEnactment
+			err := r.Client.Get(ctx, shared.EnactmentKey(node, g.Name), &e)
+			switch {
+			case err == nil:
+				w.enactments[e.Name] = &e
+			case !apierrors.IsNotFound(err):
+				return nil, fmt.Errorf("get enactment %s: %w", shared.EnactmentKey(node, g.Name).Name, err)
+			}
+			w.resets.ask(g, node)
+		}
+	}
+	for _, name := range w.captures.Pools() {
+		var pool ippoolv1.NodeIPPool
+		err := r.Client.Get(ctx, types.NamespacedName{Name: name}, &pool)
+		switch {
+		case err == nil:
+			w.pools[name] = &pool
+		case !apierrors.IsNotFound(err):
+			return nil, fmt.Errorf("get NodeIPPool %s: %w", name, err)
+		}
+	}
+	if pool := p.Annotations[ippoolv1.ResetIPPoolAnnotation]; pool != "" {
+		for _, n := range p.Status.Nodes {
+			w.resets.pools[n.Node] = append(w.resets.pools[n.Node], pool)
+		}
+		w.resets.annotated = append(w.resets.annotated, p)
+	}
+	return w, nil
+}
+
+// ask notes the reset a generated NNCP asks for, if any.
+func (rs *resets) ask(g *nmstatev1.NodeNetworkConfigurationPolicy, node string) {
+	if pool := g.Annotations[ippoolv1.ResetIPPoolAnnotation]; pool != "" {
+		if !slices.Contains(rs.pools[node], pool) {
+			rs.pools[node] = append(rs.pools[node], pool)
+		}
+		rs.annotated = append(rs.annotated, g)
+	}
+}
+
+// ownedBy reports whether the pooled policy p controls g.
+func ownedBy(g client.Object, p *ippoolv1.PooledNodeNetworkConfigurationPolicy) bool {
+	for _, ref := range g.GetOwnerReferences() {
+		if ref.UID == p.UID && ref.Controller != nil && *ref.Controller {
+			return true
+		}
+	}
+	return false
+}
+
+// removeFinalizer lets a deleted pooled policy go.
+func (r *Reconciler) removeFinalizer(ctx context.Context, p *ippoolv1.PooledNodeNetworkConfigurationPolicy) error {
+	patch := client.MergeFromWithOptions(p.DeepCopy(), client.MergeFromWithOptimisticLock{})
+	controllerutil.RemoveFinalizer(p, ippoolv1.FinalizerPooledPolicy)
+	if err := r.Client.Patch(ctx, p, patch); client.IgnoreNotFound(err) != nil {
+		return fmt.Errorf("remove the finalizer of %s %s: %w", poolstatus.PooledPolicyKind, p.Name, err)
+	}
+	return nil
+}
+
+// holderOf names a node of the policy where pool entries name a holder,
+// and the token of its in-flight entries.
+func holderOf(p *ippoolv1.PooledNodeNetworkConfigurationPolicy, node string) (holder, token string) {
+	return poolstatus.PolicyHolder(p.Name, node), string(p.UID)
+}
+
+// sameStatus reports whether two versions of a policy have the same
+// status.
+func sameStatus(a, b *ippoolv1.PooledNodeNetworkConfigurationPolicy) bool {
+	return reflect.DeepEqual(a.Status, b.Status)
+}

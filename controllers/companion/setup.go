@@ -1,0 +1,119 @@
+package companion
+
+import (
+	"context"
+	"slices"
+
+	"github.com/nmstate/kubernetes-nmstate/api/shared"
+	nmstatev1 "github.com/nmstate/kubernetes-nmstate/api/v1"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/utils/clock"
+	"k8s.io/utils/ptr"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/controller"
+	"sigs.k8s.io/controller-runtime/pkg/handler"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
+
+	ippoolv1 "github.com/nmstate-ippool/nmstate-ippool/api/v1"
+	nncev1beta1 "github.com/nmstate-ippool/nmstate-ippool/api/v1beta1"
+	"github.com/nmstate-ippool/nmstate-ippool/internal/poolwrite"
+	"github.com/nmstate-ippool/nmstate-ippool/pkg/capture"
+)
+
+// The controller's permissions (generated into deploy/rbac/pool-controller).
+// +kubebuilder:rbac:groups=nmstate.io,resources=poolednodenetworkconfigurationpolicies,verbs=get;list;watch;update;patch
+// +kubebuilder:rbac:groups=nmstate.io,resources=poolednodenetworkconfigurationpolicies/status,verbs=get;update;patch
+// +kubebuilder:rbac:groups=nmstate.io,resources=poolednodenetworkconfigurationpolicies/finalizers,verbs=update
+// +kubebuilder:rbac:groups=nmstate.io,resources=nodenetworkconfigurationpolicies,verbs=get;list;watch;create;update;patch;delete
+// +kubebuilder:rbac:groups=nmstate.io,resources=nodenetworkconfigurationenactments,verbs=get;list;watch
+// +kubebuilder:rbac:groups=nmstate.io,resources=nodenetworkstates,verbs=get;list;watch
+// +kubebuilder:rbac:groups=nmstate.io,resources=nodeippools,verbs=get;list;watch
+// +kubebuilder:rbac:groups=nmstate.io,resources=nodeippools/status,verbs=get;update;patch
+// +kubebuilder:rbac:groups="",resources=nodes,verbs=get;list;watch
+// +kubebuilder:rbac:groups="",resources=events,verbs=create;patch
+// +kubebuilder:rbac:groups=events.k8s.io,resources=events,verbs=create;patch
+
+// New returns a Reconciler wired to the manager.
+func New(mgr ctrl.Manager) *Reconciler {
+	clk := clock.RealClock{}
+	return &Reconciler{
+		Client:    mgr.GetClient(),
+		APIReader: mgr.GetAPIReader(),
+		Pools:     poolwrite.NewWriter(mgr.GetAPIReader(), mgr.GetClient(), clk),
+		Recorder:  mgr.GetEventRecorder("nmstate-ippool-pool-controller"),
+		Clock:     clk,
+	}
+}
+
+// SetupOptions tune the controller.
+type SetupOptions struct {
+	// SkipNameValidation allows several controllers in one process (tests).
+	SkipNameValidation bool
+}
+
+// SetupWithManager registers the controller: pooled policies, the NNCPs
+// they generate, the enactments kubernetes-nmstate's handler writes for
+// those, the Nodes (one that joins, leaves or is relabelled), and the
+// pools (one that can serve again serves the nodes waiting for it).
+func (r *Reconciler) SetupWithManager(mgr ctrl.Manager, opts SetupOptions) error {
+	return ctrl.NewControllerManagedBy(mgr).
+		Named("poolednodenetworkconfigurationpolicy").
+		WithOptions(controller.Options{SkipNameValidation: ptr.To(opts.SkipNameValidation)}).
+		For(&ippoolv1.PooledNodeNetworkConfigurationPolicy{}).
+		Owns(&nmstatev1.NodeNetworkConfigurationPolicy{}).
+		Watches(&nncev1beta1.NodeNetworkConfigurationEnactment{}, handler.EnqueueRequestsFromMapFunc(r.ofEnactment)).
+		Watches(&corev1.Node{}, handler.EnqueueRequestsFromMapFunc(r.ofNode)).
+		Watches(&ippoolv1.NodeIPPool{}, handler.EnqueueRequestsFromMapFunc(r.ofPool)).
+		Complete(r)
+}
+
+// ofEnactment maps an enactment of a generated NNCP to its pooled policy.
+func (r *Reconciler) ofEnactment(ctx context.Context, o client.Object) []reconcile.Request {
+	name := o.GetLabels()[shared.EnactmentPolicyLabel]
+	if name == "" {
+		return nil
+	}
+	var nncp nmstatev1.NodeNetworkConfigurationPolicy
+	if err := r.Client.Get(ctx, types.NamespacedName{Name: name}, &nncp); err != nil {
+		return nil
+	}
+	if owner := nncp.Labels[ippoolv1.PooledPolicyLabel]; owner != "" {
+		return []reconcile.Request{{NamespacedName: types.NamespacedName{Name: owner}}}
+	}
+	return nil
+}
+
+// ofNode maps a Node to the pooled policies that select it or hold a
+// record of it.
+func (r *Reconciler) ofNode(ctx context.Context, o client.Object) []reconcile.Request {
+	return r.policiesWhere(ctx, func(p *ippoolv1.PooledNodeNetworkConfigurationPolicy) bool {
+		return p.Status.NodeOf(o.GetName()) != nil ||
+			labels.SelectorFromSet(p.Spec.NodeSelector).Matches(labels.Set(o.GetLabels()))
+	})
+}
+
+// ofPool maps a pool to the pooled policies that draw from it.
+func (r *Reconciler) ofPool(ctx context.Context, o client.Object) []reconcile.Request {
+	return r.policiesWhere(ctx, func(p *ippoolv1.PooledNodeNetworkConfigurationPolicy) bool {
+		c, err := capture.Parse(p.Spec.Capture)
+		return err == nil && slices.Contains(c.Pools(), o.GetName())
+	})
+}
+
+func (r *Reconciler) policiesWhere(ctx context.Context, match func(*ippoolv1.PooledNodeNetworkConfigurationPolicy) bool) []reconcile.Request {
+	var list ippoolv1.PooledNodeNetworkConfigurationPolicyList
+	if err := r.Client.List(ctx, &list); err != nil {
+		ctrl.LoggerFrom(ctx).Error(err, "could not list pooled policies")
+		return nil
+	}
+	var reqs []reconcile.Request
+	for i := range list.Items {
+		if match(&list.Items[i]) {
+			reqs = append(reqs, reconcile.Request{NamespacedName: types.NamespacedName{Name: list.Items[i].Name}})
+		}
+	}
+	return reqs
+}

@@ -1,0 +1,485 @@
+package companion_test
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"slices"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/nmstate/kubernetes-nmstate/api/shared"
+	nmstatev1 "github.com/nmstate/kubernetes-nmstate/api/v1"
+	. "github.com/onsi/gomega"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/util/retry"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	ippoolv1 "github.com/nmstate-ippool/nmstate-ippool/api/v1"
+	nncev1beta1 "github.com/nmstate-ippool/nmstate-ippool/api/v1beta1"
+	"github.com/nmstate-ippool/nmstate-ippool/internal/conditions"
+	"github.com/nmstate-ippool/nmstate-ippool/test/envtest"
+)
+
+// grace is the garbage collection grace period and the quarantine period
+// of the controllers these tests start.
+const grace = 3 * time.Second
+
+var (
+	env    *envtest.Env
+	k      client.Client
+	simBin string
+	ctx    = context.Background()
+)
+
+// TestMain runs the package on a control plane with the project's CRDs and
+// the NodeIPPool webhook.
+func TestMain(m *testing.M) {
+	os.Exit(envtest.RunWith(m, []envtest.Option{envtest.WithWebhook()}, func(s *envtest.Suite) {
+		env, k, simBin = s.Env, s.Client, s.Command("nmstatectl-sim")
+		if _, err := env.StartWebhook(); err != nil {
+			panic(err) // the suite cannot run without it
+		}
+	}, "nmstatectl-sim"))
+}
+
+func init() {
+	SetDefaultEventuallyTimeout(45 * time.Second)
+	SetDefaultEventuallyPollingInterval(100 * time.Millisecond)
+}
+
+// begin starts a test: a pool controller (with the pooled-policy
+// controller) and kubernetes-nmstate's handler as a test double on nodes
+// (see upstream), each a Node labelled role=<label>.
+func begin(t *testing.T, label string, nodes ...string) *upstream {
+	t.Helper()
+	RegisterTestingT(t)
+	pc, err := env.StartPoolController(grace, nil, func(pc *envtest.PoolController) {
+		// Beside kubernetes-nmstate's handler the pool controller runs
+		// neither: that handler writes the NNCPs' status and its
+		// enactments (cmd/pool-controller --mode companion).
+		pc.Enactments, pc.Policies = nil, nil
+	})
+	Expect(err).NotTo(HaveOccurred())
+	Expect(pc.PooledPolicies).NotTo(BeNil())
+	t.Cleanup(func() { _ = pc.Stop() })
+	u := &upstream{t: t, dir: t.TempDir(), nodes: map[string]*envtest.Node{}, fail: map[string]bool{}, refreshed: map[string]string{}}
+	for _, n := range nodes {
+		u.addNode(n, label)
+	}
+	u.run()
+	return u
+}
+
+// upstream plays kubernetes-nmstate's handler for the generated NNCPs, on
+// simulated networks (nmstatectl-sim): for each NNCP of a node it knows,
+// whose enactment "<node>.<nncp>" has not reached the NNCP's generation,
+// it applies the desired state, publishes the node's NodeNetworkState and
+// marks the enactment Available at that generation (Failing on a node
+// told to fail); it deletes the enactment of an NNCP that is gone. With
+// hold set it applies nothing and leaves each such enactment Progressing:
+// a test lets the nodes finish one by one (finish). The real handler runs
+// in test/peer.
+type upstream struct {
+	t     *testing.T
+	dir   string
+	mu    sync.Mutex
+	nodes map[string]*envtest.Node
+	fail  map[string]bool
+	hold  bool
+	// refreshed holds, by node, the last refresh request answered.
+	refreshed map[string]string
+	// maxBusy is the most NNCPs seen progressing at once.
+	maxBusy int
+}
+
+// addNode creates a Node labelled role=label, with an eth1 and no address,
+// and its network state.
+func (u *upstream) addNode(name, label string) {
+	u.t.Helper()
+	n := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: name,
+		Labels: map[string]string{"role": label, "kubernetes.io/hostname": name}}}
+	Expect(k.Create(ctx, n)).To(Succeed())
+	u.t.Cleanup(func() { _ = k.Delete(ctx, &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: name}}) })
+	node := envtest.NewNode(name, u.dir, simBin)
+	u.mu.Lock()
+	u.nodes[name] = node
+	u.mu.Unlock()
+	Expect(u.publish(name)).To(Succeed())
+	u.t.Cleanup(func() {
+		_ = k.Delete(ctx, &nncev1beta1.NodeNetworkState{ObjectMeta: metav1.ObjectMeta{Name: name}})
+	})
+}
+
+// publish writes the node's network state as its simulated network shows
+// it.
+func (u *upstream) publish(name string) error {
+	u.mu.Lock()
+	node := u.nodes[name]
+	u.mu.Unlock()
+	state, err := node.Network.Show(ctx)
+	if err != nil {
+		return err
+	}
+	return envtest.PublishState(ctx, k, name, string(state), time.Now())
+}
+
+// run starts the double's loop until the test ends.
+func (u *upstream) run() {
+	done := make(chan struct{})
+	stopped := make(chan struct{})
+	u.t.Cleanup(func() { close(done); <-stopped })
+	go func() {
+		defer close(stopped)
+		for {
+			select {
+			case <-done:
+				return
+			case <-time.After(50 * time.Millisecond):
+			}
+			if err := u.pass(false); err != nil && ctx.Err() == nil {
+				u.t.Logf("upstream double: %v", err)
+			}
+		}
+	}()
+}
+
+// finish lets one held node finish: its NNCP is applied.
+func (u *upstream) finish(node string) error {
+	return u.applyNode(node)
+}
+
+// pass looks at every generated NNCP once.
+func (u *upstream) pass(force bool) error {
+	var list nmstatev1.NodeNetworkConfigurationPolicyList
+	if err := k.List(ctx, &list, client.HasLabels{ippoolv1.PooledPolicyLabel}); err != nil {
+		return err
+	}
+	busy := 0
+	live := map[string]bool{}
+	for i := range list.Items {
+		g := &list.Items[i]
+		node := g.Annotations[ippoolv1.PooledNodeAnnotation]
+		u.mu.Lock()
+		_, known := u.nodes[node]
+		hold := u.hold && !force
+		u.mu.Unlock()
+		if !known {
+			continue
+		}
+		name := shared.EnactmentKey(node, g.Name).Name
+		live[name] = true
+		e, err := u.enactment(node, g)
+		if err != nil {
+			return err
+		}
+		if e.Status.PolicyGeneration == g.Generation && conditions.TrueType(e.Status.Conditions) != "" &&
+			conditions.TrueType(e.Status.Conditions) != shared.NodeNetworkConfigurationEnactmentConditionProgressing {
+			continue
+		}
+		busy++
+		if hold {
+			if err := u.setState(e, g.Generation, shared.NodeNetworkConfigurationEnactmentConditionProgressing, ""); err != nil {
+				return err
+			}
+			continue
+		}
+		if err := u.apply(node, g, e); err != nil {
+			return err
+		}
+	}
+	u.mu.Lock()
+	u.maxBusy = max(u.maxBusy, busy)
+	u.mu.Unlock()
+	if err := u.refresh(); err != nil {
+		return err
+	}
+	var enactments nncev1beta1.NodeNetworkConfigurationEnactmentList
+	if err := k.List(ctx, &enactments); err != nil {
+		return err
+	}
+	for i := range enactments.Items {
+		e := &enactments.Items[i]
+		if _, ours := u.nodes[e.Labels[shared.EnactmentNodeLabel]]; ours && !live[e.Name] {
+			_ = k.Delete(ctx, e) // the policy is gone: kubernetes-nmstate deletes its enactment
+		}
+	}
+	return nil
+}
+
+// refresh publishes again the state of a node whose NodeNetworkState
+// carries a new refresh request (ippoolv1.RefreshStateLabel), as
+// kubernetes-nmstate's handler does.
+func (u *upstream) refresh() error {
+	var states nncev1beta1.NodeNetworkStateList
+	if err := k.List(ctx, &states); err != nil {
+		return err
+	}
+	for _, nns := range states.Items {
+		u.mu.Lock()
+		_, ours := u.nodes[nns.Name]
+		asked, seen := nns.Labels[ippoolv1.RefreshStateLabel], u.refreshed[nns.Name]
+		u.mu.Unlock()
+		if !ours || asked == "" || asked == seen {
+			continue
+		}
+		if err := u.publish(nns.Name); err != nil {
+			return err
+		}
+		u.mu.Lock()
+		u.refreshed[nns.Name] = asked
+		u.mu.Unlock()
+	}
+	return nil
+}
+
+// applyNode applies node's generated NNCPs that have not reached their
+// generation.
+func (u *upstream) applyNode(node string) error {
+	var list nmstatev1.NodeNetworkConfigurationPolicyList
+	if err := k.List(ctx, &list, client.HasLabels{ippoolv1.PooledPolicyLabel}); err != nil {
+		return err
+	}
+	for i := range list.Items {
+		g := &list.Items[i]
+		if g.Annotations[ippoolv1.PooledNodeAnnotation] != node {
+			continue
+		}
+		e, err := u.enactment(node, g)
+		if err != nil {
+			return err
+		}
+		if err := u.apply(node, g, e); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// enactment returns the enactment of node's NNCP g, created if missing.
+func (u *upstream) enactment(node string, g *nmstatev1.NodeNetworkConfigurationPolicy) (*nncev1beta1.NodeNetworkConfigurationEnactment, error) {
+	e := &nncev1beta1.NodeNetworkConfigurationEnactment{ObjectMeta: metav1.ObjectMeta{
+		Name:   shared.EnactmentKey(node, g.Name).Name,
+		Labels: map[string]string{shared.EnactmentNodeLabel: node, shared.EnactmentPolicyLabel: g.Name},
+	}}
+	err := k.Get(ctx, client.ObjectKeyFromObject(e), e)
+	if apierrors.IsNotFound(err) {
+		err = k.Create(ctx, e)
+	}
+	return e, err
+}
+
+// apply applies g's desired state on node's network, publishes its state
+// and marks the enactment.
+func (u *upstream) apply(node string, g *nmstatev1.NodeNetworkConfigurationPolicy, e *nncev1beta1.NodeNetworkConfigurationEnactment) error {
+	u.mu.Lock()
+	n, fail := u.nodes[node], u.fail[node]
+	u.mu.Unlock()
+	if fail {
+		return u.setState(e, g.Generation, shared.NodeNetworkConfigurationEnactmentConditionFailing,
+			shared.NodeNetworkConfigurationEnactmentConditionFailedToConfigure)
+	}
+	if err := n.Network.Apply(ctx, g.Spec.DesiredState.Raw); err != nil {
+		return fmt.Errorf("apply %s on %s: %w", g.Name, node, err)
+	}
+	if err := n.Network.Commit(ctx); err != nil {
+		return err
+	}
+	if err := u.publish(node); err != nil {
+		return err
+	}
+	return u.setState(e, g.Generation, shared.NodeNetworkConfigurationEnactmentConditionAvailable,
+		shared.NodeNetworkConfigurationEnactmentConditionSuccessfullyConfigured)
+}
+
+// setState writes the enactment's conditions at generation.
+func (u *upstream) setState(e *nncev1beta1.NodeNetworkConfigurationEnactment, generation int64, t shared.ConditionType,
+	reason shared.ConditionReason) error {
+	return retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		if err := k.Get(ctx, client.ObjectKeyFromObject(e), e); err != nil {
+			return err
+		}
+		if e.Status.PolicyGeneration == generation && conditions.TrueType(e.Status.Conditions) == t {
+			return nil
+		}
+		e.Status.PolicyGeneration = generation
+		e.Status.Conditions = conditions.OneTrue(e.Status.Conditions, shared.NodeNetworkConfigurationEnactmentConditionTypes[:], t,
+			reason, "", time.Now())
+		return k.Status().Update(ctx, e)
+	})
+}
+
+// set changes what the double does.
+func (u *upstream) set(f func(u *upstream)) {
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	f(u)
+}
+
+// configured returns the addresses node's simulated eth1 carries.
+func (u *upstream) configured(node string) func() []string {
+	return func() []string {
+		u.mu.Lock()
+		n := u.nodes[node]
+		u.mu.Unlock()
+		return n.ConfiguredAll("eth1")
+	}
+}
+
+// createPool creates an available pool and deletes it when the test ends.
+func createPool(t *testing.T, name string, spec ippoolv1.NodeIPPoolSpec) {
+	t.Helper()
+	p := &ippoolv1.NodeIPPool{ObjectMeta: metav1.ObjectMeta{Name: name}, Spec: spec}
+	Expect(k.Create(ctx, p)).To(Succeed())
+	t.Cleanup(func() {
+		_ = k.Delete(ctx, p)
+		Eventually(func() bool {
+			if err := k.Get(ctx, client.ObjectKeyFromObject(p), p); err != nil {
+				return true
+			}
+			if p.DeletionTimestamp != nil && time.Since(p.DeletionTimestamp.Time) > 2*grace {
+				p.SetFinalizers(nil)
+				_ = k.Update(ctx, p)
+			}
+			return false
+		}).Should(BeTrue())
+	})
+	Eventually(func() string {
+		var got ippoolv1.NodeIPPool
+		if err := k.Get(ctx, types.NamespacedName{Name: name}, &got); err != nil {
+			return err.Error()
+		}
+		c := meta.FindStatusCondition(got.Status.Conditions, ippoolv1.ConditionAvailable)
+		if c == nil {
+			return "none"
+		}
+		return string(c.Status)
+	}).Should(Equal("True"))
+}
+
+// pooled returns a pooled policy: for the nodes labelled role=label, its
+// capture addr drawn from pool onto eth1.
+func pooled(name, label, pool string, maxUnavailable string) *ippoolv1.PooledNodeNetworkConfigurationPolicy {
+	p := &ippoolv1.PooledNodeNetworkConfigurationPolicy{ObjectMeta: metav1.ObjectMeta{Name: name}}
+	p.Spec.NodeSelector = map[string]string{"role": label}
+	p.Spec.Capture = map[string]string{"addr": "ippool." + pool + ".allocate"}
+	p.Spec.DesiredState = shared.NewState(envtest.OneAddressState)
+	if maxUnavailable != "" {
+		v := intOrString(maxUnavailable)
+		p.Spec.MaxUnavailable = &v
+	}
+	return p
+}
+
+// create creates a pooled policy and deletes it when the test ends (with
+// its finalizer, if no controller lets it go).
+func create(t *testing.T, p *ippoolv1.PooledNodeNetworkConfigurationPolicy) {
+	t.Helper()
+	Expect(k.Create(ctx, p)).To(Succeed())
+	t.Cleanup(func() {
+		_ = k.Delete(ctx, p)
+		Eventually(func() bool {
+			var got ippoolv1.PooledNodeNetworkConfigurationPolicy
+			if err := k.Get(ctx, client.ObjectKeyFromObject(p), &got); err != nil {
+				return true
+			}
+			if got.DeletionTimestamp != nil && time.Since(got.DeletionTimestamp.Time) > 20*time.Second {
+				got.SetFinalizers(nil)
+				_ = k.Update(ctx, &got)
+			}
+			return false
+		}, time.Minute).Should(BeTrue())
+	})
+}
+
+// status returns "Type Reason: message" of the pooled policy's True
+// condition.
+func status(name string) func() string {
+	return func() string {
+		var p ippoolv1.PooledNodeNetworkConfigurationPolicy
+		if err := k.Get(ctx, types.NamespacedName{Name: name}, &p); err != nil {
+			return err.Error()
+		}
+		for _, c := range p.Status.Conditions {
+			if c.Status == corev1.ConditionTrue {
+				return fmt.Sprintf("%s %s: %s", c.Type, c.Reason, c.Message)
+			}
+		}
+		return "no True condition"
+	}
+}
+
+// recorded returns "node ip" of every address the pooled policy records.
+func recorded(name string) func() []string {
+	return func() []string {
+		var p ippoolv1.PooledNodeNetworkConfigurationPolicy
+		if err := k.Get(ctx, types.NamespacedName{Name: name}, &p); err != nil {
+			return []string{err.Error()}
+		}
+		var out []string
+		for _, n := range p.Status.Nodes {
+			for _, a := range n.Addresses {
+				out = append(out, n.Node+" "+a.IP)
+			}
+		}
+		return out
+	}
+}
+
+// generated returns the names of the NNCPs the pooled policy generated.
+func generated(name string) func() []string {
+	return func() []string {
+		var list nmstatev1.NodeNetworkConfigurationPolicyList
+		if err := k.List(ctx, &list, client.MatchingLabels{ippoolv1.PooledPolicyLabel: name}); err != nil {
+			return []string{err.Error()}
+		}
+		var out []string
+		for _, g := range list.Items {
+			out = append(out, g.Name)
+		}
+		slices.Sort(out)
+		return out
+	}
+}
+
+// bits returns the addresses set in a pool's bitmap.
+func bits(name string) func() []string {
+	return func() []string {
+		ips, err := envtest.PoolAddresses(ctx, k, name)
+		if err != nil {
+			return []string{err.Error()}
+		}
+		return ips
+	}
+}
+
+// quarantined returns the quarantine entries of a pool as "ip node".
+func quarantined(name string) func() []string {
+	return func() []string {
+		var p ippoolv1.NodeIPPool
+		if err := k.Get(ctx, types.NamespacedName{Name: name}, &p); err != nil {
+			return []string{err.Error()}
+		}
+		var out []string
+		for _, q := range p.Status.Quarantined {
+			out = append(out, q.IP+" "+q.Node)
+		}
+		return out
+	}
+}
+
+// events returns "Reason: note" of the Events about a pooled policy.
+func events(name string) func() []string {
+	return func() []string {
+		out, err := envtest.Events(ctx, k, "PooledNodeNetworkConfigurationPolicy", name)
+		if err != nil {
+			return []string{err.Error()}
+		}
+		return out
+	}
+}
