@@ -226,12 +226,15 @@ func (s *snapshot) nodePlan(policy *nmstatev1.NodeNetworkConfigurationPolicy, re
 		np.Carries = append(np.Carries, cr.String())
 	}
 	name := shared.EnactmentKey(node, policy.Name).Name
+	if policy.Kind == poolstatus.PooledPolicyKind {
+		name = poolstatus.PolicyHolder(policy.Name, node) // its records are in its status
+	}
 	for _, e := range s.enactments {
 		if e.Name != name {
 			continue
 		}
 		if addr, ok := record.Of(&e, ref); ok {
-			np.Verdict, np.IP, np.Why = verdictHolds, addr.IP.String(), "its enactment records it"
+			np.Verdict, np.IP, np.Why = verdictHolds, addr.IP.String(), "its record holds it"
 			return np
 		}
 	}

@@ -18,6 +18,7 @@ import (
 	ippoolv1 "github.com/nmstate-ippool/nmstate-ippool/api/v1"
 	"github.com/nmstate-ippool/nmstate-ippool/internal/cli"
 	"github.com/nmstate-ippool/nmstate-ippool/internal/poolchange"
+	"github.com/nmstate-ippool/nmstate-ippool/internal/poolstatus"
 )
 
 // poolPlan is what plan reports of one proposed pool.
@@ -135,13 +136,14 @@ func readProposed(path string) ([]ippoolv1.NodeIPPool, []nmstatev1.NodeNetworkCo
 		}
 	}
 	if len(pools)+len(policies) == 0 {
-		return nil, nil, fmt.Errorf("%s holds no NodeIPPool and no NodeNetworkConfigurationPolicy", path)
+		return nil, nil, fmt.Errorf("%s holds no NodeIPPool, no NodeNetworkConfigurationPolicy and no PooledNodeNetworkConfigurationPolicy", path)
 	}
 	return pools, policies, nil
 }
 
 // decodeProposed decodes one document of a proposal: a NodeIPPool, a
-// NodeNetworkConfigurationPolicy, or anything else, which it skips.
+// NodeNetworkConfigurationPolicy, a PooledNodeNetworkConfigurationPolicy,
+// or anything else, which it skips.
 func decodeProposed(obj map[string]any) (*ippoolv1.NodeIPPool, *nmstatev1.NodeNetworkConfigurationPolicy, error) {
 	b, err := yaml.Marshal(obj)
 	if err != nil {
@@ -157,13 +159,15 @@ func decodeProposed(obj map[string]any) (*ippoolv1.NodeIPPool, *nmstatev1.NodeNe
 			return nil, nil, errors.New("the NodeIPPool has no metadata.name")
 		}
 		return &p, nil, nil
-	case "NodeNetworkConfigurationPolicy":
+	case "NodeNetworkConfigurationPolicy", poolstatus.PooledPolicyKind:
+		// A pooled policy (companion mode) has an NNCP's spec; its Kind
+		// stays what the file says, and names its holders (nodePlan).
 		var p nmstatev1.NodeNetworkConfigurationPolicy
 		if err := yaml.Unmarshal(b, &p); err != nil {
-			return nil, nil, fmt.Errorf("not a valid NodeNetworkConfigurationPolicy: %w", err)
+			return nil, nil, fmt.Errorf("not a valid %s: %w", obj["kind"], err)
 		}
 		if p.Name == "" {
-			return nil, nil, errors.New("the NodeNetworkConfigurationPolicy has no metadata.name")
+			return nil, nil, fmt.Errorf("the %s has no metadata.name", obj["kind"])
 		}
 		return nil, &p, nil
 	}

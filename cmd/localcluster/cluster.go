@@ -50,6 +50,11 @@ type cluster struct {
 	// empty) or "upstream", kubernetes-nmstate's (up --handler upstream,
 	// handler use).
 	Handler string `json:"handler,omitempty"`
+	// Companion is set when the pool controller runs in companion mode
+	// beside kubernetes-nmstate's handler (up --handler upstream
+	// --companion): it keeps pooled policies' NNCPs and leaves the NNCPs'
+	// status to that handler.
+	Companion bool `json:"companion,omitempty"`
 	// ExtraCRDs are the CRD files up --crd installed.
 	ExtraCRDs []string `json:"extraCRDs,omitempty"`
 	// PeerHandler is the kubernetes-nmstate handler's binary (make

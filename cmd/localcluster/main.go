@@ -38,7 +38,7 @@ import (
 
 const usage = `Usage:
   localcluster up --nodes N [--dir DIR] [--gc-grace-period D] [--quarantine-period D] [--controllers N] [--bin DIR] [--assets DIR]
-                  [--handler ours|upstream] [--peer-handler PATH] [--retries N]
+                  [--handler ours|upstream [--companion]] [--peer-handler PATH] [--retries N]
   localcluster handler use ours|upstream [--dir DIR]
   localcluster up --kubelets K [--images DIR] [--dir DIR] [--bin DIR] [--assets DIR]
   localcluster install [--overlay DIR] [--kubectl PATH] [--dir DIR]
@@ -65,7 +65,9 @@ and node add started, and removes nothing. DIR defaults to .local.
 up --handler upstream runs kubernetes-nmstate's handler, unmodified (make
 peer-handler builds it from ../shared/peers), on the simulated nodes
 instead of ours, without the pool controller: a cluster as admins run it
-today. handler use switches every node to the other handler: it stops
+today. With --companion the pool controller runs beside it in companion
+mode (pool-controller --mode companion): pooled policies get one plain NNCP
+per node, which kubernetes-nmstate's handler applies. handler use switches every node to the other handler: it stops
 the running handlers, starts (ours) or stops (upstream) the pool
 controller, and starts the other handler on every node, which takes over
 the enactments as it finds them.
@@ -144,6 +146,8 @@ func cmdUp(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		"how many real nodes to run instead of simulated ones: kubelets with their own containerd and network namespace (needs root; see 'make real-nodes')")
 	fs.IntVar(&o.retries, "retries", -1, "how many times the handlers retry a failed apply (default: their own, 5)")
 	fs.StringVar(&o.handler, "handler", handlerOurs, "the simulated nodes' handler: ours, or upstream (kubernetes-nmstate's, from make peer-handler)")
+	fs.BoolVar(&o.companion, "companion", false, "with --handler upstream, run the pool controller in companion mode beside it "+
+		"(PooledNodeNetworkConfigurationPolicy: one plain NNCP per node, addresses written in)")
 	fs.StringVar(&o.peerHandler, "peer-handler", "", "kubernetes-nmstate's handler binary (default BIN/kubernetes-nmstate-handler)")
 	fs.StringVar(&o.images, "images", "", "with --kubelets, directory of the image tarballs of make images-local (default BIN/images)")
 	fs.Func("crd", "a CRD file to install before the controllers start, e.g. Cluster API's IPAM CRDs (repeatable)", func(path string) error {
@@ -181,6 +185,9 @@ func (o *upOptions) check(fs *flag.FlagSet) error {
 	}
 	if !slices.Contains(handlerKinds, o.handler) {
 		return fmt.Errorf("%w: --handler %q: give one of %s", cli.ErrUsage, o.handler, strings.Join(handlerKinds, ", "))
+	}
+	if o.companion && o.handler != handlerUpstream {
+		return fmt.Errorf("%w: --companion runs beside kubernetes-nmstate's handler: add --handler upstream", cli.ErrUsage)
 	}
 	if o.handler == handlerUpstream && o.kubelets > 0 {
 		return fmt.Errorf("%w: --handler upstream runs on simulated nodes; real nodes run the handler of the install", cli.ErrUsage)
@@ -317,7 +324,7 @@ func cmdHandler(ctx context.Context, args []string, stdout, stderr io.Writer) er
 			return err
 		}
 		fmt.Fprintf(stdout, "stopped %s on %d nodes\n", handlerTitle(c.Handler), len(nodes))
-		c.Handler = kind
+		c.Handler, c.Companion = kind, false
 		if err := c.handler().prepare(ctx, k); err != nil {
 			return err
 		}

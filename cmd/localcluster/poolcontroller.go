@@ -107,6 +107,9 @@ func (c *cluster) startControllerReplica(ctx context.Context, name string) error
 			"--webhook-host=127.0.0.1", fmt.Sprintf("--webhook-port=%d", webhook),
 			"--webhook-cert-dir=" + pki{dir: c.path("pki")}.webhookCertDir(),
 		}}
+	if c.Companion {
+		p.Args = append(p.Args, "--mode=companion")
+	}
 	if err := c.launch(name, p); err != nil {
 		return err
 	}

@@ -43,6 +43,9 @@ type upOptions struct {
 	// (Cluster API's IPAM CRDs, whose claims the pool controller serves
 	// only when they are there at its start).
 	crds []string
+	// companion runs the pool controller in companion mode beside
+	// kubernetes-nmstate's handler.
+	companion bool
 }
 
 // up starts a local cluster and leaves it running. If a step fails, it
@@ -53,7 +56,7 @@ func up(ctx context.Context, o upOptions, out io.Writer) error {
 	}
 	c := &cluster{dir: o.dir, Bin: o.bin, Assets: o.assets, GracePeriod: o.gracePeriod.String(),
 		QuarantinePeriod: o.quarantine.String(), Controllers: o.controllers, Processes: map[string]*process{},
-		Handler: o.handler, PeerHandler: o.peerHandler, ExtraCRDs: o.crds}
+		Handler: o.handler, PeerHandler: o.peerHandler, ExtraCRDs: o.crds, Companion: o.companion}
 	if o.retries >= 0 {
 		c.Retries = &o.retries
 	}
@@ -124,6 +127,9 @@ func (c *cluster) clean() error {
 
 // handlerSetup names the step that prepares the simulated nodes' handler.
 func (c *cluster) handlerSetup() string {
+	if c.Handler == handlerUpstream && c.Companion {
+		return "companion controller"
+	}
 	if c.Handler == handlerUpstream {
 		return "upstream handler"
 	}

@@ -35,11 +35,12 @@ var upstreamPodLabel = map[string]string{"component": "kubernetes-nmstate-handle
 // its probe resolves without a DNS server (PROBE_DNS_HOST=localhost, from
 // the hosts file). It writes the policies' status itself: the pool
 // controller, whose policy controller would write it too, does not run
-// beside it.
+// beside it, but in companion mode (--companion), which leaves that
+// status alone.
 type upstreamHandler struct{ c *cluster }
 
 // prepare creates the handlers' namespace and the directory of their
-// programs.
+// programs, and in companion mode starts the pool controller.
 func (h upstreamHandler) prepare(ctx context.Context, k client.Client) error {
 	c := h.c
 	if c.PeerHandler == "" {
@@ -64,6 +65,14 @@ func (h upstreamHandler) prepare(ctx context.Context, k client.Client) error {
 		if err := os.Symlink(filepath.Join(c.Bin, "nmstatectl-sim"), link); err != nil {
 			return err
 		}
+	}
+	if c.Companion {
+		// Companion mode: the pool controller keeps the pooled policies'
+		// NNCPs, and leaves their status to this handler.
+		if err := c.startPoolController(ctx); err != nil {
+			return err
+		}
+		return c.installWebhook(ctx, pki{dir: c.path("pki")})
 	}
 	return nil
 }
@@ -146,6 +155,9 @@ func (h upstreamHandler) retire(ctx context.Context, k client.Client) error {
 		client.MatchingLabels(upstreamPodLabel), client.GracePeriodSeconds(0))
 	if err != nil {
 		return fmt.Errorf("delete the handler pods: %w", err)
+	}
+	if h.c.Companion {
+		return h.c.stopPoolController(ctx, k)
 	}
 	return nil
 }
