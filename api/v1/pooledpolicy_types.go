@@ -79,10 +79,18 @@ type PooledPolicyNode struct {
 	// +listType=map
 	// +listMapKey=capture
 	Addresses []PooledAddress `json:"addresses,omitempty"`
+	// Released are addresses taken from the node by a reset: quarantined
+	// already, and recorded until the node's generated policy without them
+	// is applied.
+	// +optional
+	// +listType=map
+	// +listMapKey=ip
+	Released []PooledAddress `json:"released,omitempty"`
 	// Releasing is set while the node's addresses are being removed from
 	// its interfaces (the node is no longer selected, or the pooled policy
 	// is being deleted): they are quarantined already, and the generated
-	// policy removes them; the record goes once it has.
+	// policy removes them; the record goes once kubernetes-nmstate's
+	// handler has applied that.
 	// +optional
 	Releasing bool `json:"releasing,omitempty"`
 }
@@ -115,7 +123,18 @@ func (n PooledPolicyNode) Record() EnactmentIPPools {
 		p.Allocated = append(p.Allocated, a.IP)
 		out[a.Pool] = p
 	}
+	for _, a := range n.Released {
+		p := out[a.Pool]
+		p.Releasing = append(p.Releasing, a.IP)
+		out[a.Pool] = p
+	}
 	return out
+}
+
+// Held returns every address the node's record holds: its addresses and
+// those released and not yet confirmed off its interfaces.
+func (n PooledPolicyNode) Held() []PooledAddress {
+	return append(append([]PooledAddress(nil), n.Addresses...), n.Released...)
 }
 
 // NodeOf returns the record of node, or nil.

@@ -337,3 +337,27 @@ func TestPoolControllerCountsTheRecords(t *testing.T) {
 	})
 	Expect(err).To(MatchError(And(ContainSubstring(held[1]), ContainSubstring("PooledNodeNetworkConfigurationPolicy pc"))))
 }
+
+// TestFailedRemovalKeepsTheRecord: a node that cannot apply the policy
+// taking its address off keeps the address recorded and quarantined (the
+// status says so) until it can, or until its Node is deleted.
+func TestFailedRemovalKeepsTheRecord(t *testing.T) {
+	u := begin(t, "fr", "fr-1", "fr-2")
+	createPool(t, "cmp-fr", rangeSpec("10.69.0.0/24", "10.69.0.10", "10.69.0.30"))
+	create(t, pooled("fr", "fr", "cmp-fr", "100%"))
+	Eventually(status("fr")).Should(HavePrefix("Available"))
+	held := addressOf("fr", "fr-2")()
+
+	u.set(func(u *upstream) { u.fail["fr-2"] = true })
+	relabel("fr-2", "elsewhere")
+	Eventually(status("fr")).Should(And(HavePrefix("Degraded FailedToConfigure: node fr-2 could not apply policy fr-fr-2"),
+		ContainSubstring("stay recorded and quarantined")))
+	Consistently(addressOf("fr", "fr-2"), 2*time.Second).Should(Equal(held))
+	Expect(u.configured("fr-2")()).To(ConsistOf(held + "/24"))
+	Expect(bits("cmp-fr")()).To(ContainElement(held))
+
+	Expect(k.Delete(ctx, &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "fr-2"}})).To(Succeed())
+	Eventually(addressOf("fr", "fr-2")).Should(BeEmpty())
+	Eventually(generated("fr")).Should(ConsistOf("fr-fr-1"))
+	Eventually(status("fr")).Should(Equal("Available SuccessfullyConfigured: 1/1 nodes successfully configured"))
+}

@@ -136,13 +136,10 @@ func (r *Reconciler) desired(w *world, next *ippoolv1.PooledNodeNetworkConfigura
 	rec := next.Status.NodeOf(node)
 	switch {
 	case rec != nil && rec.Releasing:
-		if g := w.generated[node]; g != nil && isRemoval(g) {
-			return nil, true, nil // applied, or being applied: release finishes it
-		}
 		if removal := w.removals[node]; removal != nil {
 			return r.generate(w, node, removal, true), false, nil
 		}
-		return nil, false, nil
+		return nil, true, nil // being applied: release finishes it
 	case w.invalid != nil || !w.isSelected(node):
 		return nil, w.invalid != nil && w.generated[node] != nil, nil
 	case rec == nil || len(rec.Addresses) < len(w.captures.Refs):

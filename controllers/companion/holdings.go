@@ -13,8 +13,10 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	ctrl "sigs.k8s.io/controller-runtime"
 
+	"github.com/nmstate/kubernetes-nmstate/api/shared"
+	nmstatev1 "github.com/nmstate/kubernetes-nmstate/api/v1"
+
 	ippoolv1 "github.com/nmstate-ippool/nmstate-ippool/api/v1"
-	nncev1beta1 "github.com/nmstate-ippool/nmstate-ippool/api/v1beta1"
 	"github.com/nmstate-ippool/nmstate-ippool/internal/policystatus"
 	"github.com/nmstate-ippool/nmstate-ippool/internal/poolstatus"
 	"github.com/nmstate-ippool/nmstate-ippool/internal/poolwrite"
@@ -22,9 +24,10 @@ import (
 	"github.com/nmstate-ippool/nmstate-ippool/pkg/nmstatectl"
 )
 
-// reset quarantines, for nobody's return, the addresses the reset
-// annotations ask to reset and drops them from next's records: the nodes
-// get new ones in the same pass.
+// reset takes, for nobody's return, the addresses the reset annotations
+// ask to reset: quarantined, and moved to the node's Released, where they
+// stay recorded until the node's policy without them is applied (settle);
+// the node gets new ones in the same pass.
 func (r *Reconciler) reset(ctx context.Context, w *world, next *ippoolv1.PooledNodeNetworkConfigurationPolicy) error {
 	for _, node := range slices.Sorted(maps.Keys(w.resets.pools)) {
 		rec := next.Status.NodeOf(node)
@@ -45,9 +48,10 @@ func (r *Reconciler) reset(ctx context.Context, w *world, next *ippoolv1.PooledN
 		if err := r.quarantine(ctx, w, rec, drop, false); err != nil {
 			return err
 		}
-		rec.Addresses = keep
+		rec.Addresses, rec.Released = keep, append(rec.Released, drop...)
 		r.Recorder.Eventf(w.policy, nil, corev1.EventTypeNormal, ippoolv1.ReasonAddressesDropped, "Reset",
-			"Dropped %s of node %s for the %s annotation; the node gets new addresses", ips(drop), node, ippoolv1.ResetIPPoolAnnotation)
+			"Dropped %s of node %s for the %s annotation; the node gets new addresses, and the old ones are free once its policy "+
+				"without them is applied and its network shows them gone", ips(drop), node, ippoolv1.ResetIPPoolAnnotation)
 	}
 	return nil
 }
@@ -68,59 +72,163 @@ func (r *Reconciler) depart(ctx context.Context, w *world, next *ippoolv1.Pooled
 		if _, ok := w.nodes[rec.Node]; ok {
 			continue
 		}
-		if err := r.quarantine(ctx, w, &rec, rec.Addresses, !w.deleting); err != nil {
+		if err := r.quarantine(ctx, w, &rec, rec.Held(), !w.deleting); err != nil {
 			return err
 		}
 		dropRecord(next, rec.Node)
-		ctrl.LoggerFrom(ctx).Info("released the addresses of a deleted node", "node", rec.Node, "ips", ips(rec.Addresses))
+		ctrl.LoggerFrom(ctx).Info("released the addresses of a deleted node", "node", rec.Node, "ips", ips(rec.Held()))
 	}
 	return nil
 }
 
 // release takes the addresses off the nodes the policy no longer selects
 // (all of them once it is deleted): quarantined and marked releasing
-// first; then, in plan, the node's NNCP is changed to take them off its
-// interfaces; once its enactment has applied that, or the node carries
-// none of them, the record goes (and its NNCP in plan). Their quarantine
-// is lifted by the pool controller on the node's evidence.
-func (r *Reconciler) release(ctx context.Context, w *world, next *ippoolv1.PooledNodeNetworkConfigurationPolicy) error {
+// first; then, in plan, the node's NNCP is changed to a state without
+// them (its own desired state less those addresses, which nmstate applies
+// as the interface's whole address list); once kubernetes-nmstate's
+// handler has applied that (its enactment Available), the release is
+// confirmed on the quarantines and the record goes (and the NNCP, in
+// plan). A node whose NNCP never existed goes at once, unconfirmed: the
+// pool controller then waits for a state the node publishes after. A
+// removal that fails keeps the record, and says so.
+func (r *Reconciler) release(ctx context.Context, w *world, next *ippoolv1.PooledNodeNetworkConfigurationPolicy) ([]problem, error) {
 	w.removals = map[string][]byte{}
+	var problems []problem
+	var done []string
 	for i := range next.Status.Nodes {
 		rec := &next.Status.Nodes[i]
 		if w.isSelected(rec.Node) && !rec.Releasing {
 			continue
 		}
 		if !rec.Releasing {
-			if err := r.quarantine(ctx, w, rec, rec.Addresses, !w.deleting); err != nil {
-				return err
+			if err := r.quarantine(ctx, w, rec, rec.Held(), !w.deleting); err != nil {
+				return nil, err
 			}
 			rec.Releasing = true
 			r.Recorder.Eventf(w.policy, nil, corev1.EventTypeNormal, ippoolv1.ReasonAddressesReleased, "Release",
-				"Releasing %s of node %s (%s): its policy %s takes them off its interfaces", ips(rec.Addresses), rec.Node,
+				"Releasing %s of node %s (%s): its policy %s takes them off its interfaces", ips(rec.Held()), rec.Node,
 				releaseWhy(w), rec.Policy)
 		}
-		if g := w.generated[rec.Node]; g != nil && isRemoval(g) {
-			continue // done once its enactment is (plan)
-		}
-		removal, err := r.removal(ctx, rec)
-		if err != nil {
-			return err
-		}
-		if removal != nil {
-			w.removals[rec.Node] = removal
+		outcome, err := r.removed(ctx, w, rec)
+		switch {
+		case err != nil:
+			return nil, err
+		case outcome.failed != "":
+			problems = append(problems, problem{shared.NodeNetworkConfigurationPolicyConditionFailedToConfigure, outcome.failed})
+		case outcome.confirmed:
+			holder, _ := holderOf(w.policy, rec.Node)
+			if err := r.Pools.ConfirmRelease(ctx, poolwrite.Holder{Node: rec.Node, Enactment: holder}, rec.Record()); err != nil {
+				return nil, err
+			}
+			done = append(done, rec.Node)
+		case outcome.gone:
+			done = append(done, rec.Node)
 		}
 	}
-	// Releases whose removal was applied, or has nothing to remove, are done.
 	next.Status.Nodes = slices.DeleteFunc(next.Status.Nodes, func(rec ippoolv1.PooledPolicyNode) bool {
-		if !rec.Releasing {
-			return false
-		}
-		if g := w.generated[rec.Node]; g != nil && isRemoval(g) {
-			return policystatus.StateOf(w.enactmentOf(rec.Node), g.Generation) != policystatus.Progressing
-		}
-		return w.removals[rec.Node] == nil
+		return slices.Contains(done, rec.Node)
 	})
+	return problems, nil
+}
+
+// removal is where a release stands.
+type removal struct {
+	// confirmed: a state without the addresses was applied.
+	confirmed bool
+	// gone: the node never had an NNCP, nothing of ours can carry them.
+	gone bool
+	// failed says why the removal failed.
+	failed string
+}
+
+// removed says where the release of rec stands, and leaves the removal
+// state to write, if any, in w.removals.
+func (r *Reconciler) removed(ctx context.Context, w *world, rec *ippoolv1.PooledPolicyNode) (removal, error) {
+	g := w.generated[rec.Node]
+	if g == nil {
+		exists, err := r.exists(ctx, rec.Policy)
+		if err != nil || exists {
+			return removal{}, err // the cache has not seen it yet
+		}
+		return removal{gone: true}, nil
+	}
+	var drop []netip.Addr
+	for _, a := range rec.Held() {
+		if ip, err := netip.ParseAddr(a.IP); err == nil {
+			drop = append(drop, ip)
+		}
+	}
+	st := policystatus.StateOf(w.enactmentOf(rec.Node), g.Generation)
+	without, _, err := nmstatectl.WithoutAddresses(g.Spec.DesiredState.Raw, drop)
+	switch {
+	case err != nil:
+		return removal{failed: fmt.Sprintf("the addresses %s of node %s cannot be taken off by policy %s: %v; delete the Node if the machine is gone",
+			ips(rec.Held()), rec.Node, g.Name, err)}, nil
+	case without == nil && st == policystatus.Available:
+		return removal{confirmed: true}, nil // applied without them
+	case without == nil && (st == policystatus.Failing || st == policystatus.Aborted):
+		return removal{failed: fmt.Sprintf("node %s could not apply policy %s, which takes %s off its interfaces (see its enactment %s); "+
+			"the addresses stay recorded and quarantined until it does, or until the Node is deleted",
+			rec.Node, g.Name, ips(rec.Held()), shared.EnactmentKey(rec.Node, g.Name).Name)}, nil
+	case without == nil:
+		return removal{}, nil // being applied
+	}
+	w.removals[rec.Node] = without
+	return removal{}, nil
+}
+
+// settle drops from the records the addresses a reset released, once the
+// node's policy without them is applied (confirmed on their quarantines),
+// or at once when the node has no policy.
+func (r *Reconciler) settle(ctx context.Context, w *world, next *ippoolv1.PooledNodeNetworkConfigurationPolicy) error {
+	for i := range next.Status.Nodes {
+		rec := &next.Status.Nodes[i]
+		if len(rec.Released) == 0 || rec.Releasing {
+			continue
+		}
+		released := ippoolv1.PooledPolicyNode{Node: rec.Node, Released: rec.Released}
+		g := w.generated[rec.Node]
+		if g == nil {
+			exists, err := r.exists(ctx, rec.Policy)
+			if err != nil {
+				return err
+			}
+			if !exists {
+				rec.Released = nil
+			}
+			continue
+		}
+		var drop []netip.Addr
+		for _, a := range rec.Released {
+			if ip, err := netip.ParseAddr(a.IP); err == nil {
+				drop = append(drop, ip)
+			}
+		}
+		without, _, err := nmstatectl.WithoutAddresses(g.Spec.DesiredState.Raw, drop)
+		if err != nil || without != nil || policystatus.StateOf(w.enactmentOf(rec.Node), g.Generation) != policystatus.Available {
+			continue // its policy still has them, or is not applied yet
+		}
+		holder, _ := holderOf(w.policy, rec.Node)
+		if err := r.Pools.ConfirmRelease(ctx, poolwrite.Holder{Node: rec.Node, Enactment: holder}, released.Record()); err != nil {
+			return err
+		}
+		rec.Released = nil
+	}
 	return nil
+}
+
+// exists reports whether the API server has the NNCP called name (the
+// cache may not have seen one created a moment ago).
+func (r *Reconciler) exists(ctx context.Context, name string) (bool, error) {
+	var g nmstatev1.NodeNetworkConfigurationPolicy
+	err := r.APIReader.Get(ctx, types.NamespacedName{Name: name}, &g)
+	switch {
+	case apierrors.IsNotFound(err):
+		return false, nil
+	case err != nil:
+		return false, fmt.Errorf("get policy %s: %w", name, err)
+	}
+	return true, nil
 }
 
 // releaseWhy says why a pass releases a node's addresses.
@@ -129,33 +237,6 @@ func releaseWhy(w *world) string {
 		return "the policy is being deleted"
 	}
 	return "the policy no longer selects it"
-}
-
-// removal returns the desired state that takes the node's recorded
-// addresses off the interfaces its network state shows them on, or nil
-// when it shows none of them. An address on a family DHCP or autoconf
-// configures is left for the node's DHCP client.
-func (r *Reconciler) removal(ctx context.Context, rec *ippoolv1.PooledPolicyNode) ([]byte, error) {
-	var nns nncev1beta1.NodeNetworkState
-	if err := r.APIReader.Get(ctx, types.NamespacedName{Name: rec.Node}, &nns); err != nil {
-		if apierrors.IsNotFound(err) {
-			return nil, nil // no state: nothing to take off, the quarantine waits for one
-		}
-		return nil, fmt.Errorf("get the NodeNetworkState of %s: %w", rec.Node, err)
-	}
-	var drop []netip.Addr
-	for _, a := range rec.Addresses {
-		if ip, err := netip.ParseAddr(a.IP); err == nil {
-			drop = append(drop, ip)
-		}
-	}
-	desired, _, err := nmstatectl.WithoutAddresses(nns.Status.CurrentState.Raw, drop)
-	if err != nil {
-		ctrl.LoggerFrom(ctx).Info("could not take the released addresses off the node's interfaces; they stay quarantined until it shows them gone",
-			"node", rec.Node, "error", err.Error())
-		return nil, nil
-	}
-	return desired, nil
 }
 
 // quarantine keeps addresses of a node's record from everyone until the

@@ -99,23 +99,28 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 }
 
 // holdings does the pool writes of one pass, each before the status write
-// that depends on it: departed nodes, releases and resets quarantine
-// first, allocations take addresses for the nodes that lack them. It
-// changes next's records.
+// that depends on it: departed nodes, releases and resets quarantine (and
+// confirmed releases are confirmed) first, allocations take addresses for
+// the nodes that lack them. It changes next's records.
 func (r *Reconciler) holdings(ctx context.Context, w *world, next *ippoolv1.PooledNodeNetworkConfigurationPolicy) ([]problem, error) {
 	if err := r.depart(ctx, w, next); err != nil {
 		return nil, err
 	}
-	if err := r.release(ctx, w, next); err != nil {
+	problems, err := r.release(ctx, w, next)
+	if err != nil {
+		return nil, err
+	}
+	if err := r.settle(ctx, w, next); err != nil {
 		return nil, err
 	}
 	if w.invalid != nil {
-		return nil, nil // nothing is allocated for a policy that cannot render
+		return problems, nil // nothing is allocated for a policy that cannot render
 	}
 	if err := r.reset(ctx, w, next); err != nil {
 		return nil, err
 	}
-	return r.allocate(ctx, w, next)
+	more, err := r.allocate(ctx, w, next)
+	return append(problems, more...), err
 }
 
 // world is what one pass knows of a pooled policy and its surroundings.

@@ -68,7 +68,8 @@ func begin(t *testing.T, label string, nodes ...string) *upstream {
 	Expect(err).NotTo(HaveOccurred())
 	Expect(pc.PooledPolicies).NotTo(BeNil())
 	t.Cleanup(func() { _ = pc.Stop() })
-	u := &upstream{t: t, dir: t.TempDir(), nodes: map[string]*envtest.Node{}, fail: map[string]bool{}, refreshed: map[string]string{}}
+	u := &upstream{t: t, dir: t.TempDir(), nodes: map[string]*envtest.Node{}, fail: map[string]bool{}, refreshed: map[string]string{},
+		published: map[string]string{}}
 	for _, n := range nodes {
 		u.addNode(n, label)
 	}
@@ -92,8 +93,9 @@ type upstream struct {
 	nodes map[string]*envtest.Node
 	fail  map[string]bool
 	hold  bool
-	// refreshed holds, by node, the last refresh request answered.
-	refreshed map[string]string
+	// refreshed holds, by node, the last refresh request answered;
+	// published the last state published.
+	refreshed, published map[string]string
 	// maxBusy is the most NNCPs seen progressing at once.
 	maxBusy int
 }
@@ -117,16 +119,26 @@ func (u *upstream) addNode(name, label string) {
 }
 
 // publish writes the node's network state as its simulated network shows
-// it.
+// it, when it changed since it last did: kubernetes-nmstate's handler
+// publishes nothing new when nothing changed, even when asked to.
 func (u *upstream) publish(name string) error {
 	u.mu.Lock()
-	node := u.nodes[name]
+	node, last := u.nodes[name], u.published[name]
 	u.mu.Unlock()
 	state, err := node.Network.Show(ctx)
 	if err != nil {
 		return err
 	}
-	return envtest.PublishState(ctx, k, name, string(state), time.Now())
+	if last == string(state) {
+		return nil
+	}
+	if err := envtest.PublishState(ctx, k, name, string(state), time.Now()); err != nil {
+		return err
+	}
+	u.mu.Lock()
+	u.published[name] = string(state)
+	u.mu.Unlock()
+	return nil
 }
 
 // run starts the double's loop until the test ends.

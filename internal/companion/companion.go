@@ -50,7 +50,7 @@ func RecordsOf(policies []ippoolv1.PooledNodeNetworkConfigurationPolicy) []nncev
 	for i := range policies {
 		p := &policies[i]
 		for _, n := range p.Status.Nodes {
-			if len(n.Addresses) == 0 {
+			if len(n.Held()) == 0 {
 				continue
 			}
 			out = append(out, RecordOf(p.Name, n))
