@@ -16,6 +16,7 @@ import (
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
+	"k8s.io/apimachinery/pkg/api/equality"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
 	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
@@ -177,7 +178,8 @@ func TestInstallShape(t *testing.T) {
 		{handler, "leases", "create", false, "handlers do not elect a leader"},
 		{controller, "nodenetworkconfigurationenactments", "delete", true, "scale down"},
 		{controller, "nodenetworkconfigurationenactments", "create", false, "only handlers create enactments"},
-		{controller, "nodenetworkconfigurationpolicies", "update", false, "the controller only removes annotations (patch)"},
+		{controller, "nodenetworkconfigurationpolicies", "create", true, "companion mode: one policy per node of a pooled policy"},
+		{controller, "nodenetworkconfigurationpolicies", "delete", true, "companion mode: a node's policy goes with its release"},
 		{controller, "leases", "create", false, "leases are granted in its namespace only"},
 		{controller, "nodenetworkstates", "list", true, "quarantines are lifted, and strays found, on the nodes' published states"},
 		{controller, "nodenetworkstates/status", "update", false, "only handlers publish states"},
@@ -209,7 +211,7 @@ func TestEmbeddedCRDs(t *testing.T) {
 		names = append(names, c.Name)
 	}
 	want := []string{"nodeippools.nmstate.io", "nodenetworkconfigurationenactments.nmstate.io",
-		"nodenetworkconfigurationpolicies.nmstate.io", "nodenetworkstates.nmstate.io"}
+		"nodenetworkconfigurationpolicies.nmstate.io", "nodenetworkstates.nmstate.io", "poolednodenetworkconfigurationpolicies.nmstate.io"}
 	if strings.Join(names, ",") != strings.Join(want, ",") {
 		t.Errorf("embedded CRDs %v, want %v", names, want)
 	}
@@ -373,6 +375,82 @@ func TestSelfAllocateOverlay(t *testing.T) {
 		}
 		if granted != tt.self {
 			t.Errorf("deploy/%s: the handler's service account may update pool status: %v, want %v", tt.dir, granted, tt.self)
+		}
+	}
+}
+
+// TestCompanionInstall renders deploy/companion (IP pools beside
+// kubernetes-nmstate's handler) and applies it with a server-side dry run
+// to an API server that has kubernetes-nmstate's CRDs already, as its
+// operator installs them: it brings only the pool controller, in
+// companion mode, with its webhook, RBAC and our two CRDs, and never
+// kubernetes-nmstate's CRDs, a handler or an admission policy for one.
+func TestCompanionInstall(t *testing.T) {
+	objs := render(t, "companion")
+	var crds, kinds []string
+	for _, o := range objs {
+		kinds = append(kinds, o.GetKind())
+		if o.GetKind() == "CustomResourceDefinition" {
+			crds = append(crds, o.GetName())
+		}
+	}
+	slices.Sort(crds)
+	if want := []string{"nodeippools.nmstate.io", "poolednodenetworkconfigurationpolicies.nmstate.io"}; !slices.Equal(crds, want) {
+		t.Errorf("CRDs %v, want only %v: kubernetes-nmstate's are its operator's", crds, want)
+	}
+	for _, kind := range []string{"DaemonSet", "ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding"} {
+		if slices.Contains(kinds, kind) {
+			t.Errorf("companion mode runs no handler of ours, yet the install has a %s", kind)
+		}
+	}
+	d := typed[appsv1.Deployment](t, objs, "Deployment", "nmstate-ippool-pool-controller")
+	if args := d.Spec.Template.Spec.Containers[0].Args; !slices.Contains(args, "--mode=companion") {
+		t.Errorf("pool controller args %v: want --mode=companion", args)
+	}
+
+	env, err := envtest.Start(func(e *ctrlenvtest.Environment) error {
+		e.CRDDirectoryPaths = append(e.CRDDirectoryPaths, filepath.Join(envtest.RepoRoot(), "deploy", "testdata", "cert-manager-crds.yaml"))
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = env.Stop() })
+	c, err := client.New(env.Config, client.Options{Scheme: env.Scheme})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	for _, o := range objs {
+		opts := []client.ApplyOption{client.FieldOwner("deploy-test"), client.ForceOwnership}
+		if o.GetKind() != "Namespace" {
+			opts = append(opts, client.DryRunAll)
+		}
+		if err := c.Apply(ctx, client.ApplyConfigurationFromUnstructured(o), opts...); err != nil {
+			t.Errorf("apply %s %s: %v", o.GetKind(), o.GetName(), err)
+		}
+	}
+	for _, o := range render(t, "samples/companion") {
+		if err := c.Apply(ctx, client.ApplyConfigurationFromUnstructured(o), client.FieldOwner("deploy-test"), client.DryRunAll); err != nil {
+			t.Errorf("apply sample %s %s of deploy/samples/companion: %v", o.GetKind(), o.GetName(), err)
+		}
+	}
+}
+
+// TestCompanionSampleIsTheNNCP: the companion sample is the handler
+// mode's sample with only its kind changed, and the same pool.
+func TestCompanionSampleIsTheNNCP(t *testing.T) {
+	handler, companion := render(t, "samples"), render(t, "samples/companion")
+	if len(handler) != len(companion) {
+		t.Fatalf("%d objects in deploy/samples, %d in deploy/samples/companion", len(handler), len(companion))
+	}
+	for i := range handler {
+		h, c := handler[i].DeepCopy(), companion[i].DeepCopy()
+		if c.GetKind() == "PooledNodeNetworkConfigurationPolicy" {
+			c.SetKind("NodeNetworkConfigurationPolicy")
+		}
+		if !equality.Semantic.DeepEqual(h.Object, c.Object) {
+			t.Errorf("%s %s differs from the handler mode's beyond its kind:\n%v\n%v", companion[i].GetKind(), c.GetName(), h.Object, c.Object)
 		}
 	}
 }

@@ -33,7 +33,6 @@ import (
 // +kubebuilder:rbac:groups=nmstate.io,resources=nodeippools,verbs=get;list;watch
 // +kubebuilder:rbac:groups=nmstate.io,resources=nodeippools/status,verbs=get;update;patch
 // +kubebuilder:rbac:groups="",resources=nodes,verbs=get;list;watch
-// +kubebuilder:rbac:groups="",resources=events,verbs=create;patch
 // +kubebuilder:rbac:groups=events.k8s.io,resources=events,verbs=create;patch
 
 // New returns a Reconciler wired to the manager.
