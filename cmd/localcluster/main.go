@@ -67,7 +67,9 @@ peer-handler builds it from ../shared/peers), on the simulated nodes
 instead of ours, without the pool controller: a cluster as admins run it
 today. With --companion the pool controller runs beside it in companion
 mode (pool-controller --mode companion): pooled policies get one plain NNCP
-per node, which kubernetes-nmstate's handler applies. handler use switches every node to the other handler: it stops
+per node, which kubernetes-nmstate's handler applies.
+
+handler use switches every node to the other handler: it stops
 the running handlers, starts (ours) or stops (upstream) the pool
 controller, and starts the other handler on every node, which takes over
 the enactments as it finds them.

@@ -1,6 +1,8 @@
 // Package peerbench measures our handler against kubernetes-nmstate's,
 // built unmodified from ../shared/peers, on the same local cluster of real
-// processes (make bench-peer; docs/benchmarks.md, "Beside
+// processes, and companion mode (our pool controller beside
+// kubernetes-nmstate's handler) against the per-node policies admins write
+// for that handler today (make bench-peer; docs/benchmarks.md, "Beside
 // kubernetes-nmstate"). It skips without the peers folder.
 package peerbench
 
@@ -38,23 +40,40 @@ import (
 var (
 	nodeCounts = flag.String("peer.nodes", "25,100", "comma-separated node counts, one local cluster per handler each")
 	runs       = flag.Int("peer.runs", 3, "rollouts of each case; the times reported are their median")
-	handlers   = flag.String("peer.handlers", "upstream,ours", "the handlers to measure, in this order")
+	handlers   = flag.String("peer.handlers", "upstream,ours,companion",
+		"the clusters to measure, in this order: upstream (kubernetes-nmstate's handler), ours, companion (kubernetes-nmstate's handler and our pool controller in companion mode)")
 )
 
 // A rollout case: a plain policy that changes eth1's MTU (what
-// kubernetes-nmstate does), with the default maxUnavailable (50%) or 100%,
-// and, for our handler, one that also puts an address from a pool on
-// eth2.
+// kubernetes-nmstate does), with the default maxUnavailable (50%) or 100%;
+// for our handler, one that also puts an address from a pool on eth2; on
+// kubernetes-nmstate's handler, that address typed into one policy per
+// node, as admins write them today; and in companion mode, the pooled
+// policy as a PooledNodeNetworkConfigurationPolicy, which becomes one
+// policy per node.
 type rolloutCase struct {
 	name           string
 	maxUnavailable string // "" for the default
 	pooled         bool
+	// on lists the clusters the case runs on.
+	on []string
+	// perNode: one policy per node, the address typed in; companion: a
+	// pooled policy of companion mode.
+	perNode, companion bool
 }
 
+const (
+	upstreamCluster  = "upstream"
+	oursCluster      = "ours"
+	companionCluster = "companion"
+)
+
 var cases = []rolloutCase{
-	{name: "plain"},
-	{name: "plain, maxUnavailable 100%", maxUnavailable: "100%"},
-	{name: "pooled", pooled: true},
+	{name: "plain", on: []string{upstreamCluster, oursCluster}},
+	{name: "plain, maxUnavailable 100%", maxUnavailable: "100%", on: []string{upstreamCluster, oursCluster}},
+	{name: "pooled", pooled: true, on: []string{oursCluster}},
+	{name: "per-node policies", pooled: true, perNode: true, on: []string{upstreamCluster}},
+	{name: "pooled, companion mode", pooled: true, companion: true, on: []string{companionCluster}},
 }
 
 // figures are one case's measurements on one cluster.
@@ -87,6 +106,7 @@ func BenchmarkPeer(b *testing.B) {
 	}
 	bin := filepath.Join(b.TempDir(), "bin")
 	must(b, envtest.BuildCommands(bin, "handler", "pool-controller", "nmstatectl-sim", "localcluster"))
+	must(b, envtest.BuildCommands(bin, "kubectl-nodeippool"))
 	for _, f := range strings.Split(*nodeCounts, ",") {
 		n, err := strconv.Atoi(strings.TrimSpace(f))
 		if err != nil || n < 1 {
@@ -98,18 +118,21 @@ func BenchmarkPeer(b *testing.B) {
 				for _, h := range strings.Split(*handlers, ",") {
 					measured[h] = measure(b, bin, peer, n, h)
 				}
-				report(b, n, measured["upstream"], measured["ours"])
+				report(b, n, measured)
 			}
 		})
 	}
 }
 
-// measure starts a local cluster of n nodes run by handler and rolls out
-// every case it supports.
-func measure(b *testing.B, bin, peer string, n int, handler string) map[string]figures {
+// measure starts a local cluster of n nodes of a kind and rolls out every
+// case that runs on it.
+func measure(b *testing.B, bin, peer string, n int, kind string) map[string]figures {
 	dir := filepath.Join(b.TempDir(), "cluster")
-	localcluster(b, bin, dir, "up", "--nodes", strconv.Itoa(n), "--handler", handler, "--peer-handler", peer,
-		"--bin", bin, "--assets", envtest.AssetsDir())
+	args := []string{"up", "--nodes", strconv.Itoa(n), "--peer-handler", peer, "--bin", bin, "--assets", envtest.AssetsDir(), "--handler", kind}
+	if kind == companionCluster {
+		args = append(args[:len(args)-1], upstreamCluster, "--companion")
+	}
+	localcluster(b, bin, dir, args...)
 	defer localcluster(b, bin, dir, "down")
 	cfg, err := envtest.LocalClusterConfig(dir)
 	must(b, err)
@@ -121,10 +144,9 @@ func measure(b *testing.B, bin, peer string, n int, handler string) map[string]f
 	m := &meter{b: b, k: k, cfg: cfg, dir: dir, nodes: n}
 	out := map[string]figures{}
 	for i, c := range cases {
-		if c.pooled && handler == "upstream" {
-			continue // kubernetes-nmstate has no pools
+		if slices.Contains(c.on, kind) {
+			out[c.name] = m.rollouts(c, i)
 		}
-		out[c.name] = m.rollouts(c, i)
 	}
 	return out
 }
@@ -141,32 +163,25 @@ type meter struct {
 // changes every node's network, and measures them.
 func (m *meter) rollouts(c rolloutCase, index int) figures {
 	ctx := context.Background()
-	if c.pooled {
-		must(m.b, m.k.Create(ctx, &ippoolv1.NodeIPPool{ObjectMeta: metav1.ObjectMeta{Name: "bench"},
-			Spec: ippoolv1.NodeIPPoolSpec{Range: ippoolv1.IPRange{CIDR: "10.128.0.0/16"}}}))
+	if c.pooled && !c.perNode {
+		must(m.b, m.k.Create(ctx, &ippoolv1.NodeIPPool{ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("bench-%d", index)},
+			Spec: ippoolv1.NodeIPPoolSpec{Range: ippoolv1.IPRange{CIDR: fmt.Sprintf("10.%d.0.0/16", 128+index)}}}))
 	}
 	var times []time.Duration
 	var f figures
 	for run := range *runs {
 		name := fmt.Sprintf("bench-%d-%d", index, run)
-		p := &nmstatev1.NodeNetworkConfigurationPolicy{ObjectMeta: metav1.ObjectMeta{Name: name}}
-		p.Spec.NodeSelector = map[string]string{"node-role.kubernetes.io/worker": ""}
-		if c.maxUnavailable != "" {
-			v := intstr.FromString(c.maxUnavailable)
-			p.Spec.MaxUnavailable = &v
-		}
-		desired := fmt.Sprintf("interfaces:\n- name: eth1\n  type: ethernet\n  state: up\n  mtu: %d\n", 1300+10*index+run)
-		if c.pooled {
-			p.Spec.Capture = map[string]string{"addr": "ippool.bench.allocate"}
-			desired += "- name: eth2\n  type: ethernet\n  state: up\n  ipv4:\n    enabled: true\n    dhcp: false\n" +
-				"    address:\n    - ip: \"{{ capture.addr.ip }}\"\n      prefix-length: \"{{ capture.addr.prefix-length }}\"\n"
-		}
-		p.Spec.DesiredState = shared.NewState(desired)
 		before := m.snapshot()
-		start := time.Now()
-		must(m.b, m.k.Create(ctx, p))
-		m.waitAvailable(name)
-		times = append(times, time.Since(start))
+		var elapsed time.Duration
+		switch {
+		case c.perNode:
+			elapsed = m.perNode(name, index, run)
+		case c.companion:
+			elapsed = m.companion(name, index, run)
+		default:
+			elapsed = m.policy(c, name, index, run)
+		}
+		times = append(times, elapsed)
 		after := m.snapshot()
 		f.requests += (after.requests - before.requests) / float64(m.nodes)
 		f.watchEvents += (after.watchEvents - before.watchEvents) / float64(m.nodes)
@@ -174,8 +189,7 @@ func (m *meter) rollouts(c rolloutCase, index int) figures {
 		f.cpu += (after.handlerCPU - before.handlerCPU) / time.Duration(m.nodes)
 		f.apiServerCPUPerRollout += after.apiServerCPU - before.apiServerCPU
 		f.poolControllerCPU += after.poolControllerCPU - before.poolControllerCPU
-		must(m.b, m.k.Delete(ctx, p))
-		m.waitGone(name)
+		m.cleanUp(c, name)
 	}
 	r := float64(*runs)
 	f.requests, f.watchEvents, f.writes = f.requests/r, f.watchEvents/r, f.writes/r
@@ -192,9 +206,131 @@ func (m *meter) rollouts(c rolloutCase, index int) figures {
 	return f
 }
 
-// waitAvailable waits until a policy is Available on every node.
-func (m *meter) waitAvailable(name string) {
+// desiredState is the desired state of a case's run: eth1's MTU, and,
+// pooled, an address on eth2 (addr, or the capture's).
+func desiredState(index, run int, addr string) string {
+	desired := fmt.Sprintf("interfaces:\n- name: eth1\n  type: ethernet\n  state: up\n  mtu: %d\n", 1300+10*index+run)
+	if addr == "" {
+		return desired
+	}
+	return desired + "- name: eth2\n  type: ethernet\n  state: up\n  ipv4:\n    enabled: true\n    dhcp: false\n" +
+		"    address:\n    - ip: \"" + addr + "\"\n      prefix-length: \"{{ capture.addr.prefix-length }}\"\n"
+}
+
+// policy rolls out one policy for every node and returns how long it
+// took to be Available on all.
+func (m *meter) policy(c rolloutCase, name string, index, run int) time.Duration {
+	ctx := context.Background()
+	p := &nmstatev1.NodeNetworkConfigurationPolicy{ObjectMeta: metav1.ObjectMeta{Name: name}}
+	p.Spec.NodeSelector = map[string]string{"node-role.kubernetes.io/worker": ""}
+	if c.maxUnavailable != "" {
+		v := intstr.FromString(c.maxUnavailable)
+		p.Spec.MaxUnavailable = &v
+	}
+	addr := ""
+	if c.pooled {
+		p.Spec.Capture = map[string]string{"addr": fmt.Sprintf("ippool.bench-%d.allocate", index)}
+		addr = "{{ capture.addr.ip }}"
+	}
+	p.Spec.DesiredState = shared.NewState(desiredState(index, run, addr))
+	start := time.Now()
+	must(m.b, m.k.Create(ctx, p))
+	m.waitAvailable(name, m.nodes)
+	return time.Since(start)
+}
+
+// perNode rolls out one policy per node with its address typed in, as
+// admins do for kubernetes-nmstate's handler today, all at once, and
+// returns how long until every one is Available.
+func (m *meter) perNode(name string, index, run int) time.Duration {
+	ctx := context.Background()
+	nodes := m.nodeNames()
+	start := time.Now()
+	for i, node := range nodes {
+		p := &nmstatev1.NodeNetworkConfigurationPolicy{ObjectMeta: metav1.ObjectMeta{Name: name + "-" + node}}
+		p.Spec.NodeSelector = map[string]string{"kubernetes.io/hostname": node}
+		state := strings.Replace(desiredState(index, run, fmt.Sprintf("10.%d.%d.%d", 128+index, i/250, 1+i%250)),
+			"\"{{ capture.addr.prefix-length }}\"", "16", 1)
+		p.Spec.DesiredState = shared.NewState(state)
+		must(m.b, m.k.Create(ctx, p))
+	}
+	for _, node := range nodes {
+		m.waitAvailable(name+"-"+node, 1)
+	}
+	return time.Since(start)
+}
+
+// companion rolls out a pooled policy of companion mode and returns how
+// long until its status says every node is configured.
+func (m *meter) companion(name string, index, run int) time.Duration {
+	ctx := context.Background()
+	p := &ippoolv1.PooledNodeNetworkConfigurationPolicy{ObjectMeta: metav1.ObjectMeta{Name: name}}
+	p.Spec.NodeSelector = map[string]string{"node-role.kubernetes.io/worker": ""}
+	p.Spec.Capture = map[string]string{"addr": fmt.Sprintf("ippool.bench-%d.allocate", index)}
+	p.Spec.DesiredState = shared.NewState(desiredState(index, run, "{{ capture.addr.ip }}"))
+	start := time.Now()
+	must(m.b, m.k.Create(ctx, p))
 	want := fmt.Sprintf("%d/%d nodes successfully configured", m.nodes, m.nodes)
+	waitFor(m.b, 60*time.Minute, "pooled policy "+name+" available", func() bool {
+		var got ippoolv1.PooledNodeNetworkConfigurationPolicy
+		if err := m.k.Get(ctx, client.ObjectKey{Name: name}, &got); err != nil {
+			return false
+		}
+		c := got.Status.Conditions.Find(shared.NodeNetworkConfigurationPolicyConditionAvailable)
+		return c != nil && c.Status == corev1.ConditionTrue && c.Message == want
+	})
+	return time.Since(start)
+}
+
+// nodeNames lists the cluster's nodes.
+func (m *meter) nodeNames() []string {
+	var list corev1.NodeList
+	must(m.b, m.k.List(context.Background(), &list))
+	var out []string
+	for _, n := range list.Items {
+		out = append(out, n.Name)
+	}
+	slices.Sort(out)
+	return out
+}
+
+// cleanUp deletes a run's policies and waits until they and their
+// enactments are gone (a pooled policy of companion mode takes its
+// addresses off the nodes first).
+func (m *meter) cleanUp(c rolloutCase, name string) {
+	ctx := context.Background()
+	switch {
+	case c.companion:
+		must(m.b, m.k.Delete(ctx, &ippoolv1.PooledNodeNetworkConfigurationPolicy{ObjectMeta: metav1.ObjectMeta{Name: name}}))
+		waitFor(m.b, 60*time.Minute, "pooled policy "+name+" gone", func() bool {
+			var list nmstatev1.NodeNetworkConfigurationPolicyList
+			err := m.k.Get(ctx, client.ObjectKey{Name: name}, &ippoolv1.PooledNodeNetworkConfigurationPolicy{})
+			return client.IgnoreNotFound(err) == nil && err != nil &&
+				m.k.List(ctx, &list, client.MatchingLabels{ippoolv1.PooledPolicyLabel: name}) == nil && len(list.Items) == 0
+		})
+		m.waitNoEnactments()
+	case c.perNode:
+		for _, node := range m.nodeNames() {
+			must(m.b, client.IgnoreNotFound(m.k.Delete(ctx, &nmstatev1.NodeNetworkConfigurationPolicy{ObjectMeta: metav1.ObjectMeta{Name: name + "-" + node}})))
+		}
+		m.waitNoEnactments()
+	default:
+		must(m.b, m.k.Delete(ctx, &nmstatev1.NodeNetworkConfigurationPolicy{ObjectMeta: metav1.ObjectMeta{Name: name}}))
+		m.waitGone(name)
+	}
+}
+
+// waitNoEnactments waits until no enactment is left.
+func (m *meter) waitNoEnactments() {
+	waitFor(m.b, 30*time.Minute, "every enactment gone", func() bool {
+		var list nncev1beta1.NodeNetworkConfigurationEnactmentList
+		return m.k.List(context.Background(), &list) == nil && len(list.Items) == 0
+	})
+}
+
+// waitAvailable waits until a policy is Available on its n nodes.
+func (m *meter) waitAvailable(name string, n int) {
+	want := fmt.Sprintf("%d/%d nodes successfully configured", n, n)
 	waitFor(m.b, 30*time.Minute, "policy "+name+" available", func() bool {
 		var p nmstatev1.NodeNetworkConfigurationPolicy
 		if err := m.k.Get(context.Background(), client.ObjectKey{Name: name}, &p); err != nil {
@@ -314,26 +450,27 @@ func (m *meter) floor(writes int) time.Duration {
 	return time.Since(start)
 }
 
-// report prints one node count's figures and the ratios ours ÷ upstream.
-func report(b *testing.B, n int, upstream, ours map[string]figures) {
+// report prints one node count's figures and the ratios against
+// kubernetes-nmstate's handler in the same run: ours ÷ upstream's plain
+// policy, and companion mode ÷ the per-node policies admins write for
+// upstream's handler today.
+func report(b *testing.B, n int, measured map[string]map[string]figures) {
 	var out bytes.Buffer
 	fmt.Fprintf(&out, "\n%d nodes, %d rollouts per case (median time)\n", n, *runs)
-	fmt.Fprintf(&out, "%-28s %-9s %9s %9s %10s %10s %9s %9s %10s %9s %10s %9s\n", "case", "handler", "rollout", "floor",
+	fmt.Fprintf(&out, "%-28s %-9s %9s %9s %10s %10s %9s %9s %10s %9s %10s %9s\n", "case", "cluster", "rollout", "floor",
 		"req/node", "watch/node", "cpu/node", "MB/node", "apisrv cpu", "writes", "poolctl cpu", "poolctl MB")
 	for _, c := range cases {
-		for _, h := range []struct {
-			name string
-			f    map[string]figures
-		}{{"upstream", upstream}, {"ours", ours}} {
-			f, ok := h.f[c.name]
+		for _, cluster := range []string{upstreamCluster, oursCluster, companionCluster} {
+			f, ok := measured[cluster][c.name]
 			if !ok {
 				continue
 			}
-			fmt.Fprintf(&out, "%-28s %-9s %8.2fs %8.2fs %10.1f %10.1f %8.3fs %9.1f %9.2fs %9.0f %9.2fs %9.1f\n", c.name, h.name,
+			fmt.Fprintf(&out, "%-28s %-9s %8.2fs %8.2fs %10.1f %10.1f %8.3fs %9.1f %9.2fs %9.0f %9.2fs %9.1f\n", c.name, cluster,
 				f.rollout.Seconds(), f.floor.Seconds(), f.requests, f.watchEvents, f.cpu.Seconds(), f.rssPerNode/(1<<20),
 				f.apiServerCPUPerRollout.Seconds(), f.writes, f.poolControllerCPU.Seconds(), f.poolControllerRSS/(1<<20))
 		}
 	}
+	upstream, ours, companion := measured[upstreamCluster], measured[oursCluster], measured[companionCluster]
 	if base, ok := upstream["plain"]; ok {
 		for _, c := range cases {
 			if f, ok := ours[c.name]; ok {
@@ -343,9 +480,24 @@ func report(b *testing.B, n int, upstream, ours map[string]figures) {
 		}
 		const full = "plain, maxUnavailable 100%"
 		if u, ok := upstream[full]; ok {
-			fmt.Fprintf(&out, "ours ÷ upstream (%s): rollout x%.3f\n", full, ratio(ours[full].rollout, u.rollout))
+			if o, ok := ours[full]; ok {
+				fmt.Fprintf(&out, "ours ÷ upstream (%s): rollout x%.3f\n", full, ratio(o.rollout, u.rollout))
+			}
 		}
-		b.ReportMetric(ratio(ours["plain"].rollout, base.rollout), "ours/upstream")
+		if o, ok := ours["plain"]; ok {
+			b.ReportMetric(ratio(o.rollout, base.rollout), "ours/upstream")
+		}
+		if f, ok := companion["pooled, companion mode"]; ok {
+			fmt.Fprintf(&out, "companion ÷ upstream (plain): rollout x%.3f, requests/node x%.2f, watch events/node x%.2f, cpu/node x%.2f\n",
+				ratio(f.rollout, base.rollout), f.requests/base.requests, f.watchEvents/base.watchEvents, ratio(f.cpu, base.cpu))
+		}
+	}
+	if perNode, ok := upstream["per-node policies"]; ok {
+		if f, ok := companion["pooled, companion mode"]; ok {
+			fmt.Fprintf(&out, "companion ÷ upstream (per-node policies): rollout x%.3f, requests/node x%.2f, watch events/node x%.2f, cpu/node x%.2f\n",
+				ratio(f.rollout, perNode.rollout), f.requests/perNode.requests, f.watchEvents/perNode.watchEvents, ratio(f.cpu, perNode.cpu))
+			b.ReportMetric(ratio(f.rollout, perNode.rollout), "companion/per-node")
+		}
 	}
 	// On standard output: go test cuts a benchmark's log after ten lines.
 	fmt.Print(out.String())
