@@ -86,6 +86,11 @@ type PooledPolicyNode struct {
 	// +listType=map
 	// +listMapKey=ip
 	Released []PooledAddress `json:"released,omitempty"`
+	// Generated is set once a policy with the node's addresses was written
+	// for it: until then no handler can have put them on its interfaces,
+	// and a release needs no confirmation.
+	// +optional
+	Generated bool `json:"generated,omitempty"`
 	// Releasing is set while the node's addresses are being removed from
 	// its interfaces (the node is no longer selected, or the pooled policy
 	// is being deleted): they are quarantined already, and the generated

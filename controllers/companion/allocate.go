@@ -129,7 +129,10 @@ func record(w *world, next *ippoolv1.PooledNodeNetworkConfigurationPolicy, nd ne
 // Event.
 func (r *Reconciler) take(ctx context.Context, w *world, next *ippoolv1.PooledNodeNetworkConfigurationPolicy,
 	pool *ippoolv1.NodeIPPool, needs []need) (map[need]netip.Addr, *problem, []string, error) {
-	carried := r.carried(ctx, needs)
+	carried, err := r.carried(ctx, needs)
+	if err != nil {
+		return nil, nil, nil, err
+	}
 	labelsOf := func(node string) func() map[string]string {
 		return func() map[string]string {
 			if n := w.nodes[node]; n != nil {
@@ -144,7 +147,7 @@ func (r *Reconciler) take(ctx context.Context, w *world, next *ippoolv1.PooledNo
 		unavail string
 		notes   assign.Notes
 	)
-	_, err := r.Pools.Update(ctx, pool.Name, func(p *ippoolv1.NodeIPPool, alloc *ippool.Allocator) (bool, error) {
+	_, err = r.Pools.Update(ctx, pool.Name, func(p *ippoolv1.NodeIPPool, alloc *ippool.Allocator) (bool, error) {
 		got, full, unavail, notes = map[need]netip.Addr{}, nil, "", assign.Notes{}
 		pending := inFlight(p, w.policy, next)
 		changed := false
@@ -266,11 +269,12 @@ func (v carriedView) of(node string, template []byte) func(string) []assign.Carr
 }
 
 // carried reads the nodes' network states from the cache, once per pass
-// that allocates.
-func (r *Reconciler) carried(ctx context.Context, needs []need) carriedView {
+// that allocates. Without them no node would keep what it carries: an
+// error, not a silent renumbering.
+func (r *Reconciler) carried(ctx context.Context, needs []need) (carriedView, error) {
 	var list nncev1beta1.NodeNetworkStateList
 	if err := r.Client.List(ctx, &list, client.UnsafeDisableDeepCopy); err != nil {
-		return carriedView{}
+		return carriedView{}, fmt.Errorf("list NodeNetworkStates: %w", err)
 	}
 	want := map[string]bool{}
 	for _, nd := range needs {
@@ -282,7 +286,7 @@ func (r *Reconciler) carried(ctx context.Context, needs []need) carriedView {
 			v.byNode[list.Items[i].Name] = nmstatectl.StaticCarriers(list.Items[i].Status.CurrentState.Raw)
 		}
 	}
-	return v
+	return v, nil
 }
 
 // nodesOf names the nodes of needs, for messages.

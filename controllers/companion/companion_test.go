@@ -1,6 +1,7 @@
 package companion_test
 
 import (
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -17,6 +18,7 @@ import (
 	"sigs.k8s.io/yaml"
 
 	ippoolv1 "github.com/nmstate-ippool/nmstate-ippool/api/v1"
+	"github.com/nmstate-ippool/nmstate-ippool/test/envtest"
 )
 
 func intOrString(s string) intstr.IntOrString { return intstr.Parse(s) }
@@ -146,7 +148,7 @@ func TestNodesComeAndGo(t *testing.T) {
 	// A node joins.
 	u.addNode("cg-4", "cg")
 	Eventually(generated("cg")).Should(ConsistOf("cg-cg-1", "cg-cg-3", "cg-cg-4"))
-	Eventually(status("cg")).Should(Equal("Available SuccessfullyConfigured: 3/3 nodes successfully configured"))
+	Eventually(status("cg")).Should(Equal("Available SuccessfullyConfigured: 3/3 nodes successfully configured"), describe("cg"))
 	Expect(addressOf("cg", "cg-4")()).NotTo(BeElementOf(addressOf("cg", "cg-1")(), third))
 }
 
@@ -211,6 +213,7 @@ func TestResets(t *testing.T) {
 	Expect(addressOf("rs", "rs-2")()).To(Equal(second))
 	renewed := addressOf("rs", "rs-1")()
 	Eventually(u.configured("rs-1")).Should(Equal([]string{renewed + "/24"}), "the new address replaces the old one")
+	Consistently(addressOf("rs", "rs-1"), 2*time.Second).Should(Equal(renewed), "one reset, one new address")
 	Eventually(func() map[string]string {
 		var g nmstatev1.NodeNetworkConfigurationPolicy
 		_ = k.Get(ctx, types.NamespacedName{Name: "rs-rs-1"}, &g)
@@ -223,6 +226,12 @@ func TestResets(t *testing.T) {
 	Eventually(addressOf("rs", "rs-2")).ShouldNot(Or(Equal(second), BeEmpty()))
 	Eventually(addressOf("rs", "rs-1")).ShouldNot(Or(Equal(renewed), BeEmpty()))
 	Eventually(status("rs")).Should(Equal("Available SuccessfullyConfigured: 2/2 nodes successfully configured"))
+
+	// A reset that names no pool of the policy changes nothing, and says so.
+	kept := addressOf("rs", "rs-2")()
+	annotate(&nmstatev1.NodeNetworkConfigurationPolicy{ObjectMeta: metav1.ObjectMeta{Name: "rs-rs-2"}}, "no-such-pool")
+	Eventually(events("rs")).Should(ContainElement(HavePrefix("InvalidReset: nmstate.io/reset-ippool=no-such-pool on NodeNetworkConfigurationPolicy rs-rs-2")))
+	Expect(addressOf("rs", "rs-2")()).To(Equal(kept))
 }
 
 // TestPoolSettingsReservationsAndAdoption: gateway and DNS are written in
@@ -360,4 +369,44 @@ func TestFailedRemovalKeepsTheRecord(t *testing.T) {
 	Eventually(addressOf("fr", "fr-2")).Should(BeEmpty())
 	Eventually(generated("fr")).Should(ConsistOf("fr-fr-1"))
 	Eventually(status("fr")).Should(Equal("Available SuccessfullyConfigured: 1/1 nodes successfully configured"))
+}
+
+// TestReleaseOfANodeNeverConfigured: a node whose policy was never written
+// (held back by maxUnavailable) gives its address back at once when it is
+// no longer selected: nothing of ours put it on its NIC, and its network
+// state, which kubernetes-nmstate's handler never publishes again when
+// nothing changes, does not show it.
+func TestReleaseOfANodeNeverConfigured(t *testing.T) {
+	u := begin(t, "nc", "nc-1", "nc-2", "nc-3")
+	createPool(t, "cmp-nc", rangeSpec("10.70.0.0/24", "10.70.0.10", "10.70.0.30"))
+	u.set(func(u *upstream) { u.hold = true })
+	create(t, pooled("nc", "nc", "cmp-nc", "1"))
+	Eventually(recorded("nc")).Should(HaveLen(3))
+	Eventually(generated("nc")).Should(HaveLen(1))
+	waiting := ""
+	for _, n := range []string{"nc-3", "nc-2", "nc-1"} {
+		if !slices.Contains(generated("nc")(), "nc-"+n) {
+			waiting = n
+			break
+		}
+	}
+	ip := addressOf("nc", waiting)()
+	relabel(waiting, "elsewhere")
+	Eventually(addressOf("nc", waiting)).Should(BeEmpty())
+	Eventually(bits("cmp-nc")).ShouldNot(ContainElement(ip), "free: the node never had it")
+}
+
+// TestNameTaken: a node whose policy name belongs to another NNCP (a
+// per-node policy written by hand) is not configured, and the status says
+// which and what to do; the other nodes are.
+func TestNameTaken(t *testing.T) {
+	begin(t, "nt", "nt-1", "nt-2")
+	createPool(t, "cmp-nt", rangeSpec("10.71.0.0/24", "10.71.0.10", "10.71.0.30"))
+	mine := envtest.StaticAddressPolicy("nt-nt-2", "nt-2", "10.71.0.99")
+	Expect(k.Create(ctx, mine)).To(Succeed())
+	t.Cleanup(func() { _ = k.Delete(ctx, mine) })
+	create(t, pooled("nt", "nt", "cmp-nt", "100%"))
+	Eventually(status("nt")).Should(And(HavePrefix("Degraded FailedToConfigure: the policy of node nt-2 would be nt-nt-2, which exists and belongs to no pooled policy"),
+		HaveSuffix("(1/2 nodes successfully configured)")))
+	Expect(generated("nt")()).To(ConsistOf("nt-nt-1"))
 }

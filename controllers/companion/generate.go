@@ -1,18 +1,22 @@
 package companion
 
 import (
+	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"maps"
 	"net/netip"
 	"reflect"
 	"slices"
+	"strings"
 
 	"github.com/nmstate/kubernetes-nmstate/api/shared"
 	nmstatev1 "github.com/nmstate/kubernetes-nmstate/api/v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/utils/ptr"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -68,7 +72,15 @@ func (r *Reconciler) plan(ctx context.Context, w *world, next *ippoolv1.PooledNo
 	for _, node := range nodes {
 		have := w.generated[node]
 		st := policystatus.Progressing
-		if have != nil {
+		stale := r.stale(ippoolv1.NodePolicyName(w.policy.Name, node), have)
+		switch {
+		case stale:
+			busy++ // written by this process, not in the cache yet
+		case have != nil && unhandled(have):
+			// No handler of kubernetes-nmstate's runs on the node: it
+			// counts as kubernetes-nmstate counts it, not at all.
+			pl.summary.Matching -= btoi(w.isSelected(node))
+		case have != nil:
 			st = policystatus.StateOf(w.enactmentOf(node), have.Generation)
 			if st == policystatus.Progressing {
 				busy++
@@ -78,8 +90,12 @@ func (r *Reconciler) plan(ctx context.Context, w *world, next *ippoolv1.PooledNo
 		if why != nil {
 			pl.problems = append(pl.problems, *why)
 		}
-		selected := w.isSelected(node)
+		selected := w.isSelected(node) && (have == nil || !unhandled(have))
 		switch {
+		case stale:
+			if selected {
+				pl.summary.Add(policystatus.Progressing)
+			}
 		case keep:
 			if selected {
 				pl.summary.Add(policystatus.Progressing)
@@ -107,6 +123,9 @@ func (r *Reconciler) plan(ctx context.Context, w *world, next *ippoolv1.PooledNo
 				updated := have.DeepCopy()
 				updated.Spec, updated.Annotations = want.Spec, want.Annotations
 				want = updated
+			} else if why := r.nameTaken(ctx, w, want.Name, node); why != nil {
+				pl.problems = append(pl.problems, *why)
+				continue
 			}
 			changes = append(changes, want)
 		}
@@ -122,6 +141,11 @@ func (r *Reconciler) plan(ctx context.Context, w *world, next *ippoolv1.PooledNo
 		}
 	}
 	pl.progressing = busy
+	for _, g := range pl.write {
+		if rec := next.Status.NodeOf(g.Annotations[ippoolv1.PooledNodeAnnotation]); rec != nil {
+			rec.Generated = true // recorded before the policy is written
+		}
+	}
 	if len(pl.problems) > 0 || len(pl.write) > 0 || len(pl.remove) > 0 {
 		ctrl.LoggerFrom(ctx).V(1).Info("planned", "write", len(pl.write), "remove", len(pl.remove), "waiting", pl.waiting, "busy", busy)
 	}
@@ -144,6 +168,10 @@ func (r *Reconciler) desired(w *world, next *ippoolv1.PooledNodeNetworkConfigura
 		return nil, w.invalid != nil && w.generated[node] != nil, nil
 	case rec == nil || len(rec.Addresses) < len(w.captures.Refs):
 		return nil, true, nil
+	}
+	from := renderKey(w, rec)
+	if v, ok := r.renders.Load(string(w.policy.UID) + "/" + node); ok && v.(rendered).from == from {
+		return r.generate(w, node, v.(rendered).state, false), false, nil
 	}
 	addrs := map[string]capture.Address{}
 	for _, a := range rec.Addresses {
@@ -168,7 +196,31 @@ func (r *Reconciler) desired(w *world, next *ippoolv1.PooledNodeNetworkConfigura
 	if err != nil {
 		return nil, true, &problem{ippoolv1.ReasonInvalidCapture, fmt.Sprintf("the desired state cannot be rendered for node %s: %v", node, err)}
 	}
+	r.renders.Store(string(w.policy.UID)+"/"+node, rendered{from: from, state: state})
 	return r.generate(w, node, state, false), false, nil
+}
+
+// rendered is a node's last rendered state, and what it was rendered
+// from (renderKey).
+type rendered struct {
+	from  string
+	state []byte
+}
+
+// renderKey names what a node's state is rendered from: the policy's
+// generation (its template), the node's addresses and their pools'
+// incarnations (gateway and DNS are immutable within one).
+func renderKey(w *world, rec *ippoolv1.PooledPolicyNode) string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "%d", w.policy.Generation)
+	for _, a := range rec.Addresses {
+		uid := ""
+		if p := w.pools[a.Pool]; p != nil {
+			uid = string(p.UID)
+		}
+		fmt.Fprintf(&b, "|%s=%s@%s", a.Capture, a.IP, uid)
+	}
+	return b.String()
 }
 
 // generate builds the NNCP of node with a desired state.
@@ -194,11 +246,62 @@ func (r *Reconciler) generate(w *world, node string, state []byte, removal bool)
 	return g
 }
 
+// stale reports whether this process wrote the generated policy name at
+// a generation the cache has not shown yet (have: the cache's, or nil).
+func (r *Reconciler) stale(name string, have *nmstatev1.NodeNetworkConfigurationPolicy) bool {
+	v, ok := r.written.Load(name)
+	if !ok {
+		return false
+	}
+	if have != nil && have.Generation >= v.(int64) {
+		r.written.Delete(name)
+		return false
+	}
+	return true
+}
+
+// nameTaken says why the name of node's generated policy cannot be
+// created (an NNCP of that name that this pooled policy does not own: a
+// per-node policy written by hand, or another pooled policy's), or nil.
+func (r *Reconciler) nameTaken(ctx context.Context, w *world, name, node string) *problem {
+	var other nmstatev1.NodeNetworkConfigurationPolicy
+	if err := r.Client.Get(ctx, types.NamespacedName{Name: name}, &other); err != nil {
+		return nil // not found (or unreadable: the create says)
+	}
+	owner := "no pooled policy"
+	if ref := metav1.GetControllerOf(&other); ref != nil {
+		owner = ref.Kind + " " + ref.Name
+	}
+	return &problem{shared.NodeNetworkConfigurationPolicyConditionFailedToConfigure, fmt.Sprintf(
+		"the policy of node %s would be %s, which exists and belongs to %s: delete or rename it, or rename this pooled policy", node, name, owner)}
+}
+
+// unhandled reports whether kubernetes-nmstate's handler says the policy
+// matches no node it runs on.
+func unhandled(g *nmstatev1.NodeNetworkConfigurationPolicy) bool {
+	for _, c := range g.Status.Conditions {
+		if c.Status == corev1.ConditionTrue && c.Reason == shared.NodeNetworkConfigurationPolicyConditionConfigurationNoMatchingNode {
+			return true
+		}
+	}
+	return false
+}
+
+func btoi(b bool) int {
+	if b {
+		return 1
+	}
+	return 0
+}
+
 // same reports whether an NNCP has the spec and annotations of want.
 func same(have, want *nmstatev1.NodeNetworkConfigurationPolicy) bool {
 	if !reflect.DeepEqual(have.Spec.NodeSelector, want.Spec.NodeSelector) || !reflect.DeepEqual(nilIfEmpty(have.Spec.Capture), nilIfEmpty(want.Spec.Capture)) ||
 		have.Spec.MaxUnavailable != nil || isRemoval(have) != isRemoval(want) {
 		return false
+	}
+	if bytes.Equal(have.Spec.DesiredState.Raw, want.Spec.DesiredState.Raw) {
+		return true // both in the canonical form of a JSON-to-YAML conversion
 	}
 	var a, b any
 	_ = yaml.Unmarshal(have.Spec.DesiredState.Raw, &a)
@@ -225,13 +328,31 @@ func (w *world) enactmentOf(node string) *nncev1beta1.NodeNetworkConfigurationEn
 	if g == nil {
 		return nil
 	}
-	return w.enactments[shared.EnactmentKey(node, g.Name).Name]
+	e := w.enactments[shared.EnactmentKey(node, g.Name).Name]
+	if e != nil && outdated(e, g) {
+		return nil // still says what it did for an earlier policy of the name
+	}
+	return e
+}
+
+// outdated reports whether an enactment's state was set before its policy
+// was created: kubernetes-nmstate's handler keeps the enactment of a
+// policy deleted and created again under the same name, and its
+// generation starts again at 1.
+func outdated(e *nncev1beta1.NodeNetworkConfigurationEnactment, g *nmstatev1.NodeNetworkConfigurationPolicy) bool {
+	for _, c := range e.Status.Conditions {
+		if c.Status == corev1.ConditionTrue {
+			return c.LastTransitionTime.Before(&g.CreationTimestamp)
+		}
+	}
+	return false
 }
 
 // apply writes the plan: the NNCPs to create or change, then those to
 // delete. A conflict or an NNCP created meanwhile is looked at again.
 func (r *Reconciler) apply(ctx context.Context, p *ippoolv1.PooledNodeNetworkConfigurationPolicy, pl plan) error {
 	log := ctrl.LoggerFrom(ctx)
+	var errs []error
 	for _, g := range pl.write {
 		var err error
 		if g.ResourceVersion == "" {
@@ -241,19 +362,27 @@ func (r *Reconciler) apply(ctx context.Context, p *ippoolv1.PooledNodeNetworkCon
 		}
 		switch {
 		case apierrors.IsConflict(err), apierrors.IsAlreadyExists(err):
-			return fmt.Errorf("policy %s changed meanwhile, looking again: %w", g.Name, err)
+			// Changed or created meanwhile (a name taken is reported by
+			// the next pass's plan): the others go on.
+			errs = append(errs, fmt.Errorf("policy %s changed meanwhile, looking again: %w", g.Name, err))
+			continue
 		case err != nil:
 			r.Recorder.Eventf(p, nil, corev1.EventTypeWarning, string(shared.NodeNetworkConfigurationPolicyConditionFailedToConfigure), "Generate",
 				"could not write policy %s of node %s: %v", g.Name, g.Annotations[ippoolv1.PooledNodeAnnotation], err)
-			return fmt.Errorf("write policy %s: %w", g.Name, err)
+			errs = append(errs, fmt.Errorf("write policy %s: %w", g.Name, err))
+			continue
 		}
+		r.written.Store(g.Name, g.Generation)
 		log.Info("wrote policy", "policy", g.Name, "node", g.Annotations[ippoolv1.PooledNodeAnnotation], "release", isRemoval(g))
 	}
 	for _, g := range pl.remove {
 		if err := r.Client.Delete(ctx, g, client.Preconditions{UID: &g.UID}); client.IgnoreNotFound(err) != nil {
-			return fmt.Errorf("delete policy %s: %w", g.Name, err)
+			errs = append(errs, fmt.Errorf("delete policy %s: %w", g.Name, err))
+			continue
 		}
+		r.written.Delete(g.Name)
+		r.renders.Delete(string(p.UID) + "/" + g.Annotations[ippoolv1.PooledNodeAnnotation])
 		log.Info("deleted policy", "policy", g.Name, "node", g.Annotations[ippoolv1.PooledNodeAnnotation])
 	}
-	return nil
+	return errors.Join(errs...)
 }

@@ -12,6 +12,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/types"
 	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/nmstate/kubernetes-nmstate/api/shared"
 	nmstatev1 "github.com/nmstate/kubernetes-nmstate/api/v1"
@@ -29,6 +30,13 @@ import (
 // stay recorded until the node's policy without them is applied (settle);
 // the node gets new ones in the same pass.
 func (r *Reconciler) reset(ctx context.Context, w *world, next *ippoolv1.PooledNodeNetworkConfigurationPolicy) error {
+	for _, o := range w.resets.annotated {
+		if pool := o.GetAnnotations()[ippoolv1.ResetIPPoolAnnotation]; !slices.Contains(w.captures.Pools(), pool) {
+			r.Recorder.Eventf(w.policy, nil, corev1.EventTypeWarning, ippoolv1.ReasonInvalidReset, "Reset",
+				"%s=%s on %s %s names no pool this policy draws from (%s): removed without effect", ippoolv1.ResetIPPoolAnnotation,
+				pool, kindOf(o), o.GetName(), strings.Join(w.captures.Pools(), ", "))
+		}
+	}
 	for _, node := range slices.Sorted(maps.Keys(w.resets.pools)) {
 		rec := next.Status.NodeOf(node)
 		if rec == nil || rec.Releasing {
@@ -147,10 +155,23 @@ func (r *Reconciler) removed(ctx context.Context, w *world, rec *ippoolv1.Pooled
 	g := w.generated[rec.Node]
 	if g == nil {
 		exists, err := r.exists(ctx, rec.Policy)
-		if err != nil || exists {
+		switch {
+		case err != nil || exists:
 			return removal{}, err // the cache has not seen it yet
+		case !rec.Generated:
+			// No policy with the addresses was ever written: nothing of
+			// ours put them on the node, and a state of the node without
+			// them, however old, says it does not carry them otherwise.
+			return removal{confirmed: true}, nil
 		}
+		// Deleted by someone else: kubernetes-nmstate's handler leaves
+		// its last state on the node. The pool controller waits for a
+		// state published after the release.
 		return removal{gone: true}, nil
+	}
+	if unhandled(g) {
+		return removal{failed: fmt.Sprintf("node %s runs no kubernetes-nmstate handler (policy %s matches no node it runs on): %s stay recorded "+
+			"and quarantined until one runs there and takes them off, or until the Node is deleted", rec.Node, g.Name, ips(rec.Held()))}, nil
 	}
 	var drop []netip.Addr
 	for _, a := range rec.Held() {
@@ -190,12 +211,17 @@ func (r *Reconciler) settle(ctx context.Context, w *world, next *ippoolv1.Pooled
 		g := w.generated[rec.Node]
 		if g == nil {
 			exists, err := r.exists(ctx, rec.Policy)
-			if err != nil {
+			if err != nil || exists {
 				return err
 			}
-			if !exists {
-				rec.Released = nil
+			if !rec.Generated {
+				// Never on the node through us (see removed).
+				holder, _ := holderOf(w.policy, rec.Node)
+				if err := r.Pools.ConfirmRelease(ctx, poolwrite.Holder{Node: rec.Node, Enactment: holder}, released.Record()); err != nil {
+					return err
+				}
 			}
+			rec.Released = nil
 			continue
 		}
 		var drop []netip.Addr
@@ -205,7 +231,10 @@ func (r *Reconciler) settle(ctx context.Context, w *world, next *ippoolv1.Pooled
 			}
 		}
 		without, _, err := nmstatectl.WithoutAddresses(g.Spec.DesiredState.Raw, drop)
-		if err != nil || without != nil || policystatus.StateOf(w.enactmentOf(rec.Node), g.Generation) != policystatus.Available {
+		if err != nil {
+			return fmt.Errorf("read policy %s: %w", g.Name, err)
+		}
+		if without != nil || policystatus.StateOf(w.enactmentOf(rec.Node), g.Generation) != policystatus.Available {
 			continue // its policy still has them, or is not applied yet
 		}
 		holder, _ := holderOf(w.policy, rec.Node)
@@ -268,6 +297,14 @@ func (r *Reconciler) quarantine(ctx context.Context, w *world, rec *ippoolv1.Poo
 		return fmt.Errorf("quarantine %s of node %s (%s %s): %w", ips(addrs), rec.Node, poolstatus.PooledPolicyKind, w.policy.Name, err)
 	}
 	return nil
+}
+
+// kindOf names the kind of an annotated object, for messages.
+func kindOf(o client.Object) string {
+	if _, ok := o.(*nmstatev1.NodeNetworkConfigurationPolicy); ok {
+		return "NodeNetworkConfigurationPolicy"
+	}
+	return poolstatus.PooledPolicyKind
 }
 
 // dropRecord removes node's record from p's status.

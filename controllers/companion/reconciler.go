@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"reflect"
 	"slices"
+	"sync"
 	"time"
 
 	"github.com/nmstate/kubernetes-nmstate/api/shared"
@@ -41,6 +42,15 @@ type Reconciler struct {
 	Recorder events.EventRecorder
 	// Clock stamps conditions and entries.
 	Clock clock.Clock
+
+	// written holds, by name, the generation of each generated policy
+	// this process last created or changed: the next pass may start
+	// before the cache has seen that write, and must neither count the
+	// node as idle nor write it again.
+	written sync.Map
+	// renders holds, by pooled policy UID and node, the node's last
+	// rendered state (rendered): a pass renders only what changed.
+	renders sync.Map
 }
 
 // progressPoll is how often a pooled policy whose rollout is not done is
@@ -81,13 +91,17 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 	if err := r.writeStatus(ctx, w, &p, next, problems, pl); err != nil {
 		return ctrl.Result{}, err
 	}
+	if w.invalid == nil {
+		// Done once the status holds the new records: a reset that waits
+		// for the policy to be corrected keeps its annotation.
+		for _, o := range w.resets.annotated {
+			if err := annotations.RemoveAnnotation(ctx, r.Client, o, ippoolv1.ResetIPPoolAnnotation); err != nil {
+				return ctrl.Result{}, err
+			}
+		}
+	}
 	if err := r.apply(ctx, next, pl); err != nil {
 		return ctrl.Result{}, err
-	}
-	for _, o := range w.resets.annotated {
-		if err := annotations.RemoveAnnotation(ctx, r.Client, o, ippoolv1.ResetIPPoolAnnotation); err != nil {
-			return ctrl.Result{}, err
-		}
 	}
 	if deleting && len(next.Status.Nodes) == 0 && len(w.generated) == 0 {
 		return ctrl.Result{}, r.removeFinalizer(ctx, next)
@@ -200,7 +214,9 @@ func (r *Reconciler) observe(ctx context.Context, p *ippoolv1.PooledNodeNetworkC
 			case !apierrors.IsNotFound(err):
 				return nil, fmt.Errorf("get enactment %s: %w", shared.EnactmentKey(node, g.Name).Name, err)
 			}
-			w.resets.ask(g, node)
+			if err := w.resets.ask(ctx, r.APIReader, g, node); err != nil {
+				return nil, err
+			}
 		}
 	}
 	for _, name := range w.captures.Pools() {
@@ -213,23 +229,45 @@ func (r *Reconciler) observe(ctx context.Context, p *ippoolv1.PooledNodeNetworkC
 			return nil, fmt.Errorf("get NodeIPPool %s: %w", name, err)
 		}
 	}
-	if pool := p.Annotations[ippoolv1.ResetIPPoolAnnotation]; pool != "" {
-		for _, n := range p.Status.Nodes {
-			w.resets.pools[n.Node] = append(w.resets.pools[n.Node], pool)
-		}
-		w.resets.annotated = append(w.resets.annotated, p)
+	if err := w.resets.ask(ctx, r.APIReader, p, w.recorded()...); err != nil {
+		return nil, err
 	}
 	return w, nil
 }
 
-// ask notes the reset a generated NNCP asks for, if any.
-func (rs *resets) ask(g *nmstatev1.NodeNetworkConfigurationPolicy, node string) {
-	if pool := g.Annotations[ippoolv1.ResetIPPoolAnnotation]; pool != "" {
+// recorded lists the nodes the policy holds a record of.
+func (w *world) recorded() []string {
+	out := make([]string, 0, len(w.policy.Status.Nodes))
+	for _, n := range w.policy.Status.Nodes {
+		out = append(out, n.Node)
+	}
+	return out
+}
+
+// ask notes the reset of nodes' addresses that o (the pooled policy, or a
+// node's generated NNCP) asks for, if any. The annotation is confirmed on
+// the API server: right after a reset the cache may still show one this
+// controller removed, and acting on it again would renumber the nodes
+// twice.
+func (rs *resets) ask(ctx context.Context, reader client.Reader, o client.Object, nodes ...string) error {
+	pool := o.GetAnnotations()[ippoolv1.ResetIPPoolAnnotation]
+	if pool == "" {
+		return nil
+	}
+	fresh := o.DeepCopyObject().(client.Object)
+	if err := reader.Get(ctx, client.ObjectKeyFromObject(o), fresh); err != nil {
+		return client.IgnoreNotFound(err)
+	}
+	if fresh.GetAnnotations()[ippoolv1.ResetIPPoolAnnotation] != pool {
+		return nil // done already
+	}
+	rs.annotated = append(rs.annotated, o)
+	for _, node := range nodes {
 		if !slices.Contains(rs.pools[node], pool) {
 			rs.pools[node] = append(rs.pools[node], pool)
 		}
-		rs.annotated = append(rs.annotated, g)
 	}
+	return nil
 }
 
 // ownedBy reports whether the pooled policy p controls g.

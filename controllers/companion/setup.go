@@ -7,18 +7,23 @@ import (
 	"github.com/nmstate/kubernetes-nmstate/api/shared"
 	nmstatev1 "github.com/nmstate/kubernetes-nmstate/api/v1"
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/utils/clock"
 	"k8s.io/utils/ptr"
 	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/builder"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller"
+	"sigs.k8s.io/controller-runtime/pkg/event"
 	"sigs.k8s.io/controller-runtime/pkg/handler"
+	"sigs.k8s.io/controller-runtime/pkg/predicate"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	ippoolv1 "github.com/nmstate-ippool/nmstate-ippool/api/v1"
 	nncev1beta1 "github.com/nmstate-ippool/nmstate-ippool/api/v1beta1"
+	"github.com/nmstate-ippool/nmstate-ippool/internal/conditions"
 	"github.com/nmstate-ippool/nmstate-ippool/internal/poolwrite"
 	"github.com/nmstate-ippool/nmstate-ippool/pkg/capture"
 )
@@ -62,11 +67,47 @@ func (r *Reconciler) SetupWithManager(mgr ctrl.Manager, opts SetupOptions) error
 		Named("poolednodenetworkconfigurationpolicy").
 		WithOptions(controller.Options{SkipNameValidation: ptr.To(opts.SkipNameValidation)}).
 		For(&ippoolv1.PooledNodeNetworkConfigurationPolicy{}).
-		Owns(&nmstatev1.NodeNetworkConfigurationPolicy{}).
-		Watches(&nncev1beta1.NodeNetworkConfigurationEnactment{}, handler.EnqueueRequestsFromMapFunc(r.ofEnactment)).
-		Watches(&corev1.Node{}, handler.EnqueueRequestsFromMapFunc(r.ofNode)).
-		Watches(&ippoolv1.NodeIPPool{}, handler.EnqueueRequestsFromMapFunc(r.ofPool)).
+		// Its own writes and resets, not kubernetes-nmstate's status
+		// writes: every handler writes every policy's status.
+		Owns(&nmstatev1.NodeNetworkConfigurationPolicy{}, builder.WithPredicates(predicate.Or(predicate.GenerationChangedPredicate{},
+			predicate.AnnotationChangedPredicate{}, predicate.LabelChangedPredicate{}))).
+		// Where a node stands: not every status write of its enactment.
+		Watches(&nncev1beta1.NodeNetworkConfigurationEnactment{}, handler.EnqueueRequestsFromMapFunc(r.ofEnactment),
+			builder.WithPredicates(predicate.Funcs{UpdateFunc: stateChanged})).
+		// A Node that joins, leaves or is relabelled; not its heartbeats.
+		Watches(&corev1.Node{}, handler.EnqueueRequestsFromMapFunc(r.ofNode), builder.WithPredicates(predicate.LabelChangedPredicate{})).
+		Watches(&ippoolv1.NodeIPPool{}, handler.EnqueueRequestsFromMapFunc(r.ofPool), builder.WithPredicates(predicate.Funcs{UpdateFunc: servesMore})).
 		Complete(r)
+}
+
+// stateChanged reports whether an enactment's update moves its node: a
+// new generation or another True condition.
+func stateChanged(e event.UpdateEvent) bool {
+	old, okOld := e.ObjectOld.(*nncev1beta1.NodeNetworkConfigurationEnactment)
+	cur, okNew := e.ObjectNew.(*nncev1beta1.NodeNetworkConfigurationEnactment)
+	if !okOld || !okNew {
+		return true
+	}
+	return old.Status.PolicyGeneration != cur.Status.PolicyGeneration ||
+		conditions.TrueType(old.Status.Conditions) != conditions.TrueType(cur.Status.Conditions)
+}
+
+// servesMore reports whether a pool's update may serve nodes that wait
+// for it: its range changed, it became available, or addresses were
+// freed; not every allocation.
+func servesMore(e event.UpdateEvent) bool {
+	old, okOld := e.ObjectOld.(*ippoolv1.NodeIPPool)
+	cur, okNew := e.ObjectNew.(*ippoolv1.NodeIPPool)
+	if !okOld || !okNew {
+		return true
+	}
+	available := func(p *ippoolv1.NodeIPPool) string {
+		if c := meta.FindStatusCondition(p.Status.Conditions, ippoolv1.ConditionAvailable); c != nil {
+			return string(c.Status) + c.Reason
+		}
+		return ""
+	}
+	return old.Generation != cur.Generation || available(old) != available(cur) || cur.Status.Free > old.Status.Free
 }
 
 // ofEnactment maps an enactment of a generated NNCP to its pooled policy.

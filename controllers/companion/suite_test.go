@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"slices"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -98,6 +99,9 @@ type upstream struct {
 	refreshed, published map[string]string
 	// maxBusy is the most NNCPs seen progressing at once.
 	maxBusy int
+	// passing serializes the double's passes and finish: a pass counts
+	// what is busy at one moment.
+	passing sync.Mutex
 }
 
 // addNode creates a Node labelled role=label, with an eth1 and no address,
@@ -168,6 +172,8 @@ func (u *upstream) finish(node string) error {
 
 // pass looks at every generated NNCP once.
 func (u *upstream) pass(force bool) error {
+	u.passing.Lock()
+	defer u.passing.Unlock()
 	var list nmstatev1.NodeNetworkConfigurationPolicyList
 	if err := k.List(ctx, &list, client.HasLabels{ippoolv1.PooledPolicyLabel}); err != nil {
 		return err
@@ -191,12 +197,13 @@ func (u *upstream) pass(force bool) error {
 			return err
 		}
 		if e.Status.PolicyGeneration == g.Generation && conditions.TrueType(e.Status.Conditions) != "" &&
-			conditions.TrueType(e.Status.Conditions) != shared.NodeNetworkConfigurationEnactmentConditionProgressing {
-			continue
+			conditions.TrueType(e.Status.Conditions) != shared.NodeNetworkConfigurationEnactmentConditionProgressing &&
+			!trueSince(e).Before(&g.CreationTimestamp) {
+			continue // done; an enactment left from an earlier policy of the name is applied again, as kubernetes-nmstate does
 		}
 		busy++
 		if hold {
-			if err := u.setState(e, g.Generation, shared.NodeNetworkConfigurationEnactmentConditionProgressing, ""); err != nil {
+			if err := u.setState(e, g.Generation, shared.NodeNetworkConfigurationEnactmentConditionProgressing, "", false); err != nil {
 				return err
 			}
 			continue
@@ -253,6 +260,8 @@ func (u *upstream) refresh() error {
 // applyNode applies node's generated NNCPs that have not reached their
 // generation.
 func (u *upstream) applyNode(node string) error {
+	u.passing.Lock()
+	defer u.passing.Unlock()
 	var list nmstatev1.NodeNetworkConfigurationPolicyList
 	if err := k.List(ctx, &list, client.HasLabels{ippoolv1.PooledPolicyLabel}); err != nil {
 		return err
@@ -294,7 +303,7 @@ func (u *upstream) apply(node string, g *nmstatev1.NodeNetworkConfigurationPolic
 	u.mu.Unlock()
 	if fail {
 		return u.setState(e, g.Generation, shared.NodeNetworkConfigurationEnactmentConditionFailing,
-			shared.NodeNetworkConfigurationEnactmentConditionFailedToConfigure)
+			shared.NodeNetworkConfigurationEnactmentConditionFailedToConfigure, false)
 	}
 	if err := n.Network.Apply(ctx, g.Spec.DesiredState.Raw); err != nil {
 		return fmt.Errorf("apply %s on %s: %w", g.Name, node, err)
@@ -306,22 +315,37 @@ func (u *upstream) apply(node string, g *nmstatev1.NodeNetworkConfigurationPolic
 		return err
 	}
 	return u.setState(e, g.Generation, shared.NodeNetworkConfigurationEnactmentConditionAvailable,
-		shared.NodeNetworkConfigurationEnactmentConditionSuccessfullyConfigured)
+		shared.NodeNetworkConfigurationEnactmentConditionSuccessfullyConfigured, true)
 }
 
-// setState writes the enactment's conditions at generation.
+// trueSince returns when the enactment's True condition became True.
+func trueSince(e *nncev1beta1.NodeNetworkConfigurationEnactment) *metav1.Time {
+	for _, c := range e.Status.Conditions {
+		if c.Status == corev1.ConditionTrue {
+			return &c.LastTransitionTime
+		}
+	}
+	return &metav1.Time{}
+}
+
+// setState writes the enactment's conditions at generation; applied marks
+// a new apply, whose condition is a new transition even when its type is
+// the one the enactment shows.
 func (u *upstream) setState(e *nncev1beta1.NodeNetworkConfigurationEnactment, generation int64, t shared.ConditionType,
-	reason shared.ConditionReason) error {
+	reason shared.ConditionReason, applied bool) error {
 	return retry.RetryOnConflict(retry.DefaultRetry, func() error {
 		if err := k.Get(ctx, client.ObjectKeyFromObject(e), e); err != nil {
 			return err
 		}
-		if e.Status.PolicyGeneration == generation && conditions.TrueType(e.Status.Conditions) == t {
+		if e.Status.PolicyGeneration == generation && conditions.TrueType(e.Status.Conditions) == t && !applied {
 			return nil
 		}
+		old := e.Status.Conditions
+		if applied {
+			old = nil // a new transition: kubernetes-nmstate's handler goes through Progressing first
+		}
 		e.Status.PolicyGeneration = generation
-		e.Status.Conditions = conditions.OneTrue(e.Status.Conditions, shared.NodeNetworkConfigurationEnactmentConditionTypes[:], t,
-			reason, "", time.Now())
+		e.Status.Conditions = conditions.OneTrue(old, shared.NodeNetworkConfigurationEnactmentConditionTypes[:], t, reason, "", time.Now())
 		return k.Status().Update(ctx, e)
 	})
 }
@@ -493,5 +517,23 @@ func events(name string) func() []string {
 			return []string{err.Error()}
 		}
 		return out
+	}
+}
+
+// describe says, for a failure message, where a pooled policy's nodes
+// stand: its status, and each generated policy with its enactment.
+func describe(name string) func() string {
+	return func() string {
+		var b strings.Builder
+		fmt.Fprintf(&b, "%s; records %v;", status(name)(), recorded(name)())
+		var list nmstatev1.NodeNetworkConfigurationPolicyList
+		_ = k.List(ctx, &list, client.MatchingLabels{ippoolv1.PooledPolicyLabel: name})
+		for _, g := range list.Items {
+			var e nncev1beta1.NodeNetworkConfigurationEnactment
+			err := k.Get(ctx, shared.EnactmentKey(g.Annotations[ippoolv1.PooledNodeAnnotation], g.Name), &e)
+			fmt.Fprintf(&b, " %s gen %d created %s: enactment gen %d %s created %s (%v);", g.Name, g.Generation, g.CreationTimestamp.Format(time.RFC3339),
+				e.Status.PolicyGeneration, conditions.TrueType(e.Status.Conditions), e.CreationTimestamp.Format(time.RFC3339), err)
+		}
+		return b.String()
 	}
 }
