@@ -133,49 +133,10 @@ func (r *Reconciler) take(ctx context.Context, w *world, next *ippoolv1.PooledNo
 	if err != nil {
 		return nil, nil, nil, err
 	}
-	labelsOf := func(node string) func() map[string]string {
-		return func() map[string]string {
-			if n := w.nodes[node]; n != nil {
-				return n.Labels
-			}
-			return nil
-		}
-	}
-	var (
-		got     map[need]netip.Addr
-		full    []need
-		unavail string
-		notes   assign.Notes
-	)
+	var t taking
 	_, err = r.Pools.Update(ctx, pool.Name, func(p *ippoolv1.NodeIPPool, alloc *ippool.Allocator) (bool, error) {
-		got, full, unavail, notes = map[need]netip.Addr{}, nil, "", assign.Notes{}
-		pending := inFlight(p, w.policy, next)
-		changed := false
-		ch := assign.New(p, alloc)
-		for _, nd := range needs {
-			holder, token := holderOf(w.policy, nd.node)
-			if list := pending[holder]; len(list) > 0 {
-				got[nd], pending[holder] = list[0], list[1:]
-				continue
-			}
-			if why := poolstatus.Unservable(p); why != "" {
-				unavail = why // the cache said it could serve; a rebuild began meanwhile
-				continue
-			}
-			cl := assign.Claimant{Enactment: holder, Node: nd.node, Policy: w.policy.Name, Labels: labelsOf(nd.node),
-				Carried: carried.of(nd.node, w.policy.Spec.DesiredState.Raw), CarriedElsewhere: carried.elsewhereThan(nd.node),
-				Holds: holds(next, nd.node)}
-			t, err := ch.Take(cl, nd.ref.Capture)
-			if err != nil {
-				full = append(full, nd)
-				continue
-			}
-			poolstatus.AddInFlight(p, t.InFlight(holder, token, metav1.NewTime(r.Clock.Now().Truncate(1e9))))
-			notes.Add(t, nd.ref.Capture)
-			got[nd], changed = t.IP, true
-		}
-		ch.Done()
-		return changed, nil
+		t = taking{got: map[need]netip.Addr{}}
+		return r.takeIn(w, next, p, alloc, needs, carried, &t), nil
 	}, poolwrite.Incarnation(pool.UID))
 	switch {
 	case apierrors.IsNotFound(err), errors.Is(err, poolwrite.ErrReplaced):
@@ -185,22 +146,74 @@ func (r *Reconciler) take(ctx context.Context, w *world, next *ippoolv1.PooledNo
 		return nil, nil, nil, fmt.Errorf("allocate from NodeIPPool %s for %s %s: %w", pool.Name, poolstatus.PooledPolicyKind, w.policy.Name, err)
 	}
 	var said []string
-	for _, n := range notes.Events(pool.Name) {
+	for _, n := range t.notes.Events(pool.Name) {
 		said = append(said, n.Message)
 	}
-	if len(got) > 0 {
-		said = append(said, fmt.Sprintf("%d addresses of NodeIPPool %s for %s", len(got), pool.Name, nodesOf(slices.Collect(maps.Keys(got)))))
+	if len(t.got) > 0 {
+		said = append(said, fmt.Sprintf("%d addresses of NodeIPPool %s for %s", len(t.got), pool.Name, nodesOf(slices.Collect(maps.Keys(t.got)))))
 	}
 	switch {
-	case len(full) > 0:
-		return got, &problem{ippoolv1.ReasonIPPoolExhausted, fmt.Sprintf(
+	case len(t.full) > 0:
+		return t.got, &problem{ippoolv1.ReasonIPPoolExhausted, fmt.Sprintf(
 			"NodeIPPool %s has no address left for %s (%d of %d allocated): they get one as soon as one is freed; grow the pool's range "+
 				"(spec.range.end, or fewer excludes), or free addresses ('kubectl nodeippool show %s')",
-			pool.Name, nodesOf(full), pool.Status.Allocated, pool.Status.Size, pool.Name)}, said, nil
-	case unavail != "":
-		return got, &problem{ippoolv1.ReasonIPPoolNotAvailable, unavail}, said, nil
+			pool.Name, nodesOf(t.full), pool.Status.Allocated, pool.Status.Size, pool.Name)}, said, nil
+	case t.unavailable != "":
+		return t.got, &problem{ippoolv1.ReasonIPPoolNotAvailable, t.unavailable}, said, nil
 	}
-	return got, nil, said, nil
+	return t.got, nil, said, nil
+}
+
+// taking is what one pool write took.
+type taking struct {
+	got         map[need]netip.Addr
+	full        []need
+	unavailable string
+	notes       assign.Notes
+}
+
+// takeIn is the mutation of take's pool write: each need takes its
+// holder's in-flight address, or the one the pool's rules give; it reports
+// whether it changed the pool. It reads nothing but its arguments.
+func (r *Reconciler) takeIn(w *world, next *ippoolv1.PooledNodeNetworkConfigurationPolicy, p *ippoolv1.NodeIPPool,
+	alloc *ippool.Allocator, needs []need, carried carriedView, t *taking) bool {
+	pending := inFlight(p, w.policy, next)
+	changed := false
+	ch := assign.New(p, alloc)
+	defer ch.Done()
+	for _, nd := range needs {
+		holder, token := holderOf(w.policy, nd.node)
+		if list := pending[holder]; len(list) > 0 {
+			t.got[nd], pending[holder] = list[0], list[1:]
+			continue
+		}
+		if why := poolstatus.Unservable(p); why != "" {
+			t.unavailable = why // the cache said it could serve; a rebuild began meanwhile
+			continue
+		}
+		cl := assign.Claimant{Enactment: holder, Node: nd.node, Policy: w.policy.Name, Labels: w.labelsOf(nd.node),
+			Carried: carried.of(nd.node, w.policy.Spec.DesiredState.Raw), CarriedElsewhere: carried.elsewhereThan(nd.node),
+			Holds: holds(next, nd.node)}
+		taken, err := ch.Take(cl, nd.ref.Capture)
+		if err != nil {
+			t.full = append(t.full, nd)
+			continue
+		}
+		poolstatus.AddInFlight(p, taken.InFlight(holder, token, metav1.NewTime(r.Clock.Now().Truncate(1e9))))
+		t.notes.Add(taken, nd.ref.Capture)
+		t.got[nd], changed = taken.IP, true
+	}
+	return changed
+}
+
+// labelsOf returns the labels of node, for reservations by selector.
+func (w *world) labelsOf(node string) func() map[string]string {
+	return func() map[string]string {
+		if n := w.nodes[node]; n != nil {
+			return n.Labels
+		}
+		return nil
+	}
 }
 
 // inFlight returns, by holder, the addresses the pool's in-flight entries

@@ -54,14 +54,6 @@ type plan struct {
 func (r *Reconciler) plan(ctx context.Context, w *world, next *ippoolv1.PooledNodeNetworkConfigurationPolicy) plan {
 	var pl plan
 	pl.summary.Matching = len(w.selected)
-	nodes := slices.Clone(w.selected)
-	for _, rec := range next.Status.Nodes {
-		nodes = append(nodes, rec.Node)
-	}
-	nodes = append(nodes, slices.Collect(maps.Keys(w.generated))...)
-	slices.Sort(nodes)
-	nodes = slices.Compact(nodes)
-
 	limit, err := policystatus.MaxUnavailable(w.policy.Spec.MaxUnavailable, max(len(w.selected), len(next.Status.Nodes)))
 	if err != nil {
 		pl.problems = append(pl.problems, problem{ippoolv1.ReasonInvalidCapture, fmt.Sprintf("spec.%v: write a number or a percentage", err)})
@@ -69,65 +61,25 @@ func (r *Reconciler) plan(ctx context.Context, w *world, next *ippoolv1.PooledNo
 	}
 	busy, failed := 0, 0
 	var changes []*nmstatev1.NodeNetworkConfigurationPolicy
-	for _, node := range nodes {
-		have := w.generated[node]
-		st := policystatus.Progressing
-		stale := r.stale(ippoolv1.NodePolicyName(w.policy.Name, node), have)
-		switch {
-		case stale:
-			busy++ // written by this process, not in the cache yet
-		case have != nil && unhandled(have):
-			// No handler of kubernetes-nmstate's runs on the node: it
-			// counts as kubernetes-nmstate counts it, not at all.
-			pl.summary.Matching -= btoi(w.isSelected(node))
-		case have != nil:
-			st = policystatus.StateOf(w.enactmentOf(node), have.Generation)
-			if st == policystatus.Progressing {
-				busy++
-			}
+	for _, node := range planned(w, next) {
+		s := r.step(ctx, w, next, node)
+		if s.problem != nil {
+			pl.problems = append(pl.problems, *s.problem)
 		}
-		want, keep, why := r.desired(w, next, node)
-		if why != nil {
-			pl.problems = append(pl.problems, *why)
+		if s.unhandled && w.isSelected(node) {
+			pl.summary.Matching-- // counted as kubernetes-nmstate counts it: not at all
 		}
-		selected := w.isSelected(node) && (have == nil || !unhandled(have))
-		switch {
-		case stale:
-			if selected {
-				pl.summary.Add(policystatus.Progressing)
-			}
-		case keep:
-			if selected {
-				pl.summary.Add(policystatus.Progressing)
-			}
-		case want == nil:
-			if have != nil {
-				pl.remove = append(pl.remove, have)
-			}
-		case have != nil && same(have, want):
-			if selected {
-				pl.summary.Add(st)
-				if st == policystatus.Failing || st == policystatus.Aborted {
-					failed++
-				}
-			}
-		default:
-			if selected {
-				pl.summary.Add(policystatus.Progressing)
-			}
-			if have != nil && st == policystatus.Progressing && w.enactmentOf(node) != nil {
-				pl.waiting++ // kubernetes-nmstate refuses to change a policy that progresses
-				continue
-			}
-			if have != nil {
-				updated := have.DeepCopy()
-				updated.Spec, updated.Annotations = want.Spec, want.Annotations
-				want = updated
-			} else if why := r.nameTaken(ctx, w, want.Name, node); why != nil {
-				pl.problems = append(pl.problems, *why)
-				continue
-			}
-			changes = append(changes, want)
+		if s.counted {
+			pl.summary.Add(s.state)
+		}
+		busy += btoi(s.busy)
+		failed += btoi(s.failed)
+		pl.waiting += btoi(s.waits)
+		if s.remove != nil {
+			pl.remove = append(pl.remove, s.remove)
+		}
+		if s.change != nil {
+			changes = append(changes, s.change)
 		}
 	}
 	pl.aborted = failed >= limit
@@ -150,6 +102,79 @@ func (r *Reconciler) plan(ctx context.Context, w *world, next *ippoolv1.PooledNo
 		ctrl.LoggerFrom(ctx).V(1).Info("planned", "write", len(pl.write), "remove", len(pl.remove), "waiting", pl.waiting, "busy", busy)
 	}
 	return pl
+}
+
+// planned lists, sorted, the nodes a pass plans for: those the policy
+// selects, records or generated a policy for.
+func planned(w *world, next *ippoolv1.PooledNodeNetworkConfigurationPolicy) []string {
+	nodes := slices.Clone(w.selected)
+	for _, rec := range next.Status.Nodes {
+		nodes = append(nodes, rec.Node)
+	}
+	nodes = append(nodes, slices.Collect(maps.Keys(w.generated))...)
+	slices.Sort(nodes)
+	return slices.Compact(nodes)
+}
+
+// nodeStep is where one node stands and what a pass would do to its
+// generated policy.
+type nodeStep struct {
+	// busy: it counts against maxUnavailable (being applied, or written
+	// by this process and not in the cache yet).
+	busy bool
+	// unhandled: kubernetes-nmstate's handler does not run on it.
+	unhandled bool
+	// counted: it counts in the summary, in state.
+	counted bool
+	state   policystatus.State
+	// failed: its policy, as it should be, failed or was aborted.
+	failed bool
+	// waits: its policy must change but progresses.
+	waits bool
+	// change is its policy to create or change; remove, to delete.
+	change, remove *nmstatev1.NodeNetworkConfigurationPolicy
+	problem        *problem
+}
+
+// step decides one node's step.
+func (r *Reconciler) step(ctx context.Context, w *world, next *ippoolv1.PooledNodeNetworkConfigurationPolicy, node string) nodeStep {
+	var s nodeStep
+	have := w.generated[node]
+	stale := r.stale(ippoolv1.NodePolicyName(w.policy.Name, node), have)
+	st := policystatus.Progressing
+	switch {
+	case stale:
+		s.busy = true
+	case have != nil && unhandled(have):
+		s.unhandled = true
+	case have != nil:
+		st = policystatus.StateOf(w.enactmentOf(node), have.Generation)
+		s.busy = st == policystatus.Progressing
+	}
+	want, keep, why := r.desired(w, next, node)
+	s.problem = why
+	s.counted, s.state = w.isSelected(node) && !s.unhandled, policystatus.Progressing
+	switch {
+	case stale, keep:
+	case want == nil:
+		s.remove = have
+	case have != nil && same(have, want):
+		s.state = st
+		s.failed = s.counted && (st == policystatus.Failing || st == policystatus.Aborted)
+	case have != nil && st == policystatus.Progressing && w.enactmentOf(node) != nil:
+		s.waits = true // kubernetes-nmstate refuses to change a policy that progresses
+	case have != nil:
+		updated := have.DeepCopy()
+		updated.Spec, updated.Annotations = want.Spec, want.Annotations
+		s.change = updated
+	default:
+		if taken := r.nameTaken(ctx, want.Name, node); taken != nil {
+			s.problem = taken
+		} else {
+			s.change = want
+		}
+	}
+	return s
 }
 
 // desired returns the NNCP node should have (nil: none), or keep when the
@@ -263,7 +288,7 @@ func (r *Reconciler) stale(name string, have *nmstatev1.NodeNetworkConfiguration
 // nameTaken says why the name of node's generated policy cannot be
 // created (an NNCP of that name that this pooled policy does not own: a
 // per-node policy written by hand, or another pooled policy's), or nil.
-func (r *Reconciler) nameTaken(ctx context.Context, w *world, name, node string) *problem {
+func (r *Reconciler) nameTaken(ctx context.Context, name, node string) *problem {
 	var other nmstatev1.NodeNetworkConfigurationPolicy
 	if err := r.Client.Get(ctx, types.NamespacedName{Name: name}, &other); err != nil {
 		return nil // not found (or unreadable: the create says)

@@ -152,29 +152,42 @@ type removal struct {
 // removed says where the release of rec stands, and leaves the removal
 // state to write, if any, in w.removals.
 func (r *Reconciler) removed(ctx context.Context, w *world, rec *ippoolv1.PooledPolicyNode) (removal, error) {
+	if g := w.generated[rec.Node]; g != nil && unhandled(g) {
+		return removal{failed: fmt.Sprintf("node %s runs no kubernetes-nmstate handler (policy %s matches no node it runs on): %s stay recorded "+
+			"and quarantined until one runs there and takes them off, or until the Node is deleted", rec.Node, g.Name, ips(rec.Held()))}, nil
+	}
+	out, without, err := r.takenOff(ctx, w, rec, rec.Held())
+	if without != nil {
+		w.removals[rec.Node] = without
+	}
+	return out, err
+}
+
+// takenOff says whether addrs of rec are off its node as far as its
+// generated policy tells, and, while that policy still has them, the
+// state to write that takes them off (its own, less them):
+//   - no policy with them was ever written: nothing of ours put them on
+//     the node, and a state of the node without them, however old, says
+//     it does not carry them otherwise (confirmed);
+//   - the policy is gone, deleted by someone else: kubernetes-nmstate's
+//     handler leaves its last state on the node, so the pool controller
+//     waits for a state published after the release (gone);
+//   - the policy without them was applied (confirmed), failed (failed),
+//     or is being applied (nothing yet).
+func (r *Reconciler) takenOff(ctx context.Context, w *world, rec *ippoolv1.PooledPolicyNode, addrs []ippoolv1.PooledAddress) (removal, []byte, error) {
 	g := w.generated[rec.Node]
 	if g == nil {
 		exists, err := r.exists(ctx, rec.Policy)
 		switch {
 		case err != nil || exists:
-			return removal{}, err // the cache has not seen it yet
+			return removal{}, nil, err // the cache has not seen it yet
 		case !rec.Generated:
-			// No policy with the addresses was ever written: nothing of
-			// ours put them on the node, and a state of the node without
-			// them, however old, says it does not carry them otherwise.
-			return removal{confirmed: true}, nil
+			return removal{confirmed: true}, nil, nil
 		}
-		// Deleted by someone else: kubernetes-nmstate's handler leaves
-		// its last state on the node. The pool controller waits for a
-		// state published after the release.
-		return removal{gone: true}, nil
-	}
-	if unhandled(g) {
-		return removal{failed: fmt.Sprintf("node %s runs no kubernetes-nmstate handler (policy %s matches no node it runs on): %s stay recorded "+
-			"and quarantined until one runs there and takes them off, or until the Node is deleted", rec.Node, g.Name, ips(rec.Held()))}, nil
+		return removal{gone: true}, nil, nil
 	}
 	var drop []netip.Addr
-	for _, a := range rec.Held() {
+	for _, a := range addrs {
 		if ip, err := netip.ParseAddr(a.IP); err == nil {
 			drop = append(drop, ip)
 		}
@@ -184,64 +197,43 @@ func (r *Reconciler) removed(ctx context.Context, w *world, rec *ippoolv1.Pooled
 	switch {
 	case err != nil:
 		return removal{failed: fmt.Sprintf("the addresses %s of node %s cannot be taken off by policy %s: %v; delete the Node if the machine is gone",
-			ips(rec.Held()), rec.Node, g.Name, err)}, nil
-	case without == nil && st == policystatus.Available:
-		return removal{confirmed: true}, nil // applied without them
-	case without == nil && (st == policystatus.Failing || st == policystatus.Aborted):
+			ips(addrs), rec.Node, g.Name, err)}, nil, nil
+	case without != nil:
+		return removal{}, without, nil
+	case st == policystatus.Available:
+		return removal{confirmed: true}, nil, nil // applied without them
+	case st == policystatus.Failing || st == policystatus.Aborted:
 		return removal{failed: fmt.Sprintf("node %s could not apply policy %s, which takes %s off its interfaces (see its enactment %s); "+
 			"the addresses stay recorded and quarantined until it does, or until the Node is deleted",
-			rec.Node, g.Name, ips(rec.Held()), shared.EnactmentKey(rec.Node, g.Name).Name)}, nil
-	case without == nil:
-		return removal{}, nil // being applied
+			rec.Node, g.Name, ips(addrs), shared.EnactmentKey(rec.Node, g.Name).Name)}, nil, nil
 	}
-	w.removals[rec.Node] = without
-	return removal{}, nil
+	return removal{}, nil, nil // being applied
 }
 
 // settle drops from the records the addresses a reset released, once the
 // node's policy without them is applied (confirmed on their quarantines),
-// or at once when the node has no policy.
+// or at once when the node has no policy. The policy without them is
+// written by plan, as any change of the node's addresses.
 func (r *Reconciler) settle(ctx context.Context, w *world, next *ippoolv1.PooledNodeNetworkConfigurationPolicy) error {
 	for i := range next.Status.Nodes {
 		rec := &next.Status.Nodes[i]
 		if len(rec.Released) == 0 || rec.Releasing {
 			continue
 		}
-		released := ippoolv1.PooledPolicyNode{Node: rec.Node, Released: rec.Released}
-		g := w.generated[rec.Node]
-		if g == nil {
-			exists, err := r.exists(ctx, rec.Policy)
-			if err != nil || exists {
-				return err
-			}
-			if !rec.Generated {
-				// Never on the node through us (see removed).
-				holder, _ := holderOf(w.policy, rec.Node)
-				if err := r.Pools.ConfirmRelease(ctx, poolwrite.Holder{Node: rec.Node, Enactment: holder}, released.Record()); err != nil {
-					return err
-				}
-			}
-			rec.Released = nil
-			continue
-		}
-		var drop []netip.Addr
-		for _, a := range rec.Released {
-			if ip, err := netip.ParseAddr(a.IP); err == nil {
-				drop = append(drop, ip)
-			}
-		}
-		without, _, err := nmstatectl.WithoutAddresses(g.Spec.DesiredState.Raw, drop)
+		out, _, err := r.takenOff(ctx, w, rec, rec.Released)
 		if err != nil {
-			return fmt.Errorf("read policy %s: %w", g.Name, err)
-		}
-		if without != nil || policystatus.StateOf(w.enactmentOf(rec.Node), g.Generation) != policystatus.Available {
-			continue // its policy still has them, or is not applied yet
-		}
-		holder, _ := holderOf(w.policy, rec.Node)
-		if err := r.Pools.ConfirmRelease(ctx, poolwrite.Holder{Node: rec.Node, Enactment: holder}, released.Record()); err != nil {
 			return err
 		}
-		rec.Released = nil
+		if out.confirmed {
+			holder, _ := holderOf(w.policy, rec.Node)
+			released := ippoolv1.PooledPolicyNode{Node: rec.Node, Released: rec.Released}
+			if err := r.Pools.ConfirmRelease(ctx, poolwrite.Holder{Node: rec.Node, Enactment: holder}, released.Record()); err != nil {
+				return err
+			}
+		}
+		if out.confirmed || out.gone {
+			rec.Released = nil
+		}
 	}
 	return nil
 }

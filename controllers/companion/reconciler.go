@@ -198,26 +198,8 @@ func (r *Reconciler) observe(ctx context.Context, p *ippoolv1.PooledNodeNetworkC
 		}
 	}
 	slices.Sort(w.selected)
-	var generated nmstatev1.NodeNetworkConfigurationPolicyList
-	if err := r.Client.List(ctx, &generated, client.MatchingLabels{ippoolv1.PooledPolicyLabel: p.Name}); err != nil {
-		return nil, fmt.Errorf("list the policies of %s %s: %w", poolstatus.PooledPolicyKind, p.Name, err)
-	}
-	for i := range generated.Items {
-		g := &generated.Items[i]
-		if node := g.Annotations[ippoolv1.PooledNodeAnnotation]; node != "" && ownedBy(g, p) {
-			w.generated[node] = g
-			var e nncev1beta1.NodeNetworkConfigurationEnactment
-			err := r.Client.Get(ctx, shared.EnactmentKey(node, g.Name), &e)
-			switch {
-			case err == nil:
-				w.enactments[e.Name] = &e
-			case !apierrors.IsNotFound(err):
-				return nil, fmt.Errorf("get enactment %s: %w", shared.EnactmentKey(node, g.Name).Name, err)
-			}
-			if err := w.resets.ask(ctx, r.APIReader, g, node); err != nil {
-				return nil, err
-			}
-		}
+	if err := r.observeGenerated(ctx, w); err != nil {
+		return nil, err
 	}
 	for _, name := range w.captures.Pools() {
 		var pool ippoolv1.NodeIPPool
@@ -233,6 +215,36 @@ func (r *Reconciler) observe(ctx context.Context, p *ippoolv1.PooledNodeNetworkC
 		return nil, err
 	}
 	return w, nil
+}
+
+// observeGenerated reads the policy's generated NNCPs, their enactments
+// and the resets they ask for.
+func (r *Reconciler) observeGenerated(ctx context.Context, w *world) error {
+	p := w.policy
+	var generated nmstatev1.NodeNetworkConfigurationPolicyList
+	if err := r.Client.List(ctx, &generated, client.MatchingLabels{ippoolv1.PooledPolicyLabel: p.Name}); err != nil {
+		return fmt.Errorf("list the policies of %s %s: %w", poolstatus.PooledPolicyKind, p.Name, err)
+	}
+	for i := range generated.Items {
+		g := &generated.Items[i]
+		node := g.Annotations[ippoolv1.PooledNodeAnnotation]
+		if node == "" || !ownedBy(g, p) {
+			continue
+		}
+		w.generated[node] = g
+		var e nncev1beta1.NodeNetworkConfigurationEnactment
+		err := r.Client.Get(ctx, shared.EnactmentKey(node, g.Name), &e)
+		switch {
+		case err == nil:
+			w.enactments[e.Name] = &e
+		case !apierrors.IsNotFound(err):
+			return fmt.Errorf("get enactment %s: %w", shared.EnactmentKey(node, g.Name).Name, err)
+		}
+		if err := w.resets.ask(ctx, r.APIReader, g, node); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // recorded lists the nodes the policy holds a record of.

@@ -26,14 +26,14 @@ var DefaultMaxUnavailable = intstr.FromString("50%")
 type State int
 
 const (
-	// Progressing: the node has not finished the generation (no enactment
-	// yet, one of an older generation, Pending or Progressing).
+	// Progressing means the node has not finished the generation (no
+	// enactment yet, one of an older generation, Pending or Progressing).
 	Progressing State = iota
-	// Available: the node applied it.
+	// Available means the node applied it.
 	Available
-	// Failing: the node gave up on it, or is retrying.
+	// Failing means the node gave up on it, or is retrying.
 	Failing
-	// Aborted: the rollout was aborted before the node applied it.
+	// Aborted means the rollout was aborted before the node applied it.
 	Aborted
 )
 
