@@ -172,7 +172,7 @@ PEER_NODES ?= 25,100
 PEER_RUNS ?= 3
 
 .PHONY: bench-peer
-bench-peer: envtest-assets peer-handler ## Roll the same policies out with kubernetes-nmstate's handler and ours on local clusters of PEER_NODES (25,100) nodes; see docs/benchmarks.md.
+bench-peer: envtest-assets peer-handler ## Roll the same policies out with kubernetes-nmstate's handler, ours, and companion mode (per-node policies) on local clusters of PEER_NODES (25,100) nodes; see docs/benchmarks.md.
 	go test -count=1 -timeout 180m -run '^$$' -bench Peer -benchtime 1x ./test/peerbench/ \
 		-args -peer.nodes $(PEER_NODES) -peer.runs $(PEER_RUNS)
 

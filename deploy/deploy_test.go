@@ -78,30 +78,12 @@ func render(t *testing.T, dir string) []*unstructured.Unstructured {
 // a server-side dry run, so the API server validates each of them (pod
 // specs, RBAC references, the NodeIPPool's CEL rules) without running them.
 func TestInstallDryRun(t *testing.T) {
-	env, err := envtest.Start(func(e *ctrlenvtest.Environment) error {
-		e.CRDDirectoryPaths = append(e.CRDDirectoryPaths, filepath.Join(envtest.RepoRoot(), "deploy", "testdata", "cert-manager-crds.yaml"))
-		return nil
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = env.Stop() })
-	c, err := client.New(env.Config, client.Options{Scheme: env.Scheme})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx := context.Background()
 	install := render(t, "default")
+	c := dryRun(t, install)
+	ctx := context.Background()
 	var kinds []string
 	for _, o := range install {
 		kinds = append(kinds, o.GetKind()+"/"+o.GetName())
-		opts := []client.ApplyOption{client.FieldOwner("deploy-test"), client.ForceOwnership}
-		if o.GetKind() != "Namespace" {
-			opts = append(opts, client.DryRunAll)
-		}
-		if err := c.Apply(ctx, client.ApplyConfigurationFromUnstructured(o), opts...); err != nil {
-			t.Errorf("apply %s %s: %v", o.GetKind(), o.GetName(), err)
-		}
 	}
 	for _, want := range []string{"Namespace/nmstate-ippool", "DaemonSet/nmstate-ippool-handler", "Deployment/nmstate-ippool-pool-controller",
 		"ValidatingWebhookConfiguration/nmstate-ippool", "Service/nmstate-ippool-webhook", "Certificate/nmstate-ippool-webhook",
@@ -118,6 +100,37 @@ func TestInstallDryRun(t *testing.T) {
 			}
 		}
 	}
+}
+
+// dryRun applies objs to a real API server that has the project's CRDs
+// (kubernetes-nmstate's among them, as its operator installs them) and
+// cert-manager's: the namespaces for real, the rest with a server-side dry
+// run, so the API server validates each of them without running them. It
+// returns a client of that server.
+func dryRun(t *testing.T, objs []*unstructured.Unstructured) client.Client {
+	t.Helper()
+	env, err := envtest.Start(func(e *ctrlenvtest.Environment) error {
+		e.CRDDirectoryPaths = append(e.CRDDirectoryPaths, filepath.Join(envtest.RepoRoot(), "deploy", "testdata", "cert-manager-crds.yaml"))
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = env.Stop() })
+	c, err := client.New(env.Config, client.Options{Scheme: env.Scheme})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, o := range objs {
+		opts := []client.ApplyOption{client.FieldOwner("deploy-test"), client.ForceOwnership}
+		if o.GetKind() != "Namespace" {
+			opts = append(opts, client.DryRunAll)
+		}
+		if err := c.Apply(context.Background(), client.ApplyConfigurationFromUnstructured(o), opts...); err != nil {
+			t.Errorf("apply %s %s: %v", o.GetKind(), o.GetName(), err)
+		}
+	}
+	return c
 }
 
 // typed converts a rendered object of kind to T.
@@ -408,28 +421,8 @@ func TestCompanionInstall(t *testing.T) {
 		t.Errorf("pool controller args %v: want --mode=companion", args)
 	}
 
-	env, err := envtest.Start(func(e *ctrlenvtest.Environment) error {
-		e.CRDDirectoryPaths = append(e.CRDDirectoryPaths, filepath.Join(envtest.RepoRoot(), "deploy", "testdata", "cert-manager-crds.yaml"))
-		return nil
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = env.Stop() })
-	c, err := client.New(env.Config, client.Options{Scheme: env.Scheme})
-	if err != nil {
-		t.Fatal(err)
-	}
+	c := dryRun(t, objs)
 	ctx := context.Background()
-	for _, o := range objs {
-		opts := []client.ApplyOption{client.FieldOwner("deploy-test"), client.ForceOwnership}
-		if o.GetKind() != "Namespace" {
-			opts = append(opts, client.DryRunAll)
-		}
-		if err := c.Apply(ctx, client.ApplyConfigurationFromUnstructured(o), opts...); err != nil {
-			t.Errorf("apply %s %s: %v", o.GetKind(), o.GetName(), err)
-		}
-	}
 	for _, o := range render(t, "samples/companion") {
 		if err := c.Apply(ctx, client.ApplyConfigurationFromUnstructured(o), client.FieldOwner("deploy-test"), client.DryRunAll); err != nil {
 			t.Errorf("apply sample %s %s of deploy/samples/companion: %v", o.GetKind(), o.GetName(), err)

@@ -78,28 +78,10 @@ func begin(t *testing.T, namespace, pool string, spec ippoolv1.NodeIPPoolSpec) *
 	return pc
 }
 
-// createPool creates an available pool.
+// createPool creates an available pool and deletes it when the test ends.
 func createPool(t *testing.T, name string, spec ippoolv1.NodeIPPoolSpec) {
 	t.Helper()
-	p := &ippoolv1.NodeIPPool{ObjectMeta: metav1.ObjectMeta{Name: name}, Spec: spec}
-	Expect(k.Create(ctx, p)).To(Succeed())
-	t.Cleanup(func() {
-		// A test that restarts the controller stops the second one before
-		// this runs: a pool no controller lets go loses its finalizer by
-		// hand.
-		_ = k.Delete(ctx, p)
-		Eventually(func() bool {
-			if err := k.Get(ctx, client.ObjectKeyFromObject(p), p); err != nil {
-				return true
-			}
-			if p.DeletionTimestamp != nil && time.Since(p.DeletionTimestamp.Time) > 2*grace {
-				p.SetFinalizers(nil)
-				_ = k.Update(ctx, p)
-			}
-			return false
-		}).Should(BeTrue())
-	})
-	Eventually(available(name)).Should(HavePrefix("True"))
+	envtest.CreateAvailablePool(t, k, name, spec, grace, defaultTimeout)
 }
 
 // createNamespace creates a namespace for one test's claims.

@@ -273,17 +273,7 @@ func TestPoolSettingsReservationsAndAdoption(t *testing.T) {
 
 // oneAddressWithDNS puts the capture addr on eth1 with the pool's
 // gateway as default route and its DNS servers.
-const oneAddressWithDNS = `interfaces:
-- name: eth1
-  type: ethernet
-  state: up
-  ipv4:
-    enabled: true
-    dhcp: false
-    address:
-    - ip: "{{ capture.addr.ip }}"
-      prefix-length: "{{ capture.addr.prefix-length }}"
-routes:
+const oneAddressWithDNS = envtest.OneAddressState + `routes:
   config:
   - destination: 0.0.0.0/0
     next-hop-address: "{{ capture.addr.gateway }}"

@@ -15,7 +15,6 @@ import (
 	. "github.com/onsi/gomega"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/util/retry"
@@ -370,32 +369,7 @@ func (u *upstream) configured(node string) func() []string {
 // createPool creates an available pool and deletes it when the test ends.
 func createPool(t *testing.T, name string, spec ippoolv1.NodeIPPoolSpec) {
 	t.Helper()
-	p := &ippoolv1.NodeIPPool{ObjectMeta: metav1.ObjectMeta{Name: name}, Spec: spec}
-	Expect(k.Create(ctx, p)).To(Succeed())
-	t.Cleanup(func() {
-		_ = k.Delete(ctx, p)
-		Eventually(func() bool {
-			if err := k.Get(ctx, client.ObjectKeyFromObject(p), p); err != nil {
-				return true
-			}
-			if p.DeletionTimestamp != nil && time.Since(p.DeletionTimestamp.Time) > 2*grace {
-				p.SetFinalizers(nil)
-				_ = k.Update(ctx, p)
-			}
-			return false
-		}).Should(BeTrue())
-	})
-	Eventually(func() string {
-		var got ippoolv1.NodeIPPool
-		if err := k.Get(ctx, types.NamespacedName{Name: name}, &got); err != nil {
-			return err.Error()
-		}
-		c := meta.FindStatusCondition(got.Status.Conditions, ippoolv1.ConditionAvailable)
-		if c == nil {
-			return "none"
-		}
-		return string(c.Status)
-	}).Should(Equal("True"))
+	envtest.CreateAvailablePool(t, k, name, spec, grace, 45*time.Second)
 }
 
 // pooled returns a pooled policy: for the nodes labelled role=label, its

@@ -6,9 +6,12 @@ import (
 	"errors"
 	"io"
 	"net/http"
+	"testing"
 	"time"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
+	"k8s.io/apimachinery/pkg/util/wait"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/watch"
@@ -89,4 +92,42 @@ func PublishState(ctx context.Context, c client.Client, node, state string, at t
 		nns.Status.LastSuccessfulUpdateTime = metav1.NewTime(at.Truncate(time.Second))
 		return c.Status().Update(ctx, nns)
 	})
+}
+
+// CreateAvailablePool creates a pool, waits up to timeout until the pool
+// controller has made it Available, and deletes it when the test ends; a
+// pool no controller lets go (the test stopped its controller first)
+// loses its finalizer by hand once it has been deleting for twice grace.
+func CreateAvailablePool(t testing.TB, c client.Client, name string, spec ippoolv1.NodeIPPoolSpec, grace, timeout time.Duration) {
+	t.Helper()
+	ctx := context.Background()
+	p := &ippoolv1.NodeIPPool{ObjectMeta: metav1.ObjectMeta{Name: name}, Spec: spec}
+	if err := c.Create(ctx, p); err != nil {
+		t.Fatalf("create NodeIPPool %s: %v", name, err)
+	}
+	t.Cleanup(func() {
+		_ = c.Delete(ctx, p)
+		_ = wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, timeout, true, func(ctx context.Context) (bool, error) {
+			var got ippoolv1.NodeIPPool
+			if err := c.Get(ctx, client.ObjectKeyFromObject(p), &got); err != nil {
+				return apierrors.IsNotFound(err), nil
+			}
+			if got.DeletionTimestamp != nil && time.Since(got.DeletionTimestamp.Time) > 2*grace {
+				got.SetFinalizers(nil)
+				_ = c.Update(ctx, &got)
+			}
+			return false, nil
+		})
+	})
+	err := wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, timeout, true, func(ctx context.Context) (bool, error) {
+		var got ippoolv1.NodeIPPool
+		if err := c.Get(ctx, client.ObjectKeyFromObject(p), &got); err != nil {
+			return false, nil
+		}
+		cond := meta.FindStatusCondition(got.Status.Conditions, ippoolv1.ConditionAvailable)
+		return cond != nil && cond.Status == metav1.ConditionTrue, nil
+	})
+	if err != nil {
+		t.Fatalf("NodeIPPool %s did not become Available within %s: %v", name, timeout, err)
+	}
 }

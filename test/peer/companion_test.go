@@ -27,17 +27,7 @@ import (
 // companionState puts the capture addr on eth1 and routes 198.51.100.0/24
 // through the node's own default gateway, a capture kubernetes-nmstate's
 // handler resolves on the node.
-const companionState = `interfaces:
-- name: eth1
-  type: ethernet
-  state: up
-  ipv4:
-    enabled: true
-    dhcp: false
-    address:
-    - ip: "{{ capture.addr.ip }}"
-      prefix-length: "{{ capture.addr.prefix-length }}"
-` + routeViaGateway
+const companionState = envtest.OneAddressState + routeViaGateway
 
 var _ = Describe("Companion mode: pooled policies beside kubernetes-nmstate's handler", Ordered, func() {
 	var (
@@ -206,6 +196,80 @@ var _ = Describe("Companion mode: pooled policies beside kubernetes-nmstate's ha
 		Eventually(func() ([]string, error) { return envtest.PoolAddresses(ctx, kc, pool) }).ShouldNot(ContainElement(old))
 	})
 
+	It("writes the pool's gateway in, honours reservations, and waits on an exhausted pool until it grows", func() {
+		spec := ippoolv1.NodeIPPoolSpec{Range: ippoolv1.IPRange{CIDR: "10.73.0.0/24", Start: "10.73.0.10", End: "10.73.0.10"},
+			Gateway: "10.73.0.1", Reservations: []ippoolv1.Reservation{{IP: "10.73.0.10", Node: "node04"}}}
+		Expect(kc.Create(ctx, &ippoolv1.NodeIPPool{ObjectMeta: metav1.ObjectMeta{Name: "small"}, Spec: spec})).To(Succeed())
+		second := &ippoolv1.PooledNodeNetworkConfigurationPolicy{ObjectMeta: metav1.ObjectMeta{Name: "eth2-small"}}
+		second.Spec.NodeSelector = map[string]string{"node-role.kubernetes.io/worker": ""}
+		second.Spec.Capture = map[string]string{"addr": "ippool.small.allocate"}
+		second.Spec.DesiredState = shared.NewState(`interfaces:
+- name: eth2
+  type: ethernet
+  state: up
+  ipv4:
+    enabled: true
+    dhcp: false
+    address:
+    - ip: "{{ capture.addr.ip }}"
+      prefix-length: "{{ capture.addr.prefix-length }}"
+routes:
+  config:
+  - destination: 203.0.113.0/24
+    next-hop-address: "{{ capture.addr.gateway }}"
+    next-hop-interface: eth2
+`)
+		Expect(kc.Create(ctx, second)).To(Succeed())
+		DeferCleanup(func() { _ = kc.Delete(ctx, second) })
+		condition := func() string {
+			var p ippoolv1.PooledNodeNetworkConfigurationPolicy
+			if err := kc.Get(ctx, client.ObjectKeyFromObject(second), &p); err != nil {
+				return err.Error()
+			}
+			for _, c := range p.Status.Conditions {
+				if c.Status == corev1.ConditionTrue {
+					return string(c.Type) + " " + string(c.Reason) + ": " + c.Message
+				}
+			}
+			return ""
+		}
+		Eventually(condition).Should(HavePrefix("Degraded IPPoolExhausted: NodeIPPool small has no address left for node node01"))
+		eth2 := func(node string) []string {
+			return envtest.NewNode(node, filepath.Join(cdir, "nodes"), filepath.Join(bin, "nmstatectl-sim")).ConfiguredAll("eth2")
+		}
+		Eventually(func() []string { return eth2("node04") }).Should(ConsistOf("10.73.0.10/24"), "reserved for node04")
+
+		By("growing the pool in place")
+		Expect(retry.RetryOnConflict(retry.DefaultRetry, func() error {
+			var pool ippoolv1.NodeIPPool
+			if err := kc.Get(ctx, types.NamespacedName{Name: "small"}, &pool); err != nil {
+				return err
+			}
+			pool.Spec.Range.End = "10.73.0.20"
+			return kc.Update(ctx, &pool)
+		})).To(Succeed())
+		Eventually(condition).Should(Equal("Available SuccessfullyConfigured: 2/2 nodes successfully configured"))
+		Expect(eth2("node01")).To(ConsistOf("10.73.0.11/24"))
+		var g nmstatev1.NodeNetworkConfigurationPolicy
+		Expect(kc.Get(ctx, types.NamespacedName{Name: ippoolv1.NodePolicyName("eth2-small", "node01")}, &g)).To(Succeed())
+		Expect(string(g.Spec.DesiredState.Raw)).To(ContainSubstring("next-hop-address: 10.73.0.1\n"), "the pool's gateway, written in")
+		out, err := plugin("plan", "-f", writeFile(`apiVersion: nmstate.io/v1
+kind: PooledNodeNetworkConfigurationPolicy
+metadata: {name: eth2-small}
+spec:
+  nodeSelector: {node-role.kubernetes.io/worker: ""}
+  capture: {addr: ippool.small.allocate}
+  desiredState:
+    interfaces:
+    - name: eth2
+      type: ethernet
+      state: up
+      ipv4: {enabled: true, dhcp: false, address: [{ip: "{{ capture.addr.ip }}", prefix-length: "{{ capture.addr.prefix-length }}"}]}
+`))
+		Expect(err).NotTo(HaveOccurred(), out)
+		Expect(out).To(ContainSubstring("10.73.0.11"))
+	})
+
 	It("takes every address off its NIC when the pooled policy is deleted, before its policies go", func() {
 		Expect(kc.Delete(ctx, pooled)).To(Succeed())
 		Eventually(generated).Should(BeEmpty())
@@ -218,6 +282,14 @@ var _ = Describe("Companion mode: pooled policies beside kubernetes-nmstate's ha
 		Eventually(func() ([]string, error) { return envtest.PoolAddresses(ctx, kc, pool) }).Should(BeEmpty())
 	})
 })
+
+// writeFile writes content to a file of its own and returns its path.
+func writeFile(content string) string {
+	GinkgoHelper()
+	path := filepath.Join(GinkgoT().TempDir(), "proposal.yaml")
+	Expect(os.WriteFile(path, []byte(content), 0o600)).To(Succeed())
+	return path
+}
 
 // policyAvailableIn waits until an NNCP is Available, as
 // kubernetes-nmstate's handler reports it, in the cluster of k.
