@@ -76,3 +76,29 @@ func TestMaxUnavailable(t *testing.T) {
 		t.Error("maxUnavailable accepted \"lots\"")
 	}
 }
+
+func TestStateOf(t *testing.T) {
+	const (
+		av   = shared.NodeNetworkConfigurationEnactmentConditionAvailable
+		fail = shared.NodeNetworkConfigurationEnactmentConditionFailing
+		ab   = shared.NodeNetworkConfigurationEnactmentConditionAborted
+		prog = shared.NodeNetworkConfigurationEnactmentConditionProgressing
+	)
+	tests := []struct {
+		name string
+		e    *nncev1beta1.NodeNetworkConfigurationEnactment
+		want State
+	}{
+		{"no enactment", nil, Progressing},
+		{"an older generation, Available", enactment(2, av), Progressing},
+		{"Available", enactment(3, av), Available},
+		{"Failing", enactment(3, fail), Failing},
+		{"Aborted", enactment(3, ab), Aborted},
+		{"Progressing", enactment(3, prog), Progressing},
+	}
+	for _, tt := range tests {
+		if got := StateOf(tt.e, 3); got != tt.want {
+			t.Errorf("%s: %v, want %v", tt.name, got, tt.want)
+		}
+	}
+}
