@@ -223,7 +223,10 @@ func (u *upstream) pass(force bool) error {
 	}
 	for i := range enactments.Items {
 		e := &enactments.Items[i]
-		if _, ours := u.nodes[e.Labels[shared.EnactmentNodeLabel]]; ours && !live[e.Name] {
+		u.mu.Lock()
+		_, ours := u.nodes[e.Labels[shared.EnactmentNodeLabel]]
+		u.mu.Unlock()
+		if ours && !live[e.Name] {
 			_ = k.Delete(ctx, e) // the policy is gone: kubernetes-nmstate deletes its enactment
 		}
 	}
