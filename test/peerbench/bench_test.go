@@ -8,7 +8,6 @@ package peerbench
 
 import (
 	"bufio"
-	"bytes"
 	"context"
 	"flag"
 	"fmt"
@@ -448,66 +447,6 @@ func (m *meter) floor(writes int) time.Duration {
 	}
 	wg.Wait()
 	return time.Since(start)
-}
-
-// report prints one node count's figures and the ratios against
-// kubernetes-nmstate's handler in the same run: ours ÷ upstream's plain
-// policy, and companion mode ÷ the per-node policies admins write for
-// upstream's handler today.
-func report(b *testing.B, n int, measured map[string]map[string]figures) {
-	var out bytes.Buffer
-	fmt.Fprintf(&out, "\n%d nodes, %d rollouts per case (median time)\n", n, *runs)
-	fmt.Fprintf(&out, "%-28s %-9s %9s %9s %10s %10s %9s %9s %10s %9s %10s %9s\n", "case", "cluster", "rollout", "floor",
-		"req/node", "watch/node", "cpu/node", "MB/node", "apisrv cpu", "writes", "poolctl cpu", "poolctl MB")
-	for _, c := range cases {
-		for _, cluster := range []string{upstreamCluster, oursCluster, companionCluster} {
-			f, ok := measured[cluster][c.name]
-			if !ok {
-				continue
-			}
-			fmt.Fprintf(&out, "%-28s %-9s %8.2fs %8.2fs %10.1f %10.1f %8.3fs %9.1f %9.2fs %9.0f %9.2fs %9.1f\n", c.name, cluster,
-				f.rollout.Seconds(), f.floor.Seconds(), f.requests, f.watchEvents, f.cpu.Seconds(), f.rssPerNode/(1<<20),
-				f.apiServerCPUPerRollout.Seconds(), f.writes, f.poolControllerCPU.Seconds(), f.poolControllerRSS/(1<<20))
-		}
-	}
-	upstream, ours, companion := measured[upstreamCluster], measured[oursCluster], measured[companionCluster]
-	if base, ok := upstream["plain"]; ok {
-		for _, c := range cases {
-			if f, ok := ours[c.name]; ok {
-				fmt.Fprintf(&out, "ours (%s) ÷ upstream (plain): rollout x%.3f, requests/node x%.2f, watch events/node x%.2f, cpu/node x%.2f\n",
-					c.name, ratio(f.rollout, base.rollout), f.requests/base.requests, f.watchEvents/base.watchEvents, ratio(f.cpu, base.cpu))
-			}
-		}
-		const full = "plain, maxUnavailable 100%"
-		if u, ok := upstream[full]; ok {
-			if o, ok := ours[full]; ok {
-				fmt.Fprintf(&out, "ours ÷ upstream (%s): rollout x%.3f\n", full, ratio(o.rollout, u.rollout))
-			}
-		}
-		if o, ok := ours["plain"]; ok {
-			b.ReportMetric(ratio(o.rollout, base.rollout), "ours/upstream")
-		}
-		if f, ok := companion["pooled, companion mode"]; ok {
-			fmt.Fprintf(&out, "companion ÷ upstream (plain): rollout x%.3f, requests/node x%.2f, watch events/node x%.2f, cpu/node x%.2f\n",
-				ratio(f.rollout, base.rollout), f.requests/base.requests, f.watchEvents/base.watchEvents, ratio(f.cpu, base.cpu))
-		}
-	}
-	if perNode, ok := upstream["per-node policies"]; ok {
-		if f, ok := companion["pooled, companion mode"]; ok {
-			fmt.Fprintf(&out, "companion ÷ upstream (per-node policies): rollout x%.3f, requests/node x%.2f, watch events/node x%.2f, cpu/node x%.2f\n",
-				ratio(f.rollout, perNode.rollout), f.requests/perNode.requests, f.watchEvents/perNode.watchEvents, ratio(f.cpu, perNode.cpu))
-			b.ReportMetric(ratio(f.rollout, perNode.rollout), "companion/per-node")
-		}
-	}
-	// On standard output: go test cuts a benchmark's log after ten lines.
-	fmt.Print(out.String())
-}
-
-func ratio(a, b time.Duration) float64 {
-	if b == 0 {
-		return 0
-	}
-	return a.Seconds() / b.Seconds()
 }
 
 func localcluster(b *testing.B, bin, dir string, args ...string) {
