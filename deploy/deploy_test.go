@@ -24,6 +24,7 @@ import (
 	ctrlenvtest "sigs.k8s.io/controller-runtime/pkg/envtest"
 
 	"github.com/nmstate-ippool/nmstate-ippool/deploy"
+	"github.com/nmstate-ippool/nmstate-ippool/internal/enactmentwebhook"
 	"github.com/nmstate-ippool/nmstate-ippool/internal/poolwebhook"
 	"github.com/nmstate-ippool/nmstate-ippool/test/envtest"
 )
@@ -246,14 +247,19 @@ func TestWebhookWiring(t *testing.T) {
 	}
 	policies := map[string]admissionregistrationv1.FailurePolicyType{}
 	for _, h := range w.Webhooks {
+		path := poolwebhook.Path
+		if strings.HasSuffix(h.Name, ".nodenetworkconfigurationenactments.nmstate.io") {
+			path = enactmentwebhook.Path
+		}
 		s := h.ClientConfig.Service
-		if s == nil || s.Name != svc.Name || s.Namespace != svc.Namespace || s.Path == nil || *s.Path != poolwebhook.Path {
-			t.Errorf("webhook %s calls %+v, want service %s/%s path %s", h.Name, s, svc.Namespace, svc.Name, poolwebhook.Path)
+		if s == nil || s.Name != svc.Name || s.Namespace != svc.Namespace || s.Path == nil || *s.Path != path {
+			t.Errorf("webhook %s calls %+v, want service %s/%s path %s", h.Name, s, svc.Namespace, svc.Name, path)
 		}
 		policies[h.Name] = *h.FailurePolicy
 	}
-	if policies["range.nodeippools.nmstate.io"] != admissionregistrationv1.Fail || policies["reservations.nodeippools.nmstate.io"] != admissionregistrationv1.Ignore {
-		t.Errorf("failure policies %v: a range change must fail closed, the rest open", policies)
+	if policies["range.nodeippools.nmstate.io"] != admissionregistrationv1.Fail || policies["reservations.nodeippools.nmstate.io"] != admissionregistrationv1.Ignore ||
+		policies["names.nodenetworkconfigurationenactments.nmstate.io"] != admissionregistrationv1.Fail {
+		t.Errorf("failure policies %v: a range change and an enactment's name must fail closed, the rest open", policies)
 	}
 	secret, _, _ := unstructured.NestedString(cert.Object, "spec", "secretName")
 	pod := dep.Spec.Template.Spec
@@ -365,8 +371,9 @@ func undoSimulator(t *testing.T, u *unstructured.Unstructured) *unstructured.Uns
 }
 
 // TestSelfAllocateOverlay: deploy/self-allocate is deploy/default with
-// --self-allocate and the one permission it needs, bound to the handler;
-// deploy/default grants neither.
+// --self-allocate and the handler among the allocation writers (the one
+// permission it needs, and admission's leave to use it); deploy/default
+// has neither.
 func TestSelfAllocateOverlay(t *testing.T) {
 	for _, tt := range []struct {
 		dir  string
@@ -377,15 +384,10 @@ func TestSelfAllocateOverlay(t *testing.T) {
 		if got := slices.Contains(ds.Spec.Template.Spec.Containers[0].Args, "--self-allocate"); got != tt.self {
 			t.Errorf("deploy/%s: the handler runs with --self-allocate: %v, want %v", tt.dir, got, tt.self)
 		}
-		granted := false
-		for _, o := range objs {
-			if o.GetKind() == "ClusterRoleBinding" && o.GetName() == "nmstate-ippool-handler-self-allocate" {
-				b := typed[rbacv1.ClusterRoleBinding](t, objs, "ClusterRoleBinding", o.GetName())
-				role := typed[rbacv1.ClusterRole](t, objs, "ClusterRole", b.RoleRef.Name)
-				granted = allows(role, "nodeippools/status", "update") && len(b.Subjects) == 1 &&
-					b.Subjects[0].Name == "nmstate-ippool-handler" && b.Subjects[0].Namespace == "nmstate-ippool"
-			}
-		}
+		b := typed[rbacv1.ClusterRoleBinding](t, objs, "ClusterRoleBinding", "nmstate-ippool-allocation-writers")
+		role := typed[rbacv1.ClusterRole](t, objs, "ClusterRole", b.RoleRef.Name)
+		granted := allows(role, "nodeippools/status", "update") &&
+			slices.Contains(b.Subjects, rbacv1.Subject{Kind: "ServiceAccount", Name: "nmstate-ippool-handler", Namespace: "nmstate-ippool"})
 		if granted != tt.self {
 			t.Errorf("deploy/%s: the handler's service account may update pool status: %v, want %v", tt.dir, granted, tt.self)
 		}
@@ -396,8 +398,9 @@ func TestSelfAllocateOverlay(t *testing.T) {
 // kubernetes-nmstate's handler) and applies it with a server-side dry run
 // to an API server that has kubernetes-nmstate's CRDs already, as its
 // operator installs them: it brings only the pool controller, in
-// companion mode, with its webhook, RBAC and our two CRDs, and never
-// kubernetes-nmstate's CRDs, a handler or an admission policy for one.
+// companion mode, with its webhook, RBAC, our two CRDs and the admission
+// policy that keeps allocation state to it, and never kubernetes-nmstate's
+// CRDs, a handler or an admission policy for one.
 func TestCompanionInstall(t *testing.T) {
 	objs := render(t, "companion")
 	var crds, kinds []string
@@ -411,9 +414,14 @@ func TestCompanionInstall(t *testing.T) {
 	if want := []string{"nodeippools.nmstate.io", "poolednodenetworkconfigurationpolicies.nmstate.io"}; !slices.Equal(crds, want) {
 		t.Errorf("CRDs %v, want only %v: kubernetes-nmstate's are its operator's", crds, want)
 	}
-	for _, kind := range []string{"DaemonSet", "ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding"} {
-		if slices.Contains(kinds, kind) {
-			t.Errorf("companion mode runs no handler of ours, yet the install has a %s", kind)
+	if slices.Contains(kinds, "DaemonSet") {
+		t.Errorf("companion mode runs no handler of ours, yet the install has a DaemonSet")
+	}
+	// The one admission policy is the one that keeps allocation state to
+	// the pool controller (kubernetes-nmstate's handler holds nmstate.io/*).
+	for _, o := range objs {
+		if strings.HasPrefix(o.GetKind(), "ValidatingAdmissionPolicy") && o.GetName() != "nmstate-ippool-allocation-state" {
+			t.Errorf("companion mode runs no handler of ours, yet the install has %s %s", o.GetKind(), o.GetName())
 		}
 	}
 	d := typed[appsv1.Deployment](t, objs, "Deployment", "nmstate-ippool-pool-controller")

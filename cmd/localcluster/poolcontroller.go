@@ -14,10 +14,10 @@ import (
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/nmstate-ippool/nmstate-ippool/deploy"
-	"github.com/nmstate-ippool/nmstate-ippool/internal/poolwebhook"
 )
 
 // controllerName names the pool controller replica i (1-based).
@@ -150,9 +150,9 @@ func (c *cluster) installWebhook(ctx context.Context, keys pki) error {
 	if err != nil {
 		return err
 	}
-	url := fmt.Sprintf("https://%s%s", hostPort(c.WebhookPort), poolwebhook.Path)
 	w.Annotations = nil // no cert-manager here
 	for i := range w.Webhooks {
+		url := fmt.Sprintf("https://%s%s", hostPort(c.WebhookPort), ptr.Deref(w.Webhooks[i].ClientConfig.Service.Path, "/"))
 		w.Webhooks[i].ClientConfig = admissionregistrationv1.WebhookClientConfig{URL: &url, CABundle: ca}
 	}
 	err = k.Create(ctx, w)

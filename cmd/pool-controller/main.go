@@ -35,6 +35,7 @@ import (
 	"github.com/nmstate-ippool/nmstate-ippool/controllers/policy"
 	"github.com/nmstate-ippool/nmstate-ippool/controllers/pool"
 	"github.com/nmstate-ippool/nmstate-ippool/internal/capi"
+	"github.com/nmstate-ippool/nmstate-ippool/internal/enactmentwebhook"
 	"github.com/nmstate-ippool/nmstate-ippool/internal/metricsauth"
 	"github.com/nmstate-ippool/nmstate-ippool/internal/poolstatus"
 	"github.com/nmstate-ippool/nmstate-ippool/internal/poolwebhook"
@@ -127,6 +128,8 @@ func run(o options) error {
 		// Through the manager, which runs the server once asked for it.
 		server := mgr.GetWebhookServer()
 		server.Register(poolwebhook.Path, &webhook.Admission{Handler: &poolwebhook.Validator{
+			Reader: mgr.GetAPIReader(), Decoder: admission.NewDecoder(mgr.GetScheme())}})
+		server.Register(enactmentwebhook.Path, &webhook.Admission{Handler: &enactmentwebhook.Validator{
 			Reader: mgr.GetAPIReader(), Decoder: admission.NewDecoder(mgr.GetScheme())}})
 		// Ready once the webhook serves: the Service sends admission
 		// requests only to ready replicas.

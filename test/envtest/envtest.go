@@ -22,6 +22,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/webhook/admission"
 
 	"github.com/nmstate-ippool/nmstate-ippool/deploy"
+	"github.com/nmstate-ippool/nmstate-ippool/internal/enactmentwebhook"
 	"github.com/nmstate-ippool/nmstate-ippool/internal/poolwebhook"
 	projectscheme "github.com/nmstate-ippool/nmstate-ippool/internal/scheme"
 )
@@ -199,6 +200,8 @@ func (e *Env) StartWebhook() (stop func() error, err error) {
 		return nil, err
 	}
 	mgr.GetWebhookServer().Register(poolwebhook.Path, &webhook.Admission{Handler: &poolwebhook.Validator{
+		Reader: mgr.GetAPIReader(), Decoder: admission.NewDecoder(e.Scheme)}})
+	mgr.GetWebhookServer().Register(enactmentwebhook.Path, &webhook.Admission{Handler: &enactmentwebhook.Validator{
 		Reader: mgr.GetAPIReader(), Decoder: admission.NewDecoder(e.Scheme)}})
 	stop = RunManager(mgr)
 	check := mgr.GetWebhookServer().StartedChecker()
