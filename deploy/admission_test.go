@@ -11,8 +11,10 @@ import (
 	authenticationv1 "k8s.io/api/authentication/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
+	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	ippoolv1 "github.com/nmstate-ippool/nmstate-ippool/api/v1"
@@ -20,35 +22,46 @@ import (
 	"github.com/nmstate-ippool/nmstate-ippool/test/envtest"
 )
 
+// The two nodes: one's name is the other's plus a dotted suffix, so a
+// check that compares a prefix instead of the whole name lets the first
+// write the second's enactments.
 const (
-	namespace      = "nmstate-ippool"
-	handlerAccount = "nmstate-ippool-handler"
-	// The two nodes: one's name is the other's plus a dotted suffix, so a
-	// check that compares a prefix instead of the whole name lets the
-	// first write the second's enactments.
 	nodeA = "w1"
 	nodeB = "w1.rack2"
 )
 
-// TestHandlerCredentialsOwnNodeOnly installs deploy/default's RBAC and
-// admission policy on a real API server and acts with the credentials the
-// kubelet gives node A's handler pod: a service-account token bound to the
-// pod, which carries A's name in its node claim. Every attack on node B's
-// objects and on the pools is refused with a message naming A and the
-// object, and changes nothing; A's own writes pass; a token without the
-// claim changes nothing at all.
+// TestHandlerCredentialsOwnNodeOnly installs the RBAC and admission
+// policies of deploy/default, and of an admin's overlay that moves the
+// install into another namespace under a name prefix, on a real API
+// server each, and acts with the credentials the kubelet gives node A's
+// handler pod: a service-account token bound to the pod, which carries A's
+// name in its node claim. Every attack on node B's objects and on the
+// pools is refused with a message naming A and the object, and changes
+// nothing; A's own writes pass; a token without the claim changes nothing
+// at all.
 func TestHandlerCredentialsOwnNodeOnly(t *testing.T) {
-	env, err := envtest.Start()
+	for _, dir := range []string{"default", "testdata/infra-net"} {
+		t.Run(dir, func(t *testing.T) { handlerConfinedToOwnNode(t, dir) })
+	}
+}
+
+func handlerConfinedToOwnNode(t *testing.T, dir string) {
+	env, err := envtest.Start(envtest.WithWebhook())
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = env.Stop() })
+	stopWebhook, err := env.StartWebhook()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = stopWebhook() })
 	ctx := context.Background()
 	admin, err := client.New(env.Config, client.Options{Scheme: env.Scheme})
 	if err != nil {
 		t.Fatal(err)
 	}
-	installAccessControl(ctx, t, admin)
+	handler := installAccessControl(ctx, t, admin, dir)
 
 	nodes := map[string]*corev1.Node{}
 	for _, name := range []string{nodeA, nodeB} {
@@ -56,7 +69,7 @@ func TestHandlerCredentialsOwnNodeOnly(t *testing.T) {
 		must(t, admin.Create(ctx, n))
 		nodes[name] = n
 	}
-	tokenA := handlerToken(ctx, t, env.Config, admin, nodes[nodeA])
+	tokenA := podToken(ctx, t, env.Config, admin, handler, nodes[nodeA])
 	asA := tokenClient(t, env, tokenA)
 	if got := nodeClaim(ctx, t, env.Config, tokenA); got != nodeA {
 		t.Fatalf("the pod-bound token's node claim is %q, want %q", got, nodeA)
@@ -79,7 +92,8 @@ func TestHandlerCredentialsOwnNodeOnly(t *testing.T) {
 
 	awaitPolicyInForce(ctx, t, admin, asA)
 
-	for _, attack := range envtest.Attacks(nodeA, envtest.Victims{Enactment: enactmentB, State: stateB, Pool: pool, Policy: policy}) {
+	attacker := envtest.Attacker{Node: nodeA, User: handler.user()}
+	for _, attack := range envtest.Attacks(attacker, envtest.Victims{Enactment: enactmentB, State: stateB, Pool: pool, Policy: policy}) {
 		t.Run(attack.Name, func(t *testing.T) {
 			if err := attack.Try(ctx, admin, asA); err != nil {
 				t.Error(err)
@@ -103,12 +117,21 @@ func TestHandlerCredentialsOwnNodeOnly(t *testing.T) {
 		must(t, asA.Status().Update(ctx, s))
 		var pools ippoolv1.NodeIPPoolList
 		must(t, asA.List(ctx, &pools))
+		dotted := &nmstatev1.NodeNetworkConfigurationPolicy{ObjectMeta: metav1.ObjectMeta{Name: "rack.p"},
+			Spec: shared.NodeNetworkConfigurationPolicySpec{DesiredState: shared.NewState("interfaces: []")}}
+		must(t, admin.Create(ctx, dotted))
+		must(t, asA.Create(ctx, envtest.EnactmentOf(nodes[nodeA], dotted.Name)))
+	})
+
+	t.Run("the node whose enactment's name was tried still creates it", func(t *testing.T) {
+		asB := tokenClient(t, env, podToken(ctx, t, env.Config, admin, handler, nodes[nodeB]))
+		must(t, asB.Create(ctx, envtest.EnactmentOf(nodes[nodeB], "q")))
 	})
 
 	t.Run("a token without a node claim changes nothing", func(t *testing.T) {
 		cs, err := kubernetes.NewForConfig(env.Config)
 		must(t, err)
-		tr, err := cs.CoreV1().ServiceAccounts(namespace).CreateToken(ctx, handlerAccount, &authenticationv1.TokenRequest{}, metav1.CreateOptions{})
+		tr, err := cs.CoreV1().ServiceAccounts(handler.Namespace).CreateToken(ctx, handler.Name, &authenticationv1.TokenRequest{}, metav1.CreateOptions{})
 		must(t, err)
 		unbound := tokenClient(t, env, tr.Status.Token)
 		err = unbound.Create(ctx, envtest.EnactmentOf(nodes[nodeA], "r"))
@@ -118,14 +141,26 @@ func TestHandlerCredentialsOwnNodeOnly(t *testing.T) {
 	})
 }
 
-// installAccessControl applies the handler's service account, RBAC and
-// admission policy from deploy/default, for real.
-func installAccessControl(ctx context.Context, t *testing.T, c client.Client) {
+// account is a service account of an install.
+type account struct{ Namespace, Name string }
+
+// user is the account's user name.
+func (a account) user() string { return "system:serviceaccount:" + a.Namespace + ":" + a.Name }
+
+// installAccessControl applies the namespaces, service accounts, RBAC and
+// admission policies of an install (a directory of deploy/), for real, and
+// returns the service account its handler DaemonSet runs as.
+func installAccessControl(ctx context.Context, t *testing.T, c client.Client, dir string) account {
 	t.Helper()
 	wanted := map[string]bool{"Namespace": true, "ServiceAccount": true, "ClusterRole": true, "ClusterRoleBinding": true,
 		"ValidatingAdmissionPolicy": true, "ValidatingAdmissionPolicyBinding": true}
 	n := 0
-	for _, o := range render(t, "default") {
+	var handler account
+	for _, o := range render(t, dir) {
+		if o.GetKind() == "DaemonSet" {
+			sa, _, _ := unstructured.NestedString(o.Object, "spec", "template", "spec", "serviceAccountName")
+			handler = account{Namespace: o.GetNamespace(), Name: sa}
+		}
 		if !wanted[o.GetKind()] {
 			continue
 		}
@@ -135,24 +170,29 @@ func installAccessControl(ctx context.Context, t *testing.T, c client.Client) {
 		}
 	}
 	if n < 6 {
-		t.Fatalf("deploy/default has only %d of the access-control objects", n)
+		t.Fatalf("deploy/%s has only %d of the access-control objects", dir, n)
 	}
+	return handler
 }
 
-// handlerToken returns a token of the handler's service account bound to
-// a handler pod on node, as the kubelet requests for the pod's projected
-// service-account volume.
-func handlerToken(ctx context.Context, t *testing.T, cfg *rest.Config, c client.Client, node *corev1.Node) string {
+// podToken returns a token of service account sa bound to a pod on node,
+// as the kubelet requests for the pod's projected service-account volume.
+func podToken(ctx context.Context, t *testing.T, cfg *rest.Config, c client.Client, sa account, node *corev1.Node) string {
 	t.Helper()
 	pod := &corev1.Pod{
-		ObjectMeta: metav1.ObjectMeta{Name: "handler-" + strings.ReplaceAll(node.Name, ".", "-"), Namespace: namespace},
-		Spec: corev1.PodSpec{NodeName: node.Name, ServiceAccountName: handlerAccount,
-			Containers: []corev1.Container{{Name: "handler", Image: "handler"}}},
+		ObjectMeta: metav1.ObjectMeta{GenerateName: "pod-", Namespace: sa.Namespace},
+		Spec: corev1.PodSpec{NodeName: node.Name, ServiceAccountName: sa.Name,
+			// As the pod security standard "restricted" asks, which an
+			// install's namespace may enforce.
+			SecurityContext: &corev1.PodSecurityContext{RunAsNonRoot: ptr.To(true),
+				SeccompProfile: &corev1.SeccompProfile{Type: corev1.SeccompProfileTypeRuntimeDefault}},
+			Containers: []corev1.Container{{Name: "c", Image: "image", SecurityContext: &corev1.SecurityContext{
+				AllowPrivilegeEscalation: ptr.To(false), Capabilities: &corev1.Capabilities{Drop: []corev1.Capability{"ALL"}}}}}},
 	}
 	must(t, c.Create(ctx, pod))
 	cs, err := kubernetes.NewForConfig(cfg)
 	must(t, err)
-	tr, err := cs.CoreV1().ServiceAccounts(namespace).CreateToken(ctx, handlerAccount, &authenticationv1.TokenRequest{
+	tr, err := cs.CoreV1().ServiceAccounts(sa.Namespace).CreateToken(ctx, sa.Name, &authenticationv1.TokenRequest{
 		Spec: authenticationv1.TokenRequestSpec{BoundObjectRef: &authenticationv1.BoundObjectReference{
 			Kind: "Pod", APIVersion: "v1", Name: pod.Name, UID: pod.UID}},
 	}, metav1.CreateOptions{})

@@ -23,9 +23,9 @@ func (p permission) String() string {
 // documentedRoles names, by the README table's role column, the role it
 // documents.
 var documentedRoles = map[string]string{
-	"handler":               "ClusterRole/nmstate-ippool-handler",
-	"handler-self-allocate": "ClusterRole/nmstate-ippool-handler-self-allocate",
-	"pool-controller":       "ClusterRole/nmstate-ippool-pool-controller",
+	"handler":           "ClusterRole/nmstate-ippool-handler",
+	"allocation-writer": "ClusterRole/nmstate-ippool-allocation-writer",
+	"pool-controller":   "ClusterRole/nmstate-ippool-pool-controller",
 	"leader-election (namespace nmstate-ippool)": "Role/nmstate-ippool-leader-election",
 	"metrics-reader": "ClusterRole/nmstate-ippool-metrics-reader",
 }

@@ -18,10 +18,6 @@ import (
 	nncev1beta1 "github.com/nmstate-ippool/nmstate-ippool/api/v1beta1"
 )
 
-// HandlerUser is the user name of the handler's service account in the
-// install of deploy/default.
-const HandlerUser = "system:serviceaccount:nmstate-ippool:nmstate-ippool-handler"
-
 // Victims are another node's objects, and the pool and policy, that a
 // node's handler credentials try to change in Attacks.
 type Victims struct {
@@ -43,24 +39,33 @@ type Attack struct {
 	Target  client.Object
 }
 
-// Attacks returns what the credentials of node own's handler try against
-// v: the attacks of the Least privilege issue (another node's enactment
-// and NodeNetworkState, objects for nodes that do not exist, the pool's
-// status, resets).
-func Attacks(own string, v Victims) []Attack {
-	return append(enactmentAttacks(own, v), stateAndPoolAttacks(own, v)...)
+// Attacker is whose credentials attack: a handler's, on its node.
+type Attacker struct {
+	// Node is the node the credentials were issued for (their node claim).
+	Node string
+	// User is the user name they authenticate as, such as
+	// system:serviceaccount:nmstate-ippool:nmstate-ippool-handler for the
+	// install of deploy/default.
+	User string
+}
+
+// Attacks returns what the credentials of a node's handler try against v:
+// another node's enactment and NodeNetworkState, objects for nodes that do
+// not exist, the pool's status, resets.
+func Attacks(a Attacker, v Victims) []Attack {
+	return append(enactmentAttacks(a.Node, v), stateAndPoolAttacks(a, v)...)
 }
 
 // refusals are the beginnings of the messages of a refusal by the
 // admission policy and by RBAC.
-func refusals(own string) (byPolicy, byRBAC string) {
-	return fmt.Sprintf("node %s's credentials", own), fmt.Sprintf("is forbidden: User %q", HandlerUser)
+func refusals(a Attacker) (byPolicy, byRBAC string) {
+	return fmt.Sprintf("node %s's credentials", a.Node), fmt.Sprintf("is forbidden: User %q", a.User)
 }
 
 // enactmentAttacks are the attacks on another node's enactment, and on
 // enactments of nodes that do not exist.
 func enactmentAttacks(own string, v Victims) []Attack {
-	byPolicy, _ := refusals(own)
+	byPolicy := fmt.Sprintf("node %s's credentials", own)
 	other := v.Enactment.Labels[shared.EnactmentNodeLabel]
 	ghost := enactmentOf("ghost", "p")
 	return []Attack{
@@ -109,6 +114,10 @@ func enactmentAttacks(own string, v Victims) []Attack {
 		{"create an enactment for a node that does not exist", func(ctx context.Context, _, c client.Client) error {
 			return c.Create(ctx, ghost.DeepCopy())
 		}, byPolicy + " may change only its own enactments, not NodeNetworkConfigurationEnactment ghost.p of node ghost", nil},
+		{"take the name another node's enactment needs, for a dotted policy that does not exist", func(ctx context.Context, _, c client.Client) error {
+			// own.rack2.q is also node own.rack2's enactment of policy q.
+			return c.Create(ctx, enactmentOf(own, "rack2.q"))
+		}, "is for NodeNetworkConfigurationPolicy rack2.q, which does not exist", nil},
 		{"create another node's enactment of a new policy, labelled as its own", func(ctx context.Context, _, c client.Client) error {
 			e := enactmentOf(own, "q")
 			e.Name = other + ".q"
@@ -119,8 +128,9 @@ func enactmentAttacks(own string, v Victims) []Attack {
 
 // stateAndPoolAttacks are the attacks on another node's NodeNetworkState,
 // on states of nodes that do not exist, and on the pool and the policy.
-func stateAndPoolAttacks(own string, v Victims) []Attack {
-	byPolicy, byRBAC := refusals(own)
+func stateAndPoolAttacks(a Attacker, v Victims) []Attack {
+	own := a.Node
+	byPolicy, byRBAC := refusals(a)
 	return []Attack{
 		{"forge another node's network state without its addresses", func(ctx context.Context, admin, c client.Client) error {
 			s, err := fresh(ctx, admin, v.State)
