@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"flag"
@@ -15,21 +16,18 @@ import (
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/types"
+	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
 
 	"github.com/nmstate-ippool/nmstate-ippool/internal/cli"
 )
 
-// The names deploy/default gives the install's namespace, the webhook's
-// Service, the Secret cert-manager issues its certificate into, and the
-// annotation that asks cert-manager to inject its CA.
-const (
-	installNamespace = "nmstate-ippool"
-	webhookService   = "nmstate-ippool-webhook." + installNamespace + ".svc"
-	webhookSecret    = "nmstate-ippool-webhook-cert"
-	injectCAFrom     = "cert-manager.io/inject-ca-from"
-)
+// injectCAFrom is the annotation that asks cert-manager to inject a
+// Certificate's CA into a webhook configuration.
+const injectCAFrom = "cert-manager.io/inject-ca-from"
 
 // installOptions are the flags of "install".
 type installOptions struct {
@@ -77,6 +75,14 @@ func (c *cluster) install(ctx context.Context, o installOptions, out io.Writer) 
 		}
 		return nil
 	}
+	objs, err := renderOverlay(ctx, o.kubectl, o.overlay)
+	if err != nil {
+		return err
+	}
+	in, err := installedBy(objs)
+	if err != nil {
+		return fmt.Errorf("%s: %w", o.overlay, err)
+	}
 	wait := fmt.Sprintf("--timeout=%s", o.timeout)
 	for _, s := range []func() error{
 		func() error { return kubectl("apply", "-f", o.certManagerCRDs) },
@@ -84,28 +90,102 @@ func (c *cluster) install(ctx context.Context, o installOptions, out io.Writer) 
 			return kubectl("wait", "--for=condition=Established", "crd/issuers.cert-manager.io", "crd/certificates.cert-manager.io", "--timeout=60s")
 		},
 		func() error { return kubectl("apply", "-k", o.overlay) },
-		func() error { return c.issueWebhookCertificate(ctx, k, out) },
+		func() error { return c.issueWebhookCertificate(ctx, k, in.certificate, out) },
 		func() error {
-			return kubectl("-n", installNamespace, "rollout", "status", "daemonset/nmstate-ippool-handler", wait)
+			return kubectl("-n", in.handler.Namespace, "rollout", "status", "daemonset/"+in.handler.Name, wait)
 		},
 		func() error {
-			return kubectl("-n", installNamespace, "rollout", "status", "deployment/nmstate-ippool-pool-controller", wait)
+			return kubectl("-n", in.controller.Namespace, "rollout", "status", "deployment/"+in.controller.Name, wait)
 		},
 	} {
 		if err := s(); err != nil {
 			return err
 		}
 	}
-	fmt.Fprintln(out, "nmstate-ippool is installed: the handler runs on every node, the pool controller on the control-plane node")
+	fmt.Fprintf(out, "nmstate-ippool is installed in namespace %s: the handler runs on every node, the pool controller on the control-plane node\n",
+		in.handler.Namespace)
 	return nil
+}
+
+// installation is what an overlay creates that install acts on, read
+// from the rendered overlay, so that an overlay's namespace and name
+// prefix are followed.
+type installation struct {
+	// handler and controller are the DaemonSet and the Deployment.
+	handler, controller types.NamespacedName
+	// certificate is the cert-manager Certificate of the webhook.
+	certificate webhookCertificate
+}
+
+// webhookCertificate is what install does in cert-manager's stead: a
+// Certificate's Secret, for its DNS names.
+type webhookCertificate struct {
+	// id is namespace/name, as the inject-ca-from annotation names it.
+	id                string
+	namespace, secret string
+	dnsNames          []string
+}
+
+// renderOverlay renders a kustomize directory with kubectl kustomize.
+func renderOverlay(ctx context.Context, kubectl, dir string) ([]*unstructured.Unstructured, error) {
+	cmd := exec.CommandContext(ctx, kubectl, "kustomize", dir)
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	raw, err := cmd.Output()
+	if err != nil {
+		return nil, fmt.Errorf("kubectl kustomize %s: %w: %s", dir, err, strings.TrimSpace(stderr.String()))
+	}
+	dec := utilyaml.NewYAMLOrJSONDecoder(bytes.NewReader(raw), 4096)
+	var out []*unstructured.Unstructured
+	for {
+		u := &unstructured.Unstructured{}
+		if err := dec.Decode(&u.Object); errors.Is(err, io.EOF) {
+			return out, nil
+		} else if err != nil {
+			return nil, fmt.Errorf("kubectl kustomize %s: %w", dir, err)
+		}
+		if len(u.Object) > 0 {
+			out = append(out, u)
+		}
+	}
+}
+
+// installedBy finds the handler DaemonSet, the pool controller Deployment
+// and the webhook's Certificate among objs (by the names deploy/default
+// gives them, after any prefix).
+func installedBy(objs []*unstructured.Unstructured) (installation, error) {
+	var in installation
+	for _, o := range objs {
+		id := types.NamespacedName{Namespace: o.GetNamespace(), Name: o.GetName()}
+		switch {
+		case o.GetKind() == "DaemonSet" && strings.HasSuffix(o.GetName(), "nmstate-ippool-handler"):
+			in.handler = id
+		case o.GetKind() == "Deployment" && strings.HasSuffix(o.GetName(), "nmstate-ippool-pool-controller"):
+			in.controller = id
+		case o.GetKind() == "Certificate" && strings.HasPrefix(o.GetAPIVersion(), "cert-manager.io/"):
+			secret, _, _ := unstructured.NestedString(o.Object, "spec", "secretName")
+			names, _, _ := unstructured.NestedStringSlice(o.Object, "spec", "dnsNames")
+			in.certificate = webhookCertificate{id: id.String(), namespace: id.Namespace, secret: secret, dnsNames: names}
+		}
+	}
+	switch {
+	case in.handler.Name == "" || in.controller.Name == "":
+		return in, errors.New("the overlay creates no handler DaemonSet or no pool controller Deployment (want names ending in nmstate-ippool-handler and nmstate-ippool-pool-controller)")
+	case in.certificate.secret == "" || len(in.certificate.dnsNames) == 0:
+		return in, errors.New("the overlay creates no cert-manager Certificate with a secretName and dnsNames for the webhook (deploy/certmanager)")
+	}
+	return in, nil
 }
 
 // issueWebhookCertificate does cert-manager's part of the install: it
 // writes the Certificate's Secret, with the serving certificate localcluster
 // signed with the cluster's CA, and injects the CA into every webhook
 // configuration that asks for it.
-func (c *cluster) issueWebhookCertificate(ctx context.Context, k client.Client, out io.Writer) error {
+func (c *cluster) issueWebhookCertificate(ctx context.Context, k client.Client, cert webhookCertificate, out io.Writer) error {
 	keys := pki{dir: c.path("pki")}
+	if err := keys.issueWebhookService(cert.dnsNames); err != nil {
+		return err
+	}
 	data := map[string][]byte{}
 	for key, file := range map[string]string{"tls.crt": "webhook-service.crt", "tls.key": "webhook-service.key", "ca.crt": "ca.crt"} {
 		raw, err := os.ReadFile(keys.path(file))
@@ -114,7 +194,7 @@ func (c *cluster) issueWebhookCertificate(ctx context.Context, k client.Client, 
 		}
 		data[key] = raw
 	}
-	secret := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: webhookSecret, Namespace: installNamespace}}
+	secret := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: cert.secret, Namespace: cert.namespace}}
 	if _, err := controllerutil.CreateOrUpdate(ctx, k, secret, func() error {
 		secret.Type = corev1.SecretTypeTLS
 		secret.Data = data
@@ -129,7 +209,7 @@ func (c *cluster) issueWebhookCertificate(ctx context.Context, k client.Client, 
 	injected := 0
 	for i := range list.Items {
 		w := &list.Items[i]
-		if w.Annotations[injectCAFrom] == "" {
+		if w.Annotations[injectCAFrom] != cert.id {
 			continue
 		}
 		patch := client.MergeFrom(w.DeepCopy())
@@ -142,9 +222,9 @@ func (c *cluster) issueWebhookCertificate(ctx context.Context, k client.Client, 
 		injected++
 	}
 	if injected == 0 {
-		return errors.New("no ValidatingWebhookConfiguration asks for a CA (annotation " + injectCAFrom + "): was the overlay applied?")
+		return fmt.Errorf("no ValidatingWebhookConfiguration asks for the CA of Certificate %s (annotation %s): was the overlay applied, and does the annotation follow its namespace?", cert.id, injectCAFrom)
 	}
-	fmt.Fprintf(out, "issued the webhook's certificate (Secret %s/%s, signed by the cluster's CA) and injected the CA, as cert-manager would\n",
-		installNamespace, webhookSecret)
+	fmt.Fprintf(out, "issued the webhook's certificate for %s (Secret %s/%s, signed by the cluster's CA) and injected the CA, as cert-manager would\n",
+		strings.Join(cert.dnsNames, ", "), cert.namespace, cert.secret)
 	return nil
 }

@@ -8,6 +8,7 @@ import (
 	"crypto/x509"
 	"crypto/x509/pkix"
 	"encoding/pem"
+	"errors"
 	"fmt"
 	"math/big"
 	"net"
@@ -103,15 +104,23 @@ func certificates() map[string]*x509.Certificate {
 			Subject: pkix.Name{CommonName: "nmstate-ippool-webhook"}, DNSNames: []string{"localhost"},
 			IPAddresses: loopback, ExtKeyUsage: server,
 		},
-		// The webhook's certificate for the install of deploy/local, served
-		// by the pool controller's pods behind their Service. cert-manager
-		// would issue it; localcluster install puts it in the Secret.
-		"webhook-service": {
-			Subject:     pkix.Name{CommonName: webhookService},
-			DNSNames:    []string{webhookService, webhookService + ".cluster.local"},
-			ExtKeyUsage: server,
-		},
 	}
+}
+
+// issueWebhookService writes the serving certificate of an install's
+// webhook Service (webhook-service.crt, .key) for dnsNames, the names the
+// install's cert-manager Certificate asks for: cert-manager would issue
+// it; localcluster install puts it in the Certificate's Secret.
+func (p pki) issueWebhookService(dnsNames []string) error {
+	if len(dnsNames) == 0 {
+		return errors.New("the webhook's Certificate names no DNS name")
+	}
+	caKey, ca, err := p.loadCA()
+	if err != nil {
+		return err
+	}
+	return p.issue("webhook-service", &x509.Certificate{Subject: pkix.Name{CommonName: dnsNames[0]}, DNSNames: dnsNames,
+		ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth}}, caKey, ca)
 }
 
 // clientCertificate is the template of a client certificate of a user in

@@ -44,7 +44,7 @@ func scraperToken() string {
 	sa := &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: "scraper", Namespace: "default"}}
 	Expect(client.IgnoreAlreadyExists(k.Create(ctx, sa))).To(Succeed())
 	binding := &rbacv1.ClusterRoleBinding{ObjectMeta: metav1.ObjectMeta{Name: "scraper"},
-		RoleRef:  rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: "nmstate-ippool-metrics-reader"},
+		RoleRef:  rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: prefix + "nmstate-ippool-metrics-reader"},
 		Subjects: []rbacv1.Subject{{Kind: "ServiceAccount", Name: sa.Name, Namespace: sa.Namespace}}}
 	Expect(client.IgnoreAlreadyExists(k.Create(ctx, binding))).To(Succeed())
 	tr := &authenticationv1.TokenRequest{}

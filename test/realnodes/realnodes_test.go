@@ -1,5 +1,6 @@
-// Package realnodes runs the install of deploy/local on a local cluster of
-// real nodes: kubelets with their own containerd and network namespace,
+// Package realnodes runs the install of deploy/local, moved into another
+// namespace under a name prefix as an admin's overlay does
+// (deploy/testdata/infra-net), on a local cluster of real nodes: kubelets with their own containerd and network namespace,
 // kube-controller-manager, kube-scheduler and kube-proxy, all built from
 // the pinned Kubernetes module (localcluster up --kubelets). The handler
 // runs as the DaemonSet's pods and the pool controller as the Deployment's
@@ -62,7 +63,12 @@ var digests envtest.SpecDigests
 var _ = ReportAfterSuite("digests", func(r Report) { digests.Collect(r) })
 
 const (
-	namespace = "nmstate-ippool"
+	// namespace and prefix are where and under which name prefix
+	// deploy/testdata/infra-net, the install the suite runs, puts
+	// deploy/local: an admin's overlay, so that the suite proves the
+	// admission policies follow the install (make demo REAL=1 installs
+	// deploy/local as it is).
+	namespace, prefix = "infra-net", "acme-"
 	// The sample pool and policy of deploy/samples.
 	pool, policy, iface = "traffic-1", "static-ip", "eth1"
 	// simStateDir is where deploy/local's handler pods keep each node's
@@ -96,8 +102,8 @@ var _ = BeforeSuite(func() {
 	})
 	k, err = envtest.LocalClusterClient(dir)
 	Expect(err).NotTo(HaveOccurred())
-	By("installing deploy/local with kubectl apply -k")
-	localcluster("install", "--overlay", filepath.Join(repo, "deploy", "local"), "--kubectl", filepath.Join(repo, "bin", "kubectl"),
+	By("installing deploy/local in namespace " + namespace + " under the prefix " + prefix + " (deploy/testdata/infra-net) with kubectl apply -k")
+	localcluster("install", "--overlay", filepath.Join(repo, "deploy", "testdata", "infra-net"), "--kubectl", filepath.Join(repo, "bin", "kubectl"),
 		"--cert-manager-crds", filepath.Join(repo, "deploy", "testdata", "cert-manager-crds.yaml"))
 })
 
@@ -113,7 +119,7 @@ var _ = JustAfterEach(func() {
 	envtest.PrintLogTails(GinkgoWriter, dir, 20, func(name string) bool { return strings.HasPrefix(name, "etcd") })
 })
 
-var _ = Describe("The install of deploy/local on real nodes", Ordered, func() {
+var _ = Describe("The install of deploy/local, moved by an admin's overlay, on real nodes", Ordered, func() {
 	nodes := []string{"real01", "real02"}
 	ips := map[string]string{}
 
@@ -186,7 +192,8 @@ var _ = Describe("The install of deploy/local on real nodes", Ordered, func() {
 		victims := envtest.Victims{Enactment: enactment("real02"), State: &nncev1beta1.NodeNetworkState{ObjectMeta: metav1.ObjectMeta{Name: "real02"}},
 			Pool: &ippoolv1.NodeIPPool{ObjectMeta: metav1.ObjectMeta{Name: pool}}, Policy: &nmstatev1.NodeNetworkConfigurationPolicy{ObjectMeta: metav1.ObjectMeta{Name: policy}}}
 		Expect(victims.Enactment).NotTo(BeNil())
-		for _, attack := range envtest.Attacks("real01", victims) {
+		handler := envtest.Attacker{Node: "real01", User: "system:serviceaccount:" + namespace + ":" + prefix + "nmstate-ippool-handler"}
+		for _, attack := range envtest.Attacks(handler, victims) {
 			By(attack.Name)
 			Expect(attack.Try(ctx, k, asReal01)).To(Succeed())
 		}
@@ -366,7 +373,7 @@ func leader() string {
 func scalePoolController(replicas int32) {
 	GinkgoHelper()
 	var d appsv1.Deployment
-	Expect(k.Get(ctx, client.ObjectKey{Namespace: namespace, Name: "nmstate-ippool-pool-controller"}, &d)).To(Succeed())
+	Expect(k.Get(ctx, client.ObjectKey{Namespace: namespace, Name: prefix + "nmstate-ippool-pool-controller"}, &d)).To(Succeed())
 	patch := client.MergeFrom(d.DeepCopy())
 	d.Spec.Replicas = ptr.To(replicas)
 	Expect(k.Patch(ctx, &d, patch)).To(Succeed())
