@@ -81,6 +81,17 @@ type NodeIPPoolSpec struct {
 	// +listMapKey=ip
 	// +kubebuilder:validation:MaxItems=256
 	Reservations []Reservation `json:"reservations,omitempty"`
+
+	// ClaimNamespaceSelector limits the namespaces whose Cluster API
+	// IPAddressClaims the pool serves: a claim from a namespace whose
+	// labels do not match gets no address, and its Ready condition says so
+	// (False, NamespaceNotAllowed). Unset, the pool serves claims from
+	// every namespace, as Cluster API's global pools do. Select namespaces
+	// by name with the label kubernetes.io/metadata.name, which every
+	// namespace carries. Narrowing it takes no address from a claim that
+	// holds one. Nodes are served whatever it says.
+	// +optional
+	ClaimNamespaceSelector *metav1.LabelSelector `json:"claimNamespaceSelector,omitempty"`
 }
 
 // DNS is the name resolution of a pool's subnet.

@@ -3,6 +3,7 @@ package claim
 import (
 	"context"
 
+	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/utils/clock"
@@ -25,6 +26,7 @@ import (
 // +kubebuilder:rbac:groups=ipam.cluster.x-k8s.io,resources=ipaddressclaims/status,verbs=get;update;patch
 // +kubebuilder:rbac:groups=ipam.cluster.x-k8s.io,resources=ipaddresses,verbs=get;list;watch;create;update;patch;delete
 // +kubebuilder:rbac:groups=cluster.x-k8s.io,resources=clusters,verbs=get;list;watch
+// +kubebuilder:rbac:groups="",resources=namespaces,verbs=get;list;watch
 
 // New returns a Reconciler wired to the manager for the IPAM version
 // served (capi.Served) and the Cluster version, "" without that CRD.
@@ -49,7 +51,8 @@ type SetupOptions struct {
 
 // SetupWithManager registers the controller: the claims of NodeIPPools,
 // their IPAddresses, the pools (a pool that can serve again serves the
-// claims waiting for it) and, when installed, the Clusters (one unpaused).
+// claims waiting for it), the namespaces (one a pool's
+// claimNamespaceSelector may select now) and, when installed, the Clusters (one unpaused).
 // The manager's client should cache unstructured objects.
 func (r *Reconciler) SetupWithManager(mgr ctrl.Manager, opts SetupOptions) error {
 	b := ctrl.NewControllerManagedBy(mgr).
@@ -60,7 +63,9 @@ func (r *Reconciler) SetupWithManager(mgr ctrl.Manager, opts SetupOptions) error
 			return ok && capi.PoolRefOf(u).Ours()
 		}))).
 		Owns(capi.NewAddress(r.Version)).
-		Watches(&ippoolv1.NodeIPPool{}, handler.EnqueueRequestsFromMapFunc(r.waitingFor))
+		Watches(&ippoolv1.NodeIPPool{}, handler.EnqueueRequestsFromMapFunc(r.waitingFor)).
+		Watches(&corev1.Namespace{}, handler.EnqueueRequestsFromMapFunc(r.waitingIn),
+			builder.WithPredicates(predicate.LabelChangedPredicate{}))
 	if r.ClusterVersion != "" {
 		b = b.Watches(capi.NewCluster(r.ClusterVersion), handler.EnqueueRequestsFromMapFunc(r.ofCluster))
 	}
@@ -72,6 +77,15 @@ func (r *Reconciler) waitingFor(ctx context.Context, o client.Object) []reconcil
 	return r.claimsWhere(ctx, "", func(u *unstructured.Unstructured) bool {
 		ref := capi.PoolRefOf(u)
 		return ref.Ours() && ref.Name == o.GetName() && !isReady(u)
+	})
+}
+
+// waitingIn maps a namespace whose labels changed to its claims of
+// NodeIPPools that are not Ready: a pool's claimNamespaceSelector may
+// select it now.
+func (r *Reconciler) waitingIn(ctx context.Context, o client.Object) []reconcile.Request {
+	return r.claimsWhere(ctx, o.GetName(), func(u *unstructured.Unstructured) bool {
+		return capi.PoolRefOf(u).Ours() && !isReady(u)
 	})
 }
 

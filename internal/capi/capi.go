@@ -215,8 +215,8 @@ func WithRecords(ctx context.Context, reader client.Reader,
 
 // The conditions of a claim and their reasons. Ready and its False
 // reasons are Cluster API's (api/ipam: PoolNotReady, PoolExhausted,
-// AllocationFailed); Paused is the condition Cluster API's v1beta2 objects
-// carry.
+// AllocationFailed), but NamespaceNotAllowed, ours; Paused is the
+// condition Cluster API's v1beta2 objects carry.
 const (
 	ConditionReady  = "Ready"
 	ConditionPaused = "Paused"
@@ -226,7 +226,10 @@ const (
 	ReasonPoolExhausted    = "PoolExhausted"
 	ReasonAllocationFailed = "AllocationFailed"
 	ReasonPaused           = "Paused"
-	ReasonNotPaused        = "NotPaused"
+	// ReasonNamespaceNotAllowed: the pool's spec.claimNamespaceSelector
+	// does not select the claim's namespace.
+	ReasonNamespaceNotAllowed = "NamespaceNotAllowed"
+	ReasonNotPaused           = "NotPaused"
 )
 
 // ReasonAddressRestored is the Event of a claim whose IPAddress was
