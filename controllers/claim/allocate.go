@@ -42,12 +42,8 @@ func (r *Reconciler) allocate(ctx context.Context, claim *unstructured.Unstructu
 	if err != nil {
 		return condition{}, false, fmt.Errorf("get NodeIPPool %s: %w", ref.Name, err)
 	}
-	if claim.GetAnnotations()[capi.RestoreAnnotation] == "" {
-		// A new address only: an IPAddress being restored keeps its
-		// address, whatever the pool's selector became.
-		if c, err := r.refusedNamespace(ctx, claim, &pool); err != nil || c != nil {
-			return deref(c), false, err
-		}
+	if c, err := r.refusedRestore(ctx, claim, &pool); err != nil || c != nil {
+		return deref(c), false, err
 	}
 	if why := poolstatus.Unservable(&pool); why != "" {
 		return notReady(capi.ReasonPoolNotReady, why), false, nil

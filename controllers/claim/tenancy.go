@@ -3,6 +3,8 @@ package claim
 import (
 	"context"
 	"fmt"
+	"net/netip"
+	"slices"
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -11,8 +13,66 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 
 	ippoolv1 "github.com/nmstate-ippool/nmstate-ippool/api/v1"
+	nncev1beta1 "github.com/nmstate-ippool/nmstate-ippool/api/v1beta1"
 	"github.com/nmstate-ippool/nmstate-ippool/internal/capi"
+	"github.com/nmstate-ippool/nmstate-ippool/internal/companion"
+	"github.com/nmstate-ippool/nmstate-ippool/internal/poolstatus"
 )
+
+// refusedRestore returns the Ready=False condition of a claim that may not
+// have an address now, or nil. An IPAddress being restored keeps its
+// address whatever the pool's namespace selector became, but only on the
+// pool's word: the claim's own in-flight entry (restore writes it before
+// it lets the IPAddress go). The restore annotation alone is the claim
+// author's word, which anyone who may edit the claim can write: without
+// the entry, the claim's namespace must be served, and an address another
+// holder records is refused.
+func (r *Reconciler) refusedRestore(ctx context.Context, claim *unstructured.Unstructured, pool *ippoolv1.NodeIPPool) (*condition, error) {
+	holder, token := holderOf(claim)
+	if slices.ContainsFunc(pool.Status.InFlight, func(e ippoolv1.InFlightAddress) bool {
+		return e.Enactment == holder && e.Token == token
+	}) {
+		return nil, nil
+	}
+	if c, err := r.refusedNamespace(ctx, claim, pool); err != nil || c != nil {
+		return c, err
+	}
+	restoring := claim.GetAnnotations()[capi.RestoreAnnotation]
+	if restoring == "" {
+		return nil, nil
+	}
+	other, err := r.otherHolder(ctx, pool, holder, restoring)
+	if err != nil || other == "" {
+		return nil, err
+	}
+	c := notReady(capi.ReasonAllocationFailed, fmt.Sprintf("annotation %s=%s: %s holds that address of NodeIPPool %s: "+
+		"remove the annotation to take another one", capi.RestoreAnnotation, restoring, other, pool.Name))
+	return &c, nil
+}
+
+// otherHolder names a holder other than holder whose record, read from the
+// API server, holds s in pool, or "".
+func (r *Reconciler) otherHolder(ctx context.Context, pool *ippoolv1.NodeIPPool, holder, s string) (string, error) {
+	ip, err := netip.ParseAddr(s)
+	if err != nil {
+		return "", nil // takeBack refuses it, saying so
+	}
+	var enactments nncev1beta1.NodeNetworkConfigurationEnactmentList
+	if err := r.APIReader.List(ctx, &enactments); err != nil {
+		return "", fmt.Errorf("list enactments: %w", err)
+	}
+	records, err := companion.WithForeignRecords(ctx, r.APIReader, enactments.Items)
+	if err != nil {
+		return "", err
+	}
+	rng, _ := poolstatus.Range(pool)
+	for _, o := range poolstatus.Holders(pool.Name, rng, records)[ip] {
+		if o.Enactment != holder {
+			return o.Describe(pool.Name), nil
+		}
+	}
+	return "", nil
+}
 
 // refusedNamespace returns the Ready=False condition of a claim whose
 // namespace the pool does not serve (spec.claimNamespaceSelector), or nil

@@ -7,10 +7,12 @@ import (
 	. "github.com/onsi/gomega"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/util/retry"
 
 	ippoolv1 "github.com/nmstate-ippool/nmstate-ippool/api/v1"
+	"github.com/nmstate-ippool/nmstate-ippool/internal/capi"
 )
 
 // TestClaimNamespaceSelector: a pool whose claimNamespaceSelector does not
@@ -77,4 +79,29 @@ func label(t *testing.T, namespace, value string) {
 		ns.Labels["ipam.example.com/tenant"] = value
 		return k.Update(ctx, &ns)
 	})).To(Succeed())
+}
+
+// TestRestoreAnnotationIsNoWayIn: the annotation with which the provider
+// restores a deleted IPAddress is, on a claim it never served, only its
+// author's word: it neither takes an address another holder records (a
+// node's here: it would be on two NICs) nor passes the pool's namespace
+// selector.
+func TestRestoreAnnotationIsNoWayIn(t *testing.T) {
+	begin(t, "restore-forged", "claims-forged", ippoolv1.NodeIPPoolSpec{Range: ippoolv1.IPRange{CIDR: "10.80.11.0/24", Start: "10.80.11.1", End: "10.80.11.9"}})
+	recordByNode(t, "forgednode.p", "claims-forged", "10.80.11.1")
+	Eventually(bits("claims-forged")).Should(ContainElement("10.80.11.1"))
+	forge := func(ip string) func(*unstructured.Unstructured) {
+		return func(u *unstructured.Unstructured) { u.SetAnnotations(map[string]string{capi.RestoreAnnotation: ip}) }
+	}
+	createClaim(t, "restore-forged", "taker", "claims-forged", forge("10.80.11.1"))
+	Eventually(readiness("restore-forged", "taker")).Should(HavePrefix("False AllocationFailed: annotation " + capi.RestoreAnnotation +
+		"=10.80.11.1: "))
+	Expect(readiness("restore-forged", "taker")()).To(ContainSubstring("holds that address of NodeIPPool claims-forged: remove the annotation to take another one"))
+	Consistently(addressOf("restore-forged", "taker"), time.Second).Should(ContainSubstring("not found"))
+
+	createPool(t, "claims-forged-closed", ippoolv1.NodeIPPoolSpec{Range: ippoolv1.IPRange{CIDR: "10.80.12.0/24", Start: "10.80.12.1", End: "10.80.12.9"},
+		ClaimNamespaceSelector: &metav1.LabelSelector{MatchLabels: map[string]string{"ipam.example.com/tenant": "yes"}}})
+	createClaim(t, "restore-forged", "sneaker", "claims-forged-closed", forge("10.80.12.5"))
+	Eventually(readiness("restore-forged", "sneaker")).Should(HavePrefix("False NamespaceNotAllowed: NodeIPPool claims-forged-closed"))
+	Consistently(addressOf("restore-forged", "sneaker"), time.Second).Should(ContainSubstring("not found"))
 }
