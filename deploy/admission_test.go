@@ -75,6 +75,9 @@ func handlerConfinedToOwnNode(t *testing.T, dir string) {
 		t.Fatalf("the pod-bound token's node claim is %q, want %q", got, nodeA)
 	}
 
+	policy := &nmstatev1.NodeNetworkConfigurationPolicy{ObjectMeta: metav1.ObjectMeta{Name: "p"},
+		Spec: shared.NodeNetworkConfigurationPolicySpec{DesiredState: shared.NewState("interfaces: []")}}
+	must(t, admin.Create(ctx, policy))
 	// B's objects, as B's handler and the pool controller left them.
 	enactmentB := envtest.EnactmentOf(nodes[nodeB], "p")
 	enactmentB.Finalizers = []string{ippoolv1.FinalizerIPPool}
@@ -86,9 +89,6 @@ func handlerConfinedToOwnNode(t *testing.T, dir string) {
 	pool := &ippoolv1.NodeIPPool{ObjectMeta: metav1.ObjectMeta{Name: "pool"},
 		Spec: ippoolv1.NodeIPPoolSpec{Range: ippoolv1.IPRange{CIDR: "10.0.0.0/24"}}}
 	must(t, admin.Create(ctx, pool))
-	policy := &nmstatev1.NodeNetworkConfigurationPolicy{ObjectMeta: metav1.ObjectMeta{Name: "p"},
-		Spec: shared.NodeNetworkConfigurationPolicySpec{DesiredState: shared.NewState("interfaces: []")}}
-	must(t, admin.Create(ctx, policy))
 
 	awaitPolicyInForce(ctx, t, admin, asA)
 
@@ -123,8 +123,25 @@ func handlerConfinedToOwnNode(t *testing.T, dir string) {
 		must(t, asA.Create(ctx, envtest.EnactmentOf(nodes[nodeA], dotted.Name)))
 	})
 
-	t.Run("the node whose enactment's name was tried still creates it", func(t *testing.T) {
+	t.Run("names that read several ways: only for a policy that exists and selects the node", func(t *testing.T) {
 		asB := tokenClient(t, env, podToken(ctx, t, env.Config, admin, handler, nodes[nodeB]))
+		// w1.rack2.z is also node w1's enactment of policy rack2.z.
+		err := asB.Create(ctx, envtest.EnactmentOf(nodes[nodeB], "z"))
+		if err == nil || !strings.Contains(err.Error(), `is refused: NodeNetworkConfigurationPolicy "z" does not exist`) {
+			t.Errorf("node %s took w1.rack2.z for a policy that does not exist: %v", nodeB, err)
+		}
+		elsewhere := &nmstatev1.NodeNetworkConfigurationPolicy{ObjectMeta: metav1.ObjectMeta{Name: "rack.s"},
+			Spec: shared.NodeNetworkConfigurationPolicySpec{NodeSelector: map[string]string{"rack": "s"},
+				DesiredState: shared.NewState("interfaces: []")}}
+		must(t, admin.Create(ctx, elsewhere))
+		err = asA.Create(ctx, envtest.EnactmentOf(nodes[nodeA], elsewhere.Name))
+		if err == nil || !strings.Contains(err.Error(), "the nodeSelector of NodeNetworkConfigurationPolicy rack.s does not select node w1") {
+			t.Errorf("node %s made an enactment of a policy that does not select it: %v", nodeA, err)
+		}
+		// The name node A tried (w1.rack2.q) is node B's to take.
+		q := &nmstatev1.NodeNetworkConfigurationPolicy{ObjectMeta: metav1.ObjectMeta{Name: "q"},
+			Spec: shared.NodeNetworkConfigurationPolicySpec{DesiredState: shared.NewState("interfaces: []")}}
+		must(t, admin.Create(ctx, q))
 		must(t, asB.Create(ctx, envtest.EnactmentOf(nodes[nodeB], "q")))
 	})
 

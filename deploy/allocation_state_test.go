@@ -149,6 +149,45 @@ func TestAllocationStateOnlyByThePoolController(t *testing.T) {
 		})
 	}
 
+	t.Run("kubernetes-nmstate's handler writes no other node's evidence", func(t *testing.T) {
+		other := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "w2"}}
+		must(t, admin.Create(ctx, other))
+		e := envtest.EnactmentOf(other, "static-ip-w2")
+		must(t, admin.Create(ctx, e))
+		s := &nncev1beta1.NodeNetworkState{ObjectMeta: metav1.ObjectMeta{Name: other.Name}}
+		must(t, admin.Create(ctx, s))
+		on := upstreamHandler.user() + " on node w1 may change only "
+		for _, attack := range []struct {
+			name, says string
+			do         func(client.Client) error
+		}{
+			{"forge another node's state without its addresses", on + "NodeNetworkState w1, not NodeNetworkState w2 (status)", func(c client.Client) error {
+				s := fetch(ctx, t, admin, s)
+				s.Status.CurrentState = shared.NewState("interfaces: []")
+				s.Status.LastSuccessfulUpdateTime = metav1.Now()
+				return c.Status().Update(ctx, s)
+			}},
+			{"mark another node's enactment Available", on + "enactments labelled nmstate.io/node=w1, not NodeNetworkConfigurationEnactment w2.static-ip-w2 (status)", func(c client.Client) error {
+				e := fetch(ctx, t, admin, e)
+				e.Status.Conditions = shared.ConditionList{{Type: shared.NodeNetworkConfigurationEnactmentConditionAvailable, Status: corev1.ConditionTrue}}
+				return c.Status().Update(ctx, e)
+			}},
+			{"delete another node's enactment", on + "enactments labelled nmstate.io/node=w1", func(c client.Client) error {
+				return c.Delete(ctx, fetch(ctx, t, admin, e))
+			}},
+		} {
+			before := version(ctx, t, admin, s) + version(ctx, t, admin, e)
+			if err := attack.do(asUpstream); err == nil || !apierrors.IsForbidden(err) || !strings.Contains(err.Error(), attack.says) {
+				t.Errorf("%s: %v, want Forbidden saying %q", attack.name, err, attack.says)
+			}
+			if after := version(ctx, t, admin, s) + version(ctx, t, admin, e); after != before {
+				t.Errorf("%s: changed although refused", attack.name)
+			}
+		}
+		// The pool controller, node-bound too, acts for every node.
+		must(t, asController.Patch(ctx, fetch(ctx, t, admin, s), client.RawPatch(types.MergePatchType, []byte(`{"metadata":{"labels":{"test":"x"}}}`))))
+	})
+
 	t.Run("kubernetes-nmstate's handler still writes its own objects", func(t *testing.T) {
 		e := envtest.EnactmentOf(node, "static-ip-w1")
 		must(t, asUpstream.Create(ctx, e))

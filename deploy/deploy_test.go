@@ -417,10 +417,12 @@ func TestCompanionInstall(t *testing.T) {
 	if slices.Contains(kinds, "DaemonSet") {
 		t.Errorf("companion mode runs no handler of ours, yet the install has a DaemonSet")
 	}
-	// The one admission policy is the one that keeps allocation state to
-	// the pool controller (kubernetes-nmstate's handler holds nmstate.io/*).
+	// The admission policies are those that keep allocation state to the
+	// pool controller and node-bound credentials to their own node's
+	// objects (kubernetes-nmstate's handler holds nmstate.io/*).
 	for _, o := range objs {
-		if strings.HasPrefix(o.GetKind(), "ValidatingAdmissionPolicy") && o.GetName() != "nmstate-ippool-allocation-state" {
+		if strings.HasPrefix(o.GetKind(), "ValidatingAdmissionPolicy") &&
+			!slices.Contains([]string{"nmstate-ippool-allocation-state", "nmstate-ippool-node-bound-own-node"}, o.GetName()) {
 			t.Errorf("companion mode runs no handler of ours, yet the install has %s %s", o.GetKind(), o.GetName())
 		}
 	}

@@ -4,21 +4,22 @@
 //
 // An enactment is named <node>.<policy> after its two labels
 // (kubernetes-nmstate's naming, kept for parity). Node and policy names may
-// hold dots, so one name can read two ways: w1.rack2.q is node w1's
-// enactment of policy rack2.q and node w1.rack2's of policy q. The
-// admission policy of deploy/admission holds a handler to enactments of
-// its own node named after their labels, but it cannot read whether a
-// policy exists: without this webhook node w1 could create w1.rack2.q for a
-// policy rack2.q that does not exist, and node w1.rack2 could then neither
-// create nor change its own enactment of policy q.
+// hold dots, so a name with two dots or more reads several ways: w1.rack2.q
+// is node w1's enactment of policy rack2.q and node w1.rack2's of policy q.
+// The admission policy of deploy/admission holds a handler to enactments
+// of its own node named after their labels, but it cannot read whether a
+// policy exists or selects the node: without this webhook node w1 could
+// create w1.rack2.q for a policy rack2.q that does not exist (or does not
+// select w1), and node w1.rack2 could then neither create nor change its
+// own enactment of policy q — or the other way round.
 //
-// The webhook admits the creation of an enactment whose policy label holds
-// a dot only while that NodeNetworkConfigurationPolicy exists, read from
-// the API server rather than a cache that may lag. A name that an existing
-// policy and an existing node both need is a real collision of the naming;
-// the first creation wins. The webhook configuration (deploy/webhook) sends
-// only those creations, so a pool controller that is down delays only
-// enactments of policies with dots in their names.
+// The webhook admits the creation of an enactment whose name holds more
+// than one dot only while the policy its label names exists and its
+// nodeSelector selects the node its label names, read from the API server
+// rather than a cache that may lag. A name that two such (node, policy)
+// pairs both need is a real collision of the naming; the first creation
+// wins. The webhook configuration (deploy/webhook) sends only those
+// creations, so a pool controller that is down delays only them.
 package enactmentwebhook
 
 import (
@@ -30,7 +31,9 @@ import (
 	"github.com/nmstate/kubernetes-nmstate/api/shared"
 	nmstatev1 "github.com/nmstate/kubernetes-nmstate/api/v1"
 	admissionv1 "k8s.io/api/admission/v1"
+	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/labels"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/webhook/admission"
 
@@ -49,11 +52,11 @@ type Validator struct {
 	Decoder admission.Decoder
 }
 
-// Handle admits a creation unless its policy label holds a dot and names
-// no existing policy; it refuses with a message that names the
-// enactment and the policy, and says why. A failed
-// read is an error (the API server then applies the configuration's
-// failure policy).
+// Handle admits a creation unless its name holds more than one dot and
+// its policy does not exist or does not select its node; it refuses with a
+// message that names the enactment, the policy and the node, and says why.
+// A failed read is an error (the API server then applies the
+// configuration's failure policy).
 func (v *Validator) Handle(ctx context.Context, req admission.Request) admission.Response {
 	if req.Operation != admissionv1.Create {
 		return admission.Allowed("")
@@ -62,25 +65,49 @@ func (v *Validator) Handle(ctx context.Context, req admission.Request) admission
 	if err := v.Decoder.Decode(req, &e); err != nil {
 		return admission.Errored(http.StatusBadRequest, fmt.Errorf("decode the enactment: %w", err))
 	}
-	policy := e.Labels[shared.EnactmentPolicyLabel]
-	if !strings.Contains(policy, ".") {
+	if strings.Count(e.Name, ".") < 2 {
 		return admission.Allowed("")
 	}
-	err := v.Reader.Get(ctx, client.ObjectKey{Name: policy}, &nmstatev1.NodeNetworkConfigurationPolicy{})
+	why, err := v.unselected(ctx, e.Labels[shared.EnactmentNodeLabel], e.Labels[shared.EnactmentPolicyLabel])
 	switch {
-	case err == nil:
-		return admission.Allowed("")
-	case apierrors.IsNotFound(err):
-		return admission.Denied(Refusal(e.Name, policy))
-	default:
-		return admission.Errored(http.StatusInternalServerError, fmt.Errorf("read NodeNetworkConfigurationPolicy %s: %w", policy, err))
+	case err != nil:
+		return admission.Errored(http.StatusInternalServerError, err)
+	case why != "":
+		return admission.Denied(Refusal(e.Name, why))
 	}
+	return admission.Allowed("")
 }
 
-// Refusal is the message of a refused creation of enactment name for a
-// policy that does not exist.
-func Refusal(name, policy string) string {
-	return fmt.Sprintf("NodeNetworkConfigurationEnactment %s is for NodeNetworkConfigurationPolicy %s, which does not exist: "+
-		"an enactment of a policy whose name holds a dot is made only while the policy exists, since its name <node>.<policy> "+
-		"may also be another node's enactment of another policy", name, policy)
+// unselected says why policy is not one that node enacts — it does not
+// exist, or its nodeSelector does not select the node — or "" when it is.
+func (v *Validator) unselected(ctx context.Context, node, policy string) (string, error) {
+	var p nmstatev1.NodeNetworkConfigurationPolicy
+	err := v.Reader.Get(ctx, client.ObjectKey{Name: policy}, &p)
+	switch {
+	case apierrors.IsNotFound(err):
+		return fmt.Sprintf("NodeNetworkConfigurationPolicy %q does not exist", policy), nil
+	case err != nil:
+		return "", fmt.Errorf("read NodeNetworkConfigurationPolicy %s: %w", policy, err)
+	case len(p.Spec.NodeSelector) == 0:
+		return "", nil
+	}
+	var n corev1.Node
+	err = v.Reader.Get(ctx, client.ObjectKey{Name: node}, &n)
+	switch {
+	case apierrors.IsNotFound(err):
+		return fmt.Sprintf("node %q does not exist", node), nil
+	case err != nil:
+		return "", fmt.Errorf("read Node %s: %w", node, err)
+	case !labels.SelectorFromSet(p.Spec.NodeSelector).Matches(labels.Set(n.Labels)):
+		return fmt.Sprintf("the nodeSelector of NodeNetworkConfigurationPolicy %s does not select node %s", policy, node), nil
+	}
+	return "", nil
+}
+
+// Refusal is the message of a refused creation of enactment name, and why
+// its node does not enact its policy.
+func Refusal(name, why string) string {
+	return fmt.Sprintf("NodeNetworkConfigurationEnactment %s is refused: %s. An enactment whose name holds more than one dot "+
+		"is made only for an existing policy that selects its node, since its name <node>.<policy> reads several ways "+
+		"and may be another node's enactment of another policy", name, why)
 }

@@ -117,7 +117,7 @@ func enactmentAttacks(own string, v Victims) []Attack {
 		{"take the name another node's enactment needs, for a dotted policy that does not exist", func(ctx context.Context, _, c client.Client) error {
 			// own.rack2.q is also node own.rack2's enactment of policy q.
 			return c.Create(ctx, enactmentOf(own, "rack2.q"))
-		}, "is for NodeNetworkConfigurationPolicy rack2.q, which does not exist", nil},
+		}, `is refused: NodeNetworkConfigurationPolicy "rack2.q" does not exist`, nil},
 		{"create another node's enactment of a new policy, labelled as its own", func(ctx context.Context, _, c client.Client) error {
 			e := enactmentOf(own, "q")
 			e.Name = other + ".q"
