@@ -10,6 +10,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"time"
 
@@ -118,12 +119,19 @@ type installation struct {
 }
 
 // webhookCertificate is what install does in cert-manager's stead: a
-// Certificate's Secret, for its DNS names.
+// Certificate's Secret, for its DNS names, and its CA injected into the
+// webhook configurations.
 type webhookCertificate struct {
-	// id is namespace/name, as the inject-ca-from annotation names it.
-	id                string
 	namespace, secret string
-	dnsNames          []string
+	// dnsNames are the Certificate's, and those of the Services the
+	// webhook configurations call.
+	dnsNames []string
+	// webhooks are the names of the overlay's webhook configurations.
+	webhooks []string
+	// warnings say what cert-manager would do otherwise: an overlay that
+	// moved the install without rewriting the Certificate's DNS names or
+	// the inject-ca-from annotation.
+	warnings []string
 }
 
 // renderOverlay renders a kustomize directory with kubectl kustomize.
@@ -150,11 +158,13 @@ func renderOverlay(ctx context.Context, kubectl, dir string) ([]*unstructured.Un
 	}
 }
 
-// installedBy finds the handler DaemonSet, the pool controller Deployment
-// and the webhook's Certificate among objs (by the names deploy/default
-// gives them, after any prefix).
+// installedBy finds the handler DaemonSet, the pool controller Deployment,
+// the webhook's Certificate and the webhook configurations among objs (by
+// the names deploy/default gives them, after any prefix).
 func installedBy(objs []*unstructured.Unstructured) (installation, error) {
 	var in installation
+	var certID string
+	var webhooks []*unstructured.Unstructured
 	for _, o := range objs {
 		id := types.NamespacedName{Namespace: o.GetNamespace(), Name: o.GetName()}
 		switch {
@@ -165,7 +175,10 @@ func installedBy(objs []*unstructured.Unstructured) (installation, error) {
 		case o.GetKind() == "Certificate" && strings.HasPrefix(o.GetAPIVersion(), "cert-manager.io/"):
 			secret, _, _ := unstructured.NestedString(o.Object, "spec", "secretName")
 			names, _, _ := unstructured.NestedStringSlice(o.Object, "spec", "dnsNames")
-			in.certificate = webhookCertificate{id: id.String(), namespace: id.Namespace, secret: secret, dnsNames: names}
+			certID = id.String()
+			in.certificate = webhookCertificate{namespace: id.Namespace, secret: secret, dnsNames: names}
+		case o.GetKind() == "ValidatingWebhookConfiguration":
+			webhooks = append(webhooks, o)
 		}
 	}
 	switch {
@@ -174,7 +187,34 @@ func installedBy(objs []*unstructured.Unstructured) (installation, error) {
 	case in.certificate.secret == "" || len(in.certificate.dnsNames) == 0:
 		return in, errors.New("the overlay creates no cert-manager Certificate with a secretName and dnsNames for the webhook (deploy/certmanager)")
 	}
+	for _, w := range webhooks {
+		in.certificate.follow(w, certID)
+	}
 	return in, nil
+}
+
+// follow adds a webhook configuration of the overlay to those the
+// certificate serves: the DNS names of the Services it calls, and what
+// cert-manager would do otherwise.
+func (c *webhookCertificate) follow(w *unstructured.Unstructured, certID string) {
+	c.webhooks = append(c.webhooks, w.GetName())
+	const fix = "add the replacements of deploy/testdata/infra-net to the overlay (README, \"Another namespace or a name prefix\")"
+	if asked := w.GetAnnotations()[injectCAFrom]; asked != certID {
+		c.warnings = append(c.warnings, fmt.Sprintf("ValidatingWebhookConfiguration %s asks cert-manager for the CA of Certificate %q, not %q: "+
+			"cert-manager would inject no CA, and the API server could not call the webhook; %s", w.GetName(), asked, certID, fix))
+	}
+	entries, _, _ := unstructured.NestedSlice(w.Object, "webhooks")
+	for _, e := range entries {
+		name, _, _ := unstructured.NestedString(e.(map[string]any), "clientConfig", "service", "name")
+		namespace, _, _ := unstructured.NestedString(e.(map[string]any), "clientConfig", "service", "namespace")
+		dns := name + "." + namespace + ".svc"
+		if name == "" || slices.Contains(c.dnsNames, dns) {
+			continue
+		}
+		c.warnings = append(c.warnings, fmt.Sprintf("the webhook calls %s, which Certificate %s does not name (%s): "+
+			"cert-manager would issue a certificate the API server refuses; %s", dns, certID, strings.Join(c.dnsNames, ", "), fix))
+		c.dnsNames = append(c.dnsNames, dns, dns+".cluster.local")
+	}
 }
 
 // issueWebhookCertificate does cert-manager's part of the install: it
@@ -202,29 +242,23 @@ func (c *cluster) issueWebhookCertificate(ctx context.Context, k client.Client, 
 	}); err != nil {
 		return fmt.Errorf("write the webhook's Secret: %w", err)
 	}
-	var list admissionregistrationv1.ValidatingWebhookConfigurationList
-	if err := k.List(ctx, &list); err != nil {
-		return err
-	}
-	injected := 0
-	for i := range list.Items {
-		w := &list.Items[i]
-		if w.Annotations[injectCAFrom] != cert.id {
-			continue
+	for _, name := range cert.webhooks {
+		var w admissionregistrationv1.ValidatingWebhookConfiguration
+		if err := k.Get(ctx, client.ObjectKey{Name: name}, &w); err != nil {
+			return fmt.Errorf("read ValidatingWebhookConfiguration %s: %w", name, err)
 		}
 		patch := client.MergeFrom(w.DeepCopy())
 		for j := range w.Webhooks {
 			w.Webhooks[j].ClientConfig.CABundle = data["ca.crt"]
 		}
-		if err := k.Patch(ctx, w, patch); err != nil {
+		if err := k.Patch(ctx, &w, patch); err != nil {
 			return fmt.Errorf("inject the CA into %s: %w", w.Name, err)
 		}
-		injected++
 	}
-	if injected == 0 {
-		return fmt.Errorf("no ValidatingWebhookConfiguration asks for the CA of Certificate %s (annotation %s): was the overlay applied, and does the annotation follow its namespace?", cert.id, injectCAFrom)
+	for _, warning := range cert.warnings {
+		fmt.Fprintln(out, "warning:", warning)
 	}
-	fmt.Fprintf(out, "issued the webhook's certificate for %s (Secret %s/%s, signed by the cluster's CA) and injected the CA, as cert-manager would\n",
-		strings.Join(cert.dnsNames, ", "), cert.namespace, cert.secret)
+	fmt.Fprintf(out, "issued the webhook's certificate for %s (Secret %s/%s, signed by the cluster's CA) and injected the CA into %s, as cert-manager would\n",
+		strings.Join(cert.dnsNames, ", "), cert.namespace, cert.secret, strings.Join(cert.webhooks, ", "))
 	return nil
 }
