@@ -402,3 +402,30 @@ func TestNameTaken(t *testing.T) {
 		HaveSuffix("(1/2 nodes successfully configured)")))
 	Expect(generated("nt")()).To(ConsistOf("nt-nt-1"))
 }
+
+// TestSharedHostnameWritesNothing: a generated policy selects its node by
+// kubernetes.io/hostname; while another Node carries the same value,
+// kubernetes-nmstate's handler there would apply the first node's literal
+// address too. No policy is written for the node, the pooled policy is
+// Degraded naming both Nodes and the fix, and the policy is written once
+// the other Node's label is its own.
+func TestSharedHostnameWritesNothing(t *testing.T) {
+	begin(t, "sh", "sh-1", "sh-2")
+	twin := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "sh-twin", Labels: map[string]string{"kubernetes.io/hostname": "sh-2"}}}
+	Expect(k.Create(ctx, twin)).To(Succeed())
+	t.Cleanup(func() { _ = k.Delete(ctx, twin) })
+	createPool(t, "cmp-sh", rangeSpec("10.71.1.0/24", "10.71.1.10", "10.71.1.30"))
+	create(t, pooled("sh", "sh", "cmp-sh", "100%"))
+	Eventually(status("sh")).Should(HavePrefix("Degraded FailedToConfigure: the policy of node sh-2 selects it by kubernetes.io/hostname=sh-2, " +
+		"which Node sh-twin carries too: kubernetes-nmstate's handler would put node sh-2's addresses on both"))
+	Consistently(generated("sh"), 2*time.Second).Should(ConsistOf("sh-sh-1"))
+
+	Expect(retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		if err := k.Get(ctx, client.ObjectKeyFromObject(twin), twin); err != nil {
+			return err
+		}
+		twin.Labels["kubernetes.io/hostname"] = twin.Name
+		return k.Update(ctx, twin)
+	})).To(Succeed())
+	Eventually(generated("sh")).Should(ConsistOf("sh-sh-1", "sh-sh-2"))
+}

@@ -16,6 +16,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/utils/ptr"
 	ctrl "sigs.k8s.io/controller-runtime"
@@ -152,6 +153,12 @@ func (r *Reconciler) step(ctx context.Context, w *world, next *ippoolv1.PooledNo
 		s.busy = st == policystatus.Progressing
 	}
 	want, keep, why := r.desired(w, next, node)
+	if want != nil {
+		if shared := selectsOthers(w, node, want); shared != nil {
+			// Not written: the literal addresses would be on two NICs.
+			want, keep, why = nil, true, shared
+		}
+	}
 	s.problem = why
 	s.counted, s.state = w.isSelected(node) && !s.unhandled, policystatus.Progressing
 	switch {
@@ -299,6 +306,28 @@ func (r *Reconciler) nameTaken(ctx context.Context, name, node string) *problem 
 	}
 	return &problem{shared.NodeNetworkConfigurationPolicyConditionFailedToConfigure, fmt.Sprintf(
 		"the policy of node %s would be %s, which exists and belongs to %s: delete or rename it, or rename this pooled policy", node, name, owner)}
+}
+
+// selectsOthers says which other Nodes the nodeSelector of node's
+// generated policy selects (a kubernetes.io/hostname label two Nodes
+// carry), or nil when it selects no other. kubernetes-nmstate's handler on
+// each of them would apply node's literal addresses.
+func selectsOthers(w *world, node string, g *nmstatev1.NodeNetworkConfigurationPolicy) *problem {
+	sel := labels.SelectorFromSet(g.Spec.NodeSelector)
+	var others []string
+	for name, n := range w.nodes {
+		if name != node && sel.Matches(labels.Set(n.Labels)) {
+			others = append(others, name)
+		}
+	}
+	if len(others) == 0 {
+		return nil
+	}
+	slices.Sort(others)
+	return &problem{shared.NodeNetworkConfigurationPolicyConditionFailedToConfigure, fmt.Sprintf(
+		"the policy of node %s selects it by %s, which Node %s carries too: kubernetes-nmstate's handler would put node %s's "+
+			"addresses on both; give each Node its own %s label (the kubelet sets it to the node's hostname), and node %s's policy is written then",
+		node, sel, strings.Join(others, ", "), node, hostnameLabel, node)}
 }
 
 // unhandled reports whether kubernetes-nmstate's handler says the policy

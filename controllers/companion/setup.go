@@ -60,7 +60,8 @@ type SetupOptions struct {
 
 // SetupWithManager registers the controller: pooled policies, the NNCPs
 // they generate, the enactments kubernetes-nmstate's handler writes for
-// those, the Nodes (one that joins, leaves or is relabelled), and the
+// those, the Nodes (one that joins, leaves or is relabelled; every policy
+// for one that joins or changes its hostname label), and the
 // pools (one that can serve again serves the nodes waiting for it).
 func (r *Reconciler) SetupWithManager(mgr ctrl.Manager, opts SetupOptions) error {
 	return ctrl.NewControllerManagedBy(mgr).
@@ -76,6 +77,11 @@ func (r *Reconciler) SetupWithManager(mgr ctrl.Manager, opts SetupOptions) error
 			builder.WithPredicates(predicate.Funcs{UpdateFunc: stateChanged})).
 		// A Node that joins, leaves or is relabelled; not its heartbeats.
 		Watches(&corev1.Node{}, handler.EnqueueRequestsFromMapFunc(r.ofNode), builder.WithPredicates(predicate.LabelChangedPredicate{})).
+		// A Node whose kubernetes.io/hostname may now be another's: every
+		// generated policy selects its node by that label.
+		Watches(&corev1.Node{}, handler.EnqueueRequestsFromMapFunc(r.every), builder.WithPredicates(predicate.Funcs{
+			CreateFunc: func(event.CreateEvent) bool { return true }, UpdateFunc: hostnameChanged,
+			DeleteFunc: func(event.DeleteEvent) bool { return false }, GenericFunc: func(event.GenericEvent) bool { return false }})).
 		Watches(&ippoolv1.NodeIPPool{}, handler.EnqueueRequestsFromMapFunc(r.ofPool), builder.WithPredicates(predicate.Funcs{UpdateFunc: servesMore})).
 		Complete(r)
 }
@@ -133,6 +139,17 @@ func (r *Reconciler) ofNode(ctx context.Context, o client.Object) []reconcile.Re
 		return p.Status.NodeOf(o.GetName()) != nil ||
 			labels.SelectorFromSet(p.Spec.NodeSelector).Matches(labels.Set(o.GetLabels()))
 	})
+}
+
+// every maps an object to every pooled policy.
+func (r *Reconciler) every(ctx context.Context, _ client.Object) []reconcile.Request {
+	return r.policiesWhere(ctx, func(*ippoolv1.PooledNodeNetworkConfigurationPolicy) bool { return true })
+}
+
+// hostnameChanged reports whether a Node's kubernetes.io/hostname label
+// changed.
+func hostnameChanged(e event.UpdateEvent) bool {
+	return e.ObjectOld.GetLabels()[hostnameLabel] != e.ObjectNew.GetLabels()[hostnameLabel]
 }
 
 // ofPool maps a pool to the pooled policies that draw from it.
