@@ -42,7 +42,7 @@ func (r *Reconciler) allocate(ctx context.Context, claim *unstructured.Unstructu
 	if err != nil {
 		return condition{}, false, fmt.Errorf("get NodeIPPool %s: %w", ref.Name, err)
 	}
-	if c, err := r.refusedRestore(ctx, claim, &pool); err != nil || c != nil {
+	if c, err := r.refusal(ctx, claim, &pool); err != nil || c != nil {
 		return deref(c), false, err
 	}
 	if why := poolstatus.Unservable(&pool); why != "" {
@@ -81,11 +81,9 @@ func (r *Reconciler) take(ctx context.Context, claim *unstructured.Unstructured,
 	var refusal *condition
 	_, err := r.Pools.Update(ctx, pool.Name, func(p *ippoolv1.NodeIPPool, alloc *ippool.Allocator) (bool, error) {
 		got, refusal = netip.Addr{}, nil
-		for _, e := range p.Status.InFlight {
-			if e.Enactment == holder && e.Token == token {
-				got, _ = netip.ParseAddr(e.IP)
-				return false, nil
-			}
+		if e := ownEntry(p, holder, token); e != nil {
+			got, _ = netip.ParseAddr(e.IP)
+			return false, nil
 		}
 		if why := poolstatus.Unservable(p); why != "" {
 			// The cache said it could serve; the API server says otherwise
@@ -125,6 +123,16 @@ func (r *Reconciler) take(ctx context.Context, claim *unstructured.Unstructured,
 		return netip.Addr{}, nil, false, fmt.Errorf("NodeIPPool %s: the in-flight entry of %s holds no address", pool.Name, holder)
 	}
 	return got, nil, false, nil
+}
+
+// ownEntry returns the in-flight entry of the holder and token, or nil.
+func ownEntry(p *ippoolv1.NodeIPPool, holder, token string) *ippoolv1.InFlightAddress {
+	for i := range p.Status.InFlight {
+		if e := &p.Status.InFlight[i]; e.Enactment == holder && e.Token == token {
+			return e
+		}
+	}
+	return nil
 }
 
 func deref(c *condition) condition {

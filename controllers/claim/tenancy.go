@@ -4,13 +4,13 @@ import (
 	"context"
 	"fmt"
 	"net/netip"
-	"slices"
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/types"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	ippoolv1 "github.com/nmstate-ippool/nmstate-ippool/api/v1"
 	nncev1beta1 "github.com/nmstate-ippool/nmstate-ippool/api/v1beta1"
@@ -19,19 +19,17 @@ import (
 	"github.com/nmstate-ippool/nmstate-ippool/internal/poolstatus"
 )
 
-// refusedRestore returns the Ready=False condition of a claim that may not
-// have an address now, or nil. An IPAddress being restored keeps its
+// refusal returns the Ready=False condition of a claim that may not take
+// an address now, or nil. An IPAddress being restored keeps its
 // address whatever the pool's namespace selector became, but only on the
 // pool's word: the claim's own in-flight entry (restore writes it before
 // it lets the IPAddress go). The restore annotation alone is the claim
 // author's word, which anyone who may edit the claim can write: without
 // the entry, the claim's namespace must be served, and an address another
 // holder records is refused.
-func (r *Reconciler) refusedRestore(ctx context.Context, claim *unstructured.Unstructured, pool *ippoolv1.NodeIPPool) (*condition, error) {
+func (r *Reconciler) refusal(ctx context.Context, claim *unstructured.Unstructured, pool *ippoolv1.NodeIPPool) (*condition, error) {
 	holder, token := holderOf(claim)
-	if slices.ContainsFunc(pool.Status.InFlight, func(e ippoolv1.InFlightAddress) bool {
-		return e.Enactment == holder && e.Token == token
-	}) {
+	if ownEntry(pool, holder, token) != nil {
 		return nil, nil
 	}
 	if c, err := r.refusedNamespace(ctx, claim, pool); err != nil || c != nil {
@@ -87,12 +85,17 @@ func (r *Reconciler) refusedNamespace(ctx context.Context, claim *unstructured.U
 			"its admin must correct it before it serves claims", pool.Name, err))
 		return &c, nil
 	}
+	// The cache first; a refusal is confirmed on the API server, since a
+	// namespace labelled a moment ago sends no event once its claim is
+	// refused on a cache that lags.
 	var ns corev1.Namespace
-	if err := r.Client.Get(ctx, types.NamespacedName{Name: claim.GetNamespace()}, &ns); err != nil {
-		return nil, fmt.Errorf("get Namespace %s: %w", claim.GetNamespace(), err)
-	}
-	if selector.Matches(labels.Set(ns.Labels)) {
-		return nil, nil
+	for _, reader := range []client.Reader{r.Client, r.APIReader} {
+		if err := reader.Get(ctx, types.NamespacedName{Name: claim.GetNamespace()}, &ns); err != nil {
+			return nil, fmt.Errorf("get Namespace %s: %w", claim.GetNamespace(), err)
+		}
+		if selector.Matches(labels.Set(ns.Labels)) {
+			return nil, nil
+		}
 	}
 	c := notReady(capi.ReasonNamespaceNotAllowed, fmt.Sprintf("NodeIPPool %s serves claims only from namespaces that match its "+
 		"spec.claimNamespaceSelector (%s), and namespace %s does not: claim from another pool, or have the pool's admin "+
