@@ -156,7 +156,7 @@ func TestAllocationStateOnlyByThePoolController(t *testing.T) {
 		must(t, admin.Create(ctx, e))
 		s := &nncev1beta1.NodeNetworkState{ObjectMeta: metav1.ObjectMeta{Name: other.Name}}
 		must(t, admin.Create(ctx, s))
-		on := upstreamHandler.user() + " on node w1 may change only "
+		on := "node w1's credentials may change only "
 		for _, attack := range []struct {
 			name, says string
 			do         func(client.Client) error
@@ -167,17 +167,18 @@ func TestAllocationStateOnlyByThePoolController(t *testing.T) {
 				s.Status.LastSuccessfulUpdateTime = metav1.Now()
 				return c.Status().Update(ctx, s)
 			}},
-			{"mark another node's enactment Available", on + "enactments labelled nmstate.io/node=w1, not NodeNetworkConfigurationEnactment w2.static-ip-w2 (status)", func(c client.Client) error {
+			{"mark another node's enactment Available", on + "its own enactments, not NodeNetworkConfigurationEnactment w2.static-ip-w2 (status) of node w2", func(c client.Client) error {
 				e := fetch(ctx, t, admin, e)
 				e.Status.Conditions = shared.ConditionList{{Type: shared.NodeNetworkConfigurationEnactmentConditionAvailable, Status: corev1.ConditionTrue}}
 				return c.Status().Update(ctx, e)
 			}},
-			{"delete another node's enactment", on + "enactments labelled nmstate.io/node=w1", func(c client.Client) error {
+			{"delete another node's enactment", on + "its own enactments, not NodeNetworkConfigurationEnactment w2.static-ip-w2 of node w2", func(c client.Client) error {
 				return c.Delete(ctx, fetch(ctx, t, admin, e))
 			}},
 		} {
 			before := version(ctx, t, admin, s) + version(ctx, t, admin, e)
-			if err := attack.do(asUpstream); err == nil || !apierrors.IsForbidden(err) || !strings.Contains(err.Error(), attack.says) {
+			if err := attack.do(asUpstream); err == nil || !apierrors.IsForbidden(err) || !strings.Contains(err.Error(), attack.says) ||
+				!strings.Contains(err.Error(), "("+upstreamHandler.user()+")") {
 				t.Errorf("%s: %v, want Forbidden saying %q", attack.name, err, attack.says)
 			}
 			if after := version(ctx, t, admin, s) + version(ctx, t, admin, e); after != before {
