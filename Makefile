@@ -5,7 +5,7 @@ LOCALBIN ?= $(CURDIR)/bin
 ENVTEST_DIR ?= $(LOCALBIN)/k8s
 export KUBEBUILDER_ASSETS ?= $(ENVTEST_DIR)
 
-# The envtest control plane. DESIGN.md §8: built from source, once.
+# The envtest control plane: built from source, once, into bin/k8s.
 KUBE_VERSION ?= v1.34.3
 KUBE_VERSION_PKG := k8s.io/component-base/version
 KUBE_LDFLAGS := -X $(KUBE_VERSION_PKG).gitVersion=$(KUBE_VERSION) \
