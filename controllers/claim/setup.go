@@ -17,6 +17,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	ippoolv1 "github.com/nmstate-ippool/nmstate-ippool/api/v1"
+	"github.com/nmstate-ippool/nmstate-ippool/internal/backoff"
 	"github.com/nmstate-ippool/nmstate-ippool/internal/capi"
 	"github.com/nmstate-ippool/nmstate-ippool/internal/poolwrite"
 )
@@ -57,7 +58,7 @@ type SetupOptions struct {
 func (r *Reconciler) SetupWithManager(mgr ctrl.Manager, opts SetupOptions) error {
 	b := ctrl.NewControllerManagedBy(mgr).
 		Named("ipaddressclaim").
-		WithOptions(controller.Options{SkipNameValidation: ptr.To(opts.SkipNameValidation)}).
+		WithOptions(controller.Options{SkipNameValidation: ptr.To(opts.SkipNameValidation), RateLimiter: backoff.Requeues()}).
 		For(capi.NewClaim(r.Version), builder.WithPredicates(predicate.NewPredicateFuncs(func(o client.Object) bool {
 			u, ok := o.(*unstructured.Unstructured)
 			return ok && capi.PoolRefOf(u).Ours()

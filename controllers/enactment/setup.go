@@ -19,6 +19,7 @@ import (
 
 	ippoolv1 "github.com/nmstate-ippool/nmstate-ippool/api/v1"
 	nncev1beta1 "github.com/nmstate-ippool/nmstate-ippool/api/v1beta1"
+	"github.com/nmstate-ippool/nmstate-ippool/internal/backoff"
 	"github.com/nmstate-ippool/nmstate-ippool/internal/poolwrite"
 )
 
@@ -49,7 +50,7 @@ type SetupOptions struct {
 func (r *Reconciler) SetupWithManager(mgr ctrl.Manager, opts SetupOptions) error {
 	return ctrl.NewControllerManagedBy(mgr).
 		Named("nnce-cleanup").
-		WithOptions(controller.Options{SkipNameValidation: ptr.To(opts.SkipNameValidation), MaxConcurrentReconciles: concurrentRetires}).
+		WithOptions(controller.Options{SkipNameValidation: ptr.To(opts.SkipNameValidation), RateLimiter: backoff.Requeues(), MaxConcurrentReconciles: concurrentRetires}).
 		For(&nncev1beta1.NodeNetworkConfigurationEnactment{}).
 		WatchesMetadata(&corev1.Node{}, handler.EnqueueRequestsFromMapFunc(r.enactmentsLabelled(shared.EnactmentNodeLabel)),
 			builder.WithPredicates(deletions())).

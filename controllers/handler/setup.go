@@ -19,6 +19,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/handler"
 
 	nncev1beta1 "github.com/nmstate-ippool/nmstate-ippool/api/v1beta1"
+	"github.com/nmstate-ippool/nmstate-ippool/internal/backoff"
 	"github.com/nmstate-ippool/nmstate-ippool/internal/nodemeta"
 	"github.com/nmstate-ippool/nmstate-ippool/internal/poolwrite"
 	"github.com/nmstate-ippool/nmstate-ippool/internal/probe"
@@ -108,7 +109,7 @@ type SetupOptions struct {
 func (r *Reconciler) SetupWithManager(mgr ctrl.Manager, opts SetupOptions) error {
 	return ctrl.NewControllerManagedBy(mgr).
 		Named("nncp-handler").
-		WithOptions(controller.Options{SkipNameValidation: ptr.To(opts.SkipNameValidation)}).
+		WithOptions(controller.Options{SkipNameValidation: ptr.To(opts.SkipNameValidation), RateLimiter: backoff.Requeues()}).
 		For(&nmstatev1.NodeNetworkConfigurationPolicy{}, builder.WithPredicates(specOrIncarnationChanged())).
 		Watches(&nncev1beta1.NodeNetworkConfigurationEnactment{}, handler.EnqueueRequestsFromMapFunc(policyOfEnactment),
 			builder.WithPredicates(changesByOthers())).

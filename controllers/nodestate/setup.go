@@ -20,6 +20,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/source"
 
 	nncev1beta1 "github.com/nmstate-ippool/nmstate-ippool/api/v1beta1"
+	"github.com/nmstate-ippool/nmstate-ippool/internal/backoff"
 )
 
 // DefaultRefresh is how often the state is read when nothing asks for it.
@@ -67,7 +68,7 @@ func (r *Reconciler) SetupWithManager(mgr ctrl.Manager, refreshes *Refreshes, op
 	})
 	return ctrl.NewControllerManagedBy(mgr).
 		Named("nns-reporter").
-		WithOptions(controller.Options{SkipNameValidation: ptr.To(opts.SkipNameValidation)}).
+		WithOptions(controller.Options{SkipNameValidation: ptr.To(opts.SkipNameValidation), RateLimiter: backoff.Requeues()}).
 		WatchesMetadata(&corev1.Node{}, toNode, builder.WithPredicates(thisNode)).
 		Watches(&nncev1beta1.NodeNetworkState{}, toNode, builder.WithPredicates(thisNode)).
 		WatchesRawSource(source.Channel(refreshes.events, toNode)).

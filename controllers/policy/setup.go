@@ -18,6 +18,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	nncev1beta1 "github.com/nmstate-ippool/nmstate-ippool/api/v1beta1"
+	"github.com/nmstate-ippool/nmstate-ippool/internal/backoff"
 	"github.com/nmstate-ippool/nmstate-ippool/internal/batch"
 )
 
@@ -40,7 +41,7 @@ func (r *Reconciler) SetupWithManager(ctx context.Context, mgr ctrl.Manager, opt
 	}
 	return ctrl.NewControllerManagedBy(mgr).
 		Named("nncp-rollout").
-		WithOptions(controller.Options{SkipNameValidation: ptr.To(opts.SkipNameValidation)}).
+		WithOptions(controller.Options{SkipNameValidation: ptr.To(opts.SkipNameValidation), RateLimiter: backoff.Requeues()}).
 		For(&nmstatev1.NodeNetworkConfigurationPolicy{}, builder.WithPredicates(predicate.GenerationChangedPredicate{})).
 		Watches(&nncev1beta1.NodeNetworkConfigurationEnactment{}, batch.EnqueueAfter(r.Batch, policyOfEnactment)).
 		WatchesMetadata(&corev1.Node{}, batch.EnqueueAfter(r.Batch, r.allPolicies), builder.WithPredicates(nodeChanges())).

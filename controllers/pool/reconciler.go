@@ -119,29 +119,63 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 		}
 		return ctrl.Result{}, client.IgnoreNotFound(err)
 	}
-	if err := r.ensureFinalizer(ctx, &pool); err != nil {
-		return ctrl.Result{}, err
+	err := r.ensureFinalizer(ctx, &pool)
+	res := ctrl.Result{}
+	if err == nil {
+		r.Metrics.report(&pool)
+		res, err = r.reconcile(ctx, &pool)
 	}
-	r.Metrics.report(&pool)
-	res, err := r.reconcile(ctx, &pool)
 	if apierrors.IsConflict(err) {
+		// Not a failure: a pool that busy handlers write many times a
+		// second would otherwise climb the workqueue's exponential
+		// backoff and wait minutes for its next look.
 		return ctrl.Result{RequeueAfter: conflictRequeue}, nil
 	}
 	return res, err
 }
 
 // ensureFinalizer adds FinalizerPoolEntries to a pool that is not being
-// deleted.
+// deleted. The patch is guarded by the resourceVersion (a merge patch
+// replaces the whole list, so it must not drop another's finalizer);
+// handlers writing the pool's status change that version many times a
+// second, so a conflict reads the pool again from the API server and
+// retries, as every guarded pool write does. pool is updated to what was
+// written.
 func (r *Reconciler) ensureFinalizer(ctx context.Context, pool *ippoolv1.NodeIPPool) error {
-	if !pool.DeletionTimestamp.IsZero() || slices.Contains(pool.Finalizers, ippoolv1.FinalizerPoolEntries) {
+	latest := pool
+	keep := func() {
+		if latest != pool { // DeepCopyInto onto itself would empty its slices
+			latest.DeepCopyInto(pool)
+		}
+	}
+	return r.Pools.Retry(ctx, func() error {
+		if latest == nil {
+			latest = &ippoolv1.NodeIPPool{}
+			if err := r.APIReader.Get(ctx, client.ObjectKeyFromObject(pool), latest); err != nil {
+				return client.IgnoreNotFound(err)
+			}
+			if latest.UID != pool.UID {
+				return nil // re-created: its own reconcile adds the finalizer
+			}
+		}
+		if !latest.DeletionTimestamp.IsZero() || slices.Contains(latest.Finalizers, ippoolv1.FinalizerPoolEntries) {
+			keep()
+			return nil
+		}
+		patch := client.MergeFromWithOptions(latest.DeepCopy(), client.MergeFromWithOptimisticLock{})
+		latest.Finalizers = append(latest.Finalizers, ippoolv1.FinalizerPoolEntries)
+		err := r.Client.Patch(ctx, latest, patch)
+		switch {
+		case apierrors.IsConflict(err):
+			latest = nil
+			return err
+		case client.IgnoreNotFound(err) != nil:
+			return fmt.Errorf("add finalizer %s to NodeIPPool %q: %w", ippoolv1.FinalizerPoolEntries, pool.Name, err)
+		case err == nil:
+			keep()
+		}
 		return nil
-	}
-	patch := client.MergeFromWithOptions(pool.DeepCopy(), client.MergeFromWithOptimisticLock{})
-	pool.Finalizers = append(pool.Finalizers, ippoolv1.FinalizerPoolEntries)
-	if err := r.Client.Patch(ctx, pool, patch); client.IgnoreNotFound(err) != nil {
-		return fmt.Errorf("add finalizer %s to NodeIPPool %q: %w", ippoolv1.FinalizerPoolEntries, pool.Name, err)
-	}
-	return nil
+	})
 }
 
 func (r *Reconciler) reconcile(ctx context.Context, pool *ippoolv1.NodeIPPool) (ctrl.Result, error) {

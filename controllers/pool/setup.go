@@ -23,6 +23,7 @@ import (
 
 	ippoolv1 "github.com/nmstate-ippool/nmstate-ippool/api/v1"
 	nncev1beta1 "github.com/nmstate-ippool/nmstate-ippool/api/v1beta1"
+	"github.com/nmstate-ippool/nmstate-ippool/internal/backoff"
 	"github.com/nmstate-ippool/nmstate-ippool/internal/batch"
 	"github.com/nmstate-ippool/nmstate-ippool/internal/capi"
 	"github.com/nmstate-ippool/nmstate-ippool/internal/poolstatus"
@@ -98,6 +99,13 @@ type SetupOptions struct {
 	SkipNameValidation bool
 }
 
+// concurrentPools is how many pools are looked at at once. The workqueue
+// hands a pool to one reconcile at a time (poolMemory relies on it); pools
+// need not wait for each other. With one worker, a pool whose writes
+// conflict with busy handlers (a rebuild retrying its guarded write) held
+// every other pool's rebuild, serve and garbage collection for as long.
+const concurrentPools = 4
+
 // SetupWithManager indexes enactments by pool and registers the
 // controller: pools, the enactments that concern them, the creation or
 // deletion of any pool (which may start or end an overlap), and reset
@@ -114,7 +122,8 @@ func (r *Reconciler) SetupWithManager(ctx context.Context, mgr ctrl.Manager, opt
 	}
 	return b.
 		Named("nodeippool").
-		WithOptions(controller.Options{SkipNameValidation: ptr.To(opts.SkipNameValidation)}).
+		WithOptions(controller.Options{SkipNameValidation: ptr.To(opts.SkipNameValidation), RateLimiter: backoff.Requeues(),
+			MaxConcurrentReconciles: concurrentPools}).
 		Watches(&ippoolv1.NodeIPPool{}, batch.EnqueueAfter(r.Batch, batch.Self)).
 		Watches(&ippoolv1.NodeIPPool{}, handler.EnqueueRequestsFromMapFunc(r.allPools),
 			builder.WithPredicates(predicate.Funcs{UpdateFunc: func(event.UpdateEvent) bool { return false }})).
