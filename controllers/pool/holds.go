@@ -16,6 +16,7 @@ import (
 
 	ippoolv1 "github.com/nmstate-ippool/nmstate-ippool/api/v1"
 	nncev1beta1 "github.com/nmstate-ippool/nmstate-ippool/api/v1beta1"
+	"github.com/nmstate-ippool/nmstate-ippool/internal/capi"
 	"github.com/nmstate-ippool/nmstate-ippool/internal/poolstatus"
 	"github.com/nmstate-ippool/nmstate-ippool/pkg/ippool"
 )
@@ -165,7 +166,15 @@ func (r *Reconciler) planHolds(ctx context.Context, pool *ippoolv1.NodeIPPool, c
 	terminating := !pool.DeletionTimestamp.IsZero()
 	for _, e := range pool.Status.InFlight {
 		ip, err := netip.ParseAddr(e.IP)
+		restoring, rerr := r.restoring(ctx, e)
+		if rerr != nil {
+			return holdWork{}, rerr
+		}
 		switch {
+		case restoring:
+			// Neither pruned, forgotten nor revoked: until the claim's
+			// IPAddress is back, the entry is the only thing that says
+			// its machine was given the address.
 		case err == nil && claims.HeldBy(ip, e.Enactment):
 			w.prune = append(w.prune, e.IP)
 		case !exists(e.Enactment):
@@ -224,6 +233,30 @@ func (r *Reconciler) planQuarantines(ctx context.Context, pool *ippoolv1.NodeIPP
 	}
 	slices.Sort(w.ask)
 	return nil
+}
+
+// restoring reports whether e holds the address of a Cluster API claim
+// whose IPAddress was deleted and is being created again: the claim, read
+// from the API server, has the entry's UID as token and names the entry's
+// address in its restore annotation. The machine the claim serves was
+// given that address and may carry it whatever happens to the IPAddress,
+// so the address stays held until the claim has its IPAddress back, or is
+// deleted. The annotation alone holds nothing: only the entry the
+// controller wrote does (a tenant cannot make one by writing it).
+func (r *Reconciler) restoring(ctx context.Context, e ippoolv1.InFlightAddress) (bool, error) {
+	namespace, name, ok := poolstatus.ParseClaimHolder(e.Enactment)
+	if !ok || r.IPAMVersion == "" {
+		return false, nil
+	}
+	claim := capi.NewClaim(r.IPAMVersion)
+	err := r.APIReader.Get(ctx, types.NamespacedName{Namespace: namespace, Name: name}, claim)
+	switch {
+	case apierrors.IsNotFound(err):
+		return false, nil
+	case err != nil:
+		return false, fmt.Errorf("get IPAddressClaim %s/%s: %w", namespace, name, err)
+	}
+	return string(claim.GetUID()) == e.Token && claim.GetAnnotations()[capi.RestoreAnnotation] == e.IP, nil
 }
 
 // fenceOutcome is what fence found.
