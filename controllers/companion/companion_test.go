@@ -429,3 +429,42 @@ func TestSharedHostnameWritesNothing(t *testing.T) {
 	})).To(Succeed())
 	Eventually(generated("sh")).Should(ConsistOf("sh-sh-1", "sh-sh-2"))
 }
+
+// TestAddressOutsideRangeReplaced: a node's address that its pool no
+// longer hands out (the pool re-created over another range) is replaced,
+// as handler mode replaces it: the node gets an address of the new range,
+// its policy carries only that one, the old one is no longer recorded,
+// and an Event says why. Before, the old address stayed rendered with the
+// new range's prefix.
+func TestAddressOutsideRangeReplaced(t *testing.T) {
+	u := begin(t, "or", "or-1")
+	createPool(t, "cmp-or", rangeSpec("10.68.0.0/24", "10.68.0.10", "10.68.0.20"))
+	create(t, pooled("or", "or", "cmp-or", "100%"))
+	Eventually(status("or")).Should(HavePrefix("Available"))
+	Expect(addressOf("or", "or-1")()).To(Equal("10.68.0.10"))
+	Eventually(u.configured("or-1")).Should(Equal([]string{"10.68.0.10/24"}))
+
+	pool := &ippoolv1.NodeIPPool{ObjectMeta: metav1.ObjectMeta{Name: "cmp-or"}}
+	Expect(k.Delete(ctx, pool)).To(Succeed())
+	Eventually(func() error { return k.Get(ctx, client.ObjectKeyFromObject(pool), pool) }).Should(MatchError(ContainSubstring("not found")))
+	createPool(t, "cmp-or", rangeSpec("10.68.1.0/25", "10.68.1.10", "10.68.1.20"))
+
+	Eventually(addressOf("or", "or-1")).Should(Equal("10.68.1.10"))
+	Eventually(u.configured("or-1")).Should(Equal([]string{"10.68.1.10/25"}), "the new address replaces the old one")
+	Eventually(events("or")).Should(ContainElement(
+		"AddressOutsideRange: Node or-1: capture addr: 10.68.0.10 is no longer handed out by NodeIPPool cmp-or (10.68.1.0/25 10.68.1.10-10.68.1.20); " +
+			"it gets new addresses, and the old ones are taken off its interfaces"))
+	Eventually(func() []string {
+		var p ippoolv1.PooledNodeNetworkConfigurationPolicy
+		Expect(k.Get(ctx, types.NamespacedName{Name: "or"}, &p)).To(Succeed())
+		var held []string
+		for _, n := range p.Status.Nodes {
+			for _, a := range n.Held() {
+				held = append(held, a.IP)
+			}
+		}
+		return held
+	}).Should(Equal([]string{"10.68.1.10"}), "the old address is no longer recorded once its removal is applied")
+	Eventually(status("or")).Should(Equal("Available SuccessfullyConfigured: 1/1 nodes successfully configured"))
+	Expect(bits("cmp-or")()).To(Equal([]string{"10.68.1.10"}))
+}

@@ -42,26 +42,94 @@ func (r *Reconciler) reset(ctx context.Context, w *world, next *ippoolv1.PooledN
 		if rec == nil || rec.Releasing {
 			continue
 		}
-		var drop, keep []ippoolv1.PooledAddress
-		for _, a := range rec.Addresses {
+		drop, _, err := r.replace(ctx, w, rec, func(a ippoolv1.PooledAddress) string {
 			if slices.Contains(w.resets.pools[node], a.Pool) {
-				drop = append(drop, a)
-			} else {
-				keep = append(keep, a)
+				return "reset"
 			}
-		}
-		if len(drop) == 0 {
+			return ""
+		})
+		switch {
+		case err != nil:
+			return err
+		case len(drop) == 0:
 			continue
 		}
-		if err := r.quarantine(ctx, w, rec, drop, false); err != nil {
-			return err
-		}
-		rec.Addresses, rec.Released = keep, append(rec.Released, drop...)
 		r.Recorder.Eventf(w.policy, nil, corev1.EventTypeNormal, ippoolv1.ReasonAddressesDropped, "Reset",
 			"Dropped %s of node %s for the %s annotation; the node gets new addresses, and the old ones are free once its policy "+
 				"without them is applied and its network shows them gone", ips(drop), node, ippoolv1.ResetIPPoolAnnotation)
 	}
 	return nil
+}
+
+// outside replaces, as a reset does, the recorded addresses that their
+// pool's range no longer hands out (the pool re-created over another
+// range, or the address excluded): rendered with the new range's prefix
+// and gateway they would be wrong, and the pool could never hold them.
+// The node gets new ones in the same pass; the old ones stay recorded
+// (Released) until its policy without them is applied. A pool that cannot
+// serve now (being rebuilt, refused, unusable) replaces nothing yet: the
+// node keeps what it has until a new address can be had.
+func (r *Reconciler) outside(ctx context.Context, w *world, next *ippoolv1.PooledNodeNetworkConfigurationPolicy) error {
+	for i := range next.Status.Nodes {
+		rec := &next.Status.Nodes[i]
+		if rec.Releasing || !w.isSelected(rec.Node) {
+			continue
+		}
+		drop, why, err := r.replace(ctx, w, rec, func(a ippoolv1.PooledAddress) string { return outsideOf(w.pools[a.Pool], a) })
+		switch {
+		case err != nil:
+			return err
+		case len(drop) == 0:
+			continue
+		}
+		r.Recorder.Eventf(w.policy, nil, corev1.EventTypeWarning, ippoolv1.ReasonAddressOutsideRange, "Allocate",
+			"Node %s: %s; it gets new addresses, and the old ones are taken off its interfaces", rec.Node, strings.Join(why, "; "))
+	}
+	return nil
+}
+
+// outsideOf says why pool no longer hands out the recorded address a
+// ("capture c: A is no longer handed out by NodeIPPool P (range)"), or ""
+// when it does, or when the pool cannot serve a replacement now.
+func outsideOf(pool *ippoolv1.NodeIPPool, a ippoolv1.PooledAddress) string {
+	if pool == nil || poolstatus.Unservable(pool) != "" {
+		return ""
+	}
+	rng, err := poolstatus.Range(pool)
+	ip, perr := netip.ParseAddr(a.IP)
+	if err != nil || perr != nil {
+		return ""
+	}
+	if _, err := rng.Assignable(ip); err == nil {
+		return ""
+	}
+	return fmt.Sprintf("capture %s: %s is no longer handed out by NodeIPPool %s (%s)", a.Capture, a.IP, pool.Name, rng)
+}
+
+// replace takes from rec, for nobody's return, the addresses of which why
+// says something: quarantined where a pool's range still holds them, and
+// moved to the node's Released, where they stay recorded until the node's
+// policy without them is applied (settle); allocate gives their captures
+// new addresses. It returns them, with what why said of each.
+func (r *Reconciler) replace(ctx context.Context, w *world, rec *ippoolv1.PooledPolicyNode,
+	why func(ippoolv1.PooledAddress) string) ([]ippoolv1.PooledAddress, []string, error) {
+	var drop, keep []ippoolv1.PooledAddress
+	var reasons []string
+	for _, a := range rec.Addresses {
+		if reason := why(a); reason != "" {
+			drop, reasons = append(drop, a), append(reasons, reason)
+		} else {
+			keep = append(keep, a)
+		}
+	}
+	if len(drop) == 0 {
+		return nil, nil, nil
+	}
+	if err := r.quarantine(ctx, w, rec, drop, false); err != nil {
+		return nil, nil, err
+	}
+	rec.Addresses, rec.Released = keep, append(rec.Released, drop...)
+	return drop, reasons, nil
 }
 
 // depart releases the addresses of nodes whose Node is gone: quarantined,

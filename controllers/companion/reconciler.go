@@ -130,6 +130,9 @@ func (r *Reconciler) holdings(ctx context.Context, w *world, next *ippoolv1.Pool
 	if w.invalid != nil {
 		return problems, nil // nothing is allocated for a policy that cannot render
 	}
+	if err := r.outside(ctx, w, next); err != nil {
+		return nil, err
+	}
 	if err := r.reset(ctx, w, next); err != nil {
 		return nil, err
 	}
