@@ -2,6 +2,7 @@ package pool_test
 
 import (
 	"context"
+	"fmt"
 	"sync/atomic"
 	"testing"
 
@@ -31,8 +32,7 @@ func TestBusyPoolGetsItsFinalizer(t *testing.T) {
 			Patch: func(ctx context.Context, c client.WithWatch, obj client.Object, patch client.Patch, opts ...client.PatchOption) error {
 				if p, ok := obj.(*ippoolv1.NodeIPPool); ok && p.Name == name && bumped.Load() < bumps {
 					bumped.Add(1)
-					touch := client.RawPatch(types.MergePatchType, []byte(`{"metadata":{"annotations":{"example.com/touched":"`+
-						string(rune('a'+bumped.Load()))+`"}}}`))
+					touch := client.RawPatch(types.MergePatchType, fmt.Appendf(nil, `{"metadata":{"annotations":{"example.com/touched":"%d"}}}`, bumped.Load()))
 					Expect(c.Patch(ctx, p.DeepCopy(), touch)).To(Succeed())
 				}
 				return c.Patch(ctx, obj, patch, opts...)
