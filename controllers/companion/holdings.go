@@ -222,7 +222,7 @@ type removal struct {
 func (r *Reconciler) removed(ctx context.Context, w *world, rec *ippoolv1.PooledPolicyNode) (removal, error) {
 	if g := w.generated[rec.Node]; g != nil && unhandled(g) {
 		return removal{failed: fmt.Sprintf("node %s runs no kubernetes-nmstate handler (policy %s matches no node it runs on): %s stay recorded "+
-			"and quarantined until one runs there and takes them off, or until the Node is deleted", rec.Node, g.Name, ips(rec.Held()))}, nil
+			"and quarantined until one runs there and takes them off; "+machineGone, rec.Node, g.Name, ips(rec.Held()))}, nil
 	}
 	out, without, err := r.takenOff(ctx, w, rec, rec.Held())
 	if without != nil {
@@ -264,7 +264,7 @@ func (r *Reconciler) takenOff(ctx context.Context, w *world, rec *ippoolv1.Poole
 	without, _, err := nmstatectl.WithoutAddresses(g.Spec.DesiredState.Raw, drop)
 	switch {
 	case err != nil:
-		return removal{failed: fmt.Sprintf("the addresses %s of node %s cannot be taken off by policy %s: %v; delete the Node if the machine is gone",
+		return removal{failed: fmt.Sprintf("the addresses %s of node %s cannot be taken off by policy %s: %v; they stay recorded and quarantined; "+machineGone,
 			ips(addrs), rec.Node, g.Name, err)}, nil, nil
 	case without != nil:
 		return removal{}, without, nil
@@ -272,7 +272,7 @@ func (r *Reconciler) takenOff(ctx context.Context, w *world, rec *ippoolv1.Poole
 		return removal{confirmed: true}, nil, nil // applied without them
 	case st == policystatus.Failing || st == policystatus.Aborted:
 		return removal{failed: fmt.Sprintf("node %s could not apply policy %s, which takes %s off its interfaces (see its enactment %s); "+
-			"the addresses stay recorded and quarantined until it does, or until the Node is deleted",
+			"the addresses stay recorded and quarantined until it does; "+machineGone,
 			rec.Node, g.Name, ips(addrs), shared.EnactmentKey(rec.Node, g.Name).Name)}, nil, nil
 	}
 	return removal{}, nil, nil // being applied
@@ -319,6 +319,12 @@ func (r *Reconciler) exists(ctx context.Context, name string) (bool, error) {
 	}
 	return true, nil
 }
+
+// machineGone ends the message of a release that cannot finish: deleting
+// the Node is the way out only for a machine that no longer runs, since
+// nothing then takes the addresses off a machine that still does, and
+// they are free once the departure hold has passed.
+const machineGone = "delete its Node only once its machine is powered off for good: a Node deleted while its machine runs keeps them on its interfaces"
 
 // releaseWhy says why a pass releases a node's addresses.
 func releaseWhy(w *world) string {
