@@ -1,8 +1,10 @@
 package companion_test
 
 import (
+	"context"
 	"slices"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -15,6 +17,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/client-go/util/retry"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/client/interceptor"
 	"sigs.k8s.io/yaml"
 
 	ippoolv1 "github.com/nmstate-ippool/nmstate-ippool/api/v1"
@@ -467,4 +470,49 @@ func TestAddressOutsideRangeReplaced(t *testing.T) {
 	}).Should(Equal([]string{"10.68.1.10"}), "the old address is no longer recorded once its removal is applied")
 	Eventually(status("or")).Should(Equal("Available SuccessfullyConfigured: 1/1 nodes successfully configured"))
 	Expect(bits("cmp-or")()).To(Equal([]string{"10.68.1.10"}))
+}
+
+// TestStaleRecordQuarantinesNothing: a pass that reads an old copy of the
+// pooled policy from its cache (after a watch outage) does not act on its
+// records. Here the old copy says node st-1 still holds 10.71.0.10, which
+// was released since and given to st-2: acting on it would quarantine
+// st-2's address under st-1, to be lifted later on st-1's evidence while
+// st-2 carries it. Before, the quarantine was written; now the pass sees
+// that the API server has a newer copy and looks again.
+func TestStaleRecordQuarantinesNothing(t *testing.T) {
+	var stale atomic.Pointer[ippoolv1.PooledNodeNetworkConfigurationPolicy]
+	u := beginWith(t, func(pc *envtest.PoolController) {
+		pc.PooledPolicies.Client = interceptor.NewClient(envtest.WithoutWatch{Client: pc.PooledPolicies.Client}, interceptor.Funcs{
+			Get: func(ctx context.Context, c client.WithWatch, key client.ObjectKey, obj client.Object, opts ...client.GetOption) error {
+				if p, ok := obj.(*ippoolv1.PooledNodeNetworkConfigurationPolicy); ok && key.Name == "st" {
+					if old := stale.Load(); old != nil {
+						old.DeepCopyInto(p)
+						return nil
+					}
+				}
+				return c.Get(ctx, key, obj, opts...)
+			},
+		})
+	}, "st", "st-1")
+	createPool(t, "cmp-st", rangeSpec("10.71.0.0/24", "10.71.0.10", "10.71.0.12"))
+	create(t, pooled("st", "st", "cmp-st", "100%"))
+	Eventually(status("st")).Should(HavePrefix("Available"))
+	Expect(addressOf("st", "st-1")()).To(Equal("10.71.0.10"))
+	var old ippoolv1.PooledNodeNetworkConfigurationPolicy
+	Expect(k.Get(ctx, types.NamespacedName{Name: "st"}, &old)).To(Succeed())
+
+	relabel("st-1", "elsewhere")
+	Eventually(addressOf("st", "st-1")).Should(BeEmpty())
+	Eventually(bits("cmp-st")).Should(BeEmpty(), "released and free once st-1 shows it gone")
+	u.addNode("st-2", "st")
+	Eventually(addressOf("st", "st-2")).Should(Equal("10.71.0.10"))
+	Eventually(status("st")).Should(Equal("Available SuccessfullyConfigured: 1/1 nodes successfully configured"))
+
+	stale.Store(&old)
+	annotate(&ippoolv1.PooledNodeNetworkConfigurationPolicy{ObjectMeta: metav1.ObjectMeta{Name: "st"}}, "cmp-none") // any event
+	Consistently(quarantined("cmp-st"), 3*time.Second).Should(BeEmpty())
+	stale.Store(nil)
+	Eventually(events("st")).Should(ContainElement(HavePrefix("InvalidReset: nmstate.io/reset-ippool=cmp-none")), "the pass ran once the cache caught up")
+	Expect(addressOf("st", "st-2")()).To(Equal("10.71.0.10"))
+	Expect(quarantined("cmp-st")()).To(BeEmpty())
 }

@@ -57,6 +57,33 @@ type Reconciler struct {
 // looked at again, besides the events of its NNCPs and enactments.
 const progressPoll = 30 * time.Second
 
+// behindRequeue is how soon a pooled policy whose cached copy is older
+// than the API server's is looked at again (its watch event usually
+// brings it back sooner).
+const behindRequeue = 200 * time.Millisecond
+
+// cacheBehind reports whether the API server has a newer copy of p than
+// the cache gave. A pass quarantines addresses its records name before
+// it writes the status, and a quarantine written from a stale record
+// (after a watch outage, or before this controller's last status write
+// reached the cache) could take an address that has since been given to
+// another node, and be lifted later on the wrong node's evidence: the
+// records a pass acts on must be the latest.
+func (r *Reconciler) cacheBehind(ctx context.Context, p *ippoolv1.PooledNodeNetworkConfigurationPolicy) (bool, error) {
+	var fresh ippoolv1.PooledNodeNetworkConfigurationPolicy
+	err := r.APIReader.Get(ctx, client.ObjectKeyFromObject(p), &fresh)
+	switch {
+	case apierrors.IsNotFound(err):
+		return true, nil // gone: nothing to act on
+	case err != nil:
+		return false, fmt.Errorf("get %s %s: %w", poolstatus.PooledPolicyKind, p.Name, err)
+	case fresh.UID != p.UID || fresh.ResourceVersion != p.ResourceVersion:
+		ctrl.LoggerFrom(ctx).V(1).Info("the cache is behind the API server; looking again", "cached", p.ResourceVersion, "latest", fresh.ResourceVersion)
+		return true, nil
+	}
+	return false, nil
+}
+
 // Reconcile keeps one pooled policy: fetch → finalizer → observe → pool
 // writes (resets, departures, releases, allocations) → one status write
 // (records and conditions) → the generated NNCPs, paced → resets cleared
@@ -76,6 +103,9 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 		if err := r.Client.Patch(ctx, &p, patch); err != nil {
 			return ctrl.Result{}, fmt.Errorf("add the finalizer to %s %s: %w", poolstatus.PooledPolicyKind, p.Name, err)
 		}
+	}
+	if behind, err := r.cacheBehind(ctx, &p); err != nil || behind {
+		return ctrl.Result{RequeueAfter: behindRequeue}, err
 	}
 	w, err := r.observe(ctx, &p)
 	if err != nil {

@@ -55,12 +55,19 @@ func init() {
 // (see upstream), each a Node labelled role=<label>.
 func begin(t *testing.T, label string, nodes ...string) *upstream {
 	t.Helper()
+	return beginWith(t, func(*envtest.PoolController) {}, label, nodes...)
+}
+
+// beginWith is begin with the pool controller adjusted before it starts.
+func beginWith(t *testing.T, tune func(*envtest.PoolController), label string, nodes ...string) *upstream {
+	t.Helper()
 	RegisterTestingT(t)
 	pc, err := env.StartPoolController(grace, nil, func(pc *envtest.PoolController) {
 		// Beside kubernetes-nmstate's handler the pool controller runs
 		// neither: that handler writes the NNCPs' status and its
 		// enactments (cmd/pool-controller --mode companion).
 		pc.Enactments, pc.Policies = nil, nil
+		tune(pc)
 	})
 	Expect(err).NotTo(HaveOccurred())
 	Expect(pc.PooledPolicies).NotTo(BeNil())
