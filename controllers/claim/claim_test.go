@@ -1,26 +1,20 @@
 package claim_test
 
 import (
-	"context"
-	"errors"
 	"sync/atomic"
 	"testing"
 	"time"
 
 	. "github.com/onsi/gomega"
 	corev1 "k8s.io/api/core/v1"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
-	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/util/retry"
 	"sigs.k8s.io/controller-runtime/pkg/client"
-	"sigs.k8s.io/controller-runtime/pkg/client/interceptor"
 
 	ippoolv1 "github.com/nmstate-ippool/nmstate-ippool/api/v1"
 	"github.com/nmstate-ippool/nmstate-ippool/internal/capi"
-	"github.com/nmstate-ippool/nmstate-ippool/test/envtest"
 )
 
 // TestClaimServed: a claim of a NodeIPPool gets an IPAddress of its name
@@ -369,28 +363,8 @@ func TestIPv6Claim(t *testing.T) {
 // forgotten while the pass stalled, garbage collection freed the address,
 // and the next claim got it while the first machine kept it.
 func TestRestoreHoldsItsAddress(t *testing.T) {
-	RegisterTestingT(t)
 	var refuse atomic.Bool
-	pc, err := env.StartPoolController(grace, nil, func(pc *envtest.PoolController) {
-		pc.Claims.Client = interceptor.NewClient(envtest.WithoutWatch{Client: pc.Claims.Client}, interceptor.Funcs{
-			Create: func(ctx context.Context, c client.WithWatch, obj client.Object, opts ...client.CreateOption) error {
-				if obj.GetObjectKind().GroupVersionKind().Kind == capi.AddressKind && obj.GetName() == "m1" && refuse.Load() {
-					// A pass that stalls (a slow admission webhook, an
-					// API server under load) for longer than the grace
-					// period, then fails.
-					select {
-					case <-ctx.Done():
-					case <-time.After(3 * grace):
-					}
-					return apierrors.NewForbidden(schema.GroupResource{Group: "ipam.cluster.x-k8s.io", Resource: "ipaddresses"},
-						obj.GetName(), errors.New("refused by the test"))
-				}
-				return c.Create(ctx, obj, opts...)
-			},
-		})
-	})
-	Expect(err).NotTo(HaveOccurred())
-	t.Cleanup(func() { _ = pc.Stop() })
+	startStalling(t, 3*grace, refuse.Load, refuse.Load)
 	createNamespace(t, "held")
 	createPool(t, "claims-held", ippoolv1.NodeIPPoolSpec{Range: ippoolv1.IPRange{CIDR: "10.80.12.0/24", Start: "10.80.12.1", End: "10.80.12.2"}})
 	createClaim(t, "held", "m1", "claims-held")

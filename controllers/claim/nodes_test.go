@@ -2,6 +2,7 @@ package claim_test
 
 import (
 	"fmt"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -108,4 +109,48 @@ func addNode(t *testing.T, dir, name string) {
 		_ = nd.Stop()
 		_ = k.Delete(ctx, node)
 	})
+}
+
+// TestStalledClaimKeepsItsAddress: a claim's pass that stalls between its
+// pool write and the creation of its IPAddress for longer than the grace
+// period (a slow admission webhook, an API server under load) keeps the
+// address it took; a node asking the one-address pool meanwhile waits.
+// Before, the claim's in-flight entry was forgotten, garbage collection
+// freed the address, the node got it, and the late IPAddress named it too.
+func TestStalledClaimKeepsItsAddress(t *testing.T) {
+	var stall atomic.Bool
+	stall.Store(true)
+	// Long enough for the entry to be forgotten, the address collected and
+	// the waiting node nudged and served, had the entry not held it.
+	startStalling(t, 8*grace, func() bool { return stall.Swap(false) }, func() bool { return false })
+	createNamespace(t, "stall")
+	createPool(t, "claims-stall", ippoolv1.NodeIPPoolSpec{Range: ippoolv1.IPRange{CIDR: "10.80.13.0/24", Start: "10.80.13.1", End: "10.80.13.1"}})
+	createClaim(t, "stall", "m1", "claims-stall")
+	Eventually(bits("claims-stall")).Should(Equal([]string{"10.80.13.1"}), "taken for m1, its IPAddress not created yet")
+
+	node := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "stall01", Labels: map[string]string{"role": "stall"}}}
+	Expect(k.Create(ctx, node)).To(Succeed())
+	nd := envtest.NewNode("stall01", t.TempDir(), simBin)
+	Expect(nd.Start(env)).To(Succeed())
+	t.Cleanup(func() {
+		_ = nd.Stop()
+		_ = k.Delete(ctx, node)
+	})
+	policy := &nmstatev1.NodeNetworkConfigurationPolicy{ObjectMeta: metav1.ObjectMeta{Name: "stall"}}
+	policy.Spec.NodeSelector = map[string]string{"role": "stall"}
+	policy.Spec.Capture = map[string]string{"addr": "ippool.claims-stall.allocate"}
+	policy.Spec.DesiredState = shared.NewState(envtest.OneAddressState)
+	Expect(k.Create(ctx, policy)).To(Succeed())
+	t.Cleanup(func() { _ = k.Delete(ctx, policy) })
+
+	nodeHolds := func() []string {
+		var e nncev1beta1.NodeNetworkConfigurationEnactment
+		if err := k.Get(ctx, types.NamespacedName{Name: "stall01.stall"}, &e); err != nil {
+			return nil
+		}
+		return e.Status.IPPool["claims-stall"].Allocated
+	}
+	Eventually(addressOf("stall", "m1"), 2*defaultTimeout).Should(Equal("10.80.13.1"))
+	Consistently(nodeHolds, 2*grace).Should(BeEmpty(), "the node waits for a free address")
+	Expect(bits("claims-stall")()).To(Equal([]string{"10.80.13.1"}))
 }

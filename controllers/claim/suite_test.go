@@ -2,6 +2,7 @@ package claim_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"testing"
@@ -9,11 +10,14 @@ import (
 
 	. "github.com/onsi/gomega"
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/client/interceptor"
 
 	ippoolv1 "github.com/nmstate-ippool/nmstate-ippool/api/v1"
 	nncev1beta1 "github.com/nmstate-ippool/nmstate-ippool/api/v1beta1"
@@ -65,6 +69,37 @@ func startController(t *testing.T) *envtest.PoolController {
 	Expect(pc.Claims).NotTo(BeNil(), "the IPAM CRDs are installed: the claim controller must run")
 	t.Cleanup(func() { _ = pc.Stop() })
 	return pc
+}
+
+// startStalling runs a pool controller, with its claim controller, until
+// the test ends; the creation of IPAddress m1 stalls for stallFor (a slow
+// admission webhook, an API server under load) while stall says so, and
+// is then refused while refuse says so.
+func startStalling(t *testing.T, stallFor time.Duration, stall func() bool, refuse func() bool) {
+	t.Helper()
+	RegisterTestingT(t)
+	pc, err := env.StartPoolController(grace, nil, func(pc *envtest.PoolController) {
+		pc.Claims.Client = interceptor.NewClient(envtest.WithoutWatch{Client: pc.Claims.Client}, interceptor.Funcs{
+			Create: func(ctx context.Context, c client.WithWatch, obj client.Object, opts ...client.CreateOption) error {
+				if obj.GetObjectKind().GroupVersionKind().Kind != capi.AddressKind || obj.GetName() != "m1" {
+					return c.Create(ctx, obj, opts...)
+				}
+				if stall() {
+					select {
+					case <-ctx.Done():
+					case <-time.After(stallFor):
+					}
+				}
+				if refuse() {
+					return apierrors.NewForbidden(schema.GroupResource{Group: "ipam.cluster.x-k8s.io", Resource: "ipaddresses"},
+						obj.GetName(), errors.New("refused by the test"))
+				}
+				return c.Create(ctx, obj, opts...)
+			},
+		})
+	})
+	Expect(err).NotTo(HaveOccurred())
+	t.Cleanup(func() { _ = pc.Stop() })
 }
 
 // begin starts a test: a pool controller, the namespace of its claims

@@ -166,20 +166,21 @@ func (r *Reconciler) planHolds(ctx context.Context, pool *ippoolv1.NodeIPPool, c
 	terminating := !pool.DeletionTimestamp.IsZero()
 	for _, e := range pool.Status.InFlight {
 		ip, err := netip.ParseAddr(e.IP)
-		restoring, rerr := r.restoring(ctx, e)
-		if rerr != nil {
-			return holdWork{}, rerr
+		recorded := err == nil && claims.HeldBy(ip, e.Enactment)
+		if !recorded && exists(e.Enactment) && !terminating && ages[inFlightKey(e)] < r.GracePeriod {
+			continue // young: its holder records it soon
 		}
+		held, err := r.claimHolds(ctx, e, recorded)
 		switch {
-		case restoring:
-			// Neither pruned, forgotten nor revoked: until the claim's
-			// IPAddress is back, the entry is the only thing that says
-			// its machine was given the address.
-		case err == nil && claims.HeldBy(ip, e.Enactment):
+		case err != nil:
+			return holdWork{}, err
+		case held:
+			// Neither pruned, forgotten nor revoked: see claimHolds.
+		case recorded:
 			w.prune = append(w.prune, e.IP)
 		case !exists(e.Enactment):
 			w.forget[e.IP] = e.Token
-		case terminating || ages[inFlightKey(e)] >= r.GracePeriod:
+		default:
 			outcome, err := r.fence(ctx, pool, e)
 			switch {
 			case err != nil:
@@ -235,28 +236,50 @@ func (r *Reconciler) planQuarantines(ctx context.Context, pool *ippoolv1.NodeIPP
 	return nil
 }
 
-// restoring reports whether e holds the address of a Cluster API claim
-// whose IPAddress was deleted and is being created again: the claim, read
-// from the API server, has the entry's UID as token and names the entry's
-// address in its restore annotation. The machine the claim serves was
-// given that address and may carry it whatever happens to the IPAddress,
-// so the address stays held until the claim has its IPAddress back, or is
-// deleted. The annotation alone holds nothing: only the entry the
-// controller wrote does (a tenant cannot make one by writing it).
-func (r *Reconciler) restoring(ctx context.Context, e ippoolv1.InFlightAddress) (bool, error) {
+// claimHolds reports whether e is the only hold of a Cluster API claim on
+// its address, which then stays in flight for as long as that is so: the
+// claim, read from the API server, has the entry's UID as token, and
+// either names the entry's address in its restore annotation (its
+// IPAddress was deleted and is being created again: the machine the claim
+// serves was given that address and may carry it whatever happens to the
+// IPAddress; recorded tells that the old IPAddress still records it) or
+// has no IPAddress yet (a pass that stalled between its pool write and
+// the creation of the IPAddress: if the entry went, the address could be
+// handed to another holder before the late IPAddress names it too). A
+// claim's entry goes once the claim records it, records another address,
+// or is gone. The annotation alone holds nothing: only the entry the
+// controller wrote does.
+func (r *Reconciler) claimHolds(ctx context.Context, e ippoolv1.InFlightAddress, recorded bool) (bool, error) {
 	namespace, name, ok := poolstatus.ParseClaimHolder(e.Enactment)
 	if !ok || r.IPAMVersion == "" {
 		return false, nil
 	}
+	key := types.NamespacedName{Namespace: namespace, Name: name}
 	claim := capi.NewClaim(r.IPAMVersion)
-	err := r.APIReader.Get(ctx, types.NamespacedName{Namespace: namespace, Name: name}, claim)
+	err := r.APIReader.Get(ctx, key, claim)
 	switch {
 	case apierrors.IsNotFound(err):
 		return false, nil
 	case err != nil:
-		return false, fmt.Errorf("get IPAddressClaim %s/%s: %w", namespace, name, err)
+		return false, fmt.Errorf("get IPAddressClaim %s: %w", key, err)
+	case string(claim.GetUID()) != e.Token:
+		return false, nil
+	case claim.GetAnnotations()[capi.RestoreAnnotation] == e.IP:
+		return true, nil
+	case recorded:
+		return false, nil
 	}
-	return string(claim.GetUID()) == e.Token && claim.GetAnnotations()[capi.RestoreAnnotation] == e.IP, nil
+	addr := capi.NewAddress(r.IPAMVersion)
+	err = r.APIReader.Get(ctx, key, addr)
+	switch {
+	case apierrors.IsNotFound(err):
+		return true, nil
+	case err != nil:
+		return false, fmt.Errorf("get IPAddress %s: %w", key, err)
+	}
+	// Created a moment ago with this address (pruned once the cache has
+	// it), or with another: then the entry is left over.
+	return capi.AddressOf(addr).IP.String() == e.IP, nil
 }
 
 // fenceOutcome is what fence found.
