@@ -9,13 +9,17 @@ import (
 	"strings"
 
 	"github.com/nmstate/kubernetes-nmstate/api/shared"
+	nmstatev1 "github.com/nmstate/kubernetes-nmstate/api/v1"
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/types"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	ippoolv1 "github.com/nmstate-ippool/nmstate-ippool/api/v1"
 	nncev1beta1 "github.com/nmstate-ippool/nmstate-ippool/api/v1beta1"
 	"github.com/nmstate-ippool/nmstate-ippool/internal/poolstatus"
+	"github.com/nmstate-ippool/nmstate-ippool/internal/record"
+	"github.com/nmstate-ippool/nmstate-ippool/pkg/capture"
 	"github.com/nmstate-ippool/nmstate-ippool/pkg/nmstatectl"
 )
 
@@ -25,10 +29,15 @@ import (
 // putting back what that apply took off), then takes off its interfaces
 // every address a pool holds released from one of this node's enactments
 // (quarantined, or kept for its return) that no record of the node holds:
-// a released address is no longer the node's. An address found on the
-// node that no enactment recorded stays: no record released it. It changes nothing else. The caller
-// holds NetworkLock, so that the state read after Settle is one no apply
-// of this handler can change before it is published.
+// a released address is no longer the node's. An address released by an
+// enactment whose policy still captures from that pool an address its
+// record lacks (a reset) stays until that enactment's next apply, which
+// takes it off as it puts the replacement on: a reset is make before
+// break. An address
+// found on the node that no enactment recorded stays: no record released
+// it. It changes nothing else. The caller holds NetworkLock, so that the
+// state read after Settle is one no apply of this handler can change
+// before it is published.
 //
 // orphaned says the node's Node is gone. The pools then count every
 // address the node held free (kept for its return only for a while), so
@@ -69,11 +78,18 @@ func (r *Reconciler) Settle(ctx context.Context, orphaned bool) error {
 	if len(released) == 0 {
 		return nil
 	}
-	held, err := r.heldByNode(ctx)
+	enactments, err := r.nodeEnactments(ctx)
 	if err != nil {
 		return err
 	}
-	maps.DeleteFunc(released, func(ip netip.Addr, _ release) bool { return held[ip] })
+	held, replacing := heldBy(enactments), r.replacing(ctx, enactments)
+	maps.DeleteFunc(released, func(ip netip.Addr, rel release) bool {
+		// Released by an enactment that is being given a replacement:
+		// the apply that puts it on takes this one off (make before
+		// break; a reset taken off here left the node without an
+		// address until the pool served it again, maybe the same one).
+		return held[ip] || (!orphaned && !rel.free && replacing[rel.enactment][rel.pool])
+	})
 	if len(released) == 0 {
 		return nil
 	}
@@ -83,6 +99,9 @@ func (r *Reconciler) Settle(ctx context.Context, orphaned bool) error {
 // release is an address a pool holds released from this node.
 type release struct {
 	pool string
+	// enactment is the enactment that released it; "" when kept for the
+	// node's return.
+	enactment string
 	// free says the pool counts the address free already (its Node was
 	// deleted): it may be handed to another node at any time.
 	free bool
@@ -93,9 +112,9 @@ type release struct {
 // their pool.
 func (r *Reconciler) releasedFrom(pools []ippoolv1.NodeIPPool) map[netip.Addr]release {
 	out := map[netip.Addr]release{}
-	add := func(pool, node, s string, free bool) {
+	add := func(pool, node, s, enactment string, free bool) {
 		if ip, err := netip.ParseAddr(s); err == nil && node == r.NodeName {
-			out[ip] = release{pool: pool, free: free}
+			out[ip] = release{pool: pool, enactment: enactment, free: free}
 		}
 	}
 	for _, p := range pools {
@@ -107,10 +126,10 @@ func (r *Reconciler) releasedFrom(pools []ippoolv1.NodeIPPool) map[netip.Addr]re
 				// node, whose pooled capture may adopt it.
 				continue
 			}
-			add(p.Name, q.Node, q.IP, false)
+			add(p.Name, q.Node, q.IP, q.Enactment, false)
 		}
 		for _, k := range p.Status.KeptForReturn {
-			add(p.Name, k.Node, k.IP, true)
+			add(p.Name, k.Node, k.IP, "", true)
 		}
 	}
 	return out
@@ -139,15 +158,28 @@ func inRanges(pools []ippoolv1.NodeIPPool, carried map[netip.Addr]string) map[ne
 
 // heldByNode returns the addresses this node's enactments record as
 // allocated, read from the API server. An address an enactment releases
-// is not held: it comes off at once, while its record still keeps it from
-// anyone else until the pool controller has quarantined it.
+// is not held.
 func (r *Reconciler) heldByNode(ctx context.Context) (map[netip.Addr]bool, error) {
+	list, err := r.nodeEnactments(ctx)
+	if err != nil {
+		return nil, err
+	}
+	return heldBy(list), nil
+}
+
+// nodeEnactments lists this node's enactments from the API server.
+func (r *Reconciler) nodeEnactments(ctx context.Context) ([]nncev1beta1.NodeNetworkConfigurationEnactment, error) {
 	var list nncev1beta1.NodeNetworkConfigurationEnactmentList
 	if err := r.APIReader.List(ctx, &list, client.MatchingLabels{shared.EnactmentNodeLabel: r.NodeName}); err != nil {
 		return nil, fmt.Errorf("list the enactments of node %s: %w", r.NodeName, err)
 	}
+	return list.Items, nil
+}
+
+// heldBy returns the addresses enactments record as allocated.
+func heldBy(enactments []nncev1beta1.NodeNetworkConfigurationEnactment) map[netip.Addr]bool {
 	held := map[netip.Addr]bool{}
-	for _, e := range list.Items {
+	for _, e := range enactments {
 		for _, a := range e.Status.IPPool {
 			for _, s := range a.Allocated {
 				if ip, err := netip.ParseAddr(s); err == nil {
@@ -156,7 +188,51 @@ func (r *Reconciler) heldByNode(ctx context.Context) (map[netip.Addr]bool, error
 			}
 		}
 	}
-	return held, nil
+	return held
+}
+
+// replacing returns, by enactment, the pools of which the enactment's
+// policy (from the cache) captures an address that its record lacks: the
+// address it released there (a reset) is being replaced, and the apply
+// that puts the replacement on takes it off. An enactment being deleted
+// replaces nothing, nor one for which the pool has no other address.
+func (r *Reconciler) replacing(ctx context.Context, enactments []nncev1beta1.NodeNetworkConfigurationEnactment) map[string]map[string]bool {
+	out := map[string]map[string]bool{}
+	for i := range enactments {
+		e := &enactments[i]
+		if !e.DeletionTimestamp.IsZero() {
+			continue
+		}
+		var policy nmstatev1.NodeNetworkConfigurationPolicy
+		if err := r.Client.Get(ctx, types.NamespacedName{Name: e.Labels[shared.EnactmentPolicyLabel]}, &policy); err != nil {
+			continue
+		}
+		captures, err := capture.Parse(policy.Spec.Capture)
+		if err != nil {
+			continue
+		}
+		for _, pool := range captures.Pools() {
+			if exhaustedFor(e, pool) {
+				// No other address to put on: the old one comes off, and
+				// comes back once its quarantine lifts.
+				continue
+			}
+			if slices.ContainsFunc(captures.RefsOf(pool), func(ref capture.Ref) bool { _, ok := record.Of(e, ref); return !ok }) {
+				if out[e.Name] == nil {
+					out[e.Name] = map[string]bool{}
+				}
+				out[e.Name][pool] = true
+			}
+		}
+	}
+	return out
+}
+
+// exhaustedFor reports whether e fails because pool has no address left
+// for it.
+func exhaustedFor(e *nncev1beta1.NodeNetworkConfigurationEnactment, pool string) bool {
+	c := e.Status.Conditions.Find(shared.NodeNetworkConfigurationEnactmentConditionFailing)
+	return c != nil && c.Status == corev1.ConditionTrue && string(c.Reason) == ippoolv1.ReasonIPPoolExhausted && e.Status.WaitingForIPPool == pool
 }
 
 // takeOff applies the state that takes released off the interfaces

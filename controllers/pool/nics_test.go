@@ -3,6 +3,7 @@ package pool_test
 import (
 	"context"
 	"fmt"
+	"maps"
 	"net/netip"
 	"slices"
 	"sort"
@@ -22,9 +23,22 @@ type nicSampler struct {
 	duplicates []string
 	samples    int
 	// keep maps a node to an address it must carry in every sample, and
+	// some to a prefix of which it must carry at least one address;
 	// without lists the samples in which one did not.
 	keep    map[string]netip.Addr
+	some    map[string]netip.Prefix
 	without []string
+}
+
+// mustCarryIn makes every later sample check that the node carries some
+// address of prefix.
+func (s *nicSampler) mustCarryIn(node string, prefix netip.Prefix) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.some == nil {
+		s.some = map[string]netip.Prefix{}
+	}
+	s.some[node] = prefix
 }
 
 // mustKeep makes every later sample check that the node carries ip.
@@ -94,6 +108,13 @@ func (s *nicSampler) sample() {
 	for node, ip := range s.keep {
 		if shown[node] && !slices.Contains(holders[ip], node) {
 			s.without = append(s.without, fmt.Sprintf("sample %d: node %s without %s", s.samples, node, ip))
+		}
+	}
+	for node, prefix := range s.some {
+		if shown[node] && !slices.ContainsFunc(slices.Collect(maps.Keys(holders)), func(ip netip.Addr) bool {
+			return prefix.Contains(ip) && slices.Contains(holders[ip], node)
+		}) {
+			s.without = append(s.without, fmt.Sprintf("sample %d: node %s without an address of %s", s.samples, node, prefix))
 		}
 	}
 	for ip, on := range holders {
