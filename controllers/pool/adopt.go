@@ -34,9 +34,11 @@ type carriedView struct {
 }
 
 // carriedFor reads the NodeNetworkStates of the nodes whose requests ask
-// for a capture that has never had an address (and that were not served
-// already, waiting for their record to reach the cache): a capture's first address
-// may be one its node already carries (adoption). Only when such a node
+// for a capture that has never had an address: a capture's first address
+// may be one its node already carries (adoption). A request the cached
+// pool shows served already is read too: its entry may be gone from the
+// latest pool (its record refused, its addresses withdrawn), and it is
+// served again, adoption included. Only when such a node
 // carries an address of the range that the pool neither holds nor
 // quarantines does it read every node's state, to make sure no other node
 // carries it too. A state that cannot be read adopts nothing.
@@ -45,7 +47,7 @@ func (r *Reconciler) carriedFor(ctx context.Context, pool *ippoolv1.NodeIPPool, 
 	v := carriedView{byNode: map[string]map[netip.Addr]string{}, held: map[string]map[netip.Addr]bool{}}
 	var nodes []string
 	for _, rq := range requests {
-		if rq.first() && !hasInFlight(pool, rq.enactment.Name) {
+		if rq.first() {
 			nodes = append(nodes, rq.enactment.Labels[shared.EnactmentNodeLabel])
 		}
 	}
