@@ -9,6 +9,7 @@ import (
 
 	ippoolv1 "github.com/nmstate-ippool/nmstate-ippool/api/v1"
 	nncev1beta1 "github.com/nmstate-ippool/nmstate-ippool/api/v1beta1"
+	"github.com/nmstate-ippool/nmstate-ippool/test/envtest"
 )
 
 // TestResetIsMakeBeforeBreak: a node whose enactment is reset keeps its old
@@ -19,18 +20,7 @@ import (
 // and when that came after the quarantine lifted, it got the same address
 // back (issue 35, case 10).
 func TestResetIsMakeBeforeBreak(t *testing.T) {
-	RegisterTestingT(t)
-	startController(t, nil)
-	createPool(t, "mbb", ippoolv1.IPRange{CIDR: "10.12.0.0/24", Start: "10.12.0.1", End: "10.12.0.10"})
-	Eventually(available("mbb")).Should(HavePrefix("True"))
-	createPolicy(t, "mbb", "mbb", "mbb")
-	nodes := newNodes(t, "mbb", 2)
-	for _, name := range []string{"mbb01.mbb", "mbb02.mbb"} {
-		Eventually(enactmentState(name)).Should(HavePrefix("Available"))
-	}
-	old := held("mbb02.mbb", "mbb")
-	Expect(old).To(HaveLen(1))
-	Eventually(carried(nodes[1])).Should(Equal([]string{old[0] + "/24"}))
+	nodes, old := twoNodesOf(t, "mbb", ippoolv1.IPRange{CIDR: "10.12.0.0/24", Start: "10.12.0.1", End: "10.12.0.10"})
 
 	nics := sampleNICs(t, nodes...)
 	nics.mustCarryIn("mbb02", netip.MustParsePrefix("10.12.0.0/24"))
@@ -49,21 +39,31 @@ func TestResetIsMakeBeforeBreak(t *testing.T) {
 // quarantine lifts on the node's evidence, and the node gets it back.
 // Nothing waits for a replacement that cannot come.
 func TestResetOfAFullPool(t *testing.T) {
-	RegisterTestingT(t)
-	startController(t, nil)
-	createPool(t, "full-reset", ippoolv1.IPRange{CIDR: "10.13.0.0/24", Start: "10.13.0.1", End: "10.13.0.2"})
-	Eventually(available("full-reset")).Should(HavePrefix("True"))
-	createPolicy(t, "full-reset", "full-reset", "full-reset")
-	nodes := newNodes(t, "full-reset", 2)
-	for _, name := range []string{"full-reset01.full-reset", "full-reset02.full-reset"} {
-		Eventually(enactmentState(name)).Should(HavePrefix("Available"))
-	}
-	old := held("full-reset02.full-reset", "full-reset")
-	Expect(old).To(HaveLen(1))
+	nodes, old := twoNodesOf(t, "full-reset", ippoolv1.IPRange{CIDR: "10.13.0.0/24", Start: "10.13.0.1", End: "10.13.0.2"})
 
 	annotate(&nncev1beta1.NodeNetworkConfigurationEnactment{ObjectMeta: metav1.ObjectMeta{Name: "full-reset02.full-reset"}}, "full-reset")
 	Eventually(events("NodeNetworkConfigurationEnactment", "full-reset02.full-reset")).Should(ContainElement(HavePrefix("AddressesDropped")))
 	Eventually(func() []string { return held("full-reset02.full-reset", "full-reset") }).Should(Equal(old))
 	Eventually(enactmentState("full-reset02.full-reset")).Should(HavePrefix("Available"))
 	Eventually(carried(nodes[1])).Should(Equal([]string{old[0] + "/24"}))
+}
+
+// twoNodesOf starts a pool controller, a pool and a policy called name
+// and two nodes with their handlers, and returns the nodes once both have
+// their addresses, with the second node's address.
+func twoNodesOf(t *testing.T, name string, r ippoolv1.IPRange) ([]*envtest.Node, []string) {
+	t.Helper()
+	RegisterTestingT(t)
+	startController(t, nil)
+	createPool(t, name, r)
+	Eventually(available(name)).Should(HavePrefix("True"))
+	createPolicy(t, name, name, name)
+	nodes := newNodes(t, name, 2)
+	for _, nd := range nodes {
+		Eventually(enactmentState(nd.Name + "." + name)).Should(HavePrefix("Available"))
+	}
+	old := held(nodes[1].Name+"."+name, name)
+	Expect(old).To(HaveLen(1))
+	Eventually(carried(nodes[1])).Should(Equal([]string{old[0] + "/24"}))
+	return nodes, old
 }
