@@ -41,7 +41,7 @@ type NodeIPPool struct {
 // The CIDR, the gateway and the DNS settings cannot be changed. The range's
 // start, end and exclude may change in place as long as no address in use
 // leaves the range or is excluded: the pool controller's admission webhook
-// refuses any other change and names the holders (DESIGN.md §6). Moving the
+// refuses any other change and names the holders (internal/poolwebhook). Moving the
 // start moves every offset, so the pool is rebuilt (ReconcilingPool) before
 // it hands out addresses again. Reservations may change at any time.
 //

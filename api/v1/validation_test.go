@@ -178,7 +178,7 @@ func assertNoPool(t *testing.T, name string) {
 	}
 }
 
-// The specification's and DESIGN.md's examples, with the specification's
+// The specification's examples and this project's, with the specification's
 // typos ("10.10.10.11.10") and its non-canonical /16 CIDR corrected.
 var validRanges = map[string]ippoolv1.IPRange{
 	"traffic-1":    {CIDR: "10.10.10.0/24", Start: "10.10.10.1", End: "10.10.10.10", Exclude: []string{"10.10.10.4", "10.10.10.7"}},

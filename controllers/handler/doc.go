@@ -7,7 +7,7 @@
 // resolves the "ippool.<pool>.allocate" captures. It never writes a
 // policy's status: the policy controller does.
 //
-// Allocation (DESIGN.md §4, docs/protocol.md). For every ippool capture the
+// Allocation (docs/protocol.md). For every ippool capture the
 // enactment's record (status.ippool and status.capturedStates) is reused
 // while the pool still hands out the address. New addresses are left to
 // the pool controller, which serves every waiting enactment of a pool in

@@ -1,4 +1,4 @@
-// Package pool is the control-plane NodeIPPool controller (DESIGN.md §5). It
+// Package pool is the control-plane NodeIPPool controller (docs/protocol.md). It
 // runs as a leader-elected Deployment, next to the enactment controller,
 // and is the only writer of a pool's conditions.
 //

@@ -5,7 +5,7 @@
 //
 // Two callers share it, so that they can never disagree: the pool
 // controller's admission webhook, which refuses a change of a pool in place
-// that would take an address from anyone (DESIGN.md §6), and `kubectl
+// that would take an address from anyone (docs/protocol.md, "Changing a range in place"), and `kubectl
 // nodeippool plan`, which prints the same assessment for any proposed pool,
 // changed in place or re-created. It reads nothing itself: callers pass the
 // pool as stored, the enactments and the other pools.

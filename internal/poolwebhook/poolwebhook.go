@@ -1,5 +1,5 @@
 // Package poolwebhook is the NodeIPPool admission webhook the pool
-// controller serves (DESIGN.md §6). It lets an admin grow or trim a pool in
+// controller serves (docs/protocol.md, "Changing a range in place"). It lets an admin grow or trim a pool in
 // place — move start or end, add or remove excludes — as long as no address
 // in use leaves the range or is excluded, and refuses reservations that can
 // never be handed out. Its warnings say what the change does to every
