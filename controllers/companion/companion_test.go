@@ -1,10 +1,8 @@
 package companion_test
 
 import (
-	"context"
 	"slices"
 	"strings"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -17,7 +15,6 @@ import (
 	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/client-go/util/retry"
 	"sigs.k8s.io/controller-runtime/pkg/client"
-	"sigs.k8s.io/controller-runtime/pkg/client/interceptor"
 	"sigs.k8s.io/yaml"
 
 	ippoolv1 "github.com/nmstate-ippool/nmstate-ippool/api/v1"
@@ -404,115 +401,4 @@ func TestNameTaken(t *testing.T) {
 	Eventually(status("nt")).Should(And(HavePrefix("Degraded FailedToConfigure: the policy of node nt-2 would be nt-nt-2, which exists and belongs to no pooled policy"),
 		HaveSuffix("(1/2 nodes successfully configured)")))
 	Expect(generated("nt")()).To(ConsistOf("nt-nt-1"))
-}
-
-// TestSharedHostnameWritesNothing: a generated policy selects its node by
-// kubernetes.io/hostname; while another Node carries the same value,
-// kubernetes-nmstate's handler there would apply the first node's literal
-// address too. No policy is written for the node, the pooled policy is
-// Degraded naming both Nodes and the fix, and the policy is written once
-// the other Node's label is its own.
-func TestSharedHostnameWritesNothing(t *testing.T) {
-	begin(t, "sh", "sh-1", "sh-2")
-	twin := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "sh-twin", Labels: map[string]string{"kubernetes.io/hostname": "sh-2"}}}
-	Expect(k.Create(ctx, twin)).To(Succeed())
-	t.Cleanup(func() { _ = k.Delete(ctx, twin) })
-	createPool(t, "cmp-sh", rangeSpec("10.71.1.0/24", "10.71.1.10", "10.71.1.30"))
-	create(t, pooled("sh", "sh", "cmp-sh", "100%"))
-	Eventually(status("sh")).Should(HavePrefix("Degraded FailedToConfigure: the policy of node sh-2 selects it by kubernetes.io/hostname=sh-2, " +
-		"which Node sh-twin carries too: kubernetes-nmstate's handler would put node sh-2's addresses on both"))
-	Consistently(generated("sh"), 2*time.Second).Should(ConsistOf("sh-sh-1"))
-
-	Expect(retry.RetryOnConflict(retry.DefaultRetry, func() error {
-		if err := k.Get(ctx, client.ObjectKeyFromObject(twin), twin); err != nil {
-			return err
-		}
-		twin.Labels["kubernetes.io/hostname"] = twin.Name
-		return k.Update(ctx, twin)
-	})).To(Succeed())
-	Eventually(generated("sh")).Should(ConsistOf("sh-sh-1", "sh-sh-2"))
-}
-
-// TestAddressOutsideRangeReplaced: a node's address that its pool no
-// longer hands out (the pool re-created over another range) is replaced,
-// as handler mode replaces it: the node gets an address of the new range,
-// its policy carries only that one, the old one is no longer recorded,
-// and an Event says why. Before, the old address stayed rendered with the
-// new range's prefix.
-func TestAddressOutsideRangeReplaced(t *testing.T) {
-	u := begin(t, "or", "or-1")
-	createPool(t, "cmp-or", rangeSpec("10.68.0.0/24", "10.68.0.10", "10.68.0.20"))
-	create(t, pooled("or", "or", "cmp-or", "100%"))
-	Eventually(status("or")).Should(HavePrefix("Available"))
-	Expect(addressOf("or", "or-1")()).To(Equal("10.68.0.10"))
-	Eventually(u.configured("or-1")).Should(Equal([]string{"10.68.0.10/24"}))
-
-	pool := &ippoolv1.NodeIPPool{ObjectMeta: metav1.ObjectMeta{Name: "cmp-or"}}
-	Expect(k.Delete(ctx, pool)).To(Succeed())
-	Eventually(func() error { return k.Get(ctx, client.ObjectKeyFromObject(pool), pool) }).Should(MatchError(ContainSubstring("not found")))
-	createPool(t, "cmp-or", rangeSpec("10.68.1.0/25", "10.68.1.10", "10.68.1.20"))
-
-	Eventually(addressOf("or", "or-1")).Should(Equal("10.68.1.10"))
-	Eventually(u.configured("or-1")).Should(Equal([]string{"10.68.1.10/25"}), "the new address replaces the old one")
-	Eventually(events("or")).Should(ContainElement(
-		"AddressOutsideRange: Node or-1: capture addr: 10.68.0.10 is no longer handed out by NodeIPPool cmp-or (10.68.1.0/25 10.68.1.10-10.68.1.20); " +
-			"it gets new addresses, and the old ones are taken off its interfaces"))
-	Eventually(func() []string {
-		var p ippoolv1.PooledNodeNetworkConfigurationPolicy
-		Expect(k.Get(ctx, types.NamespacedName{Name: "or"}, &p)).To(Succeed())
-		var held []string
-		for _, n := range p.Status.Nodes {
-			for _, a := range n.Held() {
-				held = append(held, a.IP)
-			}
-		}
-		return held
-	}).Should(Equal([]string{"10.68.1.10"}), "the old address is no longer recorded once its removal is applied")
-	Eventually(status("or")).Should(Equal("Available SuccessfullyConfigured: 1/1 nodes successfully configured"))
-	Expect(bits("cmp-or")()).To(Equal([]string{"10.68.1.10"}))
-}
-
-// TestStaleRecordQuarantinesNothing: a pass that reads an old copy of the
-// pooled policy from its cache (after a watch outage) does not act on its
-// records. Here the old copy says node st-1 still holds 10.71.0.10, which
-// was released since and given to st-2: acting on it would quarantine
-// st-2's address under st-1, to be lifted later on st-1's evidence while
-// st-2 carries it. Before, the quarantine was written; now the pass sees
-// that the API server has a newer copy and looks again.
-func TestStaleRecordQuarantinesNothing(t *testing.T) {
-	var stale atomic.Pointer[ippoolv1.PooledNodeNetworkConfigurationPolicy]
-	u := beginWith(t, func(pc *envtest.PoolController) {
-		pc.PooledPolicies.Client = interceptor.NewClient(envtest.WithoutWatch{Client: pc.PooledPolicies.Client}, interceptor.Funcs{
-			Get: func(ctx context.Context, c client.WithWatch, key client.ObjectKey, obj client.Object, opts ...client.GetOption) error {
-				if p, ok := obj.(*ippoolv1.PooledNodeNetworkConfigurationPolicy); ok && key.Name == "st" {
-					if old := stale.Load(); old != nil {
-						old.DeepCopyInto(p)
-						return nil
-					}
-				}
-				return c.Get(ctx, key, obj, opts...)
-			},
-		})
-	}, "st", "st-1")
-	createPool(t, "cmp-st", rangeSpec("10.71.0.0/24", "10.71.0.10", "10.71.0.12"))
-	create(t, pooled("st", "st", "cmp-st", "100%"))
-	Eventually(status("st")).Should(HavePrefix("Available"))
-	Expect(addressOf("st", "st-1")()).To(Equal("10.71.0.10"))
-	var old ippoolv1.PooledNodeNetworkConfigurationPolicy
-	Expect(k.Get(ctx, types.NamespacedName{Name: "st"}, &old)).To(Succeed())
-
-	relabel("st-1", "elsewhere")
-	Eventually(addressOf("st", "st-1")).Should(BeEmpty())
-	Eventually(bits("cmp-st")).Should(BeEmpty(), "released and free once st-1 shows it gone")
-	u.addNode("st-2", "st")
-	Eventually(addressOf("st", "st-2")).Should(Equal("10.71.0.10"))
-	Eventually(status("st")).Should(Equal("Available SuccessfullyConfigured: 1/1 nodes successfully configured"))
-
-	stale.Store(&old)
-	annotate(&ippoolv1.PooledNodeNetworkConfigurationPolicy{ObjectMeta: metav1.ObjectMeta{Name: "st"}}, "cmp-none") // any event
-	Consistently(quarantined("cmp-st"), 3*time.Second).Should(BeEmpty())
-	stale.Store(nil)
-	Eventually(events("st")).Should(ContainElement(HavePrefix("InvalidReset: nmstate.io/reset-ippool=cmp-none")), "the pass ran once the cache caught up")
-	Expect(addressOf("st", "st-2")()).To(Equal("10.71.0.10"))
-	Expect(quarantined("cmp-st")()).To(BeEmpty())
 }
