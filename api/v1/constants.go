@@ -218,6 +218,19 @@ const (
 	// deleted) are quarantined and its generated policy takes them off its
 	// interfaces.
 	ReasonAddressesReleased = "AddressesReleased"
+	// ReasonNodeDeletionWaits (Node, Normal): a deleted Node stays until
+	// kubernetes-nmstate's handler on its machine has taken the addresses
+	// of pooled policies off; the message says which, and the way out for
+	// a machine that is shut down for good.
+	ReasonNodeDeletionWaits = "NodeDeletionWaits"
+	// ReasonNodeNotReady (pooled policy): the release of a node's addresses
+	// waits for its Node, which is not Ready, to apply the policy that
+	// takes them off.
+	ReasonNodeNotReady = "NodeNotReady"
+	// ReasonMachineShutDown (pooled policy, Normal): a deleted Node is
+	// tainted node.kubernetes.io/out-of-service: its addresses are let go
+	// without its handler's word, kept for its return.
+	ReasonMachineShutDown = "MachineShutDown"
 	// ReasonAddressesAllocated (pooled policy, Normal): nodes got their
 	// addresses; the message says which and how (adopted, returned).
 	ReasonAddressesAllocated = "AddressesAllocated"

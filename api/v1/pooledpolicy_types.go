@@ -166,6 +166,14 @@ const (
 	// FinalizerPooledPolicy holds a pooled policy being deleted until its
 	// addresses are off its nodes' interfaces and its NNCPs are gone.
 	FinalizerPooledPolicy = "nmstate.io/pooled-policy"
+	// FinalizerPooledNode holds a Node that a pooled policy records
+	// addresses of while it is deleted, until kubernetes-nmstate's handler
+	// on its machine, still running, has applied a policy that takes them
+	// off: kubernetes-nmstate never undoes a deleted policy, and nothing
+	// else would. A Node deleted and tainted
+	// node.kubernetes.io/out-of-service (its machine is shut down) lets its
+	// addresses go without that, kept for its return.
+	FinalizerPooledNode = "nmstate.io/pooled-addresses"
 )
 
 // maxPolicyName bounds a policy's name: kubernetes-nmstate labels its

@@ -17,6 +17,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/validation"
+	"k8s.io/client-go/util/retry"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	nncev1beta1 "github.com/nmstate-ippool/nmstate-ippool/api/v1beta1"
@@ -171,10 +172,9 @@ func (c *cluster) removeNode(ctx context.Context, k client.Client, name string, 
 		}
 		fmt.Fprintf(out, "killed the handler of %s (pid %d)\n", name, h.PID)
 	}
-	if err := k.Delete(ctx, &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: name}}); client.IgnoreNotFound(err) != nil {
-		return fmt.Errorf("delete node %s: %w", name, err)
+	if err := deleteNode(ctx, k, name, crash, out); err != nil {
+		return err
 	}
-	fmt.Fprintf(out, "deleted node %s\n", name)
 	if err := handler.gone(ctx, k, name); err != nil {
 		return err
 	}
@@ -189,6 +189,40 @@ func (c *cluster) removeNode(ctx context.Context, k client.Client, name string, 
 		return fmt.Errorf("the enactments of node %s are still there after two minutes; see %s", name, c.path("logs", "pool-controller.log"))
 	}
 	fmt.Fprintf(out, "the enactments of %s are gone and its addresses released\n", name)
+	return nil
+}
+
+// deleteNode deletes a Node as an admin does and waits until it is gone:
+// in companion mode a finalizer keeps it until kubernetes-nmstate's
+// handler on it has taken the addresses of pooled policies off. With
+// shutDown its machine is gone for good (its handler killed, or the node
+// stopped), and the Node is tainted node.kubernetes.io/out-of-service, as
+// an admin says so; a finalizer then lets it go without the handler.
+func deleteNode(ctx context.Context, k client.Client, name string, shutDown bool, out io.Writer) error {
+	if err := k.Delete(ctx, &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: name}}); client.IgnoreNotFound(err) != nil {
+		return fmt.Errorf("delete node %s: %w", name, err)
+	}
+	fmt.Fprintf(out, "deleted node %s\n", name)
+	exists := func() bool { return !apierrors.IsNotFound(k.Get(ctx, client.ObjectKey{Name: name}, &corev1.Node{})) }
+	if shutDown && exists() {
+		err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
+			var n corev1.Node
+			if err := k.Get(ctx, client.ObjectKey{Name: name}, &n); err != nil {
+				return err
+			}
+			n.Spec.Taints = append(n.Spec.Taints, corev1.Taint{Key: corev1.TaintNodeOutOfService, Value: "nodeshutdown", Effect: corev1.TaintEffectNoExecute})
+			return k.Update(ctx, &n)
+		})
+		if client.IgnoreNotFound(err) != nil {
+			return fmt.Errorf("taint node %s out of service: %w", name, err)
+		}
+		fmt.Fprintf(out, "tainted node %s %s: its machine is shut down\n", name, corev1.TaintNodeOutOfService)
+	}
+	if !waitFor(2*time.Minute, func() bool { return !exists() }) {
+		var n corev1.Node
+		_ = k.Get(ctx, client.ObjectKey{Name: name}, &n)
+		return fmt.Errorf("node %s is still there after two minutes, held by %v; see the pool controller's log", name, n.Finalizers)
+	}
 	return nil
 }
 

@@ -17,7 +17,6 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/validation"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 )
@@ -305,10 +304,9 @@ func (c *cluster) removeRealNode(ctx context.Context, k client.Client, name stri
 		}
 		fmt.Fprintf(out, "stopped node %s: its kubelet, containers and network\n", name)
 	}
-	if err := k.Delete(ctx, &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: name}}); client.IgnoreNotFound(err) != nil {
-		return fmt.Errorf("delete node %s: %w", name, err)
+	if err := deleteNode(ctx, k, name, crash, out); err != nil {
+		return err
 	}
-	fmt.Fprintf(out, "deleted node %s\n", name)
 	gone := waitFor(3*time.Minute, func() bool { return enactmentsOf(ctx, k, name) == 0 })
 	if !crash {
 		if err := c.stopRealNode(name, n); err != nil {

@@ -121,8 +121,8 @@ func TestRolloutPacedAndRecorded(t *testing.T) {
 
 // TestNodesComeAndGo: a node deselected has its address taken off its NIC
 // before its NNCP goes, and the address is free once its network shows it
-// gone; a deleted node's address is kept for it and handed back when it
-// returns under its name; a joining node gets an NNCP.
+// gone; a deleted node's address is taken off too, kept for it and handed
+// back when it returns under its name; a joining node gets an NNCP.
 func TestNodesComeAndGo(t *testing.T) {
 	u := begin(t, "cg", "cg-1", "cg-2", "cg-3")
 	createPool(t, "cmp-cg", rangeSpec("10.62.0.0/24", "10.62.0.10", "10.62.0.30"))
@@ -142,7 +142,8 @@ func TestNodesComeAndGo(t *testing.T) {
 	Expect(k.Delete(ctx, &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "cg-3"}})).To(Succeed())
 	Eventually(generated("cg")).Should(ConsistOf("cg-cg-1"))
 	Eventually(addressOf("cg", "cg-3")).Should(BeEmpty())
-	Expect(bits("cmp-cg")()).To(ContainElement(third), "kept for the node's return")
+	Expect(u.configured("cg-3")()).To(BeEmpty(), "taken off before the Node went")
+	Eventually(node("cg-3")).Should(ContainSubstring("not found"))
 	Expect(k.Create(ctx, &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "cg-3",
 		Labels: map[string]string{"role": "cg", "kubernetes.io/hostname": "cg-3"}}})).To(Succeed())
 	Eventually(addressOf("cg", "cg-3")).Should(Equal(third), "the same address back")
@@ -341,7 +342,8 @@ func TestPoolControllerCountsTheRecords(t *testing.T) {
 
 // TestFailedRemovalKeepsTheRecord: a node that cannot apply the policy
 // taking its address off keeps the address recorded and quarantined (the
-// status says so) until it can, or until its Node is deleted.
+// status says so) until it can, or until its Node is deleted and tainted
+// out of service (its machine shut down for good).
 func TestFailedRemovalKeepsTheRecord(t *testing.T) {
 	u := begin(t, "fr", "fr-1", "fr-2")
 	createPool(t, "cmp-fr", rangeSpec("10.69.0.0/24", "10.69.0.10", "10.69.0.30"))
@@ -357,7 +359,12 @@ func TestFailedRemovalKeepsTheRecord(t *testing.T) {
 	Expect(u.configured("fr-2")()).To(ConsistOf(held + "/24"))
 	Expect(bits("cmp-fr")()).To(ContainElement(held))
 
-	Expect(k.Delete(ctx, &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "fr-2"}})).To(Succeed())
+	// Its machine shut down for good: the way out.
+	deleteNode("fr-2")
+	Consistently(addressOf("fr", "fr-2"), time.Second).Should(Equal(held), "a deleted Node's machine may still run")
+	updateNode("fr-2", func(n *corev1.Node) {
+		n.Spec.Taints = append(n.Spec.Taints, corev1.Taint{Key: corev1.TaintNodeOutOfService, Value: "nodeshutdown", Effect: corev1.TaintEffectNoExecute})
+	})
 	Eventually(addressOf("fr", "fr-2")).Should(BeEmpty())
 	Eventually(generated("fr")).Should(ConsistOf("fr-fr-1"))
 	Eventually(status("fr")).Should(Equal("Available SuccessfullyConfigured: 1/1 nodes successfully configured"))

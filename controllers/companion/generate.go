@@ -67,12 +67,7 @@ func (r *Reconciler) plan(ctx context.Context, w *world, next *ippoolv1.PooledNo
 		if s.problem != nil {
 			pl.problems = append(pl.problems, *s.problem)
 		}
-		if s.unhandled && w.isSelected(node) {
-			pl.summary.Matching-- // counted as kubernetes-nmstate counts it: not at all
-		}
-		if s.counted {
-			pl.summary.Add(s.state)
-		}
+		pl.count(s, w.isSelected(node))
 		busy += btoi(s.busy)
 		failed += btoi(s.failed)
 		pl.waiting += btoi(s.waits)
@@ -105,6 +100,20 @@ func (r *Reconciler) plan(ctx context.Context, w *world, next *ippoolv1.PooledNo
 	return pl
 }
 
+// count sums up one node's step as kubernetes-nmstate counts its nodes:
+// one its handler does not run on not at all, one not Ready without an
+// enactment as ignored.
+func (pl *plan) count(s nodeStep, selected bool) {
+	switch {
+	case s.unhandled && selected:
+		pl.summary.Matching--
+	case s.counted && s.notReady:
+		pl.summary.NotReady++
+	case s.counted:
+		pl.summary.Add(s.state)
+	}
+}
+
 // planned lists, sorted, the nodes a pass plans for: those the policy
 // selects, records or generated a policy for.
 func planned(w *world, next *ippoolv1.PooledNodeNetworkConfigurationPolicy) []string {
@@ -125,6 +134,8 @@ type nodeStep struct {
 	busy bool
 	// unhandled: kubernetes-nmstate's handler does not run on it.
 	unhandled bool
+	// notReady: its Node is not Ready and has no enactment of its policy.
+	notReady bool
 	// counted: it counts in the summary, in state.
 	counted bool
 	state   policystatus.State
@@ -148,6 +159,10 @@ func (r *Reconciler) step(ctx context.Context, w *world, next *ippoolv1.PooledNo
 		s.busy = true
 	case have != nil && unhandled(have):
 		s.unhandled = true
+	case have != nil && w.enactmentOf(node) == nil && notReady(w.nodes[node]):
+		// kubernetes-nmstate ignores a node that is not Ready and has no
+		// enactment: it must not hold a slot of maxUnavailable forever.
+		s.notReady = true
 	case have != nil:
 		st = policystatus.StateOf(w.enactmentOf(node), have.Generation)
 		s.busy = st == policystatus.Progressing
@@ -403,11 +418,26 @@ func outdated(e *nncev1beta1.NodeNetworkConfigurationEnactment, g *nmstatev1.Nod
 }
 
 // apply writes the plan: the NNCPs to create or change, then those to
-// delete. A conflict or an NNCP created meanwhile is looked at again.
+// delete. A conflict or an NNCP created meanwhile is looked at again. An
+// NNCP that puts addresses on a node is written only once its Node holds
+// their release (guard).
 func (r *Reconciler) apply(ctx context.Context, p *ippoolv1.PooledNodeNetworkConfigurationPolicy, pl plan) error {
 	log := ctrl.LoggerFrom(ctx)
 	var errs []error
 	for _, g := range pl.write {
+		node := g.Annotations[ippoolv1.PooledNodeAnnotation]
+		if !isRemoval(g) {
+			ok, err := r.guard(ctx, node)
+			if err != nil {
+				errs = append(errs, err)
+				continue
+			}
+			if !ok {
+				// Deleted meanwhile: the next pass releases it.
+				log.V(1).Info("not writing the policy of a Node being deleted or gone", "policy", g.Name, "node", node)
+				continue
+			}
+		}
 		var err error
 		if g.ResourceVersion == "" {
 			err = r.Client.Create(ctx, g)
@@ -422,12 +452,12 @@ func (r *Reconciler) apply(ctx context.Context, p *ippoolv1.PooledNodeNetworkCon
 			continue
 		case err != nil:
 			r.Recorder.Eventf(p, nil, corev1.EventTypeWarning, string(shared.NodeNetworkConfigurationPolicyConditionFailedToConfigure), "Generate",
-				"could not write policy %s of node %s: %v", g.Name, g.Annotations[ippoolv1.PooledNodeAnnotation], err)
+				"could not write policy %s of node %s: %v", g.Name, node, err)
 			errs = append(errs, fmt.Errorf("write policy %s: %w", g.Name, err))
 			continue
 		}
 		r.written.Store(g.Name, g.Generation)
-		log.Info("wrote policy", "policy", g.Name, "node", g.Annotations[ippoolv1.PooledNodeAnnotation], "release", isRemoval(g))
+		log.Info("wrote policy", "policy", g.Name, "node", node, "release", isRemoval(g))
 	}
 	for _, g := range pl.remove {
 		if err := r.Client.Delete(ctx, g, client.Preconditions{UID: &g.UID}); client.IgnoreNotFound(err) != nil {

@@ -132,10 +132,13 @@ func (r *Reconciler) replace(ctx context.Context, w *world, rec *ippoolv1.Pooled
 	return drop, reasons, nil
 }
 
-// depart releases the addresses of nodes whose Node is gone: quarantined,
-// kept for the node's return (the pool controller frees them once the
-// departure hold has passed), and the record dropped; the node's NNCP
-// goes in plan.
+// depart releases the addresses of nodes whose Node is gone, or deleted
+// and tainted out of service (its machine shut down for good):
+// quarantined, kept for the node's return (the pool controller frees them
+// once the departure hold has passed, and the Node is gone), and the
+// record dropped; the node's NNCP goes in plan. A Node deleted while its
+// machine runs is not gone: its finalizer keeps it until its release is
+// applied (nodes.go).
 func (r *Reconciler) depart(ctx context.Context, w *world, next *ippoolv1.PooledNodeNetworkConfigurationPolicy) error {
 	for i := range next.Status.Nodes {
 		if n, ok := w.nodes[next.Status.Nodes[i].Node]; ok {
@@ -145,14 +148,20 @@ func (r *Reconciler) depart(ctx context.Context, w *world, next *ippoolv1.Pooled
 		}
 	}
 	for _, rec := range slices.Clone(next.Status.Nodes) {
-		if _, ok := w.nodes[rec.Node]; ok {
+		n, ok := w.nodes[rec.Node]
+		if ok && !shutDown(n) {
 			continue
 		}
 		if err := r.quarantine(ctx, w, &rec, rec.Held(), !w.deleting); err != nil {
 			return err
 		}
 		dropRecord(next, rec.Node)
-		ctrl.LoggerFrom(ctx).Info("released the addresses of a deleted node", "node", rec.Node, "ips", ips(rec.Held()))
+		if ok {
+			r.Recorder.Eventf(w.policy, nil, corev1.EventTypeNormal, ippoolv1.ReasonMachineShutDown, "Release",
+				"Node %s is deleted and tainted %s: %s let go without its handler's word, kept for its return", rec.Node,
+				corev1.TaintNodeOutOfService, ips(rec.Held()))
+		}
+		ctrl.LoggerFrom(ctx).Info("released the addresses of a deleted node", "node", rec.Node, "ips", ips(rec.Held()), "shutDown", ok)
 	}
 	return nil
 }
@@ -189,6 +198,8 @@ func (r *Reconciler) release(ctx context.Context, w *world, next *ippoolv1.Poole
 		switch {
 		case err != nil:
 			return nil, err
+		case outcome.failed == "" && !outcome.confirmed && !outcome.gone && notReady(w.nodes[rec.Node]):
+			problems = append(problems, stalledRelease(w.nodes[rec.Node], rec))
 		case outcome.failed != "":
 			problems = append(problems, problem{shared.NodeNetworkConfigurationPolicyConditionFailedToConfigure, outcome.failed})
 		case outcome.confirmed:
@@ -205,6 +216,18 @@ func (r *Reconciler) release(ctx context.Context, w *world, next *ippoolv1.Poole
 		return slices.Contains(done, rec.Node)
 	})
 	return problems, nil
+}
+
+// stalledRelease says why the release of rec waits on its Node, which is
+// not Ready: nothing takes the addresses off until kubernetes-nmstate's
+// handler on it runs again, or its machine is declared shut down.
+func stalledRelease(n *corev1.Node, rec *ippoolv1.PooledPolicyNode) problem {
+	if terminating(n) {
+		return problem{ippoolv1.ReasonNodeDeletionWaits, fmt.Sprintf("Node %s is being deleted and is not Ready: it goes, and %s are let go, "+
+			"once kubernetes-nmstate's handler on it has taken them off; "+machineGone, rec.Node, ips(rec.Held()))}
+	}
+	return problem{ippoolv1.ReasonNodeNotReady, fmt.Sprintf("Node %s is not Ready: %s stay recorded and quarantined until "+
+		"kubernetes-nmstate's handler on it has applied policy %s, which takes them off; "+machineGone, rec.Node, ips(rec.Held()), rec.Policy)}
 }
 
 // removal is where a release stands.
@@ -320,11 +343,12 @@ func (r *Reconciler) exists(ctx context.Context, name string) (bool, error) {
 	return true, nil
 }
 
-// machineGone ends the message of a release that cannot finish: deleting
-// the Node is the way out only for a machine that no longer runs, since
-// nothing then takes the addresses off a machine that still does, and
-// they are free once the departure hold has passed.
-const machineGone = "delete its Node only once its machine is powered off for good: a Node deleted while its machine runs keeps them on its interfaces"
+// machineGone ends the message of a release that cannot finish: the way
+// out is only for a machine that no longer runs, since nothing then takes
+// the addresses off a machine that still does; they are free once the
+// departure hold has passed.
+const machineGone = "if its machine is shut down for good, delete its Node and taint it " + corev1.TaintNodeOutOfService +
+	"=nodeshutdown:NoExecute: the addresses are let go then, kept for its return (a Node deleted while its machine runs waits for its handler)"
 
 // releaseWhy says why a pass releases a node's addresses.
 func releaseWhy(w *world) string {

@@ -130,6 +130,9 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 			}
 		}
 	}
+	if err := r.guardRecorded(ctx, w, next); err != nil {
+		return ctrl.Result{}, err
+	}
 	if err := r.apply(ctx, next, pl); err != nil {
 		return ctrl.Result{}, err
 	}

@@ -16,6 +16,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/builder"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller"
+	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
 	"sigs.k8s.io/controller-runtime/pkg/event"
 	"sigs.k8s.io/controller-runtime/pkg/handler"
 	"sigs.k8s.io/controller-runtime/pkg/predicate"
@@ -38,7 +39,7 @@ import (
 // +kubebuilder:rbac:groups=nmstate.io,resources=nodenetworkstates,verbs=get;list;watch
 // +kubebuilder:rbac:groups=nmstate.io,resources=nodeippools,verbs=get;list;watch
 // +kubebuilder:rbac:groups=nmstate.io,resources=nodeippools/status,verbs=get;update;patch
-// +kubebuilder:rbac:groups="",resources=nodes,verbs=get;list;watch
+// +kubebuilder:rbac:groups="",resources=nodes,verbs=get;list;watch;patch
 // +kubebuilder:rbac:groups=events.k8s.io,resources=events,verbs=create;patch
 
 // New returns a Reconciler wired to the manager.
@@ -61,11 +62,12 @@ type SetupOptions struct {
 
 // SetupWithManager registers the controller: pooled policies, the NNCPs
 // they generate, the enactments kubernetes-nmstate's handler writes for
-// those, the Nodes (one that joins, leaves or is relabelled; every policy
-// for one that joins or changes its hostname label), and the
-// pools (one that can serve again serves the nodes waiting for it).
+// those, the Nodes (one that joins, leaves, is relabelled or deleted;
+// every policy for one that joins or changes its hostname label), and the
+// pools (one that can serve again serves the nodes waiting for it). And
+// beside it the controller that lets deleted Nodes go (nodeReconciler).
 func (r *Reconciler) SetupWithManager(mgr ctrl.Manager, opts SetupOptions) error {
-	return ctrl.NewControllerManagedBy(mgr).
+	err := ctrl.NewControllerManagedBy(mgr).
 		Named("poolednodenetworkconfigurationpolicy").
 		WithOptions(controller.Options{SkipNameValidation: ptr.To(opts.SkipNameValidation), RateLimiter: backoff.Requeues()}).
 		For(&ippoolv1.PooledNodeNetworkConfigurationPolicy{}).
@@ -76,8 +78,10 @@ func (r *Reconciler) SetupWithManager(mgr ctrl.Manager, opts SetupOptions) error
 		// Where a node stands: not every status write of its enactment.
 		Watches(&nncev1beta1.NodeNetworkConfigurationEnactment{}, handler.EnqueueRequestsFromMapFunc(r.ofEnactment),
 			builder.WithPredicates(predicate.Funcs{UpdateFunc: stateChanged})).
-		// A Node that joins, leaves or is relabelled; not its heartbeats.
-		Watches(&corev1.Node{}, handler.EnqueueRequestsFromMapFunc(r.ofNode), builder.WithPredicates(predicate.LabelChangedPredicate{})).
+		// A Node that joins, leaves, is relabelled or deleted, tainted out
+		// of service or not Ready any more; not its heartbeats.
+		Watches(&corev1.Node{}, handler.EnqueueRequestsFromMapFunc(r.ofNode), builder.WithPredicates(predicate.Or(
+			predicate.LabelChangedPredicate{}, predicate.Funcs{UpdateFunc: departureChanged}))).
 		// A Node whose kubernetes.io/hostname may now be another's: every
 		// generated policy selects its node by that label.
 		Watches(&corev1.Node{}, handler.EnqueueRequestsFromMapFunc(r.every), builder.WithPredicates(predicate.Funcs{
@@ -85,6 +89,20 @@ func (r *Reconciler) SetupWithManager(mgr ctrl.Manager, opts SetupOptions) error
 			DeleteFunc: func(event.DeleteEvent) bool { return false }, GenericFunc: func(event.GenericEvent) bool { return false }})).
 		Watches(&ippoolv1.NodeIPPool{}, handler.EnqueueRequestsFromMapFunc(r.ofPool), builder.WithPredicates(predicate.Funcs{UpdateFunc: servesMore})).
 		Complete(r)
+	if err != nil {
+		return err
+	}
+	nodes := &nodeReconciler{client: mgr.GetClient(), reader: mgr.GetAPIReader(), recorder: r.Recorder}
+	return ctrl.NewControllerManagedBy(mgr).
+		Named("pooledpolicynode").
+		WithOptions(controller.Options{SkipNameValidation: ptr.To(opts.SkipNameValidation), RateLimiter: backoff.Requeues()}).
+		// Deleted Nodes that carry the finalizer, and nothing else.
+		For(&corev1.Node{}, builder.WithPredicates(predicate.NewPredicateFuncs(func(o client.Object) bool {
+			return !o.GetDeletionTimestamp().IsZero() && controllerutil.ContainsFinalizer(o, ippoolv1.FinalizerPooledNode)
+		}))).
+		// A record that goes may let a deleted Node go.
+		Watches(&ippoolv1.PooledNodeNetworkConfigurationPolicy{}, handler.EnqueueRequestsFromMapFunc(nodes.recordedNodes)).
+		Complete(nodes)
 }
 
 // stateChanged reports whether an enactment's update moves its node: a

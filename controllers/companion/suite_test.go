@@ -15,6 +15,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/util/retry"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	ippoolv1 "github.com/nmstate-ippool/nmstate-ippool/api/v1"
@@ -72,13 +73,27 @@ func beginWith(t *testing.T, tune func(*envtest.PoolController), label string, n
 	Expect(err).NotTo(HaveOccurred())
 	Expect(pc.PooledPolicies).NotTo(BeNil())
 	t.Cleanup(func() { _ = pc.Stop() })
-	u := &upstream{t: t, dir: t.TempDir(), nodes: map[string]*envtest.Node{}, fail: map[string]bool{}, refreshed: map[string]string{},
+	u := &upstream{t: t, dir: t.TempDir(), nodes: map[string]*envtest.Node{}, fail: map[string]bool{}, down: map[string]bool{}, refreshed: map[string]string{},
 		published: map[string]string{}}
 	for _, n := range nodes {
 		u.addNode(n, label)
 	}
 	u.run()
 	return u
+}
+
+// removeNode deletes a Node for good, without the finalizer the
+// controller may have left on it (a test's controller may stop first).
+func removeNode(name string) {
+	_ = k.Delete(ctx, &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: name}})
+	_ = retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		var n corev1.Node
+		if err := k.Get(ctx, types.NamespacedName{Name: name}, &n); err != nil {
+			return client.IgnoreNotFound(err)
+		}
+		n.Finalizers = nil
+		return client.IgnoreNotFound(k.Update(ctx, &n))
+	})
 }
 
 // createPool creates an available pool and deletes it when the test ends.

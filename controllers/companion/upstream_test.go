@@ -36,7 +36,9 @@ type upstream struct {
 	mu    sync.Mutex
 	nodes map[string]*envtest.Node
 	fail  map[string]bool
-	hold  bool
+	// down are the nodes whose handler does not run: it writes nothing.
+	down map[string]bool
+	hold bool
 	// refreshed holds, by node, the last refresh request answered;
 	// published the last state published.
 	refreshed, published map[string]string
@@ -54,7 +56,7 @@ func (u *upstream) addNode(name, label string) {
 	n := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: name,
 		Labels: map[string]string{"role": label, "kubernetes.io/hostname": name}}}
 	Expect(k.Create(ctx, n)).To(Succeed())
-	u.t.Cleanup(func() { _ = k.Delete(ctx, &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: name}}) })
+	u.t.Cleanup(func() { removeNode(name) })
 	node := envtest.NewNode(name, u.dir, simBin)
 	u.mu.Lock()
 	u.nodes[name] = node
@@ -128,13 +130,16 @@ func (u *upstream) pass(force bool) error {
 		node := g.Annotations[ippoolv1.PooledNodeAnnotation]
 		u.mu.Lock()
 		_, known := u.nodes[node]
-		hold := u.hold && !force
+		hold, down := u.hold && !force, u.down[node]
 		u.mu.Unlock()
 		if !known {
 			continue
 		}
 		name := shared.EnactmentKey(node, g.Name).Name
 		live[name] = true
+		if down {
+			continue
+		}
 		e, err := u.enactment(node, g)
 		if err != nil {
 			return err

@@ -54,9 +54,12 @@ func StateOf(e *nncev1beta1.NodeNetworkConfigurationEnactment, generation int64)
 	return Progressing
 }
 
-// Summary counts the matching nodes of a policy by State.
+// Summary counts the matching nodes of a policy by State. NotReady counts
+// those of them that are not Ready and have no enactment at the policy's
+// generation: kubernetes-nmstate ignores them ("ignored due to NotReady
+// state"), and they are counted in no State.
 type Summary struct {
-	Matching, Available, Failing, Aborted, Progressing int
+	Matching, Available, Failing, Aborted, Progressing, NotReady int
 }
 
 // Add counts one node in state s.
@@ -83,6 +86,15 @@ func Summarize(matching int, generation int64, enactments []*nncev1beta1.NodeNet
 	return s
 }
 
+// ignored ends a message as kubernetes-nmstate does when nodes are not
+// Ready.
+func (s Summary) ignored() string {
+	if s.NotReady == 0 {
+		return ""
+	}
+	return fmt.Sprintf(", %d nodes ignored due to NotReady state", s.NotReady)
+}
+
 // Ignored is a policy's Ignored condition type.
 const Ignored = shared.ConditionType(ippoolv1.PolicyConditionIgnored)
 
@@ -101,12 +113,12 @@ func Conditions(old shared.ConditionList, s Summary, now time.Time) shared.Condi
 			msg += fmt.Sprintf(", %d aborted", s.Aborted)
 		}
 		return List(old, shared.NodeNetworkConfigurationPolicyConditionDegraded, shared.NodeNetworkConfigurationPolicyConditionFailedToConfigure, msg, now)
-	case s.Available >= s.Matching:
+	case s.Available >= s.Matching-s.NotReady:
 		return List(old, shared.NodeNetworkConfigurationPolicyConditionAvailable, shared.NodeNetworkConfigurationPolicyConditionSuccessfullyConfigured,
-			fmt.Sprintf("%d/%d nodes successfully configured", s.Available, s.Matching), now)
+			fmt.Sprintf("%d/%d nodes successfully configured%s", s.Available, s.Matching, s.ignored()), now)
 	default:
 		return List(old, shared.NodeNetworkConfigurationPolicyConditionProgressing, shared.NodeNetworkConfigurationPolicyConditionConfigurationProgressing,
-			fmt.Sprintf("Policy is progressing %d/%d nodes finished", s.Available, s.Matching), now)
+			fmt.Sprintf("Policy is progressing %d/%d nodes finished%s", s.Available, s.Matching-s.NotReady, s.ignored()), now)
 	}
 }
 

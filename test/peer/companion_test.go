@@ -153,9 +153,13 @@ var _ = Describe("Companion mode: pooled policies beside kubernetes-nmstate's ha
 		Expect(err).NotTo(HaveOccurred(), out)
 	})
 
-	It("frees a removed node's address for its return, configures a joining node", func() {
+	It("keeps a Node deleted while its machine runs until kubernetes-nmstate's handler took its address off, frees it for its return, configures a joining node", func() {
 		gone := recordOf("node03")
+		Expect(carried("node03")).To(ConsistOf(gone + "/24"))
+		// The Node first, its handler stopped once the Node is gone, as
+		// an admin who deletes a Node before powering its machine off.
 		localclusterIn(cdir, "node", "remove", "node03")
+		Expect(carried("node03")).To(BeEmpty(), "the machine no longer carries the address once its Node is gone")
 		Eventually(func() string { return recordOf("node03") }).Should(BeEmpty())
 		Eventually(generated).ShouldNot(ContainElement(ippoolv1.NodePolicyName(name, "node03")))
 		Eventually(func() ([]string, error) { return envtest.KeptAddresses(ctx, kc, pool) }).Should(ContainElement(gone))

@@ -1,0 +1,174 @@
+package companion_test
+
+import (
+	"fmt"
+	"testing"
+	"time"
+
+	. "github.com/onsi/gomega"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/util/retry"
+
+	ippoolv1 "github.com/nmstate-ippool/nmstate-ippool/api/v1"
+	"github.com/nmstate-ippool/nmstate-ippool/test/envtest"
+)
+
+// node returns a Node's "finalizers; deleting" for assertions, or its
+// error ("... not found" once it is gone).
+func node(name string) func() string {
+	return func() string {
+		var n corev1.Node
+		if err := k.Get(ctx, types.NamespacedName{Name: name}, &n); err != nil {
+			return err.Error()
+		}
+		deleting := "live"
+		if !n.DeletionTimestamp.IsZero() {
+			deleting = "deleting"
+		}
+		return deleting + " " + fmt.Sprint(n.Finalizers)
+	}
+}
+
+// nodeEvents returns "Reason: note" of the Events about a Node.
+func nodeEvents(name string) func() []string {
+	return func() []string {
+		out, err := envtest.Events(ctx, k, "Node", name)
+		if err != nil {
+			return []string{err.Error()}
+		}
+		return out
+	}
+}
+
+// deleteNode deletes a Node; the controller's finalizer may keep it.
+func deleteNode(name string) {
+	Expect(k.Delete(ctx, &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: name}})).To(Succeed())
+}
+
+// updateNode changes a Node, its status included.
+func updateNode(name string, change func(*corev1.Node)) {
+	Expect(retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		var n corev1.Node
+		if err := k.Get(ctx, types.NamespacedName{Name: name}, &n); err != nil {
+			return err
+		}
+		change(&n)
+		st := n.Status
+		if err := k.Update(ctx, &n); err != nil {
+			return err
+		}
+		n.Status = st
+		return k.Status().Update(ctx, &n)
+	})).To(Succeed())
+}
+
+// TestNodeDeletedWhileItsMachineRuns: a Node deleted while its machine
+// runs (kubectl delete node before powering off) stays until
+// kubernetes-nmstate's handler on the machine has taken its addresses off,
+// and says so in an Event on the Node; only then do its record and its
+// policy go. A Node no pooled policy records goes at once.
+func TestNodeDeletedWhileItsMachineRuns(t *testing.T) {
+	u := begin(t, "nd", "nd-1", "nd-2")
+	createPool(t, "cmp-nd", rangeSpec("10.74.0.0/24", "10.74.0.10", "10.74.0.30"))
+	p := pooled("nd", "nd", "cmp-nd", "100%")
+	create(t, p)
+	Eventually(status("nd")).Should(HavePrefix("Available"))
+	held := addressOf("nd", "nd-2")()
+	Expect(node("nd-2")()).To(Equal("live [" + ippoolv1.FinalizerPooledNode + "]"))
+	// A Node recorded before this version, or stripped by hand, gets it
+	// back though its policy needs no write.
+	updateNode("nd-2", func(n *corev1.Node) { n.Finalizers = nil })
+	Eventually(node("nd-2")).Should(Equal("live [" + ippoolv1.FinalizerPooledNode + "]"))
+
+	u.set(func(u *upstream) { u.hold = true })
+	deleteNode("nd-2")
+	Eventually(nodeEvents("nd-2")).Should(ContainElement(And(HavePrefix("NodeDeletionWaits: Node nd-2 goes once kubernetes-nmstate's handler"),
+		ContainSubstring("PooledNodeNetworkConfigurationPolicy nd ("+held+")"), ContainSubstring("kubectl taint node nd-2 node.kubernetes.io/out-of-service"))))
+	Consistently(node("nd-2"), 2*time.Second).Should(HavePrefix("deleting"), "kept while the machine carries the address")
+	Expect(u.configured("nd-2")()).To(ConsistOf(held + "/24"))
+	Expect(bits("cmp-nd")()).To(ContainElement(held))
+
+	u.set(func(u *upstream) { u.hold = false })
+	Eventually(node("nd-2")).Should(ContainSubstring("not found"))
+	Expect(u.configured("nd-2")()).To(BeEmpty(), "off the NIC before the Node went")
+	Eventually(generated("nd")).Should(ConsistOf("nd-nd-1"))
+	Eventually(status("nd")).Should(Equal("Available SuccessfullyConfigured: 1/1 nodes successfully configured"))
+
+	// A Node no pooled policy records any more goes at once.
+	Expect(k.Delete(ctx, p)).To(Succeed())
+	Eventually(generated("nd")).Should(BeEmpty())
+	deleteNode("nd-1")
+	Eventually(node("nd-1")).Should(ContainSubstring("not found"))
+}
+
+// TestMachineShutDownForGood: a deleted Node whose machine cannot take its
+// addresses off (not Ready) keeps them recorded, and the pooled policy
+// says so and how out; tainted node.kubernetes.io/out-of-service, it lets
+// them go, kept for its return, and goes.
+func TestMachineShutDownForGood(t *testing.T) {
+	u := begin(t, "sd", "sd-1", "sd-2")
+	createPool(t, "cmp-sd", rangeSpec("10.75.0.0/24", "10.75.0.10", "10.75.0.30"))
+	create(t, pooled("sd", "sd", "cmp-sd", "100%"))
+	Eventually(status("sd")).Should(HavePrefix("Available"))
+	held := addressOf("sd", "sd-2")()
+
+	u.set(func(u *upstream) { u.hold = true }) // the machine applies nothing any more
+	updateNode("sd-2", notReadyNow)
+	deleteNode("sd-2")
+	Eventually(status("sd")).Should(And(HavePrefix("Degraded NodeDeletionWaits: Node sd-2 is being deleted and is not Ready"),
+		ContainSubstring("taint it node.kubernetes.io/out-of-service=nodeshutdown:NoExecute")))
+	Consistently(addressOf("sd", "sd-2"), 2*time.Second).Should(Equal(held))
+
+	updateNode("sd-2", func(n *corev1.Node) {
+		n.Spec.Taints = append(n.Spec.Taints, corev1.Taint{Key: corev1.TaintNodeOutOfService, Value: "nodeshutdown", Effect: corev1.TaintEffectNoExecute})
+	})
+	Eventually(node("sd-2")).Should(ContainSubstring("not found"))
+	Eventually(addressOf("sd", "sd-2")).Should(BeEmpty())
+	Eventually(events("sd")).Should(ContainElement(HavePrefix("MachineShutDown: Node sd-2 is deleted and tainted node.kubernetes.io/out-of-service")))
+	Eventually(generated("sd")).Should(ConsistOf("sd-sd-1"))
+	Eventually(func() ([]string, error) { return envtest.KeptAddresses(ctx, k, "cmp-sd") }).Should(ContainElement(held), "kept for its return")
+
+	u.set(func(u *upstream) { u.hold = false })
+	u.addNode("sd-3", "sd")
+	Eventually(status("sd")).Should(Equal("Available SuccessfullyConfigured: 2/2 nodes successfully configured"))
+	Expect(addressOf("sd", "sd-3")()).NotTo(Equal(held), "kept for sd-2's return while others are free")
+}
+
+// notReadyNow marks a Node not Ready, as the node lifecycle controller
+// does when its kubelet stops posting.
+func notReadyNow(n *corev1.Node) {
+	n.Status.Conditions = []corev1.NodeCondition{{Type: corev1.NodeReady, Status: corev1.ConditionUnknown,
+		Reason: "NodeStatusUnknown", LastHeartbeatTime: metav1.Now(), LastTransitionTime: metav1.Now()}}
+}
+
+// TestNotReadyNodeHoldsNoSlot: a node that is not Ready and never gets an
+// enactment (its handler is down) holds no slot of maxUnavailable: the
+// other nodes are configured, and the status ignores it as
+// kubernetes-nmstate does. Its release waits for it, and the status says
+// so; once it is back, the release finishes.
+func TestNotReadyNodeHoldsNoSlot(t *testing.T) {
+	u := begin(t, "nr", "nr-1", "nr-2", "nr-3")
+	createPool(t, "cmp-nr", rangeSpec("10.76.0.0/24", "10.76.0.10", "10.76.0.30"))
+	u.set(func(u *upstream) { u.down["nr-2"] = true })
+	updateNode("nr-2", notReadyNow)
+	create(t, pooled("nr", "nr", "cmp-nr", "1"))
+	Eventually(status("nr")).Should(Equal("Available SuccessfullyConfigured: 2/3 nodes successfully configured, 1 nodes ignored due to NotReady state"),
+		describe("nr"))
+	held := addressOf("nr", "nr-2")()
+	Expect(held).NotTo(BeEmpty(), "recorded: its policy is written, for when it is back")
+
+	relabel("nr-2", "elsewhere")
+	Eventually(status("nr")).Should(And(HavePrefix("Degraded NodeNotReady: Node nr-2 is not Ready: "+held+" stay recorded and quarantined"),
+		HaveSuffix("(2/2 nodes successfully configured)")))
+	Consistently(addressOf("nr", "nr-2"), 2*time.Second).Should(Equal(held))
+	Expect(bits("cmp-nr")()).To(ContainElement(held))
+
+	updateNode("nr-2", func(n *corev1.Node) { n.Status.Conditions[0].Status = corev1.ConditionTrue })
+	u.set(func(u *upstream) { u.down["nr-2"] = false })
+	Eventually(addressOf("nr", "nr-2")).Should(BeEmpty())
+	Expect(u.configured("nr-2")()).To(BeEmpty())
+	Eventually(status("nr")).Should(Equal("Available SuccessfullyConfigured: 2/2 nodes successfully configured"))
+	Eventually(bits("cmp-nr")).ShouldNot(ContainElement(held))
+}
