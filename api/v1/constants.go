@@ -227,6 +227,9 @@ const (
 	// waits for its Node, which is not Ready, to apply the policy that
 	// takes them off.
 	ReasonNodeNotReady = "NodeNotReady"
+	// ReasonRemovalRetried (pooled policy, Normal): the policy that takes
+	// a node's released addresses off failed on it, and is written again.
+	ReasonRemovalRetried = "RemovalRetried"
 	// ReasonMachineShutDown (pooled policy, Normal): a deleted Node is
 	// tainted node.kubernetes.io/out-of-service: its addresses are let go
 	// without its handler's word, kept for its return.

@@ -163,6 +163,9 @@ const (
 	// PooledReleaseAnnotation ("true") marks a generated NNCP whose desired
 	// state takes its node's released addresses off its interfaces.
 	PooledReleaseAnnotation = "nmstate.io/pooled-release"
+	// PooledReleaseAttemptAnnotation counts how many times such an NNCP
+	// was written again after its node failed to apply it.
+	PooledReleaseAttemptAnnotation = "nmstate.io/pooled-release-attempt"
 	// FinalizerPooledPolicy holds a pooled policy being deleted until its
 	// addresses are off its nodes' interfaces and its NNCPs are gone.
 	FinalizerPooledPolicy = "nmstate.io/pooled-policy"

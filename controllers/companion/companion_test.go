@@ -370,6 +370,31 @@ func TestFailedRemovalKeepsTheRecord(t *testing.T) {
 	Eventually(status("fr")).Should(Equal("Available SuccessfullyConfigured: 1/1 nodes successfully configured"))
 }
 
+// TestFailedRemovalIsTriedAgain: a node that failed to apply the policy
+// taking its address off (kubernetes-nmstate's handler gave up on it) is
+// given that policy again, as a new generation, once the backoff has
+// passed; once it applies, the release finishes.
+func TestFailedRemovalIsTriedAgain(t *testing.T) {
+	u := beginWith(t, func(pc *envtest.PoolController) { pc.PooledPolicies.RemovalRetry = time.Second }, "ta", "ta-1", "ta-2")
+	createPool(t, "cmp-ta", rangeSpec("10.77.0.0/24", "10.77.0.10", "10.77.0.30"))
+	create(t, pooled("ta", "ta", "cmp-ta", "100%"))
+	Eventually(status("ta")).Should(HavePrefix("Available"))
+	held := addressOf("ta", "ta-2")()
+
+	u.set(func(u *upstream) { u.fail["ta-2"] = true })
+	relabel("ta-2", "elsewhere")
+	Eventually(status("ta")).Should(HavePrefix("Degraded FailedToConfigure: node ta-2 could not apply policy ta-ta-2"))
+	Eventually(events("ta")).Should(ContainElement(And(HavePrefix("RemovalRetried: Trying again to take "+held+" off node ta-2: policy ta-ta-2 failed"),
+		HaveSuffix("(attempt 2)"))))
+	Expect(addressOf("ta", "ta-2")()).To(Equal(held), "recorded while it fails")
+
+	u.set(func(u *upstream) { u.fail["ta-2"] = false })
+	Eventually(addressOf("ta", "ta-2"), time.Minute).Should(BeEmpty())
+	Expect(u.configured("ta-2")()).To(BeEmpty())
+	Eventually(generated("ta")).Should(ConsistOf("ta-ta-1"))
+	Eventually(bits("cmp-ta")).ShouldNot(ContainElement(held))
+}
+
 // TestReleaseOfANodeNeverConfigured: a node whose policy was never written
 // (held back by maxUnavailable) gives its address back at once when it is
 // no longer selected: nothing of ours put it on its NIC, and its network

@@ -9,6 +9,7 @@ import (
 	"net/netip"
 	"reflect"
 	"slices"
+	"strconv"
 	"strings"
 
 	"github.com/nmstate/kubernetes-nmstate/api/shared"
@@ -18,6 +19,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/utils/ptr"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -284,13 +286,36 @@ func (r *Reconciler) generate(w *world, node string, state []byte, removal bool)
 		OwnerReferences: []metav1.OwnerReference{{APIVersion: ippoolv1.GroupVersion.String(), Kind: poolstatus.PooledPolicyKind,
 			Name: p.Name, UID: p.UID, Controller: ptr.To(true), BlockOwnerDeletion: ptr.To(true)}},
 	}}
-	if removal {
-		g.Annotations[ippoolv1.PooledReleaseAnnotation] = "true"
-	}
 	g.Spec.NodeSelector = map[string]string{hostnameLabel: hostname}
 	g.Spec.Capture = w.plain // immutable, as the pooled policy's
 	g.Spec.DesiredState = shared.NewState(string(state))
+	if removal {
+		g.Annotations[ippoolv1.PooledReleaseAnnotation] = "true"
+		attempt := releaseAttempt(w.generated[node])
+		if w.retries[node] {
+			attempt++
+		}
+		if attempt > 0 {
+			// A new generation for each attempt, which is all that
+			// kubernetes-nmstate's handler applies again: maxUnavailable
+			// 1 or unset, the same for a policy of one node.
+			g.Annotations[ippoolv1.PooledReleaseAttemptAnnotation] = strconv.Itoa(attempt)
+			if attempt%2 == 1 {
+				g.Spec.MaxUnavailable = ptr.To(intstr.FromInt32(1))
+			}
+		}
+	}
 	return g
+}
+
+// releaseAttempt returns how many times the removal policy g was written
+// again after it failed (0 for none, or no policy).
+func releaseAttempt(g *nmstatev1.NodeNetworkConfigurationPolicy) int {
+	if g == nil || !isRemoval(g) {
+		return 0
+	}
+	n, _ := strconv.Atoi(g.Annotations[ippoolv1.PooledReleaseAttemptAnnotation])
+	return n
 }
 
 // stale reports whether this process wrote the generated policy name at
@@ -366,7 +391,8 @@ func btoi(b bool) int {
 // same reports whether an NNCP has the spec and annotations of want.
 func same(have, want *nmstatev1.NodeNetworkConfigurationPolicy) bool {
 	if !reflect.DeepEqual(have.Spec.NodeSelector, want.Spec.NodeSelector) || !reflect.DeepEqual(nilIfEmpty(have.Spec.Capture), nilIfEmpty(want.Spec.Capture)) ||
-		have.Spec.MaxUnavailable != nil || isRemoval(have) != isRemoval(want) {
+		!reflect.DeepEqual(have.Spec.MaxUnavailable, want.Spec.MaxUnavailable) || isRemoval(have) != isRemoval(want) ||
+		releaseAttempt(have) != releaseAttempt(want) {
 		return false
 	}
 	if bytes.Equal(have.Spec.DesiredState.Raw, want.Spec.DesiredState.Raw) {

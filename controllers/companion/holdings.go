@@ -7,6 +7,7 @@ import (
 	"net/netip"
 	"slices"
 	"strings"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -18,6 +19,7 @@ import (
 	nmstatev1 "github.com/nmstate/kubernetes-nmstate/api/v1"
 
 	ippoolv1 "github.com/nmstate-ippool/nmstate-ippool/api/v1"
+	nncev1beta1 "github.com/nmstate-ippool/nmstate-ippool/api/v1beta1"
 	"github.com/nmstate-ippool/nmstate-ippool/internal/policystatus"
 	"github.com/nmstate-ippool/nmstate-ippool/internal/poolstatus"
 	"github.com/nmstate-ippool/nmstate-ippool/internal/poolwrite"
@@ -177,7 +179,7 @@ func (r *Reconciler) depart(ctx context.Context, w *world, next *ippoolv1.Pooled
 // pool controller then waits for a state the node publishes after. A
 // removal that fails keeps the record, and says so.
 func (r *Reconciler) release(ctx context.Context, w *world, next *ippoolv1.PooledNodeNetworkConfigurationPolicy) ([]problem, error) {
-	w.removals = map[string][]byte{}
+	w.removals, w.retries = map[string][]byte{}, map[string]bool{}
 	var problems []problem
 	var done []string
 	for i := range next.Status.Nodes {
@@ -236,8 +238,10 @@ type removal struct {
 	confirmed bool
 	// gone: the node never had an NNCP, nothing of ours can carry them.
 	gone bool
-	// failed says why the removal failed.
-	failed string
+	// failed says why the removal failed; failedAt is when its policy
+	// failed on the node (zero when it cannot be applied at all).
+	failed   string
+	failedAt time.Time
 }
 
 // removed says where the release of rec stands, and leaves the removal
@@ -251,7 +255,45 @@ func (r *Reconciler) removed(ctx context.Context, w *world, rec *ippoolv1.Pooled
 	if without != nil {
 		w.removals[rec.Node] = without
 	}
+	if g := w.generated[rec.Node]; err == nil && !out.failedAt.IsZero() && g != nil && isRemoval(g) {
+		r.retry(w, rec, g, out.failedAt)
+	}
 	return out, err
+}
+
+// retry writes again, once its backoff has passed, the policy that failed
+// to take rec's addresses off its node: kubernetes-nmstate's handler
+// gives up on a generation once its own retries are exhausted, and
+// applies only a new one (releaseAttempt). The backoff doubles with each
+// attempt, from RemovalRetry up to 32 times it.
+func (r *Reconciler) retry(w *world, rec *ippoolv1.PooledPolicyNode, g *nmstatev1.NodeNetworkConfigurationPolicy, failedAt time.Time) {
+	attempt, base := releaseAttempt(g), r.RemovalRetry
+	if base <= 0 {
+		base = time.Minute
+	}
+	due := failedAt.Add(base << min(attempt, 5))
+	if wait := due.Sub(r.Clock.Now()); wait > 0 {
+		if w.retryIn == 0 || wait < w.retryIn {
+			w.retryIn = wait
+		}
+		return
+	}
+	w.removals[rec.Node] = g.Spec.DesiredState.Raw
+	w.retries[rec.Node] = true
+	r.Recorder.Eventf(w.policy, nil, corev1.EventTypeNormal, ippoolv1.ReasonRemovalRetried, "Release",
+		"Trying again to take %s off node %s: policy %s failed on it at %s (attempt %d)", ips(rec.Held()), rec.Node, g.Name,
+		failedAt.UTC().Format(time.RFC3339), attempt+2)
+}
+
+// failedSince returns when an enactment's Failing or Aborted condition
+// became True.
+func failedSince(e *nncev1beta1.NodeNetworkConfigurationEnactment) time.Time {
+	for _, c := range e.Status.Conditions {
+		if c.Status == corev1.ConditionTrue {
+			return c.LastTransitionTime.Time
+		}
+	}
+	return time.Time{}
 }
 
 // takenOff says whether addrs of rec are off its node as far as its
@@ -294,7 +336,7 @@ func (r *Reconciler) takenOff(ctx context.Context, w *world, rec *ippoolv1.Poole
 	case st == policystatus.Available:
 		return removal{confirmed: true}, nil, nil // applied without them
 	case st == policystatus.Failing || st == policystatus.Aborted:
-		return removal{failed: fmt.Sprintf("node %s could not apply policy %s, which takes %s off its interfaces (see its enactment %s); "+
+		return removal{failedAt: failedSince(w.enactmentOf(rec.Node)), failed: fmt.Sprintf("node %s could not apply policy %s, which takes %s off its interfaces (see its enactment %s); "+
 			"the addresses stay recorded and quarantined until it does; "+machineGone,
 			rec.Node, g.Name, ips(addrs), shared.EnactmentKey(rec.Node, g.Name).Name)}, nil, nil
 	}

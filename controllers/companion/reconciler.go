@@ -42,6 +42,10 @@ type Reconciler struct {
 	Recorder events.EventRecorder
 	// Clock stamps conditions and entries.
 	Clock clock.Clock
+	// RemovalRetry is how long after a node failed to apply the policy
+	// that takes its released addresses off that policy is written again
+	// (doubling with each attempt).
+	RemovalRetry time.Duration
 
 	// written holds, by name, the generation of each generated policy
 	// this process last created or changed: the next pass may start
@@ -139,10 +143,20 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 	if deleting && len(next.Status.Nodes) == 0 && len(w.generated) == 0 {
 		return ctrl.Result{}, r.removeFinalizer(ctx, next)
 	}
-	if pl.waiting > 0 || pl.progressing > 0 || len(problems) > 0 {
-		return ctrl.Result{RequeueAfter: progressPoll}, nil
+	return ctrl.Result{RequeueAfter: lookAgain(w, pl, problems)}, nil
+}
+
+// lookAgain says how soon a pass that is not done looks again: when a
+// failed removal is due to be written again, or at the next poll while the
+// rollout waits or progresses or something is wrong; 0 when all is done.
+func lookAgain(w *world, pl plan, problems []problem) time.Duration {
+	switch {
+	case w.retryIn > 0 && w.retryIn < progressPoll:
+		return w.retryIn
+	case pl.waiting > 0 || pl.progressing > 0 || len(problems) > 0:
+		return progressPoll
 	}
-	return ctrl.Result{}, nil
+	return 0
 }
 
 // holdings does the pool writes of one pass, each before the status write
@@ -194,8 +208,12 @@ type world struct {
 	pools  map[string]*ippoolv1.NodeIPPool
 	resets resets
 	// removals are the desired states that take released addresses off
-	// their nodes, by node (release).
+	// their nodes, by node (release); retries the nodes whose removal
+	// failed and is written again as a new attempt, and retryIn how soon
+	// the next one is due.
 	removals map[string][]byte
+	retries  map[string]bool
+	retryIn  time.Duration
 }
 
 // resets are the reset annotations for the policy's nodes.

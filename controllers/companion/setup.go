@@ -3,6 +3,7 @@ package companion
 import (
 	"context"
 	"slices"
+	"time"
 
 	"github.com/nmstate/kubernetes-nmstate/api/shared"
 	nmstatev1 "github.com/nmstate/kubernetes-nmstate/api/v1"
@@ -51,6 +52,9 @@ func New(mgr ctrl.Manager) *Reconciler {
 		Pools:     poolwrite.NewWriter(mgr.GetAPIReader(), mgr.GetClient(), clk),
 		Recorder:  mgr.GetEventRecorder("nmstate-ippool-pool-controller"),
 		Clock:     clk,
+		// kubernetes-nmstate's handler retries an apply for about a
+		// minute before it fails (5 attempts, backoff up to 30 s).
+		RemovalRetry: time.Minute,
 	}
 }
 
