@@ -167,7 +167,10 @@ const (
 	// was written again after its node failed to apply it.
 	PooledReleaseAttemptAnnotation = "nmstate.io/pooled-release-attempt"
 	// FinalizerPooledPolicy holds a pooled policy being deleted until its
-	// addresses are off its nodes' interfaces and its NNCPs are gone.
+	// addresses are off its nodes' interfaces and its NNCPs are gone; and
+	// each generated NNCP until its node's addresses are off (the garbage
+	// collector deletes them first when the pooled policy is deleted with
+	// --cascade=foreground).
 	FinalizerPooledPolicy = "nmstate.io/pooled-policy"
 	// FinalizerPooledNode holds a Node that a pooled policy records
 	// addresses of while it is deleted, until kubernetes-nmstate's handler

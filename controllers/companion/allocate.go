@@ -123,7 +123,7 @@ func record(w *world, next *ippoolv1.PooledNodeNetworkConfigurationPolicy, nd ne
 
 // take takes the addresses of needs from pool in one pool write, each
 // held by an in-flight entry naming its node's holder with the policy's
-// UID as token; a need whose holder has such an entry already (a pass
+// resourceVersion as token (holderOf); a need whose holder has such an entry already (a pass
 // that died before its status write) takes that address again. It returns
 // what it got, a problem for those it could not serve, and notes for the
 // Event.
@@ -217,14 +217,14 @@ func (w *world) labelsOf(node string) func() map[string]string {
 }
 
 // inFlight returns, by holder, the addresses the pool's in-flight entries
-// hold for the policy's nodes under its UID that their records do not
+// hold for the policy's nodes under its token that their records do not
 // hold yet and that were not released since (the pool controller prunes
 // an entry some seconds after its address is recorded).
 func inFlight(p *ippoolv1.NodeIPPool, policy, next *ippoolv1.PooledNodeNetworkConfigurationPolicy) map[string][]netip.Addr {
 	out := map[string][]netip.Addr{}
 	for _, e := range p.Status.InFlight {
 		policyName, node, ok := poolstatus.ParsePolicyHolder(e.Enactment)
-		if !ok || policyName != policy.Name || e.Token != string(policy.UID) {
+		if _, token := holderOf(policy, node); !ok || policyName != policy.Name || e.Token != token {
 			continue
 		}
 		if rec := next.Status.NodeOf(node); rec != nil &&

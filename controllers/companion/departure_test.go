@@ -2,14 +2,17 @@ package companion_test
 
 import (
 	"fmt"
+	"slices"
 	"testing"
 	"time"
 
+	nmstatev1 "github.com/nmstate/kubernetes-nmstate/api/v1"
 	. "github.com/onsi/gomega"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/util/retry"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	ippoolv1 "github.com/nmstate-ippool/nmstate-ippool/api/v1"
 	"github.com/nmstate-ippool/nmstate-ippool/test/envtest"
@@ -171,4 +174,74 @@ func TestNotReadyNodeHoldsNoSlot(t *testing.T) {
 	Expect(u.configured("nr-2")()).To(BeEmpty())
 	Eventually(status("nr")).Should(Equal("Available SuccessfullyConfigured: 2/2 nodes successfully configured"))
 	Eventually(bits("cmp-nr")).ShouldNot(ContainElement(held))
+}
+
+// collect plays the garbage collector on a pooled policy deleted with
+// propagation (envtest runs no kube-controller-manager): Foreground
+// deletes its generated policies and, once they are gone, removes
+// foregroundDeletion; Orphan removes their owner references, then orphan.
+func collect(t *testing.T, p *ippoolv1.PooledNodeNetworkConfigurationPolicy, propagation metav1.DeletionPropagation) {
+	t.Helper()
+	var list nmstatev1.NodeNetworkConfigurationPolicyList
+	Expect(k.List(ctx, &list, client.MatchingLabels{ippoolv1.PooledPolicyLabel: p.Name})).To(Succeed())
+	Expect(list.Items).NotTo(BeEmpty())
+	finalizer := metav1.FinalizerOrphanDependents
+	for i := range list.Items {
+		g := &list.Items[i]
+		if propagation == metav1.DeletePropagationForeground {
+			Expect(k.Delete(ctx, g)).To(Succeed())
+			finalizer = metav1.FinalizerDeleteDependents
+			continue
+		}
+		Expect(retry.RetryOnConflict(retry.DefaultRetry, func() error {
+			if err := k.Get(ctx, client.ObjectKeyFromObject(g), g); err != nil {
+				return err
+			}
+			g.OwnerReferences = nil
+			return k.Update(ctx, g)
+		})).To(Succeed())
+	}
+	if propagation == metav1.DeletePropagationForeground {
+		Eventually(generated(p.Name)).Should(BeEmpty(), "the garbage collector waits for the dependents to be gone")
+	}
+	Expect(retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		var got ippoolv1.PooledNodeNetworkConfigurationPolicy
+		if err := k.Get(ctx, client.ObjectKeyFromObject(p), &got); err != nil {
+			return client.IgnoreNotFound(err)
+		}
+		Expect(got.Finalizers).To(ContainElement(finalizer))
+		got.Finalizers = slices.DeleteFunc(got.Finalizers, func(f string) bool { return f == finalizer })
+		return k.Update(ctx, &got)
+	})).To(Succeed())
+}
+
+// TestCascadingDeletions: a pooled policy deleted with
+// --cascade=foreground (the garbage collector deletes its generated
+// policies first) or --cascade=orphan (it strips their owner references)
+// still takes every address off its nodes before its policies go, frees
+// them, and goes.
+func TestCascadingDeletions(t *testing.T) {
+	for i, propagation := range []metav1.DeletionPropagation{metav1.DeletePropagationForeground, metav1.DeletePropagationOrphan} {
+		t.Run(string(propagation), func(t *testing.T) {
+			name, pool := fmt.Sprintf("cd%d", i), fmt.Sprintf("cmp-cd%d", i)
+			u := begin(t, name, name+"-1", name+"-2")
+			createPool(t, pool, rangeSpec(fmt.Sprintf("10.78.%d.0/24", i), fmt.Sprintf("10.78.%d.10", i), fmt.Sprintf("10.78.%d.30", i)))
+			p := pooled(name, name, pool, "100%")
+			create(t, p)
+			Eventually(status(name)).Should(HavePrefix("Available"))
+			Expect(u.configured(name + "-1")()).To(HaveLen(1))
+
+			Expect(k.Delete(ctx, p, client.PropagationPolicy(propagation))).To(Succeed())
+			collect(t, p, propagation)
+			Eventually(generated(name)).Should(BeEmpty())
+			for _, n := range []string{name + "-1", name + "-2"} {
+				Expect(u.configured(n)()).To(BeEmpty(), "%s: off the NIC before its policy went", n)
+			}
+			Eventually(func() error {
+				return k.Get(ctx, client.ObjectKeyFromObject(p), &ippoolv1.PooledNodeNetworkConfigurationPolicy{})
+			}).Should(MatchError(ContainSubstring("not found")))
+			Eventually(bits(pool)).Should(BeEmpty())
+			Expect(quarantined(pool)()).To(BeEmpty())
+		})
+	}
 }

@@ -16,7 +16,8 @@
 // may carry it, nor by two:
 //   - allocate: one pool write per pool for every node that lacks an
 //     address (in-flight entries naming the node's holder, with the pooled
-//     policy's UID as token; assign.Chooser gives reservations, addresses
+//     policy's resourceVersion as token, which the pool controller fences
+//     by writing the policy; assign.Chooser gives reservations, addresses
 //     kept for a returning node, and addresses the node already carries,
 //     so that moving from per-node NNCPs renumbers nothing), then the
 //     record in the status, then the generated NNCP;

@@ -23,6 +23,7 @@ import (
 	"k8s.io/utils/ptr"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
 	"sigs.k8s.io/yaml"
 
 	ippoolv1 "github.com/nmstate-ippool/nmstate-ippool/api/v1"
@@ -179,6 +180,10 @@ func (r *Reconciler) step(ctx context.Context, w *world, next *ippoolv1.PooledNo
 	s.problem = why
 	s.counted, s.state = w.isSelected(node) && !s.unhandled, policystatus.Progressing
 	switch {
+	case have != nil && !have.DeletionTimestamp.IsZero() && want != nil && !isRemoval(want):
+		// Deleted by someone else while its node keeps its addresses: it
+		// goes, and is created again.
+		s.remove = have
 	case stale, keep:
 	case want == nil:
 		s.remove = have
@@ -189,7 +194,7 @@ func (r *Reconciler) step(ctx context.Context, w *world, next *ippoolv1.PooledNo
 		s.waits = true // kubernetes-nmstate refuses to change a policy that progresses
 	case have != nil:
 		updated := have.DeepCopy()
-		updated.Spec, updated.Annotations = want.Spec, want.Annotations
+		updated.Spec, updated.Annotations = want.Spec, want.Annotations // its finalizer: holdGenerated
 		s.change = updated
 	default:
 		if taken := r.nameTaken(ctx, want.Name, node); taken != nil {
@@ -281,6 +286,7 @@ func (r *Reconciler) generate(w *world, node string, state []byte, removal bool)
 	}
 	g := &nmstatev1.NodeNetworkConfigurationPolicy{ObjectMeta: metav1.ObjectMeta{
 		Name:        ippoolv1.NodePolicyName(p.Name, node),
+		Finalizers:  []string{ippoolv1.FinalizerPooledPolicy},
 		Labels:      map[string]string{ippoolv1.PooledPolicyLabel: p.Name},
 		Annotations: map[string]string{ippoolv1.PooledNodeAnnotation: node},
 		OwnerReferences: []metav1.OwnerReference{{APIVersion: ippoolv1.GroupVersion.String(), Kind: poolstatus.PooledPolicyKind,
@@ -306,6 +312,42 @@ func (r *Reconciler) generate(w *world, node string, state []byte, removal bool)
 		}
 	}
 	return g
+}
+
+// letGo deletes a generated policy: its finalizer, which kept it from the
+// garbage collector (a pooled policy deleted with --cascade=foreground) or
+// from anyone until its node's addresses were off, removed first.
+func (r *Reconciler) letGo(ctx context.Context, g *nmstatev1.NodeNetworkConfigurationPolicy) error {
+	if controllerutil.ContainsFinalizer(g, ippoolv1.FinalizerPooledPolicy) {
+		patch := client.MergeFromWithOptions(g.DeepCopy(), client.MergeFromWithOptimisticLock{})
+		controllerutil.RemoveFinalizer(g, ippoolv1.FinalizerPooledPolicy)
+		if err := r.Client.Patch(ctx, g, patch); client.IgnoreNotFound(err) != nil {
+			return fmt.Errorf("remove the finalizer of policy %s: %w", g.Name, err)
+		}
+	}
+	if !g.DeletionTimestamp.IsZero() {
+		return nil
+	}
+	if err := r.Client.Delete(ctx, g, client.Preconditions{UID: &g.UID}); client.IgnoreNotFound(err) != nil {
+		return fmt.Errorf("delete policy %s: %w", g.Name, err)
+	}
+	return nil
+}
+
+// holdGenerated gives the finalizer to the generated policies that lack
+// it (written before this version) and are not deleted.
+func (r *Reconciler) holdGenerated(ctx context.Context, w *world) error {
+	for _, g := range w.generated {
+		if !g.DeletionTimestamp.IsZero() || controllerutil.ContainsFinalizer(g, ippoolv1.FinalizerPooledPolicy) {
+			continue
+		}
+		patch := client.MergeFromWithOptions(g.DeepCopy(), client.MergeFromWithOptimisticLock{})
+		controllerutil.AddFinalizer(g, ippoolv1.FinalizerPooledPolicy)
+		if err := r.Client.Patch(ctx, g, patch); client.IgnoreNotFound(err) != nil {
+			return fmt.Errorf("add the finalizer to policy %s: %w", g.Name, err)
+		}
+	}
+	return nil
 }
 
 // releaseAttempt returns how many times the removal policy g was written
@@ -486,8 +528,8 @@ func (r *Reconciler) apply(ctx context.Context, p *ippoolv1.PooledNodeNetworkCon
 		log.Info("wrote policy", "policy", g.Name, "node", node, "release", isRemoval(g))
 	}
 	for _, g := range pl.remove {
-		if err := r.Client.Delete(ctx, g, client.Preconditions{UID: &g.UID}); client.IgnoreNotFound(err) != nil {
-			errs = append(errs, fmt.Errorf("delete policy %s: %w", g.Name, err))
+		if err := r.letGo(ctx, g); err != nil {
+			errs = append(errs, err)
 			continue
 		}
 		r.written.Delete(g.Name)

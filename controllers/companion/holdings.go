@@ -11,6 +11,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -394,7 +395,11 @@ const machineGone = "if its machine is shut down for good, delete its Node and t
 
 // releaseWhy says why a pass releases a node's addresses.
 func releaseWhy(w *world) string {
-	if w.deleting {
+	switch {
+	case w.deleting && slices.Contains(w.policy.Finalizers, metav1.FinalizerOrphanDependents):
+		return "the policy is being deleted; its generated policies go too, though the deletion asked to orphan them: " +
+			"their addresses belong to the pools, which would hand them to other nodes"
+	case w.deleting:
 		return "the policy is being deleted"
 	}
 	return "the policy no longer selects it"

@@ -12,6 +12,7 @@ import (
 	nmstatev1 "github.com/nmstate/kubernetes-nmstate/api/v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/tools/events"
@@ -115,6 +116,9 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 	if err != nil {
 		return ctrl.Result{}, err
 	}
+	if err := r.holdGenerated(ctx, w); err != nil {
+		return ctrl.Result{}, err
+	}
 	next := p.DeepCopy()
 	problems, err := r.holdings(ctx, w, next)
 	if err != nil {
@@ -137,6 +141,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 	if err := r.guardRecorded(ctx, w, next); err != nil {
 		return ctrl.Result{}, err
 	}
+
 	if err := r.apply(ctx, next, pl); err != nil {
 		return ctrl.Result{}, err
 	}
@@ -282,7 +287,7 @@ func (r *Reconciler) observeGenerated(ctx context.Context, w *world) error {
 	for i := range generated.Items {
 		g := &generated.Items[i]
 		node := g.Annotations[ippoolv1.PooledNodeAnnotation]
-		if node == "" || !ownedBy(g, p) {
+		if node == "" || !ownedBy(g, p) && !orphanedBy(g, p) {
 			continue
 		}
 		w.generated[node] = g
@@ -346,6 +351,19 @@ func ownedBy(g client.Object, p *ippoolv1.PooledNodeNetworkConfigurationPolicy) 
 	return false
 }
 
+// orphanedBy reports whether g is the generated policy of one of p's
+// records that the garbage collector orphaned (kubectl delete
+// --cascade=orphan removes the owner references of a deleted owner's
+// dependents): it still carries addresses from the pools, which p must
+// take off before they can go to another node.
+func orphanedBy(g *nmstatev1.NodeNetworkConfigurationPolicy, p *ippoolv1.PooledNodeNetworkConfigurationPolicy) bool {
+	if p.DeletionTimestamp.IsZero() || metav1.GetControllerOf(g) != nil {
+		return false
+	}
+	rec := p.Status.NodeOf(g.Annotations[ippoolv1.PooledNodeAnnotation])
+	return rec != nil && rec.Policy == g.Name
+}
+
 // removeFinalizer lets a deleted pooled policy go.
 func (r *Reconciler) removeFinalizer(ctx context.Context, p *ippoolv1.PooledNodeNetworkConfigurationPolicy) error {
 	patch := client.MergeFromWithOptions(p.DeepCopy(), client.MergeFromWithOptimisticLock{})
@@ -357,9 +375,12 @@ func (r *Reconciler) removeFinalizer(ctx context.Context, p *ippoolv1.PooledNode
 }
 
 // holderOf names a node of the policy where pool entries name a holder,
-// and the token of its in-flight entries.
+// and the token of its in-flight entries: the resourceVersion of the
+// policy the pass read, which guards its status write. The pool
+// controller fences an entry not recorded past the grace period by
+// writing the policy, so a stalled pass can never record it.
 func holderOf(p *ippoolv1.PooledNodeNetworkConfigurationPolicy, node string) (holder, token string) {
-	return poolstatus.PolicyHolder(p.Name, node), string(p.UID)
+	return poolstatus.PolicyHolder(p.Name, node), p.ResourceVersion
 }
 
 // sameStatus reports whether two versions of a policy have the same

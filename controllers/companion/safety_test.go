@@ -8,6 +8,7 @@ import (
 
 	. "github.com/onsi/gomega"
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/util/retry"
@@ -131,4 +132,37 @@ func TestStaleRecordQuarantinesNothing(t *testing.T) {
 	Eventually(events("st")).Should(ContainElement(HavePrefix("InvalidReset: nmstate.io/reset-ippool=cmp-none")), "the pass ran once the cache caught up")
 	Expect(addressOf("st", "st-2")()).To(Equal("10.71.0.10"))
 	Expect(quarantined("cmp-st")()).To(BeEmpty())
+}
+
+// TestStalledPassRecordsNothing: a pass that took an address and stalls
+// before its status write records it (a paused process, a slow API
+// server) must never record it once the pool controller revoked it: the
+// address may be another holder's by then. The pool controller fences the
+// entry by writing the pooled policy under the entry's token, so the
+// stalled write fails; the next pass takes an address again.
+func TestStalledPassRecordsNothing(t *testing.T) {
+	release, result := make(chan struct{}), make(chan error, 1)
+	var stalled atomic.Bool
+	beginWith(t, func(pc *envtest.PoolController) {
+		pc.PooledPolicies.Client = interceptor.NewClient(envtest.WithoutWatch{Client: pc.PooledPolicies.Client}, interceptor.Funcs{
+			SubResourceUpdate: func(ctx context.Context, c client.Client, sub string, obj client.Object, opts ...client.SubResourceUpdateOption) error {
+				p, ok := obj.(*ippoolv1.PooledNodeNetworkConfigurationPolicy)
+				if !ok || p.Name != "sp" || len(p.Status.Nodes) == 0 || !stalled.CompareAndSwap(false, true) {
+					return c.SubResource(sub).Update(ctx, obj, opts...)
+				}
+				<-release
+				err := c.SubResource(sub).Update(ctx, obj, opts...)
+				result <- err
+				return err
+			},
+		})
+	}, "sp", "sp-1")
+	createPool(t, "cmp-sp", rangeSpec("10.79.0.0/24", "10.79.0.10", "10.79.0.10"))
+	create(t, pooled("sp", "sp", "cmp-sp", "100%"))
+	Eventually(stalled.Load).Should(BeTrue(), "the pass took the address and stalls before recording it")
+	Eventually(events("sp")).Should(ContainElement(HavePrefix("AllocationRevoked: NodeIPPool cmp-sp revoked 10.79.0.10: taken for node sp-1")))
+	close(release)
+	Expect(<-result).To(MatchError(apierrors.IsConflict, "IsConflict"), "the stalled status write is refused")
+	Eventually(status("sp")).Should(Equal("Available SuccessfullyConfigured: 1/1 nodes successfully configured"))
+	Expect(addressOf("sp", "sp-1")()).To(Equal("10.79.0.10"), "taken again, under a live token")
 }

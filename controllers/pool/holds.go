@@ -258,12 +258,14 @@ const (
 // under the token (fenced). A conflict means the enactment just changed,
 // maybe to record the address (undecided).
 func (r *Reconciler) fence(ctx context.Context, pool *ippoolv1.NodeIPPool, e ippoolv1.InFlightAddress) (fenceOutcome, error) {
+	if policy, node, ok := poolstatus.ParsePolicyHolder(e.Enactment); ok {
+		return r.fencePolicy(ctx, pool, e, policy, node)
+	}
 	if poolstatus.Foreign(e.Enactment) {
-		// Taken by this process for a Cluster API claim or a pooled
-		// policy's node, whose controller records it in the IPAddress or
-		// the policy's status; the holder has recorded another address
-		// (or none, and takes it again from its entry while the entry
-		// lives): the entry goes, the bit stays for garbage collection.
+		// Taken by this process for a Cluster API claim, whose controller
+		// records it in the IPAddress (claimHolds keeps the entry while
+		// the claim may still record it): the entry goes, the bit stays
+		// for garbage collection.
 		return movedOn, nil
 	}
 	var enactment nncev1beta1.NodeNetworkConfigurationEnactment
@@ -300,13 +302,58 @@ func (r *Reconciler) fence(ctx context.Context, pool *ippoolv1.NodeIPPool, e ipp
 	return fenced, nil
 }
 
-// existing returns whether an enactment of enactments has a name.
+// fencePolicy is fence for the entry of a pooled policy's node: its
+// controller records under the token the policy's resourceVersion (its
+// status write is guarded by it), so a fence written on the policy makes a
+// stalled pass's record fail.
+func (r *Reconciler) fencePolicy(ctx context.Context, pool *ippoolv1.NodeIPPool, e ippoolv1.InFlightAddress, policy, node string) (fenceOutcome, error) {
+	var p ippoolv1.PooledNodeNetworkConfigurationPolicy
+	err := r.APIReader.Get(ctx, types.NamespacedName{Name: policy}, &p)
+	switch {
+	case apierrors.IsNotFound(err):
+		return movedOn, nil
+	case err != nil:
+		return undecided, fmt.Errorf("get %s %q: %w", poolstatus.PooledPolicyKind, policy, err)
+	}
+	if rec := p.Status.NodeOf(node); rec != nil && slices.ContainsFunc(rec.Held(), func(a ippoolv1.PooledAddress) bool { return a.IP == e.IP }) {
+		return undecided, nil // recorded after all: pruned on the next pass
+	}
+	if p.ResourceVersion != e.Token {
+		return movedOn, nil
+	}
+	patch := client.MergeFromWithOptions(p.DeepCopy(), client.MergeFromWithOptimisticLock{})
+	if p.Annotations == nil {
+		p.Annotations = map[string]string{}
+	}
+	p.Annotations[ippoolv1.FenceAnnotation] = ippoolv1.FenceValue(pool.Name, e.IP, e.Token)
+	if err := r.Client.Patch(ctx, &p, patch); err != nil {
+		switch {
+		case apierrors.IsNotFound(err):
+			return movedOn, nil
+		case apierrors.IsConflict(err):
+			return undecided, nil
+		}
+		return undecided, fmt.Errorf("fence %s %q: %w", poolstatus.PooledPolicyKind, policy, err)
+	}
+	r.Recorder.Eventf(&p, pool, corev1.EventTypeWarning, ippoolv1.ReasonAllocationRevoked, "Revoke",
+		"NodeIPPool %s revoked %s: taken for node %s %s ago and never recorded; the node gets an address again",
+		pool.Name, e.IP, node, r.Clock.Since(e.Since.Time).Round(time.Second))
+	return fenced, nil
+}
+
+// existing returns whether an enactment of enactments has a name. A pooled
+// policy's node counts as existing whether or not it has a record yet: its
+// entry is judged by fencePolicy after the grace period, on the policy
+// read from the API server.
 func existing(enactments []nncev1beta1.NodeNetworkConfigurationEnactment) func(string) bool {
 	names := make(map[string]bool, len(enactments))
 	for i := range enactments {
 		names[enactments[i].Name] = true
 	}
-	return func(name string) bool { return names[name] }
+	return func(name string) bool {
+		_, _, policy := poolstatus.ParsePolicyHolder(name)
+		return policy || names[name]
+	}
 }
 
 // recordedIPs lists every address an enactment records, in any pool.

@@ -297,6 +297,7 @@ func resetPool(o client.Object) []string {
 // +kubebuilder:rbac:groups=nmstate.io,resources=nodenetworkconfigurationpolicies,verbs=get;list;watch;patch
 // +kubebuilder:rbac:groups=nmstate.io,resources=nodenetworkstates,verbs=get;list;watch;patch
 // +kubebuilder:rbac:groups="",resources=nodes,verbs=get;list;watch
+// +kubebuilder:rbac:groups=nmstate.io,resources=poolednodenetworkconfigurationpolicies,verbs=get;list;watch;patch
 // +kubebuilder:rbac:groups=events.k8s.io,resources=events,verbs=create;patch
 // Leader election needs leases in the controller's namespace only:
 // deploy/rbac/pool-controller/leader-election.yaml grants them.
