@@ -125,7 +125,7 @@ $(ENVTEST_DIR)/kubelet $(ENVTEST_DIR)/kube-proxy $(ENVTEST_DIR)/kube-controller-
 ##@ Test
 
 .PHONY: test
-test: envtest-assets $(KUSTOMIZE) peer-handler ## Run unit tests, fuzz seeds, envtest suites, e2e, the suite beside kubernetes-nmstate's handler (when ../shared/peers is there) and a short chaos run against a real API server (with -race).
+test: envtest-assets $(ENVTEST_DIR)/kube-controller-manager $(KUSTOMIZE) peer-handler ## Run unit tests, fuzz seeds, envtest suites, e2e, the suite beside kubernetes-nmstate's handler (when ../shared/peers is there; its cluster runs Kubernetes' garbage collector) and a short chaos run against a real API server (with -race).
 	go test $(GO_TEST_FLAGS) ./...
 
 .PHONY: test-e2e

@@ -55,6 +55,9 @@ type cluster struct {
 	// --companion): it keeps pooled policies' NNCPs and leaves the NNCPs'
 	// status to that handler.
 	Companion bool `json:"companion,omitempty"`
+	// GarbageCollector is set when Kubernetes' garbage collector runs
+	// beside simulated nodes (up --garbage-collector).
+	GarbageCollector bool `json:"garbageCollector,omitempty"`
 	// ExtraCRDs are the CRD files up --crd installed.
 	ExtraCRDs []string `json:"extraCRDs,omitempty"`
 	// PeerHandler is the kubernetes-nmstate handler's binary (make

@@ -38,7 +38,7 @@ import (
 
 const usage = `Usage:
   localcluster up --nodes N [--dir DIR] [--gc-grace-period D] [--quarantine-period D] [--controllers N] [--bin DIR] [--assets DIR]
-                  [--handler ours|upstream [--companion]] [--peer-handler PATH] [--retries N]
+                  [--handler ours|upstream [--companion]] [--peer-handler PATH] [--retries N] [--garbage-collector]
   localcluster handler use ours|upstream [--dir DIR]
   localcluster up --kubelets K [--images DIR] [--dir DIR] [--bin DIR] [--assets DIR]
   localcluster install [--overlay DIR] [--kubectl PATH] [--dir DIR]
@@ -150,6 +150,9 @@ func cmdUp(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs.StringVar(&o.handler, "handler", handlerOurs, "the simulated nodes' handler: ours, or upstream (kubernetes-nmstate's, from make peer-handler)")
 	fs.BoolVar(&o.companion, "companion", false, "with --handler upstream, run the pool controller in companion mode beside it "+
 		"(PooledNodeNetworkConfigurationPolicy: one plain NNCP per node, addresses written in)")
+	fs.BoolVar(&o.garbageCollector, "garbage-collector", false, "run Kubernetes' garbage collector (kube-controller-manager "+
+		"--controllers=garbagecollector, from ASSETS): dependents are deleted with their owners, and --cascade=foreground|orphan "+
+		"work as in a cluster (real nodes run the whole kube-controller-manager)")
 	fs.StringVar(&o.peerHandler, "peer-handler", "", "kubernetes-nmstate's handler binary (default BIN/kubernetes-nmstate-handler)")
 	fs.StringVar(&o.images, "images", "", "with --kubelets, directory of the image tarballs of make images-local (default BIN/images)")
 	fs.Func("crd", "a CRD file to install before the controllers start, e.g. Cluster API's IPAM CRDs (repeatable)", func(path string) error {

@@ -23,43 +23,57 @@ import (
 // with.
 func (c *cluster) startKubeControllers(ctx context.Context) error {
 	keys := pki{dir: c.path("pki")}
-	for _, s := range []struct {
-		name string
-		args []string
-	}{
-		{"kube-controller-manager", []string{
-			"--service-account-private-key-file=" + keys.path("sa.key"), "--root-ca-file=" + keys.path("ca.crt"),
-			"--controllers=*,-nodeipam", "--use-service-account-credentials=true",
-			"--cluster-cidr=" + realPodRange, "--authentication-skip-lookup",
-		}},
-		{"kube-scheduler", nil},
-	} {
-		port, err := freePort()
-		if err != nil {
-			return err
-		}
-		kubeconfig := c.path(s.name + ".kubeconfig")
-		if err := keys.writeKubeconfig(kubeconfig, c.APIServer, s.name); err != nil {
-			return err
-		}
-		p := &process{Binary: filepath.Join(c.Assets, s.name), Log: c.path("logs", s.name+".log"),
-			Health: fmt.Sprintf("https://%s/healthz", hostPort(port)),
-			Args: append([]string{"--kubeconfig=" + kubeconfig, "--leader-elect=false",
-				"--bind-address=127.0.0.1", fmt.Sprintf("--secure-port=%d", port),
-				"--tls-cert-file=" + keys.path("loopback.crt"), "--tls-private-key-file=" + keys.path("loopback.key"),
-			}, s.args...)}
-		if err := c.launch(s.name, p); err != nil {
-			return err
-		}
-		probe, err := adminProbe(keys, p.Health)
-		if err != nil {
-			return err
-		}
-		if err := p.ready(ctx, time.Minute, probe); err != nil {
-			return err
-		}
+	err := c.startKubeComponent(ctx, "kube-controller-manager",
+		"--service-account-private-key-file="+keys.path("sa.key"), "--root-ca-file="+keys.path("ca.crt"),
+		"--controllers=*,-nodeipam", "--use-service-account-credentials=true",
+		"--cluster-cidr="+realPodRange, "--authentication-skip-lookup")
+	if err != nil {
+		return err
 	}
-	return nil
+	return c.startKubeComponent(ctx, "kube-scheduler")
+}
+
+// startGarbageCollector starts, beside simulated nodes and when asked
+// (up --garbage-collector), kube-controller-manager with its garbage
+// collector alone: no kubelet posts the simulated Nodes' status, so the
+// node lifecycle controller would turn them all NotReady.
+func (c *cluster) startGarbageCollector(ctx context.Context) error {
+	if !c.GarbageCollector || c.Real != nil {
+		return nil
+	}
+	// Its own user may only list and watch: the collector acts with its
+	// service account's credentials (system:controller:generic-garbage-collector).
+	return c.startKubeComponent(ctx, "kube-controller-manager", "--controllers=garbagecollector",
+		"--use-service-account-credentials=true", "--authentication-skip-lookup")
+}
+
+// startKubeComponent starts one of Kubernetes' control-plane components
+// (kube-controller-manager, kube-scheduler) from the assets, on loopback
+// with the cluster's certificates, and waits until it is healthy.
+func (c *cluster) startKubeComponent(ctx context.Context, name string, args ...string) error {
+	keys := pki{dir: c.path("pki")}
+	port, err := freePort()
+	if err != nil {
+		return err
+	}
+	kubeconfig := c.path(name + ".kubeconfig")
+	if err := keys.writeKubeconfig(kubeconfig, c.APIServer, name); err != nil {
+		return err
+	}
+	p := &process{Binary: filepath.Join(c.Assets, name), Log: c.path("logs", name+".log"),
+		Health: fmt.Sprintf("https://%s/healthz", hostPort(port)),
+		Args: append([]string{"--kubeconfig=" + kubeconfig, "--leader-elect=false",
+			"--bind-address=127.0.0.1", fmt.Sprintf("--secure-port=%d", port),
+			"--tls-cert-file=" + keys.path("loopback.crt"), "--tls-private-key-file=" + keys.path("loopback.key"),
+		}, args...)}
+	if err := c.launch(name, p); err != nil {
+		return err
+	}
+	probe, err := adminProbe(keys, p.Health)
+	if err != nil {
+		return err
+	}
+	return p.ready(ctx, time.Minute, probe)
 }
 
 func (c *cluster) containerdSocket(node string) string {

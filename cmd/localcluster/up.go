@@ -46,6 +46,9 @@ type upOptions struct {
 	// companion runs the pool controller in companion mode beside
 	// kubernetes-nmstate's handler.
 	companion bool
+	// garbageCollector runs Kubernetes' garbage collector beside
+	// simulated nodes.
+	garbageCollector bool
 }
 
 // up starts a local cluster and leaves it running. If a step fails, it
@@ -56,7 +59,7 @@ func up(ctx context.Context, o upOptions, out io.Writer) error {
 	}
 	c := &cluster{dir: o.dir, Bin: o.bin, Assets: o.assets, GracePeriod: o.gracePeriod.String(),
 		QuarantinePeriod: o.quarantine.String(), Controllers: o.controllers, Processes: map[string]*process{},
-		Handler: o.handler, PeerHandler: o.peerHandler, ExtraCRDs: o.crds, Companion: o.companion}
+		Handler: o.handler, PeerHandler: o.peerHandler, ExtraCRDs: o.crds, Companion: o.companion, GarbageCollector: o.garbageCollector}
 	if o.retries >= 0 {
 		c.Retries = &o.retries
 	}
@@ -96,6 +99,9 @@ func (c *cluster) checkBinaries() error {
 	programs := []string{filepath.Join(c.Assets, "etcd"), filepath.Join(c.Assets, "kube-apiserver")}
 	if c.Real == nil { // real nodes run them from their images
 		programs = append(programs, filepath.Join(c.Bin, "handler"), filepath.Join(c.Bin, "pool-controller"), filepath.Join(c.Bin, "nmstatectl-sim"))
+	}
+	if c.GarbageCollector && c.Real == nil {
+		programs = append(programs, filepath.Join(c.Assets, "kube-controller-manager"))
 	}
 	if c.Handler == handlerUpstream {
 		if _, err := os.Stat(c.PeerHandler); err != nil {
@@ -155,6 +161,7 @@ func (c *cluster) bootstrap(ctx context.Context, n int, out io.Writer) error {
 	apiServer := startStep{"kube-apiserver", func(ctx context.Context) error { return c.startAPIServer(ctx, keys) }}
 	steps := []startStep{etcd, apiServer,
 		{"CRDs", c.installCRDs},
+		{"garbage collector", c.startGarbageCollector},
 		{c.handlerSetup(), func(ctx context.Context) error {
 			k, err := c.client()
 			if err != nil {

@@ -345,10 +345,7 @@ func TestPoolControllerCountsTheRecords(t *testing.T) {
 // status says so) until it can, or until its Node is deleted and tainted
 // out of service (its machine shut down for good).
 func TestFailedRemovalKeepsTheRecord(t *testing.T) {
-	u := begin(t, "fr", "fr-1", "fr-2")
-	createPool(t, "cmp-fr", rangeSpec("10.69.0.0/24", "10.69.0.10", "10.69.0.30"))
-	create(t, pooled("fr", "fr", "cmp-fr", "100%"))
-	Eventually(status("fr")).Should(HavePrefix("Available"))
+	u := rolledOut(t, asIs, "fr", "10.69.0.0/24", "10.69.0.10", "10.69.0.30", "fr-1", "fr-2")
 	held := addressOf("fr", "fr-2")()
 
 	u.set(func(u *upstream) { u.fail["fr-2"] = true })
@@ -362,9 +359,7 @@ func TestFailedRemovalKeepsTheRecord(t *testing.T) {
 	// Its machine shut down for good: the way out.
 	deleteNode("fr-2")
 	Consistently(addressOf("fr", "fr-2"), time.Second).Should(Equal(held), "a deleted Node's machine may still run")
-	updateNode("fr-2", func(n *corev1.Node) {
-		n.Spec.Taints = append(n.Spec.Taints, corev1.Taint{Key: corev1.TaintNodeOutOfService, Value: "nodeshutdown", Effect: corev1.TaintEffectNoExecute})
-	})
+	updateNode("fr-2", outOfService)
 	Eventually(addressOf("fr", "fr-2")).Should(BeEmpty())
 	Eventually(generated("fr")).Should(ConsistOf("fr-fr-1"))
 	Eventually(status("fr")).Should(Equal("Available SuccessfullyConfigured: 1/1 nodes successfully configured"))
@@ -375,10 +370,8 @@ func TestFailedRemovalKeepsTheRecord(t *testing.T) {
 // given that policy again, as a new generation, once the backoff has
 // passed; once it applies, the release finishes.
 func TestFailedRemovalIsTriedAgain(t *testing.T) {
-	u := beginWith(t, func(pc *envtest.PoolController) { pc.PooledPolicies.RemovalRetry = time.Second }, "ta", "ta-1", "ta-2")
-	createPool(t, "cmp-ta", rangeSpec("10.77.0.0/24", "10.77.0.10", "10.77.0.30"))
-	create(t, pooled("ta", "ta", "cmp-ta", "100%"))
-	Eventually(status("ta")).Should(HavePrefix("Available"))
+	u := rolledOut(t, func(pc *envtest.PoolController) { pc.PooledPolicies.RemovalRetry = time.Second },
+		"ta", "10.77.0.0/24", "10.77.0.10", "10.77.0.30", "ta-1", "ta-2")
 	held := addressOf("ta", "ta-2")()
 
 	u.set(func(u *upstream) { u.fail["ta-2"] = true })

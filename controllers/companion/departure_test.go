@@ -73,11 +73,7 @@ func updateNode(name string, change func(*corev1.Node)) {
 // and says so in an Event on the Node; only then do its record and its
 // policy go. A Node no pooled policy records goes at once.
 func TestNodeDeletedWhileItsMachineRuns(t *testing.T) {
-	u := begin(t, "nd", "nd-1", "nd-2")
-	createPool(t, "cmp-nd", rangeSpec("10.74.0.0/24", "10.74.0.10", "10.74.0.30"))
-	p := pooled("nd", "nd", "cmp-nd", "100%")
-	create(t, p)
-	Eventually(status("nd")).Should(HavePrefix("Available"))
+	u := rolledOut(t, asIs, "nd", "10.74.0.0/24", "10.74.0.10", "10.74.0.30", "nd-1", "nd-2")
 	held := addressOf("nd", "nd-2")()
 	Expect(node("nd-2")()).To(Equal("live [" + ippoolv1.FinalizerPooledNode + "]"))
 	// A Node recorded before this version, or stripped by hand, gets it
@@ -100,7 +96,7 @@ func TestNodeDeletedWhileItsMachineRuns(t *testing.T) {
 	Eventually(status("nd")).Should(Equal("Available SuccessfullyConfigured: 1/1 nodes successfully configured"))
 
 	// A Node no pooled policy records any more goes at once.
-	Expect(k.Delete(ctx, p)).To(Succeed())
+	Expect(k.Delete(ctx, &ippoolv1.PooledNodeNetworkConfigurationPolicy{ObjectMeta: metav1.ObjectMeta{Name: "nd"}})).To(Succeed())
 	Eventually(generated("nd")).Should(BeEmpty())
 	deleteNode("nd-1")
 	Eventually(node("nd-1")).Should(ContainSubstring("not found"))
@@ -111,10 +107,7 @@ func TestNodeDeletedWhileItsMachineRuns(t *testing.T) {
 // says so and how out; tainted node.kubernetes.io/out-of-service, it lets
 // them go, kept for its return, and goes.
 func TestMachineShutDownForGood(t *testing.T) {
-	u := begin(t, "sd", "sd-1", "sd-2")
-	createPool(t, "cmp-sd", rangeSpec("10.75.0.0/24", "10.75.0.10", "10.75.0.30"))
-	create(t, pooled("sd", "sd", "cmp-sd", "100%"))
-	Eventually(status("sd")).Should(HavePrefix("Available"))
+	u := rolledOut(t, asIs, "sd", "10.75.0.0/24", "10.75.0.10", "10.75.0.30", "sd-1", "sd-2")
 	held := addressOf("sd", "sd-2")()
 
 	u.set(func(u *upstream) { u.hold = true }) // the machine applies nothing any more
@@ -124,9 +117,7 @@ func TestMachineShutDownForGood(t *testing.T) {
 		ContainSubstring("taint it node.kubernetes.io/out-of-service=nodeshutdown:NoExecute")))
 	Consistently(addressOf("sd", "sd-2"), 2*time.Second).Should(Equal(held))
 
-	updateNode("sd-2", func(n *corev1.Node) {
-		n.Spec.Taints = append(n.Spec.Taints, corev1.Taint{Key: corev1.TaintNodeOutOfService, Value: "nodeshutdown", Effect: corev1.TaintEffectNoExecute})
-	})
+	updateNode("sd-2", outOfService)
 	Eventually(node("sd-2")).Should(ContainSubstring("not found"))
 	Eventually(addressOf("sd", "sd-2")).Should(BeEmpty())
 	Eventually(events("sd")).Should(ContainElement(HavePrefix("MachineShutDown: Node sd-2 is deleted and tainted node.kubernetes.io/out-of-service")))
@@ -137,6 +128,11 @@ func TestMachineShutDownForGood(t *testing.T) {
 	u.addNode("sd-3", "sd")
 	Eventually(status("sd")).Should(Equal("Available SuccessfullyConfigured: 2/2 nodes successfully configured"))
 	Expect(addressOf("sd", "sd-3")()).NotTo(Equal(held), "kept for sd-2's return while others are free")
+}
+
+// outOfService taints a Node as an admin says its machine is shut down.
+func outOfService(n *corev1.Node) {
+	n.Spec.Taints = append(n.Spec.Taints, corev1.Taint{Key: corev1.TaintNodeOutOfService, Value: "nodeshutdown", Effect: corev1.TaintEffectNoExecute})
 }
 
 // notReadyNow marks a Node not Ready, as the node lifecycle controller

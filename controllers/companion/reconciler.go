@@ -352,7 +352,7 @@ func ownedBy(g client.Object, p *ippoolv1.PooledNodeNetworkConfigurationPolicy) 
 }
 
 // orphanedBy reports whether g is the generated policy of one of p's
-// records that the garbage collector orphaned (kubectl delete
+// nodes that the garbage collector orphaned (kubectl delete
 // --cascade=orphan removes the owner references of a deleted owner's
 // dependents): it still carries addresses from the pools, which p must
 // take off before they can go to another node.
@@ -360,8 +360,13 @@ func orphanedBy(g *nmstatev1.NodeNetworkConfigurationPolicy, p *ippoolv1.PooledN
 	if p.DeletionTimestamp.IsZero() || metav1.GetControllerOf(g) != nil {
 		return false
 	}
-	rec := p.Status.NodeOf(g.Annotations[ippoolv1.PooledNodeAnnotation])
-	return rec != nil && rec.Policy == g.Name
+	node := g.Annotations[ippoolv1.PooledNodeAnnotation]
+	if rec := p.Status.NodeOf(node); rec != nil && rec.Policy == g.Name {
+		return true
+	}
+	// Its record gone already (a pass that dropped it and stopped before
+	// deleting it): still p's by its name.
+	return g.Name == ippoolv1.NodePolicyName(p.Name, node)
 }
 
 // removeFinalizer lets a deleted pooled policy go.

@@ -56,7 +56,7 @@ func init() {
 // (see upstream), each a Node labelled role=<label>.
 func begin(t *testing.T, label string, nodes ...string) *upstream {
 	t.Helper()
-	return beginWith(t, func(*envtest.PoolController) {}, label, nodes...)
+	return beginWith(t, asIs, label, nodes...)
 }
 
 // beginWith is begin with the pool controller adjusted before it starts.
@@ -95,6 +95,21 @@ func removeNode(name string) {
 		return client.IgnoreNotFound(k.Update(ctx, &n))
 	})
 }
+
+// rolledOut starts a test with a pool "cmp-<label>" over cidr from start to
+// end and the pooled policy <label> (maxUnavailable 100%) drawing from it
+// for nodes, Available on every one of them.
+func rolledOut(t *testing.T, tune func(*envtest.PoolController), label, cidr, start, end string, nodes ...string) *upstream {
+	t.Helper()
+	u := beginWith(t, tune, label, nodes...)
+	createPool(t, "cmp-"+label, rangeSpec(cidr, start, end))
+	create(t, pooled(label, label, "cmp-"+label, "100%"))
+	Eventually(status(label)).Should(HavePrefix("Available"))
+	return u
+}
+
+// asIs leaves the pool controller of a test as it is.
+func asIs(*envtest.PoolController) {}
 
 // createPool creates an available pool and deletes it when the test ends.
 func createPool(t *testing.T, name string, spec ippoolv1.NodeIPPoolSpec) {

@@ -66,9 +66,9 @@ var _ = Describe("Companion mode: pooled policies beside kubernetes-nmstate's ha
 		}
 		return ""
 	}
-	generated := func() []string {
+	generatedOf := func(policy string) []string {
 		var list nmstatev1.NodeNetworkConfigurationPolicyList
-		if err := kc.List(ctx, &list, client.MatchingLabels{ippoolv1.PooledPolicyLabel: name}); err != nil {
+		if err := kc.List(ctx, &list, client.MatchingLabels{ippoolv1.PooledPolicyLabel: policy}); err != nil {
 			return []string{err.Error()}
 		}
 		var out []string
@@ -77,6 +77,7 @@ var _ = Describe("Companion mode: pooled policies beside kubernetes-nmstate's ha
 		}
 		return out
 	}
+	generated := func() []string { return generatedOf(name) }
 	// progressing lists the generated NNCPs kubernetes-nmstate's handler
 	// has not finished at their generation.
 	progressing := func() ([]string, bool) {
@@ -107,7 +108,7 @@ var _ = Describe("Companion mode: pooled policies beside kubernetes-nmstate's ha
 		cdir = filepath.Join(root, "cluster")
 		By("starting a local cluster whose nodes run kubernetes-nmstate's handler, and the pool controller in companion mode")
 		localclusterIn(cdir, "up", "--nodes", "3", "--handler", "upstream", "--companion", "--peer-handler", peerHandler,
-			"--bin", bin, "--assets", envtest.AssetsDir(), "--gc-grace-period", "5s", "--quarantine-period", "60s")
+			"--bin", bin, "--assets", envtest.AssetsDir(), "--gc-grace-period", "5s", "--quarantine-period", "60s", "--garbage-collector")
 		DeferCleanup(func() {
 			localclusterIn(cdir, "down")
 			_ = os.RemoveAll(root)
@@ -274,8 +275,32 @@ spec:
 		Expect(out).To(ContainSubstring("10.73.0.11"))
 	})
 
-	It("takes every address off its NIC when the pooled policy is deleted, before its policies go", func() {
-		Expect(kc.Delete(ctx, pooled)).To(Succeed())
+	It("takes a node's addresses off when a pooled policy is deleted with --cascade=orphan: they belong to the pools", func() {
+		eth2 := func() []string {
+			return envtest.NewNode("node01", filepath.Join(cdir, "nodes"), filepath.Join(bin, "nmstatectl-sim")).ConfiguredAll("eth2")
+		}
+		// eth2 is node01's again once the pooled policy of the spec
+		// before has taken its address off.
+		Eventually(func() []string { return generatedOf("eth2-small") }).Should(BeEmpty())
+		Expect(eth2()).To(BeEmpty())
+		orphan := &ippoolv1.PooledNodeNetworkConfigurationPolicy{ObjectMeta: metav1.ObjectMeta{Name: "eth2-orphan"}}
+		orphan.Spec.NodeSelector = map[string]string{"kubernetes.io/hostname": "node01"}
+		orphan.Spec.Capture = map[string]string{"addr": "ippool." + pool + ".allocate"}
+		orphan.Spec.DesiredState = shared.NewState(strings.ReplaceAll(envtest.OneAddressState, "eth1", "eth2"))
+		Expect(kc.Create(ctx, orphan)).To(Succeed())
+		Eventually(eth2).Should(HaveLen(1))
+		ip := strings.TrimSuffix(eth2()[0], "/24")
+		Expect(kc.Delete(ctx, orphan, client.PropagationPolicy(metav1.DeletePropagationOrphan))).To(Succeed())
+		Eventually(func() error {
+			return kc.Get(ctx, client.ObjectKeyFromObject(orphan), &ippoolv1.PooledNodeNetworkConfigurationPolicy{})
+		}).Should(MatchError(ContainSubstring("not found")))
+		Expect(eth2()).To(BeEmpty(), "off the NIC before the pooled policy went")
+		Expect(generatedOf("eth2-orphan")).To(BeEmpty(), "no policy left behind with a pool's address")
+		Eventually(func() ([]string, error) { return envtest.PoolAddresses(ctx, kc, pool) }).ShouldNot(ContainElement(ip))
+	})
+
+	It("takes every address off its NIC when the pooled policy is deleted with --cascade=foreground, before its policies go", func() {
+		Expect(kc.Delete(ctx, pooled, client.PropagationPolicy(metav1.DeletePropagationForeground))).To(Succeed())
 		Eventually(generated).Should(BeEmpty())
 		for _, node := range []string{"node01", "node04"} {
 			Expect(carried(node)).To(BeEmpty(), node)
