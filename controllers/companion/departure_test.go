@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nmstate/kubernetes-nmstate/api/shared"
 	nmstatev1 "github.com/nmstate/kubernetes-nmstate/api/v1"
 	. "github.com/onsi/gomega"
 	corev1 "k8s.io/api/core/v1"
@@ -15,6 +16,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	ippoolv1 "github.com/nmstate-ippool/nmstate-ippool/api/v1"
+	nncev1beta1 "github.com/nmstate-ippool/nmstate-ippool/api/v1beta1"
 	"github.com/nmstate-ippool/nmstate-ippool/test/envtest"
 )
 
@@ -240,4 +242,41 @@ func TestCascadingDeletions(t *testing.T) {
 			Expect(quarantined(pool)()).To(BeEmpty())
 		})
 	}
+}
+
+// TestNodeGoneWithoutItsFinalizer: a Node that went without the
+// finalizer (deleted before this version, or stripped of it by hand), its
+// enactment deleted with it by the garbage collector, is a departure: its
+// record goes, its address kept for its return, and the pooled policy's
+// other nodes go on.
+func TestNodeGoneWithoutItsFinalizer(t *testing.T) {
+	u := rolledOut(t, asIs, "ng", "10.80.0.0/24", "10.80.0.10", "10.80.0.30", "ng-1", "ng-2")
+	held := addressOf("ng", "ng-2")()
+	u.set(func(u *upstream) { u.down["ng-2"] = true }) // its handler's pod goes with it
+	removeNode("ng-2")
+	Expect(k.DeleteAllOf(ctx, &nncev1beta1.NodeNetworkConfigurationEnactment{},
+		client.MatchingLabels{shared.EnactmentNodeLabel: "ng-2"})).To(Succeed())
+	Eventually(addressOf("ng", "ng-2")).Should(BeEmpty())
+	Eventually(generated("ng")).Should(ConsistOf("ng-ng-1"))
+	Eventually(status("ng")).Should(Equal("Available SuccessfullyConfigured: 1/1 nodes successfully configured"))
+	Eventually(func() ([]string, error) { return envtest.KeptAddresses(ctx, k, "cmp-ng") }).Should(ContainElement(held))
+}
+
+// TestStrandedPoliciesGo: generated policies whose pooled policy went
+// without its finalizer (stripped by hand) are let go when the garbage
+// collector deletes them: nothing would ever remove their finalizer.
+func TestStrandedPoliciesGo(t *testing.T) {
+	rolledOut(t, asIs, "sg", "10.81.0.0/24", "10.81.0.10", "10.81.0.30", "sg-1")
+	Expect(generated("sg")()).To(ConsistOf("sg-sg-1"))
+	p := &ippoolv1.PooledNodeNetworkConfigurationPolicy{ObjectMeta: metav1.ObjectMeta{Name: "sg"}}
+	Expect(k.Delete(ctx, p)).To(Succeed())
+	Expect(retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		if err := k.Get(ctx, client.ObjectKeyFromObject(p), p); err != nil {
+			return client.IgnoreNotFound(err)
+		}
+		p.Finalizers = nil
+		return k.Update(ctx, p)
+	})).To(Succeed())
+	Expect(k.Delete(ctx, &nmstatev1.NodeNetworkConfigurationPolicy{ObjectMeta: metav1.ObjectMeta{Name: "sg-sg-1"}})).To(Succeed())
+	Eventually(generated("sg")).Should(BeEmpty())
 }

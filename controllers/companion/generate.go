@@ -103,6 +103,12 @@ func (r *Reconciler) plan(ctx context.Context, w *world, next *ippoolv1.PooledNo
 	return pl
 }
 
+// enactedAt reports whether kubernetes-nmstate's handler has taken up
+// generation in enactment e (applying it, or done with it).
+func enactedAt(e *nncev1beta1.NodeNetworkConfigurationEnactment, generation int64) bool {
+	return e != nil && e.Status.PolicyGeneration == generation
+}
+
 // count sums up one node's step as kubernetes-nmstate counts its nodes:
 // one its handler does not run on not at all, one not Ready without an
 // enactment as ignored.
@@ -162,9 +168,10 @@ func (r *Reconciler) step(ctx context.Context, w *world, next *ippoolv1.PooledNo
 		s.busy = true
 	case have != nil && unhandled(have):
 		s.unhandled = true
-	case have != nil && w.enactmentOf(node) == nil && notReady(w.nodes[node]):
-		// kubernetes-nmstate ignores a node that is not Ready and has no
-		// enactment: it must not hold a slot of maxUnavailable forever.
+	case have != nil && !enactedAt(w.enactmentOf(node), have.Generation) && notReady(w.nodes[node]):
+		// kubernetes-nmstate ignores a node that is not Ready: one that
+		// has not taken up its policy's generation must not hold a slot
+		// of maxUnavailable forever.
 		s.notReady = true
 	case have != nil:
 		st = policystatus.StateOf(w.enactmentOf(node), have.Generation)
@@ -298,7 +305,7 @@ func (r *Reconciler) generate(w *world, node string, state []byte, removal bool)
 	if removal {
 		g.Annotations[ippoolv1.PooledReleaseAnnotation] = "true"
 		attempt := releaseAttempt(w.generated[node])
-		if w.retries[node] {
+		if w.retries[node] != "" {
 			attempt++
 		}
 		if attempt > 0 {
@@ -489,7 +496,7 @@ func outdated(e *nncev1beta1.NodeNetworkConfigurationEnactment, g *nmstatev1.Nod
 // delete. A conflict or an NNCP created meanwhile is looked at again. An
 // NNCP that puts addresses on a node is written only once its Node holds
 // their release (guard).
-func (r *Reconciler) apply(ctx context.Context, p *ippoolv1.PooledNodeNetworkConfigurationPolicy, pl plan) error {
+func (r *Reconciler) apply(ctx context.Context, p *ippoolv1.PooledNodeNetworkConfigurationPolicy, pl plan, retries map[string]string) error {
 	log := ctrl.LoggerFrom(ctx)
 	var errs []error
 	for _, g := range pl.write {
@@ -526,6 +533,9 @@ func (r *Reconciler) apply(ctx context.Context, p *ippoolv1.PooledNodeNetworkCon
 		}
 		r.written.Store(g.Name, g.Generation)
 		log.Info("wrote policy", "policy", g.Name, "node", node, "release", isRemoval(g))
+		if msg := retries[node]; msg != "" && isRemoval(g) {
+			r.Recorder.Eventf(p, nil, corev1.EventTypeNormal, ippoolv1.ReasonRemovalRetried, "Release", "%s", msg)
+		}
 	}
 	for _, g := range pl.remove {
 		if err := r.letGo(ctx, g); err != nil {

@@ -180,7 +180,7 @@ func (r *Reconciler) depart(ctx context.Context, w *world, next *ippoolv1.Pooled
 // pool controller then waits for a state the node publishes after. A
 // removal that fails keeps the record, and says so.
 func (r *Reconciler) release(ctx context.Context, w *world, next *ippoolv1.PooledNodeNetworkConfigurationPolicy) ([]problem, error) {
-	w.removals, w.retries = map[string][]byte{}, map[string]bool{}
+	w.removals, w.retries = map[string][]byte{}, map[string]string{}
 	var problems []problem
 	var done []string
 	for i := range next.Status.Nodes {
@@ -256,7 +256,7 @@ func (r *Reconciler) removed(ctx context.Context, w *world, rec *ippoolv1.Pooled
 	if without != nil {
 		w.removals[rec.Node] = without
 	}
-	if g := w.generated[rec.Node]; err == nil && !out.failedAt.IsZero() && g != nil && isRemoval(g) {
+	if g := w.generated[rec.Node]; err == nil && !out.failedAt.IsZero() && g != nil && isRemoval(g) && !notReady(w.nodes[rec.Node]) {
 		r.retry(w, rec, g, out.failedAt)
 	}
 	return out, err
@@ -266,7 +266,9 @@ func (r *Reconciler) removed(ctx context.Context, w *world, rec *ippoolv1.Pooled
 // to take rec's addresses off its node: kubernetes-nmstate's handler
 // gives up on a generation once its own retries are exhausted, and
 // applies only a new one (releaseAttempt). The backoff doubles with each
-// attempt, from RemovalRetry up to 32 times it.
+// attempt, from RemovalRetry up to 32 times it. A node that is not Ready
+// is not tried again until it is: it could not apply it. The Event is
+// raised once the policy is written (apply).
 func (r *Reconciler) retry(w *world, rec *ippoolv1.PooledPolicyNode, g *nmstatev1.NodeNetworkConfigurationPolicy, failedAt time.Time) {
 	attempt, base := releaseAttempt(g), r.RemovalRetry
 	if base <= 0 {
@@ -280,10 +282,8 @@ func (r *Reconciler) retry(w *world, rec *ippoolv1.PooledPolicyNode, g *nmstatev
 		return
 	}
 	w.removals[rec.Node] = g.Spec.DesiredState.Raw
-	w.retries[rec.Node] = true
-	r.Recorder.Eventf(w.policy, nil, corev1.EventTypeNormal, ippoolv1.ReasonRemovalRetried, "Release",
-		"Trying again to take %s off node %s: policy %s failed on it at %s (attempt %d)", ips(rec.Held()), rec.Node, g.Name,
-		failedAt.UTC().Format(time.RFC3339), attempt+2)
+	w.retries[rec.Node] = fmt.Sprintf("Trying again to take %s off node %s: policy %s failed on it at %s (attempt %d)",
+		ips(rec.Held()), rec.Node, g.Name, failedAt.UTC().Format(time.RFC3339), attempt+2)
 }
 
 // failedSince returns when an enactment's Failing or Aborted condition

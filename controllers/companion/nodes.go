@@ -66,9 +66,12 @@ func shutDown(n *corev1.Node) bool {
 }
 
 // notReady reports whether a Node's kubelet says, or has stopped saying,
-// that it is not Ready. A Node with no Ready condition at all is not
-// judged.
+// that it is not Ready. A Node with no Ready condition at all, or none,
+// is not judged.
 func notReady(n *corev1.Node) bool {
+	if n == nil {
+		return false
+	}
 	for _, c := range n.Status.Conditions {
 		if c.Type == corev1.NodeReady {
 			return c.Status != corev1.ConditionTrue

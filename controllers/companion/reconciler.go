@@ -96,7 +96,10 @@ func (r *Reconciler) cacheBehind(ctx context.Context, p *ippoolv1.PooledNodeNetw
 func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
 	var p ippoolv1.PooledNodeNetworkConfigurationPolicy
 	if err := r.Client.Get(ctx, req.NamespacedName, &p); err != nil {
-		return ctrl.Result{}, client.IgnoreNotFound(err)
+		if apierrors.IsNotFound(err) {
+			return ctrl.Result{}, r.unstrandAll(ctx, req.Name)
+		}
+		return ctrl.Result{}, err
 	}
 	deleting := !p.DeletionTimestamp.IsZero()
 	if deleting && !controllerutil.ContainsFinalizer(&p, ippoolv1.FinalizerPooledPolicy) {
@@ -142,7 +145,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 		return ctrl.Result{}, err
 	}
 
-	if err := r.apply(ctx, next, pl); err != nil {
+	if err := r.apply(ctx, next, pl, w.retries); err != nil {
 		return ctrl.Result{}, err
 	}
 	if deleting && len(next.Status.Nodes) == 0 && len(w.generated) == 0 {
@@ -214,10 +217,10 @@ type world struct {
 	resets resets
 	// removals are the desired states that take released addresses off
 	// their nodes, by node (release); retries the nodes whose removal
-	// failed and is written again as a new attempt, and retryIn how soon
-	// the next one is due.
+	// failed and is written again as a new attempt (with the Event's
+	// message), and retryIn how soon the next one is due.
 	removals map[string][]byte
-	retries  map[string]bool
+	retries  map[string]string
 	retryIn  time.Duration
 }
 
@@ -288,6 +291,11 @@ func (r *Reconciler) observeGenerated(ctx context.Context, w *world) error {
 		g := &generated.Items[i]
 		node := g.Annotations[ippoolv1.PooledNodeAnnotation]
 		if node == "" || !ownedBy(g, p) && !orphanedBy(g, p) {
+			if stranded(g, p.UID) {
+				if err := r.unstrand(ctx, g); err != nil {
+					return err
+				}
+			}
 			continue
 		}
 		w.generated[node] = g
@@ -367,6 +375,45 @@ func orphanedBy(g *nmstatev1.NodeNetworkConfigurationPolicy, p *ippoolv1.PooledN
 	// Its record gone already (a pass that dropped it and stopped before
 	// deleting it): still p's by its name.
 	return g.Name == ippoolv1.NodePolicyName(p.Name, node)
+}
+
+// stranded reports whether g, a generated policy being deleted, keeps the
+// finalizer of a pooled policy that no longer exists (its owner is not
+// live, the policy of that name, uid, or none): one deleted without its
+// own finalizer, or an earlier one of the same name. Nothing else would
+// let it go.
+func stranded(g *nmstatev1.NodeNetworkConfigurationPolicy, live types.UID) bool {
+	ref := metav1.GetControllerOf(g)
+	return !g.DeletionTimestamp.IsZero() && controllerutil.ContainsFinalizer(g, ippoolv1.FinalizerPooledPolicy) &&
+		ref != nil && ref.Kind == poolstatus.PooledPolicyKind && ref.UID != live
+}
+
+// unstrand removes the finalizer of a stranded generated policy.
+func (r *Reconciler) unstrand(ctx context.Context, g *nmstatev1.NodeNetworkConfigurationPolicy) error {
+	patch := client.MergeFromWithOptions(g.DeepCopy(), client.MergeFromWithOptimisticLock{})
+	controllerutil.RemoveFinalizer(g, ippoolv1.FinalizerPooledPolicy)
+	if err := r.Client.Patch(ctx, g, patch); client.IgnoreNotFound(err) != nil {
+		return fmt.Errorf("remove the finalizer of policy %s, whose pooled policy is gone: %w", g.Name, err)
+	}
+	ctrl.LoggerFrom(ctx).Info("let a policy go whose pooled policy is gone", "policy", g.Name)
+	return nil
+}
+
+// unstrandAll lets go the stranded generated policies of the pooled
+// policy called name, which is gone.
+func (r *Reconciler) unstrandAll(ctx context.Context, name string) error {
+	var list nmstatev1.NodeNetworkConfigurationPolicyList
+	if err := r.Client.List(ctx, &list, client.MatchingLabels{ippoolv1.PooledPolicyLabel: name}); err != nil {
+		return fmt.Errorf("list the policies of %s %s: %w", poolstatus.PooledPolicyKind, name, err)
+	}
+	for i := range list.Items {
+		if stranded(&list.Items[i], "") {
+			if err := r.unstrand(ctx, &list.Items[i]); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
 }
 
 // removeFinalizer lets a deleted pooled policy go.

@@ -38,9 +38,14 @@ const (
 )
 
 // StateOf says where the node of enactment e stands with generation; a nil
-// enactment is Progressing.
+// enactment, or one still Progressing (retrying included), is Progressing.
 func StateOf(e *nncev1beta1.NodeNetworkConfigurationEnactment, generation int64) State {
 	if e == nil || e.Status.PolicyGeneration != generation {
+		return Progressing
+	}
+	if c := e.Status.Conditions.Find(shared.NodeNetworkConfigurationEnactmentConditionProgressing); c != nil && c.Status == corev1.ConditionTrue {
+		// kubernetes-nmstate's handler between two attempts: Failing and
+		// Progressing both True, reason Retrying. Not done yet.
 		return Progressing
 	}
 	switch conditions.TrueType(e.Status.Conditions) {

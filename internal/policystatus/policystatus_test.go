@@ -19,6 +19,19 @@ func enactment(generation int64, state shared.ConditionType) *nncev1beta1.NodeNe
 	return &e
 }
 
+// retrying is an enactment of kubernetes-nmstate's handler between two
+// attempts at generation: Failing and Progressing True, reason Retrying.
+func retrying(generation int64) *nncev1beta1.NodeNetworkConfigurationEnactment {
+	e := enactment(generation, shared.NodeNetworkConfigurationEnactmentConditionFailing)
+	for i := range e.Status.Conditions {
+		if e.Status.Conditions[i].Type == shared.NodeNetworkConfigurationEnactmentConditionProgressing {
+			e.Status.Conditions[i].Status = corev1.ConditionTrue
+			e.Status.Conditions[i].Reason = "Retrying"
+		}
+	}
+	return e
+}
+
 func TestConditions(t *testing.T) {
 	const (
 		av   = shared.NodeNetworkConfigurationEnactmentConditionAvailable
@@ -95,6 +108,7 @@ func TestStateOf(t *testing.T) {
 		{"Failing", enactment(3, fail), Failing},
 		{"Aborted", enactment(3, ab), Aborted},
 		{"Progressing", enactment(3, prog), Progressing},
+		{"retrying: Failing and Progressing True", retrying(3), Progressing},
 	}
 	for _, tt := range tests {
 		if got := StateOf(tt.e, 3); got != tt.want {
