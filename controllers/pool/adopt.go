@@ -2,11 +2,13 @@ package pool
 
 import (
 	"context"
+	"fmt"
 	"net/netip"
 	"slices"
 
 	"github.com/nmstate/kubernetes-nmstate/api/shared"
 	"golang.org/x/sync/errgroup"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/types"
 
 	ippoolv1 "github.com/nmstate-ippool/nmstate-ippool/api/v1"
@@ -41,29 +43,34 @@ type carriedView struct {
 // served again, adoption included. Only when such a node
 // carries an address of the range that the pool neither holds nor
 // quarantines does it read every node's state, to make sure no other node
-// carries it too. A state that cannot be read adopts nothing.
+// carries it too. A node that has published no state adopts nothing; a
+// state that cannot be read serves nobody this pass (an error): serving
+// without it would renumber what its node carries.
 func (r *Reconciler) carriedFor(ctx context.Context, pool *ippoolv1.NodeIPPool, requests []*request,
-	enactments []nncev1beta1.NodeNetworkConfigurationEnactment) carriedView {
+	enactments []nncev1beta1.NodeNetworkConfigurationEnactment) (carriedView, error) {
 	v := carriedView{byNode: map[string]map[netip.Addr]string{}, held: map[string]map[netip.Addr]bool{}}
 	var nodes []string
 	for _, rq := range requests {
-		if rq.first() {
-			nodes = append(nodes, rq.enactment.Labels[shared.EnactmentNodeLabel])
+		if node := rq.enactment.Labels[shared.EnactmentNodeLabel]; node != "" && rq.first() {
+			nodes = append(nodes, node)
 		}
 	}
 	slices.Sort(nodes)
 	nodes = slices.Compact(nodes)
 	if len(nodes) == 0 {
-		return v
+		return v, nil
 	}
-	v.byNode = r.statesOf(ctx, nodes)
+	var err error
+	if v.byNode, err = r.statesOf(ctx, nodes); err != nil {
+		return v, err
+	}
 	rng, err := poolstatus.Range(pool)
 	if err != nil {
-		return v
+		return v, nil
 	}
 	alloc, err := poolstatus.Allocator(pool)
 	if err != nil {
-		return v
+		return v, nil
 	}
 	if carriesFree(v.byNode, rng, alloc) {
 		v.carriers = r.carriersOf(ctx)
@@ -74,34 +81,42 @@ func (r *Reconciler) carriedFor(ctx context.Context, pool *ippoolv1.NodeIPPool, 
 			v.hold(node, e.Status.IPPool)
 		}
 	}
-	return v
+	return v, nil
 }
 
 // statesOf reads the NodeNetworkStates of nodes: by node, the static
 // addresses each carries (not learned by DHCP or autoconf: a lease is the
-// DHCP server's to give) and where. A node whose state cannot be read is
-// left out.
-func (r *Reconciler) statesOf(ctx context.Context, nodes []string) map[string]map[netip.Addr]string {
+// DHCP server's to give) and where. A node that has published none is
+// left out; a state that cannot be read is an error: serving its node
+// without it would renumber what it carries.
+func (r *Reconciler) statesOf(ctx context.Context, nodes []string) (map[string]map[netip.Addr]string, error) {
 	states := make([]map[netip.Addr]string, len(nodes))
 	var g errgroup.Group
 	g.SetLimit(parallelRecords)
 	for i, node := range nodes {
 		g.Go(func() error {
 			var nns nncev1beta1.NodeNetworkState
-			if err := r.APIReader.Get(ctx, types.NamespacedName{Name: node}, &nns); err == nil {
-				states[i] = nmstatectl.StaticCarriers(nns.Status.CurrentState.Raw)
+			err := r.APIReader.Get(ctx, types.NamespacedName{Name: node}, &nns)
+			switch {
+			case apierrors.IsNotFound(err):
+				return nil
+			case err != nil:
+				return fmt.Errorf("read the NodeNetworkState of node %s, for what it carries: %w", node, err)
 			}
+			states[i] = nmstatectl.StaticCarriers(nns.Status.CurrentState.Raw)
 			return nil
 		})
 	}
-	_ = g.Wait()
+	if err := g.Wait(); err != nil {
+		return nil, err
+	}
 	out := map[string]map[netip.Addr]string{}
 	for i, node := range nodes {
 		if states[i] != nil {
 			out[node] = states[i]
 		}
 	}
-	return out
+	return out, nil
 }
 
 // carriesFree reports whether a node carries an address of rng that alloc

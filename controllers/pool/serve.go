@@ -233,8 +233,11 @@ func (r *Reconciler) serve(ctx context.Context, pool *ippoolv1.NodeIPPool, v vie
 	}
 	var served []*request
 	labels := r.requestersLabels(ctx, pool, requests)
-	carried := r.carriedFor(ctx, pool, requests, v.enactments)
-	_, err := r.Pools.Update(ctx, pool.Name, func(p *ippoolv1.NodeIPPool, alloc *ippool.Allocator) (bool, error) {
+	carried, err := r.carriedFor(ctx, pool, requests, v.enactments)
+	if err != nil {
+		return err
+	}
+	_, err = r.Pools.Update(ctx, pool.Name, func(p *ippoolv1.NodeIPPool, alloc *ippool.Allocator) (bool, error) {
 		served = served[:0]
 		if ok, _ := canServe(p); !ok {
 			return false, nil
