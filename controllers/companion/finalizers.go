@@ -1,0 +1,71 @@
+package companion
+
+import (
+	"context"
+	"fmt"
+	"strconv"
+
+	nmstatev1 "github.com/nmstate/kubernetes-nmstate/api/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
+
+	ippoolv1 "github.com/nmstate-ippool/nmstate-ippool/api/v1"
+)
+
+// The finalizer nmstate.io/pooled-policy on the generated policies, and
+// the attempts of a removal policy. The finalizer
+// keeps each until its node's addresses are off (the garbage collector
+// deletes them first when their pooled policy is deleted with
+// --cascade=foreground); letGo removes it when the pooled policy lets one
+// go, unstrand (reconciler.go) when that pooled policy is gone.
+
+// letGo deletes a generated policy: its finalizer, which kept it from the
+// garbage collector (a pooled policy deleted with --cascade=foreground) or
+// from anyone until its node's addresses were off, removed first.
+func (r *Reconciler) letGo(ctx context.Context, g *nmstatev1.NodeNetworkConfigurationPolicy) error {
+	if controllerutil.ContainsFinalizer(g, ippoolv1.FinalizerPooledPolicy) {
+		patch := client.MergeFromWithOptions(g.DeepCopy(), client.MergeFromWithOptimisticLock{})
+		controllerutil.RemoveFinalizer(g, ippoolv1.FinalizerPooledPolicy)
+		if err := r.Client.Patch(ctx, g, patch); client.IgnoreNotFound(err) != nil {
+			return fmt.Errorf("remove the finalizer of policy %s: %w", g.Name, err)
+		}
+	}
+	if !g.DeletionTimestamp.IsZero() {
+		return nil
+	}
+	if err := r.Client.Delete(ctx, g, client.Preconditions{UID: &g.UID}); client.IgnoreNotFound(err) != nil {
+		return fmt.Errorf("delete policy %s: %w", g.Name, err)
+	}
+	return nil
+}
+
+// holdGenerated gives the finalizer to the generated policies that lack
+// it (written before this version) and are not deleted.
+func (r *Reconciler) holdGenerated(ctx context.Context, w *world) error {
+	for _, g := range w.generated {
+		if !g.DeletionTimestamp.IsZero() || controllerutil.ContainsFinalizer(g, ippoolv1.FinalizerPooledPolicy) {
+			continue
+		}
+		patch := client.MergeFromWithOptions(g.DeepCopy(), client.MergeFromWithOptimisticLock{})
+		controllerutil.AddFinalizer(g, ippoolv1.FinalizerPooledPolicy)
+		if err := r.Client.Patch(ctx, g, patch); client.IgnoreNotFound(err) != nil {
+			return fmt.Errorf("add the finalizer to policy %s: %w", g.Name, err)
+		}
+	}
+	return nil
+}
+
+// releaseAttempt returns how many times the removal policy g was written
+// again after it failed (0 for none, or no policy).
+func releaseAttempt(g *nmstatev1.NodeNetworkConfigurationPolicy) int {
+	if g == nil || !isRemoval(g) {
+		return 0
+	}
+	n, _ := strconv.Atoi(g.Annotations[ippoolv1.PooledReleaseAttemptAnnotation])
+	return n
+}
+
+// isRemoval reports whether an NNCP takes released addresses off.
+func isRemoval(g *nmstatev1.NodeNetworkConfigurationPolicy) bool {
+	return g.Annotations[ippoolv1.PooledReleaseAnnotation] == "true"
+}
