@@ -82,7 +82,7 @@ func (r *Reconciler) Settle(ctx context.Context, orphaned bool) error {
 	if err != nil {
 		return err
 	}
-	held, replacing := heldBy(enactments), r.replacing(ctx, enactments)
+	held, replacing := heldBy(enactments), r.replacing(ctx, enactments, deleting(pools.Items))
 	maps.DeleteFunc(released, func(ip netip.Addr, rel release) bool {
 		// Released by an enactment that is being given a replacement:
 		// the apply that puts it on takes this one off (make before
@@ -191,12 +191,26 @@ func heldBy(enactments []nncev1beta1.NodeNetworkConfigurationEnactment) map[neti
 	return held
 }
 
+// deleting returns the names of the pools being deleted.
+func deleting(pools []ippoolv1.NodeIPPool) map[string]bool {
+	out := map[string]bool{}
+	for _, p := range pools {
+		if !p.DeletionTimestamp.IsZero() {
+			out[p.Name] = true
+		}
+	}
+	return out
+}
+
 // replacing returns, by enactment, the pools of which the enactment's
 // policy (from the cache) captures an address that its record lacks: the
 // address it released there (a reset) is being replaced, and the apply
 // that puts the replacement on takes it off. An enactment being deleted
-// replaces nothing, nor one for which the pool has no other address.
-func (r *Reconciler) replacing(ctx context.Context, enactments []nncev1beta1.NodeNetworkConfigurationEnactment) map[string]map[string]bool {
+// replaces nothing, nor one for which the pool has no other address, nor
+// a pool being deleted (it hands out nothing, and goes only once the
+// addresses it quarantines are off their nodes).
+func (r *Reconciler) replacing(ctx context.Context, enactments []nncev1beta1.NodeNetworkConfigurationEnactment,
+	deleting map[string]bool) map[string]map[string]bool {
 	out := map[string]map[string]bool{}
 	for i := range enactments {
 		e := &enactments[i]
@@ -212,7 +226,7 @@ func (r *Reconciler) replacing(ctx context.Context, enactments []nncev1beta1.Nod
 			continue
 		}
 		for _, pool := range captures.Pools() {
-			if exhaustedFor(e, pool) {
+			if deleting[pool] || exhaustedFor(e, pool) {
 				// No other address to put on: the old one comes off, and
 				// comes back once its quarantine lifts.
 				continue

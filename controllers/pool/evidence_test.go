@@ -269,6 +269,42 @@ func TestTerminatingPoolHandsOutNothing(t *testing.T) {
 	Expect(e.Annotations).To(HaveKeyWithValue(ippoolv1.FenceAnnotation, "inflight/10.76.0.1@"+token))
 }
 
+// TestPolicyRecreatedWhilePoolTerminates: a policy deleted and created
+// again while its pool is being deleted. The deletion quarantined the
+// node's address, kept for its return; the new enactment waits for a pool
+// that hands out nothing, so no replacement comes: the node takes the
+// address off, the quarantine lifts on its evidence, and the pool goes.
+// Before, the node kept the address on for the replacement it waited for,
+// and the pool waited for the address to come off: neither ever moved.
+func TestPolicyRecreatedWhilePoolTerminates(t *testing.T) {
+	RegisterTestingT(t)
+	startController(t, nil)
+	p := &ippoolv1.NodeIPPool{ObjectMeta: metav1.ObjectMeta{Name: "recterm", Finalizers: []string{"example.com/keep"}},
+		Spec: ippoolv1.NodeIPPoolSpec{Range: ippoolv1.IPRange{CIDR: "10.77.0.0/24"}}}
+	Expect(k.Create(ctx, p)).To(Succeed())
+	t.Cleanup(func() { deleteObject(p) })
+	Eventually(available("recterm")).Should(HavePrefix("True"))
+	createPolicy(t, "recterm", "recterm", "recterm")
+	nd := newNodes(t, "recterm", 1)[0]
+	Eventually(enactmentState("recterm01.recterm")).Should(HavePrefix("Available"))
+	addr := held("recterm01.recterm", "recterm")
+	Expect(addr).To(HaveLen(1))
+
+	Expect(k.Delete(ctx, p)).To(Succeed())
+	Eventually(available("recterm")).Should(HavePrefix("False TerminatingIPPool"))
+	Expect(k.Delete(ctx, &nmstatev1.NodeNetworkConfigurationPolicy{ObjectMeta: metav1.ObjectMeta{Name: "recterm"}})).To(Succeed())
+	Eventually(enactmentGone("recterm01.recterm")).Should(BeTrue())
+	createPolicy(t, "recterm", "recterm", "recterm")
+	Eventually(enactmentState("recterm01.recterm")).Should(ContainSubstring(`NodeIPPool "recterm" is being deleted and hands out nothing`))
+
+	Eventually(carried(nd)).Should(BeEmpty(), "no replacement comes from a pool being deleted: the address comes off")
+	Eventually(func() []ippoolv1.QuarantinedAddress { return poolStatus("recterm").Quarantined }).Should(BeEmpty(),
+		"lifted on the node's evidence")
+	Eventually(func() []ippoolv1.InFlightAddress { return poolStatus("recterm").InFlight }).Should(BeEmpty())
+	Eventually(func() []string { _ = k.Get(ctx, client.ObjectKeyFromObject(p), p); return p.Finalizers }).
+		Should(Equal([]string{"example.com/keep"}), "the pool lets go once nothing is in flight or quarantined")
+}
+
 // TestDeletedPolicyWithoutHandler: the enactment of a deleted policy whose
 // handler is down is deleted and retired by the pool controller.
 // Its address stays quarantined however long the handler stays down: past

@@ -47,6 +47,9 @@ type holderView struct {
 	nodeGone bool
 	// nodeUID is the UID of the Node of the holder's name.
 	nodeUID types.UID
+	// nodeDeleting: the Node is deleted and waits for its finalizers (in
+	// companion mode, for its pooled policies' releases to be applied).
+	nodeDeleting bool
 	// state is the holder's NodeNetworkState, nil when it has none.
 	state *nncev1beta1.NodeNetworkState
 }
@@ -107,11 +110,18 @@ func judgeQuarantine(q ippoolv1.QuarantinedAddress, h holderView, now time.Time,
 	}
 	fresh := h.state != nil && published.After(q.StateSeenAtRelease.Time)
 	if fresh && !carried {
-		if q.Capture != "" && q.Enactment != "" && q.NodeUID != "" && h.nodeUID != q.NodeUID {
+		returns := q.Capture != "" && q.Enactment != ""
+		switch {
+		case returns && q.NodeUID != "" && h.nodeUID != q.NodeUID:
 			// A new Node of the name: the old one is gone, and its
 			// replacement gets the address back first.
 			return verdict{lift: lift{why: fmt.Sprintf("node %s was replaced under its name and does not carry it; kept for its return until %s",
 				q.Node, q.Since.Add(period).UTC().Format(time.RFC3339)), keep: true}}
+		case returns && h.nodeDeleting:
+			// A departure whose Node waits for its finalizers: kept for
+			// the node's return, as when the Node is already gone.
+			return verdict{lift: lift{why: fmt.Sprintf("node %s showed it gone while its Node is being deleted; kept for its return until %s",
+				q.Node, now.Add(period).UTC().Format(time.RFC3339)), keep: true, keptSince: metav1.NewTime(now)}}
 		}
 		return verdict{lift: lift{why: fmt.Sprintf("node %s showed it gone", q.Node)}}
 	}
@@ -190,12 +200,12 @@ func (r *Reconciler) holders(ctx context.Context, pool *ippoolv1.NodeIPPool, cla
 			out[q.IP] = h
 			continue
 		}
-		uid, gone, err := nodes.UID(ctx, q.Node)
+		node, err := nodes.Node(ctx, q.Node)
 		if err != nil {
 			return nil, err
 		}
-		h.nodeUID, h.nodeGone = uid, gone
-		if !gone {
+		h.nodeUID, h.nodeGone, h.nodeDeleting = node.UID, node.Gone, node.Deleting
+		if !node.Gone {
 			nns, ok := states[q.Node]
 			if !ok {
 				if nns, err = r.nodeState(ctx, q.Node); err != nil {

@@ -33,9 +33,10 @@ func Get(ctx context.Context, reader client.Reader, name string) (*metav1.Partia
 	return n, nil
 }
 
-// Lookup tells whether Nodes exist and under which UID, for one pass over
-// many names: by one read each, or, from ListFrom names on, from one list
-// made on first use. It is not safe for concurrent use.
+// Lookup tells whether Nodes exist, under which UID, and whether they are
+// being deleted, for one pass over many names: by one read each, or, from
+// ListFrom names on, from one list made on first use. It is not safe for
+// concurrent use.
 type Lookup struct {
 	// Reader reads the Nodes; it should not be a cache when a stale
 	// answer could free an address.
@@ -43,32 +44,50 @@ type Lookup struct {
 	// List makes the lookup list the Nodes once instead of reading each.
 	List bool
 
-	uids map[string]types.UID
+	nodes map[string]Presence
 }
 
-// UID returns the UID of the Node name, or gone.
-func (l *Lookup) UID(ctx context.Context, name string) (types.UID, bool, error) {
+// Presence is what a Lookup tells of a Node.
+type Presence struct {
+	// Gone: no Node of the name exists.
+	Gone bool
+	// UID is the UID of the Node of the name.
+	UID types.UID
+	// Deleting: the Node is deleted and waits for its finalizers.
+	Deleting bool
+}
+
+// presenceOf is the Presence of an existing Node.
+func presenceOf(n *metav1.PartialObjectMetadata) Presence {
+	return Presence{UID: n.UID, Deleting: !n.DeletionTimestamp.IsZero()}
+}
+
+// Node tells of the Node name.
+func (l *Lookup) Node(ctx context.Context, name string) (Presence, error) {
 	if !l.List {
 		n, err := Get(ctx, l.Reader, name)
 		switch {
 		case apierrors.IsNotFound(err):
-			return "", true, nil
+			return Presence{Gone: true}, nil
 		case err != nil:
-			return "", false, err
+			return Presence{}, err
 		}
-		return n.UID, false, nil
+		return presenceOf(n), nil
 	}
-	if l.uids == nil {
+	if l.nodes == nil {
 		nodes := &metav1.PartialObjectMetadataList{}
 		nodes.SetGroupVersionKind(corev1.SchemeGroupVersion.WithKind("NodeList"))
 		if err := l.Reader.List(ctx, nodes); err != nil {
-			return "", false, fmt.Errorf("list nodes: %w", err)
+			return Presence{}, fmt.Errorf("list nodes: %w", err)
 		}
-		l.uids = make(map[string]types.UID, len(nodes.Items))
-		for _, n := range nodes.Items {
-			l.uids[n.Name] = n.UID
+		l.nodes = make(map[string]Presence, len(nodes.Items))
+		for i := range nodes.Items {
+			l.nodes[nodes.Items[i].Name] = presenceOf(&nodes.Items[i])
 		}
 	}
-	uid, ok := l.uids[name]
-	return uid, !ok, nil
+	p, ok := l.nodes[name]
+	if !ok {
+		return Presence{Gone: true}, nil
+	}
+	return p, nil
 }
