@@ -45,9 +45,12 @@ func (r *Reconciler) allocate(ctx context.Context, claim *unstructured.Unstructu
 	if c, err := r.refusal(ctx, claim, &pool); err != nil || c != nil {
 		return deref(c), false, err
 	}
-	if why := poolstatus.Unservable(&pool); why != "" {
+	if why := poolstatus.Unservable(&pool); why != "" && pool.DeletionTimestamp.IsZero() {
 		return notReady(capi.ReasonPoolNotReady, why), false, nil
 	}
+	// A pool being deleted still gives the claim the address its in-flight
+	// entry holds (a restore, or a create that failed): the pool goes only
+	// once that entry is recorded. take refuses anything else.
 	rng, err := poolstatus.Range(&pool)
 	if err != nil {
 		return notReady(capi.ReasonPoolNotReady, fmt.Sprintf("NodeIPPool %s has an unusable range: %v", pool.Name, err)), false, nil

@@ -7,6 +7,7 @@ import (
 
 	. "github.com/onsi/gomega"
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/types"
@@ -387,4 +388,39 @@ func TestRestoreHoldsItsAddress(t *testing.T) {
 	refuse.Store(false)
 	Eventually(addressOf("held", "m1")).Should(Equal("10.80.12.1"))
 	Expect(readiness("held", "m3")()).To(HavePrefix("False PoolExhausted"))
+}
+
+// TestPoolDeletedWhileAClaimRestores: a pool deleted while a claim's
+// IPAddress is being restored. The restore's in-flight entry holds the
+// pool until it is recorded; the claim takes the address its entry holds,
+// even from a pool being deleted, its IPAddress is created, and the pool
+// goes. Before, the claim was refused as the pool was being deleted, and
+// the pool waited for the entry: neither ever moved.
+func TestPoolDeletedWhileAClaimRestores(t *testing.T) {
+	var refuse atomic.Bool
+	startStalling(t, 0, func() bool { return false }, refuse.Load)
+	createNamespace(t, "restoring")
+	createPool(t, "claims-restoring", ippoolv1.NodeIPPoolSpec{Range: ippoolv1.IPRange{CIDR: "10.80.13.0/24", Start: "10.80.13.1", End: "10.80.13.2"}})
+	createClaim(t, "restoring", "m1", "claims-restoring")
+	Eventually(addressOf("restoring", "m1")).Should(Equal("10.80.13.1"))
+
+	refuse.Store(true)
+	before, err := getAddress("restoring", "m1")
+	Expect(err).NotTo(HaveOccurred())
+	Expect(k.Delete(ctx, before)).To(Succeed())
+	Eventually(func() []ippoolv1.InFlightAddress {
+		var p ippoolv1.NodeIPPool
+		_ = k.Get(ctx, types.NamespacedName{Name: "claims-restoring"}, &p)
+		return p.Status.InFlight
+	}).Should(HaveLen(1),
+		"the restore holds the address in flight")
+	pool := &ippoolv1.NodeIPPool{ObjectMeta: metav1.ObjectMeta{Name: "claims-restoring"}}
+	Expect(k.Delete(ctx, pool)).To(Succeed())
+	Consistently(func() error { return k.Get(ctx, client.ObjectKeyFromObject(pool), pool) }, 2*time.Second).Should(Succeed(),
+		"held by the entry")
+
+	refuse.Store(false)
+	Eventually(addressOf("restoring", "m1")).Should(Equal("10.80.13.1"), "restored from the pool being deleted")
+	Eventually(func() bool { return apierrors.IsNotFound(k.Get(ctx, client.ObjectKeyFromObject(pool), pool)) }).Should(BeTrue(),
+		"the pool goes once the entry is recorded")
 }

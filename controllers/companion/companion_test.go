@@ -237,6 +237,51 @@ func TestResets(t *testing.T) {
 	Expect(addressOf("rs", "rs-2")()).To(Equal(kept))
 }
 
+// TestResetThatCannotBeReplacedFirst: a reset is make before break, but
+// a pool with no free address, or one being deleted, hands nothing out
+// until the reset address's quarantine lifts, which waits for the address
+// to come off. The address then comes off first: the full pool hands it
+// back once the node shows it gone, and the pool being deleted goes.
+// Before, the generated NNCP kept it on for a replacement that never came.
+func TestResetThatCannotBeReplacedFirst(t *testing.T) {
+	u := begin(t, "rf", "rf-1", "rf-2")
+	createPool(t, "cmp-rf", rangeSpec("10.69.0.0/24", "10.69.0.10", "10.69.0.11"))
+	create(t, pooled("rf", "rf", "cmp-rf", "100%"))
+	Eventually(status("rf")).Should(Equal("Available SuccessfullyConfigured: 2/2 nodes successfully configured"))
+	first := addressOf("rf", "rf-1")()
+
+	annotate(&nmstatev1.NodeNetworkConfigurationPolicy{ObjectMeta: metav1.ObjectMeta{Name: "rf-rf-1"}}, "cmp-rf")
+	Eventually(u.configured("rf-1")).Should(BeEmpty(), "a full pool: off before it can come back")
+	Eventually(addressOf("rf", "rf-1")).Should(Equal(first), "handed back once the node showed it gone")
+	Eventually(u.configured("rf-1")).Should(Equal([]string{first + "/24"}))
+	Eventually(status("rf")).Should(Equal("Available SuccessfullyConfigured: 2/2 nodes successfully configured"))
+
+	// A pool being deleted, kept by someone else's finalizer meanwhile.
+	var pool ippoolv1.NodeIPPool
+	Expect(retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		if err := k.Get(ctx, types.NamespacedName{Name: "cmp-rf"}, &pool); err != nil {
+			return err
+		}
+		pool.Finalizers = append(pool.Finalizers, "example.com/keep")
+		return k.Update(ctx, &pool)
+	})).To(Succeed())
+	Expect(k.Delete(ctx, &pool)).To(Succeed())
+	second := addressOf("rf", "rf-2")()
+	annotate(&nmstatev1.NodeNetworkConfigurationPolicy{ObjectMeta: metav1.ObjectMeta{Name: "rf-rf-2"}}, "cmp-rf")
+	Eventually(u.configured("rf-2")).Should(BeEmpty(), "a pool being deleted hands nothing out: off first")
+	Eventually(quarantined("cmp-rf")).ShouldNot(ContainElement(second+" rf-2"), "lifted on the node's evidence")
+	Eventually(func() []string { _ = k.Get(ctx, types.NamespacedName{Name: "cmp-rf"}, &pool); return pool.Finalizers }).
+		Should(Equal([]string{"example.com/keep"}), "the pool lets go")
+	Expect(retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		if err := k.Get(ctx, types.NamespacedName{Name: "cmp-rf"}, &pool); err != nil {
+			return client.IgnoreNotFound(err)
+		}
+		pool.Finalizers = nil
+		return k.Update(ctx, &pool)
+	})).To(Succeed())
+	Expect(u.configured("rf-1")()).To(Equal([]string{first + "/24"}), "the other node keeps its address")
+}
+
 // TestPoolSettingsReservationsAndAdoption: gateway and DNS are written in
 // from the pool, a reservation goes to its node, and a node that already
 // carries an address of the pool on the interface keeps it (moving from

@@ -347,16 +347,21 @@ func (r *Reconciler) takenOff(ctx context.Context, w *world, rec *ippoolv1.Poole
 // settle drops from the records the addresses a reset released, once the
 // node's policy without them is applied (confirmed on their quarantines),
 // or at once when the node has no policy. The policy without them is
-// written by plan, as any change of the node's addresses.
+// written by plan, as any change of the node's addresses: with their
+// replacements, or without when no replacement can come first (w.removals;
+// see mustBreak).
 func (r *Reconciler) settle(ctx context.Context, w *world, next *ippoolv1.PooledNodeNetworkConfigurationPolicy) error {
 	for i := range next.Status.Nodes {
 		rec := &next.Status.Nodes[i]
 		if len(rec.Released) == 0 || rec.Releasing {
 			continue
 		}
-		out, _, err := r.takenOff(ctx, w, rec, rec.Released)
+		out, without, err := r.takenOff(ctx, w, rec, rec.Released)
 		if err != nil {
 			return err
+		}
+		if without != nil && mustBreak(w, rec) {
+			w.removals[rec.Node] = without
 		}
 		if out.confirmed {
 			holder, _ := holderOf(w.policy, rec.Node)
@@ -370,6 +375,23 @@ func (r *Reconciler) settle(ctx context.Context, w *world, next *ippoolv1.Pooled
 		}
 	}
 	return nil
+}
+
+// mustBreak reports whether a released address of rec has to come off
+// before its replacement comes: its capture has none yet, and its pool is
+// being deleted or has no free address. Such a pool hands nothing out
+// until the address's quarantine lifts, which waits for the address to
+// come off; make before break would wait forever.
+func mustBreak(w *world, rec *ippoolv1.PooledPolicyNode) bool {
+	for _, a := range rec.Released {
+		if slices.ContainsFunc(rec.Addresses, func(b ippoolv1.PooledAddress) bool { return b.Capture == a.Capture }) {
+			continue
+		}
+		if p := w.pools[a.Pool]; p != nil && (!p.DeletionTimestamp.IsZero() || poolstatus.Full(p)) {
+			return true
+		}
+	}
+	return false
 }
 
 // exists reports whether the API server has the NNCP called name (the
