@@ -19,6 +19,7 @@ import (
 	ippoolv1 "github.com/nmstate-ippool/nmstate-ippool/api/v1"
 	"github.com/nmstate-ippool/nmstate-ippool/internal/backoff"
 	"github.com/nmstate-ippool/nmstate-ippool/internal/capi"
+	"github.com/nmstate-ippool/nmstate-ippool/internal/eventnote"
 	"github.com/nmstate-ippool/nmstate-ippool/internal/poolwrite"
 )
 
@@ -37,7 +38,7 @@ func New(mgr ctrl.Manager, version, clusterVersion string) *Reconciler {
 		Client:         mgr.GetClient(),
 		APIReader:      mgr.GetAPIReader(),
 		Pools:          poolwrite.NewWriter(mgr.GetAPIReader(), mgr.GetClient(), clk),
-		Recorder:       mgr.GetEventRecorder("nmstate-ippool-pool-controller"),
+		Recorder:       eventnote.New(mgr.GetEventRecorder("nmstate-ippool-pool-controller")),
 		Clock:          clk,
 		Version:        version,
 		ClusterVersion: clusterVersion,

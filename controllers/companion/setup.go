@@ -27,6 +27,7 @@ import (
 	nncev1beta1 "github.com/nmstate-ippool/nmstate-ippool/api/v1beta1"
 	"github.com/nmstate-ippool/nmstate-ippool/internal/backoff"
 	"github.com/nmstate-ippool/nmstate-ippool/internal/conditions"
+	"github.com/nmstate-ippool/nmstate-ippool/internal/eventnote"
 	"github.com/nmstate-ippool/nmstate-ippool/internal/poolwrite"
 	"github.com/nmstate-ippool/nmstate-ippool/pkg/capture"
 )
@@ -50,7 +51,7 @@ func New(mgr ctrl.Manager) *Reconciler {
 		Client:    mgr.GetClient(),
 		APIReader: mgr.GetAPIReader(),
 		Pools:     poolwrite.NewWriter(mgr.GetAPIReader(), mgr.GetClient(), clk),
-		Recorder:  mgr.GetEventRecorder("nmstate-ippool-pool-controller"),
+		Recorder:  eventnote.New(mgr.GetEventRecorder("nmstate-ippool-pool-controller")),
 		Clock:     clk,
 		// kubernetes-nmstate's handler retries an apply for about a
 		// minute before it fails (5 attempts, backoff up to 30 s).

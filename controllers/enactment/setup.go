@@ -20,6 +20,7 @@ import (
 	ippoolv1 "github.com/nmstate-ippool/nmstate-ippool/api/v1"
 	nncev1beta1 "github.com/nmstate-ippool/nmstate-ippool/api/v1beta1"
 	"github.com/nmstate-ippool/nmstate-ippool/internal/backoff"
+	"github.com/nmstate-ippool/nmstate-ippool/internal/eventnote"
 	"github.com/nmstate-ippool/nmstate-ippool/internal/poolwrite"
 )
 
@@ -29,7 +30,7 @@ func New(mgr ctrl.Manager) *Reconciler {
 		Client:    mgr.GetClient(),
 		APIReader: mgr.GetAPIReader(),
 		Pools:     poolwrite.NewWriter(mgr.GetAPIReader(), mgr.GetClient(), clock.RealClock{}),
-		Recorder:  mgr.GetEventRecorder("nmstate-ippool-pool-controller"),
+		Recorder:  eventnote.New(mgr.GetEventRecorder("nmstate-ippool-pool-controller")),
 	}
 }
 

@@ -20,6 +20,7 @@ import (
 
 	nncev1beta1 "github.com/nmstate-ippool/nmstate-ippool/api/v1beta1"
 	"github.com/nmstate-ippool/nmstate-ippool/internal/backoff"
+	"github.com/nmstate-ippool/nmstate-ippool/internal/eventnote"
 	"github.com/nmstate-ippool/nmstate-ippool/internal/nodemeta"
 	"github.com/nmstate-ippool/nmstate-ippool/internal/poolwrite"
 	"github.com/nmstate-ippool/nmstate-ippool/internal/probe"
@@ -60,7 +61,7 @@ func New(mgr ctrl.Manager, node string, state NetworkState, metrics *Metrics) *R
 		APIReader:       mgr.GetAPIReader(),
 		NodeName:        node,
 		State:           state,
-		Recorder:        mgr.GetEventRecorder("nmstate-ippool-handler"),
+		Recorder:        eventnote.New(mgr.GetEventRecorder("nmstate-ippool-handler")),
 		Clock:           clk,
 		Pools:           writer(mgr, clk, metrics),
 		Metrics:         metrics,

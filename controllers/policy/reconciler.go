@@ -23,6 +23,7 @@ import (
 	nncev1beta1 "github.com/nmstate-ippool/nmstate-ippool/api/v1beta1"
 	"github.com/nmstate-ippool/nmstate-ippool/internal/batch"
 	"github.com/nmstate-ippool/nmstate-ippool/internal/conditions"
+	"github.com/nmstate-ippool/nmstate-ippool/internal/eventnote"
 	"github.com/nmstate-ippool/nmstate-ippool/internal/policystatus"
 )
 
@@ -58,7 +59,7 @@ func New(mgr ctrl.Manager) *Reconciler {
 		Clock:       clock.RealClock{},
 		Batch:       batch.DefaultDelay,
 		SlotTimeout: DefaultSlotTimeout,
-		Recorder:    mgr.GetEventRecorder("nmstate-ippool-pool-controller"),
+		Recorder:    eventnote.New(mgr.GetEventRecorder("nmstate-ippool-pool-controller")),
 	}
 }
 

@@ -26,6 +26,7 @@ import (
 	"github.com/nmstate-ippool/nmstate-ippool/internal/backoff"
 	"github.com/nmstate-ippool/nmstate-ippool/internal/batch"
 	"github.com/nmstate-ippool/nmstate-ippool/internal/capi"
+	"github.com/nmstate-ippool/nmstate-ippool/internal/eventnote"
 	"github.com/nmstate-ippool/nmstate-ippool/internal/poolstatus"
 	"github.com/nmstate-ippool/nmstate-ippool/internal/poolwrite"
 	"github.com/nmstate-ippool/nmstate-ippool/internal/record"
@@ -82,7 +83,7 @@ func New(mgr ctrl.Manager, metrics *Metrics) *Reconciler {
 		Client:           mgr.GetClient(),
 		APIReader:        mgr.GetAPIReader(),
 		Pools:            poolwrite.NewWriter(mgr.GetAPIReader(), mgr.GetClient(), clk),
-		Recorder:         mgr.GetEventRecorder("nmstate-ippool-pool-controller"),
+		Recorder:         eventnote.New(mgr.GetEventRecorder("nmstate-ippool-pool-controller")),
 		Clock:            clk,
 		GracePeriod:      DefaultGracePeriod,
 		QuarantinePeriod: DefaultQuarantinePeriod,
