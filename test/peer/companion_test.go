@@ -299,6 +299,38 @@ spec:
 		Eventually(func() ([]string, error) { return envtest.PoolAddresses(ctx, kc, pool) }).ShouldNot(ContainElement(ip))
 	})
 
+	It("tries a removal that failed again once the node can apply it, and frees the address then", func() {
+		ip := recordOf("node04")
+		Expect(ip).NotTo(BeEmpty())
+		// kubernetes-nmstate's handler on node04 fails every apply for a
+		// while: the policy that takes the address off fails, its retries
+		// spent.
+		fail := filepath.Join(cdir, "nodes", "node04.yaml.fail")
+		Expect(os.WriteFile(fail, []byte("apply: simulated failure of the node's network\n"), 0o600)).To(Succeed())
+		DeferCleanup(func() { _ = os.Remove(fail) })
+		Expect(retry.RetryOnConflict(retry.DefaultRetry, func() error {
+			var n corev1.Node
+			if err := kc.Get(ctx, types.NamespacedName{Name: "node04"}, &n); err != nil {
+				return err
+			}
+			delete(n.Labels, "node-role.kubernetes.io/worker")
+			return kc.Update(ctx, &n)
+		})).To(Succeed())
+		Eventually(statusOf, 3*time.Minute).Should(HavePrefix("Degraded FailedToConfigure: node node04 could not apply policy "+
+			ippoolv1.NodePolicyName(name, "node04")), "the failed removal is said")
+		Expect(carried("node04")).To(ConsistOf(ip+"/24"), "still on its NIC")
+		Expect(envtest.PoolAddresses(ctx, kc, pool)).To(ContainElement(ip), "held until it is off")
+
+		// The node can apply again; kubernetes-nmstate's handler never
+		// applies a generation it gave up on by itself: the pool
+		// controller writes the removal again.
+		Expect(os.Remove(fail)).To(Succeed())
+		Eventually(func() []string { return carried("node04") }, 3*time.Minute).Should(BeEmpty(), "taken off by the removal tried again")
+		Eventually(generated).ShouldNot(ContainElement(ippoolv1.NodePolicyName(name, "node04")))
+		Eventually(func() ([]string, error) { return envtest.PoolAddresses(ctx, kc, pool) }).ShouldNot(ContainElement(ip))
+		Eventually(statusOf).Should(Equal("Available SuccessfullyConfigured: 1/1 nodes successfully configured"))
+	})
+
 	It("takes every address off its NIC when the pooled policy is deleted with --cascade=foreground, before its policies go", func() {
 		Expect(kc.Delete(ctx, pooled, client.PropagationPolicy(metav1.DeletePropagationForeground))).To(Succeed())
 		Eventually(generated).Should(BeEmpty())
