@@ -152,6 +152,9 @@ func (r *Reconciler) take(ctx context.Context, w *world, next *ippoolv1.PooledNo
 	if len(t.got) > 0 {
 		said = append(said, fmt.Sprintf("%d addresses of NodeIPPool %s for %s", len(t.got), pool.Name, nodesOf(slices.Collect(maps.Keys(t.got)))))
 	}
+	for _, nd := range t.full {
+		w.full[nd.node] = append(w.full[nd.node], pool.Name)
+	}
 	switch {
 	case len(t.full) > 0:
 		return t.got, &problem{ippoolv1.ReasonIPPoolExhausted, fmt.Sprintf(

@@ -227,9 +227,9 @@ func (r *Reconciler) desired(w *world, next *ippoolv1.PooledNodeNetworkConfigura
 		return nil, w.invalid != nil && w.generated[node] != nil, nil
 	case rec == nil || len(rec.Addresses) < len(w.captures.Refs):
 		if without := w.removals[node]; rec != nil && without != nil {
-			// A reset's addresses off before their replacements (settle):
-			// the NNCP still puts the node's other addresses on.
-			return r.generate(w, node, without, false), false, nil
+			// A reset's addresses off before their replacements
+			// (breakFirst); the node's other addresses stay.
+			return r.generate(w, node, without, true), false, nil
 		}
 		return nil, true, nil
 	}

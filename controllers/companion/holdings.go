@@ -348,20 +348,16 @@ func (r *Reconciler) takenOff(ctx context.Context, w *world, rec *ippoolv1.Poole
 // node's policy without them is applied (confirmed on their quarantines),
 // or at once when the node has no policy. The policy without them is
 // written by plan, as any change of the node's addresses: with their
-// replacements, or without when no replacement can come first (w.removals;
-// see mustBreak).
+// replacements, or without them first when none can come (breakFirst).
 func (r *Reconciler) settle(ctx context.Context, w *world, next *ippoolv1.PooledNodeNetworkConfigurationPolicy) error {
 	for i := range next.Status.Nodes {
 		rec := &next.Status.Nodes[i]
 		if len(rec.Released) == 0 || rec.Releasing {
 			continue
 		}
-		out, without, err := r.takenOff(ctx, w, rec, rec.Released)
+		out, _, err := r.takenOff(ctx, w, rec, rec.Released)
 		if err != nil {
 			return err
-		}
-		if without != nil && mustBreak(w, rec) {
-			w.removals[rec.Node] = without
 		}
 		if out.confirmed {
 			holder, _ := holderOf(w.policy, rec.Node)
@@ -377,17 +373,47 @@ func (r *Reconciler) settle(ctx context.Context, w *world, next *ippoolv1.Pooled
 	return nil
 }
 
+// breakFirst takes a reset's addresses off their node before their
+// replacements when none can come first (mustBreak): the node's policy is
+// written without them, as a removal (tried again, as a release's, when
+// the node fails to apply it). A failure is a problem of the pass.
+func (r *Reconciler) breakFirst(ctx context.Context, w *world, next *ippoolv1.PooledNodeNetworkConfigurationPolicy) ([]problem, error) {
+	var problems []problem
+	for i := range next.Status.Nodes {
+		rec := &next.Status.Nodes[i]
+		if len(rec.Released) == 0 || rec.Releasing || !mustBreak(w, rec) {
+			continue
+		}
+		out, without, err := r.takenOff(ctx, w, rec, rec.Released)
+		switch {
+		case err != nil:
+			return nil, err
+		case without != nil:
+			w.removals[rec.Node] = without
+			continue
+		case out.failed != "":
+			problems = append(problems, problem{shared.NodeNetworkConfigurationPolicyConditionFailedToConfigure, out.failed})
+		}
+		if g := w.generated[rec.Node]; !out.failedAt.IsZero() && g != nil && isRemoval(g) && !notReady(w.nodes[rec.Node]) {
+			r.retry(w, rec, g, out.failedAt)
+		}
+	}
+	return problems, nil
+}
+
 // mustBreak reports whether a released address of rec has to come off
 // before its replacement comes: its capture has none yet, and its pool is
-// being deleted or has no free address. Such a pool hands nothing out
-// until the address's quarantine lifts, which waits for the address to
-// come off; make before break would wait forever.
+// being deleted or had no address for the node in this pass (full, or
+// what is free is reserved for others). Such a pool hands nothing out to
+// the node until the address's quarantine lifts, which waits for the
+// address to come off; make before break would wait forever.
 func mustBreak(w *world, rec *ippoolv1.PooledPolicyNode) bool {
 	for _, a := range rec.Released {
 		if slices.ContainsFunc(rec.Addresses, func(b ippoolv1.PooledAddress) bool { return b.Capture == a.Capture }) {
 			continue
 		}
-		if p := w.pools[a.Pool]; p != nil && (!p.DeletionTimestamp.IsZero() || poolstatus.Full(p)) {
+		p := w.pools[a.Pool]
+		if p != nil && (!p.DeletionTimestamp.IsZero() || slices.Contains(w.full[rec.Node], a.Pool)) {
 			return true
 		}
 	}

@@ -192,7 +192,11 @@ func (r *Reconciler) holdings(ctx context.Context, w *world, next *ippoolv1.Pool
 		return nil, err
 	}
 	more, err := r.allocate(ctx, w, next)
-	return append(problems, more...), err
+	if err != nil {
+		return nil, err
+	}
+	broken, err := r.breakFirst(ctx, w, next)
+	return append(append(problems, more...), broken...), err
 }
 
 // world is what one pass knows of a pooled policy and its surroundings.
@@ -222,6 +226,9 @@ type world struct {
 	removals map[string][]byte
 	retries  map[string]string
 	retryIn  time.Duration
+	// full names, by node, the pools that had no address for it in this
+	// pass's allocation.
+	full map[string][]string
 }
 
 // resets are the reset annotations for the policy's nodes.
@@ -242,7 +249,8 @@ func (w *world) isSelected(node string) bool {
 func (r *Reconciler) observe(ctx context.Context, p *ippoolv1.PooledNodeNetworkConfigurationPolicy) (*world, error) {
 	w := &world{policy: p, deleting: !p.DeletionTimestamp.IsZero(), nodes: map[string]*corev1.Node{},
 		generated: map[string]*nmstatev1.NodeNetworkConfigurationPolicy{}, pools: map[string]*ippoolv1.NodeIPPool{},
-		enactments: map[string]*nncev1beta1.NodeNetworkConfigurationEnactment{}, resets: resets{pools: map[string][]string{}}}
+		enactments: map[string]*nncev1beta1.NodeNetworkConfigurationEnactment{}, resets: resets{pools: map[string][]string{}},
+		full: map[string][]string{}}
 	w.captures, w.invalid = capture.ParsePolicy(p.Spec.Capture, p.Spec.DesiredState.Raw)
 	if w.invalid == nil {
 		w.plain, w.invalid = w.captures.Plain()

@@ -97,14 +97,6 @@ func ExhaustedMessage(pool string, size uint64, want int) string {
 		pool, size, want)
 }
 
-// Full reports whether the pool's bitmap has no free address left:
-// quarantined addresses and addresses kept for a node's return are not
-// free. An unreadable bitmap is not full: the pool controller rebuilds it.
-func Full(pool *ippoolv1.NodeIPPool) bool {
-	alloc, err := Allocator(pool)
-	return err == nil && alloc.Free() == 0
-}
-
 // Unservable says why a pool hands out no address now, or "". Only the
 // pool controller marks a pool Available; an exhausted pool still serves
 // whatever frees.
