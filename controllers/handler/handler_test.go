@@ -36,14 +36,21 @@ func init() {
 // twice, and the pool's bitmap is exactly the set the enactments record plus
 // the addresses in flight or quarantined (no controller runs here to free
 // those).
-func assertIndexed(pool string) {
+func assertIndexed(pool string) { assertIndexedWithin(pool, timeout) }
+
+// assertIndexedWithin is assertIndexed where a pool controller runs: an
+// in-flight entry it forgets (its enactment gone, or moved on without
+// recording it) leaves its bit for garbage collection, which frees it once
+// it has been unrecorded for the grace period; within says how long that
+// may take.
+func assertIndexedWithin(pool string, within time.Duration) {
 	Eventually(func(g Gomega) {
 		recorded, err := envtest.IndexedAs(context.Background(), k, pool)
 		g.Expect(err).NotTo(HaveOccurred())
 		inPool, err := poolAddresses(pool)
 		g.Expect(err).NotTo(HaveOccurred())
 		g.Expect(inPool).To(Equal(recorded))
-	}).Should(Succeed())
+	}, within).Should(Succeed())
 }
 
 func policyCondition(name string, t shared.ConditionType) func() string {
