@@ -78,6 +78,18 @@ var _ = Describe("Companion mode: pooled policies beside kubernetes-nmstate's ha
 		return out
 	}
 	generated := func() []string { return generatedOf(name) }
+	// deselect takes the label the pooled policy selects off a node.
+	deselect := func(node string) {
+		GinkgoHelper()
+		Expect(retry.RetryOnConflict(retry.DefaultRetry, func() error {
+			var n corev1.Node
+			if err := kc.Get(ctx, types.NamespacedName{Name: node}, &n); err != nil {
+				return err
+			}
+			delete(n.Labels, "node-role.kubernetes.io/worker")
+			return kc.Update(ctx, &n)
+		})).To(Succeed())
+	}
 	// progressing lists the generated NNCPs kubernetes-nmstate's handler
 	// has not finished at their generation.
 	progressing := func() ([]string, bool) {
@@ -172,14 +184,7 @@ var _ = Describe("Companion mode: pooled policies beside kubernetes-nmstate's ha
 
 	It("takes a deselected node's address off its NIC before its policy goes, and frees it on the node's evidence", func() {
 		ip := recordOf("node02")
-		Expect(retry.RetryOnConflict(retry.DefaultRetry, func() error {
-			var n corev1.Node
-			if err := kc.Get(ctx, types.NamespacedName{Name: "node02"}, &n); err != nil {
-				return err
-			}
-			delete(n.Labels, "node-role.kubernetes.io/worker")
-			return kc.Update(ctx, &n)
-		})).To(Succeed())
+		deselect("node02")
 		Eventually(generated).ShouldNot(ContainElement(ippoolv1.NodePolicyName(name, "node02")))
 		Expect(carried("node02")).To(BeEmpty(), "off the NIC before the policy went")
 		Eventually(func() ([]string, error) { return envtest.PoolAddresses(ctx, kc, pool) }).ShouldNot(ContainElement(ip))
@@ -308,14 +313,7 @@ spec:
 		fail := filepath.Join(cdir, "nodes", "node04.yaml.fail")
 		Expect(os.WriteFile(fail, []byte("apply: simulated failure of the node's network\n"), 0o600)).To(Succeed())
 		DeferCleanup(func() { _ = os.Remove(fail) })
-		Expect(retry.RetryOnConflict(retry.DefaultRetry, func() error {
-			var n corev1.Node
-			if err := kc.Get(ctx, types.NamespacedName{Name: "node04"}, &n); err != nil {
-				return err
-			}
-			delete(n.Labels, "node-role.kubernetes.io/worker")
-			return kc.Update(ctx, &n)
-		})).To(Succeed())
+		deselect("node04")
 		Eventually(statusOf, 3*time.Minute).Should(HavePrefix("Degraded FailedToConfigure: node node04 could not apply policy "+
 			ippoolv1.NodePolicyName(name, "node04")), "the failed removal is said")
 		Expect(carried("node04")).To(ConsistOf(ip+"/24"), "still on its NIC")
