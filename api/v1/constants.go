@@ -67,6 +67,27 @@ const (
 	ReasonReleaseUnconfirmed = "ReleaseUnconfirmed"
 )
 
+// ConditionIPAddressesRecognized is the condition type of a NodeIPPool that
+// says whether every Cluster API IPAddress naming it was made by this
+// provider for its claim: False (ReasonUnrecognizedIPAddress) names each
+// that was not, and its address. Such an IPAddress holds no address as a
+// claim's record does: it never collides with a holder, never keeps a
+// quarantine, a reservation or a range change from going, and never stops
+// the pool from serving; it only keeps the address it names from being
+// handed out until it is deleted, or adopted by the claim it names (an
+// IPAddress restored from a backup). It is set once a pool has had one.
+const ConditionIPAddressesRecognized = "IPAddressesRecognized"
+
+// Reasons of the IPAddressesRecognized condition.
+const (
+	// ReasonIPAddressesRecognized (True): every IPAddress naming the pool
+	// is a claim's record.
+	ReasonIPAddressesRecognized = "IPAddressesRecognized"
+	// ReasonUnrecognizedIPAddress (False): an IPAddress names the pool
+	// that this provider did not make for its claim.
+	ReasonUnrecognizedIPAddress = "UnrecognizedIPAddress"
+)
+
 // Reasons of the Available condition. The spellings are the specification's,
 // including "Unsyncronized".
 const (

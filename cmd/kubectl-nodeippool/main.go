@@ -25,6 +25,7 @@ import (
 
 	ippoolv1 "github.com/nmstate-ippool/nmstate-ippool/api/v1"
 	nncev1beta1 "github.com/nmstate-ippool/nmstate-ippool/api/v1beta1"
+	"github.com/nmstate-ippool/nmstate-ippool/internal/capi"
 	"github.com/nmstate-ippool/nmstate-ippool/internal/cli"
 	"github.com/nmstate-ippool/nmstate-ippool/internal/companion"
 	"github.com/nmstate-ippool/nmstate-ippool/internal/scheme"
@@ -193,8 +194,10 @@ func read(ctx context.Context, k client.Client) (*snapshot, error) {
 	if err := k.List(ctx, &enactments); err != nil {
 		return nil, fmt.Errorf("list enactments: %w", err)
 	}
-	// Cluster API claims and pooled policies hold addresses of the pools too.
-	holders, err := companion.WithForeignRecords(ctx, k, enactments.Items)
+	// Cluster API claims and pooled policies hold addresses of the pools
+	// too; IPAddresses the provider did not make only when the signing key
+	// cannot be read (capi.FindSigner).
+	holders, err := companion.WithForeignRecords(ctx, k, capi.FindSigner(ctx, k), enactments.Items)
 	if err != nil {
 		return nil, err
 	}

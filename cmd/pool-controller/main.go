@@ -14,9 +14,12 @@
 package main
 
 import (
+	"cmp"
+	"context"
 	"flag"
 	"fmt"
 	"os"
+	"strings"
 	"time"
 
 	"k8s.io/apimachinery/pkg/api/meta"
@@ -45,6 +48,7 @@ import (
 type options struct {
 	metrics                       metricsauth.Flags
 	healthAddr, leaseNamespace    string
+	keyNamespace, keySecret       string
 	leaderElection                bool
 	gracePeriod, quarantinePeriod time.Duration
 	departureHold                 time.Duration
@@ -71,6 +75,10 @@ func main() {
 		"longest time an address taken from its holder (release, reset, node removal) is kept from everyone else when the holder cannot confirm it no longer carries it")
 	flag.DurationVar(&o.departureHold, "departure-hold", pool.DefaultDepartureHold,
 		"how long the addresses of a deleted Node stay quarantined before they are free (at most --quarantine-period): time for its machine, if it still runs, to take them off; 0 if Nodes are only deleted once their machines are gone")
+	flag.StringVar(&o.keyNamespace, "signing-key-namespace", "", "namespace of the Secret holding the key the IPAddresses it makes "+
+		"for claims are signed with (default: the leader election namespace, else the pod's); created when missing. Outside a pod "+
+		"and without either, a key is made for the process's lifetime, and each claim signs its IPAddress again after a restart")
+	flag.StringVar(&o.keySecret, "signing-key-secret", capi.DefaultKeySecret, "name of that Secret")
 	flag.IntVar(&o.webhookPort, "webhook-port", 9443, "port of the NodeIPPool admission webhook (deploy/webhook); 0 disables it")
 	flag.StringVar(&o.webhookHost, "webhook-host", "", "address the webhook listens on (default: every address)")
 	flag.StringVar(&o.webhookCertDir, "webhook-cert-dir", "/tmp/k8s-webhook-server/serving-certs",
@@ -106,7 +114,7 @@ func run(o options) error {
 	ctrlmetrics.Registry.MustRegister(policy.NewStatusMetrics(mgr.GetCache()))
 	pools := pool.New(mgr, metrics)
 	pools.GracePeriod, pools.QuarantinePeriod, pools.DepartureHold = o.gracePeriod, o.quarantinePeriod, o.departureHold
-	if pools.IPAMVersion, err = setUpClaims(mgr); err != nil {
+	if pools.IPAMVersion, pools.Signer, err = setUpClaims(ctx, mgr, o); err != nil {
 		return err
 	}
 	if pools.PooledPolicies, err = setUpPooledPolicies(mgr); err != nil {
@@ -128,7 +136,7 @@ func run(o options) error {
 		// Through the manager, which runs the server once asked for it.
 		server := mgr.GetWebhookServer()
 		server.Register(poolwebhook.Path, &webhook.Admission{Handler: &poolwebhook.Validator{
-			Reader: mgr.GetAPIReader(), Decoder: admission.NewDecoder(mgr.GetScheme())}})
+			Reader: mgr.GetAPIReader(), Decoder: admission.NewDecoder(mgr.GetScheme()), Signer: pools.Signer}})
 		server.Register(enactmentwebhook.Path, &webhook.Admission{Handler: &enactmentwebhook.Validator{
 			Reader: mgr.GetAPIReader(), Decoder: admission.NewDecoder(mgr.GetScheme())}})
 		// Ready once the webhook serves: the Service sends admission
@@ -148,27 +156,57 @@ func run(o options) error {
 
 // setUpClaims starts the Cluster API IPAM provider when the
 // IPAddressClaim and IPAddress CRDs are installed, and returns the version
-// it speaks; without them it says so once and returns "". CRDs installed
-// later are served after a restart.
-func setUpClaims(mgr ctrl.Manager) (string, error) {
+// it speaks and the signer of its IPAddresses; without them it says so
+// once and returns "". CRDs installed later are served after a restart.
+func setUpClaims(ctx context.Context, mgr ctrl.Manager, o options) (string, *capi.Signer, error) {
 	version, served, err := capi.Served(mgr.GetRESTMapper())
 	if err != nil {
-		return "", err
+		return "", nil, err
 	}
 	if !served {
 		ctrl.Log.Info("not serving Cluster API IPAddressClaims: the ipam.cluster.x-k8s.io CRDs are not installed (restart the pool controller after installing them)")
-		return "", nil
+		return "", nil, nil
 	}
 	cluster, err := capi.ClusterServed(mgr.GetRESTMapper())
 	if err != nil {
-		return "", err
+		return "", nil, err
 	}
-	if err := claim.New(mgr, version, cluster).SetupWithManager(mgr, claim.SetupOptions{}); err != nil {
-		return "", fmt.Errorf("set up the IPAddressClaim controller: %w", err)
+	signer, err := loadSigner(ctx, mgr, o)
+	if err != nil {
+		return "", nil, err
+	}
+	claims := claim.New(mgr, version, cluster)
+	claims.Signer = signer
+	if err := claims.SetupWithManager(mgr, claim.SetupOptions{}); err != nil {
+		return "", nil, fmt.Errorf("set up the IPAddressClaim controller: %w", err)
 	}
 	ctrl.Log.Info("serving Cluster API IPAddressClaims of NodeIPPools", "version", capi.Group+"/"+version, "clusterVersion", cluster)
-	return version, nil
+	return version, signer, nil
 }
+
+// loadSigner reads, or creates, the key the IPAddresses are signed with,
+// in the Secret o names (capi.LoadOrCreateSigner).
+func loadSigner(ctx context.Context, mgr ctrl.Manager, o options) (*capi.Signer, error) {
+	namespace := cmp.Or(o.keyNamespace, o.leaseNamespace)
+	if namespace == "" {
+		if b, err := os.ReadFile(serviceAccountNamespace); err == nil {
+			namespace = strings.TrimSpace(string(b))
+		}
+	}
+	if namespace == "" {
+		ctrl.Log.Info("no namespace for the signing key's Secret (not in a pod, and no --signing-key-namespace): " +
+			"IPAddresses are signed with a key of this process's lifetime, and signed again by their claims after a restart")
+		return capi.NewEphemeralSigner(), nil
+	}
+	c, err := client.New(mgr.GetConfig(), client.Options{Scheme: mgr.GetScheme()})
+	if err != nil {
+		return nil, err
+	}
+	return capi.LoadOrCreateSigner(ctx, c, namespace, o.keySecret)
+}
+
+// serviceAccountNamespace holds the namespace of the pod's service account.
+const serviceAccountNamespace = "/var/run/secrets/kubernetes.io/serviceaccount/namespace"
 
 // setUpPooledPolicies starts the controller of companion mode's pooled
 // policies when their CRD is installed, and reports whether it is.

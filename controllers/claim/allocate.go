@@ -60,6 +60,9 @@ func (r *Reconciler) allocate(ctx context.Context, claim *unstructured.Unstructu
 		return deref(c), requeue, err
 	}
 	addr := newAddress(r.Version, claim, &pool, rng, got)
+	if r.Signer != nil {
+		r.Signer.SetProvenance(addr, claim.GetUID())
+	}
 	if err := r.Client.Create(ctx, addr); err != nil {
 		// AlreadyExists too: created meanwhile; the next pass reads it.
 		return condition{}, false, fmt.Errorf("create IPAddress %s/%s: %w", addr.GetNamespace(), addr.GetName(), err)

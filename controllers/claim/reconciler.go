@@ -38,6 +38,9 @@ type Reconciler struct {
 	Clock clock.Clock
 	// Version is the version of the IPAM group served (capi.Served).
 	Version string
+	// Signer signs the IPAddresses the provider makes (capi.Signer), and
+	// tells them from any other; nil signs none and counts every one.
+	Signer *capi.Signer
 	// ClusterVersion is the version of cluster.x-k8s.io's Cluster served,
 	// "" when its CRD is not installed: no claim is paused by its Cluster
 	// then.
@@ -110,6 +113,8 @@ func (r *Reconciler) serve(ctx context.Context, claim *unstructured.Unstructured
 			a.Namespace, a.Name, a.Claim, a.Pool.Kind, a.Pool.Name)), false, nil
 	case addr.GetDeletionTimestamp() != nil:
 		return r.restore(ctx, claim, addr)
+	case !r.recognizes(claim, addr):
+		return r.adopt(ctx, claim, addr)
 	}
 	if err := setAddressRef(claim, addr.GetName()); err != nil {
 		return condition{}, false, err
@@ -231,7 +236,7 @@ func (r *Reconciler) releaseOrphan(ctx context.Context, key types.NamespacedName
 	orphan := capi.NewClaim(r.Version)
 	orphan.SetNamespace(key.Namespace)
 	orphan.SetName(key.Name)
-	if err := r.quarantine(ctx, orphan, a); err != nil {
+	if err := r.quarantine(ctx, orphan, a, false); err != nil {
 		return err
 	}
 	if err := r.removeFinalizer(ctx, addr, capi.ProtectFinalizer); err != nil {
@@ -256,7 +261,7 @@ func (r *Reconciler) release(ctx context.Context, claim *unstructured.Unstructur
 		return err
 	}
 	if addr != nil && owns(claim, addr) {
-		if err := r.quarantine(ctx, claim, capi.AddressOf(addr)); err != nil {
+		if err := r.quarantine(ctx, claim, capi.AddressOf(addr), r.recognizes(claim, addr)); err != nil {
 			return err
 		}
 		if err := r.removeFinalizer(ctx, addr, capi.ProtectFinalizer); err != nil {
@@ -272,8 +277,30 @@ func (r *Reconciler) release(ctx context.Context, claim *unstructured.Unstructur
 // quarantine keeps a released claim's address from everyone until the
 // pool controller has evidence that no NIC carries it: the node whose
 // NodeNetworkState shows it (a machine that joined the cluster) is its
-// holder; when no node shows it, none is known to carry it.
-func (r *Reconciler) quarantine(ctx context.Context, claim *unstructured.Unstructured, a capi.Address) error {
+// holder; when no node shows it, none is known to carry it. An IPAddress
+// the provider did not make for the claim (recognized false) quarantines
+// its address only when no other holder's record holds it: it must not
+// take an address from its holder.
+func (r *Reconciler) quarantine(ctx context.Context, claim *unstructured.Unstructured, a capi.Address, recognized bool) error {
+	if !recognized {
+		var pool ippoolv1.NodeIPPool
+		err := r.Client.Get(ctx, types.NamespacedName{Name: a.Pool.Name}, &pool)
+		if client.IgnoreNotFound(err) != nil {
+			return fmt.Errorf("get NodeIPPool %s: %w", a.Pool.Name, err)
+		}
+		if err == nil {
+			holder, _ := holderOf(claim)
+			other, err := r.otherHolder(ctx, &pool, holder, a.IP.String())
+			if err != nil {
+				return err
+			}
+			if other != "" {
+				ctrl.LoggerFrom(ctx).Info("not releasing an address the IPAddress did not hold", "pool", a.Pool.Name,
+					"ip", a.IP.String(), "holder", other)
+				return nil
+			}
+		}
+	}
 	carrier, err := carrierOf(ctx, r.APIReader, a.IP)
 	if err != nil {
 		return err

@@ -59,12 +59,12 @@ func (r *Reconciler) otherHolder(ctx context.Context, pool *ippoolv1.NodeIPPool,
 	if err := r.APIReader.List(ctx, &enactments); err != nil {
 		return "", fmt.Errorf("list enactments: %w", err)
 	}
-	records, err := companion.WithForeignRecords(ctx, r.APIReader, enactments.Items)
+	records, err := companion.WithForeignRecords(ctx, r.APIReader, r.Signer, enactments.Items)
 	if err != nil {
 		return "", err
 	}
 	rng, _ := poolstatus.Range(pool)
-	for _, o := range poolstatus.Holders(pool.Name, rng, records)[ip] {
+	for _, o := range poolstatus.Holders(pool.Name, rng, records).Recognized(ip) {
 		if o.Enactment != holder {
 			return o.Describe(pool.Name), nil
 		}

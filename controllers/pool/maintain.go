@@ -34,6 +34,9 @@ type maintenance struct {
 	// enactments when gcDue is not empty.
 	gcDue   []uint64
 	carried map[netip.Addr]string
+	// pinsDue: addresses only unrecognized IPAddresses name have clear
+	// bits (poolstatus.Audit.Pinned), which the write sets.
+	pinsDue bool
 	// enactments are those the write's claims come from: listed from the
 	// API server when entries or bits are due, else the cache's.
 	enactments []nncev1beta1.NodeNetworkConfigurationEnactment
@@ -43,7 +46,7 @@ type maintenance struct {
 }
 
 // due reports whether the pass has entries or bits to act on.
-func (mw *maintenance) due() bool { return mw.holdsDue || len(mw.gcDue) > 0 }
+func (mw *maintenance) due() bool { return mw.holdsDue || len(mw.gcDue) > 0 || mw.pinsDue }
 
 // maintain keeps a pool up to date: it serves waiting enactments, then,
 // in one status write, prunes recorded in-flight entries, revokes stale
@@ -89,7 +92,7 @@ func (r *Reconciler) maintain(ctx context.Context, pool *ippoolv1.NodeIPPool, al
 // due; the labels reservations may need.
 func (r *Reconciler) planMaintenance(ctx context.Context, pool *ippoolv1.NodeIPPool, v view, gcDue []uint64, holdsDue bool,
 	m *poolMemory) (*maintenance, error) {
-	mw := &maintenance{holdsDue: holdsDue, gcDue: gcDue, enactments: v.enactments}
+	mw := &maintenance{holdsDue: holdsDue, gcDue: gcDue, enactments: v.enactments, pinsDue: len(v.audit.Pinned) > 0}
 	if mw.due() {
 		enactments, err := r.enactmentsFromAPI(ctx)
 		if err != nil {
@@ -134,7 +137,11 @@ func (r *Reconciler) writeMaintenance(ctx context.Context, pool *ippoolv1.NodeIP
 			revoked, lifted, changed = applyHolds(p, alloc, claims, mw.holds, now)
 		}
 		got = collectUnclaimed(p, alloc, claims, mw.gcDue, mw.carried, now)
-		return r.maintainedConditions(p, alloc, mw, claims), changed || len(got.freed)+len(got.quarantined) > 0, nil
+		pinned := 0
+		if mw.pinsDue {
+			pinned = setMissing(alloc, poolstatus.AuditPool(p.Name, alloc, claims).Pinned)
+		}
+		return r.maintainedConditions(p, alloc, mw, claims), changed || pinned > 0 || len(got.freed)+len(got.quarantined) > 0, nil
 	}
 	if !mw.due() && !r.conditionsChange(pool, mw) {
 		return nil
@@ -177,6 +184,10 @@ func (r *Reconciler) maintainedConditions(p *ippoolv1.NodeIPPool, alloc *ippool.
 	if len(p.Spec.Reservations) > 0 || meta.FindStatusCondition(p.Status.Conditions, ippoolv1.ConditionReservationsHonored) != nil {
 		conds[ippoolv1.ConditionReservationsHonored] = reservationsOf(p, alloc, claims, labelsFrom(mw.labels))
 	}
+	if unrecognized := claims.Unrecognized(); len(unrecognized) > 0 ||
+		meta.FindStatusCondition(p.Status.Conditions, ippoolv1.ConditionIPAddressesRecognized) != nil {
+		conds[ippoolv1.ConditionIPAddressesRecognized] = recognitionOf(p.Name, claims, unrecognized)
+	}
 	if len(p.Status.Quarantined) == 0 {
 		conds[ippoolv1.ConditionReleasesConfirmed] = releasesOf(nil)
 	} else if mw.holdsDue {
@@ -208,7 +219,7 @@ func (r *Reconciler) reservedForLabels(ctx context.Context, pool *ippoolv1.NodeI
 		if res.Node != "" {
 			continue
 		}
-		for _, o := range claims[res.IP] {
+		for _, o := range claims.Recognized(res.IP) {
 			if _, ok := out[o.Node]; ok || o.Node == "" {
 				continue // a Cluster API claim has no node
 			}

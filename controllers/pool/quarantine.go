@@ -193,7 +193,7 @@ func (r *Reconciler) holders(ctx context.Context, pool *ippoolv1.NodeIPPool, cla
 	states := map[string]*nncev1beta1.NodeNetworkState{}
 	for _, q := range pool.Status.Quarantined {
 		var h holderView
-		if ip, err := netip.ParseAddr(q.IP); err == nil && len(claims[ip]) > 0 {
+		if ip, err := netip.ParseAddr(q.IP); err == nil && len(claims.Recognized(ip)) > 0 {
 			h.recorded = true
 		}
 		if h.recorded || q.Node == "" {

@@ -295,8 +295,8 @@ func (r *Reconciler) rebuildFromEnactments(ctx context.Context, pool *ippoolv1.N
 		}
 		set = setEntries(p, alloc)
 		v = viewOf(p.Name, alloc, enactments)
-		set += setMissing(alloc, v.audit.Missing)
-		v.audit.Missing = nil
+		set += setMissing(alloc, v.audit.Missing) + setMissing(alloc, v.audit.Pinned)
+		v.audit.Missing, v.audit.Pinned = nil, nil
 		strays = quarantineStrays(p, alloc, v.claims, carried, metav1.NewTime(r.Clock.Now().Truncate(time.Second)))
 		return conditionSet{ippoolv1.ConditionAvailable: availabilityOf(p, alloc, v)}, true, nil
 	}, vouch)
@@ -431,7 +431,7 @@ func (r *Reconciler) reportOutside(pool *ippoolv1.NodeIPPool, v view) {
 	}
 	parts := make([]string, 0, len(v.audit.Outside))
 	for _, ip := range v.audit.Outside {
-		for _, o := range v.claims[ip] {
+		for _, o := range v.claims.Recognized(ip) {
 			parts = append(parts, fmt.Sprintf("%s at %s", ip, o))
 		}
 	}

@@ -73,6 +73,10 @@ type Reconciler struct {
 	// the claims pools serve; "" when its CRDs are not installed: no claim
 	// holds an address then.
 	IPAMVersion string
+	// Signer tells the IPAddresses the claim controller made (capi.Signer)
+	// from any other, which hold no address as records do and are reported
+	// (ConditionIPAddressesRecognized); nil counts every one.
+	Signer *capi.Signer
 	// PooledPolicies is set when the API server serves companion mode's
 	// PooledNodeNetworkConfigurationPolicy, whose status.nodes are records
 	// of addresses too (internal/companion).
@@ -275,7 +279,7 @@ func (r *Reconciler) withForeign(ctx context.Context, reader client.Reader,
 	enactments []nncev1beta1.NodeNetworkConfigurationEnactment) ([]nncev1beta1.NodeNetworkConfigurationEnactment, error) {
 	var err error
 	if r.IPAMVersion != "" {
-		if enactments, err = capi.WithRecords(ctx, reader, enactments); err != nil {
+		if enactments, err = capi.WithRecords(ctx, reader, r.Signer, enactments); err != nil {
 			return nil, err
 		}
 	}

@@ -39,7 +39,7 @@ func reservationsOf(pool *ippoolv1.NodeIPPool, alloc *ippool.Allocator, claims p
 	}
 	var conflicts []string
 	for _, res := range valid {
-		for _, o := range claims[res.IP] {
+		for _, o := range claims.Recognized(res.IP) {
 			if res.Matches(o.Node, o.Policy, func() map[string]string { return nodeLabels(o.Node) }) {
 				continue
 			}

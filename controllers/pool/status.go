@@ -2,6 +2,7 @@ package pool
 
 import (
 	"fmt"
+	"net/netip"
 	"strings"
 
 	"github.com/nmstate/kubernetes-nmstate/api/shared"
@@ -89,6 +90,32 @@ func availabilityOf(pool *ippoolv1.NodeIPPool, alloc *ippool.Allocator, v view) 
 	default:
 		return reconciledPool
 	}
+}
+
+// recognitionOf decides the IPAddressesRecognized condition of pool from
+// the addresses that unrecognized IPAddresses name (Claims.Unrecognized).
+func recognitionOf(pool string, claims poolstatus.Claims, unrecognized []netip.Addr) availability {
+	if len(unrecognized) == 0 {
+		return availability{metav1.ConditionTrue, ippoolv1.ReasonIPAddressesRecognized,
+			"Every IPAddress naming the pool was made by this provider for its claim"}
+	}
+	var parts []string
+	for _, ip := range unrecognized {
+		recognized := claims.Recognized(ip)
+		for _, o := range claims[ip] {
+			if !o.Unrecognized {
+				continue
+			}
+			part := fmt.Sprintf("%s names %s", o.Describe(pool), ip)
+			if len(recognized) > 0 {
+				part += ", held by " + recognized[0].Describe(pool)
+			}
+			parts = append(parts, part+" (to remove it: "+o.Remedy(pool)+")")
+		}
+	}
+	return refused(ippoolv1.ReasonUnrecognizedIPAddress, fmt.Sprintf("%s. Such an IPAddress holds no address: it keeps a free "+
+		"address from being handed out until it is deleted, or adopted by the claim it names once that claim exists "+
+		"(an IPAddress restored from a backup is)", listNames(parts, 5)))
 }
 
 // listNames joins at most limit names and says how many more there are.

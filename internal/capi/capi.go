@@ -23,6 +23,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	ippoolv1 "github.com/nmstate-ippool/nmstate-ippool/api/v1"
@@ -163,7 +164,14 @@ func AddressOf(u *unstructured.Unstructured) Address {
 // poolstatus.ClaimHolder(namespace, claim) that holds the address under
 // the pool's name. An IPAddress being deleted still holds its address.
 // Without the CRD there are none.
-func Records(ctx context.Context, reader client.Reader) ([]nncev1beta1.NodeNetworkConfigurationEnactment, error) {
+//
+// Only an IPAddress signer signed for the claim that controls it, and
+// that claim exists, is a claim's record. Any other naming a pool (made by
+// someone else, or restored from a backup that dropped its owner) is
+// returned as the record of poolstatus.UnrecognizedHolder: it keeps its
+// address from being handed out, and holds it against nobody (see
+// poolstatus.Owner.Unrecognized). A nil signer recognizes every one.
+func Records(ctx context.Context, reader client.Reader, signer *Signer) ([]nncev1beta1.NodeNetworkConfigurationEnactment, error) {
 	for _, v := range Versions {
 		list := NewAddressList(v)
 		err := reader.List(ctx, list)
@@ -173,7 +181,23 @@ func Records(ctx context.Context, reader client.Reader) ([]nncev1beta1.NodeNetwo
 		if err != nil {
 			return nil, fmt.Errorf("list IPAddresses: %w", err)
 		}
-		return recordsOf(list.Items), nil
+		claims := map[types.NamespacedName]types.UID{}
+		if signer != nil && len(list.Items) > 0 {
+			cl := NewClaimList(v)
+			if err := reader.List(ctx, cl); err != nil {
+				return nil, fmt.Errorf("list IPAddressClaims: %w", err)
+			}
+			for i := range cl.Items {
+				claims[client.ObjectKeyFromObject(&cl.Items[i])] = cl.Items[i].GetUID()
+			}
+		}
+		return recordsOf(list.Items, func(u *unstructured.Unstructured) bool {
+			if signer == nil {
+				return true
+			}
+			uid := claims[types.NamespacedName{Namespace: u.GetNamespace(), Name: AddressOf(u).Claim}]
+			return signer.Signed(u, uid)
+		}), nil
 	}
 	return nil, nil
 }
@@ -186,27 +210,29 @@ func isMissing(err error) bool {
 	return meta.IsNoMatchError(err) || apierrors.IsNotFound(err)
 }
 
-func recordsOf(items []unstructured.Unstructured) []nncev1beta1.NodeNetworkConfigurationEnactment {
+func recordsOf(items []unstructured.Unstructured, recognized func(*unstructured.Unstructured) bool) []nncev1beta1.NodeNetworkConfigurationEnactment {
 	out := make([]nncev1beta1.NodeNetworkConfigurationEnactment, 0, len(items))
 	for i := range items {
 		a := AddressOf(&items[i])
 		if !a.Pool.Ours() || !a.IP.IsValid() {
 			continue
 		}
-		e := nncev1beta1.NodeNetworkConfigurationEnactment{ObjectMeta: metav1.ObjectMeta{
-			Name: poolstatus.ClaimHolder(a.Namespace, a.Claim),
-		}}
+		name := poolstatus.ClaimHolder(a.Namespace, a.Claim)
+		if !recognized(&items[i]) {
+			name = poolstatus.UnrecognizedHolder(a.Namespace, a.Name)
+		}
+		e := nncev1beta1.NodeNetworkConfigurationEnactment{ObjectMeta: metav1.ObjectMeta{Name: name}}
 		e.Status.IPPool = ippoolv1.EnactmentIPPools{a.Pool.Name: {Allocated: []string{a.IP.String()}}}
 		out = append(out, e)
 	}
 	return out
 }
 
-// WithRecords appends the claims' records to enactments: the list every
-// decision about a pool's holders takes.
-func WithRecords(ctx context.Context, reader client.Reader,
+// WithRecords appends the claims' records to enactments (Records): the
+// list every decision about a pool's holders takes.
+func WithRecords(ctx context.Context, reader client.Reader, signer *Signer,
 	enactments []nncev1beta1.NodeNetworkConfigurationEnactment) ([]nncev1beta1.NodeNetworkConfigurationEnactment, error) {
-	records, err := Records(ctx, reader)
+	records, err := Records(ctx, reader, signer)
 	if err != nil || len(records) == 0 {
 		return enactments, err
 	}
@@ -235,6 +261,11 @@ const (
 // ReasonAddressRestored is the Event of a claim whose IPAddress was
 // deleted while the claim exists, and is created again.
 const ReasonAddressRestored = "AddressRestored"
+
+// ReasonAddressAdopted is the Event of a claim that adopts the IPAddress
+// bearing its name that the provider did not sign for it (restored from
+// a backup, or made by an earlier version).
+const ReasonAddressAdopted = "AddressAdopted"
 
 // ClusterOf names the Cluster of a claim: spec.clusterName, else its
 // cluster.x-k8s.io/cluster-name label; "" when neither says.

@@ -47,8 +47,12 @@ func TestRecords(t *testing.T) {
 		address("a", "a", "nmstate.io", "NodeIPPool", "p", "10.0.0.1"),
 		address("b", "b", "ipam.cluster.x-k8s.io", "InClusterIPPool", "p", "10.0.0.2"), // another provider's
 		address("c", "c", "nmstate.io", "NodeIPPool", "p", "not-an-ip"),
-	})
-	if len(got) != 1 || got[0].Name != "IPAddressClaim/ns/a" || got[0].Status.IPPool["p"].Allocated[0] != "10.0.0.1" {
+		address("d", "x", "nmstate.io", "NodeIPPool", "p", "10.0.0.4"), // not recognized
+	}, func(u *unstructured.Unstructured) bool { return u.GetName() != "d" })
+	if len(got) != 2 || got[0].Name != "IPAddressClaim/ns/a" || got[0].Status.IPPool["p"].Allocated[0] != "10.0.0.1" {
 		t.Errorf("records = %+v, want one of IPAddressClaim/ns/a holding 10.0.0.1 from p", got)
+	}
+	if len(got) == 2 && (got[1].Name != "IPAddress/ns/d" || got[1].Status.IPPool["p"].Allocated[0] != "10.0.0.4") {
+		t.Errorf("records = %+v, want the unrecognized IPAddress ns/d as IPAddress/ns/d holding 10.0.0.4 from p", got)
 	}
 }

@@ -94,11 +94,12 @@ func WithRecords(ctx context.Context, reader client.Reader,
 }
 
 // WithForeignRecords appends to enactments every record that is no
-// enactment: the Cluster API claims' (capi.Records) and the pooled
-// policies'. A kind whose CRD is not installed has none.
-func WithForeignRecords(ctx context.Context, reader client.Reader,
+// enactment: the Cluster API claims' (capi.Records, whose IPAddresses
+// signer tells apart) and the pooled policies'. A kind whose CRD is not
+// installed has none.
+func WithForeignRecords(ctx context.Context, reader client.Reader, signer *capi.Signer,
 	enactments []nncev1beta1.NodeNetworkConfigurationEnactment) ([]nncev1beta1.NodeNetworkConfigurationEnactment, error) {
-	enactments, err := capi.WithRecords(ctx, reader, enactments)
+	enactments, err := capi.WithRecords(ctx, reader, signer, enactments)
 	if err != nil {
 		return nil, err
 	}

@@ -91,7 +91,7 @@ func Holdings(name string, stored *ippoolv1.NodeIPPool, enactments []nncev1beta1
 	var out []Holding
 	claims := poolstatus.ClaimsOf(name, nil, enactments)
 	for _, ip := range claims.Addrs() {
-		for _, o := range claims[ip] {
+		for _, o := range claims.Recognized(ip) {
 			out = append(out, Holding{IP: ip, Kind: Recorded, Node: o.Node, Enactment: o.Enactment,
 				Policy: o.Policy, Capture: o.Capture, Interface: o.Interface})
 		}
@@ -100,12 +100,12 @@ func Holdings(name string, stored *ippoolv1.NodeIPPool, enactments []nncev1beta1
 		return out
 	}
 	for _, f := range stored.Status.InFlight {
-		if ip, err := netip.ParseAddr(f.IP); err == nil && len(claims[ip]) == 0 {
+		if ip, err := netip.ParseAddr(f.IP); err == nil && len(claims.Recognized(ip)) == 0 {
 			out = append(out, Holding{IP: ip, Kind: InFlight, Enactment: f.Enactment, Node: nodeOf(f.Enactment)})
 		}
 	}
 	for _, q := range stored.Status.Quarantined {
-		if ip, err := netip.ParseAddr(q.IP); err == nil && len(claims[ip]) == 0 {
+		if ip, err := netip.ParseAddr(q.IP); err == nil && len(claims.Recognized(ip)) == 0 {
 			out = append(out, Holding{IP: ip, Kind: Quarantined, Node: q.Node, Enactment: q.Enactment, Capture: q.Capture})
 		}
 	}

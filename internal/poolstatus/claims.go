@@ -31,6 +31,11 @@ type Owner struct {
 	// Interface is the interface of the enactment's desired state that
 	// carries the address; empty if none does.
 	Interface string `json:"interface,omitempty"`
+	// Unrecognized: the holder is an IPAddress this provider did not make
+	// for a claim (UnrecognizedHolder). It keeps the address from being
+	// handed out, and holds it against nobody: it never collides, never
+	// keeps a quarantine, a reservation or a range change from going.
+	Unrecognized bool `json:"unrecognized,omitempty"`
 
 	// from and ip let an owner collected by Holders find its Capture and
 	// Interface when a message needs them.
@@ -70,6 +75,9 @@ func (o Owner) Describe(pool string) string {
 		}
 		b.WriteString(")")
 		return b.String()
+	}
+	if addr, ok := unrecognizedHolderName(o.Enactment); ok {
+		return addr
 	}
 	if claim, ok := ClaimHolderName(o.Enactment); ok {
 		b.WriteString(claim)
@@ -149,24 +157,58 @@ func ParsePolicyHolder(holder string) (policy, node string, ok bool) {
 	return strings.Cut(rest, "/")
 }
 
-// ForeignHolderName describes a holder name of ClaimHolder or
-// PolicyHolder as messages write it ("IPAddressClaim <namespace>/<name>",
-// "node <node> (PooledNodeNetworkConfigurationPolicy <policy>)"), and false
-// for an enactment's name.
+// unrecognizedHolderPrefix starts the holder names of IPAddresses this
+// provider did not make.
+const unrecognizedHolderPrefix = "IPAddress/"
+
+// UnrecognizedHolder names, where records name an enactment, an IPAddress
+// that names a NodeIPPool and that this provider did not make for a claim
+// (capi.Records): "IPAddress/<namespace>/<name>". No entry ever names it.
+func UnrecognizedHolder(namespace, name string) string {
+	return unrecognizedHolderPrefix + namespace + "/" + name
+}
+
+// ParseUnrecognizedHolder returns the IPAddress a holder name of
+// UnrecognizedHolder names, and false for any other name.
+func ParseUnrecognizedHolder(holder string) (namespace, name string, ok bool) {
+	rest, ok := strings.CutPrefix(holder, unrecognizedHolderPrefix)
+	if !ok {
+		return "", "", false
+	}
+	return strings.Cut(rest, "/")
+}
+
+// unrecognizedHolderName describes an UnrecognizedHolder for messages.
+func unrecognizedHolderName(holder string) (string, bool) {
+	ns, name, ok := ParseUnrecognizedHolder(holder)
+	if !ok {
+		return "", false
+	}
+	return "IPAddress " + ns + "/" + name + " (not made by this provider for a claim)", true
+}
+
+// ForeignHolderName describes a holder name of ClaimHolder, PolicyHolder
+// or UnrecognizedHolder as messages write it ("IPAddressClaim
+// <namespace>/<name>", "node <node> (PooledNodeNetworkConfigurationPolicy
+// <policy>)"), and false for an enactment's name.
 func ForeignHolderName(holder string) (string, bool) {
 	if policy, node, ok := ParsePolicyHolder(holder); ok {
 		return "node " + node + " (" + PooledPolicyKind + " " + policy + ")", true
 	}
+	if addr, ok := unrecognizedHolderName(holder); ok {
+		return addr, true
+	}
 	return ClaimHolderName(holder)
 }
 
-// Foreign reports whether holder names no enactment: a Cluster API claim
-// or a pooled policy's node, whose records live elsewhere and which no
-// enactment write reaches.
+// Foreign reports whether holder names no enactment: a Cluster API claim,
+// a pooled policy's node or an unrecognized IPAddress, whose records live
+// elsewhere and which no enactment write reaches.
 func Foreign(holder string) bool {
 	_, _, claim := ParseClaimHolder(holder)
 	_, _, policy := ParsePolicyHolder(holder)
-	return claim || policy
+	_, _, addr := ParseUnrecognizedHolder(holder)
+	return claim || policy || addr
 }
 
 // Remedy is the command that takes the address from this holder, for a
@@ -180,6 +222,9 @@ func (o Owner) Remedy(pool string) string {
 	}
 	if ns, name, ok := ParseClaimHolder(o.Enactment); ok {
 		return fmt.Sprintf("kubectl -n %s delete ipaddressclaim %s", ns, name)
+	}
+	if ns, name, ok := ParseUnrecognizedHolder(o.Enactment); ok {
+		return fmt.Sprintf("kubectl -n %s delete ipaddress %s", ns, name)
 	}
 	return fmt.Sprintf("kubectl annotate nnce %s %s=%s", o.Enactment, ippoolv1.ResetIPPoolAnnotation, cmp.Or(o.Pool, pool))
 }
@@ -222,6 +267,7 @@ func claimsOf(pool string, rng *ippool.Range, enactments []nncev1beta1.NodeNetwo
 				}
 				o := Owner{Enactment: e.Name, Pool: name, Node: e.Labels[shared.EnactmentNodeLabel],
 					Policy: e.Labels[shared.EnactmentPolicyLabel], from: e, ip: ip}
+				_, _, o.Unrecognized = ParseUnrecognizedHolder(e.Name)
 				if detailed {
 					if captures == nil {
 						captures, interfaces = capturesByIP(e), nmstatectl.Carriers(e.Status.DesiredState.Raw)
@@ -249,6 +295,28 @@ func concerns(pool string, rng *ippool.Range, recordPool string, ip netip.Addr) 
 	}
 	_, err := rng.Offset(ip)
 	return err == nil
+}
+
+// Recognized returns the owners of ip that hold it as records do: all but
+// the unrecognized IPAddresses.
+func (c Claims) Recognized(ip netip.Addr) []Owner {
+	owners := c[ip]
+	if !slices.ContainsFunc(owners, func(o Owner) bool { return o.Unrecognized }) {
+		return owners
+	}
+	return slices.DeleteFunc(slices.Clone(owners), func(o Owner) bool { return o.Unrecognized })
+}
+
+// Unrecognized returns, in order, the addresses that unrecognized
+// IPAddresses name, with the owners of each.
+func (c Claims) Unrecognized() []netip.Addr {
+	var out []netip.Addr
+	for _, ip := range c.Addrs() {
+		if slices.ContainsFunc(c[ip], func(o Owner) bool { return o.Unrecognized }) {
+			out = append(out, ip)
+		}
+	}
+	return out
 }
 
 // HeldBy returns whether enactment claims ip.
@@ -299,14 +367,19 @@ type Audit struct {
 	// does not hand out (the pool was re-created smaller, or with new
 	// excludes).
 	Outside []netip.Addr
-	// Collisions are addresses claimed by more than one owner.
+	// Collisions are addresses claimed by more than one owner that is no
+	// unrecognized IPAddress.
 	Collisions []netip.Addr
+	// Pinned are addresses of the range that only unrecognized IPAddresses
+	// name and whose bits are clear: they are set by the next write, which
+	// needs no rebuild (nobody's record lacks its bit).
+	Pinned []netip.Addr
 }
 
 // Consistent reports whether the bitmap is exactly the claimed set and no
 // address is claimed twice.
 func (a Audit) Consistent() bool {
-	return len(a.Missing) == 0 && a.UnclaimedCount == 0 && len(a.Outside) == 0 && len(a.Collisions) == 0
+	return len(a.Missing) == 0 && a.UnclaimedCount == 0 && len(a.Outside) == 0 && len(a.Collisions) == 0 && len(a.Pinned) == 0
 }
 
 // AuditPool compares alloc, the bitmap of pool, with claims. Every list is
@@ -316,18 +389,23 @@ func AuditPool(pool string, alloc *ippool.Allocator, claims Claims) Audit {
 	var claimed []uint64
 	rng := alloc.Range()
 	for _, ip := range claims.Addrs() {
-		if len(claims[ip]) > 1 {
+		recognized := claims.Recognized(ip)
+		if len(recognized) > 1 {
 			a.Collisions = append(a.Collisions, ip)
 		}
 		off, err := rng.Assignable(ip)
 		if err != nil {
-			if slices.ContainsFunc(claims[ip], func(o Owner) bool { return o.Pool == pool }) {
+			if slices.ContainsFunc(recognized, func(o Owner) bool { return o.Pool == pool }) {
 				a.Outside = append(a.Outside, ip)
 			}
 			continue
 		}
 		claimed = append(claimed, off)
-		if !alloc.Has(off) {
+		switch {
+		case alloc.Has(off):
+		case len(recognized) == 0:
+			a.Pinned = append(a.Pinned, ip)
+		default:
 			a.Missing = append(a.Missing, ip)
 		}
 	}
@@ -369,14 +447,14 @@ func unclaimedOffsets(alloc *ippool.Allocator, claimed []uint64) ([]uint64, uint
 func CollisionMessage(pool string, claims Claims, collisions []netip.Addr) string {
 	parts := make([]string, 0, len(collisions))
 	for _, ip := range collisions {
-		owners := claims[ip]
+		owners := claims.Recognized(ip)
 		others := make([]string, 0, len(owners)-1)
 		for _, o := range owners[1:] {
 			others = append(others, o.Describe(pool))
 		}
 		parts = append(parts, fmt.Sprintf("The IP address %s at %s is colliding with %s", ip, owners[0].Describe(pool), strings.Join(others, " and ")))
 	}
-	last := claims[collisions[len(collisions)-1]]
+	last := claims.Recognized(collisions[len(collisions)-1])
 	holder := last[len(last)-1]
 	return strings.Join(parts, "; ") + "; reset all but one holder, e.g. " + holder.Remedy(pool)
 }

@@ -177,3 +177,44 @@ func TestStamp(t *testing.T) {
 		t.Error("counts and conditions are not part of the stamp")
 	}
 }
+
+// TestUnrecognizedHoldAgainstNobody: an unrecognized IPAddress's record
+// keeps its bit claimed (it is no leak to collect) and is no collision,
+// outside address or recognized owner; it reads as the IPAddress it is.
+func TestUnrecognizedHoldAgainstNobody(t *testing.T) {
+	rng := ippool.MustNewRange(ippool.Spec{CIDR: "10.0.0.0/24", Start: "10.0.0.1", End: "10.0.0.10"})
+	alloc := ippool.NewAllocator(rng)
+	for _, off := range []uint64{0, 1} { // .1 .2
+		_ = alloc.Allocate(off)
+	}
+	unrecognized := func(name, ip string) nncev1beta1.NodeNetworkConfigurationEnactment {
+		e := nncev1beta1.NodeNetworkConfigurationEnactment{ObjectMeta: metav1.ObjectMeta{Name: UnrecognizedHolder("t", name)}}
+		e.Status.IPPool = ippoolv1.EnactmentIPPools{"a": {Allocated: []string{ip}}}
+		return e
+	}
+	claims := Holders("a", rng, []nncev1beta1.NodeNetworkConfigurationEnactment{
+		enactment("n1", "p", ippoolv1.EnactmentIPPools{"a": {Allocated: []string{"10.0.0.1"}}}, nil, ""),
+		unrecognized("steal", "10.0.0.1"),
+		unrecognized("steal-too", "10.0.0.1"),
+		unrecognized("squat", "10.0.0.2"),
+		unrecognized("far", "10.0.0.77"),
+		unrecognized("new", "10.0.0.3"),
+	})
+	if got := AuditPool("a", alloc, claims); !reflect.DeepEqual(got, Audit{Pinned: []netip.Addr{netip.MustParseAddr("10.0.0.3")}}) {
+		t.Errorf("audit %+v, want only 10.0.0.3 pinned: unrecognized IPAddresses neither collide nor leak nor lie outside, "+
+			"and a clear bit of theirs is no recorded address missing", got)
+	}
+	one := netip.MustParseAddr("10.0.0.1")
+	if got := claims.Recognized(one); len(got) != 1 || got[0].Enactment != "n1.p" {
+		t.Errorf("recognized owners of 10.0.0.1: %+v, want n1.p alone", got)
+	}
+	if got, want := claims.Unrecognized(), []netip.Addr{one, netip.MustParseAddr("10.0.0.2"), netip.MustParseAddr("10.0.0.3"),
+		netip.MustParseAddr("10.0.0.77")}; !reflect.DeepEqual(got, want) {
+		t.Errorf("Unrecognized = %v, want %v", got, want)
+	}
+	o := claims[netip.MustParseAddr("10.0.0.2")][0]
+	if !o.Unrecognized || o.String() != "IPAddress t/squat (not made by this provider for a claim)" ||
+		o.Remedy("a") != "kubectl -n t delete ipaddress squat" || !Foreign(o.Enactment) {
+		t.Errorf("owner %+v reads %q, remedy %q", o, o.String(), o.Remedy("a"))
+	}
+}

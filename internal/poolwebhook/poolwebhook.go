@@ -29,6 +29,7 @@ import (
 
 	ippoolv1 "github.com/nmstate-ippool/nmstate-ippool/api/v1"
 	nncev1beta1 "github.com/nmstate-ippool/nmstate-ippool/api/v1beta1"
+	"github.com/nmstate-ippool/nmstate-ippool/internal/capi"
 	"github.com/nmstate-ippool/nmstate-ippool/internal/companion"
 	"github.com/nmstate-ippool/nmstate-ippool/internal/poolchange"
 	"github.com/nmstate-ippool/nmstate-ippool/internal/poolstatus"
@@ -46,6 +47,9 @@ type Validator struct {
 	Reader client.Reader
 	// Decoder decodes the request's objects.
 	Decoder admission.Decoder
+	// Signer tells the IPAddresses the provider made from any other; nil
+	// counts every one (capi.Records).
+	Signer *capi.Signer
 }
 
 // Handle admits or refuses one request. Refusals are field errors
@@ -106,7 +110,7 @@ func (v *Validator) assess(ctx context.Context, proposed, stored *ippoolv1.NodeI
 	if err := v.Reader.List(ctx, &pools); err != nil {
 		return nil, fmt.Errorf("list NodeIPPools: %w", err)
 	}
-	holders, err := companion.WithForeignRecords(ctx, v.Reader, enactments.Items)
+	holders, err := companion.WithForeignRecords(ctx, v.Reader, v.Signer, enactments.Items)
 	if err != nil {
 		return nil, err
 	}

@@ -259,6 +259,17 @@ func (e *Env) StartPoolController(grace time.Duration, metrics *pool.Metrics, tu
 			return nil, err
 		}
 		pc.Claims, pc.Pools.IPAMVersion = claim.New(mgr, version, clusters), version
+		// The key of the install: a Secret every pool controller of the
+		// control plane reads, made by the first, as cmd/pool-controller does.
+		c, err := client.New(e.Config, client.Options{Scheme: e.Scheme})
+		if err != nil {
+			return nil, err
+		}
+		signer, err := capi.LoadOrCreateSigner(context.Background(), c, "default", capi.DefaultKeySecret)
+		if err != nil {
+			return nil, err
+		}
+		pc.Claims.Signer, pc.Pools.Signer = signer, signer
 	}
 	for _, f := range tune {
 		f(pc)

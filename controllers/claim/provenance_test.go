@@ -1,0 +1,174 @@
+package claim_test
+
+import (
+	"testing"
+
+	. "github.com/onsi/gomega"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/util/retry"
+	"k8s.io/utils/ptr"
+
+	ippoolv1 "github.com/nmstate-ippool/nmstate-ippool/api/v1"
+	"github.com/nmstate-ippool/nmstate-ippool/internal/capi"
+)
+
+// TestUnrecognizedIPAddressesHoldNothing: IPAddresses naming a pool that
+// the provider did not make for a claim — a tenant's, naming a node's
+// address and a free one, and one made ahead of the provider for the
+// tenant's own claim, naming the node's address — never put the pool into
+// IPCollision, never give a claim a node's address, and are named by the
+// pool's IPAddressesRecognized condition and a Warning Event. The free
+// address one names is not handed out while it exists; once they are
+// deleted the condition is True again and the address is freed.
+func TestUnrecognizedIPAddressesHoldNothing(t *testing.T) {
+	const pool = "claims-forged"
+	begin(t, "forger", pool, ippoolv1.NodeIPPoolSpec{Range: ippoolv1.IPRange{CIDR: "10.80.30.0/24", Start: "10.80.30.1", End: "10.80.30.9"}})
+	recordByNode(t, "n1.static", pool, "10.80.30.2") // unlabelled: its node is "?"
+	Eventually(bits(pool)).Should(Equal([]string{"10.80.30.2"}))
+
+	forge(t, "forger", "steal", pool, "10.80.30.2", nil)
+	forge(t, "forger", "squat", pool, "10.80.30.1", nil)
+	Eventually(recognition(pool)).Should(And(HavePrefix("False UnrecognizedIPAddress: "),
+		ContainSubstring("IPAddress forger/squat (not made by this provider for a claim) names 10.80.30.1 (to remove it: kubectl -n forger delete ipaddress squat)"),
+		ContainSubstring("IPAddress forger/steal (not made by this provider for a claim) names 10.80.30.2, held by node ? (enactment n1.static)")))
+	Expect(available(pool)()).To(HavePrefix("True ReconciledPool"), "an unrecognized IPAddress never collides")
+	Eventually(events("NodeIPPool", "", pool)).Should(ContainElement(HavePrefix("UnrecognizedIPAddress: ")))
+
+	t.Log("a claim gets neither the node's address nor the one an IPAddress names")
+	createClaim(t, "forger", "m1", pool)
+	Eventually(addressOf("forger", "m1")).Should(Equal("10.80.30.3"))
+
+	t.Log("an IPAddress made ahead of the provider for the tenant's own claim, naming the node's address, is not adopted")
+	paused := createClaim(t, "forger", "m2", pool, func(c *unstructured.Unstructured) {
+		c.SetAnnotations(map[string]string{capi.PausedAnnotation: ""})
+	})
+	forge(t, "forger", "m2", pool, "10.80.30.2", paused)
+	unpause(t, "forger", "m2")
+	Eventually(readiness("forger", "m2")).Should(Equal("False AllocationFailed: IPAddress forger/m2 names 10.80.30.2, which node ? " +
+		"(enactment n1.static) holds; it was not made by this provider for this claim (no valid nmstate.io/ippool-provenance " +
+		"annotation), so it is not adopted: delete it, and the claim is given an address"))
+	Expect(available(pool)()).To(HavePrefix("True ReconciledPool"))
+	Expect(bits(pool)()).To(Equal([]string{"10.80.30.1", "10.80.30.2", "10.80.30.3"}))
+
+	t.Log("deleting the tenant's: the squatted address is freed once garbage collection's grace is over")
+	for _, name := range []string{"steal", "squat"} {
+		Expect(k.Delete(ctx, forged("forger", name))).To(Succeed())
+	}
+	Eventually(bits(pool)).Should(Equal([]string{"10.80.30.2", "10.80.30.3"}))
+
+	t.Log("deleting the one made for m2: the condition clears, and m2 is served")
+	Expect(k.Delete(ctx, forged("forger", "m2"))).To(Succeed())
+	Eventually(recognition(pool)).Should(HavePrefix("True IPAddressesRecognized"))
+	Eventually(addressOf("forger", "m2")).Should(Equal("10.80.30.1"))
+	Eventually(readiness("forger", "m2")).Should(HavePrefix("True AddressAllocated"))
+}
+
+// TestRestoredIPAddressAdopted: a claim and its IPAddress restored from a
+// backup the way Velero restores them — without owner references or
+// finalizers, the claim with a new UID — while the provider is down: the
+// claim adopts its IPAddress (same address, nothing renumbered), signs it
+// again, and says so in an Event; meanwhile the pool never collides.
+func TestRestoredIPAddressAdopted(t *testing.T) {
+	const pool = "claims-restored"
+	pc := begin(t, "restored", pool, ippoolv1.NodeIPPoolSpec{Range: ippoolv1.IPRange{CIDR: "10.80.31.0/24", Start: "10.80.31.1", End: "10.80.31.9"}})
+	createClaim(t, "restored", "m0", pool)
+	Eventually(addressOf("restored", "m0")).Should(Equal("10.80.31.1"))
+	createClaim(t, "restored", "m1", pool)
+	Eventually(addressOf("restored", "m1")).Should(Equal("10.80.31.2"))
+	before, err := getAddress("restored", "m1")
+	Expect(err).NotTo(HaveOccurred())
+	Expect(before.GetAnnotations()).To(HaveKey(capi.ProvenanceAnnotation))
+	Expect(pc.Stop()).To(Succeed())
+
+	t.Log("the claim and its IPAddress lost and restored from a backup")
+	backup := before.DeepCopy()
+	for _, o := range []*unstructured.Unstructured{capi.NewClaim(version), capi.NewAddress(version)} {
+		Expect(retry.RetryOnConflict(retry.DefaultRetry, func() error {
+			if err := k.Get(ctx, types.NamespacedName{Namespace: "restored", Name: "m1"}, o); err != nil {
+				return err
+			}
+			o.SetFinalizers(nil)
+			return k.Update(ctx, o)
+		})).To(Succeed())
+		Expect(k.Delete(ctx, o)).To(Succeed())
+	}
+	restoredAddr := capi.NewAddress(version)
+	restoredAddr.SetNamespace("restored")
+	restoredAddr.SetName("m1")
+	restoredAddr.SetAnnotations(backup.GetAnnotations()) // Velero keeps annotations, drops owners and finalizers
+	restoredAddr.Object["spec"] = backup.Object["spec"]
+	Eventually(func() error { return k.Create(ctx, restoredAddr) }).Should(Succeed())
+	createClaim(t, "restored", "m1", pool)
+
+	startController(t)
+	Eventually(func() bool {
+		a, err := getAddress("restored", "m1")
+		return err == nil && capi.ControllerClaimUID(a) != "" && capi.ControllerClaimUID(a) != capi.ControllerClaimUID(backup)
+	}).Should(BeTrue(), "the restored claim owns its IPAddress")
+	Eventually(readiness("restored", "m1")).Should(HavePrefix("True AddressAllocated: 10.80.31.2/24"))
+	Expect(addressOf("restored", "m1")()).To(Equal("10.80.31.2"), "not renumbered")
+	Eventually(events("IPAddressClaim", "restored", "m1")).Should(ContainElement(HavePrefix(
+		"AddressAdopted: IPAddress restored/m1 (10.80.31.2) names this claim but was not signed by this provider for it")))
+	// Set only if the pool controller saw the IPAddress before its claim
+	// adopted it.
+	Eventually(recognition(pool)).Should(Or(Equal("none"), HavePrefix("True IPAddressesRecognized")))
+	Eventually(available(pool)).Should(HavePrefix("True ReconciledPool")) // after the rebuild of a controller's start
+	Expect(bits(pool)()).To(Equal([]string{"10.80.31.1", "10.80.31.2"}))
+	Expect(addressOf("restored", "m0")()).To(Equal("10.80.31.1"), "a claim the restore did not touch keeps its address and signature")
+}
+
+// forged returns an empty IPAddress to delete.
+func forged(namespace, name string) *unstructured.Unstructured {
+	a := capi.NewAddress(version)
+	a.SetNamespace(namespace)
+	a.SetName(name)
+	return a
+}
+
+// forge creates, as a tenant may, an IPAddress of pool naming ip for the
+// claim of its name, owned by owner when given, and deletes it when the
+// test ends.
+func forge(t *testing.T, namespace, name, pool, ip string, owner *unstructured.Unstructured) {
+	t.Helper()
+	a := forged(namespace, name)
+	if owner != nil {
+		a.SetOwnerReferences([]metav1.OwnerReference{{APIVersion: owner.GetAPIVersion(), Kind: owner.GetKind(), Name: owner.GetName(),
+			UID: owner.GetUID(), Controller: ptr.To(true)}})
+	}
+	a.Object["spec"] = map[string]any{"address": ip, "prefix": int64(24), "claimRef": map[string]any{"name": name},
+		"poolRef": map[string]any{"apiGroup": "nmstate.io", "kind": "NodeIPPool", "name": pool}}
+	Expect(k.Create(ctx, a)).To(Succeed())
+	t.Cleanup(func() { _ = k.Delete(ctx, forged(namespace, name)) })
+}
+
+// unpause removes the paused annotation from a claim.
+func unpause(t *testing.T, namespace, name string) {
+	t.Helper()
+	Expect(retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		c := capi.NewClaim(version)
+		if err := k.Get(ctx, types.NamespacedName{Namespace: namespace, Name: name}, c); err != nil {
+			return err
+		}
+		c.SetAnnotations(nil)
+		return k.Update(ctx, c)
+	})).To(Succeed())
+}
+
+// recognition returns "Status Reason: message" of the pool's
+// IPAddressesRecognized condition.
+func recognition(name string) func() string {
+	return func() string {
+		var p ippoolv1.NodeIPPool
+		if err := k.Get(ctx, types.NamespacedName{Name: name}, &p); err != nil {
+			return err.Error()
+		}
+		c := meta.FindStatusCondition(p.Status.Conditions, ippoolv1.ConditionIPAddressesRecognized)
+		if c == nil {
+			return "none"
+		}
+		return string(c.Status) + " " + c.Reason + ": " + c.Message
+	}
+}
