@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/nmstate/kubernetes-nmstate/api/shared"
+	nmstatev1 "github.com/nmstate/kubernetes-nmstate/api/v1"
 	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -200,6 +201,10 @@ func TestAllocationStateOnlyByThePoolController(t *testing.T) {
 		must(t, asUpstream.Status().Update(ctx, s))
 	})
 
+	t.Run("kubernetes-nmstate's handler changes no pool, pooled policy or policy", func(t *testing.T) {
+		upstreamChangesNoSpec(ctx, t, admin, asUpstream, pool, pooled)
+	})
+
 	t.Run("deleting an IPAddress stays open (the garbage collector's and an admin's repair)", func(t *testing.T) {
 		must(t, admin.Delete(ctx, fetch(ctx, t, admin, address)))
 	})
@@ -207,6 +212,84 @@ func TestAllocationStateOnlyByThePoolController(t *testing.T) {
 	t.Run("who could remove the policy is not bound by it: a cluster admin restores an IPAddress from a backup", func(t *testing.T) {
 		must(t, admin.Create(ctx, ipAddress("tenant", "restored", pool.Name, "10.0.0.4")))
 	})
+}
+
+// upstreamChangesNoSpec runs the attacks of kubernetes-nmstate's handler
+// (asUpstream, a subject of ClusterRoleBinding nmstate-handler) on what
+// decides addresses beside allocation state: each is refused by the
+// policy nmstate-ippool-upstream-handler and changes nothing, while its
+// write of a policy's status passes.
+func upstreamChangesNoSpec(ctx context.Context, t *testing.T, admin, asUpstream client.Client,
+	pool *ippoolv1.NodeIPPool, pooled *ippoolv1.PooledNodeNetworkConfigurationPolicy) {
+	t.Helper()
+	nncp := &nmstatev1.NodeNetworkConfigurationPolicy{ObjectMeta: metav1.ObjectMeta{Name: "static-ip-w1",
+		Labels: map[string]string{ippoolv1.PooledPolicyLabel: pooled.Name}},
+		Spec: shared.NodeNetworkConfigurationPolicySpec{DesiredState: shared.NewState("interfaces: []")}}
+	must(t, admin.Create(ctx, nncp))
+	// The API server loads a policy within a few seconds: until then a
+	// harmless label goes through.
+	for deadline := time.Now().Add(time.Minute); ; time.Sleep(200 * time.Millisecond) {
+		err := asUpstream.Patch(ctx, fetch(ctx, t, admin, pool), client.RawPatch(types.MergePatchType, []byte(`{"metadata":{"labels":{"probe":"x"}}}`)))
+		if err != nil && strings.Contains(err.Error(), "nmstate-ippool-upstream-handler") {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the upstream-handler policy is not in force after a minute: %v", err)
+		}
+	}
+	user := upstreamHandler.user()
+	for _, attack := range []struct {
+		name   string
+		target client.Object
+		says   string
+		do     func(client.Client) error
+	}{
+		{"create a NodeIPPool", nil, "may not create NodeIPPool rogue:", func(c client.Client) error {
+			return c.Create(ctx, &ippoolv1.NodeIPPool{ObjectMeta: metav1.ObjectMeta{Name: "rogue"},
+				Spec: ippoolv1.NodeIPPoolSpec{Range: ippoolv1.IPRange{CIDR: "10.0.0.0/24"}}})
+		}},
+		{"change a pool's range", pool, "may not update NodeIPPool traffic-1:", func(c client.Client) error {
+			p := fetch(ctx, t, admin, pool)
+			p.Spec.Range.Exclude = append(p.Spec.Range.Exclude, "10.0.0.2")
+			return c.Update(ctx, p)
+		}},
+		{"reset a pool", pool, "may not update NodeIPPool traffic-1:", func(c client.Client) error {
+			return c.Patch(ctx, fetch(ctx, t, admin, pool), client.RawPatch(types.MergePatchType,
+				[]byte(`{"metadata":{"annotations":{"`+ippoolv1.ResetIPPoolAnnotation+`":"traffic-1"}}}`)))
+		}},
+		{"delete a pool", pool, "may not delete NodeIPPool traffic-1:", func(c client.Client) error {
+			return c.Delete(ctx, fetch(ctx, t, admin, pool))
+		}},
+		{"change a pooled policy's state", pooled, "may not update PooledNodeNetworkConfigurationPolicy static-ip:", func(c client.Client) error {
+			pp := fetch(ctx, t, admin, pooled)
+			pp.Spec.DesiredState = shared.NewState("interfaces: [{name: eth1, type: ethernet, state: down}]")
+			return c.Update(ctx, pp)
+		}},
+		{"delete a pooled policy", pooled, "may not delete PooledNodeNetworkConfigurationPolicy static-ip:", func(c client.Client) error {
+			return c.Delete(ctx, fetch(ctx, t, admin, pooled))
+		}},
+		{"rewrite a generated policy", nncp, "may not update NodeNetworkConfigurationPolicy static-ip-w1:", func(c client.Client) error {
+			p := fetch(ctx, t, admin, nncp)
+			p.Spec.DesiredState = shared.NewState("interfaces: [{name: eth1, type: ethernet, state: up, ipv4: {enabled: true, address: [{ip: 10.0.0.9, prefix-length: 24}]}}]")
+			return c.Update(ctx, p)
+		}},
+		{"delete a generated policy", nncp, "may not delete NodeNetworkConfigurationPolicy static-ip-w1:", func(c client.Client) error {
+			return c.Delete(ctx, fetch(ctx, t, admin, nncp))
+		}},
+	} {
+		before := version(ctx, t, admin, attack.target)
+		err := attack.do(asUpstream)
+		if err == nil || !apierrors.IsForbidden(err) || !strings.Contains(err.Error(), user+" "+attack.says) ||
+			!strings.Contains(err.Error(), "a subject of ClusterRoleBinding nmstate-handler") {
+			t.Errorf("%s: %v, want Forbidden saying %q", attack.name, err, user+" "+attack.says)
+		}
+		if after := version(ctx, t, admin, attack.target); after != before {
+			t.Errorf("%s: changed although refused", attack.name)
+		}
+	}
+	p := fetch(ctx, t, admin, nncp)
+	p.Status.Conditions = shared.ConditionList{{Type: shared.NodeNetworkConfigurationPolicyConditionAvailable, Status: corev1.ConditionTrue}}
+	must(t, asUpstream.Status().Update(ctx, p))
 }
 
 // upstreamHandlerRole reads kubernetes-nmstate's handler ClusterRole kept

@@ -399,8 +399,9 @@ func TestSelfAllocateOverlay(t *testing.T) {
 // to an API server that has kubernetes-nmstate's CRDs already, as its
 // operator installs them: it brings only the pool controller, in
 // companion mode, with its webhook, RBAC, our two CRDs and the admission
-// policies that keep allocation state and its Node patches to it, and never kubernetes-nmstate's
-// CRDs, a handler or an admission policy for one.
+// policies that keep allocation state and its Node patches to it and
+// kubernetes-nmstate's handler from pools and policies, and never
+// kubernetes-nmstate's CRDs, a handler or an admission policy for ours.
 func TestCompanionInstall(t *testing.T) {
 	objs := render(t, "companion")
 	var crds, kinds []string
@@ -419,11 +420,12 @@ func TestCompanionInstall(t *testing.T) {
 	}
 	// The admission policies are those that keep allocation state to the
 	// pool controller, node-bound credentials to their own node's objects
-	// (kubernetes-nmstate's handler holds nmstate.io/*), and the pool
+	// (kubernetes-nmstate's handler holds nmstate.io/*), kubernetes-nmstate's
+	// handler from pools, pooled policies and NNCPs, and the pool
 	// controller's Node patches to its finalizer.
 	for _, o := range objs {
 		if strings.HasPrefix(o.GetKind(), "ValidatingAdmissionPolicy") && !slices.Contains([]string{"nmstate-ippool-allocation-state",
-			"nmstate-ippool-node-bound-own-node", "nmstate-ippool-pool-controller-nodes"}, o.GetName()) {
+			"nmstate-ippool-node-bound-own-node", "nmstate-ippool-pool-controller-nodes", "nmstate-ippool-upstream-handler"}, o.GetName()) {
 			t.Errorf("companion mode runs no handler of ours, yet the install has %s %s", o.GetKind(), o.GetName())
 		}
 	}

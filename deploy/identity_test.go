@@ -98,6 +98,9 @@ func policyProblems(t *testing.T, objs []*unstructured.Unstructured, bindings ma
 			out = append(out, fmt.Sprintf("ValidatingAdmissionPolicyBinding %s names policy %s, which the install does not create: the policy would bind nothing", b.Name, b.Spec.PolicyName))
 			continue
 		}
+		if upstreamBinding(p, b) {
+			continue // kubernetes-nmstate's own binding: its operator makes it, not this install
+		}
 		if p.Spec.ParamKind == nil || p.Spec.ParamKind.Kind != "ClusterRoleBinding" || b.Spec.ParamRef == nil || b.Spec.ParamRef.Selector == nil {
 			out = append(out, fmt.Sprintf("policy %s takes %v as its parameter, binding %s selects %+v: want a ClusterRoleBinding chosen by label", p.Name, p.Spec.ParamKind, b.Name, b.Spec.ParamRef))
 			continue
@@ -118,6 +121,20 @@ func policyProblems(t *testing.T, objs []*unstructured.Unstructured, bindings ma
 		}
 	}
 	return out
+}
+
+// upstreamBindingName is the ClusterRoleBinding kubernetes-nmstate's
+// operator makes for its handler.
+const upstreamBindingName = "nmstate-handler"
+
+// upstreamBinding reports whether policy binding b takes, by name,
+// kubernetes-nmstate's handler binding as its parameter: the one policy
+// whose identity comes from kubernetes-nmstate's install, not this one
+// (deploy/admission/upstream-handler). It means nobody when that binding
+// is missing, and refuses only what that handler never does.
+func upstreamBinding(p *admissionregistrationv1.ValidatingAdmissionPolicy, b *admissionregistrationv1.ValidatingAdmissionPolicyBinding) bool {
+	return p.Name == "nmstate-ippool-upstream-handler" && p.Spec.ParamKind != nil && p.Spec.ParamKind.Kind == "ClusterRoleBinding" &&
+		b.Spec.ParamRef != nil && b.Spec.ParamRef.Name == upstreamBindingName && b.Spec.ParamRef.Selector == nil
 }
 
 // workloadProblems: the handler's and the pool controller's service

@@ -73,12 +73,12 @@ func TestUnrecognizedIPAddressesHoldNothing(t *testing.T) {
 // again, and says so in an Event; meanwhile the pool never collides.
 func TestRestoredIPAddressAdopted(t *testing.T) {
 	const pool = "claims-restored"
-	pc := begin(t, "restored", pool, ippoolv1.NodeIPPoolSpec{Range: ippoolv1.IPRange{CIDR: "10.80.31.0/24", Start: "10.80.31.1", End: "10.80.31.9"}})
-	createClaim(t, "restored", "m0", pool)
-	Eventually(addressOf("restored", "m0")).Should(Equal("10.80.31.1"))
-	createClaim(t, "restored", "m1", pool)
-	Eventually(addressOf("restored", "m1")).Should(Equal("10.80.31.2"))
-	before, err := getAddress("restored", "m1")
+	pc := begin(t, "from-backup", pool, ippoolv1.NodeIPPoolSpec{Range: ippoolv1.IPRange{CIDR: "10.80.31.0/24", Start: "10.80.31.1", End: "10.80.31.9"}})
+	createClaim(t, "from-backup", "m0", pool)
+	Eventually(addressOf("from-backup", "m0")).Should(Equal("10.80.31.1"))
+	createClaim(t, "from-backup", "m1", pool)
+	Eventually(addressOf("from-backup", "m1")).Should(Equal("10.80.31.2"))
+	before, err := getAddress("from-backup", "m1")
 	Expect(err).NotTo(HaveOccurred())
 	Expect(before.GetAnnotations()).To(HaveKey(capi.ProvenanceAnnotation))
 	Expect(pc.Stop()).To(Succeed())
@@ -87,7 +87,7 @@ func TestRestoredIPAddressAdopted(t *testing.T) {
 	backup := before.DeepCopy()
 	for _, o := range []*unstructured.Unstructured{capi.NewClaim(version), capi.NewAddress(version)} {
 		Expect(retry.RetryOnConflict(retry.DefaultRetry, func() error {
-			if err := k.Get(ctx, types.NamespacedName{Namespace: "restored", Name: "m1"}, o); err != nil {
+			if err := k.Get(ctx, types.NamespacedName{Namespace: "from-backup", Name: "m1"}, o); err != nil {
 				return err
 			}
 			o.SetFinalizers(nil)
@@ -96,28 +96,28 @@ func TestRestoredIPAddressAdopted(t *testing.T) {
 		Expect(k.Delete(ctx, o)).To(Succeed())
 	}
 	restoredAddr := capi.NewAddress(version)
-	restoredAddr.SetNamespace("restored")
+	restoredAddr.SetNamespace("from-backup")
 	restoredAddr.SetName("m1")
 	restoredAddr.SetAnnotations(backup.GetAnnotations()) // Velero keeps annotations, drops owners and finalizers
 	restoredAddr.Object["spec"] = backup.Object["spec"]
 	Eventually(func() error { return k.Create(ctx, restoredAddr) }).Should(Succeed())
-	createClaim(t, "restored", "m1", pool)
+	createClaim(t, "from-backup", "m1", pool)
 
 	startController(t)
 	Eventually(func() bool {
-		a, err := getAddress("restored", "m1")
+		a, err := getAddress("from-backup", "m1")
 		return err == nil && capi.ControllerClaimUID(a) != "" && capi.ControllerClaimUID(a) != capi.ControllerClaimUID(backup)
 	}).Should(BeTrue(), "the restored claim owns its IPAddress")
-	Eventually(readiness("restored", "m1")).Should(HavePrefix("True AddressAllocated: 10.80.31.2/24"))
-	Expect(addressOf("restored", "m1")()).To(Equal("10.80.31.2"), "not renumbered")
-	Eventually(events("IPAddressClaim", "restored", "m1")).Should(ContainElement(HavePrefix(
-		"AddressAdopted: IPAddress restored/m1 (10.80.31.2) names this claim but was not signed by this provider for it")))
+	Eventually(readiness("from-backup", "m1")).Should(HavePrefix("True AddressAllocated: 10.80.31.2/24"))
+	Expect(addressOf("from-backup", "m1")()).To(Equal("10.80.31.2"), "not renumbered")
+	Eventually(events("IPAddressClaim", "from-backup", "m1")).Should(ContainElement(HavePrefix(
+		"AddressAdopted: IPAddress from-backup/m1 (10.80.31.2) names this claim but was not signed by this provider for it")))
 	// Set only if the pool controller saw the IPAddress before its claim
 	// adopted it.
 	Eventually(recognition(pool)).Should(Or(Equal("none"), HavePrefix("True IPAddressesRecognized")))
 	Eventually(available(pool)).Should(HavePrefix("True ReconciledPool")) // after the rebuild of a controller's start
 	Expect(bits(pool)()).To(Equal([]string{"10.80.31.1", "10.80.31.2"}))
-	Expect(addressOf("restored", "m0")()).To(Equal("10.80.31.1"), "a claim the restore did not touch keeps its address and signature")
+	Expect(addressOf("from-backup", "m0")()).To(Equal("10.80.31.1"), "a claim the restore did not touch keeps its address and signature")
 }
 
 // forged returns an empty IPAddress to delete.
