@@ -20,6 +20,21 @@ var crds embed.FS
 //go:embed webhook/validating_webhook.yaml
 var validatingWebhook []byte
 
+//go:embed self-allocate/status_webhook.yaml
+var statusWebhook []byte
+
+// SelfAllocateWebhook returns the webhook configuration deploy/self-allocate
+// adds, which keeps a self-allocating handler to its own node's entries of
+// a pool's status; callers that serve it elsewhere rewrite its client
+// configuration, as for ValidatingWebhook.
+func SelfAllocateWebhook() (*admissionregistrationv1.ValidatingWebhookConfiguration, error) {
+	var w admissionregistrationv1.ValidatingWebhookConfiguration
+	if err := yaml.UnmarshalStrict(statusWebhook, &w); err != nil {
+		return nil, fmt.Errorf("self-allocate/status_webhook.yaml: %w", err)
+	}
+	return &w, nil
+}
+
 // ValidatingWebhook returns the NodeIPPool webhook configuration of
 // deploy/webhook. Its entries reach the webhook through the Service the
 // install creates; a caller that serves it elsewhere (the local cluster,

@@ -43,6 +43,7 @@ import (
 	"github.com/nmstate-ippool/nmstate-ippool/internal/poolstatus"
 	"github.com/nmstate-ippool/nmstate-ippool/internal/poolwebhook"
 	"github.com/nmstate-ippool/nmstate-ippool/internal/scheme"
+	"github.com/nmstate-ippool/nmstate-ippool/internal/statuswebhook"
 )
 
 type options struct {
@@ -139,6 +140,12 @@ func run(o options) error {
 			Reader: mgr.GetAPIReader(), Decoder: admission.NewDecoder(mgr.GetScheme()), Signer: pools.Signer}})
 		server.Register(enactmentwebhook.Path, &webhook.Admission{Handler: &enactmentwebhook.Validator{
 			Reader: mgr.GetAPIReader(), Decoder: admission.NewDecoder(mgr.GetScheme())}})
+		self, err := statuswebhook.WhoAmI(ctx, mgr.GetConfig())
+		if err != nil {
+			return err
+		}
+		server.Register(statuswebhook.Path, &webhook.Admission{Handler: &statuswebhook.Validator{
+			Reader: mgr.GetAPIReader(), Decoder: admission.NewDecoder(mgr.GetScheme()), Self: self}})
 		// Ready once the webhook serves: the Service sends admission
 		// requests only to ready replicas.
 		ready = server.StartedChecker()

@@ -1,6 +1,7 @@
 package envtest
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -25,6 +26,7 @@ import (
 	"github.com/nmstate-ippool/nmstate-ippool/internal/enactmentwebhook"
 	"github.com/nmstate-ippool/nmstate-ippool/internal/poolwebhook"
 	projectscheme "github.com/nmstate-ippool/nmstate-ippool/internal/scheme"
+	"github.com/nmstate-ippool/nmstate-ippool/internal/statuswebhook"
 )
 
 // Env is a running control plane.
@@ -60,6 +62,21 @@ type Option func(*envtest.Environment) error
 func WithWebhook() Option {
 	return func(env *envtest.Environment) error {
 		w, err := deploy.ValidatingWebhook()
+		if err != nil {
+			return err
+		}
+		env.WebhookInstallOptions.ValidatingWebhooks = append(env.WebhookInstallOptions.ValidatingWebhooks, w)
+		return nil
+	}
+}
+
+// WithSelfAllocateWebhook installs, beside WithWebhook's, the webhook
+// configuration deploy/self-allocate adds (a self-allocating handler's
+// pool status writes kept to its own node's entries), rewritten as
+// WithWebhook's; Env.StartWebhook serves it.
+func WithSelfAllocateWebhook() Option {
+	return func(env *envtest.Environment) error {
+		w, err := deploy.SelfAllocateWebhook()
 		if err != nil {
 			return err
 		}
@@ -203,6 +220,12 @@ func (e *Env) StartWebhook() (stop func() error, err error) {
 		Reader: mgr.GetAPIReader(), Decoder: admission.NewDecoder(e.Scheme)}})
 	mgr.GetWebhookServer().Register(enactmentwebhook.Path, &webhook.Admission{Handler: &enactmentwebhook.Validator{
 		Reader: mgr.GetAPIReader(), Decoder: admission.NewDecoder(e.Scheme)}})
+	self, err := statuswebhook.WhoAmI(context.Background(), e.Config)
+	if err != nil {
+		return nil, err
+	}
+	mgr.GetWebhookServer().Register(statuswebhook.Path, &webhook.Admission{Handler: &statuswebhook.Validator{
+		Reader: mgr.GetAPIReader(), Decoder: admission.NewDecoder(e.Scheme), Self: self}})
 	stop = RunManager(mgr)
 	check := mgr.GetWebhookServer().StartedChecker()
 	for deadline := time.Now().Add(30 * time.Second); check(nil) != nil; time.Sleep(50 * time.Millisecond) {

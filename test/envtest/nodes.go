@@ -18,6 +18,7 @@ import (
 	"github.com/nmstate-ippool/nmstate-ippool/internal/capi"
 
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/rest"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -62,6 +63,10 @@ type Node struct {
 	// SelfAllocate runs the handler with --self-allocate: it takes
 	// addresses from pools itself instead of asking the pool controller.
 	SelfAllocate bool
+	// Config, if set, holds the credentials the handler acts with (a
+	// token bound to a pod on the node, see BearerConfig); the control
+	// plane's admin when nil.
+	Config *rest.Config
 	// Tune, if set, adjusts the handler before it starts.
 	Tune func(*handler.Reconciler)
 	// NoStateReporter, if set, runs the handler without the node's
@@ -133,7 +138,7 @@ func NewNode(name, dir, sim string) *Node {
 // Handlers apply only once the policy controller grants them a slot: run
 // one (StartPolicyAndEnactmentControllers or StartPoolController).
 func (n *Node) Start(e *Env) error {
-	mgr, err := e.NewManager(handler.CacheOptions(n.Name))
+	mgr, err := e.newManager(n.Config, handler.CacheOptions(n.Name))
 	if err != nil {
 		return err
 	}
@@ -335,6 +340,15 @@ func (pc *PoolController) Stop() error {
 // component: no metrics or health endpoints, and controller names that may
 // repeat in one process.
 func (e *Env) NewManager(cacheOpts ...cache.Options) (ctrl.Manager, error) {
+	return e.newManager(nil, cacheOpts...)
+}
+
+// newManager is NewManager acting with cfg's credentials, the admin's
+// when nil.
+func (e *Env) newManager(cfg *rest.Config, cacheOpts ...cache.Options) (ctrl.Manager, error) {
+	if cfg == nil {
+		cfg = e.Config
+	}
 	opts := ctrl.Options{Scheme: e.Scheme, Metrics: metricsserver.Options{BindAddress: "0"},
 		HealthProbeBindAddress: "0", Controller: config.Controller{SkipNameValidation: ptrTo(true)},
 		// As the pool-controller binary: Cluster API's objects are read
@@ -343,7 +357,7 @@ func (e *Env) NewManager(cacheOpts ...cache.Options) (ctrl.Manager, error) {
 	for _, c := range cacheOpts {
 		opts.Cache = c
 	}
-	return ctrl.NewManager(e.Config, opts)
+	return ctrl.NewManager(cfg, opts)
 }
 
 // RunManager starts mgr and returns a function that stops it and returns
