@@ -4,19 +4,27 @@ import (
 	"testing"
 
 	. "github.com/onsi/gomega"
+	authenticationv1 "k8s.io/api/authentication/v1"
+	corev1 "k8s.io/api/core/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/util/retry"
 	"k8s.io/utils/ptr"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	ippoolv1 "github.com/nmstate-ippool/nmstate-ippool/api/v1"
 	"github.com/nmstate-ippool/nmstate-ippool/internal/capi"
+	"github.com/nmstate-ippool/nmstate-ippool/test/envtest"
 )
 
 // TestUnrecognizedIPAddressesHoldNothing: IPAddresses naming a pool that
-// the provider did not make for a claim — a tenant's, naming a node's
+// the provider did not make for a claim — made with the token of a tenant
+// who may do anything in their namespace, where the install's admission
+// policy is not (this control plane has none) — a tenant's, naming a node's
 // address and a free one, and one made ahead of the provider for the
 // tenant's own claim, naming the node's address — never put the pool into
 // IPCollision, never give a claim a node's address, and are named by the
@@ -24,13 +32,14 @@ import (
 // address one names is not handed out while it exists; once they are
 // deleted the condition is True again and the address is freed.
 func TestUnrecognizedIPAddressesHoldNothing(t *testing.T) {
-	const pool = "claims-forged"
+	const pool = "claims-unrecognized"
 	begin(t, "forger", pool, ippoolv1.NodeIPPoolSpec{Range: ippoolv1.IPRange{CIDR: "10.80.30.0/24", Start: "10.80.30.1", End: "10.80.30.9"}})
 	recordByNode(t, "n1.static", pool, "10.80.30.2") // unlabelled: its node is "?"
 	Eventually(bits(pool)).Should(Equal([]string{"10.80.30.2"}))
 
-	forge(t, "forger", "steal", pool, "10.80.30.2", nil)
-	forge(t, "forger", "squat", pool, "10.80.30.1", nil)
+	asTenant := tenantClient(t, "forger")
+	forge(t, asTenant, "forger", "steal", pool, "10.80.30.2", nil)
+	forge(t, asTenant, "forger", "squat", pool, "10.80.30.1", nil)
 	Eventually(recognition(pool)).Should(And(HavePrefix("False UnrecognizedIPAddress: "),
 		ContainSubstring("IPAddress forger/squat (not made by this provider for a claim) names 10.80.30.1 (to remove it: kubectl -n forger delete ipaddress squat)"),
 		ContainSubstring("IPAddress forger/steal (not made by this provider for a claim) names 10.80.30.2, held by node ? (enactment n1.static)")))
@@ -45,7 +54,7 @@ func TestUnrecognizedIPAddressesHoldNothing(t *testing.T) {
 	paused := createClaim(t, "forger", "m2", pool, func(c *unstructured.Unstructured) {
 		c.SetAnnotations(map[string]string{capi.PausedAnnotation: ""})
 	})
-	forge(t, "forger", "m2", pool, "10.80.30.2", paused)
+	forge(t, asTenant, "forger", "m2", pool, "10.80.30.2", paused)
 	unpause(t, "forger", "m2")
 	Eventually(readiness("forger", "m2")).Should(Equal("False AllocationFailed: IPAddress forger/m2 names 10.80.30.2, which node ? " +
 		"(enactment n1.static) holds; it was not made by this provider for this claim (no valid nmstate.io/ippool-provenance " +
@@ -128,10 +137,10 @@ func forged(namespace, name string) *unstructured.Unstructured {
 	return a
 }
 
-// forge creates, as a tenant may, an IPAddress of pool naming ip for the
-// claim of its name, owned by owner when given, and deletes it when the
-// test ends.
-func forge(t *testing.T, namespace, name, pool, ip string, owner *unstructured.Unstructured) {
+// forge creates with c, as a tenant may, an IPAddress of pool naming ip
+// for the claim of its name, owned by owner when given, and deletes it
+// when the test ends.
+func forge(t *testing.T, c client.Client, namespace, name, pool, ip string, owner *unstructured.Unstructured) {
 	t.Helper()
 	a := forged(namespace, name)
 	if owner != nil {
@@ -140,8 +149,28 @@ func forge(t *testing.T, namespace, name, pool, ip string, owner *unstructured.U
 	}
 	a.Object["spec"] = map[string]any{"address": ip, "prefix": int64(24), "claimRef": map[string]any{"name": name},
 		"poolRef": map[string]any{"apiGroup": "nmstate.io", "kind": "NodeIPPool", "name": pool}}
-	Expect(k.Create(ctx, a)).To(Succeed())
+	Expect(c.Create(ctx, a)).To(Succeed())
 	t.Cleanup(func() { _ = k.Delete(ctx, forged(namespace, name)) })
+}
+
+// tenantClient returns a client with the token of a service account that
+// may do anything in namespace, and nothing elsewhere: a tenant.
+func tenantClient(t *testing.T, namespace string) client.Client {
+	t.Helper()
+	sa := &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: "tenant-admin", Namespace: namespace}}
+	Expect(k.Create(ctx, sa)).To(Succeed())
+	Expect(k.Create(ctx, &rbacv1.Role{ObjectMeta: metav1.ObjectMeta{Name: "everything", Namespace: namespace},
+		Rules: []rbacv1.PolicyRule{{APIGroups: []string{"*"}, Resources: []string{"*"}, Verbs: []string{"*"}}}})).To(Succeed())
+	Expect(k.Create(ctx, &rbacv1.RoleBinding{ObjectMeta: metav1.ObjectMeta{Name: "everything", Namespace: namespace},
+		RoleRef:  rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "Role", Name: "everything"},
+		Subjects: []rbacv1.Subject{{Kind: "ServiceAccount", Name: sa.Name, Namespace: namespace}}})).To(Succeed())
+	cs, err := kubernetes.NewForConfig(env.Config)
+	Expect(err).NotTo(HaveOccurred())
+	tr, err := cs.CoreV1().ServiceAccounts(namespace).CreateToken(ctx, sa.Name, &authenticationv1.TokenRequest{}, metav1.CreateOptions{})
+	Expect(err).NotTo(HaveOccurred())
+	c, err := client.New(envtest.BearerConfig(env.Config, tr.Status.Token), client.Options{Scheme: env.Scheme})
+	Expect(err).NotTo(HaveOccurred())
+	return c
 }
 
 // unpause removes the paused annotation from a claim.

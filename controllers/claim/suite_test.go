@@ -137,11 +137,17 @@ func newClaim(namespace, name, pool string) *unstructured.Unstructured {
 // createClaim creates a claim of pool and deletes it when the test ends.
 func createClaim(t *testing.T, namespace, name, pool string, adjust ...func(*unstructured.Unstructured)) *unstructured.Unstructured {
 	t.Helper()
+	return createClaimAs(t, k, namespace, name, pool, adjust...)
+}
+
+// createClaimAs is createClaim with as's credentials (a tenant's).
+func createClaimAs(t *testing.T, as client.Client, namespace, name, pool string, adjust ...func(*unstructured.Unstructured)) *unstructured.Unstructured {
+	t.Helper()
 	c := newClaim(namespace, name, pool)
 	for _, f := range adjust {
 		f(c)
 	}
-	Expect(k.Create(ctx, c)).To(Succeed())
+	Expect(as.Create(ctx, c)).To(Succeed())
 	t.Cleanup(func() { _ = k.Delete(ctx, newClaim(namespace, name, pool)) })
 	return c
 }

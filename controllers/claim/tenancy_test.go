@@ -28,7 +28,7 @@ func TestClaimNamespaceSelector(t *testing.T) {
 	createNamespace(t, "tenant-b")
 	createNamespace(t, "tenant-c")
 	createClaim(t, "tenant-a", "m1", "claims-tenancy")
-	createClaim(t, "tenant-b", "m2", "claims-tenancy")
+	createClaimAs(t, tenantClient(t, "tenant-b"), "tenant-b", "m2", "claims-tenancy") // with a tenant's token
 
 	Eventually(addressOf("tenant-a", "m1")).Should(Equal("10.80.9.1"))
 	refusal := "False NamespaceNotAllowed: NodeIPPool claims-tenancy serves claims only from namespaces that match its " +
@@ -85,7 +85,8 @@ func label(t *testing.T, namespace, value string) {
 // restores a deleted IPAddress is, on a claim it never served, only its
 // author's word: it neither takes an address another holder records (a
 // node's here: it would be on two NICs) nor passes the pool's namespace
-// selector.
+// selector. The claims are written with the token of a tenant who may do
+// anything in their namespace.
 func TestRestoreAnnotationIsNoWayIn(t *testing.T) {
 	begin(t, "restore-forged", "claims-forged", ippoolv1.NodeIPPoolSpec{Range: ippoolv1.IPRange{CIDR: "10.80.11.0/24", Start: "10.80.11.1", End: "10.80.11.9"}})
 	recordByNode(t, "forgednode.p", "claims-forged", "10.80.11.1")
@@ -93,7 +94,8 @@ func TestRestoreAnnotationIsNoWayIn(t *testing.T) {
 	forge := func(ip string) func(*unstructured.Unstructured) {
 		return func(u *unstructured.Unstructured) { u.SetAnnotations(map[string]string{capi.RestoreAnnotation: ip}) }
 	}
-	createClaim(t, "restore-forged", "taker", "claims-forged", forge("10.80.11.1"))
+	asTenant := tenantClient(t, "restore-forged")
+	createClaimAs(t, asTenant, "restore-forged", "taker", "claims-forged", forge("10.80.11.1"))
 	Eventually(readiness("restore-forged", "taker")).Should(HavePrefix("False AllocationFailed: annotation " + capi.RestoreAnnotation +
 		"=10.80.11.1: "))
 	Expect(readiness("restore-forged", "taker")()).To(ContainSubstring("holds that address of NodeIPPool claims-forged: remove the annotation to take another one"))
@@ -101,7 +103,7 @@ func TestRestoreAnnotationIsNoWayIn(t *testing.T) {
 
 	createPool(t, "claims-forged-closed", ippoolv1.NodeIPPoolSpec{Range: ippoolv1.IPRange{CIDR: "10.80.12.0/24", Start: "10.80.12.1", End: "10.80.12.9"},
 		ClaimNamespaceSelector: &metav1.LabelSelector{MatchLabels: map[string]string{"ipam.example.com/tenant": "yes"}}})
-	createClaim(t, "restore-forged", "sneaker", "claims-forged-closed", forge("10.80.12.5"))
+	createClaimAs(t, asTenant, "restore-forged", "sneaker", "claims-forged-closed", forge("10.80.12.5"))
 	Eventually(readiness("restore-forged", "sneaker")).Should(HavePrefix("False NamespaceNotAllowed: NodeIPPool claims-forged-closed"))
 	Consistently(addressOf("restore-forged", "sneaker"), time.Second).Should(ContainSubstring("not found"))
 }
