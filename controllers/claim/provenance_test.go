@@ -7,7 +7,6 @@ import (
 	authenticationv1 "k8s.io/api/authentication/v1"
 	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
-	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/types"
@@ -40,7 +39,7 @@ func TestUnrecognizedIPAddressesHoldNothing(t *testing.T) {
 	asTenant := tenantClient(t, "forger")
 	forge(t, asTenant, "forger", "steal", pool, "10.80.30.2", nil)
 	forge(t, asTenant, "forger", "squat", pool, "10.80.30.1", nil)
-	Eventually(recognition(pool)).Should(And(HavePrefix("False UnrecognizedIPAddress: "),
+	Eventually(poolCondition(pool, ippoolv1.ConditionIPAddressesRecognized)).Should(And(HavePrefix("False UnrecognizedIPAddress: "),
 		ContainSubstring("IPAddress forger/squat (not made by this provider for a claim) names 10.80.30.1 (to remove it: kubectl -n forger delete ipaddress squat)"),
 		ContainSubstring("IPAddress forger/steal (not made by this provider for a claim) names 10.80.30.2, held by node ? (enactment n1.static)")))
 	Expect(available(pool)()).To(HavePrefix("True ReconciledPool"), "an unrecognized IPAddress never collides")
@@ -70,7 +69,7 @@ func TestUnrecognizedIPAddressesHoldNothing(t *testing.T) {
 
 	t.Log("deleting the one made for m2: the condition clears, and m2 is served")
 	Expect(k.Delete(ctx, forged("forger", "m2"))).To(Succeed())
-	Eventually(recognition(pool)).Should(HavePrefix("True IPAddressesRecognized"))
+	Eventually(poolCondition(pool, ippoolv1.ConditionIPAddressesRecognized)).Should(HavePrefix("True IPAddressesRecognized"))
 	Eventually(addressOf("forger", "m2")).Should(Equal("10.80.30.1"))
 	Eventually(readiness("forger", "m2")).Should(HavePrefix("True AddressAllocated"))
 }
@@ -123,7 +122,7 @@ func TestRestoredIPAddressAdopted(t *testing.T) {
 		"AddressAdopted: IPAddress from-backup/m1 (10.80.31.2) names this claim but was not signed by this provider for it")))
 	// Set only if the pool controller saw the IPAddress before its claim
 	// adopted it.
-	Eventually(recognition(pool)).Should(Or(Equal("none"), HavePrefix("True IPAddressesRecognized")))
+	Eventually(poolCondition(pool, ippoolv1.ConditionIPAddressesRecognized)).Should(Or(Equal("none"), HavePrefix("True IPAddressesRecognized")))
 	Eventually(available(pool)).Should(HavePrefix("True ReconciledPool")) // after the rebuild of a controller's start
 	Expect(bits(pool)()).To(Equal([]string{"10.80.31.1", "10.80.31.2"}))
 	Expect(addressOf("from-backup", "m0")()).To(Equal("10.80.31.1"), "a claim the restore did not touch keeps its address and signature")
@@ -184,20 +183,4 @@ func unpause(t *testing.T, namespace, name string) {
 		c.SetAnnotations(nil)
 		return k.Update(ctx, c)
 	})).To(Succeed())
-}
-
-// recognition returns "Status Reason: message" of the pool's
-// IPAddressesRecognized condition.
-func recognition(name string) func() string {
-	return func() string {
-		var p ippoolv1.NodeIPPool
-		if err := k.Get(ctx, types.NamespacedName{Name: name}, &p); err != nil {
-			return err.Error()
-		}
-		c := meta.FindStatusCondition(p.Status.Conditions, ippoolv1.ConditionIPAddressesRecognized)
-		if c == nil {
-			return "none"
-		}
-		return string(c.Status) + " " + c.Reason + ": " + c.Message
-	}
 }

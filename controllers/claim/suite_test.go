@@ -205,12 +205,18 @@ func bits(name string) func() []string {
 // available returns "Status Reason: message" of the pool's Available
 // condition.
 func available(name string) func() string {
+	return poolCondition(name, ippoolv1.ConditionAvailable)
+}
+
+// poolCondition returns "Status Reason: message" of the pool's condition
+// typ, or "none".
+func poolCondition(name, typ string) func() string {
 	return func() string {
 		var p ippoolv1.NodeIPPool
 		if err := k.Get(ctx, types.NamespacedName{Name: name}, &p); err != nil {
 			return err.Error()
 		}
-		c := meta.FindStatusCondition(p.Status.Conditions, ippoolv1.ConditionAvailable)
+		c := meta.FindStatusCondition(p.Status.Conditions, typ)
 		if c == nil {
 			return "none"
 		}

@@ -126,7 +126,13 @@ func ClaimHolderName(holder string) (string, bool) {
 // ParseClaimHolder returns the claim a holder name of ClaimHolder names,
 // and false for an enactment's name.
 func ParseClaimHolder(holder string) (namespace, name string, ok bool) {
-	rest, ok := strings.CutPrefix(holder, claimHolderPrefix)
+	return parseHolder(claimHolderPrefix, holder)
+}
+
+// parseHolder returns the two parts after prefix of a holder name
+// "<prefix><first>/<second>", and false for any other name.
+func parseHolder(prefix, holder string) (first, second string, ok bool) {
+	rest, ok := strings.CutPrefix(holder, prefix)
 	if !ok {
 		return "", "", false
 	}
@@ -150,11 +156,7 @@ func PolicyHolder(policy, node string) string {
 // ParsePolicyHolder returns the pooled policy and node a holder name of
 // PolicyHolder names, and false for any other name.
 func ParsePolicyHolder(holder string) (policy, node string, ok bool) {
-	rest, ok := strings.CutPrefix(holder, policyHolderPrefix)
-	if !ok {
-		return "", "", false
-	}
-	return strings.Cut(rest, "/")
+	return parseHolder(policyHolderPrefix, holder)
 }
 
 // unrecognizedHolderPrefix starts the holder names of IPAddresses this
@@ -171,11 +173,7 @@ func UnrecognizedHolder(namespace, name string) string {
 // ParseUnrecognizedHolder returns the IPAddress a holder name of
 // UnrecognizedHolder names, and false for any other name.
 func ParseUnrecognizedHolder(holder string) (namespace, name string, ok bool) {
-	rest, ok := strings.CutPrefix(holder, unrecognizedHolderPrefix)
-	if !ok {
-		return "", "", false
-	}
-	return strings.Cut(rest, "/")
+	return parseHolder(unrecognizedHolderPrefix, holder)
 }
 
 // unrecognizedHolderName describes an UnrecognizedHolder for messages.

@@ -11,6 +11,8 @@ import (
 	"runtime"
 	"time"
 
+	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
+
 	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	"sigs.k8s.io/yaml"
 
@@ -59,9 +61,12 @@ type Option func(*envtest.Environment) error
 // webhook server on loopback with a certificate of envtest's own CA; serve
 // it with Env.StartWebhook. Until it serves, NodeIPPool range changes are
 // refused (the range entry fails closed) and creations pass unchecked.
-func WithWebhook() Option {
+func WithWebhook() Option { return withWebhookConfig(deploy.ValidatingWebhook) }
+
+// withWebhookConfig installs the webhook configuration load returns.
+func withWebhookConfig(load func() (*admissionregistrationv1.ValidatingWebhookConfiguration, error)) Option {
 	return func(env *envtest.Environment) error {
-		w, err := deploy.ValidatingWebhook()
+		w, err := load()
 		if err != nil {
 			return err
 		}
@@ -74,16 +79,7 @@ func WithWebhook() Option {
 // configuration deploy/self-allocate adds (a self-allocating handler's
 // pool status writes kept to its own node's entries), rewritten as
 // WithWebhook's; Env.StartWebhook serves it.
-func WithSelfAllocateWebhook() Option {
-	return func(env *envtest.Environment) error {
-		w, err := deploy.SelfAllocateWebhook()
-		if err != nil {
-			return err
-		}
-		env.WebhookInstallOptions.ValidatingWebhooks = append(env.WebhookInstallOptions.ValidatingWebhooks, w)
-		return nil
-	}
-}
+func WithSelfAllocateWebhook() Option { return withWebhookConfig(deploy.SelfAllocateWebhook) }
 
 // ClusterAPIModule is the Cluster API release whose CRDs WithClusterAPI
 // installs.
