@@ -27,8 +27,9 @@ import (
 // handler takes its address from a pool where node w2 holds, takes and
 // has released addresses: its own write passes. With the same token, every
 // write that is not w1's own — clear w2's bit, drop w2's entry, plant an
-// entry for w2's enactment, lift w2's quarantine, mark the pool Available
-// — is refused, names what, and changes nothing.
+// entry for w2's enactment, lift w2's quarantine, take w2's address in an
+// entry of its own (to withdraw it later), plant a quarantine on it, mark
+// the pool unavailable — is refused, names what, and changes nothing.
 func TestSelfAllocateConfinedToOwnNode(t *testing.T) {
 	bin := t.TempDir()
 	must(t, envtest.BuildCommands(bin, "nmstatectl-sim"))
@@ -128,6 +129,14 @@ func TestSelfAllocateConfinedToOwnNode(t *testing.T) {
 			func(p *ippoolv1.NodeIPPool, a *ippool.Allocator) {
 				poolstatus.RemoveQuarantine(p, "10.0.0.4")
 				_ = a.ReleaseIP(netip.MustParseAddr("10.0.0.4"))
+			}},
+		{"take w2's address, to withdraw it later", "the in-flight entry of enactment w1.p takes 10.0.0.2, which is in use",
+			func(p *ippoolv1.NodeIPPool, _ *ippool.Allocator) {
+				poolstatus.AddInFlight(p, ippoolv1.InFlightAddress{IP: "10.0.0.2", Enactment: ours.Name, Token: "3", Since: metav1.Now()})
+			}},
+		{"plant a quarantine on w2's address", "the quarantine of 10.0.0.2 for node w1 is not node w1's release of its own address",
+			func(p *ippoolv1.NodeIPPool, _ *ippool.Allocator) {
+				poolstatus.AddQuarantine(p, ippoolv1.QuarantinedAddress{IP: "10.0.0.2", Node: "w1", Enactment: ours.Name, Since: metav1.Now()})
 			}},
 		{"mark the pool unavailable", "the conditions are the pool controller's",
 			func(p *ippoolv1.NodeIPPool, _ *ippool.Allocator) {

@@ -1,10 +1,12 @@
 package claim
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
 	"net/netip"
+	"slices"
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -51,17 +53,26 @@ func (r *Reconciler) adopt(ctx context.Context, claim, addr *unstructured.Unstru
 	if c, err := r.refusedNamespace(ctx, claim, &pool); err != nil || c != nil {
 		return deref(c), false, err
 	}
+	if why := poolstatus.Unservable(&pool); why != "" {
+		// Until the pool is rebuilt, an address a node carries unrecorded
+		// is not yet quarantined for it.
+		return notReady(capi.ReasonPoolNotReady, why), false, nil
+	}
 	holder, _ := holderOf(claim)
 	refuse := func(why string) (condition, bool, error) {
-		return notReady(capi.ReasonAllocationFailed, fmt.Sprintf("IPAddress %s/%s names %s, which %s; it was not made by this "+
+		return notReady(capi.ReasonAllocationFailed, fmt.Sprintf("IPAddress %s/%s names %s, and %s; it was not made by this "+
 			"provider for this claim (no valid %s annotation), so it is not adopted: delete it, and the claim is given an address",
 			a.Namespace, a.Name, a.IP, why, capi.ProvenanceAnnotation)), false, nil
 	}
-	if other, err := r.otherHolder(ctx, &pool, holder, a.IP.String()); err != nil || other != "" {
-		if err != nil {
-			return condition{}, false, err
-		}
-		return refuse(other + " holds")
+	// Any other record names the address against the adoption, an
+	// unrecognized IPAddress's too: which of two would be the claim's own
+	// is not known.
+	owners, err := r.ownersOf(ctx, &pool, a.IP.String())
+	if err != nil {
+		return condition{}, false, err
+	}
+	if other := otherOwner(owners, pool.Name, holder, poolstatus.UnrecognizedHolder(a.Namespace, a.Name)); other != "" {
+		return refuse(other)
 	}
 	var why string
 	_, err = r.Pools.Update(ctx, pool.Name, func(p *ippoolv1.NodeIPPool, alloc *ippool.Allocator) (bool, error) {
@@ -115,23 +126,46 @@ func (r *Reconciler) own(ctx context.Context, claim, addr *unstructured.Unstruct
 	return nil
 }
 
+// otherOwner says which of owners, other than the claim called holder and
+// the IPAddress called self, names the address, a holder before an
+// unrecognized IPAddress; "" when none does.
+func otherOwner(owners []poolstatus.Owner, pool, holder, self string) string {
+	others := slices.DeleteFunc(owners, func(o poolstatus.Owner) bool { return o.Enactment == holder || o.Enactment == self })
+	slices.SortStableFunc(others, func(x, y poolstatus.Owner) int { return cmp.Compare(boolInt(x.Unrecognized), boolInt(y.Unrecognized)) })
+	switch {
+	case len(others) == 0:
+		return ""
+	case others[0].Unrecognized:
+		return others[0].Describe(pool) + " names it too"
+	default:
+		return others[0].Describe(pool) + " holds it"
+	}
+}
+
+func boolInt(b bool) int {
+	if b {
+		return 1
+	}
+	return 0
+}
+
 // adoptable says why the claim called holder cannot take ip of pool p by
 // adopting an IPAddress that names it, or "": it must be in the range,
 // held by no entry but the claim's own, and reserved for no node.
 func adoptable(p *ippoolv1.NodeIPPool, alloc *ippool.Allocator, ip netip.Addr, holder string) string {
 	if _, err := alloc.Range().Assignable(ip); err != nil {
-		return fmt.Sprintf("NodeIPPool %s does not hand out (%v)", p.Name, err)
+		return fmt.Sprintf("NodeIPPool %s does not hand it out (%v)", p.Name, err)
 	}
 	if e := poolstatus.InFlightOf(p, ip.String()); e != nil && e.Enactment == holder {
 		return ""
 	}
 	if held := heldByEntry(p, ip.String()); held != "" {
-		return "is " + held
+		return "it is " + held
 	}
 	reservations, _ := assign.Reservations(p, alloc.Range())
 	for _, res := range reservations {
 		if res.IP == ip {
-			return fmt.Sprintf("NodeIPPool %s reserves for %s", p.Name, res.Describe())
+			return fmt.Sprintf("NodeIPPool %s reserves it for %s", p.Name, res.Describe())
 		}
 	}
 	return ""

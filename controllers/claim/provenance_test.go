@@ -55,8 +55,8 @@ func TestUnrecognizedIPAddressesHoldNothing(t *testing.T) {
 	})
 	forge(t, asTenant, "forger", "m2", pool, "10.80.30.2", paused)
 	unpause(t, "forger", "m2")
-	Eventually(readiness("forger", "m2")).Should(Equal("False AllocationFailed: IPAddress forger/m2 names 10.80.30.2, which node ? " +
-		"(enactment n1.static) holds; it was not made by this provider for this claim (no valid nmstate.io/ippool-provenance " +
+	Eventually(readiness("forger", "m2")).Should(Equal("False AllocationFailed: IPAddress forger/m2 names 10.80.30.2, and node ? " +
+		"(enactment n1.static) holds it; it was not made by this provider for this claim (no valid nmstate.io/ippool-provenance " +
 		"annotation), so it is not adopted: delete it, and the claim is given an address"))
 	Expect(available(pool)()).To(HavePrefix("True ReconciledPool"))
 	Expect(bits(pool)()).To(Equal([]string{"10.80.30.1", "10.80.30.2", "10.80.30.3"}))
@@ -67,7 +67,7 @@ func TestUnrecognizedIPAddressesHoldNothing(t *testing.T) {
 	}
 	Eventually(bits(pool)).Should(Equal([]string{"10.80.30.2", "10.80.30.3"}))
 
-	t.Log("deleting the one made for m2: the condition clears, and m2 is served")
+	t.Log("deleting the one made for m2: it is let go, not restored with the node's address; the condition clears, and m2 is served")
 	Expect(k.Delete(ctx, forged("forger", "m2"))).To(Succeed())
 	Eventually(poolCondition(pool, ippoolv1.ConditionIPAddressesRecognized)).Should(HavePrefix("True IPAddressesRecognized"))
 	Eventually(addressOf("forger", "m2")).Should(Equal("10.80.30.1"))
@@ -76,9 +76,11 @@ func TestUnrecognizedIPAddressesHoldNothing(t *testing.T) {
 
 // TestRestoredIPAddressAdopted: a claim and its IPAddress restored from a
 // backup the way Velero restores them — without owner references or
-// finalizers, the claim with a new UID — while the provider is down: the
-// claim adopts its IPAddress (same address, nothing renumbered), signs it
-// again, and says so in an Event; meanwhile the pool never collides.
+// finalizers, the claim with a new UID — while the provider is down: while
+// a tenant's IPAddress names the same address the claim adopts nothing;
+// once it is gone the claim adopts its IPAddress (same address, nothing
+// renumbered), signs it again, and says so in an Event; meanwhile the pool
+// never collides.
 func TestRestoredIPAddressAdopted(t *testing.T) {
 	const pool = "claims-restored"
 	pc := begin(t, "from-backup", pool, ippoolv1.NodeIPPoolSpec{Range: ippoolv1.IPRange{CIDR: "10.80.31.0/24", Start: "10.80.31.1", End: "10.80.31.9"}})
@@ -110,8 +112,15 @@ func TestRestoredIPAddressAdopted(t *testing.T) {
 	restoredAddr.Object["spec"] = backup.Object["spec"]
 	Eventually(func() error { return k.Create(ctx, restoredAddr) }).Should(Succeed())
 	createClaim(t, "from-backup", "m1", pool)
+	// Meanwhile a tenant names the same address in an IPAddress of its own:
+	// which of the two is m1's is not known, so neither is adopted.
+	forge(t, tenantClient(t, "from-backup"), "from-backup", "squatter", pool, "10.80.31.2", nil)
 
 	startController(t)
+	Eventually(readiness("from-backup", "m1")).Should(Equal("False AllocationFailed: IPAddress from-backup/m1 names 10.80.31.2, " +
+		"and IPAddress from-backup/squatter (not made by this provider for a claim) names it too; it was not made by this " +
+		"provider for this claim (no valid nmstate.io/ippool-provenance annotation), so it is not adopted: delete it, and the claim is given an address"))
+	Expect(k.Delete(ctx, forged("from-backup", "squatter"))).To(Succeed())
 	Eventually(func() bool {
 		a, err := getAddress("from-backup", "m1")
 		return err == nil && capi.ControllerClaimUID(a) != "" && capi.ControllerClaimUID(a) != capi.ControllerClaimUID(backup)
@@ -137,14 +146,16 @@ func forged(namespace, name string) *unstructured.Unstructured {
 }
 
 // forge creates with c, as a tenant may, an IPAddress of pool naming ip
-// for the claim of its name, owned by owner when given, and deletes it
-// when the test ends.
+// for the claim of its name, and deletes it when the test ends. Given an
+// owner, it is made as the provider makes one: owned by that claim and
+// protected by the provider's finalizer.
 func forge(t *testing.T, c client.Client, namespace, name, pool, ip string, owner *unstructured.Unstructured) {
 	t.Helper()
 	a := forged(namespace, name)
 	if owner != nil {
 		a.SetOwnerReferences([]metav1.OwnerReference{{APIVersion: owner.GetAPIVersion(), Kind: owner.GetKind(), Name: owner.GetName(),
 			UID: owner.GetUID(), Controller: ptr.To(true)}})
+		a.SetFinalizers([]string{capi.ProtectFinalizer})
 	}
 	a.Object["spec"] = map[string]any{"address": ip, "prefix": int64(24), "claimRef": map[string]any{"name": name},
 		"poolRef": map[string]any{"apiGroup": "nmstate.io", "kind": "NodeIPPool", "name": pool}}

@@ -111,6 +111,8 @@ func (r *Reconciler) serve(ctx context.Context, claim *unstructured.Unstructured
 		return notReady(capi.ReasonAllocationFailed, fmt.Sprintf(
 			"IPAddress %s/%s exists and is not this claim's (claimRef %q, poolRef %s %s): delete or rename it",
 			a.Namespace, a.Name, a.Claim, a.Pool.Kind, a.Pool.Name)), false, nil
+	case !r.recognizes(claim, addr) && addr.GetDeletionTimestamp() != nil:
+		return r.letGo(ctx, addr)
 	case addr.GetDeletionTimestamp() != nil:
 		return r.restore(ctx, claim, addr)
 	case !r.recognizes(claim, addr):
@@ -142,6 +144,18 @@ func (r *Reconciler) address(ctx context.Context, claim *unstructured.Unstructur
 func owns(claim, addr *unstructured.Unstructured) bool {
 	a := capi.AddressOf(addr)
 	return a.Claim == claim.GetName() && a.Pool == capi.PoolRefOf(claim)
+}
+
+// letGo lets an IPAddress being deleted go when the provider did not make
+// it for the claim: it held nothing, so nothing is restored (its address
+// may be another holder's), and the claim is served afresh once it is
+// gone.
+func (r *Reconciler) letGo(ctx context.Context, addr *unstructured.Unstructured) (condition, bool, error) {
+	if err := r.removeFinalizer(ctx, addr, capi.ProtectFinalizer); err != nil {
+		return condition{}, false, err
+	}
+	return notReady(capi.ReasonAllocationFailed, fmt.Sprintf("IPAddress %s/%s, which this provider did not make for the claim, "+
+		"is being deleted: the claim is given an address once it is gone", addr.GetNamespace(), addr.GetName())), true, nil
 }
 
 // restore puts back an IPAddress deleted while its claim lives, with the

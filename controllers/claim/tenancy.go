@@ -49,27 +49,36 @@ func (r *Reconciler) refusal(ctx context.Context, claim *unstructured.Unstructur
 }
 
 // otherHolder names a holder other than holder whose record, read from the
-// API server, holds s in pool, or "".
+// API server, holds s in pool, or "". An unrecognized IPAddress holds
+// nothing.
 func (r *Reconciler) otherHolder(ctx context.Context, pool *ippoolv1.NodeIPPool, holder, s string) (string, error) {
-	ip, err := netip.ParseAddr(s)
-	if err != nil {
-		return "", nil // takeBack refuses it, saying so
-	}
-	var enactments nncev1beta1.NodeNetworkConfigurationEnactmentList
-	if err := r.APIReader.List(ctx, &enactments); err != nil {
-		return "", fmt.Errorf("list enactments: %w", err)
-	}
-	records, err := companion.WithForeignRecords(ctx, r.APIReader, r.Signer, enactments.Items)
-	if err != nil {
-		return "", err
-	}
-	rng, _ := poolstatus.Range(pool)
-	for _, o := range poolstatus.Holders(pool.Name, rng, records).Recognized(ip) {
-		if o.Enactment != holder {
+	owners, err := r.ownersOf(ctx, pool, s)
+	for _, o := range owners {
+		if !o.Unrecognized && o.Enactment != holder {
 			return o.Describe(pool.Name), nil
 		}
 	}
-	return "", nil
+	return "", err
+}
+
+// ownersOf returns the owners whose records, read from the API server,
+// name s in pool, unrecognized IPAddresses included; none when s is no
+// address.
+func (r *Reconciler) ownersOf(ctx context.Context, pool *ippoolv1.NodeIPPool, s string) ([]poolstatus.Owner, error) {
+	ip, err := netip.ParseAddr(s)
+	if err != nil {
+		return nil, nil // takeBack refuses it, saying so
+	}
+	var enactments nncev1beta1.NodeNetworkConfigurationEnactmentList
+	if err := r.APIReader.List(ctx, &enactments); err != nil {
+		return nil, fmt.Errorf("list enactments: %w", err)
+	}
+	records, err := companion.WithForeignRecords(ctx, r.APIReader, r.Signer, enactments.Items)
+	if err != nil {
+		return nil, err
+	}
+	rng, _ := poolstatus.Range(pool)
+	return poolstatus.Holders(pool.Name, rng, records)[ip], nil
 }
 
 // refusedNamespace returns the Ready=False condition of a claim whose

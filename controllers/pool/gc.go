@@ -97,11 +97,15 @@ func collectUnclaimed(pool *ippoolv1.NodeIPPool, alloc *ippool.Allocator, claims
 	var c collected
 	for _, off := range due {
 		ip, err := alloc.Range().IP(off)
-		if err != nil || !alloc.Has(off) || len(claims[ip]) > 0 ||
+		if err != nil || !alloc.Has(off) || len(claims.Recognized(ip)) > 0 ||
 			poolstatus.InFlightOf(pool, ip.String()) != nil || poolstatus.QuarantineOf(pool, ip.String()) != nil {
 			continue
 		}
-		if node, ok := carried[ip]; ok {
+		node, isCarried := carried[ip]
+		if !isCarried && len(claims[ip]) > 0 {
+			continue // an unrecognized IPAddress keeps it from being handed out
+		}
+		if isCarried {
 			poolstatus.AddQuarantine(pool, ippoolv1.QuarantinedAddress{IP: ip.String(), Node: node, Since: now})
 			c.quarantined = append(c.quarantined, fmt.Sprintf("%s on node %s", ip, node))
 			continue

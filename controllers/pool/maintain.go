@@ -92,7 +92,7 @@ func (r *Reconciler) maintain(ctx context.Context, pool *ippoolv1.NodeIPPool, al
 // due; the labels reservations may need.
 func (r *Reconciler) planMaintenance(ctx context.Context, pool *ippoolv1.NodeIPPool, v view, gcDue []uint64, holdsDue bool,
 	m *poolMemory) (*maintenance, error) {
-	mw := &maintenance{holdsDue: holdsDue, gcDue: gcDue, enactments: v.enactments, pinsDue: len(v.audit.Pinned) > 0}
+	mw := &maintenance{holdsDue: holdsDue, gcDue: gcDue, enactments: v.enactments}
 	if mw.due() {
 		enactments, err := r.enactmentsFromAPI(ctx)
 		if err != nil {
@@ -104,6 +104,7 @@ func (r *Reconciler) planMaintenance(ctx context.Context, pool *ippoolv1.NodeIPP
 	if err != nil {
 		return nil, err
 	}
+	mw.pinsDue = len(pinnable(pool, rng, v.audit.Pinned)) > 0
 	claims := poolstatus.Holders(pool.Name, rng, mw.enactments)
 	if holdsDue {
 		if mw.holds, err = r.planHolds(ctx, pool, claims, existing(mw.enactments), m); err != nil {
@@ -139,7 +140,7 @@ func (r *Reconciler) writeMaintenance(ctx context.Context, pool *ippoolv1.NodeIP
 		got = collectUnclaimed(p, alloc, claims, mw.gcDue, mw.carried, now)
 		pinned := 0
 		if mw.pinsDue {
-			pinned = setMissing(alloc, poolstatus.AuditPool(p.Name, alloc, claims).Pinned)
+			pinned = setMissing(alloc, pinnable(p, alloc.Range(), poolstatus.AuditPool(p.Name, alloc, claims).Pinned))
 		}
 		return r.maintainedConditions(p, alloc, mw, claims), changed || pinned > 0 || len(got.freed)+len(got.quarantined) > 0, nil
 	}

@@ -21,6 +21,7 @@ import (
 	ippoolv1 "github.com/nmstate-ippool/nmstate-ippool/api/v1"
 	nncev1beta1 "github.com/nmstate-ippool/nmstate-ippool/api/v1beta1"
 	"github.com/nmstate-ippool/nmstate-ippool/internal/annotations"
+	"github.com/nmstate-ippool/nmstate-ippool/internal/assign"
 	"github.com/nmstate-ippool/nmstate-ippool/internal/poolstatus"
 	"github.com/nmstate-ippool/nmstate-ippool/internal/poolwrite"
 	"github.com/nmstate-ippool/nmstate-ippool/internal/retire"
@@ -295,7 +296,7 @@ func (r *Reconciler) rebuildFromEnactments(ctx context.Context, pool *ippoolv1.N
 		}
 		set = setEntries(p, alloc)
 		v = viewOf(p.Name, alloc, enactments)
-		set += setMissing(alloc, v.audit.Missing) + setMissing(alloc, v.audit.Pinned)
+		set += setMissing(alloc, v.audit.Missing) + setMissing(alloc, pinnable(p, alloc.Range(), v.audit.Pinned))
 		v.audit.Missing, v.audit.Pinned = nil, nil
 		strays = quarantineStrays(p, alloc, v.claims, carried, metav1.NewTime(r.Clock.Now().Truncate(time.Second)))
 		return conditionSet{ippoolv1.ConditionAvailable: availabilityOf(p, alloc, v)}, true, nil
@@ -360,7 +361,9 @@ func quarantineStrays(pool *ippoolv1.NodeIPPool, alloc *ippool.Allocator, claims
 	var strays []string
 	for _, ip := range slices.SortedFunc(maps.Keys(carried), netip.Addr.Compare) {
 		s := ip.String()
-		if _, err := alloc.Range().Assignable(ip); err != nil || len(claims[ip]) > 0 ||
+		// An unrecognized IPAddress naming it holds it for nobody: the node
+		// that carries it has it quarantined, so that no claim adopts it.
+		if _, err := alloc.Range().Assignable(ip); err != nil || len(claims.Recognized(ip)) > 0 ||
 			poolstatus.InFlightOf(pool, s) != nil || poolstatus.QuarantineOf(pool, s) != nil {
 			continue
 		}
@@ -400,6 +403,20 @@ func setMissing(alloc *ippool.Allocator, missing []netip.Addr) int {
 		}
 	}
 	return set
+}
+
+// pinnable keeps of pinned (poolstatus.Audit.Pinned) the addresses an
+// unrecognized IPAddress may keep from being handed out: none kept for a
+// node's return or reserved for a node, which it must not take from them.
+func pinnable(p *ippoolv1.NodeIPPool, rng *ippool.Range, pinned []netip.Addr) []netip.Addr {
+	if len(pinned) == 0 {
+		return nil
+	}
+	reservations, _ := assign.Reservations(p, rng)
+	return slices.DeleteFunc(slices.Clone(pinned), func(ip netip.Addr) bool {
+		return poolstatus.KeptOf(p, ip.String()) != nil ||
+			slices.ContainsFunc(reservations, func(r assign.Reservation) bool { return r.IP == ip })
+	})
 }
 
 // dropRecords drops pool's addresses from the reset enactments, with an

@@ -150,15 +150,61 @@ func Foreign(older, newer *ippoolv1.NodeIPPool, node string, enactments []nncev1
 			*side.own = append(*side.own, e)
 		}
 	}
-	out = append(out, foreignQuarantines(older, newer, node)...)
-	out = append(out, foreignKept(older, newer, node, ownAdded)...)
+	out = append(out, takenInUse(older, newer, node, ownRemoved, ownAdded)...)
+	out = append(out, foreignQuarantines(older, newer, node, own, recorded)...)
+	out = append(out, foreignKept(older, newer, node, ownRemoved, ownAdded)...)
 	out = append(out, foreignBits(older, newer, node, ownRemoved, ownAdded, recorded)...)
 	return out
 }
 
-// foreignQuarantines: a quarantine removed or changed must be node's.
-func foreignQuarantines(older, newer *ippoolv1.NodeIPPool, node string) []string {
+// takenInUse: an in-flight entry node adds takes a free address (its bit
+// clear before), or one the same write gives up for it: node's own entry
+// of it, node's own quarantine of it (a return, an adoption of what the
+// node carries). An entry on any other set bit would let node withdraw,
+// and so clear, a bit another holder's record or entry needs.
+func takenInUse(older, newer *ippoolv1.NodeIPPool, node string, removed, added []ippoolv1.InFlightAddress) []string {
+	before, err := poolstatus.Allocator(older)
+	if err != nil {
+		return nil // foreignBits says so
+	}
 	var out []string
+	for _, e := range added {
+		ip, err := netip.ParseAddr(e.IP)
+		switch {
+		case err != nil, !before.HasIP(ip):
+		case slices.ContainsFunc(removed, func(r ippoolv1.InFlightAddress) bool { return r.IP == e.IP }):
+		case ownQuarantineLifted(older, newer, node, e.IP):
+		default:
+			out = append(out, fmt.Sprintf("the in-flight entry of %s takes %s, which is in use", holderName(e.Enactment), e.IP))
+		}
+	}
+	return out
+}
+
+// ownQuarantineLifted reports whether the write removes node's quarantine
+// of ip.
+func ownQuarantineLifted(older, newer *ippoolv1.NodeIPPool, node, ip string) bool {
+	q := poolstatus.QuarantineOf(older, ip)
+	return q != nil && q.Node == node && poolstatus.QuarantineOf(newer, ip) == nil
+}
+
+// foreignQuarantines: a quarantine removed or changed must be node's; one
+// added must be node's release of an address its enactments record or
+// take (an entry planted on another holder's address would be lifted on
+// node's evidence when that holder releases it).
+func foreignQuarantines(older, newer *ippoolv1.NodeIPPool, node string, own map[string]bool, recorded map[netip.Addr]bool) []string {
+	var out []string
+	for _, q := range newer.Status.Quarantined {
+		if poolstatus.QuarantineOf(older, q.IP) != nil {
+			continue
+		}
+		ip, err := netip.ParseAddr(q.IP)
+		inFlight := poolstatus.InFlightOf(older, q.IP)
+		if err != nil || q.Node != node || !own[q.Enactment] || (!recorded[ip] && (inFlight == nil || !own[inFlight.Enactment])) {
+			out = append(out, fmt.Sprintf("the quarantine of %s for %s is not node %s's release of its own address",
+				q.IP, quarantineHolder(q), node))
+		}
+	}
 	for _, q := range older.Status.Quarantined {
 		now := poolstatus.QuarantineOf(newer, q.IP)
 		switch {
@@ -175,8 +221,9 @@ func foreignQuarantines(older, newer *ippoolv1.NodeIPPool, node string) []string
 
 // foreignKept: an address kept for a node's return is removed only by an
 // in-flight entry of node that takes it (added names it), and none is
-// added or changed.
-func foreignKept(older, newer *ippoolv1.NodeIPPool, node string, added []ippoolv1.InFlightAddress) []string {
+// changed, or added but by node's withdrawal of an entry that took it
+// (removed names it).
+func foreignKept(older, newer *ippoolv1.NodeIPPool, node string, removed, added []ippoolv1.InFlightAddress) []string {
 	var out []string
 	for _, k := range older.Status.KeptForReturn {
 		now := poolstatus.KeptOf(newer, k.IP)
@@ -189,7 +236,10 @@ func foreignKept(older, newer *ippoolv1.NodeIPPool, node string, added []ippoolv
 		}
 	}
 	for _, k := range newer.Status.KeptForReturn {
-		if poolstatus.KeptOf(older, k.IP) == nil {
+		givenBack := slices.ContainsFunc(removed, func(e ippoolv1.InFlightAddress) bool {
+			return e.IP == k.IP && e.Kept != nil && reflect.DeepEqual(*e.Kept, k)
+		})
+		if poolstatus.KeptOf(older, k.IP) == nil && !givenBack {
 			out = append(out, fmt.Sprintf("the address %s cannot be kept for node %s by node %s", k.IP, k.Node, node))
 		}
 	}
@@ -203,6 +253,8 @@ func foreignBits(older, newer *ippoolv1.NodeIPPool, node string, removed, added 
 	before, errOld := poolstatus.Allocator(older)
 	after, errNew := poolstatus.Allocator(newer)
 	switch {
+	case errOld != nil && older.Status.AllocatedOffsets == newer.Status.AllocatedOffsets:
+		return nil // a release's quarantine on a bitmap the pool controller rebuilds
 	case errNew != nil:
 		return []string{fmt.Sprintf("the new bitmap cannot be read (%v)", errNew)}
 	case errOld != nil:

@@ -81,7 +81,7 @@ func TestForeign(t *testing.T) {
 		change func(t *testing.T, p *ippoolv1.NodeIPPool)
 		says   []string // empty: admitted
 		// before, if set, changes the pool as w1 finds it.
-		before func(*ippool.Allocator)
+		before func(*testing.T, *ippoolv1.NodeIPPool)
 	}{
 		{"take a free address", func(t *testing.T, p *ippoolv1.NodeIPPool) {
 			poolstatus.AddInFlight(p, ippoolv1.InFlightAddress{IP: "10.0.0.8", Enactment: "w1.a", Token: "3"})
@@ -107,11 +107,30 @@ func TestForeign(t *testing.T) {
 		}, nil, nil},
 		{"set the missing bit of its own record", func(t *testing.T, p *ippoolv1.NodeIPPool) {
 			setBits(t, p, set("10.0.0.6"))
-		}, nil, unset("10.0.0.6")},
-		{"quarantine an address another node carries unrecorded", func(t *testing.T, p *ippoolv1.NodeIPPool) {
+		}, nil, func(t *testing.T, p *ippoolv1.NodeIPPool) { setBits(t, p, unset("10.0.0.6")) }},
+		{"give back a kept address it took", func(t *testing.T, p *ippoolv1.NodeIPPool) {
+			poolstatus.RemoveInFlight(p, "10.0.0.11")
+			poolstatus.AddKept(p, ippoolv1.KeptAddress{IP: "10.0.0.11", Node: "w3", Enactment: "w3.b"})
+			setBits(t, p, unset("10.0.0.11"))
+		}, nil, func(t *testing.T, p *ippoolv1.NodeIPPool) {
+			poolstatus.AddInFlight(p, ippoolv1.InFlightAddress{IP: "10.0.0.11", Enactment: "w1.a", Token: "4",
+				Kept: &ippoolv1.KeptAddress{IP: "10.0.0.11", Node: "w3", Enactment: "w3.b"}})
+			setBits(t, p, set("10.0.0.11"))
+		}},
+		{"release its own address on an unreadable bitmap", func(t *testing.T, p *ippoolv1.NodeIPPool) {
+			poolstatus.AddQuarantine(p, ippoolv1.QuarantinedAddress{IP: "10.0.0.6", Node: "w1", Enactment: "w1.a"})
+		}, nil, func(_ *testing.T, p *ippoolv1.NodeIPPool) { p.Status.AllocatedOffsets = "garbage" }},
+
+		{"quarantine an address another node carries", func(t *testing.T, p *ippoolv1.NodeIPPool) {
 			poolstatus.AddQuarantine(p, ippoolv1.QuarantinedAddress{IP: "10.0.0.10", Node: "w2"})
 			setBits(t, p, set("10.0.0.10"))
-		}, nil, nil},
+		}, []string{"the quarantine of 10.0.0.10 for node w2 is not node w1's release of its own address"}, nil},
+		{"plant a quarantine on another node's address", func(t *testing.T, p *ippoolv1.NodeIPPool) {
+			poolstatus.AddQuarantine(p, ippoolv1.QuarantinedAddress{IP: "10.0.0.2", Node: "w1", Enactment: "w1.a"})
+		}, []string{"the quarantine of 10.0.0.2 for node w1 is not node w1's release of its own address"}, nil},
+		{"take an address in use, to withdraw it later", func(t *testing.T, p *ippoolv1.NodeIPPool) {
+			poolstatus.AddInFlight(p, ippoolv1.InFlightAddress{IP: "10.0.0.2", Enactment: "w1.a", Token: "5"})
+		}, []string{"the in-flight entry of enactment w1.a takes 10.0.0.2, which is in use"}, nil},
 
 		{"clear another node's bit", func(t *testing.T, p *ippoolv1.NodeIPPool) {
 			setBits(t, p, unset("10.0.0.2"))
@@ -150,7 +169,7 @@ func TestForeign(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			older := base(t)
 			if tc.before != nil {
-				setBits(t, older, tc.before)
+				tc.before(t, older)
 			}
 			newer := older.DeepCopy()
 			tc.change(t, newer)
