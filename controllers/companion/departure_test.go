@@ -174,6 +174,35 @@ func TestNotReadyNodeHoldsNoSlot(t *testing.T) {
 	Eventually(bits("cmp-nr")).ShouldNot(ContainElement(held))
 }
 
+// TestDeletionSaysWhatItWaitsFor: a pooled policy deleted while one of its
+// nodes is not Ready takes the other nodes' addresses off at once, and
+// stays, Degraded NodeNotReady, with that node's address recorded and
+// held, until the node is back and has taken it off.
+func TestDeletionSaysWhatItWaitsFor(t *testing.T) {
+	u := begin(t, "nd", "nd-1", "nd-2")
+	createPool(t, "cmp-nd", rangeSpec("10.76.1.0/24", "10.76.1.10", "10.76.1.30"))
+	create(t, pooled("nd", "nd", "cmp-nd", "1"))
+	Eventually(status("nd")).Should(Equal("Available SuccessfullyConfigured: 2/2 nodes successfully configured"), describe("nd"))
+	held := addressOf("nd", "nd-2")()
+
+	u.set(func(u *upstream) { u.down["nd-2"] = true })
+	updateNode("nd-2", notReadyNow)
+	Expect(k.Delete(ctx, &ippoolv1.PooledNodeNetworkConfigurationPolicy{ObjectMeta: metav1.ObjectMeta{Name: "nd"}})).To(Succeed())
+	Eventually(u.configured("nd-1")).Should(BeEmpty(), "the Ready node's release does not wait")
+	Eventually(status("nd")).Should(And(HavePrefix("Degraded NodeNotReady: Node nd-2 is not Ready: "+held+" stay recorded and quarantined"),
+		HaveSuffix("(policy being deleted: taking its addresses off 1 nodes)")))
+	Consistently(addressOf("nd", "nd-2"), 2*time.Second).Should(Equal(held))
+	Expect(bits("cmp-nd")()).To(ContainElement(held))
+
+	updateNode("nd-2", func(n *corev1.Node) { n.Status.Conditions[0].Status = corev1.ConditionTrue })
+	u.set(func(u *upstream) { u.down["nd-2"] = false })
+	Eventually(func() error {
+		return k.Get(ctx, client.ObjectKey{Name: "nd"}, &ippoolv1.PooledNodeNetworkConfigurationPolicy{})
+	}).Should(MatchError(ContainSubstring("not found")))
+	Expect(u.configured("nd-2")()).To(BeEmpty())
+	Eventually(bits("cmp-nd")).ShouldNot(ContainElement(held))
+}
+
 // collect plays the garbage collector on a pooled policy deleted with
 // propagation (envtest runs no kube-controller-manager): Foreground
 // deletes its generated policies and, once they are gone, removes

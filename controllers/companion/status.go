@@ -26,6 +26,11 @@ func (r *Reconciler) writeStatus(ctx context.Context, w *world, p, next *ippoolv
 	case w.invalid != nil:
 		next.Status.Conditions = policystatus.List(old, degraded, ippoolv1.ReasonInvalidCapture,
 			fmt.Sprintf("%v; no node is configured until the policy is corrected", w.invalid), now)
+	case w.deleting && len(problems) > 0:
+		// What the deletion waits for, as a release of a selected policy
+		// says it: nothing stuck without a word.
+		next.Status.Conditions = policystatus.List(old, degraded, problems[0].reason,
+			fmt.Sprintf("%s (policy being deleted: taking its addresses off %d nodes)", messages(problems), len(next.Status.Nodes)), now)
 	case w.deleting:
 		next.Status.Conditions = policystatus.List(old, shared.NodeNetworkConfigurationPolicyConditionProgressing,
 			shared.NodeNetworkConfigurationPolicyConditionConfigurationProgressing,
