@@ -16,8 +16,8 @@ import (
 // kubelet with its own containerd and network namespace.
 //
 // For one node the calls come in this order: add; then, while it runs,
-// any number of restart, stall and resume (stall and resume alternate);
-// then remove. After remove, add may come again under the same name: a
+// any number of restart, stall and resume (stall and resume alternate),
+// and power (off and on alternate, off first); then remove. After remove, add may come again under the same name: a
 // new machine, which starts with a network of its own. Every call returns
 // once what it did is done (a handler ready, a node's enactments gone),
 // and writes one line per step to out.
@@ -29,6 +29,9 @@ type nodeBackend interface {
 	// paused VM would, or resumes it (SIGCONT): verb is "stall" or
 	// "resume".
 	signal(ctx context.Context, k client.Client, name, verb string, out io.Writer) error
+	// power stops the node's machine (on false), as a power-off does, or
+	// starts it again (on true).
+	power(ctx context.Context, k client.Client, name string, on bool, out io.Writer) error
 }
 
 // nodes returns the backend of the cluster's nodes.
@@ -99,6 +102,10 @@ func (r realNodes) signal(ctx context.Context, k client.Client, name, verb strin
 	return r.c.realNode(ctx, k, verb, name, nil, false, false, out)
 }
 
+func (r realNodes) power(ctx context.Context, k client.Client, name string, on bool, out io.Writer) error {
+	return r.c.realNode(ctx, k, map[bool]string{true: "start", false: "stop"}[on], name, nil, false, false, out)
+}
+
 // simulatedNodes are Node objects the local cluster marks Ready, with a
 // handler process each (c.handler()) and a simulated network each.
 type simulatedNodes struct{ c *cluster }
@@ -121,6 +128,10 @@ func (s simulatedNodes) restart(ctx context.Context, k client.Client, name strin
 	}
 	fmt.Fprintf(out, "restarted the handler of %s (pid %d)\n", name, s.c.Processes[handlerName(name)].PID)
 	return nil
+}
+
+func (s simulatedNodes) power(ctx context.Context, k client.Client, name string, on bool, out io.Writer) error {
+	return s.c.power(ctx, k, name, on, out)
 }
 
 func (s simulatedNodes) signal(_ context.Context, _ client.Client, name, verb string, out io.Writer) error {

@@ -58,6 +58,15 @@ type cluster struct {
 	// GarbageCollector is set when Kubernetes' garbage collector runs
 	// beside simulated nodes (up --garbage-collector).
 	GarbageCollector bool `json:"garbageCollector,omitempty"`
+	// NodeLifecycle is set when the simulated nodes post heartbeats (the
+	// kubelets process) and Kubernetes' node lifecycle controller runs
+	// beside them (up --node-lifecycle): a node whose machine stops (node
+	// stop) turns NotReady once NodeGracePeriod has passed.
+	NodeLifecycle   bool   `json:"nodeLifecycle,omitempty"`
+	NodeGracePeriod string `json:"nodeGracePeriod,omitempty"`
+	// PoweredOff lists the simulated nodes whose machine is stopped (node
+	// stop): no handler, no heartbeat, the Node and the network kept.
+	PoweredOff []string `json:"poweredOff,omitempty"`
 	// ExtraCRDs are the CRD files up --crd installed.
 	ExtraCRDs []string `json:"extraCRDs,omitempty"`
 	// PeerHandler is the kubernetes-nmstate handler's binary (make
@@ -67,7 +76,8 @@ type cluster struct {
 	// handler is moved (node add --clock-offset), for tests of clock skew.
 	ClockOffsets map[string]string `json:"clockOffsets,omitempty"`
 	// Processes by name: etcd, kube-apiserver, pool-controller and
-	// handler/<node>; with real nodes kube-controller-manager,
+	// handler/<node>, with simulated nodes kube-controller-manager and
+	// kubelets (unless turned off); with real nodes kube-controller-manager,
 	// kube-scheduler, and containerd/, kube-proxy/ and kubelet/<node>.
 	Processes map[string]*process `json:"processes"`
 }
@@ -139,7 +149,7 @@ func (c *cluster) running() []string {
 // the pool controller or the Kubernetes controllers, then the node
 // processes by name.
 func (c *cluster) order() []string {
-	rank := map[string]int{"etcd": 0, "kube-apiserver": 1, "pool-controller": 2, "kube-controller-manager": 2, "kube-scheduler": 3}
+	rank := map[string]int{"etcd": 0, "kube-apiserver": 1, "pool-controller": 2, "kube-controller-manager": 2, kubeletsName: 2, "kube-scheduler": 3}
 	rankOf := func(name string) (int, bool) {
 		if strings.HasPrefix(name, "pool-controller-") {
 			name = "pool-controller"

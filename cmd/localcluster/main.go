@@ -11,6 +11,7 @@
 //	localcluster node remove NAME [--crash]
 //	localcluster node restart NAME [--crash]
 //	localcluster node stall NAME | node resume NAME
+//	localcluster node stop NAME | node start NAME
 //	localcluster controller restart [--crash]
 //	localcluster apiserver restart [--crash]
 //	localcluster status
@@ -38,15 +39,18 @@ import (
 
 const usage = `Usage:
   localcluster up --nodes N [--dir DIR] [--gc-grace-period D] [--quarantine-period D] [--controllers N] [--bin DIR] [--assets DIR]
-                  [--handler ours|upstream [--companion]] [--peer-handler PATH] [--retries N] [--garbage-collector]
+                  [--handler ours|upstream [--companion]] [--peer-handler PATH] [--retries N]
+                  [--garbage-collector=false] [--node-lifecycle=false] [--node-grace-period D] [--crd FILE]...
   localcluster handler use ours|upstream [--dir DIR]
   localcluster up --kubelets K [--images DIR] [--dir DIR] [--bin DIR] [--assets DIR]
   localcluster install [--overlay DIR] [--kubectl PATH] [--dir DIR]
-  localcluster node add NAME [--label k=v]... [--kubelet] [--dir DIR]
+  localcluster node add NAME [--label k=v]... [--kubelet] [--clock-offset D] [--dir DIR]
   localcluster node remove NAME [--crash] [--dir DIR]
   localcluster node restart NAME [--crash] [--dir DIR]
   localcluster node stall NAME [--dir DIR]
   localcluster node resume NAME [--dir DIR]
+  localcluster node stop NAME [--dir DIR]
+  localcluster node start NAME [--dir DIR]
   localcluster controller restart [--crash] [--dir DIR]
   localcluster apiserver restart [--crash] [--dir DIR]
   localcluster status [--dir DIR]
@@ -56,7 +60,15 @@ up starts etcd, kube-apiserver, the pool controller and a handler per node
 (node01...), writes DIR/kubeconfig and returns once all are ready, leaving
 them running. node remove deletes a Node (with --crash, its handler is
 killed first, without a chance to clean up). node stall freezes a node's
-handler (SIGSTOP), as a GC pause or a paused VM would, until node resume.
+handler (SIGSTOP), as a GC pause would, until node resume. node stop
+powers a node's machine off: its handler is killed and its heartbeats
+stop, its Node and its network stay, and Kubernetes' node lifecycle
+controller turns the Node NotReady once --node-grace-period (40s) has
+passed; node start powers it on again. Beside simulated nodes run
+kube-controller-manager's garbage collector (--cascade=foreground and
+orphan work as in a cluster) and node lifecycle controller, and a
+process that posts every running node's heartbeat, as kubelets do; turn
+them off with --garbage-collector=false or --node-lifecycle=false.
 controller restart and apiserver restart stop the pool controller (the
 replica that leads, of several) or kube-apiserver (killed, with --crash)
 and start it again. down stops every process up
@@ -123,6 +135,8 @@ func dispatch(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		return cmdHandler(ctx, rest, stdout, stderr)
 	case "controller", "apiserver":
 		return cmdRestart(ctx, cmd, rest, stdout, stderr)
+	case kubeletsName:
+		return cmdKubelets(ctx, rest, stderr)
 	case "help", "-h", "--help":
 		fmt.Fprint(stdout, usage)
 		return nil
@@ -150,9 +164,13 @@ func cmdUp(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs.StringVar(&o.handler, "handler", handlerOurs, "the simulated nodes' handler: ours, or upstream (kubernetes-nmstate's, from make peer-handler)")
 	fs.BoolVar(&o.companion, "companion", false, "with --handler upstream, run the pool controller in companion mode beside it "+
 		"(PooledNodeNetworkConfigurationPolicy: one plain NNCP per node, addresses written in)")
-	fs.BoolVar(&o.garbageCollector, "garbage-collector", false, "run Kubernetes' garbage collector (kube-controller-manager "+
+	fs.BoolVar(&o.garbageCollector, "garbage-collector", true, "run Kubernetes' garbage collector beside simulated nodes (kube-controller-manager "+
 		"--controllers=garbagecollector, from ASSETS): dependents are deleted with their owners, and --cascade=foreground|orphan "+
 		"work as in a cluster (real nodes run the whole kube-controller-manager)")
+	fs.BoolVar(&o.nodeLifecycle, "node-lifecycle", true, "post the simulated nodes' heartbeats and run Kubernetes' node lifecycle "+
+		"controller: a node whose machine stops (node stop) turns NotReady as in a cluster")
+	fs.DurationVar(&o.nodeGracePeriod, "node-grace-period", 40*time.Second,
+		"how long a node may post no heartbeat before the node lifecycle controller turns it NotReady (its --node-monitor-grace-period)")
 	fs.StringVar(&o.peerHandler, "peer-handler", "", "kubernetes-nmstate's handler binary (default BIN/kubernetes-nmstate-handler)")
 	fs.StringVar(&o.images, "images", "", "with --kubelets, directory of the image tarballs of make images-local (default BIN/images)")
 	fs.Func("crd", "a CRD file to install before the controllers start, e.g. Cluster API's IPAM CRDs (repeatable)", func(path string) error {
@@ -206,6 +224,9 @@ func (o *upOptions) check(fs *flag.FlagSet) error {
 	if err := pool.CheckPeriods(o.gracePeriod, o.quarantine, pool.DefaultDepartureHold); err != nil {
 		return fmt.Errorf("%w: %w", cli.ErrUsage, err)
 	}
+	if o.nodeGracePeriod < 5*time.Second {
+		return fmt.Errorf("%w: --node-grace-period %s: give at least 5s", cli.ErrUsage, o.nodeGracePeriod)
+	}
 	if o.controllers < 1 || o.controllers > 3 {
 		return fmt.Errorf("%w: --controllers %d: give 1 to 3", cli.ErrUsage, o.controllers)
 	}
@@ -252,9 +273,12 @@ func (l labels) Set(v string) error {
 	return nil
 }
 
+// nodeVerbs are the node commands.
+var nodeVerbs = []string{"add", "remove", "restart", "stall", "resume", "stop", "start"}
+
 func cmdNode(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	if len(args) == 0 {
-		return fmt.Errorf("%w: node needs add, remove, restart, stall or resume", cli.ErrUsage)
+		return fmt.Errorf("%w: node needs %s", cli.ErrUsage, strings.Join(nodeVerbs, ", "))
 	}
 	verb, rest := args[0], args[1:]
 	extra := labels{}
@@ -270,7 +294,7 @@ func cmdNode(ctx context.Context, args []string, stdout, stderr io.Writer) error
 			fs.BoolVar(&crash, "crash", false, "kill the handler (SIGKILL) instead of stopping it")
 		}
 	}
-	if !slices.Contains([]string{"add", "remove", "restart", "stall", "resume"}, verb) {
+	if !slices.Contains(nodeVerbs, verb) {
 		return fmt.Errorf("%w: unknown node command %q", cli.ErrUsage, verb)
 	}
 	return withCluster(rest, "node "+verb, stderr, flags, func(c *cluster, names []string) error {
@@ -293,6 +317,8 @@ func cmdNode(ctx context.Context, args []string, stdout, stderr io.Writer) error
 			return nodes.remove(ctx, k, names[0], crash, stdout)
 		case "restart":
 			return nodes.restart(ctx, k, names[0], crash, stdout)
+		case "stop", "start":
+			return nodes.power(ctx, k, names[0], verb == "start", stdout)
 		default:
 			return nodes.signal(ctx, k, names[0], verb, stdout)
 		}

@@ -8,6 +8,7 @@ import (
 	"maps"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"syscall"
 	"time"
@@ -67,9 +68,11 @@ func (c *cluster) addNode(ctx context.Context, k client.Client, name string, lab
 	if err := k.Create(ctx, node); err != nil {
 		return fmt.Errorf("create node %s: %w", name, err)
 	}
+	// A patch: the kubelets process may have marked it Ready already.
+	patch := client.MergeFrom(node.DeepCopy())
 	node.Status.Conditions = []corev1.NodeCondition{{Type: corev1.NodeReady, Status: corev1.ConditionTrue,
 		Reason: "KubeletReady", Message: "simulated by localcluster", LastHeartbeatTime: metav1.Now(), LastTransitionTime: metav1.Now()}}
-	if err := k.Status().Update(ctx, node); err != nil {
+	if err := k.Status().Patch(ctx, node, patch); err != nil {
 		return fmt.Errorf("mark node %s Ready: %w", name, err)
 	}
 	return c.handler().start(ctx, k, name)
@@ -165,6 +168,12 @@ func (c *cluster) removeNode(ctx context.Context, k client.Client, name string, 
 		return fmt.Errorf("node %s was removed already", name)
 	}
 	h.Removed = true
+	if off := slices.Contains(c.PoweredOff, name); off {
+		// Its machine is off: nothing on it takes an address off, as
+		// after a crash; the Node is tainted out of service.
+		c.PoweredOff = slices.DeleteFunc(c.PoweredOff, func(n string) bool { return n == name })
+		crash = true
+	}
 	handler := c.handler()
 	if crash {
 		if err := handler.stop(ctx, k, name, true); err != nil {
@@ -241,6 +250,9 @@ func (c *cluster) signalHandler(name, verb string, out io.Writer) error {
 	if !ok {
 		return fmt.Errorf("node %s was not added by this local cluster", name)
 	}
+	if err := c.checkRunning(name); err != nil {
+		return err
+	}
 	sig := syscall.SIGSTOP
 	if verb == "resume" {
 		sig = syscall.SIGCONT
@@ -261,9 +273,20 @@ func (c *cluster) restartHandler(ctx context.Context, k client.Client, name stri
 	if err := k.Get(ctx, client.ObjectKey{Name: name}, &corev1.Node{}); apierrors.IsNotFound(err) {
 		return fmt.Errorf("node %s was removed; add it again instead", name)
 	}
+	if err := c.checkRunning(name); err != nil {
+		return err
+	}
 	handler := c.handler()
 	if err := handler.stop(ctx, k, name, crash); err != nil {
 		return err
 	}
 	return handler.start(ctx, k, name)
+}
+
+// checkRunning fails for a node whose machine is stopped (node stop).
+func (c *cluster) checkRunning(name string) error {
+	if slices.Contains(c.PoweredOff, name) {
+		return fmt.Errorf("the machine of node %s is stopped: start it first (localcluster node start %s)", name, name)
+	}
+	return nil
 }

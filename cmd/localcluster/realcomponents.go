@@ -33,20 +33,6 @@ func (c *cluster) startKubeControllers(ctx context.Context) error {
 	return c.startKubeComponent(ctx, "kube-scheduler")
 }
 
-// startGarbageCollector starts, beside simulated nodes and when asked
-// (up --garbage-collector), kube-controller-manager with its garbage
-// collector alone: no kubelet posts the simulated Nodes' status, so the
-// node lifecycle controller would turn them all NotReady.
-func (c *cluster) startGarbageCollector(ctx context.Context) error {
-	if !c.GarbageCollector || c.Real != nil {
-		return nil
-	}
-	// Its own user may only list and watch: the collector acts with its
-	// service account's credentials (system:controller:generic-garbage-collector).
-	return c.startKubeComponent(ctx, "kube-controller-manager", "--controllers=garbagecollector",
-		"--use-service-account-credentials=true", "--authentication-skip-lookup")
-}
-
 // startKubeComponent starts one of Kubernetes' control-plane components
 // (kube-controller-manager, kube-scheduler) from the assets, on loopback
 // with the cluster's certificates, and waits until it is healthy.

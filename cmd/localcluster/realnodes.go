@@ -385,8 +385,11 @@ func (c *cluster) realNode(ctx context.Context, k client.Client, verb, name stri
 	if _, ok := c.Real.Nodes[name]; !ok {
 		return fmt.Errorf("node %s was not added by this local cluster", name)
 	}
-	if verb == "remove" {
+	switch verb {
+	case "remove":
 		return c.removeRealNode(ctx, k, name, crash, out)
+	case "stop", "start":
+		return fmt.Errorf("node %s: node %s powers a simulated node's machine off or on; a real node is removed (node remove --crash) and added again", name, verb)
 	}
 	if err := k.Get(ctx, client.ObjectKey{Name: name}, &corev1.Node{}); apierrors.IsNotFound(err) {
 		return fmt.Errorf("node %s was removed", name)

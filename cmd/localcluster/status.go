@@ -5,6 +5,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"text/tabwriter"
 
@@ -43,6 +44,8 @@ func (c *cluster) status(out io.Writer) error {
 		switch p := c.Processes[name]; {
 		case c.Real != nil && c.Real.Nodes[node] != nil && c.Real.Nodes[node].Removed:
 			state = "removed"
+		case slices.Contains(c.PoweredOff, node):
+			state = "powered off"
 		case p.alive():
 			state = "running"
 		case p.Removed:

@@ -49,6 +49,11 @@ type upOptions struct {
 	// garbageCollector runs Kubernetes' garbage collector beside
 	// simulated nodes.
 	garbageCollector bool
+	// nodeLifecycle posts the simulated nodes' heartbeats and runs
+	// Kubernetes' node lifecycle controller, whose grace period is
+	// nodeGracePeriod.
+	nodeLifecycle   bool
+	nodeGracePeriod time.Duration
 }
 
 // up starts a local cluster and leaves it running. If a step fails, it
@@ -59,7 +64,8 @@ func up(ctx context.Context, o upOptions, out io.Writer) error {
 	}
 	c := &cluster{dir: o.dir, Bin: o.bin, Assets: o.assets, GracePeriod: o.gracePeriod.String(),
 		QuarantinePeriod: o.quarantine.String(), Controllers: o.controllers, Processes: map[string]*process{},
-		Handler: o.handler, PeerHandler: o.peerHandler, ExtraCRDs: o.crds, Companion: o.companion, GarbageCollector: o.garbageCollector}
+		Handler: o.handler, PeerHandler: o.peerHandler, ExtraCRDs: o.crds, Companion: o.companion, GarbageCollector: o.garbageCollector,
+		NodeLifecycle: o.nodeLifecycle, NodeGracePeriod: o.nodeGracePeriod.String()}
 	if o.retries >= 0 {
 		c.Retries = &o.retries
 	}
@@ -100,7 +106,7 @@ func (c *cluster) checkBinaries() error {
 	if c.Real == nil { // real nodes run them from their images
 		programs = append(programs, filepath.Join(c.Bin, "handler"), filepath.Join(c.Bin, "pool-controller"), filepath.Join(c.Bin, "nmstatectl-sim"))
 	}
-	if c.GarbageCollector && c.Real == nil {
+	if (c.GarbageCollector || c.NodeLifecycle) && c.Real == nil {
 		programs = append(programs, filepath.Join(c.Assets, "kube-controller-manager"))
 	}
 	if c.Handler == handlerUpstream {
@@ -161,7 +167,7 @@ func (c *cluster) bootstrap(ctx context.Context, n int, out io.Writer) error {
 	apiServer := startStep{"kube-apiserver", func(ctx context.Context) error { return c.startAPIServer(ctx, keys) }}
 	steps := []startStep{etcd, apiServer,
 		{"CRDs", c.installCRDs},
-		{"garbage collector", c.startGarbageCollector},
+		{"kube-controllers", c.startSimulatedControllers},
 		{c.handlerSetup(), func(ctx context.Context) error {
 			k, err := c.client()
 			if err != nil {

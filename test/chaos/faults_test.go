@@ -286,9 +286,12 @@ func (c *cluster) register(node string) bool {
 	if err := c.k.Create(c.ctx, n); err != nil && !apierrors.IsAlreadyExists(err) {
 		return false
 	}
+	// A patch: the local cluster's kubelets process may have marked it
+	// Ready already.
+	patch := client.MergeFrom(n.DeepCopy())
 	n.Status.Conditions = []corev1.NodeCondition{{Type: corev1.NodeReady, Status: corev1.ConditionTrue, Reason: "KubeletReady",
 		Message: "registered again", LastHeartbeatTime: metav1.Now(), LastTransitionTime: metav1.Now()}}
-	if c.k.Status().Update(c.ctx, n) != nil {
+	if c.k.Status().Patch(c.ctx, n, patch) != nil {
 		return false
 	}
 	c.orphans.remove(node)

@@ -44,9 +44,10 @@ var _ = Describe("Companion mode: pooled policies beside kubernetes-nmstate's ha
 	carried := func(node string) []string {
 		return envtest.NewNode(node, filepath.Join(cdir, "nodes"), filepath.Join(bin, "nmstatectl-sim")).ConfiguredAll("eth1")
 	}
-	statusOf := func() string {
+	// statusIn is the True condition of a pooled policy.
+	statusIn := func(policy string) string {
 		var p ippoolv1.PooledNodeNetworkConfigurationPolicy
-		if err := kc.Get(ctx, types.NamespacedName{Name: name}, &p); err != nil {
+		if err := kc.Get(ctx, types.NamespacedName{Name: policy}, &p); err != nil {
 			return err.Error()
 		}
 		for _, c := range p.Status.Conditions {
@@ -56,9 +57,11 @@ var _ = Describe("Companion mode: pooled policies beside kubernetes-nmstate's ha
 		}
 		return "no True condition"
 	}
-	recordOf := func(node string) string {
+	statusOf := func() string { return statusIn(name) }
+	// recordIn is the one address a pooled policy records for a node.
+	recordIn := func(policy, node string) string {
 		var p ippoolv1.PooledNodeNetworkConfigurationPolicy
-		if err := kc.Get(ctx, types.NamespacedName{Name: name}, &p); err != nil {
+		if err := kc.Get(ctx, types.NamespacedName{Name: policy}, &p); err != nil {
 			return err.Error()
 		}
 		if n := p.Status.NodeOf(node); n != nil && len(n.Addresses) == 1 {
@@ -66,6 +69,7 @@ var _ = Describe("Companion mode: pooled policies beside kubernetes-nmstate's ha
 		}
 		return ""
 	}
+	recordOf := func(node string) string { return recordIn(name, node) }
 	generatedOf := func(policy string) []string {
 		var list nmstatev1.NodeNetworkConfigurationPolicyList
 		if err := kc.List(ctx, &list, client.MatchingLabels{ippoolv1.PooledPolicyLabel: policy}); err != nil {
@@ -120,7 +124,7 @@ var _ = Describe("Companion mode: pooled policies beside kubernetes-nmstate's ha
 		cdir = filepath.Join(root, "cluster")
 		By("starting a local cluster whose nodes run kubernetes-nmstate's handler, and the pool controller in companion mode")
 		localclusterIn(cdir, "up", "--nodes", "3", "--handler", "upstream", "--companion", "--peer-handler", peerHandler,
-			"--bin", bin, "--assets", envtest.AssetsDir(), "--gc-grace-period", "5s", "--quarantine-period", "60s", "--garbage-collector")
+			"--bin", bin, "--assets", envtest.AssetsDir(), "--gc-grace-period", "5s", "--quarantine-period", "60s", "--node-grace-period", "10s")
 		DeferCleanup(func() {
 			localclusterIn(cdir, "down")
 			_ = os.RemoveAll(root)
@@ -231,18 +235,7 @@ routes:
 `)
 		Expect(kc.Create(ctx, second)).To(Succeed())
 		DeferCleanup(func() { _ = kc.Delete(ctx, second) })
-		condition := func() string {
-			var p ippoolv1.PooledNodeNetworkConfigurationPolicy
-			if err := kc.Get(ctx, client.ObjectKeyFromObject(second), &p); err != nil {
-				return err.Error()
-			}
-			for _, c := range p.Status.Conditions {
-				if c.Status == corev1.ConditionTrue {
-					return string(c.Type) + " " + string(c.Reason) + ": " + c.Message
-				}
-			}
-			return ""
-		}
+		condition := func() string { return statusIn(second.Name) }
 		Eventually(condition).Should(HavePrefix("Degraded IPPoolExhausted: NodeIPPool small has no address left for node node01"))
 		eth2 := func(node string) []string {
 			return envtest.NewNode(node, filepath.Join(cdir, "nodes"), filepath.Join(bin, "nmstatectl-sim")).ConfiguredAll("eth2")
@@ -338,6 +331,48 @@ spec:
 		Eventually(func() error {
 			return kc.Get(ctx, client.ObjectKeyFromObject(pooled), &ippoolv1.PooledNodeNetworkConfigurationPolicy{})
 		}).Should(MatchError(ContainSubstring("not found")))
+		Eventually(func() ([]string, error) { return envtest.PoolAddresses(ctx, kc, pool) }).Should(BeEmpty())
+	})
+
+	It("lets a node whose machine is off hold no rollout and no release: ignored NotReady, its own address released once it runs again", func() {
+		const other = "eth1-notready"
+		statusOfOther := func() string { return statusIn(other) }
+		recordOfOther := func(node string) string { return recordIn(other, node) }
+		// node05's machine stops before the policy exists: the node
+		// lifecycle controller turns it NotReady, no handler runs there.
+		localclusterIn(cdir, "node", "add", "node05")
+		localclusterIn(cdir, "node", "stop", "node05")
+		p := &ippoolv1.PooledNodeNetworkConfigurationPolicy{ObjectMeta: metav1.ObjectMeta{Name: other}}
+		p.Spec.NodeSelector = map[string]string{"node-role.kubernetes.io/worker": ""}
+		p.Spec.Capture = map[string]string{"addr": "ippool." + pool + ".allocate"}
+		p.Spec.DesiredState = shared.NewState(envtest.OneAddressState)
+		one := intstr.FromInt32(1)
+		p.Spec.MaxUnavailable = &one
+		Expect(kc.Create(ctx, p)).To(Succeed())
+		Eventually(statusOfOther).Should(Equal("Available SuccessfullyConfigured: 1/2 nodes successfully configured, 1 nodes ignored due to NotReady state"),
+			"the stopped node holds no maxUnavailable slot")
+		Expect(carried("node01")).To(ConsistOf(recordOfOther("node01") + "/24"))
+
+		By("its machine runs again: the rollout reaches it")
+		localclusterIn(cdir, "node", "start", "node05")
+		Eventually(statusOfOther).Should(Equal("Available SuccessfullyConfigured: 2/2 nodes successfully configured"))
+		held := recordOfOther("node05")
+		Expect(carried("node05")).To(ConsistOf(held + "/24"))
+
+		By("its machine stops again, with its address, and the pooled policy is deleted")
+		localclusterIn(cdir, "node", "stop", "node05")
+		Expect(kc.Delete(ctx, p)).To(Succeed())
+		Eventually(func() []string { return carried("node01") }).Should(BeEmpty(), "node01's release does not wait for node05")
+		Eventually(statusOfOther).Should(HavePrefix("Degraded NodeNotReady: Node node05 is not Ready: "+held+" stay recorded and quarantined"),
+			"the deletion says what it waits for")
+		Expect(envtest.PoolAddresses(ctx, kc, pool)).To(ContainElement(held), "held while its machine may carry it")
+
+		By("its machine runs again: kubernetes-nmstate's handler takes the address off, and the pooled policy goes")
+		localclusterIn(cdir, "node", "start", "node05")
+		Eventually(func() error {
+			return kc.Get(ctx, client.ObjectKeyFromObject(p), &ippoolv1.PooledNodeNetworkConfigurationPolicy{})
+		}, 2*time.Minute).Should(MatchError(ContainSubstring("not found")))
+		Expect(carried("node05")).To(BeEmpty())
 		Eventually(func() ([]string, error) { return envtest.PoolAddresses(ctx, kc, pool) }).Should(BeEmpty())
 	})
 })
