@@ -70,8 +70,8 @@ func TestSelfAllocateConfinedToOwnNode(t *testing.T) {
 	}
 	poolstatus.Set(p, alloc)
 	since := metav1.NewTime(time.Now().Truncate(time.Second))
-	poolstatus.AddInFlight(p, ippoolv1.InFlightAddress{IP: "10.0.0.3", Enactment: theirs.Name, Token: "1", Since: since})
-	poolstatus.AddQuarantine(p, ippoolv1.QuarantinedAddress{IP: "10.0.0.4", Node: w2.Name, Enactment: theirs.Name, Since: since})
+	poolstatus.AddInFlight(p, ippoolv1.InFlightAddress{IP: "10.0.0.3", Holder: theirs.Name, Token: "1", Since: since})
+	poolstatus.AddQuarantine(p, ippoolv1.QuarantinedAddress{IP: "10.0.0.4", Node: w2.Name, Holder: theirs.Name, Since: since})
 	meta.SetStatusCondition(&p.Status.Conditions, metav1.Condition{Type: ippoolv1.ConditionAvailable, Status: metav1.ConditionTrue,
 		Reason: ippoolv1.ReasonReconciledPool, Message: "The pool is up to date"})
 	p.Status.Stamp = poolstatus.Stamp(p)
@@ -122,7 +122,7 @@ func TestSelfAllocateConfinedToOwnNode(t *testing.T) {
 			}},
 		{"plant an entry for w2's enactment", "the in-flight entry of enactment w2.p for 10.0.0.5 is not node w1's",
 			func(p *ippoolv1.NodeIPPool, a *ippool.Allocator) {
-				poolstatus.AddInFlight(p, ippoolv1.InFlightAddress{IP: "10.0.0.5", Enactment: theirs.Name, Token: "2", Since: metav1.Now()})
+				poolstatus.AddInFlight(p, ippoolv1.InFlightAddress{IP: "10.0.0.5", Holder: theirs.Name, Token: "2", Since: metav1.Now()})
 				_ = a.AllocateIP(netip.MustParseAddr("10.0.0.5"))
 			}},
 		{"lift w2's quarantine", "the quarantine of 10.0.0.4 released by node w2 is not node w1's to lift or change",
@@ -132,11 +132,11 @@ func TestSelfAllocateConfinedToOwnNode(t *testing.T) {
 			}},
 		{"take w2's address, to withdraw it later", "the in-flight entry of enactment w1.p takes 10.0.0.2, which is in use",
 			func(p *ippoolv1.NodeIPPool, _ *ippool.Allocator) {
-				poolstatus.AddInFlight(p, ippoolv1.InFlightAddress{IP: "10.0.0.2", Enactment: ours.Name, Token: "3", Since: metav1.Now()})
+				poolstatus.AddInFlight(p, ippoolv1.InFlightAddress{IP: "10.0.0.2", Holder: ours.Name, Token: "3", Since: metav1.Now()})
 			}},
 		{"plant a quarantine on w2's address", "the quarantine of 10.0.0.2 for node w1 is not node w1's release of its own address",
 			func(p *ippoolv1.NodeIPPool, _ *ippool.Allocator) {
-				poolstatus.AddQuarantine(p, ippoolv1.QuarantinedAddress{IP: "10.0.0.2", Node: "w1", Enactment: ours.Name, Since: metav1.Now()})
+				poolstatus.AddQuarantine(p, ippoolv1.QuarantinedAddress{IP: "10.0.0.2", Node: "w1", Holder: ours.Name, Since: metav1.Now()})
 			}},
 		{"mark the pool unavailable", "the conditions are the pool controller's",
 			func(p *ippoolv1.NodeIPPool, _ *ippool.Allocator) {

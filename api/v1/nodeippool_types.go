@@ -289,11 +289,22 @@ type NodeIPPoolStatus struct {
 
 // InFlightAddress is an address a handler took for an enactment and is about
 // to record there.
+// +kubebuilder:validation:XValidation:rule="has(self.holder) || has(self.enactment)",message="name the holder in holder"
+// +kubebuilder:validation:XValidation:rule="!has(self.holder) || !has(self.enactment) || self.holder == self.enactment",message="enactment is the deprecated name of holder: when both are set they must be equal"
 type InFlightAddress struct {
 	// IP is the address.
 	IP string `json:"ip"`
-	// Enactment is the enactment the address is for.
-	Enactment string `json:"enactment"`
+	// Holder is the holder the address is for (see HolderName).
+	// +optional
+	// +kubebuilder:validation:MaxLength=600
+	Holder string `json:"holder,omitempty"`
+	// DeprecatedEnactment is holder's name before holder existed, read
+	// only from entries that have no holder. Deprecated: read holder; it
+	// is written alongside it, equal, so that earlier versions read the
+	// entries this one writes.
+	// +optional
+	// +kubebuilder:validation:MaxLength=600
+	DeprecatedEnactment string `json:"enactment,omitempty"`
 	// Token is the enactment's resourceVersion when the address was taken.
 	// The handler records the address under that resourceVersion, so a
 	// fence (any write to the enactment) makes a late record fail.
@@ -317,6 +328,7 @@ type InFlightAddress struct {
 
 // QuarantinedAddress is an address taken from its holder, kept from
 // everyone else until the holder no longer carries it.
+// +kubebuilder:validation:XValidation:rule="!has(self.holder) || !has(self.enactment) || self.holder == self.enactment",message="enactment is the deprecated name of holder: when both are set they must be equal"
 type QuarantinedAddress struct {
 	// IP is the address.
 	IP string `json:"ip"`
@@ -327,9 +339,17 @@ type QuarantinedAddress struct {
 	// under the same name.
 	// +optional
 	NodeUID types.UID `json:"nodeUID,omitempty"`
-	// Enactment is the enactment that recorded it.
+	// Holder is the holder that recorded it (see HolderName).
 	// +optional
-	Enactment string `json:"enactment,omitempty"`
+	// +kubebuilder:validation:MaxLength=600
+	Holder string `json:"holder,omitempty"`
+	// DeprecatedEnactment is holder's name before holder existed, read
+	// only from entries that have no holder. Deprecated: read holder; it
+	// is written alongside it, equal, so that earlier versions read the
+	// entries this one writes.
+	// +optional
+	// +kubebuilder:validation:MaxLength=600
+	DeprecatedEnactment string `json:"enactment,omitempty"`
 	// Capture is the capture that held it, when the address is kept for its
 	// holder's return: while the quarantine lasts, the enactment of the same
 	// name asking again for this capture (its node re-added under the same
@@ -359,14 +379,25 @@ type QuarantinedAddress struct {
 
 // KeptAddress is a free address kept for the return of the node that held
 // it (see NodeIPPoolStatus.KeptForReturn).
+// +kubebuilder:validation:XValidation:rule="has(self.holder) || has(self.enactment)",message="name the holder in holder"
+// +kubebuilder:validation:XValidation:rule="!has(self.holder) || !has(self.enactment) || self.holder == self.enactment",message="enactment is the deprecated name of holder: when both are set they must be equal"
 type KeptAddress struct {
 	// IP is the address.
 	IP string `json:"ip"`
 	// Node is the deleted node that held it.
 	Node string `json:"node"`
-	// Enactment is the enactment that recorded it; the enactment of the
-	// same name gets it back.
-	Enactment string `json:"enactment"`
+	// Holder is the holder that recorded it (see HolderName); the holder
+	// of the same name gets it back.
+	// +optional
+	// +kubebuilder:validation:MaxLength=600
+	Holder string `json:"holder,omitempty"`
+	// DeprecatedEnactment is holder's name before holder existed, read
+	// only from entries that have no holder. Deprecated: read holder; it
+	// is written alongside it, equal, so that earlier versions read the
+	// entries this one writes.
+	// +optional
+	// +kubebuilder:validation:MaxLength=600
+	DeprecatedEnactment string `json:"enactment,omitempty"`
 	// Capture is the capture of that enactment that held it.
 	Capture string `json:"capture"`
 	// Since is when the address was taken from its holder; it is kept

@@ -358,3 +358,58 @@ func TestAdmissionOrdersStartAndEnd(t *testing.T) {
 		}
 	}
 }
+
+// TestEntriesNameTheirHolder: a pool's entries name their holder in
+// holder, in the deprecated enactment (pools written before holder), or
+// in both, equal; two different names, or none, are refused.
+func TestEntriesNameTheirHolder(t *testing.T) {
+	ctx := context.Background()
+	p := pool("holders", ippoolv1.IPRange{CIDR: "10.11.0.0/24"})
+	if err := k.Create(ctx, p); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = k.Delete(ctx, p) })
+	for _, tc := range []struct {
+		name  string
+		entry ippoolv1.InFlightAddress
+		kept  ippoolv1.KeptAddress
+		q     ippoolv1.QuarantinedAddress
+		err   string
+	}{
+		{"holder", ippoolv1.InFlightAddress{Holder: "n1.p"}, ippoolv1.KeptAddress{Holder: "n2.p"}, ippoolv1.QuarantinedAddress{Holder: "n3.p"}, ""},
+		{"enactment only, as before holder", ippoolv1.InFlightAddress{DeprecatedEnactment: "n1.p"},
+			ippoolv1.KeptAddress{DeprecatedEnactment: "n2.p"}, ippoolv1.QuarantinedAddress{DeprecatedEnactment: "n3.p"}, ""},
+		{"both, equal", ippoolv1.InFlightAddress{Holder: "n1.p", DeprecatedEnactment: "n1.p"},
+			ippoolv1.KeptAddress{Holder: "n2.p", DeprecatedEnactment: "n2.p"}, ippoolv1.QuarantinedAddress{Holder: "n3.p", DeprecatedEnactment: "n3.p"}, ""},
+		{"an in-flight entry naming two holders", ippoolv1.InFlightAddress{Holder: "n1.p", DeprecatedEnactment: "n9.p"},
+			ippoolv1.KeptAddress{Holder: "n2.p"}, ippoolv1.QuarantinedAddress{Holder: "n3.p"}, "enactment is the deprecated name of holder: when both are set they must be equal"},
+		{"a kept entry naming two holders", ippoolv1.InFlightAddress{Holder: "n1.p"},
+			ippoolv1.KeptAddress{Holder: "n2.p", DeprecatedEnactment: "n9.p"}, ippoolv1.QuarantinedAddress{Holder: "n3.p"}, "enactment is the deprecated name of holder"},
+		{"a quarantine naming two holders", ippoolv1.InFlightAddress{Holder: "n1.p"},
+			ippoolv1.KeptAddress{Holder: "n2.p"}, ippoolv1.QuarantinedAddress{Holder: "n3.p", DeprecatedEnactment: "n9.p"}, "enactment is the deprecated name of holder"},
+		{"an in-flight entry naming none", ippoolv1.InFlightAddress{},
+			ippoolv1.KeptAddress{Holder: "n2.p"}, ippoolv1.QuarantinedAddress{Holder: "n3.p"}, "name the holder in holder"},
+		{"a kept entry naming none", ippoolv1.InFlightAddress{Holder: "n1.p"},
+			ippoolv1.KeptAddress{}, ippoolv1.QuarantinedAddress{Holder: "n3.p"}, "name the holder in holder"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var cur ippoolv1.NodeIPPool
+			if err := k.Get(ctx, client.ObjectKeyFromObject(p), &cur); err != nil {
+				t.Fatal(err)
+			}
+			tc.entry.IP, tc.entry.Token, tc.entry.Since = "10.11.0.1", "1", metav1.Now()
+			tc.kept.IP, tc.kept.Node, tc.kept.Capture, tc.kept.Since = "10.11.0.2", "n2", "addr", metav1.Now()
+			tc.q.IP, tc.q.Since = "10.11.0.3", metav1.Now()
+			cur.Status.InFlight = []ippoolv1.InFlightAddress{tc.entry}
+			cur.Status.KeptForReturn = []ippoolv1.KeptAddress{tc.kept}
+			cur.Status.Quarantined = []ippoolv1.QuarantinedAddress{tc.q}
+			err := k.Status().Update(ctx, &cur)
+			switch {
+			case tc.err == "" && err != nil:
+				t.Errorf("refused: %v", err)
+			case tc.err != "" && (err == nil || !strings.Contains(err.Error(), tc.err)):
+				t.Errorf("error %v, want one saying %q", err, tc.err)
+			}
+		})
+	}
+}

@@ -17,6 +17,7 @@ import (
 	ippoolv1 "github.com/nmstate-ippool/nmstate-ippool/api/v1"
 	nncev1beta1 "github.com/nmstate-ippool/nmstate-ippool/api/v1beta1"
 	"github.com/nmstate-ippool/nmstate-ippool/internal/assign"
+	"github.com/nmstate-ippool/nmstate-ippool/internal/holder"
 	"github.com/nmstate-ippool/nmstate-ippool/internal/poolstatus"
 	"github.com/nmstate-ippool/nmstate-ippool/internal/record"
 	"github.com/nmstate-ippool/nmstate-ippool/pkg/capture"
@@ -227,7 +228,7 @@ func (s *snapshot) nodePlan(policy *nmstatev1.NodeNetworkConfigurationPolicy, re
 	}
 	name := shared.EnactmentKey(node, policy.Name).Name
 	if policy.Kind == poolstatus.PooledPolicyKind {
-		name = poolstatus.PolicyHolder(policy.Name, node) // its records are in its status
+		name = holder.ForPolicyNode(policy.Name, node).String() // its records are in its status
 	}
 	for _, e := range s.enactments {
 		if e.Name != name {

@@ -132,11 +132,11 @@ func TestClusterCommands(t *testing.T) {
 	// pool's name inside this range, not set.
 	pool(t, k, "held", ippoolv1.IPRange{CIDR: "10.40.0.0/24"}, "10.40.0.1", "10.40.0.2")
 	editStatus(t, k, "held", true, func(p *ippoolv1.NodeIPPool) {
-		poolstatus.AddInFlight(p, ippoolv1.InFlightAddress{IP: "10.40.0.1", Enactment: "node07.x", Token: "1", Since: metav1.Now()})
-		poolstatus.AddQuarantine(p, ippoolv1.QuarantinedAddress{IP: "10.40.0.2", Node: "node08", Enactment: "node08.static-ip",
+		poolstatus.AddInFlight(p, ippoolv1.InFlightAddress{IP: "10.40.0.1", Holder: "node07.x", Token: "1", Since: metav1.Now()})
+		poolstatus.AddQuarantine(p, ippoolv1.QuarantinedAddress{IP: "10.40.0.2", Node: "node08", Holder: "node08.static-ip",
 			Interface: "eth1", Since: metav1.Date(2026, 11, 23, 9, 0, 0, 0, time.UTC),
 			StateSeenAtRelease: ptr.To(metav1.Date(2026, 11, 23, 8, 59, 58, 0, time.UTC))})
-		poolstatus.AddKept(p, ippoolv1.KeptAddress{IP: "10.40.0.3", Node: "node09", Enactment: "node09.static-ip", Capture: "addr",
+		poolstatus.AddKept(p, ippoolv1.KeptAddress{IP: "10.40.0.3", Node: "node09", Holder: "node09.static-ip", Capture: "addr",
 			Since: metav1.Date(2026, 11, 23, 10, 0, 0, 0, time.UTC)})
 	})
 	enactment(t, k, "node06", "other", "other-pool", "10.40.0.7")

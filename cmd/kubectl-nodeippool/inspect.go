@@ -14,6 +14,7 @@ import (
 
 	ippoolv1 "github.com/nmstate-ippool/nmstate-ippool/api/v1"
 	nncev1beta1 "github.com/nmstate-ippool/nmstate-ippool/api/v1beta1"
+	"github.com/nmstate-ippool/nmstate-ippool/internal/holder"
 	"github.com/nmstate-ippool/nmstate-ippool/internal/poolstatus"
 	"github.com/nmstate-ippool/nmstate-ippool/pkg/ippool"
 )
@@ -211,8 +212,8 @@ func (in *inspected) problems() []string {
 	holders := func(ip netip.Addr) string {
 		names := make([]string, 0, len(in.claims[ip]))
 		for _, o := range in.claims[ip] {
-			if foreign, ok := poolstatus.ForeignHolderName(o.Enactment); ok {
-				names = append(names, foreign)
+			if h := holder.Parse(o.Enactment); h.Foreign() {
+				names = append(names, h.Title())
 				continue
 			}
 			names = append(names, o.Enactment)

@@ -11,6 +11,7 @@ import (
 	"sigs.k8s.io/yaml"
 
 	ippoolv1 "github.com/nmstate-ippool/nmstate-ippool/api/v1"
+	"github.com/nmstate-ippool/nmstate-ippool/internal/holder"
 	"github.com/nmstate-ippool/nmstate-ippool/internal/poolstatus"
 )
 
@@ -80,21 +81,21 @@ func (p printer) detail(d poolDetail) error {
 	fmt.Fprintln(tw, "OFFSET\tIP\tSTATE\tNODE\tINTERFACE\tPOLICY\tCAPTURE")
 	for _, a := range d.Addresses {
 		if k := a.KeptFor; k != nil {
-			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\n", dash(a.Offset), a.IP, a.State, k.Node, "-", policyOf(k.Enactment, k.Node), k.Capture)
+			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\n", dash(a.Offset), a.IP, a.State, k.Node, "-", policyOf(k.HolderName(), k.Node), k.Capture)
 			continue
 		}
 		if q := a.Quarantine; q != nil {
 			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\n", dash(a.Offset), a.IP, a.State, dash(q.Node), dash(q.Interface),
-				policyOf(q.Enactment, q.Node), dash(q.Capture))
+				policyOf(q.HolderName(), q.Node), dash(q.Capture))
 			continue
 		}
 		for _, h := range holdersOrNone(a.Holders) {
 			policy := dash(h.Policy)
-			if claim, ok := poolstatus.ClaimHolderName(h.Enactment); ok {
-				policy = claim // no node, no policy: a Cluster API claim
-			}
-			if name, _, ok := poolstatus.ParsePolicyHolder(h.Enactment); ok {
-				policy = "pnncp/" + name // companion mode
+			switch ref := holder.Parse(h.Enactment); ref.Kind {
+			case holder.Claim:
+				policy = ref.Title() // no node, no policy: a Cluster API claim
+			case holder.PolicyNode:
+				policy = "pnncp/" + ref.Name // companion mode
 			}
 			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\n", dash(a.Offset), a.IP, a.State, dash(h.Node), dash(h.Interface), policy, dash(h.Capture))
 		}
@@ -134,7 +135,7 @@ func (p printer) decoded(pool string, a addressRow) error {
 	if k := a.KeptFor; k != nil {
 		_, err := fmt.Fprintf(p.w, "NodeIPPool %s: %s is %s, free and kept since %s for the return of node %s (enactment %s, capture %s); "+
 			"other nodes get it only when no other address is free\n",
-			pool, a.IP, where, k.Since.UTC().Format(time.RFC3339), k.Node, k.Enactment, k.Capture)
+			pool, a.IP, where, k.Since.UTC().Format(time.RFC3339), k.Node, k.HolderName(), k.Capture)
 		return err
 	}
 	fmt.Fprintf(p.w, "NodeIPPool %s: %s is %s, %s", pool, a.IP, where, a.State)
@@ -148,13 +149,13 @@ func (p printer) decoded(pool string, a addressRow) error {
 	}
 	held := make([]string, 0, len(a.Holders))
 	for _, h := range a.Holders {
-		if ns, name, ok := poolstatus.ParseClaimHolder(h.Enactment); ok {
-			held = append(held, fmt.Sprintf("IPAddressClaim %s/%s (its IPAddress %s/%s)", ns, name, ns, name))
+		switch ref := holder.Parse(h.Enactment); ref.Kind {
+		case holder.Claim:
+			held = append(held, fmt.Sprintf("%s (its IPAddress %s/%s)", ref.Title(), ref.Namespace, ref.Name))
 			continue
-		}
-		if name, node, ok := poolstatus.ParsePolicyHolder(h.Enactment); ok {
-			held = append(held, fmt.Sprintf("node %s on %s (%s %s, capture %s)", node, dash(h.Interface),
-				poolstatus.PooledPolicyKind, name, dash(h.Capture)))
+		case holder.PolicyNode:
+			held = append(held, fmt.Sprintf("node %s on %s (%s %s, capture %s)", ref.Node, dash(h.Interface),
+				holder.PooledPolicyKind, ref.Name, dash(h.Capture)))
 			continue
 		}
 		held = append(held, fmt.Sprintf("node %s on %s (enactment %s, policy %s, capture %s)",

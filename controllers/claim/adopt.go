@@ -20,6 +20,7 @@ import (
 	ippoolv1 "github.com/nmstate-ippool/nmstate-ippool/api/v1"
 	"github.com/nmstate-ippool/nmstate-ippool/internal/assign"
 	"github.com/nmstate-ippool/nmstate-ippool/internal/capi"
+	"github.com/nmstate-ippool/nmstate-ippool/internal/holder"
 	"github.com/nmstate-ippool/nmstate-ippool/internal/poolstatus"
 	"github.com/nmstate-ippool/nmstate-ippool/internal/poolwrite"
 	"github.com/nmstate-ippool/nmstate-ippool/pkg/ippool"
@@ -58,7 +59,7 @@ func (r *Reconciler) adopt(ctx context.Context, claim, addr *unstructured.Unstru
 		// is not yet quarantined for it.
 		return notReady(capi.ReasonPoolNotReady, why), false, nil
 	}
-	holder, _ := holderOf(claim)
+	own, _ := holderOf(claim)
 	refuse := func(why string) (condition, bool, error) {
 		return notReady(capi.ReasonAllocationFailed, fmt.Sprintf("IPAddress %s/%s names %s, and %s; it was not made by this "+
 			"provider for this claim (no valid %s annotation), so it is not adopted: delete it, and the claim is given an address",
@@ -71,12 +72,12 @@ func (r *Reconciler) adopt(ctx context.Context, claim, addr *unstructured.Unstru
 	if err != nil {
 		return condition{}, false, err
 	}
-	if other := otherOwner(owners, pool.Name, holder, poolstatus.UnrecognizedHolder(a.Namespace, a.Name)); other != "" {
+	if other := otherOwner(owners, pool.Name, own, holder.ForIPAddress(a.Namespace, a.Name).String()); other != "" {
 		return refuse(other)
 	}
 	var why string
 	_, err = r.Pools.Update(ctx, pool.Name, func(p *ippoolv1.NodeIPPool, alloc *ippool.Allocator) (bool, error) {
-		why = adoptable(p, alloc, a.IP, holder)
+		why = adoptable(p, alloc, a.IP, own)
 		if why != "" {
 			return false, nil
 		}
@@ -156,7 +157,7 @@ func adoptable(p *ippoolv1.NodeIPPool, alloc *ippool.Allocator, ip netip.Addr, h
 	if _, err := alloc.Range().Assignable(ip); err != nil {
 		return fmt.Sprintf("NodeIPPool %s does not hand it out (%v)", p.Name, err)
 	}
-	if e := poolstatus.InFlightOf(p, ip.String()); e != nil && e.Enactment == holder {
+	if e := poolstatus.InFlightOf(p, ip.String()); e != nil && e.HolderName() == holder {
 		return ""
 	}
 	if held := heldByEntry(p, ip.String()); held != "" {

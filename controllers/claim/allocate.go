@@ -19,6 +19,7 @@ import (
 	nncev1beta1 "github.com/nmstate-ippool/nmstate-ippool/api/v1beta1"
 	"github.com/nmstate-ippool/nmstate-ippool/internal/assign"
 	"github.com/nmstate-ippool/nmstate-ippool/internal/capi"
+	"github.com/nmstate-ippool/nmstate-ippool/internal/holder"
 	"github.com/nmstate-ippool/nmstate-ippool/internal/poolstatus"
 	"github.com/nmstate-ippool/nmstate-ippool/internal/poolwrite"
 	"github.com/nmstate-ippool/nmstate-ippool/pkg/ippool"
@@ -98,7 +99,7 @@ func (r *Reconciler) take(ctx context.Context, claim *unstructured.Unstructured,
 			refusal = &c
 			return false, nil
 		}
-		entry := ippoolv1.InFlightAddress{Enactment: holder, Token: token, Since: now(r.Clock)}
+		entry := ippoolv1.InFlightAddress{Holder: holder, Token: token, Since: now(r.Clock)}
 		switch {
 		case restoring != "":
 			got, refusal = takeBack(p, alloc, restoring)
@@ -134,7 +135,7 @@ func (r *Reconciler) take(ctx context.Context, claim *unstructured.Unstructured,
 // ownEntry returns the in-flight entry of the holder and token, or nil.
 func ownEntry(p *ippoolv1.NodeIPPool, holder, token string) *ippoolv1.InFlightAddress {
 	for i := range p.Status.InFlight {
-		if e := &p.Status.InFlight[i]; e.Enactment == holder && e.Token == token {
+		if e := &p.Status.InFlight[i]; e.HolderName() == holder && e.Token == token {
 			return e
 		}
 	}
@@ -243,10 +244,10 @@ func (r *Reconciler) forgetRestore(ctx context.Context, claim *unstructured.Unst
 func heldByEntry(p *ippoolv1.NodeIPPool, s string) string {
 	if q := poolstatus.QuarantineOf(p, s); q != nil {
 		return fmt.Sprintf("quarantined in NodeIPPool %s since its release by %s: it is free once nothing carries it",
-			p.Name, holderName(q.Enactment, q.Node))
+			p.Name, holderName(q.HolderName(), q.Node))
 	}
 	if e := poolstatus.InFlightOf(p, s); e != nil {
-		return "being allocated to " + holderName(e.Enactment, "")
+		return "being allocated to " + holderName(e.HolderName(), "")
 	}
 	if k := poolstatus.KeptOf(p, s); k != nil {
 		return fmt.Sprintf("kept in NodeIPPool %s for the return of node %s", p.Name, k.Node)
@@ -255,14 +256,11 @@ func heldByEntry(p *ippoolv1.NodeIPPool, s string) string {
 }
 
 // holderName names the holder an entry names, for messages.
-func holderName(holder, node string) string {
-	if foreign, ok := poolstatus.ForeignHolderName(holder); ok {
-		return foreign
+func holderName(name, node string) string {
+	if h := holder.Parse(name); h.Foreign() || node == "" {
+		return h.Title()
 	}
-	if node != "" {
-		return "node " + node
-	}
-	return "enactment " + holder
+	return "node " + node
 }
 
 // newAddress builds the IPAddress of a claim holding ip of pool: named and

@@ -17,6 +17,7 @@ import (
 
 	ippoolv1 "github.com/nmstate-ippool/nmstate-ippool/api/v1"
 	"github.com/nmstate-ippool/nmstate-ippool/internal/capi"
+	"github.com/nmstate-ippool/nmstate-ippool/internal/holder"
 	"github.com/nmstate-ippool/nmstate-ippool/internal/poolstatus"
 	"github.com/nmstate-ippool/nmstate-ippool/internal/poolwrite"
 	"github.com/nmstate-ippool/nmstate-ippool/pkg/ippool"
@@ -184,7 +185,7 @@ func (r *Reconciler) restore(ctx context.Context, claim, addr *unstructured.Unst
 			return false, nil
 		}
 		_ = alloc.AllocateIP(a.IP) // set already while the IPAddress records it
-		poolstatus.AddInFlight(p, ippoolv1.InFlightAddress{IP: a.IP.String(), Enactment: holder, Token: token,
+		poolstatus.AddInFlight(p, ippoolv1.InFlightAddress{IP: a.IP.String(), Holder: holder, Token: token,
 			Since: now(r.Clock)})
 		return true, nil
 	})
@@ -400,6 +401,6 @@ func (r *Reconciler) paused(ctx context.Context, claim *unstructured.Unstructure
 }
 
 // holderOf names the claim where entries name their holder, and its token.
-func holderOf(claim *unstructured.Unstructured) (holder, token string) {
-	return poolstatus.ClaimHolder(claim.GetNamespace(), claim.GetName()), string(claim.GetUID())
+func holderOf(claim *unstructured.Unstructured) (name, token string) {
+	return holder.ForClaim(claim.GetNamespace(), claim.GetName()).String(), string(claim.GetUID())
 }

@@ -18,6 +18,7 @@ import (
 	ippoolv1 "github.com/nmstate-ippool/nmstate-ippool/api/v1"
 	nncev1beta1 "github.com/nmstate-ippool/nmstate-ippool/api/v1beta1"
 	"github.com/nmstate-ippool/nmstate-ippool/internal/assign"
+	"github.com/nmstate-ippool/nmstate-ippool/internal/holder"
 	"github.com/nmstate-ippool/nmstate-ippool/internal/poolstatus"
 	"github.com/nmstate-ippool/nmstate-ippool/internal/poolwrite"
 	"github.com/nmstate-ippool/nmstate-ippool/pkg/capture"
@@ -226,8 +227,9 @@ func (w *world) labelsOf(node string) func() map[string]string {
 func inFlight(p *ippoolv1.NodeIPPool, policy, next *ippoolv1.PooledNodeNetworkConfigurationPolicy) map[string][]netip.Addr {
 	out := map[string][]netip.Addr{}
 	for _, e := range p.Status.InFlight {
-		policyName, node, ok := poolstatus.ParsePolicyHolder(e.Enactment)
-		if _, token := holderOf(policy, node); !ok || policyName != policy.Name || e.Token != token {
+		h := holder.Parse(e.HolderName())
+		node := h.Node
+		if _, token := holderOf(policy, node); h.Kind != holder.PolicyNode || h.Name != policy.Name || e.Token != token {
 			continue
 		}
 		if rec := next.Status.NodeOf(node); rec != nil &&
@@ -238,7 +240,7 @@ func inFlight(p *ippoolv1.NodeIPPool, policy, next *ippoolv1.PooledNodeNetworkCo
 			continue // recorded, then released (a reset): not the node's any more
 		}
 		if ip, err := netip.ParseAddr(e.IP); err == nil {
-			out[e.Enactment] = append(out[e.Enactment], ip)
+			out[e.HolderName()] = append(out[e.HolderName()], ip)
 		}
 	}
 	return out

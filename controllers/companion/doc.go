@@ -9,7 +9,7 @@
 // policy's status.nodes, which only this controller writes (the admin
 // writes the spec, kubernetes-nmstate's handler writes only its own
 // NNCPs' and enactments' status). The pool controller, the webhook and the
-// plugin read them as enactments named poolstatus.PolicyHolder(policy,
+// plugin read them as enactments named holder.ForPolicyNode(policy,
 // node) (internal/companion).
 //
 // Order of writes, so that no address is ever held by nobody while a NIC

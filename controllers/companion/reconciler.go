@@ -24,6 +24,7 @@ import (
 	ippoolv1 "github.com/nmstate-ippool/nmstate-ippool/api/v1"
 	nncev1beta1 "github.com/nmstate-ippool/nmstate-ippool/api/v1beta1"
 	"github.com/nmstate-ippool/nmstate-ippool/internal/annotations"
+	"github.com/nmstate-ippool/nmstate-ippool/internal/holder"
 	"github.com/nmstate-ippool/nmstate-ippool/internal/poolstatus"
 	"github.com/nmstate-ippool/nmstate-ippool/internal/poolwrite"
 	"github.com/nmstate-ippool/nmstate-ippool/pkg/capture"
@@ -439,8 +440,8 @@ func (r *Reconciler) removeFinalizer(ctx context.Context, p *ippoolv1.PooledNode
 // policy the pass read, which guards its status write. The pool
 // controller fences an entry not recorded past the grace period by
 // writing the policy, so a stalled pass can never record it.
-func holderOf(p *ippoolv1.PooledNodeNetworkConfigurationPolicy, node string) (holder, token string) {
-	return poolstatus.PolicyHolder(p.Name, node), p.ResourceVersion
+func holderOf(p *ippoolv1.PooledNodeNetworkConfigurationPolicy, node string) (name, token string) {
+	return holder.ForPolicyNode(p.Name, node).String(), p.ResourceVersion
 }
 
 // sameStatus reports whether two versions of a policy have the same

@@ -119,14 +119,14 @@ func (r *Reconciler) releasedFrom(pools []ippoolv1.NodeIPPool) map[netip.Addr]re
 	}
 	for _, p := range pools {
 		for _, q := range p.Status.Quarantined {
-			if q.Enactment == "" {
+			if q.HolderName() == "" {
 				// Found on the node, recorded by no enactment (a per-node
 				// policy's static address, say): not released by any
 				// record, so not taken off; the pool holds it for the
 				// node, whose pooled capture may adopt it.
 				continue
 			}
-			add(p.Name, q.Node, q.IP, q.Enactment, false)
+			add(p.Name, q.Node, q.IP, q.HolderName(), false)
 		}
 		for _, k := range p.Status.KeptForReturn {
 			add(p.Name, k.Node, k.IP, "", true)

@@ -188,5 +188,5 @@ func TestDeletedPoolLeavesStrays(t *testing.T) {
 	q := quarantined(&p.Status, net+".7")
 	Expect(q).NotTo(BeNil(), "the pool created again holds the stray")
 	Expect(q.Node).To(Equal(name + "-01"))
-	Expect(q.Enactment).To(BeEmpty())
+	Expect(q.HolderName()).To(BeEmpty())
 }

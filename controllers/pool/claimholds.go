@@ -9,7 +9,7 @@ import (
 
 	ippoolv1 "github.com/nmstate-ippool/nmstate-ippool/api/v1"
 	"github.com/nmstate-ippool/nmstate-ippool/internal/capi"
-	"github.com/nmstate-ippool/nmstate-ippool/internal/poolstatus"
+	"github.com/nmstate-ippool/nmstate-ippool/internal/holder"
 )
 
 // claimHolds reports whether e is the only hold of a Cluster API claim on
@@ -26,11 +26,11 @@ import (
 // or is gone. The annotation alone holds nothing: only the entry the
 // controller wrote does.
 func (r *Reconciler) claimHolds(ctx context.Context, e ippoolv1.InFlightAddress, recorded bool) (bool, error) {
-	namespace, name, ok := poolstatus.ParseClaimHolder(e.Enactment)
-	if !ok || r.IPAMVersion == "" {
+	h := holder.Parse(e.HolderName())
+	if h.Kind != holder.Claim || r.IPAMVersion == "" {
 		return false, nil
 	}
-	key := types.NamespacedName{Namespace: namespace, Name: name}
+	key := types.NamespacedName{Namespace: h.Namespace, Name: h.Name}
 	claim := capi.NewClaim(r.IPAMVersion)
 	err := r.APIReader.Get(ctx, key, claim)
 	switch {

@@ -13,6 +13,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/util/retry"
 	"k8s.io/utils/clock"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -151,7 +152,7 @@ func takeInFlight(pool, ip, enactment, token string) {
 		if err := alloc.AllocateIP(netip.MustParseAddr(ip)); err != nil {
 			return false, err
 		}
-		poolstatus.AddInFlight(p, ippoolv1.InFlightAddress{IP: ip, Enactment: enactment, Token: token, Since: metav1.Now()})
+		poolstatus.AddInFlight(p, ippoolv1.InFlightAddress{IP: ip, Holder: enactment, Token: token, Since: metav1.Now()})
 		return true, nil
 	})
 	Expect(err).NotTo(HaveOccurred())
@@ -193,6 +194,42 @@ func TestFenceChangesTheEnactmentEveryTime(t *testing.T) {
 		Expect(apierrors.IsConflict(err)).To(BeTrue(), "round %d: the late record under the token fails: %v", round, err)
 	}
 	Expect(bits("fence")).To(BeEmpty())
+}
+
+// TestPoolWrittenBeforeHolderField: a pool whose entries name their holder
+// in the deprecated enactment field only, as versions before holder
+// wrote them, keeps its stamp and is read as before: a stalled in-flight
+// entry is revoked and its enactment fenced, and the next write names
+// every entry's holder in both fields.
+func TestPoolWrittenBeforeHolderField(t *testing.T) {
+	RegisterTestingT(t)
+	stop := startController(t, nil)
+	createPool(t, "legacy", ippoolv1.IPRange{CIDR: "10.73.1.0/24", Start: "10.73.1.1", End: "10.73.1.4"})
+	Eventually(available("legacy")).Should(HavePrefix("True"))
+	stop() // the legacy entry is written while no controller runs, as before an upgrade
+	e := &nncev1beta1.NodeNetworkConfigurationEnactment{ObjectMeta: metav1.ObjectMeta{Name: "legacy01.legacy"}}
+	Expect(k.Create(ctx, e)).To(Succeed())
+	t.Cleanup(func() { _ = k.Delete(ctx, e) })
+	token := e.ResourceVersion
+	takeInFlight("legacy", "10.73.1.1", e.Name, token)
+	Expect(retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		var p ippoolv1.NodeIPPool
+		if err := k.Get(ctx, types.NamespacedName{Name: "legacy"}, &p); err != nil {
+			return err
+		}
+		Expect(p.Status.InFlight).To(HaveLen(1))
+		p.Status.InFlight[0].Holder = ""
+		Expect(p.Status.InFlight[0].DeprecatedEnactment).To(Equal(e.Name), "written in both fields")
+		Expect(poolstatus.Vouched(&p)).To(BeTrue(), "the stamp does not depend on the field that names the holder")
+		return k.Status().Update(ctx, &p)
+	})).To(Succeed())
+
+	startController(t, nil)
+	Eventually(func() []ippoolv1.InFlightAddress { return poolStatus("legacy").InFlight }, 5*grace).Should(BeEmpty(), "revoked")
+	Expect(k.Get(ctx, client.ObjectKeyFromObject(e), e)).To(Succeed())
+	Expect(e.Annotations).To(HaveKeyWithValue(ippoolv1.FenceAnnotation, "legacy/10.73.1.1@"+token), "its holder fenced")
+	Expect(bits("legacy")).To(BeEmpty())
+	Expect(poolCondition("legacy", ippoolv1.ConditionAvailable)()).To(HavePrefix("True"), "no rebuild needed")
 }
 
 // TestUnclaimedButCarriedIsQuarantined: garbage collection reads the

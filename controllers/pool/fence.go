@@ -13,6 +13,7 @@ import (
 
 	ippoolv1 "github.com/nmstate-ippool/nmstate-ippool/api/v1"
 	nncev1beta1 "github.com/nmstate-ippool/nmstate-ippool/api/v1beta1"
+	"github.com/nmstate-ippool/nmstate-ippool/internal/holder"
 	"github.com/nmstate-ippool/nmstate-ippool/internal/poolstatus"
 )
 
@@ -39,10 +40,11 @@ const (
 // under the token (fenced). A conflict means the enactment just changed,
 // maybe to record the address (undecided).
 func (r *Reconciler) fence(ctx context.Context, pool *ippoolv1.NodeIPPool, e ippoolv1.InFlightAddress) (fenceOutcome, error) {
-	if policy, node, ok := poolstatus.ParsePolicyHolder(e.Enactment); ok {
-		return r.fencePolicy(ctx, pool, e, policy, node)
+	h := holder.Parse(e.HolderName())
+	if h.Kind == holder.PolicyNode {
+		return r.fencePolicy(ctx, pool, e, h.Name, h.Node)
 	}
-	if poolstatus.Foreign(e.Enactment) {
+	if h.Foreign() {
 		// Taken by this process for a Cluster API claim, whose controller
 		// records it in the IPAddress (claimHolds keeps the entry while
 		// the claim may still record it): the entry goes, the bit stays
@@ -50,12 +52,12 @@ func (r *Reconciler) fence(ctx context.Context, pool *ippoolv1.NodeIPPool, e ipp
 		return movedOn, nil
 	}
 	var enactment nncev1beta1.NodeNetworkConfigurationEnactment
-	err := r.APIReader.Get(ctx, types.NamespacedName{Name: e.Enactment}, &enactment)
+	err := r.APIReader.Get(ctx, types.NamespacedName{Name: e.HolderName()}, &enactment)
 	switch {
 	case apierrors.IsNotFound(err):
 		return movedOn, nil
 	case err != nil:
-		return undecided, fmt.Errorf("get enactment %q: %w", e.Enactment, err)
+		return undecided, fmt.Errorf("get enactment %q: %w", e.HolderName(), err)
 	case slices.Contains(recordedIPs(&enactment), e.IP):
 		return undecided, nil // recorded after all: pruned on the next pass
 	case enactment.ResourceVersion != e.Token:
@@ -75,7 +77,7 @@ func (r *Reconciler) fence(ctx context.Context, pool *ippoolv1.NodeIPPool, e ipp
 		case apierrors.IsConflict(err):
 			return undecided, nil
 		}
-		return undecided, fmt.Errorf("fence enactment %q: %w", e.Enactment, err)
+		return undecided, fmt.Errorf("fence enactment %q: %w", e.HolderName(), err)
 	}
 	r.Recorder.Eventf(&enactment, pool, corev1.EventTypeWarning, ippoolv1.ReasonAllocationRevoked, "Revoke",
 		"NodeIPPool %s revoked %s: taken for this enactment %s ago and never recorded; its handler allocates again",

@@ -12,6 +12,7 @@ import (
 
 	ippoolv1 "github.com/nmstate-ippool/nmstate-ippool/api/v1"
 	nncev1beta1 "github.com/nmstate-ippool/nmstate-ippool/api/v1beta1"
+	"github.com/nmstate-ippool/nmstate-ippool/internal/holder"
 	"github.com/nmstate-ippool/nmstate-ippool/internal/poolstatus"
 	"github.com/nmstate-ippool/nmstate-ippool/pkg/ippool"
 )
@@ -92,17 +93,17 @@ func (r *Reconciler) holdsDue(pool *ippoolv1.NodeIPPool, claims poolstatus.Claim
 		ip, err := netip.ParseAddr(e.IP)
 		age := ages[inFlightKey(e)]
 		switch {
-		case err == nil && claims.HeldBy(ip, e.Enactment):
+		case err == nil && claims.HeldBy(ip, e.HolderName()):
 			if age >= pruneAfter || terminating {
 				due = true
 			} else {
 				wait(pruneAfter - age)
 			}
-		case terminating, age >= r.GracePeriod, !exists(e.Enactment) && age >= pruneAfter:
+		case terminating, age >= r.GracePeriod, !exists(e.HolderName()) && age >= pruneAfter:
 			// An entry whose enactment is gone is forgotten early; the
 			// cache has surely seen a young entry's enactment by then.
 			due = true
-		case !exists(e.Enactment):
+		case !exists(e.HolderName()):
 			wait(pruneAfter - age)
 		default:
 			wait(r.GracePeriod - age)
@@ -161,8 +162,8 @@ func (r *Reconciler) planHolds(ctx context.Context, pool *ippoolv1.NodeIPPool, c
 	terminating := !pool.DeletionTimestamp.IsZero()
 	for _, e := range pool.Status.InFlight {
 		ip, err := netip.ParseAddr(e.IP)
-		recorded := err == nil && claims.HeldBy(ip, e.Enactment)
-		if !recorded && exists(e.Enactment) && !terminating && ages[inFlightKey(e)] < r.GracePeriod {
+		recorded := err == nil && claims.HeldBy(ip, e.HolderName())
+		if !recorded && exists(e.HolderName()) && !terminating && ages[inFlightKey(e)] < r.GracePeriod {
 			continue // young: its holder records it soon
 		}
 		held, err := r.claimHolds(ctx, e, recorded)
@@ -173,7 +174,7 @@ func (r *Reconciler) planHolds(ctx context.Context, pool *ippoolv1.NodeIPPool, c
 			// Neither pruned, forgotten nor revoked: see claimHolds.
 		case recorded:
 			w.prune = append(w.prune, e.IP)
-		case !exists(e.Enactment):
+		case !exists(e.HolderName()):
 			w.forget[e.IP] = e.Token
 		default:
 			outcome, err := r.fence(ctx, pool, e)
@@ -241,8 +242,7 @@ func existing(enactments []nncev1beta1.NodeNetworkConfigurationEnactment) func(s
 		names[enactments[i].Name] = true
 	}
 	return func(name string) bool {
-		_, _, policy := poolstatus.ParsePolicyHolder(name)
-		return policy || names[name]
+		return holder.Parse(name).Kind == holder.PolicyNode || names[name]
 	}
 }
 
@@ -276,7 +276,7 @@ func applyHolds(pool *ippoolv1.NodeIPPool, alloc *ippool.Allocator, claims pools
 	now metav1.Time) (revoked, lifted []string, changed bool) {
 	a := &holdsApplier{pool: pool, alloc: alloc, claims: claims}
 	for _, s := range w.prune {
-		if e := poolstatus.InFlightOf(pool, s); e != nil && a.recordedBy(s, e.Enactment) {
+		if e := poolstatus.InFlightOf(pool, s); e != nil && a.recordedBy(s, e.HolderName()) {
 			a.removeInFlight(s)
 		}
 	}
@@ -342,7 +342,7 @@ func (a *holdsApplier) lift(s string, l lift) bool {
 		if !l.keptSince.IsZero() {
 			since = l.keptSince
 		}
-		poolstatus.AddKept(a.pool, ippoolv1.KeptAddress{IP: s, Node: entry.Node, Enactment: entry.Enactment,
+		poolstatus.AddKept(a.pool, ippoolv1.KeptAddress{IP: s, Node: entry.Node, Holder: entry.HolderName(),
 			Capture: entry.Capture, Since: since})
 	}
 	return true

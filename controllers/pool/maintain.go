@@ -260,7 +260,7 @@ func (r *Reconciler) release(ctx context.Context, pool *ippoolv1.NodeIPPool) err
 
 // released reports whether a quarantine is of an address a record
 // released (not a stray).
-func released(q ippoolv1.QuarantinedAddress) bool { return q.Enactment != "" }
+func released(q ippoolv1.QuarantinedAddress) bool { return q.HolderName() != "" }
 
 // reportCollected logs and tells of collected bits.
 func (r *Reconciler) reportCollected(ctx context.Context, pool *ippoolv1.NodeIPPool, got collected) {

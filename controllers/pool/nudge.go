@@ -15,7 +15,7 @@ import (
 
 	ippoolv1 "github.com/nmstate-ippool/nmstate-ippool/api/v1"
 	nncev1beta1 "github.com/nmstate-ippool/nmstate-ippool/api/v1beta1"
-	"github.com/nmstate-ippool/nmstate-ippool/internal/poolstatus"
+	"github.com/nmstate-ippool/nmstate-ippool/internal/holder"
 )
 
 // nudgeOf is an enactment to nudge, and the reason (the wait it ends, or
@@ -35,7 +35,7 @@ func toNudge(pool *ippoolv1.NodeIPPool, v view, done map[string]string) []nudgeO
 	var out []nudgeOf
 	for _, ip := range v.audit.Outside {
 		for _, o := range v.claims[ip] {
-			if poolstatus.Foreign(o.Enactment) {
+			if holder.Parse(o.Enactment).Foreign() {
 				continue // a Cluster API claim keeps its address (IPAddresses are immutable); a pooled policy's controller moves its own
 			}
 			if key := "outside:" + ip.String(); done[o.Enactment] != key {

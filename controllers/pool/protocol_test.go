@@ -58,7 +58,7 @@ func (w *recordWatch) intercept(pool string) interceptor.Funcs {
 		var p ippoolv1.NodeIPPool
 		Expect(k.Get(ctx, types.NamespacedName{Name: pool}, &p)).To(Succeed())
 		underToken := slices.ContainsFunc(p.Status.InFlight, func(f ippoolv1.InFlightAddress) bool {
-			return f.Enactment == e.Name && f.Token == e.ResourceVersion
+			return f.HolderName() == e.Name && f.Token == e.ResourceVersion
 		})
 		err := c.SubResource(sub).Update(ctx, obj, opts...)
 		if err == nil {
@@ -211,7 +211,7 @@ func TestFailedReturnStaysQuarantined(t *testing.T) {
 	Expect(os.WriteFile(holder.State+".fail", []byte("apply: NetworkManager is not answering\n"), 0o600)).To(Succeed())
 	relabel("back01", "elsewhere")
 	Eventually(func() *ippoolv1.QuarantinedAddress { s := poolStatus("back"); return quarantined(&s, "10.85.0.1") }).
-		Should(HaveField("Enactment", "back01.back"))
+		Should(HaveField("HolderName()", "back01.back"))
 	createPolicy(t, "back-other", "back-other", "back")
 	addNode(t, t.TempDir(), "back02", "back-other")
 	Eventually(enactmentState("back02.back-other")).Should(ContainSubstring("is exhausted"))

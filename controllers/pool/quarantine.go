@@ -92,7 +92,7 @@ func judgeQuarantine(q ippoolv1.QuarantinedAddress, h holderView, now time.Time,
 		// meanwhile. The hold only delays; the Node gone is the evidence.
 		return verdict{}
 	case h.nodeGone:
-		if q.Capture == "" || q.Enactment == "" {
+		if q.Capture == "" || q.HolderName() == "" {
 			return verdict{lift: lift{why: fmt.Sprintf("node %s is gone", q.Node)}}
 		}
 		// Kept for a quarantine period from now: the departure hold has
@@ -110,7 +110,7 @@ func judgeQuarantine(q ippoolv1.QuarantinedAddress, h holderView, now time.Time,
 	}
 	fresh := h.state != nil && published.After(q.StateSeenAtRelease.Time)
 	if fresh && !carried {
-		returns := q.Capture != "" && q.Enactment != ""
+		returns := q.Capture != "" && q.HolderName() != ""
 		switch {
 		case returns && q.NodeUID != "" && h.nodeUID != q.NodeUID:
 			// A new Node of the name: the old one is gone, and its
@@ -135,7 +135,7 @@ func judgeQuarantine(q ippoolv1.QuarantinedAddress, h holderView, now time.Time,
 // overdueOf describes a quarantine past its period: its holder still shows
 // the address (fresh), or has published nothing since the release.
 func overdueOf(q ippoolv1.QuarantinedAddress, fresh bool, iface string, published time.Time, age time.Duration) overdue {
-	if fresh && q.Enactment == "" {
+	if fresh && q.HolderName() == "" {
 		// Found on the node, recorded by no enactment: no release took
 		// it, so no handler takes it off.
 		return overdue{ippoolv1.ReasonAddressStillCarried, fmt.Sprintf(

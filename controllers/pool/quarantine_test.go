@@ -34,7 +34,7 @@ func TestJudgeQuarantine(t *testing.T) {
 		return nns
 	}
 	q := func(seen *metav1.Time, capture string) ippoolv1.QuarantinedAddress {
-		return ippoolv1.QuarantinedAddress{IP: "10.0.0.5", Node: "n1", NodeUID: "uid1", Enactment: "n1.p", Capture: capture,
+		return ippoolv1.QuarantinedAddress{IP: "10.0.0.5", Node: "n1", NodeUID: "uid1", Holder: "n1.p", Capture: capture,
 			Since: *at(0), StateSeenAtRelease: seen}
 	}
 	for _, tt := range []struct {
@@ -122,7 +122,7 @@ func TestOverdueStray(t *testing.T) {
 	if got.reason != ippoolv1.ReasonAddressStillCarried || got.message != want {
 		t.Errorf("got %+v\nwant %s", got, want)
 	}
-	q.Enactment = "n1.p"
+	q.Holder = "n1.p"
 	if got := overdueOf(q, true, "eth1", time.Now(), 6*time.Minute); !strings.Contains(got.message, "its handler retries taking it off") {
 		t.Errorf("a released address: %+v", got)
 	}

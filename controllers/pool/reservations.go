@@ -12,6 +12,7 @@ import (
 
 	ippoolv1 "github.com/nmstate-ippool/nmstate-ippool/api/v1"
 	"github.com/nmstate-ippool/nmstate-ippool/internal/assign"
+	"github.com/nmstate-ippool/nmstate-ippool/internal/holder"
 	"github.com/nmstate-ippool/nmstate-ippool/internal/poolstatus"
 	"github.com/nmstate-ippool/nmstate-ippool/pkg/ippool"
 )
@@ -43,12 +44,12 @@ func reservationsOf(pool *ippoolv1.NodeIPPool, alloc *ippool.Allocator, claims p
 			if res.Matches(o.Node, o.Policy, func() map[string]string { return nodeLabels(o.Node) }) {
 				continue
 			}
-			holder := fmt.Sprintf("node %s (enactment %s)", o.Node, o.Enactment)
-			if poolstatus.Foreign(o.Enactment) {
-				holder = o.Describe(pool.Name)
+			who := fmt.Sprintf("node %s (enactment %s)", o.Node, o.Enactment)
+			if holder.Parse(o.Enactment).Foreign() {
+				who = o.Describe(pool.Name)
 			}
 			conflicts = append(conflicts, fmt.Sprintf("%s is reserved for %s but held by %s; to move it, run: %s",
-				res.IP, res.Describe(), holder, o.Remedy(pool.Name)))
+				res.IP, res.Describe(), who, o.Remedy(pool.Name)))
 		}
 	}
 	if len(conflicts) > 0 {

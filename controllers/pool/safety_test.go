@@ -271,7 +271,7 @@ func TestWithdrawKeepsToItsIncarnation(t *testing.T) {
 	Eventually(available("incarnation")).Should(HavePrefix("True"))
 	w := poolwrite.NewWriter(k, k, clock.RealClock{})
 	_, err := w.Update(ctx, "incarnation", func(p *ippoolv1.NodeIPPool, alloc *ippool.Allocator) (bool, error) {
-		poolstatus.AddInFlight(p, ippoolv1.InFlightAddress{IP: "10.56.0.1", Enactment: "x.p", Token: "1", Since: metav1.Now()})
+		poolstatus.AddInFlight(p, ippoolv1.InFlightAddress{IP: "10.56.0.1", Holder: "x.p", Token: "1", Since: metav1.Now()})
 		return true, alloc.AllocateIP(mustAddr("10.56.0.1"))
 	})
 	Expect(err).NotTo(HaveOccurred())
@@ -395,7 +395,7 @@ func replaceNode(t *testing.T, pool, cidr, first string, selfAllocate bool) {
 	Eventually(enactmentGone(enactment)).Should(BeTrue())
 	Expect(leaving.Stop()).To(Succeed())
 	Eventually(func() []ippoolv1.KeptAddress { return poolStatus(pool).KeptForReturn }).Should(ConsistOf(
-		And(HaveField("IP", first), HaveField("Enactment", enactment), HaveField("Capture", "addr"), HaveField("Node", node))))
+		And(HaveField("IP", first), HaveField("HolderName()", enactment), HaveField("Capture", "addr"), HaveField("Node", node))))
 	Expect(poolStatus(pool).Quarantined).To(BeEmpty())
 	Expect(bits(pool)).To(BeEmpty(), "free: the Node is gone, and its network with it")
 
@@ -493,7 +493,7 @@ func TestConcurrentQuarantinesAllLand(t *testing.T) {
 	Expect(p.Status.Quarantined).To(HaveLen(n))
 	for _, q := range p.Status.Quarantined {
 		Expect(q.Node).To(Equal(holderOf[q.IP]), q.IP)
-		Expect(q.Enactment).To(Equal(q.Node+".p"), q.IP)
+		Expect(q.HolderName()).To(Equal(q.Node+".p"), q.IP)
 	}
 	Expect(bits("qgroup")).To(ConsistOf(want))
 }

@@ -322,7 +322,7 @@ func (r *Reconciler) recordServed(ctx context.Context, pool *ippoolv1.NodeIPPool
 // enactment.
 func hasInFlight(pool *ippoolv1.NodeIPPool, enactment string) bool {
 	for _, e := range pool.Status.InFlight {
-		if e.Enactment == enactment {
+		if e.HolderName() == enactment {
 			return true
 		}
 	}

@@ -137,7 +137,7 @@ func TestCollectUnclaimed(t *testing.T) {
 	claims := poolstatus.ClaimsOf("p", alloc.Range(), []nncev1beta1.NodeNetworkConfigurationEnactment{
 		holding("n1.pol", ippoolv1.EnactmentIPPools{"p": {Allocated: []string{"10.0.0.2"}}})})
 	pool := &ippoolv1.NodeIPPool{}
-	poolstatus.AddInFlight(pool, ippoolv1.InFlightAddress{IP: "10.0.0.4", Enactment: "n2.pol", Token: "7"})
+	poolstatus.AddInFlight(pool, ippoolv1.InFlightAddress{IP: "10.0.0.4", Holder: "n2.pol", Token: "7"})
 	poolstatus.AddQuarantine(pool, ippoolv1.QuarantinedAddress{IP: "10.0.0.5", Node: "n3"})
 	now := metav1.NewTime(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC))
 	carried := map[netip.Addr]string{netip.MustParseAddr("10.0.0.7"): "n9"}

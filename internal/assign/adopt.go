@@ -111,20 +111,20 @@ func (c *Chooser) refusal(cl Claimant, ip netip.Addr, off uint64, err error) str
 	}
 	if slices.ContainsFunc(c.kept, func(k keptOffset) bool { return k.offset == off }) {
 		k := c.kept[slices.IndexFunc(c.kept, func(k keptOffset) bool { return k.offset == off })]
-		return "it is kept for the return of " + k.entry.Enactment
+		return "it is kept for the return of " + k.entry.HolderName()
 	}
 	if f := poolstatus.InFlightOf(c.pool, ip.String()); f != nil {
-		return "it is being handed to " + f.Enactment
+		return "it is being handed to " + f.HolderName()
 	}
 	if q := poolstatus.QuarantineOf(c.pool, ip.String()); q != nil {
-		if q.Enactment == "" && q.Node == cl.Node {
+		if q.HolderName() == "" && q.Node == cl.Node {
 			return ""
 		}
-		if q.Enactment != "" && q.Node == cl.Node {
+		if q.HolderName() != "" && q.Node == cl.Node {
 			return ownAddress // released by the node: it comes off
 		}
-		if q.Enactment != "" {
-			return fmt.Sprintf("it was released from %s and is quarantined until node %s shows it gone", q.Enactment, q.Node)
+		if q.HolderName() != "" {
+			return fmt.Sprintf("it was released from %s and is quarantined until node %s shows it gone", q.HolderName(), q.Node)
 		}
 		return fmt.Sprintf("node %s carries it too", q.Node)
 	}

@@ -47,7 +47,7 @@ func adoptionPool(t *testing.T) (*ippoolv1.NodeIPPool, *ippool.Allocator) {
 		}
 	}
 	poolstatus.AddQuarantine(p, ippoolv1.QuarantinedAddress{IP: "10.1.0.16", Node: "node02"})
-	poolstatus.AddQuarantine(p, ippoolv1.QuarantinedAddress{IP: "10.1.0.18", Node: "node09", Enactment: "node09.gone"})
+	poolstatus.AddQuarantine(p, ippoolv1.QuarantinedAddress{IP: "10.1.0.18", Node: "node09", Holder: "node09.gone"})
 	return p, alloc
 }
 

@@ -108,7 +108,7 @@ func (t Taken) DescribeReclaim() string {
 	if !t.reclaimed {
 		return ""
 	}
-	return fmt.Sprintf("%s, kept since %s for the return of %s", t.IP, t.kept.Since.UTC().Format(time.RFC3339), t.kept.Enactment)
+	return fmt.Sprintf("%s, kept since %s for the return of %s", t.IP, t.kept.Since.UTC().Format(time.RFC3339), t.kept.HolderName())
 }
 
 // Notes are what the recipient of a pool write's addresses is told with
@@ -359,7 +359,7 @@ func (c *Chooser) Take(cl Claimant, captureName string) (Taken, error) {
 		return Taken{IP: ip, offset: off, returned: &entry}, nil
 	}
 	if i := slices.IndexFunc(c.kept, func(k keptOffset) bool {
-		return k.entry.Enactment == cl.Enactment && k.entry.Capture == captureName
+		return k.entry.HolderName() == cl.Enactment && k.entry.Capture == captureName
 	}); i >= 0 {
 		return c.takeKept(i, false), nil
 	}
@@ -393,7 +393,7 @@ func (c *Chooser) Take(cl Claimant, captureName string) (Taken, error) {
 // token: it names the quarantine a returned address came from, and the
 // kept entry a kept one came from.
 func (t Taken) InFlight(enactment, token string, since metav1.Time) ippoolv1.InFlightAddress {
-	return ippoolv1.InFlightAddress{IP: t.IP.String(), Enactment: enactment, Token: token, Since: since, Returning: t.returned, Kept: t.kept}
+	return ippoolv1.InFlightAddress{IP: t.IP.String(), Holder: enactment, Token: token, Since: since, Returning: t.returned, Kept: t.kept}
 }
 
 // Give undoes a Take whose address will not be written after all.
@@ -426,7 +426,7 @@ func (c *Chooser) Give(t Taken) {
 func (c *Chooser) returning(enactment, captureName string) *ippoolv1.QuarantinedAddress {
 	for i := range c.pool.Status.Quarantined {
 		q := &c.pool.Status.Quarantined[i]
-		if q.Capture == "" || q.Capture != captureName || q.Enactment != enactment {
+		if q.Capture == "" || q.Capture != captureName || q.HolderName() != enactment {
 			continue
 		}
 		if ip, err := netip.ParseAddr(q.IP); err == nil && c.alloc.HasIP(ip) && poolstatus.InFlightOf(c.pool, q.IP) == nil {

@@ -43,7 +43,7 @@ func TestTakeOrder(t *testing.T) {
 	if err := alloc.AllocateIP(mustAddr("10.0.0.4")); err != nil {
 		t.Fatal(err)
 	}
-	poolstatus.AddQuarantine(p, ippoolv1.QuarantinedAddress{IP: "10.0.0.4", Node: "back", Enactment: "back.policy", Capture: "addr"})
+	poolstatus.AddQuarantine(p, ippoolv1.QuarantinedAddress{IP: "10.0.0.4", Node: "back", Holder: "back.policy", Capture: "addr"})
 
 	c := New(p, alloc)
 	take := func(cl Claimant, capture string) string {
@@ -85,7 +85,7 @@ func TestGiveUndoesTake(t *testing.T) {
 	if err := alloc.AllocateIP(mustAddr("10.0.0.4")); err != nil {
 		t.Fatal(err)
 	}
-	poolstatus.AddQuarantine(p, ippoolv1.QuarantinedAddress{IP: "10.0.0.4", Enactment: "back.policy", Capture: "addr"})
+	poolstatus.AddQuarantine(p, ippoolv1.QuarantinedAddress{IP: "10.0.0.4", Holder: "back.policy", Capture: "addr"})
 	before := alloc.Clone()
 	c := New(p, alloc)
 	for _, tc := range []struct {
@@ -113,8 +113,8 @@ func TestKeptForReturn(t *testing.T) {
 	since := func(s int) metav1.Time { return metav1.Unix(int64(1_700_000_000+s), 0) }
 	// 10.0.0.2 kept longer than 10.0.0.3; 10.0.0.5 is excluded, so only
 	// 10.0.0.4 and 10.0.0.6 are free for anyone.
-	poolstatus.AddKept(p, ippoolv1.KeptAddress{IP: "10.0.0.3", Node: "newer", Enactment: "newer.policy", Capture: "addr", Since: since(20)})
-	poolstatus.AddKept(p, ippoolv1.KeptAddress{IP: "10.0.0.2", Node: "older", Enactment: "older.policy", Capture: "addr", Since: since(10)})
+	poolstatus.AddKept(p, ippoolv1.KeptAddress{IP: "10.0.0.3", Node: "newer", Holder: "newer.policy", Capture: "addr", Since: since(20)})
+	poolstatus.AddKept(p, ippoolv1.KeptAddress{IP: "10.0.0.2", Node: "older", Holder: "older.policy", Capture: "addr", Since: since(10)})
 	before := alloc.Clone()
 	c := New(p, alloc)
 	var notes Notes
@@ -169,7 +169,7 @@ func TestKeptForReturn(t *testing.T) {
 // TestDoneReleasesKept: kept addresses nobody took stay free.
 func TestDoneReleasesKept(t *testing.T) {
 	p, alloc := testPool()
-	poolstatus.AddKept(p, ippoolv1.KeptAddress{IP: "10.0.0.2", Enactment: "gone.policy", Capture: "addr"})
+	poolstatus.AddKept(p, ippoolv1.KeptAddress{IP: "10.0.0.2", Holder: "gone.policy", Capture: "addr"})
 	c := New(p, alloc)
 	if tk, err := c.Take(claimant("fresh", nil), "addr"); err != nil || tk.IP.String() != "10.0.0.3" {
 		t.Fatalf("got %v, %v; want 10.0.0.3", tk.IP, err)
@@ -225,7 +225,7 @@ func mustAddr(s string) netip.Addr { return netip.MustParseAddr(s) }
 // lowest.
 func TestKeptTakenThenUnrecorded(t *testing.T) {
 	p, alloc := testPool()
-	kept := ippoolv1.KeptAddress{IP: "10.0.0.3", Node: "back", Enactment: "back.policy", Capture: "addr", Since: metav1.Unix(1_700_000_000, 0)}
+	kept := ippoolv1.KeptAddress{IP: "10.0.0.3", Node: "back", Holder: "back.policy", Capture: "addr", Since: metav1.Unix(1_700_000_000, 0)}
 	poolstatus.AddKept(p, kept)
 	c := New(p, alloc)
 	tk, err := c.Take(claimant("back", nil), "addr")

@@ -28,7 +28,7 @@ import (
 
 	ippoolv1 "github.com/nmstate-ippool/nmstate-ippool/api/v1"
 	nncev1beta1 "github.com/nmstate-ippool/nmstate-ippool/api/v1beta1"
-	"github.com/nmstate-ippool/nmstate-ippool/internal/poolstatus"
+	"github.com/nmstate-ippool/nmstate-ippool/internal/holder"
 )
 
 const (
@@ -161,14 +161,14 @@ func AddressOf(u *unstructured.Unstructured) Address {
 
 // Records lists the IPAddresses of NodeIPPools through reader and returns
 // each as the record of its claim: an enactment named
-// poolstatus.ClaimHolder(namespace, claim) that holds the address under
+// holder.ForClaim(namespace, claim) that holds the address under
 // the pool's name. An IPAddress being deleted still holds its address.
 // Without the CRD there are none.
 //
 // Only an IPAddress signer signed for the claim that controls it, and
 // that claim exists, is a claim's record. Any other naming a pool (made by
 // someone else, or restored from a backup that dropped its owner) is
-// returned as the record of poolstatus.UnrecognizedHolder: it keeps its
+// returned as the record of holder.ForIPAddress: it keeps its
 // address from being handed out, and holds it against nobody (see
 // poolstatus.Owner.Unrecognized). A nil signer recognizes every one.
 func Records(ctx context.Context, reader client.Reader, signer *Signer) ([]nncev1beta1.NodeNetworkConfigurationEnactment, error) {
@@ -217,9 +217,9 @@ func recordsOf(items []unstructured.Unstructured, recognized func(*unstructured.
 		if !a.Pool.Ours() || !a.IP.IsValid() {
 			continue
 		}
-		name := poolstatus.ClaimHolder(a.Namespace, a.Claim)
+		name := holder.ForClaim(a.Namespace, a.Claim).String()
 		if !recognized(&items[i]) {
-			name = poolstatus.UnrecognizedHolder(a.Namespace, a.Name)
+			name = holder.ForIPAddress(a.Namespace, a.Name).String()
 		}
 		e := nncev1beta1.NodeNetworkConfigurationEnactment{ObjectMeta: metav1.ObjectMeta{Name: name}}
 		e.Status.IPPool = ippoolv1.EnactmentIPPools{a.Pool.Name: {Allocated: []string{a.IP.String()}}}

@@ -2,7 +2,7 @@
 // (PooledNodeNetworkConfigurationPolicy, status.nodes) for every reader of
 // a pool's holders: the pool controller, the range webhook and the
 // plugin. Each node of a pooled policy is presented as an enactment named
-// poolstatus.PolicyHolder(policy, node), with the node and the policy in
+// holder.ForPolicyNode(policy, node), with the node and the policy in
 // kubernetes-nmstate's enactment labels and its addresses in
 // status.ippool, so that rebuilds, garbage collection, collisions,
 // overlaps, quarantines (their holder is the node: its NodeNetworkState is
@@ -23,6 +23,7 @@ import (
 	ippoolv1 "github.com/nmstate-ippool/nmstate-ippool/api/v1"
 	nncev1beta1 "github.com/nmstate-ippool/nmstate-ippool/api/v1beta1"
 	"github.com/nmstate-ippool/nmstate-ippool/internal/capi"
+	"github.com/nmstate-ippool/nmstate-ippool/internal/holder"
 	"github.com/nmstate-ippool/nmstate-ippool/internal/poolstatus"
 	"github.com/nmstate-ippool/nmstate-ippool/pkg/capture"
 	"github.com/nmstate-ippool/nmstate-ippool/pkg/ippool"
@@ -63,7 +64,7 @@ func RecordsOf(policies []ippoolv1.PooledNodeNetworkConfigurationPolicy) []nncev
 // policy as an enactment.
 func RecordOf(policy string, n ippoolv1.PooledPolicyNode) nncev1beta1.NodeNetworkConfigurationEnactment {
 	e := nncev1beta1.NodeNetworkConfigurationEnactment{ObjectMeta: metav1.ObjectMeta{
-		Name:   poolstatus.PolicyHolder(policy, n.Node),
+		Name:   holder.ForPolicyNode(policy, n.Node).String(),
 		Labels: map[string]string{shared.EnactmentNodeLabel: n.Node, shared.EnactmentPolicyLabel: policy},
 	}}
 	e.Status.IPPool = n.Record()

@@ -7,6 +7,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	ippoolv1 "github.com/nmstate-ippool/nmstate-ippool/api/v1"
+	"github.com/nmstate-ippool/nmstate-ippool/internal/holder"
 	"github.com/nmstate-ippool/nmstate-ippool/internal/poolstatus"
 )
 
@@ -30,9 +31,8 @@ func TestRecordsOf(t *testing.T) {
 		e.Labels[shared.EnactmentNodeLabel] != "w1.example.com" || e.Labels[shared.EnactmentPolicyLabel] != "storage" {
 		t.Errorf("record %s %v", e.Name, e.Labels)
 	}
-	policy, node, ok := poolstatus.ParsePolicyHolder(e.Name)
-	if !ok || policy != "storage" || node != "w1.example.com" || !poolstatus.Foreign(e.Name) {
-		t.Errorf("ParsePolicyHolder(%q) = %q, %q, %v", e.Name, policy, node, ok)
+	if h := holder.Parse(e.Name); h != holder.ForPolicyNode("storage", "w1.example.com") || !h.Foreign() {
+		t.Errorf("holder.Parse(%q) = %+v", e.Name, h)
 	}
 	claims := poolstatus.ClaimsOf("p", nil, records)
 	for ip, want := range map[string]string{

@@ -23,6 +23,7 @@ import (
 	ippoolv1 "github.com/nmstate-ippool/nmstate-ippool/api/v1"
 	nncev1beta1 "github.com/nmstate-ippool/nmstate-ippool/api/v1beta1"
 	"github.com/nmstate-ippool/nmstate-ippool/internal/assign"
+	"github.com/nmstate-ippool/nmstate-ippool/internal/holder"
 	"github.com/nmstate-ippool/nmstate-ippool/internal/poolstatus"
 	"github.com/nmstate-ippool/nmstate-ippool/pkg/ippool"
 )
@@ -69,14 +70,14 @@ func (h Holding) Describe() string {
 	case Quarantined:
 		verb = "quarantined after"
 	}
-	holder := "node " + cmp.Or(h.Node, "?")
-	if claim, ok := poolstatus.ClaimHolderName(h.Enactment); ok {
-		holder = claim
+	name := "node " + cmp.Or(h.Node, "?")
+	switch ref := holder.Parse(h.Enactment); ref.Kind {
+	case holder.Claim:
+		name = ref.Title()
+	case holder.PolicyNode:
+		name += " (" + holder.PooledPolicyKind + " " + ref.Name + ")"
 	}
-	if policy, _, ok := poolstatus.ParsePolicyHolder(h.Enactment); ok {
-		holder += " (" + poolstatus.PooledPolicyKind + " " + policy + ")"
-	}
-	s := fmt.Sprintf("%s %s %s", h.IP, verb, holder)
+	s := fmt.Sprintf("%s %s %s", h.IP, verb, name)
 	if len(who) > 0 {
 		s += " (" + strings.Join(who, ", ") + ")"
 	}
@@ -101,12 +102,12 @@ func Holdings(name string, stored *ippoolv1.NodeIPPool, enactments []nncev1beta1
 	}
 	for _, f := range stored.Status.InFlight {
 		if ip, err := netip.ParseAddr(f.IP); err == nil && len(claims.Recognized(ip)) == 0 {
-			out = append(out, Holding{IP: ip, Kind: InFlight, Enactment: f.Enactment, Node: nodeOf(f.Enactment)})
+			out = append(out, Holding{IP: ip, Kind: InFlight, Enactment: f.HolderName(), Node: nodeOf(f.HolderName())})
 		}
 	}
 	for _, q := range stored.Status.Quarantined {
 		if ip, err := netip.ParseAddr(q.IP); err == nil && len(claims.Recognized(ip)) == 0 {
-			out = append(out, Holding{IP: ip, Kind: Quarantined, Node: q.Node, Enactment: q.Enactment, Capture: q.Capture})
+			out = append(out, Holding{IP: ip, Kind: Quarantined, Node: q.Node, Enactment: q.HolderName(), Capture: q.Capture})
 		}
 	}
 	slices.SortStableFunc(out, func(a, b Holding) int { return a.IP.Compare(b.IP) })
@@ -116,10 +117,10 @@ func Holdings(name string, stored *ippoolv1.NodeIPPool, enactments []nncev1beta1
 // nodeOf returns the node of an enactment name "<node>.<policy>"; node
 // names may hold dots, policy names may not.
 func nodeOf(enactment string) string {
-	if _, node, ok := poolstatus.ParsePolicyHolder(enactment); ok {
-		return node
-	}
-	if _, _, claim := poolstatus.ParseClaimHolder(enactment); claim {
+	switch h := holder.Parse(enactment); h.Kind {
+	case holder.PolicyNode:
+		return h.Node
+	case holder.Claim:
 		return ""
 	}
 	if i := strings.LastIndex(enactment, "."); i > 0 {

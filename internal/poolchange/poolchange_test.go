@@ -36,8 +36,8 @@ func verdicts(a *Assessment) string {
 
 func TestAssess(t *testing.T) {
 	stored := pool("p", "10.0.0.0/24", "10.0.0.10", "10.0.0.20", "10.0.0.15")
-	stored.Status.InFlight = []ippoolv1.InFlightAddress{{IP: "10.0.0.13", Enactment: "n3.static-ip", Token: "7"}}
-	stored.Status.Quarantined = []ippoolv1.QuarantinedAddress{{IP: "10.0.0.20", Node: "n4", Enactment: "n4.static-ip"}}
+	stored.Status.InFlight = []ippoolv1.InFlightAddress{{IP: "10.0.0.13", Holder: "n3.static-ip", Token: "7"}}
+	stored.Status.Quarantined = []ippoolv1.QuarantinedAddress{{IP: "10.0.0.20", Node: "n4", Holder: "n4.static-ip"}}
 	enactments := []nncev1beta1.NodeNetworkConfigurationEnactment{
 		holding("n1", "p", "10.0.0.10"), holding("n2", "p", "10.0.0.12"),
 		holding("other", "q", "10.0.0.11"), // another pool's record: not this pool's holding

@@ -12,6 +12,7 @@ import (
 
 	ippoolv1 "github.com/nmstate-ippool/nmstate-ippool/api/v1"
 	nncev1beta1 "github.com/nmstate-ippool/nmstate-ippool/api/v1beta1"
+	"github.com/nmstate-ippool/nmstate-ippool/internal/holder"
 	"github.com/nmstate-ippool/nmstate-ippool/pkg/capture"
 	"github.com/nmstate-ippool/nmstate-ippool/pkg/ippool"
 	"github.com/nmstate-ippool/nmstate-ippool/pkg/nmstatectl"
@@ -32,7 +33,7 @@ type Owner struct {
 	// carries the address; empty if none does.
 	Interface string `json:"interface,omitempty"`
 	// Unrecognized: the holder is an IPAddress this provider did not make
-	// for a claim (UnrecognizedHolder). It keeps the address from being
+	// for a claim (holder.IPAddress). It keeps the address from being
 	// handed out, and holds it against nobody: it never collides, never
 	// keeps a quarantine, a reservation or a range change from going.
 	Unrecognized bool `json:"unrecognized,omitempty"`
@@ -64,23 +65,22 @@ func (o Owner) String() string { return o.Describe(o.Pool) }
 func (o Owner) Describe(pool string) string {
 	o = o.detailed()
 	var b strings.Builder
-	if policy, node, ok := ParsePolicyHolder(o.Enactment); ok {
-		b.WriteString("node " + node)
+	switch h := holder.Parse(o.Enactment); h.Kind {
+	case holder.PolicyNode:
+		b.WriteString("node " + h.Node)
 		if o.Capture != "" {
 			b.WriteString(" and capture " + o.Capture)
 		}
-		b.WriteString(" (" + PooledPolicyKind + " " + policy)
+		b.WriteString(" (" + holder.PooledPolicyKind + " " + h.Name)
 		if o.Pool != "" && o.Pool != pool {
 			b.WriteString(", NodeIPPool " + o.Pool)
 		}
 		b.WriteString(")")
 		return b.String()
-	}
-	if addr, ok := unrecognizedHolderName(o.Enactment); ok {
-		return addr
-	}
-	if claim, ok := ClaimHolderName(o.Enactment); ok {
-		b.WriteString(claim)
+	case holder.IPAddress:
+		return h.Title()
+	case holder.Claim:
+		b.WriteString(h.Title())
 		if o.Pool != "" && o.Pool != pool {
 			b.WriteString(" (NodeIPPool " + o.Pool + ")")
 		}
@@ -101,128 +101,22 @@ func (o Owner) Describe(pool string) string {
 	return b.String()
 }
 
-// claimHolderPrefix starts the holder names of Cluster API claims; no
-// enactment name can hold its slashes.
-const claimHolderPrefix = "IPAddressClaim/"
-
-// ClaimHolder names the holder of an address a Cluster API IPAddressClaim
-// holds, where records, in-flight entries and quarantines name an
-// enactment: "IPAddressClaim/<namespace>/<name>".
-func ClaimHolder(namespace, name string) string {
-	return claimHolderPrefix + namespace + "/" + name
-}
-
-// ClaimHolderName describes the claim a holder name of ClaimHolder
-// names, as messages write it ("IPAddressClaim <namespace>/<name>"), and
-// false for an enactment's name.
-func ClaimHolderName(holder string) (string, bool) {
-	ns, name, ok := ParseClaimHolder(holder)
-	if !ok {
-		return "", false
-	}
-	return "IPAddressClaim " + ns + "/" + name, true
-}
-
-// ParseClaimHolder returns the claim a holder name of ClaimHolder names,
-// and false for an enactment's name.
-func ParseClaimHolder(holder string) (namespace, name string, ok bool) {
-	return parseHolder(claimHolderPrefix, holder)
-}
-
-// parseHolder returns the two parts after prefix of a holder name
-// "<prefix><first>/<second>", and false for any other name.
-func parseHolder(prefix, holder string) (first, second string, ok bool) {
-	rest, ok := strings.CutPrefix(holder, prefix)
-	if !ok {
-		return "", "", false
-	}
-	return strings.Cut(rest, "/")
-}
-
 // PooledPolicyKind is the kind of companion mode's policies.
-const PooledPolicyKind = "PooledNodeNetworkConfigurationPolicy"
-
-// policyHolderPrefix starts the holder names of a pooled policy's nodes.
-const policyHolderPrefix = PooledPolicyKind + "/"
-
-// PolicyHolder names the holder of the addresses a pooled policy
-// (companion mode) holds for one node, where records, in-flight entries
-// and quarantines name an enactment: "PooledNodeNetworkConfigurationPolicy/<policy>/<node>".
-// The node comes last: node names may hold dots, policy names no slash.
-func PolicyHolder(policy, node string) string {
-	return policyHolderPrefix + policy + "/" + node
-}
-
-// ParsePolicyHolder returns the pooled policy and node a holder name of
-// PolicyHolder names, and false for any other name.
-func ParsePolicyHolder(holder string) (policy, node string, ok bool) {
-	return parseHolder(policyHolderPrefix, holder)
-}
-
-// unrecognizedHolderPrefix starts the holder names of IPAddresses this
-// provider did not make.
-const unrecognizedHolderPrefix = "IPAddress/"
-
-// UnrecognizedHolder names, where records name an enactment, an IPAddress
-// that names a NodeIPPool and that this provider did not make for a claim
-// (capi.Records): "IPAddress/<namespace>/<name>". No entry ever names it.
-func UnrecognizedHolder(namespace, name string) string {
-	return unrecognizedHolderPrefix + namespace + "/" + name
-}
-
-// ParseUnrecognizedHolder returns the IPAddress a holder name of
-// UnrecognizedHolder names, and false for any other name.
-func ParseUnrecognizedHolder(holder string) (namespace, name string, ok bool) {
-	return parseHolder(unrecognizedHolderPrefix, holder)
-}
-
-// unrecognizedHolderName describes an UnrecognizedHolder for messages.
-func unrecognizedHolderName(holder string) (string, bool) {
-	ns, name, ok := ParseUnrecognizedHolder(holder)
-	if !ok {
-		return "", false
-	}
-	return "IPAddress " + ns + "/" + name + " (not made by this provider for a claim)", true
-}
-
-// ForeignHolderName describes a holder name of ClaimHolder, PolicyHolder
-// or UnrecognizedHolder as messages write it ("IPAddressClaim
-// <namespace>/<name>", "node <node> (PooledNodeNetworkConfigurationPolicy
-// <policy>)"), and false for an enactment's name.
-func ForeignHolderName(holder string) (string, bool) {
-	if policy, node, ok := ParsePolicyHolder(holder); ok {
-		return "node " + node + " (" + PooledPolicyKind + " " + policy + ")", true
-	}
-	if addr, ok := unrecognizedHolderName(holder); ok {
-		return addr, true
-	}
-	return ClaimHolderName(holder)
-}
-
-// Foreign reports whether holder names no enactment: a Cluster API claim,
-// a pooled policy's node or an unrecognized IPAddress, whose records live
-// elsewhere and which no enactment write reaches.
-func Foreign(holder string) bool {
-	_, _, claim := ParseClaimHolder(holder)
-	_, _, policy := ParsePolicyHolder(holder)
-	_, _, addr := ParseUnrecognizedHolder(holder)
-	return claim || policy || addr
-}
+const PooledPolicyKind = holder.PooledPolicyKind
 
 // Remedy is the command that takes the address from this holder, for a
 // message about pool: reset an enactment's record or a pooled policy's
 // node (on the policy generated for it), or delete a claim (whose
 // infrastructure provider asks again).
 func (o Owner) Remedy(pool string) string {
-	if policy, node, ok := ParsePolicyHolder(o.Enactment); ok {
-		return fmt.Sprintf("kubectl annotate nncp %s %s=%s", ippoolv1.NodePolicyName(policy, node),
+	switch h := holder.Parse(o.Enactment); h.Kind {
+	case holder.PolicyNode:
+		return fmt.Sprintf("kubectl annotate nncp %s %s=%s", ippoolv1.NodePolicyName(h.Name, h.Node),
 			ippoolv1.ResetIPPoolAnnotation, cmp.Or(o.Pool, pool))
-	}
-	if ns, name, ok := ParseClaimHolder(o.Enactment); ok {
-		return fmt.Sprintf("kubectl -n %s delete ipaddressclaim %s", ns, name)
-	}
-	if ns, name, ok := ParseUnrecognizedHolder(o.Enactment); ok {
-		return fmt.Sprintf("kubectl -n %s delete ipaddress %s", ns, name)
+	case holder.Claim:
+		return fmt.Sprintf("kubectl -n %s delete ipaddressclaim %s", h.Namespace, h.Name)
+	case holder.IPAddress:
+		return fmt.Sprintf("kubectl -n %s delete ipaddress %s", h.Namespace, h.Name)
 	}
 	return fmt.Sprintf("kubectl annotate nnce %s %s=%s", o.Enactment, ippoolv1.ResetIPPoolAnnotation, cmp.Or(o.Pool, pool))
 }
@@ -265,7 +159,7 @@ func claimsOf(pool string, rng *ippool.Range, enactments []nncev1beta1.NodeNetwo
 				}
 				o := Owner{Enactment: e.Name, Pool: name, Node: e.Labels[shared.EnactmentNodeLabel],
 					Policy: e.Labels[shared.EnactmentPolicyLabel], from: e, ip: ip}
-				_, _, o.Unrecognized = ParseUnrecognizedHolder(e.Name)
+				o.Unrecognized = holder.Parse(e.Name).Kind == holder.IPAddress
 				if detailed {
 					if captures == nil {
 						captures, interfaces = capturesByIP(e), nmstatectl.Carriers(e.Status.DesiredState.Raw)

@@ -10,6 +10,7 @@ import (
 
 	ippoolv1 "github.com/nmstate-ippool/nmstate-ippool/api/v1"
 	nncev1beta1 "github.com/nmstate-ippool/nmstate-ippool/api/v1beta1"
+	"github.com/nmstate-ippool/nmstate-ippool/internal/holder"
 	"github.com/nmstate-ippool/nmstate-ippool/pkg/ippool"
 )
 
@@ -188,7 +189,7 @@ func TestUnrecognizedHoldAgainstNobody(t *testing.T) {
 		_ = alloc.Allocate(off)
 	}
 	unrecognized := func(name, ip string) nncev1beta1.NodeNetworkConfigurationEnactment {
-		e := nncev1beta1.NodeNetworkConfigurationEnactment{ObjectMeta: metav1.ObjectMeta{Name: UnrecognizedHolder("t", name)}}
+		e := nncev1beta1.NodeNetworkConfigurationEnactment{ObjectMeta: metav1.ObjectMeta{Name: holder.ForIPAddress("t", name).String()}}
 		e.Status.IPPool = ippoolv1.EnactmentIPPools{"a": {Allocated: []string{ip}}}
 		return e
 	}
@@ -214,7 +215,7 @@ func TestUnrecognizedHoldAgainstNobody(t *testing.T) {
 	}
 	o := claims[netip.MustParseAddr("10.0.0.2")][0]
 	if !o.Unrecognized || o.String() != "IPAddress t/squat (not made by this provider for a claim)" ||
-		o.Remedy("a") != "kubectl -n t delete ipaddress squat" || !Foreign(o.Enactment) {
+		o.Remedy("a") != "kubectl -n t delete ipaddress squat" || !holder.Parse(o.Enactment).Foreign() {
 		t.Errorf("owner %+v reads %q, remedy %q", o, o.String(), o.Remedy("a"))
 	}
 }

@@ -27,19 +27,19 @@ func Stamp(pool *ippoolv1.NodeIPPool) string {
 	inFlight := slices.Clone(pool.Status.InFlight)
 	slices.SortFunc(inFlight, func(a, b ippoolv1.InFlightAddress) int { return strings.Compare(a.IP, b.IP) })
 	for _, e := range inFlight {
-		field(h, "f", e.IP, e.Enactment, e.Token, e.Since.UTC().Format(time.RFC3339))
+		field(h, "f", e.IP, e.HolderName(), e.Token, e.Since.UTC().Format(time.RFC3339))
 		if e.Returning != nil {
 			// Only when set, so that older entries keep their stamps.
-			field(h, "r", e.Returning.Node, e.Returning.Enactment)
+			field(h, "r", e.Returning.Node, e.Returning.HolderName())
 		}
 		if e.Kept != nil {
-			field(h, "k", e.Kept.Node, e.Kept.Enactment, e.Kept.Capture)
+			field(h, "k", e.Kept.Node, e.Kept.HolderName(), e.Kept.Capture)
 		}
 	}
 	quarantined := slices.Clone(pool.Status.Quarantined)
 	slices.SortFunc(quarantined, func(a, b ippoolv1.QuarantinedAddress) int { return strings.Compare(a.IP, b.IP) })
 	for _, q := range quarantined {
-		field(h, "q", q.IP, q.Node, q.Enactment, q.Since.UTC().Format(time.RFC3339))
+		field(h, "q", q.IP, q.Node, q.HolderName(), q.Since.UTC().Format(time.RFC3339))
 		if q.StateSeenAtRelease != nil {
 			// Only when set, so that older entries keep their stamps.
 			field(h, "s", q.StateSeenAtRelease.UTC().Format(time.RFC3339))

@@ -43,7 +43,7 @@ func (w *Writer) ConfirmRelease(ctx context.Context, holder Holder, record ippoo
 		return fmt.Errorf("list NodeIPPools: %w", err)
 	}
 	unconfirmed := func(q ippoolv1.QuarantinedAddress) bool {
-		return ips[q.IP] && q.Enactment == holder.Enactment && q.StateSeenAtRelease == nil
+		return ips[q.IP] && q.HolderName() == holder.Enactment && q.StateSeenAtRelease == nil
 	}
 	for i := range pools.Items {
 		if !slices.ContainsFunc(pools.Items[i].Status.Quarantined, unconfirmed) {

@@ -155,6 +155,7 @@ func (w *Writer) Update(ctx context.Context, name string, mutate Mutation, opts 
 			pool.Status.AllocatedOffsets = alloc.Snapshot()
 		}
 		poolstatus.SetCounts(pool, alloc)
+		pool.Status.MirrorHolders()
 		switch after := poolstatus.Stamp(pool); {
 		case o.vouch:
 			pool.Status.Stamp = after
@@ -279,7 +280,7 @@ func (w *Writer) Withdraw(ctx context.Context, pool, enactment, token string, ip
 		for _, s := range ips {
 			e := poolstatus.InFlightOf(p, s)
 			ip, perr := netip.ParseAddr(s)
-			if e == nil || e.Enactment != enactment || e.Token != token || perr != nil {
+			if e == nil || e.HolderName() != enactment || e.Token != token || perr != nil {
 				continue
 			}
 			if poolstatus.Unrecorded(p, s) {
@@ -405,7 +406,7 @@ func (w *Writer) writeQuarantines(ctx context.Context, pool *ippoolv1.NodeIPPool
 			q.added = nil
 			for _, ip := range q.ips {
 				entry := ippoolv1.QuarantinedAddress{IP: ip.String(), Node: q.holder.Node, NodeUID: q.holder.NodeUID,
-					Enactment: q.holder.Enactment, Capture: q.holder.Captures[ip.String()],
+					Holder: q.holder.Enactment, Capture: q.holder.Captures[ip.String()],
 					Interface: q.holder.Interfaces[ip.String()], Since: since}
 				switch err := alloc.AllocateIP(ip); {
 				case err == nil:

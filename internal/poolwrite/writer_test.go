@@ -110,7 +110,7 @@ func TestWithdrawStaysInItsIncarnation(t *testing.T) {
 	newPool("withdraw", "10.84.0.0/24")
 	w := poolwrite.NewWriter(k, k, clock.RealClock{})
 	_, err := w.Update(ctx, "withdraw", func(p *ippoolv1.NodeIPPool, alloc *ippool.Allocator) (bool, error) {
-		poolstatus.AddInFlight(p, ippoolv1.InFlightAddress{IP: "10.84.0.1", Enactment: "node01.p", Token: "7", Since: metav1.Now()})
+		poolstatus.AddInFlight(p, ippoolv1.InFlightAddress{IP: "10.84.0.1", Holder: "node01.p", Token: "7", Since: metav1.Now()})
 		return true, alloc.AllocateIP(netip.MustParseAddr("10.84.0.1"))
 	})
 	Expect(err).NotTo(HaveOccurred())

@@ -118,7 +118,7 @@ func TestRetireQuarantinesBeforeTheRecordGoes(t *testing.T) {
 	Expect(err).NotTo(HaveOccurred())
 	Expect(q).To(Equal(ippoolv1.EnactmentIPPools{"retire": {Allocated: []string{"10.80.0.7"}}}))
 	Expect(apierrors.IsNotFound(k.Get(ctx, client.ObjectKeyFromObject(e), e))).To(BeTrue())
-	Expect(quarantineOf("retire", "10.80.0.7")).To(And(HaveField("Node", "node01"), HaveField("Enactment", "node01.p"),
+	Expect(quarantineOf("retire", "10.80.0.7")).To(And(HaveField("Node", "node01"), HaveField("HolderName()", "node01.p"),
 		HaveField("Capture", "addr")))
 }
 

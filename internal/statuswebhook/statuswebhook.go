@@ -52,6 +52,7 @@ import (
 
 	ippoolv1 "github.com/nmstate-ippool/nmstate-ippool/api/v1"
 	nncev1beta1 "github.com/nmstate-ippool/nmstate-ippool/api/v1beta1"
+	"github.com/nmstate-ippool/nmstate-ippool/internal/holder"
 	"github.com/nmstate-ippool/nmstate-ippool/internal/poolstatus"
 	"github.com/nmstate-ippool/nmstate-ippool/pkg/ippool"
 )
@@ -122,6 +123,10 @@ func (v *Validator) Handle(ctx context.Context, req admission.Request) admission
 // written by node, changes that is not node's, as phrases; none when all
 // of it is. enactments are node's.
 func Foreign(older, newer *ippoolv1.NodeIPPool, node string, enactments []nncev1beta1.NodeNetworkConfigurationEnactment) []string {
+	// Entries compare by their holder, however named: a writer names
+	// every entry's in both fields, those written before holder existed
+	// included.
+	older, newer = mirrored(older), mirrored(newer)
 	var out []string
 	own := map[string]bool{}
 	recorded := map[netip.Addr]bool{}
@@ -143,8 +148,8 @@ func Foreign(older, newer *ippoolv1.NodeIPPool, node string, enactments []nncev1
 		own     *[]ippoolv1.InFlightAddress
 	}{{removedFlight, &ownRemoved}, {addedFlight, &ownAdded}} {
 		for _, e := range side.entries {
-			if !own[e.Enactment] {
-				out = append(out, fmt.Sprintf("the in-flight entry of %s for %s is not node %s's", holderName(e.Enactment), e.IP, node))
+			if !own[e.HolderName()] {
+				out = append(out, fmt.Sprintf("the in-flight entry of %s for %s is not node %s's", holderName(e.HolderName()), e.IP, node))
 				continue
 			}
 			*side.own = append(*side.own, e)
@@ -175,7 +180,7 @@ func takenInUse(older, newer *ippoolv1.NodeIPPool, node string, removed, added [
 		case slices.ContainsFunc(removed, func(r ippoolv1.InFlightAddress) bool { return r.IP == e.IP }):
 		case ownQuarantineLifted(older, newer, node, e.IP):
 		default:
-			out = append(out, fmt.Sprintf("the in-flight entry of %s takes %s, which is in use", holderName(e.Enactment), e.IP))
+			out = append(out, fmt.Sprintf("the in-flight entry of %s takes %s, which is in use", holderName(e.HolderName()), e.IP))
 		}
 	}
 	return out
@@ -200,7 +205,7 @@ func foreignQuarantines(older, newer *ippoolv1.NodeIPPool, node string, own map[
 		}
 		ip, err := netip.ParseAddr(q.IP)
 		inFlight := poolstatus.InFlightOf(older, q.IP)
-		if err != nil || q.Node != node || !own[q.Enactment] || (!recorded[ip] && (inFlight == nil || !own[inFlight.Enactment])) {
+		if err != nil || q.Node != node || !own[q.HolderName()] || (!recorded[ip] && (inFlight == nil || !own[inFlight.HolderName()])) {
 			out = append(out, fmt.Sprintf("the quarantine of %s for %s is not node %s's release of its own address",
 				q.IP, quarantineHolder(q), node))
 		}
@@ -340,17 +345,20 @@ func diff(older, newer []ippoolv1.InFlightAddress) (removed, added []ippoolv1.In
 }
 
 // holderName names the holder an entry names, for messages.
-func holderName(holder string) string {
-	if foreign, ok := poolstatus.ForeignHolderName(holder); ok {
-		return foreign
-	}
-	return "enactment " + holder
-}
+func holderName(name string) string { return holder.Parse(name).Title() }
 
 // quarantineHolder names who released a quarantined address.
 func quarantineHolder(q ippoolv1.QuarantinedAddress) string {
 	if q.Node != "" {
 		return "node " + q.Node
 	}
-	return holderName(q.Enactment)
+	return holderName(q.HolderName())
+}
+
+// mirrored returns a copy of pool whose entries name their holder in both
+// fields.
+func mirrored(pool *ippoolv1.NodeIPPool) *ippoolv1.NodeIPPool {
+	pool = pool.DeepCopy()
+	pool.Status.MirrorHolders()
+	return pool
 }

@@ -31,15 +31,32 @@ func base(t *testing.T) *ippoolv1.NodeIPPool {
 	t.Helper()
 	p := &ippoolv1.NodeIPPool{ObjectMeta: metav1.ObjectMeta{Name: "p"},
 		Spec: ippoolv1.NodeIPPoolSpec{Range: ippoolv1.IPRange{CIDR: "10.0.0.0/24", Start: "10.0.0.1", End: "10.0.0.20"}}}
-	p.Status.InFlight = []ippoolv1.InFlightAddress{{IP: "10.0.0.3", Enactment: "w2.a", Token: "1"}, {IP: "10.0.0.9", Enactment: "w1.a", Token: "2"}}
-	p.Status.Quarantined = []ippoolv1.QuarantinedAddress{{IP: "10.0.0.4", Node: "w2", Enactment: "w2.a"}, {IP: "10.0.0.7", Node: "w1", Enactment: "w1.a"}}
-	p.Status.KeptForReturn = []ippoolv1.KeptAddress{{IP: "10.0.0.5", Node: "w3", Enactment: "w3.a"}}
+	p.Status.InFlight = []ippoolv1.InFlightAddress{{IP: "10.0.0.3", Holder: "w2.a", Token: "1"}, {IP: "10.0.0.9", Holder: "w1.a", Token: "2"}}
+	p.Status.Quarantined = []ippoolv1.QuarantinedAddress{{IP: "10.0.0.4", Node: "w2", Holder: "w2.a"}, {IP: "10.0.0.7", Node: "w1", Holder: "w1.a"}}
+	p.Status.KeptForReturn = []ippoolv1.KeptAddress{{IP: "10.0.0.5", Node: "w3", Holder: "w3.a"}}
 	setBits(t, p, func(a *ippool.Allocator) {
 		for _, s := range []string{"10.0.0.2", "10.0.0.3", "10.0.0.4", "10.0.0.6", "10.0.0.7", "10.0.0.9"} {
 			_ = a.AllocateIP(netip.MustParseAddr(s))
 		}
 	})
 	return p
+}
+
+// legacy names the holder of every entry of p in the deprecated field
+// only, as versions before holder existed wrote them.
+func legacy(p *ippoolv1.NodeIPPool) {
+	for i := range p.Status.InFlight {
+		e := &p.Status.InFlight[i]
+		e.Holder, e.DeprecatedEnactment = "", e.HolderName()
+	}
+	for i := range p.Status.Quarantined {
+		q := &p.Status.Quarantined[i]
+		q.Holder, q.DeprecatedEnactment = "", q.HolderName()
+	}
+	for i := range p.Status.KeptForReturn {
+		k := &p.Status.KeptForReturn[i]
+		k.Holder, k.DeprecatedEnactment = "", k.HolderName()
+	}
 }
 
 // setBits changes the bitmap of p.
@@ -84,7 +101,7 @@ func TestForeign(t *testing.T) {
 		before func(*testing.T, *ippoolv1.NodeIPPool)
 	}{
 		{"take a free address", func(t *testing.T, p *ippoolv1.NodeIPPool) {
-			poolstatus.AddInFlight(p, ippoolv1.InFlightAddress{IP: "10.0.0.8", Enactment: "w1.a", Token: "3"})
+			poolstatus.AddInFlight(p, ippoolv1.InFlightAddress{IP: "10.0.0.8", Holder: "w1.a", Token: "3"})
 			setBits(t, p, set("10.0.0.8"))
 		}, nil, nil},
 		{"withdraw its own entry", func(t *testing.T, p *ippoolv1.NodeIPPool) {
@@ -92,17 +109,17 @@ func TestForeign(t *testing.T) {
 			setBits(t, p, unset("10.0.0.9"))
 		}, nil, nil},
 		{"release its own address into quarantine", func(t *testing.T, p *ippoolv1.NodeIPPool) {
-			poolstatus.AddQuarantine(p, ippoolv1.QuarantinedAddress{IP: "10.0.0.6", Node: "w1", Enactment: "w1.a"})
+			poolstatus.AddQuarantine(p, ippoolv1.QuarantinedAddress{IP: "10.0.0.6", Node: "w1", Holder: "w1.a"})
 		}, nil, nil},
 		{"take back its own quarantined address", func(t *testing.T, p *ippoolv1.NodeIPPool) {
 			q := *poolstatus.QuarantineOf(p, "10.0.0.7")
 			poolstatus.RemoveQuarantine(p, "10.0.0.7")
-			poolstatus.AddInFlight(p, ippoolv1.InFlightAddress{IP: "10.0.0.7", Enactment: "w1.a", Token: "3", Returning: &q})
+			poolstatus.AddInFlight(p, ippoolv1.InFlightAddress{IP: "10.0.0.7", Holder: "w1.a", Token: "3", Returning: &q})
 		}, nil, nil},
 		{"take the address kept longest, the pool full", func(t *testing.T, p *ippoolv1.NodeIPPool) {
 			k := *poolstatus.KeptOf(p, "10.0.0.5")
 			poolstatus.RemoveKept(p, "10.0.0.5")
-			poolstatus.AddInFlight(p, ippoolv1.InFlightAddress{IP: "10.0.0.5", Enactment: "w1.a", Token: "3", Kept: &k})
+			poolstatus.AddInFlight(p, ippoolv1.InFlightAddress{IP: "10.0.0.5", Holder: "w1.a", Token: "3", Kept: &k})
 			setBits(t, p, set("10.0.0.5"))
 		}, nil, nil},
 		{"set the missing bit of its own record", func(t *testing.T, p *ippoolv1.NodeIPPool) {
@@ -110,15 +127,20 @@ func TestForeign(t *testing.T) {
 		}, nil, func(t *testing.T, p *ippoolv1.NodeIPPool) { setBits(t, p, unset("10.0.0.6")) }},
 		{"give back a kept address it took", func(t *testing.T, p *ippoolv1.NodeIPPool) {
 			poolstatus.RemoveInFlight(p, "10.0.0.11")
-			poolstatus.AddKept(p, ippoolv1.KeptAddress{IP: "10.0.0.11", Node: "w3", Enactment: "w3.b"})
+			poolstatus.AddKept(p, ippoolv1.KeptAddress{IP: "10.0.0.11", Node: "w3", Holder: "w3.b"})
 			setBits(t, p, unset("10.0.0.11"))
 		}, nil, func(t *testing.T, p *ippoolv1.NodeIPPool) {
-			poolstatus.AddInFlight(p, ippoolv1.InFlightAddress{IP: "10.0.0.11", Enactment: "w1.a", Token: "4",
-				Kept: &ippoolv1.KeptAddress{IP: "10.0.0.11", Node: "w3", Enactment: "w3.b"}})
+			poolstatus.AddInFlight(p, ippoolv1.InFlightAddress{IP: "10.0.0.11", Holder: "w1.a", Token: "4",
+				Kept: &ippoolv1.KeptAddress{IP: "10.0.0.11", Node: "w3", Holder: "w3.b"}})
 			setBits(t, p, set("10.0.0.11"))
 		}},
+		{"take a free address from a pool written before holder existed", func(t *testing.T, p *ippoolv1.NodeIPPool) {
+			p.Status.MirrorHolders() // as every writer does
+			poolstatus.AddInFlight(p, ippoolv1.InFlightAddress{IP: "10.0.0.8", Holder: "w1.a", DeprecatedEnactment: "w1.a", Token: "3"})
+			setBits(t, p, set("10.0.0.8"))
+		}, nil, func(_ *testing.T, p *ippoolv1.NodeIPPool) { legacy(p) }},
 		{"release its own address on an unreadable bitmap", func(t *testing.T, p *ippoolv1.NodeIPPool) {
-			poolstatus.AddQuarantine(p, ippoolv1.QuarantinedAddress{IP: "10.0.0.6", Node: "w1", Enactment: "w1.a"})
+			poolstatus.AddQuarantine(p, ippoolv1.QuarantinedAddress{IP: "10.0.0.6", Node: "w1", Holder: "w1.a"})
 		}, nil, func(_ *testing.T, p *ippoolv1.NodeIPPool) { p.Status.AllocatedOffsets = "garbage" }},
 
 		{"quarantine an address another node carries", func(t *testing.T, p *ippoolv1.NodeIPPool) {
@@ -126,10 +148,10 @@ func TestForeign(t *testing.T) {
 			setBits(t, p, set("10.0.0.10"))
 		}, []string{"the quarantine of 10.0.0.10 for node w2 is not node w1's release of its own address"}, nil},
 		{"plant a quarantine on another node's address", func(t *testing.T, p *ippoolv1.NodeIPPool) {
-			poolstatus.AddQuarantine(p, ippoolv1.QuarantinedAddress{IP: "10.0.0.2", Node: "w1", Enactment: "w1.a"})
+			poolstatus.AddQuarantine(p, ippoolv1.QuarantinedAddress{IP: "10.0.0.2", Node: "w1", Holder: "w1.a"})
 		}, []string{"the quarantine of 10.0.0.2 for node w1 is not node w1's release of its own address"}, nil},
 		{"take an address in use, to withdraw it later", func(t *testing.T, p *ippoolv1.NodeIPPool) {
-			poolstatus.AddInFlight(p, ippoolv1.InFlightAddress{IP: "10.0.0.2", Enactment: "w1.a", Token: "5"})
+			poolstatus.AddInFlight(p, ippoolv1.InFlightAddress{IP: "10.0.0.2", Holder: "w1.a", Token: "5"})
 		}, []string{"the in-flight entry of enactment w1.a takes 10.0.0.2, which is in use"}, nil},
 
 		{"clear another node's bit", func(t *testing.T, p *ippoolv1.NodeIPPool) {
@@ -139,8 +161,13 @@ func TestForeign(t *testing.T) {
 			poolstatus.RemoveInFlight(p, "10.0.0.3")
 			setBits(t, p, unset("10.0.0.3"))
 		}, []string{"the in-flight entry of enactment w2.a for 10.0.0.3 is not node w1's", "the bit of 10.0.0.3 is cleared"}, nil},
+		{"drop another node's entry written before holder existed", func(t *testing.T, p *ippoolv1.NodeIPPool) {
+			p.Status.MirrorHolders()
+			poolstatus.RemoveInFlight(p, "10.0.0.3")
+			setBits(t, p, unset("10.0.0.3"))
+		}, []string{"the in-flight entry of enactment w2.a for 10.0.0.3 is not node w1's"}, func(_ *testing.T, p *ippoolv1.NodeIPPool) { legacy(p) }},
 		{"plant an entry for another node's enactment", func(t *testing.T, p *ippoolv1.NodeIPPool) {
-			poolstatus.AddInFlight(p, ippoolv1.InFlightAddress{IP: "10.0.0.2", Enactment: "w3.a", Token: "9"})
+			poolstatus.AddInFlight(p, ippoolv1.InFlightAddress{IP: "10.0.0.2", Holder: "w3.a", Token: "9"})
 		}, []string{"the in-flight entry of enactment w3.a for 10.0.0.2 is not node w1's"}, nil},
 		{"lift another node's quarantine", func(t *testing.T, p *ippoolv1.NodeIPPool) {
 			poolstatus.RemoveQuarantine(p, "10.0.0.4")
@@ -154,7 +181,7 @@ func TestForeign(t *testing.T) {
 			poolstatus.RemoveKept(p, "10.0.0.5")
 		}, []string{"the address 10.0.0.5 kept for node w3 is dropped without node w1 taking it"}, nil},
 		{"keep an address in use for another node", func(t *testing.T, p *ippoolv1.NodeIPPool) {
-			poolstatus.AddKept(p, ippoolv1.KeptAddress{IP: "10.0.0.2", Node: "w3", Enactment: "w3.a"})
+			poolstatus.AddKept(p, ippoolv1.KeptAddress{IP: "10.0.0.2", Node: "w3", Holder: "w3.a"})
 		}, []string{"the address 10.0.0.2 cannot be kept for node w3 by node w1"}, nil},
 		{"mark the pool Available", func(t *testing.T, p *ippoolv1.NodeIPPool) {
 			p.Status.Conditions = []metav1.Condition{{Type: ippoolv1.ConditionAvailable, Status: metav1.ConditionTrue}}

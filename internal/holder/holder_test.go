@@ -1,0 +1,38 @@
+package holder
+
+import "testing"
+
+// TestRoundTrip: every kind's name parses back to the holder that wrote
+// it, node names with dots included; what no other kind names is an
+// enactment's name, prefixed names without their second part too.
+func TestRoundTrip(t *testing.T) {
+	for _, tc := range []struct {
+		ref   Ref
+		name  string
+		title string
+	}{
+		{ForEnactment("w1.example.com.static-ip"), "w1.example.com.static-ip", "enactment w1.example.com.static-ip"},
+		{ForPolicyNode("storage", "w1.example.com"), "PooledNodeNetworkConfigurationPolicy/storage/w1.example.com",
+			"node w1.example.com (PooledNodeNetworkConfigurationPolicy storage)"},
+		{ForClaim("tenant", "m-0"), "IPAddressClaim/tenant/m-0", "IPAddressClaim tenant/m-0"},
+		{ForIPAddress("tenant", "squat"), "IPAddress/tenant/squat", "IPAddress tenant/squat (not made by this provider for a claim)"},
+	} {
+		if got := tc.ref.String(); got != tc.name {
+			t.Errorf("%+v names itself %q, want %q", tc.ref, got, tc.name)
+		}
+		if got := Parse(tc.name); got != tc.ref {
+			t.Errorf("Parse(%q) = %+v, want %+v", tc.name, got, tc.ref)
+		}
+		if got := tc.ref.Title(); got != tc.title {
+			t.Errorf("%+v titled %q, want %q", tc.ref, got, tc.title)
+		}
+		if got, want := tc.ref.Foreign(), tc.ref.Kind != Enactment; got != want {
+			t.Errorf("%+v foreign %v", tc.ref, got)
+		}
+	}
+	for _, name := range []string{"IPAddressClaim/only", "PooledNodeNetworkConfigurationPolicy/", "IPAddress", ""} {
+		if got := Parse(name); got != ForEnactment(name) {
+			t.Errorf("Parse(%q) = %+v, want an enactment's name", name, got)
+		}
+	}
+}
