@@ -199,12 +199,10 @@ func setReady(n *corev1.Node, cond corev1.NodeCondition) {
 // then its handler), and waits until the Node says so: NotReady once the
 // node lifecycle controller's grace period has passed, Ready again.
 func (c *cluster) power(ctx context.Context, k client.Client, name string, on bool, out io.Writer) error {
-	h, ok := c.Processes[handlerName(name)]
+	if _, err := c.simulatedNode(name); err != nil {
+		return err
+	}
 	switch {
-	case !ok:
-		return fmt.Errorf("node %s was not added by this local cluster", name)
-	case h.Removed:
-		return fmt.Errorf("node %s was removed; add it again instead", name)
 	case !c.NodeLifecycle:
 		return errors.New("this cluster runs no node lifecycle: start it with 'localcluster up' without --node-lifecycle=false")
 	case on != slices.Contains(c.PoweredOff, name):

@@ -160,12 +160,9 @@ func (c *cluster) setClockOffset(node string, offset time.Duration) {
 // gone; with crash, the handler is killed first, without a chance to clean
 // up, and the pool controller frees the node's addresses.
 func (c *cluster) removeNode(ctx context.Context, k client.Client, name string, crash bool, out io.Writer) error {
-	h, ok := c.Processes[handlerName(name)]
-	switch {
-	case !ok:
-		return fmt.Errorf("node %s was not added by this local cluster", name)
-	case h.Removed:
-		return fmt.Errorf("node %s was removed already", name)
+	h, err := c.simulatedNode(name)
+	if err != nil {
+		return err
 	}
 	h.Removed = true
 	if off := slices.Contains(c.PoweredOff, name); off {
@@ -289,4 +286,17 @@ func (c *cluster) checkRunning(name string) error {
 		return fmt.Errorf("the machine of node %s is stopped: start it first (localcluster node start %s)", name, name)
 	}
 	return nil
+}
+
+// simulatedNode returns the handler process of a simulated node this
+// cluster added and did not remove.
+func (c *cluster) simulatedNode(name string) (*process, error) {
+	h, ok := c.Processes[handlerName(name)]
+	switch {
+	case !ok:
+		return nil, fmt.Errorf("node %s was not added by this local cluster", name)
+	case h.Removed:
+		return nil, fmt.Errorf("node %s was removed already; add it again with 'localcluster node add %s'", name, name)
+	}
+	return h, nil
 }
