@@ -138,12 +138,13 @@ test-real-nodes: build node-packages node-assets images-local $(KUBECTL) ## Run 
 
 CHAOS_DURATION ?= 10m
 CHAOS_NODES ?= 20
+CHAOS_COMPANION_NODES ?= 8
 CHAOS_SEED ?= 0
 
 .PHONY: chaos
-chaos: envtest-assets ## Run the chaos suite: CHAOS_NODES (20) nodes, seeded faults for CHAOS_DURATION (10m); see docs/reliability.md.
+chaos: envtest-assets peer-handler ## Run the chaos suites: our handler on CHAOS_NODES (20) nodes, then companion mode beside kubernetes-nmstate's handler on CHAOS_COMPANION_NODES (8), seeded faults for CHAOS_DURATION (10m) each; see docs/reliability.md.
 	go test -count=1 -timeout 90m -v -run TestChaos ./test/chaos/ \
-		-args -chaos.duration $(CHAOS_DURATION) -chaos.nodes $(CHAOS_NODES) -chaos.seed $(CHAOS_SEED)
+		-args -chaos.duration $(CHAOS_DURATION) -chaos.nodes $(CHAOS_NODES) -chaos.companion-nodes $(CHAOS_COMPANION_NODES) -chaos.seed $(CHAOS_SEED)
 
 .PHONY: fuzz
 fuzz: ## Run every fuzz target for FUZZTIME (default 10s) each.

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strings"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -110,6 +111,12 @@ func (h upstreamHandler) start(ctx context.Context, k client.Client, node string
 		// Its count is of failed attempts, the first included.
 		p.Env = append(p.Env, fmt.Sprintf("NNCP_MAX_RETRIES=%d", *c.Retries+1))
 	}
+	// It publishes no NodeNetworkState when the node's network is the
+	// one its NodeNetworkState shows (a restart): then its log says so.
+	var logged int64
+	if fi, err := os.Stat(p.Log); err == nil {
+		logged = fi.Size()
+	}
 	if err := c.launch(handlerName(node), p); err != nil {
 		return err
 	}
@@ -118,11 +125,24 @@ func (h upstreamHandler) start(ctx context.Context, k client.Client, node string
 		if err := k.Get(ctx, client.ObjectKey{Name: node}, &nns); err != nil {
 			return err
 		}
-		if nns.Status.LastSuccessfulUpdateTime.Time.Before(started) {
+		if nns.Status.LastSuccessfulUpdateTime.Time.Before(started) && !loggedSince(p.Log, logged, upstreamStateUnchanged) {
 			return fmt.Errorf("the NodeNetworkState of %s is from before the handler started", node)
 		}
 		return nil
 	})
+}
+
+// upstreamStateUnchanged is what kubernetes-nmstate's handler logs when it
+// has read the node's network and found it as its NodeNetworkState shows.
+const upstreamStateUnchanged = `"msg":"Skipping NodeNetworkState update`
+
+// loggedSince reports whether the log holds s past its first offset bytes.
+func loggedSince(log string, offset int64, s string) bool {
+	raw, err := os.ReadFile(log)
+	if err != nil || int64(len(raw)) < offset {
+		return false
+	}
+	return strings.Contains(string(raw[offset:]), s)
 }
 
 func (h upstreamHandler) stop(_ context.Context, _ client.Client, node string, crash bool) error {

@@ -5,9 +5,11 @@
 // address carried by two NICs at once, or carried by a NIC while a
 // Cluster API claim of the same pool holds it. After the faults, every node must
 // hold its addresses within a minute and the pools must agree with the
-// enactments.
+// enactments. TestChaosCompanion does the same in companion mode, beside
+// kubernetes-nmstate's handler, with a pooled policy and claims sharing a
+// pool.
 //
-// A short run is part of make test; make chaos runs a long one:
+// A short run of each is part of make test; make chaos runs long ones:
 //
 //	go test ./test/chaos/ -run TestChaos -chaos.duration 10m -chaos.nodes 20 [-chaos.seed N]
 package chaos
@@ -48,7 +50,10 @@ import (
 var (
 	duration = flag.Duration("chaos.duration", 30*time.Second, "how long to inject faults")
 	nodes    = flag.Int("chaos.nodes", 20, "how many nodes the cluster keeps")
-	seedFlag = flag.Uint64("chaos.seed", 0, "the random seed; 0 picks one from the clock")
+	// companionNodes is smaller: kubernetes-nmstate's handler takes more
+	// of the machine than ours.
+	companionNodes = flag.Int("chaos.companion-nodes", 8, "how many nodes the companion-mode cluster keeps")
+	seedFlag       = flag.Uint64("chaos.seed", 0, "the random seed; 0 picks one from the clock")
 )
 
 const (
@@ -104,7 +109,7 @@ func TestChaos(t *testing.T) {
 		seed = uint64(time.Now().UnixNano())
 	}
 	t.Logf("chaos seed %d (rerun with -chaos.seed %d), %d nodes, %s of faults", seed, seed, *nodes, *duration)
-	c := start(t, seed)
+	c := start(t, seed, *nodes, true)
 	c.setUp()
 	c.converged(3 * time.Minute)
 
@@ -124,7 +129,7 @@ func TestChaos(t *testing.T) {
 	last := time.Now()
 	c.undoDue(true)
 	Expect(c.restorePools()).To(BeTrue(), "the pools the policy needs are back")
-	t.Logf("faults injected: %s; what they undo later undone %s after the last", describe(counts), time.Since(last).Round(time.Second))
+	t.Logf("faults injected: %s; what they undo later undone %s after the last", describe(faults, counts), time.Since(last).Round(time.Second))
 	converged := poll(time.Minute, func() bool { return len(c.unconverged()) == 0 })
 	duplicates, samples := s.stop()
 	t.Logf("%d samples of every node's network", samples)
@@ -136,18 +141,21 @@ func TestChaos(t *testing.T) {
 	t.Logf("converged %s after the last fault", time.Since(last).Round(time.Second))
 	Eventually(c.claimsServed, time.Minute).Should(Succeed(), "every claim has its address once the faults are undone (seed %d)", seed)
 	Eventually(c.check, grace+quarantine+time.Minute).Should(Succeed(), "the pools agree with the enactments, no leak (seed %d)", seed)
-	Eventually(c.quarantined, time.Minute).Should(BeEmpty(), "every quarantine is lifted on evidence once every node is up (seed %d)", seed)
+	Eventually(func() []string { return c.quarantined(pool4, pool6) }, time.Minute).Should(BeEmpty(), "every quarantine is lifted on evidence once every node is up (seed %d)", seed)
 	t.Logf("releases: %s", c.releases())
 }
 
-// start builds the commands and brings up a cluster of *nodes nodes.
-func start(t *testing.T, seed uint64) *cluster {
+// start builds the commands and brings up a cluster of n nodes, ours
+// (with skewed nodes, whose handlers' clocks are off) or as up's extra
+// flags say.
+func start(t *testing.T, seed uint64, n int, skewed bool, extra ...string) *cluster {
 	root := t.TempDir()
 	c := &cluster{t: t, bin: filepath.Join(root, "bin"), dir: filepath.Join(root, "cluster"), ctx: context.Background(),
-		next: *nodes + 1, undo: map[string]*undo{}, orphans: nodeSet{m: map[string]bool{}}}
+		next: n + 1, undo: map[string]*undo{}, orphans: nodeSet{m: map[string]bool{}}}
 	Expect(envtest.BuildCommands(c.bin, "handler", "pool-controller", "nmstatectl-sim", "localcluster", "kubectl-nodeippool")).To(Succeed())
-	args := []string{"up", "--nodes", fmt.Sprint(*nodes), "--bin", c.bin, "--assets", envtest.AssetsDir(),
+	args := []string{"up", "--nodes", fmt.Sprint(n), "--bin", c.bin, "--assets", envtest.AssetsDir(),
 		"--gc-grace-period", grace.String(), "--quarantine-period", quarantine.String(), "--controllers", "2"}
+	args = append(args, extra...)
 	crds, err := envtest.ClusterAPICRDFiles()
 	Expect(err).NotTo(HaveOccurred())
 	for _, crd := range crds {
@@ -167,10 +175,12 @@ func start(t *testing.T, seed uint64) *cluster {
 	})
 	c.k, err = envtest.LocalClusterClient(c.dir)
 	Expect(err).NotTo(HaveOccurred())
-	for i := range skewedNodes {
-		c.next++
-		offset := []string{"1h", "-1h"}[i%2]
-		c.run("node", "add", fmt.Sprintf("node%02d", c.next), "--clock-offset", offset)
+	if skewed {
+		for i := range skewedNodes {
+			c.next++
+			offset := []string{"1h", "-1h"}[i%2]
+			c.run("node", "add", fmt.Sprintf("node%02d", c.next), "--clock-offset", offset)
+		}
 	}
 	return c
 }
@@ -257,9 +267,9 @@ func (c *cluster) machines() []string {
 
 // quarantined lists the addresses the pools still quarantine, with their
 // former holder.
-func (c *cluster) quarantined() []string {
+func (c *cluster) quarantined(pools ...string) []string {
 	var out []string
-	for _, name := range []string{pool4, pool6} {
+	for _, name := range pools {
 		var p ippoolv1.NodeIPPool
 		if err := c.k.Get(c.ctx, types.NamespacedName{Name: name}, &p); err != nil {
 			out = append(out, err.Error())

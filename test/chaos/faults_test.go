@@ -7,6 +7,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"time"
 
@@ -113,15 +114,7 @@ var faults = []fault{
 		}
 		return true
 	}},
-	{"Node deleted while its handler runs, registered again later", func(c *cluster, rng *rand.Rand) bool {
-		node := c.pick(rng)
-		if node == "" || c.k.Delete(c.ctx, &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: node}}) != nil {
-			return false
-		}
-		c.orphans.add(node)
-		return c.later("register/"+node, time.Now().Add(time.Duration(3000+rng.IntN(7000))*time.Millisecond),
-			func() bool { return c.register(node) })
-	}},
+	{"Node deleted while its handler runs, registered again later", func(c *cluster, rng *rand.Rand) bool { return c.orphan(rng) }},
 	{"bitmap emptied by hand", func(c *cluster, rng *rand.Rand) bool {
 		var p ippoolv1.NodeIPPool
 		if err := c.k.Get(c.ctx, types.NamespacedName{Name: []string{pool4, pool6}[rng.IntN(2)]}, &p); err != nil {
@@ -140,8 +133,27 @@ func (c *cluster) try(args ...string) bool {
 	out, err := cmd.CombinedOutput()
 	if err != nil {
 		c.t.Logf("localcluster %v: %v: %s", args, err, out)
+		c.logTail(string(out))
 	}
 	return err == nil
+}
+
+// seeLog finds the log a localcluster error names ("see /path.log").
+var seeLog = regexp.MustCompile(`see (/\S+\.log)`)
+
+// logTail prints the last lines of the log an error names: the cluster's
+// directory is gone once a passing run ends.
+func (c *cluster) logTail(out string) {
+	m := seeLog.FindStringSubmatch(out)
+	if m == nil {
+		return
+	}
+	raw, err := os.ReadFile(m[1])
+	if err != nil {
+		return
+	}
+	lines := strings.Split(strings.TrimRight(string(raw), "\n"), "\n")
+	c.t.Logf("the last lines of %s:\n%s", m[1], strings.Join(lines[max(0, len(lines)-15):], "\n"))
 }
 
 // createPool creates a pool.
@@ -220,7 +232,7 @@ func (c *cluster) annotate(o client.Object, name, value string) bool {
 	return c.k.Patch(c.ctx, o, patch) == nil
 }
 
-func describe(counts map[string]int) string {
+func describe(faults []fault, counts map[string]int) string {
 	var parts []string
 	for _, f := range faults {
 		parts = append(parts, fmt.Sprintf("%s: %d", f.name, counts[f.name]))
@@ -278,9 +290,27 @@ func (c *cluster) setWorker(node string, worker bool) bool {
 	return c.k.Patch(c.ctx, &n, patch) == nil
 }
 
+// orphan deletes a node's Node while its machine runs (its handler, and
+// its network), as an admin who deletes the Node before powering the
+// machine off, and registers it again a few seconds later.
+func (c *cluster) orphan(rng *rand.Rand) bool {
+	node := c.pick(rng)
+	if node == "" || c.k.Delete(c.ctx, &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: node}}) != nil {
+		return false
+	}
+	c.orphans.add(node)
+	return c.later("register/"+node, time.Now().Add(time.Duration(3000+rng.IntN(7000))*time.Millisecond),
+		func() bool { return c.register(node) })
+}
+
 // register creates a node's Node again, Ready, as its kubelet would after
-// the Node was deleted while the machine ran.
+// the Node was deleted while the machine ran; not while the deleted Node
+// is still there (companion mode holds it until the addresses are off).
 func (c *cluster) register(node string) bool {
+	var old corev1.Node
+	if err := c.k.Get(c.ctx, types.NamespacedName{Name: node}, &old); err == nil && old.DeletionTimestamp != nil {
+		return false
+	}
 	n := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: node, Labels: map[string]string{"kubernetes.io/hostname": node,
 		"kubernetes.io/os": "linux", "node-role.kubernetes.io/worker": ""}}}
 	if err := c.k.Create(c.ctx, n); err != nil && !apierrors.IsAlreadyExists(err) {
