@@ -163,7 +163,7 @@ func start(t *testing.T, seed uint64, n int, skewed bool, extra ...string) *clus
 	}
 	c.run(args...)
 	t.Cleanup(func() {
-		c.undoDue(true)
+		c.undoing(true)
 		if t.Failed() {
 			t.Logf("the cluster's logs are in %s", filepath.Join(c.dir, "logs"))
 			logs := filepath.Join(os.TempDir(), fmt.Sprintf("chaos-logs-%d", seed))
@@ -419,18 +419,26 @@ func (c *cluster) later(key string, at time.Time, do func() bool) bool {
 }
 
 // undoDue does what faults scheduled and is due, or all of it; what fails
-// is tried again on the next call.
+// is tried again on the next call. All of it must be done within a minute.
 func (c *cluster) undoDue(all bool) {
+	c.undoing(all)
+	if all {
+		Expect(c.undo).To(BeEmpty(), "what the faults undo later was undone")
+	}
+}
+
+// undoing is undoDue without the verdict: the cleanup calls it, and a
+// failed verdict there would skip the rest of the cleanup.
+func (c *cluster) undoing(all bool) {
 	for key, u := range c.undo {
 		if (all || time.Now().After(u.at)) && u.do() {
 			delete(c.undo, key)
 		}
 	}
-	if all && len(c.undo) > 0 {
+	if all {
 		for end := time.Now().Add(time.Minute); len(c.undo) > 0 && time.Now().Before(end); time.Sleep(time.Second) {
-			c.undoDue(false)
+			c.undoing(false)
 		}
-		Expect(c.undo).To(BeEmpty(), "what the faults undo later was undone")
 	}
 }
 
