@@ -93,6 +93,9 @@ type cluster struct {
 	target string
 	// claimsMade numbers the claims created.
 	claimsMade int
+	// patience is how long what the faults undo later may take once they
+	// are over.
+	patience time.Duration
 }
 
 // undo is something a fault does again later.
@@ -151,7 +154,7 @@ func TestChaos(t *testing.T) {
 func start(t *testing.T, seed uint64, n int, skewed bool, extra ...string) *cluster {
 	root := t.TempDir()
 	c := &cluster{t: t, bin: filepath.Join(root, "bin"), dir: filepath.Join(root, "cluster"), ctx: context.Background(),
-		next: n + 1, undo: map[string]*undo{}, orphans: nodeSet{m: map[string]bool{}}}
+		next: n + 1, patience: time.Minute, undo: map[string]*undo{}, orphans: nodeSet{m: map[string]bool{}}}
 	Expect(envtest.BuildCommands(c.bin, "handler", "pool-controller", "nmstatectl-sim", "localcluster", "kubectl-nodeippool")).To(Succeed())
 	args := []string{"up", "--nodes", fmt.Sprint(n), "--bin", c.bin, "--assets", envtest.AssetsDir(),
 		"--gc-grace-period", grace.String(), "--quarantine-period", quarantine.String(), "--controllers", "2"}
@@ -419,7 +422,8 @@ func (c *cluster) later(key string, at time.Time, do func() bool) bool {
 }
 
 // undoDue does what faults scheduled and is due, or all of it; what fails
-// is tried again on the next call. All of it must be done within a minute.
+// is tried again on the next call. All of it must be done within the
+// cluster's patience.
 func (c *cluster) undoDue(all bool) {
 	c.undoing(all)
 	if all {
@@ -436,7 +440,7 @@ func (c *cluster) undoing(all bool) {
 		}
 	}
 	if all {
-		for end := time.Now().Add(time.Minute); len(c.undo) > 0 && time.Now().Before(end); time.Sleep(time.Second) {
+		for end := time.Now().Add(c.patience); len(c.undo) > 0 && time.Now().Before(end); time.Sleep(time.Second) {
 			c.undoing(false)
 		}
 	}

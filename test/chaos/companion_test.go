@@ -52,6 +52,11 @@ func TestChaosCompanion(t *testing.T) {
 	}
 	t.Logf("companion chaos seed %d (rerun with -chaos.seed %d), %d nodes, %s of faults", seed, seed, *companionNodes, *duration)
 	c := start(t, seed, *companionNodes, false, "--handler", "upstream", "--companion", "--peer-handler", peer, "--node-grace-period", "10s")
+	// A Node deleted while its machine runs goes once kubernetes-nmstate's
+	// handler has applied its removal, which waits for a maxUnavailable
+	// slot behind a rollout of the pooled policy created again: minutes
+	// on a busy machine, not one.
+	c.patience = 3 * time.Minute
 	Expect(c.createPool(pool4, ippoolv1.IPRange{CIDR: "10.90.0.0/24"})).To(BeTrue())
 	Expect(c.k.Create(c.ctx, pooledPolicy())).To(Succeed())
 	Expect(c.k.Create(c.ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: claimsNamespace}})).To(Succeed())
