@@ -117,22 +117,8 @@ func TestChaos(t *testing.T) {
 	c.converged(3 * time.Minute)
 
 	s := c.sample()
-	rng := rand.New(rand.NewPCG(seed, seed))
-	counts := map[string]int{}
-	for end := time.Now().Add(*duration); time.Now().Before(end); {
-		c.undoDue(false)
-		f := faults[rng.IntN(len(faults))]
-		c.target = ""
-		if f.run(c, rng) {
-			counts[f.name]++
-			t.Logf("%s %s %s", time.Now().Format(time.StampMilli), f.name, c.target)
-		}
-		time.Sleep(time.Duration(500+rng.IntN(1500)) * time.Millisecond)
-	}
-	last := time.Now()
-	c.undoDue(true)
+	last := c.inject(seed, faults)
 	Expect(c.restorePools()).To(BeTrue(), "the pools the policy needs are back")
-	t.Logf("faults injected: %s; what they undo later undone %s after the last", describe(faults, counts), time.Since(last).Round(time.Second))
 	converged := poll(time.Minute, func() bool { return len(c.unconverged()) == 0 })
 	duplicates, samples := s.stop()
 	t.Logf("%d samples of every node's network", samples)
@@ -146,6 +132,27 @@ func TestChaos(t *testing.T) {
 	Eventually(c.check, grace+quarantine+time.Minute).Should(Succeed(), "the pools agree with the enactments, no leak (seed %d)", seed)
 	Eventually(func() []string { return c.quarantined(pool4, pool6) }, time.Minute).Should(BeEmpty(), "every quarantine is lifted on evidence once every node is up (seed %d)", seed)
 	t.Logf("releases: %s", c.releases())
+}
+
+// inject runs seeded random faults for the duration, one every 0.5–2 s,
+// then undoes what they undo later, and returns when the last fault was.
+func (c *cluster) inject(seed uint64, faults []fault) time.Time {
+	rng := rand.New(rand.NewPCG(seed, seed))
+	counts := map[string]int{}
+	for end := time.Now().Add(*duration); time.Now().Before(end); {
+		c.undoDue(false)
+		f := faults[rng.IntN(len(faults))]
+		c.target = ""
+		if f.run(c, rng) {
+			counts[f.name]++
+			c.t.Logf("%s %s %s", time.Now().Format(time.StampMilli), f.name, c.target)
+		}
+		time.Sleep(time.Duration(500+rng.IntN(1500)) * time.Millisecond)
+	}
+	last := time.Now()
+	c.undoDue(true)
+	c.t.Logf("faults injected: %s; what they undo later undone %s after the last", describe(faults, counts), time.Since(last).Round(time.Second))
+	return last
 }
 
 // start builds the commands and brings up a cluster of n nodes, ours

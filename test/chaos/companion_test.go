@@ -66,21 +66,7 @@ func TestChaosCompanion(t *testing.T) {
 	Eventually(c.pooledUnconverged, 3*time.Minute).Should(BeEmpty())
 
 	s := c.sample()
-	rng := rand.New(rand.NewPCG(seed, seed))
-	counts := map[string]int{}
-	for end := time.Now().Add(*duration); time.Now().Before(end); {
-		c.undoDue(false)
-		f := companionFaults[rng.IntN(len(companionFaults))]
-		c.target = ""
-		if f.run(c, rng) {
-			counts[f.name]++
-			t.Logf("%s %s %s", time.Now().Format(time.StampMilli), f.name, c.target)
-		}
-		time.Sleep(time.Duration(500+rng.IntN(1500)) * time.Millisecond)
-	}
-	last := time.Now()
-	c.undoDue(true)
-	t.Logf("faults injected: %s; what they undo later undone %s after the last", describe(companionFaults, counts), time.Since(last).Round(time.Second))
+	last := c.inject(seed, companionFaults)
 	converged := poll(2*time.Minute, func() bool { return len(c.pooledUnconverged()) == 0 })
 	duplicates, samples := s.stop()
 	t.Logf("%d samples of every node's network", samples)
@@ -105,27 +91,13 @@ func pooledPolicy() *ippoolv1.PooledNodeNetworkConfigurationPolicy {
 }
 
 var companionFaults = []fault{
-	{"claim deleted, another created", func(c *cluster, rng *rand.Rand) bool { return c.replaceClaim(rng) }},
-	{"claim's IPAddress deleted", func(c *cluster, rng *rand.Rand) bool { return c.deleteAddress(rng) }},
-	{"kubernetes-nmstate's handler kill -9 and restart", func(c *cluster, rng *rand.Rand) bool {
-		node := c.pick(rng)
-		return node != "" && c.try("node", "restart", node, "--crash")
-	}},
-	{"leading pool controller kill -9 (of two)", func(c *cluster, _ *rand.Rand) bool {
-		return c.try("controller", "restart", "--crash")
-	}},
-	{"API server kill -9 and restart", func(c *cluster, _ *rand.Rand) bool {
-		return c.try("apiserver", "restart", "--crash")
-	}},
-	{"node crash-removed, another joins", func(c *cluster, rng *rand.Rand) bool {
-		node := c.pick(rng)
-		if node == "" || !c.try("node", "remove", node, "--crash") {
-			return false
-		}
-		c.next++
-		return c.try("node", "add", fmt.Sprintf("node%02d", c.next))
-	}},
-	{"Node deleted while its machine runs, registered again later", func(c *cluster, rng *rand.Rand) bool { return c.orphan(rng) }},
+	claimReplaced,
+	addressDeleted,
+	handlerKilled,
+	controllerKilled,
+	apiServerKilled,
+	crashRemoved,
+	orphaned,
 	{"machine stopped for a while (NotReady)", func(c *cluster, rng *rand.Rand) bool {
 		node := c.pick(rng)
 		if node == "" || !c.try("node", "stop", node) {
@@ -134,14 +106,7 @@ var companionFaults = []fault{
 		return c.later("start/"+node, time.Now().Add(time.Duration(3000+rng.IntN(10000))*time.Millisecond),
 			func() bool { return c.try("node", "start", node) })
 	}},
-	{"node deselected by its labels for a while", func(c *cluster, rng *rand.Rand) bool {
-		node := c.pick(rng)
-		if node == "" || !c.setWorker(node, false) {
-			return false
-		}
-		return c.later("select/"+node, time.Now().Add(time.Duration(2000+rng.IntN(8000))*time.Millisecond),
-			func() bool { return c.setWorker(node, true) })
-	}},
+	deselected,
 	{"reset of a node's generated policy", func(c *cluster, rng *rand.Rand) bool {
 		node := c.pick(rng)
 		return node != "" && c.annotate(&nmstatev1.NodeNetworkConfigurationPolicy{}, ippoolv1.NodePolicyName(pooled, node), pool4)

@@ -30,13 +30,43 @@ type fault struct {
 	run  func(c *cluster, rng *rand.Rand) bool
 }
 
-var faults = []fault{
-	{"claim deleted, another created", func(c *cluster, rng *rand.Rand) bool { return c.replaceClaim(rng) }},
-	{"claim's IPAddress deleted", func(c *cluster, rng *rand.Rand) bool { return c.deleteAddress(rng) }},
-	{"handler kill -9 and restart", func(c *cluster, rng *rand.Rand) bool {
+// The faults both suites inject.
+var (
+	claimReplaced  = fault{"claim deleted, another created", func(c *cluster, rng *rand.Rand) bool { return c.replaceClaim(rng) }}
+	addressDeleted = fault{"claim's IPAddress deleted", func(c *cluster, rng *rand.Rand) bool { return c.deleteAddress(rng) }}
+	handlerKilled  = fault{"handler kill -9 and restart", func(c *cluster, rng *rand.Rand) bool {
 		node := c.pick(rng)
 		return node != "" && c.try("node", "restart", node, "--crash")
-	}},
+	}}
+	controllerKilled = fault{"leading pool controller kill -9 (of two)", func(c *cluster, _ *rand.Rand) bool {
+		return c.try("controller", "restart", "--crash")
+	}}
+	crashRemoved = fault{"node crash-removed, another joins", func(c *cluster, rng *rand.Rand) bool {
+		node := c.pick(rng)
+		if node == "" || !c.try("node", "remove", node, "--crash") {
+			return false
+		}
+		c.next++
+		return c.try("node", "add", fmt.Sprintf("node%02d", c.next))
+	}}
+	apiServerKilled = fault{"API server kill -9 and restart", func(c *cluster, _ *rand.Rand) bool {
+		return c.try("apiserver", "restart", "--crash")
+	}}
+	deselected = fault{"node deselected by its labels for a while", func(c *cluster, rng *rand.Rand) bool {
+		node := c.pick(rng)
+		if node == "" || !c.setWorker(node, false) {
+			return false
+		}
+		return c.later("select/"+node, time.Now().Add(time.Duration(2000+rng.IntN(8000))*time.Millisecond),
+			func() bool { return c.setWorker(node, true) })
+	}}
+	orphaned = fault{"Node deleted while its handler runs, registered again later", func(c *cluster, rng *rand.Rand) bool { return c.orphan(rng) }}
+)
+
+var faults = []fault{
+	claimReplaced,
+	addressDeleted,
+	handlerKilled,
 	{"handler stalled past the grace period", func(c *cluster, rng *rand.Rand) bool {
 		node := c.pick(rng)
 		if node == "" || !c.try("node", "stall", node) {
@@ -45,17 +75,8 @@ var faults = []fault{
 		return c.later("resume/"+node, time.Now().Add(grace+time.Duration(rng.IntN(5000))*time.Millisecond),
 			func() bool { return c.try("node", "resume", node) })
 	}},
-	{"leading pool controller kill -9 (of two)", func(c *cluster, _ *rand.Rand) bool {
-		return c.try("controller", "restart", "--crash")
-	}},
-	{"node crash-removed, another joins", func(c *cluster, rng *rand.Rand) bool {
-		node := c.pick(rng)
-		if node == "" || !c.try("node", "remove", node, "--crash") {
-			return false
-		}
-		c.next++
-		return c.try("node", "add", fmt.Sprintf("node%02d", c.next))
-	}},
+	controllerKilled,
+	crashRemoved,
 	{"node replaced under the same name", func(c *cluster, rng *rand.Rand) bool {
 		node := c.pick(rng)
 		return node != "" && c.try("node", "remove", node, "--crash") && c.try("node", "add", node)
@@ -70,9 +91,7 @@ var faults = []fault{
 	{"reset of a pool", func(c *cluster, rng *rand.Rand) bool {
 		return c.annotate(&ippoolv1.NodeIPPool{}, []string{pool4, pool6}[rng.IntN(2)], "")
 	}},
-	{"API server kill -9 and restart", func(c *cluster, _ *rand.Rand) bool {
-		return c.try("apiserver", "restart", "--crash")
-	}},
+	apiServerKilled,
 	{"pool re-created larger or smaller", func(c *cluster, rng *rand.Rand) bool {
 		r := []ippoolv1.IPRange{{CIDR: "10.90.0.0/23"}, {CIDR: "10.90.0.0/24", End: "10.90.0.120"}}[rng.IntN(2)]
 		return c.deletePool(pool4) && c.createPool(pool4, r)
@@ -92,14 +111,7 @@ var faults = []fault{
 	{"policy created again without its IPv6 capture for a while", func(c *cluster, rng *rand.Rand) bool {
 		return c.replacePolicy(chaosPolicy(false), rng)
 	}},
-	{"node deselected by its labels for a while", func(c *cluster, rng *rand.Rand) bool {
-		node := c.pick(rng)
-		if node == "" || !c.setWorker(node, false) {
-			return false
-		}
-		return c.later("select/"+node, time.Now().Add(time.Duration(2000+rng.IntN(8000))*time.Millisecond),
-			func() bool { return c.setWorker(node, true) })
-	}},
+	deselected,
 	{"handler killed between apply and commit", func(c *cluster, rng *rand.Rand) bool {
 		node := c.pick(rng)
 		return node != "" && c.crashMidApply(node)
@@ -114,7 +126,7 @@ var faults = []fault{
 		}
 		return true
 	}},
-	{"Node deleted while its handler runs, registered again later", func(c *cluster, rng *rand.Rand) bool { return c.orphan(rng) }},
+	orphaned,
 	{"bitmap emptied by hand", func(c *cluster, rng *rand.Rand) bool {
 		var p ippoolv1.NodeIPPool
 		if err := c.k.Get(c.ctx, types.NamespacedName{Name: []string{pool4, pool6}[rng.IntN(2)]}, &p); err != nil {
