@@ -227,7 +227,7 @@ func (s *snapshot) nodePlan(policy *nmstatev1.NodeNetworkConfigurationPolicy, re
 		np.Carries = append(np.Carries, cr.String())
 	}
 	name := shared.EnactmentKey(node, policy.Name).Name
-	if policy.Kind == poolstatus.PooledPolicyKind {
+	if policy.Kind == holder.PooledPolicyKind {
 		name = holder.ForPolicyNode(policy.Name, node).String() // its records are in its status
 	}
 	for _, e := range s.enactments {

@@ -17,8 +17,8 @@ import (
 
 	ippoolv1 "github.com/nmstate-ippool/nmstate-ippool/api/v1"
 	"github.com/nmstate-ippool/nmstate-ippool/internal/cli"
+	"github.com/nmstate-ippool/nmstate-ippool/internal/holder"
 	"github.com/nmstate-ippool/nmstate-ippool/internal/poolchange"
-	"github.com/nmstate-ippool/nmstate-ippool/internal/poolstatus"
 )
 
 // poolPlan is what plan reports of one proposed pool.
@@ -159,7 +159,7 @@ func decodeProposed(obj map[string]any) (*ippoolv1.NodeIPPool, *nmstatev1.NodeNe
 			return nil, nil, errors.New("the NodeIPPool has no metadata.name")
 		}
 		return &p, nil, nil
-	case "NodeNetworkConfigurationPolicy", poolstatus.PooledPolicyKind:
+	case "NodeNetworkConfigurationPolicy", holder.PooledPolicyKind:
 		// A pooled policy (companion mode) has an NNCP's spec; its Kind
 		// stays what the file says, and names its holders (nodePlan).
 		var p nmstatev1.NodeNetworkConfigurationPolicy

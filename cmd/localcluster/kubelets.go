@@ -97,9 +97,9 @@ func cmdKubelets(ctx context.Context, args []string, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
-	grace, err := time.ParseDuration(c.NodeGracePeriod)
+	grace, err := c.nodeGrace()
 	if err != nil {
-		return fmt.Errorf("nodeGracePeriod %q: %w", c.NodeGracePeriod, err)
+		return err
 	}
 	k, err := c.client()
 	if err != nil {
@@ -123,6 +123,15 @@ func cmdKubelets(ctx context.Context, args []string, stderr io.Writer) error {
 		case <-tick.C:
 		}
 	}
+}
+
+// nodeGrace is the node lifecycle controller's grace period.
+func (c *cluster) nodeGrace() (time.Duration, error) {
+	grace, err := time.ParseDuration(c.NodeGracePeriod)
+	if err != nil {
+		return 0, fmt.Errorf("nodeGracePeriod %q in %s: %w", c.NodeGracePeriod, c.path(stateFile), err)
+	}
+	return grace, nil
 }
 
 // poweredOn returns the simulated nodes whose machine runs: added, not
@@ -208,7 +217,7 @@ func (c *cluster) power(ctx context.Context, k client.Client, name string, on bo
 	case on != slices.Contains(c.PoweredOff, name):
 		return fmt.Errorf("node %s is %s already", name, map[bool]string{true: "running", false: "stopped"}[on])
 	}
-	grace, err := time.ParseDuration(c.NodeGracePeriod)
+	grace, err := c.nodeGrace()
 	if err != nil {
 		return err
 	}

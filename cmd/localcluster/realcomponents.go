@@ -252,12 +252,10 @@ func nodeReady(ctx context.Context, k client.Client, name string) error {
 	if err := k.Get(ctx, client.ObjectKey{Name: name}, &node); err != nil {
 		return err
 	}
-	for _, cond := range node.Status.Conditions {
-		if cond.Type == corev1.NodeReady && cond.Status == corev1.ConditionTrue {
-			return nil
-		}
+	if !ready(&node) {
+		return fmt.Errorf("node %s is not Ready", name)
 	}
-	return fmt.Errorf("node %s is not Ready", name)
+	return nil
 }
 
 // labelNode adds labels to a Node, as kubeadm does for the roles a kubelet

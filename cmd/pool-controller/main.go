@@ -39,8 +39,8 @@ import (
 	"github.com/nmstate-ippool/nmstate-ippool/controllers/pool"
 	"github.com/nmstate-ippool/nmstate-ippool/internal/capi"
 	"github.com/nmstate-ippool/nmstate-ippool/internal/enactmentwebhook"
+	"github.com/nmstate-ippool/nmstate-ippool/internal/holder"
 	"github.com/nmstate-ippool/nmstate-ippool/internal/metricsauth"
-	"github.com/nmstate-ippool/nmstate-ippool/internal/poolstatus"
 	"github.com/nmstate-ippool/nmstate-ippool/internal/poolwebhook"
 	"github.com/nmstate-ippool/nmstate-ippool/internal/scheme"
 	"github.com/nmstate-ippool/nmstate-ippool/internal/statuswebhook"
@@ -218,13 +218,13 @@ const serviceAccountNamespace = "/var/run/secrets/kubernetes.io/serviceaccount/n
 // setUpPooledPolicies starts the controller of companion mode's pooled
 // policies when their CRD is installed, and reports whether it is.
 func setUpPooledPolicies(mgr ctrl.Manager) (bool, error) {
-	_, err := mgr.GetRESTMapper().RESTMapping(ippoolv1.GroupVersion.WithKind(poolstatus.PooledPolicyKind).GroupKind(), ippoolv1.GroupVersion.Version)
+	_, err := mgr.GetRESTMapper().RESTMapping(ippoolv1.GroupVersion.WithKind(holder.PooledPolicyKind).GroupKind(), ippoolv1.GroupVersion.Version)
 	switch {
 	case meta.IsNoMatchError(err):
 		ctrl.Log.Info("not serving pooled policies: the PooledNodeNetworkConfigurationPolicy CRD is not installed (restart the pool controller after installing it)")
 		return false, nil
 	case err != nil:
-		return false, fmt.Errorf("look up %s: %w", poolstatus.PooledPolicyKind, err)
+		return false, fmt.Errorf("look up %s: %w", holder.PooledPolicyKind, err)
 	}
 	if err := companion.New(mgr).SetupWithManager(mgr, companion.SetupOptions{}); err != nil {
 		return false, fmt.Errorf("set up the pooled policy controller: %w", err)

@@ -144,7 +144,7 @@ func (r *Reconciler) take(ctx context.Context, w *world, next *ippoolv1.PooledNo
 		return nil, &problem{ippoolv1.ReasonIPPoolNotAvailable, fmt.Sprintf(
 			"NodeIPPool %s was deleted or re-created meanwhile; %s wait", pool.Name, nodesOf(needs))}, nil, nil
 	case err != nil:
-		return nil, nil, nil, fmt.Errorf("allocate from NodeIPPool %s for %s %s: %w", pool.Name, poolstatus.PooledPolicyKind, w.policy.Name, err)
+		return nil, nil, nil, fmt.Errorf("allocate from NodeIPPool %s for %s %s: %w", pool.Name, holder.PooledPolicyKind, w.policy.Name, err)
 	}
 	var said []string
 	for _, n := range t.notes.Events(pool.Name) {

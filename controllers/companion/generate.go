@@ -24,6 +24,7 @@ import (
 
 	ippoolv1 "github.com/nmstate-ippool/nmstate-ippool/api/v1"
 	nncev1beta1 "github.com/nmstate-ippool/nmstate-ippool/api/v1beta1"
+	"github.com/nmstate-ippool/nmstate-ippool/internal/holder"
 	"github.com/nmstate-ippool/nmstate-ippool/internal/policystatus"
 	"github.com/nmstate-ippool/nmstate-ippool/internal/poolstatus"
 	"github.com/nmstate-ippool/nmstate-ippool/pkg/capture"
@@ -297,7 +298,7 @@ func (r *Reconciler) generate(w *world, node string, state []byte, removal bool)
 		Finalizers:  []string{ippoolv1.FinalizerPooledPolicy},
 		Labels:      map[string]string{ippoolv1.PooledPolicyLabel: p.Name},
 		Annotations: map[string]string{ippoolv1.PooledNodeAnnotation: node},
-		OwnerReferences: []metav1.OwnerReference{{APIVersion: ippoolv1.GroupVersion.String(), Kind: poolstatus.PooledPolicyKind,
+		OwnerReferences: []metav1.OwnerReference{{APIVersion: ippoolv1.GroupVersion.String(), Kind: holder.PooledPolicyKind,
 			Name: p.Name, UID: p.UID, Controller: ptr.To(true), BlockOwnerDeletion: ptr.To(true)}},
 	}}
 	g.Spec.NodeSelector = map[string]string{hostnameLabel: hostname}

@@ -20,8 +20,8 @@ import (
 
 	ippoolv1 "github.com/nmstate-ippool/nmstate-ippool/api/v1"
 	nncev1beta1 "github.com/nmstate-ippool/nmstate-ippool/api/v1beta1"
+	"github.com/nmstate-ippool/nmstate-ippool/internal/holder"
 	"github.com/nmstate-ippool/nmstate-ippool/internal/policystatus"
-	"github.com/nmstate-ippool/nmstate-ippool/internal/poolstatus"
 	"github.com/nmstate-ippool/nmstate-ippool/internal/poolwrite"
 	"github.com/nmstate-ippool/nmstate-ippool/pkg/capture"
 	"github.com/nmstate-ippool/nmstate-ippool/pkg/nmstatectl"
@@ -277,8 +277,8 @@ func (r *Reconciler) quarantine(ctx context.Context, w *world, rec *ippoolv1.Poo
 	if len(addrs) == 0 {
 		return nil
 	}
-	holder, _ := holderOf(w.policy, rec.Node)
-	h := poolwrite.Holder{Node: rec.Node, NodeUID: rec.NodeUID, Enactment: holder, Interfaces: map[string]string{}}
+	name, _ := holderOf(w.policy, rec.Node)
+	h := poolwrite.Holder{Node: rec.Node, NodeUID: rec.NodeUID, Enactment: name, Interfaces: map[string]string{}}
 	if forReturn {
 		h.Captures = map[string]string{}
 	}
@@ -295,7 +295,7 @@ func (r *Reconciler) quarantine(ctx context.Context, w *world, rec *ippoolv1.Poo
 		}
 	}
 	if _, err := r.Pools.Quarantine(ctx, h, record); err != nil {
-		return fmt.Errorf("quarantine %s of node %s (%s %s): %w", ips(addrs), rec.Node, poolstatus.PooledPolicyKind, w.policy.Name, err)
+		return fmt.Errorf("quarantine %s of node %s (%s %s): %w", ips(addrs), rec.Node, holder.PooledPolicyKind, w.policy.Name, err)
 	}
 	return nil
 }
@@ -305,7 +305,7 @@ func kindOf(o client.Object) string {
 	if _, ok := o.(*nmstatev1.NodeNetworkConfigurationPolicy); ok {
 		return "NodeNetworkConfigurationPolicy"
 	}
-	return poolstatus.PooledPolicyKind
+	return holder.PooledPolicyKind
 }
 
 // dropRecord removes node's record from p's status.

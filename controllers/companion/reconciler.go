@@ -25,7 +25,6 @@ import (
 	nncev1beta1 "github.com/nmstate-ippool/nmstate-ippool/api/v1beta1"
 	"github.com/nmstate-ippool/nmstate-ippool/internal/annotations"
 	"github.com/nmstate-ippool/nmstate-ippool/internal/holder"
-	"github.com/nmstate-ippool/nmstate-ippool/internal/poolstatus"
 	"github.com/nmstate-ippool/nmstate-ippool/internal/poolwrite"
 	"github.com/nmstate-ippool/nmstate-ippool/pkg/capture"
 )
@@ -82,7 +81,7 @@ func (r *Reconciler) cacheBehind(ctx context.Context, p *ippoolv1.PooledNodeNetw
 	case apierrors.IsNotFound(err):
 		return true, nil // gone: nothing to act on
 	case err != nil:
-		return false, fmt.Errorf("get %s %s: %w", poolstatus.PooledPolicyKind, p.Name, err)
+		return false, fmt.Errorf("get %s %s: %w", holder.PooledPolicyKind, p.Name, err)
 	case fresh.UID != p.UID || fresh.ResourceVersion != p.ResourceVersion:
 		ctrl.LoggerFrom(ctx).V(1).Info("the cache is behind the API server; looking again", "cached", p.ResourceVersion, "latest", fresh.ResourceVersion)
 		return true, nil
@@ -110,7 +109,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 		patch := client.MergeFromWithOptions(p.DeepCopy(), client.MergeFromWithOptimisticLock{})
 		controllerutil.AddFinalizer(&p, ippoolv1.FinalizerPooledPolicy)
 		if err := r.Client.Patch(ctx, &p, patch); err != nil {
-			return ctrl.Result{}, fmt.Errorf("add the finalizer to %s %s: %w", poolstatus.PooledPolicyKind, p.Name, err)
+			return ctrl.Result{}, fmt.Errorf("add the finalizer to %s %s: %w", holder.PooledPolicyKind, p.Name, err)
 		}
 	}
 	if behind, err := r.cacheBehind(ctx, &p); err != nil || behind {
@@ -294,7 +293,7 @@ func (r *Reconciler) observeGenerated(ctx context.Context, w *world) error {
 	p := w.policy
 	var generated nmstatev1.NodeNetworkConfigurationPolicyList
 	if err := r.Client.List(ctx, &generated, client.MatchingLabels{ippoolv1.PooledPolicyLabel: p.Name}); err != nil {
-		return fmt.Errorf("list the policies of %s %s: %w", poolstatus.PooledPolicyKind, p.Name, err)
+		return fmt.Errorf("list the policies of %s %s: %w", holder.PooledPolicyKind, p.Name, err)
 	}
 	for i := range generated.Items {
 		g := &generated.Items[i]
@@ -394,7 +393,7 @@ func orphanedBy(g *nmstatev1.NodeNetworkConfigurationPolicy, p *ippoolv1.PooledN
 func stranded(g *nmstatev1.NodeNetworkConfigurationPolicy, live types.UID) bool {
 	ref := metav1.GetControllerOf(g)
 	return !g.DeletionTimestamp.IsZero() && controllerutil.ContainsFinalizer(g, ippoolv1.FinalizerPooledPolicy) &&
-		ref != nil && ref.Kind == poolstatus.PooledPolicyKind && ref.UID != live
+		ref != nil && ref.Kind == holder.PooledPolicyKind && ref.UID != live
 }
 
 // unstrand removes the finalizer of a stranded generated policy.
@@ -413,7 +412,7 @@ func (r *Reconciler) unstrand(ctx context.Context, g *nmstatev1.NodeNetworkConfi
 func (r *Reconciler) unstrandAll(ctx context.Context, name string) error {
 	var list nmstatev1.NodeNetworkConfigurationPolicyList
 	if err := r.Client.List(ctx, &list, client.MatchingLabels{ippoolv1.PooledPolicyLabel: name}); err != nil {
-		return fmt.Errorf("list the policies of %s %s: %w", poolstatus.PooledPolicyKind, name, err)
+		return fmt.Errorf("list the policies of %s %s: %w", holder.PooledPolicyKind, name, err)
 	}
 	for i := range list.Items {
 		if stranded(&list.Items[i], "") {
@@ -430,7 +429,7 @@ func (r *Reconciler) removeFinalizer(ctx context.Context, p *ippoolv1.PooledNode
 	patch := client.MergeFromWithOptions(p.DeepCopy(), client.MergeFromWithOptimisticLock{})
 	controllerutil.RemoveFinalizer(p, ippoolv1.FinalizerPooledPolicy)
 	if err := r.Client.Patch(ctx, p, patch); client.IgnoreNotFound(err) != nil {
-		return fmt.Errorf("remove the finalizer of %s %s: %w", poolstatus.PooledPolicyKind, p.Name, err)
+		return fmt.Errorf("remove the finalizer of %s %s: %w", holder.PooledPolicyKind, p.Name, err)
 	}
 	return nil
 }

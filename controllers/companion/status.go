@@ -11,8 +11,8 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 
 	ippoolv1 "github.com/nmstate-ippool/nmstate-ippool/api/v1"
+	"github.com/nmstate-ippool/nmstate-ippool/internal/holder"
 	"github.com/nmstate-ippool/nmstate-ippool/internal/policystatus"
-	"github.com/nmstate-ippool/nmstate-ippool/internal/poolstatus"
 )
 
 // writeStatus sets next's conditions and writes its status, under p's
@@ -53,9 +53,9 @@ func (r *Reconciler) writeStatus(ctx context.Context, w *world, p, next *ippoolv
 	}
 	if err := r.Client.Status().Update(ctx, next); err != nil {
 		if apierrors.IsConflict(err) {
-			return fmt.Errorf("%s %s changed meanwhile, looking again: %w", poolstatus.PooledPolicyKind, p.Name, err)
+			return fmt.Errorf("%s %s changed meanwhile, looking again: %w", holder.PooledPolicyKind, p.Name, err)
 		}
-		return fmt.Errorf("write the status of %s %s: %w", poolstatus.PooledPolicyKind, p.Name, err)
+		return fmt.Errorf("write the status of %s %s: %w", holder.PooledPolicyKind, p.Name, err)
 	}
 	return nil
 }

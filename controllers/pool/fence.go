@@ -14,7 +14,6 @@ import (
 	ippoolv1 "github.com/nmstate-ippool/nmstate-ippool/api/v1"
 	nncev1beta1 "github.com/nmstate-ippool/nmstate-ippool/api/v1beta1"
 	"github.com/nmstate-ippool/nmstate-ippool/internal/holder"
-	"github.com/nmstate-ippool/nmstate-ippool/internal/poolstatus"
 )
 
 // fenceOutcome is what fence found.
@@ -96,7 +95,7 @@ func (r *Reconciler) fencePolicy(ctx context.Context, pool *ippoolv1.NodeIPPool,
 	case apierrors.IsNotFound(err):
 		return movedOn, nil
 	case err != nil:
-		return undecided, fmt.Errorf("get %s %q: %w", poolstatus.PooledPolicyKind, policy, err)
+		return undecided, fmt.Errorf("get %s %q: %w", holder.PooledPolicyKind, policy, err)
 	}
 	if rec := p.Status.NodeOf(node); rec != nil && slices.ContainsFunc(rec.Held(), func(a ippoolv1.PooledAddress) bool { return a.IP == e.IP }) {
 		return undecided, nil // recorded after all: pruned on the next pass
@@ -116,7 +115,7 @@ func (r *Reconciler) fencePolicy(ctx context.Context, pool *ippoolv1.NodeIPPool,
 		case apierrors.IsConflict(err):
 			return undecided, nil
 		}
-		return undecided, fmt.Errorf("fence %s %q: %w", poolstatus.PooledPolicyKind, policy, err)
+		return undecided, fmt.Errorf("fence %s %q: %w", holder.PooledPolicyKind, policy, err)
 	}
 	r.Recorder.Eventf(&p, pool, corev1.EventTypeWarning, ippoolv1.ReasonAllocationRevoked, "Revoke",
 		"NodeIPPool %s revoked %s: taken for node %s %s ago and never recorded; the node gets an address again",

@@ -22,6 +22,7 @@ import (
 	nncev1beta1 "github.com/nmstate-ippool/nmstate-ippool/api/v1beta1"
 	"github.com/nmstate-ippool/nmstate-ippool/internal/annotations"
 	"github.com/nmstate-ippool/nmstate-ippool/internal/assign"
+	"github.com/nmstate-ippool/nmstate-ippool/internal/holder"
 	"github.com/nmstate-ippool/nmstate-ippool/internal/poolstatus"
 	"github.com/nmstate-ippool/nmstate-ippool/internal/poolwrite"
 	"github.com/nmstate-ippool/nmstate-ippool/internal/retire"
@@ -83,7 +84,7 @@ func (r *Reconciler) resetsOf(ctx context.Context, pool *ippoolv1.NodeIPPool, en
 // node's record.
 func generated(p client.Object) bool {
 	owner := metav1.GetControllerOf(p)
-	return owner != nil && owner.Kind == poolstatus.PooledPolicyKind && strings.HasPrefix(owner.APIVersion, ippoolv1.GroupVersion.Group+"/")
+	return owner != nil && owner.Kind == holder.PooledPolicyKind && strings.HasPrefix(owner.APIVersion, ippoolv1.GroupVersion.Group+"/")
 }
 
 // confirmReset re-reads an annotated object from the API server and returns

@@ -24,7 +24,6 @@ import (
 	nncev1beta1 "github.com/nmstate-ippool/nmstate-ippool/api/v1beta1"
 	"github.com/nmstate-ippool/nmstate-ippool/internal/capi"
 	"github.com/nmstate-ippool/nmstate-ippool/internal/holder"
-	"github.com/nmstate-ippool/nmstate-ippool/internal/poolstatus"
 	"github.com/nmstate-ippool/nmstate-ippool/pkg/capture"
 	"github.com/nmstate-ippool/nmstate-ippool/pkg/ippool"
 )
@@ -40,7 +39,7 @@ func Records(ctx context.Context, reader client.Reader) ([]nncev1beta1.NodeNetwo
 	case meta.IsNoMatchError(err), apierrors.IsNotFound(err), runtime.IsNotRegisteredError(err):
 		return nil, nil
 	case err != nil:
-		return nil, fmt.Errorf("list %ss: %w", poolstatus.PooledPolicyKind, err)
+		return nil, fmt.Errorf("list %ss: %w", holder.PooledPolicyKind, err)
 	}
 	return RecordsOf(list.Items), nil
 }

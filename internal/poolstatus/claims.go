@@ -101,9 +101,6 @@ func (o Owner) Describe(pool string) string {
 	return b.String()
 }
 
-// PooledPolicyKind is the kind of companion mode's policies.
-const PooledPolicyKind = holder.PooledPolicyKind
-
 // Remedy is the command that takes the address from this holder, for a
 // message about pool: reset an enactment's record or a pooled policy's
 // node (on the policy generated for it), or delete a claim (whose
