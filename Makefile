@@ -20,6 +20,7 @@ KUSTOMIZE ?= $(LOCALBIN)/kustomize
 GINKGO ?= $(LOCALBIN)/ginkgo
 GOLANGCI_LINT ?= $(LOCALBIN)/golangci-lint
 KUBECTL ?= $(LOCALBIN)/kubectl
+PROMTOOL ?= $(LOCALBIN)/promtool
 
 GO_TEST_FLAGS ?= -race -count=1 -timeout 30m
 FUZZTIME ?= 10s
@@ -128,6 +129,11 @@ $(ENVTEST_DIR)/kubelet $(ENVTEST_DIR)/kube-proxy $(ENVTEST_DIR)/kube-controller-
 test: envtest-assets $(ENVTEST_DIR)/kube-controller-manager $(KUSTOMIZE) peer-handler ## Run unit tests, fuzz seeds, envtest suites, e2e, the suite beside kubernetes-nmstate's handler (when ../shared/peers is there; its cluster runs Kubernetes' garbage collector) and a short chaos run against a real API server (with -race).
 	go test $(GO_TEST_FLAGS) ./...
 
+.PHONY: test-alerts
+test-alerts: $(PROMTOOL) ## Check the alerting rules (deploy/alerts) with promtool and run their unit tests.
+	$(PROMTOOL) check rules deploy/alerts/rules.yaml
+	cd deploy/alerts && $(PROMTOOL) test rules rules_test.yaml
+
 .PHONY: test-e2e
 test-e2e: envtest-assets ## Run the end-to-end workflows on a local cluster of real processes (part of make test too).
 	go test -count=1 -timeout 20m ./test/e2e/ -args -ginkgo.v
@@ -209,8 +215,13 @@ $(KUSTOMIZE): hack/tools/go.mod
 $(GINKGO): hack/tools/go.mod
 	cd hack/tools && go build -o $@ github.com/onsi/ginkgo/v2/ginkgo
 
+# Without the service discoveries (remove_all_sd): rule checks need none,
+# and they are most of Prometheus's build.
+$(PROMTOOL): hack/promtool/go.mod
+	cd hack/promtool && go build -tags remove_all_sd -o $@ github.com/prometheus/prometheus/cmd/promtool
+
 $(GOLANGCI_LINT): hack/golangci-lint/go.mod
 	cd hack/golangci-lint && go build -o $@ github.com/golangci/golangci-lint/v2/cmd/golangci-lint
 
 .PHONY: tools
-tools: $(CONTROLLER_GEN) $(KUSTOMIZE) $(GINKGO) $(GOLANGCI_LINT) ## Build every tool into bin/.
+tools: $(CONTROLLER_GEN) $(KUSTOMIZE) $(GINKGO) $(GOLANGCI_LINT) $(PROMTOOL) ## Build every tool into bin/.

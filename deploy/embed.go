@@ -8,6 +8,8 @@ import (
 	"embed"
 	"fmt"
 	"io/fs"
+	"regexp"
+	"slices"
 
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
@@ -66,4 +68,46 @@ func CRDs() ([]*apiextensionsv1.CustomResourceDefinition, error) {
 		out = append(out, &crd)
 	}
 	return out, nil
+}
+
+//go:embed alerts/rules.yaml
+var alertRules []byte
+
+// AlertRule is one alerting rule of deploy/alerts/rules.yaml.
+type AlertRule struct {
+	Alert       string            `json:"alert"`
+	Expr        string            `json:"expr"`
+	For         string            `json:"for,omitempty"`
+	Labels      map[string]string `json:"labels,omitempty"`
+	Annotations map[string]string `json:"annotations,omitempty"`
+}
+
+// AlertRules returns the alerting rules of deploy/alerts/rules.yaml, in
+// their order.
+func AlertRules() ([]AlertRule, error) {
+	var file struct {
+		Groups []struct {
+			Name  string      `json:"name"`
+			Rules []AlertRule `json:"rules"`
+		} `json:"groups"`
+	}
+	if err := yaml.UnmarshalStrict(alertRules, &file); err != nil {
+		return nil, fmt.Errorf("alerts/rules.yaml: %w", err)
+	}
+	var out []AlertRule
+	for _, g := range file.Groups {
+		out = append(out, g.Rules...)
+	}
+	return out, nil
+}
+
+// seriesName matches the project's metric names in an expression.
+var seriesName = regexp.MustCompile(`\bnmstate_ippool_[a-z_]+\b`)
+
+// Series returns the names of the project's series the rule reads
+// (nmstate_ippool_*), sorted, each once.
+func (r AlertRule) Series() []string {
+	names := seriesName.FindAllString(r.Expr, -1)
+	slices.Sort(names)
+	return slices.Compact(names)
 }

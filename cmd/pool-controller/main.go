@@ -114,22 +114,20 @@ func run(o options) error {
 	// Every replica reports them, from its own cache: aggregate with max.
 	ctrlmetrics.Registry.MustRegister(policy.NewStatusMetrics(mgr.GetCache()))
 	pools := pool.New(mgr, metrics)
+	metrics.Writes.Count(pools.Pools)
 	pools.GracePeriod, pools.QuarantinePeriod, pools.DepartureHold = o.gracePeriod, o.quarantinePeriod, o.departureHold
-	if pools.IPAMVersion, pools.Signer, err = setUpClaims(ctx, mgr, o); err != nil {
+	if pools.IPAMVersion, pools.Signer, err = setUpClaims(ctx, mgr, o, metrics); err != nil {
 		return err
 	}
-	if pools.PooledPolicies, err = setUpPooledPolicies(mgr); err != nil {
+	if pools.PooledPolicies, err = setUpPooledPolicies(mgr, metrics); err != nil {
 		return err
 	}
 	if err := pools.SetupWithManager(ctx, mgr, pool.SetupOptions{}); err != nil {
 		return fmt.Errorf("set up the pool controller: %w", err)
 	}
 	if o.mode == modeHandler {
-		if err := enactment.New(mgr).SetupWithManager(mgr, enactment.SetupOptions{}); err != nil {
-			return fmt.Errorf("set up the enactment controller: %w", err)
-		}
-		if err := policy.New(mgr).SetupWithManager(ctx, mgr, policy.SetupOptions{}); err != nil {
-			return fmt.Errorf("set up the policy controller: %w", err)
+		if err := setUpHandlerMode(ctx, mgr, metrics); err != nil {
+			return err
 		}
 	}
 	ready := healthz.Ping
@@ -161,11 +159,25 @@ func run(o options) error {
 	return mgr.Start(ctx)
 }
 
+// setUpHandlerMode starts the controllers only handler mode runs: the
+// enactments' and the policies'.
+func setUpHandlerMode(ctx context.Context, mgr ctrl.Manager, metrics *pool.Metrics) error {
+	enactments := enactment.New(mgr)
+	metrics.Writes.Count(enactments.Pools)
+	if err := enactments.SetupWithManager(mgr, enactment.SetupOptions{}); err != nil {
+		return fmt.Errorf("set up the enactment controller: %w", err)
+	}
+	if err := policy.New(mgr).SetupWithManager(ctx, mgr, policy.SetupOptions{}); err != nil {
+		return fmt.Errorf("set up the policy controller: %w", err)
+	}
+	return nil
+}
+
 // setUpClaims starts the Cluster API IPAM provider when the
 // IPAddressClaim and IPAddress CRDs are installed, and returns the version
 // it speaks and the signer of its IPAddresses; without them it says so
 // once and returns "". CRDs installed later are served after a restart.
-func setUpClaims(ctx context.Context, mgr ctrl.Manager, o options) (string, *capi.Signer, error) {
+func setUpClaims(ctx context.Context, mgr ctrl.Manager, o options, metrics *pool.Metrics) (string, *capi.Signer, error) {
 	version, served, err := capi.Served(mgr.GetRESTMapper())
 	if err != nil {
 		return "", nil, err
@@ -183,7 +195,8 @@ func setUpClaims(ctx context.Context, mgr ctrl.Manager, o options) (string, *cap
 		return "", nil, err
 	}
 	claims := claim.New(mgr, version, cluster)
-	claims.Signer = signer
+	claims.Signer, claims.Waiting = signer, metrics.Waiting
+	metrics.Writes.Count(claims.Pools)
 	if err := claims.SetupWithManager(mgr, claim.SetupOptions{}); err != nil {
 		return "", nil, fmt.Errorf("set up the IPAddressClaim controller: %w", err)
 	}
@@ -217,7 +230,7 @@ const serviceAccountNamespace = "/var/run/secrets/kubernetes.io/serviceaccount/n
 
 // setUpPooledPolicies starts the controller of companion mode's pooled
 // policies when their CRD is installed, and reports whether it is.
-func setUpPooledPolicies(mgr ctrl.Manager) (bool, error) {
+func setUpPooledPolicies(mgr ctrl.Manager, metrics *pool.Metrics) (bool, error) {
 	_, err := mgr.GetRESTMapper().RESTMapping(ippoolv1.GroupVersion.WithKind(holder.PooledPolicyKind).GroupKind(), ippoolv1.GroupVersion.Version)
 	switch {
 	case meta.IsNoMatchError(err):
@@ -226,7 +239,10 @@ func setUpPooledPolicies(mgr ctrl.Manager) (bool, error) {
 	case err != nil:
 		return false, fmt.Errorf("look up %s: %w", holder.PooledPolicyKind, err)
 	}
-	if err := companion.New(mgr).SetupWithManager(mgr, companion.SetupOptions{}); err != nil {
+	policies := companion.New(mgr)
+	policies.Waiting = metrics.Waiting
+	metrics.Writes.Count(policies.Pools)
+	if err := policies.SetupWithManager(mgr, companion.SetupOptions{}); err != nil {
 		return false, fmt.Errorf("set up the pooled policy controller: %w", err)
 	}
 	return true, nil

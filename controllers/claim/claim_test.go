@@ -16,6 +16,8 @@ import (
 
 	ippoolv1 "github.com/nmstate-ippool/nmstate-ippool/api/v1"
 	"github.com/nmstate-ippool/nmstate-ippool/internal/capi"
+	"github.com/nmstate-ippool/nmstate-ippool/internal/poolmetrics"
+	"github.com/nmstate-ippool/nmstate-ippool/test/envtest"
 )
 
 // TestClaimServed: a claim of a NodeIPPool gets an IPAddress of its name
@@ -114,7 +116,8 @@ func TestClaimReleased(t *testing.T) {
 // so, and is served once the pool exists.
 func TestClaimExhaustedThenServed(t *testing.T) {
 	RegisterTestingT(t)
-	startController(t)
+	waiting := poolmetrics.NewWaiting()
+	startController(t, func(pc *envtest.PoolController) { pc.Claims.Waiting = waiting })
 	createNamespace(t, "exhausted")
 	createClaim(t, "exhausted", "early", "claims-exhausted")
 	Eventually(readiness("exhausted", "early")).Should(Equal("False PoolNotReady: NodeIPPool claims-exhausted does not exist: " +
@@ -128,10 +131,12 @@ func TestClaimExhaustedThenServed(t *testing.T) {
 	Eventually(readiness("exhausted", "third")).Should(HavePrefix(
 		"False PoolExhausted: NodeIPPool claims-exhausted has no address left for this claim (2 of 2 allocated"))
 	Eventually(events("IPAddressClaim", "exhausted", "third")).Should(ContainElement(HavePrefix("PoolExhausted: NodeIPPool claims-exhausted")))
+	Expect(waiting.On("claims-exhausted")).To(Equal([]string{"IPAddressClaim/exhausted/third"}), "the metric of waiting holders counts it")
 
 	Expect(k.Delete(ctx, newClaim("exhausted", "early", "claims-exhausted"))).To(Succeed())
 	Eventually(addressOf("exhausted", "third")).Should(Equal("10.80.3.1"))
 	Eventually(readiness("exhausted", "third")).Should(HavePrefix("True AddressAllocated"))
+	Expect(waiting.On("claims-exhausted")).To(BeEmpty())
 }
 
 // TestPausedClaims: the claims of a paused Cluster, and a claim annotated

@@ -18,6 +18,7 @@ import (
 	ippoolv1 "github.com/nmstate-ippool/nmstate-ippool/api/v1"
 	"github.com/nmstate-ippool/nmstate-ippool/internal/capi"
 	"github.com/nmstate-ippool/nmstate-ippool/internal/holder"
+	"github.com/nmstate-ippool/nmstate-ippool/internal/poolmetrics"
 	"github.com/nmstate-ippool/nmstate-ippool/internal/poolstatus"
 	"github.com/nmstate-ippool/nmstate-ippool/internal/poolwrite"
 	"github.com/nmstate-ippool/nmstate-ippool/pkg/ippool"
@@ -46,6 +47,9 @@ type Reconciler struct {
 	// "" when its CRD is not installed: no claim is paused by its Cluster
 	// then.
 	ClusterVersion string
+	// Waiting is told which claims wait on an exhausted pool (the metric
+	// nmstate_ippool_waiting_holders); nil tells nothing.
+	Waiting *poolmetrics.Waiting
 }
 
 // Reconcile serves one claim: fetch → paused? → release if deleted →
@@ -54,6 +58,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 	claim := capi.NewClaim(r.Version)
 	if err := r.Client.Get(ctx, req.NamespacedName, claim); err != nil {
 		if apierrors.IsNotFound(err) {
+			r.wait(req.NamespacedName, "")
 			return ctrl.Result{}, r.releaseOrphan(ctx, req.NamespacedName)
 		}
 		return ctrl.Result{}, err
@@ -74,6 +79,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 		return ctrl.Result{}, r.writeStatus(ctx, claim, cs...)
 	}
 	if claim.GetDeletionTimestamp() != nil {
+		r.wait(req.NamespacedName, "")
 		return ctrl.Result{}, r.release(ctx, claim)
 	}
 	if !controllerutil.ContainsFinalizer(claim, capi.ReleaseFinalizer) {
@@ -87,6 +93,11 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 	if err != nil {
 		return ctrl.Result{}, err
 	}
+	if c.reason == capi.ReasonPoolExhausted {
+		r.wait(req.NamespacedName, capi.PoolRefOf(claim).Name)
+	} else {
+		r.wait(req.NamespacedName, "")
+	}
 	if err := r.writeStatus(ctx, claim, paused(""), c); err != nil {
 		return ctrl.Result{}, err
 	}
@@ -94,6 +105,15 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 		return ctrl.Result{RequeueAfter: time.Second}, nil
 	}
 	return ctrl.Result{}, nil
+}
+
+// wait tells Waiting that the claim key waits on pool, or on none ("").
+func (r *Reconciler) wait(key types.NamespacedName, pool string) {
+	var waits map[string]string
+	if pool != "" {
+		waits = map[string]string{holder.ForClaim(key.Namespace, key.Name).String(): pool}
+	}
+	r.Waiting.Replace(holder.ForClaim(key.Namespace, key.Name).String(), waits)
 }
 
 // serve makes sure the claim has its IPAddress, and tells its Ready

@@ -61,10 +61,10 @@ func init() {
 }
 
 // startController runs a pool controller, with its claim controller, until
-// the test ends.
-func startController(t *testing.T) *envtest.PoolController {
+// the test ends; tune, if given, adjusts it before it starts.
+func startController(t *testing.T, tune ...func(*envtest.PoolController)) *envtest.PoolController {
 	t.Helper()
-	pc, err := env.StartPoolController(grace, nil)
+	pc, err := env.StartPoolController(grace, nil, tune...)
 	Expect(err).NotTo(HaveOccurred())
 	Expect(pc.Claims).NotTo(BeNil(), "the IPAM CRDs are installed: the claim controller must run")
 	t.Cleanup(func() { _ = pc.Stop() })

@@ -18,6 +18,7 @@ import (
 	"sigs.k8s.io/yaml"
 
 	ippoolv1 "github.com/nmstate-ippool/nmstate-ippool/api/v1"
+	"github.com/nmstate-ippool/nmstate-ippool/internal/poolmetrics"
 	"github.com/nmstate-ippool/nmstate-ippool/test/envtest"
 )
 
@@ -180,13 +181,15 @@ func TestDeletionTakesAddressesOff(t *testing.T) {
 // address, said in the status (Degraded, naming the node and the fix) and
 // an Event; growing the pool in place serves it.
 func TestExhaustedThenGrown(t *testing.T) {
-	begin(t, "ex", "ex-1", "ex-2", "ex-3")
+	waiting := poolmetrics.NewWaiting()
+	beginWith(t, func(pc *envtest.PoolController) { pc.PooledPolicies.Waiting = waiting }, "ex", "ex-1", "ex-2", "ex-3")
 	createPool(t, "cmp-ex", rangeSpec("10.64.0.0/24", "10.64.0.10", "10.64.0.11"))
 	create(t, pooled("ex", "ex", "cmp-ex", "100%"))
 	Eventually(status("ex")).Should(And(HavePrefix("Degraded IPPoolExhausted: NodeIPPool cmp-ex has no address left for node ex-3"),
 		ContainSubstring("grow the pool's range"), HaveSuffix("(2/3 nodes successfully configured)")))
 	Eventually(events("ex")).Should(ContainElement(HavePrefix("IPPoolExhausted: NodeIPPool cmp-ex has no address left for node ex-3")))
 	Expect(generated("ex")()).To(ConsistOf("ex-ex-1", "ex-ex-2"))
+	Expect(waiting.On("cmp-ex")).To(Equal([]string{"PooledNodeNetworkConfigurationPolicy/ex/ex-3"}), "the metric of waiting holders counts it")
 
 	Expect(retry.RetryOnConflict(retry.DefaultRetry, func() error {
 		var pool ippoolv1.NodeIPPool
@@ -198,6 +201,7 @@ func TestExhaustedThenGrown(t *testing.T) {
 	})).To(Succeed())
 	Eventually(status("ex")).Should(Equal("Available SuccessfullyConfigured: 3/3 nodes successfully configured"))
 	Expect(addressOf("ex", "ex-3")()).To(Equal("10.64.0.12"))
+	Expect(waiting.On("cmp-ex")).To(BeEmpty())
 }
 
 // TestResets: the reset annotation on a generated NNCP gives its node a new

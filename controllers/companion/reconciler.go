@@ -25,6 +25,7 @@ import (
 	nncev1beta1 "github.com/nmstate-ippool/nmstate-ippool/api/v1beta1"
 	"github.com/nmstate-ippool/nmstate-ippool/internal/annotations"
 	"github.com/nmstate-ippool/nmstate-ippool/internal/holder"
+	"github.com/nmstate-ippool/nmstate-ippool/internal/poolmetrics"
 	"github.com/nmstate-ippool/nmstate-ippool/internal/poolwrite"
 	"github.com/nmstate-ippool/nmstate-ippool/pkg/capture"
 )
@@ -47,6 +48,9 @@ type Reconciler struct {
 	// that takes its released addresses off that policy is written again
 	// (doubling with each attempt).
 	RemovalRetry time.Duration
+	// Waiting is told which nodes of a pooled policy wait on an exhausted
+	// pool (the metric nmstate_ippool_waiting_holders); nil tells nothing.
+	Waiting *poolmetrics.Waiting
 
 	// written holds, by name, the generation of each generated policy
 	// this process last created or changed: the next pass may start
@@ -56,6 +60,25 @@ type Reconciler struct {
 	// renders holds, by pooled policy UID and node, the node's last
 	// rendered state (rendered): a pass renders only what changed.
 	renders sync.Map
+}
+
+// gone forgets a pooled policy deleted for good: none of its nodes waits
+// on a pool, and none of its generated policies is held for it.
+func (r *Reconciler) gone(ctx context.Context, name string) error {
+	r.Waiting.Replace(holder.PooledPolicyKind+"/"+name, nil)
+	return r.unstrandAll(ctx, name)
+}
+
+// reportWaiting tells Waiting which of the policy's nodes this pass found
+// no address for in a full pool.
+func (r *Reconciler) reportWaiting(w *world) {
+	waits := map[string]string{}
+	for node, pools := range w.full {
+		for _, p := range pools {
+			waits[holder.ForPolicyNode(w.policy.Name, node).String()] = p
+		}
+	}
+	r.Waiting.Replace(holder.PooledPolicyKind+"/"+w.policy.Name, waits)
 }
 
 // progressPoll is how often a pooled policy whose rollout is not done is
@@ -97,7 +120,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 	var p ippoolv1.PooledNodeNetworkConfigurationPolicy
 	if err := r.Client.Get(ctx, req.NamespacedName, &p); err != nil {
 		if apierrors.IsNotFound(err) {
-			return ctrl.Result{}, r.unstrandAll(ctx, req.Name)
+			return ctrl.Result{}, r.gone(ctx, req.Name)
 		}
 		return ctrl.Result{}, err
 	}
@@ -183,7 +206,8 @@ func (r *Reconciler) holdings(ctx context.Context, w *world, next *ippoolv1.Pool
 		return nil, err
 	}
 	if w.invalid != nil {
-		return problems, nil // nothing is allocated for a policy that cannot render
+		r.reportWaiting(w) // none: nothing is allocated for a policy that cannot render
+		return problems, nil
 	}
 	if err := r.outside(ctx, w, next); err != nil {
 		return nil, err
@@ -195,6 +219,7 @@ func (r *Reconciler) holdings(ctx context.Context, w *world, next *ippoolv1.Pool
 	if err != nil {
 		return nil, err
 	}
+	r.reportWaiting(w)
 	broken, err := r.breakFirst(ctx, w, next)
 	return append(append(problems, more...), broken...), err
 }

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	ctrl "sigs.k8s.io/controller-runtime"
@@ -70,10 +71,13 @@ func (r *Reconciler) maintain(ctx context.Context, pool *ippoolv1.NodeIPPool, al
 		}
 	}
 	mw, err := r.planMaintenance(ctx, pool, v, gcDue, holdsDue, m)
-	if err != nil {
-		return ctrl.Result{}, err
+	if err == nil {
+		err = r.writeMaintenance(ctx, pool, mw)
 	}
-	if err := r.writeMaintenance(ctx, pool, mw); err != nil {
+	if err != nil {
+		if (len(gcDue) > 0 || holdsDue) && !apierrors.IsConflict(err) {
+			r.Metrics.collectionFailed(pool.Name)
+		}
 		return ctrl.Result{}, err
 	}
 	r.askForStates(ctx, mw.holds.ask)

@@ -29,7 +29,12 @@ import (
 func mustAddr(s string) netip.Addr { return netip.MustParseAddr(s) }
 
 // metric returns the value of a pool's gauge or counter.
-func metric(registry *prometheus.Registry, name, pool string) func() float64 {
+func metric(registry *prometheus.Registry, name, pool string, labels ...string) func() float64 {
+	want := map[string]string{"pool": pool}
+	for _, l := range labels {
+		k, v, _ := strings.Cut(l, "=")
+		want[k] = v
+	}
 	return func() float64 {
 		families, err := registry.Gather()
 		Expect(err).NotTo(HaveOccurred())
@@ -38,10 +43,14 @@ func metric(registry *prometheus.Registry, name, pool string) func() float64 {
 				continue
 			}
 			for _, m := range f.GetMetric() {
+				matched := 0
 				for _, l := range m.GetLabel() {
-					if l.GetName() == "pool" && l.GetValue() == pool {
-						return m.GetGauge().GetValue() + m.GetCounter().GetValue()
+					if v, ok := want[l.GetName()]; ok && v == l.GetValue() {
+						matched++
 					}
+				}
+				if matched == len(want) {
+					return m.GetGauge().GetValue() + m.GetCounter().GetValue()
 				}
 			}
 		}
@@ -83,9 +92,14 @@ func TestScaleDown(t *testing.T) {
 	Eventually(available("down")).Should(Equal("False ExhaustedIPPool: The IP pool has been depleted: 2 of 2 addresses are allocated and " +
 		"down03 (policy down) could not get one; re-create the NodeIPPool with a larger range (addresses that still fit are kept)"))
 	Eventually(events("NodeIPPool", "down")).Should(ContainElement(HavePrefix("ExhaustedIPPool: The IP pool has been depleted")))
-	Eventually(metric(registry, "nmstate_ippool_allocated", "down")).Should(Equal(2.0))
-	Expect(metric(registry, "nmstate_ippool_free", "down")()).To(Equal(0.0))
-	Expect(metric(registry, "nmstate_ippool_size", "down")()).To(Equal(2.0))
+	Eventually(metric(registry, "nmstate_ippool_allocated_addresses", "down")).Should(Equal(2.0))
+	Expect(metric(registry, "nmstate_ippool_free_addresses", "down")()).To(Equal(0.0))
+	Expect(metric(registry, "nmstate_ippool_size_addresses", "down")()).To(Equal(2.0))
+	Eventually(metric(registry, "nmstate_ippool_waiting_holders", "down")).Should(Equal(1.0))
+	Eventually(metric(registry, "nmstate_ippool_status_condition", "down",
+		"type=Available", "status=False", "reason=ExhaustedIPPool")).Should(Equal(1.0))
+	Expect(metric(registry, "nmstate_ippool_status_condition", "down", "type=Available", "status=True")()).To(Equal(-1.0),
+		"a condition is exported only with its current status")
 
 	freed := held("down01.down", "down")
 	Expect(freed).To(HaveLen(1))
@@ -95,6 +109,7 @@ func TestScaleDown(t *testing.T) {
 	Eventually(enactmentState(late.Name + ".down")).Should(HavePrefix("Available"))
 	Expect(held("down03.down", "down")).To(Equal(freed))
 	Eventually(available("down")).Should(HavePrefix("True ReconciledPool"))
+	Eventually(metric(registry, "nmstate_ippool_waiting_holders", "down")).Should(Equal(0.0))
 	Eventually(events("NodeIPPool", "down")).Should(ContainElement(
 		"EnactmentRetired: Quarantined " + freed[0] + " held by enactment down01.down until node down01 no longer carries them: node down01 was deleted"))
 	Eventually(events("NodeIPPool", "down")).Should(ContainElement(And(
@@ -241,6 +256,9 @@ func TestGarbageCollection(t *testing.T) {
 		"GarbageCollected: Freed 10.2.0.9: allocated for longer than 3s but recorded by no enactment and on no node's network"))
 	Expect(metric(registry, "nmstate_ippool_garbage_collected_addresses_total", "gc")()).To(Equal(1.0))
 	Expect(metric(registry, "nmstate_ippool_rebuilds_total", "gc")()).To(BeNumerically(">=", 2))
+	Expect(metric(registry, "nmstate_ippool_status_writes_total", "gc")()).To(BeNumerically(">=", 3))
+	Expect(metric(registry, "nmstate_ippool_rebuild_failures_total", "gc")()).To(Equal(0.0), "exported at zero")
+	Expect(metric(registry, "nmstate_ippool_garbage_collection_failures_total", "gc")()).To(Equal(0.0), "exported at zero")
 	annotate(p, "")
 	Eventually(annotated(p)).Should(BeFalse())
 	Consistently(func() []string { return bits("gc") }, 2*grace).Should(Equal([]string{"10.2.0.4"}))
@@ -394,7 +412,10 @@ func TestFailedRebuild(t *testing.T) {
 	RegisterTestingT(t)
 	reader := &failingLists{}
 	reader.failures.Store(3)
-	pc, err := env.StartPoolController(grace, nil, func(pc *envtest.PoolController) {
+	metrics := pool.NewMetrics()
+	registry := prometheus.NewRegistry()
+	registry.MustRegister(metrics.Collectors()...)
+	pc, err := env.StartPoolController(grace, metrics, func(pc *envtest.PoolController) {
 		reader.Reader = pc.Pools.APIReader
 		pc.Pools.APIReader = reader
 	})
@@ -405,6 +426,8 @@ func TestFailedRebuild(t *testing.T) {
 	Eventually(events("NodeIPPool", "unsync")).Should(ContainElement("UnsyncronizedIPPool: Failed re constructing the IP pool, it may be " +
 		"not in sync with nodes: list enactments: etcdserver: request timed out (injected); the controller retries"))
 	Expect(reader.failures.Load()).To(BeNumerically("<", 0))
+	Expect(metric(registry, "nmstate_ippool_rebuild_failures_total", "unsync")()).To(BeNumerically(">=", 1))
+	Expect(metric(registry, "nmstate_ippool_rebuilds_total", "unsync")()).To(BeNumerically(">=", 1))
 }
 
 // staleCache shows the reset annotation on one enactment forever, as a

@@ -206,6 +206,7 @@ func (r *Reconciler) reconcile(ctx context.Context, pool *ippoolv1.NodeIPPool) (
 	alloc := ippool.NewAllocator(rng)
 	unreadable := alloc.Restore(pool.Status.AllocatedOffsets)
 	v := viewOf(pool.Name, alloc, enactments)
+	r.Metrics.waitingEnactments(pool.Name, v.waiting)
 	rs, err := r.resetsOf(ctx, pool, enactments)
 	if err != nil {
 		return ctrl.Result{}, err

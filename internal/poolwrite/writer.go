@@ -39,7 +39,7 @@ var ErrUnvouched = errors.New("status.allocatedOffsets does not match its stamp"
 var ErrReplaced = errors.New("the pool was re-created")
 
 // Writer is the one writer of NodeIPPool statuses. Set every field but
-// OnConflict.
+// OnWrite and OnConflict.
 type Writer struct {
 	// Reader reads from the API server, never from an informer's cache:
 	// every write is decided on the latest copy (but for the first read of
@@ -52,9 +52,10 @@ type Writer struct {
 	// Clock stamps in-flight and quarantine entries and waits between
 	// retries.
 	Clock clock.Clock
-	// OnConflict, if set, is called for every pool write refused because
-	// another writer changed the pool first.
-	OnConflict func(pool string)
+	// OnWrite, if set, is called before every pool status write;
+	// OnConflict for every one refused because another writer changed the
+	// pool first.
+	OnWrite, OnConflict func(pool string)
 
 	quarantines groups
 }
@@ -172,10 +173,7 @@ func (w *Writer) Update(ctx context.Context, name string, mutate Mutation, opts 
 			pool.Status.Stamp = after
 		}
 		attempts++
-		err = w.Client.Status().Update(ctx, pool)
-		if apierrors.IsConflict(err) && w.OnConflict != nil {
-			w.OnConflict(name)
-		}
+		err = w.write(ctx, pool)
 		if err != nil {
 			return fmt.Errorf("write NodeIPPool %q: %w", name, err)
 		}
@@ -209,13 +207,25 @@ func (w *Writer) UpdateConditions(ctx context.Context, name string, change func(
 		if !change(&pool) {
 			return nil
 		}
-		if err := w.Client.Status().Update(ctx, &pool); err != nil {
+		if err := w.write(ctx, &pool); err != nil {
 			return fmt.Errorf("write the conditions of NodeIPPool %q: %w", name, err)
 		}
 		written = &pool
 		return nil
 	})
 	return written, err
+}
+
+// write writes pool's status, and tells OnWrite and OnConflict.
+func (w *Writer) write(ctx context.Context, pool *ippoolv1.NodeIPPool) error {
+	if w.OnWrite != nil {
+		w.OnWrite(pool.Name)
+	}
+	err := w.Client.Status().Update(ctx, pool)
+	if apierrors.IsConflict(err) && w.OnConflict != nil {
+		w.OnConflict(pool.Name)
+	}
+	return err
 }
 
 // Retry calls write until it returns anything but a conflict, waiting

@@ -21,6 +21,7 @@ import (
 
 	ippoolv1 "github.com/nmstate-ippool/nmstate-ippool/api/v1"
 	nncev1beta1 "github.com/nmstate-ippool/nmstate-ippool/api/v1beta1"
+	"github.com/nmstate-ippool/nmstate-ippool/deploy"
 	"github.com/nmstate-ippool/nmstate-ippool/internal/scheme"
 	"github.com/nmstate-ippool/nmstate-ippool/pkg/capture"
 	"github.com/nmstate-ippool/nmstate-ippool/test/envtest"
@@ -135,6 +136,18 @@ var _ = Describe("Growing a pool in place", func() {
 			return waiting
 		}).ShouldNot(BeEmpty())
 
+		By("metrics: the waiting node and the full pool, and every series the alerting rules read, for this pool")
+		Eventually(poolMetric("nmstate_ippool_waiting_holders", "grow")).Should(Equal(1.0))
+		Expect(poolMetric("nmstate_ippool_free_addresses", "grow")()).To(Equal(0.0))
+		Expect(poolMetric("nmstate_ippool_status_condition", "grow", "type=Available", "reason=ExhaustedIPPool")()).To(Equal(1.0))
+		rules, err := deploy.AlertRules()
+		Expect(err).NotTo(HaveOccurred())
+		for _, r := range rules {
+			for _, s := range r.Series() {
+				Expect(poolMetric(s, "grow")()).To(BeNumerically(">=", 0), "%s reads %s, which the pool controller does not export", r.Alert, s)
+			}
+		}
+
 		By("planning a larger end with kubectl nodeippool plan")
 		proposed := filepath.Join(GinkgoT().TempDir(), "grow.yaml")
 		Expect(os.WriteFile(proposed, []byte("apiVersion: nmstate.io/v1\nkind: NodeIPPool\nmetadata: {name: grow}\n"+
@@ -153,6 +166,7 @@ var _ = Describe("Growing a pool in place", func() {
 		Expect(editRange(wc, "grow", func(r *ippoolv1.IPRange) { r.End = "10.46.0.20" })).To(Succeed())
 		before := addresses("grow", "grow", "eth1", workers...)
 		Expect(before[waiting]).To(Equal("10.46.0.12"))
+		Eventually(poolMetric("nmstate_ippool_waiting_holders", "grow")).Should(Equal(0.0))
 
 		By("refusing an exclude over a held address, naming the node")
 		holder := workers[0]

@@ -10,6 +10,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -154,6 +155,50 @@ func expectNoProcessLeft() {
 		}
 		fields := strings.Fields(string(stat[strings.LastIndexByte(string(stat), ')')+1:]))
 		Expect(fields[0]).To(BeElementOf("Z", "X"), "%s (pid %d) still runs", name, p.PID)
+	}
+}
+
+// controllerMetrics scrapes the pool controller of the local cluster.
+func controllerMetrics() (envtest.Metrics, error) {
+	raw, err := os.ReadFile(filepath.Join(dir, "state.json"))
+	if err != nil {
+		return nil, err
+	}
+	var st struct {
+		Processes map[string]struct {
+			Metrics string `json:"metrics"`
+		} `json:"processes"`
+	}
+	if err := json.Unmarshal(raw, &st); err != nil {
+		return nil, err
+	}
+	code, body, err := envtest.Scrape(ctx, st.Processes["pool-controller"].Metrics, "")
+	if err != nil {
+		return nil, err
+	}
+	if code != http.StatusOK {
+		return nil, fmt.Errorf("scrape the pool controller: %d", code)
+	}
+	return envtest.ParseMetrics(body)
+}
+
+// poolMetric returns a pool's series of name from the pool controller,
+// -1 if it has none.
+func poolMetric(name, pool string, labels ...string) func() (float64, error) {
+	return func() (float64, error) {
+		samples, err := controllerMetrics()
+		if err != nil {
+			return 0, err
+		}
+		want := map[string]string{"pool": pool}
+		for _, l := range labels {
+			k, v, _ := strings.Cut(l, "=")
+			want[k] = v
+		}
+		if v, ok := samples.Value(name, want); ok {
+			return v, nil
+		}
+		return -1, nil
 	}
 }
 

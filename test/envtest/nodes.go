@@ -241,6 +241,52 @@ type PoolController struct {
 	stop           func() error
 }
 
+// count has metrics count the pool writes of every reconciler, and the
+// holders of every kind that wait, as cmd/pool-controller does.
+func (pc *PoolController) count(metrics *pool.Metrics) {
+	if metrics == nil {
+		return
+	}
+	metrics.Writes.Count(pc.Pools.Pools)
+	if pc.Claims != nil {
+		pc.Claims.Waiting = metrics.Waiting
+		metrics.Writes.Count(pc.Claims.Pools)
+	}
+	if pc.PooledPolicies != nil {
+		pc.PooledPolicies.Waiting = metrics.Waiting
+		metrics.Writes.Count(pc.PooledPolicies.Pools)
+	}
+	if pc.Enactments != nil {
+		metrics.Writes.Count(pc.Enactments.Pools)
+	}
+}
+
+// serveClaims gives pc a claim controller when the IPAM CRDs are
+// installed, signing with the install's key, as cmd/pool-controller does.
+func (e *Env) serveClaims(mgr ctrl.Manager, pc *PoolController) error {
+	version, served, err := capi.Served(mgr.GetRESTMapper())
+	if err != nil || !served {
+		return err
+	}
+	clusters, err := capi.ClusterServed(mgr.GetRESTMapper())
+	if err != nil {
+		return err
+	}
+	pc.Claims, pc.Pools.IPAMVersion = claim.New(mgr, version, clusters), version
+	// The key of the install: a Secret every pool controller of the
+	// control plane reads, made by the first.
+	c, err := client.New(e.Config, client.Options{Scheme: e.Scheme})
+	if err != nil {
+		return err
+	}
+	signer, err := capi.LoadOrCreateSigner(context.Background(), c, "default", capi.DefaultKeySecret)
+	if err != nil {
+		return err
+	}
+	pc.Claims.Signer, pc.Pools.Signer = signer, signer
+	return nil
+}
+
 // StartPoolController runs a pool controller with the given garbage
 // collection grace period until Stop; tune, if given, adjusts its
 // reconcilers before they start.
@@ -254,31 +300,13 @@ func (e *Env) StartPoolController(grace time.Duration, metrics *pool.Metrics, tu
 	pc.Pools.PooledPolicies = true
 	pc.Policies.Batch, pc.Pools.Batch = 50*time.Millisecond, 50*time.Millisecond
 	pc.Pools.GracePeriod, pc.Pools.QuarantinePeriod = grace, grace
-	version, served, err := capi.Served(mgr.GetRESTMapper())
-	if err != nil {
+	if err := e.serveClaims(mgr, pc); err != nil {
 		return nil, err
-	}
-	if served {
-		clusters, err := capi.ClusterServed(mgr.GetRESTMapper())
-		if err != nil {
-			return nil, err
-		}
-		pc.Claims, pc.Pools.IPAMVersion = claim.New(mgr, version, clusters), version
-		// The key of the install: a Secret every pool controller of the
-		// control plane reads, made by the first, as cmd/pool-controller does.
-		c, err := client.New(e.Config, client.Options{Scheme: e.Scheme})
-		if err != nil {
-			return nil, err
-		}
-		signer, err := capi.LoadOrCreateSigner(context.Background(), c, "default", capi.DefaultKeySecret)
-		if err != nil {
-			return nil, err
-		}
-		pc.Claims.Signer, pc.Pools.Signer = signer, signer
 	}
 	for _, f := range tune {
 		f(pc)
 	}
+	pc.count(metrics)
 	if err := pc.Pools.SetupWithManager(context.Background(), mgr, pool.SetupOptions{SkipNameValidation: true}); err != nil {
 		return nil, err
 	}
