@@ -21,6 +21,8 @@ GINKGO ?= $(LOCALBIN)/ginkgo
 GOLANGCI_LINT ?= $(LOCALBIN)/golangci-lint
 KUBECTL ?= $(LOCALBIN)/kubectl
 PROMTOOL ?= $(LOCALBIN)/promtool
+KREW ?= $(LOCALBIN)/krew
+VALIDATE_KREW ?= $(LOCALBIN)/validate-krew-manifest
 
 GO_TEST_FLAGS ?= -race -count=1 -timeout 30m
 FUZZTIME ?= 10s
@@ -82,6 +84,14 @@ images: ## Build the handler and pool-controller images (needs a Docker engine).
 
 IMAGES_DIR ?= $(LOCALBIN)/images
 
+PLUGIN_VERSION ?=
+PLUGIN_BASE_URL ?=
+
+.PHONY: plugin-release
+plugin-release: ## Build the kubectl plugin's release archives (every platform) and its krew manifest into dist/plugin: PLUGIN_VERSION=v0.1.0 [PLUGIN_BASE_URL=where they will be downloaded from].
+	@test -n "$(PLUGIN_VERSION)" || { echo "set PLUGIN_VERSION, e.g. make plugin-release PLUGIN_VERSION=v0.1.0" >&2; exit 1; }
+	go run ./hack/plugin-release --version $(PLUGIN_VERSION) --out dist/plugin $(if $(PLUGIN_BASE_URL),--base-url $(PLUGIN_BASE_URL))
+
 .PHONY: images-local
 images-local: ## Build the images of the local cluster's real nodes without Docker (go-containerregistry) into bin/images.
 	@mkdir -p $(IMAGES_DIR)/bin
@@ -133,6 +143,10 @@ test: envtest-assets $(ENVTEST_DIR)/kube-controller-manager $(KUSTOMIZE) peer-ha
 test-alerts: $(PROMTOOL) ## Check the alerting rules (deploy/alerts) with promtool and run their unit tests.
 	$(PROMTOOL) check rules deploy/alerts/rules.yaml
 	cd deploy/alerts && $(PROMTOOL) test rules rules_test.yaml
+
+.PHONY: test-krew
+test-krew: $(KREW) $(VALIDATE_KREW) ## Validate the plugin's krew manifest with krew's own validation, and install a release built for this machine and darwin/arm64 with krew.
+	KREW_E2E=1 go test -count=1 -v ./hack/plugin-release/
 
 .PHONY: test-e2e
 test-e2e: envtest-assets ## Run the end-to-end workflows on a local cluster of real processes (part of make test too).
@@ -220,8 +234,11 @@ $(GINKGO): hack/tools/go.mod
 $(PROMTOOL): hack/promtool/go.mod
 	cd hack/promtool && go build -tags remove_all_sd -o $@ github.com/prometheus/prometheus/cmd/promtool
 
+$(KREW) $(VALIDATE_KREW): hack/krew/go.mod
+	cd hack/krew && go build -o $@ sigs.k8s.io/krew/cmd/$(notdir $@)
+
 $(GOLANGCI_LINT): hack/golangci-lint/go.mod
 	cd hack/golangci-lint && go build -o $@ github.com/golangci/golangci-lint/v2/cmd/golangci-lint
 
 .PHONY: tools
-tools: $(CONTROLLER_GEN) $(KUSTOMIZE) $(GINKGO) $(GOLANGCI_LINT) $(PROMTOOL) ## Build every tool into bin/.
+tools: $(CONTROLLER_GEN) $(KUSTOMIZE) $(GINKGO) $(GOLANGCI_LINT) $(PROMTOOL) $(KREW) $(VALIDATE_KREW) ## Build every tool into bin/.
