@@ -103,9 +103,27 @@ images-local: ## Build the images of the local cluster's real nodes without Dock
 peer-handler: ## Build kubernetes-nmstate's handler, unmodified, from ../shared/peers (PEERS_DIR) into bin/ (skipped when absent).
 	hack/peer-handler.sh $(LOCALBIN)
 
+INSTALL ?= default
+REGISTRY ?=
+TAG ?=
+HANDLER_BASE ?=
+ARCH ?= $(shell go env GOARCH)
+PUSH_IMAGES ?= handler,pool-controller
+
 .PHONY: install-manifests
-install-manifests: $(KUSTOMIZE) ## Render the whole install (deploy/default) to stdout.
-	$(KUSTOMIZE) build deploy/default
+install-manifests: $(KUSTOMIZE) ## Render an install (INSTALL=default, companion, ...) to stdout; with REGISTRY and TAG, naming the images make push pushed.
+	@hack/install-manifests.sh $(KUSTOMIZE) $(INSTALL) $(REGISTRY) $(TAG)
+
+.PHONY: push
+push: ## Build the handler and pool-controller images without Docker and push them to any OCI registry: REGISTRY=host/path TAG=v0.1.0 HANDLER_BASE=an image with nmstatectl [ARCH=amd64] [PUSH_IMAGES=pool-controller for companion mode].
+	@test -n "$(REGISTRY)" -a -n "$(TAG)" || { echo "set REGISTRY and TAG, e.g. make push REGISTRY=registry.example.com/nmstate-ippool TAG=v0.1.0 HANDLER_BASE=..." >&2; exit 1; }
+	@mkdir -p $(IMAGES_DIR)/push-$(ARCH)
+	CGO_ENABLED=0 GOOS=linux GOARCH=$(ARCH) go build -trimpath -o $(IMAGES_DIR)/push-$(ARCH)/ ./cmd/handler ./cmd/pool-controller
+	cd hack/images && go run . -bin $(IMAGES_DIR)/push-$(ARCH) -push $(REGISTRY) -tag $(TAG) -handler-base "$(HANDLER_BASE)" -arch $(ARCH) -images $(PUSH_IMAGES)
+
+.PHONY: test-images
+test-images: ## Test the images' builder (hack/images): a push to a registry on localhost, read back, and its refusals.
+	cd hack/images && go test -count=1 ./...
 
 ##@ Demo
 

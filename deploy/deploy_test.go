@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"slices"
 	"strings"
 	"testing"
@@ -460,3 +461,34 @@ func TestCompanionSampleIsTheNNCP(t *testing.T) {
 		}
 	}
 }
+
+// TestInstallNamesPushedImages: make install-manifests with REGISTRY and
+// TAG renders every install with the images make push pushed, and
+// nothing else changed; with only one of the two it refuses.
+func TestInstallNamesPushedImages(t *testing.T) {
+	script := filepath.Join(envtest.RepoRoot(), "hack", "install-manifests.sh")
+	for _, install := range []string{"default", "companion", "self-allocate"} {
+		out, err := exec.Command(script, kustomize(t), install, "registry.example.com/acme/", "v0.1.0").Output()
+		if err != nil {
+			t.Fatalf("%s: %v", install, err)
+		}
+		images := regexpImage.FindAllStringSubmatch(string(out), -1)
+		if len(images) == 0 {
+			t.Fatalf("%s: no image rendered", install)
+		}
+		for _, m := range images {
+			if !strings.HasPrefix(m[1], "registry.example.com/acme/") || !strings.HasSuffix(m[1], ":v0.1.0") {
+				t.Errorf("%s: image %s is not the pushed one", install, m[1])
+			}
+		}
+		if plain := render(t, install); len(plain) != strings.Count(string(out), "\n---\n")+1 {
+			t.Errorf("%s: %d objects rendered plainly, %d with the pushed images", install, len(plain), strings.Count(string(out), "\n---\n")+1)
+		}
+	}
+	out, err := exec.Command(script, kustomize(t), "default", "registry.example.com/acme").CombinedOutput()
+	if err == nil || !strings.Contains(string(out), "give both REGISTRY and TAG") {
+		t.Fatalf("REGISTRY without TAG: %v\n%s", err, out)
+	}
+}
+
+var regexpImage = regexp.MustCompile(`(?m)^\s+image: (\S+)$`)

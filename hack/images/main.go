@@ -8,6 +8,15 @@
 //
 // DIR holds the static binaries handler, nmstatectl-sim, pool-controller
 // and pause (make images-local builds them with CGO_ENABLED=0).
+//
+// With -push it builds the production images instead, as the Dockerfile
+// does but with no Docker engine, and pushes them to any OCI registry
+// (make push):
+//
+//	images -bin DIR -push REGISTRY -tag TAG -handler-base IMAGE
+//
+// the handler added to IMAGE, which must carry nmstatectl; the pool
+// controller on an empty base, as a non-root user.
 package main
 
 import (
@@ -21,6 +30,7 @@ import (
 	"path/filepath"
 	"runtime"
 	"slices"
+	"strings"
 	"time"
 
 	"github.com/google/go-containerregistry/pkg/name"
@@ -55,11 +65,31 @@ var images = []image{
 
 func main() {
 	bin := flag.String("bin", "", "directory of the static binaries")
-	out := flag.String("out", "", "directory to write the image tarballs into")
+	out := flag.String("out", "", "directory to write the local cluster's image tarballs into")
+	registry := flag.String("push", "", "instead: push the production images to this registry (registry.example.com/nmstate-ippool)")
+	tag := flag.String("tag", "", "with -push: the images' tag")
+	handlerBase := flag.String("handler-base", "", "with -push: the image the handler is added to, which must carry nmstatectl")
+	arch := flag.String("arch", runtime.GOARCH, "with -push: the architecture the binaries were built for")
+	only := flag.String("images", "", "with -push: the images to push, comma-separated (default: handler,pool-controller)")
 	flag.Parse()
-	if *bin == "" || *out == "" || flag.NArg() > 0 {
-		fmt.Fprintln(os.Stderr, "usage: images -bin DIR -out DIR")
+	if *bin == "" || (*out == "") == (*registry == "") || flag.NArg() > 0 {
+		fmt.Fprintln(os.Stderr, "usage: images -bin DIR -out DIR\n       images -bin DIR -push REGISTRY -tag TAG -handler-base IMAGE")
 		os.Exit(2)
+	}
+	if *registry != "" {
+		var names []string
+		if *only != "" {
+			names = strings.Split(*only, ",")
+		}
+		pushed, err := push(*registry, *tag, *handlerBase, *bin, *arch, names)
+		if err != nil {
+			fmt.Fprintln(os.Stderr, "error:", err)
+			os.Exit(1)
+		}
+		for _, ref := range pushed {
+			fmt.Println("pushed", ref)
+		}
+		return
 	}
 	if err := os.MkdirAll(*out, 0o755); err != nil {
 		fmt.Fprintln(os.Stderr, "error:", err)
@@ -77,32 +107,8 @@ func main() {
 
 // build writes one image as a tarball and returns its digest.
 func build(im image, bin, file string) (v1.Hash, error) {
-	files := map[string][]byte{}
-	for dst, src := range im.binaries {
-		raw, err := os.ReadFile(filepath.Join(bin, src))
-		if err != nil {
-			return v1.Hash{}, err
-		}
-		files[dst] = raw
-	}
-	layer, err := binariesLayer(files)
+	img, err := assemble(im, empty.Image, bin, runtime.GOARCH)
 	if err != nil {
-		return v1.Hash{}, err
-	}
-	img, err := mutate.AppendLayers(empty.Image, layer)
-	if err != nil {
-		return v1.Hash{}, err
-	}
-	cfg, err := img.ConfigFile()
-	if err != nil {
-		return v1.Hash{}, err
-	}
-	cfg = cfg.DeepCopy()
-	cfg.OS, cfg.Architecture = "linux", runtime.GOARCH
-	cfg.Config.Entrypoint = im.entrypoint
-	cfg.Config.User = im.user
-	cfg.Config.Env = []string{"PATH=/usr/local/bin:/usr/bin:/bin"}
-	if img, err = mutate.ConfigFile(img, cfg); err != nil {
 		return v1.Hash{}, err
 	}
 	ref, err := name.ParseReference(im.ref)
@@ -113,6 +119,40 @@ func build(im image, bin, file string) (v1.Hash, error) {
 		return v1.Hash{}, err
 	}
 	return img.Digest()
+}
+
+// assemble adds im's binaries to base as one layer, and im's entrypoint
+// and user to its config. A base's environment is kept; without one, PATH
+// is set.
+func assemble(im image, base v1.Image, bin, arch string) (v1.Image, error) {
+	files := map[string][]byte{}
+	for dst, src := range im.binaries {
+		raw, err := os.ReadFile(filepath.Join(bin, src))
+		if err != nil {
+			return nil, err
+		}
+		files[dst] = raw
+	}
+	layer, err := binariesLayer(files)
+	if err != nil {
+		return nil, err
+	}
+	img, err := mutate.AppendLayers(base, layer)
+	if err != nil {
+		return nil, err
+	}
+	cfg, err := img.ConfigFile()
+	if err != nil {
+		return nil, err
+	}
+	cfg = cfg.DeepCopy()
+	cfg.OS, cfg.Architecture = "linux", arch
+	cfg.Config.Entrypoint, cfg.Config.Cmd = im.entrypoint, nil
+	cfg.Config.User = im.user
+	if len(cfg.Config.Env) == 0 {
+		cfg.Config.Env = []string{"PATH=/usr/local/bin:/usr/bin:/bin"}
+	}
+	return mutate.ConfigFile(img, cfg)
 }
 
 // binariesLayer is a layer of executables owned by root, with their
