@@ -163,7 +163,7 @@ test-alerts: $(PROMTOOL) ## Check the alerting rules (deploy/alerts) with promto
 	cd deploy/alerts && $(PROMTOOL) test rules rules_test.yaml
 
 .PHONY: test-krew
-test-krew: $(KREW) $(VALIDATE_KREW) ## Validate the plugin's krew manifest with krew's own validation, and install a release built for this machine and darwin/arm64 with krew.
+test-krew: $(KREW) $(VALIDATE_KREW) ## Validate the plugin's krew manifest with krew's own validation, and install a release built for this machine and windows/amd64 with krew.
 	KREW_E2E=1 go test -count=1 -v ./hack/plugin-release/
 
 .PHONY: test-e2e
@@ -242,7 +242,7 @@ $(CONTROLLER_GEN): hack/tools/go.mod
 	cd hack/tools && go build -o $@ sigs.k8s.io/controller-tools/cmd/controller-gen
 
 $(KUSTOMIZE): hack/tools/go.mod
-	cd hack/tools && go build -o $@ sigs.k8s.io/kustomize/kustomize/v5
+	@cd hack/tools && go build -o $@ sigs.k8s.io/kustomize/kustomize/v5
 
 $(GINKGO): hack/tools/go.mod
 	cd hack/tools && go build -o $@ github.com/onsi/ginkgo/v2/ginkgo

@@ -101,11 +101,13 @@ func AlertRules() ([]AlertRule, error) {
 	return out, nil
 }
 
-// seriesName matches the project's metric names in an expression.
-var seriesName = regexp.MustCompile(`\bnmstate_ippool_[a-z_]+\b`)
+// seriesName matches, in an expression, the names of the series the pool
+// controller exports: its own, and controller-runtime's leader election
+// status.
+var seriesName = regexp.MustCompile(`\b(nmstate_ippool_[a-z_]+|leader_election_master_status)\b`)
 
-// Series returns the names of the project's series the rule reads
-// (nmstate_ippool_*), sorted, each once.
+// Series returns the names of the pool controller's series the rule
+// reads, sorted, each once.
 func (r AlertRule) Series() []string {
 	names := seriesName.FindAllString(r.Expr, -1)
 	slices.Sort(names)

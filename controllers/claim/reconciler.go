@@ -64,6 +64,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 		return ctrl.Result{}, err
 	}
 	if !capi.PoolRefOf(claim).Ours() {
+		r.wait(req.NamespacedName, "") // another provider's now
 		return ctrl.Result{}, nil
 	}
 	why, err := r.paused(ctx, claim)
@@ -71,6 +72,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 		return ctrl.Result{}, err
 	}
 	if why != "" {
+		r.wait(req.NamespacedName, "") // a paused claim waits on its pause, not on a pool
 		cs := []condition{paused(why)}
 		if ref, _, _ := unstructured.NestedString(claim.Object, "status", "addressRef", "name"); ref == "" {
 			// Not served yet: Ready says why.
@@ -109,11 +111,12 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 
 // wait tells Waiting that the claim key waits on pool, or on none ("").
 func (r *Reconciler) wait(key types.NamespacedName, pool string) {
-	var waits map[string]string
+	h := holder.ForClaim(key.Namespace, key.Name).String()
+	var waits []poolmetrics.Wait
 	if pool != "" {
-		waits = map[string]string{holder.ForClaim(key.Namespace, key.Name).String(): pool}
+		waits = []poolmetrics.Wait{{Holder: h, Pool: pool}}
 	}
-	r.Waiting.Replace(holder.ForClaim(key.Namespace, key.Name).String(), waits)
+	r.Waiting.Replace(h, waits)
 }
 
 // serve makes sure the claim has its IPAddress, and tells its Ready

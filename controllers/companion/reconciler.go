@@ -72,10 +72,10 @@ func (r *Reconciler) gone(ctx context.Context, name string) error {
 // reportWaiting tells Waiting which of the policy's nodes this pass found
 // no address for in a full pool.
 func (r *Reconciler) reportWaiting(w *world) {
-	waits := map[string]string{}
+	var waits []poolmetrics.Wait
 	for node, pools := range w.full {
 		for _, p := range pools {
-			waits[holder.ForPolicyNode(w.policy.Name, node).String()] = p
+			waits = append(waits, poolmetrics.Wait{Holder: holder.ForPolicyNode(w.policy.Name, node).String(), Pool: p})
 		}
 	}
 	r.Waiting.Replace(holder.PooledPolicyKind+"/"+w.policy.Name, waits)

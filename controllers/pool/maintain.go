@@ -9,7 +9,6 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	ctrl "sigs.k8s.io/controller-runtime"
@@ -75,7 +74,7 @@ func (r *Reconciler) maintain(ctx context.Context, pool *ippoolv1.NodeIPPool, al
 		err = r.writeMaintenance(ctx, pool, mw)
 	}
 	if err != nil {
-		if (len(gcDue) > 0 || holdsDue) && !apierrors.IsConflict(err) {
+		if (len(gcDue) > 0 || holdsDue) && failed(ctx, err) {
 			r.Metrics.collectionFailed(pool.Name)
 		}
 		return ctrl.Result{}, err

@@ -6,6 +6,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	ippoolv1 "github.com/nmstate-ippool/nmstate-ippool/api/v1"
+	"github.com/nmstate-ippool/nmstate-ippool/internal/holder"
 	"github.com/nmstate-ippool/nmstate-ippool/internal/poolmetrics"
 )
 
@@ -30,9 +31,7 @@ type Metrics struct {
 
 // NewMetrics returns unregistered metrics.
 func NewMetrics() *Metrics {
-	counter := func(name, help string) *prometheus.CounterVec {
-		return prometheus.NewCounterVec(prometheus.CounterOpts{Name: name, Help: help}, []string{"pool"})
-	}
+	counter := poolmetrics.PoolCounter
 	m := &Metrics{
 		Waiting: poolmetrics.NewWaiting(),
 		Writes:  poolmetrics.NewWrites(),
@@ -124,9 +123,9 @@ func (m *Metrics) waitingEnactments(pool string, names []string) {
 	if m == nil {
 		return
 	}
-	waits := make(map[string]string, len(names))
+	waits := make([]poolmetrics.Wait, 0, len(names))
 	for _, n := range names {
-		waits[n] = pool
+		waits = append(waits, poolmetrics.Wait{Holder: holder.ForEnactment(n).String(), Pool: pool})
 	}
 	m.Waiting.Replace("NodeIPPool/"+pool, waits)
 }
@@ -207,7 +206,7 @@ func (g *poolGauges) Collect(ch chan<- prometheus.Metric) {
 	d := gaugeDescs
 	for name, f := range g.pools {
 		for desc, v := range map[*prometheus.Desc]float64{d.size: f.size, d.allocated: f.allocated, d.free: f.free,
-			d.kept: f.kept, d.quarantined: f.quarantined, d.inFlight: f.inFlight, d.waiting: float64(len(g.waiting.On(name)))} {
+			d.kept: f.kept, d.quarantined: f.quarantined, d.inFlight: f.inFlight, d.waiting: float64(g.waiting.Count(name))} {
 			ch <- prometheus.MustNewConstMetric(desc, prometheus.GaugeValue, v, name)
 		}
 		for _, c := range f.conditions {

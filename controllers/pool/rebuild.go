@@ -13,7 +13,6 @@ import (
 	"github.com/nmstate/kubernetes-nmstate/api/shared"
 	nmstatev1 "github.com/nmstate/kubernetes-nmstate/api/v1"
 	corev1 "k8s.io/api/core/v1"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	ctrl "sigs.k8s.io/controller-runtime"
@@ -239,9 +238,6 @@ func (r *Reconciler) rebuild(ctx context.Context, pool *ippoolv1.NodeIPPool, rs 
 		return err
 	}
 	if err := r.rebuildFromEnactments(ctx, pool, rs); err != nil {
-		if !apierrors.IsConflict(err) {
-			r.Metrics.rebuildFailed(pool.Name)
-		}
 		msg := fmt.Sprintf("Failed re constructing the IP pool, it may be not in sync with nodes: %v; the controller retries", err)
 		if werr := r.setAvailable(ctx, pool, refused(ippoolv1.ReasonUnsyncronizedIPPool, msg)); werr != nil {
 			log.Error(werr, "could not report the failed rebuild")

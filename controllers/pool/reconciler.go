@@ -2,6 +2,7 @@ package pool
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"slices"
 	"sync"
@@ -206,25 +207,38 @@ func (r *Reconciler) reconcile(ctx context.Context, pool *ippoolv1.NodeIPPool) (
 	alloc := ippool.NewAllocator(rng)
 	unreadable := alloc.Restore(pool.Status.AllocatedOffsets)
 	v := viewOf(pool.Name, alloc, enactments)
-	r.Metrics.waitingEnactments(pool.Name, v.waiting)
+	r.Metrics.waitingEnactments(pool.Name, v.waitingNames)
 	rs, err := r.resetsOf(ctx, pool, enactments)
 	if err != nil {
 		return ctrl.Result{}, err
 	}
 	why, err := r.rebuildReason(ctx, pool, v, rs, unreadable)
-	if err != nil {
+	if err == nil && why != "" {
+		err = r.rebuild(ctx, pool, rs, why)
+	}
+	if err != nil || why != "" {
+		if failed(ctx, err) {
+			r.Metrics.rebuildFailed(pool.Name)
+		}
 		return ctrl.Result{}, err
 	}
-	if why != "" {
-		return ctrl.Result{}, r.rebuild(ctx, pool, rs, why)
-	}
 	return r.maintain(ctx, pool, alloc, v)
+}
+
+// failed reports whether err is a failure the metrics count: not a
+// conflict (the work is done again on the fresh pool), not the end of
+// this process's turn (its context cancelled), not the pool deleted or
+// replaced meanwhile.
+func failed(ctx context.Context, err error) bool {
+	return err != nil && ctx.Err() == nil && !apierrors.IsConflict(err) && !apierrors.IsNotFound(err) &&
+		!errors.Is(err, poolwrite.ErrReplaced)
 }
 
 // refuse marks the pool unavailable for a; it is rebuilt once it is no
 // longer refused.
 func (r *Reconciler) refuse(ctx context.Context, pool *ippoolv1.NodeIPPool, a availability) error {
 	r.remember(pool).refused = true
+	r.Metrics.waitingEnactments(pool.Name, nil) // they wait on a pool that serves nobody: its condition says so
 	return r.setAvailable(ctx, pool, a)
 }
 
@@ -233,6 +247,7 @@ func (r *Reconciler) refuse(ctx context.Context, pool *ippoolv1.NodeIPPool, a av
 // once no entry is left (see maintain). A pool whose range or bitmap
 // cannot be read could hand nothing out: it goes at once.
 func (r *Reconciler) finish(ctx context.Context, pool *ippoolv1.NodeIPPool) (ctrl.Result, error) {
+	r.Metrics.waitingEnactments(pool.Name, nil) // nothing waits on a pool being deleted: it serves nobody
 	alloc, err := poolstatus.Allocator(pool)
 	if err != nil {
 		return ctrl.Result{}, removeFinalizer(ctx, r.Client, pool, ippoolv1.FinalizerPoolEntries)

@@ -128,7 +128,7 @@ func (r *Reconciler) SetupWithManager(ctx context.Context, mgr ctrl.Manager, opt
 		Watches(&ippoolv1.NodeIPPool{}, batch.EnqueueAfter(r.Batch, batch.Self)).
 		Watches(&ippoolv1.NodeIPPool{}, handler.EnqueueRequestsFromMapFunc(r.allPools),
 			builder.WithPredicates(predicate.Funcs{UpdateFunc: func(event.UpdateEvent) bool { return false }})).
-		Watches(&nncev1beta1.NodeNetworkConfigurationEnactment{}, batch.EnqueueAfter(r.Batch, r.poolsConcerning)).
+		Watches(&nncev1beta1.NodeNetworkConfigurationEnactment{}, batch.EnqueueAfterLeaving(r.Batch, r.poolsConcerning, noLongerWaiting)).
 		Watches(&nmstatev1.NodeNetworkConfigurationPolicy{}, handler.EnqueueRequestsFromMapFunc(requestsFor(resetPool))).
 		WatchesMetadata(&nncev1beta1.NodeNetworkState{}, batch.EnqueueAfter(r.Batch, r.poolsAwaitingState)).
 		Complete(r)
@@ -182,6 +182,18 @@ func (r *Reconciler) poolsConcerning(ctx context.Context, o client.Object) []rec
 	}
 	slices.Sort(names)
 	return requestsFor(func(client.Object) []string { return slices.Compact(names) })(ctx, o)
+}
+
+// noLongerWaiting maps an enactment's update to the pool it waited on
+// before and no longer does: that pool says who waits on it (its
+// ExhaustedIPPool condition and the waiting holders' metric).
+func noLongerWaiting(_ context.Context, old, updated client.Object) []reconcile.Request {
+	o, ok1 := old.(*nncev1beta1.NodeNetworkConfigurationEnactment)
+	n, ok2 := updated.(*nncev1beta1.NodeNetworkConfigurationEnactment)
+	if !ok1 || !ok2 || exhaustedPool(o) == "" || exhaustedPool(o) == exhaustedPool(n) {
+		return nil
+	}
+	return []reconcile.Request{{NamespacedName: types.NamespacedName{Name: exhaustedPool(o)}}}
 }
 
 // poolsOfAddress maps a Cluster API IPAddress to the pools it concerns:

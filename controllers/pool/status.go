@@ -37,8 +37,8 @@ type view struct {
 	claims poolstatus.Claims
 	audit  poolstatus.Audit
 	// waiting lists enactments that failed because the pool was full, as
-	// "node03 (policy static-ip)".
-	waiting []string
+	// "node03 (policy static-ip)"; waitingNames names them.
+	waiting, waitingNames []string
 	// enactments are all the enactments the view was built from.
 	enactments []nncev1beta1.NodeNetworkConfigurationEnactment
 }
@@ -46,20 +46,22 @@ type view struct {
 // viewOf builds the view of pool from its allocator and the enactments.
 func viewOf(pool string, alloc *ippool.Allocator, enactments []nncev1beta1.NodeNetworkConfigurationEnactment) view {
 	claims := poolstatus.Holders(pool, alloc.Range(), enactments)
-	return view{claims: claims, audit: poolstatus.AuditPool(pool, alloc, claims), waiting: waitingFor(pool, enactments),
+	waiting, names := waitingFor(pool, enactments)
+	return view{claims: claims, audit: poolstatus.AuditPool(pool, alloc, claims), waiting: waiting, waitingNames: names,
 		enactments: enactments}
 }
 
-// waitingFor lists the enactments Failing with IPPoolExhausted on pool.
-func waitingFor(pool string, enactments []nncev1beta1.NodeNetworkConfigurationEnactment) []string {
-	var out []string
+// waitingFor describes and names the enactments Failing with
+// IPPoolExhausted on pool.
+func waitingFor(pool string, enactments []nncev1beta1.NodeNetworkConfigurationEnactment) (described, names []string) {
 	for i := range enactments {
 		e := &enactments[i]
 		if exhaustedPool(e) == pool {
-			out = append(out, fmt.Sprintf("%s (policy %s)", e.Labels[shared.EnactmentNodeLabel], e.Labels[shared.EnactmentPolicyLabel]))
+			described = append(described, fmt.Sprintf("%s (policy %s)", e.Labels[shared.EnactmentNodeLabel], e.Labels[shared.EnactmentPolicyLabel]))
+			names = append(names, e.Name)
 		}
 	}
-	return out
+	return described, names
 }
 
 // exhaustedPool returns the pool an enactment is Failing on for want of an

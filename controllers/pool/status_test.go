@@ -239,3 +239,29 @@ func TestReservationsOf(t *testing.T) {
 		})
 	}
 }
+
+// TestNoLongerWaiting: the pool an enactment stops waiting on hears of it
+// (its condition and its waiting holders' metric change); an update that
+// keeps the wait, or never had one, maps to nothing more.
+func TestNoLongerWaiting(t *testing.T) {
+	waiting, got := failingOn("n1.p", "a"), holding("n1.p", nil)
+	elsewhere := failingOn("n1.p", "b")
+	for _, c := range []struct {
+		name     string
+		old, new nncev1beta1.NodeNetworkConfigurationEnactment
+		want     []string
+	}{
+		{"stopped waiting", waiting, got, []string{"a"}},
+		{"waits on another pool", waiting, elsewhere, []string{"a"}},
+		{"still waits", waiting, waiting, nil},
+		{"never waited", got, waiting, nil},
+	} {
+		var names []string
+		for _, req := range noLongerWaiting(t.Context(), &c.old, &c.new) {
+			names = append(names, req.Name)
+		}
+		if !reflect.DeepEqual(names, c.want) {
+			t.Errorf("%s: %v, want %v", c.name, names, c.want)
+		}
+	}
+}

@@ -145,7 +145,9 @@ func (r Release) archive(p Platform) (Archive, error) {
 	}
 	defer func() { _ = os.RemoveAll(tmp) }()
 	bin := filepath.Join(tmp, p.binary())
-	cmd := exec.Command("go", "build", "-trimpath", "-ldflags", "-s -w", "-o", bin, "./cmd/kubectl-nodeippool")
+	// No VCS stamp: the same source builds the same binary in a clone
+	// with or without local changes to other files.
+	cmd := exec.Command("go", "build", "-trimpath", "-buildvcs=false", "-ldflags", "-s -w", "-o", bin, "./cmd/kubectl-nodeippool")
 	cmd.Dir = r.Root
 	cmd.Env = append(os.Environ(), "GOOS="+p.OS, "GOARCH="+p.Arch, "CGO_ENABLED=0")
 	if out, err := cmd.CombinedOutput(); err != nil {

@@ -22,6 +22,16 @@ const DefaultDelay = 200 * time.Millisecond
 // EnqueueAfter returns an event handler that queues the requests mapFn
 // returns for each event after delay.
 func EnqueueAfter(delay time.Duration, mapFn handler.MapFunc) handler.EventHandler {
+	return EnqueueAfterLeaving(delay, mapFn, nil)
+}
+
+// Leaving maps an update to the requests its old object concerned and its
+// new one no longer does, which must hear of it too.
+type Leaving func(ctx context.Context, old, updated client.Object) []reconcile.Request
+
+// EnqueueAfterLeaving is EnqueueAfter that, on an update, also queues the
+// requests left returns (none when left is nil).
+func EnqueueAfterLeaving(delay time.Duration, mapFn handler.MapFunc, left Leaving) handler.EventHandler {
 	add := func(ctx context.Context, o client.Object, q workqueue.TypedRateLimitingInterface[reconcile.Request]) {
 		for _, req := range mapFn(ctx, o) {
 			q.AddAfter(req, delay)
@@ -33,6 +43,11 @@ func EnqueueAfter(delay time.Duration, mapFn handler.MapFunc) handler.EventHandl
 		},
 		UpdateFunc: func(ctx context.Context, e event.UpdateEvent, q workqueue.TypedRateLimitingInterface[reconcile.Request]) {
 			add(ctx, e.ObjectNew, q)
+			if left != nil {
+				for _, req := range left(ctx, e.ObjectOld, e.ObjectNew) {
+					q.AddAfter(req, delay)
+				}
+			}
 		},
 		DeleteFunc: func(ctx context.Context, e event.DeleteEvent, q workqueue.TypedRateLimitingInterface[reconcile.Request]) {
 			add(ctx, e.Object, q)

@@ -7,7 +7,6 @@
 package poolmetrics
 
 import (
-	"maps"
 	"slices"
 	"sync"
 
@@ -22,15 +21,17 @@ type Writes struct {
 	writes, conflicts *prometheus.CounterVec
 }
 
+// PoolCounter returns an unregistered counter with the label pool.
+func PoolCounter(name, help string) *prometheus.CounterVec {
+	return prometheus.NewCounterVec(prometheus.CounterOpts{Name: name, Help: help}, []string{"pool"})
+}
+
 // NewWrites returns unregistered counters.
 func NewWrites() *Writes {
-	counter := func(name, help string) *prometheus.CounterVec {
-		return prometheus.NewCounterVec(prometheus.CounterOpts{Name: name, Help: help}, []string{"pool"})
-	}
 	return &Writes{
-		writes: counter("nmstate_ippool_status_writes_total",
+		writes: PoolCounter("nmstate_ippool_status_writes_total",
 			"Pool status writes attempted by this process, by pool: allocations, releases, quarantines, collections and conditions."),
-		conflicts: counter("nmstate_ippool_status_write_conflicts_total",
+		conflicts: PoolCounter("nmstate_ippool_status_write_conflicts_total",
 			"Pool status writes refused because another writer changed the pool first, by pool; each is retried on the fresh pool."),
 	}
 }
@@ -86,16 +87,24 @@ func (m *Writes) Forget(pool string) {
 // concurrent use; a nil *Waiting tracks nothing.
 type Waiting struct {
 	mu sync.Mutex
-	// groups holds, by group, the pool each of its holders waits on.
-	groups map[string]map[string]string
+	// groups holds, by group, its holders' waits.
+	groups map[string][]Wait
+}
+
+// Wait is one holder waiting on one pool. A holder waiting on two pools
+// (a pooled policy with a capture of each) waits twice.
+type Wait struct {
+	// Holder is the holder's name (holder.Ref.String).
+	Holder string
+	Pool   string
 }
 
 // NewWaiting returns an empty tracker.
-func NewWaiting() *Waiting { return &Waiting{groups: map[string]map[string]string{}} }
+func NewWaiting() *Waiting { return &Waiting{groups: map[string][]Wait{}} }
 
-// Replace sets what the holders of group wait on: waits maps a holder's
-// name to its pool. Empty, the group waits for nothing.
-func (w *Waiting) Replace(group string, waits map[string]string) {
+// Replace sets what the holders of group wait on. Empty, the group waits
+// for nothing.
+func (w *Waiting) Replace(group string, waits []Wait) {
 	if w == nil {
 		return
 	}
@@ -105,10 +114,13 @@ func (w *Waiting) Replace(group string, waits map[string]string) {
 		delete(w.groups, group)
 		return
 	}
-	w.groups[group] = maps.Clone(waits)
+	w.groups[group] = slices.Clone(waits)
 }
 
-// On returns the holders waiting on pool, sorted.
+// Count returns how many holders wait on pool.
+func (w *Waiting) Count(pool string) int { return len(w.On(pool)) }
+
+// On returns the holders waiting on pool, sorted, each once.
 func (w *Waiting) On(pool string) []string {
 	if w == nil {
 		return nil
@@ -117,12 +129,12 @@ func (w *Waiting) On(pool string) []string {
 	defer w.mu.Unlock()
 	var out []string
 	for _, waits := range w.groups {
-		for h, p := range waits {
-			if p == pool {
-				out = append(out, h)
+		for _, wt := range waits {
+			if wt.Pool == pool {
+				out = append(out, wt.Holder)
 			}
 		}
 	}
 	slices.Sort(out)
-	return out
+	return slices.Compact(out)
 }

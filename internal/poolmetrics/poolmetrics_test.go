@@ -21,26 +21,28 @@ import (
 )
 
 // TestWaitingAcrossGroups: each group's holders replace the group's
-// earlier ones only, and a pool counts every group's.
+// earlier ones only, a pool counts every group's, and a holder waiting on
+// two pools counts on both.
 func TestWaitingAcrossGroups(t *testing.T) {
 	w := NewWaiting()
-	w.Replace("NodeIPPool/a", map[string]string{"n1.p": "a", "n2.p": "a"})
-	w.Replace("IPAddressClaim/ns/c", map[string]string{"IPAddressClaim/ns/c": "a"})
-	w.Replace("PooledNodeNetworkConfigurationPolicy/x", map[string]string{"PooledNodeNetworkConfigurationPolicy/x/n3": "b"})
-	if got := w.On("a"); !slices.Equal(got, []string{"IPAddressClaim/ns/c", "n1.p", "n2.p"}) {
+	w.Replace("NodeIPPool/a", []Wait{{"n1.p", "a"}, {"n2.p", "a"}})
+	w.Replace("IPAddressClaim/ns/c", []Wait{{"IPAddressClaim/ns/c", "a"}})
+	w.Replace("PooledNodeNetworkConfigurationPolicy/x", []Wait{
+		{"PooledNodeNetworkConfigurationPolicy/x/n3", "b"}, {"PooledNodeNetworkConfigurationPolicy/x/n3", "a"}})
+	if got := w.On("a"); !slices.Equal(got, []string{"IPAddressClaim/ns/c", "PooledNodeNetworkConfigurationPolicy/x/n3", "n1.p", "n2.p"}) {
 		t.Fatalf("On(a) = %v", got)
 	}
-	w.Replace("NodeIPPool/a", map[string]string{"n2.p": "a"})
+	w.Replace("NodeIPPool/a", []Wait{{"n2.p", "a"}})
 	w.Replace("IPAddressClaim/ns/c", nil)
-	if got := w.On("a"); !slices.Equal(got, []string{"n2.p"}) {
+	if got := w.On("a"); !slices.Equal(got, []string{"PooledNodeNetworkConfigurationPolicy/x/n3", "n2.p"}) {
 		t.Fatalf("On(a) after the replacements = %v", got)
 	}
-	if got := w.On("b"); !slices.Equal(got, []string{"PooledNodeNetworkConfigurationPolicy/x/n3"}) {
-		t.Fatalf("On(b) = %v", got)
+	if w.Count("b") != 1 || w.Count("c") != 0 {
+		t.Fatalf("Count(b) = %d, Count(c) = %d; want 1 and 0", w.Count("b"), w.Count("c"))
 	}
 	var none *Waiting
-	none.Replace("g", map[string]string{"h": "a"})
-	if none.On("a") != nil {
+	none.Replace("g", []Wait{{"h", "a"}})
+	if none.On("a") != nil || none.Count("a") != 0 {
 		t.Fatal("a nil Waiting tracks something")
 	}
 }
