@@ -13,10 +13,6 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/nmstate-ippool/nmstate-ippool/controllers/claim"
-	"github.com/nmstate-ippool/nmstate-ippool/controllers/companion"
-	"github.com/nmstate-ippool/nmstate-ippool/internal/capi"
-
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/rest"
 	ctrl "sigs.k8s.io/controller-runtime"
@@ -27,11 +23,8 @@ import (
 
 	ippoolv1 "github.com/nmstate-ippool/nmstate-ippool/api/v1"
 	nncev1beta1 "github.com/nmstate-ippool/nmstate-ippool/api/v1beta1"
-	"github.com/nmstate-ippool/nmstate-ippool/controllers/enactment"
 	"github.com/nmstate-ippool/nmstate-ippool/controllers/handler"
 	"github.com/nmstate-ippool/nmstate-ippool/controllers/nodestate"
-	"github.com/nmstate-ippool/nmstate-ippool/controllers/policy"
-	"github.com/nmstate-ippool/nmstate-ippool/controllers/pool"
 	"github.com/nmstate-ippool/nmstate-ippool/internal/poolstatus"
 	"github.com/nmstate-ippool/nmstate-ippool/internal/probe"
 	"github.com/nmstate-ippool/nmstate-ippool/pkg/nmstatectl"
@@ -224,144 +217,6 @@ func Distinct(m map[string]string) []string {
 	}
 	slices.Sort(out)
 	return slices.Compact(out)
-}
-
-// PoolController is a pool controller (the pool, enactment and policy
-// reconcilers, as the pool-controller binary runs them) in a manager of its
-// own.
-type PoolController struct {
-	Pools      *pool.Reconciler
-	Enactments *enactment.Reconciler
-	Policies   *policy.Reconciler
-	// Claims serves Cluster API IPAddressClaims, when the control plane
-	// has their CRDs (WithClusterAPI); nil otherwise.
-	Claims *claim.Reconciler
-	// PooledPolicies keeps the NNCPs of pooled policies (companion mode).
-	PooledPolicies *companion.Reconciler
-	stop           func() error
-}
-
-// count has metrics count the pool writes of every reconciler, and the
-// holders of every kind that wait, as cmd/pool-controller does.
-func (pc *PoolController) count(metrics *pool.Metrics) {
-	if metrics == nil {
-		return
-	}
-	metrics.Writes.Count(pc.Pools.Pools)
-	if pc.Claims != nil {
-		pc.Claims.Waiting = metrics.Waiting
-		metrics.Writes.Count(pc.Claims.Pools)
-	}
-	if pc.PooledPolicies != nil {
-		pc.PooledPolicies.Waiting = metrics.Waiting
-		metrics.Writes.Count(pc.PooledPolicies.Pools)
-	}
-	if pc.Enactments != nil {
-		metrics.Writes.Count(pc.Enactments.Pools)
-	}
-}
-
-// serveClaims gives pc a claim controller when the IPAM CRDs are
-// installed, signing with the install's key, as cmd/pool-controller does.
-func (e *Env) serveClaims(mgr ctrl.Manager, pc *PoolController) error {
-	version, served, err := capi.Served(mgr.GetRESTMapper())
-	if err != nil || !served {
-		return err
-	}
-	clusters, err := capi.ClusterServed(mgr.GetRESTMapper())
-	if err != nil {
-		return err
-	}
-	pc.Claims, pc.Pools.IPAMVersion = claim.New(mgr, version, clusters), version
-	// The key of the install: a Secret every pool controller of the
-	// control plane reads, made by the first.
-	c, err := client.New(e.Config, client.Options{Scheme: e.Scheme})
-	if err != nil {
-		return err
-	}
-	signer, err := capi.LoadOrCreateSigner(context.Background(), c, "default", capi.DefaultKeySecret)
-	if err != nil {
-		return err
-	}
-	pc.Claims.Signer, pc.Pools.Signer = signer, signer
-	return nil
-}
-
-// StartPoolController runs a pool controller with the given garbage
-// collection grace period until Stop; tune, if given, adjusts its
-// reconcilers before they start.
-func (e *Env) StartPoolController(grace time.Duration, metrics *pool.Metrics, tune ...func(*PoolController)) (*PoolController, error) {
-	mgr, err := e.NewManager()
-	if err != nil {
-		return nil, err
-	}
-	pc := &PoolController{Pools: pool.New(mgr, metrics), Enactments: enactment.New(mgr), Policies: policy.New(mgr),
-		PooledPolicies: companion.New(mgr)}
-	pc.Pools.PooledPolicies = true
-	pc.Policies.Batch, pc.Pools.Batch = 50*time.Millisecond, 50*time.Millisecond
-	pc.Pools.GracePeriod, pc.Pools.QuarantinePeriod = grace, grace
-	if err := e.serveClaims(mgr, pc); err != nil {
-		return nil, err
-	}
-	for _, f := range tune {
-		f(pc)
-	}
-	pc.count(metrics)
-	if err := pc.Pools.SetupWithManager(context.Background(), mgr, pool.SetupOptions{SkipNameValidation: true}); err != nil {
-		return nil, err
-	}
-	if pc.Claims != nil {
-		if err := pc.Claims.SetupWithManager(mgr, claim.SetupOptions{SkipNameValidation: true}); err != nil {
-			return nil, err
-		}
-	}
-	if pc.PooledPolicies != nil {
-		if err := pc.PooledPolicies.SetupWithManager(mgr, companion.SetupOptions{SkipNameValidation: true}); err != nil {
-			return nil, err
-		}
-	}
-	if pc.Enactments != nil {
-		if err := pc.Enactments.SetupWithManager(mgr, enactment.SetupOptions{SkipNameValidation: true}); err != nil {
-			return nil, err
-		}
-	}
-	if pc.Policies != nil {
-		if err := pc.Policies.SetupWithManager(context.Background(), mgr, policy.SetupOptions{SkipNameValidation: true}); err != nil {
-			return nil, err
-		}
-	}
-	pc.stop = RunManager(mgr)
-	return pc, nil
-}
-
-// StartPolicyAndEnactmentControllers runs the policy controller (policy status and
-// maxUnavailable slots) and the enactment controller (which retires the
-// enactments handlers delete) until the returned function is called: what
-// handler tests that play the pool controller's part by hand still need.
-func (e *Env) StartPolicyAndEnactmentControllers() (stop func() error, err error) {
-	mgr, err := e.NewManager()
-	if err != nil {
-		return nil, err
-	}
-	r := policy.New(mgr)
-	r.Batch = 50 * time.Millisecond
-	if err := r.SetupWithManager(context.Background(), mgr, policy.SetupOptions{SkipNameValidation: true}); err != nil {
-		return nil, err
-	}
-	if err := enactment.New(mgr).SetupWithManager(mgr, enactment.SetupOptions{SkipNameValidation: true}); err != nil {
-		return nil, err
-	}
-	return RunManager(mgr), nil
-}
-
-// Stop stops the controller and returns how it ended.
-func (pc *PoolController) Stop() error {
-	if pc.stop == nil {
-		return nil
-	}
-	err := pc.stop()
-	pc.stop = nil
-	return err
 }
 
 // NewManager returns a manager of the control plane for one simulated
