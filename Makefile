@@ -23,6 +23,7 @@ KUBECTL ?= $(LOCALBIN)/kubectl
 PROMTOOL ?= $(LOCALBIN)/promtool
 KREW ?= $(LOCALBIN)/krew
 VALIDATE_KREW ?= $(LOCALBIN)/validate-krew-manifest
+HELM ?= $(LOCALBIN)/helm
 
 GO_TEST_FLAGS ?= -race -count=1 -timeout 30m
 # A count of inputs (Nx), not a duration: Go 1.26's fuzzing coordinator
@@ -44,13 +45,14 @@ help: ## Show this help.
 ##@ Development
 
 .PHONY: manifests
-manifests: $(CONTROLLER_GEN) ## Generate the CRDs into deploy/crd and RBAC into deploy/rbac.
+manifests: $(CONTROLLER_GEN) $(KUSTOMIZE) ## Generate the CRDs into deploy/crd, RBAC into deploy/rbac and the Helm chart's static templates from deploy/.
 	$(CONTROLLER_GEN) crd paths=./api/... paths=$(UPSTREAM_API)/v1 output:crd:artifacts:config=deploy/crd
 	rm -f deploy/crd/nmstate.io_nmstates.yaml # the operator's kind, not ours
 	go run ./hack/nncp-crd deploy/crd/nmstate.io_nodenetworkconfigurationpolicies.yaml # v1beta1, and admission rules upstream's types carry no markers for
 	go run ./hack/nncp-crd deploy/crd/nmstate.io_poolednodenetworkconfigurationpolicies.yaml # the same spec rules
 	$(CONTROLLER_GEN) rbac:roleName=nmstate-ippool-handler paths=./controllers/handler/... paths=./controllers/nodestate/... paths=./internal/metricsauth/... output:rbac:artifacts:config=deploy/rbac/handler
 	$(CONTROLLER_GEN) rbac:roleName=nmstate-ippool-pool-controller paths=./controllers/pool/... paths=./controllers/claim/... paths=./controllers/companion/... paths=./controllers/enactment/... paths=./controllers/policy/... paths=./internal/metricsauth/... output:rbac:artifacts:config=deploy/rbac/pool-controller
+	go run ./hack/helmchart -kustomize $(KUSTOMIZE) # the chart's templates of everything but the workloads
 
 .PHONY: generate
 generate: $(CONTROLLER_GEN) ## Generate the DeepCopy methods of api/.
@@ -69,7 +71,7 @@ lint: $(GOLANGCI_LINT) ## Run golangci-lint.
 	$(GOLANGCI_LINT) run ./...
 
 .PHONY: verify
-verify: $(CONTROLLER_GEN) ## Fail if `make manifests generate` or gofmt would change a file.
+verify: $(CONTROLLER_GEN) $(KUSTOMIZE) ## Fail if `make manifests generate` or gofmt would change a file.
 	hack/verify.sh
 
 ##@ Build
@@ -158,7 +160,7 @@ $(ENVTEST_DIR)/kubelet $(ENVTEST_DIR)/kube-proxy $(ENVTEST_DIR)/kube-controller-
 ##@ Test
 
 .PHONY: test
-test: envtest-assets $(ENVTEST_DIR)/kube-controller-manager $(KUSTOMIZE) peer-handler ## Run unit tests, fuzz seeds, envtest suites, e2e, the suite beside kubernetes-nmstate's handler (when ../shared/peers is there; its cluster runs Kubernetes' garbage collector) and a short chaos run against a real API server (with -race).
+test: envtest-assets $(ENVTEST_DIR)/kube-controller-manager $(KUSTOMIZE) $(HELM) peer-handler ## Run unit tests, fuzz seeds, envtest suites, e2e, the suite beside kubernetes-nmstate's handler (when ../shared/peers is there; its cluster runs Kubernetes' garbage collector) and a short chaos run against a real API server (with -race).
 	go test $(GO_TEST_FLAGS) ./...
 
 .PHONY: test-alerts
@@ -256,6 +258,15 @@ $(GINKGO): hack/tools/go.mod
 $(PROMTOOL): hack/promtool/go.mod
 	cd hack/promtool && go build -tags remove_all_sd -o $@ github.com/prometheus/prometheus/cmd/promtool
 
+# Helm's version, and the Kubernetes version it renders for without a
+# cluster (helm template, lint): that of the client it is built with, as
+# Helm's own Makefile sets them.
+$(HELM): hack/helm/go.mod
+	cd hack/helm && kube_minor=$$(go list -m -f '{{.Version}}' k8s.io/client-go | cut -d. -f2) && \
+	../progress.sh "building helm" go build -o $@ -ldflags "-X helm.sh/helm/v3/internal/version.version=$$(go list -m -f '{{.Version}}' helm.sh/helm/v3) \
+		-X helm.sh/helm/v3/pkg/chartutil.k8sVersionMinor=$$kube_minor -X helm.sh/helm/v3/pkg/lint/rules.k8sVersionMinor=$$kube_minor" \
+		helm.sh/helm/v3/cmd/helm
+
 $(KREW) $(VALIDATE_KREW): hack/krew/go.mod
 	cd hack/krew && go build -o $@ sigs.k8s.io/krew/cmd/$(notdir $@)
 
@@ -263,4 +274,4 @@ $(GOLANGCI_LINT): hack/golangci-lint/go.mod
 	cd hack/golangci-lint && go build -o $@ github.com/golangci/golangci-lint/v2/cmd/golangci-lint
 
 .PHONY: tools
-tools: $(CONTROLLER_GEN) $(KUSTOMIZE) $(GINKGO) $(GOLANGCI_LINT) $(PROMTOOL) $(KREW) $(VALIDATE_KREW) ## Build every tool into bin/.
+tools: $(CONTROLLER_GEN) $(KUSTOMIZE) $(GINKGO) $(GOLANGCI_LINT) $(PROMTOOL) $(KREW) $(VALIDATE_KREW) $(HELM) ## Build every tool into bin/.
