@@ -176,9 +176,13 @@ test-krew: $(KREW) $(VALIDATE_KREW) ## Validate the plugin's krew manifest with 
 test-e2e: envtest-assets ## Run the end-to-end workflows on a local cluster of real processes (part of make test too).
 	go test -count=1 -timeout 20m ./test/e2e/ -args -ginkgo.v
 
+# kustomize (deploy/testdata/infra-net with kubectl apply -k) or helm (the
+# chart, deploy/helm/nmstate-ippool).
+REAL_NODES_INSTALL ?= kustomize
+
 .PHONY: test-real-nodes
-test-real-nodes: build node-packages node-assets images-local $(KUBECTL) ## Run the e2e suite of the install on real nodes: kubelets, containerd, the DaemonSet and Deployment (root).
-	REAL_NODES_E2E=1 go test -count=1 -timeout 30m ./test/realnodes/ -args -ginkgo.v
+test-real-nodes: build node-packages node-assets images-local $(KUBECTL) $(HELM) ## Run the e2e suite of the install on real nodes: kubelets, containerd, the DaemonSet and Deployment (root); REAL_NODES_INSTALL=helm installs the Helm chart.
+	REAL_NODES_E2E=1 REAL_NODES_INSTALL=$(REAL_NODES_INSTALL) go test -count=1 -timeout 30m ./test/realnodes/ -args -ginkgo.v
 
 CHAOS_DURATION ?= 10m
 CHAOS_NODES ?= 20

@@ -69,15 +69,23 @@ func runHelm(t *testing.T, args ...string) (string, error) {
 // with the given --set values.
 func template(t *testing.T, ns string, set ...string) []*unstructured.Unstructured {
 	t.Helper()
-	out, err := runHelm(t, templateArgs(ns, set...)...)
+	return templateWith(t, ns, sets(set...)...)
+}
+
+// templateWith renders the chart with the given arguments of helm
+// template.
+func templateWith(t *testing.T, ns string, args ...string) []*unstructured.Unstructured {
+	t.Helper()
+	out, err := runHelm(t, append([]string{"template", "nmstate-ippool", chart, "--namespace", ns}, args...)...)
 	if err != nil {
 		t.Fatal(err)
 	}
 	return decodeAll(t, []byte(out))
 }
 
-func templateArgs(ns string, set ...string) []string {
-	args := []string{"template", "nmstate-ippool", chart, "--namespace", ns}
+// sets turns key=value pairs into --set arguments.
+func sets(set ...string) []string {
+	var args []string
 	for _, s := range set {
 		args = append(args, "--set", s)
 	}
@@ -133,12 +141,13 @@ func TestHelmLint(t *testing.T) {
 func TestHelmRendersTheKustomizeInstall(t *testing.T) {
 	for _, tt := range []struct {
 		name string
-		set  []string
+		args []string
 		dirs []string
 	}{
 		{"handler mode", nil, []string{"default"}},
-		{"companion mode", []string{"mode=companion"}, []string{"companion"}},
-		{"alerts", []string{"alerts.prometheusRule=true", "metrics.serviceMonitor=true"}, []string{"default", "alerts"}},
+		{"companion mode", sets("mode=companion"), []string{"companion"}},
+		{"alerts", sets("alerts.prometheusRule=true", "metrics.serviceMonitor=true"), []string{"default", "alerts"}},
+		{"the local cluster's real nodes", []string{"--values", filepath.Join(envtest.RepoRoot(), "deploy", "local", "helm-values.yaml")}, []string{"local"}},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			want := map[string]*unstructured.Unstructured{}
@@ -150,7 +159,7 @@ func TestHelmRendersTheKustomizeInstall(t *testing.T) {
 				}
 			}
 			got := map[string]*unstructured.Unstructured{}
-			for _, o := range template(t, "nmstate-ippool", tt.set...) {
+			for _, o := range templateWith(t, "nmstate-ippool", tt.args...) {
 				if o.GetKind() == "CustomResourceDefinition" {
 					if o.GetAnnotations()["helm.sh/resource-policy"] != "keep" {
 						t.Errorf("%s: not kept on uninstall: deleting a CRD deletes every object of it", objectKey(o))
@@ -330,7 +339,7 @@ func TestHelmRefusesBadValues(t *testing.T) {
 		{[]string{"poolController.gcGracePeriod=2 minutes"}, schema, "at '/poolController/gcGracePeriod'"},
 		{[]string{"image.pullPolicy=Sometimes"}, schema, "at '/image/pullPolicy'"},
 	} {
-		out, err := runHelm(t, templateArgs("nmstate-ippool", tt.set...)...)
+		out, err := runHelm(t, append([]string{"template", "nmstate-ippool", chart}, sets(tt.set...)...)...)
 		if err == nil {
 			t.Errorf("--set %v: rendered:\n%.300s", tt.set, out)
 			continue

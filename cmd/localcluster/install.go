@@ -34,6 +34,10 @@ const injectCAFrom = "cert-manager.io/inject-ca-from"
 type installOptions struct {
 	overlay, kubectl, certManagerCRDs string
 	timeout                           time.Duration
+	// helm installs the chart in this directory with the Helm at helmBin
+	// instead of the overlay, as release nmstate-ippool in namespace, with
+	// the values in values.
+	helm, helmBin, values, namespace string
 }
 
 func cmdInstall(ctx context.Context, args []string, stdout, stderr io.Writer) error {
@@ -44,10 +48,17 @@ func cmdInstall(ctx context.Context, args []string, stdout, stderr io.Writer) er
 		fs.StringVar(&o.certManagerCRDs, "cert-manager-crds", filepath.Join("deploy", "testdata", "cert-manager-crds.yaml"),
 			"stand-ins for cert-manager's CRDs, so that the install's Issuer and Certificate are accepted")
 		fs.DurationVar(&o.timeout, "timeout", 5*time.Minute, "how long to wait for the handler and pool controller pods")
+		fs.StringVar(&o.helm, "helm", "", "install this Helm chart (deploy/helm/nmstate-ippool) instead of the overlay, with helm upgrade --install")
+		fs.StringVar(&o.helmBin, "helm-bin", filepath.Join(exeDir(), "helm"), "with --helm: the helm to install it with")
+		fs.StringVar(&o.values, "values", filepath.Join("deploy", "local", "helm-values.yaml"), "with --helm: the chart's values for the local cluster")
+		fs.StringVar(&o.namespace, "namespace", "nmstate-ippool", "with --helm: the release's namespace")
 	}
 	return withCluster(args, "install", stderr, flags, func(c *cluster, _ []string) error {
 		if c.Real == nil {
 			return fmt.Errorf("%w: install runs the handler and the pool controller as pods, on real nodes: start the cluster with 'localcluster up --kubelets K' (a simulated cluster runs them as processes already)", cli.ErrUsage)
+		}
+		if o.helm != "" {
+			return c.installChart(ctx, o, stdout)
 		}
 		return c.install(ctx, o, stdout)
 	})
@@ -67,15 +78,7 @@ func (c *cluster) install(ctx context.Context, o installOptions, out io.Writer) 
 	if err != nil {
 		return err
 	}
-	kubectl := func(args ...string) error {
-		fmt.Fprintf(out, "$ kubectl %s\n", strings.Join(args, " "))
-		cmd := exec.CommandContext(ctx, o.kubectl, append([]string{"--kubeconfig", c.kubeconfig()}, args...)...)
-		cmd.Stdout, cmd.Stderr = out, out
-		if err := cmd.Run(); err != nil {
-			return fmt.Errorf("kubectl %s: %w", strings.Join(args, " "), err)
-		}
-		return nil
-	}
+	kubectl := c.command(ctx, "kubectl", o.kubectl, out)
 	objs, err := renderOverlay(ctx, o.kubectl, o.overlay)
 	if err != nil {
 		return err
@@ -84,7 +87,6 @@ func (c *cluster) install(ctx context.Context, o installOptions, out io.Writer) 
 	if err != nil {
 		return fmt.Errorf("%s: %w", o.overlay, err)
 	}
-	wait := fmt.Sprintf("--timeout=%s", o.timeout)
 	for _, s := range []func() error{
 		func() error { return kubectl("apply", "-f", o.certManagerCRDs) },
 		func() error {
@@ -92,16 +94,37 @@ func (c *cluster) install(ctx context.Context, o installOptions, out io.Writer) 
 		},
 		func() error { return kubectl("apply", "-k", o.overlay) },
 		func() error { return c.issueWebhookCertificate(ctx, k, in.certificate, out) },
-		func() error {
-			return kubectl("-n", in.handler.Namespace, "rollout", "status", "daemonset/"+in.handler.Name, wait)
-		},
-		func() error {
-			return kubectl("-n", in.controller.Namespace, "rollout", "status", "deployment/"+in.controller.Name, wait)
-		},
 	} {
 		if err := s(); err != nil {
 			return err
 		}
+	}
+	return in.waitRunning(kubectl, o.timeout, out)
+}
+
+// command returns a runner of a command-line tool on the cluster: it
+// prints each command as it runs it, and passes the cluster's kubeconfig.
+func (c *cluster) command(ctx context.Context, name, bin string, out io.Writer) func(...string) error {
+	return func(args ...string) error {
+		fmt.Fprintf(out, "$ %s %s\n", name, strings.Join(args, " "))
+		cmd := exec.CommandContext(ctx, bin, append([]string{"--kubeconfig", c.kubeconfig()}, args...)...)
+		cmd.Stdout, cmd.Stderr = out, out
+		if err := cmd.Run(); err != nil {
+			return fmt.Errorf("%s %s: %w", name, strings.Join(args, " "), err)
+		}
+		return nil
+	}
+}
+
+// waitRunning waits until the handler runs on every node and the pool
+// controller's replicas are available.
+func (in installation) waitRunning(kubectl func(...string) error, timeout time.Duration, out io.Writer) error {
+	wait := fmt.Sprintf("--timeout=%s", timeout)
+	if err := kubectl("-n", in.handler.Namespace, "rollout", "status", "daemonset/"+in.handler.Name, wait); err != nil {
+		return err
+	}
+	if err := kubectl("-n", in.controller.Namespace, "rollout", "status", "deployment/"+in.controller.Name, wait); err != nil {
+		return err
 	}
 	fmt.Fprintf(out, "nmstate-ippool is installed in namespace %s: the handler runs on every node, the pool controller on the control-plane node\n",
 		in.handler.Namespace)
@@ -143,6 +166,11 @@ func renderOverlay(ctx context.Context, kubectl, dir string) ([]*unstructured.Un
 	if err != nil {
 		return nil, fmt.Errorf("kubectl kustomize %s: %w: %s", dir, err, strings.TrimSpace(stderr.String()))
 	}
+	return decodeObjects(raw, "kubectl kustomize "+dir)
+}
+
+// decodeObjects decodes the objects of a YAML stream that what printed.
+func decodeObjects(raw []byte, what string) ([]*unstructured.Unstructured, error) {
 	dec := utilyaml.NewYAMLOrJSONDecoder(bytes.NewReader(raw), 4096)
 	var out []*unstructured.Unstructured
 	for {
@@ -150,7 +178,7 @@ func renderOverlay(ctx context.Context, kubectl, dir string) ([]*unstructured.Un
 		if err := dec.Decode(&u.Object); errors.Is(err, io.EOF) {
 			return out, nil
 		} else if err != nil {
-			return nil, fmt.Errorf("kubectl kustomize %s: %w", dir, err)
+			return nil, fmt.Errorf("%s: %w", what, err)
 		}
 		if len(u.Object) > 0 {
 			out = append(out, u)
@@ -222,25 +250,9 @@ func (c *webhookCertificate) follow(w *unstructured.Unstructured, certID string)
 // signed with the cluster's CA, and injects the CA into every webhook
 // configuration that asks for it.
 func (c *cluster) issueWebhookCertificate(ctx context.Context, k client.Client, cert webhookCertificate, out io.Writer) error {
-	keys := pki{dir: c.path("pki")}
-	if err := keys.issueWebhookService(cert.dnsNames); err != nil {
+	ca, err := c.writeWebhookSecret(ctx, k, cert)
+	if err != nil {
 		return err
-	}
-	data := map[string][]byte{}
-	for key, file := range map[string]string{"tls.crt": "webhook-service.crt", "tls.key": "webhook-service.key", "ca.crt": "ca.crt"} {
-		raw, err := os.ReadFile(keys.path(file))
-		if err != nil {
-			return err
-		}
-		data[key] = raw
-	}
-	secret := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: cert.secret, Namespace: cert.namespace}}
-	if _, err := controllerutil.CreateOrUpdate(ctx, k, secret, func() error {
-		secret.Type = corev1.SecretTypeTLS
-		secret.Data = data
-		return nil
-	}); err != nil {
-		return fmt.Errorf("write the webhook's Secret: %w", err)
 	}
 	for _, name := range cert.webhooks {
 		var w admissionregistrationv1.ValidatingWebhookConfiguration
@@ -249,7 +261,7 @@ func (c *cluster) issueWebhookCertificate(ctx context.Context, k client.Client, 
 		}
 		patch := client.MergeFrom(w.DeepCopy())
 		for j := range w.Webhooks {
-			w.Webhooks[j].ClientConfig.CABundle = data["ca.crt"]
+			w.Webhooks[j].ClientConfig.CABundle = ca
 		}
 		if err := k.Patch(ctx, &w, patch); err != nil {
 			return fmt.Errorf("inject the CA into %s: %w", w.Name, err)
@@ -261,4 +273,31 @@ func (c *cluster) issueWebhookCertificate(ctx context.Context, k client.Client, 
 	fmt.Fprintf(out, "issued the webhook's certificate for %s (Secret %s/%s, signed by the cluster's CA) and injected the CA into %s, as cert-manager would\n",
 		strings.Join(cert.dnsNames, ", "), cert.namespace, cert.secret, strings.Join(cert.webhooks, ", "))
 	return nil
+}
+
+// writeWebhookSecret writes the Secret of the webhook's serving
+// certificate, for the certificate's DNS names and signed with the
+// cluster's CA, and returns that CA.
+func (c *cluster) writeWebhookSecret(ctx context.Context, k client.Client, cert webhookCertificate) ([]byte, error) {
+	keys := pki{dir: c.path("pki")}
+	if err := keys.issueWebhookService(cert.dnsNames); err != nil {
+		return nil, err
+	}
+	data := map[string][]byte{}
+	for key, file := range map[string]string{"tls.crt": "webhook-service.crt", "tls.key": "webhook-service.key", "ca.crt": "ca.crt"} {
+		raw, err := os.ReadFile(keys.path(file))
+		if err != nil {
+			return nil, err
+		}
+		data[key] = raw
+	}
+	secret := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: cert.secret, Namespace: cert.namespace}}
+	if _, err := controllerutil.CreateOrUpdate(ctx, k, secret, func() error {
+		secret.Type = corev1.SecretTypeTLS
+		secret.Data = data
+		return nil
+	}); err != nil {
+		return nil, fmt.Errorf("write the webhook's Secret: %w", err)
+	}
+	return data["ca.crt"], nil
 }

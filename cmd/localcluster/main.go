@@ -44,6 +44,7 @@ const usage = `Usage:
   localcluster handler use ours|upstream [--dir DIR]
   localcluster up --kubelets K [--images DIR] [--dir DIR] [--bin DIR] [--assets DIR]
   localcluster install [--overlay DIR] [--kubectl PATH] [--dir DIR]
+  localcluster install --helm CHART [--values FILE] [--namespace NS] [--helm-bin PATH] [--kubectl PATH] [--dir DIR]
   localcluster node add NAME [--label k=v]... [--kubelet] [--clock-offset D] [--dir DIR]
   localcluster node remove NAME [--crash] [--dir DIR]
   localcluster node restart NAME [--crash] [--dir DIR]
@@ -90,7 +91,10 @@ up --kubelets K runs K real nodes instead (real01...; needs root, make
 node-packages node-assets images-local): each a kubelet with its own
 containerd, kube-proxy and network namespace, beside kube-controller-manager
 and kube-scheduler. install then applies the install of deploy/local with
-kubectl apply -k, and the handler and the pool controller run as pods.
+kubectl apply -k, and the handler and the pool controller run as pods;
+install --helm deploy/helm/nmstate-ippool installs the Helm chart instead
+(helm upgrade --install, with deploy/local/helm-values.yaml and the
+webhook's certificate signed by the cluster's CA).
 node add NAME --kubelet adds a real node; node remove deletes its Node,
 waits until its enactments are gone, and stops it (with --crash, it stops
 it first).

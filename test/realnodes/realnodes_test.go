@@ -62,13 +62,26 @@ var digests envtest.SpecDigests
 
 var _ = ReportAfterSuite("digests", func(r Report) { digests.Collect(r) })
 
+// installEnv chooses how the suite installs: kustomize (the default)
+// or helm; make test-real-nodes passes REAL_NODES_INSTALL.
+const installEnv = "REAL_NODES_INSTALL"
+
+// install is how the suite installs, and namespace and prefix where and
+// under which name prefix the install lives, so that the suite proves the
+// admission policies follow the install (make demo REAL=1 installs
+// deploy/local as it is):
+//   - kustomize: deploy/testdata/infra-net, an admin's overlay of
+//     deploy/local, with kubectl apply -k;
+//   - helm: the Helm chart with deploy/local/helm-values.yaml, as release
+//     nmstate-ippool in namespace infra-net (a chart has no name prefix).
+var install, namespace, prefix = func() (string, string, string) {
+	if os.Getenv(installEnv) == "helm" {
+		return "helm", "infra-net", ""
+	}
+	return "kustomize", "infra-net", "acme-"
+}()
+
 const (
-	// namespace and prefix are where and under which name prefix
-	// deploy/testdata/infra-net, the install the suite runs, puts
-	// deploy/local: an admin's overlay, so that the suite proves the
-	// admission policies follow the install (make demo REAL=1 installs
-	// deploy/local as it is).
-	namespace, prefix = "infra-net", "acme-"
 	// The sample pool and policy of deploy/samples.
 	pool, policy, iface = "traffic-1", "static-ip", "eth1"
 	// simStateDir is where deploy/local's handler pods keep each node's
@@ -102,6 +115,13 @@ var _ = BeforeSuite(func() {
 	})
 	k, err = envtest.LocalClusterClient(dir)
 	Expect(err).NotTo(HaveOccurred())
+	if install == "helm" {
+		By("installing the Helm chart in namespace " + namespace + " with deploy/local/helm-values.yaml (helm upgrade --install)")
+		localcluster("install", "--helm", filepath.Join(repo, "deploy", "helm", "nmstate-ippool"), "--namespace", namespace,
+			"--values", filepath.Join(repo, "deploy", "local", "helm-values.yaml"),
+			"--helm-bin", filepath.Join(repo, "bin", "helm"), "--kubectl", filepath.Join(repo, "bin", "kubectl"))
+		return
+	}
 	By("installing deploy/local in namespace " + namespace + " under the prefix " + prefix + " (deploy/testdata/infra-net) with kubectl apply -k")
 	localcluster("install", "--overlay", filepath.Join(repo, "deploy", "testdata", "infra-net"), "--kubectl", filepath.Join(repo, "bin", "kubectl"),
 		"--cert-manager-crds", filepath.Join(repo, "deploy", "testdata", "cert-manager-crds.yaml"))
@@ -148,6 +168,43 @@ var _ = Describe("The install of deploy/local, moved by an admin's overlay, on r
 		Eventually(func() []string { return podNodes("handler") }).Should(ConsistOf(nodes))
 		ips["real03"] = address("real03")
 		Expect(envtest.Distinct(ips)).To(HaveLen(3))
+		agree()
+	})
+
+	It("helm upgrade: the handler and the pool controller roll to the new values, and every node keeps its address", func() {
+		if install != "helm" {
+			Skip("the suite installed with kubectl apply -k; " + installEnv + "=helm installs the Helm chart")
+		}
+		before := podNames("handler")
+		out, err := exec.Command(filepath.Join(envtest.RepoRoot(), "bin", "helm"), "upgrade", "nmstate-ippool",
+			filepath.Join(envtest.RepoRoot(), "deploy", "helm", "nmstate-ippool"), "--kubeconfig", filepath.Join(dir, "kubeconfig"),
+			"--namespace", namespace, "--reuse-values",
+			"--set", "handler.extraArgs[0]=--failed-requeue=45s", "--set", "poolController.gcGracePeriod=3m").CombinedOutput()
+		Expect(err).NotTo(HaveOccurred(), "%s", out)
+		Eventually(func() []string {
+			var names []string
+			for _, p := range pods("handler") {
+				if slices.Contains(p.Spec.Containers[0].Args, "--failed-requeue=45s") {
+					names = append(names, p.Spec.NodeName)
+				}
+			}
+			return names
+		}).Should(ConsistOf(nodes), "a handler of the new DaemonSet runs on every node")
+		Expect(podNames("handler")).NotTo(ContainElements(before))
+		Eventually(func() int {
+			n := 0
+			for _, p := range pods("pool-controller") {
+				if slices.Contains(p.Spec.Containers[0].Args, "--gc-grace-period=3m") {
+					n++
+				}
+			}
+			return n
+		}).Should(Equal(2), "both pool controller replicas run the new arguments")
+		Eventually(leader).Should(BeElementOf(podNames("pool-controller")))
+		for _, node := range nodes {
+			Consistently(func() []string { return held(node) }, 5*time.Second).Should(Equal([]string{ips[node]}))
+			Expect(configured(node)).To(ContainElement(HavePrefix(ips[node] + "/")))
+		}
 		agree()
 	})
 
