@@ -99,11 +99,12 @@ plugin-release: ## Build the kubectl plugin's release archives (every platform) 
 	go run ./hack/plugin-release --version $(PLUGIN_VERSION) --out dist/plugin $(if $(PLUGIN_BASE_URL),--base-url $(PLUGIN_BASE_URL))
 
 .PHONY: images-local
-images-local: ## Build the images of the local cluster's real nodes without Docker (go-containerregistry) into bin/images.
+images-local: ## Build the images of the local cluster's real nodes without Docker (go-containerregistry) into bin/images, and the registry that serves them to the nodes.
 	@mkdir -p $(IMAGES_DIR)/bin
 	CGO_ENABLED=0 go build -trimpath -o $(IMAGES_DIR)/bin/ ./cmd/handler ./cmd/pool-controller ./cmd/nmstatectl-sim
 	cd hack/images && CGO_ENABLED=0 go build -trimpath -o $(IMAGES_DIR)/bin/pause ./pause
-	cd hack/images && go run . -bin $(IMAGES_DIR)/bin -out $(IMAGES_DIR)
+	cd hack/images && go build -o $(IMAGES_DIR)/images .  # it also serves them to the real nodes (localcluster up --kubelets)
+	$(IMAGES_DIR)/images -bin $(IMAGES_DIR)/bin -out $(IMAGES_DIR)
 
 .PHONY: peer-handler
 peer-handler: ## Build kubernetes-nmstate's handler, unmodified, from ../shared/peers (PEERS_DIR) into bin/ (skipped when absent).

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"maps"
 	"net"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -93,8 +94,13 @@ state = %[2]q
     default_runtime_name = "runc"
     [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc]
       runtime_type = "io.containerd.runc.v2"
+  [plugins."io.containerd.grpc.v1.cri".registry]
+    config_path = %[6]q
 `, filepath.Join(dir, "containerd-root"), filepath.Join(dir, "containerd-state"), c.containerdSocket(name),
-		sandboxImage, filepath.Join(dir, "cni"))
+		sandboxImage, filepath.Join(dir, "cni"), filepath.Join(dir, "certs.d"))
+	if err := writeMirrors(filepath.Join(dir, "certs.d")); err != nil {
+		return err
+	}
 	cni := fmt.Sprintf(`{
   "cniVersion": "0.4.0",
   "name": "ippool-pods",
@@ -129,15 +135,55 @@ func (c *cluster) ctr(node string, args ...string) error {
 	return runCmd("ctr", append([]string{"--address", c.containerdSocket(node), "--namespace", "k8s.io"}, args...)...)
 }
 
-// importImages imports the image tarballs of make images-local: nothing is
-// pulled.
-func (c *cluster) importImages(node string) error {
-	for _, name := range realImages {
-		if err := c.ctr(node, "images", "import", filepath.Join(c.Real.Images, name)); err != nil {
+// mirroredRegistries are the registries the images of make images-local
+// name, which the nodes pull from the cluster's registry instead.
+var mirroredRegistries = []string{"localhost", "registry.k8s.io"}
+
+// writeMirrors writes containerd's host configuration (hosts.toml) that
+// sends the node's pulls from mirroredRegistries to the cluster's
+// registry, over plain HTTP.
+func writeMirrors(dir string) error {
+	registry := "http://" + net.JoinHostPort(realHostIP, realRegistryPort)
+	for _, host := range mirroredRegistries {
+		if err := os.MkdirAll(filepath.Join(dir, host), 0o755); err != nil {
+			return err
+		}
+		hosts := fmt.Sprintf("server = %[1]q\n\n[host.%[1]q]\n  capabilities = [\"pull\", \"resolve\"]\n", registry)
+		if err := os.WriteFile(filepath.Join(dir, host, "hosts.toml"), []byte(hosts), 0o644); err != nil {
 			return err
 		}
 	}
 	return nil
+}
+
+// startRegistry starts the cluster's image registry on the host's
+// bridge address, serving the image tarballs of make images-local, and
+// waits until it serves them all: the nodes pull their images from it, as
+// nodes of a cluster pull from a registry.
+func (c *cluster) startRegistry(ctx context.Context) error {
+	addr := net.JoinHostPort(realHostIP, realRegistryPort)
+	p := &process{Binary: filepath.Join(c.Real.Images, registryTool), Log: c.path("logs", "registry.log"),
+		Args: []string{"-serve", addr, "-out", c.Real.Images}}
+	if err := c.launch(registryName, p); err != nil {
+		return err
+	}
+	return p.ready(ctx, time.Minute, func(ctx context.Context) error {
+		for _, ref := range []string{"nmstate-ippool/handler/manifests/local", "nmstate-ippool/pool-controller/manifests/local", "pause/manifests/3.10"} {
+			req, err := http.NewRequestWithContext(ctx, http.MethodHead, "http://"+addr+"/v2/"+ref, nil)
+			if err != nil {
+				return err
+			}
+			resp, err := http.DefaultClient.Do(req)
+			if err != nil {
+				return err
+			}
+			_ = resp.Body.Close()
+			if resp.StatusCode != http.StatusOK {
+				return fmt.Errorf("%s: %s", ref, resp.Status)
+			}
+		}
+		return nil
+	})
 }
 
 // nodeKubeconfig writes the kubeconfig of one of a node's components,

@@ -50,9 +50,17 @@ const (
 	maxRealNodes = 200
 )
 
-// realImages are the image tarballs make images-local writes; every node
-// imports them into its containerd.
-var realImages = []string{"pause.tar", "handler.tar", "pool-controller.tar"}
+// realImages are the image tarballs make images-local writes, and
+// registryTool the command (hack/images) that serves them to the nodes
+// from a registry on the host, registryName its process, on
+// realRegistryPort.
+var realImages = []string{"pause.tar", "handler.tar", "pool-controller.tar", registryTool}
+
+const (
+	registryTool     = "images"
+	registryName     = "registry"
+	realRegistryPort = "5000"
+)
 
 // realCluster is the state of a cluster with real nodes.
 type realCluster struct {
@@ -205,8 +213,8 @@ func (c *cluster) teardownHost() error {
 	return errors.Join(errs...)
 }
 
-// addRealNode creates a node's namespace and starts its containerd (with
-// the images imported), its kubelet, waiting until the Node is Ready, and
+// addRealNode creates a node's namespace and starts its containerd (which
+// pulls from the cluster's registry), its kubelet, waiting until the Node is Ready, and
 // its kube-proxy (which looks up its Node when it starts), and labels it: a worker, and the cluster's first node also a
 // control-plane node, where the pool controller's pods run.
 func (c *cluster) addRealNode(ctx context.Context, k client.Client, name string, labels map[string]string, out io.Writer) error {
@@ -240,7 +248,6 @@ func (c *cluster) addRealNode(ctx context.Context, k client.Client, name string,
 	}{
 		{"network", func() error { return c.nodeNetwork(name, *node) }},
 		{"containerd", func() error { return c.startContainerd(ctx, name, *node) }},
-		{"images", func() error { return c.importImages(name) }},
 		{"kubelet", func() error { return c.startKubelet(ctx, k, name, *node) }},
 		{"kube-proxy", func() error { return c.startKubeProxy(ctx, name, *node) }},
 	} {

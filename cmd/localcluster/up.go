@@ -182,7 +182,7 @@ func (c *cluster) bootstrap(ctx context.Context, n int, out io.Writer) error {
 	}
 	if c.Real != nil {
 		steps = []startStep{{"host network", func(context.Context) error { return c.setupHost() }},
-			etcd, apiServer, {"kube-controllers", c.startKubeControllers}}
+			{"image registry", c.startRegistry}, etcd, apiServer, {"kube-controllers", c.startKubeControllers}}
 		addNode = func(k client.Client, i int) error {
 			return c.addRealNode(ctx, k, fmt.Sprintf("real%02d", i), nil, out)
 		}

@@ -17,11 +17,17 @@
 //
 // the handler added to IMAGE, which must carry nmstatectl; the pool
 // controller on an empty base, as a non-root user.
+//
+// With -serve it runs a registry of the local cluster's image tarballs
+// for the real nodes to pull from (localcluster up --kubelets starts it):
+//
+//	images -serve ADDR -out DIR
 package main
 
 import (
 	"archive/tar"
 	"bytes"
+	"context"
 	"flag"
 	"fmt"
 	"io"
@@ -71,9 +77,17 @@ func main() {
 	handlerBase := flag.String("handler-base", "", "with -push: the image the handler is added to, which must carry nmstatectl")
 	arch := flag.String("arch", runtime.GOARCH, "with -push: the architecture the binaries were built for")
 	only := flag.String("images", "", "with -push: the images to push, comma-separated (default: handler,pool-controller)")
+	addr := flag.String("serve", "", "instead: serve the tarballs in -out from a registry on this address, until killed")
 	flag.Parse()
+	if *addr != "" && *out != "" && *bin == "" && *registry == "" {
+		if err := serve(context.Background(), *addr, *out, os.Stdout); err != nil {
+			fmt.Fprintln(os.Stderr, "error:", err)
+			os.Exit(1)
+		}
+		return
+	}
 	if *bin == "" || (*out == "") == (*registry == "") || flag.NArg() > 0 {
-		fmt.Fprintln(os.Stderr, "usage: images -bin DIR -out DIR\n       images -bin DIR -push REGISTRY -tag TAG -handler-base IMAGE")
+		fmt.Fprintln(os.Stderr, "usage: images -bin DIR -out DIR\n       images -bin DIR -push REGISTRY -tag TAG -handler-base IMAGE\n       images -serve ADDR -out DIR")
 		os.Exit(2)
 	}
 	if *registry != "" {
