@@ -360,23 +360,11 @@ func TestHelmRefusesBadValues(t *testing.T) {
 //   - an uninstall removes the install but keeps the CRDs, and so every
 //     pool and record.
 func TestHelmInstallAndUpgrade(t *testing.T) {
-	env, err := envtest.Start(func(e *ctrlenvtest.Environment) error {
+	env, c, kubeconfig := envtest.Cluster(t, func(e *ctrlenvtest.Environment) error {
 		e.CRDDirectoryPaths = nil // the chart installs them
 		e.ErrorIfCRDPathMissing = false
 		return nil
 	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = env.Stop() })
-	kubeconfig := filepath.Join(t.TempDir(), "kubeconfig")
-	if err := env.Kubeconfig(kubeconfig); err != nil {
-		t.Fatal(err)
-	}
-	c, err := client.New(env.Config, client.Options{Scheme: env.Scheme})
-	if err != nil {
-		t.Fatal(err)
-	}
 	ctx := context.Background()
 
 	// kubernetes-nmstate's NNCP CRD, as its operator left it, with a

@@ -26,19 +26,7 @@ import (
 // kubeconfig for the plugin.
 func cluster(t *testing.T, opts ...envtest.Option) (client.Client, string) {
 	t.Helper()
-	env, err := envtest.Start(opts...)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = env.Stop() })
-	kubeconfig := filepath.Join(t.TempDir(), "kubeconfig")
-	if err := env.Kubeconfig(kubeconfig); err != nil {
-		t.Fatal(err)
-	}
-	k, err := client.New(env.Config, client.Options{Scheme: env.Scheme})
-	if err != nil {
-		t.Fatal(err)
-	}
+	_, k, kubeconfig := envtest.Cluster(t, opts...)
 	return k, kubeconfig
 }
 

@@ -6,6 +6,7 @@
 //	kubectl nodeippool decode POOL OFFSET|IP   an offset or an address, both ways
 //	kubectl nodeippool check [POOL...]         exit 1 if pool status and enactments disagree, listing how
 //	kubectl nodeippool plan -f FILE            who would keep, move or lose an address under a proposed pool or pooled policy
+//	kubectl nodeippool history IP              what happened to an address, from the audit trail's Events
 //	kubectl nodeippool explain --cidr ...      a range's offsets, offline
 //
 // The cluster commands print tables, or -o json|yaml, and find the cluster
@@ -37,6 +38,7 @@ const usage = `Usage:
   kubectl nodeippool decode POOL OFFSET|IP    [-o table|json|yaml]
   kubectl nodeippool check [POOL...]          [-o table|json|yaml]
   kubectl nodeippool plan -f FILE             [-o table|json|yaml]
+  kubectl nodeippool history IP               [-o table|json|yaml]
   kubectl nodeippool explain --cidr CIDR [--start IP] [--end IP] [--exclude IP|CIDR,...]
                              [--allocated SNAPSHOT] [--allocate N] [--limit N]
 
@@ -49,8 +51,10 @@ input) and shows, for each pool, which nodes would keep, move or lose their
 address, at which offsets, and whether kubectl apply may change the pool in
 place; for each policy, which address every node it selects would have:
 the one it already carries on the interface (adopted), or a new one, and
-why. They take
---kubeconfig and --context like kubectl; none changes anything.
+why; history lists the Events of the audit trail about an address (who
+took, recorded, released or regained it, and why), oldest first, while
+the API server keeps them (docs/audit.md: the log keeps the rest). They
+take --kubeconfig and --context like kubectl; none changes anything.
 
 explain needs no cluster: it shows how a range maps offsets to addresses,
 which are excluded, what a status.allocatedOffsets snapshot holds and, with
@@ -75,6 +79,8 @@ func run(args []string, stdout, stderr io.Writer) int {
 		err = runExplain(rest, stdout, stderr)
 	case "plan":
 		err = runPlan(rest, stdout, stderr)
+	case "history":
+		err = runHistory(rest, stdout, stderr)
 	case "list", "show", "decode", "check":
 		err = runCluster(cmd, rest, stdout, stderr)
 	case "help", "-h", "--help":

@@ -19,6 +19,7 @@ import (
 
 	ippoolv1 "github.com/nmstate-ippool/nmstate-ippool/api/v1"
 	"github.com/nmstate-ippool/nmstate-ippool/internal/assign"
+	"github.com/nmstate-ippool/nmstate-ippool/internal/audit"
 	"github.com/nmstate-ippool/nmstate-ippool/internal/capi"
 	"github.com/nmstate-ippool/nmstate-ippool/internal/holder"
 	"github.com/nmstate-ippool/nmstate-ippool/internal/poolstatus"
@@ -76,6 +77,7 @@ func (r *Reconciler) adopt(ctx context.Context, claim, addr *unstructured.Unstru
 		return refuse(other)
 	}
 	var why string
+	ctx = audit.WithReason(ctx, "Adopted", "IPAddress "+a.Namespace+"/"+a.Name+" names it for its claim")
 	_, err = r.Pools.Update(ctx, pool.Name, func(p *ippoolv1.NodeIPPool, alloc *ippool.Allocator) (bool, error) {
 		why = adoptable(p, alloc, a.IP, own)
 		if why != "" {

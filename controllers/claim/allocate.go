@@ -18,6 +18,7 @@ import (
 	ippoolv1 "github.com/nmstate-ippool/nmstate-ippool/api/v1"
 	nncev1beta1 "github.com/nmstate-ippool/nmstate-ippool/api/v1beta1"
 	"github.com/nmstate-ippool/nmstate-ippool/internal/assign"
+	"github.com/nmstate-ippool/nmstate-ippool/internal/audit"
 	"github.com/nmstate-ippool/nmstate-ippool/internal/capi"
 	"github.com/nmstate-ippool/nmstate-ippool/internal/holder"
 	"github.com/nmstate-ippool/nmstate-ippool/internal/poolstatus"
@@ -86,6 +87,7 @@ func (r *Reconciler) take(ctx context.Context, claim *unstructured.Unstructured,
 	restoring := claim.GetAnnotations()[capi.RestoreAnnotation]
 	var got netip.Addr
 	var refusal *condition
+	ctx = audit.WithReason(ctx, "Served", "IPAddressClaim "+claim.GetNamespace()+"/"+claim.GetName()+" asks for an address")
 	_, err := r.Pools.Update(ctx, pool.Name, func(p *ippoolv1.NodeIPPool, alloc *ippool.Allocator) (bool, error) {
 		got, refusal = netip.Addr{}, nil
 		if e := ownEntry(p, holder, token); e != nil {

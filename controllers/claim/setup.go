@@ -37,7 +37,7 @@ func New(mgr ctrl.Manager, version, clusterVersion string) *Reconciler {
 	return &Reconciler{
 		Client:         mgr.GetClient(),
 		APIReader:      mgr.GetAPIReader(),
-		Pools:          poolwrite.NewWriter(mgr.GetAPIReader(), mgr.GetClient(), clk),
+		Pools:          poolwrite.ForManager(mgr, clk, "nmstate-ippool-pool-controller"),
 		Recorder:       eventnote.New(mgr.GetEventRecorder("nmstate-ippool-pool-controller")),
 		Clock:          clk,
 		Version:        version,

@@ -18,6 +18,7 @@ import (
 	ippoolv1 "github.com/nmstate-ippool/nmstate-ippool/api/v1"
 	nncev1beta1 "github.com/nmstate-ippool/nmstate-ippool/api/v1beta1"
 	"github.com/nmstate-ippool/nmstate-ippool/internal/assign"
+	"github.com/nmstate-ippool/nmstate-ippool/internal/audit"
 	"github.com/nmstate-ippool/nmstate-ippool/internal/holder"
 	"github.com/nmstate-ippool/nmstate-ippool/internal/poolstatus"
 	"github.com/nmstate-ippool/nmstate-ippool/internal/poolwrite"
@@ -135,6 +136,7 @@ func (r *Reconciler) take(ctx context.Context, w *world, next *ippoolv1.PooledNo
 		return nil, nil, nil, err
 	}
 	var t taking
+	ctx = audit.WithReason(ctx, "Served", holder.PooledPolicyKind+" "+next.Name+" selects the node")
 	_, err = r.Pools.Update(ctx, pool.Name, func(p *ippoolv1.NodeIPPool, alloc *ippool.Allocator) (bool, error) {
 		t = taking{got: map[need]netip.Addr{}}
 		return r.takeIn(w, next, p, alloc, needs, carried, &t), nil

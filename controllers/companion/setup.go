@@ -50,7 +50,7 @@ func New(mgr ctrl.Manager) *Reconciler {
 	return &Reconciler{
 		Client:    mgr.GetClient(),
 		APIReader: mgr.GetAPIReader(),
-		Pools:     poolwrite.NewWriter(mgr.GetAPIReader(), mgr.GetClient(), clk),
+		Pools:     poolwrite.ForManager(mgr, clk, "nmstate-ippool-pool-controller"),
 		Recorder:  eventnote.New(mgr.GetEventRecorder("nmstate-ippool-pool-controller")),
 		Clock:     clk,
 		// kubernetes-nmstate's handler retries an apply for about a

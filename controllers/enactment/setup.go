@@ -29,7 +29,7 @@ func New(mgr ctrl.Manager) *Reconciler {
 	return &Reconciler{
 		Client:    mgr.GetClient(),
 		APIReader: mgr.GetAPIReader(),
-		Pools:     poolwrite.NewWriter(mgr.GetAPIReader(), mgr.GetClient(), clock.RealClock{}),
+		Pools:     poolwrite.ForManager(mgr, clock.RealClock{}, "nmstate-ippool-pool-controller"),
 		Recorder:  eventnote.New(mgr.GetEventRecorder("nmstate-ippool-pool-controller")),
 	}
 }

@@ -20,6 +20,7 @@ import (
 	ippoolv1 "github.com/nmstate-ippool/nmstate-ippool/api/v1"
 	nncev1beta1 "github.com/nmstate-ippool/nmstate-ippool/api/v1beta1"
 	"github.com/nmstate-ippool/nmstate-ippool/internal/assign"
+	"github.com/nmstate-ippool/nmstate-ippool/internal/audit"
 	"github.com/nmstate-ippool/nmstate-ippool/internal/poolstatus"
 	"github.com/nmstate-ippool/nmstate-ippool/internal/poolwrite"
 	"github.com/nmstate-ippool/nmstate-ippool/internal/record"
@@ -192,6 +193,7 @@ func (r *Reconciler) allocateFromPool(ctx context.Context, policy *nmstatev1.Nod
 	// defer): a thousand nodes doing so at once read it from the API
 	// server's watch cache. A write decided on a stale copy conflicts and
 	// is decided again on the latest one.
+	ctx = audit.WithReason(ctx, "SelfAllocated", "the node's handler takes it for its enactment (--self-allocate)")
 	attempts, err := r.Pools.Update(ctx, poolName, mutate, poolwrite.FromWatchCache())
 	if !deferred && (apierrors.IsNotFound(err) || errors.Is(err, poolwrite.ErrUnvouched) || blocked != nil) {
 		// The watch cache may be behind: a missing, unavailable, full or

@@ -91,7 +91,7 @@ func CacheOptions(node string) cache.Options {
 
 // writer returns the pool writer of a handler, counting conflicts.
 func writer(mgr ctrl.Manager, clk clock.Clock, metrics *Metrics) *poolwrite.Writer {
-	w := poolwrite.NewWriter(mgr.GetAPIReader(), mgr.GetClient(), clk)
+	w := poolwrite.ForManager(mgr, clk, "nmstate-ippool-handler")
 	metrics.count(w)
 	return w
 }

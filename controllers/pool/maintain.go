@@ -17,6 +17,7 @@ import (
 	ippoolv1 "github.com/nmstate-ippool/nmstate-ippool/api/v1"
 	nncev1beta1 "github.com/nmstate-ippool/nmstate-ippool/api/v1beta1"
 	"github.com/nmstate-ippool/nmstate-ippool/internal/assign"
+	"github.com/nmstate-ippool/nmstate-ippool/internal/audit"
 	"github.com/nmstate-ippool/nmstate-ippool/internal/nodemeta"
 	"github.com/nmstate-ippool/nmstate-ippool/internal/poolstatus"
 	"github.com/nmstate-ippool/nmstate-ippool/internal/poolwrite"
@@ -133,6 +134,8 @@ func (r *Reconciler) writeMaintenance(ctx context.Context, pool *ippoolv1.NodeIP
 		got             collected
 	)
 	now := metav1.NewTime(r.Clock.Now().Truncate(time.Second))
+	notes := auditNotes(mw, r.GracePeriod, r.QuarantinePeriod)
+	ctx = audit.WithNotes(ctx, notes)
 	change := func(p *ippoolv1.NodeIPPool, alloc *ippool.Allocator) (conditionSet, bool, error) {
 		claims := poolstatus.Holders(p.Name, alloc.Range(), mw.enactments)
 		changed := false
@@ -141,6 +144,7 @@ func (r *Reconciler) writeMaintenance(ctx context.Context, pool *ippoolv1.NodeIP
 			revoked, lifted, changed = applyHolds(p, alloc, claims, mw.holds, now)
 		}
 		got = collectUnclaimed(p, alloc, claims, mw.gcDue, mw.carried, now)
+		noteCollected(notes, alloc.Range(), mw, r.GracePeriod)
 		pinned := 0
 		if mw.pinsDue {
 			pinned = setMissing(alloc, pinnable(p, alloc.Range(), poolstatus.AuditPool(p.Name, alloc, claims).Pinned))
@@ -163,6 +167,41 @@ func (r *Reconciler) writeMaintenance(ctx context.Context, pool *ippoolv1.NodeIP
 	r.reportHolds(ctx, pool, mw.holds, revoked, lifted)
 	r.reportCollected(ctx, pool, got)
 	return nil
+}
+
+// auditNotes says why a maintenance write changes each address it
+// planned to, for the audit trail.
+func auditNotes(mw *maintenance, grace, quarantine time.Duration) audit.Notes {
+	notes := audit.Notes{}
+	for ip, l := range mw.holds.lift {
+		notes.Set(ip, "QuarantineLifted", l.why)
+	}
+	for ip := range mw.holds.revoke {
+		notes.Set(ip, "Revoked", fmt.Sprintf("in flight and not recorded by its holder within %s", grace))
+	}
+	for ip, since := range mw.holds.expire {
+		notes.Set(ip, "KeptExpired", fmt.Sprintf("kept for its holder's return since %s, longer than %s", since.UTC().Format(time.RFC3339), quarantine))
+	}
+	for ip := range mw.holds.forget {
+		notes.Forget(ip, "HolderChanged", "in flight for a holder that is gone or changed since")
+	}
+	return notes
+}
+
+// noteCollected says why garbage collection frees, or quarantines, the
+// offsets due.
+func noteCollected(notes audit.Notes, rng *ippool.Range, mw *maintenance, grace time.Duration) {
+	for _, off := range mw.gcDue {
+		ip, err := rng.IP(off)
+		if err != nil {
+			continue
+		}
+		evidence := fmt.Sprintf("no holder has recorded it for %s", grace)
+		if node, ok := mw.carried[ip]; ok {
+			evidence += "; node " + node + " still carries it"
+		}
+		notes.Set(ip.String(), "GarbageCollected", evidence)
+	}
 }
 
 // conditionsChange reports whether the conditions a maintenance write

@@ -5,6 +5,7 @@ import (
 	"context"
 	"net/netip"
 	"slices"
+	"strings"
 	"time"
 
 	"github.com/nmstate/kubernetes-nmstate/api/shared"
@@ -18,6 +19,7 @@ import (
 	ippoolv1 "github.com/nmstate-ippool/nmstate-ippool/api/v1"
 	nncev1beta1 "github.com/nmstate-ippool/nmstate-ippool/api/v1beta1"
 	"github.com/nmstate-ippool/nmstate-ippool/internal/assign"
+	"github.com/nmstate-ippool/nmstate-ippool/internal/audit"
 	"github.com/nmstate-ippool/nmstate-ippool/internal/nodemeta"
 	"github.com/nmstate-ippool/nmstate-ippool/internal/poolstatus"
 	"github.com/nmstate-ippool/nmstate-ippool/internal/poolwrite"
@@ -237,6 +239,8 @@ func (r *Reconciler) serve(ctx context.Context, pool *ippoolv1.NodeIPPool, v vie
 	if err != nil {
 		return err
 	}
+	notes := audit.Notes{}
+	ctx = audit.WithNotes(audit.WithReason(ctx, "Served", "its enactment asked the pool controller for it"), notes)
 	_, err = r.Pools.Update(ctx, pool.Name, func(p *ippoolv1.NodeIPPool, alloc *ippool.Allocator) (bool, error) {
 		served = served[:0]
 		if ok, _ := canServe(p); !ok {
@@ -257,6 +261,7 @@ func (r *Reconciler) serve(ctx context.Context, pool *ippoolv1.NodeIPPool, v vie
 		if len(served) == 0 {
 			return false, nil
 		}
+		noteAdopted(notes, served)
 		r.Metrics.servedWrite(pool.Name)
 		return true, nil
 	}, poolwrite.Incarnation(pool.UID))
@@ -316,6 +321,17 @@ func (r *Reconciler) recordServed(ctx context.Context, pool *ippoolv1.NodeIPPool
 			"enactment", rq.enactment.Name, "ips", ips)
 	}
 	return nil
+}
+
+// noteAdopted says, for the audit trail, which served addresses were
+// adopted: the node carried them already.
+func noteAdopted(notes audit.Notes, served []*request) {
+	for _, rq := range served {
+		for _, a := range rq.notes.Adopted { // "10.0.0.4 on eth1"
+			ip, _, _ := strings.Cut(a, " ")
+			notes.Set(ip, "Adopted", "node of enactment "+rq.enactment.Name+" carries "+a)
+		}
+	}
 }
 
 // hasInFlight reports whether the pool has an in-flight entry for the

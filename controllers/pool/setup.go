@@ -82,7 +82,7 @@ func New(mgr ctrl.Manager, metrics *Metrics) *Reconciler {
 	return &Reconciler{
 		Client:           mgr.GetClient(),
 		APIReader:        mgr.GetAPIReader(),
-		Pools:            poolwrite.NewWriter(mgr.GetAPIReader(), mgr.GetClient(), clk),
+		Pools:            poolwrite.ForManager(mgr, clk, "nmstate-ippool-pool-controller"),
 		Recorder:         eventnote.New(mgr.GetEventRecorder("nmstate-ippool-pool-controller")),
 		Clock:            clk,
 		GracePeriod:      DefaultGracePeriod,

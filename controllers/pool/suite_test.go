@@ -285,10 +285,15 @@ func assertIndexed(pool string) {
 	}).Should(Succeed())
 }
 
-// events returns "Reason: note" of the Events about an object of kind.
-func events(kind, name string) func() []string {
+// events returns "Reason: note" of the Events about an object of kind,
+// and auditEvents those of the audit trail.
+func events(kind, name string) func() []string { return listed(envtest.Events, kind, name) }
+
+func auditEvents(kind, name string) func() []string { return listed(envtest.AuditEvents, kind, name) }
+
+func listed(list func(context.Context, client.Reader, string, string) ([]string, error), kind, name string) func() []string {
 	return func() []string {
-		out, err := envtest.Events(ctx, k, kind, name)
+		out, err := list(ctx, k, kind, name)
 		if err != nil {
 			return []string{err.Error()}
 		}

@@ -14,9 +14,12 @@ import (
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/utils/clock"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/manager"
 
 	ippoolv1 "github.com/nmstate-ippool/nmstate-ippool/api/v1"
+	"github.com/nmstate-ippool/nmstate-ippool/internal/audit"
 	"github.com/nmstate-ippool/nmstate-ippool/internal/backoff"
+	"github.com/nmstate-ippool/nmstate-ippool/internal/eventnote"
 	"github.com/nmstate-ippool/nmstate-ippool/internal/poolstatus"
 	"github.com/nmstate-ippool/nmstate-ippool/pkg/ippool"
 )
@@ -39,7 +42,7 @@ var ErrUnvouched = errors.New("status.allocatedOffsets does not match its stamp"
 var ErrReplaced = errors.New("the pool was re-created")
 
 // Writer is the one writer of NodeIPPool statuses. Set every field but
-// OnWrite and OnConflict.
+// OnWrite, OnConflict and Audit.
 type Writer struct {
 	// Reader reads from the API server, never from an informer's cache:
 	// every write is decided on the latest copy (but for the first read of
@@ -56,6 +59,10 @@ type Writer struct {
 	// OnConflict for every one refused because another writer changed the
 	// pool first.
 	OnWrite, OnConflict func(pool string)
+	// Audit, if set, is told the changes of holdings every successful
+	// write made (audit.Changes). NewWriter sets it to log them;
+	// ForManager also records Events on their holders.
+	Audit func(ctx context.Context, changes []audit.Change)
 
 	quarantines groups
 }
@@ -69,7 +76,16 @@ func DefaultBackoff() *backoff.Jittered {
 // NewWriter returns a Writer reading through reader, writing through c,
 // with the default backoff.
 func NewWriter(reader client.Reader, c client.Client, clk clock.Clock) *Writer {
-	return &Writer{Reader: reader, Client: c, Backoff: DefaultBackoff(), Clock: clk}
+	return &Writer{Reader: reader, Client: c, Backoff: DefaultBackoff(), Clock: clk, Audit: audit.Trail{}.Record}
+}
+
+// ForManager returns the Writer of a component run by mgr: it reads from
+// the API server, writes with the manager's client, and keeps the audit
+// trail with an Event on each change's holder, recorded as component.
+func ForManager(mgr manager.Manager, clk clock.Clock, component string) *Writer {
+	w := NewWriter(mgr.GetAPIReader(), mgr.GetClient(), clk)
+	w.Audit = audit.Trail{Events: eventnote.New(mgr.GetEventRecorder(component))}.Record
+	return w
 }
 
 // Mutation changes a pool read from the API server: its bitmap through
@@ -148,6 +164,10 @@ func (w *Writer) Update(ctx context.Context, name string, mutate Mutation, opts 
 		}
 		vouched := poolstatus.Vouched(pool)
 		before, restored := poolstatus.Stamp(pool), alloc.Clone()
+		var was *ippoolv1.NodeIPPoolStatus
+		if w.Audit != nil {
+			was = pool.Status.DeepCopy()
+		}
 		changed, err := mutate(pool, alloc)
 		if err != nil || !changed {
 			return err
@@ -176,6 +196,9 @@ func (w *Writer) Update(ctx context.Context, name string, mutate Mutation, opts 
 		err = w.write(ctx, pool)
 		if err != nil {
 			return fmt.Errorf("write NodeIPPool %q: %w", name, err)
+		}
+		if w.Audit != nil {
+			w.Audit(ctx, audit.Changes(ctx, name, alloc.Range(), was, &pool.Status, restored, alloc, w.Clock.Now()))
 		}
 		return nil
 	})
@@ -284,6 +307,7 @@ func (w *Writer) Withdraw(ctx context.Context, pool, enactment, token string, ip
 	if len(ips) == 0 {
 		return nil, nil
 	}
+	ctx = audit.Default(ctx, "Withdrawn", "its holder's record of it was not written")
 	var withdrawn []string
 	_, err := w.Update(ctx, pool, func(p *ippoolv1.NodeIPPool, alloc *ippool.Allocator) (bool, error) {
 		withdrawn = nil
@@ -343,6 +367,7 @@ func (h Holder) WithoutReturn() Holder {
 // nobody vouches for (a bitmap emptied by hand), since it only adds
 // protection. It returns the addresses it newly quarantined, by pool.
 func (w *Writer) Quarantine(ctx context.Context, holder Holder, record ippoolv1.EnactmentIPPools) (ippoolv1.EnactmentIPPools, error) {
+	ctx = audit.Default(ctx, "Released", "its holder gives it up; kept from everyone else until its node shows it gone")
 	var ips []netip.Addr
 	for _, a := range record {
 		for _, s := range a.Held() {

@@ -40,6 +40,7 @@ import (
 
 	ippoolv1 "github.com/nmstate-ippool/nmstate-ippool/api/v1"
 	nncev1beta1 "github.com/nmstate-ippool/nmstate-ippool/api/v1beta1"
+	"github.com/nmstate-ippool/nmstate-ippool/internal/audit"
 	"github.com/nmstate-ippool/nmstate-ippool/internal/poolwrite"
 	"github.com/nmstate-ippool/nmstate-ippool/pkg/capture"
 	"github.com/nmstate-ippool/nmstate-ippool/pkg/nmstatectl"
@@ -63,6 +64,7 @@ var errGone = errors.New("nothing left to retire")
 // finalizer. A quarantine that fails is returned, with the finalizer still
 // on. Retire is idempotent; after an error, call it again.
 func Retire(ctx context.Context, w *poolwrite.Writer, e *nncev1beta1.NodeNetworkConfigurationEnactment) (ippoolv1.EnactmentIPPools, error) {
+	ctx = audit.Default(ctx, "Retired", "enactment "+e.Name+" is deleted: its Node or its policy is gone, or the policy no longer selects the node")
 	if e.DeletionTimestamp.IsZero() {
 		if err := w.Client.Delete(ctx, e, client.Preconditions{UID: &e.UID}); client.IgnoreNotFound(err) != nil {
 			return nil, fmt.Errorf("delete enactment %q: %w", e.Name, err)
@@ -107,6 +109,7 @@ func Retire(ctx context.Context, w *poolwrite.Writer, e *nncev1beta1.NodeNetwork
 // enactment is gone or held nothing from the pool. A quarantine that fails
 // is returned, and the record stays.
 func Drop(ctx context.Context, w *poolwrite.Writer, enactment, pool string) ([]string, error) {
+	ctx = audit.Default(ctx, "Reset", "its record of NodeIPPool "+pool+" is dropped; the node is given a new address")
 	var held []string
 	err := w.Retry(ctx, func() error {
 		e, err := get(ctx, w, enactment)
@@ -149,6 +152,7 @@ func Drop(ctx context.Context, w *poolwrite.Writer, enactment, pool string) ([]s
 // the enactment is gone or asks nothing. A quarantine that fails is
 // returned, and the record stays.
 func Release(ctx context.Context, w *poolwrite.Writer, enactment string) (ippoolv1.EnactmentIPPools, error) {
+	ctx = audit.Default(ctx, "Released", "the enactment's record no longer uses it (status.ippool releasing)")
 	var released ippoolv1.EnactmentIPPools
 	err := w.Retry(ctx, func() error {
 		e, err := get(ctx, w, enactment)

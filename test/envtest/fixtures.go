@@ -7,6 +7,8 @@ import (
 
 	eventsv1 "k8s.io/api/events/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/nmstate-ippool/nmstate-ippool/internal/audit"
 )
 
 // OneAddressState is a policy's desired state that puts the address of the
@@ -68,15 +70,25 @@ const TwoFamiliesState = `interfaces:
 `
 
 // Events returns "Reason: note" of every Event about the object of kind
-// called name.
+// called name, but the audit trail's (AuditEvents).
 func Events(ctx context.Context, c client.Reader, kind, name string) ([]string, error) {
+	return eventsAbout(ctx, c, kind, name, false)
+}
+
+// AuditEvents returns "Reason: note" of the audit trail's Events about an
+// object of kind (internal/audit), which Events leaves out.
+func AuditEvents(ctx context.Context, c client.Reader, kind, name string) ([]string, error) {
+	return eventsAbout(ctx, c, kind, name, true)
+}
+
+func eventsAbout(ctx context.Context, c client.Reader, kind, name string, audited bool) ([]string, error) {
 	var list eventsv1.EventList
 	if err := c.List(ctx, &list); err != nil {
 		return nil, err
 	}
 	var out []string
 	for _, e := range list.Items {
-		if e.Regarding.Kind == kind && e.Regarding.Name == name {
+		if e.Regarding.Kind == kind && e.Regarding.Name == name && (e.Action == audit.Action) == audited {
 			out = append(out, e.Reason+": "+e.Note)
 		}
 	}
