@@ -5,16 +5,75 @@
 package deploy
 
 import (
+	"bytes"
 	"embed"
+	"errors"
 	"fmt"
+	"io"
 	"io/fs"
+	"path"
 	"regexp"
 	"slices"
 
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
 	"sigs.k8s.io/yaml"
 )
+
+//go:embed admission/allocation-state/*.yaml admission/node-bound/*.yaml admission/controller-nodes/*.yaml admission/upstream-handler/*.yaml
+var companionAdmission embed.FS
+
+// CompanionAdmissionPolicies returns the ValidatingAdmissionPolicies and
+// their bindings that deploy/companion installs (allocation-state,
+// node-bound, controller-nodes, upstream-handler), in that order, each
+// policy before its binding. The pool controller installs them itself
+// where an install cannot carry them (--install-admission-policies: an
+// OLM bundle).
+func CompanionAdmissionPolicies() ([]*unstructured.Unstructured, error) {
+	var out []*unstructured.Unstructured
+	for _, dir := range []string{"allocation-state", "node-bound", "controller-nodes", "upstream-handler"} {
+		files, err := fs.Glob(companionAdmission, "admission/"+dir+"/*.yaml")
+		if err != nil {
+			return nil, err
+		}
+		for _, f := range files {
+			if path.Base(f) == "kustomization.yaml" {
+				continue
+			}
+			raw, err := companionAdmission.ReadFile(f)
+			if err != nil {
+				return nil, err
+			}
+			objs, err := decodeObjects(raw)
+			if err != nil {
+				return nil, fmt.Errorf("%s: %w", f, err)
+			}
+			out = append(out, objs...)
+		}
+	}
+	return out, nil
+}
+
+// decodeObjects decodes a stream of YAML documents into objects, skipping
+// empty ones.
+func decodeObjects(raw []byte) ([]*unstructured.Unstructured, error) {
+	dec := utilyaml.NewYAMLOrJSONDecoder(bytes.NewReader(raw), 4096)
+	var out []*unstructured.Unstructured
+	for {
+		var obj unstructured.Unstructured
+		if err := dec.Decode(&obj.Object); err != nil {
+			if errors.Is(err, io.EOF) {
+				return out, nil
+			}
+			return nil, err
+		}
+		if len(obj.Object) > 0 {
+			out = append(out, &obj)
+		}
+	}
+}
 
 //go:embed crd/nmstate.io_*.yaml
 var crds embed.FS

@@ -37,6 +37,8 @@ import (
 	"github.com/nmstate-ippool/nmstate-ippool/controllers/enactment"
 	"github.com/nmstate-ippool/nmstate-ippool/controllers/policy"
 	"github.com/nmstate-ippool/nmstate-ippool/controllers/pool"
+	"github.com/nmstate-ippool/nmstate-ippool/deploy"
+	"github.com/nmstate-ippool/nmstate-ippool/internal/admissionpolicies"
 	"github.com/nmstate-ippool/nmstate-ippool/internal/capi"
 	"github.com/nmstate-ippool/nmstate-ippool/internal/enactmentwebhook"
 	"github.com/nmstate-ippool/nmstate-ippool/internal/holder"
@@ -56,6 +58,7 @@ type options struct {
 	webhookPort                   int
 	webhookHost, webhookCertDir   string
 	mode                          string
+	admissionOwner                string
 }
 
 // The modes of --mode.
@@ -87,6 +90,9 @@ func main() {
 	flag.StringVar(&o.mode, "mode", modeHandler, "handler: beside nmstate-ippool's handler; companion: beside kubernetes-nmstate's handler "+
 		"(no policy status, no enactment retirement: that handler does them)")
 	zapOpts := zap.Options{}
+	flag.StringVar(&o.admissionOwner, "install-admission-policies", "", "companion mode: install the admission policies of deploy/companion "+
+		"and their identity bindings (this pool controller's service account) from here, owned by and binding the ClusterRole of this name, "+
+		"for an install that cannot carry them (the OLM bundle); the pool controller is not ready until they are installed")
 	zapOpts.BindFlags(flag.CommandLine)
 	flag.Parse()
 	ctrl.SetLogger(zap.New(zap.UseFlagOptions(&zapOpts)))
@@ -97,12 +103,23 @@ func main() {
 	}
 }
 
-func run(o options) error {
+// check refuses flags that do not go together.
+func (o options) check() error {
 	if err := pool.CheckPeriods(o.gracePeriod, o.quarantinePeriod, o.departureHold); err != nil {
 		return err
 	}
 	if o.mode != modeHandler && o.mode != modeCompanion {
 		return fmt.Errorf("--mode %q: write %s or %s", o.mode, modeHandler, modeCompanion)
+	}
+	if o.admissionOwner != "" && o.mode != modeCompanion {
+		return fmt.Errorf("--install-admission-policies installs companion mode's policies: run with --mode=%s, or install handler mode's with deploy/default", modeCompanion)
+	}
+	return nil
+}
+
+func run(o options) error {
+	if err := o.check(); err != nil {
+		return err
 	}
 	mgr, webhooks, err := newManager(o)
 	if err != nil {
@@ -154,9 +171,42 @@ func run(o options) error {
 	if err := mgr.AddReadyzCheck("readyz", ready); err != nil {
 		return err
 	}
+	if o.admissionOwner != "" {
+		if err := setUpAdmissionPolicies(ctx, mgr, o.admissionOwner); err != nil {
+			return err
+		}
+	}
 	ctrl.Log.Info("starting pool controller", "mode", o.mode, "leaderElection", o.leaderElection, "gcGracePeriod", o.gracePeriod.String(),
 		"quarantinePeriod", o.quarantinePeriod.String(), "departureHold", o.departureHold.String(), "webhookPort", o.webhookPort)
 	return mgr.Start(ctx)
+}
+
+// setUpAdmissionPolicies runs the installer of the admission policies
+// (--install-admission-policies), which the pool controller's readiness
+// waits for.
+func setUpAdmissionPolicies(ctx context.Context, mgr ctrl.Manager, owner string) error {
+	self, err := statuswebhook.WhoAmI(ctx, mgr.GetConfig())
+	if err != nil {
+		return err
+	}
+	subject, err := admissionpolicies.ServiceAccount(self)
+	if err != nil {
+		return err
+	}
+	policies, err := deploy.CompanionAdmissionPolicies()
+	if err != nil {
+		return err
+	}
+	// Uncached: the installer reads one ClusterRole and writes.
+	c, err := client.New(mgr.GetConfig(), client.Options{Scheme: mgr.GetScheme()})
+	if err != nil {
+		return err
+	}
+	installer := &admissionpolicies.Installer{Client: c, Owner: owner, Subject: subject, Policies: policies}
+	if err := mgr.Add(installer); err != nil {
+		return err
+	}
+	return mgr.AddReadyzCheck("admission-policies", installer.Checker)
 }
 
 // setUpHandlerMode starts the controllers only handler mode runs: the
