@@ -24,6 +24,7 @@ PROMTOOL ?= $(LOCALBIN)/promtool
 KREW ?= $(LOCALBIN)/krew
 VALIDATE_KREW ?= $(LOCALBIN)/validate-krew-manifest
 HELM ?= $(LOCALBIN)/helm
+OLM ?= $(LOCALBIN)/olm
 
 GO_TEST_FLAGS ?= -race -count=1 -timeout 30m
 # A count of inputs (Nx), not a duration: Go 1.26's fuzzing coordinator
@@ -45,7 +46,7 @@ help: ## Show this help.
 ##@ Development
 
 .PHONY: manifests
-manifests: $(CONTROLLER_GEN) $(KUSTOMIZE) ## Generate the CRDs into deploy/crd, RBAC into deploy/rbac and the Helm chart's static templates from deploy/.
+manifests: $(CONTROLLER_GEN) $(KUSTOMIZE) $(OLM) ## Generate the CRDs into deploy/crd, RBAC into deploy/rbac, the Helm chart's static templates and the OLM bundle from deploy/.
 	$(CONTROLLER_GEN) crd paths=./api/... paths=$(UPSTREAM_API)/v1 output:crd:artifacts:config=deploy/crd
 	rm -f deploy/crd/nmstate.io_nmstates.yaml # the operator's kind, not ours
 	go run ./hack/nncp-crd deploy/crd/nmstate.io_nodenetworkconfigurationpolicies.yaml # v1beta1, and admission rules upstream's types carry no markers for
@@ -53,6 +54,7 @@ manifests: $(CONTROLLER_GEN) $(KUSTOMIZE) ## Generate the CRDs into deploy/crd, 
 	$(CONTROLLER_GEN) rbac:roleName=nmstate-ippool-handler paths=./controllers/handler/... paths=./controllers/nodestate/... paths=./internal/metricsauth/... output:rbac:artifacts:config=deploy/rbac/handler
 	$(CONTROLLER_GEN) rbac:roleName=nmstate-ippool-pool-controller paths=./controllers/pool/... paths=./controllers/claim/... paths=./controllers/companion/... paths=./controllers/enactment/... paths=./controllers/policy/... paths=./internal/metricsauth/... output:rbac:artifacts:config=deploy/rbac/pool-controller
 	go run ./hack/helmchart -kustomize $(KUSTOMIZE) # the chart's templates of everything but the workloads
+	$(OLM) generate -kustomize $(KUSTOMIZE) -repo . # the OLM bundle of companion mode, deploy/olm/bundle
 
 .PHONY: generate
 generate: $(CONTROLLER_GEN) ## Generate the DeepCopy methods of api/.
@@ -63,15 +65,17 @@ fmt: ## Run gofmt on the tree.
 	gofmt -s -w $$(git ls-files --cached --others --exclude-standard '*.go')
 
 .PHONY: vet
-vet: ## Run go vet.
+vet: ## Run go vet (and on hack/olm, a module of its own).
 	go vet ./...
+	cd hack/olm && go vet ./...
 
 .PHONY: lint
-lint: $(GOLANGCI_LINT) ## Run golangci-lint.
+lint: $(GOLANGCI_LINT) ## Run golangci-lint (and on hack/olm, a module of its own).
 	$(GOLANGCI_LINT) run ./...
+	cd hack/olm && $(GOLANGCI_LINT) run ./...
 
 .PHONY: verify
-verify: $(CONTROLLER_GEN) $(KUSTOMIZE) ## Fail if `make manifests generate` or gofmt would change a file.
+verify: $(CONTROLLER_GEN) $(KUSTOMIZE) $(OLM) ## Fail if `make manifests generate` or gofmt would change a file.
 	hack/verify.sh
 
 ##@ Build
@@ -161,8 +165,9 @@ $(ENVTEST_DIR)/kubelet $(ENVTEST_DIR)/kube-proxy $(ENVTEST_DIR)/kube-controller-
 ##@ Test
 
 .PHONY: test
-test: envtest-assets $(ENVTEST_DIR)/kube-controller-manager $(KUSTOMIZE) $(HELM) peer-handler ## Run unit tests, fuzz seeds, envtest suites, e2e, the suite beside kubernetes-nmstate's handler (when ../shared/peers is there; its cluster runs Kubernetes' garbage collector) and a short chaos run against a real API server (with -race).
+test: envtest-assets $(ENVTEST_DIR)/kube-controller-manager $(KUSTOMIZE) $(HELM) $(OLM) peer-handler ## Run unit tests, fuzz seeds, envtest suites, e2e, the suite beside kubernetes-nmstate's handler (when ../shared/peers is there; its cluster runs Kubernetes' garbage collector) and a short chaos run against a real API server (with -race).
 	go test $(GO_TEST_FLAGS) ./...
+	cd hack/olm && go test -count=1 ./...
 
 .PHONY: test-alerts
 test-alerts: $(PROMTOOL) ## Check the alerting rules (deploy/alerts) with promtool and run their unit tests.
@@ -275,8 +280,13 @@ $(HELM): hack/helm/go.mod
 $(KREW) $(VALIDATE_KREW): hack/krew/go.mod
 	cd hack/krew && go build -o $@ sigs.k8s.io/krew/cmd/$(notdir $@)
 
+# hack/olm: the OLM bundle's generator and operator-framework's validation
+# of it, in a module of its own (operator-framework/api's dependencies).
+$(OLM): hack/olm/go.mod $(wildcard hack/olm/*.go)
+	cd hack/olm && ../progress.sh "building hack/olm" go build -o $@ .
+
 $(GOLANGCI_LINT): hack/golangci-lint/go.mod
 	cd hack/golangci-lint && go build -o $@ github.com/golangci/golangci-lint/v2/cmd/golangci-lint
 
 .PHONY: tools
-tools: $(CONTROLLER_GEN) $(KUSTOMIZE) $(GINKGO) $(GOLANGCI_LINT) $(PROMTOOL) $(KREW) $(VALIDATE_KREW) $(HELM) ## Build every tool into bin/.
+tools: $(CONTROLLER_GEN) $(KUSTOMIZE) $(GINKGO) $(GOLANGCI_LINT) $(PROMTOOL) $(KREW) $(VALIDATE_KREW) $(HELM) $(OLM) ## Build every tool into bin/.
