@@ -36,16 +36,20 @@ var chart = filepath.Join(envtest.RepoRoot(), "deploy", "helm", "nmstate-ippool"
 
 // helm returns the Helm binary, building the pinned one (with the
 // Makefile's version flags) if `make tools` has not.
-func helm(t *testing.T) string {
+func helm(t *testing.T) string { return tool(t, "helm") }
+
+// tool returns a tool of bin/, which `make tools` builds, building it
+// with make if it has not.
+func tool(t *testing.T, name string) string {
 	t.Helper()
-	bin := filepath.Join(envtest.RepoRoot(), "bin", "helm")
+	bin := filepath.Join(envtest.RepoRoot(), "bin", name)
 	if _, err := os.Stat(bin); err == nil {
 		return bin
 	}
 	cmd := exec.Command("make", "--no-print-directory", bin)
 	cmd.Dir = envtest.RepoRoot()
 	if out, err := cmd.CombinedOutput(); err != nil {
-		t.Fatalf("build helm: %v\n%s", err, out)
+		t.Fatalf("build %s: %v\n%s", name, err, out)
 	}
 	return bin
 }
@@ -361,11 +365,7 @@ func TestHelmRefusesBadValues(t *testing.T) {
 //   - an uninstall removes the install but keeps the CRDs, and so every
 //     pool and record.
 func TestHelmInstallAndUpgrade(t *testing.T) {
-	env, c, kubeconfig := envtest.Cluster(t, func(e *ctrlenvtest.Environment) error {
-		e.CRDDirectoryPaths = nil // the chart installs them
-		e.ErrorIfCRDPathMissing = false
-		return nil
-	})
+	env, c, kubeconfig := envtest.Cluster(t, withoutCRDs)
 	ctx := context.Background()
 
 	// kubernetes-nmstate's NNCP CRD, as its operator left it, with a
@@ -383,14 +383,7 @@ func TestHelmInstallAndUpgrade(t *testing.T) {
 	if err := ctrlenvtest.WaitForCRDs(env.Config, []*apiextensionsv1.CustomResourceDefinition{nncp}, ctrlenvtest.CRDInstallOptions{PollInterval: 100 * time.Millisecond, MaxTime: time.Minute}); err != nil {
 		t.Fatal(err)
 	}
-	policy := &unstructured.Unstructured{Object: map[string]any{
-		"apiVersion": "nmstate.io/v1", "kind": "NodeNetworkConfigurationPolicy",
-		"metadata": map[string]any{"name": "eth1"},
-		"spec":     map[string]any{"desiredState": map[string]any{"interfaces": []any{map[string]any{"name": "eth1", "type": "ethernet", "state": "up"}}}},
-	}}
-	if err := c.Create(ctx, policy); err != nil {
-		t.Fatal(err)
-	}
+	policy := upstreamPolicy(ctx, t, c)
 
 	ca := base64.StdEncoding.EncodeToString([]byte("a CA"))
 	install := []string{"install", "nmstate-ippool", chart, "--kubeconfig", kubeconfig, "--namespace", "nmstate-ippool", "--create-namespace",
@@ -463,11 +456,7 @@ func TestHelmInstallAndUpgrade(t *testing.T) {
 // kubernetes-nmstate's CRDs and policy as they were, through the
 // uninstall too.
 func TestHelmInstallCompanionMode(t *testing.T) {
-	env, c, kubeconfig := envtest.Cluster(t, func(e *ctrlenvtest.Environment) error {
-		e.CRDDirectoryPaths = nil // the chart installs ours; kubernetes-nmstate's below
-		e.ErrorIfCRDPathMissing = false
-		return nil
-	})
+	env, c, kubeconfig := envtest.Cluster(t, withoutCRDs)
 	ctx := context.Background()
 	crds, err := deploy.CRDs()
 	if err != nil {
@@ -496,14 +485,7 @@ func TestHelmInstallCompanionMode(t *testing.T) {
 		}
 		versions[crd.Name] = crd.ResourceVersion
 	}
-	policy := &unstructured.Unstructured{Object: map[string]any{
-		"apiVersion": "nmstate.io/v1", "kind": "NodeNetworkConfigurationPolicy",
-		"metadata": map[string]any{"name": "eth1"},
-		"spec":     map[string]any{"desiredState": map[string]any{"interfaces": []any{map[string]any{"name": "eth1", "type": "ethernet", "state": "up"}}}},
-	}}
-	if err := c.Create(ctx, policy); err != nil {
-		t.Fatal(err)
-	}
+	policy := upstreamPolicy(ctx, t, c)
 
 	ca := base64.StdEncoding.EncodeToString([]byte("a CA"))
 	if _, err := runHelm(t, "install", "nmstate-ippool", chart, "--kubeconfig", kubeconfig, "--namespace", "infra-net", "--create-namespace",
@@ -553,4 +535,27 @@ func TestHelmInstallCompanionMode(t *testing.T) {
 	if err := c.Get(ctx, client.ObjectKeyFromObject(policy), policy); err != nil {
 		t.Errorf("kubernetes-nmstate's policy did not survive: %v", err)
 	}
+}
+
+// upstreamPolicy creates a NodeNetworkConfigurationPolicy of
+// kubernetes-nmstate's, which an install must leave as it is.
+func upstreamPolicy(ctx context.Context, t *testing.T, c client.Client) *unstructured.Unstructured {
+	t.Helper()
+	policy := &unstructured.Unstructured{Object: map[string]any{
+		"apiVersion": "nmstate.io/v1", "kind": "NodeNetworkConfigurationPolicy",
+		"metadata": map[string]any{"name": "eth1"},
+		"spec":     map[string]any{"desiredState": map[string]any{"interfaces": []any{map[string]any{"name": "eth1", "type": "ethernet", "state": "up"}}}},
+	}}
+	if err := c.Create(ctx, policy); err != nil {
+		t.Fatal(err)
+	}
+	return policy
+}
+
+// withoutCRDs starts envtest without the CRDs: the chart installs ours,
+// a test kubernetes-nmstate's.
+func withoutCRDs(e *ctrlenvtest.Environment) error {
+	e.CRDDirectoryPaths = nil
+	e.ErrorIfCRDPathMissing = false
+	return nil
 }

@@ -33,20 +33,8 @@ import (
 // bundleDir is the OLM bundle hack/olm writes.
 var bundleDir = filepath.Join(envtest.RepoRoot(), "deploy", "olm", "bundle")
 
-// olm returns hack/olm's binary, building it if `make tools` has not.
-func olm(t *testing.T) string {
-	t.Helper()
-	bin := filepath.Join(envtest.RepoRoot(), "bin", "olm")
-	if _, err := os.Stat(bin); err == nil {
-		return bin
-	}
-	cmd := exec.Command("make", "--no-print-directory", bin)
-	cmd.Dir = envtest.RepoRoot()
-	if out, err := cmd.CombinedOutput(); err != nil {
-		t.Fatalf("build hack/olm: %v\n%s", err, out)
-	}
-	return bin
-}
+// olm returns hack/olm's binary.
+func olm(t *testing.T) string { return tool(t, "olm") }
 
 // TestOLMBundleValidates runs operator-framework's validation (the bundle,
 // its CSV and CRDs, OperatorHub's rules, good practices, the APIs of the
