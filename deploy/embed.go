@@ -28,9 +28,9 @@ var companionAdmission embed.FS
 // CompanionAdmissionPolicies returns the ValidatingAdmissionPolicies and
 // their bindings that deploy/companion installs (allocation-state,
 // node-bound, controller-nodes, upstream-handler), in that order, each
-// policy before its binding. The pool controller installs them itself
-// where an install cannot carry them (--install-admission-policies: an
-// OLM bundle).
+// policy before its binding. Where an install cannot carry them (the OLM
+// bundle), the pool controller checks that the admin installed them
+// (--require-admission-policies).
 func CompanionAdmissionPolicies() ([]*unstructured.Unstructured, error) {
 	var out []*unstructured.Unstructured
 	for _, dir := range []string{"allocation-state", "node-bound", "controller-nodes", "upstream-handler"} {

@@ -503,7 +503,8 @@ func TestHelmInstallCompanionMode(t *testing.T) {
 	if err := c.List(ctx, &daemonSets, client.InNamespace("infra-net")); err != nil || len(daemonSets.Items) > 0 {
 		t.Errorf("companion mode installed %d DaemonSets (%v): kubernetes-nmstate's handler is the one on the nodes", len(daemonSets.Items), err)
 	}
-	for _, name := range []string{"nmstate-ippool-allocation-state", "nmstate-ippool-upstream-handler", "nmstate-ippool-node-bound-own-node"} {
+	for _, name := range []string{"nmstate-ippool-allocation-state", "nmstate-ippool-upstream-handler", "nmstate-ippool-node-bound-own-node",
+		"nmstate-ippool-pool-controller-nodes"} {
 		if err := c.Get(ctx, client.ObjectKey{Name: name}, &admissionregistrationv1.ValidatingAdmissionPolicy{}); err != nil {
 			t.Errorf("companion mode's admission policy %s: %v", name, err)
 		}

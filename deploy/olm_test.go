@@ -77,14 +77,15 @@ func csvDeployment(t *testing.T, csv *unstructured.Unstructured) map[string]any 
 
 // TestOLMBundleIsCompanionMode checks what the bundle changes of
 // deploy/companion's pool controller, and what it leaves to it: it runs
-// in companion mode with the certificate OLM mounts, and installs the
-// admission policies deploy/companion installs, no more and no less.
+// in companion mode with the certificate OLM mounts and requires the
+// admission policies deploy/companion installs, which deploy/olm/admission
+// installs, no more and no less.
 func TestOLMBundleIsCompanionMode(t *testing.T) {
 	d := csvDeployment(t, bundleCSV(t))
 	containers, _, _ := unstructured.NestedSlice(d, "spec", "template", "spec", "containers")
 	args, _, _ := unstructured.NestedStringSlice(containers[0].(map[string]any), "args")
 	for _, want := range []string{"--mode=companion", "--webhook-cert-dir=/tmp/k8s-webhook-server/serving-certs",
-		"--install-admission-policies=nmstate-ippool-allocation-writer", "--leader-elect"} {
+		"--require-admission-policies", "--leader-elect"} {
 		if !slices.Contains(args, want) {
 			t.Errorf("the CSV's pool controller runs without %s: %v", want, args)
 		}
@@ -98,29 +99,31 @@ func TestOLMBundleIsCompanionMode(t *testing.T) {
 
 	embedded, err := deploy.CompanionAdmissionPolicies()
 	must(t, err)
-	var rendered []*unstructured.Unstructured
-	for _, o := range render(t, "companion") {
-		if strings.HasPrefix(o.GetKind(), "ValidatingAdmissionPolicy") {
-			rendered = append(rendered, o)
-		}
-	}
-	if len(embedded) != len(rendered) {
-		t.Fatalf("the pool controller installs %d admission objects, deploy/companion %d", len(embedded), len(rendered))
-	}
-	for _, want := range rendered {
-		i := slices.IndexFunc(embedded, func(o *unstructured.Unstructured) bool {
-			return o.GetKind() == want.GetKind() && o.GetName() == want.GetName()
-		})
-		if i < 0 {
-			t.Errorf("the pool controller does not install %s %s", want.GetKind(), want.GetName())
+	companion := admissionObjects(render(t, "companion"))
+	for name, objs := range map[string][]*unstructured.Unstructured{
+		"the pool controller requires": embedded, "deploy/olm/admission installs": admissionObjects(render(t, "olm/admission"))} {
+		if len(objs) != len(companion) {
+			t.Errorf("%s %d admission objects, deploy/companion installs %d", name, len(objs), len(companion))
 			continue
 		}
-		// kustomize writes some folded expressions with blank lines: the
-		// same CEL.
-		if !equality.Semantic.DeepEqual(blanksFolded(embedded[i].Object["spec"]), blanksFolded(want.Object["spec"])) {
-			t.Errorf("%s %s: the pool controller installs another spec than deploy/companion", want.GetKind(), want.GetName())
+		for _, want := range companion {
+			i := slices.IndexFunc(objs, func(o *unstructured.Unstructured) bool {
+				return o.GetKind() == want.GetKind() && o.GetName() == want.GetName()
+			})
+			// kustomize writes some folded expressions with blank lines:
+			// the same CEL.
+			if i < 0 || !equality.Semantic.DeepEqual(blanksFolded(objs[i].Object["spec"]), blanksFolded(want.Object["spec"])) {
+				t.Errorf("%s no %s %s as deploy/companion's", name, want.GetKind(), want.GetName())
+			}
 		}
 	}
+}
+
+// admissionObjects returns the admission policies and their bindings.
+func admissionObjects(objs []*unstructured.Unstructured) []*unstructured.Unstructured {
+	return slices.DeleteFunc(slices.Clone(objs), func(o *unstructured.Unstructured) bool {
+		return !strings.HasPrefix(o.GetKind(), "ValidatingAdmissionPolicy")
+	})
 }
 
 // blanksFolded returns v with each string's runs of white space as one
@@ -147,14 +150,14 @@ func blanksFolded(v any) any {
 
 // TestOLMInstallGuardsAllocationState installs the bundle as OLM does, in
 // a namespace of the admin's choosing: the bundle's ClusterRoles, and the
-// CSV's permissions as roles bound to the pool controller's service
-// account. The pool controller's installer, acting with a pod-bound
-// token of that account and only those permissions, installs the
-// admission policies and its identity bindings, owned by the bundle's
-// ClusterRole, and is then ready. A service account that holds every
-// right on nmstate.io (as kubernetes-nmstate's handler does) is refused
-// the pool's status; the pool controller writes it. A policy deleted by
-// hand is back at the installer's next pass.
+// CSV's permissions as a role bound to the pool controller's service
+// account. With a pod-bound token of that account and only those
+// permissions, the pool controller's check reads that the admission
+// boundary is missing, and says what is (not ready); it may not write a
+// policy or a ClusterRoleBinding. The admin applies deploy/olm/admission
+// through an overlay of that namespace: the check passes, a holder of
+// every right on nmstate.io is refused the pool's status, and the pool
+// controller writes it. A policy deleted by hand makes it unready again.
 func TestOLMInstallGuardsAllocationState(t *testing.T) {
 	env, err := envtest.Start()
 	must(t, err)
@@ -223,39 +226,66 @@ func TestOLMInstallGuardsAllocationState(t *testing.T) {
 	must(t, err)
 	policies, err := deploy.CompanionAdmissionPolicies()
 	must(t, err)
-	installer := &admissionpolicies.Installer{Client: asController, Owner: "nmstate-ippool-allocation-writer",
-		Subject: subject, Policies: policies, Interval: 500 * time.Millisecond}
-	if installer.Checker(nil) == nil {
-		t.Fatal("ready before the admission policies are installed")
+	checker := &admissionpolicies.Checker{Reader: asController, Subject: subject, Policies: policies,
+		Interval: 200 * time.Millisecond, Hint: "apply deploy/olm/admission"}
+	if checker.Ready(nil) == nil {
+		t.Fatal("ready before a check")
 	}
 	done := make(chan error, 1)
-	go func() { done <- installer.Start(logr.NewContext(ctx, testr.New(t))) }()
-	deadline := time.Now().Add(time.Minute)
-	for installer.Checker(nil) != nil {
-		if time.Now().After(deadline) {
-			t.Fatal("the installer is not ready after a minute (its errors are in the log)")
+	go func() { done <- checker.Start(logr.NewContext(ctx, testr.New(t))) }()
+	readiness := func() error {
+		var err error
+		for range 50 {
+			if err = checker.Ready(nil); err == nil || !strings.Contains(err.Error(), "not been checked") {
+				return err
+			}
+			time.Sleep(100 * time.Millisecond)
 		}
-		time.Sleep(100 * time.Millisecond)
+		return err
+	}
+	err = readiness()
+	if err == nil || strings.Contains(err.Error(), "forbidden") {
+		t.Fatalf("with nothing installed, the check says %v; want what is missing", err)
+	}
+	for _, want := range []string{"ValidatingAdmissionPolicy nmstate-ippool-allocation-state", "ValidatingAdmissionPolicyBinding nmstate-ippool-upstream-handler",
+		"nmstate.io/ippool-identity=allocation-writers whose subjects name service account " + namespace + "/" + sa,
+		"nmstate.io/ippool-identity=pool-controller", "apply deploy/olm/admission"} {
+		if !strings.Contains(err.Error(), want) {
+			t.Errorf("the check's finding does not say %q: %v", want, err)
+		}
 	}
 
-	var owner rbacv1.ClusterRole
-	must(t, admin.Get(ctx, client.ObjectKey{Name: installer.Owner}, &owner))
-	for _, p := range policies {
-		got := &unstructured.Unstructured{}
-		got.SetGroupVersionKind(p.GroupVersionKind())
-		must(t, admin.Get(ctx, client.ObjectKey{Name: p.GetName()}, got))
-		if refs := got.GetOwnerReferences(); len(refs) != 1 || refs[0].UID != owner.UID {
-			t.Errorf("%s %s is owned by %v, want ClusterRole %s", p.GetKind(), p.GetName(), refs, owner.Name)
+	// The pool controller's credentials cannot write the boundary.
+	if err := asController.Create(ctx, &admissionregistrationv1.ValidatingAdmissionPolicy{ObjectMeta: metav1.ObjectMeta{Name: "nmstate-ippool-allocation-state"},
+		Spec: admissionregistrationv1.ValidatingAdmissionPolicySpec{Validations: []admissionregistrationv1.Validation{{Expression: "true"}}}}); !apierrors.IsForbidden(err) {
+		t.Errorf("the pool controller created an admission policy, or failed otherwise: %v", err)
+	}
+	if err := asController.Create(ctx, &rbacv1.ClusterRoleBinding{ObjectMeta: metav1.ObjectMeta{Name: "mine",
+		Labels: map[string]string{admissionpolicies.IdentityLabel: "allocation-writers"}},
+		RoleRef:  rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: "nmstate-ippool-allocation-writer"},
+		Subjects: []rbacv1.Subject{{Kind: rbacv1.ServiceAccountKind, Name: hostile.Name, Namespace: namespace}}}); !apierrors.IsForbidden(err) {
+		t.Errorf("the pool controller created a ClusterRoleBinding, or failed otherwise: %v", err)
+	}
+
+	// The admin's overlay of deploy/olm/admission, in the install's
+	// namespace.
+	overlay := t.TempDir()
+	base, err := filepath.Rel(overlay, filepath.Join(envtest.RepoRoot(), "deploy", "olm", "admission"))
+	must(t, err)
+	must(t, os.WriteFile(filepath.Join(overlay, "kustomization.yaml"), []byte("namespace: "+namespace+"\nresources:\n- "+base+"\n"), 0o600))
+	out, err := exec.Command(kustomize(t), "build", overlay).Output()
+	must(t, err)
+	for _, o := range decodeAll(t, out) {
+		if err := admin.Apply(ctx, client.ApplyConfigurationFromUnstructured(o), client.FieldOwner("admin"), client.ForceOwnership); err != nil {
+			t.Fatalf("apply %s %s: %v", o.GetKind(), o.GetName(), err)
 		}
 	}
-	for identity, name := range map[string]string{"allocation-writers": "nmstate-ippool-allocation-writers", "pool-controller": "nmstate-ippool-pool-controller"} {
-		var b rbacv1.ClusterRoleBinding
-		must(t, admin.Get(ctx, client.ObjectKey{Name: name}, &b))
-		want := []rbacv1.Subject{{Kind: rbacv1.ServiceAccountKind, Name: sa, Namespace: namespace}}
-		if b.Labels[admissionpolicies.IdentityLabel] != identity || !equality.Semantic.DeepEqual(b.Subjects, want) {
-			t.Errorf("ClusterRoleBinding %s: labels %v, subjects %v; want %s=%s and %v", name, b.Labels, b.Subjects,
-				admissionpolicies.IdentityLabel, identity, want)
+	deadline := time.Now().Add(time.Minute)
+	for checker.Ready(nil) != nil {
+		if time.Now().After(deadline) {
+			t.Fatalf("not ready a minute after deploy/olm/admission was applied: %v", checker.Ready(nil))
 		}
+		time.Sleep(100 * time.Millisecond)
 	}
 
 	pool := &ippoolv1.NodeIPPool{ObjectMeta: metav1.ObjectMeta{Name: "traffic-1"},
@@ -273,22 +303,21 @@ func TestOLMInstallGuardsAllocationState(t *testing.T) {
 		t.Fatalf("the pool controller may not write the pool's status: %v", err)
 	}
 
-	// Deleted by hand, back at the next pass.
-	vap := &admissionregistrationv1.ValidatingAdmissionPolicy{ObjectMeta: metav1.ObjectMeta{Name: "nmstate-ippool-allocation-state"}}
-	must(t, admin.Delete(ctx, vap))
+	// A policy deleted by hand: not ready again.
+	must(t, admin.Delete(ctx, &admissionregistrationv1.ValidatingAdmissionPolicy{ObjectMeta: metav1.ObjectMeta{Name: "nmstate-ippool-allocation-state"}}))
 	deadline = time.Now().Add(time.Minute)
 	for {
-		err := admin.Get(ctx, client.ObjectKeyFromObject(vap), vap)
-		if err == nil {
+		err := checker.Ready(nil)
+		if err != nil && strings.Contains(err.Error(), "ValidatingAdmissionPolicy nmstate-ippool-allocation-state") {
 			break
 		}
-		if !apierrors.IsNotFound(err) || time.Now().After(deadline) {
-			t.Fatalf("the allocation-state policy deleted by hand is not back: %v", err)
+		if time.Now().After(deadline) {
+			t.Fatalf("a minute after the allocation-state policy was deleted, the check says %v", err)
 		}
 		time.Sleep(100 * time.Millisecond)
 	}
 	cancel()
 	if err := <-done; err != nil {
-		t.Errorf("the installer stopped with %v", err)
+		t.Errorf("the check stopped with %v", err)
 	}
 }

@@ -58,7 +58,7 @@ type options struct {
 	webhookPort                   int
 	webhookHost, webhookCertDir   string
 	mode                          string
-	admissionOwner                string
+	requireAdmission              bool
 }
 
 // The modes of --mode.
@@ -90,9 +90,9 @@ func main() {
 	flag.StringVar(&o.mode, "mode", modeHandler, "handler: beside nmstate-ippool's handler; companion: beside kubernetes-nmstate's handler "+
 		"(no policy status, no enactment retirement: that handler does them)")
 	zapOpts := zap.Options{}
-	flag.StringVar(&o.admissionOwner, "install-admission-policies", "", "companion mode: install the admission policies of deploy/companion "+
-		"and their identity bindings (this pool controller's service account) from here, owned by and binding the ClusterRole of this name, "+
-		"for an install that cannot carry them (the OLM bundle); the pool controller is not ready until they are installed")
+	flag.BoolVar(&o.requireAdmission, "require-admission-policies", false, "companion mode: be ready only while the admission policies of deploy/companion "+
+		"and their identity bindings, naming this pool controller's service account, are installed: for an install that cannot carry them "+
+		"and leaves them to the admin (the OLM bundle, deploy/olm/admission)")
 	zapOpts.BindFlags(flag.CommandLine)
 	flag.Parse()
 	ctrl.SetLogger(zap.New(zap.UseFlagOptions(&zapOpts)))
@@ -111,8 +111,8 @@ func (o options) check() error {
 	if o.mode != modeHandler && o.mode != modeCompanion {
 		return fmt.Errorf("--mode %q: write %s or %s", o.mode, modeHandler, modeCompanion)
 	}
-	if o.admissionOwner != "" && o.mode != modeCompanion {
-		return fmt.Errorf("--install-admission-policies installs companion mode's policies: run with --mode=%s, or install handler mode's with deploy/default", modeCompanion)
+	if o.requireAdmission && o.mode != modeCompanion {
+		return fmt.Errorf("--require-admission-policies checks companion mode's policies: run with --mode=%s", modeCompanion)
 	}
 	return nil
 }
@@ -171,8 +171,8 @@ func run(o options) error {
 	if err := mgr.AddReadyzCheck("readyz", ready); err != nil {
 		return err
 	}
-	if o.admissionOwner != "" {
-		if err := setUpAdmissionPolicies(ctx, mgr, o.admissionOwner); err != nil {
+	if o.requireAdmission {
+		if err := setUpAdmissionCheck(ctx, mgr); err != nil {
 			return err
 		}
 	}
@@ -181,10 +181,10 @@ func run(o options) error {
 	return mgr.Start(ctx)
 }
 
-// setUpAdmissionPolicies runs the installer of the admission policies
-// (--install-admission-policies), which the pool controller's readiness
+// setUpAdmissionCheck runs the check of the admission boundary
+// (--require-admission-policies), which the pool controller's readiness
 // waits for.
-func setUpAdmissionPolicies(ctx context.Context, mgr ctrl.Manager, owner string) error {
+func setUpAdmissionCheck(ctx context.Context, mgr ctrl.Manager) error {
 	self, err := statuswebhook.WhoAmI(ctx, mgr.GetConfig())
 	if err != nil {
 		return err
@@ -197,16 +197,12 @@ func setUpAdmissionPolicies(ctx context.Context, mgr ctrl.Manager, owner string)
 	if err != nil {
 		return err
 	}
-	// Uncached: the installer reads one ClusterRole and writes.
-	c, err := client.New(mgr.GetConfig(), client.Options{Scheme: mgr.GetScheme()})
-	if err != nil {
+	checker := &admissionpolicies.Checker{Reader: mgr.GetAPIReader(), Subject: subject, Policies: policies,
+		Hint: fmt.Sprintf("apply deploy/olm/admission with namespace %s (kubectl apply -k an overlay that sets it; docs/olm.md)", subject.Namespace)}
+	if err := mgr.Add(checker); err != nil {
 		return err
 	}
-	installer := &admissionpolicies.Installer{Client: c, Owner: owner, Subject: subject, Policies: policies}
-	if err := mgr.Add(installer); err != nil {
-		return err
-	}
-	return mgr.AddReadyzCheck("admission-policies", installer.Checker)
+	return mgr.AddReadyzCheck("admission-policies", checker.Ready)
 }
 
 // setUpHandlerMode starts the controllers only handler mode runs: the

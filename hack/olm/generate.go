@@ -33,10 +33,9 @@ import (
 // serves for a CSV (tls.crt, tls.key).
 const olmCertDir = "/tmp/k8s-webhook-server/serving-certs"
 
-// owner is the ClusterRole the bundle ships that the pool controller's
-// identity bindings bind and that owns what it installs
-// (--install-admission-policies).
-const owner = "nmstate-ippool-allocation-writer"
+// identityRole is the ClusterRole the bundle ships that the identity
+// bindings of deploy/olm/admission bind.
+const identityRole = "nmstate-ippool-allocation-writer"
 
 // bundleLabels are the bundle's annotations (metadata/annotations.yaml)
 // and its image's labels (bundle.Dockerfile).
@@ -92,12 +91,12 @@ func (o generateOptions) run() error {
 	if err := readStrict(filepath.Join(o.repo, "deploy/olm/csv.yaml"), &csv); err != nil {
 		return err
 	}
-	var installer rbacv1.ClusterRole
-	if err := readStrict(filepath.Join(o.repo, "deploy/olm/installer_role.yaml"), &installer); err != nil {
+	var checker rbacv1.ClusterRole
+	if err := readStrict(filepath.Join(o.repo, "deploy/olm/checker_role.yaml"), &checker); err != nil {
 		return err
 	}
 	b := &bundle{csv: &csv}
-	if err := b.add(install, installer.Rules); err != nil {
+	if err := b.add(install, checker.Rules); err != nil {
 		return err
 	}
 	csv.Name = fmt.Sprintf("%s.v%s", o.pkg, v)
@@ -168,8 +167,8 @@ var dropped = map[string]string{
 	"Namespace":                        "OLM installs into the namespace of the admin's OperatorGroup",
 	"Certificate":                      "OLM makes and rotates the webhook's certificate",
 	"Issuer":                           "OLM makes and rotates the webhook's certificate",
-	"ValidatingAdmissionPolicy":        "a bundle has no place for it: the pool controller installs it (--install-admission-policies)",
-	"ValidatingAdmissionPolicyBinding": "a bundle has no place for it: the pool controller installs it (--install-admission-policies)",
+	"ValidatingAdmissionPolicy":        "a bundle has no place for it: the admin applies deploy/olm/admission, which the pool controller requires (--require-admission-policies)",
+	"ValidatingAdmissionPolicyBinding": "a bundle has no place for it: the admin applies deploy/olm/admission, which the pool controller requires (--require-admission-policies)",
 	"ServiceAccount":                   "OLM creates the service accounts the CSV's permissions name",
 	"NetworkPolicy":                    "not an object every OLM installs from a bundle: docs/olm.md says how to add deploy/network-policy",
 }
@@ -256,7 +255,7 @@ func (c *companion) permissions() (cluster, namespaced []rbacv1.PolicyRule, boun
 
 // add turns the objects of deploy/companion into the CSV's install
 // strategy, its webhooks and CRDs, and the files beside it.
-func (b *bundle) add(objs []*unstructured.Unstructured, installerRules []rbacv1.PolicyRule) error {
+func (b *bundle) add(objs []*unstructured.Unstructured, checkerRules []rbacv1.PolicyRule) error {
 	c, err := classify(objs)
 	if err != nil {
 		return err
@@ -266,14 +265,14 @@ func (b *bundle) add(objs []*unstructured.Unstructured, installerRules []rbacv1.
 	if err != nil {
 		return err
 	}
-	if _, ok := c.clusterRoles[owner]; !ok {
-		return fmt.Errorf("deploy/companion has no ClusterRole %s, which the identity bindings bind", owner)
+	if _, ok := c.clusterRoles[identityRole]; !ok {
+		return fmt.Errorf("deploy/companion has no ClusterRole %s, which the identity bindings bind", identityRole)
 	}
 	// A ClusterRole not bound to the pool controller is for others to
-	// bind (metrics); the owner is shipped too: it owns what the pool
-	// controller installs, and its removal with the operator removes them.
+	// bind (metrics); the identity role is shipped too: the identity
+	// bindings of deploy/olm/admission bind it.
 	for _, name := range sortedKeys(c.clusterRoles) {
-		if !bound[name] || name == owner {
+		if !bound[name] || name == identityRole {
 			if err := b.file(c.clusterRoles[name]); err != nil {
 				return err
 			}
@@ -292,9 +291,9 @@ func (b *bundle) add(objs []*unstructured.Unstructured, installerRules []rbacv1.
 		StrategySpec: operatorsv1alpha1.StrategyDetailsDeployment{
 			DeploymentSpecs: []operatorsv1alpha1.StrategyDeploymentSpec{{Name: d.Name, Label: d.Labels, Spec: d.Spec}},
 			Permissions:     []operatorsv1alpha1.StrategyDeploymentPermissions{{ServiceAccountName: sa, Rules: rules}},
-			// The installer's rules on top of the pool controller's.
+			// The checker's rules on top of the pool controller's.
 			ClusterPermissions: []operatorsv1alpha1.StrategyDeploymentPermissions{{ServiceAccountName: sa,
-				Rules: append(slices.Clone(installerRules), clusterRules...)}},
+				Rules: append(slices.Clone(checkerRules), clusterRules...)}},
 		},
 	}
 	for _, c := range d.Spec.Template.Spec.Containers {
@@ -332,8 +331,9 @@ func (b *bundle) webhooksAndServices(c *companion) error {
 }
 
 // olmDeployment adapts the pool controller's Deployment to OLM: the
-// webhook's certificate is the one OLM mounts, and the pool controller
-// installs the admission policies the bundle cannot carry.
+// webhook's certificate is the one OLM mounts, and the pool controller is
+// ready only once the admin installed the admission policies the bundle
+// cannot carry (deploy/olm/admission).
 func olmDeployment(d *appsv1.Deployment) error {
 	pod := &d.Spec.Template.Spec
 	if len(pod.Containers) != 1 {
@@ -350,7 +350,7 @@ func olmDeployment(d *appsv1.Deployment) error {
 	if certDir == "" {
 		return fmt.Errorf("the Deployment %s has no --webhook-cert-dir to point at OLM's certificate", d.Name)
 	}
-	c.Args = append(c.Args, "--install-admission-policies="+owner)
+	c.Args = append(c.Args, "--require-admission-policies")
 	var certVolume string
 	c.VolumeMounts = slices.DeleteFunc(c.VolumeMounts, func(m corev1.VolumeMount) bool {
 		if m.MountPath == certDir {

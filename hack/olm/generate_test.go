@@ -48,7 +48,7 @@ func TestClassifyRefusesWhatHasNoPlace(t *testing.T) {
 }
 
 // The pool controller of the bundle reads the certificate where OLM
-// mounts it, mounts nothing of cert-manager's, and installs the admission
+// mounts it, mounts nothing of cert-manager's, and requires the admission
 // policies; its other volumes stay.
 func TestOLMDeployment(t *testing.T) {
 	c, err := classify([]*unstructured.Unstructured{deployment()})
@@ -61,7 +61,7 @@ func TestOLMDeployment(t *testing.T) {
 	}
 	pod := d.Spec.Template.Spec
 	args := strings.Join(pod.Containers[0].Args, " ")
-	if args != "--webhook-cert-dir="+olmCertDir+" --mode=companion --install-admission-policies="+owner {
+	if args != "--webhook-cert-dir="+olmCertDir+" --mode=companion --require-admission-policies" {
 		t.Errorf("args %s", args)
 	}
 	if len(pod.Volumes) != 1 || pod.Volumes[0].Name != "tmp" || len(pod.Containers[0].VolumeMounts) != 1 || pod.Containers[0].VolumeMounts[0].Name != "tmp" {

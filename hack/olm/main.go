@@ -5,7 +5,7 @@
 //
 // writes the bundle from kustomize build of deploy/companion, with
 // deploy/olm/csv.yaml as the hand-written part of its
-// ClusterServiceVersion and deploy/olm/installer_role.yaml added to its
+// ClusterServiceVersion and deploy/olm/checker_role.yaml added to its
 // permissions; make manifests runs it, make verify fails when its output
 // is stale.
 //
