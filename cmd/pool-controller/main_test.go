@@ -19,7 +19,7 @@ func TestOptionsCheck(t *testing.T) {
 		}
 	}
 	for want, o := range map[string]options{
-		"--mode=companion": func() options { o := valid; o.requireAdmission = true; return o }(),
+		"--mode=companion":  func() options { o := valid; o.requireAdmission = true; return o }(),
 		`--mode "handlers"`: func() options { o := valid; o.mode = "handlers"; return o }(),
 	} {
 		if err := o.check(); err == nil || !strings.Contains(err.Error(), want) {
