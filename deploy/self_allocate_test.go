@@ -51,6 +51,13 @@ func TestSelfAllocateConfinedToOwnNode(t *testing.T) {
 	w2 := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "w2"}}
 	must(t, admin.Create(ctx, w1))
 	must(t, admin.Create(ctx, w2))
+	// The policy first: the enactment controller deletes the enactment of
+	// a policy that does not exist, w2's below included.
+	policy := &nmstatev1.NodeNetworkConfigurationPolicy{ObjectMeta: metav1.ObjectMeta{Name: "p"}}
+	policy.Spec.NodeSelector = map[string]string{"role": "w1"}
+	policy.Spec.Capture = map[string]string{"addr": "ippool.traffic.allocate"}
+	policy.Spec.DesiredState = shared.NewState(envtest.OneAddressState)
+	must(t, admin.Create(ctx, policy))
 	theirs := envtest.EnactmentOf(w2, "p")
 	must(t, admin.Create(ctx, theirs))
 	theirs.Status.IPPool = ippoolv1.EnactmentIPPools{"traffic": {Allocated: []string{"10.0.0.2"}}}
@@ -83,11 +90,6 @@ func TestSelfAllocateConfinedToOwnNode(t *testing.T) {
 	node.SelfAllocate, node.Config = true, envtest.BearerConfig(env.Config, token)
 	must(t, node.Start(env))
 	t.Cleanup(func() { _ = node.Stop() })
-	policy := &nmstatev1.NodeNetworkConfigurationPolicy{ObjectMeta: metav1.ObjectMeta{Name: "p"}}
-	policy.Spec.NodeSelector = map[string]string{"role": "w1"}
-	policy.Spec.Capture = map[string]string{"addr": "ippool.traffic.allocate"}
-	policy.Spec.DesiredState = shared.NewState(envtest.OneAddressState)
-	must(t, admin.Create(ctx, policy))
 
 	t.Log("w1's handler takes its own address through the webhook")
 	ours := envtest.EnactmentOf(w1, "p")
