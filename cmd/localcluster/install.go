@@ -120,11 +120,18 @@ func (c *cluster) command(ctx context.Context, name, bin string, out io.Writer) 
 // controller's replicas are available.
 func (in installation) waitRunning(kubectl func(...string) error, timeout time.Duration, out io.Writer) error {
 	wait := fmt.Sprintf("--timeout=%s", timeout)
-	if err := kubectl("-n", in.handler.Namespace, "rollout", "status", "daemonset/"+in.handler.Name, wait); err != nil {
-		return err
+	if in.handler.Name != "" {
+		if err := kubectl("-n", in.handler.Namespace, "rollout", "status", "daemonset/"+in.handler.Name, wait); err != nil {
+			return err
+		}
 	}
 	if err := kubectl("-n", in.controller.Namespace, "rollout", "status", "deployment/"+in.controller.Name, wait); err != nil {
 		return err
+	}
+	if in.handler.Name == "" {
+		fmt.Fprintf(out, "nmstate-ippool is installed in namespace %s in companion mode: the pool controller runs on the control-plane node, no handler of ours\n",
+			in.controller.Namespace)
+		return nil
 	}
 	fmt.Fprintf(out, "nmstate-ippool is installed in namespace %s: the handler runs on every node, the pool controller on the control-plane node\n",
 		in.handler.Namespace)

@@ -103,9 +103,9 @@ func renderChart(ctx context.Context, o installOptions, webhookValues string) ([
 	return decodeObjects(raw, "helm template "+o.helm)
 }
 
-// chartInstallation finds the handler DaemonSet, the pool controller
-// Deployment, the Secret its webhook certificate is mounted from and the
-// webhook configurations in the chart's objects.
+// chartInstallation finds the handler DaemonSet (none in companion mode),
+// the pool controller Deployment, the Secret its webhook certificate is
+// mounted from and the webhook configurations in the chart's objects.
 func chartInstallation(objs []*unstructured.Unstructured) (installation, error) {
 	var in installation
 	var services []string
@@ -126,8 +126,10 @@ func chartInstallation(objs []*unstructured.Unstructured) (installation, error) 
 			services = append(services, id.Name+"."+id.Namespace+".svc")
 		}
 	}
-	if in.handler.Name == "" || in.controller.Name == "" || in.certificate.secret == "" {
-		return in, errors.New("the chart renders no handler DaemonSet, no pool controller Deployment or no webhook Secret (install --helm installs handler mode)")
+	// No DaemonSet in companion mode: kubernetes-nmstate's handler is the
+	// one on the nodes.
+	if in.controller.Name == "" || in.certificate.secret == "" {
+		return in, errors.New("the chart renders no pool controller Deployment or no webhook Secret")
 	}
 	for _, dns := range services {
 		in.certificate.dnsNames = append(in.certificate.dnsNames, dns, dns+".cluster.local")

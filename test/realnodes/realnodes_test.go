@@ -325,6 +325,8 @@ var _ = Describe("The install of deploy/local, moved by an admin's overlay, on r
 		localcluster("node", "remove", "real03")
 		agree()
 	})
+
+	It("helm uninstall, then install in companion mode: the pool controller alone, ready, and a pooled policy gives each node its own address", companionAfterUninstall)
 })
 
 // localcluster runs the localcluster command on the suite's cluster.
