@@ -5,6 +5,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"slices"
+	"strings"
 
 	"github.com/nmstate/kubernetes-nmstate/api/shared"
 	nmstatev1 "github.com/nmstate/kubernetes-nmstate/api/v1"
@@ -75,17 +76,8 @@ func companionAfterUninstall() {
 		Spec: shared.NodeNetworkConfigurationPolicySpec{
 			MaxUnavailable: ptr.To(intstr.FromString("100%")),
 			Capture:        map[string]string{"addr": "ippool.companion-1.allocate"},
-			DesiredState: shared.NewState(`interfaces:
-- name: eth2
-  type: ethernet
-  state: up
-  ipv4:
-    enabled: true
-    dhcp: false
-    address:
-    - ip: "{{ capture.addr.ip }}"
-      prefix-length: "{{ capture.addr.prefix-length }}"
-`)}})).To(Succeed())
+			// The README's example, on another NIC.
+			DesiredState: shared.NewState(strings.Replace(envtest.OneAddressState, "name: eth1", "name: eth2", 1))}})).To(Succeed())
 	Eventually(func(g Gomega) {
 		var p ippoolv1.PooledNodeNetworkConfigurationPolicy
 		g.Expect(k.Get(ctx, client.ObjectKey{Name: "companion-ip"}, &p)).To(Succeed())
