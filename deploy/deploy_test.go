@@ -178,6 +178,17 @@ func TestInstallShape(t *testing.T) {
 		t.Errorf("controller: not scheduled on the control plane: %v", dep.Spec.Template.Spec.NodeSelector)
 	}
 
+	election := typed[rbacv1.Role](t, objs, "Role", "nmstate-ippool-leader-election")
+	for _, r := range election.Rules {
+		if !slices.Contains(r.Resources, "leases") {
+			continue
+		}
+		if named := slices.Equal(r.ResourceNames, []string{deploy.PoolControllerLease}); !named && !slices.Equal(r.Verbs, []string{"create"}) {
+			t.Errorf("leader election: %v on leases not narrowed to the pool controller's Lease %s (only create cannot be): %+v",
+				r.Verbs, deploy.PoolControllerLease, r)
+		}
+	}
+
 	handler := typed[rbacv1.ClusterRole](t, objs, "ClusterRole", "nmstate-ippool-handler")
 	controller := typed[rbacv1.ClusterRole](t, objs, "ClusterRole", "nmstate-ippool-pool-controller")
 	for _, tt := range []struct {

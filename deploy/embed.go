@@ -22,6 +22,11 @@ import (
 	"sigs.k8s.io/yaml"
 )
 
+// PoolControllerLease is the name of the Lease the pool controller's
+// replicas elect a leader with; rbac/pool-controller grants that Lease
+// alone.
+const PoolControllerLease = "nmstate-ippool-pool-controller"
+
 //go:embed admission/allocation-state/*.yaml admission/node-bound/*.yaml admission/controller-nodes/*.yaml admission/upstream-handler/*.yaml
 var companionAdmission embed.FS
 

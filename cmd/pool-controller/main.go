@@ -317,7 +317,7 @@ func newManager(o options) (ctrl.Manager, webhook.Server, error) {
 		Metrics:                 o.metrics.Options(),
 		HealthProbeBindAddress:  o.healthAddr,
 		LeaderElection:          o.leaderElection,
-		LeaderElectionID:        "nmstate-ippool-pool-controller",
+		LeaderElectionID:        deploy.PoolControllerLease,
 		LeaderElectionNamespace: o.leaseNamespace,
 	})
 	if err != nil {
