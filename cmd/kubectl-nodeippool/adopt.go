@@ -19,7 +19,6 @@ import (
 	"github.com/nmstate-ippool/nmstate-ippool/internal/assign"
 	"github.com/nmstate-ippool/nmstate-ippool/internal/holder"
 	"github.com/nmstate-ippool/nmstate-ippool/internal/poolstatus"
-	"github.com/nmstate-ippool/nmstate-ippool/internal/record"
 	"github.com/nmstate-ippool/nmstate-ippool/pkg/capture"
 	"github.com/nmstate-ippool/nmstate-ippool/pkg/ippool"
 	"github.com/nmstate-ippool/nmstate-ippool/pkg/nmstatectl"
@@ -153,10 +152,10 @@ func (s *snapshot) adoptionPlans(policies []nmstatev1.NodeNetworkConfigurationPo
 	return out
 }
 
-// holdRecorded sets the bits of the addresses the enactments record from p.
+// holdRecorded sets the bits of the addresses the holders record from p.
 func (s *snapshot) holdRecorded(p *ippoolv1.NodeIPPool, alloc *ippool.Allocator) {
-	for _, e := range s.enactments {
-		for _, ip := range e.Status.IPPool[p.Name].Held() {
+	for _, rec := range s.records {
+		for _, ip := range rec.Pools[p.Name].Held() {
 			if a, err := netip.ParseAddr(ip); err == nil {
 				_ = alloc.AllocateIP(a)
 			}
@@ -226,20 +225,20 @@ func (s *snapshot) nodePlan(policy *nmstatev1.NodeNetworkConfigurationPolicy, re
 	for _, cr := range carried {
 		np.Carries = append(np.Carries, cr.String())
 	}
-	name := shared.EnactmentKey(node, policy.Name).Name
+	h := holder.ForEnactment(shared.EnactmentKey(node, policy.Name).Name)
 	if policy.Kind == holder.PooledPolicyKind {
-		name = holder.ForPolicyNode(policy.Name, node).String() // its records are in its status
+		h = holder.ForPolicyNode(policy.Name, node) // its records are in its status
 	}
-	for _, e := range s.enactments {
-		if e.Name != name {
+	for i := range s.records {
+		if s.records[i].Holder != h {
 			continue
 		}
-		if addr, ok := record.Of(&e, ref); ok {
-			np.Verdict, np.IP, np.Why = verdictHolds, addr.IP.String(), "its record holds it"
+		if ip, ok := s.records[i].For(ref); ok {
+			np.Verdict, np.IP, np.Why = verdictHolds, ip.String(), "its record holds it"
 			return np
 		}
 	}
-	cl := assign.Claimant{Enactment: name, Node: node, Policy: policy.Name,
+	cl := assign.Claimant{Holder: h, Node: node, Policy: policy.Name,
 		Labels:           func() map[string]string { return n.labels(node) },
 		Carried:          func(string) []assign.Carried { return carried },
 		CarriedElsewhere: assign.ElsewhereThan(n.carriers, node)}

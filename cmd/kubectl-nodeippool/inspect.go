@@ -13,7 +13,6 @@ import (
 	"k8s.io/apimachinery/pkg/api/meta"
 
 	ippoolv1 "github.com/nmstate-ippool/nmstate-ippool/api/v1"
-	nncev1beta1 "github.com/nmstate-ippool/nmstate-ippool/api/v1beta1"
 	"github.com/nmstate-ippool/nmstate-ippool/internal/holder"
 	"github.com/nmstate-ippool/nmstate-ippool/internal/poolstatus"
 	"github.com/nmstate-ippool/nmstate-ippool/pkg/ippool"
@@ -101,12 +100,12 @@ type inspected struct {
 }
 
 // inspect restores a pool's bitmap and compares it with the enactments.
-func inspect(p *ippoolv1.NodeIPPool, enactments []nncev1beta1.NodeNetworkConfigurationEnactment) (*inspected, error) {
+func inspect(p *ippoolv1.NodeIPPool, records []holder.Record) (*inspected, error) {
 	alloc, err := poolstatus.Allocator(p)
 	if err != nil {
 		return nil, fmt.Errorf("NodeIPPool %s: %w", p.Name, err)
 	}
-	claims := poolstatus.ClaimsOf(p.Name, alloc.Range(), enactments)
+	claims := poolstatus.ClaimsOf(p.Name, alloc.Range(), records)
 	return &inspected{pool: p, alloc: alloc, claims: claims, audit: poolstatus.AuditPool(p.Name, alloc, claims)}, nil
 }
 
@@ -212,11 +211,11 @@ func (in *inspected) problems() []string {
 	holders := func(ip netip.Addr) string {
 		names := make([]string, 0, len(in.claims[ip]))
 		for _, o := range in.claims[ip] {
-			if h := holder.Parse(o.Enactment); h.Foreign() {
-				names = append(names, h.Title())
+			if o.Holder.Foreign() {
+				names = append(names, o.Holder.Title())
 				continue
 			}
-			names = append(names, o.Enactment)
+			names = append(names, o.Holder.Name)
 		}
 		return strings.Join(names, " and ")
 	}
@@ -260,16 +259,16 @@ type poolCheck struct {
 	Problems []string `json:"problems"`
 }
 
-// checkAll checks every pool, and the enactments that record addresses of
+// checkAll checks every pool, and the holders that record addresses of
 // pools that do not exist.
-func checkAll(pools []ippoolv1.NodeIPPool, enactments []nncev1beta1.NodeNetworkConfigurationEnactment) []poolCheck {
+func checkAll(pools []ippoolv1.NodeIPPool, records []holder.Record) []poolCheck {
 	var out []poolCheck
 	known := map[string]bool{}
 	for i := range pools {
 		p := &pools[i]
 		known[p.Name] = true
 		c := poolCheck{Pool: p.Name, Problems: []string{}}
-		in, err := inspect(p, enactments)
+		in, err := inspect(p, records)
 		if err != nil {
 			c.Problems = append(c.Problems, err.Error())
 		} else {
@@ -278,10 +277,10 @@ func checkAll(pools []ippoolv1.NodeIPPool, enactments []nncev1beta1.NodeNetworkC
 		out = append(out, c)
 	}
 	orphans := map[string][]string{}
-	for _, e := range enactments {
-		for pool, held := range e.Status.IPPool {
+	for _, rec := range records {
+		for pool, held := range rec.Pools {
 			if !known[pool] && len(held.Held()) > 0 {
-				orphans[pool] = append(orphans[pool], fmt.Sprintf("%s records %s", e.Name, strings.Join(held.Held(), ", ")))
+				orphans[pool] = append(orphans[pool], fmt.Sprintf("%s records %s", rec.Holder, strings.Join(held.Held(), ", ")))
 			}
 		}
 	}

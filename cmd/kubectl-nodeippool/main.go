@@ -28,7 +28,7 @@ import (
 	nncev1beta1 "github.com/nmstate-ippool/nmstate-ippool/api/v1beta1"
 	"github.com/nmstate-ippool/nmstate-ippool/internal/capi"
 	"github.com/nmstate-ippool/nmstate-ippool/internal/cli"
-	"github.com/nmstate-ippool/nmstate-ippool/internal/companion"
+	"github.com/nmstate-ippool/nmstate-ippool/internal/holder"
 	"github.com/nmstate-ippool/nmstate-ippool/internal/scheme"
 )
 
@@ -187,8 +187,9 @@ func connect(kubeconfig, kubeContext string) (client.Client, error) {
 // snapshot is what the plugin reads: every pool and enactment, and the
 // records of the Cluster API claims the pools serve.
 type snapshot struct {
-	pools      []ippoolv1.NodeIPPool
-	enactments []nncev1beta1.NodeNetworkConfigurationEnactment
+	pools []ippoolv1.NodeIPPool
+	// records are every holder's, of every kind.
+	records []holder.Record
 }
 
 func read(ctx context.Context, k client.Client) (*snapshot, error) {
@@ -203,18 +204,18 @@ func read(ctx context.Context, k client.Client) (*snapshot, error) {
 	// Cluster API claims and pooled policies hold addresses of the pools
 	// too; IPAddresses the provider did not make only when the signing key
 	// cannot be read (capi.FindSigner).
-	holders, err := companion.WithForeignRecords(ctx, k, capi.FindSigner(ctx, k), enactments.Items)
+	records, err := holder.List(ctx, k, enactments.Items, holder.Every(capi.FindSigner(ctx, k)))
 	if err != nil {
 		return nil, err
 	}
-	return &snapshot{pools: pools.Items, enactments: holders}, nil
+	return &snapshot{pools: pools.Items, records: records}, nil
 }
 
 // find returns the inspected pool called name.
 func (s *snapshot) find(name string) (*inspected, error) {
 	for i := range s.pools {
 		if s.pools[i].Name == name {
-			return inspect(&s.pools[i], s.enactments)
+			return inspect(&s.pools[i], s.records)
 		}
 	}
 	return nil, fmt.Errorf("NodeIPPool %q not found; 'kubectl nodeippool list' shows the pools", name)
@@ -243,7 +244,7 @@ func (s *snapshot) decode(p printer, name, arg string) error {
 // check prints every pool's problems (of the named pools, if any) and
 // returns errMismatch if there are some.
 func (s *snapshot) check(p printer, names []string) error {
-	checks := checkAll(s.pools, s.enactments)
+	checks := checkAll(s.pools, s.records)
 	if len(names) > 0 {
 		var kept []poolCheck
 		for _, name := range names {

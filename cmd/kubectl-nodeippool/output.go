@@ -91,7 +91,7 @@ func (p printer) detail(d poolDetail) error {
 		}
 		for _, h := range holdersOrNone(a.Holders) {
 			policy := dash(h.Policy)
-			switch ref := holder.Parse(h.Enactment); ref.Kind {
+			switch ref := h.Holder; ref.Kind {
 			case holder.Claim:
 				policy = ref.Title() // no node, no policy: a Cluster API claim
 			case holder.PolicyNode:
@@ -149,7 +149,7 @@ func (p printer) decoded(pool string, a addressRow) error {
 	}
 	held := make([]string, 0, len(a.Holders))
 	for _, h := range a.Holders {
-		switch ref := holder.Parse(h.Enactment); ref.Kind {
+		switch ref := h.Holder; ref.Kind {
 		case holder.Claim:
 			held = append(held, fmt.Sprintf("%s (its IPAddress %s/%s)", ref.Title(), ref.Namespace, ref.Name))
 			continue
@@ -159,7 +159,7 @@ func (p printer) decoded(pool string, a addressRow) error {
 			continue
 		}
 		held = append(held, fmt.Sprintf("node %s on %s (enactment %s, policy %s, capture %s)",
-			dash(h.Node), dash(h.Interface), h.Enactment, dash(h.Policy), dash(h.Capture)))
+			dash(h.Node), dash(h.Interface), h.Holder.Name, dash(h.Policy), dash(h.Capture)))
 	}
 	_, err := fmt.Fprintf(p.w, ", held by %s\n", strings.Join(held, " and "))
 	return err

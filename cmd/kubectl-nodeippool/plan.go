@@ -183,7 +183,7 @@ func (s *snapshot) plan(proposed *ippoolv1.NodeIPPool) (poolPlan, error) {
 			stored = &s.pools[i]
 		}
 	}
-	a, err := poolchange.Assess(proposed, stored, poolchange.Holdings(proposed.Name, stored, s.enactments), s.pools)
+	a, err := poolchange.Assess(proposed, stored, poolchange.Holdings(proposed.Name, stored, s.records), s.pools)
 	if err != nil {
 		return poolPlan{}, fmt.Errorf("the proposed pool cannot hand out addresses: %w", err)
 	}

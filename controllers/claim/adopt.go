@@ -73,7 +73,7 @@ func (r *Reconciler) adopt(ctx context.Context, claim, addr *unstructured.Unstru
 	if err != nil {
 		return condition{}, false, err
 	}
-	if other := otherOwner(owners, pool.Name, own, holder.ForIPAddress(a.Namespace, a.Name).String()); other != "" {
+	if other := otherOwner(owners, pool.Name, own, holder.ForIPAddress(a.Namespace, a.Name)); other != "" {
 		return refuse(other)
 	}
 	var why string
@@ -132,8 +132,8 @@ func (r *Reconciler) own(ctx context.Context, claim, addr *unstructured.Unstruct
 // otherOwner says which of owners, other than the claim called holder and
 // the IPAddress called self, names the address, a holder before an
 // unrecognized IPAddress; "" when none does.
-func otherOwner(owners []poolstatus.Owner, pool, holder, self string) string {
-	others := slices.DeleteFunc(owners, func(o poolstatus.Owner) bool { return o.Enactment == holder || o.Enactment == self })
+func otherOwner(owners []poolstatus.Owner, pool string, h, self holder.Ref) string {
+	others := slices.DeleteFunc(owners, func(o poolstatus.Owner) bool { return o.Holder == h || o.Holder == self })
 	slices.SortStableFunc(others, func(x, y poolstatus.Owner) int { return cmp.Compare(boolInt(x.Unrecognized), boolInt(y.Unrecognized)) })
 	switch {
 	case len(others) == 0:
@@ -155,11 +155,11 @@ func boolInt(b bool) int {
 // adoptable says why the claim called holder cannot take ip of pool p by
 // adopting an IPAddress that names it, or "": it must be in the range,
 // held by no entry but the claim's own, and reserved for no node.
-func adoptable(p *ippoolv1.NodeIPPool, alloc *ippool.Allocator, ip netip.Addr, holder string) string {
+func adoptable(p *ippoolv1.NodeIPPool, alloc *ippool.Allocator, ip netip.Addr, h holder.Ref) string {
 	if _, err := alloc.Range().Assignable(ip); err != nil {
 		return fmt.Sprintf("NodeIPPool %s does not hand it out (%v)", p.Name, err)
 	}
-	if e := poolstatus.InFlightOf(p, ip.String()); e != nil && e.HolderName() == holder {
+	if e := poolstatus.InFlightOf(p, ip.String()); e != nil && e.HolderName() == h.String() {
 		return ""
 	}
 	if held := heldByEntry(p, ip.String()); held != "" {

@@ -101,7 +101,7 @@ func (r *Reconciler) take(ctx context.Context, claim *unstructured.Unstructured,
 			refusal = &c
 			return false, nil
 		}
-		entry := ippoolv1.InFlightAddress{Holder: holder, Token: token, Since: now(r.Clock)}
+		entry := ippoolv1.InFlightAddress{Holder: holder.String(), Token: token, Since: now(r.Clock)}
 		switch {
 		case restoring != "":
 			got, refusal = takeBack(p, alloc, restoring)
@@ -129,15 +129,15 @@ func (r *Reconciler) take(ctx context.Context, claim *unstructured.Unstructured,
 	case refusal != nil:
 		return netip.Addr{}, refusal, false, nil
 	case !got.IsValid():
-		return netip.Addr{}, nil, false, fmt.Errorf("NodeIPPool %s: the in-flight entry of %s holds no address", pool.Name, holder)
+		return netip.Addr{}, nil, false, fmt.Errorf("NodeIPPool %s: the in-flight entry of %s holds no address", pool.Name, holder.Title())
 	}
 	return got, nil, false, nil
 }
 
 // ownEntry returns the in-flight entry of the holder and token, or nil.
-func ownEntry(p *ippoolv1.NodeIPPool, holder, token string) *ippoolv1.InFlightAddress {
+func ownEntry(p *ippoolv1.NodeIPPool, h holder.Ref, token string) *ippoolv1.InFlightAddress {
 	for i := range p.Status.InFlight {
-		if e := &p.Status.InFlight[i]; e.HolderName() == holder && e.Token == token {
+		if e := &p.Status.InFlight[i]; e.HolderName() == h.String() && e.Token == token {
 			return e
 		}
 	}
@@ -156,9 +156,9 @@ func deref(c *condition) condition {
 // a node and that is not kept for a node's return; in a pool with no
 // other address left, the one kept longest for a node's return, as a node
 // would get it.
-func takeNext(p *ippoolv1.NodeIPPool, alloc *ippool.Allocator, holder string) (assign.Taken, *condition) {
+func takeNext(p *ippoolv1.NodeIPPool, alloc *ippool.Allocator, h holder.Ref) (assign.Taken, *condition) {
 	ch := assign.New(p, alloc)
-	t, err := ch.Take(assign.Claimant{Enactment: holder}, "")
+	t, err := ch.Take(assign.Claimant{Holder: h}, "")
 	ch.Done()
 	if err != nil {
 		c := notReady(capi.ReasonPoolExhausted, fmt.Sprintf(

@@ -9,9 +9,10 @@
 // chosen by the same rules (assign.Chooser: reservations for nodes and
 // addresses kept for a node's return are not handed to claims). The
 // IPAddress of the claim's name is then created; it is the durable record
-// (capi.Records), which the pool controller counts with the enactments'
-// records in rebuilds, garbage collection, collisions, overlaps, the
-// webhook and the plugin, and which prunes the in-flight entry. A process
+// (holder.List reads it as the claim's record), which the pool controller
+// counts with every other holder's record in rebuilds, garbage
+// collection, collisions, overlaps, the webhook and the plugin, and which
+// prunes the in-flight entry. A process
 // that dies between the two writes finds its entry again by holder and
 // token, and takes the same address.
 //

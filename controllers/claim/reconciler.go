@@ -208,7 +208,7 @@ func (r *Reconciler) restore(ctx context.Context, claim, addr *unstructured.Unst
 			return false, nil
 		}
 		_ = alloc.AllocateIP(a.IP) // set already while the IPAddress records it
-		poolstatus.AddInFlight(p, ippoolv1.InFlightAddress{IP: a.IP.String(), Holder: holder, Token: token,
+		poolstatus.AddInFlight(p, ippoolv1.InFlightAddress{IP: a.IP.String(), Holder: holder.String(), Token: token,
 			Since: now(r.Clock)})
 		return true, nil
 	})
@@ -345,7 +345,7 @@ func (r *Reconciler) quarantine(ctx context.Context, claim *unstructured.Unstruc
 	}
 	holder, _ := holderOf(claim)
 	record := ippoolv1.EnactmentIPPools{a.Pool.Name: {Allocated: []string{a.IP.String()}}}
-	if _, err := r.Pools.Quarantine(ctx, poolwrite.Holder{Node: carrier, Enactment: holder}, record); err != nil {
+	if _, err := r.Pools.Quarantine(ctx, poolwrite.Holder{Node: carrier, Ref: holder}, record); err != nil {
 		return fmt.Errorf("quarantine %s of IPAddressClaim %s/%s: %w", a.IP, claim.GetNamespace(), claim.GetName(), err)
 	}
 	ctrl.LoggerFrom(ctx).Info("released address", "pool", a.Pool.Name, "ip", a.IP.String(), "node", carrier)
@@ -424,6 +424,6 @@ func (r *Reconciler) paused(ctx context.Context, claim *unstructured.Unstructure
 }
 
 // holderOf names the claim where entries name their holder, and its token.
-func holderOf(claim *unstructured.Unstructured) (name, token string) {
-	return holder.ForClaim(claim.GetNamespace(), claim.GetName()).String(), string(claim.GetUID())
+func holderOf(claim *unstructured.Unstructured) (h holder.Ref, token string) {
+	return holder.ForClaim(claim.GetNamespace(), claim.GetName()), string(claim.GetUID())
 }

@@ -15,7 +15,7 @@ import (
 	ippoolv1 "github.com/nmstate-ippool/nmstate-ippool/api/v1"
 	nncev1beta1 "github.com/nmstate-ippool/nmstate-ippool/api/v1beta1"
 	"github.com/nmstate-ippool/nmstate-ippool/internal/capi"
-	"github.com/nmstate-ippool/nmstate-ippool/internal/companion"
+	"github.com/nmstate-ippool/nmstate-ippool/internal/holder"
 	"github.com/nmstate-ippool/nmstate-ippool/internal/poolstatus"
 )
 
@@ -51,10 +51,10 @@ func (r *Reconciler) refusal(ctx context.Context, claim *unstructured.Unstructur
 // otherHolder names a holder other than holder whose record, read from the
 // API server, holds s in pool, or "". An unrecognized IPAddress holds
 // nothing.
-func (r *Reconciler) otherHolder(ctx context.Context, pool *ippoolv1.NodeIPPool, holder, s string) (string, error) {
+func (r *Reconciler) otherHolder(ctx context.Context, pool *ippoolv1.NodeIPPool, h holder.Ref, s string) (string, error) {
 	owners, err := r.ownersOf(ctx, pool, s)
 	for _, o := range owners {
-		if !o.Unrecognized && o.Enactment != holder {
+		if !o.Unrecognized && o.Holder != h {
 			return o.Describe(pool.Name), nil
 		}
 	}
@@ -73,7 +73,7 @@ func (r *Reconciler) ownersOf(ctx context.Context, pool *ippoolv1.NodeIPPool, s 
 	if err := r.APIReader.List(ctx, &enactments); err != nil {
 		return nil, fmt.Errorf("list enactments: %w", err)
 	}
-	records, err := companion.WithForeignRecords(ctx, r.APIReader, r.Signer, enactments.Items)
+	records, err := holder.List(ctx, r.APIReader, enactments.Items, holder.Every(r.Signer))
 	if err != nil {
 		return nil, err
 	}

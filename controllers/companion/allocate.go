@@ -189,15 +189,15 @@ func (r *Reconciler) takeIn(w *world, next *ippoolv1.PooledNodeNetworkConfigurat
 	defer ch.Done()
 	for _, nd := range needs {
 		holder, token := holderOf(w.policy, nd.node)
-		if list := pending[holder]; len(list) > 0 {
-			t.got[nd], pending[holder] = list[0], list[1:]
+		if list := pending[holder.String()]; len(list) > 0 {
+			t.got[nd], pending[holder.String()] = list[0], list[1:]
 			continue
 		}
 		if why := poolstatus.Unservable(p); why != "" {
 			t.unavailable = why // the cache said it could serve; a rebuild began meanwhile
 			continue
 		}
-		cl := assign.Claimant{Enactment: holder, Node: nd.node, Policy: w.policy.Name, Labels: w.labelsOf(nd.node),
+		cl := assign.Claimant{Holder: holder, Node: nd.node, Policy: w.policy.Name, Labels: w.labelsOf(nd.node),
 			Carried: carried.of(nd.node, w.policy.Spec.DesiredState.Raw), CarriedElsewhere: carried.elsewhereThan(nd.node),
 			Holds: holds(next, nd.node)}
 		taken, err := ch.Take(cl, nd.ref.Capture)

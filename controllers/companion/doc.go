@@ -9,8 +9,8 @@
 // policy's status.nodes, which only this controller writes (the admin
 // writes the spec, kubernetes-nmstate's handler writes only its own
 // NNCPs' and enactments' status). The pool controller, the webhook and the
-// plugin read them as enactments named holder.ForPolicyNode(policy,
-// node) (internal/companion).
+// plugin read each node's as the record of holder.ForPolicyNode(policy,
+// node) (holder.OfPolicyNode), as they read every holder's.
 //
 // Order of writes, so that no address is ever held by nobody while a NIC
 // may carry it, nor by two:

@@ -99,7 +99,7 @@ func (r *Reconciler) release(ctx context.Context, w *world, next *ippoolv1.Poole
 			problems = append(problems, problem{shared.NodeNetworkConfigurationPolicyConditionFailedToConfigure, outcome.failed})
 		case outcome.confirmed:
 			holder, _ := holderOf(w.policy, rec.Node)
-			if err := r.Pools.ConfirmRelease(ctx, poolwrite.Holder{Node: rec.Node, Enactment: holder}, rec.Record()); err != nil {
+			if err := r.Pools.ConfirmRelease(ctx, poolwrite.Holder{Node: rec.Node, Ref: holder}, rec.Record()); err != nil {
 				return nil, err
 			}
 			done = append(done, rec.Node)
@@ -278,7 +278,7 @@ func (r *Reconciler) quarantine(ctx context.Context, w *world, rec *ippoolv1.Poo
 		return nil
 	}
 	name, _ := holderOf(w.policy, rec.Node)
-	h := poolwrite.Holder{Node: rec.Node, NodeUID: rec.NodeUID, Enactment: name, Interfaces: map[string]string{}}
+	h := poolwrite.Holder{Node: rec.Node, NodeUID: rec.NodeUID, Ref: name, Interfaces: map[string]string{}}
 	if forReturn {
 		h.Captures = map[string]string{}
 	}

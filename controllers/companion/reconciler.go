@@ -464,8 +464,8 @@ func (r *Reconciler) removeFinalizer(ctx context.Context, p *ippoolv1.PooledNode
 // policy the pass read, which guards its status write. The pool
 // controller fences an entry not recorded past the grace period by
 // writing the policy, so a stalled pass can never record it.
-func holderOf(p *ippoolv1.PooledNodeNetworkConfigurationPolicy, node string) (name, token string) {
-	return holder.ForPolicyNode(p.Name, node).String(), p.ResourceVersion
+func holderOf(p *ippoolv1.PooledNodeNetworkConfigurationPolicy, node string) (h holder.Ref, token string) {
+	return holder.ForPolicyNode(p.Name, node), p.ResourceVersion
 }
 
 // sameStatus reports whether two versions of a policy have the same

@@ -146,7 +146,7 @@ func (r *Reconciler) settle(ctx context.Context, w *world, next *ippoolv1.Pooled
 		if out.confirmed {
 			holder, _ := holderOf(w.policy, rec.Node)
 			released := ippoolv1.PooledPolicyNode{Node: rec.Node, Released: rec.Released}
-			if err := r.Pools.ConfirmRelease(ctx, poolwrite.Holder{Node: rec.Node, Enactment: holder}, released.Record()); err != nil {
+			if err := r.Pools.ConfirmRelease(ctx, poolwrite.Holder{Node: rec.Node, Ref: holder}, released.Record()); err != nil {
 				return err
 			}
 		}

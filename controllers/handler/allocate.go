@@ -21,6 +21,7 @@ import (
 	nncev1beta1 "github.com/nmstate-ippool/nmstate-ippool/api/v1beta1"
 	"github.com/nmstate-ippool/nmstate-ippool/internal/assign"
 	"github.com/nmstate-ippool/nmstate-ippool/internal/audit"
+	"github.com/nmstate-ippool/nmstate-ippool/internal/holder"
 	"github.com/nmstate-ippool/nmstate-ippool/internal/poolstatus"
 	"github.com/nmstate-ippool/nmstate-ippool/internal/poolwrite"
 	"github.com/nmstate-ippool/nmstate-ippool/internal/record"
@@ -284,7 +285,7 @@ func (r *Reconciler) planWrite(ctx context.Context, policy *nmstatev1.NodeNetwor
 	}
 	since := metav1.NewTime(r.Clock.Now().Truncate(time.Second))
 	for _, name := range plan.fresh {
-		poolstatus.AddInFlight(pool, plan.taken[name].InFlight(e.Name, e.ResourceVersion, since))
+		poolstatus.AddInFlight(pool, plan.taken[name].InFlight(holder.ForEnactment(e.Name), e.ResourceVersion, since))
 	}
 	return plan, nil
 }
@@ -313,7 +314,7 @@ func (r *Reconciler) claimant(ctx context.Context, policy *nmstatev1.NodeNetwork
 	if n, err := r.node(ctx, r.Client); err == nil {
 		labels = n.Labels
 	}
-	cl := assign.Claimant{Enactment: e.Name, Node: r.NodeName, Policy: policy.Name,
+	cl := assign.Claimant{Holder: holder.ForEnactment(e.Name), Node: r.NodeName, Policy: policy.Name,
 		Labels: func() map[string]string { return labels }}
 	if r.SelfAllocate {
 		r.withCarried(ctx, &cl, policy, e)

@@ -11,6 +11,7 @@ import (
 	ippoolv1 "github.com/nmstate-ippool/nmstate-ippool/api/v1"
 	nncev1beta1 "github.com/nmstate-ippool/nmstate-ippool/api/v1beta1"
 	"github.com/nmstate-ippool/nmstate-ippool/internal/assign"
+	"github.com/nmstate-ippool/nmstate-ippool/internal/holder"
 	"github.com/nmstate-ippool/nmstate-ippool/pkg/capture"
 	"github.com/nmstate-ippool/nmstate-ippool/pkg/ippool"
 )
@@ -69,7 +70,7 @@ func TestPlanPool(t *testing.T) {
 			if !reflect.DeepEqual(reused, tt.reused) || !reflect.DeepEqual(p.unsetBits, tt.unsetBits) || !reflect.DeepEqual(p.fresh, tt.fresh) {
 				t.Fatalf("plan reused=%v unset=%v fresh=%v; want %v %v %v", reused, p.unsetBits, p.fresh, tt.reused, tt.unsetBits, tt.fresh)
 			}
-			if err := p.apply(alloc, assign.Claimant{Enactment: "n.p", Node: "n", Policy: "p"}); err != nil {
+			if err := p.apply(alloc, assign.Claimant{Holder: holder.ForEnactment("n.p"), Node: "n", Policy: "p"}); err != nil {
 				t.Fatal(err)
 			}
 			seen := map[netip.Addr]bool{}

@@ -14,6 +14,7 @@ import (
 	ippoolv1 "github.com/nmstate-ippool/nmstate-ippool/api/v1"
 	nncev1beta1 "github.com/nmstate-ippool/nmstate-ippool/api/v1beta1"
 	"github.com/nmstate-ippool/nmstate-ippool/internal/assign"
+	"github.com/nmstate-ippool/nmstate-ippool/internal/holder"
 	"github.com/nmstate-ippool/nmstate-ippool/internal/poolstatus"
 	"github.com/nmstate-ippool/nmstate-ippool/pkg/ippool"
 	"github.com/nmstate-ippool/nmstate-ippool/pkg/nmstatectl"
@@ -47,7 +48,7 @@ type carriedView struct {
 // state that cannot be read serves nobody this pass (an error): serving
 // without it would renumber what its node carries.
 func (r *Reconciler) carriedFor(ctx context.Context, pool *ippoolv1.NodeIPPool, requests []*request,
-	enactments []nncev1beta1.NodeNetworkConfigurationEnactment) (carriedView, error) {
+	records []holder.Record) (carriedView, error) {
 	v := carriedView{byNode: map[string]map[netip.Addr]string{}, held: map[string]map[netip.Addr]bool{}}
 	var nodes []string
 	for _, rq := range requests {
@@ -75,10 +76,9 @@ func (r *Reconciler) carriedFor(ctx context.Context, pool *ippoolv1.NodeIPPool, 
 	if carriesFree(v.byNode, rng, alloc) {
 		v.carriers = r.carriersOf(ctx)
 	}
-	for _, e := range enactments {
-		node := e.Labels[shared.EnactmentNodeLabel]
-		if _, ok := v.byNode[node]; ok {
-			v.hold(node, e.Status.IPPool)
+	for _, rec := range records {
+		if _, ok := v.byNode[rec.Node]; ok {
+			v.hold(rec.Node, rec.Pools)
 		}
 	}
 	return v, nil

@@ -93,7 +93,7 @@ func (r *Reconciler) holdsDue(pool *ippoolv1.NodeIPPool, claims poolstatus.Claim
 		ip, err := netip.ParseAddr(e.IP)
 		age := ages[inFlightKey(e)]
 		switch {
-		case err == nil && claims.HeldBy(ip, e.HolderName()):
+		case err == nil && claims.HeldBy(ip, holder.Parse(e.HolderName())):
 			if age >= pruneAfter || terminating {
 				due = true
 			} else {
@@ -162,7 +162,7 @@ func (r *Reconciler) planHolds(ctx context.Context, pool *ippoolv1.NodeIPPool, c
 	terminating := !pool.DeletionTimestamp.IsZero()
 	for _, e := range pool.Status.InFlight {
 		ip, err := netip.ParseAddr(e.IP)
-		recorded := err == nil && claims.HeldBy(ip, e.HolderName())
+		recorded := err == nil && claims.HeldBy(ip, holder.Parse(e.HolderName()))
 		if !recorded && exists(e.HolderName()) && !terminating && ages[inFlightKey(e)] < r.GracePeriod {
 			continue // young: its holder records it soon
 		}
@@ -232,17 +232,22 @@ func (r *Reconciler) planQuarantines(ctx context.Context, pool *ippoolv1.NodeIPP
 	return nil
 }
 
-// existing returns whether an enactment of enactments has a name. A pooled
-// policy's node counts as existing whether or not it has a record yet: its
-// entry is judged by fencePolicy after the grace period, on the policy
-// read from the API server.
-func existing(enactments []nncev1beta1.NodeNetworkConfigurationEnactment) func(string) bool {
-	names := make(map[string]bool, len(enactments))
-	for i := range enactments {
-		names[enactments[i].Name] = true
+// existing returns whether a holder of hs exists: an enactment, recording
+// or not, or a holder of another kind with a record. A pooled policy's
+// node counts as existing whether or not it has a record yet: its entry is
+// judged by fencePolicy after the grace period, on the policy read from
+// the API server.
+func existing(hs holdings) func(string) bool {
+	names := make(map[holder.Ref]bool, len(hs.enactments)+len(hs.records))
+	for i := range hs.enactments {
+		names[holder.ForEnactment(hs.enactments[i].Name)] = true
+	}
+	for i := range hs.records {
+		names[hs.records[i].Holder] = true
 	}
 	return func(name string) bool {
-		return holder.Parse(name).Kind == holder.PolicyNode || names[name]
+		h := holder.Parse(name)
+		return h.Kind == holder.PolicyNode || names[h]
 	}
 }
 
@@ -317,9 +322,9 @@ type holdsApplier struct {
 	changed bool
 }
 
-func (a *holdsApplier) recordedBy(s, enactment string) bool {
+func (a *holdsApplier) recordedBy(s, name string) bool {
 	ip, err := netip.ParseAddr(s)
-	return err == nil && a.claims.HeldBy(ip, enactment)
+	return err == nil && a.claims.HeldBy(ip, holder.Parse(name))
 }
 
 // lift removes the quarantine of s if it is still the one decided on and

@@ -15,7 +15,6 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	ippoolv1 "github.com/nmstate-ippool/nmstate-ippool/api/v1"
-	nncev1beta1 "github.com/nmstate-ippool/nmstate-ippool/api/v1beta1"
 	"github.com/nmstate-ippool/nmstate-ippool/internal/assign"
 	"github.com/nmstate-ippool/nmstate-ippool/internal/audit"
 	"github.com/nmstate-ippool/nmstate-ippool/internal/nodemeta"
@@ -38,9 +37,9 @@ type maintenance struct {
 	// pinsDue: addresses only unrecognized IPAddresses name have clear
 	// bits (poolstatus.Audit.Pinned), which the write sets.
 	pinsDue bool
-	// enactments are those the write's claims come from: listed from the
+	// holdings are those the write's claims come from: listed from the
 	// API server when entries or bits are due, else the cache's.
-	enactments []nncev1beta1.NodeNetworkConfigurationEnactment
+	holdings holdings
 	// labels holds the labels of the nodes a reservation by selector may
 	// be for, read before the write.
 	labels map[string]map[string]string
@@ -61,7 +60,7 @@ func (r *Reconciler) maintain(ctx context.Context, pool *ippoolv1.NodeIPPool, al
 	m := r.remember(pool)
 	now := r.Clock.Now()
 	gcDue, gcNext := dueOffsets(m.unclaimed.see(withoutEntries(pool, alloc, v.audit.Unclaimed), now), r.GracePeriod)
-	holdsDue, holdsNext := r.holdsDue(pool, v.claims, existing(v.enactments), m)
+	holdsDue, holdsNext := r.holdsDue(pool, v.claims, existing(v.holdings), m)
 	result := ctrl.Result{RequeueAfter: soonest(gcNext, holdsNext)}
 	terminating := !pool.DeletionTimestamp.IsZero()
 	if !terminating {
@@ -96,22 +95,22 @@ func (r *Reconciler) maintain(ctx context.Context, pool *ippoolv1.NodeIPPool, al
 // due; the labels reservations may need.
 func (r *Reconciler) planMaintenance(ctx context.Context, pool *ippoolv1.NodeIPPool, v view, gcDue []uint64, holdsDue bool,
 	m *poolMemory) (*maintenance, error) {
-	mw := &maintenance{holdsDue: holdsDue, gcDue: gcDue, enactments: v.enactments}
+	mw := &maintenance{holdsDue: holdsDue, gcDue: gcDue, holdings: v.holdings}
 	if mw.due() {
-		enactments, err := r.enactmentsFromAPI(ctx)
+		hs, err := r.holdingsFromAPI(ctx)
 		if err != nil {
 			return nil, err
 		}
-		mw.enactments = enactments
+		mw.holdings = hs
 	}
 	rng, err := poolstatus.Range(pool)
 	if err != nil {
 		return nil, err
 	}
 	mw.pinsDue = len(pinnable(pool, rng, v.audit.Pinned)) > 0
-	claims := poolstatus.Holders(pool.Name, rng, mw.enactments)
+	claims := poolstatus.Holders(pool.Name, rng, mw.holdings.records)
 	if holdsDue {
-		if mw.holds, err = r.planHolds(ctx, pool, claims, existing(mw.enactments), m); err != nil {
+		if mw.holds, err = r.planHolds(ctx, pool, claims, existing(mw.holdings), m); err != nil {
 			return nil, err
 		}
 		m.lastLiftCheck = r.Clock.Now()
@@ -137,7 +136,7 @@ func (r *Reconciler) writeMaintenance(ctx context.Context, pool *ippoolv1.NodeIP
 	notes := auditNotes(mw, r.GracePeriod, r.QuarantinePeriod)
 	ctx = audit.WithNotes(ctx, notes)
 	change := func(p *ippoolv1.NodeIPPool, alloc *ippool.Allocator) (conditionSet, bool, error) {
-		claims := poolstatus.Holders(p.Name, alloc.Range(), mw.enactments)
+		claims := poolstatus.Holders(p.Name, alloc.Range(), mw.holdings.records)
 		changed := false
 		revoked, lifted, got = nil, nil, collected{}
 		if mw.holdsDue {
@@ -212,7 +211,7 @@ func (r *Reconciler) conditionsChange(pool *ippoolv1.NodeIPPool, mw *maintenance
 	if err != nil {
 		return true
 	}
-	conds := r.maintainedConditions(p, alloc, mw, poolstatus.Holders(p.Name, alloc.Range(), mw.enactments))
+	conds := r.maintainedConditions(p, alloc, mw, poolstatus.Holders(p.Name, alloc.Range(), mw.holdings.records))
 	changed, _ := conds.set(p, r.Clock.Now())
 	return changed
 }
@@ -223,7 +222,7 @@ func (r *Reconciler) conditionsChange(pool *ippoolv1.NodeIPPool, mw *maintenance
 // there are none.
 func (r *Reconciler) maintainedConditions(p *ippoolv1.NodeIPPool, alloc *ippool.Allocator, mw *maintenance,
 	claims poolstatus.Claims) conditionSet {
-	conds := conditionSet{ippoolv1.ConditionAvailable: availabilityOf(p, alloc, viewOf(p.Name, alloc, mw.enactments))}
+	conds := conditionSet{ippoolv1.ConditionAvailable: availabilityOf(p, alloc, viewOf(p.Name, alloc, mw.holdings))}
 	if len(p.Spec.Reservations) > 0 || meta.FindStatusCondition(p.Status.Conditions, ippoolv1.ConditionReservationsHonored) != nil {
 		conds[ippoolv1.ConditionReservationsHonored] = reservationsOf(p, alloc, claims, labelsFrom(mw.labels))
 	}
@@ -321,16 +320,6 @@ func (r *Reconciler) reportCollected(ctx context.Context, pool *ippoolv1.NodeIPP
 	r.Recorder.Eventf(pool, nil, corev1.EventTypeNormal, ippoolv1.ReasonGarbageCollected, "Collect",
 		"Freed %s: allocated for longer than %s but recorded by no enactment and on no node's network", listNames(ips, 10), r.GracePeriod)
 	r.Metrics.collected(pool.Name, len(got.freed))
-}
-
-// enactmentsFromAPI lists every enactment, and the claims' records, from
-// the API server, for decisions a stale cache could get wrong.
-func (r *Reconciler) enactmentsFromAPI(ctx context.Context) ([]nncev1beta1.NodeNetworkConfigurationEnactment, error) {
-	var list nncev1beta1.NodeNetworkConfigurationEnactmentList
-	if err := r.APIReader.List(ctx, &list); err != nil {
-		return nil, fmt.Errorf("list enactments: %w", err)
-	}
-	return r.withForeign(ctx, r.APIReader, list.Items)
 }
 
 // conditionSet holds the values a status write gives to conditions, by

@@ -15,7 +15,6 @@ import (
 
 	ippoolv1 "github.com/nmstate-ippool/nmstate-ippool/api/v1"
 	nncev1beta1 "github.com/nmstate-ippool/nmstate-ippool/api/v1beta1"
-	"github.com/nmstate-ippool/nmstate-ippool/internal/holder"
 )
 
 // nudgeOf is an enactment to nudge, and the reason (the wait it ends, or
@@ -35,11 +34,11 @@ func toNudge(pool *ippoolv1.NodeIPPool, v view, done map[string]string) []nudgeO
 	var out []nudgeOf
 	for _, ip := range v.audit.Outside {
 		for _, o := range v.claims[ip] {
-			if holder.Parse(o.Enactment).Foreign() {
+			if o.Holder.Foreign() {
 				continue // a Cluster API claim keeps its address (IPAddresses are immutable); a pooled policy's controller moves its own
 			}
-			if key := "outside:" + ip.String(); done[o.Enactment] != key {
-				if e := findEnactment(v.enactments, o.Enactment); e != nil {
+			if key := "outside:" + ip.String(); done[o.Holder.Name] != key {
+				if e := findEnactment(v.holdings.enactments, o.Holder.Name); e != nil {
 					out = append(out, nudgeOf{enactment: e, key: key})
 				}
 			}
@@ -50,8 +49,8 @@ func toNudge(pool *ippoolv1.NodeIPPool, v view, done map[string]string) []nudgeO
 		return out
 	}
 	var full []*nncev1beta1.NodeNetworkConfigurationEnactment
-	for i := range v.enactments {
-		e := &v.enactments[i]
+	for i := range v.holdings.enactments {
+		e := &v.holdings.enactments[i]
 		if e.Status.WaitingForIPPool != pool.Name || done[e.Name] == waitKey(e) || !e.DeletionTimestamp.IsZero() ||
 			pendingFor(e, ippoolv1.ReasonIPPoolBusy) {
 			continue // busy ones are served, not nudged

@@ -209,7 +209,7 @@ func (r *Reconciler) confirmMissing(ctx context.Context, pool *ippoolv1.NodeIPPo
 	if err := r.APIReader.Get(ctx, types.NamespacedName{Name: pool.Name}, &fresh); err != nil {
 		return "", client.IgnoreNotFound(err)
 	}
-	enactments, err := r.enactmentsFromAPI(ctx)
+	hs, err := r.holdingsFromAPI(ctx)
 	if err != nil {
 		return "", err
 	}
@@ -217,7 +217,7 @@ func (r *Reconciler) confirmMissing(ctx context.Context, pool *ippoolv1.NodeIPPo
 	if err != nil {
 		return fmt.Sprintf("the pool cannot be read (%v)", err), nil
 	}
-	missing := viewOf(fresh.Name, alloc, enactments).audit.Missing
+	missing := viewOf(fresh.Name, alloc, hs).audit.Missing
 	if len(missing) == 0 {
 		return "", nil
 	}
@@ -261,7 +261,7 @@ func (r *Reconciler) rebuildFromEnactments(ctx context.Context, pool *ippoolv1.N
 	if err := r.dropRecords(ctx, pool, rs.enactments); err != nil {
 		return err
 	}
-	enactments, err := r.enactmentsFromAPI(ctx)
+	hs, err := r.holdingsFromAPI(ctx)
 	if err != nil {
 		return err
 	}
@@ -296,7 +296,7 @@ func (r *Reconciler) rebuildFromEnactments(ctx context.Context, pool *ippoolv1.N
 			alloc.Clear()
 		}
 		set = setEntries(p, alloc)
-		v = viewOf(p.Name, alloc, enactments)
+		v = viewOf(p.Name, alloc, hs)
 		set += setMissing(alloc, v.audit.Missing) + setMissing(alloc, pinnable(p, alloc.Range(), v.audit.Pinned))
 		v.audit.Missing, v.audit.Pinned = nil, nil
 		strays = quarantineStrays(p, alloc, v.claims, carried, metav1.NewTime(r.Clock.Now().Truncate(time.Second)))

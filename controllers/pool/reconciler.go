@@ -22,7 +22,7 @@ import (
 	ippoolv1 "github.com/nmstate-ippool/nmstate-ippool/api/v1"
 	nncev1beta1 "github.com/nmstate-ippool/nmstate-ippool/api/v1beta1"
 	"github.com/nmstate-ippool/nmstate-ippool/internal/capi"
-	"github.com/nmstate-ippool/nmstate-ippool/internal/companion"
+	"github.com/nmstate-ippool/nmstate-ippool/internal/holder"
 	"github.com/nmstate-ippool/nmstate-ippool/internal/poolstatus"
 	"github.com/nmstate-ippool/nmstate-ippool/internal/poolwrite"
 	"github.com/nmstate-ippool/nmstate-ippool/pkg/ippool"
@@ -80,7 +80,7 @@ type Reconciler struct {
 	Signer *capi.Signer
 	// PooledPolicies is set when the API server serves companion mode's
 	// PooledNodeNetworkConfigurationPolicy, whose status.nodes are records
-	// of addresses too (internal/companion).
+	// of addresses too (holder.OfPolicyNode).
 	PooledPolicies bool
 
 	mu     sync.Mutex
@@ -200,15 +200,15 @@ func (r *Reconciler) reconcile(ctx context.Context, pool *ippoolv1.NodeIPPool) (
 		return ctrl.Result{}, r.refuse(ctx, pool, refused(ippoolv1.ReasonOverlappingIPPool,
 			fmt.Sprintf("The NodeIPPool %s is overlapping with this one; delete this pool or re-create it with a range outside %s's", other, other)))
 	}
-	enactments, err := r.enactments(ctx)
+	hs, err := r.holdings(ctx)
 	if err != nil {
 		return ctrl.Result{}, err
 	}
 	alloc := ippool.NewAllocator(rng)
 	unreadable := alloc.Restore(pool.Status.AllocatedOffsets)
-	v := viewOf(pool.Name, alloc, enactments)
+	v := viewOf(pool.Name, alloc, hs)
 	r.Metrics.waitingEnactments(pool.Name, v.waitingNames)
-	rs, err := r.resetsOf(ctx, pool, enactments)
+	rs, err := r.resetsOf(ctx, pool, hs.enactments)
 	if err != nil {
 		return ctrl.Result{}, err
 	}
@@ -252,11 +252,11 @@ func (r *Reconciler) finish(ctx context.Context, pool *ippoolv1.NodeIPPool) (ctr
 	if err != nil {
 		return ctrl.Result{}, removeFinalizer(ctx, r.Client, pool, ippoolv1.FinalizerPoolEntries)
 	}
-	enactments, err := r.enactments(ctx)
+	hs, err := r.holdings(ctx)
 	if err != nil {
 		return ctrl.Result{}, err
 	}
-	return r.maintain(ctx, pool, alloc, viewOf(pool.Name, alloc, enactments))
+	return r.maintain(ctx, pool, alloc, viewOf(pool.Name, alloc, hs))
 }
 
 // soonest returns the shorter positive duration, or 0 if neither is.
@@ -276,33 +276,44 @@ func (r *Reconciler) olderOverlapping(ctx context.Context, pool *ippoolv1.NodeIP
 	return olderOverlapping(pool, rng, pools.Items), nil
 }
 
-// enactments lists every enactment from the cache: a pool's claims are
-// the records of any pool name whose address lies in its range.
-func (r *Reconciler) enactments(ctx context.Context) ([]nncev1beta1.NodeNetworkConfigurationEnactment, error) {
+// holdings are what a pass reads of the pools' holders: the enactments,
+// whose handlers ask and wait, and the record of every holder of every
+// kind (holder.List), the enactments' included. A pool's claims are the
+// records of any pool name whose address lies in its range.
+type holdings struct {
+	enactments []nncev1beta1.NodeNetworkConfigurationEnactment
+	records    []holder.Record
+}
+
+// holdings lists every holder from the cache.
+func (r *Reconciler) holdings(ctx context.Context) (holdings, error) {
 	var list nncev1beta1.NodeNetworkConfigurationEnactmentList
 	// Every event of a thousand enactments brings the pool back: the items
 	// are the cache's own, not copies. Never change them; copy one first.
 	if err := r.Client.List(ctx, &list, client.UnsafeDisableDeepCopy); err != nil {
-		return nil, fmt.Errorf("list enactments: %w", err)
+		return holdings{}, fmt.Errorf("list enactments: %w", err)
 	}
-	return r.withForeign(ctx, r.Client, list.Items)
+	return r.holdingsOf(ctx, r.Client, list.Items)
 }
 
-// withForeign adds to enactments the records of the Cluster API claims
-// and of the pooled policies' nodes, read through reader, when their
-// kinds are served: they hold addresses as enactments do.
-func (r *Reconciler) withForeign(ctx context.Context, reader client.Reader,
-	enactments []nncev1beta1.NodeNetworkConfigurationEnactment) ([]nncev1beta1.NodeNetworkConfigurationEnactment, error) {
-	var err error
-	if r.IPAMVersion != "" {
-		if enactments, err = capi.WithRecords(ctx, reader, r.Signer, enactments); err != nil {
-			return nil, err
-		}
+// holdingsFromAPI lists every holder from the API server, for decisions
+// a stale cache could get wrong.
+func (r *Reconciler) holdingsFromAPI(ctx context.Context) (holdings, error) {
+	var list nncev1beta1.NodeNetworkConfigurationEnactmentList
+	if err := r.APIReader.List(ctx, &list); err != nil {
+		return holdings{}, fmt.Errorf("list enactments: %w", err)
 	}
-	if r.PooledPolicies {
-		return companion.WithRecords(ctx, reader, enactments)
-	}
-	return enactments, nil
+	return r.holdingsOf(ctx, r.APIReader, list.Items)
+}
+
+// holdingsOf adds to enactments the records of every holder, those of
+// the kinds served (Cluster API claims, pooled policies' nodes) read
+// through reader.
+func (r *Reconciler) holdingsOf(ctx context.Context, reader client.Reader,
+	enactments []nncev1beta1.NodeNetworkConfigurationEnactment) (holdings, error) {
+	records, err := holder.List(ctx, reader, enactments,
+		holder.Sources{Claims: r.IPAMVersion != "", Signer: r.Signer, PooledPolicies: r.PooledPolicies})
+	return holdings{enactments: enactments, records: records}, err
 }
 
 // statusChange computes, on a fresh copy of a pool read from the API

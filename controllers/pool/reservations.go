@@ -12,7 +12,6 @@ import (
 
 	ippoolv1 "github.com/nmstate-ippool/nmstate-ippool/api/v1"
 	"github.com/nmstate-ippool/nmstate-ippool/internal/assign"
-	"github.com/nmstate-ippool/nmstate-ippool/internal/holder"
 	"github.com/nmstate-ippool/nmstate-ippool/internal/poolstatus"
 	"github.com/nmstate-ippool/nmstate-ippool/pkg/ippool"
 )
@@ -44,8 +43,8 @@ func reservationsOf(pool *ippoolv1.NodeIPPool, alloc *ippool.Allocator, claims p
 			if res.Matches(o.Node, o.Policy, func() map[string]string { return nodeLabels(o.Node) }) {
 				continue
 			}
-			who := fmt.Sprintf("node %s (enactment %s)", o.Node, o.Enactment)
-			if holder.Parse(o.Enactment).Foreign() {
+			who := fmt.Sprintf("node %s (enactment %s)", o.Node, o.Holder.Name)
+			if o.Holder.Foreign() {
 				who = o.Describe(pool.Name)
 			}
 			conflicts = append(conflicts, fmt.Sprintf("%s is reserved for %s but held by %s; to move it, run: %s",
@@ -90,8 +89,8 @@ func unheld(pool *ippoolv1.NodeIPPool, alloc *ippool.Allocator, valid []assign.R
 		}
 		for _, o := range byNode[res.Node] {
 			if res.Policy == "" || res.Policy == o.Policy {
-				out = append(out, fmt.Sprintf("node %s holds %s, not its reserved %s, which is free; to move it, run: kubectl annotate nnce %s %s=%s",
-					res.Node, o.ip, res.IP, o.Enactment, ippoolv1.ResetIPPoolAnnotation, pool.Name))
+				out = append(out, fmt.Sprintf("node %s holds %s, not its reserved %s, which is free; to move it, run: %s",
+					res.Node, o.ip, res.IP, o.Remedy(pool.Name)))
 				break
 			}
 		}

@@ -20,6 +20,7 @@ import (
 	"github.com/nmstate-ippool/nmstate-ippool/controllers/handler"
 	"github.com/nmstate-ippool/nmstate-ippool/controllers/pool"
 	"github.com/nmstate-ippool/nmstate-ippool/internal/audit"
+	"github.com/nmstate-ippool/nmstate-ippool/internal/holder"
 	"github.com/nmstate-ippool/nmstate-ippool/internal/poolstatus"
 	"github.com/nmstate-ippool/nmstate-ippool/internal/poolwrite"
 	"github.com/nmstate-ippool/nmstate-ippool/internal/retire"
@@ -491,7 +492,7 @@ func TestConcurrentQuarantinesAllLand(t *testing.T) {
 		go func() {
 			defer wg.Done()
 			<-start
-			holder := poolwrite.Holder{Node: fmt.Sprintf("gone%02d", i), Enactment: fmt.Sprintf("gone%02d.p", i)}
+			holder := poolwrite.Holder{Node: fmt.Sprintf("gone%02d", i), Ref: holder.ForEnactment(fmt.Sprintf("gone%02d.p", i))}
 			got[i], errs[i] = w.Quarantine(ctx, holder, ippoolv1.EnactmentIPPools{
 				"qgroup": {Allocated: []string{fmt.Sprintf("10.63.0.%d", i+1)}}})
 		}()

@@ -20,6 +20,7 @@ import (
 	nncev1beta1 "github.com/nmstate-ippool/nmstate-ippool/api/v1beta1"
 	"github.com/nmstate-ippool/nmstate-ippool/internal/assign"
 	"github.com/nmstate-ippool/nmstate-ippool/internal/audit"
+	"github.com/nmstate-ippool/nmstate-ippool/internal/holder"
 	"github.com/nmstate-ippool/nmstate-ippool/internal/nodemeta"
 	"github.com/nmstate-ippool/nmstate-ippool/internal/poolstatus"
 	"github.com/nmstate-ippool/nmstate-ippool/internal/poolwrite"
@@ -186,7 +187,7 @@ func takeFor(pool *ippoolv1.NodeIPPool, c *assign.Chooser, rq *request, claimant
 	for i, t := range taken {
 		rq.notes.Add(t, rq.refs[i].Capture)
 		rq.addresses = append(rq.addresses, poolstatus.Address(pool, rng, t.IP))
-		poolstatus.AddInFlight(pool, t.InFlight(rq.enactment.Name, rq.enactment.ResourceVersion, since))
+		poolstatus.AddInFlight(pool, t.InFlight(holder.ForEnactment(rq.enactment.Name), rq.enactment.ResourceVersion, since))
 	}
 	return true
 }
@@ -195,7 +196,7 @@ func takeFor(pool *ippoolv1.NodeIPPool, c *assign.Chooser, rq *request, claimant
 // node's labels from labels.
 func claimant(e *nncev1beta1.NodeNetworkConfigurationEnactment, labels map[string]map[string]string) assign.Claimant {
 	node := e.Labels[shared.EnactmentNodeLabel]
-	return assign.Claimant{Enactment: e.Name, Node: node, Policy: e.Labels[shared.EnactmentPolicyLabel],
+	return assign.Claimant{Holder: holder.ForEnactment(e.Name), Node: node, Policy: e.Labels[shared.EnactmentPolicyLabel],
 		Labels: func() map[string]string { return labels[node] }}
 }
 
@@ -229,13 +230,13 @@ func (r *Reconciler) requestersLabels(ctx context.Context, pool *ippoolv1.NodeIP
 // all serves the oldest (and those with a reservation or a return); the
 // others wait and try again.
 func (r *Reconciler) serve(ctx context.Context, pool *ippoolv1.NodeIPPool, v view) error {
-	requests := r.busyRequests(ctx, pool, v.enactments)
+	requests := r.busyRequests(ctx, pool, v.holdings.enactments)
 	if len(requests) == 0 {
 		return nil
 	}
 	var served []*request
 	labels := r.requestersLabels(ctx, pool, requests)
-	carried, err := r.carriedFor(ctx, pool, requests, v.enactments)
+	carried, err := r.carriedFor(ctx, pool, requests, v.holdings.records)
 	if err != nil {
 		return err
 	}

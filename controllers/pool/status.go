@@ -39,16 +39,16 @@ type view struct {
 	// waiting lists enactments that failed because the pool was full, as
 	// "node03 (policy static-ip)"; waitingNames names them.
 	waiting, waitingNames []string
-	// enactments are all the enactments the view was built from.
-	enactments []nncev1beta1.NodeNetworkConfigurationEnactment
+	// holdings are what the view was built from.
+	holdings holdings
 }
 
-// viewOf builds the view of pool from its allocator and the enactments.
-func viewOf(pool string, alloc *ippool.Allocator, enactments []nncev1beta1.NodeNetworkConfigurationEnactment) view {
-	claims := poolstatus.Holders(pool, alloc.Range(), enactments)
-	waiting, names := waitingFor(pool, enactments)
+// viewOf builds the view of pool from its allocator and the holdings.
+func viewOf(pool string, alloc *ippool.Allocator, hs holdings) view {
+	claims := poolstatus.Holders(pool, alloc.Range(), hs.records)
+	waiting, names := waitingFor(pool, hs.enactments)
 	return view{claims: claims, audit: poolstatus.AuditPool(pool, alloc, claims), waiting: waiting, waitingNames: names,
-		enactments: enactments}
+		holdings: hs}
 }
 
 // waitingFor describes and names the enactments Failing with

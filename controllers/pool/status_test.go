@@ -15,6 +15,7 @@ import (
 
 	ippoolv1 "github.com/nmstate-ippool/nmstate-ippool/api/v1"
 	nncev1beta1 "github.com/nmstate-ippool/nmstate-ippool/api/v1beta1"
+	"github.com/nmstate-ippool/nmstate-ippool/internal/holder"
 	"github.com/nmstate-ippool/nmstate-ippool/internal/poolstatus"
 	"github.com/nmstate-ippool/nmstate-ippool/pkg/ippool"
 )
@@ -65,7 +66,7 @@ func TestAvailabilityOf(t *testing.T) {
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			pool := &ippoolv1.NodeIPPool{ObjectMeta: metav1.ObjectMeta{Name: "p"}}
-			if got := availabilityOf(pool, full, viewOf("p", full, tt.enactments)); got != tt.want {
+			if got := availabilityOf(pool, full, viewOf("p", full, holdings{tt.enactments, holder.OfEnactments(tt.enactments)})); got != tt.want {
 				t.Errorf("got  %+v\nwant %+v", got, tt.want)
 			}
 		})
@@ -134,8 +135,8 @@ func TestCollectUnclaimed(t *testing.T) {
 	for _, off := range []uint64{0, 1, 2, 3, 4, 6} {
 		_ = alloc.Allocate(off)
 	}
-	claims := poolstatus.ClaimsOf("p", alloc.Range(), []nncev1beta1.NodeNetworkConfigurationEnactment{
-		holding("n1.pol", ippoolv1.EnactmentIPPools{"p": {Allocated: []string{"10.0.0.2"}}})})
+	claims := poolstatus.ClaimsOf("p", alloc.Range(), holder.OfEnactments([]nncev1beta1.NodeNetworkConfigurationEnactment{
+		holding("n1.pol", ippoolv1.EnactmentIPPools{"p": {Allocated: []string{"10.0.0.2"}}})}))
 	pool := &ippoolv1.NodeIPPool{}
 	poolstatus.AddInFlight(pool, ippoolv1.InFlightAddress{IP: "10.0.0.4", Holder: "n2.pol", Token: "7"})
 	poolstatus.AddQuarantine(pool, ippoolv1.QuarantinedAddress{IP: "10.0.0.5", Node: "n3"})
@@ -228,7 +229,7 @@ func TestReservationsOf(t *testing.T) {
 				t.Fatal(err)
 			}
 			alloc := ippool.NewAllocator(rng)
-			claims := poolstatus.Holders("pool", rng, tt.enactments)
+			claims := poolstatus.Holders("pool", rng, holder.OfEnactments(tt.enactments))
 			for ip := range claims {
 				_ = alloc.AllocateIP(ip)
 			}

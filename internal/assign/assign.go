@@ -42,16 +42,17 @@ import (
 	"k8s.io/apimachinery/pkg/labels"
 
 	ippoolv1 "github.com/nmstate-ippool/nmstate-ippool/api/v1"
+	"github.com/nmstate-ippool/nmstate-ippool/internal/holder"
 	"github.com/nmstate-ippool/nmstate-ippool/internal/poolstatus"
 	"github.com/nmstate-ippool/nmstate-ippool/pkg/ippool"
 )
 
 // Claimant is the owner an address is chosen for.
 type Claimant struct {
-	// Enactment is the enactment that will record the address,
-	// "<node>.<policy>".
-	Enactment string
-	// Node and Policy are the enactment's node and policy.
+	// Holder is the holder that will record the address.
+	Holder holder.Ref
+	// Node and Policy are the node and the policy the address is applied
+	// for; empty for a claim.
 	Node, Policy string
 	// Labels returns the node's labels; it is called only when the pool
 	// has a reservation by label selector. Nil, or a nil result, matches no
@@ -349,7 +350,7 @@ func (c *Chooser) Done() {
 // for it; nothing changes then.
 func (c *Chooser) Take(cl Claimant, captureName string) (Taken, error) {
 	rng := c.alloc.Range()
-	if q := c.returning(cl.Enactment, captureName); q != nil {
+	if q := c.returning(cl.Holder.String(), captureName); q != nil {
 		// The in-flight entry names the quarantine (Taken.InFlight): a
 		// return that is not recorded goes back to it.
 		ip, _ := netip.ParseAddr(q.IP)
@@ -359,7 +360,7 @@ func (c *Chooser) Take(cl Claimant, captureName string) (Taken, error) {
 		return Taken{IP: ip, offset: off, returned: &entry}, nil
 	}
 	if i := slices.IndexFunc(c.kept, func(k keptOffset) bool {
-		return k.entry.HolderName() == cl.Enactment && k.entry.Capture == captureName
+		return k.entry.HolderName() == cl.Holder.String() && k.entry.Capture == captureName
 	}); i >= 0 {
 		return c.takeKept(i, false), nil
 	}
@@ -392,8 +393,8 @@ func (c *Chooser) Take(cl Claimant, captureName string) (Taken, error) {
 // InFlight returns the in-flight entry of t, taken for enactment under
 // token: it names the quarantine a returned address came from, and the
 // kept entry a kept one came from.
-func (t Taken) InFlight(enactment, token string, since metav1.Time) ippoolv1.InFlightAddress {
-	return ippoolv1.InFlightAddress{IP: t.IP.String(), Holder: enactment, Token: token, Since: since, Returning: t.returned, Kept: t.kept}
+func (t Taken) InFlight(h holder.Ref, token string, since metav1.Time) ippoolv1.InFlightAddress {
+	return ippoolv1.InFlightAddress{IP: t.IP.String(), Holder: h.String(), Token: token, Since: since, Returning: t.returned, Kept: t.kept}
 }
 
 // Give undoes a Take whose address will not be written after all.

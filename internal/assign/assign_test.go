@@ -10,6 +10,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	ippoolv1 "github.com/nmstate-ippool/nmstate-ippool/api/v1"
+	"github.com/nmstate-ippool/nmstate-ippool/internal/holder"
 	"github.com/nmstate-ippool/nmstate-ippool/internal/poolstatus"
 	"github.com/nmstate-ippool/nmstate-ippool/pkg/ippool"
 )
@@ -28,7 +29,7 @@ func testPool(reservations ...ippoolv1.Reservation) (*ippoolv1.NodeIPPool, *ippo
 }
 
 func claimant(node string, labels map[string]string) Claimant {
-	return Claimant{Enactment: node + ".policy", Node: node, Policy: "policy", Labels: func() map[string]string { return labels }}
+	return Claimant{Holder: holder.ForEnactment(node + ".policy"), Node: node, Policy: "policy", Labels: func() map[string]string { return labels }}
 }
 
 func TestTakeOrder(t *testing.T) {
@@ -233,7 +234,7 @@ func TestKeptTakenThenUnrecorded(t *testing.T) {
 		t.Fatalf("the returning node got %v, %v; want its kept 10.0.0.3", tk.IP, err)
 	}
 	c.Done()
-	e := tk.InFlight("back.policy", "42", metav1.Unix(1_700_000_100, 0))
+	e := tk.InFlight(holder.ForEnactment("back.policy"), "42", metav1.Unix(1_700_000_100, 0))
 	if e.Kept == nil || *e.Kept != kept {
 		t.Fatalf("in-flight entry %+v does not name the kept entry %+v", e, kept)
 	}

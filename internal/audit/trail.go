@@ -60,7 +60,7 @@ func (c Change) Sentence() string {
 	if c.Holder != (holder.Ref{}) {
 		fmt.Fprintf(&b, ", holder %s", c.Holder.Title())
 	}
-	if c.Node != "" && c.Holder.Node == "" {
+	if c.Node != "" && c.Holder.Kind != holder.PolicyNode { // a node of a pooled policy names its node
 		fmt.Fprintf(&b, " on node %s", c.Node)
 	}
 	if c.Reason != "" {

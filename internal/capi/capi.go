@@ -6,29 +6,21 @@
 // either.
 //
 // The IPAddress objects are the durable records of the addresses claims
-// hold, as enactments' status.ippool are for nodes. Records presents each
-// as a record the pool's index is rebuilt from and every check counts in
-// (poolstatus.ClaimsOf): one uniqueness domain for nodes and claims. A
+// hold, as enactments' status.ippool are for nodes. holder.List presents
+// each as a record the pool's index is rebuilt from and every check counts
+// in (poolstatus.ClaimsOf): one uniqueness domain for nodes and claims. A
 // missing CRD is not an error: no claim can hold an address then.
 package capi
 
 import (
-	"context"
 	"fmt"
 	"net/netip"
 
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
-
 	"k8s.io/apimachinery/pkg/api/meta"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
-	"k8s.io/apimachinery/pkg/types"
-	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	ippoolv1 "github.com/nmstate-ippool/nmstate-ippool/api/v1"
-	nncev1beta1 "github.com/nmstate-ippool/nmstate-ippool/api/v1beta1"
-	"github.com/nmstate-ippool/nmstate-ippool/internal/holder"
 )
 
 const (
@@ -157,86 +149,6 @@ func AddressOf(u *unstructured.Unstructured) Address {
 	ip, _ := netip.ParseAddr(s)
 	return Address{Namespace: u.GetNamespace(), Name: u.GetName(), Claim: claim, Pool: PoolRefOf(u), IP: ip,
 		Prefix: prefix, Gateway: gateway, Terminating: u.GetDeletionTimestamp() != nil}
-}
-
-// Records lists the IPAddresses of NodeIPPools through reader and returns
-// each as the record of its claim: an enactment named
-// holder.ForClaim(namespace, claim) that holds the address under
-// the pool's name. An IPAddress being deleted still holds its address.
-// Without the CRD there are none.
-//
-// Only an IPAddress signer signed for the claim that controls it, and
-// that claim exists, is a claim's record. Any other naming a pool (made by
-// someone else, or restored from a backup that dropped its owner) is
-// returned as the record of holder.ForIPAddress: it keeps its
-// address from being handed out, and holds it against nobody (see
-// poolstatus.Owner.Unrecognized). A nil signer recognizes every one.
-func Records(ctx context.Context, reader client.Reader, signer *Signer) ([]nncev1beta1.NodeNetworkConfigurationEnactment, error) {
-	for _, v := range Versions {
-		list := NewAddressList(v)
-		err := reader.List(ctx, list)
-		if isMissing(err) {
-			continue
-		}
-		if err != nil {
-			return nil, fmt.Errorf("list IPAddresses: %w", err)
-		}
-		claims := map[types.NamespacedName]types.UID{}
-		if signer != nil && len(list.Items) > 0 {
-			cl := NewClaimList(v)
-			if err := reader.List(ctx, cl); err != nil {
-				return nil, fmt.Errorf("list IPAddressClaims: %w", err)
-			}
-			for i := range cl.Items {
-				claims[client.ObjectKeyFromObject(&cl.Items[i])] = cl.Items[i].GetUID()
-			}
-		}
-		return recordsOf(list.Items, func(u *unstructured.Unstructured) bool {
-			if signer == nil {
-				return true
-			}
-			uid := claims[types.NamespacedName{Namespace: u.GetNamespace(), Name: AddressOf(u).Claim}]
-			return signer.Signed(u, uid)
-		}), nil
-	}
-	return nil, nil
-}
-
-// isMissing reports whether err says the kind is not served.
-func isMissing(err error) bool {
-	if err == nil {
-		return false
-	}
-	return meta.IsNoMatchError(err) || apierrors.IsNotFound(err)
-}
-
-func recordsOf(items []unstructured.Unstructured, recognized func(*unstructured.Unstructured) bool) []nncev1beta1.NodeNetworkConfigurationEnactment {
-	out := make([]nncev1beta1.NodeNetworkConfigurationEnactment, 0, len(items))
-	for i := range items {
-		a := AddressOf(&items[i])
-		if !a.Pool.Ours() || !a.IP.IsValid() {
-			continue
-		}
-		name := holder.ForClaim(a.Namespace, a.Claim).String()
-		if !recognized(&items[i]) {
-			name = holder.ForIPAddress(a.Namespace, a.Name).String()
-		}
-		e := nncev1beta1.NodeNetworkConfigurationEnactment{ObjectMeta: metav1.ObjectMeta{Name: name}}
-		e.Status.IPPool = ippoolv1.EnactmentIPPools{a.Pool.Name: {Allocated: []string{a.IP.String()}}}
-		out = append(out, e)
-	}
-	return out
-}
-
-// WithRecords appends the claims' records to enactments (Records): the
-// list every decision about a pool's holders takes.
-func WithRecords(ctx context.Context, reader client.Reader, signer *Signer,
-	enactments []nncev1beta1.NodeNetworkConfigurationEnactment) ([]nncev1beta1.NodeNetworkConfigurationEnactment, error) {
-	records, err := Records(ctx, reader, signer)
-	if err != nil || len(records) == 0 {
-		return enactments, err
-	}
-	return append(enactments[:len(enactments):len(enactments)], records...), nil
 }
 
 // The conditions of a claim and their reasons. Ready and its False

@@ -1,8 +1,16 @@
-// Package holder names what an address of a pool is held for, in one
-// place: a kind, and the names that find it. The pool's entries and the
-// records the pool controller reads name a holder by a string (see the
-// holder field of api/v1's entries); Parse reads that string once, and
-// Ref.String writes it.
+// Package holder is the one model of what holds an address of a pool,
+// whatever its kind: an enactment (handler mode), a node of a pooled
+// policy (companion mode), a Cluster API claim, or an IPAddress this
+// provider did not make.
+//
+// A Ref names a holder: its kind and the names that find it. The pool's
+// entries name a holder by a string (the holder field of api/v1's
+// entries); Parse reads that string once, and Ref.String writes it.
+//
+// A Record is a holder's durable record of the addresses it holds, read
+// from wherever its kind keeps it. List is the one way to read every
+// holder's record: the pool controller, the claim controller, the range
+// webhook and the plugin all count the same holders.
 package holder
 
 import "strings"
@@ -41,12 +49,20 @@ type Ref struct {
 	// Name is the enactment's, the pooled policy's, the claim's or the
 	// IPAddress's.
 	Name string
-	// Node is a PolicyNode's node.
+	// Node is a PolicyNode's node, or an Enactment's: the part of its
+	// name "<node>.<policy>" before the last dot (node names may hold
+	// dots, policy names none); empty for the other kinds.
 	Node string
 }
 
 // ForEnactment is the holder that is the enactment name.
-func ForEnactment(name string) Ref { return Ref{Kind: Enactment, Name: name} }
+func ForEnactment(name string) Ref {
+	r := Ref{Kind: Enactment, Name: name}
+	if i := strings.LastIndex(name, "."); i > 0 {
+		r.Node = name[:i]
+	}
+	return r
+}
 
 // ForPolicyNode is the holder of the addresses a pooled policy holds for
 // one node.
@@ -111,4 +127,14 @@ func (r Ref) Title() string {
 		return "IPAddress " + r.Namespace + "/" + r.Name + " (not made by this provider for a claim)"
 	}
 	return "enactment " + r.Name
+}
+
+// MarshalText writes the holder's name (String), so that JSON names a
+// holder as pools' entries do.
+func (r Ref) MarshalText() ([]byte, error) { return []byte(r.String()), nil }
+
+// UnmarshalText reads a holder's name (Parse).
+func (r *Ref) UnmarshalText(b []byte) error {
+	*r = Parse(string(b))
+	return nil
 }

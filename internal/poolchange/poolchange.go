@@ -21,7 +21,6 @@ import (
 	"k8s.io/apimachinery/pkg/util/validation/field"
 
 	ippoolv1 "github.com/nmstate-ippool/nmstate-ippool/api/v1"
-	nncev1beta1 "github.com/nmstate-ippool/nmstate-ippool/api/v1beta1"
 	"github.com/nmstate-ippool/nmstate-ippool/internal/assign"
 	"github.com/nmstate-ippool/nmstate-ippool/internal/holder"
 	"github.com/nmstate-ippool/nmstate-ippool/internal/poolstatus"
@@ -45,13 +44,13 @@ const (
 type Holding struct {
 	IP   netip.Addr `json:"ip"`
 	Kind Kind       `json:"kind"`
-	// Node, Enactment, Policy, Capture and Interface name the holder, as
+	// Node, Holder, Policy, Capture and Interface name the holder, as
 	// far as they are known (a quarantined address has no capture).
-	Node      string `json:"node,omitempty"`
-	Enactment string `json:"enactment,omitempty"`
-	Policy    string `json:"policy,omitempty"`
-	Capture   string `json:"capture,omitempty"`
-	Interface string `json:"interface,omitempty"`
+	Node      string     `json:"node,omitempty"`
+	Holder    holder.Ref `json:"holder,omitzero"`
+	Policy    string     `json:"policy,omitempty"`
+	Capture   string     `json:"capture,omitempty"`
+	Interface string     `json:"interface,omitempty"`
 }
 
 // Describe names the holding for messages: "10.10.10.3 held by node n1
@@ -71,7 +70,7 @@ func (h Holding) Describe() string {
 		verb = "quarantined after"
 	}
 	name := "node " + cmp.Or(h.Node, "?")
-	switch ref := holder.Parse(h.Enactment); ref.Kind {
+	switch ref := h.Holder; ref.Kind {
 	case holder.Claim:
 		name = ref.Title()
 	case holder.PolicyNode:
@@ -88,12 +87,12 @@ func (h Holding) Describe() string {
 // enactments record under that name, and the in-flight and quarantine
 // entries of the stored pool (nil when there is none: a pool about to be
 // created, whose name enactments may still record from an earlier pool).
-func Holdings(name string, stored *ippoolv1.NodeIPPool, enactments []nncev1beta1.NodeNetworkConfigurationEnactment) []Holding {
+func Holdings(name string, stored *ippoolv1.NodeIPPool, records []holder.Record) []Holding {
 	var out []Holding
-	claims := poolstatus.ClaimsOf(name, nil, enactments)
+	claims := poolstatus.ClaimsOf(name, nil, records)
 	for _, ip := range claims.Addrs() {
 		for _, o := range claims.Recognized(ip) {
-			out = append(out, Holding{IP: ip, Kind: Recorded, Node: o.Node, Enactment: o.Enactment,
+			out = append(out, Holding{IP: ip, Kind: Recorded, Node: o.Node, Holder: o.Holder,
 				Policy: o.Policy, Capture: o.Capture, Interface: o.Interface})
 		}
 	}
@@ -102,31 +101,16 @@ func Holdings(name string, stored *ippoolv1.NodeIPPool, enactments []nncev1beta1
 	}
 	for _, f := range stored.Status.InFlight {
 		if ip, err := netip.ParseAddr(f.IP); err == nil && len(claims.Recognized(ip)) == 0 {
-			out = append(out, Holding{IP: ip, Kind: InFlight, Enactment: f.HolderName(), Node: nodeOf(f.HolderName())})
+			out = append(out, Holding{IP: ip, Kind: InFlight, Holder: holder.Parse(f.HolderName()), Node: holder.Parse(f.HolderName()).Node})
 		}
 	}
 	for _, q := range stored.Status.Quarantined {
 		if ip, err := netip.ParseAddr(q.IP); err == nil && len(claims.Recognized(ip)) == 0 {
-			out = append(out, Holding{IP: ip, Kind: Quarantined, Node: q.Node, Enactment: q.HolderName(), Capture: q.Capture})
+			out = append(out, Holding{IP: ip, Kind: Quarantined, Node: q.Node, Holder: holder.Parse(q.HolderName()), Capture: q.Capture})
 		}
 	}
 	slices.SortStableFunc(out, func(a, b Holding) int { return a.IP.Compare(b.IP) })
 	return out
-}
-
-// nodeOf returns the node of an enactment name "<node>.<policy>"; node
-// names may hold dots, policy names may not.
-func nodeOf(enactment string) string {
-	switch h := holder.Parse(enactment); h.Kind {
-	case holder.PolicyNode:
-		return h.Node
-	case holder.Claim:
-		return ""
-	}
-	if i := strings.LastIndex(enactment, "."); i > 0 {
-		return enactment[:i]
-	}
-	return ""
 }
 
 // Verdict is what a proposed pool does to one holding.

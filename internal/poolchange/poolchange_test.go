@@ -11,6 +11,7 @@ import (
 
 	ippoolv1 "github.com/nmstate-ippool/nmstate-ippool/api/v1"
 	nncev1beta1 "github.com/nmstate-ippool/nmstate-ippool/api/v1beta1"
+	"github.com/nmstate-ippool/nmstate-ippool/internal/holder"
 )
 
 func pool(name, cidr, start, end string, exclude ...string) *ippoolv1.NodeIPPool {
@@ -42,7 +43,7 @@ func TestAssess(t *testing.T) {
 		holding("n1", "p", "10.0.0.10"), holding("n2", "p", "10.0.0.12"),
 		holding("other", "q", "10.0.0.11"), // another pool's record: not this pool's holding
 	}
-	holdings := Holdings("p", stored, enactments)
+	holdings := Holdings("p", stored, holder.OfEnactments(enactments))
 	if len(holdings) != 4 || holdings[1].Kind != Recorded || holdings[2].Kind != InFlight || holdings[2].Node != "n3" ||
 		holdings[3].Kind != Quarantined {
 		t.Fatalf("holdings %+v", holdings)
@@ -101,7 +102,7 @@ func TestAssess(t *testing.T) {
 
 func TestAssessOffsetsAndSummary(t *testing.T) {
 	stored := pool("p", "10.0.0.0/24", "10.0.0.10", "10.0.0.20")
-	holdings := Holdings("p", stored, []nncev1beta1.NodeNetworkConfigurationEnactment{holding("n1", "p", "10.0.0.12")})
+	holdings := Holdings("p", stored, holder.OfEnactments([]nncev1beta1.NodeNetworkConfigurationEnactment{holding("n1", "p", "10.0.0.12")}))
 	a, err := Assess(pool("p", "10.0.0.0/24", "10.0.0.2", "10.0.0.20"), stored, holdings, nil)
 	if err != nil {
 		t.Fatal(err)
@@ -122,8 +123,8 @@ func TestAssessOffsetsAndSummary(t *testing.T) {
 // A pool about to be created (re-created after a deletion) takes over the
 // records its name still has: those outside its range move.
 func TestAssessRecreated(t *testing.T) {
-	holdings := Holdings("p", nil, []nncev1beta1.NodeNetworkConfigurationEnactment{
-		holding("n1", "p", "10.0.0.12"), holding("n2", "p", "10.0.0.99")})
+	holdings := Holdings("p", nil, holder.OfEnactments([]nncev1beta1.NodeNetworkConfigurationEnactment{
+		holding("n1", "p", "10.0.0.12"), holding("n2", "p", "10.0.0.99")}))
 	a, err := Assess(pool("p", "10.0.0.0/24", "10.0.0.10", "10.0.0.11"), nil, holdings, nil)
 	if err != nil {
 		t.Fatal(err)
@@ -174,15 +175,12 @@ func TestHoldingDescribe(t *testing.T) {
 	if got := h.Describe(); got != "fd00::5 quarantined after node n1" {
 		t.Errorf("describe %q", got)
 	}
-	if got := nodeOf("node.with.dots.policy"); got != "node.with.dots" {
-		t.Errorf("node of enactment %q", got)
-	}
 }
 
 // A new pool may renumber its holders and overlap others (the controller
 // refuses the newer pool); only its reservations are refused.
 func TestRefusalsOfANewPool(t *testing.T) {
-	holdings := Holdings("p", nil, []nncev1beta1.NodeNetworkConfigurationEnactment{holding("n1", "p", "10.0.0.99")})
+	holdings := Holdings("p", nil, holder.OfEnactments([]nncev1beta1.NodeNetworkConfigurationEnactment{holding("n1", "p", "10.0.0.99")}))
 	a, err := Assess(pool("p", "10.0.0.0/24", "10.0.0.10", "10.0.0.20"), nil, holdings,
 		[]ippoolv1.NodeIPPool{*pool("q", "10.0.0.0/24", "10.0.0.15", "10.0.0.30")})
 	if err != nil {
@@ -201,7 +199,7 @@ func TestRefusalsOfANewPool(t *testing.T) {
 func TestAssessTrimAndIPv6(t *testing.T) {
 	stored := pool("p", "10.0.0.0/24", "10.0.0.10", "10.0.0.30")
 	stored.Status.Quarantined = []ippoolv1.QuarantinedAddress{{IP: "10.0.0.25", Node: "gone"}}
-	holdings := Holdings("p", stored, []nncev1beta1.NodeNetworkConfigurationEnactment{holding("n1", "p", "10.0.0.12")})
+	holdings := Holdings("p", stored, holder.OfEnactments([]nncev1beta1.NodeNetworkConfigurationEnactment{holding("n1", "p", "10.0.0.12")}))
 	a, err := Assess(pool("p", "10.0.0.0/24", "10.0.0.10", "10.0.0.20"), stored, holdings, nil)
 	if err != nil {
 		t.Fatal(err)
@@ -217,7 +215,7 @@ func TestAssessTrimAndIPv6(t *testing.T) {
 	}
 
 	v6 := pool("p6", "fd00::/64", "fd00::10", "fd00::20")
-	holdings = Holdings("p6", v6, []nncev1beta1.NodeNetworkConfigurationEnactment{holding("n1", "p6", "fd00::11")})
+	holdings = Holdings("p6", v6, holder.OfEnactments([]nncev1beta1.NodeNetworkConfigurationEnactment{holding("n1", "p6", "fd00::11")}))
 	a, err = Assess(pool("p6", "fd00::/64", "fd00::1", "fd00::ffff"), v6, holdings, nil)
 	if err != nil {
 		t.Fatal(err)

@@ -8,8 +8,6 @@ import (
 	"slices"
 	"strings"
 
-	"github.com/nmstate/kubernetes-nmstate/api/shared"
-
 	ippoolv1 "github.com/nmstate-ippool/nmstate-ippool/api/v1"
 	nncev1beta1 "github.com/nmstate-ippool/nmstate-ippool/api/v1beta1"
 	"github.com/nmstate-ippool/nmstate-ippool/internal/holder"
@@ -18,11 +16,10 @@ import (
 	"github.com/nmstate-ippool/nmstate-ippool/pkg/nmstatectl"
 )
 
-// Owner is one holder of an address: an enactment, and where in it the
-// address is used.
+// Owner is one holder of an address, and where it uses the address.
 type Owner struct {
-	Enactment string `json:"enactment"`
-	// Pool is the pool the enactment records the address under; another
+	Holder holder.Ref `json:"holder"`
+	// Pool is the pool the holder records the address under; another
 	// pool's name when the pools overlap.
 	Pool   string `json:"pool,omitempty"`
 	Node   string `json:"node,omitempty"`
@@ -65,7 +62,7 @@ func (o Owner) String() string { return o.Describe(o.Pool) }
 func (o Owner) Describe(pool string) string {
 	o = o.detailed()
 	var b strings.Builder
-	switch h := holder.Parse(o.Enactment); h.Kind {
+	switch h := o.Holder; h.Kind {
 	case holder.PolicyNode:
 		b.WriteString("node " + h.Node)
 		if o.Capture != "" {
@@ -93,7 +90,7 @@ func (o Owner) Describe(pool string) string {
 	case o.Capture != "":
 		b.WriteString(" and capture " + o.Capture)
 	}
-	b.WriteString(" (enactment " + o.Enactment)
+	b.WriteString(" (enactment " + o.Holder.Name)
 	if o.Pool != "" && o.Pool != pool {
 		b.WriteString(", NodeIPPool " + o.Pool)
 	}
@@ -106,7 +103,7 @@ func (o Owner) Describe(pool string) string {
 // node (on the policy generated for it), or delete a claim (whose
 // infrastructure provider asks again).
 func (o Owner) Remedy(pool string) string {
-	switch h := holder.Parse(o.Enactment); h.Kind {
+	switch h := o.Holder; h.Kind {
 	case holder.PolicyNode:
 		return fmt.Sprintf("kubectl annotate nncp %s %s=%s", ippoolv1.NodePolicyName(h.Name, h.Node),
 			ippoolv1.ResetIPPoolAnnotation, cmp.Or(o.Pool, pool))
@@ -115,60 +112,62 @@ func (o Owner) Remedy(pool string) string {
 	case holder.IPAddress:
 		return fmt.Sprintf("kubectl -n %s delete ipaddress %s", h.Namespace, h.Name)
 	}
-	return fmt.Sprintf("kubectl annotate nnce %s %s=%s", o.Enactment, ippoolv1.ResetIPPoolAnnotation, cmp.Or(o.Pool, pool))
+	return fmt.Sprintf("kubectl annotate nnce %s %s=%s", o.Holder.Name, ippoolv1.ResetIPPoolAnnotation, cmp.Or(o.Pool, pool))
 }
 
-// Claims maps every address that enactments record on one pool to its
-// owners, sorted by enactment.
+// Claims maps every address that holders record on one pool to its
+// owners, sorted by holder.
 type Claims map[netip.Addr][]Owner
 
-// ClaimsOf collects the claims on pool from enactments: every address
+// ClaimsOf collects the claims on pool from records: every address
 // recorded under the pool's name, and every address recorded under another
 // pool's name that lies within rng (overlapping pools, a deleted pool whose
 // holders still carry its addresses). Uniqueness is cluster-wide, so a
 // pool never hands out an address another pool's record holds. A nil rng
 // collects the pool's own records only. Unparseable addresses are ignored:
 // no bit can stand for them.
-func ClaimsOf(pool string, rng *ippool.Range, enactments []nncev1beta1.NodeNetworkConfigurationEnactment) Claims {
-	return claimsOf(pool, rng, enactments, true)
+func ClaimsOf(pool string, rng *ippool.Range, records []holder.Record) Claims {
+	return claimsOf(pool, rng, records, true)
 }
 
 // Holders is ClaimsOf without where in its enactment each owner uses the
-// address (Capture and Interface are left out, and found only when an
-// owner is described): it parses no YAML, for the decisions a controller
-// takes at every reconcile of a pool with a thousand holders. The
-// enactments must not change while the claims are used.
-func Holders(pool string, rng *ippool.Range, enactments []nncev1beta1.NodeNetworkConfigurationEnactment) Claims {
-	return claimsOf(pool, rng, enactments, false)
+// address (Capture and Interface of enactments are left out, and found
+// only when an owner is described): it parses no YAML, for the decisions a
+// controller takes at every reconcile of a pool with a thousand holders.
+// The records must not change while the claims are used.
+func Holders(pool string, rng *ippool.Range, records []holder.Record) Claims {
+	return claimsOf(pool, rng, records, false)
 }
 
-func claimsOf(pool string, rng *ippool.Range, enactments []nncev1beta1.NodeNetworkConfigurationEnactment, detailed bool) Claims {
+func claimsOf(pool string, rng *ippool.Range, records []holder.Record, detailed bool) Claims {
 	c := Claims{}
-	for i := range enactments {
-		e := &enactments[i]
+	for i := range records {
+		r := &records[i]
 		var captures, interfaces map[netip.Addr]string
-		for _, name := range slices.Sorted(maps.Keys(e.Status.IPPool)) {
-			for _, s := range e.Status.IPPool[name].Held() {
+		for _, name := range slices.Sorted(maps.Keys(r.Pools)) {
+			for _, s := range r.Pools[name].Held() {
 				ip, err := netip.ParseAddr(s)
-				if err != nil || !concerns(pool, rng, name, ip) ||
-					slices.ContainsFunc(c[ip], func(o Owner) bool { return o.Enactment == e.Name }) {
+				if err != nil || !concerns(pool, rng, name, ip) || c.HeldBy(ip, r.Holder) {
 					continue
 				}
-				o := Owner{Enactment: e.Name, Pool: name, Node: e.Labels[shared.EnactmentNodeLabel],
-					Policy: e.Labels[shared.EnactmentPolicyLabel], from: e, ip: ip}
-				o.Unrecognized = holder.Parse(e.Name).Kind == holder.IPAddress
-				if detailed {
+				o := Owner{Holder: r.Holder, Pool: name, Node: r.Node, Policy: r.Policy,
+					Capture: r.Captures[ip], Unrecognized: r.Holder.Kind == holder.IPAddress}
+				switch e := r.Enactment; {
+				case e == nil:
+				case detailed:
 					if captures == nil {
 						captures, interfaces = capturesByIP(e), nmstatectl.Carriers(e.Status.DesiredState.Raw)
 					}
-					o.Capture, o.Interface, o.from, o.ip = captures[ip], interfaces[ip], nil, netip.Addr{}
+					o.Capture, o.Interface = captures[ip], interfaces[ip]
+				default:
+					o.from, o.ip = e, ip
 				}
 				c[ip] = append(c[ip], o)
 			}
 		}
 	}
 	for _, owners := range c {
-		slices.SortFunc(owners, func(a, b Owner) int { return strings.Compare(a.Enactment, b.Enactment) })
+		slices.SortFunc(owners, func(a, b Owner) int { return strings.Compare(a.Holder.String(), b.Holder.String()) })
 	}
 	return c
 }
@@ -208,9 +207,9 @@ func (c Claims) Unrecognized() []netip.Addr {
 	return out
 }
 
-// HeldBy returns whether enactment claims ip.
-func (c Claims) HeldBy(ip netip.Addr, enactment string) bool {
-	return slices.ContainsFunc(c[ip], func(o Owner) bool { return o.Enactment == enactment })
+// HeldBy returns whether h claims ip.
+func (c Claims) HeldBy(ip netip.Addr, h holder.Ref) bool {
+	return slices.ContainsFunc(c[ip], func(o Owner) bool { return o.Holder == h })
 }
 
 // Addrs returns the claimed addresses in order.

@@ -36,13 +36,13 @@ func TestClaimsOf(t *testing.T) {
 			map[string]string{"v4": "ip: 10.0.0.1\nprefix-length: 24\n", "v6": `{"ip":"fd00::5","prefix-length":64}`},
 			"interfaces:\n- name: eth1\n  ipv4:\n    address:\n    - ip: 10.0.0.1\n  ipv6:\n    address:\n    - ip: fd00::5\n"),
 	}
-	got := ClaimsOf("a", nil, enactments)
+	got := ClaimsOf("a", nil, holder.OfEnactments(enactments))
 	want := Claims{
 		netip.MustParseAddr("10.0.0.1"): {
-			{Enactment: "n1.p", Pool: "a", Node: "n1", Policy: "p", Capture: "v4", Interface: "eth1"},
-			{Enactment: "n2.p", Pool: "a", Node: "n2", Policy: "p", Interface: "eth2"},
+			{Holder: holder.ForEnactment("n1.p"), Pool: "a", Node: "n1", Policy: "p", Capture: "v4", Interface: "eth1"},
+			{Holder: holder.ForEnactment("n2.p"), Pool: "a", Node: "n2", Policy: "p", Interface: "eth2"},
 		},
-		netip.MustParseAddr("fd00::5"): {{Enactment: "n1.p", Pool: "a", Node: "n1", Policy: "p", Capture: "v6", Interface: "eth1"}},
+		netip.MustParseAddr("fd00::5"): {{Holder: holder.ForEnactment("n1.p"), Pool: "a", Node: "n1", Policy: "p", Capture: "v6", Interface: "eth1"}},
 	}
 	if !reflect.DeepEqual(got, want) {
 		t.Errorf("claims\n got %+v\nwant %+v", got, want)
@@ -52,14 +52,14 @@ func TestClaimsOf(t *testing.T) {
 	}
 	// Holders finds the same owners, and names where they use the address
 	// only when described.
-	holders := Holders("a", nil, enactments)
+	holders := Holders("a", nil, holder.OfEnactments(enactments))
 	for ip, owners := range want {
 		if len(holders[ip]) != len(owners) {
 			t.Fatalf("holders of %s: %+v, want %+v", ip, holders[ip], owners)
 		}
 		for i, o := range owners {
 			h := holders[ip][i]
-			if h.Enactment != o.Enactment || h.Pool != o.Pool || h.Node != o.Node || h.Capture != "" || h.Interface != "" {
+			if h.Holder != o.Holder || h.Pool != o.Pool || h.Node != o.Node || h.Capture != "" || h.Interface != "" {
 				t.Errorf("holder %+v, want %+v without capture and interface", h, o)
 			}
 			if h.String() != o.String() || h.Describe("z") != o.Describe("z") {
@@ -70,14 +70,14 @@ func TestClaimsOf(t *testing.T) {
 	// With its range, pool "c" (10.1.0.0/24) also sees what n1 records
 	// under "b": uniqueness is cluster-wide, whatever the pool's name.
 	rng := ippool.MustNewRange(ippool.Spec{CIDR: "10.1.0.0/24"})
-	cross := ClaimsOf("c", rng, enactments)
+	cross := ClaimsOf("c", rng, holder.OfEnactments(enactments))
 	if owners := cross[netip.MustParseAddr("10.1.0.1")]; len(cross) != 1 || len(owners) != 1 || owners[0].Pool != "b" {
 		t.Errorf("cross-pool claims %+v, want 10.1.0.1 held by n1.p under pool b", cross)
 	}
-	if s := (Owner{Enactment: "x", Capture: "c"}).String(); s != "node ? and capture c (enactment x)" {
+	if s := (Owner{Holder: holder.ForEnactment("x"), Capture: "c"}).String(); s != "node ? and capture c (enactment x)" {
 		t.Errorf("owner without node and interface reads %q", s)
 	}
-	if s := (Owner{Enactment: "x", Pool: "b", Node: "n"}).Describe("a"); s != "node n (enactment x, NodeIPPool b)" {
+	if s := (Owner{Holder: holder.ForEnactment("x"), Pool: "b", Node: "n"}).Describe("a"); s != "node n (enactment x, NodeIPPool b)" {
 		t.Errorf("owner of another pool reads %q", s)
 	}
 }
@@ -88,13 +88,13 @@ func TestAuditPool(t *testing.T) {
 	for _, off := range []uint64{0, 1, 8} { // .1 .2 .9
 		_ = alloc.Allocate(off)
 	}
-	claims := ClaimsOf("a", rng, []nncev1beta1.NodeNetworkConfigurationEnactment{
+	claims := ClaimsOf("a", rng, holder.OfEnactments([]nncev1beta1.NodeNetworkConfigurationEnactment{
 		enactment("n1", "p", ippoolv1.EnactmentIPPools{"a": {Allocated: []string{"10.0.0.1", "10.0.0.3"}}}, nil, ""),
 		enactment("n2", "p", ippoolv1.EnactmentIPPools{"a": {Allocated: []string{"10.0.0.1", "10.0.0.5", "10.0.0.42"}}}, nil, ""),
 		// Another pool's record of an address this range excludes is no
 		// claim on this bitmap and not "outside" either.
 		enactment("n3", "p", ippoolv1.EnactmentIPPools{"z": {Allocated: []string{"10.0.0.5"}}}, nil, ""),
-	})
+	}))
 	got := AuditPool("a", alloc, claims)
 	addrs := func(ss ...string) []netip.Addr {
 		var out []netip.Addr
@@ -131,7 +131,7 @@ func TestAuditHugeRun(t *testing.T) {
 	claims := Claims{}
 	for _, off := range []uint64{5, 7} {
 		ip, _ := rng.IP(off)
-		claims[ip] = []Owner{{Enactment: "e", Pool: "p"}}
+		claims[ip] = []Owner{{Holder: holder.ForEnactment("e"), Pool: "p"}}
 	}
 	got := AuditPool("p", alloc, claims)
 	if got.UnclaimedCount != 1<<40-2 || len(got.Unclaimed) != MaxUnclaimedListed || got.Unclaimed[0] != 6 || got.Unclaimed[1] != 8 {
@@ -188,13 +188,12 @@ func TestUnrecognizedHoldAgainstNobody(t *testing.T) {
 	for _, off := range []uint64{0, 1} { // .1 .2
 		_ = alloc.Allocate(off)
 	}
-	unrecognized := func(name, ip string) nncev1beta1.NodeNetworkConfigurationEnactment {
-		e := nncev1beta1.NodeNetworkConfigurationEnactment{ObjectMeta: metav1.ObjectMeta{Name: holder.ForIPAddress("t", name).String()}}
-		e.Status.IPPool = ippoolv1.EnactmentIPPools{"a": {Allocated: []string{ip}}}
-		return e
+	unrecognized := func(name, ip string) holder.Record {
+		return holder.Record{Holder: holder.ForIPAddress("t", name), Pools: ippoolv1.EnactmentIPPools{"a": {Allocated: []string{ip}}}}
 	}
-	claims := Holders("a", rng, []nncev1beta1.NodeNetworkConfigurationEnactment{
-		enactment("n1", "p", ippoolv1.EnactmentIPPools{"a": {Allocated: []string{"10.0.0.1"}}}, nil, ""),
+	n1 := enactment("n1", "p", ippoolv1.EnactmentIPPools{"a": {Allocated: []string{"10.0.0.1"}}}, nil, "")
+	claims := Holders("a", rng, []holder.Record{
+		holder.OfEnactment(&n1),
 		unrecognized("steal", "10.0.0.1"),
 		unrecognized("steal-too", "10.0.0.1"),
 		unrecognized("squat", "10.0.0.2"),
@@ -206,7 +205,7 @@ func TestUnrecognizedHoldAgainstNobody(t *testing.T) {
 			"and a clear bit of theirs is no recorded address missing", got)
 	}
 	one := netip.MustParseAddr("10.0.0.1")
-	if got := claims.Recognized(one); len(got) != 1 || got[0].Enactment != "n1.p" {
+	if got := claims.Recognized(one); len(got) != 1 || got[0].Holder != holder.ForEnactment("n1.p") {
 		t.Errorf("recognized owners of 10.0.0.1: %+v, want n1.p alone", got)
 	}
 	if got, want := claims.Unrecognized(), []netip.Addr{one, netip.MustParseAddr("10.0.0.2"), netip.MustParseAddr("10.0.0.3"),
@@ -215,7 +214,7 @@ func TestUnrecognizedHoldAgainstNobody(t *testing.T) {
 	}
 	o := claims[netip.MustParseAddr("10.0.0.2")][0]
 	if !o.Unrecognized || o.String() != "IPAddress t/squat (not made by this provider for a claim)" ||
-		o.Remedy("a") != "kubectl -n t delete ipaddress squat" || !holder.Parse(o.Enactment).Foreign() {
+		o.Remedy("a") != "kubectl -n t delete ipaddress squat" || !o.Holder.Foreign() {
 		t.Errorf("owner %+v reads %q, remedy %q", o, o.String(), o.Remedy("a"))
 	}
 }

@@ -30,7 +30,7 @@ import (
 	ippoolv1 "github.com/nmstate-ippool/nmstate-ippool/api/v1"
 	nncev1beta1 "github.com/nmstate-ippool/nmstate-ippool/api/v1beta1"
 	"github.com/nmstate-ippool/nmstate-ippool/internal/capi"
-	"github.com/nmstate-ippool/nmstate-ippool/internal/companion"
+	"github.com/nmstate-ippool/nmstate-ippool/internal/holder"
 	"github.com/nmstate-ippool/nmstate-ippool/internal/poolchange"
 	"github.com/nmstate-ippool/nmstate-ippool/internal/poolstatus"
 )
@@ -48,7 +48,7 @@ type Validator struct {
 	// Decoder decodes the request's objects.
 	Decoder admission.Decoder
 	// Signer tells the IPAddresses the provider made from any other; nil
-	// counts every one (capi.Records).
+	// counts every one (holder.List).
 	Signer *capi.Signer
 }
 
@@ -110,7 +110,7 @@ func (v *Validator) assess(ctx context.Context, proposed, stored *ippoolv1.NodeI
 	if err := v.Reader.List(ctx, &pools); err != nil {
 		return nil, fmt.Errorf("list NodeIPPools: %w", err)
 	}
-	holders, err := companion.WithForeignRecords(ctx, v.Reader, v.Signer, enactments.Items)
+	holders, err := holder.List(ctx, v.Reader, enactments.Items, holder.Every(v.Signer))
 	if err != nil {
 		return nil, err
 	}

@@ -57,7 +57,7 @@ func TestEveryWriteIsAudited(t *testing.T) {
 	Expect(err).NotTo(HaveOccurred())
 	take("10.83.0.2", "node01.static-ip", "t2")
 	Expect(w.Withdraw(ctx, "audited", "node01.static-ip", "t2", []string{"10.83.0.2"})).To(Equal([]string{"10.83.0.2"}))
-	_, err = w.Quarantine(ctx, poolwrite.Holder{Enactment: claim, Node: "node07"},
+	_, err = w.Quarantine(ctx, poolwrite.Holder{Ref: holder.Parse(claim), Node: "node07"},
 		ippoolv1.EnactmentIPPools{"audited": {Allocated: []string{"10.83.0.1"}}})
 	Expect(err).NotTo(HaveOccurred())
 

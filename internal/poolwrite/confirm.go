@@ -43,7 +43,7 @@ func (w *Writer) ConfirmRelease(ctx context.Context, holder Holder, record ippoo
 		return fmt.Errorf("list NodeIPPools: %w", err)
 	}
 	unconfirmed := func(q ippoolv1.QuarantinedAddress) bool {
-		return ips[q.IP] && q.HolderName() == holder.Enactment && q.StateSeenAtRelease == nil
+		return ips[q.IP] && q.HolderName() == holder.Ref.String() && q.StateSeenAtRelease == nil
 	}
 	for i := range pools.Items {
 		if !slices.ContainsFunc(pools.Items[i].Status.Quarantined, unconfirmed) {
@@ -60,7 +60,7 @@ func (w *Writer) ConfirmRelease(ctx context.Context, holder Holder, record ippoo
 			return changed, nil
 		}, Incarnation(pools.Items[i].UID), protective())
 		if err != nil && !ignorable(err) {
-			return fmt.Errorf("confirm the release of %s in NodeIPPool %q: %w", holder.Enactment, pools.Items[i].Name, err)
+			return fmt.Errorf("confirm the release of %s in NodeIPPool %q: %w", holder.Ref.Title(), pools.Items[i].Name, err)
 		}
 	}
 	return nil

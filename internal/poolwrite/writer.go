@@ -20,6 +20,7 @@ import (
 	"github.com/nmstate-ippool/nmstate-ippool/internal/audit"
 	"github.com/nmstate-ippool/nmstate-ippool/internal/backoff"
 	"github.com/nmstate-ippool/nmstate-ippool/internal/eventnote"
+	"github.com/nmstate-ippool/nmstate-ippool/internal/holder"
 	"github.com/nmstate-ippool/nmstate-ippool/internal/poolstatus"
 	"github.com/nmstate-ippool/nmstate-ippool/pkg/ippool"
 )
@@ -337,8 +338,9 @@ func (w *Writer) Withdraw(ctx context.Context, pool, enactment, token string, ip
 type Holder struct {
 	Node string
 	// NodeUID is the UID of the Node, from the enactment's owner reference.
-	NodeUID   types.UID
-	Enactment string
+	NodeUID types.UID
+	// Ref is the holder.
+	Ref holder.Ref
 	// Captures names, by address, the capture that held it when the
 	// address is kept for the holder's return (see
 	// ippoolv1.QuarantinedAddress.Capture); nil when it is not.
@@ -441,7 +443,7 @@ func (w *Writer) writeQuarantines(ctx context.Context, pool *ippoolv1.NodeIPPool
 			q.added = nil
 			for _, ip := range q.ips {
 				entry := ippoolv1.QuarantinedAddress{IP: ip.String(), Node: q.holder.Node, NodeUID: q.holder.NodeUID,
-					Holder: q.holder.Enactment, Capture: q.holder.Captures[ip.String()],
+					Holder: q.holder.Ref.String(), Capture: q.holder.Captures[ip.String()],
 					Interface: q.holder.Interfaces[ip.String()], Since: since}
 				switch err := alloc.AllocateIP(ip); {
 				case err == nil:

@@ -16,6 +16,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client/interceptor"
 
 	ippoolv1 "github.com/nmstate-ippool/nmstate-ippool/api/v1"
+	"github.com/nmstate-ippool/nmstate-ippool/internal/holder"
 	"github.com/nmstate-ippool/nmstate-ippool/internal/poolstatus"
 	"github.com/nmstate-ippool/nmstate-ippool/internal/poolwrite"
 	"github.com/nmstate-ippool/nmstate-ippool/pkg/ippool"
@@ -66,7 +67,7 @@ func TestQuarantineFollowsARecreatedPool(t *testing.T) {
 		return err
 	}})
 	w := poolwrite.NewWriter(reader, k, clock.RealClock{})
-	q, err := w.Quarantine(ctx, poolwrite.Holder{Node: "node01", Enactment: "node01.p"},
+	q, err := w.Quarantine(ctx, poolwrite.Holder{Node: "node01", Ref: holder.ForEnactment("node01.p")},
 		ippoolv1.EnactmentIPPools{"recreated": {Allocated: []string{"10.82.0.9"}}})
 	Expect(err).NotTo(HaveOccurred())
 	Expect(q).To(Equal(ippoolv1.EnactmentIPPools{"recreated": {Allocated: []string{"10.82.0.9"}}}))
@@ -87,11 +88,11 @@ func TestQuarantineIsIdempotent(t *testing.T) {
 	newPool("again", "10.83.0.0/24")
 	w := poolwrite.NewWriter(k, k, clock.RealClock{})
 	record := ippoolv1.EnactmentIPPools{"again": {Allocated: []string{"10.83.0.9"}}}
-	q, err := w.Quarantine(ctx, poolwrite.Holder{Node: "node01", Enactment: "node01.p", Captures: map[string]string{"10.83.0.9": "addr"}}, record)
+	q, err := w.Quarantine(ctx, poolwrite.Holder{Node: "node01", Ref: holder.ForEnactment("node01.p"), Captures: map[string]string{"10.83.0.9": "addr"}}, record)
 	Expect(err).NotTo(HaveOccurred())
 	Expect(q).To(HaveKey("again"))
 	first := poolstatus.QuarantineOf(getPool("again"), "10.83.0.9")
-	q, err = w.Quarantine(ctx, poolwrite.Holder{Node: "node01", Enactment: "node01.p"}, record)
+	q, err = w.Quarantine(ctx, poolwrite.Holder{Node: "node01", Ref: holder.ForEnactment("node01.p")}, record)
 	Expect(err).NotTo(HaveOccurred())
 	Expect(q).To(BeEmpty())
 	Expect(poolstatus.QuarantineOf(getPool("again"), "10.83.0.9")).To(Equal(first))

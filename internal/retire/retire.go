@@ -41,6 +41,7 @@ import (
 	ippoolv1 "github.com/nmstate-ippool/nmstate-ippool/api/v1"
 	nncev1beta1 "github.com/nmstate-ippool/nmstate-ippool/api/v1beta1"
 	"github.com/nmstate-ippool/nmstate-ippool/internal/audit"
+	"github.com/nmstate-ippool/nmstate-ippool/internal/holder"
 	"github.com/nmstate-ippool/nmstate-ippool/internal/poolwrite"
 	"github.com/nmstate-ippool/nmstate-ippool/pkg/capture"
 	"github.com/nmstate-ippool/nmstate-ippool/pkg/nmstatectl"
@@ -248,7 +249,7 @@ func quarantine(ctx context.Context, w *poolwrite.Writer, e *nncev1beta1.NodeNet
 // are kept for the enactment's return while quarantined. A record dropped
 // by a reset holds none, so its addresses go to nobody.
 func HolderOf(e *nncev1beta1.NodeNetworkConfigurationEnactment) poolwrite.Holder {
-	h := poolwrite.Holder{Node: e.Labels[shared.EnactmentNodeLabel], Enactment: e.Name}
+	h := poolwrite.Holder{Node: e.Labels[shared.EnactmentNodeLabel], Ref: holder.ForEnactment(e.Name)}
 	for _, ref := range e.OwnerReferences {
 		if ref.Kind == "Node" && ref.APIVersion == "v1" && ref.Name == h.Node {
 			h.NodeUID = ref.UID

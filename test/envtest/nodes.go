@@ -25,6 +25,7 @@ import (
 	nncev1beta1 "github.com/nmstate-ippool/nmstate-ippool/api/v1beta1"
 	"github.com/nmstate-ippool/nmstate-ippool/controllers/handler"
 	"github.com/nmstate-ippool/nmstate-ippool/controllers/nodestate"
+	"github.com/nmstate-ippool/nmstate-ippool/internal/holder"
 	"github.com/nmstate-ippool/nmstate-ippool/internal/poolstatus"
 	"github.com/nmstate-ippool/nmstate-ippool/internal/probe"
 	"github.com/nmstate-ippool/nmstate-ippool/pkg/nmstatectl"
@@ -339,7 +340,7 @@ func RecordedAddresses(ctx context.Context, c client.Reader, pool string) ([]str
 		return nil, err
 	}
 	var out []netip.Addr
-	for ip, owners := range poolstatus.ClaimsOf(pool, nil, list.Items) {
+	for ip, owners := range poolstatus.ClaimsOf(pool, nil, holder.OfEnactments(list.Items)) {
 		if len(owners) > 1 {
 			return nil, errors.New(poolstatus.CollisionMessage(pool, poolstatus.Claims{ip: owners}, []netip.Addr{ip}))
 		}
