@@ -101,22 +101,22 @@ func (r *Reconciler) take(ctx context.Context, claim *unstructured.Unstructured,
 			refusal = &c
 			return false, nil
 		}
-		entry := ippoolv1.InFlightAddress{Holder: holder.String(), Token: token, Since: now(r.Clock)}
+		since := now(r.Clock)
 		switch {
 		case restoring != "":
 			got, refusal = takeBack(p, alloc, restoring)
 		case requested != "":
 			got, refusal = takeRequested(p, alloc, requested)
 		default:
-			var t assign.Taken
-			t, refusal = takeNext(p, alloc, holder)
-			got, entry = t.IP, t.InFlight(holder, token, entry.Since) // names a kept entry it came from
+			// The pool's rules, as for every holder; the in-flight entry
+			// is added with it.
+			got, refusal = takeNext(p, alloc, assign.Ask{Claimant: assign.Claimant{Holder: holder}, Captures: []string{""}, Token: token}, since)
+			return refusal == nil, nil
 		}
 		if refusal != nil {
 			return false, nil
 		}
-		entry.IP = got.String()
-		poolstatus.AddInFlight(p, entry)
+		poolstatus.AddInFlight(p, ippoolv1.InFlightAddress{IP: got.String(), Holder: holder.String(), Token: token, Since: since})
 		return true, nil
 	}, poolwrite.Incarnation(pool.UID))
 	switch {
@@ -155,18 +155,18 @@ func deref(c *condition) condition {
 // node (assign.Chooser): the lowest free one that no reservation holds for
 // a node and that is not kept for a node's return; in a pool with no
 // other address left, the one kept longest for a node's return, as a node
-// would get it.
-func takeNext(p *ippoolv1.NodeIPPool, alloc *ippool.Allocator, h holder.Ref) (assign.Taken, *condition) {
+// would get it. Its in-flight entry is added under the ask's token.
+func takeNext(p *ippoolv1.NodeIPPool, alloc *ippool.Allocator, a assign.Ask, since metav1.Time) (netip.Addr, *condition) {
 	ch := assign.New(p, alloc)
-	t, err := ch.Take(assign.Claimant{Holder: h}, "")
+	taken, _, err := ch.TakeAll(a, since)
 	ch.Done()
 	if err != nil {
 		c := notReady(capi.ReasonPoolExhausted, fmt.Sprintf(
 			"NodeIPPool %s has no address left for this claim (%d of %d allocated: %v); the claim is served as soon as one is freed, "+
 				"or grow the pool's range", p.Name, alloc.Count(), alloc.Range().Size(), err))
-		return assign.Taken{}, &c
+		return netip.Addr{}, &c
 	}
-	return t, nil
+	return taken[0].IP, nil
 }
 
 // takeRequested takes the address a claim asks for by annotation, if the

@@ -200,14 +200,14 @@ func (r *Reconciler) takeIn(w *world, next *ippoolv1.PooledNodeNetworkConfigurat
 		cl := assign.Claimant{Holder: holder, Node: nd.node, Policy: w.policy.Name, Labels: w.labelsOf(nd.node),
 			Carried: carried.of(nd.node, w.policy.Spec.DesiredState.Raw), CarriedElsewhere: carried.elsewhereThan(nd.node),
 			Holds: holds(next, nd.node)}
-		taken, err := ch.Take(cl, nd.ref.Capture)
+		taken, _, err := ch.TakeAll(assign.Ask{Claimant: cl, Captures: []string{nd.ref.Capture}, Token: token},
+			metav1.NewTime(r.Clock.Now().Truncate(1e9)))
 		if err != nil {
 			t.full = append(t.full, nd)
 			continue
 		}
-		poolstatus.AddInFlight(p, taken.InFlight(holder, token, metav1.NewTime(r.Clock.Now().Truncate(1e9))))
-		t.notes.Add(taken, nd.ref.Capture)
-		t.got[nd], changed = taken.IP, true
+		t.notes.Add(taken[0], nd.ref.Capture)
+		t.got[nd], changed = taken[0].IP, true
 	}
 	return changed
 }

@@ -280,12 +280,8 @@ func (r *Reconciler) planWrite(ctx context.Context, policy *nmstatev1.NodeNetwor
 		o.waitingFor = pool.Name
 		return nil, &o
 	}
-	if err := plan.apply(alloc, who); err != nil {
+	if err := plan.apply(alloc, who, e.ResourceVersion, metav1.NewTime(r.Clock.Now().Truncate(time.Second))); err != nil {
 		return nil, r.exhausted(ctx, policy, pool, err)
-	}
-	since := metav1.NewTime(r.Clock.Now().Truncate(time.Second))
-	for _, name := range plan.fresh {
-		poolstatus.AddInFlight(pool, plan.taken[name].InFlight(holder.ForEnactment(e.Name), e.ResourceVersion, since))
 	}
 	return plan, nil
 }

@@ -30,8 +30,6 @@ type poolPlan struct {
 	// notes describe the fresh addresses that came back, or were kept for
 	// another node's return (assign.Notes).
 	notes assign.Notes
-	// taken holds, by capture, how each fresh address was chosen.
-	taken map[string]assign.Taken
 	// source is the pool the plan was made on.
 	source *ippoolv1.NodeIPPool
 }
@@ -81,11 +79,11 @@ func (e *errExhausted) Error() string {
 }
 
 // apply carries the plan out on alloc, a fresh copy of the plan's pool:
-// it sets the reused bits and chooses addresses for the fresh captures
-// (internal/assign: a return from quarantine, a reservation, else the
-// lowest free address). On error alloc and the pool may be half-changed;
-// callers discard them.
-func (p *poolPlan) apply(alloc *ippool.Allocator, claimant assign.Claimant) error {
+// it sets the reused bits and takes addresses for the fresh captures, all
+// or none, with their in-flight entries under token (assign.Chooser.TakeAll:
+// a return from quarantine, a reservation, else the lowest free address).
+// On error alloc and the pool may be half-changed; callers discard them.
+func (p *poolPlan) apply(alloc *ippool.Allocator, claimant assign.Claimant, token string, since metav1.Time) error {
 	for _, off := range p.unsetBits {
 		if err := alloc.Allocate(off); err != nil && !errors.Is(err, ippool.ErrAllocated) {
 			return err
@@ -94,20 +92,16 @@ func (p *poolPlan) apply(alloc *ippool.Allocator, claimant assign.Claimant) erro
 	rng := alloc.Range()
 	chooser := assign.New(p.source, alloc)
 	defer chooser.Done()
+	taken, got, err := chooser.TakeAll(assign.Ask{Claimant: claimant, Captures: p.fresh, Token: token}, since)
+	if errors.Is(err, ippool.ErrFull) {
+		return &errExhausted{pool: p.pool, size: rng.Size(), want: len(p.fresh) - got}
+	}
+	if err != nil {
+		return err
+	}
 	for i, name := range p.fresh {
-		t, err := chooser.Take(claimant, name)
-		if errors.Is(err, ippool.ErrFull) {
-			return &errExhausted{pool: p.pool, size: rng.Size(), want: len(p.fresh) - i}
-		}
-		if err != nil {
-			return err
-		}
-		p.addresses[name] = poolstatus.Address(p.source, rng, t.IP)
-		p.notes.Add(t, name)
-		if p.taken == nil {
-			p.taken = map[string]assign.Taken{}
-		}
-		p.taken[name] = t
+		p.addresses[name] = poolstatus.Address(p.source, rng, taken[i].IP)
+		p.notes.Add(taken[i], name)
 	}
 	return nil
 }

@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	"github.com/nmstate/kubernetes-nmstate/api/shared"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	ippoolv1 "github.com/nmstate-ippool/nmstate-ippool/api/v1"
 	nncev1beta1 "github.com/nmstate-ippool/nmstate-ippool/api/v1beta1"
@@ -70,7 +71,7 @@ func TestPlanPool(t *testing.T) {
 			if !reflect.DeepEqual(reused, tt.reused) || !reflect.DeepEqual(p.unsetBits, tt.unsetBits) || !reflect.DeepEqual(p.fresh, tt.fresh) {
 				t.Fatalf("plan reused=%v unset=%v fresh=%v; want %v %v %v", reused, p.unsetBits, p.fresh, tt.reused, tt.unsetBits, tt.fresh)
 			}
-			if err := p.apply(alloc, assign.Claimant{Holder: holder.ForEnactment("n.p"), Node: "n", Policy: "p"}); err != nil {
+			if err := p.apply(alloc, assign.Claimant{Holder: holder.ForEnactment("n.p"), Node: "n", Policy: "p"}, "1", metav1.Now()); err != nil {
 				t.Fatal(err)
 			}
 			seen := map[netip.Addr]bool{}
@@ -89,7 +90,7 @@ func TestPlanPoolExhausted(t *testing.T) {
 	alloc := ippool.NewAllocator(ippool.MustNewRange(ippool.Spec{CIDR: "10.0.0.0/30"}))
 	p := planPool(holding(), &ippoolv1.NodeIPPool{}, alloc, []capture.Ref{{Capture: "a", Pool: "p"}, {Capture: "b", Pool: "p"}, {Capture: "c", Pool: "p"}})
 	var ex *errExhausted
-	if err := p.apply(alloc, assign.Claimant{}); !errors.As(err, &ex) || ex.size != 2 || ex.want != 1 {
+	if err := p.apply(alloc, assign.Claimant{}, "1", metav1.Now()); !errors.As(err, &ex) || ex.size != 2 || ex.want != 1 {
 		t.Fatalf("apply = %v, want exhausted of size 2 short by 1", err)
 	}
 }

@@ -171,23 +171,19 @@ func pendingSince(e *nncev1beta1.NodeNetworkConfigurationEnactment) metav1.Time 
 // under the enactment's resourceVersion, the token its record is written
 // under.
 func takeFor(pool *ippoolv1.NodeIPPool, c *assign.Chooser, rq *request, claimant assign.Claimant, since metav1.Time) bool {
-	var taken []assign.Taken
-	for _, ref := range rq.refs {
-		t, err := c.Take(claimant, ref.Capture)
-		if err != nil {
-			for _, t := range slices.Backward(taken) {
-				c.Give(t)
-			}
-			return false
-		}
-		taken = append(taken, t)
+	captures := make([]string, len(rq.refs))
+	for i, ref := range rq.refs {
+		captures[i] = ref.Capture
+	}
+	taken, _, err := c.TakeAll(assign.Ask{Claimant: claimant, Captures: captures, Token: rq.enactment.ResourceVersion}, since)
+	if err != nil {
+		return false
 	}
 	rng := c.Range()
 	rq.addresses, rq.notes = rq.addresses[:0], assign.Notes{}
 	for i, t := range taken {
-		rq.notes.Add(t, rq.refs[i].Capture)
+		rq.notes.Add(t, captures[i])
 		rq.addresses = append(rq.addresses, poolstatus.Address(pool, rng, t.IP))
-		poolstatus.AddInFlight(pool, t.InFlight(holder.ForEnactment(rq.enactment.Name), rq.enactment.ResourceVersion, since))
 	}
 	return true
 }

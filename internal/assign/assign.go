@@ -1,8 +1,10 @@
-// Package assign decides which address of a pool a capture gets. Both
-// writers that hand out addresses use it (the pool controller serving
-// requests, a handler allocating itself), so they follow the same order:
+// Package assign decides which address of a pool a capture gets. Every
+// writer that hands out addresses uses it, for every kind of holder (the
+// pool controller serving enactments and pooled policies' nodes, a
+// handler allocating itself, the claim controller), so they follow the
+// same order:
 //
-//  1. the address kept for the claimant's return: the same enactment (its
+//  1. the address kept for the claimant's return: the same holder (its
 //     node re-added under the same name, its policy matching the node
 //     again) asking for the same capture gets back the address it held,
 //     while the quarantine period lasts: from status.quarantined while its
@@ -350,7 +352,7 @@ func (c *Chooser) Done() {
 // for it; nothing changes then.
 func (c *Chooser) Take(cl Claimant, captureName string) (Taken, error) {
 	rng := c.alloc.Range()
-	if q := c.returning(cl.Holder.String(), captureName); q != nil {
+	if q := c.returning(cl.Holder, captureName); q != nil {
 		// The in-flight entry names the quarantine (Taken.InFlight): a
 		// return that is not recorded goes back to it.
 		ip, _ := netip.ParseAddr(q.IP)
@@ -422,12 +424,12 @@ func (c *Chooser) Give(t Taken) {
 }
 
 // returning returns the quarantine entry kept for the return of the
-// enactment's capture, or nil. Only an address the allocator holds is
+// holder's capture, or nil. Only an address the allocator holds is
 // handed back.
-func (c *Chooser) returning(enactment, captureName string) *ippoolv1.QuarantinedAddress {
+func (c *Chooser) returning(h holder.Ref, captureName string) *ippoolv1.QuarantinedAddress {
 	for i := range c.pool.Status.Quarantined {
 		q := &c.pool.Status.Quarantined[i]
-		if q.Capture == "" || q.Capture != captureName || q.HolderName() != enactment {
+		if q.Capture == "" || q.Capture != captureName || holder.Parse(q.HolderName()) != h {
 			continue
 		}
 		if ip, err := netip.ParseAddr(q.IP); err == nil && c.alloc.HasIP(ip) && poolstatus.InFlightOf(c.pool, q.IP) == nil {
