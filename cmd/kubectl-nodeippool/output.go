@@ -157,6 +157,9 @@ func (p printer) decoded(pool string, a addressRow) error {
 			held = append(held, fmt.Sprintf("node %s on %s (%s %s, capture %s)", ref.Node, dash(h.Interface),
 				holder.PooledPolicyKind, ref.Name, dash(h.Capture)))
 			continue
+		case holder.IPAddress:
+			held = append(held, ref.Title())
+			continue
 		}
 		held = append(held, fmt.Sprintf("node %s on %s (enactment %s, policy %s, capture %s)",
 			dash(h.Node), dash(h.Interface), h.Holder.Name, dash(h.Policy), dash(h.Capture)))

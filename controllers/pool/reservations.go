@@ -58,7 +58,7 @@ func reservationsOf(pool *ippoolv1.NodeIPPool, alloc *ippool.Allocator, claims p
 	}
 	if moves := unheld(pool, alloc, valid, claims); len(moves) > 0 {
 		return refused(ippoolv1.ReasonReservationNotHeld, strings.Join(moves, "; ")+
-			". A node keeps the address it holds until its enactment is reset")
+			". A node keeps the address it holds until it is reset as the command says")
 	}
 	return honored
 }

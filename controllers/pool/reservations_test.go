@@ -114,7 +114,7 @@ func TestReservationsGatewayAndDNS(t *testing.T) {
 		ippoolv1.Reservation{IP: "10.66.0.6", NodeSelector: &metav1.LabelSelector{MatchLabels: map[string]string{"serial": "xyz"}}},
 		ippoolv1.Reservation{IP: "10.66.0.8", Node: "resv01"})
 	Eventually(reservations("resv")).Should(Equal("False ReservationNotHeld: node resv01 holds 10.66.0.2, not its reserved 10.66.0.8, " +
-		"which is free; to move it, run: kubectl annotate nnce resv01.resv nmstate.io/reset-ippool=resv. A node keeps the address it holds until its enactment is reset"))
+		"which is free; to move it, run: kubectl annotate nnce resv01.resv nmstate.io/reset-ippool=resv. A node keeps the address it holds until it is reset as the command says"))
 	annotate(&nncev1beta1.NodeNetworkConfigurationEnactment{ObjectMeta: metav1.ObjectMeta{Name: "resv01.resv"}}, "resv")
 	Eventually(func() []string { return held("resv01.resv", "resv") }).Should(Equal([]string{"10.66.0.8"}))
 	Eventually(enactmentState("resv01.resv")).Should(HavePrefix("Available"))

@@ -1,6 +1,7 @@
 package holder
 
 import (
+	"maps"
 	"net/netip"
 	"slices"
 
@@ -93,8 +94,8 @@ func (r *Record) For(ref capture.Ref) (netip.Addr, bool) {
 		addr, ok := record.Of(r.Enactment, ref)
 		return addr.IP, ok
 	}
-	for ip, name := range r.Captures {
-		if name == ref.Capture && slices.Contains(r.Pools[ref.Pool].Allocated, ip.String()) {
+	for _, ip := range slices.SortedFunc(maps.Keys(r.Captures), netip.Addr.Compare) {
+		if r.Captures[ip] == ref.Capture && slices.Contains(r.Pools[ref.Pool].Allocated, ip.String()) {
 			return ip, true
 		}
 	}
