@@ -3,7 +3,6 @@ package claim
 import (
 	"cmp"
 	"context"
-	"errors"
 	"fmt"
 	"net/netip"
 	"slices"
@@ -87,7 +86,7 @@ func (r *Reconciler) adopt(ctx context.Context, claim, addr *unstructured.Unstru
 		return err == nil, nil // set already: the IPAddress kept it
 	}, poolwrite.Incarnation(pool.UID))
 	switch {
-	case apierrors.IsNotFound(err), errors.Is(err, poolwrite.ErrReplaced):
+	case poolwrite.Gone(err):
 		return notReady(capi.ReasonPoolNotReady, fmt.Sprintf("NodeIPPool %s was deleted or re-created meanwhile; trying again",
 			pool.Name)), true, nil
 	case err != nil:

@@ -88,10 +88,18 @@ func (r *Reconciler) take(ctx context.Context, claim *unstructured.Unstructured,
 	var got netip.Addr
 	var refusal *condition
 	ctx = audit.WithReason(ctx, "Served", "IPAddressClaim "+claim.GetNamespace()+"/"+claim.GetName()+" asks for an address")
+	ask := assign.Ask{Claimant: assign.Claimant{Holder: holder}, Captures: []string{""}, Token: token}
 	_, err := r.Pools.Update(ctx, pool.Name, func(p *ippoolv1.NodeIPPool, alloc *ippool.Allocator) (bool, error) {
 		got, refusal = netip.Addr{}, nil
-		if e := ownEntry(p, holder, token); e != nil {
-			got, _ = netip.ParseAddr(e.IP)
+		since := now(r.Clock)
+		if restoring == "" && requested == "" {
+			// The pool's rules, as for every holder (assign.Chooser.Serve).
+			var changed bool
+			got, changed, refusal = serve(p, alloc, ask, since)
+			return changed, nil
+		}
+		if resumed := assign.Resumable(p, ask); len(resumed) > 0 {
+			got = resumed[0]
 			return false, nil
 		}
 		if why := poolstatus.Unservable(p); why != "" {
@@ -101,17 +109,10 @@ func (r *Reconciler) take(ctx context.Context, claim *unstructured.Unstructured,
 			refusal = &c
 			return false, nil
 		}
-		since := now(r.Clock)
-		switch {
-		case restoring != "":
+		if restoring != "" {
 			got, refusal = takeBack(p, alloc, restoring)
-		case requested != "":
+		} else {
 			got, refusal = takeRequested(p, alloc, requested)
-		default:
-			// The pool's rules, as for every holder; the in-flight entry
-			// is added with it.
-			got, refusal = takeNext(p, alloc, assign.Ask{Claimant: assign.Claimant{Holder: holder}, Captures: []string{""}, Token: token}, since)
-			return refusal == nil, nil
 		}
 		if refusal != nil {
 			return false, nil
@@ -120,7 +121,7 @@ func (r *Reconciler) take(ctx context.Context, claim *unstructured.Unstructured,
 		return true, nil
 	}, poolwrite.Incarnation(pool.UID))
 	switch {
-	case apierrors.IsNotFound(err), errors.Is(err, poolwrite.ErrReplaced):
+	case poolwrite.Gone(err):
 		c := notReady(capi.ReasonPoolNotReady, fmt.Sprintf("NodeIPPool %s was deleted or re-created meanwhile; trying again", pool.Name))
 		return netip.Addr{}, &c, true, nil
 	case err != nil:
@@ -134,16 +135,6 @@ func (r *Reconciler) take(ctx context.Context, claim *unstructured.Unstructured,
 	return got, nil, false, nil
 }
 
-// ownEntry returns the in-flight entry of the holder and token, or nil.
-func ownEntry(p *ippoolv1.NodeIPPool, h holder.Ref, token string) *ippoolv1.InFlightAddress {
-	for i := range p.Status.InFlight {
-		if e := &p.Status.InFlight[i]; e.HolderName() == h.String() && e.Token == token {
-			return e
-		}
-	}
-	return nil
-}
-
 func deref(c *condition) condition {
 	if c == nil {
 		return condition{}
@@ -151,22 +142,34 @@ func deref(c *condition) condition {
 	return *c
 }
 
-// takeNext takes the address the pool's rules give a claimant that is no
-// node (assign.Chooser): the lowest free one that no reservation holds for
-// a node and that is not kept for a node's return; in a pool with no
-// other address left, the one kept longest for a node's return, as a node
-// would get it. Its in-flight entry is added under the ask's token.
-func takeNext(p *ippoolv1.NodeIPPool, alloc *ippool.Allocator, a assign.Ask, since metav1.Time) (netip.Addr, *condition) {
+// serve serves the claim's ask by the rule of every holder
+// (assign.Chooser.Serve): the address its in-flight entry holds already,
+// or the one the pool's rules give a claimant that is no node (the lowest
+// free one that no reservation holds for a node and that is not kept for
+// a node's return; in a pool with no other address left, the one kept
+// longest for a node's return, as a node would get it), held by an
+// in-flight entry under the ask's token. It reports whether the pool
+// changed.
+func serve(p *ippoolv1.NodeIPPool, alloc *ippool.Allocator, a assign.Ask, since metav1.Time) (netip.Addr, bool, *condition) {
 	ch := assign.New(p, alloc)
-	taken, _, err := ch.TakeAll(a, since)
+	s, err := ch.Serve(a, since)
 	ch.Done()
-	if err != nil {
+	var refused *assign.Unservable
+	switch {
+	case len(s.Resumed) > 0:
+		return s.Resumed[0], false, nil
+	case errors.As(err, &refused):
+		// The cache said it could serve; the API server says otherwise
+		// (a rebuild began meanwhile).
+		c := notReady(capi.ReasonPoolNotReady, refused.Why)
+		return netip.Addr{}, false, &c
+	case err != nil:
 		c := notReady(capi.ReasonPoolExhausted, fmt.Sprintf(
 			"NodeIPPool %s has no address left for this claim (%d of %d allocated: %v); the claim is served as soon as one is freed, "+
 				"or grow the pool's range", p.Name, alloc.Count(), alloc.Range().Size(), err))
-		return netip.Addr{}, &c
+		return netip.Addr{}, false, &c
 	}
-	return taken[0].IP, nil
+	return s.Taken[0].IP, true, nil
 }
 
 // takeRequested takes the address a claim asks for by annotation, if the

@@ -14,6 +14,7 @@ import (
 
 	ippoolv1 "github.com/nmstate-ippool/nmstate-ippool/api/v1"
 	nncev1beta1 "github.com/nmstate-ippool/nmstate-ippool/api/v1beta1"
+	"github.com/nmstate-ippool/nmstate-ippool/internal/assign"
 	"github.com/nmstate-ippool/nmstate-ippool/internal/capi"
 	"github.com/nmstate-ippool/nmstate-ippool/internal/holder"
 	"github.com/nmstate-ippool/nmstate-ippool/internal/poolstatus"
@@ -29,7 +30,7 @@ import (
 // holder records is refused.
 func (r *Reconciler) refusal(ctx context.Context, claim *unstructured.Unstructured, pool *ippoolv1.NodeIPPool) (*condition, error) {
 	holder, token := holderOf(claim)
-	if ownEntry(pool, holder, token) != nil {
+	if len(assign.Resumable(pool, assign.Ask{Claimant: assign.Claimant{Holder: holder}, Captures: []string{""}, Token: token})) > 0 {
 		return nil, nil
 	}
 	if c, err := r.refusedNamespace(ctx, claim, pool); err != nil || c != nil {

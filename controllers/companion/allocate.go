@@ -11,7 +11,6 @@ import (
 
 	"github.com/nmstate/kubernetes-nmstate/api/shared"
 	corev1 "k8s.io/api/core/v1"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -142,7 +141,7 @@ func (r *Reconciler) take(ctx context.Context, w *world, next *ippoolv1.PooledNo
 		return r.takeIn(w, next, p, alloc, needs, carried, &t), nil
 	}, poolwrite.Incarnation(pool.UID))
 	switch {
-	case apierrors.IsNotFound(err), errors.Is(err, poolwrite.ErrReplaced):
+	case poolwrite.Gone(err):
 		return nil, &problem{ippoolv1.ReasonIPPoolNotAvailable, fmt.Sprintf(
 			"NodeIPPool %s was deleted or re-created meanwhile; %s wait", pool.Name, nodesOf(needs))}, nil, nil
 	case err != nil:
@@ -178,38 +177,57 @@ type taking struct {
 	notes       assign.Notes
 }
 
-// takeIn is the mutation of take's pool write: each need takes its
-// holder's in-flight address, or the one the pool's rules give; it reports
-// whether it changed the pool. It reads nothing but its arguments.
+// takeIn is the mutation of take's pool write: each node's needs are one
+// ask (assign.Chooser.Serve), which resumes the addresses its holder's
+// in-flight entries hold under its token, or takes them all by the
+// pool's rules; it reports whether it changed the pool. It reads nothing
+// but its arguments.
 func (r *Reconciler) takeIn(w *world, next *ippoolv1.PooledNodeNetworkConfigurationPolicy, p *ippoolv1.NodeIPPool,
 	alloc *ippool.Allocator, needs []need, carried carriedView, t *taking) bool {
-	pending := inFlight(p, w.policy, next)
 	changed := false
 	ch := assign.New(p, alloc)
 	defer ch.Done()
-	for _, nd := range needs {
-		holder, token := holderOf(w.policy, nd.node)
-		if list := pending[holder.String()]; len(list) > 0 {
-			t.got[nd], pending[holder.String()] = list[0], list[1:]
-			continue
+	since := metav1.NewTime(r.Clock.Now().Truncate(1e9))
+	for _, group := range byNode(needs) {
+		node := group[0].node
+		h, token := holderOf(w.policy, node)
+		cl := assign.Claimant{Holder: h, Node: node, Policy: w.policy.Name, Labels: w.labelsOf(node),
+			Carried: carried.of(node, w.policy.Spec.DesiredState.Raw), CarriedElsewhere: carried.elsewhereThan(node),
+			Holds: holds(next, node)}
+		captures := make([]string, len(group))
+		for i, nd := range group {
+			captures[i] = nd.ref.Capture
 		}
-		if why := poolstatus.Unservable(p); why != "" {
-			t.unavailable = why // the cache said it could serve; a rebuild began meanwhile
-			continue
+		s, err := ch.Serve(assign.Ask{Claimant: cl, Captures: captures, Token: token}, since)
+		var refused *assign.Unservable
+		switch {
+		case errors.As(err, &refused):
+			t.unavailable = refused.Why // the cache said it could serve; a rebuild began meanwhile
+		case err != nil:
+			t.full = append(t.full, group...)
 		}
-		cl := assign.Claimant{Holder: holder, Node: nd.node, Policy: w.policy.Name, Labels: w.labelsOf(nd.node),
-			Carried: carried.of(nd.node, w.policy.Spec.DesiredState.Raw), CarriedElsewhere: carried.elsewhereThan(nd.node),
-			Holds: holds(next, nd.node)}
-		taken, _, err := ch.TakeAll(assign.Ask{Claimant: cl, Captures: []string{nd.ref.Capture}, Token: token},
-			metav1.NewTime(r.Clock.Now().Truncate(1e9)))
-		if err != nil {
-			t.full = append(t.full, nd)
-			continue
+		for i, ip := range s.Resumed {
+			t.got[group[i]] = ip
 		}
-		t.notes.Add(taken[0], nd.ref.Capture)
-		t.got[nd], changed = taken[0].IP, true
+		for i, taken := range s.Taken {
+			t.notes.Add(taken, captures[i])
+			t.got[group[i]], changed = taken.IP, true
+		}
 	}
 	return changed
+}
+
+// byNode splits needs, which come node by node, into the needs of each
+// node.
+func byNode(needs []need) [][]need {
+	var out [][]need
+	for i, nd := range needs {
+		if i == 0 || needs[i-1].node != nd.node {
+			out = append(out, nil)
+		}
+		out[len(out)-1] = append(out[len(out)-1], nd)
+	}
+	return out
 }
 
 // labelsOf returns the labels of node, for reservations by selector.
@@ -220,32 +238,6 @@ func (w *world) labelsOf(node string) func() map[string]string {
 		}
 		return nil
 	}
-}
-
-// inFlight returns, by holder, the addresses the pool's in-flight entries
-// hold for the policy's nodes under its token that their records do not
-// hold yet and that were not released since (the pool controller prunes
-// an entry some seconds after its address is recorded).
-func inFlight(p *ippoolv1.NodeIPPool, policy, next *ippoolv1.PooledNodeNetworkConfigurationPolicy) map[string][]netip.Addr {
-	out := map[string][]netip.Addr{}
-	for _, e := range p.Status.InFlight {
-		h := holder.Parse(e.HolderName())
-		node := h.Node
-		if _, token := holderOf(policy, node); h.Kind != holder.PolicyNode || h.Name != policy.Name || e.Token != token {
-			continue
-		}
-		if rec := next.Status.NodeOf(node); rec != nil &&
-			slices.ContainsFunc(rec.Addresses, func(a ippoolv1.PooledAddress) bool { return a.IP == e.IP }) {
-			continue
-		}
-		if poolstatus.QuarantineOf(p, e.IP) != nil {
-			continue // recorded, then released (a reset): not the node's any more
-		}
-		if ip, err := netip.ParseAddr(e.IP); err == nil {
-			out[e.HolderName()] = append(out[e.HolderName()], ip)
-		}
-	}
-	return out
 }
 
 // holds returns whether the node's record holds ip already.

@@ -134,7 +134,7 @@ func (r *Reconciler) blockedBeforeTaking(ctx context.Context, e *nncev1beta1.Nod
 		if err != nil || len(planPool(e, &pool, alloc, captures.RefsOf(name)).fresh) == 0 {
 			continue
 		}
-		if ok, why := poolAvailable(&pool); !ok {
+		if why := poolstatus.Unservable(&pool); why != "" {
 			o := pending(ippoolv1.ReasonIPPoolNotAvailable, why, r.PendingRequeue)
 			o.waitingFor = name
 			return &o
@@ -271,7 +271,7 @@ func (r *Reconciler) planWrite(ctx context.Context, policy *nmstatev1.NodeNetwor
 			return nil, o
 		}
 	}
-	if ok, why := poolAvailable(pool); !ok {
+	if why := poolstatus.Unservable(pool); why != "" {
 		if len(plan.fresh) == 0 {
 			plan.unsetBits = nil
 			return plan, nil

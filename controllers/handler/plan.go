@@ -82,6 +82,9 @@ func (e *errExhausted) Error() string {
 // it sets the reused bits and takes addresses for the fresh captures, all
 // or none, with their in-flight entries under token (assign.Chooser.TakeAll:
 // a return from quarantine, a reservation, else the lowest free address).
+// It resumes no entry (assign.Resumable): an enactment's entries may be
+// another writer's, and planWrite has refused a pool that may not hand
+// out addresses (poolstatus.Unservable) before.
 // On error alloc and the pool may be half-changed; callers discard them.
 func (p *poolPlan) apply(alloc *ippool.Allocator, claimant assign.Claimant, token string, since metav1.Time) error {
 	for _, off := range p.unsetBits {
@@ -104,26 +107,6 @@ func (p *poolPlan) apply(alloc *ippool.Allocator, claimant assign.Claimant, toke
 		p.notes.Add(taken[i], name)
 	}
 	return nil
-}
-
-// poolAvailable returns whether handlers may allocate from pool, and if not
-// a description naming the pool's Available reason. An exhausted pool is
-// tried all the same: addresses may have been freed since, and a request
-// that still finds it full fails with IPPoolExhausted.
-func poolAvailable(pool *ippoolv1.NodeIPPool) (bool, string) {
-	if !pool.DeletionTimestamp.IsZero() {
-		return false, fmt.Sprintf("NodeIPPool %q is being deleted and hands out nothing; create it again, or point the policy at another pool", pool.Name)
-	}
-	for _, c := range pool.Status.Conditions {
-		if c.Type != ippoolv1.ConditionAvailable {
-			continue
-		}
-		if c.Status == metav1.ConditionTrue || c.Reason == ippoolv1.ReasonExhaustedIPPool {
-			return true, ""
-		}
-		return false, fmt.Sprintf("NodeIPPool %q is not available (%s: %s); waiting for it", pool.Name, c.Reason, c.Message)
-	}
-	return false, fmt.Sprintf("NodeIPPool %q has not been reconciled by the pool controller yet; waiting for it", pool.Name)
 }
 
 // writeRecord writes the addresses into the enactment: status.ippool by pool and

@@ -2,7 +2,6 @@ package pool
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"slices"
 	"sync"
@@ -230,8 +229,7 @@ func (r *Reconciler) reconcile(ctx context.Context, pool *ippoolv1.NodeIPPool) (
 // this process's turn (its context cancelled), not the pool deleted or
 // replaced meanwhile.
 func failed(ctx context.Context, err error) bool {
-	return err != nil && ctx.Err() == nil && !apierrors.IsConflict(err) && !apierrors.IsNotFound(err) &&
-		!errors.Is(err, poolwrite.ErrReplaced)
+	return err != nil && ctx.Err() == nil && !apierrors.IsConflict(err) && !poolwrite.Gone(err)
 }
 
 // refuse marks the pool unavailable for a; it is rebuilt once it is no

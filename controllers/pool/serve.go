@@ -166,19 +166,23 @@ func pendingSince(e *nncev1beta1.NodeNetworkConfigurationEnactment) metav1.Time 
 	return metav1.Time{}
 }
 
-// takeFor chooses addresses for the request's captures with c (see
-// internal/assign), all or none, and adds their in-flight entries to pool
-// under the enactment's resourceVersion, the token its record is written
-// under.
+// takeFor serves the request's captures with c (assign.Chooser.Serve),
+// all or none, adding their in-flight entries to pool under the
+// enactment's resourceVersion, the token its record is written under. An
+// enactment with entries under that token already was served by an
+// earlier pass whose record the cache has not shown yet (or which
+// failed): it is not served again, and the entries are pruned once
+// recorded, or revoked.
 func takeFor(pool *ippoolv1.NodeIPPool, c *assign.Chooser, rq *request, claimant assign.Claimant, since metav1.Time) bool {
 	captures := make([]string, len(rq.refs))
 	for i, ref := range rq.refs {
 		captures[i] = ref.Capture
 	}
-	taken, _, err := c.TakeAll(assign.Ask{Claimant: claimant, Captures: captures, Token: rq.enactment.ResourceVersion}, since)
-	if err != nil {
+	s, err := c.Serve(assign.Ask{Claimant: claimant, Captures: captures, Token: rq.enactment.ResourceVersion}, since)
+	if err != nil || len(s.Resumed) > 0 {
 		return false
 	}
+	taken := s.Taken
 	rng := c.Range()
 	rq.addresses, rq.notes = rq.addresses[:0], assign.Notes{}
 	for i, t := range taken {
@@ -240,18 +244,15 @@ func (r *Reconciler) serve(ctx context.Context, pool *ippoolv1.NodeIPPool, v vie
 	ctx = audit.WithNotes(audit.WithReason(ctx, "Served", "its enactment asked the pool controller for it"), notes)
 	_, err = r.Pools.Update(ctx, pool.Name, func(p *ippoolv1.NodeIPPool, alloc *ippool.Allocator) (bool, error) {
 		served = served[:0]
-		if ok, _ := canServe(p); !ok {
+		if poolstatus.Unservable(p) != "" {
 			return false, nil
 		}
 		since := metav1.NewTime(r.Clock.Now().Truncate(time.Second))
 		chooser := assign.New(p, alloc)
 		defer chooser.Done()
 		for _, rq := range requests {
-			if hasInFlight(p, rq.enactment.Name) {
-				continue // served already; the cache has not seen the record yet
-			}
 			if !takeFor(p, chooser, rq, carried.adoption(claimant(rq.enactment, labels), rq), since) {
-				continue // a later request may have a reservation or a return
+				continue // served already, or a later request may have a reservation or a return
 			}
 			served = append(served, rq)
 		}
@@ -329,27 +330,4 @@ func noteAdopted(notes audit.Notes, served []*request) {
 			notes.Set(ip, "Adopted", "node of enactment "+rq.enactment.Name+" carries "+a)
 		}
 	}
-}
-
-// hasInFlight reports whether the pool has an in-flight entry for the
-// enactment.
-func hasInFlight(pool *ippoolv1.NodeIPPool, enactment string) bool {
-	for _, e := range pool.Status.InFlight {
-		if e.HolderName() == enactment {
-			return true
-		}
-	}
-	return false
-}
-
-// canServe reports whether the pool may hand out addresses now.
-func canServe(pool *ippoolv1.NodeIPPool) (bool, string) {
-	if !pool.DeletionTimestamp.IsZero() {
-		return false, ""
-	}
-	c := conditionOf(pool)
-	if c == nil || (c.Status != metav1.ConditionTrue && c.Reason != ippoolv1.ReasonExhaustedIPPool) {
-		return false, ""
-	}
-	return true, c.Reason
 }

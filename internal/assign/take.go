@@ -1,8 +1,12 @@
 package assign
 
 import (
+	"net/netip"
+
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
+	ippoolv1 "github.com/nmstate-ippool/nmstate-ippool/api/v1"
+	"github.com/nmstate-ippool/nmstate-ippool/internal/holder"
 	"github.com/nmstate-ippool/nmstate-ippool/internal/poolstatus"
 )
 
@@ -45,4 +49,78 @@ func (c *Chooser) TakeAll(a Ask, since metav1.Time) ([]Taken, int, error) {
 		poolstatus.AddInFlight(c.pool, t.InFlight(a.Claimant.Holder, a.Token, since))
 	}
 	return taken, len(taken), nil
+}
+
+// Served is what one ask got from one pool write: either the addresses
+// that in-flight entries of the ask's holder under its token held already
+// (Resumed: a pass took them and died, or its record write failed,
+// before its record), or an address for each of its captures, in order,
+// taken now (Taken).
+type Served struct {
+	Resumed []netip.Addr
+	Taken   []Taken
+}
+
+// Unservable refuses an ask that needs an address from a pool that may
+// not hand out any now (poolstatus.Unservable says why).
+type Unservable struct{ Why string }
+
+func (u *Unservable) Error() string { return u.Why }
+
+// Serve is the one rule by which every kind of holder gets addresses in
+// a pool write. It resumes first: an ask whose holder has in-flight
+// entries of its own (Resumable) gets their addresses back and takes
+// nothing new; its holder records them, and asks again for any capture
+// they do not cover. Otherwise a pool being deleted or not
+// available refuses the ask (*Unservable), and TakeAll takes its
+// captures, all or none (an error wrapping ippool.ErrFull).
+//
+// What a kind does with resumed addresses is its own. A kind whose record
+// has one writer (a claim, a pooled policy's node) records them. An
+// enactment, whose record the pool controller and a self-allocating
+// handler may both write under one token, does not: the pool controller
+// takes them as served already, and a handler refuses an unservable pool
+// itself and asks with TakeAll alone. A writer that resumed another's
+// entry could, on a conflict, withdraw an address that the other
+// recorded.
+func (c *Chooser) Serve(a Ask, since metav1.Time) (Served, error) {
+	if resumed := Resumable(c.pool, a); len(resumed) > 0 {
+		return Served{Resumed: resumed[:min(len(resumed), len(a.Captures))]}, nil
+	}
+	if why := poolstatus.Unservable(c.pool); why != "" {
+		return Served{}, &Unservable{Why: why}
+	}
+	taken, _, err := c.TakeAll(a, since)
+	return Served{Taken: taken}, err
+}
+
+// Resumable returns, in the pool's order, the addresses of the in-flight
+// entries that are the ask's holder's own. A claim and a pooled policy's
+// node have one writer, their controller: their own entries are those
+// under the ask's token that are neither quarantined (recorded, then
+// released: not the holder's any more) nor held by its record already;
+// an entry under another token is dead (its record can no longer be
+// written under it) and is left to be revoked. An enactment has several
+// writers (the pool controller serving it, a reset, a self-allocating
+// handler), each under the token it read, which may be ahead of another
+// writer's cache: every entry naming it is its own, and means that it is
+// being served.
+func Resumable(pool *ippoolv1.NodeIPPool, a Ask) []netip.Addr {
+	var out []netip.Addr
+	name := a.Claimant.Holder.String()
+	everyToken := a.Claimant.Holder.Kind == holder.Enactment
+	for _, e := range pool.Status.InFlight {
+		if e.HolderName() != name {
+			continue
+		}
+		if !everyToken && (e.Token != a.Token || poolstatus.QuarantineOf(pool, e.IP) != nil) {
+			continue
+		}
+		ip, err := netip.ParseAddr(e.IP)
+		if err != nil || (!everyToken && a.Claimant.Holds != nil && a.Claimant.Holds(ip)) {
+			continue
+		}
+		out = append(out, ip)
+	}
+	return out
 }

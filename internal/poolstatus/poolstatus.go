@@ -102,14 +102,14 @@ func ExhaustedMessage(pool string, size uint64, want int) string {
 // whatever frees.
 func Unservable(pool *ippoolv1.NodeIPPool) string {
 	if !pool.DeletionTimestamp.IsZero() {
-		return fmt.Sprintf("NodeIPPool %s is being deleted", pool.Name)
+		return fmt.Sprintf("NodeIPPool %q is being deleted and hands out nothing; create it again, or use another pool", pool.Name)
 	}
 	c := meta.FindStatusCondition(pool.Status.Conditions, ippoolv1.ConditionAvailable)
 	switch {
 	case c == nil:
-		return fmt.Sprintf("NodeIPPool %s is not available yet: the pool controller has not rebuilt it", pool.Name)
+		return fmt.Sprintf("NodeIPPool %q has not been reconciled by the pool controller yet; waiting for it", pool.Name)
 	case c.Status == metav1.ConditionTrue, c.Reason == ippoolv1.ReasonExhaustedIPPool:
 		return ""
 	}
-	return fmt.Sprintf("NodeIPPool %s is not available (%s: %s); it serves once it is", pool.Name, c.Reason, c.Message)
+	return fmt.Sprintf("NodeIPPool %q is not available (%s: %s); waiting for it", pool.Name, c.Reason, c.Message)
 }

@@ -42,6 +42,14 @@ var ErrUnvouched = errors.New("status.allocatedOffsets does not match its stamp"
 // the caller looked at it (its UID changed).
 var ErrReplaced = errors.New("the pool was re-created")
 
+// Gone reports whether a pool write failed because the pool it was meant
+// for is no more: deleted (NotFound), or re-created since the caller
+// looked at it (ErrReplaced). Every holder then asks again, of the pool
+// that is there now.
+func Gone(err error) bool {
+	return apierrors.IsNotFound(err) || errors.Is(err, ErrReplaced)
+}
+
 // Writer is the one writer of NodeIPPool statuses. Set every field but
 // OnWrite, OnConflict and Audit.
 type Writer struct {
