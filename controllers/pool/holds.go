@@ -235,7 +235,7 @@ func (r *Reconciler) planQuarantines(ctx context.Context, pool *ippoolv1.NodeIPP
 // existing returns whether a holder of hs exists: an enactment, recording
 // or not, or a holder of another kind with a record. A pooled policy's
 // node counts as existing whether or not it has a record yet: its entry is
-// judged by fencePolicy after the grace period, on the policy read from
+// judged by fence after the grace period, on the policy read from
 // the API server.
 func existing(hs holdings) func(string) bool {
 	names := make(map[holder.Ref]bool, len(hs.enactments)+len(hs.records))
