@@ -30,12 +30,17 @@ import (
 // +kubebuilder:rbac:groups=cluster.x-k8s.io,resources=clusters,verbs=get;list;watch
 // +kubebuilder:rbac:groups="",resources=namespaces,verbs=get;list;watch
 
+// FieldOwner is the field manager of every write of the claim controller: the
+// managedFields of what it writes name it, so that an admin (and
+// docs/protocol.md's test of "Who writes what") sees who wrote each part.
+const FieldOwner = "nmstate-ippool-claim-controller"
+
 // New returns a Reconciler wired to the manager for the IPAM version
 // served (capi.Served) and the Cluster version, "" without that CRD.
 func New(mgr ctrl.Manager, version, clusterVersion string) *Reconciler {
 	clk := clock.RealClock{}
 	return &Reconciler{
-		Client:         mgr.GetClient(),
+		Client:         client.WithFieldOwner(mgr.GetClient(), FieldOwner),
 		APIReader:      mgr.GetAPIReader(),
 		Pools:          poolwrite.ForManager(mgr, clk, "nmstate-ippool-pool-controller"),
 		Recorder:       eventnote.New(mgr.GetEventRecorder("nmstate-ippool-pool-controller")),

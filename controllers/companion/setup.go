@@ -44,11 +44,16 @@ import (
 // +kubebuilder:rbac:groups="",resources=nodes,verbs=get;list;watch;patch
 // +kubebuilder:rbac:groups=events.k8s.io,resources=events,verbs=create;patch
 
+// FieldOwner is the field manager of every write of the companion controller: the
+// managedFields of what it writes name it, so that an admin (and
+// docs/protocol.md's test of "Who writes what") sees who wrote each part.
+const FieldOwner = "nmstate-ippool-companion-controller"
+
 // New returns a Reconciler wired to the manager.
 func New(mgr ctrl.Manager) *Reconciler {
 	clk := clock.RealClock{}
 	return &Reconciler{
-		Client:    mgr.GetClient(),
+		Client:    client.WithFieldOwner(mgr.GetClient(), FieldOwner),
 		APIReader: mgr.GetAPIReader(),
 		Pools:     poolwrite.ForManager(mgr, clk, "nmstate-ippool-pool-controller"),
 		Recorder:  eventnote.New(mgr.GetEventRecorder("nmstate-ippool-pool-controller")),
@@ -97,7 +102,7 @@ func (r *Reconciler) SetupWithManager(mgr ctrl.Manager, opts SetupOptions) error
 	if err != nil {
 		return err
 	}
-	nodes := &nodeReconciler{client: mgr.GetClient(), reader: mgr.GetAPIReader(), recorder: r.Recorder}
+	nodes := &nodeReconciler{client: client.WithFieldOwner(mgr.GetClient(), FieldOwner), reader: mgr.GetAPIReader(), recorder: r.Recorder}
 	return ctrl.NewControllerManagedBy(mgr).
 		Named("pooledpolicynode").
 		WithOptions(controller.Options{SkipNameValidation: ptr.To(opts.SkipNameValidation), RateLimiter: backoff.Requeues()}).

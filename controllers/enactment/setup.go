@@ -24,10 +24,15 @@ import (
 	"github.com/nmstate-ippool/nmstate-ippool/internal/poolwrite"
 )
 
+// FieldOwner is the field manager of every write of the enactment controller (of the pool controller's process): the
+// managedFields of what it writes name it, so that an admin (and
+// docs/protocol.md's test of "Who writes what") sees who wrote each part.
+const FieldOwner = "nmstate-ippool-enactment-controller"
+
 // New returns a Reconciler wired to the manager.
 func New(mgr ctrl.Manager) *Reconciler {
 	return &Reconciler{
-		Client:    mgr.GetClient(),
+		Client:    client.WithFieldOwner(mgr.GetClient(), FieldOwner),
 		APIReader: mgr.GetAPIReader(),
 		Pools:     poolwrite.ForManager(mgr, clock.RealClock{}, "nmstate-ippool-pool-controller"),
 		Recorder:  eventnote.New(mgr.GetEventRecorder("nmstate-ippool-pool-controller")),

@@ -51,13 +51,18 @@ func Probes(reader client.Reader, node string, show probe.Show) probe.Set {
 	}}
 }
 
+// FieldOwner is the field manager of every write of the node's handler: the
+// managedFields of what it writes name it, so that an admin (and
+// docs/protocol.md's test of "Who writes what") sees who wrote each part.
+const FieldOwner = "nmstate-ippool-handler"
+
 // New returns a Reconciler for node wired to the manager, with the default
 // clock and timeouts; callers may change any field before
 // SetupWithManager. The manager's cache must be built with CacheOptions.
 func New(mgr ctrl.Manager, node string, state NetworkState, metrics *Metrics) *Reconciler {
 	clk := clock.RealClock{}
 	return &Reconciler{
-		Client:          mgr.GetClient(),
+		Client:          client.WithFieldOwner(mgr.GetClient(), FieldOwner),
 		APIReader:       mgr.GetAPIReader(),
 		NodeName:        node,
 		State:           state,

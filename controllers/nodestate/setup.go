@@ -26,9 +26,14 @@ import (
 // DefaultRefresh is how often the state is read when nothing asks for it.
 const DefaultRefresh = time.Minute
 
+// FieldOwner is the field manager of every write of the node's handler, which publishes its NodeNetworkState: the
+// managedFields of what it writes name it, so that an admin (and
+// docs/protocol.md's test of "Who writes what") sees who wrote each part.
+const FieldOwner = "nmstate-ippool-handler"
+
 // New returns a Reconciler for node wired to the manager.
 func New(mgr ctrl.Manager, node string, state StateReader) *Reconciler {
-	return &Reconciler{Client: mgr.GetClient(), APIReader: mgr.GetAPIReader(), NodeName: node, State: state, Clock: clock.RealClock{}, Refresh: DefaultRefresh,
+	return &Reconciler{Client: client.WithFieldOwner(mgr.GetClient(), FieldOwner), APIReader: mgr.GetAPIReader(), NodeName: node, State: state, Clock: clock.RealClock{}, Refresh: DefaultRefresh,
 		Random: rand.Float64}
 }
 

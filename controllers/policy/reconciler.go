@@ -52,10 +52,15 @@ type Reconciler struct {
 	Recorder events.EventRecorder
 }
 
+// FieldOwner is the field manager of every write of the policy controller: the
+// managedFields of what it writes name it, so that an admin (and
+// docs/protocol.md's test of "Who writes what") sees who wrote each part.
+const FieldOwner = "nmstate-ippool-policy-controller"
+
 // New returns a Reconciler wired to the manager with the defaults.
 func New(mgr ctrl.Manager) *Reconciler {
 	return &Reconciler{
-		Client:      mgr.GetClient(),
+		Client:      client.WithFieldOwner(mgr.GetClient(), FieldOwner),
 		Clock:       clock.RealClock{},
 		Batch:       batch.DefaultDelay,
 		SlotTimeout: DefaultSlotTimeout,

@@ -74,13 +74,18 @@ func CheckPeriods(grace, quarantine, hold time.Duration) error {
 	return nil
 }
 
+// FieldOwner is the field manager of every write of the pool controller: the
+// managedFields of what it writes name it, so that an admin (and
+// docs/protocol.md's test of "Who writes what") sees who wrote each part.
+const FieldOwner = "nmstate-ippool-pool-controller"
+
 // New returns a Reconciler wired to the manager, with the default clock,
 // backoff and grace period; callers may change any field before
 // SetupWithManager.
 func New(mgr ctrl.Manager, metrics *Metrics) *Reconciler {
 	clk := clock.RealClock{}
 	return &Reconciler{
-		Client:           mgr.GetClient(),
+		Client:           client.WithFieldOwner(mgr.GetClient(), FieldOwner),
 		APIReader:        mgr.GetAPIReader(),
 		Pools:            poolwrite.ForManager(mgr, clk, "nmstate-ippool-pool-controller"),
 		Recorder:         eventnote.New(mgr.GetEventRecorder("nmstate-ippool-pool-controller")),
