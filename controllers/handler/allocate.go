@@ -280,6 +280,15 @@ func (r *Reconciler) planWrite(ctx context.Context, policy *nmstatev1.NodeNetwor
 		o.waitingFor = pool.Name
 		return nil, &o
 	}
+	if !r.SelfAllocate && len(plan.fresh) > 0 && len(assign.Resumable(pool, assign.Ask{Claimant: who, Token: e.ResourceVersion})) > 0 {
+		// The pool controller has taken addresses for this enactment
+		// already, and its record is on the way (this handler's cache
+		// has not shown it yet). Judged without them, the pool may look
+		// full; a status write saying so would change the token the
+		// record is written under, and the record would be refused and
+		// its addresses withdrawn. The handler goes on asking.
+		return plan, nil
+	}
 	if err := plan.apply(alloc, who, e.ResourceVersion, metav1.NewTime(r.Clock.Now().Truncate(time.Second))); err != nil {
 		return nil, r.exhausted(ctx, policy, pool, err)
 	}

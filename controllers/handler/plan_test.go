@@ -1,13 +1,17 @@
 package handler
 
 import (
+	"context"
 	"errors"
 	"net/netip"
 	"reflect"
 	"testing"
 
 	"github.com/nmstate/kubernetes-nmstate/api/shared"
+	nmstatev1 "github.com/nmstate/kubernetes-nmstate/api/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/tools/events"
+	"k8s.io/utils/clock"
 
 	ippoolv1 "github.com/nmstate-ippool/nmstate-ippool/api/v1"
 	nncev1beta1 "github.com/nmstate-ippool/nmstate-ippool/api/v1beta1"
@@ -92,5 +96,42 @@ func TestPlanPoolExhausted(t *testing.T) {
 	var ex *errExhausted
 	if err := p.apply(alloc, assign.Claimant{}, "1", metav1.Now()); !errors.As(err, &ex) || ex.size != 2 || ex.want != 1 {
 		t.Fatalf("apply = %v, want exhausted of size 2 short by 1", err)
+	}
+}
+
+// TestServedEnactmentIsNotReportedFull: a handler that asks the pool
+// controller (no --self-allocate), whose cache has not shown yet the
+// record of the address the controller served it, does not report the
+// pool full when that address was the pool's last: it goes on asking. A
+// status write saying IPPoolExhausted would change the enactment's
+// resourceVersion, the served record would be refused, and the node
+// would lose the address it was given. A pool filled by another holder's
+// address in flight is full all the same.
+func TestServedEnactmentIsNotReportedFull(t *testing.T) {
+	full := func(entryHolder string) (*ippoolv1.NodeIPPool, *ippool.Allocator) {
+		pool := &ippoolv1.NodeIPPool{ObjectMeta: metav1.ObjectMeta{Name: "p"},
+			Spec: ippoolv1.NodeIPPoolSpec{Range: ippoolv1.IPRange{CIDR: "10.0.0.0/24", Start: "10.0.0.1", End: "10.0.0.1"}}}
+		pool.Status.Conditions = []metav1.Condition{{Type: ippoolv1.ConditionAvailable, Status: metav1.ConditionTrue, Reason: "ReconciledPool"}}
+		pool.Status.InFlight = []ippoolv1.InFlightAddress{{IP: "10.0.0.1", Holder: entryHolder, Token: "5"}}
+		alloc := ippool.NewAllocator(ippool.MustNewRange(ippool.Spec{CIDR: "10.0.0.0/24", Start: "10.0.0.1", End: "10.0.0.1"}))
+		if err := alloc.AllocateIP(netip.MustParseAddr("10.0.0.1")); err != nil {
+			t.Fatal(err)
+		}
+		return pool, alloc
+	}
+	r := &Reconciler{NodeName: "n1", Recorder: events.NewFakeRecorder(10), Clock: clock.RealClock{}}
+	e := &nncev1beta1.NodeNetworkConfigurationEnactment{ObjectMeta: metav1.ObjectMeta{Name: "n1.policy", ResourceVersion: "5"}}
+	who := assign.Claimant{Holder: holder.ForEnactment(e.Name), Node: "n1", Policy: "policy"}
+	policy := &nmstatev1.NodeNetworkConfigurationPolicy{ObjectMeta: metav1.ObjectMeta{Name: "policy"}}
+	refs := []capture.Ref{{Capture: "a", Pool: "p"}}
+
+	pool, alloc := full(e.Name)
+	plan, o := r.planWrite(context.Background(), policy, e, pool, alloc, refs, who)
+	if o != nil || plan == nil || !reflect.DeepEqual(plan.fresh, []string{"a"}) {
+		t.Fatalf("served its pool's last address, the record not seen yet: %+v, %+v; want it to go on asking", plan, o)
+	}
+	pool, alloc = full("n2.policy")
+	if _, o := r.planWrite(context.Background(), policy, e, pool, alloc, refs, who); o == nil || string(o.reason) != ippoolv1.ReasonIPPoolExhausted {
+		t.Fatalf("a pool filled by another enactment's address in flight: %+v; want IPPoolExhausted", o)
 	}
 }
