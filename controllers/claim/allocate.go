@@ -95,7 +95,7 @@ func (r *Reconciler) take(ctx context.Context, claim *unstructured.Unstructured,
 		if restoring == "" && requested == "" {
 			// The pool's rules, as for every holder (assign.Chooser.Serve).
 			var changed bool
-			got, changed, refusal = serve(p, alloc, ask, since)
+			got, changed, refusal = takeNext(p, alloc, ask, since)
 			return changed, nil
 		}
 		if resumed := assign.Resumable(p, ask); len(resumed) > 0 {
@@ -142,7 +142,7 @@ func deref(c *condition) condition {
 	return *c
 }
 
-// serve serves the claim's ask by the rule of every holder
+// takeNext serves the claim's ask by the rule of every holder
 // (assign.Chooser.Serve): the address its in-flight entry holds already,
 // or the one the pool's rules give a claimant that is no node (the lowest
 // free one that no reservation holds for a node and that is not kept for
@@ -150,7 +150,7 @@ func deref(c *condition) condition {
 // longest for a node's return, as a node would get it), held by an
 // in-flight entry under the ask's token. It reports whether the pool
 // changed.
-func serve(p *ippoolv1.NodeIPPool, alloc *ippool.Allocator, a assign.Ask, since metav1.Time) (netip.Addr, bool, *condition) {
+func takeNext(p *ippoolv1.NodeIPPool, alloc *ippool.Allocator, a assign.Ask, since metav1.Time) (netip.Addr, bool, *condition) {
 	ch := assign.New(p, alloc)
 	s, err := ch.Serve(a, since)
 	ch.Done()

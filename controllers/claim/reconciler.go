@@ -400,7 +400,8 @@ func errRetry(err error) error {
 }
 
 // paused says why the claim is paused (its annotation, or its Cluster's
-// spec.paused), or "".
+// spec.paused), or "". A Cluster missing from the cache is looked for on
+// the API server.
 func (r *Reconciler) paused(ctx context.Context, claim *unstructured.Unstructured) (string, error) {
 	if _, ok := claim.GetAnnotations()[capi.PausedAnnotation]; ok {
 		return "annotation " + capi.PausedAnnotation + " on the claim", nil
@@ -410,7 +411,14 @@ func (r *Reconciler) paused(ctx context.Context, claim *unstructured.Unstructure
 		return "", nil
 	}
 	cluster := capi.NewCluster(r.ClusterVersion)
-	err := r.Client.Get(ctx, types.NamespacedName{Namespace: claim.GetNamespace(), Name: name}, cluster)
+	key := types.NamespacedName{Namespace: claim.GetNamespace(), Name: name}
+	err := r.Client.Get(ctx, key, cluster)
+	if apierrors.IsNotFound(err) {
+		// A Cluster created just before its claims may not be in the
+		// cache yet: a claim is served only if the API server has no
+		// Cluster either, never on a cache's miss.
+		err = r.APIReader.Get(ctx, key, cluster)
+	}
 	switch {
 	case apierrors.IsNotFound(err):
 		return "", nil
