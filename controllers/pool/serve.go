@@ -169,10 +169,10 @@ func pendingSince(e *nncev1beta1.NodeNetworkConfigurationEnactment) metav1.Time 
 // takeFor serves the request's captures with c (assign.Chooser.Serve),
 // all or none, adding their in-flight entries to pool under the
 // enactment's resourceVersion, the token its record is written under. An
-// enactment with entries under that token already was served by an
-// earlier pass whose record the cache has not shown yet (or which
-// failed): it is not served again, and the entries are pruned once
-// recorded, or revoked.
+// enactment with an entry in flight already, under any token
+// (assign.Resumable), was served by an earlier pass or another writer
+// whose record the cache has not shown yet (or which failed): it is not
+// served again, and the entries are pruned once recorded, or revoked.
 func takeFor(pool *ippoolv1.NodeIPPool, c *assign.Chooser, rq *request, claimant assign.Claimant, since metav1.Time) bool {
 	captures := make([]string, len(rq.refs))
 	for i, ref := range rq.refs {

@@ -27,8 +27,8 @@ import (
 )
 
 // TestWhoWritesWhat keeps docs/protocol.md's table "Who writes what" true:
-// over a rollout of a pooled policy to two nodes, a reset and the
-// policy's deletion, every part of an enactment that the API server's
+// over a rollout to two nodes of a policy that draws from a pool, a reset
+// and the policy's deletion, every part of an enactment that the API server's
 // managedFields show a writer owning is a part the table names, and that
 // writer is one its row names. Each controller writes under its own field
 // manager (FieldOwner), so the API server, not the code under test, says
