@@ -82,13 +82,13 @@ func (r *Reconciler) allocate(ctx context.Context, claim *unstructured.Unstructu
 // in-flight entry holds already, the one it asks for, or the next the
 // pool's rules give. A refusal is a condition; requeue asks to look again.
 func (r *Reconciler) take(ctx context.Context, claim *unstructured.Unstructured, pool *ippoolv1.NodeIPPool) (netip.Addr, *condition, bool, error) {
-	holder, token := holderOf(claim)
+	ask := askOf(claim)
+	holder, token := ask.Claimant.Holder, ask.Token
 	requested := claim.GetAnnotations()[capi.RequestedAddressAnnotation]
 	restoring := claim.GetAnnotations()[capi.RestoreAnnotation]
 	var got netip.Addr
 	var refusal *condition
 	ctx = audit.WithReason(ctx, "Served", "IPAddressClaim "+claim.GetNamespace()+"/"+claim.GetName()+" asks for an address")
-	ask := assign.Ask{Claimant: assign.Claimant{Holder: holder}, Captures: []string{""}, Token: token}
 	_, err := r.Pools.Update(ctx, pool.Name, func(p *ippoolv1.NodeIPPool, alloc *ippool.Allocator) (bool, error) {
 		got, refusal = netip.Addr{}, nil
 		since := now(r.Clock)

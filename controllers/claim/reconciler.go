@@ -16,6 +16,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
 
 	ippoolv1 "github.com/nmstate-ippool/nmstate-ippool/api/v1"
+	"github.com/nmstate-ippool/nmstate-ippool/internal/assign"
 	"github.com/nmstate-ippool/nmstate-ippool/internal/capi"
 	"github.com/nmstate-ippool/nmstate-ippool/internal/holder"
 	"github.com/nmstate-ippool/nmstate-ippool/internal/poolmetrics"
@@ -434,4 +435,11 @@ func (r *Reconciler) paused(ctx context.Context, claim *unstructured.Unstructure
 // holderOf names the claim where entries name their holder, and its token.
 func holderOf(claim *unstructured.Unstructured) (h holder.Ref, token string) {
 	return holder.ForClaim(claim.GetNamespace(), claim.GetName()), string(claim.GetUID())
+}
+
+// askOf is the claim's ask of its pool (assign.Ask): one address, for no
+// capture, under its token.
+func askOf(claim *unstructured.Unstructured) assign.Ask {
+	h, token := holderOf(claim)
+	return assign.Ask{Claimant: assign.Claimant{Holder: h}, Captures: []string{""}, Token: token}
 }

@@ -29,8 +29,8 @@ import (
 // the entry, the claim's namespace must be served, and an address another
 // holder records is refused.
 func (r *Reconciler) refusal(ctx context.Context, claim *unstructured.Unstructured, pool *ippoolv1.NodeIPPool) (*condition, error) {
-	holder, token := holderOf(claim)
-	if len(assign.Resumable(pool, assign.Ask{Claimant: assign.Claimant{Holder: holder}, Captures: []string{""}, Token: token})) > 0 {
+	ask := askOf(claim)
+	if len(assign.Resumable(pool, ask)) > 0 {
 		return nil, nil
 	}
 	if c, err := r.refusedNamespace(ctx, claim, pool); err != nil || c != nil {
@@ -40,7 +40,7 @@ func (r *Reconciler) refusal(ctx context.Context, claim *unstructured.Unstructur
 	if restoring == "" {
 		return nil, nil
 	}
-	other, err := r.otherHolder(ctx, pool, holder, restoring)
+	other, err := r.otherHolder(ctx, pool, ask.Claimant.Holder, restoring)
 	if err != nil || other == "" {
 		return nil, err
 	}
