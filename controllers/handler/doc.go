@@ -21,9 +21,10 @@
 // backoff. Nothing new is allocated while a pool is
 // not Available=True: only the pool controller sets that. The record is
 // written to the enactment before anything is applied, so an address that
-// reached a node is always recorded. A record the controller completes
-// also asks to apply (record.AskToApply): the handler then renders the
-// state once its slot is granted, and writes it with the outcome.
+// reached a node is always recorded. The controller writes the record and
+// nothing else of the enactment: once it is complete, the handler renders
+// the state and asks for its slot in a write of its own, as for a policy
+// without captures.
 //
 // Whatever is stored in status.desiredState, the handler applies only the
 // state it renders, at the apply, from the policy and its own record.

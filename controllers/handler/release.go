@@ -31,13 +31,13 @@ import (
 // (quarantined, or kept for its return) that no record of the node holds:
 // a released address is no longer the node's. An address released by an
 // enactment whose policy still captures from that pool an address its
-// record lacks (a reset) stays until that enactment's next apply, which
-// takes it off as it puts the replacement on: a reset is make before
-// break. An address
-// found on the node that no enactment recorded stays: no record released
-// it. It changes nothing else. The caller holds NetworkLock, so that the
-// state read after Settle is one no apply of this handler can change
-// before it is published.
+// record lacks, or records one the node does not carry yet (a reset, its
+// replacement served and waiting for a slot), stays until that
+// enactment's next apply, which takes it off as it puts the replacement
+// on: a reset is make before break. An address found on the node that no
+// enactment recorded stays: no record released it. It changes nothing
+// else. The caller holds NetworkLock, so that the state read after Settle
+// is one no apply of this handler can change before it is published.
 //
 // orphaned says the node's Node is gone. The pools then count every
 // address the node held free (kept for its return only for a while), so
@@ -82,7 +82,7 @@ func (r *Reconciler) Settle(ctx context.Context, orphaned bool) error {
 	if err != nil {
 		return err
 	}
-	held, replacing := heldBy(enactments), r.replacing(ctx, enactments, deleting(pools.Items))
+	held, replacing := heldBy(enactments), r.replacing(ctx, enactments, deleting(pools.Items), carried)
 	maps.DeleteFunc(released, func(ip netip.Addr, rel release) bool {
 		// Released by an enactment that is being given a replacement:
 		// the apply that puts it on takes this one off (make before
@@ -203,20 +203,23 @@ func deleting(pools []ippoolv1.NodeIPPool) map[string]bool {
 }
 
 // replacing returns, by enactment, the pools of which the enactment's
-// policy (from the cache) captures an address that its record lacks: the
-// address it released there (a reset) is being replaced, and the apply
-// that puts the replacement on takes it off. An enactment being deleted
-// replaces nothing, nor one for which the pool has no other address, nor
-// a pool being deleted (it hands out nothing, and goes only once the
-// addresses it quarantines are off their nodes).
+// policy (from the cache) captures an address that its record lacks, or
+// that its record holds and the node does not carry yet (carried) unless
+// the node gave up applying it: the address it released there (a reset)
+// is being replaced, and the apply that puts the replacement on takes it
+// off. An enactment being deleted replaces nothing, nor one for which the
+// pool has no other address, nor a pool being deleted (it hands out
+// nothing, and goes only once the addresses it quarantines are off their
+// nodes).
 func (r *Reconciler) replacing(ctx context.Context, enactments []nncev1beta1.NodeNetworkConfigurationEnactment,
-	deleting map[string]bool) map[string]map[string]bool {
+	deleting map[string]bool, carried map[netip.Addr]string) map[string]map[string]bool {
 	out := map[string]map[string]bool{}
 	for i := range enactments {
 		e := &enactments[i]
 		if !e.DeletionTimestamp.IsZero() {
 			continue
 		}
+		gaveUp := failedFinally(e)
 		var policy nmstatev1.NodeNetworkConfigurationPolicy
 		if err := r.Client.Get(ctx, types.NamespacedName{Name: e.Labels[shared.EnactmentPolicyLabel]}, &policy); err != nil {
 			continue
@@ -231,7 +234,11 @@ func (r *Reconciler) replacing(ctx context.Context, enactments []nncev1beta1.Nod
 				// comes back once its quarantine lifts.
 				continue
 			}
-			if slices.ContainsFunc(captures.RefsOf(pool), func(ref capture.Ref) bool { _, ok := record.Of(e, ref); return !ok }) {
+			if slices.ContainsFunc(captures.RefsOf(pool), func(ref capture.Ref) bool {
+				addr, ok := record.Of(e, ref)
+				_, on := carried[addr.IP]
+				return !ok || (!on && !gaveUp)
+			}) {
 				if out[e.Name] == nil {
 					out[e.Name] = map[string]bool{}
 				}

@@ -1,11 +1,15 @@
 package pool_test
 
 import (
+	"fmt"
 	"net/netip"
 	"testing"
+	"time"
 
 	. "github.com/onsi/gomega"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	ippoolv1 "github.com/nmstate-ippool/nmstate-ippool/api/v1"
 	nncev1beta1 "github.com/nmstate-ippool/nmstate-ippool/api/v1beta1"
@@ -32,6 +36,61 @@ func TestResetIsMakeBeforeBreak(t *testing.T) {
 	Expect(nics.withoutAddress()).To(BeEmpty(), "the node was without an address of the pool")
 	Expect(nics.onTwoNICs()).To(BeEmpty())
 	Eventually(func() []string { return bits("mbb") }).ShouldNot(ContainElement(old[0]), "free once the node shows it gone")
+}
+
+// TestResetWaitingForASlotKeepsItsAddress: a reset whose replacement is
+// recorded but waits for a maxUnavailable slot keeps the old address on
+// its interface while the pool quarantines it and asks the node for its
+// state: the node takes the old one off only with the apply that puts the
+// new one on. The other node holds the policy's one slot, its handler
+// stopped mid-apply, until the test lets it go.
+func TestResetWaitingForASlotKeepsItsAddress(t *testing.T) {
+	nodes, old := twoNodesOf(t, "slotwait", ippoolv1.IPRange{CIDR: "10.15.0.0/24", Start: "10.15.0.1", End: "10.15.0.10"})
+	Expect(nodes[0].Stop()).To(Succeed())
+	holdSlot := func(granted bool) {
+		Eventually(func() error {
+			var e nncev1beta1.NodeNetworkConfigurationEnactment
+			if err := k.Get(ctx, types.NamespacedName{Name: "slotwait01.slotwait"}, &e); err != nil {
+				return err
+			}
+			e.Status.Slot = nil
+			if granted {
+				now := metav1.NowMicro()
+				e.Status.Slot = &nncev1beta1.ApplySlot{Requested: now, Granted: &now}
+			}
+			return k.Status().Update(ctx, &e)
+		}).Should(Succeed())
+	}
+	holdSlot(true)
+
+	nics := sampleNICs(t, nodes[1])
+	nics.mustCarryIn("slotwait02", netip.MustParsePrefix("10.15.0.0/24"))
+	annotate(&nncev1beta1.NodeNetworkConfigurationEnactment{ObjectMeta: metav1.ObjectMeta{Name: "slotwait02.slotwait"}}, "slotwait")
+	Eventually(func() []string { return held("slotwait02.slotwait", "slotwait") }).ShouldNot(Or(BeEmpty(), Equal(old)))
+	renewed := held("slotwait02.slotwait", "slotwait")[0]
+	Eventually(enactmentState("slotwait02.slotwait")).Should(HavePrefix("Pending: maxUnavailable"))
+	Eventually(func() *ippoolv1.QuarantinedAddress {
+		s := poolStatus("slotwait")
+		return quarantined(&s, old[0])
+	}).ShouldNot(BeNil(), "the old address is quarantined while the node still carries it")
+	// The pool asks the node for its state again later (askAgainAfter);
+	// ask now, with the replacement recorded and not yet applied.
+	before := publishedAt("slotwait02")
+	Eventually(func() time.Time { return time.Now().Truncate(time.Second) }).Should(BeTemporally(">", before),
+		"a publication from now on shows a later second (its times have seconds)")
+	nns := &nncev1beta1.NodeNetworkState{ObjectMeta: metav1.ObjectMeta{Name: "slotwait02"}}
+	Expect(k.Patch(ctx, nns, client.RawPatch(types.MergePatchType, fmt.Appendf(nil, `{"metadata":{"labels":{%q:"%d"}}}`,
+		ippoolv1.RefreshStateLabel, time.Now().UnixNano())))).To(Succeed())
+	Eventually(func() bool { return publishedAt("slotwait02").After(before) }).Should(BeTrue(), "the node answered")
+	Consistently(carried(nodes[1]), time.Second).Should(Equal([]string{old[0] + "/24"}),
+		"the old address stays until the apply that puts its replacement on")
+
+	holdSlot(false)
+	Eventually(carried(nodes[1])).Should(Equal([]string{renewed + "/24"}), "the new address replaces the old one")
+	Eventually(enactmentState("slotwait02.slotwait")).Should(HavePrefix("Available"))
+	Expect(nics.withoutAddress()).To(BeEmpty(), "the node was without an address of the pool")
+	Expect(nics.onTwoNICs()).To(BeEmpty())
+	Eventually(func() []string { return bits("slotwait") }).ShouldNot(ContainElement(old[0]), "free once the node shows it gone")
 }
 
 // TestResetOfAFullPool: a reset on a pool with no other address left
@@ -66,4 +125,14 @@ func twoNodesOf(t *testing.T, name string, r ippoolv1.IPRange) ([]*envtest.Node,
 	Expect(old).To(HaveLen(1))
 	Eventually(carried(nodes[1])).Should(Equal([]string{old[0] + "/24"}))
 	return nodes, old
+}
+
+// publishedAt returns when node last published its NodeNetworkState, or
+// the zero time.
+func publishedAt(node string) time.Time {
+	var nns nncev1beta1.NodeNetworkState
+	if err := k.Get(ctx, types.NamespacedName{Name: node}, &nns); err != nil {
+		return time.Time{}
+	}
+	return nns.Status.LastSuccessfulUpdateTime.Time
 }

@@ -41,12 +41,8 @@ const parallelRecords = 32
 // addresses.
 type request struct {
 	enactment *nncev1beta1.NodeNetworkConfigurationEnactment
-	// generation and all are the policy's generation and every ippool
-	// capture of it, of any pool.
-	generation int64
-	all        []capture.Ref
-	refs       []capture.Ref
-	addresses  []capture.Address
+	refs      []capture.Ref
+	addresses []capture.Address
 	// ifaces are, by capture, the interfaces the policy's template puts
 	// its address on (capture.Interfaces).
 	ifaces map[string][]string
@@ -82,7 +78,7 @@ func (r *Reconciler) busyRequests(ctx context.Context, pool *ippoolv1.NodeIPPool
 		if p == nil || (!record.Requesting(e) && p.generation != e.Status.PolicyGeneration) || p.unrenderable(pool, rng) {
 			continue
 		}
-		rq := &request{enactment: e, generation: p.generation, all: p.captures.Refs, ifaces: p.ifaces}
+		rq := &request{enactment: e, ifaces: p.ifaces}
 		for _, ref := range p.captures.RefsOf(pool.Name) {
 			if addr, ok := record.Of(e, ref); !ok || !handsOut(rng, addr.IP) {
 				rq.refs = append(rq.refs, ref)
@@ -280,9 +276,10 @@ func (r *Reconciler) serve(ctx context.Context, pool *ippoolv1.NodeIPPool, v vie
 }
 
 // recordServed writes the addresses of a served request into its
-// enactment, and once the enactment records every capture of its policy,
-// asks in the same write to apply it (record.AskToApply). The write is
-// guarded by the token the addresses' in-flight entries carry, as a
+// enactment's record, and nothing else of it: the handler asks to apply
+// once its record is complete, in a write of its own (docs/protocol.md
+// "Who writes what": the handler's fields have the handler for their one
+// writer). The write is guarded by the token the addresses' in-flight entries carry, as a
 // handler's record is: a conflict means the enactment changed since (a
 // fence among the possible changes), so the record certainly does not
 // exist; the addresses are withdrawn, and the enactment, if it still asks,
@@ -297,11 +294,6 @@ func (r *Reconciler) recordServed(ctx context.Context, pool *ippoolv1.NodeIPPool
 		record.Add(e, ref, rq.addresses[i], meta)
 	}
 	record.NoteNotAdopted(e, pool.Name, rq.notes.NotAdopted)
-	if record.Complete(e, rq.all) {
-		// The handler's next write would ask to apply; this one does,
-		// so a pooled node costs no more writes than a plain one.
-		record.AskToApply(e, rq.generation, r.Clock.Now())
-	}
 	err := r.Client.Status().Update(ctx, e)
 	if err == nil {
 		ctrl.LoggerFrom(ctx).Info("allocated address", "enactment", e.Name, "node", e.Labels[shared.EnactmentNodeLabel],

@@ -8,14 +8,11 @@ package record
 import (
 	"slices"
 	"strings"
-	"time"
 
 	"github.com/nmstate/kubernetes-nmstate/api/shared"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	ippoolv1 "github.com/nmstate-ippool/nmstate-ippool/api/v1"
 	nncev1beta1 "github.com/nmstate-ippool/nmstate-ippool/api/v1beta1"
-	"github.com/nmstate-ippool/nmstate-ippool/internal/conditions"
 	"github.com/nmstate-ippool/nmstate-ippool/pkg/capture"
 )
 
@@ -160,19 +157,3 @@ func Complete(e *nncev1beta1.NodeNetworkConfigurationEnactment, refs []capture.R
 // WaitingForSlot is the Progressing message of an enactment whose apply
 // waits for a maxUnavailable slot.
 const WaitingForSlot = "Waiting for the policy controller to grant a maxUnavailable slot"
-
-// AskToApply asks, for its handler, to apply an enactment the pool
-// controller has just recorded completely for policy generation gen: it
-// requests a maxUnavailable slot and shows the enactment Progressing, as
-// the handler would have in a write of its own. The handler renders the
-// desired state once the slot is granted (it has no status.desiredState
-// until then).
-func AskToApply(e *nncev1beta1.NodeNetworkConfigurationEnactment, gen int64, now time.Time) {
-	e.Status.PolicyGeneration = gen
-	e.Status.WaitingForIPPool = ""
-	e.Status.DesiredState = shared.State{}
-	e.Status.Slot = &nncev1beta1.ApplySlot{Requested: metav1.NewMicroTime(now.Truncate(time.Microsecond))}
-	e.Status.Conditions = conditions.Enactment(e.Status.Conditions,
-		shared.NodeNetworkConfigurationEnactmentConditionProgressing,
-		shared.NodeNetworkConfigurationEnactmentConditionConfigurationProgressing, WaitingForSlot, now)
-}
