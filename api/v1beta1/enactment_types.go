@@ -84,8 +84,11 @@ type ConfigureFailures struct {
 // once granted, the slot itself.
 type ApplySlot struct {
 	// Requested is when the handler asked to apply. A new request replaces
-	// an old one and its grant.
-	Requested metav1.MicroTime `json:"requested"`
+	// an old one and its grant. Absent from a slot granted to a new
+	// enactment's request (the nmstate.io/ippool-request annotation),
+	// which asks to apply once the pool controller has served it.
+	// +optional
+	Requested metav1.MicroTime `json:"requested,omitzero"`
 	// Granted is when the policy controller granted the request. A grant
 	// older than the controller's slot timeout no longer counts against
 	// maxUnavailable (a handler that died while applying).

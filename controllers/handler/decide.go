@@ -20,8 +20,9 @@ const (
 	// stepDone: the enactment shows this generation applied, or given
 	// up on (its retries spent, or its rollout aborted).
 	stepDone step = iota
-	// stepWait: a slot was asked for and is not granted yet, the pool
-	// controller is to serve the enactment, or a retry's backoff runs.
+	// stepWait: a slot was asked for and is not granted yet (by the
+	// handler, or by a served request), the pool controller is to serve
+	// the enactment, or a retry's backoff runs.
 	stepWait
 	// stepRetire: the enactment ends (policy gone or deselected, or the
 	// enactment is being deleted).
@@ -61,6 +62,12 @@ func (s *scope) decide(now time.Time, t timing) step {
 		return stepRetire
 	case e != nil && e.Status.PolicyGeneration == s.policy.Generation && !s.poolRecorded(e.Status.WaitingForIPPool) &&
 		waitsForServe(e, now, busyWait):
+		return stepWait
+	case e != nil && record.GrantedOnRequest(e) && s.recordsComplete():
+		return stepApply
+	case e != nil && record.Requesting(e) && s.recordsComplete():
+		// Served: the request asks the policy controller for a slot too
+		// (record.AsksForSlot), and its grant's event brings it back.
 		return stepWait
 	case e != nil && record.Requesting(e) && !s.recordsComplete() && waitsForServe(e, now, busyWait):
 		return stepWait

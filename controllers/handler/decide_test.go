@@ -99,7 +99,18 @@ func TestDecide(t *testing.T) {
 		}), t0.Add(time.Second), stepEnact},
 		{"asked the pool controller on creation", policy, true, requested(nil), t0.Add(5 * time.Second), stepWait},
 		{"asked on creation, not served in time", policy, true, requested(nil), t0.Add(10 * time.Second), stepEnact},
-		{"asked on creation, served", policy, true, requested(recorded), t0.Add(time.Second), stepEnact},
+		{"asked on creation, served: the request asks for a slot", policy, true, requested(recorded), t0.Add(time.Second), stepWait},
+		{"asked on creation, served and granted", policy, true, requested(func(e *nncev1beta1.NodeNetworkConfigurationEnactment) {
+			recorded(e)
+			granted := metav1.NewMicroTime(t0)
+			e.Status.Slot = &nncev1beta1.ApplySlot{Granted: &granted}
+			e.Status.Conditions = withConditions(nil, outcome{condition: shared.NodeNetworkConfigurationEnactmentConditionProgressing}, t0)
+		}), t0.Add(time.Second), stepApply},
+		{"asked on creation, granted, but the policy now captures more", policy, true, requested(func(e *nncev1beta1.NodeNetworkConfigurationEnactment) {
+			granted := metav1.NewMicroTime(t0)
+			e.Status.Slot = &nncev1beta1.ApplySlot{Granted: &granted}
+			e.Status.Conditions = withConditions(nil, outcome{condition: shared.NodeNetworkConfigurationEnactmentConditionProgressing}, t0)
+		}), t0.Add(time.Second), stepEnact},
 		{"asked on creation, then written by the handler", policy, true, requested(func(e *nncev1beta1.NodeNetworkConfigurationEnactment) {
 			e.Status.PolicyGeneration = 2
 			e.Status.Conditions = withConditions(nil, outcome{condition: pend, reason: ippoolv1.ReasonIPPoolNotAvailable}, t0)

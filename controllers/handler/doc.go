@@ -22,9 +22,11 @@
 // not Available=True: only the pool controller sets that. The record is
 // written to the enactment before anything is applied, so an address that
 // reached a node is always recorded. The controller writes the record and
-// nothing else of the enactment: once it is complete, the handler renders
-// the state and asks for its slot in a write of its own, as for a policy
-// without captures.
+// nothing else of the enactment. Once it is complete, a new enactment's
+// request asks the policy controller for a slot as it stands
+// (record.AsksForSlot), and the handler writes its own fields first with
+// its outcome; an older enactment's handler renders the state and asks
+// for its slot in a write of its own, as for a policy without captures.
 //
 // Whatever is stored in status.desiredState, the handler applies only the
 // state it renders, at the apply, from the policy and its own record.

@@ -25,6 +25,8 @@ import (
 	"github.com/nmstate-ippool/nmstate-ippool/internal/conditions"
 	"github.com/nmstate-ippool/nmstate-ippool/internal/eventnote"
 	"github.com/nmstate-ippool/nmstate-ippool/internal/policystatus"
+	"github.com/nmstate-ippool/nmstate-ippool/internal/record"
+	"github.com/nmstate-ippool/nmstate-ippool/pkg/capture"
 )
 
 // parallelWrites bounds the enactment writes a reconcile has in flight.
@@ -91,7 +93,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 		return ctrl.Result{}, err
 	}
 	now := r.Clock.Now()
-	ro.slots = planSlots(ro.enactments, ro.policy.Generation, ro.limit, now, r.SlotTimeout)
+	ro.slots = planSlots(ro.enactments, ro.policy.Generation, ro.limit, now, r.SlotTimeout, onRequest(ro.policy))
 	if err := r.abort(ctx, ro, now); err != nil {
 		return ctrl.Result{}, err
 	}
@@ -167,6 +169,19 @@ func (r *Reconciler) fetch(ctx context.Context, name string) (*rollout, error) {
 	return ro, nil
 }
 
+// onRequest says which new enactments of policy ask for a slot by their
+// request (record.AsksForSlot): none when its captures do not parse, as
+// its handlers then apply nothing.
+func onRequest(policy *nmstatev1.NodeNetworkConfigurationPolicy) func(*nncev1beta1.NodeNetworkConfigurationEnactment) bool {
+	captures, err := capture.ParsePolicy(policy.Spec.Capture, policy.Spec.DesiredState.Raw)
+	if err != nil {
+		return nil
+	}
+	return func(e *nncev1beta1.NodeNetworkConfigurationEnactment) bool {
+		return record.AsksForSlot(e, captures.Refs)
+	}
+}
+
 // grant grants the slot requests of enactments, several writes at a time,
 // and returns how many it granted. A request that changed since the cache
 // saw it (a conflict) is left to the next reconcile, which its change
@@ -174,6 +189,9 @@ func (r *Reconciler) fetch(ctx context.Context, name string) (*rollout, error) {
 func (r *Reconciler) grant(ctx context.Context, enactments []*nncev1beta1.NodeNetworkConfigurationEnactment, now time.Time) (int, error) {
 	var granted atomic.Int64
 	err := writeEach(enactments, func(e *nncev1beta1.NodeNetworkConfigurationEnactment) error {
+		if e.Status.Slot == nil {
+			e.Status.Slot = &nncev1beta1.ApplySlot{} // asked for by the enactment's request
+		}
 		e.Status.Slot.Granted = microNow(now)
 		e.Status.Conditions = conditions.Enactment(e.Status.Conditions,
 			shared.NodeNetworkConfigurationEnactmentConditionProgressing,
@@ -227,10 +245,12 @@ func (r *Reconciler) abort(ctx context.Context, ro *rollout, now time.Time) erro
 	})
 }
 
-// queue shows the requests that wait for a slot as Pending.
+// queue shows the requests that wait for a slot as Pending. A new
+// enactment's request is left as it is: a condition would end the
+// request (record.Requesting), and its handler would ask again.
 func (r *Reconciler) queue(ctx context.Context, enactments []*nncev1beta1.NodeNetworkConfigurationEnactment, now time.Time) error {
 	return writeEach(enactments, func(e *nncev1beta1.NodeNetworkConfigurationEnactment) error {
-		if waitingForSlot(e) {
+		if waitingForSlot(e) || e.Status.Slot == nil {
 			return nil
 		}
 		e.Status.Conditions = conditions.Enactment(e.Status.Conditions,

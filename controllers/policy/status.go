@@ -28,13 +28,15 @@ type slots struct {
 	nextExpiry time.Time
 }
 
-// planSlots decides which requests of enactments to grant under limit. A
-// grant older than timeout does not count: its handler died mid-apply.
-// Once limit nodes gave up on generation, every request is aborted, as
-// kubernetes-nmstate does: a policy that broke that many nodes is not
-// rolled out further.
+// planSlots decides which requests of enactments to grant under limit: a
+// slot its handler requested (status.slot.requested), or a new
+// enactment's request that onRequest says asks for one
+// (record.AsksForSlot). A grant older than timeout does not count: its
+// handler died mid-apply. Once limit nodes gave up on generation, every
+// request is aborted, as kubernetes-nmstate does: a policy that broke
+// that many nodes is not rolled out further.
 func planSlots(enactments []*nncev1beta1.NodeNetworkConfigurationEnactment, generation int64, limit int, now time.Time,
-	timeout time.Duration) slots {
+	timeout time.Duration, onRequest func(*nncev1beta1.NodeNetworkConfigurationEnactment) bool) slots {
 	var s slots
 	var requests []*nncev1beta1.NodeNetworkConfigurationEnactment
 	for _, e := range enactments {
@@ -44,6 +46,9 @@ func planSlots(enactments []*nncev1beta1.NodeNetworkConfigurationEnactment, gene
 		slot := e.Status.Slot
 		switch {
 		case slot == nil:
+			if onRequest != nil && onRequest(e) {
+				requests = append(requests, e)
+			}
 		case slot.Granted == nil:
 			requests = append(requests, e)
 		case now.Sub(slot.Granted.Time) < timeout:
@@ -54,7 +59,7 @@ func planSlots(enactments []*nncev1beta1.NodeNetworkConfigurationEnactment, gene
 		}
 	}
 	slices.SortFunc(requests, func(a, b *nncev1beta1.NodeNetworkConfigurationEnactment) int {
-		if c := a.Status.Slot.Requested.Compare(b.Status.Slot.Requested.Time); c != 0 {
+		if c := requestedAt(a).Compare(requestedAt(b)); c != 0 {
 			return c
 		}
 		return cmp.Compare(a.Name, b.Name)
@@ -67,6 +72,15 @@ func planSlots(enactments []*nncev1beta1.NodeNetworkConfigurationEnactment, gene
 	n := min(free, len(requests))
 	s.grant, s.queue = requests[:n], requests[n:]
 	return s
+}
+
+// requestedAt returns when the enactment asked for its slot: its handler's
+// request, or its creation for a new enactment's request.
+func requestedAt(e *nncev1beta1.NodeNetworkConfigurationEnactment) time.Time {
+	if e.Status.Slot == nil {
+		return e.CreationTimestamp.Time
+	}
+	return e.Status.Slot.Requested.Time
 }
 
 // gaveUp reports whether the enactment's node gave up on generation: its

@@ -24,7 +24,7 @@ func TestPlanSlots(t *testing.T) {
 		slotted("dead", t0.Add(-20*time.Minute), &old),
 		{}, // no request
 	}
-	s := planSlots(enactments, 0, 3, t0, 5*time.Minute)
+	s := planSlots(enactments, 0, 3, t0, 5*time.Minute, nil)
 	if s.held != 1 {
 		t.Errorf("held = %d, want 1 (the expired grant does not count)", s.held)
 	}
@@ -37,7 +37,7 @@ func TestPlanSlots(t *testing.T) {
 	if want := recent.Add(5 * time.Minute); !s.nextExpiry.Equal(want) {
 		t.Errorf("nextExpiry = %v, want %v", s.nextExpiry, want)
 	}
-	if s := planSlots(enactments, 0, 1, t0, 5*time.Minute); len(s.grant) != 0 || len(s.queue) != 3 {
+	if s := planSlots(enactments, 0, 1, t0, 5*time.Minute, nil); len(s.grant) != 0 || len(s.queue) != 3 {
 		t.Errorf("with the limit held: grant %v queue %v", names(s.grant), names(s.queue))
 	}
 	// Nodes that gave up on generation 0 reach the limit: every request
@@ -53,13 +53,44 @@ func TestPlanSlots(t *testing.T) {
 		return e
 	}
 	withFailed := append([]*nncev1beta1.NodeNetworkConfigurationEnactment{gaveUp(0), gaveUp(-1)}, enactments...)
-	if s := planSlots(withFailed, 0, 2, t0, 5*time.Minute); s.failed != 1 || len(s.abort) != 0 || len(s.grant) != 1 {
+	if s := planSlots(withFailed, 0, 2, t0, 5*time.Minute, nil); s.failed != 1 || len(s.abort) != 0 || len(s.grant) != 1 {
 		t.Errorf("one failure under a limit of 2: failed %d abort %v grant %v", s.failed, names(s.abort), names(s.grant))
 	}
 	withFailed = append(withFailed, gaveUp(0))
-	s = planSlots(withFailed, 0, 2, t0, 5*time.Minute)
+	s = planSlots(withFailed, 0, 2, t0, 5*time.Minute, nil)
 	if got := names(s.abort); s.failed != 2 || len(got) != 3 || len(s.grant)+len(s.queue) != 0 {
 		t.Errorf("two failures at a limit of 2: failed %d abort %v grant %v queue %v", s.failed, got, names(s.grant), names(s.queue))
+	}
+}
+
+// TestPlanSlotsOnRequest: a new enactment whose creation's request the
+// pool controller has served asks for a slot without a write of its
+// handler's; it takes its turn by its creation time, among the slots
+// handlers requested. One the request does not ask for (onRequest says no)
+// waits for its handler.
+func TestPlanSlotsOnRequest(t *testing.T) {
+	t0 := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	served := func(name string, created time.Time) *nncev1beta1.NodeNetworkConfigurationEnactment {
+		e := &nncev1beta1.NodeNetworkConfigurationEnactment{}
+		e.Name, e.CreationTimestamp = name, metav1.NewTime(created)
+		return e
+	}
+	enactments := []*nncev1beta1.NodeNetworkConfigurationEnactment{
+		slotted("requested", t0.Add(-2*time.Second), nil),
+		served("served-early", t0.Add(-3*time.Second)),
+		served("served-late", t0.Add(-time.Second)),
+		served("unserved", t0.Add(-4*time.Second)),
+	}
+	onRequest := func(e *nncev1beta1.NodeNetworkConfigurationEnactment) bool { return e.Name != "unserved" }
+	s := planSlots(enactments, 0, 2, t0, 5*time.Minute, onRequest)
+	if got := names(s.grant); len(got) != 2 || got[0] != "served-early" || got[1] != "requested" {
+		t.Errorf("grant = %v, want the two oldest requests: [served-early requested]", got)
+	}
+	if got := names(s.queue); len(got) != 1 || got[0] != "served-late" {
+		t.Errorf("queue = %v, want [served-late]", got)
+	}
+	if s := planSlots(enactments, 0, 2, t0, 5*time.Minute, nil); len(s.grant)+len(s.queue) != 1 {
+		t.Errorf("without onRequest only the handler's request asks: grant %v queue %v", names(s.grant), names(s.queue))
 	}
 }
 

@@ -135,6 +135,25 @@ func Requesting(e *nncev1beta1.NodeNetworkConfigurationEnactment) bool {
 		e.Status.PolicyGeneration == 0 && e.DeletionTimestamp.IsZero()
 }
 
+// AsksForSlot reports whether a new enactment asks for a maxUnavailable
+// slot by its creation's request (ippoolv1.RequestAnnotation): once the
+// pool controller has recorded an address for every one of refs (its
+// policy's captures), the request that asked for them asks to apply too,
+// and the policy controller grants it as it grants a slot the handler
+// requested (status.slot.requested). No one writes a request for the
+// handler, and the handler writes none before it applies.
+func AsksForSlot(e *nncev1beta1.NodeNetworkConfigurationEnactment, refs []capture.Ref) bool {
+	return Requesting(e) && e.Status.Slot == nil && Complete(e, refs)
+}
+
+// GrantedOnRequest reports whether the policy controller granted the slot
+// a new enactment asked for by its request (AsksForSlot): its handler
+// applies, writing its own fields for the first time with the outcome.
+func GrantedOnRequest(e *nncev1beta1.NodeNetworkConfigurationEnactment) bool {
+	return e.Annotations[ippoolv1.RequestAnnotation] != "" && e.Status.PolicyGeneration == 0 && e.DeletionTimestamp.IsZero() &&
+		e.Status.Slot != nil && e.Status.Slot.Granted != nil && e.Status.Slot.Requested.IsZero()
+}
+
 // RequestedPools returns the pools a new enactment's request names.
 func RequestedPools(e *nncev1beta1.NodeNetworkConfigurationEnactment) []string {
 	v := e.Annotations[ippoolv1.RequestAnnotation]
