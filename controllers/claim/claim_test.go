@@ -277,10 +277,16 @@ func TestRangeChangeNamesClaims(t *testing.T) {
 	begin(t, "webhook", "claims-webhook", ippoolv1.NodeIPPoolSpec{Range: ippoolv1.IPRange{CIDR: "10.80.8.0/24", Start: "10.80.8.1", End: "10.80.8.9"}})
 	createClaim(t, "webhook", "m1", "claims-webhook")
 	Eventually(addressOf("webhook", "m1")).Should(Equal("10.80.8.1"))
-	var p ippoolv1.NodeIPPool
-	Expect(k.Get(ctx, types.NamespacedName{Name: "claims-webhook"}, &p)).To(Succeed())
-	p.Spec.Range.Start = "10.80.8.2"
-	Expect(k.Update(ctx, &p)).To(MatchError(ContainSubstring("10.80.8.1 held by IPAddressClaim webhook/m1")))
+	// On the latest copy, as kubectl edit would: the provider writes the
+	// pool's status meanwhile.
+	Expect(retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		var p ippoolv1.NodeIPPool
+		if err := k.Get(ctx, types.NamespacedName{Name: "claims-webhook"}, &p); err != nil {
+			return err
+		}
+		p.Spec.Range.Start = "10.80.8.2"
+		return k.Update(ctx, &p)
+	})).To(MatchError(ContainSubstring("10.80.8.1 held by IPAddressClaim webhook/m1")))
 }
 
 // TestRestoreSurvivesARestart: a provider stopped after it let an
@@ -303,10 +309,16 @@ func TestRestoreSurvivesARestart(t *testing.T) {
 		c.SetAnnotations(map[string]string{capi.RestoreAnnotation: "10.80.9.2"})
 		return k.Update(ctx, c)
 	})).To(Succeed())
+	Expect(retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		a, err := getAddress("restart", "m1")
+		if err != nil {
+			return err
+		}
+		a.SetFinalizers(nil)
+		return k.Update(ctx, a)
+	})).To(Succeed())
 	a, err := getAddress("restart", "m1")
 	Expect(err).NotTo(HaveOccurred())
-	a.SetFinalizers(nil)
-	Expect(k.Update(ctx, a)).To(Succeed())
 	Expect(k.Delete(ctx, a)).To(Succeed())
 	// Someone else asks meanwhile: the next free address is not the one
 	// being restored, whose bit stays set.

@@ -64,9 +64,13 @@ func TestAdmission(t *testing.T) {
 	plain.Spec.DesiredState = shared.NewState("interfaces: []\n")
 	Expect(k.Create(ctx, plain)).To(Succeed())
 	t.Cleanup(func() { _ = k.Delete(ctx, plain) })
-	plain.Spec.Capture = map[string]string{"addr": "ippool.traffic.allocate"}
-	err := k.Update(ctx, plain)
-	Expect(err).To(MatchError(ContainSubstring(immutable)))
+	Expect(retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		if err := k.Get(ctx, client.ObjectKeyFromObject(plain), plain); err != nil {
+			return err
+		}
+		plain.Spec.Capture = map[string]string{"addr": "ippool.traffic.allocate"}
+		return k.Update(ctx, plain)
+	})).To(MatchError(ContainSubstring(immutable)))
 
 	for _, bad := range []struct{ name, value, want string }{
 		{"admission-label", "-worker", "spec.nodeSelector[role]: Invalid value: \"string\": a nodeSelector value must be a valid label value"},

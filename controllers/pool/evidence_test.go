@@ -281,9 +281,13 @@ func TestTerminatingPoolHandsOutNothing(t *testing.T) {
 	})
 	Eventually(enactmentState("term01.term")).Should(ContainSubstring(`NodeIPPool "term" is being deleted and hands out nothing`))
 	Consistently(func() []string { return bits("term") }, 2*time.Second).Should(BeEmpty())
-	Expect(k.Get(ctx, client.ObjectKeyFromObject(p), p)).To(Succeed())
-	p.Finalizers = slices.DeleteFunc(p.Finalizers, func(f string) bool { return f == "example.com/keep" })
-	Expect(k.Update(ctx, p)).To(Succeed())
+	Expect(retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		if err := k.Get(ctx, client.ObjectKeyFromObject(p), p); err != nil {
+			return err
+		}
+		p.Finalizers = slices.DeleteFunc(p.Finalizers, func(f string) bool { return f == "example.com/keep" })
+		return k.Update(ctx, p)
+	})).To(Succeed())
 	Eventually(func() bool { return apierrors.IsNotFound(k.Get(ctx, client.ObjectKeyFromObject(p), p)) }).Should(BeTrue())
 
 	// An address in flight when its pool is deleted.

@@ -26,14 +26,20 @@ func warned(t *testing.T) (client.Client, *envtest.Warnings) {
 // changeRange applies change to the pool's range, as `kubectl edit` would,
 // and returns the API server's answer.
 func changeRange(c client.Client, name string, change func(*ippoolv1.IPRange), opts ...client.UpdateOption) error {
-	// As kubectl edit would, on the latest copy: the controller writes
-	// the pool's metadata too (its finalizer).
+	return changeSpec(c, name, func(s *ippoolv1.NodeIPPoolSpec) { change(&s.Range) }, opts...)
+}
+
+// changeSpec applies change to the pool's spec, as `kubectl edit` would,
+// and returns the API server's answer: on the latest copy, again after a
+// conflict, since the controller writes the pool's metadata too (its
+// finalizer).
+func changeSpec(c client.Client, name string, change func(*ippoolv1.NodeIPPoolSpec), opts ...client.UpdateOption) error {
 	return retry.RetryOnConflict(retry.DefaultRetry, func() error {
 		var p ippoolv1.NodeIPPool
 		if err := k.Get(ctx, types.NamespacedName{Name: name}, &p); err != nil {
 			return err
 		}
-		change(&p.Spec.Range)
+		change(&p.Spec)
 		return c.Update(ctx, &p, opts...)
 	})
 }
@@ -164,11 +170,9 @@ func TestGrowInPlace(t *testing.T) {
 	assertIndexed("grow")
 
 	// A reservation the range does not hand out is refused.
-	err := k.Update(ctx, func() *ippoolv1.NodeIPPool {
-		Expect(k.Get(ctx, types.NamespacedName{Name: "grow"}, &p)).To(Succeed())
-		p.Spec.Reservations = []ippoolv1.Reservation{{IP: "10.61.0.2", Node: "grow09"}, {IP: "10.61.0.50", Node: "grow09"}}
-		return &p
-	}())
+	err := changeSpec(k, "grow", func(s *ippoolv1.NodeIPPoolSpec) {
+		s.Reservations = []ippoolv1.Reservation{{IP: "10.61.0.2", Node: "grow09"}, {IP: "10.61.0.50", Node: "grow09"}}
+	})
 	Expect(err).To(HaveOccurred())
 	for _, s := range []string{`spec.reservations[10.61.0.2].ip: Invalid value: "10.61.0.2": cannot be handed out: it is excluded`,
 		`spec.reservations[10.61.0.50].ip: Invalid value: "10.61.0.50": cannot be handed out: it is outside the range 10.61.0.2-10.61.0.20`} {
