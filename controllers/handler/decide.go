@@ -63,11 +63,15 @@ func (s *scope) decide(now time.Time, t timing) step {
 	case e != nil && e.Status.PolicyGeneration == s.policy.Generation && !s.poolRecorded(e.Status.WaitingForIPPool) &&
 		waitsForServe(e, now, busyWait):
 		return stepWait
-	case e != nil && record.GrantedOnRequest(e) && s.recordsComplete():
+	case e != nil && s.captureErr == nil && record.GrantedOnRequest(e) && s.recordsComplete():
 		return stepApply
-	case e != nil && record.Requesting(e) && s.recordsComplete():
+	case e != nil && s.captureErr == nil && record.Requesting(e) && s.recordsComplete():
 		// Served: the request asks the policy controller for a slot too
-		// (record.AsksForSlot), and its grant's event brings it back.
+		// (record.AsksForSlot), and its grant's event brings it back. A
+		// request the policy controller aborted instead is no longer
+		// Requesting: it is enacted below like any enactment of an older
+		// generation, and asks for a slot of its own, which the policy
+		// controller aborts again while the rollout stays aborted.
 		return stepWait
 	case e != nil && record.Requesting(e) && !s.recordsComplete() && waitsForServe(e, now, busyWait):
 		return stepWait

@@ -1,6 +1,7 @@
 package handler
 
 import (
+	"errors"
 	"net/netip"
 	"slices"
 	"testing"
@@ -125,12 +126,42 @@ func TestDecide(t *testing.T) {
 		}), t0, stepEnact},
 		{"aborted: stays aborted", policy, true, enactment(shared.NodeNetworkConfigurationEnactmentConditionAborted,
 			string(shared.NodeNetworkConfigurationEnactmentConditionConfigurationAborted), nil), t0.Add(time.Hour), stepDone},
+		// The policy controller aborted a served request while it waited
+		// for its slot: the handler writes its own fields and asks for a
+		// slot of this generation (aborted again while the rollout is).
+		{"asked on creation, served, aborted while queued", policy, true, requested(func(e *nncev1beta1.NodeNetworkConfigurationEnactment) {
+			recorded(e)
+			e.Status.Conditions = withConditions(nil, outcome{condition: shared.NodeNetworkConfigurationEnactmentConditionAborted,
+				reason: shared.NodeNetworkConfigurationEnactmentConditionConfigurationAborted}, t0)
+		}), t0.Add(time.Second), stepEnact},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			s := &scope{policy: tt.policy, enactment: tt.enactment, selected: tt.selected, captures: captures}
 			if got := s.decide(tt.now, timing{busyWait: 10 * time.Second, retry: DefaultRetry}); got != tt.want {
 				t.Errorf("decide = %d, want %d", got, tt.want)
+			}
+		})
+	}
+
+	// Captures that no longer parse are reported (Failing /
+	// InvalidCapture, by stepEnact), whatever a served request waits
+	// for: they need no record, so the record counts as complete.
+	for _, tt := range []struct {
+		name      string
+		enactment *nncev1beta1.NodeNetworkConfigurationEnactment
+	}{
+		{"asked on creation, served, captures broken", requested(recorded)},
+		{"asked on creation, granted, captures broken", requested(func(e *nncev1beta1.NodeNetworkConfigurationEnactment) {
+			recorded(e)
+			granted := metav1.NewMicroTime(t0)
+			e.Status.Slot = &nncev1beta1.ApplySlot{Granted: &granted}
+		})},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			s := &scope{policy: policy, enactment: tt.enactment, selected: true, captureErr: errors.New("capture addr: no such pool function")}
+			if got := s.decide(t0.Add(time.Second), timing{busyWait: 10 * time.Second, retry: DefaultRetry}); got != stepEnact {
+				t.Errorf("decide = %d, want %d (stepEnact)", got, stepEnact)
 			}
 		})
 	}

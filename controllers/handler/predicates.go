@@ -15,6 +15,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	nncev1beta1 "github.com/nmstate-ippool/nmstate-ippool/api/v1beta1"
+	"github.com/nmstate-ippool/nmstate-ippool/internal/conditions"
 )
 
 // policyOfEnactment maps an enactment to its policy.
@@ -67,10 +68,12 @@ func (r *Reconciler) thisNodesLabels() predicate.Predicate {
 
 // changesByOthers passes the events of this node's enactments that the
 // handler did not cause itself: creation and deletion, a deletion started,
-// annotations (a pool's nudge, a fence, a reset), a slot granted, and a
-// record changed (a reset, a retirement by the pool controller). The
-// handler's own writes of conditions pass only when they also change the
-// record, and those reconciles find nothing to do.
+// annotations (a pool's nudge, a fence, a reset), a slot granted, a
+// rollout aborted (the policy controller's Aborted: a served request ends
+// with it, and its handler writes its own fields), and a record changed (a
+// reset, a retirement by the pool controller). The handler's own writes of
+// conditions pass only when they also change the record, and those
+// reconciles find nothing to do.
 func changesByOthers() predicate.Predicate {
 	return predicate.Funcs{
 		UpdateFunc: func(e event.UpdateEvent) bool {
@@ -82,9 +85,16 @@ func changesByOthers() predicate.Predicate {
 			return !maps.Equal(oldE.Annotations, newE.Annotations) ||
 				oldE.DeletionTimestamp.IsZero() != newE.DeletionTimestamp.IsZero() ||
 				granted(oldE) != granted(newE) ||
+				!aborted(oldE) && aborted(newE) ||
 				!equality.Semantic.DeepEqual(oldE.Status.IPPool, newE.Status.IPPool)
 		},
 	}
+}
+
+// aborted reports whether the policy controller aborted the enactment's
+// rollout (only it writes Aborted).
+func aborted(e *nncev1beta1.NodeNetworkConfigurationEnactment) bool {
+	return conditions.TrueType(e.Status.Conditions) == shared.NodeNetworkConfigurationEnactmentConditionAborted
 }
 
 // granted returns when the enactment's slot was granted, or the zero time.

@@ -2,11 +2,16 @@ package handler
 
 import (
 	"testing"
+	"time"
 
+	"github.com/nmstate/kubernetes-nmstate/api/shared"
 	nmstatev1 "github.com/nmstate/kubernetes-nmstate/api/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	k8stypes "k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/event"
+
+	ippoolv1 "github.com/nmstate-ippool/nmstate-ippool/api/v1"
+	nncev1beta1 "github.com/nmstate-ippool/nmstate-ippool/api/v1beta1"
 )
 
 // TestSpecOrIncarnationChanged: a policy's events reach the handler when
@@ -26,6 +31,48 @@ func TestSpecOrIncarnationChanged(t *testing.T) {
 		{"status only", policy("a", 1), policy("a", 1), false},
 		{"spec", policy("a", 1), policy("a", 2), true},
 		{"created again", policy("a", 1), policy("b", 1), true},
+	} {
+		if got := p.Update(event.UpdateEvent{ObjectOld: tt.old, ObjectNew: tt.new}); got != tt.want {
+			t.Errorf("%s: %v, want %v", tt.name, got, tt.want)
+		}
+	}
+}
+
+// TestChangesByOthers: an enactment's events reach its handler when
+// someone else changed what it acts on, not for its own writes of
+// conditions.
+func TestChangesByOthers(t *testing.T) {
+	t0 := time.Date(2026, 1, 1, 12, 0, 0, 0, time.UTC)
+	with := func(condition shared.ConditionType, change func(*nncev1beta1.NodeNetworkConfigurationEnactment)) *nncev1beta1.NodeNetworkConfigurationEnactment {
+		e := &nncev1beta1.NodeNetworkConfigurationEnactment{ObjectMeta: metav1.ObjectMeta{Name: "n.p"}}
+		if condition != "" {
+			e.Status.Conditions = withConditions(nil, outcome{condition: condition}, t0)
+		}
+		if change != nil {
+			change(e)
+		}
+		return e
+	}
+	grant := func(e *nncev1beta1.NodeNetworkConfigurationEnactment) {
+		g := metav1.NewMicroTime(t0)
+		e.Status.Slot = &nncev1beta1.ApplySlot{Granted: &g}
+	}
+	prog := shared.NodeNetworkConfigurationEnactmentConditionProgressing
+	abort := shared.NodeNetworkConfigurationEnactmentConditionAborted
+	p := changesByOthers()
+	for _, tt := range []struct {
+		name     string
+		old, new *nncev1beta1.NodeNetworkConfigurationEnactment
+		want     bool
+	}{
+		{"the handler's own conditions", with("", nil), with(prog, nil), false},
+		{"the handler's next condition", with(abort, nil), with(prog, nil), false},
+		{"a slot granted", with(prog, nil), with(prog, grant), true},
+		{"a rollout aborted", with(prog, nil), with(abort, nil), true},
+		{"a served request aborted", with("", nil), with(abort, nil), true},
+		{"a nudge", with(prog, nil), with(prog, func(e *nncev1beta1.NodeNetworkConfigurationEnactment) {
+			e.Annotations = map[string]string{ippoolv1.NudgeAnnotation: "outside:10.0.0.1"}
+		}), true},
 	} {
 		if got := p.Update(event.UpdateEvent{ObjectOld: tt.old, ObjectNew: tt.new}); got != tt.want {
 			t.Errorf("%s: %v, want %v", tt.name, got, tt.want)

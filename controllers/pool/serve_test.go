@@ -2,15 +2,20 @@ package pool_test
 
 import (
 	"fmt"
+	"os"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/nmstate/kubernetes-nmstate/api/shared"
+	nmstatev1 "github.com/nmstate/kubernetes-nmstate/api/v1"
 	. "github.com/onsi/gomega"
 	"github.com/prometheus/client_golang/prometheus"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/intstr"
+	"k8s.io/client-go/util/retry"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	ippoolv1 "github.com/nmstate-ippool/nmstate-ippool/api/v1"
 	nncev1beta1 "github.com/nmstate-ippool/nmstate-ippool/api/v1beta1"
@@ -24,8 +29,9 @@ import (
 // controller (a request on creation) and never allocate themselves (their
 // own attempt is an hour away): they all end Available with unique,
 // indexed addresses the controller allocated in shared pool writes. The
-// controller's record asks to apply (a slot request, Progressing, the
-// policy generation) and the handlers render their state once granted.
+// controller writes only the record; the request that asked for it asks
+// the policy controller for a slot, and each handler renders its state
+// once granted.
 func TestBusyPoolServedByController(t *testing.T) {
 	RegisterTestingT(t)
 	metrics := pool.NewMetrics()
@@ -156,4 +162,99 @@ func TestHandlerOnlyAsks(t *testing.T) {
 	startController(t, nil)
 	Eventually(enactmentState("asks01.asks")).Should(HavePrefix("Available"))
 	Expect(held("asks01.asks", "asks")).To(Equal([]string{"10.67.0.1"}))
+}
+
+// TestServedRolloutAborted: when a policy's rollout is aborted (as many
+// nodes as maxUnavailable gave up on it), the served requests that wait
+// for their slot are aborted too, and their handlers hear of it: each
+// writes its own fields and ends Aborted at the policy's generation, which
+// the policy counts as aborted, not as progressing. Nothing else applies;
+// the fixed policy rolls out everywhere with the recorded addresses.
+func TestServedRolloutAborted(t *testing.T) {
+	RegisterTestingT(t)
+	startController(t, nil)
+	createPool(t, "aborted", ippoolv1.IPRange{CIDR: "10.61.3.0/24"})
+	Eventually(available("aborted")).Should(HavePrefix("True"))
+	p := &nmstatev1.NodeNetworkConfigurationPolicy{ObjectMeta: metav1.ObjectMeta{Name: "aborted"}}
+	p.Spec.NodeSelector = map[string]string{"role": "aborted"}
+	p.Spec.Capture = map[string]string{"addr": "ippool.aborted.allocate"}
+	p.Spec.DesiredState = shared.NewState(envtest.OneAddressState)
+	one := intstr.FromInt32(1)
+	p.Spec.MaxUnavailable = &one
+	Expect(k.Create(ctx, p)).To(Succeed())
+	t.Cleanup(func() { deleteObject(p) })
+	dir := t.TempDir()
+	var nodes []*envtest.Node
+	for i := range 3 {
+		nodes = append(nodes, addNodeWith(t, dir, fmt.Sprintf("aborted%02d", i+1), "aborted", func(nd *envtest.Node) {
+			Expect(os.WriteFile(nd.State+".fail", []byte("apply: eth1: no such device (simulated)\n"), 0o600)).To(Succeed())
+			// Served, never allocating itself; a failure is final.
+			nd.Tune = func(r *handler.Reconciler) {
+				r.PendingRequeue, r.FailedRequeue, r.Retry.Steps = time.Hour, time.Hour, 0
+			}
+		}))
+	}
+	type state struct {
+		Condition  string
+		Generation int64
+	}
+	states := func() []state {
+		var out []state
+		for _, nd := range nodes {
+			var e nncev1beta1.NodeNetworkConfigurationEnactment
+			if err := k.Get(ctx, types.NamespacedName{Name: nd.Name + ".aborted"}, &e); err != nil {
+				return []state{{Condition: err.Error()}}
+			}
+			out = append(out, state{string(conditions.TrueType(e.Status.Conditions)), e.Status.PolicyGeneration})
+		}
+		return out
+	}
+	Expect(k.Get(ctx, client.ObjectKeyFromObject(p), p)).To(Succeed())
+	g := p.Generation
+	Eventually(states, time.Minute).Should(ConsistOf(state{"Failing", g}, state{"Aborted", g}, state{"Aborted", g}))
+	Eventually(policyCondition("aborted", shared.NodeNetworkConfigurationPolicyConditionDegraded)).Should(
+		Equal("True: 1/3 nodes failed to configure, 2 aborted"))
+	Consistently(func() int32 {
+		var applies int32
+		for _, nd := range nodes {
+			applies += nd.Network.Applies.Load()
+		}
+		return applies
+	}, 2*time.Second).Should(Equal(int32(1)), "only the node granted a slot applied")
+	assertIndexed("aborted")
+
+	recorded := map[string][]string{}
+	for _, nd := range nodes {
+		recorded[nd.Name] = held(nd.Name+".aborted", "aborted")
+		Expect(recorded[nd.Name]).To(HaveLen(1), nd.Name)
+		Expect(os.Remove(nd.State + ".fail")).To(Succeed())
+	}
+	Expect(retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		if err := k.Get(ctx, client.ObjectKeyFromObject(p), p); err != nil {
+			return err
+		}
+		three := intstr.FromInt32(3) // fixed: a new generation, rolled out three at a time
+		p.Spec.MaxUnavailable = &three
+		return k.Update(ctx, p)
+	})).To(Succeed())
+	Eventually(states, time.Minute).Should(ConsistOf(state{"Available", p.Generation}, state{"Available", p.Generation}, state{"Available", p.Generation}))
+	for _, nd := range nodes {
+		Expect(held(nd.Name+".aborted", "aborted")).To(Equal(recorded[nd.Name]), "%s keeps its address", nd.Name)
+		Expect(nd.ConfiguredAll("eth1")).To(ContainElement(HavePrefix(recorded[nd.Name][0] + "/")))
+	}
+}
+
+// policyCondition returns the policy's condition t as "Status: Message".
+func policyCondition(name string, t shared.ConditionType) func() string {
+	return func() string {
+		var p nmstatev1.NodeNetworkConfigurationPolicy
+		if err := k.Get(ctx, types.NamespacedName{Name: name}, &p); err != nil {
+			return err.Error()
+		}
+		c := p.Status.Conditions.Find(t)
+		if c == nil {
+			return "no " + string(t)
+		}
+		return string(c.Status) + ": " + c.Message
+	}
 }
