@@ -149,9 +149,12 @@ func (h upstreamHandler) stop(_ context.Context, _ client.Client, node string, c
 	return h.c.stopHandler(node, crash)
 }
 
-// gone does what the cluster does of a deleted Node's objects: the
-// garbage collector deletes its enactments (owned by the Node) and the pod
-// garbage collector its handler Pod. The simulated cluster runs neither.
+// gone does what the cluster does of a deleted Node's objects, once the
+// Node is gone: the garbage collector deletes its enactments (owned by the
+// Node) and the pod garbage collector its handler Pod. Kubernetes' garbage
+// collector runs beside simulated nodes unless `up --garbage-collector=false`
+// (the enactments then go twice, harmlessly); the pod garbage collector
+// never does.
 func (h upstreamHandler) gone(ctx context.Context, k client.Client, node string) error {
 	err := k.DeleteAllOf(ctx, &nncev1beta1.NodeNetworkConfigurationEnactment{},
 		client.MatchingLabels{shared.EnactmentNodeLabel: node})
