@@ -110,7 +110,16 @@ func (r *Reconciler) take(ctx context.Context, claim *unstructured.Unstructured,
 			return false, nil
 		}
 		if restoring != "" {
-			got, refusal = takeBack(p, alloc, restoring)
+			// Who else records the address is read after the pool, so a
+			// holder that pruned its entry since wrote its record first,
+			// and a prune after the read fails this write.
+			var err error
+			got, refusal, err = takeBack(p, alloc, restoring, func() (string, error) {
+				return r.otherHolder(ctx, p, holder, restoring)
+			})
+			if err != nil {
+				return false, err
+			}
 		} else {
 			got, refusal = takeRequested(p, alloc, requested)
 		}
@@ -206,14 +215,16 @@ func takeRequested(p *ippoolv1.NodeIPPool, alloc *ippool.Allocator, s string) (n
 }
 
 // takeBack takes again the address of a claim's IPAddress being restored
-// (capi.RestoreAnnotation), whose in-flight entry is gone: its bit is set
-// still unless garbage collection freed it meanwhile; an entry of anyone
-// else refuses it.
-func takeBack(p *ippoolv1.NodeIPPool, alloc *ippool.Allocator, s string) (netip.Addr, *condition) {
-	refuse := func(why string) (netip.Addr, *condition) {
+// (capi.RestoreAnnotation), whose in-flight entry is gone. An entry of
+// anyone else refuses it. Its bit may be set still (the claim's own, not
+// collected yet) or again (garbage collection freed it, and another
+// holder took it since): then other, which reads the records from the
+// API server, must name no other holder of it.
+func takeBack(p *ippoolv1.NodeIPPool, alloc *ippool.Allocator, s string, other func() (string, error)) (netip.Addr, *condition, error) {
+	refuse := func(why string) (netip.Addr, *condition, error) {
 		c := notReady(capi.ReasonAllocationFailed, fmt.Sprintf("the address %s of its deleted IPAddress %s; remove the annotation %s "+
 			"to take another one", s, why, capi.RestoreAnnotation))
-		return netip.Addr{}, &c
+		return netip.Addr{}, &c, nil
 	}
 	ip, err := netip.ParseAddr(s)
 	if err != nil {
@@ -222,10 +233,20 @@ func takeBack(p *ippoolv1.NodeIPPool, alloc *ippool.Allocator, s string) (netip.
 	if held := heldByEntry(p, s); held != "" {
 		return refuse("is " + held)
 	}
-	if err := alloc.AllocateIP(ip); err != nil && !errors.Is(err, ippool.ErrAllocated) {
+	err = alloc.AllocateIP(ip)
+	switch {
+	case errors.Is(err, ippool.ErrAllocated):
+		who, readErr := other()
+		if readErr != nil {
+			return netip.Addr{}, nil, readErr
+		}
+		if who != "" {
+			return refuse(fmt.Sprintf("is held by %s in NodeIPPool %s", who, p.Name))
+		}
+	case err != nil:
 		return refuse(fmt.Sprintf("cannot be had from NodeIPPool %s (%v)", p.Name, err))
 	}
-	return ip, nil
+	return ip, nil, nil
 }
 
 // forgetRestore removes capi.RestoreAnnotation from a claim whose

@@ -1,6 +1,9 @@
 package claim
 
 import (
+	"errors"
+	"net/netip"
+	"strings"
 	"testing"
 	"time"
 
@@ -9,6 +12,7 @@ import (
 
 	ippoolv1 "github.com/nmstate-ippool/nmstate-ippool/api/v1"
 	"github.com/nmstate-ippool/nmstate-ippool/internal/capi"
+	"github.com/nmstate-ippool/nmstate-ippool/internal/holder"
 	"github.com/nmstate-ippool/nmstate-ippool/internal/poolstatus"
 	"github.com/nmstate-ippool/nmstate-ippool/pkg/ippool"
 )
@@ -110,4 +114,59 @@ func testPool(t *testing.T) (*ippoolv1.NodeIPPool, *ippool.Allocator) {
 		t.Fatal(err)
 	}
 	return p, ippool.NewAllocator(rng)
+}
+
+// TestTakeBack: a restored claim takes its old address back when nothing
+// else holds it: free, or set and recorded by no one else (its own bit,
+// not collected yet); not when another holder's entry or record holds it,
+// and the records are read only when the bit is set.
+func TestTakeBack(t *testing.T) {
+	nobody := func() (string, error) { return "", nil }
+	for _, tc := range []struct {
+		name  string
+		setup func(*ippoolv1.NodeIPPool, *ippool.Allocator)
+		other func() (string, error)
+		want  string // the refusal, or "" when taken
+	}{
+		{"free", nil, func() (string, error) { t.Error("records read for a free address"); return "", nil }, ""},
+		{"its own bit, not collected yet", func(_ *ippoolv1.NodeIPPool, a *ippool.Allocator) {
+			mustAllocate(t, a, "10.0.0.7")
+		}, nobody, ""},
+		{"collected and taken by a node since", func(_ *ippoolv1.NodeIPPool, a *ippool.Allocator) {
+			mustAllocate(t, a, "10.0.0.7")
+		}, func() (string, error) { return "node n1 (enactment n1.p)", nil },
+			"the address 10.0.0.7 of its deleted IPAddress is held by node n1 (enactment n1.p) in NodeIPPool p"},
+		{"in flight to another holder", func(p *ippoolv1.NodeIPPool, a *ippool.Allocator) {
+			mustAllocate(t, a, "10.0.0.7")
+			poolstatus.AddInFlight(p, ippoolv1.InFlightAddress{IP: "10.0.0.7", Holder: holder.ForEnactment("n2.p").String()})
+		}, nobody, "the address 10.0.0.7 of its deleted IPAddress is being allocated to"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			p, alloc := testPool(t)
+			if tc.setup != nil {
+				tc.setup(p, alloc)
+			}
+			ip, c, err := takeBack(p, alloc, "10.0.0.7", tc.other)
+			switch {
+			case err != nil:
+				t.Fatal(err)
+			case tc.want == "" && (c != nil || ip.String() != "10.0.0.7" || !alloc.HasIP(ip)):
+				t.Errorf("takeBack = %v, %+v; want 10.0.0.7 taken", ip, c)
+			case tc.want != "" && (c == nil || !strings.HasPrefix(c.message, tc.want)):
+				t.Errorf("takeBack = %v, %+v; want the refusal %q", ip, c, tc.want)
+			}
+		})
+	}
+	p, alloc := testPool(t)
+	mustAllocate(t, alloc, "10.0.0.7")
+	if _, _, err := takeBack(p, alloc, "10.0.0.7", func() (string, error) { return "", errors.New("list enactments: timeout") }); err == nil {
+		t.Error("takeBack took an address whose records could not be read")
+	}
+}
+
+func mustAllocate(t *testing.T, a *ippool.Allocator, s string) {
+	t.Helper()
+	if err := a.AllocateIP(netip.MustParseAddr(s)); err != nil {
+		t.Fatal(err)
+	}
 }
