@@ -13,6 +13,7 @@ import (
 
 	ippoolv1 "github.com/nmstate-ippool/nmstate-ippool/api/v1"
 	nncev1beta1 "github.com/nmstate-ippool/nmstate-ippool/api/v1beta1"
+	"github.com/nmstate-ippool/nmstate-ippool/controllers/handler"
 	"github.com/nmstate-ippool/nmstate-ippool/test/envtest"
 )
 
@@ -22,20 +23,34 @@ import (
 // old address off as soon as it was quarantined, before the new one was
 // served: the node had no address until the pool controller served it,
 // and when that came after the quarantine lifted, it got the same address
-// back (issue 35, case 10).
+// back (issue 35, case 10). The same holds whether the pool controller
+// serves the replacement or the handler allocates it (--self-allocate).
 func TestResetIsMakeBeforeBreak(t *testing.T) {
-	nodes, old := twoNodesOf(t, "mbb", ippoolv1.IPRange{CIDR: "10.12.0.0/24", Start: "10.12.0.1", End: "10.12.0.10"})
+	for _, tc := range []struct {
+		name, pool, net string
+		tune            func(*handler.Reconciler)
+	}{
+		{"served", "mbb", "10.12.0", func(*handler.Reconciler) {}},
+		{"self-allocated", "mbbself", "10.12.1", func(r *handler.Reconciler) { r.SelfAllocate = true }},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			name := tc.pool
+			nodes, old := twoNodesOf(t, name, ippoolv1.IPRange{CIDR: tc.net + ".0/24", Start: tc.net + ".1", End: tc.net + ".10"},
+				func(nd *envtest.Node) { nd.Tune = tc.tune })
+			enactment := name + "02." + name
 
-	nics := sampleNICs(t, nodes...)
-	nics.mustCarryIn("mbb02", netip.MustParsePrefix("10.12.0.0/24"))
-	annotate(&nncev1beta1.NodeNetworkConfigurationEnactment{ObjectMeta: metav1.ObjectMeta{Name: "mbb02.mbb"}}, "mbb")
-	Eventually(func() []string { return held("mbb02.mbb", "mbb") }).ShouldNot(Or(BeEmpty(), Equal(old)))
-	renewed := held("mbb02.mbb", "mbb")[0]
-	Eventually(carried(nodes[1])).Should(Equal([]string{renewed + "/24"}), "the new address replaces the old one")
-	Eventually(enactmentState("mbb02.mbb")).Should(HavePrefix("Available"))
-	Expect(nics.withoutAddress()).To(BeEmpty(), "the node was without an address of the pool")
-	Expect(nics.onTwoNICs()).To(BeEmpty())
-	Eventually(func() []string { return bits("mbb") }).ShouldNot(ContainElement(old[0]), "free once the node shows it gone")
+			nics := sampleNICs(t, nodes...)
+			nics.mustCarryIn(name+"02", netip.MustParsePrefix(tc.net+".0/24"))
+			annotate(&nncev1beta1.NodeNetworkConfigurationEnactment{ObjectMeta: metav1.ObjectMeta{Name: enactment}}, name)
+			Eventually(func() []string { return held(enactment, name) }).ShouldNot(Or(BeEmpty(), Equal(old)))
+			renewed := held(enactment, name)[0]
+			Eventually(carried(nodes[1])).Should(Equal([]string{renewed + "/24"}), "the new address replaces the old one")
+			Eventually(enactmentState(enactment)).Should(HavePrefix("Available"))
+			Expect(nics.withoutAddress()).To(BeEmpty(), "the node was without an address of the pool")
+			Expect(nics.onTwoNICs()).To(BeEmpty())
+			Eventually(func() []string { return bits(name) }).ShouldNot(ContainElement(old[0]), "free once the node shows it gone")
+		})
+	}
 }
 
 // TestResetWaitingForASlotKeepsItsAddress: a reset whose replacement is
@@ -108,16 +123,17 @@ func TestResetOfAFullPool(t *testing.T) {
 }
 
 // twoNodesOf starts a pool controller, a pool and a policy called name
-// and two nodes with their handlers, and returns the nodes once both have
-// their addresses, with the second node's address.
-func twoNodesOf(t *testing.T, name string, r ippoolv1.IPRange) ([]*envtest.Node, []string) {
+// and two nodes with their handlers (adjusted by adjust, if given), and
+// returns the nodes once both have their addresses, with the second node's
+// address.
+func twoNodesOf(t *testing.T, name string, r ippoolv1.IPRange, adjust ...func(*envtest.Node)) ([]*envtest.Node, []string) {
 	t.Helper()
 	RegisterTestingT(t)
 	startController(t, nil)
 	createPool(t, name, r)
 	Eventually(available(name)).Should(HavePrefix("True"))
 	createPolicy(t, name, name, name)
-	nodes := newNodes(t, name, 2)
+	nodes := newNodes(t, name, 2, adjust...)
 	for _, nd := range nodes {
 		Eventually(enactmentState(nd.Name + "." + name)).Should(HavePrefix("Available"))
 	}

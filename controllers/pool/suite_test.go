@@ -68,13 +68,17 @@ func startController(t *testing.T, metrics *pool.Metrics) (stop func()) {
 }
 
 // newNodes creates Nodes prefix01..prefixNN labelled role=prefix and starts
-// their handlers.
-func newNodes(t *testing.T, prefix string, n int) []*envtest.Node {
+// their handlers, each adjusted first by adjust, if given.
+func newNodes(t *testing.T, prefix string, n int, adjust ...func(*envtest.Node)) []*envtest.Node {
 	t.Helper()
 	dir := t.TempDir()
 	nodes := make([]*envtest.Node, n)
 	for i := range nodes {
-		nodes[i] = addNode(t, dir, fmt.Sprintf("%s%02d", prefix, i+1), prefix)
+		nodes[i] = addNodeWith(t, dir, fmt.Sprintf("%s%02d", prefix, i+1), prefix, func(nd *envtest.Node) {
+			for _, f := range adjust {
+				f(nd)
+			}
+		})
 	}
 	return nodes
 }
