@@ -10,6 +10,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/nmstate/kubernetes-nmstate/api/shared"
 	nmstatev1 "github.com/nmstate/kubernetes-nmstate/api/v1"
@@ -433,12 +434,38 @@ func (w *world) enactmentOf(node string) *nncev1beta1.NodeNetworkConfigurationEn
 // outdated reports whether an enactment's state was set before its policy
 // was created: kubernetes-nmstate's handler keeps the enactment of a
 // policy deleted and created again under the same name, and its
-// generation starts again at 1.
+// generation starts again at 1. Both times are the API server's: the
+// enactment's last status write as its managedFields record it. The
+// times of its conditions are its node's clock, which may be off by any
+// amount: a node an hour behind would show every state it sets as older
+// than its policy, and never finish. Only an enactment whose
+// managedFields say nothing falls back to them.
 func outdated(e *nncev1beta1.NodeNetworkConfigurationEnactment, g *nmstatev1.NodeNetworkConfigurationPolicy) bool {
+	if at, ok := statusWrittenAt(e); ok {
+		return at.Before(g.CreationTimestamp.Time)
+	}
 	for _, c := range e.Status.Conditions {
 		if c.Status == corev1.ConditionTrue {
 			return c.LastTransitionTime.Before(&g.CreationTimestamp)
 		}
 	}
 	return false
+}
+
+// statusWrittenAt returns when the enactment's status was last written,
+// by the API server's clock (the latest managedFields entry that owns
+// status fields), and whether any entry says.
+func statusWrittenAt(e *nncev1beta1.NodeNetworkConfigurationEnactment) (time.Time, bool) {
+	var at time.Time
+	var ok bool
+	for _, mf := range e.ManagedFields {
+		owns := mf.Subresource == "status" || mf.FieldsV1 != nil && bytes.Contains(mf.FieldsV1.Raw, []byte(`"f:status"`))
+		if !owns || mf.Time == nil {
+			continue
+		}
+		if !ok || mf.Time.After(at) {
+			at, ok = mf.Time.Time, true
+		}
+	}
+	return at, ok
 }

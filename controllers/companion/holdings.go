@@ -179,8 +179,14 @@ func (r *Reconciler) retry(w *world, rec *ippoolv1.PooledPolicyNode, g *nmstatev
 }
 
 // failedSince returns when an enactment's Failing or Aborted condition
-// became True.
+// became True, by the API server's clock: when its status was last
+// written (statusWrittenAt), which is then or later. The condition's own
+// time is its node's clock, and serves only when the managedFields say
+// nothing: a node an hour ahead would put every retry an hour off.
 func failedSince(e *nncev1beta1.NodeNetworkConfigurationEnactment) time.Time {
+	if at, ok := statusWrittenAt(e); ok {
+		return at
+	}
 	for _, c := range e.Status.Conditions {
 		if c.Status == corev1.ConditionTrue {
 			return c.LastTransitionTime.Time
