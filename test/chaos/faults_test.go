@@ -61,6 +61,21 @@ var (
 			func() bool { return c.setWorker(node, true) })
 	}}
 	orphaned = fault{"Node deleted while its handler runs, registered again later", func(c *cluster, rng *rand.Rand) bool { return c.orphan(rng) }}
+	machineStopped = fault{"machine stopped for a while (NotReady)", func(c *cluster, rng *rand.Rand) bool {
+		node := c.pick(rng)
+		if node == "" || !c.try("node", "stop", node) {
+			return false
+		}
+		return c.later("start/"+node, time.Now().Add(time.Duration(3000+rng.IntN(10000))*time.Millisecond),
+			func() bool { return c.try("node", "start", node) })
+	}}
+	pooledReset = fault{"reset of a node's generated policy", func(c *cluster, rng *rand.Rand) bool {
+		node := c.pick(rng)
+		return node != "" && c.annotate(&nmstatev1.NodeNetworkConfigurationPolicy{}, ippoolv1.NodePolicyName(pooled, node), pool4)
+	}}
+	pooledReplaced = fault{"pooled policy deleted (background, foreground or orphan), created again once gone", func(c *cluster, rng *rand.Rand) bool {
+		return c.replacePooled(rng)
+	}}
 )
 
 var faults = []fault{
@@ -127,6 +142,9 @@ var faults = []fault{
 		return true
 	}},
 	orphaned,
+	machineStopped,
+	pooledReset,
+	pooledReplaced,
 	{"bitmap emptied by hand", func(c *cluster, rng *rand.Rand) bool {
 		var p ippoolv1.NodeIPPool
 		if err := c.k.Get(c.ctx, types.NamespacedName{Name: []string{pool4, pool6}[rng.IntN(2)]}, &p); err != nil {
