@@ -60,7 +60,7 @@ var (
 		return c.later("select/"+node, time.Now().Add(time.Duration(2000+rng.IntN(8000))*time.Millisecond),
 			func() bool { return c.setWorker(node, true) })
 	}}
-	orphaned = fault{"Node deleted while its handler runs, registered again later", func(c *cluster, rng *rand.Rand) bool { return c.orphan(rng) }}
+	orphaned       = fault{"Node deleted while its handler runs, registered again later", func(c *cluster, rng *rand.Rand) bool { return c.orphan(rng) }}
 	machineStopped = fault{"machine stopped for a while (NotReady)", func(c *cluster, rng *rand.Rand) bool {
 		node := c.pick(rng)
 		if node == "" || !c.try("node", "stop", node) {
