@@ -245,12 +245,12 @@ func (r *Reconciler) abort(ctx context.Context, ro *rollout, now time.Time) erro
 	})
 }
 
-// queue shows the requests that wait for a slot as Pending. A new
-// enactment's request is left as it is: a condition would end the
-// request (record.Requesting), and its handler would ask again.
+// queue shows the requests that wait for a slot as Pending, a new
+// enactment's served request too: that condition alone does not end it
+// (record.Requesting).
 func (r *Reconciler) queue(ctx context.Context, enactments []*nncev1beta1.NodeNetworkConfigurationEnactment, now time.Time) error {
 	return writeEach(enactments, func(e *nncev1beta1.NodeNetworkConfigurationEnactment) error {
-		if waitingForSlot(e) || e.Status.Slot == nil {
+		if waitingForSlot(e) {
 			return nil
 		}
 		e.Status.Conditions = conditions.Enactment(e.Status.Conditions,

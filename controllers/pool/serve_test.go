@@ -258,3 +258,62 @@ func policyCondition(name string, t shared.ConditionType) func() string {
 		return string(c.Status) + ": " + c.Message
 	}
 }
+
+// TestServedRequestShowsItsPlaceInTheQueue: a new node's served request
+// that waits for a maxUnavailable slot says so (Pending /
+// MaxUnavailableLimitReached, as any enactment waiting for one), with its
+// address recorded and nothing of its handler's written, and applies once
+// the slot is free. The policy's one slot is held by the other node,
+// granted by hand while its handler is stopped.
+func TestServedRequestShowsItsPlaceInTheQueue(t *testing.T) {
+	RegisterTestingT(t)
+	startController(t, nil)
+	createPool(t, "queued", ippoolv1.IPRange{CIDR: "10.61.4.0/24"})
+	Eventually(available("queued")).Should(HavePrefix("True"))
+	p := createPolicyWith(t, "queued", "queued", map[string]string{"addr": "ippool.queued.allocate"}, envtest.OneAddressState)
+	Expect(retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		if err := k.Get(ctx, client.ObjectKeyFromObject(p), p); err != nil {
+			return err
+		}
+		one := intstr.FromInt32(1)
+		p.Spec.MaxUnavailable = &one
+		return k.Update(ctx, p)
+	})).To(Succeed())
+	dir := t.TempDir()
+	first := addNode(t, dir, "queued01", "queued")
+	Eventually(enactmentState("queued01.queued")).Should(HavePrefix("Available"))
+	Expect(first.Stop()).To(Succeed())
+	holdSlot := func(granted bool) {
+		Expect(retry.RetryOnConflict(retry.DefaultRetry, func() error {
+			var e nncev1beta1.NodeNetworkConfigurationEnactment
+			if err := k.Get(ctx, types.NamespacedName{Name: "queued01.queued"}, &e); err != nil {
+				return err
+			}
+			e.Status.Slot = nil
+			if granted {
+				now := metav1.NowMicro()
+				e.Status.Slot = &nncev1beta1.ApplySlot{Requested: now, Granted: &now}
+			}
+			return k.Status().Update(ctx, &e)
+		})).To(Succeed())
+	}
+	holdSlot(true)
+
+	second := addNodeWith(t, dir, "queued02", "queued", func(nd *envtest.Node) {
+		// Served, never allocating itself on a slow machine.
+		nd.Tune = func(r *handler.Reconciler) { r.PendingRequeue, r.FailedRequeue = time.Hour, time.Hour }
+	})
+	Eventually(enactmentState("queued02.queued")).Should(Equal("Pending: maxUnavailable nodes are already being configured; waiting"))
+	Expect(held("queued02.queued", "queued")).To(HaveLen(1), "served while it waits")
+	var e nncev1beta1.NodeNetworkConfigurationEnactment
+	Expect(k.Get(ctx, types.NamespacedName{Name: "queued02.queued"}, &e)).To(Succeed())
+	Expect(e.Status.PolicyGeneration).To(BeZero(), "its handler has written nothing yet: %+v %+v %+v", e.Annotations, e.Status.Conditions, e.Status.Slot)
+	Consistently(func() int32 { return second.Network.Applies.Load() }, time.Second).Should(BeZero(), "no apply without a slot")
+
+	holdSlot(false)
+	Eventually(enactmentState("queued02.queued")).Should(HavePrefix("Available"))
+	ip := held("queued02.queued", "queued")
+	Expect(ip).To(HaveLen(1))
+	Expect(second.ConfiguredAll("eth1")).To(ContainElement(HavePrefix(ip[0] + "/")))
+	assertIndexed("queued")
+}

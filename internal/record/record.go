@@ -10,6 +10,7 @@ import (
 	"strings"
 
 	"github.com/nmstate/kubernetes-nmstate/api/shared"
+	corev1 "k8s.io/api/core/v1"
 
 	ippoolv1 "github.com/nmstate-ippool/nmstate-ippool/api/v1"
 	nncev1beta1 "github.com/nmstate-ippool/nmstate-ippool/api/v1beta1"
@@ -123,16 +124,32 @@ func Set(e *nncev1beta1.NodeNetworkConfigurationEnactment, allocated ippoolv1.En
 
 // Requested reports whether a new enactment asks the pool controller for
 // addresses from pool (ippoolv1.RequestAnnotation): its handler named the
-// pool when it created it and has written no status since.
+// pool when it created it and has written no status since (the policy
+// controller may have shown it queued for a slot).
 func Requested(e *nncev1beta1.NodeNetworkConfigurationEnactment, pool string) bool {
 	return Requesting(e) && slices.Contains(RequestedPools(e), pool)
 }
 
 // Requesting reports whether a new enactment asks the pool controller for
-// addresses at all (see Requested).
+// addresses at all (see Requested). The only condition it may show is the
+// policy controller's Pending / MaxUnavailableLimitReached: served, its
+// request waits in the queue for a slot (AsksForSlot). Any other (an
+// abort, or one its handler wrote) ends the request.
 func Requesting(e *nncev1beta1.NodeNetworkConfigurationEnactment) bool {
-	return e.Annotations[ippoolv1.RequestAnnotation] != "" && len(e.Status.Conditions) == 0 &&
+	return e.Annotations[ippoolv1.RequestAnnotation] != "" && onlyQueued(e.Status.Conditions) &&
 		e.Status.PolicyGeneration == 0 && e.DeletionTimestamp.IsZero()
+}
+
+// onlyQueued reports whether no condition is True but Pending /
+// MaxUnavailableLimitReached.
+func onlyQueued(list shared.ConditionList) bool {
+	for _, c := range list {
+		if c.Status == corev1.ConditionTrue && (c.Type != shared.NodeNetworkConfigurationEnactmentConditionPending ||
+			c.Reason != shared.NodeNetworkConfigurationEnactmentConditionMaxUnavailableLimitReached) {
+			return false
+		}
+	}
+	return true
 }
 
 // AsksForSlot reports whether a new enactment asks for a maxUnavailable

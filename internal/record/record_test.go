@@ -6,6 +6,8 @@ import (
 	"testing"
 
 	"github.com/nmstate/kubernetes-nmstate/api/shared"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	ippoolv1 "github.com/nmstate-ippool/nmstate-ippool/api/v1"
 	nncev1beta1 "github.com/nmstate-ippool/nmstate-ippool/api/v1beta1"
@@ -69,5 +71,50 @@ func TestAddReleasesTheReplacedAddress(t *testing.T) {
 	}
 	if addr, ok := Of(e, ref); !ok || addr.IP.String() != "10.0.0.2" {
 		t.Errorf("the capture records %v (%v), want 10.0.0.2", addr, ok)
+	}
+}
+
+// TestRequesting: a new enactment's request lasts until its handler writes
+// its own fields or the policy controller aborts it; the policy
+// controller showing it queued for a slot does not end it.
+func TestRequesting(t *testing.T) {
+	with := func(change func(*nncev1beta1.NodeNetworkConfigurationEnactment)) *nncev1beta1.NodeNetworkConfigurationEnactment {
+		e := &nncev1beta1.NodeNetworkConfigurationEnactment{ObjectMeta: metav1.ObjectMeta{
+			Annotations: map[string]string{ippoolv1.RequestAnnotation: "pool"}}}
+		if change != nil {
+			change(e)
+		}
+		return e
+	}
+	condition := func(t shared.ConditionType, reason shared.ConditionReason) func(*nncev1beta1.NodeNetworkConfigurationEnactment) {
+		return func(e *nncev1beta1.NodeNetworkConfigurationEnactment) {
+			e.Status.Conditions = shared.ConditionList{
+				{Type: shared.NodeNetworkConfigurationEnactmentConditionAvailable, Status: corev1.ConditionFalse},
+				{Type: t, Status: corev1.ConditionTrue, Reason: reason},
+			}
+		}
+	}
+	for _, tc := range []struct {
+		name string
+		e    *nncev1beta1.NodeNetworkConfigurationEnactment
+		want bool
+	}{
+		{"created", with(nil), true},
+		{"no request", with(func(e *nncev1beta1.NodeNetworkConfigurationEnactment) { e.Annotations = nil }), false},
+		{"queued for a slot", with(condition(shared.NodeNetworkConfigurationEnactmentConditionPending,
+			shared.NodeNetworkConfigurationEnactmentConditionMaxUnavailableLimitReached)), true},
+		{"aborted", with(condition(shared.NodeNetworkConfigurationEnactmentConditionAborted,
+			shared.NodeNetworkConfigurationEnactmentConditionConfigurationAborted)), false},
+		{"pending for another reason, by its handler", with(condition(shared.NodeNetworkConfigurationEnactmentConditionPending,
+			ippoolv1.ReasonIPPoolBusy)), false},
+		{"written by its handler", with(func(e *nncev1beta1.NodeNetworkConfigurationEnactment) { e.Status.PolicyGeneration = 1 }), false},
+		{"being deleted", with(func(e *nncev1beta1.NodeNetworkConfigurationEnactment) {
+			now := metav1.Now()
+			e.DeletionTimestamp = &now
+		}), false},
+	} {
+		if got := Requesting(tc.e); got != tc.want {
+			t.Errorf("%s: Requesting = %v, want %v", tc.name, got, tc.want)
+		}
 	}
 }
