@@ -32,7 +32,11 @@ func (r *Reconciler) selection(ctx context.Context, reader client.Reader, policy
 	if policy == nil {
 		return false, "the policy is gone", nil
 	}
-	if !policy.DeletionTimestamp.IsZero() {
+	if !policy.DeletionTimestamp.IsZero() && usesPools(policy) {
+		// Its addresses go back with the policy's deletion. A policy
+		// without them is applied until it is gone, as kubernetes-nmstate's
+		// handler does: one that a finalizer holds may change meanwhile
+		// (companion mode's generated policies take their addresses off so).
 		return false, "the policy is being deleted", nil
 	}
 	n, err := r.node(ctx, reader)
@@ -99,12 +103,7 @@ func (r *Reconciler) ensureEnactment(ctx context.Context, s *scope) (*nncev1beta
 }
 
 func usesPools(policy *nmstatev1.NodeNetworkConfigurationPolicy) bool {
-	for _, expr := range policy.Spec.Capture {
-		if strings.HasPrefix(strings.TrimSpace(expr), capture.Prefix) {
-			return true
-		}
-	}
-	return false
+	return capture.UsesPools(policy.Spec.Capture)
 }
 
 // writeEnactment writes the enactment's status with o's conditions. The

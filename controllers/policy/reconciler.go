@@ -126,7 +126,9 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 }
 
 // fetch reads the policy, the nodes it selects and their enactments from
-// the cache; nil when the policy is gone or being deleted.
+// the cache; nil when the policy is gone, or being deleted and draws from
+// pools (its handlers retire it). A policy without ippool captures held by
+// a finalizer is still applied by its handlers, and rolled out as any.
 func (r *Reconciler) fetch(ctx context.Context, name string) (*rollout, error) {
 	var p nmstatev1.NodeNetworkConfigurationPolicy
 	if err := r.Client.Get(ctx, types.NamespacedName{Name: name}, &p); err != nil {
@@ -135,7 +137,7 @@ func (r *Reconciler) fetch(ctx context.Context, name string) (*rollout, error) {
 		}
 		return nil, fmt.Errorf("get policy %q: %w", name, err)
 	}
-	if !p.DeletionTimestamp.IsZero() {
+	if !p.DeletionTimestamp.IsZero() && capture.UsesPools(p.Spec.Capture) {
 		return nil, nil
 	}
 	nodes := &metav1.PartialObjectMetadataList{}

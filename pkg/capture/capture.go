@@ -22,6 +22,17 @@ var ErrMalformed = errors.New("malformed ippool capture")
 // Prefix starts every ippool expression.
 const Prefix = "ippool."
 
+// UsesPools reports whether any of a policy's captures is an ippool
+// expression, well-formed or not.
+func UsesPools(captures map[string]string) bool {
+	for _, expr := range captures {
+		if strings.HasPrefix(strings.TrimSpace(expr), Prefix) {
+			return true
+		}
+	}
+	return false
+}
+
 // ippoolExpression is "ippool.<pool>.allocate" with <pool> a DNS-1123 label,
 // the only names a NodeIPPool may have.
 var ippoolExpression = regexp.MustCompile(`^ippool\.([a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?)\.allocate$`)

@@ -356,3 +356,19 @@ func TestRenderLeavesInputsAlone(t *testing.T) {
 		t.Fatalf("inputs changed: policy %v, parsed %v", policyCaptures, c.All)
 	}
 }
+
+func TestUsesPools(t *testing.T) {
+	for _, tc := range []struct {
+		captures map[string]string
+		want     bool
+	}{
+		{nil, false},
+		{map[string]string{"gw": `routes.running.destination=="0.0.0.0/0"`}, false},
+		{map[string]string{"addr": "ippool.pool.allocate"}, true},
+		{map[string]string{"addr": " ippool.Bad_Name.allocate"}, true}, // malformed still draws from pools
+	} {
+		if got := UsesPools(tc.captures); got != tc.want {
+			t.Errorf("UsesPools(%v) = %v, want %v", tc.captures, got, tc.want)
+		}
+	}
+}
