@@ -9,6 +9,7 @@ import (
 	. "github.com/onsi/gomega"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/util/retry"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	ippoolv1 "github.com/nmstate-ippool/nmstate-ippool/api/v1"
@@ -62,20 +63,7 @@ func TestResetIsMakeBeforeBreak(t *testing.T) {
 func TestResetWaitingForASlotKeepsItsAddress(t *testing.T) {
 	nodes, old := twoNodesOf(t, "slotwait", ippoolv1.IPRange{CIDR: "10.15.0.0/24", Start: "10.15.0.1", End: "10.15.0.10"})
 	Expect(nodes[0].Stop()).To(Succeed())
-	holdSlot := func(granted bool) {
-		Eventually(func() error {
-			var e nncev1beta1.NodeNetworkConfigurationEnactment
-			if err := k.Get(ctx, types.NamespacedName{Name: "slotwait01.slotwait"}, &e); err != nil {
-				return err
-			}
-			e.Status.Slot = nil
-			if granted {
-				now := metav1.NowMicro()
-				e.Status.Slot = &nncev1beta1.ApplySlot{Requested: now, Granted: &now}
-			}
-			return k.Status().Update(ctx, &e)
-		}).Should(Succeed())
-	}
+	holdSlot := func(granted bool) { holdSlotOf("slotwait01.slotwait", granted) }
 	holdSlot(true)
 
 	nics := sampleNICs(t, nodes[1])
@@ -141,6 +129,24 @@ func twoNodesOf(t *testing.T, name string, r ippoolv1.IPRange, adjust ...func(*e
 	Expect(old).To(HaveLen(1))
 	Eventually(carried(nodes[1])).Should(Equal([]string{old[0] + "/24"}))
 	return nodes, old
+}
+
+// holdSlotOf grants the enactment a maxUnavailable slot by hand, or with
+// granted false takes it away, as a handler stopped mid-apply would hold
+// one: the policy's other nodes wait for it.
+func holdSlotOf(enactment string, granted bool) {
+	Expect(retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		var e nncev1beta1.NodeNetworkConfigurationEnactment
+		if err := k.Get(ctx, types.NamespacedName{Name: enactment}, &e); err != nil {
+			return err
+		}
+		e.Status.Slot = nil
+		if granted {
+			now := metav1.NowMicro()
+			e.Status.Slot = &nncev1beta1.ApplySlot{Requested: now, Granted: &now}
+		}
+		return k.Status().Update(ctx, &e)
+	})).To(Succeed())
 }
 
 // publishedAt returns when node last published its NodeNetworkState, or

@@ -283,20 +283,7 @@ func TestServedRequestShowsItsPlaceInTheQueue(t *testing.T) {
 	first := addNode(t, dir, "queued01", "queued")
 	Eventually(enactmentState("queued01.queued")).Should(HavePrefix("Available"))
 	Expect(first.Stop()).To(Succeed())
-	holdSlot := func(granted bool) {
-		Expect(retry.RetryOnConflict(retry.DefaultRetry, func() error {
-			var e nncev1beta1.NodeNetworkConfigurationEnactment
-			if err := k.Get(ctx, types.NamespacedName{Name: "queued01.queued"}, &e); err != nil {
-				return err
-			}
-			e.Status.Slot = nil
-			if granted {
-				now := metav1.NowMicro()
-				e.Status.Slot = &nncev1beta1.ApplySlot{Requested: now, Granted: &now}
-			}
-			return k.Status().Update(ctx, &e)
-		})).To(Succeed())
-	}
+	holdSlot := func(granted bool) { holdSlotOf("queued01.queued", granted) }
 	holdSlot(true)
 
 	second := addNodeWith(t, dir, "queued02", "queued", func(nd *envtest.Node) {
