@@ -292,8 +292,10 @@ const RefreshStateLabel = "nmstate.io/force-nns-refresh"
 // controller to allocate and record an address for each of their captures
 // (with the other new enactments, in one pool write per pool) before the
 // handler has written anything: a thousand nodes starting at once cost
-// no status write each to ask. It counts only while the enactment has no
-// status yet; later requests are Pending / IPPoolBusy with
+// no status write each to ask. It counts only while its handler has
+// written nothing of its own and no condition ended it (the policy
+// controller's Pending / MaxUnavailableLimitReached, shown while it waits
+// for a slot, does not); later requests are Pending / IPPoolBusy with
 // status.waitingForIPPool.
 const RequestAnnotation = "nmstate.io/ippool-request"
 
