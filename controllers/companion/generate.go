@@ -3,6 +3,7 @@ package companion
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"fmt"
 	"maps"
 	"net/netip"
@@ -459,8 +460,7 @@ func statusWrittenAt(e *nncev1beta1.NodeNetworkConfigurationEnactment) (time.Tim
 	var at time.Time
 	var ok bool
 	for _, mf := range e.ManagedFields {
-		owns := mf.Subresource == "status" || mf.FieldsV1 != nil && bytes.Contains(mf.FieldsV1.Raw, []byte(`"f:status"`))
-		if !owns || mf.Time == nil {
+		if mf.Time == nil || mf.Subresource != "status" && !ownsStatus(mf.FieldsV1) {
 			continue
 		}
 		if !ok || mf.Time.After(at) {
@@ -468,4 +468,19 @@ func statusWrittenAt(e *nncev1beta1.NodeNetworkConfigurationEnactment) (time.Tim
 		}
 	}
 	return at, ok
+}
+
+// ownsStatus reports whether a managedFields entry's field set has the
+// top-level status field: an `f:status` nested deeper (a field of that
+// name inside the spec) is not the object's status.
+func ownsStatus(fields *metav1.FieldsV1) bool {
+	if fields == nil {
+		return false
+	}
+	var top map[string]json.RawMessage
+	if err := json.Unmarshal(fields.Raw, &top); err != nil {
+		return false
+	}
+	_, ok := top["f:status"]
+	return ok
 }

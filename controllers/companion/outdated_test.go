@@ -32,6 +32,13 @@ func TestOutdated(t *testing.T) {
 		}
 		return e
 	}
+	// nested adds a later update, through the main resource, of a field
+	// named status that is not the object's.
+	nested := func(e *nncev1beta1.NodeNetworkConfigurationEnactment) *nncev1beta1.NodeNetworkConfigurationEnactment {
+		e.ManagedFields = append(e.ManagedFields, metav1.ManagedFieldsEntry{Manager: "other", Operation: metav1.ManagedFieldsOperationUpdate,
+			Time: &metav1.Time{Time: created.Add(time.Minute)}, FieldsV1: &metav1.FieldsV1{Raw: []byte(`{"f:metadata":{"f:annotations":{"f:status":{}}}}`)}})
+		return e
+	}
 	for _, tc := range []struct {
 		name string
 		e    *nncev1beta1.NodeNetworkConfigurationEnactment
@@ -42,6 +49,7 @@ func TestOutdated(t *testing.T) {
 		{"written before and after: the last write counts", enactment(created.Add(-time.Hour), created.Add(-time.Minute), created.Add(time.Second)), false},
 		{"written in the second the policy was created", enactment(created.Add(-time.Hour), created), false},
 		{"no status write on record: the node's clock", enactment(created.Add(-time.Minute)), true},
+		{"written before; a later write of a nested field named status is not one", nested(enactment(created.Add(time.Hour), created.Add(-time.Minute))), true},
 	} {
 		if got := outdated(tc.e, g); got != tc.want {
 			t.Errorf("%s: outdated = %v, want %v", tc.name, got, tc.want)
