@@ -433,9 +433,11 @@ func (w *world) enactmentOf(node string) *nncev1beta1.NodeNetworkConfigurationEn
 }
 
 // outdated reports whether an enactment's state was set before its policy
-// was created: kubernetes-nmstate's handler keeps the enactment of a
-// policy deleted and created again under the same name, and its
-// generation starts again at 1. Both times are the API server's: the
+// was created: kubernetes-nmstate's handler that was down when a policy
+// was deleted keeps its enactment, and a policy created again under the
+// same name starts again at generation 1 (clearEarlier deletes such an
+// enactment before the create; one the cache still shows is caught
+// here). Both times are the API server's: the
 // enactment's last status write as its managedFields record it. The
 // times of its conditions are its node's clock, which may be off by any
 // amount: a node an hour behind would show every state it sets as older

@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nmstate/kubernetes-nmstate/api/shared"
 	. "github.com/onsi/gomega"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -16,6 +17,8 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client/interceptor"
 
 	ippoolv1 "github.com/nmstate-ippool/nmstate-ippool/api/v1"
+	nncev1beta1 "github.com/nmstate-ippool/nmstate-ippool/api/v1beta1"
+	"github.com/nmstate-ippool/nmstate-ippool/internal/conditions"
 	"github.com/nmstate-ippool/nmstate-ippool/test/envtest"
 )
 
@@ -168,4 +171,52 @@ func TestStalledPassRecordsNothing(t *testing.T) {
 	Expect(<-result).To(MatchError(apierrors.IsConflict, "IsConflict"), "the stalled status write is refused")
 	Eventually(status("sp")).Should(Equal("Available SuccessfullyConfigured: 1/1 nodes successfully configured"))
 	Expect(addressOf("sp", "sp-1")()).To(Equal("10.79.0.10"), "taken again, under a live token")
+}
+
+// TestEnactmentOfAnEarlierPolicyIsNotTakenUp: kubernetes-nmstate's
+// handler keeps the enactment of a policy deleted while it was down, and
+// takes it up for a new policy of the same name, at generation 1 again:
+// its first write for the new policy (the status, conditions as they
+// were) would show the earlier policy's Available as the new one's, the
+// node counted as configured before anything was applied. The controller
+// deletes such an enactment before it creates the policy.
+func TestEnactmentOfAnEarlierPolicyIsNotTakenUp(t *testing.T) {
+	u := begin(t, "ep", "ep-1")
+	createPool(t, "cmp-ep", rangeSpec("10.71.3.0/24", "10.71.3.10", "10.71.3.30"))
+	u.set(func(u *upstream) { u.down["ep-1"] = true })
+	key := shared.EnactmentKey("ep-1", "ep-ep-1")
+	enactment := func() *nncev1beta1.NodeNetworkConfigurationEnactment {
+		return &nncev1beta1.NodeNetworkConfigurationEnactment{ObjectMeta: metav1.ObjectMeta{Name: key.Name,
+			Labels: map[string]string{shared.EnactmentNodeLabel: "ep-1", shared.EnactmentPolicyLabel: "ep-ep-1"}}}
+	}
+	earlier := enactment()
+	Expect(k.Create(ctx, earlier)).To(Succeed())
+	earlier.Status.PolicyGeneration = 1
+	earlier.Status.Conditions = conditions.OneTrue(nil, shared.NodeNetworkConfigurationEnactmentConditionTypes[:],
+		shared.NodeNetworkConfigurationEnactmentConditionAvailable, shared.NodeNetworkConfigurationEnactmentConditionSuccessfullyConfigured, "", time.Now())
+	Expect(k.Status().Update(ctx, earlier)).To(Succeed())
+
+	create(t, pooled("ep", "ep", "cmp-ep", "1"))
+	Eventually(generated("ep")).Should(ConsistOf("ep-ep-1"))
+	// The handler's first write for the new policy, on the enactment of
+	// the name it finds (created if none).
+	e := enactment()
+	Expect(retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		err := k.Get(ctx, key, e)
+		if apierrors.IsNotFound(err) {
+			e = enactment()
+			err = k.Create(ctx, e)
+		}
+		if err != nil {
+			return err
+		}
+		e.Status.PolicyGeneration = 1
+		return k.Status().Update(ctx, e)
+	})).To(Succeed())
+	Expect(e.UID).NotTo(Equal(earlier.UID), "the earlier policy's enactment is deleted before the policy is created")
+	Consistently(status("ep"), 2*time.Second).ShouldNot(HavePrefix("Available"))
+
+	u.set(func(u *upstream) { u.down["ep-1"] = false })
+	Eventually(status("ep")).Should(Equal("Available SuccessfullyConfigured: 1/1 nodes successfully configured"), describe("ep"))
+	Expect(u.configured("ep-1")()).NotTo(BeEmpty())
 }

@@ -37,7 +37,7 @@ import (
 // +kubebuilder:rbac:groups=nmstate.io,resources=poolednodenetworkconfigurationpolicies/status,verbs=get;update;patch
 // +kubebuilder:rbac:groups=nmstate.io,resources=poolednodenetworkconfigurationpolicies/finalizers,verbs=update
 // +kubebuilder:rbac:groups=nmstate.io,resources=nodenetworkconfigurationpolicies,verbs=get;list;watch;create;update;patch;delete
-// +kubebuilder:rbac:groups=nmstate.io,resources=nodenetworkconfigurationenactments,verbs=get;list;watch
+// +kubebuilder:rbac:groups=nmstate.io,resources=nodenetworkconfigurationenactments,verbs=get;list;watch;delete
 // +kubebuilder:rbac:groups=nmstate.io,resources=nodenetworkstates,verbs=get;list;watch
 // +kubebuilder:rbac:groups=nmstate.io,resources=nodeippools,verbs=get;list;watch
 // +kubebuilder:rbac:groups=nmstate.io,resources=nodeippools/status,verbs=get;update;patch

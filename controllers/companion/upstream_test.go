@@ -174,8 +174,9 @@ func (u *upstream) pass(force bool) error {
 		e := &enactments.Items[i]
 		u.mu.Lock()
 		_, ours := u.nodes[e.Labels[shared.EnactmentNodeLabel]]
+		down := u.down[e.Labels[shared.EnactmentNodeLabel]]
 		u.mu.Unlock()
-		if ours && !live[e.Name] {
+		if ours && !down && !live[e.Name] {
 			_ = k.Delete(ctx, e) // the policy is gone: kubernetes-nmstate deletes its enactment
 		}
 	}

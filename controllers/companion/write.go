@@ -6,11 +6,15 @@ import (
 	"fmt"
 
 	"github.com/nmstate/kubernetes-nmstate/api/shared"
+	nmstatev1 "github.com/nmstate/kubernetes-nmstate/api/v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/types"
 	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	ippoolv1 "github.com/nmstate-ippool/nmstate-ippool/api/v1"
+	nncev1beta1 "github.com/nmstate-ippool/nmstate-ippool/api/v1beta1"
 )
 
 // apply writes the plan: the NNCPs to create or change, then those to
@@ -36,7 +40,10 @@ func (r *Reconciler) apply(ctx context.Context, p *ippoolv1.PooledNodeNetworkCon
 		}
 		var err error
 		if g.ResourceVersion == "" {
-			err = r.Client.Create(ctx, g)
+			err = r.clearEarlier(ctx, node, g.Name)
+			if err == nil {
+				err = r.Client.Create(ctx, g)
+			}
 		} else {
 			err = r.Client.Update(ctx, g)
 		}
@@ -68,4 +75,37 @@ func (r *Reconciler) apply(ctx context.Context, p *ippoolv1.PooledNodeNetworkCon
 		log.Info("deleted policy", "policy", g.Name, "node", g.Annotations[ippoolv1.PooledNodeAnnotation])
 	}
 	return errors.Join(errs...)
+}
+
+// clearEarlier deletes the enactment an earlier policy named name left on
+// node, before name is created again. kubernetes-nmstate's handler deletes
+// a policy's enactment when it sees the policy go; one that was down then
+// keeps it, and takes it up for the new policy of the name: at generation
+// 1 again, with the earlier policy's conditions until its first apply
+// (the new policy would count as applied before it is) and its retry
+// count (a failure exhausted at generation 1 would skip the new policy's
+// apply altogether). Both reads are the API server's: a policy of the
+// name that exists (the cache is behind) keeps its enactment, and its
+// create fails as already there.
+func (r *Reconciler) clearEarlier(ctx context.Context, node, name string) error {
+	var e nncev1beta1.NodeNetworkConfigurationEnactment
+	err := r.APIReader.Get(ctx, shared.EnactmentKey(node, name), &e)
+	if apierrors.IsNotFound(err) {
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("get the enactment of an earlier policy %s: %w", name, err)
+	}
+	err = r.APIReader.Get(ctx, types.NamespacedName{Name: name}, &nmstatev1.NodeNetworkConfigurationPolicy{})
+	if err == nil {
+		return apierrors.NewAlreadyExists(nmstatev1.GroupVersion.WithResource("nodenetworkconfigurationpolicies").GroupResource(), name)
+	}
+	if !apierrors.IsNotFound(err) {
+		return fmt.Errorf("get policy %s: %w", name, err)
+	}
+	if err := r.Client.Delete(ctx, &e, client.Preconditions{UID: &e.UID}); client.IgnoreNotFound(err) != nil {
+		return fmt.Errorf("delete enactment %s, left by an earlier policy %s: %w", e.Name, name, err)
+	}
+	ctrl.LoggerFrom(ctx).Info("deleted the enactment of an earlier policy of the name", "enactment", e.Name, "policyGeneration", e.Status.PolicyGeneration)
+	return nil
 }
