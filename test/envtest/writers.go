@@ -1,0 +1,209 @@
+package envtest
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"maps"
+	"os"
+	"path/filepath"
+	"regexp"
+	"slices"
+	"strings"
+	"sync"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/client-go/rest"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+)
+
+// Writers records which field manager set which part of the objects of
+// one kind, as the API server's managedFields say, for a test that keeps
+// a table "who writes what" of docs/protocol.md true: the API server, not
+// the code under test, says who wrote what. It sees what is set, not what
+// is removed (an annotation or a finalizer taken off leaves no owner).
+type Writers struct {
+	watch interface{ Stop() }
+	done  chan struct{}
+	mu    sync.Mutex
+	seen  map[string]map[string]bool // part -> field managers
+	errs  []string
+}
+
+// WatchWriters starts watching the objects of list's kind. keep picks the
+// test's own objects (another test may write its objects by hand); the
+// fields named in split (a status field, "slot") are parts field by
+// field.
+func WatchWriters(ctx context.Context, cfg *rest.Config, scheme *runtime.Scheme, list client.ObjectList,
+	keep func(metav1.Object) bool, split ...string) (*Writers, error) {
+	wc, err := client.NewWithWatch(cfg, client.Options{Scheme: scheme})
+	if err != nil {
+		return nil, err
+	}
+	w, err := wc.Watch(ctx, list)
+	if err != nil {
+		return nil, err
+	}
+	ws := &Writers{watch: w, done: make(chan struct{}), seen: map[string]map[string]bool{}}
+	go func() {
+		defer close(ws.done)
+		for ev := range w.ResultChan() {
+			o, ok := ev.Object.(metav1.Object)
+			if !ok || !keep(o) {
+				continue
+			}
+			ws.mu.Lock()
+			for _, mf := range o.GetManagedFields() {
+				parts, err := PartsOf(mf, split...)
+				if err != nil {
+					ws.errs = append(ws.errs, err.Error())
+				}
+				for _, part := range parts {
+					if ws.seen[part] == nil {
+						ws.seen[part] = map[string]bool{}
+					}
+					ws.seen[part][mf.Manager] = true
+				}
+			}
+			ws.mu.Unlock()
+		}
+	}()
+	return ws, nil
+}
+
+// Stop ends the watch and returns, by part, the field managers that set
+// it, and the managedFields it could not read.
+func (ws *Writers) Stop() (map[string]map[string]bool, []string) {
+	ws.watch.Stop()
+	<-ws.done
+	ws.mu.Lock()
+	defer ws.mu.Unlock()
+	return ws.seen, ws.errs
+}
+
+// ours says whether a label, annotation or finalizer is one the tables
+// name: this project's, kubernetes-nmstate's and Cluster API's.
+func ours(key string) bool {
+	return strings.Contains(key, "nmstate.io/") || strings.Contains(key, "cluster.x-k8s.io/")
+}
+
+// PartsOf returns the parts of an object that a managedFields entry owns,
+// named as the tables name them: "spec" when it sets any of it, each
+// status field that holds a value ("status.conditions"; a field in split
+// by its own fields, "status.slot.granted"), and "annotation K", "label K"
+// and "finalizer K" of the keys ours names.
+func PartsOf(mf metav1.ManagedFieldsEntry, split ...string) ([]string, error) {
+	if mf.FieldsV1 == nil {
+		return nil, nil
+	}
+	var fields map[string]map[string]json.RawMessage
+	if err := json.Unmarshal(mf.FieldsV1.Raw, &fields); err != nil {
+		return nil, fmt.Errorf("managedFields of %s: %w", mf.Manager, err)
+	}
+	var out []string
+	if len(setFields(fields["f:spec"])) > 0 {
+		out = append(out, "spec")
+	}
+	for _, name := range setFields(fields["f:status"]) {
+		if !slices.Contains(split, name) {
+			out = append(out, "status."+name)
+			continue
+		}
+		var sub map[string]json.RawMessage
+		_ = json.Unmarshal(fields["f:status"]["f:"+name], &sub)
+		for _, half := range setFields(sub) {
+			out = append(out, "status."+name+"."+half)
+		}
+	}
+	metadata := fields["f:metadata"]
+	for _, kind := range []string{"annotations", "labels", "finalizers"} {
+		var keys map[string]json.RawMessage
+		_ = json.Unmarshal(metadata["f:"+kind], &keys)
+		for key := range keys {
+			name := strings.Trim(strings.TrimPrefix(strings.TrimPrefix(key, "f:"), "v:"), `"`)
+			if ours(name) {
+				out = append(out, strings.TrimSuffix(kind, "s")+" "+name)
+			}
+		}
+	}
+	return out, nil
+}
+
+// setFields names the fields of a managedFields object that hold a value:
+// an empty object sets nothing (an empty struct that Go serializes, or one
+// emptied, which, as any removal, the tables do not see).
+func setFields(fields map[string]json.RawMessage) []string {
+	var out []string
+	for key, sub := range fields {
+		if key != "." && string(sub) != "{}" {
+			out = append(out, strings.TrimPrefix(key, "f:"))
+		}
+	}
+	return out
+}
+
+// WritersTable reads the table of docs/protocol.md whose first column is
+// headed header: by part (each name ticked in the first column, after
+// "annotation", "label" or "finalizer" when the cell starts with it),
+// which of writers the other columns name.
+func WritersTable(header string, writers ...string) (map[string]map[string]bool, error) {
+	raw, err := os.ReadFile(filepath.Join(RepoRoot(), "docs", "protocol.md"))
+	if err != nil {
+		return nil, err
+	}
+	_, table, ok := strings.Cut(string(raw), "\n| "+header+" |")
+	if !ok {
+		return nil, fmt.Errorf("docs/protocol.md has no table headed %q", header)
+	}
+	ticked := regexp.MustCompile("`([^`]+)`")
+	out := map[string]map[string]bool{}
+	for _, line := range strings.Split(table, "\n")[1:] {
+		if !strings.HasPrefix(line, "|") {
+			break
+		}
+		cells := strings.Split(strings.Trim(line, "| "), " | ")
+		if len(cells) < 2 || strings.HasPrefix(cells[0], "---") {
+			continue
+		}
+		text := strings.ToLower(strings.Join(cells[1:], " "))
+		for _, m := range ticked.FindAllStringSubmatch(cells[0], -1) {
+			part := strings.TrimSuffix(m[1], "[*].releasing")
+			for _, kind := range []string{"annotation", "label", "finalizer"} {
+				if strings.HasPrefix(cells[0], kind) {
+					part = kind + " " + part
+				}
+			}
+			if out[part] == nil {
+				out[part] = map[string]bool{}
+			}
+			for _, w := range writers {
+				out[part][w] = out[part][w] || strings.Contains(text, w)
+			}
+		}
+	}
+	if len(out) == 0 {
+		return nil, fmt.Errorf("the table headed %q in docs/protocol.md names no part", header)
+	}
+	return out, nil
+}
+
+// CheckWriters compares what was seen with a table: one message for each
+// part of a kind that a writer set while the table does not name the part,
+// or names it without that writer. writerOf names the writer of a field
+// manager as the table does.
+func CheckWriters(kind string, seen, table map[string]map[string]bool, writerOf func(manager string) string) []string {
+	var out []string
+	for _, part := range slices.Sorted(maps.Keys(seen)) {
+		allowed, named := table[part]
+		for _, m := range slices.Sorted(maps.Keys(seen[part])) {
+			switch {
+			case !named:
+				out = append(out, fmt.Sprintf("%s writes %s of a %s, a part the table of docs/protocol.md does not name", m, part, kind))
+			case !allowed[writerOf(m)]:
+				out = append(out, fmt.Sprintf("%s (%s) writes %s of a %s; the table of docs/protocol.md does not name it as its writer", m, writerOf(m), part, kind))
+			}
+		}
+	}
+	return out
+}
