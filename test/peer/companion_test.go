@@ -375,6 +375,70 @@ spec:
 		Expect(carried("node05")).To(BeEmpty())
 		Eventually(func() ([]string, error) { return envtest.PoolAddresses(ctx, kc, pool) }).Should(BeEmpty())
 	})
+
+	It("never puts the address of a Node deleted while its machine runs on another NIC: three nodes join a pool with one free address", func() {
+		const tight = "eth1-tight"
+		machines := []string{"node06", "node07", "node08", "node09", "node10"}
+		Expect(kc.Create(ctx, &ippoolv1.NodeIPPool{ObjectMeta: metav1.ObjectMeta{Name: "tight"},
+			Spec: ippoolv1.NodeIPPoolSpec{Range: ippoolv1.IPRange{CIDR: "10.75.0.0/24", Start: "10.75.0.10", End: "10.75.0.12"}}})).To(Succeed())
+		for _, node := range machines[:2] {
+			localclusterIn(cdir, "node", "add", node, "--label", "tight=yes")
+		}
+		// Every machine, its Node deleted or not, carries no address
+		// another carries.
+		sampler := envtest.Sample(100*time.Millisecond, func() ([]string, bool) {
+			on := map[string][]string{}
+			for _, node := range machines {
+				for _, addr := range carried(node) {
+					on[addr] = append(on[addr], node)
+				}
+			}
+			var problems []string
+			for addr, nodes := range on {
+				if len(nodes) > 1 {
+					problems = append(problems, addr+" on "+strings.Join(nodes, " and "))
+				}
+			}
+			return problems, true
+		})
+		p := &ippoolv1.PooledNodeNetworkConfigurationPolicy{ObjectMeta: metav1.ObjectMeta{Name: tight}}
+		p.Spec.NodeSelector = map[string]string{"tight": "yes"}
+		p.Spec.Capture = map[string]string{"addr": "ippool.tight.allocate"}
+		p.Spec.DesiredState = shared.NewState(envtest.OneAddressState)
+		Expect(kc.Create(ctx, p)).To(Succeed())
+		Eventually(func() string { return statusIn(tight) }).Should(Equal("Available SuccessfullyConfigured: 2/2 nodes successfully configured"))
+		gone := recordIn(tight, "node07")
+		Expect(carried("node07")).To(ConsistOf(gone + "/24"))
+
+		By("node07's Node deleted while its machine runs, then three nodes join: one free address, and node07's")
+		localclusterIn(cdir, "node", "remove", "node07")
+		Expect(carried("node07")).To(BeEmpty(), "off its NIC before its Node went")
+		for _, node := range machines[2:] {
+			localclusterIn(cdir, "node", "add", node, "--label", "tight=yes")
+		}
+		// The free address at once; node07's once it is no longer kept
+		// for its return (the departure hold): the pool is full.
+		served := func() map[string]string {
+			out := map[string]string{}
+			for _, node := range append([]string{"node06"}, machines[2:]...) {
+				if ip := recordIn(tight, node); ip != "" {
+					out[node] = ip
+				}
+			}
+			return out
+		}
+		Eventually(served, 3*time.Minute).Should(HaveLen(3), "two of the three joiners get one")
+		Expect(envtest.Distinct(served())).To(HaveLen(3))
+		Expect(served()).To(ContainElement(gone), "node07's address, once off its NIC, is handed out again")
+		for node, ip := range served() {
+			Eventually(func() []string { return carried(node) }).Should(ConsistOf(ip+"/24"), node)
+		}
+		Eventually(func() string { return statusIn(tight) }).Should(
+			HavePrefix("Degraded IPPoolExhausted: NodeIPPool tight has no address left for node"), "the third waits, and says so")
+		samples, problems := sampler.End()
+		Expect(problems).To(BeEmpty(), "no address on two machines")
+		Expect(samples).To(BeNumerically(">", 0))
+	})
 })
 
 // writeFile writes content to a file of its own and returns its path.
