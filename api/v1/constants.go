@@ -251,6 +251,11 @@ const (
 	// ReasonRemovalRetried (pooled policy, Normal): the policy that takes
 	// a node's released addresses off failed on it, and is written again.
 	ReasonRemovalRetried = "RemovalRetried"
+	// ReasonEarlierEnactmentDeleted (pooled policy, Normal): before a
+	// node's generated policy was created again, the enactment an earlier
+	// policy of its name left was deleted: kubernetes-nmstate's handler
+	// would have taken it up for the new policy.
+	ReasonEarlierEnactmentDeleted = "EarlierEnactmentDeleted"
 	// ReasonMachineShutDown (pooled policy, Normal): a deleted Node is
 	// tainted node.kubernetes.io/out-of-service: its addresses are let go
 	// without its handler's word, kept for its return.

@@ -436,8 +436,9 @@ func (w *world) enactmentOf(node string) *nncev1beta1.NodeNetworkConfigurationEn
 // was created: kubernetes-nmstate's handler that was down when a policy
 // was deleted keeps its enactment, and a policy created again under the
 // same name starts again at generation 1 (clearEarlier deletes such an
-// enactment before the create; one the cache still shows is caught
-// here). Both times are the API server's: the
+// enactment before the create, and the world ignores it while the cache
+// still shows it; this catches one written before the policy's creation
+// that was not cleared). Both times are the API server's: the
 // enactment's last status write as its managedFields record it. The
 // times of its conditions are its node's clock, which may be off by any
 // amount: a node an hour behind would show every state it sets as older

@@ -57,6 +57,10 @@ type Reconciler struct {
 	// before the cache has seen that write, and must neither count the
 	// node as idle nor write it again.
 	written sync.Map
+	// cleared holds, by name, the UID of each enactment clearEarlier
+	// deleted, until the cache no longer shows it: an earlier policy's
+	// state is never taken for the new one's.
+	cleared sync.Map
 	// renders holds, by pooled policy UID and node, the node's last
 	// rendered state (rendered): a pass renders only what changed.
 	renders sync.Map
@@ -335,8 +339,11 @@ func (r *Reconciler) observeGenerated(ctx context.Context, w *world) error {
 		var e nncev1beta1.NodeNetworkConfigurationEnactment
 		err := r.Client.Get(ctx, shared.EnactmentKey(node, g.Name), &e)
 		switch {
-		case err == nil:
+		case err == nil && !r.wasCleared(&e):
 			w.enactments[e.Name] = &e
+		case err == nil:
+			// Deleted by clearEarlier, still in the cache: an earlier
+			// policy's.
 		case !apierrors.IsNotFound(err):
 			return fmt.Errorf("get enactment %s: %w", shared.EnactmentKey(node, g.Name).Name, err)
 		}
@@ -345,6 +352,17 @@ func (r *Reconciler) observeGenerated(ctx context.Context, w *world) error {
 		}
 	}
 	return nil
+}
+
+// wasCleared reports whether e is an enactment clearEarlier deleted,
+// which the cache still shows; it forgets one the cache shows no more.
+func (r *Reconciler) wasCleared(e *nncev1beta1.NodeNetworkConfigurationEnactment) bool {
+	uid, ok := r.cleared.Load(e.Name)
+	if ok && uid == e.UID {
+		return true
+	}
+	r.cleared.Delete(e.Name)
+	return false
 }
 
 // recorded lists the nodes the policy holds a record of.

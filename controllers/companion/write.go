@@ -15,6 +15,7 @@ import (
 
 	ippoolv1 "github.com/nmstate-ippool/nmstate-ippool/api/v1"
 	nncev1beta1 "github.com/nmstate-ippool/nmstate-ippool/api/v1beta1"
+	"github.com/nmstate-ippool/nmstate-ippool/internal/conditions"
 )
 
 // apply writes the plan: the NNCPs to create or change, then those to
@@ -40,7 +41,7 @@ func (r *Reconciler) apply(ctx context.Context, p *ippoolv1.PooledNodeNetworkCon
 		}
 		var err error
 		if g.ResourceVersion == "" {
-			err = r.clearEarlier(ctx, node, g.Name)
+			err = r.clearEarlier(ctx, p, node, g.Name)
 			if err == nil {
 				err = r.Client.Create(ctx, g)
 			}
@@ -79,15 +80,18 @@ func (r *Reconciler) apply(ctx context.Context, p *ippoolv1.PooledNodeNetworkCon
 
 // clearEarlier deletes the enactment an earlier policy named name left on
 // node, before name is created again. kubernetes-nmstate's handler deletes
-// a policy's enactment when it sees the policy go; one that was down then
-// keeps it, and takes it up for the new policy of the name: at generation
-// 1 again, with the earlier policy's conditions until its first apply
-// (the new policy would count as applied before it is) and its retry
-// count (a failure exhausted at generation 1 would skip the new policy's
-// apply altogether). Both reads are the API server's: a policy of the
-// name that exists (the cache is behind) keeps its enactment, and its
-// create fails as already there.
-func (r *Reconciler) clearEarlier(ctx context.Context, node, name string) error {
+// a policy's enactment when it sees the policy go; one that missed it (it
+// lagged behind, and met the deletion and the new policy as one change)
+// keeps the enactment and takes it up for the new policy at generation 1
+// again: the earlier conditions stay until its first apply, and so does
+// its retry count, which may skip the apply altogether. Both reads are
+// the API server's, and the delete is under what was read (UID and
+// resourceVersion): a policy of the name that exists (the cache is
+// behind), or that took the enactment up meanwhile, keeps it, and the
+// create is looked at again. An enactment of another node or policy under
+// the name (names with dots collide), or one a finalizer keeps, stops the
+// create: it would be taken up as this one.
+func (r *Reconciler) clearEarlier(ctx context.Context, p *ippoolv1.PooledNodeNetworkConfigurationPolicy, node, name string) error {
 	var e nncev1beta1.NodeNetworkConfigurationEnactment
 	err := r.APIReader.Get(ctx, shared.EnactmentKey(node, name), &e)
 	if apierrors.IsNotFound(err) {
@@ -96,6 +100,10 @@ func (r *Reconciler) clearEarlier(ctx context.Context, node, name string) error 
 	if err != nil {
 		return fmt.Errorf("get the enactment of an earlier policy %s: %w", name, err)
 	}
+	if e.Labels[shared.EnactmentNodeLabel] != node || e.Labels[shared.EnactmentPolicyLabel] != name {
+		return fmt.Errorf("enactment %s, which policy %s of node %s would use, is node %q's of policy %q: the names collide; "+
+			"rename the pooled policy", e.Name, name, node, e.Labels[shared.EnactmentNodeLabel], e.Labels[shared.EnactmentPolicyLabel])
+	}
 	err = r.APIReader.Get(ctx, types.NamespacedName{Name: name}, &nmstatev1.NodeNetworkConfigurationPolicy{})
 	if err == nil {
 		return apierrors.NewAlreadyExists(nmstatev1.GroupVersion.WithResource("nodenetworkconfigurationpolicies").GroupResource(), name)
@@ -103,9 +111,27 @@ func (r *Reconciler) clearEarlier(ctx context.Context, node, name string) error 
 	if !apierrors.IsNotFound(err) {
 		return fmt.Errorf("get policy %s: %w", name, err)
 	}
-	if err := r.Client.Delete(ctx, &e, client.Preconditions{UID: &e.UID}); client.IgnoreNotFound(err) != nil {
-		return fmt.Errorf("delete enactment %s, left by an earlier policy %s: %w", e.Name, name, err)
+	if e.DeletionTimestamp.IsZero() {
+		err := r.Client.Delete(ctx, &e, client.Preconditions{UID: &e.UID, ResourceVersion: &e.ResourceVersion})
+		if client.IgnoreNotFound(err) != nil {
+			return fmt.Errorf("delete enactment %s, left by an earlier policy %s: %w", e.Name, name, err)
+		}
+		r.cleared.Store(e.Name, e.UID)
+		r.Recorder.Eventf(p, nil, corev1.EventTypeNormal, ippoolv1.ReasonEarlierEnactmentDeleted, "Generate",
+			"deleted enactment %s, left by an earlier policy %s (generation %d, %s), before creating the policy of node %s again",
+			e.Name, name, e.Status.PolicyGeneration, stateOf(&e), node)
+		if len(e.Finalizers) == 0 {
+			return nil
+		}
 	}
-	ctrl.LoggerFrom(ctx).Info("deleted the enactment of an earlier policy of the name", "enactment", e.Name, "policyGeneration", e.Status.PolicyGeneration)
-	return nil
+	return fmt.Errorf("enactment %s, left by an earlier policy %s, is being deleted and finalizers %v keep it: "+
+		"policy %s is created once it is gone", e.Name, name, e.Finalizers, name)
+}
+
+// stateOf names an enactment's True condition, for messages.
+func stateOf(e *nncev1beta1.NodeNetworkConfigurationEnactment) string {
+	if t := conditions.TrueType(e.Status.Conditions); t != "" {
+		return string(t)
+	}
+	return "no condition"
 }

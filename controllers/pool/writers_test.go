@@ -21,38 +21,51 @@ import (
 
 // TestWhoWritesWhat keeps docs/protocol.md's table "Who writes what" true:
 // over a rollout to two nodes of a policy that draws from a pool, a reset
-// and the policy's deletion, every part of an enactment that the API server's
-// managedFields show a writer owning is a part the table names, and that
-// writer is one its row names. Each controller writes under its own field
+// and the policy's deletion, served by the pool controller and allocated
+// by the handlers (--self-allocate), every part of an enactment that the
+// API server's managedFields show a writer owning is a part the table
+// names, and that writer is one its row names. Each controller writes under its own field
 // manager (FieldOwner), so the API server, not the code under test, says
 // who wrote what.
 func TestWhoWritesWhat(t *testing.T) {
-	RegisterTestingT(t)
-	table, err := envtest.WritersTable("part of an enactment", writers...)
-	Expect(err).NotTo(HaveOccurred())
-	Expect(table).To(HaveKey("status.slot.granted"), "the table was read")
-	ws, err := envtest.WatchWriters(ctx, env.Config, k.Scheme(), &nncev1beta1.NodeNetworkConfigurationEnactmentList{},
-		func(o metav1.Object) bool { return strings.HasPrefix(o.GetName(), "writers") }, "slot")
-	Expect(err).NotTo(HaveOccurred())
+	for _, tc := range []struct {
+		name, net string
+		tune      func(*handler.Reconciler)
+	}{
+		{"writers", "10.14.0", func(*handler.Reconciler) {}},
+		{"writersself", "10.14.1", func(r *handler.Reconciler) { r.SelfAllocate = true }},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			RegisterTestingT(t)
+			name := tc.name
+			table, err := envtest.WritersTable("part of an enactment", writers...)
+			Expect(err).NotTo(HaveOccurred())
+			Expect(table).To(HaveKey("status.slot.granted"), "the table was read")
+			ws, err := envtest.WatchWriters(ctx, env.Config, k.Scheme(), &nncev1beta1.NodeNetworkConfigurationEnactmentList{},
+				func(o metav1.Object) bool { return strings.HasSuffix(o.GetName(), "."+name) }, "slot")
+			Expect(err).NotTo(HaveOccurred())
 
-	twoNodesOf(t, "writers", ippoolv1.IPRange{CIDR: "10.14.0.0/24", Start: "10.14.0.1", End: "10.14.0.10"})
-	e := &nncev1beta1.NodeNetworkConfigurationEnactment{ObjectMeta: metav1.ObjectMeta{Name: "writers02.writers"}}
-	before := held(e.Name, "writers")
-	annotate(e, "writers")
-	Eventually(func() []string { return held(e.Name, "writers") }).ShouldNot(Or(BeEmpty(), Equal(before)))
-	Eventually(enactmentState(e.Name)).Should(HavePrefix("Available"))
-	deleteObject(&nmstatev1.NodeNetworkConfigurationPolicy{ObjectMeta: metav1.ObjectMeta{Name: "writers"}})
-	for _, name := range []string{"writers01.writers", "writers02.writers"} {
-		Eventually(func() bool {
-			return apierrors.IsNotFound(k.Get(ctx, client.ObjectKey{Name: name}, &nncev1beta1.NodeNetworkConfigurationEnactment{}))
-		}).Should(BeTrue(), "retired with its policy")
-	}
+			twoNodesOf(t, name, ippoolv1.IPRange{CIDR: tc.net + ".0/24", Start: tc.net + ".1", End: tc.net + ".10"},
+				func(nd *envtest.Node) { nd.Tune = tc.tune })
+			e := &nncev1beta1.NodeNetworkConfigurationEnactment{ObjectMeta: metav1.ObjectMeta{Name: name + "02." + name}}
+			before := held(e.Name, name)
+			annotate(e, name)
+			Eventually(func() []string { return held(e.Name, name) }).ShouldNot(Or(BeEmpty(), Equal(before)))
+			Eventually(enactmentState(e.Name)).Should(HavePrefix("Available"))
+			deleteObject(&nmstatev1.NodeNetworkConfigurationPolicy{ObjectMeta: metav1.ObjectMeta{Name: name}})
+			for _, enactment := range []string{name + "01." + name, name + "02." + name} {
+				Eventually(func() bool {
+					return apierrors.IsNotFound(k.Get(ctx, client.ObjectKey{Name: enactment}, &nncev1beta1.NodeNetworkConfigurationEnactment{}))
+				}).Should(BeTrue(), "retired with its policy")
+			}
 
-	seen, errs := ws.Stop()
-	Expect(errs).To(BeEmpty())
-	Expect(seen).To(HaveKey("status.ippool"), "the watch saw the records written")
-	for _, msg := range envtest.CheckWriters("NodeNetworkConfigurationEnactment", seen, table, writerOf) {
-		t.Error(msg)
+			seen, errs := ws.Stop()
+			Expect(errs).To(BeEmpty())
+			Expect(seen).To(HaveKey("status.ippool"), "the watch saw the records written")
+			for _, msg := range envtest.CheckWriters("NodeNetworkConfigurationEnactment", seen, table, writerOf) {
+				t.Error(msg)
+			}
+		})
 	}
 }
 
