@@ -192,13 +192,7 @@ func TestAddressRestored(t *testing.T) {
 	Expect(err).NotTo(HaveOccurred())
 
 	Expect(k.Delete(ctx, before)).To(Succeed())
-	Eventually(func() types.UID {
-		a, err := getAddress("restored", "m1")
-		if err != nil || a.GetDeletionTimestamp() != nil {
-			return ""
-		}
-		return a.GetUID()
-	}).ShouldNot(BeElementOf(types.UID(""), before.GetUID()))
+	Eventually(liveAddress("restored", "m1")).ShouldNot(BeElementOf(types.UID(""), before.GetUID()))
 	after, err := getAddress("restored", "m1")
 	Expect(err).NotTo(HaveOccurred())
 	Expect(after.Object["spec"]).To(Equal(before.Object["spec"]))

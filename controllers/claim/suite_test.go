@@ -185,6 +185,18 @@ func addressOf(namespace, name string) func() string {
 	}
 }
 
+// liveAddress returns the UID of the claim's IPAddress, or "" while there
+// is none or it is being deleted.
+func liveAddress(namespace, name string) func() types.UID {
+	return func() types.UID {
+		a, err := getAddress(namespace, name)
+		if err != nil || a.GetDeletionTimestamp() != nil {
+			return ""
+		}
+		return a.GetUID()
+	}
+}
+
 func getAddress(namespace, name string) (*unstructured.Unstructured, error) {
 	a := capi.NewAddress(version)
 	err := k.Get(ctx, types.NamespacedName{Namespace: namespace, Name: name}, a)

@@ -44,13 +44,7 @@ func TestWhoWritesWhat(t *testing.T) {
 	before, err := getAddress("writers", "m1")
 	Expect(err).NotTo(HaveOccurred())
 	Expect(k.Delete(ctx, before)).To(Succeed())
-	Eventually(func() types.UID {
-		a, err := getAddress("writers", "m1")
-		if err != nil || a.GetDeletionTimestamp() != nil {
-			return ""
-		}
-		return a.GetUID()
-	}).ShouldNot(BeElementOf(types.UID(""), before.GetUID()), "restored")
+	Eventually(liveAddress("writers", "m1")).ShouldNot(BeElementOf(types.UID(""), before.GetUID()), "restored")
 	Expect(k.Delete(ctx, newClaim("writers", "m1", "claims-writers"))).To(Succeed())
 	Eventually(func() error {
 		return k.Get(ctx, types.NamespacedName{Namespace: "writers", Name: "m1"}, capi.NewClaim(version))
