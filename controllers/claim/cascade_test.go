@@ -4,6 +4,7 @@ import (
 	"errors"
 	"slices"
 	"testing"
+	"time"
 
 	. "github.com/onsi/gomega"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -75,8 +76,9 @@ func TestCascadingDeletions(t *testing.T) {
 			}
 			return errStillThere
 		}).Should(Succeed(), "%s: the claim goes", tc.name)
-		Eventually(func() error { _, err := getAddress("cascade", tc.name); return err }).Should(MatchError(ContainSubstring("not found")),
-			"%s: its IPAddress goes and is not made again", tc.name)
+		gone := func() error { _, err := getAddress("cascade", tc.name); return err }
+		Eventually(gone).Should(MatchError(ContainSubstring("not found")), "%s: its IPAddress goes", tc.name)
+		Consistently(gone, 2*time.Second).Should(MatchError(ContainSubstring("not found")), "%s: and is not made again", tc.name)
 		Eventually(bits("claims-cascade")).ShouldNot(ContainElement(ip), "%s: no node carries %s: free", tc.name, ip)
 		Expect(quarantined("claims-cascade")()).To(BeEmpty())
 	}

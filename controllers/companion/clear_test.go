@@ -22,7 +22,8 @@ import (
 // p-node01 is created only when it is an earlier policy's of that node and
 // name, and nothing keeps it; otherwise it stays, and the create waits
 // (the envtest TestEnactmentOfAnEarlierPolicyIsNotTakenUp runs the case
-// where it goes, end to end).
+// where it goes, end to end; the fake client does not check the delete's
+// resourceVersion precondition, which keeps one changed meanwhile).
 func TestClearEarlier(t *testing.T) {
 	const node, name = "node01", "p-node01"
 	enactment := func(adjust ...func(*nncev1beta1.NodeNetworkConfigurationEnactment)) *nncev1beta1.NodeNetworkConfigurationEnactment {
@@ -37,22 +38,28 @@ func TestClearEarlier(t *testing.T) {
 	for _, tc := range []struct {
 		name    string
 		objects []client.Object
-		// wantErr is a part of the error, "" for none.
-		wantErr string
+		// wantErr is a part of the error, "" for none; alreadyExists: the
+		// create is looked at again.
+		wantErr       string
+		alreadyExists bool
 		// gone: deleted for good; cleared: deleted, and ignored while
 		// the cache shows it.
 		gone, cleared bool
 	}{
-		{"no enactment of the name", nil, "", false, false},
-		{"an earlier policy's: deleted", []client.Object{enactment()}, "", true, true},
-		{"the policy exists (the cache is behind): kept", []client.Object{enactment(), policy}, "already exists", false, false},
-		{"another node's under a colliding name: kept", []client.Object{enactment(func(e *nncev1beta1.NodeNetworkConfigurationEnactment) {
+		{name: "no enactment of the name"},
+		{name: "an earlier policy's: deleted", objects: []client.Object{enactment()}, gone: true, cleared: true},
+		{name: "the policy exists (the cache is behind): kept", objects: []client.Object{enactment(), policy},
+			wantErr: "already exists", alreadyExists: true},
+		// Node "node01.p" of an admin's policy "node01" has enactment
+		// "node01.p.node01"; so would node "node01" of pooled policy "p"
+		// on a policy named "p.node01": here the labels tell them apart.
+		{name: "another node's under a colliding name: kept", objects: []client.Object{enactment(func(e *nncev1beta1.NodeNetworkConfigurationEnactment) {
 			e.Labels[shared.EnactmentNodeLabel] = "node01.p"
 			e.Labels[shared.EnactmentPolicyLabel] = "node01"
-		})}, `is node "node01.p"'s of policy "node01": the names collide`, false, false},
-		{"a finalizer keeps it: the create waits", []client.Object{enactment(func(e *nncev1beta1.NodeNetworkConfigurationEnactment) {
+		})}, wantErr: `is node "node01.p"'s of policy "node01": the names collide`},
+		{name: "a finalizer keeps it: the create waits", objects: []client.Object{enactment(func(e *nncev1beta1.NodeNetworkConfigurationEnactment) {
 			e.Finalizers = []string{ippoolv1.FinalizerIPPool}
-		})}, "is being deleted and finalizers [nmstate.io/ippool] keep it", false, true},
+		})}, wantErr: "is being deleted and finalizers [nmstate.io/ippool] keep it", cleared: true},
 	} {
 		s, err := scheme.New()
 		if err != nil {
@@ -66,8 +73,8 @@ func TestClearEarlier(t *testing.T) {
 		case tc.wantErr == "" && err != nil, tc.wantErr != "" && (err == nil || !strings.Contains(err.Error(), tc.wantErr)):
 			t.Errorf("%s: clearEarlier = %v, want an error with %q", tc.name, err, tc.wantErr)
 		}
-		if tc.name == "the policy exists (the cache is behind): kept" && !apierrors.IsAlreadyExists(err) {
-			t.Errorf("%s: %v is not AlreadyExists: the create would not be looked at again", tc.name, err)
+		if apierrors.IsAlreadyExists(err) != tc.alreadyExists {
+			t.Errorf("%s: %v: the create would not be looked at again", tc.name, err)
 		}
 		var e nncev1beta1.NodeNetworkConfigurationEnactment
 		getErr := c.Get(context.Background(), shared.EnactmentKey(node, name), &e)

@@ -355,7 +355,8 @@ func (r *Reconciler) observeGenerated(ctx context.Context, w *world) error {
 }
 
 // wasCleared reports whether e is an enactment clearEarlier deleted,
-// which the cache still shows; it forgets one the cache shows no more.
+// which the cache still shows; once the cache shows another enactment of
+// the name, it forgets the deleted one.
 func (r *Reconciler) wasCleared(e *nncev1beta1.NodeNetworkConfigurationEnactment) bool {
 	uid, ok := r.cleared.Load(e.Name)
 	if ok && uid == e.UID {

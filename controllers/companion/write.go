@@ -92,46 +92,55 @@ func (r *Reconciler) apply(ctx context.Context, p *ippoolv1.PooledNodeNetworkCon
 // the name (names with dots collide), or one a finalizer keeps, stops the
 // create: it would be taken up as this one.
 func (r *Reconciler) clearEarlier(ctx context.Context, p *ippoolv1.PooledNodeNetworkConfigurationPolicy, node, name string) error {
+	e, err := r.earlierEnactment(ctx, node, name)
+	if e == nil || err != nil {
+		return err
+	}
+	if e.DeletionTimestamp.IsZero() {
+		err := r.Client.Delete(ctx, e, client.Preconditions{UID: &e.UID, ResourceVersion: &e.ResourceVersion})
+		if apierrors.IsNotFound(err) {
+			return nil // gone meanwhile: kubernetes-nmstate's handler caught up
+		}
+		if err != nil {
+			return fmt.Errorf("delete enactment %s, left by an earlier policy %s: %w", e.Name, name, err)
+		}
+		r.Recorder.Eventf(p, nil, corev1.EventTypeNormal, ippoolv1.ReasonEarlierEnactmentDeleted, "Generate",
+			"deleted enactment %s, left by an earlier policy %s (generation %d, %s), before creating the policy of node %s again",
+			e.Name, name, e.Status.PolicyGeneration, conditions.TrueTypeOr(e.Status.Conditions, "no condition"), node)
+	}
+	r.cleared.Store(e.Name, e.UID)
+	if len(e.Finalizers) == 0 {
+		return nil
+	}
+	return fmt.Errorf("enactment %s, left by an earlier policy %s, is being deleted and finalizers %v keep it: "+
+		"policy %s is created once it is gone; if what set them is gone too, remove them "+
+		"(kubectl patch nnce %s --type=merge -p '{\"metadata\":{\"finalizers\":null}}')", e.Name, name, e.Finalizers, name, e.Name)
+}
+
+// earlierEnactment reads, from the API server, the enactment of node's
+// policy name while no policy of that name exists: an earlier policy's,
+// or nil. A policy of the name that exists (the cache is behind) is
+// AlreadyExists; an enactment of another node or policy under the name
+// is an error.
+func (r *Reconciler) earlierEnactment(ctx context.Context, node, name string) (*nncev1beta1.NodeNetworkConfigurationEnactment, error) {
 	var e nncev1beta1.NodeNetworkConfigurationEnactment
 	err := r.APIReader.Get(ctx, shared.EnactmentKey(node, name), &e)
 	if apierrors.IsNotFound(err) {
-		return nil
+		return nil, nil
 	}
 	if err != nil {
-		return fmt.Errorf("get the enactment of an earlier policy %s: %w", name, err)
+		return nil, fmt.Errorf("get the enactment of an earlier policy %s: %w", name, err)
 	}
 	if e.Labels[shared.EnactmentNodeLabel] != node || e.Labels[shared.EnactmentPolicyLabel] != name {
-		return fmt.Errorf("enactment %s, which policy %s of node %s would use, is node %q's of policy %q: the names collide; "+
+		return nil, fmt.Errorf("enactment %s, which policy %s of node %s would use, is node %q's of policy %q: the names collide; "+
 			"rename the pooled policy", e.Name, name, node, e.Labels[shared.EnactmentNodeLabel], e.Labels[shared.EnactmentPolicyLabel])
 	}
 	err = r.APIReader.Get(ctx, types.NamespacedName{Name: name}, &nmstatev1.NodeNetworkConfigurationPolicy{})
 	if err == nil {
-		return apierrors.NewAlreadyExists(nmstatev1.GroupVersion.WithResource("nodenetworkconfigurationpolicies").GroupResource(), name)
+		return nil, apierrors.NewAlreadyExists(nmstatev1.GroupVersion.WithResource("nodenetworkconfigurationpolicies").GroupResource(), name)
 	}
 	if !apierrors.IsNotFound(err) {
-		return fmt.Errorf("get policy %s: %w", name, err)
+		return nil, fmt.Errorf("get policy %s: %w", name, err)
 	}
-	if e.DeletionTimestamp.IsZero() {
-		err := r.Client.Delete(ctx, &e, client.Preconditions{UID: &e.UID, ResourceVersion: &e.ResourceVersion})
-		if client.IgnoreNotFound(err) != nil {
-			return fmt.Errorf("delete enactment %s, left by an earlier policy %s: %w", e.Name, name, err)
-		}
-		r.cleared.Store(e.Name, e.UID)
-		r.Recorder.Eventf(p, nil, corev1.EventTypeNormal, ippoolv1.ReasonEarlierEnactmentDeleted, "Generate",
-			"deleted enactment %s, left by an earlier policy %s (generation %d, %s), before creating the policy of node %s again",
-			e.Name, name, e.Status.PolicyGeneration, stateOf(&e), node)
-		if len(e.Finalizers) == 0 {
-			return nil
-		}
-	}
-	return fmt.Errorf("enactment %s, left by an earlier policy %s, is being deleted and finalizers %v keep it: "+
-		"policy %s is created once it is gone", e.Name, name, e.Finalizers, name)
-}
-
-// stateOf names an enactment's True condition, for messages.
-func stateOf(e *nncev1beta1.NodeNetworkConfigurationEnactment) string {
-	if t := conditions.TrueType(e.Status.Conditions); t != "" {
-		return string(t)
-	}
-	return "no condition"
+	return &e, nil
 }

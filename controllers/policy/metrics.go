@@ -62,7 +62,7 @@ func (m *StatusMetrics) Collect(ch chan<- prometheus.Metric) {
 		counts := zeroes(policystatus.Ignored, shared.NodeNetworkConfigurationPolicyConditionAvailable,
 			shared.NodeNetworkConfigurationPolicyConditionDegraded, shared.NodeNetworkConfigurationPolicyConditionProgressing)
 		for i := range policies.Items {
-			counts[statusOf(policies.Items[i].Status.Conditions)]++
+			counts[conditions.TrueTypeOr(policies.Items[i].Status.Conditions, unknown)]++
 		}
 		emit(ch, m.policies, counts)
 	}
@@ -72,7 +72,7 @@ func (m *StatusMetrics) Collect(ch chan<- prometheus.Metric) {
 	} else {
 		counts := zeroes(shared.NodeNetworkConfigurationEnactmentConditionTypes[:]...)
 		for i := range enactments.Items {
-			counts[statusOf(enactments.Items[i].Status.Conditions)]++
+			counts[conditions.TrueTypeOr(enactments.Items[i].Status.Conditions, unknown)]++
 		}
 		emit(ch, m.enactments, counts)
 	}
@@ -89,14 +89,6 @@ func zeroes(types ...shared.ConditionType) map[string]int {
 		out[string(t)] = 0
 	}
 	return out
-}
-
-// statusOf returns the type of the True condition, or unknown.
-func statusOf(list shared.ConditionList) string {
-	if t := conditions.TrueType(list); t != "" {
-		return string(t)
-	}
-	return unknown
 }
 
 func emit(ch chan<- prometheus.Metric, desc *prometheus.Desc, counts map[string]int) {

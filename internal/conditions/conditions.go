@@ -103,6 +103,15 @@ func TrueType(list shared.ConditionList) shared.ConditionType {
 	return ""
 }
 
+// TrueTypeOr returns the type of the list's True condition, or none when
+// no condition is True: for messages and metrics.
+func TrueTypeOr(list shared.ConditionList, none string) string {
+	if t := TrueType(list); t != "" {
+		return string(t)
+	}
+	return none
+}
+
 // IsTrueWith reports whether the list's condition t is True with reason.
 func IsTrueWith(list shared.ConditionList, t shared.ConditionType, reason shared.ConditionReason) bool {
 	c := list.Find(t)

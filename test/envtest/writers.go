@@ -13,7 +13,9 @@ import (
 	"sync"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/rest"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 )
@@ -29,6 +31,8 @@ type Writers struct {
 	mu    sync.Mutex
 	seen  map[string]map[string]bool // part -> field managers
 	errs  []string
+	// stopped: Stop closed the watch; before, its end is an error.
+	stopped bool
 }
 
 // WatchWriters starts watching the objects of list's kind. keep picks the
@@ -49,32 +53,58 @@ func WatchWriters(ctx context.Context, cfg *rest.Config, scheme *runtime.Scheme,
 	go func() {
 		defer close(ws.done)
 		for ev := range w.ResultChan() {
-			o, ok := ev.Object.(metav1.Object)
-			if !ok || !keep(o) {
-				continue
-			}
-			ws.mu.Lock()
-			for _, mf := range o.GetManagedFields() {
-				parts, err := PartsOf(mf, split...)
-				if err != nil {
-					ws.errs = append(ws.errs, err.Error())
-				}
-				for _, part := range parts {
-					if ws.seen[part] == nil {
-						ws.seen[part] = map[string]bool{}
-					}
-					ws.seen[part][mf.Manager] = true
-				}
-			}
-			ws.mu.Unlock()
+			ws.note(ev, keep, split)
+		}
+		ws.mu.Lock()
+		defer ws.mu.Unlock()
+		if !ws.stopped {
+			ws.errs = append(ws.errs, "the watch closed before the test stopped it: what it saw is partial")
 		}
 	}()
 	return ws, nil
 }
 
+// note records the parts one watch event's object shows set, and by whom.
+func (ws *Writers) note(ev watch.Event, keep func(metav1.Object) bool, split []string) {
+	ws.mu.Lock()
+	defer ws.mu.Unlock()
+	if ws.stopped {
+		return // the end of the stream Stop asked for
+	}
+	if ev.Type == watch.Error {
+		ws.errs = append(ws.errs, fmt.Sprintf("watch error: %v", ev.Object))
+		return
+	}
+	o, ok := ev.Object.(metav1.Object)
+	if !ok || !keep(o) {
+		return
+	}
+	values, err := runtime.DefaultUnstructuredConverter.ToUnstructured(ev.Object)
+	if err != nil {
+		ws.errs = append(ws.errs, err.Error())
+		return
+	}
+	for _, mf := range o.GetManagedFields() {
+		parts, err := PartsOf(mf, values, split...)
+		if err != nil {
+			ws.errs = append(ws.errs, err.Error())
+		}
+		for _, part := range parts {
+			if ws.seen[part] == nil {
+				ws.seen[part] = map[string]bool{}
+			}
+			ws.seen[part][mf.Manager] = true
+		}
+	}
+}
+
 // Stop ends the watch and returns, by part, the field managers that set
-// it, and the managedFields it could not read.
+// it, and what went wrong: managedFields it could not read, a watch error
+// or a watch closed early.
 func (ws *Writers) Stop() (map[string]map[string]bool, []string) {
+	ws.mu.Lock()
+	ws.stopped = true
+	ws.mu.Unlock()
 	ws.watch.Stop()
 	<-ws.done
 	ws.mu.Lock()
@@ -82,9 +112,9 @@ func (ws *Writers) Stop() (map[string]map[string]bool, []string) {
 	return ws.seen, ws.errs
 }
 
-// ours says whether a label, annotation or finalizer is one the tables
-// name: this project's, kubernetes-nmstate's and Cluster API's.
-func ours(key string) bool {
+// projectKey says whether a label, annotation or finalizer is one the
+// tables name: this project's, kubernetes-nmstate's and Cluster API's.
+func projectKey(key string) bool {
 	return strings.Contains(key, "nmstate.io/") || strings.Contains(key, "cluster.x-k8s.io/")
 }
 
@@ -92,8 +122,12 @@ func ours(key string) bool {
 // named as the tables name them: "spec" when it sets any of it, each
 // status field that holds a value ("status.conditions"; a field in split
 // by its own fields, "status.slot.granted"), and "annotation K", "label K"
-// and "finalizer K" of the keys ours names.
-func PartsOf(mf metav1.ManagedFieldsEntry, split ...string) ([]string, error) {
+// and "finalizer K" of the keys projectKey names. values is the object
+// (runtime.DefaultUnstructuredConverter): in managedFields a value and an
+// empty object look alike ({}), and an empty object sets nothing (an empty
+// struct that Go serializes, such as desiredStateMetaInfo, which every
+// full status update sends).
+func PartsOf(mf metav1.ManagedFieldsEntry, values map[string]any, split ...string) ([]string, error) {
 	if mf.FieldsV1 == nil {
 		return nil, nil
 	}
@@ -102,17 +136,17 @@ func PartsOf(mf metav1.ManagedFieldsEntry, split ...string) ([]string, error) {
 		return nil, fmt.Errorf("managedFields of %s: %w", mf.Manager, err)
 	}
 	var out []string
-	if len(setFields(fields["f:spec"])) > 0 {
+	if len(setFields(fields["f:spec"], values, "spec")) > 0 {
 		out = append(out, "spec")
 	}
-	for _, name := range setFields(fields["f:status"]) {
+	for _, name := range setFields(fields["f:status"], values, "status") {
 		if !slices.Contains(split, name) {
 			out = append(out, "status."+name)
 			continue
 		}
 		var sub map[string]json.RawMessage
 		_ = json.Unmarshal(fields["f:status"]["f:"+name], &sub)
-		for _, half := range setFields(sub) {
+		for _, half := range setFields(sub, values, "status", name) {
 			out = append(out, "status."+name+"."+half)
 		}
 	}
@@ -122,7 +156,7 @@ func PartsOf(mf metav1.ManagedFieldsEntry, split ...string) ([]string, error) {
 		_ = json.Unmarshal(metadata["f:"+kind], &keys)
 		for key := range keys {
 			name := strings.Trim(strings.TrimPrefix(strings.TrimPrefix(key, "f:"), "v:"), `"`)
-			if ours(name) {
+			if projectKey(name) {
 				out = append(out, strings.TrimSuffix(kind, "s")+" "+name)
 			}
 		}
@@ -130,23 +164,54 @@ func PartsOf(mf metav1.ManagedFieldsEntry, split ...string) ([]string, error) {
 	return out, nil
 }
 
-// setFields names the fields of a managedFields object that hold a value:
-// an empty object sets nothing (an empty struct that Go serializes, or one
-// emptied, which, as any removal, the tables do not see).
-func setFields(fields map[string]json.RawMessage) []string {
+// setFields names the fields of a managedFields object (at path in values)
+// that hold a value: a leaf ({}), or an object that sets a field; an
+// object that values shows empty sets nothing.
+func setFields(fields map[string]json.RawMessage, values map[string]any, path ...string) []string {
 	var out []string
-	for key, sub := range fields {
-		if key != "." && string(sub) != "{}" {
-			out = append(out, strings.TrimPrefix(key, "f:"))
+	for key := range fields {
+		if key == "." {
+			continue
 		}
+		name := strings.TrimPrefix(key, "f:")
+		if v, _, _ := unstructured.NestedFieldNoCopy(values, append(slices.Clone(path), name)...); empty(v) {
+			continue
+		}
+		out = append(out, name)
 	}
 	return out
 }
 
+// empty reports whether a value sets nothing: null, an empty list, or an
+// object whose fields set nothing (an empty struct serializes as one,
+// with its zero times as null).
+func empty(v any) bool {
+	switch x := v.(type) {
+	case nil:
+		return true
+	case []any:
+		return len(x) == 0
+	case map[string]any:
+		for _, f := range x {
+			if !empty(f) {
+				return false
+			}
+		}
+		return true
+	}
+	return false
+}
+
+// removal matches a clause of a table cell that says who removes or
+// clears a part: the test sees what is set, so such a writer is not one
+// that may set it.
+var removal = regexp.MustCompile(`[^;,.]*\b(removes?|removing|empties|emptying|clears?|clearing)\b[^;,.]*`)
+
 // WritersTable reads the table of docs/protocol.md whose first column is
 // headed header: by part (each name ticked in the first column, after
 // "annotation", "label" or "finalizer" when the cell starts with it),
-// which of writers the other columns name.
+// which of writers the other columns name as setting it (a clause that
+// says who removes or clears it names no writer).
 func WritersTable(header string, writers ...string) (map[string]map[string]bool, error) {
 	raw, err := os.ReadFile(filepath.Join(RepoRoot(), "docs", "protocol.md"))
 	if err != nil {
@@ -166,7 +231,7 @@ func WritersTable(header string, writers ...string) (map[string]map[string]bool,
 		if len(cells) < 2 || strings.HasPrefix(cells[0], "---") {
 			continue
 		}
-		text := strings.ToLower(strings.Join(cells[1:], " "))
+		text := removal.ReplaceAllString(strings.ToLower(strings.Join(cells[1:], "; ")), "")
 		for _, m := range ticked.FindAllStringSubmatch(cells[0], -1) {
 			part := strings.TrimSuffix(m[1], "[*].releasing")
 			for _, kind := range []string{"annotation", "label", "finalizer"} {
