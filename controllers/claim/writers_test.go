@@ -51,17 +51,13 @@ func TestWhoWritesWhat(t *testing.T) {
 	}).Should(MatchError(ContainSubstring("not found")))
 
 	for i, kd := range kinds {
-		table, err := envtest.WritersTable(kd.header, "claim controller", "provider")
-		Expect(err).NotTo(HaveOccurred())
-		seen, errs := watches[i].Stop()
-		Expect(errs).To(BeEmpty())
-		Expect(seen).NotTo(BeEmpty(), "the watch of %s saw writes", kd.kind)
-		for _, msg := range envtest.CheckWriters(kd.kind, seen, table, func(m string) string {
+		_, problems := watches[i].Check(kd.kind, kd.header, []string{"claim controller", "provider"}, func(m string) string {
 			if m == claim.FieldOwner {
 				return "claim controller"
 			}
 			return "provider"
-		}) {
+		})
+		for _, msg := range problems {
 			t.Error(msg)
 		}
 	}

@@ -58,8 +58,9 @@ type Reconciler struct {
 	// node as idle nor write it again.
 	written sync.Map
 	// cleared holds, by name, the UID of each enactment clearEarlier
-	// deleted, until the cache no longer shows it: an earlier policy's
-	// state is never taken for the new one's.
+	// deleted, until the cache shows another enactment of the name
+	// (wasCleared): an earlier policy's state is never taken for the new
+	// one's.
 	cleared sync.Map
 	// renders holds, by pooled policy UID and node, the node's last
 	// rendered state (rendered): a pass renders only what changed.

@@ -55,12 +55,8 @@ func TestWhoWritesWhat(t *testing.T) {
 	}).Should(MatchError(ContainSubstring("not found")))
 
 	for i, kd := range kinds {
-		table, err := envtest.WritersTable(kd.header, companionWriters...)
-		Expect(err).NotTo(HaveOccurred())
-		seen, errs := watches[i].Stop()
-		Expect(errs).To(BeEmpty())
-		Expect(seen).NotTo(BeEmpty(), "the watch of %s saw writes", kd.kind)
-		for _, msg := range envtest.CheckWriters(kd.kind, seen, table, companionWriterOf) {
+		_, problems := watches[i].Check(kd.kind, kd.header, companionWriters, companionWriterOf)
+		for _, msg := range problems {
 			t.Error(msg)
 		}
 	}

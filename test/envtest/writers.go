@@ -253,6 +253,23 @@ func WritersTable(header string, writers ...string) (map[string]map[string]bool,
 	return out, nil
 }
 
+// Check stops the watch and compares what it saw of kind with the table
+// of docs/protocol.md headed header, whose writers are writers (writerOf
+// names the writer of a field manager): one message per problem (a table
+// that cannot be read, a watch that failed or saw nothing, what
+// CheckWriters finds). It returns what was seen too.
+func (ws *Writers) Check(kind, header string, writers []string, writerOf func(manager string) string) (map[string]map[string]bool, []string) {
+	seen, problems := ws.Stop()
+	table, err := WritersTable(header, writers...)
+	if err != nil {
+		return seen, append(problems, err.Error())
+	}
+	if len(seen) == 0 {
+		problems = append(problems, "the watch of "+kind+" saw no writes")
+	}
+	return seen, append(problems, CheckWriters(kind, seen, table, writerOf)...)
+}
+
 // CheckWriters compares what was seen with a table: one message for each
 // part of a kind that a writer set while the table does not name the part,
 // or names it without that writer. writerOf names the writer of a field
