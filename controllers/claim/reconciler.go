@@ -19,6 +19,7 @@ import (
 	"github.com/nmstate-ippool/nmstate-ippool/internal/assign"
 	"github.com/nmstate-ippool/nmstate-ippool/internal/capi"
 	"github.com/nmstate-ippool/nmstate-ippool/internal/holder"
+	"github.com/nmstate-ippool/nmstate-ippool/internal/lifecycle"
 	"github.com/nmstate-ippool/nmstate-ippool/internal/poolmetrics"
 	"github.com/nmstate-ippool/nmstate-ippool/internal/poolstatus"
 	"github.com/nmstate-ippool/nmstate-ippool/internal/poolwrite"
@@ -345,9 +346,8 @@ func (r *Reconciler) quarantine(ctx context.Context, claim *unstructured.Unstruc
 		return err
 	}
 	holder, _ := holderOf(claim)
-	record := ippoolv1.EnactmentIPPools{a.Pool.Name: {Allocated: []string{a.IP.String()}}}
-	if _, err := r.Pools.Quarantine(ctx, poolwrite.Holder{Node: carrier, Ref: holder}, record); err != nil {
-		return fmt.Errorf("quarantine %s of IPAddressClaim %s/%s: %w", a.IP, claim.GetNamespace(), claim.GetName(), err)
+	if _, err := lifecycle.Release(ctx, r.Pools, lifecycle.OfClaim(holder, carrier, a.Pool.Name, a.IP)); err != nil {
+		return err
 	}
 	ctrl.LoggerFrom(ctx).Info("released address", "pool", a.Pool.Name, "ip", a.IP.String(), "node", carrier)
 	return nil

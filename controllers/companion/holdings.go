@@ -21,9 +21,8 @@ import (
 	ippoolv1 "github.com/nmstate-ippool/nmstate-ippool/api/v1"
 	nncev1beta1 "github.com/nmstate-ippool/nmstate-ippool/api/v1beta1"
 	"github.com/nmstate-ippool/nmstate-ippool/internal/holder"
+	"github.com/nmstate-ippool/nmstate-ippool/internal/lifecycle"
 	"github.com/nmstate-ippool/nmstate-ippool/internal/policystatus"
-	"github.com/nmstate-ippool/nmstate-ippool/internal/poolwrite"
-	"github.com/nmstate-ippool/nmstate-ippool/pkg/capture"
 	"github.com/nmstate-ippool/nmstate-ippool/pkg/nmstatectl"
 )
 
@@ -47,7 +46,7 @@ func (r *Reconciler) depart(ctx context.Context, w *world, next *ippoolv1.Pooled
 		if ok && !shutDown(n) {
 			continue
 		}
-		if err := r.quarantine(ctx, w, &rec, rec.Held(), !w.deleting); err != nil {
+		if err := r.giveUp(ctx, w, &rec); err != nil {
 			return err
 		}
 		dropRecord(next, rec.Node)
@@ -81,7 +80,7 @@ func (r *Reconciler) release(ctx context.Context, w *world, next *ippoolv1.Poole
 			continue
 		}
 		if !rec.Releasing {
-			if err := r.quarantine(ctx, w, rec, rec.Held(), !w.deleting); err != nil {
+			if err := r.giveUp(ctx, w, rec); err != nil {
 				return nil, err
 			}
 			rec.Releasing = true
@@ -98,8 +97,7 @@ func (r *Reconciler) release(ctx context.Context, w *world, next *ippoolv1.Poole
 		case outcome.failed != "":
 			problems = append(problems, problem{shared.NodeNetworkConfigurationPolicyConditionFailedToConfigure, outcome.failed})
 		case outcome.confirmed:
-			holder, _ := holderOf(w.policy, rec.Node)
-			if err := r.Pools.ConfirmRelease(ctx, poolwrite.Holder{Node: rec.Node, Ref: holder}, rec.Record()); err != nil {
+			if err := lifecycle.Confirm(ctx, r.Pools, lifecycle.OfPolicyNode(w.policy, rec, rec.Held())); err != nil {
 				return nil, err
 			}
 			done = append(done, rec.Node)
@@ -275,35 +273,15 @@ func releaseWhy(w *world) string {
 	return "the policy no longer selects it"
 }
 
-// quarantine keeps addresses of a node's record from everyone until the
-// pool controller has evidence that the node no longer carries them;
-// forReturn keeps each for the node's return (the same capture of the
-// same holder asking again gets it back first).
-func (r *Reconciler) quarantine(ctx context.Context, w *world, rec *ippoolv1.PooledPolicyNode, addrs []ippoolv1.PooledAddress, forReturn bool) error {
-	if len(addrs) == 0 {
-		return nil
+// giveUp quarantines every address of a node's record (lifecycle.Release),
+// kept for the node's return unless the policy is being deleted.
+func (r *Reconciler) giveUp(ctx context.Context, w *world, rec *ippoolv1.PooledPolicyNode) error {
+	f := lifecycle.OfPolicyNode(w.policy, rec, rec.Held())
+	if w.deleting {
+		f = f.WithoutReturn()
 	}
-	name, _ := holderOf(w.policy, rec.Node)
-	h := poolwrite.Holder{Node: rec.Node, NodeUID: rec.NodeUID, Ref: name, Interfaces: map[string]string{}}
-	if forReturn {
-		h.Captures = map[string]string{}
-	}
-	record := ippoolv1.EnactmentIPPools{}
-	for _, a := range addrs {
-		p := record[a.Pool]
-		p.Allocated = append(p.Allocated, a.IP)
-		record[a.Pool] = p
-		if forReturn {
-			h.Captures[a.IP] = a.Capture
-		}
-		if ifaces := capture.Interfaces(w.policy.Spec.DesiredState.Raw, a.Capture); len(ifaces) > 0 {
-			h.Interfaces[a.IP] = ifaces[0]
-		}
-	}
-	if _, err := r.Pools.Quarantine(ctx, h, record); err != nil {
-		return fmt.Errorf("quarantine %s of node %s (%s %s): %w", ips(addrs), rec.Node, holder.PooledPolicyKind, w.policy.Name, err)
-	}
-	return nil
+	_, err := lifecycle.Release(ctx, r.Pools, f)
+	return err
 }
 
 // kindOf names the kind of an annotated object, for messages.

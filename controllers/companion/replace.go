@@ -12,8 +12,8 @@ import (
 	corev1 "k8s.io/api/core/v1"
 
 	ippoolv1 "github.com/nmstate-ippool/nmstate-ippool/api/v1"
+	"github.com/nmstate-ippool/nmstate-ippool/internal/lifecycle"
 	"github.com/nmstate-ippool/nmstate-ippool/internal/poolstatus"
-	"github.com/nmstate-ippool/nmstate-ippool/internal/poolwrite"
 )
 
 // The replacements of a node's recorded addresses: a reset, or an address
@@ -121,7 +121,7 @@ func (r *Reconciler) replace(ctx context.Context, w *world, rec *ippoolv1.Pooled
 	if len(drop) == 0 {
 		return nil, nil, nil
 	}
-	if err := r.quarantine(ctx, w, rec, drop, false); err != nil {
+	if _, err := lifecycle.Release(ctx, r.Pools, lifecycle.OfPolicyNode(w.policy, rec, drop).WithoutReturn()); err != nil {
 		return nil, nil, err
 	}
 	rec.Addresses, rec.Released = keep, append(rec.Released, drop...)
@@ -144,9 +144,7 @@ func (r *Reconciler) settle(ctx context.Context, w *world, next *ippoolv1.Pooled
 			return err
 		}
 		if out.confirmed {
-			holder, _ := holderOf(w.policy, rec.Node)
-			released := ippoolv1.PooledPolicyNode{Node: rec.Node, Released: rec.Released}
-			if err := r.Pools.ConfirmRelease(ctx, poolwrite.Holder{Node: rec.Node, Ref: holder}, released.Record()); err != nil {
+			if err := lifecycle.Confirm(ctx, r.Pools, lifecycle.OfPolicyNode(w.policy, rec, rec.Released)); err != nil {
 				return err
 			}
 		}

@@ -5,8 +5,8 @@
 // enactment at once. An address leaves its holder in two steps, always
 // in this order:
 //
-//  1. the addresses are quarantined in their pools
-//     (poolwrite.Writer.Quarantine): they stay allocated, handed to
+//  1. the addresses are quarantined in their pools (lifecycle.Release,
+//     as for every kind of holder): they stay allocated, handed to
 //     nobody, until the pool controller has evidence that the former
 //     holder no longer carries them;
 //  2. the record goes: the enactment's status.ippool entry (Drop), its
@@ -32,7 +32,6 @@ import (
 	"fmt"
 	"slices"
 
-	"github.com/nmstate/kubernetes-nmstate/api/shared"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -41,10 +40,9 @@ import (
 	ippoolv1 "github.com/nmstate-ippool/nmstate-ippool/api/v1"
 	nncev1beta1 "github.com/nmstate-ippool/nmstate-ippool/api/v1beta1"
 	"github.com/nmstate-ippool/nmstate-ippool/internal/audit"
-	"github.com/nmstate-ippool/nmstate-ippool/internal/holder"
+	"github.com/nmstate-ippool/nmstate-ippool/internal/lifecycle"
 	"github.com/nmstate-ippool/nmstate-ippool/internal/poolwrite"
 	"github.com/nmstate-ippool/nmstate-ippool/pkg/capture"
-	"github.com/nmstate-ippool/nmstate-ippool/pkg/nmstatectl"
 )
 
 // errGone ends a retry loop when the enactment is gone, was replaced, or
@@ -80,7 +78,7 @@ func Retire(ctx context.Context, w *poolwrite.Writer, e *nncev1beta1.NodeNetwork
 		if fresh == nil || fresh.UID != e.UID || !controllerutil.ContainsFinalizer(fresh, ippoolv1.FinalizerIPPool) {
 			return errGone
 		}
-		if quarantined, err = quarantine(ctx, w, fresh, fresh.Status.IPPool); err != nil {
+		if quarantined, err = lifecycle.Release(ctx, w, lifecycle.OfEnactment(fresh)); err != nil {
 			return err
 		}
 		patch := client.MergeFromWithOptions(fresh.DeepCopy(), client.MergeFromWithOptimisticLock{})
@@ -124,8 +122,8 @@ func Drop(ctx context.Context, w *poolwrite.Writer, enactment, pool string) ([]s
 			return errGone
 		}
 		// A reset's addresses go to nobody, not back to this enactment.
-		if _, err := w.Quarantine(ctx, HolderOf(e).WithoutReturn(), ippoolv1.EnactmentIPPools{pool: {Allocated: held}}); err != nil {
-			return fmt.Errorf("quarantine the %s addresses of enactment %q before its record goes: %w", pool, enactment, err)
+		if _, err := lifecycle.Release(ctx, w, lifecycle.OfEnactment(e).Only(ippoolv1.EnactmentIPPools{pool: {Allocated: held}}).WithoutReturn()); err != nil {
+			return err
 		}
 		forget(e, pool)
 		if err := w.Client.Status().Update(ctx, e); err != nil {
@@ -166,8 +164,8 @@ func Release(ctx context.Context, w *poolwrite.Writer, enactment string) (ippool
 		if released = Releasing(e); len(released) == 0 {
 			return errGone
 		}
-		if _, err := w.Quarantine(ctx, HolderOf(e).WithoutReturn(), released); err != nil {
-			return fmt.Errorf("quarantine the addresses enactment %q releases before its record lets them go: %w", enactment, err)
+		if _, err := lifecycle.Release(ctx, w, lifecycle.OfEnactment(e).Only(released).WithoutReturn()); err != nil {
+			return err
 		}
 		for pool, a := range e.Status.IPPool {
 			if a.Releasing = nil; len(a.Allocated) == 0 {
@@ -231,43 +229,4 @@ func get(ctx context.Context, w *poolwrite.Writer, name string) (*nncev1beta1.No
 		return nil, fmt.Errorf("get enactment %q: %w", name, err)
 	}
 	return &e, nil
-}
-
-// quarantine quarantines the addresses of record, held by e, and returns
-// what it quarantined.
-func quarantine(ctx context.Context, w *poolwrite.Writer, e *nncev1beta1.NodeNetworkConfigurationEnactment,
-	record ippoolv1.EnactmentIPPools) (ippoolv1.EnactmentIPPools, error) {
-	q, err := w.Quarantine(ctx, HolderOf(e), record)
-	if err != nil {
-		return nil, fmt.Errorf("quarantine the addresses of enactment %q before its record goes: %w", e.Name, err)
-	}
-	return q, nil
-}
-
-// HolderOf names the node and enactment that held an enactment's
-// addresses, and the capture of each address its record still holds: those
-// are kept for the enactment's return while quarantined. A record dropped
-// by a reset holds none, so its addresses go to nobody.
-func HolderOf(e *nncev1beta1.NodeNetworkConfigurationEnactment) poolwrite.Holder {
-	h := poolwrite.Holder{Node: e.Labels[shared.EnactmentNodeLabel], Ref: holder.ForEnactment(e.Name)}
-	for _, ref := range e.OwnerReferences {
-		if ref.Kind == "Node" && ref.APIVersion == "v1" && ref.Name == h.Node {
-			h.NodeUID = ref.UID
-		}
-	}
-	for name, state := range e.Status.CapturedStates {
-		if addr, ok := capture.ParseState(state.State.Raw); ok {
-			if h.Captures == nil {
-				h.Captures = map[string]string{}
-			}
-			h.Captures[addr.IP.String()] = name
-		}
-	}
-	for ip, iface := range nmstatectl.Carriers(e.Status.DesiredState.Raw) {
-		if h.Interfaces == nil {
-			h.Interfaces = map[string]string{}
-		}
-		h.Interfaces[ip.String()] = iface
-	}
-	return h
 }

@@ -106,7 +106,7 @@ func TestRetireQuarantinesBeforeTheRecordGoes(t *testing.T) {
 	w := failingPools(&fail)
 
 	_, err := retire.Retire(ctx, w, e)
-	Expect(err).To(MatchError(ContainSubstring("quarantine the addresses of enactment \"node01.p\" before its record goes")))
+	Expect(err).To(MatchError(ContainSubstring("quarantine the addresses of enactment node01.p before its record goes")))
 	Expect(k.Get(ctx, client.ObjectKeyFromObject(e), e)).To(Succeed())
 	Expect(e.DeletionTimestamp.IsZero()).To(BeFalse())
 	Expect(e.Finalizers).To(ContainElement(ippoolv1.FinalizerIPPool))
@@ -173,7 +173,7 @@ func TestReleaseQuarantinesBeforeTheRecordGoes(t *testing.T) {
 	var fail atomic.Bool
 	fail.Store(true)
 	_, err = retire.Release(ctx, failingPools(&fail), e.Name)
-	Expect(err).To(MatchError(ContainSubstring("quarantine the addresses enactment \"node03.p\" releases before its record lets them go")))
+	Expect(err).To(MatchError(ContainSubstring("quarantine the addresses of enactment node03.p before its record goes")))
 	Expect(k.Get(ctx, client.ObjectKeyFromObject(e), e)).To(Succeed())
 	Expect(e.Status.IPPool["release"].Releasing).To(Equal([]string{"10.82.0.7"}), "the record keeps it")
 	Expect(quarantineOf("release", "10.82.0.7")).To(BeNil())
