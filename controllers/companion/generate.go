@@ -205,6 +205,8 @@ func (r *Reconciler) step(ctx context.Context, w *world, next *ippoolv1.PooledNo
 	default:
 		if taken := r.nameTaken(ctx, want.Name, node); taken != nil {
 			s.problem = taken
+		} else if blocked := r.earlierBlocks(ctx, want.Name, node); blocked != nil {
+			s.problem = blocked
 		} else {
 			s.change = want
 		}
@@ -353,6 +355,26 @@ func (r *Reconciler) nameTaken(ctx context.Context, name, node string) *problem 
 	}
 	return &problem{shared.NodeNetworkConfigurationPolicyConditionFailedToConfigure, fmt.Sprintf(
 		"the policy of node %s would be %s, which exists and belongs to %s: delete or rename it, or rename this pooled policy", node, name, owner)}
+}
+
+// earlierBlocks says why an enactment the cache shows under the name of
+// node's policy stops its create (clearEarlier, which reads the API
+// server, refuses it too), or nil: one of another node or policy whose
+// name collides, or an earlier policy's that finalizers keep while it is
+// being deleted. One that nothing keeps is deleted by clearEarlier before
+// the create.
+func (r *Reconciler) earlierBlocks(ctx context.Context, name, node string) *problem {
+	var e nncev1beta1.NodeNetworkConfigurationEnactment
+	if err := r.Client.Get(ctx, shared.EnactmentKey(node, name), &e); err != nil {
+		return nil // not found (or unreadable: clearEarlier says)
+	}
+	if why := collides(&e, node, name); why != "" {
+		return &problem{shared.NodeNetworkConfigurationPolicyConditionFailedToConfigure, why}
+	}
+	if !e.DeletionTimestamp.IsZero() && len(e.Finalizers) > 0 {
+		return &problem{shared.NodeNetworkConfigurationPolicyConditionFailedToConfigure, keptBy(&e, name)}
+	}
+	return nil
 }
 
 // selectsOthers says which other Nodes the nodeSelector of node's

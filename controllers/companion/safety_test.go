@@ -220,3 +220,49 @@ func TestEnactmentOfAnEarlierPolicyIsNotTakenUp(t *testing.T) {
 	Eventually(status("ep")).Should(Equal("Available SuccessfullyConfigured: 1/1 nodes successfully configured"), describe("ep"))
 	Expect(u.configured("ep-1")()).NotTo(BeEmpty())
 }
+
+// TestEarlierEnactmentThatBlocksSaysSo: an enactment under the name of a
+// node's policy-to-be that is another node's or policy's (names with dots
+// collide), or an earlier policy's that finalizers keep while it is being
+// deleted, stops the policy's create; the pooled policy's condition says
+// which and the way out, and the policy is created once it is gone.
+func TestEarlierEnactmentThatBlocksSaysSo(t *testing.T) {
+	begin(t, "eb", "eb-1", "eb-2")
+	createPool(t, "cmp-eb", rangeSpec("10.71.4.0/24", "10.71.4.10", "10.71.4.30"))
+	blocking := func(node string, labels map[string]string, finalizers ...string) *nncev1beta1.NodeNetworkConfigurationEnactment {
+		e := &nncev1beta1.NodeNetworkConfigurationEnactment{ObjectMeta: metav1.ObjectMeta{
+			Name: shared.EnactmentKey(node, "eb-"+node).Name, Labels: labels, Finalizers: finalizers}}
+		Expect(k.Create(ctx, e)).To(Succeed())
+		t.Cleanup(func() {
+			if k.Get(ctx, client.ObjectKeyFromObject(e), e) == nil {
+				e.Finalizers = nil
+				_ = k.Update(ctx, e)
+				_ = k.Delete(ctx, e)
+			}
+		})
+		return e
+	}
+	// eb-1's is another node's; eb-2's an earlier policy's, being deleted
+	// and kept by a finalizer whose controller is gone.
+	collided := blocking("eb-1", map[string]string{shared.EnactmentNodeLabel: "eb-1.eb", shared.EnactmentPolicyLabel: "other"})
+	kept := blocking("eb-2", map[string]string{shared.EnactmentNodeLabel: "eb-2", shared.EnactmentPolicyLabel: "eb-eb-2"}, "example.com/gone")
+	Expect(k.Delete(ctx, kept)).To(Succeed())
+
+	create(t, pooled("eb", "eb", "cmp-eb", "2"))
+	Eventually(status("eb")).Should(SatisfyAll(
+		ContainSubstring(`enactment eb-1.eb-eb-1, which policy eb-eb-1 of node eb-1 would use, is node "eb-1.eb"'s of policy "other": the names collide`),
+		ContainSubstring("enactment eb-2.eb-eb-2, left by an earlier policy eb-eb-2, is being deleted and finalizers [example.com/gone] keep it"),
+	), describe("eb"))
+	Consistently(generated("eb"), 2*time.Second).Should(BeEmpty())
+	Expect(recorded("eb")()).To(HaveLen(2), "both nodes keep their addresses while they wait")
+
+	Expect(k.Get(ctx, client.ObjectKeyFromObject(kept), kept)).To(Succeed())
+	kept.Finalizers = nil
+	Expect(k.Update(ctx, kept)).To(Succeed())
+	Eventually(generated("eb")).Should(ConsistOf("eb-eb-2"), describe("eb"))
+	Expect(status("eb")()).NotTo(ContainSubstring("eb-2.eb-eb-2"))
+
+	Expect(k.Delete(ctx, collided)).To(Succeed())
+	Eventually(generated("eb")).Should(ConsistOf("eb-eb-1", "eb-eb-2"), describe("eb"))
+	Eventually(status("eb")).Should(Equal("Available SuccessfullyConfigured: 2/2 nodes successfully configured"), describe("eb"))
+}

@@ -112,9 +112,25 @@ func (r *Reconciler) clearEarlier(ctx context.Context, p *ippoolv1.PooledNodeNet
 	if len(e.Finalizers) == 0 {
 		return nil
 	}
-	return fmt.Errorf("enactment %s, left by an earlier policy %s, is being deleted and finalizers %v keep it: "+
+	return errors.New(keptBy(e, name))
+}
+
+// keptBy says that finalizers keep e, an earlier policy's enactment being
+// deleted, and so stop the create of policy name.
+func keptBy(e *nncev1beta1.NodeNetworkConfigurationEnactment, name string) string {
+	return fmt.Sprintf("enactment %s, left by an earlier policy %s, is being deleted and finalizers %v keep it: "+
 		"policy %s is created once it is gone; if what set them is gone too, remove them "+
 		"(kubectl patch nnce %s --type=merge -p '{\"metadata\":{\"finalizers\":null}}')", e.Name, name, e.Finalizers, name, e.Name)
+}
+
+// collides says how e, found under the enactment name of node's policy
+// name, is another node's or policy's (names with dots collide), or "".
+func collides(e *nncev1beta1.NodeNetworkConfigurationEnactment, node, name string) string {
+	if e.Labels[shared.EnactmentNodeLabel] == node && e.Labels[shared.EnactmentPolicyLabel] == name {
+		return ""
+	}
+	return fmt.Sprintf("enactment %s, which policy %s of node %s would use, is node %q's of policy %q: the names collide; "+
+		"rename the pooled policy", e.Name, name, node, e.Labels[shared.EnactmentNodeLabel], e.Labels[shared.EnactmentPolicyLabel])
 }
 
 // earlierEnactment reads, from the API server, the enactment of node's
@@ -131,9 +147,8 @@ func (r *Reconciler) earlierEnactment(ctx context.Context, node, name string) (*
 	if err != nil {
 		return nil, fmt.Errorf("get the enactment of an earlier policy %s: %w", name, err)
 	}
-	if e.Labels[shared.EnactmentNodeLabel] != node || e.Labels[shared.EnactmentPolicyLabel] != name {
-		return nil, fmt.Errorf("enactment %s, which policy %s of node %s would use, is node %q's of policy %q: the names collide; "+
-			"rename the pooled policy", e.Name, name, node, e.Labels[shared.EnactmentNodeLabel], e.Labels[shared.EnactmentPolicyLabel])
+	if why := collides(&e, node, name); why != "" {
+		return nil, errors.New(why)
 	}
 	err = r.APIReader.Get(ctx, types.NamespacedName{Name: name}, &nmstatev1.NodeNetworkConfigurationPolicy{})
 	if err == nil {
