@@ -22,8 +22,9 @@ import (
 // p-node01 is created only when it is an earlier policy's of that node and
 // name, and nothing keeps it; otherwise it stays, and the create waits
 // (the envtest TestEnactmentOfAnEarlierPolicyIsNotTakenUp runs the case
-// where it goes, end to end; the fake client does not check the delete's
-// resourceVersion precondition, which keeps one changed meanwhile).
+// where it goes, end to end; TestClearEarlierKeepsAnEnactmentChangedMeanwhile
+// the delete's resourceVersion precondition, which the fake client
+// ignores).
 func TestClearEarlier(t *testing.T) {
 	const node, name = "node01", "p-node01"
 	enactment := func(adjust ...func(*nncev1beta1.NodeNetworkConfigurationEnactment)) *nncev1beta1.NodeNetworkConfigurationEnactment {

@@ -12,12 +12,14 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+	kevents "k8s.io/client-go/tools/events"
 	"k8s.io/client-go/util/retry"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/client/interceptor"
 
 	ippoolv1 "github.com/nmstate-ippool/nmstate-ippool/api/v1"
 	nncev1beta1 "github.com/nmstate-ippool/nmstate-ippool/api/v1beta1"
+	"github.com/nmstate-ippool/nmstate-ippool/controllers/companion"
 	"github.com/nmstate-ippool/nmstate-ippool/internal/conditions"
 	"github.com/nmstate-ippool/nmstate-ippool/test/envtest"
 )
@@ -265,4 +267,49 @@ func TestEarlierEnactmentThatBlocksSaysSo(t *testing.T) {
 	Expect(k.Delete(ctx, collided)).To(Succeed())
 	Eventually(generated("eb")).Should(ConsistOf("eb-eb-1", "eb-eb-2"), describe("eb"))
 	Eventually(status("eb")).Should(Equal("Available SuccessfullyConfigured: 2/2 nodes successfully configured"), describe("eb"))
+}
+
+// TestClearEarlierKeepsAnEnactmentChangedMeanwhile: an earlier policy's
+// enactment that changes between clearEarlier's read and its delete (the
+// handler took it up meanwhile) is kept: the delete is under the
+// resourceVersion read, its conflict looks at the create again, and
+// nothing remembers the enactment as cleared. Run against the API server,
+// which checks the precondition the fake client ignores.
+func TestClearEarlierKeepsAnEnactmentChangedMeanwhile(t *testing.T) {
+	const node, name = "ce-1", "ce-ce-1"
+	key := shared.EnactmentKey(node, name)
+	e := &nncev1beta1.NodeNetworkConfigurationEnactment{ObjectMeta: metav1.ObjectMeta{Name: key.Name,
+		Labels: map[string]string{shared.EnactmentNodeLabel: node, shared.EnactmentPolicyLabel: name}}}
+	if err := k.Create(ctx, e); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = k.Delete(ctx, e) })
+	// The handler's write lands right after the controller's read.
+	var touched bool
+	reader := interceptor.NewClient(envtest.WithoutWatch{Client: k}, interceptor.Funcs{Get: func(ctx context.Context, c client.WithWatch,
+		key client.ObjectKey, obj client.Object, opts ...client.GetOption) error {
+		if err := c.Get(ctx, key, obj, opts...); err != nil {
+			return err
+		}
+		if read, ok := obj.(*nncev1beta1.NodeNetworkConfigurationEnactment); ok && !touched {
+			touched = true
+			taken := read.DeepCopy()
+			taken.Status.PolicyGeneration = 1
+			return k.Status().Update(ctx, taken)
+		}
+		return nil
+	}})
+	r := &companion.Reconciler{Client: k, APIReader: reader, Recorder: kevents.NewFakeRecorder(10)}
+	p := &ippoolv1.PooledNodeNetworkConfigurationPolicy{ObjectMeta: metav1.ObjectMeta{Name: "ce"}}
+	err := r.ClearEarlier(ctx, p, node, name)
+	if !apierrors.IsConflict(err) {
+		t.Fatalf("clearEarlier = %v, want a conflict: the create is looked at again", err)
+	}
+	var got nncev1beta1.NodeNetworkConfigurationEnactment
+	if err := k.Get(ctx, key, &got); err != nil || !got.DeletionTimestamp.IsZero() {
+		t.Fatalf("the enactment changed meanwhile must stay: %v, deleted at %v", err, got.DeletionTimestamp)
+	}
+	if r.Cleared(key.Name) {
+		t.Error("an enactment that stays is remembered as cleared")
+	}
 }
