@@ -318,7 +318,7 @@ func TestRecreatedPool(t *testing.T) {
 		holder = "keep02"
 	}
 	Eventually(events("NodeIPPool", "keep")).Should(ContainElement(
-		"AddressOutsideRange: Enactments hold addresses this range no longer hands out; their handlers allocate again: " +
+		"AddressOutsideRange: This range no longer hands out addresses that holders hold; nodes are given a new address: " +
 			"10.1.0.1 at node " + holder + " and interface eth1 (enactment " + holder + ".keep)"))
 	holder += ".keep"
 	Eventually(events("NodeNetworkConfigurationEnactment", holder)).Should(ContainElement(HavePrefix(
