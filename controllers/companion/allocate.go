@@ -147,6 +147,7 @@ func (r *Reconciler) take(ctx context.Context, w *world, next *ippoolv1.PooledNo
 	case err != nil:
 		return nil, nil, nil, fmt.Errorf("allocate from NodeIPPool %s for %s %s: %w", pool.Name, holder.PooledPolicyKind, w.policy.Name, err)
 	}
+	w.took(pool, t.got)
 	var said []string
 	for _, n := range t.notes.Events(pool.Name) {
 		said = append(said, n.Message)
@@ -167,6 +168,26 @@ func (r *Reconciler) take(ctx context.Context, w *world, next *ippoolv1.PooledNo
 		return t.got, &problem{ippoolv1.ReasonIPPoolNotAvailable, t.unavailable}, said, nil
 	}
 	return t.got, nil, said, nil
+}
+
+// took notes what a pool write took, for a withdrawal if its record is
+// refused.
+func (w *world) took(pool *ippoolv1.NodeIPPool, got map[need]netip.Addr) {
+	if len(got) == 0 {
+		return
+	}
+	if w.taken == nil {
+		w.taken = map[string]takenFrom{}
+	}
+	t, ok := w.taken[pool.Name]
+	if !ok || t.uid != pool.UID {
+		t = takenFrom{uid: pool.UID, holders: map[string]string{}}
+	}
+	for nd, ip := range got {
+		h, _ := holderOf(w.policy, nd.node)
+		t.holders[ip.String()] = h.String()
+	}
+	w.taken[pool.Name] = t
 }
 
 // taking is what one pool write took.

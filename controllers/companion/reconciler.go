@@ -158,6 +158,11 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 	pl := r.plan(ctx, w, next)
 	problems = append(problems, pl.problems...)
 	if err := r.writeStatus(ctx, w, &p, next, problems, pl); err != nil {
+		if apierrors.IsConflict(err) || apierrors.IsNotFound(err) {
+			// Certainly not written: what it took goes back now, not
+			// after the pool controller's revocation and collection.
+			r.withdraw(ctx, w)
+		}
 		return ctrl.Result{}, err
 	}
 	if w.invalid == nil {
@@ -180,6 +185,25 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 		return ctrl.Result{}, r.removeFinalizer(ctx, next)
 	}
 	return ctrl.Result{RequeueAfter: lookAgain(w, pl, problems)}, nil
+}
+
+// withdraw gives back the addresses this pass took whose record was
+// refused (poolwrite.Writer.WithdrawTaken): only those whose in-flight
+// entries still name their holder under this pass's token, which no
+// record can be written under any more. A failure leaves the entries to
+// the pool controller, which revokes them after the grace period.
+func (r *Reconciler) withdraw(ctx context.Context, w *world) {
+	_, token := holderOf(w.policy, "")
+	for pool, t := range w.taken {
+		withdrawn, err := r.Pools.WithdrawTaken(ctx, pool, token, t.holders, poolwrite.Incarnation(t.uid))
+		if err != nil {
+			ctrl.LoggerFrom(ctx).Error(err, "could not give back unrecorded addresses; the pool controller will revoke them", "pool", pool)
+			continue
+		}
+		if len(withdrawn) > 0 {
+			ctrl.LoggerFrom(ctx).Info("gave back addresses whose record was refused", "pool", pool, "ips", withdrawn)
+		}
+	}
 }
 
 // lookAgain says how soon a pass that is not done looks again: when a
@@ -259,6 +283,16 @@ type world struct {
 	// full names, by node, the pools that had no address for it in this
 	// pass's allocation.
 	full map[string][]string
+	// taken are the addresses this pass's allocations hold in flight, by
+	// pool: withdrawn when the status write that records them is refused.
+	taken map[string]takenFrom
+}
+
+// takenFrom is what a pass took from one pool incarnation: by address, the
+// holder it was taken for.
+type takenFrom struct {
+	uid     types.UID
+	holders map[string]string
 }
 
 // resets are the reset annotations for the policy's nodes.

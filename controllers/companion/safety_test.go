@@ -313,3 +313,40 @@ func TestClearEarlierKeepsAnEnactmentChangedMeanwhile(t *testing.T) {
 		t.Error("an enactment that stays is remembered as cleared")
 	}
 }
+
+// TestRefusedRecordGivesItsAddressesBack: a pass whose status write is
+// refused because the pooled policy changed since it read it (its token)
+// gives back, at once, the addresses it took for that record: no later
+// pass can record them under that token, and the pool controller would
+// only revoke and collect them after its grace periods, the pool short
+// of them meanwhile. The next pass takes the lowest free address again.
+func TestRefusedRecordGivesItsAddressesBack(t *testing.T) {
+	var refused atomic.Bool
+	beginWith(t, func(pc *envtest.PoolController) {
+		pc.PooledPolicies.Client = interceptor.NewClient(envtest.WithoutWatch{Client: pc.PooledPolicies.Client}, interceptor.Funcs{
+			SubResourceUpdate: func(ctx context.Context, c client.Client, sub string, obj client.Object, opts ...client.SubResourceUpdateOption) error {
+				p, ok := obj.(*ippoolv1.PooledNodeNetworkConfigurationPolicy)
+				if ok && p.Name == "rr" && len(p.Status.Nodes) > 0 && refused.CompareAndSwap(false, true) {
+					// An admin's edit lands between the pass's read and
+					// its write.
+					edited := &ippoolv1.PooledNodeNetworkConfigurationPolicy{}
+					if err := k.Get(ctx, client.ObjectKeyFromObject(p), edited); err != nil {
+						return err
+					}
+					edited.Annotations = map[string]string{"example.com/edited": "yes"}
+					if err := k.Update(ctx, edited); err != nil {
+						return err
+					}
+				}
+				return c.SubResource(sub).Update(ctx, obj, opts...)
+			},
+		})
+	}, "rr", "rr-1")
+	createPool(t, "cmp-rr", rangeSpec("10.79.1.0/24", "10.79.1.10", "10.79.1.11"))
+	create(t, pooled("rr", "rr", "cmp-rr", "100%"))
+	Eventually(refused.Load).Should(BeTrue())
+	Eventually(status("rr")).Should(Equal("Available SuccessfullyConfigured: 1/1 nodes successfully configured"), describe("rr"))
+	Expect(addressOf("rr", "rr-1")()).To(Equal("10.79.1.10"), "the refused pass's address was given back, and taken again")
+	Expect(bits("cmp-rr")()).To(Equal([]string{"10.79.1.10"}))
+	Expect(events("rr")()).NotTo(ContainElement(HavePrefix("AllocationRevoked")))
+}

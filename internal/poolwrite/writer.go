@@ -4,8 +4,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"math/rand/v2"
 	"net/netip"
+	"slices"
 	"time"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -302,28 +304,41 @@ func (w *Writer) read(ctx context.Context, name string, o updateOptions, cached 
 	return &pool, ippool.NewAllocator(rng), nil
 }
 
-// Withdraw gives back addresses taken for an enactment that will not be
-// recorded: it clears the bit of each address whose in-flight entry still
-// names the enactment and token, and removes the entry. An address whose
+// Withdraw gives back addresses taken for one holder (holderName: an
+// enactment's name, or any holder's) whose record will not be written:
+// WithdrawTaken of every address in ips.
+func (w *Writer) Withdraw(ctx context.Context, pool, holderName, token string, ips []string, opts ...Option) ([]string, error) {
+	taken := make(map[string]string, len(ips))
+	for _, ip := range ips {
+		taken[ip] = holderName
+	}
+	return w.WithdrawTaken(ctx, pool, token, taken, opts...)
+}
+
+// WithdrawTaken gives back addresses taken in one pass, under token, for
+// holders whose records will not be written (their write was refused):
+// taken names, by address, the holder it was taken for. In one pool
+// write it clears the bit of each address whose in-flight entry still
+// names that holder and token, and removes the entry. An address whose
 // entry is gone was revoked by the pool controller (and may be someone
-// else's by now) and is left alone, so Withdraw never clears a bit it does
-// not own, in this pool incarnation or a later one. It returns the
+// else's by now) and is left alone, so a withdrawal never clears a bit it
+// does not own, in this pool incarnation or a later one. It returns the
 // addresses it cleared. A pool that is gone, unreadable or unvouched needs
 // nothing: the pool controller's rebuild and garbage collection deal with
 // the entries. Give Incarnation with the UID of the pool the addresses were
 // taken from: a pool re-created since is left alone.
-func (w *Writer) Withdraw(ctx context.Context, pool, enactment, token string, ips []string, opts ...Option) ([]string, error) {
-	if len(ips) == 0 {
+func (w *Writer) WithdrawTaken(ctx context.Context, pool, token string, taken map[string]string, opts ...Option) ([]string, error) {
+	if len(taken) == 0 {
 		return nil, nil
 	}
 	ctx = audit.Default(ctx, "Withdrawn", "its holder's record of it was not written")
 	var withdrawn []string
 	_, err := w.Update(ctx, pool, func(p *ippoolv1.NodeIPPool, alloc *ippool.Allocator) (bool, error) {
 		withdrawn = nil
-		for _, s := range ips {
+		for _, s := range slices.Sorted(maps.Keys(taken)) {
 			e := poolstatus.InFlightOf(p, s)
 			ip, perr := netip.ParseAddr(s)
-			if e == nil || e.HolderName() != enactment || e.Token != token || perr != nil {
+			if e == nil || e.HolderName() != taken[s] || e.Token != token || perr != nil {
 				continue
 			}
 			if poolstatus.Unrecorded(p, s) {
@@ -337,7 +352,7 @@ func (w *Writer) Withdraw(ctx context.Context, pool, enactment, token string, ip
 		return nil, nil
 	}
 	if err != nil {
-		return nil, fmt.Errorf("withdraw %v: %w", ips, err)
+		return nil, fmt.Errorf("withdraw %v: %w", slices.Sorted(maps.Keys(taken)), err)
 	}
 	return withdrawn, nil
 }
