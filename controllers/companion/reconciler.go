@@ -157,12 +157,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 	}
 	pl := r.plan(ctx, w, next)
 	problems = append(problems, pl.problems...)
-	if err := r.writeStatus(ctx, w, &p, next, problems, pl); err != nil {
-		if apierrors.IsConflict(err) || apierrors.IsNotFound(err) {
-			// Certainly not written: what it took goes back now, not
-			// after the pool controller's revocation and collection.
-			r.withdraw(ctx, w)
-		}
+	if err := r.record(ctx, w, &p, next, problems, pl); err != nil {
 		return ctrl.Result{}, err
 	}
 	if w.invalid == nil {
@@ -185,6 +180,18 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 		return ctrl.Result{}, r.removeFinalizer(ctx, next)
 	}
 	return ctrl.Result{RequeueAfter: lookAgain(w, pl, problems)}, nil
+}
+
+// record writes next's status, the record of what the pass took
+// (writeStatus); a write certainly not done (refused: the policy changed
+// or went since it was read) gives back what the pass took now, not after
+// the pool controller's revocation and collection.
+func (r *Reconciler) record(ctx context.Context, w *world, p, next *ippoolv1.PooledNodeNetworkConfigurationPolicy, problems []problem, pl plan) error {
+	err := r.writeStatus(ctx, w, p, next, problems, pl)
+	if apierrors.IsConflict(err) || apierrors.IsNotFound(err) {
+		r.withdraw(ctx, w)
+	}
+	return err
 }
 
 // withdraw gives back the addresses this pass took whose record was
