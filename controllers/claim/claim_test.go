@@ -474,3 +474,38 @@ func TestPoolRecreatedUnderClaims(t *testing.T) {
 		HavePrefix(ippoolv1.ReasonAddressOutsideRange), HaveSuffix("claims keep theirs, since an IPAddress never changes "+
 			"(delete the claim, or its machine, for one of this range): 10.80.14.1 at IPAddressClaim recreated/m1"))))
 }
+
+// TestReleaseWaitsForItsQuarantine: a claim deleted while its address
+// cannot be quarantined (the pool's status writes fail) keeps its
+// IPAddress, and so its record of the address, and its finalizer; once
+// the quarantine is written, the IPAddress and the claim go, and the
+// quarantine keeps the address from everyone while its machine carries it.
+func TestReleaseWaitsForItsQuarantine(t *testing.T) {
+	RegisterTestingT(t)
+	var fail atomic.Bool
+	startController(t, func(pc *envtest.PoolController) { pc.Claims.Pools = envtest.FailingPoolWrites(pc.Claims.Pools, &fail) })
+	createNamespace(t, "waits")
+	createPool(t, "claims-waits", ippoolv1.NodeIPPoolSpec{Range: ippoolv1.IPRange{CIDR: "10.80.15.0/24", Start: "10.80.15.1", End: "10.80.15.9"}})
+	createClaim(t, "waits", "m1", "claims-waits")
+	Eventually(addressOf("waits", "m1")).Should(Equal("10.80.15.1"))
+	node := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "claimnode02"}}
+	Expect(k.Create(ctx, node)).To(Succeed())
+	t.Cleanup(func() { _ = k.Delete(ctx, node) })
+	publishState(t, "claimnode02", `{"interfaces":[{"name":"eth0","ipv4":{"address":[{"ip":"10.80.15.1","prefix-length":24}]}}]}`, time.Now())
+
+	fail.Store(true)
+	Expect(k.Delete(ctx, newClaim("waits", "m1", "claims-waits"))).To(Succeed())
+	Consistently(func() error { _, err := getAddress("waits", "m1"); return err }, 2*time.Second).Should(Succeed(),
+		"the IPAddress stays while its address cannot be quarantined")
+	Expect(k.Get(ctx, types.NamespacedName{Namespace: "waits", Name: "m1"}, capi.NewClaim(version))).To(Succeed())
+	Expect(quarantined("claims-waits")()).To(BeEmpty())
+	Expect(bits("claims-waits")()).To(Equal([]string{"10.80.15.1"}))
+
+	fail.Store(false)
+	Eventually(func() error {
+		return k.Get(ctx, types.NamespacedName{Namespace: "waits", Name: "m1"}, capi.NewClaim(version))
+	}).Should(MatchError(ContainSubstring("not found")))
+	_, err := getAddress("waits", "m1")
+	Expect(err).To(MatchError(ContainSubstring("not found")))
+	Expect(quarantined("claims-waits")()).To(Equal([]string{"10.80.15.1 claimnode02"}))
+}

@@ -3,6 +3,7 @@ package companion_test
 import (
 	"slices"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -486,4 +487,31 @@ func TestNameTaken(t *testing.T) {
 	Eventually(status("nt")).Should(And(HavePrefix("Degraded FailedToConfigure: the policy of node nt-2 would be nt-nt-2, which exists and belongs to no pooled policy"),
 		HaveSuffix("(1/2 nodes successfully configured)")))
 	Expect(generated("nt")()).To(ConsistOf("nt-nt-1"))
+}
+
+// TestReleaseWaitsForItsQuarantine: a node the policy no longer selects,
+// while its addresses cannot be quarantined (the pool's status writes
+// fail), keeps its record and its policy as they are: nothing takes the
+// addresses off before the pool keeps them from everyone. Once the
+// quarantine is written, the release goes on and finishes.
+func TestReleaseWaitsForItsQuarantine(t *testing.T) {
+	var fail atomic.Bool
+	u := rolledOut(t, func(pc *envtest.PoolController) { pc.PooledPolicies.Pools = envtest.FailingPoolWrites(pc.PooledPolicies.Pools, &fail) },
+		"rq", "10.78.0.0/24", "10.78.0.10", "10.78.0.30", "rq-1", "rq-2")
+	held := addressOf("rq", "rq-2")()
+
+	fail.Store(true)
+	relabel("rq-2", "elsewhere")
+	Consistently(func() []string { return quarantined("cmp-rq")() }, 2*time.Second).Should(BeEmpty())
+	Expect(addressOf("rq", "rq-2")()).To(Equal(held), "recorded until its quarantine is written")
+	Expect(u.configured("rq-2")()).To(ConsistOf(held+"/24"), "not taken off before its quarantine is written")
+	var p ippoolv1.PooledNodeNetworkConfigurationPolicy
+	Expect(k.Get(ctx, types.NamespacedName{Name: "rq"}, &p)).To(Succeed())
+	Expect(p.Status.NodeOf("rq-2").Releasing).To(BeFalse(), "no release begins without its quarantine")
+
+	fail.Store(false)
+	Eventually(addressOf("rq", "rq-2")).Should(BeEmpty())
+	Expect(u.configured("rq-2")()).To(BeEmpty())
+	Eventually(generated("rq")).Should(ConsistOf("rq-rq-1"))
+	Eventually(bits("cmp-rq")).ShouldNot(ContainElement(held))
 }

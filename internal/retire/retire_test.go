@@ -14,7 +14,6 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/utils/clock"
 	"sigs.k8s.io/controller-runtime/pkg/client"
-	"sigs.k8s.io/controller-runtime/pkg/client/interceptor"
 
 	ippoolv1 "github.com/nmstate-ippool/nmstate-ippool/api/v1"
 	nncev1beta1 "github.com/nmstate-ippool/nmstate-ippool/api/v1beta1"
@@ -76,14 +75,7 @@ func holding(t *testing.T, node, pool, ip string) *nncev1beta1.NodeNetworkConfig
 // failingPools is a writer whose pool status writes fail while fail is
 // set, as when the API server refuses them or the process dies first.
 func failingPools(fail *atomic.Bool) *poolwrite.Writer {
-	c := interceptor.NewClient(envtest.WithoutWatch{Client: k}, interceptor.Funcs{SubResourceUpdate: func(ctx context.Context, c client.Client, sub string,
-		obj client.Object, opts ...client.SubResourceUpdateOption) error {
-		if _, ok := obj.(*ippoolv1.NodeIPPool); ok && fail.Load() {
-			return apierrors.NewServiceUnavailable("the API server is going away")
-		}
-		return c.SubResource(sub).Update(ctx, obj, opts...)
-	}})
-	return poolwrite.NewWriter(k, c, clock.RealClock{})
+	return envtest.FailingPoolWrites(poolwrite.NewWriter(k, k, clock.RealClock{}), fail)
 }
 
 func quarantineOf(pool, ip string) *ippoolv1.QuarantinedAddress {

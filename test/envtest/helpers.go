@@ -6,6 +6,7 @@ import (
 	"errors"
 	"io"
 	"net/http"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -18,6 +19,7 @@ import (
 	"k8s.io/client-go/util/retry"
 	"k8s.io/utils/clock"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/client/interceptor"
 
 	ippoolv1 "github.com/nmstate-ippool/nmstate-ippool/api/v1"
 	nncev1beta1 "github.com/nmstate-ippool/nmstate-ippool/api/v1beta1"
@@ -33,6 +35,22 @@ type WithoutWatch struct{ client.Client }
 // Watch is not supported.
 func (WithoutWatch) Watch(context.Context, client.ObjectList, ...client.ListOption) (watch.Interface, error) {
 	return nil, errors.New("not supported")
+}
+
+// FailingPoolWrites returns a Writer like w whose pool status writes
+// fail (503) while fail is set, as when the API server refuses them or the
+// process dies first; reads and other writes go through.
+func FailingPoolWrites(w *poolwrite.Writer, fail *atomic.Bool) *poolwrite.Writer {
+	c := interceptor.NewClient(WithoutWatch{Client: w.Client}, interceptor.Funcs{SubResourceUpdate: func(ctx context.Context, c client.Client, sub string,
+		obj client.Object, opts ...client.SubResourceUpdateOption) error {
+		if _, ok := obj.(*ippoolv1.NodeIPPool); ok && fail.Load() {
+			return apierrors.NewServiceUnavailable("the API server is going away")
+		}
+		return c.SubResource(sub).Update(ctx, obj, opts...)
+	}})
+	failing := poolwrite.NewWriter(w.Reader, c, w.Clock)
+	failing.Audit, failing.OnWrite, failing.OnConflict = w.Audit, w.OnWrite, w.OnConflict
+	return failing
 }
 
 // VouchedPool creates a pool of cidr whose status carries the stamp the
