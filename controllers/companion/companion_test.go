@@ -496,7 +496,9 @@ func TestNameTaken(t *testing.T) {
 // quarantine is written, the release goes on and finishes.
 func TestReleaseWaitsForItsQuarantine(t *testing.T) {
 	var fail atomic.Bool
-	u := rolledOut(t, func(pc *envtest.PoolController) { pc.PooledPolicies.Pools = envtest.FailingPoolWrites(pc.PooledPolicies.Pools, &fail) },
+	u := rolledOut(t, func(pc *envtest.PoolController) {
+		pc.PooledPolicies.Pools = envtest.FailingPoolWrites(pc.PooledPolicies.Pools, &fail)
+	},
 		"rq", "10.78.0.0/24", "10.78.0.10", "10.78.0.30", "rq-1", "rq-2")
 	held := addressOf("rq", "rq-2")()
 
