@@ -482,8 +482,8 @@ func TestPoolRecreatedUnderClaims(t *testing.T) {
 // quarantine keeps the address from everyone while its machine carries it.
 func TestReleaseWaitsForItsQuarantine(t *testing.T) {
 	RegisterTestingT(t)
-	var fail atomic.Bool
-	startController(t, func(pc *envtest.PoolController) { pc.Claims.Pools = envtest.FailingPoolWrites(pc.Claims.Pools, &fail) })
+	var fault envtest.PoolWriteFault
+	startController(t, func(pc *envtest.PoolController) { pc.Claims.Pools = envtest.FailingPoolWrites(pc.Claims.Pools, &fault) })
 	createNamespace(t, "waits")
 	createPool(t, "claims-waits", ippoolv1.NodeIPPoolSpec{Range: ippoolv1.IPRange{CIDR: "10.80.15.0/24", Start: "10.80.15.1", End: "10.80.15.9"}})
 	createClaim(t, "waits", "m1", "claims-waits")
@@ -493,15 +493,16 @@ func TestReleaseWaitsForItsQuarantine(t *testing.T) {
 	t.Cleanup(func() { _ = k.Delete(ctx, node) })
 	publishState(t, "claimnode02", `{"interfaces":[{"name":"eth0","ipv4":{"address":[{"ip":"10.80.15.1","prefix-length":24}]}}]}`, time.Now())
 
-	fail.Store(true)
+	fault.On.Store(true)
 	Expect(k.Delete(ctx, newClaim("waits", "m1", "claims-waits"))).To(Succeed())
+	Eventually(fault.Refused.Load).Should(BeNumerically(">", 0), "the release tried to quarantine")
 	Consistently(func() error { _, err := getAddress("waits", "m1"); return err }, 2*time.Second).Should(Succeed(),
 		"the IPAddress stays while its address cannot be quarantined")
 	Expect(k.Get(ctx, types.NamespacedName{Namespace: "waits", Name: "m1"}, capi.NewClaim(version))).To(Succeed())
 	Expect(quarantined("claims-waits")()).To(BeEmpty())
 	Expect(bits("claims-waits")()).To(Equal([]string{"10.80.15.1"}))
 
-	fail.Store(false)
+	fault.On.Store(false)
 	Eventually(func() error {
 		return k.Get(ctx, types.NamespacedName{Namespace: "waits", Name: "m1"}, capi.NewClaim(version))
 	}).Should(MatchError(ContainSubstring("not found")))

@@ -3,7 +3,6 @@ package companion_test
 import (
 	"slices"
 	"strings"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -495,15 +494,16 @@ func TestNameTaken(t *testing.T) {
 // addresses off before the pool keeps them from everyone. Once the
 // quarantine is written, the release goes on and finishes.
 func TestReleaseWaitsForItsQuarantine(t *testing.T) {
-	var fail atomic.Bool
+	var fault envtest.PoolWriteFault
 	u := rolledOut(t, func(pc *envtest.PoolController) {
-		pc.PooledPolicies.Pools = envtest.FailingPoolWrites(pc.PooledPolicies.Pools, &fail)
+		pc.PooledPolicies.Pools = envtest.FailingPoolWrites(pc.PooledPolicies.Pools, &fault)
 	},
 		"rq", "10.78.0.0/24", "10.78.0.10", "10.78.0.30", "rq-1", "rq-2")
 	held := addressOf("rq", "rq-2")()
 
-	fail.Store(true)
+	fault.On.Store(true)
 	relabel("rq-2", "elsewhere")
+	Eventually(fault.Refused.Load).Should(BeNumerically(">", 0), "the release tried to quarantine")
 	Consistently(func() []string { return quarantined("cmp-rq")() }, 2*time.Second).Should(BeEmpty())
 	Expect(addressOf("rq", "rq-2")()).To(Equal(held), "recorded until its quarantine is written")
 	Expect(u.configured("rq-2")()).To(ConsistOf(held+"/24"), "not taken off before its quarantine is written")
@@ -511,7 +511,7 @@ func TestReleaseWaitsForItsQuarantine(t *testing.T) {
 	Expect(k.Get(ctx, types.NamespacedName{Name: "rq"}, &p)).To(Succeed())
 	Expect(p.Status.NodeOf("rq-2").Releasing).To(BeFalse(), "no release begins without its quarantine")
 
-	fail.Store(false)
+	fault.On.Store(false)
 	Eventually(addressOf("rq", "rq-2")).Should(BeEmpty())
 	Expect(u.configured("rq-2")()).To(BeEmpty())
 	Eventually(generated("rq")).Should(ConsistOf("rq-rq-1"))

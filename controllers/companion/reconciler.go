@@ -3,6 +3,7 @@ package companion
 import (
 	"context"
 	"fmt"
+	"maps"
 	"reflect"
 	"slices"
 	"sync"
@@ -157,7 +158,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 	}
 	pl := r.plan(ctx, w, next)
 	problems = append(problems, pl.problems...)
-	if err := r.record(ctx, w, &p, next, problems, pl); err != nil {
+	if err := r.writeRecord(ctx, w, &p, next, problems, pl); err != nil {
 		return ctrl.Result{}, err
 	}
 	if w.invalid == nil {
@@ -182,11 +183,11 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 	return ctrl.Result{RequeueAfter: lookAgain(w, pl, problems)}, nil
 }
 
-// record writes next's status, the record of what the pass took
+// writeRecord writes next's status, the record of what the pass took
 // (writeStatus); a write certainly not done (refused: the policy changed
 // or went since it was read) gives back what the pass took now, not after
 // the pool controller's revocation and collection.
-func (r *Reconciler) record(ctx context.Context, w *world, p, next *ippoolv1.PooledNodeNetworkConfigurationPolicy, problems []problem, pl plan) error {
+func (r *Reconciler) writeRecord(ctx context.Context, w *world, p, next *ippoolv1.PooledNodeNetworkConfigurationPolicy, problems []problem, pl plan) error {
 	err := r.writeStatus(ctx, w, p, next, problems, pl)
 	if apierrors.IsConflict(err) || apierrors.IsNotFound(err) {
 		r.withdraw(ctx, w)
@@ -196,19 +197,43 @@ func (r *Reconciler) record(ctx context.Context, w *world, p, next *ippoolv1.Poo
 
 // withdraw gives back the addresses this pass took whose record was
 // refused (poolwrite.Writer.WithdrawTaken): only those whose in-flight
-// entries still name their holder under this pass's token, which no
-// record can be written under any more. A failure leaves the entries to
-// the pool controller, which revokes them after the grace period.
+// entries still name their holder under this pass's token, and that the
+// policy, read again from the API server, does not record. Another pass
+// under the same token (a leader that took over from this one, or a write
+// that landed late) may have resumed an entry and recorded it: that write
+// is what refused this one, so the policy read after the refusal shows
+// it. A failed read or pool write leaves the entries to the pool
+// controller, which revokes them after the grace period.
 func (r *Reconciler) withdraw(ctx context.Context, w *world) {
+	if len(w.taken) == 0 {
+		return
+	}
+	log := ctrl.LoggerFrom(ctx)
+	recorded := map[string]bool{}
+	var now ippoolv1.PooledNodeNetworkConfigurationPolicy
+	switch err := r.APIReader.Get(ctx, client.ObjectKeyFromObject(w.policy), &now); {
+	case apierrors.IsNotFound(err):
+	case err != nil:
+		log.Error(err, "could not read the policy to give back unrecorded addresses; the pool controller will revoke them")
+		return
+	default:
+		for _, n := range now.Status.Nodes {
+			for _, a := range n.Held() {
+				recorded[a.IP] = true
+			}
+		}
+	}
 	_, token := holderOf(w.policy, "")
 	for pool, t := range w.taken {
-		withdrawn, err := r.Pools.WithdrawTaken(ctx, pool, token, t.holders, poolwrite.Incarnation(t.uid))
+		holders := maps.Clone(t.holders)
+		maps.DeleteFunc(holders, func(ip, _ string) bool { return recorded[ip] })
+		withdrawn, err := r.Pools.WithdrawTaken(ctx, pool, token, holders, poolwrite.Incarnation(t.uid))
 		if err != nil {
-			ctrl.LoggerFrom(ctx).Error(err, "could not give back unrecorded addresses; the pool controller will revoke them", "pool", pool)
+			log.Error(err, "could not give back unrecorded addresses; the pool controller will revoke them", "pool", pool)
 			continue
 		}
 		if len(withdrawn) > 0 {
-			ctrl.LoggerFrom(ctx).Info("gave back addresses whose record was refused", "pool", pool, "ips", withdrawn)
+			log.Info("gave back addresses whose record was refused", "pool", pool, "ips", withdrawn)
 		}
 	}
 }

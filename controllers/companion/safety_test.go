@@ -20,6 +20,7 @@ import (
 	ippoolv1 "github.com/nmstate-ippool/nmstate-ippool/api/v1"
 	nncev1beta1 "github.com/nmstate-ippool/nmstate-ippool/api/v1beta1"
 	"github.com/nmstate-ippool/nmstate-ippool/controllers/companion"
+	"github.com/nmstate-ippool/nmstate-ippool/internal/audit"
 	"github.com/nmstate-ippool/nmstate-ippool/internal/conditions"
 	"github.com/nmstate-ippool/nmstate-ippool/test/envtest"
 )
@@ -261,11 +262,13 @@ func TestEarlierEnactmentThatBlocksSaysSo(t *testing.T) {
 	Expect(k.Get(ctx, client.ObjectKeyFromObject(kept), kept)).To(Succeed())
 	kept.Finalizers = nil
 	Expect(k.Update(ctx, kept)).To(Succeed())
-	Eventually(generated("eb")).Should(ConsistOf("eb-eb-2"), describe("eb"))
+	// Nothing maps an enactment without a policy to its pooled policy: the
+	// next poll of a policy with problems sees it gone.
+	Eventually(generated("eb"), 2*time.Minute).Should(ConsistOf("eb-eb-2"), describe("eb"))
 	Expect(status("eb")()).NotTo(ContainSubstring("eb-2.eb-eb-2"))
 
 	Expect(k.Delete(ctx, collided)).To(Succeed())
-	Eventually(generated("eb")).Should(ConsistOf("eb-eb-1", "eb-eb-2"), describe("eb"))
+	Eventually(generated("eb"), 2*time.Minute).Should(ConsistOf("eb-eb-1", "eb-eb-2"), describe("eb"))
 	Eventually(status("eb")).Should(Equal("Available SuccessfullyConfigured: 2/2 nodes successfully configured"), describe("eb"))
 }
 
@@ -314,6 +317,39 @@ func TestClearEarlierKeepsAnEnactmentChangedMeanwhile(t *testing.T) {
 	}
 }
 
+// refuseFirstRecord has the first status write of pooled policy name that
+// records a node refused, as another write that lands between the pass's
+// read and its write makes it: meanwhile makes that write, with the
+// policy the pass is writing. withdrawn counts the addresses the pool
+// controller's companion gives back.
+func refuseFirstRecord(name string, refused *atomic.Bool, withdrawn *atomic.Int32,
+	meanwhile func(context.Context, *ippoolv1.PooledNodeNetworkConfigurationPolicy) error) func(*envtest.PoolController) {
+	return func(pc *envtest.PoolController) {
+		pc.PooledPolicies.Client = interceptor.NewClient(envtest.WithoutWatch{Client: pc.PooledPolicies.Client}, interceptor.Funcs{
+			SubResourceUpdate: func(ctx context.Context, c client.Client, sub string, obj client.Object, opts ...client.SubResourceUpdateOption) error {
+				p, ok := obj.(*ippoolv1.PooledNodeNetworkConfigurationPolicy)
+				if ok && p.Name == name && len(p.Status.Nodes) > 0 && refused.CompareAndSwap(false, true) {
+					if err := meanwhile(ctx, p.DeepCopy()); err != nil {
+						return err
+					}
+				}
+				return c.SubResource(sub).Update(ctx, obj, opts...)
+			},
+		})
+		trail := pc.PooledPolicies.Pools.Audit
+		pc.PooledPolicies.Pools.Audit = func(ctx context.Context, changes []audit.Change) {
+			for _, c := range changes {
+				if c.Event == audit.Withdrawn {
+					withdrawn.Add(1)
+				}
+			}
+			if trail != nil {
+				trail(ctx, changes)
+			}
+		}
+	}
+}
+
 // TestRefusedRecordGivesItsAddressesBack: a pass whose status write is
 // refused because the pooled policy changed since it read it (its token)
 // gives back, at once, the addresses it took for that record: no later
@@ -322,31 +358,45 @@ func TestClearEarlierKeepsAnEnactmentChangedMeanwhile(t *testing.T) {
 // of them meanwhile. The next pass takes the lowest free address again.
 func TestRefusedRecordGivesItsAddressesBack(t *testing.T) {
 	var refused atomic.Bool
-	beginWith(t, func(pc *envtest.PoolController) {
-		pc.PooledPolicies.Client = interceptor.NewClient(envtest.WithoutWatch{Client: pc.PooledPolicies.Client}, interceptor.Funcs{
-			SubResourceUpdate: func(ctx context.Context, c client.Client, sub string, obj client.Object, opts ...client.SubResourceUpdateOption) error {
-				p, ok := obj.(*ippoolv1.PooledNodeNetworkConfigurationPolicy)
-				if ok && p.Name == "rr" && len(p.Status.Nodes) > 0 && refused.CompareAndSwap(false, true) {
-					// An admin's edit lands between the pass's read and
-					// its write.
-					edited := &ippoolv1.PooledNodeNetworkConfigurationPolicy{}
-					if err := k.Get(ctx, client.ObjectKeyFromObject(p), edited); err != nil {
-						return err
-					}
-					edited.Annotations = map[string]string{"example.com/edited": "yes"}
-					if err := k.Update(ctx, edited); err != nil {
-						return err
-					}
-				}
-				return c.SubResource(sub).Update(ctx, obj, opts...)
-			},
-		})
-	}, "rr", "rr-1")
+	var withdrawn atomic.Int32
+	beginWith(t, refuseFirstRecord("rr", &refused, &withdrawn, func(ctx context.Context, p *ippoolv1.PooledNodeNetworkConfigurationPolicy) error {
+		// An admin's edit.
+		edited := &ippoolv1.PooledNodeNetworkConfigurationPolicy{}
+		if err := k.Get(ctx, client.ObjectKeyFromObject(p), edited); err != nil {
+			return err
+		}
+		edited.Annotations = map[string]string{"example.com/edited": "yes"}
+		return k.Update(ctx, edited)
+	}), "rr", "rr-1")
 	createPool(t, "cmp-rr", rangeSpec("10.79.1.0/24", "10.79.1.10", "10.79.1.11"))
 	create(t, pooled("rr", "rr", "cmp-rr", "100%"))
 	Eventually(refused.Load).Should(BeTrue())
 	Eventually(status("rr")).Should(Equal("Available SuccessfullyConfigured: 1/1 nodes successfully configured"), describe("rr"))
 	Expect(addressOf("rr", "rr-1")()).To(Equal("10.79.1.10"), "the refused pass's address was given back, and taken again")
 	Expect(bits("cmp-rr")()).To(Equal([]string{"10.79.1.10"}))
+	Expect(withdrawn.Load()).To(BeNumerically("==", 1))
 	Expect(events("rr")()).NotTo(ContainElement(HavePrefix("AllocationRevoked")))
+}
+
+// TestRefusedRecordKeepsWhatAnotherPassRecorded: the write that refuses a
+// pass's record may be another pass's record of the same addresses under
+// the same token (a leader that took over from a stalled one resumed its
+// in-flight entries and recorded them; a status write that landed late).
+// The refused pass gives back nothing that the policy, read again,
+// records: the bit stays set under the record.
+func TestRefusedRecordKeepsWhatAnotherPassRecorded(t *testing.T) {
+	var refused atomic.Bool
+	var withdrawn atomic.Int32
+	beginWith(t, refuseFirstRecord("rk", &refused, &withdrawn, func(ctx context.Context, p *ippoolv1.PooledNodeNetworkConfigurationPolicy) error {
+		// The other pass's record: the same status, under the same
+		// resourceVersion.
+		return k.Status().Update(ctx, p)
+	}), "rk", "rk-1")
+	createPool(t, "cmp-rk", rangeSpec("10.79.2.0/24", "10.79.2.10", "10.79.2.11"))
+	create(t, pooled("rk", "rk", "cmp-rk", "100%"))
+	Eventually(refused.Load).Should(BeTrue())
+	Eventually(status("rk")).Should(Equal("Available SuccessfullyConfigured: 1/1 nodes successfully configured"), describe("rk"))
+	Expect(addressOf("rk", "rk-1")()).To(Equal("10.79.2.10"))
+	Expect(bits("cmp-rk")()).To(Equal([]string{"10.79.2.10"}))
+	Expect(withdrawn.Load()).To(BeZero(), "nothing the other pass recorded is given back")
 }

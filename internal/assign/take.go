@@ -76,7 +76,9 @@ func (u *Unservable) Error() string { return u.Why }
 // captures, all or none (an error wrapping ippool.ErrFull).
 //
 // What a kind does with resumed addresses is its own. A kind whose record
-// has one writer (a claim, a pooled policy's node) records them. An
+// has one writer (a claim, a pooled policy's node) records them; a
+// pooled policy whose record is refused withdraws only what the policy,
+// read again, does not record (another pass may have resumed it). An
 // enactment, whose record the pool controller and a self-allocating
 // handler may both write under one token, does not: the pool controller
 // takes them as served already, and a handler refuses an unservable pool

@@ -25,6 +25,8 @@ import (
 	"context"
 	"fmt"
 	"net/netip"
+	"slices"
+	"strings"
 
 	"github.com/nmstate/kubernetes-nmstate/api/shared"
 
@@ -133,7 +135,7 @@ func (f Former) Record() ippoolv1.EnactmentIPPools { return f.record }
 func Release(ctx context.Context, w *poolwrite.Writer, f Former) (ippoolv1.EnactmentIPPools, error) {
 	q, err := w.Quarantine(ctx, f.holder, f.record)
 	if err != nil {
-		return nil, fmt.Errorf("quarantine the addresses of %s before its record goes: %w", f.holder.Ref.Title(), err)
+		return nil, fmt.Errorf("quarantine %s of %s before its record goes: %w", addresses(f.record), f.holder.Ref.Title(), err)
 	}
 	return q, nil
 }
@@ -144,4 +146,14 @@ func Release(ctx context.Context, w *poolwrite.Writer, f Former) (ippoolv1.Enact
 // Release, before the record goes, and only on a confirmed apply.
 func Confirm(ctx context.Context, w *poolwrite.Writer, f Former) error {
 	return w.ConfirmRelease(ctx, f.holder, f.record)
+}
+
+// addresses lists the addresses of a record, sorted, for messages.
+func addresses(record ippoolv1.EnactmentIPPools) string {
+	var out []string
+	for _, a := range record {
+		out = append(out, a.Held()...)
+	}
+	slices.Sort(out)
+	return strings.Join(out, ", ")
 }

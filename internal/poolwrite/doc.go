@@ -21,10 +21,13 @@
 // Addresses in flight. A handler that takes an address adds an in-flight
 // entry naming its enactment and the enactment's resourceVersion (the
 // token) in the same write, and records the address under that
-// resourceVersion. If it gives the address back unrecorded (Withdraw), it
-// clears only bits whose entry still carries its token; the pool controller
-// revokes an entry that stays unrecorded past its grace period by first
-// writing to the enactment (so the late record fails), then freeing it.
+// resourceVersion (a pooled policy's node and a claim likewise, under
+// the policy's resourceVersion and the claim's UID). If it gives the
+// address back unrecorded (Withdraw, WithdrawTaken), it clears only bits
+// whose entry still carries its token and that no quarantine holds; the
+// pool controller revokes an entry that stays unrecorded past its grace
+// period by first writing to the enactment (so the late record fails),
+// then freeing it.
 //
 // Addresses given back. A record that goes (package retire) leaves its
 // addresses quarantined (Quarantine), never free: only the pool controller

@@ -319,8 +319,9 @@ func (w *Writer) Withdraw(ctx context.Context, pool, holderName, token string, i
 // holders whose records will not be written (their write was refused):
 // taken names, by address, the holder it was taken for. In one pool
 // write it clears the bit of each address whose in-flight entry still
-// names that holder and token, and removes the entry. An address whose
-// entry is gone was revoked by the pool controller (and may be someone
+// names that holder and token, and removes the entry; a quarantined
+// address keeps its bit and its entry (someone recorded it and released
+// it since). An address whose entry is gone was revoked by the pool controller (and may be someone
 // else's by now) and is left alone, so a withdrawal never clears a bit it
 // does not own, in this pool incarnation or a later one. It returns the
 // addresses it cleared. A pool that is gone, unreadable or unvouched needs
@@ -338,7 +339,9 @@ func (w *Writer) WithdrawTaken(ctx context.Context, pool, token string, taken ma
 		for _, s := range slices.Sorted(maps.Keys(taken)) {
 			e := poolstatus.InFlightOf(p, s)
 			ip, perr := netip.ParseAddr(s)
-			if e == nil || e.HolderName() != taken[s] || e.Token != token || perr != nil {
+			if e == nil || e.HolderName() != taken[s] || e.Token != token || perr != nil || poolstatus.QuarantineOf(p, s) != nil {
+				// Not this pass's, or quarantined since: recorded by
+				// someone, and released; the quarantine owns the bit.
 				continue
 			}
 			if poolstatus.Unrecorded(p, s) {

@@ -4,7 +4,6 @@ import (
 	"context"
 	"net/netip"
 	"os"
-	"sync/atomic"
 	"testing"
 
 	"github.com/nmstate/kubernetes-nmstate/api/shared"
@@ -72,10 +71,10 @@ func holding(t *testing.T, node, pool, ip string) *nncev1beta1.NodeNetworkConfig
 	return e
 }
 
-// failingPools is a writer whose pool status writes fail while fail is
+// failingPools is a writer whose pool status writes fail while fault is
 // set, as when the API server refuses them or the process dies first.
-func failingPools(fail *atomic.Bool) *poolwrite.Writer {
-	return envtest.FailingPoolWrites(poolwrite.NewWriter(k, k, clock.RealClock{}), fail)
+func failingPools(fault *envtest.PoolWriteFault) *poolwrite.Writer {
+	return envtest.FailingPoolWrites(poolwrite.NewWriter(k, k, clock.RealClock{}), fault)
 }
 
 func quarantineOf(pool, ip string) *ippoolv1.QuarantinedAddress {
@@ -93,19 +92,19 @@ func TestRetireQuarantinesBeforeTheRecordGoes(t *testing.T) {
 	RegisterTestingT(t)
 	availablePool(t, "retire", "10.80.0.0/24")
 	e := holding(t, "node01", "retire", "10.80.0.7")
-	var fail atomic.Bool
-	fail.Store(true)
+	var fail envtest.PoolWriteFault
+	fail.On.Store(true)
 	w := failingPools(&fail)
 
 	_, err := retire.Retire(ctx, w, e)
-	Expect(err).To(MatchError(ContainSubstring("quarantine the addresses of enactment node01.p before its record goes")))
+	Expect(err).To(MatchError(ContainSubstring("quarantine 10.80.0.7 of enactment node01.p before its record goes")))
 	Expect(k.Get(ctx, client.ObjectKeyFromObject(e), e)).To(Succeed())
 	Expect(e.DeletionTimestamp.IsZero()).To(BeFalse())
 	Expect(e.Finalizers).To(ContainElement(ippoolv1.FinalizerIPPool))
 	Expect(e.Status.IPPool["retire"].Allocated).To(Equal([]string{"10.80.0.7"}), "the record stays")
 	Expect(quarantineOf("retire", "10.80.0.7")).To(BeNil())
 
-	fail.Store(false)
+	fail.On.Store(false)
 	q, err := retire.Retire(ctx, w, e)
 	Expect(err).NotTo(HaveOccurred())
 	Expect(q).To(Equal(ippoolv1.EnactmentIPPools{"retire": {Allocated: []string{"10.80.0.7"}}}))
@@ -121,8 +120,8 @@ func TestDropQuarantinesBeforeTheRecordGoes(t *testing.T) {
 	RegisterTestingT(t)
 	availablePool(t, "drop", "10.81.0.0/24")
 	e := holding(t, "node02", "drop", "10.81.0.7")
-	var fail atomic.Bool
-	fail.Store(true)
+	var fail envtest.PoolWriteFault
+	fail.On.Store(true)
 	w := failingPools(&fail)
 
 	_, err := retire.Drop(ctx, w, e.Name, "drop")
@@ -130,7 +129,7 @@ func TestDropQuarantinesBeforeTheRecordGoes(t *testing.T) {
 	Expect(k.Get(ctx, client.ObjectKeyFromObject(e), e)).To(Succeed())
 	Expect(e.Status.IPPool["drop"].Allocated).To(Equal([]string{"10.81.0.7"}), "the record stays")
 
-	fail.Store(false)
+	fail.On.Store(false)
 	dropped, err := retire.Drop(ctx, w, e.Name, "drop")
 	Expect(err).NotTo(HaveOccurred())
 	Expect(dropped).To(Equal([]string{"10.81.0.7"}))
@@ -162,15 +161,15 @@ func TestReleaseQuarantinesBeforeTheRecordGoes(t *testing.T) {
 	Expect(e.Status.IPPool["release"]).To(Equal(ippoolv1.PoolAllocation{Allocated: []string{"10.82.0.8"}, Releasing: []string{"10.82.0.7"}}))
 	Expect(k.Status().Update(ctx, e)).To(Succeed())
 
-	var fail atomic.Bool
-	fail.Store(true)
+	var fail envtest.PoolWriteFault
+	fail.On.Store(true)
 	_, err = retire.Release(ctx, failingPools(&fail), e.Name)
-	Expect(err).To(MatchError(ContainSubstring("quarantine the addresses of enactment node03.p before its record goes")))
+	Expect(err).To(MatchError(ContainSubstring("quarantine 10.82.0.7 of enactment node03.p before its record goes")))
 	Expect(k.Get(ctx, client.ObjectKeyFromObject(e), e)).To(Succeed())
 	Expect(e.Status.IPPool["release"].Releasing).To(Equal([]string{"10.82.0.7"}), "the record keeps it")
 	Expect(quarantineOf("release", "10.82.0.7")).To(BeNil())
 
-	fail.Store(false)
+	fail.On.Store(false)
 	released, err := retire.Release(ctx, failingPools(&fail), e.Name)
 	Expect(err).NotTo(HaveOccurred())
 	Expect(released).To(Equal(ippoolv1.EnactmentIPPools{"release": {Releasing: []string{"10.82.0.7"}}}))

@@ -37,13 +37,21 @@ func (WithoutWatch) Watch(context.Context, client.ObjectList, ...client.ListOpti
 	return nil, errors.New("not supported")
 }
 
+// PoolWriteFault makes the pool status writes of a FailingPoolWrites
+// Writer fail while On is set, and counts those it refused.
+type PoolWriteFault struct {
+	On      atomic.Bool
+	Refused atomic.Int32
+}
+
 // FailingPoolWrites returns a Writer like w whose pool status writes
-// fail (503) while fail is set, as when the API server refuses them or the
+// fail (503) while fault is on, as when the API server refuses them or the
 // process dies first; reads and other writes go through.
-func FailingPoolWrites(w *poolwrite.Writer, fail *atomic.Bool) *poolwrite.Writer {
+func FailingPoolWrites(w *poolwrite.Writer, fault *PoolWriteFault) *poolwrite.Writer {
 	c := interceptor.NewClient(WithoutWatch{Client: w.Client}, interceptor.Funcs{SubResourceUpdate: func(ctx context.Context, c client.Client, sub string,
 		obj client.Object, opts ...client.SubResourceUpdateOption) error {
-		if _, ok := obj.(*ippoolv1.NodeIPPool); ok && fail.Load() {
+		if _, ok := obj.(*ippoolv1.NodeIPPool); ok && fault.On.Load() {
+			fault.Refused.Add(1)
 			return apierrors.NewServiceUnavailable("the API server is going away")
 		}
 		return c.SubResource(sub).Update(ctx, obj, opts...)
