@@ -235,14 +235,7 @@ func TestEarlierEnactmentThatBlocksSaysSo(t *testing.T) {
 	blocking := func(node string, labels map[string]string, finalizers ...string) *nncev1beta1.NodeNetworkConfigurationEnactment {
 		e := &nncev1beta1.NodeNetworkConfigurationEnactment{ObjectMeta: metav1.ObjectMeta{
 			Name: shared.EnactmentKey(node, "eb-"+node).Name, Labels: labels, Finalizers: finalizers}}
-		Expect(k.Create(ctx, e)).To(Succeed())
-		t.Cleanup(func() {
-			if k.Get(ctx, client.ObjectKeyFromObject(e), e) == nil {
-				e.Finalizers = nil
-				_ = k.Update(ctx, e)
-				_ = k.Delete(ctx, e)
-			}
-		})
+		Expect(envtest.CreateForTest(t, k, e)).To(Succeed())
 		return e
 	}
 	// eb-1's is another node's; eb-2's an earlier policy's, being deleted

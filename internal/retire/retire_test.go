@@ -51,14 +51,7 @@ func holding(t *testing.T, node, pool, ip string) *nncev1beta1.NodeNetworkConfig
 	e := &nncev1beta1.NodeNetworkConfigurationEnactment{ObjectMeta: metav1.ObjectMeta{Name: node + ".p",
 		Labels:     map[string]string{shared.EnactmentNodeLabel: node, shared.EnactmentPolicyLabel: "p"},
 		Finalizers: []string{ippoolv1.FinalizerIPPool}}}
-	Expect(k.Create(ctx, e)).To(Succeed())
-	t.Cleanup(func() {
-		if k.Get(ctx, client.ObjectKeyFromObject(e), e) == nil {
-			e.Finalizers = nil
-			_ = k.Update(ctx, e)
-			_ = k.Delete(ctx, e)
-		}
-	})
+	Expect(envtest.CreateForTest(t, k, e)).To(Succeed())
 	addr := capture.Address{IP: netip.MustParseAddr(ip), PrefixLength: 24}
 	e.Status.IPPool = ippoolv1.EnactmentIPPools{pool: {Allocated: []string{ip}}}
 	e.Status.CapturedStates = map[string]shared.NodeNetworkConfigurationEnactmentCapturedState{"addr": {State: shared.NewState(string(addr.State()))}}

@@ -37,6 +37,23 @@ func (WithoutWatch) Watch(context.Context, client.ObjectList, ...client.ListOpti
 	return nil, errors.New("not supported")
 }
 
+// CreateForTest creates o and, when the test ends, deletes it whatever
+// finalizers it holds then.
+func CreateForTest(t testing.TB, c client.Client, o client.Object) error {
+	ctx := context.Background()
+	if err := c.Create(ctx, o); err != nil {
+		return err
+	}
+	t.Cleanup(func() {
+		if c.Get(ctx, client.ObjectKeyFromObject(o), o) == nil {
+			o.SetFinalizers(nil)
+			_ = c.Update(ctx, o)
+			_ = c.Delete(ctx, o)
+		}
+	})
+	return nil
+}
+
 // PoolWriteFault makes the pool status writes of a FailingPoolWrites
 // Writer fail while On is set, and counts those it refused.
 type PoolWriteFault struct {
