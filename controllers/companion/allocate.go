@@ -170,26 +170,6 @@ func (r *Reconciler) take(ctx context.Context, w *world, next *ippoolv1.PooledNo
 	return t.got, nil, said, nil
 }
 
-// took notes what a pool write took, for a withdrawal if its record is
-// refused.
-func (w *world) took(pool *ippoolv1.NodeIPPool, got map[need]netip.Addr) {
-	if len(got) == 0 {
-		return
-	}
-	if w.taken == nil {
-		w.taken = map[string]takenFrom{}
-	}
-	t, ok := w.taken[pool.Name]
-	if !ok || t.uid != pool.UID {
-		t = takenFrom{uid: pool.UID, holders: map[string]string{}}
-	}
-	for nd, ip := range got {
-		h, _ := holderOf(w.policy, nd.node)
-		t.holders[ip.String()] = h.String()
-	}
-	w.taken[pool.Name] = t
-}
-
 // taking is what one pool write took.
 type taking struct {
 	got         map[need]netip.Addr

@@ -487,33 +487,3 @@ func TestNameTaken(t *testing.T) {
 		HaveSuffix("(1/2 nodes successfully configured)")))
 	Expect(generated("nt")()).To(ConsistOf("nt-nt-1"))
 }
-
-// TestReleaseWaitsForItsQuarantine: a node the policy no longer selects,
-// while its addresses cannot be quarantined (the pool's status writes
-// fail), keeps its record and its policy as they are: nothing takes the
-// addresses off before the pool keeps them from everyone. Once the
-// quarantine is written, the release goes on and finishes.
-func TestReleaseWaitsForItsQuarantine(t *testing.T) {
-	var fault envtest.PoolWriteFault
-	u := rolledOut(t, func(pc *envtest.PoolController) {
-		pc.PooledPolicies.Pools = envtest.FailingPoolWrites(pc.PooledPolicies.Pools, &fault)
-	},
-		"rq", "10.78.0.0/24", "10.78.0.10", "10.78.0.30", "rq-1", "rq-2")
-	held := addressOf("rq", "rq-2")()
-
-	fault.On.Store(true)
-	relabel("rq-2", "elsewhere")
-	Eventually(fault.Refused.Load).Should(BeNumerically(">", 0), "the release tried to quarantine")
-	Consistently(func() []string { return quarantined("cmp-rq")() }, 2*time.Second).Should(BeEmpty())
-	Expect(addressOf("rq", "rq-2")()).To(Equal(held), "recorded until its quarantine is written")
-	Expect(u.configured("rq-2")()).To(ConsistOf(held+"/24"), "not taken off before its quarantine is written")
-	var p ippoolv1.PooledNodeNetworkConfigurationPolicy
-	Expect(k.Get(ctx, types.NamespacedName{Name: "rq"}, &p)).To(Succeed())
-	Expect(p.Status.NodeOf("rq-2").Releasing).To(BeFalse(), "no release begins without its quarantine")
-
-	fault.On.Store(false)
-	Eventually(addressOf("rq", "rq-2")).Should(BeEmpty())
-	Expect(u.configured("rq-2")()).To(BeEmpty())
-	Eventually(generated("rq")).Should(ConsistOf("rq-rq-1"))
-	Eventually(bits("cmp-rq")).ShouldNot(ContainElement(held))
-}

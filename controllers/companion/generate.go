@@ -357,26 +357,6 @@ func (r *Reconciler) nameTaken(ctx context.Context, name, node string) *problem 
 		"the policy of node %s would be %s, which exists and belongs to %s: delete or rename it, or rename this pooled policy", node, name, owner)}
 }
 
-// earlierBlocks says why an enactment the cache shows under the name of
-// node's policy stops its create (clearEarlier, which reads the API
-// server, refuses it too), or nil: one of another node or policy whose
-// name collides, or an earlier policy's that finalizers keep while it is
-// being deleted. One that nothing keeps is deleted by clearEarlier before
-// the create.
-func (r *Reconciler) earlierBlocks(ctx context.Context, name, node string) *problem {
-	var e nncev1beta1.NodeNetworkConfigurationEnactment
-	if err := r.Client.Get(ctx, shared.EnactmentKey(node, name), &e); err != nil {
-		return nil // not found (or unreadable: clearEarlier says)
-	}
-	if why := collides(&e, node, name); why != "" {
-		return &problem{shared.NodeNetworkConfigurationPolicyConditionFailedToConfigure, why}
-	}
-	if !e.DeletionTimestamp.IsZero() && len(e.Finalizers) > 0 {
-		return &problem{shared.NodeNetworkConfigurationPolicyConditionFailedToConfigure, keptBy(&e, name)}
-	}
-	return nil
-}
-
 // selectsOthers says which other Nodes the nodeSelector of node's
 // generated policy selects (a kubernetes.io/hostname label two Nodes
 // carry), or nil when it selects no other. kubernetes-nmstate's handler on

@@ -3,7 +3,6 @@ package companion
 import (
 	"context"
 	"fmt"
-	"maps"
 	"reflect"
 	"slices"
 	"sync"
@@ -183,61 +182,6 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 	return ctrl.Result{RequeueAfter: lookAgain(w, pl, problems)}, nil
 }
 
-// writeRecord writes next's status, the record of what the pass took
-// (writeStatus); a write certainly not done (refused: the policy changed
-// or went since it was read) gives back what the pass took now, not after
-// the pool controller's revocation and collection.
-func (r *Reconciler) writeRecord(ctx context.Context, w *world, p, next *ippoolv1.PooledNodeNetworkConfigurationPolicy, problems []problem, pl plan) error {
-	err := r.writeStatus(ctx, w, p, next, problems, pl)
-	if apierrors.IsConflict(err) || apierrors.IsNotFound(err) {
-		r.withdraw(ctx, w)
-	}
-	return err
-}
-
-// withdraw gives back the addresses this pass took whose record was
-// refused (poolwrite.Writer.WithdrawTaken): only those whose in-flight
-// entries still name their holder under this pass's token, and that the
-// policy, read again from the API server, does not record. Another pass
-// under the same token (a leader that took over from this one, or a write
-// that landed late) may have resumed an entry and recorded it: that write
-// is what refused this one, so the policy read after the refusal shows
-// it. A failed read or pool write leaves the entries to the pool
-// controller, which revokes them after the grace period.
-func (r *Reconciler) withdraw(ctx context.Context, w *world) {
-	if len(w.taken) == 0 {
-		return
-	}
-	log := ctrl.LoggerFrom(ctx)
-	recorded := map[string]bool{}
-	var now ippoolv1.PooledNodeNetworkConfigurationPolicy
-	switch err := r.APIReader.Get(ctx, client.ObjectKeyFromObject(w.policy), &now); {
-	case apierrors.IsNotFound(err):
-	case err != nil:
-		log.Error(err, "could not read the policy to give back unrecorded addresses; the pool controller will revoke them")
-		return
-	default:
-		for _, n := range now.Status.Nodes {
-			for _, a := range n.Held() {
-				recorded[a.IP] = true
-			}
-		}
-	}
-	_, token := holderOf(w.policy, "")
-	for pool, t := range w.taken {
-		holders := maps.Clone(t.holders)
-		maps.DeleteFunc(holders, func(ip, _ string) bool { return recorded[ip] })
-		withdrawn, err := r.Pools.WithdrawTaken(ctx, pool, token, holders, poolwrite.Incarnation(t.uid))
-		if err != nil {
-			log.Error(err, "could not give back unrecorded addresses; the pool controller will revoke them", "pool", pool)
-			continue
-		}
-		if len(withdrawn) > 0 {
-			log.Info("gave back addresses whose record was refused", "pool", pool, "ips", withdrawn)
-		}
-	}
-}
-
 // lookAgain says how soon a pass that is not done looks again: when a
 // failed removal is due to be written again, or at the next poll while the
 // rollout waits or progresses or something is wrong; 0 when all is done.
@@ -318,13 +262,6 @@ type world struct {
 	// taken are the addresses this pass's allocations hold in flight, by
 	// pool: withdrawn when the status write that records them is refused.
 	taken map[string]takenFrom
-}
-
-// takenFrom is what a pass took from one pool incarnation: by address, the
-// holder it was taken for.
-type takenFrom struct {
-	uid     types.UID
-	holders map[string]string
 }
 
 // resets are the reset annotations for the policy's nodes.

@@ -115,6 +115,26 @@ func (r *Reconciler) clearEarlier(ctx context.Context, p *ippoolv1.PooledNodeNet
 	return errors.New(keptBy(e, name))
 }
 
+// earlierBlocks says why an enactment the cache shows under the name of
+// node's policy stops its create (clearEarlier, which reads the API
+// server, refuses it too), or nil: one of another node or policy whose
+// name collides, or an earlier policy's that finalizers keep while it is
+// being deleted. One that nothing keeps is deleted by clearEarlier before
+// the create.
+func (r *Reconciler) earlierBlocks(ctx context.Context, name, node string) *problem {
+	var e nncev1beta1.NodeNetworkConfigurationEnactment
+	if err := r.Client.Get(ctx, shared.EnactmentKey(node, name), &e); err != nil {
+		return nil // not found (or unreadable: clearEarlier says)
+	}
+	if why := collides(&e, node, name); why != "" {
+		return &problem{shared.NodeNetworkConfigurationPolicyConditionFailedToConfigure, why}
+	}
+	if !e.DeletionTimestamp.IsZero() && len(e.Finalizers) > 0 {
+		return &problem{shared.NodeNetworkConfigurationPolicyConditionFailedToConfigure, keptBy(&e, name)}
+	}
+	return nil
+}
+
 // keptBy says that finalizers keep e, an earlier policy's enactment being
 // deleted, and so stop the create of policy name.
 func keptBy(e *nncev1beta1.NodeNetworkConfigurationEnactment, name string) string {

@@ -11,6 +11,7 @@ import (
 
 	ippoolv1 "github.com/nmstate-ippool/nmstate-ippool/api/v1"
 	nncev1beta1 "github.com/nmstate-ippool/nmstate-ippool/api/v1beta1"
+	"github.com/nmstate-ippool/nmstate-ippool/internal/holder"
 	"github.com/nmstate-ippool/nmstate-ippool/internal/poolstatus"
 	"github.com/nmstate-ippool/nmstate-ippool/pkg/ippool"
 )
@@ -152,4 +153,35 @@ func older(a, b *ippoolv1.NodeIPPool) bool {
 		return a.CreationTimestamp.Before(&b.CreationTimestamp)
 	}
 	return a.Name < b.Name
+}
+
+// reportOutside tells of holders whose addresses the range no longer
+// hands out: a node (an enactment, a pooled policy's node) is given a new
+// address; a Cluster API claim keeps its own, since its IPAddress never
+// changes and its machine carries it.
+func (r *Reconciler) reportOutside(pool *ippoolv1.NodeIPPool, v view) {
+	var renumbered, kept []string
+	for _, ip := range v.audit.Outside {
+		for _, o := range v.claims.Recognized(ip) {
+			part := fmt.Sprintf("%s at %s", ip, o)
+			if o.Holder.Kind == holder.Claim {
+				kept = append(kept, part)
+			} else {
+				renumbered = append(renumbered, part)
+			}
+		}
+	}
+	var says []string
+	if len(renumbered) > 0 {
+		says = append(says, "nodes are given a new address: "+listNames(renumbered, 10))
+	}
+	if len(kept) > 0 {
+		says = append(says, "claims keep theirs, since an IPAddress never changes "+
+			"(delete the claim, or its machine, for one of this range): "+listNames(kept, 10))
+	}
+	if len(says) == 0 {
+		return
+	}
+	r.Recorder.Eventf(pool, nil, corev1.EventTypeWarning, ippoolv1.ReasonAddressOutsideRange, "Rebuild",
+		"This range no longer hands out addresses that holders hold; %s", strings.Join(says, "; "))
 }
