@@ -11,6 +11,16 @@ package v1
 // who holds which address; a NodeIPPool's status can be rebuilt from it.
 type EnactmentIPPools map[string]PoolAllocation
 
+// Held returns every address the record claims, in any pool: allocated
+// and releasing.
+func (r EnactmentIPPools) Held() []string {
+	var out []string
+	for _, a := range r {
+		out = append(out, a.Held()...)
+	}
+	return out
+}
+
 // PoolAllocation lists the addresses one enactment holds from one pool.
 type PoolAllocation struct {
 	// Allocated are the addresses, in the order their captures were resolved.

@@ -11,8 +11,8 @@ import (
 	ctrl "sigs.k8s.io/controller-runtime"
 
 	ippoolv1 "github.com/nmstate-ippool/nmstate-ippool/api/v1"
-	nncev1beta1 "github.com/nmstate-ippool/nmstate-ippool/api/v1beta1"
 	"github.com/nmstate-ippool/nmstate-ippool/internal/holder"
+	"github.com/nmstate-ippool/nmstate-ippool/internal/lifecycle"
 	"github.com/nmstate-ippool/nmstate-ippool/internal/poolstatus"
 	"github.com/nmstate-ippool/nmstate-ippool/pkg/ippool"
 )
@@ -148,11 +148,10 @@ func inFlightKeys(pool *ippoolv1.NodeIPPool) []string {
 }
 
 // planHolds decides, on the API server's view, which entries to prune,
-// revoke and lift, and which holders to ask for evidence. Revoking fences
-// the enactment first. An entry whose enactment is gone is forgotten at
-// once: its token can never record anything, and its bit stays for a
-// quarantine or garbage collection to free. A pool being deleted revokes
-// every unrecorded entry at once.
+// forget and revoke (lifecycle.Settler, the one rule for every kind of
+// holder: an entry is settled once its holder records it or is gone, or
+// after the grace period, at once in a pool being deleted), which
+// quarantines to lift, and which holders to ask for evidence.
 func (r *Reconciler) planHolds(ctx context.Context, pool *ippoolv1.NodeIPPool, claims poolstatus.Claims,
 	exists func(string) bool, m *poolMemory) (holdWork, error) {
 	w := holdWork{revoke: map[string]string{}, forget: map[string]string{}, lift: map[string]lift{},
@@ -160,32 +159,23 @@ func (r *Reconciler) planHolds(ctx context.Context, pool *ippoolv1.NodeIPPool, c
 	now := r.Clock.Now()
 	ages := m.inFlight.see(inFlightKeys(pool), now)
 	terminating := !pool.DeletionTimestamp.IsZero()
+	settler := lifecycle.Settler{Client: r.Client, Reader: r.APIReader, Recorder: r.Recorder, Clock: r.Clock, IPAMVersion: r.IPAMVersion}
 	for _, e := range pool.Status.InFlight {
 		ip, err := netip.ParseAddr(e.IP)
 		recorded := err == nil && claims.HeldBy(ip, holder.Parse(e.HolderName()))
 		if !recorded && exists(e.HolderName()) && !terminating && ages[inFlightKey(e)] < r.GracePeriod {
 			continue // young: its holder records it soon
 		}
-		held, err := r.claimHolds(ctx, e, recorded)
+		settled, err := settler.Settle(ctx, pool, lifecycle.Entry{InFlightAddress: e, Recorded: recorded, Exists: exists(e.HolderName())})
 		switch {
 		case err != nil:
 			return holdWork{}, err
-		case held:
-			// Neither pruned, forgotten nor revoked: see claimHolds.
-		case recorded:
+		case settled == lifecycle.Prune:
 			w.prune = append(w.prune, e.IP)
-		case !exists(e.HolderName()):
+		case settled == lifecycle.Forget:
 			w.forget[e.IP] = e.Token
-		default:
-			outcome, err := r.fence(ctx, pool, e)
-			switch {
-			case err != nil:
-				return holdWork{}, err
-			case outcome == fenced:
-				w.revoke[e.IP] = e.Token
-			case outcome == movedOn:
-				w.forget[e.IP] = e.Token
-			}
+		case settled == lifecycle.Revoke:
+			w.revoke[e.IP] = e.Token
 		}
 	}
 	if err := r.planQuarantines(ctx, pool, claims, &w); err != nil {
@@ -234,9 +224,9 @@ func (r *Reconciler) planQuarantines(ctx context.Context, pool *ippoolv1.NodeIPP
 
 // existing returns whether a holder of hs exists: an enactment, recording
 // or not, or a holder of another kind with a record. A pooled policy's
-// node counts as existing whether or not it has a record yet: its entry is
-// judged by fence after the grace period, on the policy read from
-// the API server.
+// node counts as existing whether or not it has a record yet: after the
+// grace period its entry is fenced or forgotten (lifecycle.Settler) on the
+// policy read from the API server.
 func existing(hs holdings) func(string) bool {
 	names := make(map[holder.Ref]bool, len(hs.enactments)+len(hs.records))
 	for i := range hs.enactments {
@@ -249,15 +239,6 @@ func existing(hs holdings) func(string) bool {
 		h := holder.Parse(name)
 		return h.Kind == holder.PolicyNode || names[h]
 	}
-}
-
-// recordedIPs lists every address an enactment records, in any pool.
-func recordedIPs(e *nncev1beta1.NodeNetworkConfigurationEnactment) []string {
-	var out []string
-	for _, a := range e.Status.IPPool {
-		out = append(out, a.Held()...)
-	}
-	return out
 }
 
 // listNodesFrom is how many quarantined addresses of a pool make a look

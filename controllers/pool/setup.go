@@ -180,7 +180,7 @@ func (r *Reconciler) poolsConcerning(ctx context.Context, o client.Object) []rec
 	if ok && len(e.Status.IPPool) > 0 && r.Client.List(ctx, &pools) == nil {
 		for i := range pools.Items {
 			rng, err := poolstatus.Range(&pools.Items[i])
-			if err == nil && holdsAny(rng, recordedIPs(e)) {
+			if err == nil && holdsAny(rng, e.Status.IPPool.Held()) {
 				names = append(names, pools.Items[i].Name)
 			}
 		}

@@ -1,6 +1,13 @@
-// Package lifecycle is the end of an address's life with its holder, the
-// same for every kind of holder: an enactment (handler mode), a node of a
-// pooled policy (companion mode), a Cluster API claim.
+// Package lifecycle is an address's life with its holder, the same for
+// every kind of holder: an enactment (handler mode), a node of a pooled
+// policy (companion mode), a Cluster API claim.
+//
+// A holder takes an address under a token (assign.Chooser.Serve) and
+// records it later; the pool controller settles each in-flight entry by
+// one rule (Settler.Settle): pruned once recorded, forgotten once the
+// holder is gone, and otherwise, past the grace period, revoked after a
+// fence that no stalled writer of the record can outlive. Each kind
+// brings its part (what keeps its entries, how its record is fenced).
 //
 // A holder that gives addresses up is a Former: who it is, the node that
 // carries the addresses and the interface of each (what the pool
@@ -150,10 +157,7 @@ func Confirm(ctx context.Context, w *poolwrite.Writer, f Former) error {
 
 // addresses lists the addresses of a record, sorted, for messages.
 func addresses(record ippoolv1.EnactmentIPPools) string {
-	var out []string
-	for _, a := range record {
-		out = append(out, a.Held()...)
-	}
+	out := record.Held()
 	slices.Sort(out)
 	return strings.Join(out, ", ")
 }
