@@ -12,18 +12,16 @@ import (
 	"github.com/nmstate/kubernetes-nmstate/api/shared"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	ippoolv1 "github.com/nmstate-ippool/nmstate-ippool/api/v1"
-	nncev1beta1 "github.com/nmstate-ippool/nmstate-ippool/api/v1beta1"
 	"github.com/nmstate-ippool/nmstate-ippool/internal/assign"
 	"github.com/nmstate-ippool/nmstate-ippool/internal/audit"
 	"github.com/nmstate-ippool/nmstate-ippool/internal/holder"
+	"github.com/nmstate-ippool/nmstate-ippool/internal/lifecycle"
 	"github.com/nmstate-ippool/nmstate-ippool/internal/poolstatus"
 	"github.com/nmstate-ippool/nmstate-ippool/internal/poolwrite"
 	"github.com/nmstate-ippool/nmstate-ippool/pkg/capture"
 	"github.com/nmstate-ippool/nmstate-ippool/pkg/ippool"
-	"github.com/nmstate-ippool/nmstate-ippool/pkg/nmstatectl"
 )
 
 // need is one capture of one node without an address.
@@ -130,7 +128,7 @@ func record(w *world, next *ippoolv1.PooledNodeNetworkConfigurationPolicy, nd ne
 // Event.
 func (r *Reconciler) take(ctx context.Context, w *world, next *ippoolv1.PooledNodeNetworkConfigurationPolicy,
 	pool *ippoolv1.NodeIPPool, needs []need) (map[need]netip.Addr, *problem, []string, error) {
-	carried, err := r.carried(ctx, needs)
+	carried, err := r.carried(ctx, w, pool, needs)
 	if err != nil {
 		return nil, nil, nil, err
 	}
@@ -184,7 +182,7 @@ type taking struct {
 // pool's rules; it reports whether it changed the pool. It reads nothing
 // but its arguments.
 func (r *Reconciler) takeIn(w *world, next *ippoolv1.PooledNodeNetworkConfigurationPolicy, p *ippoolv1.NodeIPPool,
-	alloc *ippool.Allocator, needs []need, carried carriedView, t *taking) bool {
+	alloc *ippool.Allocator, needs []need, carried assign.Carrying, t *taking) bool {
 	changed := false
 	ch := assign.New(p, alloc)
 	defer ch.Done()
@@ -192,9 +190,10 @@ func (r *Reconciler) takeIn(w *world, next *ippoolv1.PooledNodeNetworkConfigurat
 	for _, group := range byNode(needs) {
 		node := group[0].node
 		h, token := holderOf(w.policy, node)
-		cl := assign.Claimant{Holder: h, Node: node, Policy: w.policy.Name, Labels: w.labelsOf(node),
-			Carried: carried.of(node, w.policy.Spec.DesiredState.Raw), CarriedElsewhere: carried.elsewhereThan(node),
-			Holds: holds(next, node)}
+		cl := carried.Adopting(assign.Claimant{Holder: h, Node: node, Policy: w.policy.Name, Labels: w.labelsOf(node),
+			Holds: holds(next, node)}, func(captureName string) []string {
+			return capture.Interfaces(w.policy.Spec.DesiredState.Raw, captureName)
+		})
 		captures := make([]string, len(group))
 		for i, nd := range group {
 			captures[i] = nd.ref.Capture
@@ -249,57 +248,29 @@ func holds(next *ippoolv1.PooledNodeNetworkConfigurationPolicy, node string) fun
 	}
 }
 
-// carriedView is what the nodes that need addresses carry, for adoption:
-// a node that already carries an address of the pool on the interface the
-// template puts its capture's address on (a per-node NNCP's static
-// address) keeps it.
-type carriedView struct {
-	// byNode maps a node that needs an address to what its state shows:
-	// address to interface; carriers maps each address any node carries
-	// to those nodes.
-	byNode   map[string]map[netip.Addr]string
-	carriers map[netip.Addr][]string
-}
-
-// elsewhereThan returns which node other than node carries an address;
-// nil (none known) when the states could not be read.
-func (v carriedView) elsewhereThan(node string) func(netip.Addr) string {
-	if v.carriers == nil {
-		return nil
+// carried reads what the nodes that need addresses carry, for adoption
+// (lifecycle.ReadCarrying, from the API server): a node that already
+// carries an address of the pool on the interface the template puts its
+// capture's address on (a per-node NNCP's static address) keeps it, unless
+// another node carries it too; an address another pooled policy records
+// for the node is the node's already, and so is one this policy's record
+// (next) holds. Without the states no node would
+// keep what it carries: an error, not a silent renumbering.
+func (r *Reconciler) carried(ctx context.Context, w *world, pool *ippoolv1.NodeIPPool, needs []need) (assign.Carrying, error) {
+	records, err := holder.List(ctx, r.Client, nil, holder.Sources{PooledPolicies: true})
+	if err != nil {
+		return assign.Carrying{}, err
 	}
-	return assign.ElsewhereThan(v.carriers, node)
-}
-
-// of returns the candidates for adoption of node for a capture.
-func (v carriedView) of(node string, template []byte) func(string) []assign.Carried {
-	carried, ok := v.byNode[node]
-	if !ok {
-		return nil
-	}
-	return func(captureName string) []assign.Carried {
-		return assign.OnInterfaces(carried, capture.Interfaces(template, captureName))
-	}
-}
-
-// carried reads the nodes' network states from the cache, once per pass
-// that allocates. Without them no node would keep what it carries: an
-// error, not a silent renumbering.
-func (r *Reconciler) carried(ctx context.Context, needs []need) (carriedView, error) {
-	var list nncev1beta1.NodeNetworkStateList
-	if err := r.Client.List(ctx, &list, client.UnsafeDisableDeepCopy); err != nil {
-		return carriedView{}, fmt.Errorf("list NodeNetworkStates: %w", err)
-	}
-	want := map[string]bool{}
+	// This policy's own records come from next (holds), never from the
+	// cache: a stale copy would hide its own in-flight entries from it.
+	records = slices.DeleteFunc(records, func(rec holder.Record) bool {
+		return rec.Holder.Kind == holder.PolicyNode && rec.Holder.Name == w.policy.Name
+	})
+	nodes := make([]string, 0, len(needs))
 	for _, nd := range needs {
-		want[nd.node] = true
+		nodes = append(nodes, nd.node)
 	}
-	v := carriedView{byNode: map[string]map[netip.Addr]string{}, carriers: assign.CarriersOf(list.Items)}
-	for i := range list.Items {
-		if want[list.Items[i].Name] {
-			v.byNode[list.Items[i].Name] = nmstatectl.StaticCarriers(list.Items[i].Status.CurrentState.Raw)
-		}
-	}
-	return v, nil
+	return lifecycle.ReadCarrying(ctx, r.APIReader, pool, nodes, records)
 }
 
 // nodesOf names the nodes of needs, for messages.

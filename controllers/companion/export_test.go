@@ -18,3 +18,7 @@ func (r *Reconciler) Cleared(name string) bool {
 	_, ok := r.cleared.Load(name)
 	return ok
 }
+
+// ProgressPoll is how often a pooled policy whose rollout is not done is
+// looked at again while nothing else brings it back.
+const ProgressPoll = progressPoll

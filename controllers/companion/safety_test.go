@@ -255,13 +255,13 @@ func TestEarlierEnactmentThatBlocksSaysSo(t *testing.T) {
 	Expect(k.Get(ctx, client.ObjectKeyFromObject(kept), kept)).To(Succeed())
 	kept.Finalizers = nil
 	Expect(k.Update(ctx, kept)).To(Succeed())
-	// Nothing maps an enactment without a policy to its pooled policy: the
-	// next poll of a policy with problems sees it gone.
-	Eventually(generated("eb"), 2*time.Minute).Should(ConsistOf("eb-eb-2"), describe("eb"))
+	// The enactment's deletion brings the pooled policy back at once, not
+	// at the next poll of a policy with problems (ProgressPoll).
+	Eventually(generated("eb"), companion.ProgressPoll*2/3).Should(ConsistOf("eb-eb-2"), describe("eb"))
 	Expect(status("eb")()).NotTo(ContainSubstring("eb-2.eb-eb-2"))
 
 	Expect(k.Delete(ctx, collided)).To(Succeed())
-	Eventually(generated("eb"), 2*time.Minute).Should(ConsistOf("eb-eb-1", "eb-eb-2"), describe("eb"))
+	Eventually(generated("eb"), companion.ProgressPoll*2/3).Should(ConsistOf("eb-eb-1", "eb-eb-2"), describe("eb"))
 	Eventually(status("eb")).Should(Equal("Available SuccessfullyConfigured: 2/2 nodes successfully configured"), describe("eb"))
 }
 

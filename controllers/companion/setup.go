@@ -145,20 +145,27 @@ func servesMore(e event.UpdateEvent) bool {
 	return old.Generation != cur.Generation || available(old) != available(cur) || cur.Status.Free > old.Status.Free
 }
 
-// ofEnactment maps an enactment of a generated NNCP to its pooled policy.
+// ofEnactment maps an enactment of a generated NNCP to its pooled policy,
+// and one under the name of a policy not generated yet to the pooled
+// policies whose records name that policy.
 func (r *Reconciler) ofEnactment(ctx context.Context, o client.Object) []reconcile.Request {
 	name := o.GetLabels()[shared.EnactmentPolicyLabel]
-	if name == "" {
-		return nil
+	if name != "" {
+		var nncp nmstatev1.NodeNetworkConfigurationPolicy
+		err := r.Client.Get(ctx, types.NamespacedName{Name: name}, &nncp)
+		if owner := nncp.Labels[ippoolv1.PooledPolicyLabel]; err == nil && owner != "" {
+			return []reconcile.Request{{NamespacedName: types.NamespacedName{Name: owner}}}
+		}
 	}
-	var nncp nmstatev1.NodeNetworkConfigurationPolicy
-	if err := r.Client.Get(ctx, types.NamespacedName{Name: name}, &nncp); err != nil {
-		return nil
-	}
-	if owner := nncp.Labels[ippoolv1.PooledPolicyLabel]; owner != "" {
-		return []reconcile.Request{{NamespacedName: types.NamespacedName{Name: owner}}}
-	}
-	return nil
+	// Not of a generated policy that exists: an enactment under the name
+	// of one not generated yet may be what keeps it from being created
+	// (earlierBlocks; another node's enactment carries the name with its
+	// own labels), and its change may let it be.
+	return r.policiesWhere(ctx, func(p *ippoolv1.PooledNodeNetworkConfigurationPolicy) bool {
+		return slices.ContainsFunc(p.Status.Nodes, func(n ippoolv1.PooledPolicyNode) bool {
+			return n.Policy == name || shared.EnactmentKey(n.Node, n.Policy).Name == o.GetName()
+		})
+	})
 }
 
 // ofNode maps a Node to the pooled policies that select it or hold a
@@ -191,7 +198,7 @@ func (r *Reconciler) ofPool(ctx context.Context, o client.Object) []reconcile.Re
 
 func (r *Reconciler) policiesWhere(ctx context.Context, match func(*ippoolv1.PooledNodeNetworkConfigurationPolicy) bool) []reconcile.Request {
 	var list ippoolv1.PooledNodeNetworkConfigurationPolicyList
-	if err := r.Client.List(ctx, &list); err != nil {
+	if err := r.Client.List(ctx, &list, client.UnsafeDisableDeepCopy); err != nil {
 		ctrl.LoggerFrom(ctx).Error(err, "could not list pooled policies")
 		return nil
 	}

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"maps"
-	"net/netip"
 	"slices"
 	"time"
 
@@ -16,18 +15,19 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	ippoolv1 "github.com/nmstate-ippool/nmstate-ippool/api/v1"
 	nncev1beta1 "github.com/nmstate-ippool/nmstate-ippool/api/v1beta1"
 	"github.com/nmstate-ippool/nmstate-ippool/internal/assign"
 	"github.com/nmstate-ippool/nmstate-ippool/internal/audit"
 	"github.com/nmstate-ippool/nmstate-ippool/internal/holder"
+	"github.com/nmstate-ippool/nmstate-ippool/internal/lifecycle"
 	"github.com/nmstate-ippool/nmstate-ippool/internal/poolstatus"
 	"github.com/nmstate-ippool/nmstate-ippool/internal/poolwrite"
 	"github.com/nmstate-ippool/nmstate-ippool/internal/record"
 	"github.com/nmstate-ippool/nmstate-ippool/pkg/capture"
 	"github.com/nmstate-ippool/nmstate-ippool/pkg/ippool"
-	"github.com/nmstate-ippool/nmstate-ippool/pkg/nmstatectl"
 )
 
 // allocation is the result of serving a policy's ippool captures.
@@ -170,7 +170,10 @@ func (r *Reconciler) allocateFromPool(ctx context.Context, policy *nmstatev1.Nod
 		blocked  *outcome
 		deferred bool
 	)
-	who := r.claimant(ctx, policy, e)
+	who, err := r.claimant(ctx, policy, e, poolName)
+	if err != nil {
+		return nil, nil, err
+	}
 	mutate := func(pool *ippoolv1.NodeIPPool, alloc *ippool.Allocator) (bool, error) {
 		vouched := poolstatus.Vouched(pool) // before the plan changes pool
 		plan, blocked = r.planWrite(ctx, policy, e, pool, alloc, refs, who)
@@ -310,11 +313,11 @@ func (r *Reconciler) templateBlocked(policy *nmstatev1.NodeNetworkConfigurationP
 	return &o
 }
 
-// claimant describes this node's enactment of policy to the chooser, with
-// the node's labels read from the cache now, before any pool write's
-// mutation runs: a reservation may select nodes by label.
+// claimant describes this node's enactment of policy to the chooser of
+// pool, with the node's labels read from the cache now, before any pool
+// write's mutation runs: a reservation may select nodes by label.
 func (r *Reconciler) claimant(ctx context.Context, policy *nmstatev1.NodeNetworkConfigurationPolicy,
-	e *nncev1beta1.NodeNetworkConfigurationEnactment) assign.Claimant {
+	e *nncev1beta1.NodeNetworkConfigurationEnactment, pool string) (assign.Claimant, error) {
 	var labels map[string]string
 	if n, err := r.node(ctx, r.Client); err == nil {
 		labels = n.Labels
@@ -322,49 +325,52 @@ func (r *Reconciler) claimant(ctx context.Context, policy *nmstatev1.NodeNetwork
 	cl := assign.Claimant{Holder: holder.ForEnactment(e.Name), Node: r.NodeName, Policy: policy.Name,
 		Labels: func() map[string]string { return labels }}
 	if r.SelfAllocate {
-		r.withCarried(ctx, &cl, policy, e)
+		return r.withCarried(ctx, cl, policy, e, pool)
 	}
-	return cl
+	return cl, nil
 }
 
-// withCarried tells the chooser what this node carries, as its
-// NodeNetworkState shows it (the pool controller chooses from the same),
-// on the interfaces the policy's template puts each capture's address on,
-// for a capture that never had an address (adoption), and, when the node
-// carries any such address, which other nodes carry what: a free address
-// is adopted only if no other node's state shows it. States that cannot
-// be read adopt nothing.
-func (r *Reconciler) withCarried(ctx context.Context, cl *assign.Claimant, policy *nmstatev1.NodeNetworkConfigurationPolicy,
-	e *nncev1beta1.NodeNetworkConfigurationEnactment) {
-	var own nncev1beta1.NodeNetworkState
-	if err := r.APIReader.Get(ctx, types.NamespacedName{Name: r.NodeName}, &own); err != nil {
-		return
-	}
-	carried := nmstatectl.StaticCarriers(own.Status.CurrentState.Raw)
+// withCarried tells the chooser what this node carries, read as every
+// kind reads it (lifecycle.ReadCarrying: the pool controller and the
+// companion choose from the same), on the interfaces the policy's
+// template puts each capture's address on, for a capture that never had
+// an address (adoption); what the node's enactments hold already; and,
+// when the node carries an address of the pool's range, which other nodes
+// carry what: a free address is adopted only if no other node's state
+// shows it. What cannot be read is an error, tried again: allocating
+// without it would renumber what the node carries. A pool that is gone
+// adopts nothing (the pool write reports it).
+func (r *Reconciler) withCarried(ctx context.Context, cl assign.Claimant, policy *nmstatev1.NodeNetworkConfigurationPolicy,
+	e *nncev1beta1.NodeNetworkConfigurationEnactment, poolName string) (assign.Claimant, error) {
 	captures, err := capture.Parse(policy.Spec.Capture)
+	if err != nil || !slices.ContainsFunc(captures.RefsOf(poolName), func(ref capture.Ref) bool {
+		_, had := e.Status.CapturedStates[ref.Capture]
+		return !had
+	}) {
+		return cl, nil // every capture of the pool had an address: nothing to adopt
+	}
+	var pool ippoolv1.NodeIPPool
+	err = r.APIReader.Get(ctx, types.NamespacedName{Name: poolName}, &pool, &client.GetOptions{Raw: &metav1.GetOptions{ResourceVersion: "0"}})
+	switch {
+	case apierrors.IsNotFound(err):
+		return cl, nil
+	case err != nil:
+		return cl, fmt.Errorf("read NodeIPPool %s, for what node %s carries: %w", poolName, r.NodeName, err)
+	}
+	enactments, err := r.nodeEnactments(ctx)
 	if err != nil {
-		return
+		return cl, err
 	}
-	candidates := map[string][]assign.Carried{}
-	for _, ref := range captures.Refs {
-		if _, had := e.Status.CapturedStates[ref.Capture]; !had {
-			if c := assign.OnInterfaces(carried, capture.Interfaces(policy.Spec.DesiredState.Raw, ref.Capture)); len(c) > 0 {
-				candidates[ref.Capture] = c
-			}
+	c, err := lifecycle.ReadCarrying(ctx, r.APIReader, &pool, []string{r.NodeName}, holder.OfEnactments(enactments))
+	if err != nil {
+		return cl, err
+	}
+	return c.Adopting(cl, func(captureName string) []string {
+		if _, had := e.Status.CapturedStates[captureName]; had {
+			return nil
 		}
-	}
-	if len(candidates) == 0 {
-		return
-	}
-	cl.Carried = func(captureName string) []assign.Carried { return candidates[captureName] }
-	if held, err := r.heldByNode(ctx); err == nil {
-		cl.Holds = func(ip netip.Addr) bool { return held[ip] }
-	}
-	var states nncev1beta1.NodeNetworkStateList
-	if err := r.APIReader.List(ctx, &states); err != nil {
-		return
-	}
-	cl.CarriedElsewhere = assign.ElsewhereThan(assign.CarriersOf(states.Items), r.NodeName)
+		return capture.Interfaces(policy.Spec.DesiredState.Raw, captureName)
+	}), nil
 }
 
 // poolOutcome turns a failed pool read into the enactment's outcome, or

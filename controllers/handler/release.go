@@ -156,17 +156,6 @@ func inRanges(pools []ippoolv1.NodeIPPool, carried map[netip.Addr]string) map[ne
 	return out
 }
 
-// heldByNode returns the addresses this node's enactments record as
-// allocated, read from the API server. An address an enactment releases
-// is not held.
-func (r *Reconciler) heldByNode(ctx context.Context) (map[netip.Addr]bool, error) {
-	list, err := r.nodeEnactments(ctx)
-	if err != nil {
-		return nil, err
-	}
-	return heldBy(list), nil
-}
-
 // nodeEnactments lists this node's enactments from the API server.
 func (r *Reconciler) nodeEnactments(ctx context.Context) ([]nncev1beta1.NodeNetworkConfigurationEnactment, error) {
 	var list nncev1beta1.NodeNetworkConfigurationEnactmentList

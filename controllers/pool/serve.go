@@ -247,7 +247,7 @@ func (r *Reconciler) serve(ctx context.Context, pool *ippoolv1.NodeIPPool, v vie
 		chooser := assign.New(p, alloc)
 		defer chooser.Done()
 		for _, rq := range requests {
-			if !takeFor(p, chooser, rq, carried.adoption(claimant(rq.enactment, labels), rq), since) {
+			if !takeFor(p, chooser, rq, adoption(carried, claimant(rq.enactment, labels), rq), since) {
 				continue // served already, or a later request may have a reservation or a return
 			}
 			served = append(served, rq)

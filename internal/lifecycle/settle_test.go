@@ -97,7 +97,7 @@ var kinds = []holderKind{
 		create: func(t *testing.T, id string) (string, string) {
 			p := &ippoolv1.PooledNodeNetworkConfigurationPolicy{ObjectMeta: metav1.ObjectMeta{Name: id}}
 			p.Spec.Capture = map[string]string{"addr": "ippool.p.allocate"}
-			p.Spec.DesiredState = shared.NewState(template)
+			p.Spec.DesiredState = shared.NewState(envtest.OneAddressState)
 			Expect(envtest.CreateForTest(t, k, p)).To(Succeed())
 			return holder.ForPolicyNode(id, id+"-1").String(), p.ResourceVersion
 		},
@@ -167,18 +167,6 @@ var kinds = []holderKind{
 	},
 }
 
-// template puts the address of the capture addr on eth1.
-const template = `interfaces:
-- name: eth1
-  type: ethernet
-  state: up
-  ipv4:
-    enabled: true
-    address:
-    - ip: "{{ capture.addr.ip }}"
-      prefix-length: "{{ capture.addr.prefix-length }}"
-`
-
 // annotate writes an annotation on the object named name.
 func annotate(t *testing.T, obj client.Object, name string) {
 	t.Helper()
@@ -232,10 +220,15 @@ func recordsOf(holderName, ip string) bool {
 func TestSettleEveryKind(t *testing.T) {
 	for i, kind := range kinds {
 		t.Run(kind.name, func(t *testing.T) {
-			RegisterTestingT(t)
 			ip := func(n int) string { return fmt.Sprintf("10.%d.0.%d", 90+i, n) }
+			run := func(name string, f func(t *testing.T)) {
+				t.Run(name, func(t *testing.T) {
+					RegisterTestingT(t)
+					f(t)
+				})
+			}
 
-			t.Run("recorded: pruned", func(t *testing.T) {
+			run("recorded: pruned", func(t *testing.T) {
 				s := newSettling()
 				name, token := kind.create(t, "rec")
 				Expect(kind.record("rec", ip(1), token)).To(Succeed())
@@ -243,7 +236,7 @@ func TestSettleEveryKind(t *testing.T) {
 				Expect(s.settle(name, ip(1), token, true, true)).To(Equal(lifecycle.Prune))
 			})
 
-			t.Run("a writer stalled before its record: it can never record it", func(t *testing.T) {
+			run("a writer stalled before its record: it can never record it", func(t *testing.T) {
 				s := newSettling()
 				name, token := kind.create(t, "st")
 				got := s.settle(name, ip(2), token, false, kind.exists)
@@ -263,7 +256,7 @@ func TestSettleEveryKind(t *testing.T) {
 				Expect(s.settle(name, ip(2), token, true, true)).To(Equal(lifecycle.Prune))
 			})
 
-			t.Run("recorded behind the cache: looked at again", func(t *testing.T) {
+			run("recorded behind the cache: looked at again", func(t *testing.T) {
 				s := newSettling()
 				name, token := kind.create(t, "bc")
 				Expect(kind.record("bc", ip(3), token)).To(Succeed())
@@ -272,14 +265,25 @@ func TestSettleEveryKind(t *testing.T) {
 				Expect(s.recorder.Events).NotTo(Receive())
 			})
 
-			t.Run("holder gone: forgotten", func(t *testing.T) {
+			run("holder gone: forgotten", func(t *testing.T) {
 				s := newSettling()
 				name, token := kind.create(t, "gn")
 				kind.remove(t, "gn")
 				Expect(s.settle(name, ip(4), token, false, false)).To(Equal(lifecycle.Forget))
+				Expect(s.settle(name, ip(4), token, false, true)).To(Equal(lifecycle.Forget),
+					"gone on the API server while the cache still shows it")
+				Expect(s.recorder.Events).NotTo(Receive())
 			})
 
-			t.Run("holder moved past the token: forgotten, nothing fenced", func(t *testing.T) {
+			run("holder recorded another address: forgotten, nothing fenced", func(t *testing.T) {
+				s := newSettling()
+				name, token := kind.create(t, "ot")
+				Expect(kind.record("ot", ip(6), token)).To(Succeed())
+				Expect(s.settle(name, ip(7), token, false, true)).To(Equal(lifecycle.Forget))
+				Expect(s.recorder.Events).NotTo(Receive())
+			})
+
+			run("holder moved past the token: forgotten, nothing fenced", func(t *testing.T) {
 				s := newSettling()
 				name, token := kind.create(t, "mv")
 				kind.change(t, "mv")
