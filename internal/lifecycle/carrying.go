@@ -22,11 +22,13 @@ import (
 
 // parallelReads bounds the NodeNetworkStates ReadCarrying reads at once,
 // and listStatesFrom is how many nodes make it list every state once
-// instead (a rollout over hundreds of nodes: one list costs the API
-// server and the client's rate limit less than hundreds of reads).
+// instead: a pass that serves hundreds of nodes at once (the start of a
+// rollout, a pooled policy created over a fleet) would otherwise wait on
+// hundreds of reads behind the client's rate limit, while a list of every
+// state costs its decoding, which a pass of a few nodes is better without.
 const (
 	parallelReads  = 32
-	listStatesFrom = 16
+	listStatesFrom = 128
 )
 
 // ReadCarrying reads, from the API server, what nodes carry, for the
