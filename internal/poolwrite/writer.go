@@ -4,10 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"maps"
 	"math/rand/v2"
-	"net/netip"
-	"slices"
 	"time"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -22,7 +19,6 @@ import (
 	"github.com/nmstate-ippool/nmstate-ippool/internal/audit"
 	"github.com/nmstate-ippool/nmstate-ippool/internal/backoff"
 	"github.com/nmstate-ippool/nmstate-ippool/internal/eventnote"
-	"github.com/nmstate-ippool/nmstate-ippool/internal/holder"
 	"github.com/nmstate-ippool/nmstate-ippool/internal/poolstatus"
 	"github.com/nmstate-ippool/nmstate-ippool/pkg/ippool"
 )
@@ -302,200 +298,6 @@ func (w *Writer) read(ctx context.Context, name string, o updateOptions, cached 
 		return nil, nil, fmt.Errorf("NodeIPPool %q: %w", name, err)
 	}
 	return &pool, ippool.NewAllocator(rng), nil
-}
-
-// Withdraw gives back addresses taken for one holder (holderName: an
-// enactment's name, or any holder's) whose record will not be written:
-// WithdrawTaken of every address in ips.
-func (w *Writer) Withdraw(ctx context.Context, pool, holderName, token string, ips []string, opts ...Option) ([]string, error) {
-	taken := make(map[string]string, len(ips))
-	for _, ip := range ips {
-		taken[ip] = holderName
-	}
-	return w.WithdrawTaken(ctx, pool, token, taken, opts...)
-}
-
-// WithdrawTaken gives back addresses taken in one pass, under token, for
-// holders whose records will not be written (their write was refused):
-// taken names, by address, the holder it was taken for. In one pool
-// write it clears the bit of each address whose in-flight entry still
-// names that holder and token, and removes the entry; a quarantined
-// address keeps its bit and its entry (someone recorded it and released
-// it since). An address whose entry is gone was revoked by the pool controller (and may be someone
-// else's by now) and is left alone, so a withdrawal never clears a bit it
-// does not own, in this pool incarnation or a later one. It returns the
-// addresses it cleared. A pool that is gone, unreadable or unvouched needs
-// nothing: the pool controller's rebuild and garbage collection deal with
-// the entries. Give Incarnation with the UID of the pool the addresses were
-// taken from: a pool re-created since is left alone.
-func (w *Writer) WithdrawTaken(ctx context.Context, pool, token string, taken map[string]string, opts ...Option) ([]string, error) {
-	if len(taken) == 0 {
-		return nil, nil
-	}
-	ctx = audit.Default(ctx, "Withdrawn", "its holder's record of it was not written")
-	var withdrawn []string
-	_, err := w.Update(ctx, pool, func(p *ippoolv1.NodeIPPool, alloc *ippool.Allocator) (bool, error) {
-		withdrawn = nil
-		for _, s := range slices.Sorted(maps.Keys(taken)) {
-			e := poolstatus.InFlightOf(p, s)
-			ip, perr := netip.ParseAddr(s)
-			if e == nil || e.HolderName() != taken[s] || e.Token != token || perr != nil || poolstatus.QuarantineOf(p, s) != nil {
-				// Not this pass's, or quarantined since: recorded by
-				// someone, and released; the quarantine owns the bit.
-				continue
-			}
-			if poolstatus.Unrecorded(p, s) {
-				_ = alloc.ReleaseIP(ip) // outside the range after a hand edit: nothing to clear
-			}
-			withdrawn = append(withdrawn, s)
-		}
-		return len(withdrawn) > 0, nil
-	}, opts...)
-	if ignorable(err) {
-		return nil, nil
-	}
-	if err != nil {
-		return nil, fmt.Errorf("withdraw %v: %w", slices.Sorted(maps.Keys(taken)), err)
-	}
-	return withdrawn, nil
-}
-
-// Holder names the former holder of quarantined addresses.
-type Holder struct {
-	Node string
-	// NodeUID is the UID of the Node, from the enactment's owner reference.
-	NodeUID types.UID
-	// Ref is the holder.
-	Ref holder.Ref
-	// Captures names, by address, the capture that held it when the
-	// address is kept for the holder's return (see
-	// ippoolv1.QuarantinedAddress.Capture); nil when it is not.
-	Captures map[string]string
-	// Interfaces names, by address, the interface it was applied to, for
-	// messages.
-	Interfaces map[string]string
-}
-
-// WithoutReturn returns h with no address kept for its return: the
-// quarantine of an address taken by a reset or dropped from a policy hands
-// it back to nobody.
-func (h Holder) WithoutReturn() Holder {
-	h.Captures = nil
-	return h
-}
-
-// Quarantine keeps addresses from everyone else until the pool controller
-// lifts the quarantine on evidence that the holder no longer carries them
-// (its network state, published after the release, without them, or its
-// Node gone). Call it before the record goes: the controller lifts no
-// quarantine while a record claims its address. It is idempotent: an
-// address quarantined already keeps its entry. An address is quarantined,
-// its bit set, in every pool whose range hands it out: its own pool, or,
-// if that pool was deleted, an overlapping one. It writes also on a status
-// nobody vouches for (a bitmap emptied by hand), since it only adds
-// protection. It returns the addresses it newly quarantined, by pool.
-func (w *Writer) Quarantine(ctx context.Context, holder Holder, record ippoolv1.EnactmentIPPools) (ippoolv1.EnactmentIPPools, error) {
-	ctx = audit.Default(ctx, "Released", "its holder gives it up; kept from everyone else until its node shows it gone")
-	var ips []netip.Addr
-	for _, a := range record {
-		for _, s := range a.Held() {
-			if ip, err := netip.ParseAddr(s); err == nil {
-				ips = append(ips, ip)
-			}
-		}
-	}
-	if len(ips) == 0 {
-		return nil, nil
-	}
-	out := ippoolv1.EnactmentIPPools{}
-	// A pool re-created between the list and its write is listed again:
-	// the new incarnation hands the addresses out, so it must hold them.
-	for attempt := 1; ; attempt++ {
-		err := w.quarantineInPools(ctx, holder, ips, out)
-		if !errors.Is(err, ErrReplaced) || attempt == 3 {
-			return out, err
-		}
-	}
-}
-
-// quarantineInPools quarantines ips in every pool whose range hands one
-// of them out, and adds what it quarantined to out.
-func (w *Writer) quarantineInPools(ctx context.Context, holder Holder, ips []netip.Addr, out ippoolv1.EnactmentIPPools) error {
-	var pools ippoolv1.NodeIPPoolList
-	if err := w.Reader.List(ctx, &pools); err != nil {
-		return fmt.Errorf("list pools: %w", err)
-	}
-	var errs []error
-	for i := range pools.Items {
-		p := &pools.Items[i]
-		rng, err := poolstatus.Range(p)
-		if err != nil {
-			continue // a range that hands out nothing
-		}
-		var mine []netip.Addr
-		for _, ip := range ips {
-			if _, err := rng.Assignable(ip); err == nil {
-				mine = append(mine, ip)
-			}
-		}
-		q, err := w.quarantineIn(ctx, p, holder, mine)
-		if err != nil {
-			errs = append(errs, err)
-		}
-		if len(q) > 0 {
-			out[p.Name] = ippoolv1.PoolAllocation{Allocated: q}
-		}
-	}
-	return errors.Join(errs...)
-}
-
-// quarantineIn adds quarantine entries for ips to one pool incarnation.
-// Quarantines of the same pool that callers of this Writer start while one
-// is being written go together in the next write (see groups).
-func (w *Writer) quarantineIn(ctx context.Context, pool *ippoolv1.NodeIPPool, holder Holder, ips []netip.Addr) ([]string, error) {
-	if len(ips) == 0 {
-		return nil, nil
-	}
-	return w.quarantines.do(ctx, pool, &quarantine{holder: holder, ips: ips}, w.writeQuarantines)
-}
-
-// writeQuarantines adds the entries of qs to one pool incarnation in one
-// write, and sets each one's added.
-func (w *Writer) writeQuarantines(ctx context.Context, pool *ippoolv1.NodeIPPool, qs []*quarantine) error {
-	since := metav1.NewTime(w.Clock.Now().Truncate(time.Second))
-	_, err := w.Update(ctx, pool.Name, func(p *ippoolv1.NodeIPPool, alloc *ippool.Allocator) (bool, error) {
-		changed := false
-		for _, q := range qs {
-			q.added = nil
-			for _, ip := range q.ips {
-				entry := ippoolv1.QuarantinedAddress{IP: ip.String(), Node: q.holder.Node, NodeUID: q.holder.NodeUID,
-					Holder: q.holder.Ref.String(), Capture: q.holder.Captures[ip.String()],
-					Interface: q.holder.Interfaces[ip.String()], Since: since}
-				switch err := alloc.AllocateIP(ip); {
-				case err == nil:
-					changed = true
-				case !errors.Is(err, ippool.ErrAllocated):
-					continue
-				}
-				if poolstatus.AddQuarantine(p, entry) {
-					q.added = append(q.added, entry.IP)
-					changed = true
-				}
-			}
-		}
-		return changed, nil
-	}, Incarnation(pool.UID), protective())
-	if apierrors.IsNotFound(err) || errors.Is(err, ippool.ErrInvalidRange) {
-		// The pool is gone, or hands out nothing: it needs no quarantine.
-		for _, q := range qs {
-			q.added = nil
-		}
-		return nil
-	}
-	if err != nil {
-		return fmt.Errorf("quarantine in NodeIPPool %q: %w", pool.Name, err)
-	}
-	return nil
 }
 
 // ignorable tells the errors after which a give-back needs nothing: the
