@@ -6,7 +6,6 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	ippoolv1 "github.com/nmstate-ippool/nmstate-ippool/api/v1"
-	"github.com/nmstate-ippool/nmstate-ippool/internal/holder"
 	"github.com/nmstate-ippool/nmstate-ippool/internal/poolstatus"
 )
 
@@ -97,20 +96,18 @@ func (c *Chooser) Serve(a Ask, since metav1.Time) (Served, error) {
 }
 
 // Resumable returns, in the pool's order, the addresses of the in-flight
-// entries that are the ask's holder's own. A claim and a pooled policy's
-// node have one writer, their controller: their own entries are those
+// entries that are the ask's holder's own. A holder with a sole writer
+// (holder.Ref.SoleWriter: a claim, a pooled policy's node) owns those
 // under the ask's token that are neither quarantined (recorded, then
 // released: not the holder's any more) nor held by its record already;
 // an entry under another token is dead (its record can no longer be
-// written under it) and is left to be revoked. An enactment has several
-// writers (the pool controller serving it, a reset, a self-allocating
-// handler), each under the token it read, which may be ahead of another
-// writer's cache: every entry naming it is its own, and means that it is
-// being served.
+// written under it) and is left to be revoked. Every entry naming a
+// holder of several writers (an enactment) is its own, and means that it
+// is being served.
 func Resumable(pool *ippoolv1.NodeIPPool, a Ask) []netip.Addr {
 	var out []netip.Addr
 	name := a.Claimant.Holder.String()
-	everyToken := a.Claimant.Holder.Kind == holder.Enactment
+	everyToken := !a.Claimant.Holder.SoleWriter()
 	for _, e := range pool.Status.InFlight {
 		if e.HolderName() != name {
 			continue

@@ -113,6 +113,15 @@ func (r Ref) String() string {
 // elsewhere, and no enactment write reaches them.
 func (r Ref) Foreign() bool { return r.Kind != Enactment }
 
+// SoleWriter reports whether one writer alone takes addresses for the
+// holder, under one token for its life: a claim's and a pooled policy's
+// node's controller, under the object's UID. An enactment has several
+// (the pool controller serving it, a reset, a self-allocating handler),
+// each under the resourceVersion it read, which may be ahead of another
+// writer's cache. An entry of a sole writer under another token is dead;
+// every entry naming an enactment may be one being served.
+func (r Ref) SoleWriter() bool { return r.Kind != Enactment }
+
 // Title describes the holder for messages: "IPAddressClaim <namespace>/<name>",
 // "node <node> (PooledNodeNetworkConfigurationPolicy <policy>)",
 // "IPAddress <namespace>/<name> (not made by this provider for a claim)",
