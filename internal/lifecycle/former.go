@@ -31,11 +31,13 @@ package lifecycle
 import (
 	"context"
 	"fmt"
+	"maps"
 	"net/netip"
 	"slices"
 	"strings"
 
 	"github.com/nmstate/kubernetes-nmstate/api/shared"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	ippoolv1 "github.com/nmstate-ippool/nmstate-ippool/api/v1"
 	nncev1beta1 "github.com/nmstate-ippool/nmstate-ippool/api/v1beta1"
@@ -134,6 +136,19 @@ func (f Former) Node() string { return f.holder.Node }
 
 // Record is the addresses given up, by pool.
 func (f Former) Record() ippoolv1.EnactmentIPPools { return f.record }
+
+// Entries are the quarantines Release writes for f's addresses at since,
+// in the order of f.Record().Held() by pool name: what the pool
+// controller judges its evidence on.
+func (f Former) Entries(since metav1.Time) []ippoolv1.QuarantinedAddress {
+	var out []ippoolv1.QuarantinedAddress
+	for _, pool := range slices.Sorted(maps.Keys(f.record)) {
+		for _, ip := range f.record[pool].Held() {
+			out = append(out, f.holder.Entry(ip, since))
+		}
+	}
+	return out
+}
 
 // Release quarantines the addresses f gives up (step 1), in every pool
 // whose range hands them out, and returns those it newly quarantined, by
