@@ -196,7 +196,12 @@ func deleting(pools []ippoolv1.NodeIPPool) map[string]bool {
 // that its record holds and the node does not carry yet (carried) unless
 // the node gave up applying it: the address it released there (a reset)
 // is being replaced, and the apply that puts the replacement on takes it
-// off. An enactment being deleted replaces nothing, nor one for which the
+// off. A rollout the policy controller aborted still replaces: its node
+// applies nothing of that generation, so the old address stays on, as
+// the rest of the node's configuration does, until a later generation's
+// apply puts the replacement on; a node whose own apply failed for good
+// has given up, and the old address comes off. An enactment being deleted
+// replaces nothing, nor one for which the
 // pool has no other address, nor a pool being deleted (it hands out
 // nothing, and goes only once the addresses it quarantines are off their
 // nodes).
