@@ -56,15 +56,9 @@ func TestEvidenceEveryKind(t *testing.T) {
 	t0 := time.Date(2026, 1, 1, 12, 0, 0, 0, time.UTC)
 	period, hold := 5*time.Minute, 30*time.Second
 	at := func(d time.Duration) *metav1.Time { m := metav1.NewTime(t0.Add(d)); return &m }
+	// Last asked for long ago: the holder is asked again while it waits.
 	state := func(published time.Duration, carries bool) *nncev1beta1.NodeNetworkState {
-		nns := &nncev1beta1.NodeNetworkState{}
-		nns.Status.LastSuccessfulUpdateTime = *at(published)
-		addr := ""
-		if carries {
-			addr = `,"ipv4":{"address":[{"ip":"10.0.0.5","prefix-length":24}]}`
-		}
-		nns.Status.CurrentState = shared.NewState(`{"interfaces":[{"name":"eth1"` + addr + `}]}`)
-		return nns
+		return stateOfNode(t0, published, carries, -time.Hour)
 	}
 	// Each case: the evidence, and the verdict for a kind that keeps the
 	// address for its holder's return, and for one that does not (as

@@ -23,15 +23,7 @@ func TestJudgeQuarantine(t *testing.T) {
 	period := 5 * time.Minute
 	at := func(d time.Duration) *metav1.Time { m := metav1.NewTime(t0.Add(d)); return &m }
 	state := func(published time.Duration, carries bool, asked time.Duration) *nncev1beta1.NodeNetworkState {
-		nns := &nncev1beta1.NodeNetworkState{}
-		nns.Status.LastSuccessfulUpdateTime = *at(published)
-		addr := ""
-		if carries {
-			addr = `,"ipv4":{"address":[{"ip":"10.0.0.5","prefix-length":24}]}`
-		}
-		nns.Status.CurrentState = shared.NewState(`{"interfaces":[{"name":"eth1"` + addr + `}]}`)
-		nns.Labels = map[string]string{ippoolv1.RefreshStateLabel: strconv.FormatInt(t0.Add(asked).UnixNano(), 10)}
-		return nns
+		return stateOfNode(t0, published, carries, asked)
 	}
 	q := func(seen *metav1.Time, capture string) ippoolv1.QuarantinedAddress {
 		return ippoolv1.QuarantinedAddress{IP: "10.0.0.5", Node: "n1", NodeUID: "uid1", Holder: "n1.p", Capture: capture,
@@ -165,4 +157,18 @@ func TestCheckPeriods(t *testing.T) {
 			t.Errorf("CheckPeriods(%s, %s, %s) = %v, want %q...", tt.grace, tt.quarantine, tt.hold, err, tt.want)
 		}
 	}
+}
+
+// stateOfNode is a node's NodeNetworkState published at t0+published, with
+// 10.0.0.5 on eth1 when carries, last asked for at t0+asked.
+func stateOfNode(t0 time.Time, published time.Duration, carries bool, asked time.Duration) *nncev1beta1.NodeNetworkState {
+	nns := &nncev1beta1.NodeNetworkState{}
+	nns.Status.LastSuccessfulUpdateTime = metav1.NewTime(t0.Add(published))
+	addr := ""
+	if carries {
+		addr = `,"ipv4":{"address":[{"ip":"10.0.0.5","prefix-length":24}]}`
+	}
+	nns.Status.CurrentState = shared.NewState(`{"interfaces":[{"name":"eth1"` + addr + `}]}`)
+	nns.Labels = map[string]string{ippoolv1.RefreshStateLabel: strconv.FormatInt(t0.Add(asked).UnixNano(), 10)}
+	return nns
 }

@@ -22,18 +22,6 @@ import (
 	"github.com/nmstate-ippool/nmstate-ippool/test/envtest"
 )
 
-// onEth1 puts the address of the capture addr on eth1.
-const onEth1 = `interfaces:
-- name: eth1
-  type: ethernet
-  state: up
-  ipv4:
-    enabled: true
-    address:
-    - ip: "{{ capture.addr.ip }}"
-      prefix-length: "{{ capture.addr.prefix-length }}"
-`
-
 // giver is one kind of holder giving an address up, built from the record
 // that kind keeps, and what its quarantine must say.
 type giver struct {
@@ -71,7 +59,7 @@ var givers = []giver{
 		name: "pooled policy's node",
 		former: func(id, node, pool, ip string) lifecycle.Former {
 			p := &ippoolv1.PooledNodeNetworkConfigurationPolicy{ObjectMeta: metav1.ObjectMeta{Name: id}}
-			p.Spec.DesiredState = shared.NewState(onEth1)
+			p.Spec.DesiredState = shared.NewState(envtest.OneAddressState)
 			rec := &ippoolv1.PooledPolicyNode{Node: node, NodeUID: types.UID("uid-" + node)}
 			return lifecycle.OfPolicyNode(p, rec, []ippoolv1.PooledAddress{{Capture: "addr", Pool: pool, IP: ip}})
 		},
