@@ -165,7 +165,7 @@ $(ENVTEST_DIR)/kubelet $(ENVTEST_DIR)/kube-proxy $(ENVTEST_DIR)/kube-controller-
 ##@ Test
 
 .PHONY: test
-test: envtest-assets $(ENVTEST_DIR)/kube-controller-manager $(KUSTOMIZE) $(HELM) $(OLM) peer-handler ## Run unit tests, fuzz seeds, envtest suites, e2e, the suite beside kubernetes-nmstate's handler (when ../shared/peers is there; its cluster runs Kubernetes' garbage collector) and a short chaos run against a real API server (with -race).
+test: envtest-assets $(KUSTOMIZE) $(HELM) $(OLM) peer-handler ## Run unit tests, fuzz seeds, envtest suites, e2e, the suite beside kubernetes-nmstate's handler (when ../shared/peers is there; its cluster runs Kubernetes' garbage collector) and a short chaos run against a real API server (with -race).
 	go test $(GO_TEST_FLAGS) ./...
 	cd hack/olm && go test -count=1 ./...
 
@@ -232,7 +232,7 @@ bench-peer: envtest-assets peer-handler ## Roll the same policies out with kuber
 		-args -peer.nodes $(PEER_NODES) -peer.runs $(PEER_RUNS)
 
 .PHONY: envtest-assets
-envtest-assets: $(ENVTEST_DIR)/kube-apiserver $(ENVTEST_DIR)/etcd ## Build kube-apiserver and etcd into bin/k8s (once).
+envtest-assets: $(ENVTEST_DIR)/kube-apiserver $(ENVTEST_DIR)/etcd $(ENVTEST_DIR)/kube-controller-manager ## Build kube-apiserver, etcd and kube-controller-manager (the local cluster's garbage collector and node lifecycle) into bin/k8s (once).
 
 $(ENVTEST_DIR)/kube-apiserver: hack/kube-apiserver/go.mod
 	@mkdir -p $(ENVTEST_DIR)
