@@ -20,8 +20,9 @@ import (
 )
 
 // TestWhoWritesWhat keeps docs/protocol.md's table "Who writes what" true:
-// over a rollout to two nodes of a policy that draws from a pool, a reset
-// and the policy's deletion, served by the pool controller and allocated
+// over a rollout to two nodes of a policy that draws from a pool, a reset,
+// the pool created again over a range without the nodes' addresses (each
+// replaced, the old one released) and the policy's deletion, served by the pool controller and allocated
 // by the handlers (--self-allocate), every part of an enactment that the
 // API server's managedFields show a writer owning is a part the table
 // names, and that writer is one its row names. Each controller writes under its own field
@@ -42,7 +43,7 @@ func TestWhoWritesWhat(t *testing.T) {
 			Expect(err).NotTo(HaveOccurred())
 			Expect(table).To(HaveKey("status.slot.granted"), "the table was read")
 			ws, err := envtest.WatchWriters(ctx, env.Config, k.Scheme(), &nncev1beta1.NodeNetworkConfigurationEnactmentList{},
-				func(o metav1.Object) bool { return strings.HasSuffix(o.GetName(), "."+name) }, "slot")
+				func(o metav1.Object) bool { return strings.HasSuffix(o.GetName(), "."+name) }, "slot", "ippool[*]")
 			Expect(err).NotTo(HaveOccurred())
 
 			twoNodesOf(t, name, ippoolv1.IPRange{CIDR: tc.net + ".0/24", Start: tc.net + ".1", End: tc.net + ".10"},
@@ -52,6 +53,18 @@ func TestWhoWritesWhat(t *testing.T) {
 			annotate(e, name)
 			Eventually(func() []string { return held(e.Name, name) }).ShouldNot(Or(BeEmpty(), Equal(before)))
 			Eventually(enactmentState(e.Name)).Should(HavePrefix("Available"))
+			// The pool created again over a range without the nodes'
+			// addresses: each is replaced, and the old one released.
+			deleteObject(&ippoolv1.NodeIPPool{ObjectMeta: metav1.ObjectMeta{Name: name}})
+			createPool(t, name, ippoolv1.IPRange{CIDR: tc.net + ".0/24", Start: tc.net + ".100", End: tc.net + ".110"})
+			for _, enactment := range []string{name + "01." + name, name + "02." + name} {
+				Eventually(func() ippoolv1.PoolAllocation {
+					var got nncev1beta1.NodeNetworkConfigurationEnactment
+					Expect(k.Get(ctx, client.ObjectKey{Name: enactment}, &got)).To(Succeed())
+					return got.Status.IPPool[name]
+				}).Should(And(HaveField("Allocated", ConsistOf(HavePrefix(tc.net+".1"))), HaveField("Releasing", BeEmpty())),
+					"replaced inside the new range, the old address released")
+			}
 			deleteObject(&nmstatev1.NodeNetworkConfigurationPolicy{ObjectMeta: metav1.ObjectMeta{Name: name}})
 			for _, enactment := range []string{name + "01." + name, name + "02." + name} {
 				Eventually(func() bool {
@@ -63,7 +76,8 @@ func TestWhoWritesWhat(t *testing.T) {
 			for _, msg := range problems {
 				t.Error(msg)
 			}
-			Expect(seen).To(HaveKey("status.ippool"), "the watch saw the records written")
+			Expect(seen).To(HaveKey("status.ippool[*].allocated"), "the watch saw the records written")
+			Expect(seen).To(HaveKey("status.ippool[*].releasing"), "and the releases")
 		})
 	}
 }

@@ -38,7 +38,8 @@ type Writers struct {
 // WatchWriters starts watching the objects of list's kind. keep picks the
 // test's own objects (another test may write its objects by hand); the
 // fields named in split (a status field, "slot") are parts field by
-// field.
+// field, and those of a map named with "[*]" ("ippool[*]") are parts by
+// the fields of its entries ("status.ippool[*].releasing").
 func WatchWriters(ctx context.Context, cfg *rest.Config, scheme *runtime.Scheme, list client.ObjectList,
 	keep func(metav1.Object) bool, split ...string) (*Writers, error) {
 	wc, err := client.NewWithWatch(cfg, client.Options{Scheme: scheme})
@@ -121,7 +122,8 @@ func projectKey(key string) bool {
 // PartsOf returns the parts of an object that a managedFields entry owns,
 // named as the tables name them: "spec" when it sets any of it, each
 // status field that holds a value ("status.conditions"; a field in split
-// by its own fields, "status.slot.granted"), and "annotation K", "label K"
+// by its own fields, "status.slot.granted"; a map in split as "ippool[*]"
+// by its entries' fields, "status.ippool[*].allocated"), and "annotation K", "label K"
 // and "finalizer K" of the keys projectKey names. values is the object
 // (runtime.DefaultUnstructuredConverter): in managedFields a value and an
 // empty object look alike ({}), and an empty object sets nothing (an empty
@@ -140,14 +142,17 @@ func PartsOf(mf metav1.ManagedFieldsEntry, values map[string]any, split ...strin
 		out = append(out, "spec")
 	}
 	for _, name := range setFields(fields["f:status"], values, "status") {
-		if !slices.Contains(split, name) {
-			out = append(out, "status."+name)
-			continue
-		}
 		var sub map[string]json.RawMessage
 		_ = json.Unmarshal(fields["f:status"]["f:"+name], &sub)
-		for _, half := range setFields(sub, values, "status", name) {
-			out = append(out, "status."+name+"."+half)
+		switch {
+		case slices.Contains(split, name):
+			for _, half := range setFields(sub, values, "status", name) {
+				out = append(out, "status."+name+"."+half)
+			}
+		case slices.Contains(split, name+"[*]"):
+			out = append(out, entryFields(sub, values, name)...)
+		default:
+			out = append(out, "status."+name)
 		}
 	}
 	metadata := fields["f:metadata"]
@@ -162,6 +167,26 @@ func PartsOf(mf metav1.ManagedFieldsEntry, values map[string]any, split ...strin
 		}
 	}
 	return out, nil
+}
+
+// entryFields names the fields that a managedFields object sets in the
+// entries of the status map name, whatever their keys:
+// "status.ippool[*].releasing".
+func entryFields(entries map[string]json.RawMessage, values map[string]any, name string) []string {
+	var out []string
+	for key, raw := range entries {
+		if key == "." {
+			continue
+		}
+		var sub map[string]json.RawMessage
+		_ = json.Unmarshal(raw, &sub)
+		for _, field := range setFields(sub, values, "status", name, strings.TrimPrefix(key, "f:")) {
+			if part := "status." + name + "[*]." + field; !slices.Contains(out, part) {
+				out = append(out, part)
+			}
+		}
+	}
+	return out
 }
 
 // setFields names the fields of a managedFields object (at path in values)
@@ -233,7 +258,7 @@ func WritersTable(header string, writers ...string) (map[string]map[string]bool,
 		}
 		text := removal.ReplaceAllString(strings.ToLower(strings.Join(cells[1:], "; ")), "")
 		for _, m := range ticked.FindAllStringSubmatch(cells[0], -1) {
-			part := strings.TrimSuffix(m[1], "[*].releasing")
+			part := m[1]
 			for _, kind := range []string{"annotation", "label", "finalizer"} {
 				if strings.HasPrefix(cells[0], kind) {
 					part = kind + " " + part
