@@ -319,9 +319,12 @@ func TestUnreadableBitmap(t *testing.T) {
 	Eventually(available("garbled")).Should(HavePrefix("True ReconciledPool"))
 }
 
-// TestConcurrentRetirers: the node's handler and the pool controller
-// retire one enactment at the same moment; exactly one of them removes
-// its finalizer, and its address has one quarantine.
+// TestConcurrentRetirers: two retirers retire one enactment at the same
+// moment (the enactment names no node, so the pool controller leaves it
+// to them); its address has one quarantine, and at most one of them
+// reports it. Both may see their removal of the finalizer succeed: the
+// API server drops a deleted object whose last finalizer goes without a
+// new resourceVersion, so two removals read at the same one both pass.
 func TestConcurrentRetirers(t *testing.T) {
 	RegisterTestingT(t)
 	startController(t, nil)
@@ -355,13 +358,17 @@ func TestConcurrentRetirers(t *testing.T) {
 		}()
 	}
 	a, b := <-results, <-results
-	// One removes the finalizer and reports what it quarantined: the
-	// address, or nothing when the other's quarantine landed first (a
-	// quarantine is idempotent); the other reports nil.
-	Expect([]ippoolv1.EnactmentIPPools{a, b}).To(ContainElement(BeNil()), "exactly one retirer removes the finalizer")
+	// Each reports what it newly quarantined: the address, or nothing
+	// when the other's quarantine landed first (a quarantine is
+	// idempotent) or the other removed the finalizer before it looked.
+	reported := 0
 	for _, q := range []ippoolv1.EnactmentIPPools{a, b} {
 		Expect(q).To(Or(BeEmpty(), Equal(ippoolv1.EnactmentIPPools{"twice": {Allocated: []string{"10.61.0.9"}}})))
+		if len(q) > 0 {
+			reported++
+		}
 	}
+	Expect(reported).To(BeNumerically("<=", 1), "at most one retirer reports the address")
 	Expect(quarantines.Load()).To(Equal(int32(1)), "one quarantine of the address")
 	Expect(len(poolStatus("twice").Quarantined)).To(BeNumerically("<=", 1), "never two entries (or none: lifted since)")
 }

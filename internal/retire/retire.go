@@ -11,9 +11,12 @@
 //     holder no longer carries them;
 //  2. the record goes: the enactment's status.ippool entry (Drop), its
 //     releasing addresses (Release) or the enactment itself (Retire),
-//     written under the enactment's
-//     resourceVersion, so that of several concurrent callers exactly one
-//     succeeds.
+//     written under the enactment's resourceVersion, so that of several
+//     concurrent callers one succeeds and the others find nothing left
+//     (a removal of a deleted enactment's last finalizer is the one
+//     exception: the API server lets several concurrent ones succeed, as
+//     the object goes without a new resourceVersion; each quarantined
+//     first, and a quarantine is idempotent).
 //
 // The record goes only once its quarantine is written: a failed
 // quarantine is an error, and the record stays until a later call
@@ -55,12 +58,17 @@ var errGone = errors.New("nothing left to retire")
 //     FinalizerIPPool finalizer keeps the object and the record);
 //  2. it quarantines the addresses the record holds;
 //  3. it removes the finalizer under the enactment's resourceVersion, which
-//     makes the API server drop the object; of several concurrent retirers
-//     (the node's handler, the pool controller) exactly one succeeds.
+//     makes the API server drop the object. A retirer that reads the
+//     object after another removed it finds nothing left; those that read
+//     it at the same resourceVersion may all see their removal succeed
+//     (the API server drops the object without a new resourceVersion, and
+//     ignores a second drop).
 //
-// It returns the addresses it quarantined, by pool, when it removed the
-// finalizer itself: nil when another retirer won, or the enactment had no
-// finalizer. A quarantine that fails is returned, with the finalizer still
+// It returns the addresses it newly quarantined, by pool, when its
+// removal of the finalizer succeeded: empty when another retirer's
+// quarantine came first, and nil when another retirer removed the
+// finalizer before it read the enactment, or it had none. Of several
+// concurrent retirers at most one reports the addresses. A quarantine that fails is returned, with the finalizer still
 // on. Retire is idempotent; after an error, call it again.
 func Retire(ctx context.Context, w *poolwrite.Writer, e *nncev1beta1.NodeNetworkConfigurationEnactment) (ippoolv1.EnactmentIPPools, error) {
 	ctx = audit.Default(ctx, "Retired", "enactment "+e.Name+" is deleted: its Node or its policy is gone, or the policy no longer selects the node")
