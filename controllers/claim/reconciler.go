@@ -3,6 +3,7 @@ package claim
 import (
 	"context"
 	"fmt"
+	"net/netip"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -204,16 +205,20 @@ func (r *Reconciler) restore(ctx context.Context, claim, addr *unstructured.Unst
 			return condition{}, false, fmt.Errorf("note the address of IPAddressClaim %s/%s: %w", claim.GetNamespace(), claim.GetName(), err)
 		}
 	}
-	holder, token := holderOf(claim)
+	h, token := holderOf(claim)
+	var other string
 	_, err := r.Pools.Update(ctx, a.Pool.Name, func(p *ippoolv1.NodeIPPool, alloc *ippool.Allocator) (bool, error) {
-		if e := poolstatus.InFlightOf(p, a.IP.String()); e != nil {
-			return false, nil
-		}
-		_ = alloc.AllocateIP(a.IP) // set already while the IPAddress records it
-		poolstatus.AddInFlight(p, ippoolv1.InFlightAddress{IP: a.IP.String(), Holder: holder.String(), Token: token,
+		var changed bool
+		changed, other = holdForRestore(p, alloc, ippoolv1.InFlightAddress{IP: a.IP.String(), Holder: h.String(), Token: token,
 			Since: now(r.Clock)})
-		return true, nil
+		return changed, nil
 	})
+	if err == nil && other != "" {
+		// The IPAddress keeps its finalizer, and its record the address,
+		// until that entry is settled (pruned, forgotten or revoked).
+		return notReady(capi.ReasonAllocationFailed, fmt.Sprintf("IPAddress %s/%s is being deleted, and %s is in flight for %s "+
+			"in NodeIPPool %s: it is restored once that is settled", a.Namespace, a.Name, a.IP, holder.Parse(other).Title(), a.Pool.Name)), true, nil
+	}
 	if apierrors.IsNotFound(err) {
 		// Nothing can hold the address: the IPAddress stays, terminating,
 		// and keeps its record until the pool is back or the claim goes.
@@ -232,6 +237,26 @@ func (r *Reconciler) restore(ctx context.Context, claim, addr *unstructured.Unst
 	r.Recorder.Eventf(claim, nil, corev1.EventTypeWarning, capi.ReasonAddressRestored, "Restore",
 		"IPAddress %s/%s was deleted while this claim exists: it is created again with %s", a.Namespace, a.Name, a.IP)
 	return r.allocate(ctx, claim)
+}
+
+// holdForRestore holds the address of entry for the claim entry names,
+// under its token, while its IPAddress is made again: an entry of the
+// claim's under that token holds it already; another entry on the address
+// (another holder's, or an earlier claim's of the name) is not the
+// claim's to take over, and is returned in other, with nothing changed.
+// The bit is set already while the IPAddress records the address.
+func holdForRestore(p *ippoolv1.NodeIPPool, alloc *ippool.Allocator, entry ippoolv1.InFlightAddress) (changed bool, other string) {
+	if e := poolstatus.InFlightOf(p, entry.IP); e != nil {
+		if e.HolderName() == entry.Holder && e.Token == entry.Token {
+			return false, ""
+		}
+		return false, e.HolderName()
+	}
+	if ip, err := netip.ParseAddr(entry.IP); err == nil {
+		_ = alloc.AllocateIP(ip)
+	}
+	poolstatus.AddInFlight(p, entry)
+	return true, ""
 }
 
 // waitGone waits, a few seconds at most, until the object addr names is
@@ -323,8 +348,11 @@ func (r *Reconciler) release(ctx context.Context, claim *unstructured.Unstructur
 // take an address from its holder.
 func (r *Reconciler) quarantine(ctx context.Context, claim *unstructured.Unstructured, a capi.Address, recognized bool) error {
 	if !recognized {
+		// From the API server: a cache that has not seen the pool would
+		// skip the check, and the quarantine would name the claim on
+		// another holder's address.
 		var pool ippoolv1.NodeIPPool
-		err := r.Client.Get(ctx, types.NamespacedName{Name: a.Pool.Name}, &pool)
+		err := r.APIReader.Get(ctx, types.NamespacedName{Name: a.Pool.Name}, &pool)
 		if client.IgnoreNotFound(err) != nil {
 			return fmt.Errorf("get NodeIPPool %s: %w", a.Pool.Name, err)
 		}
