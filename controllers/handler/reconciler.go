@@ -365,14 +365,15 @@ func (r *Reconciler) concludeBlocked(ctx context.Context, s *scope, blocked *out
 // concludeRecorded writes an enactment that now records alloc's fresh
 // addresses, and leaves those it no longer uses releasing. The write is
 // guarded by the resourceVersion the fresh addresses' in-flight entries
-// carry as their token. If the API server refused it (a conflict), the
-// record certainly does not exist: the fresh addresses are withdrawn, and
-// if the pool controller fenced the enactment because the addresses
-// stayed unrecorded too long, that is told. After any other error the
-// write may have landed, so they are kept.
+// carry as their token. If the API server refused it (a conflict, or the
+// enactment deleted meanwhile), the record certainly does not exist: the
+// fresh addresses are withdrawn at once, as the pool controller and the
+// companion withdraw theirs, and if the pool controller fenced the
+// enactment because the addresses stayed unrecorded too long, that is
+// told. After any other error the write may have landed, so they are kept.
 func (r *Reconciler) concludeRecorded(ctx context.Context, s *scope, alloc *allocation, o outcome) (ctrl.Result, error) {
 	res, err := r.conclude(ctx, s, o)
-	if apierrors.IsConflict(err) {
+	if apierrors.IsConflict(err) || apierrors.IsNotFound(err) {
 		r.withdraw(ctx, alloc)
 		r.reportRevoked(ctx, alloc)
 	}

@@ -114,8 +114,9 @@ func (r Ref) String() string {
 func (r Ref) Foreign() bool { return r.Kind != Enactment }
 
 // SoleWriter reports whether one writer alone takes addresses for the
-// holder, under one token for its life: a claim's and a pooled policy's
-// node's controller, under the object's UID. An enactment has several
+// holder: a claim's controller (under the claim's UID) and the companion
+// controller for a pooled policy's node (under the policy's
+// resourceVersion it read). An enactment has several
 // (the pool controller serving it, a reset, a self-allocating handler),
 // each under the resourceVersion it read, which may be ahead of another
 // writer's cache. An entry of a sole writer under another token is dead;
