@@ -2,7 +2,6 @@ package companion
 
 import (
 	"context"
-	"fmt"
 	"maps"
 	"net/netip"
 	"slices"
@@ -85,8 +84,8 @@ func (r *Reconciler) outside(ctx context.Context, w *world, next *ippoolv1.Poole
 }
 
 // outsideOf says why pool no longer hands out the recorded address a
-// ("capture c: A is no longer handed out by NodeIPPool P (range)"), or ""
-// when it does, or when the pool cannot serve a replacement now.
+// (poolstatus.Outside), or "" when it does, or when the pool cannot serve
+// a replacement now.
 func outsideOf(pool *ippoolv1.NodeIPPool, a ippoolv1.PooledAddress) string {
 	if pool == nil || poolstatus.Unservable(pool) != "" {
 		return ""
@@ -96,10 +95,7 @@ func outsideOf(pool *ippoolv1.NodeIPPool, a ippoolv1.PooledAddress) string {
 	if err != nil || perr != nil {
 		return ""
 	}
-	if _, err := rng.Assignable(ip); err == nil {
-		return ""
-	}
-	return fmt.Sprintf("capture %s: %s is no longer handed out by NodeIPPool %s (%s)", a.Capture, a.IP, pool.Name, rng)
+	return poolstatus.Outside(pool.Name, rng, a.Capture, ip)
 }
 
 // replace takes from rec, for nobody's return, the addresses of which why

@@ -81,7 +81,7 @@ func TestAddressOutsideRangeReplaced(t *testing.T) {
 	Eventually(addressOf("or", "or-1")).Should(Equal("10.68.1.10"))
 	Eventually(u.configured("or-1")).Should(Equal([]string{"10.68.1.10/25"}), "the new address replaces the old one")
 	Eventually(events("or")).Should(ContainElement(
-		"AddressOutsideRange: Node or-1: capture addr: 10.68.0.10 is no longer handed out by NodeIPPool cmp-or (10.68.1.0/25 10.68.1.10-10.68.1.20); " +
+		"AddressOutsideRange: Node or-1: capture addr: 10.68.0.10 is no longer handed out by NodeIPPool \"cmp-or\" (10.68.1.0/25 10.68.1.10-10.68.1.20); " +
 			"it gets new addresses, and the old ones are taken off its interfaces"))
 	Eventually(func() []string {
 		var p ippoolv1.PooledNodeNetworkConfigurationPolicy

@@ -2,7 +2,6 @@ package handler
 
 import (
 	"errors"
-	"fmt"
 	"net/netip"
 
 	"github.com/nmstate/kubernetes-nmstate/api/shared"
@@ -51,13 +50,12 @@ func planPool(e *nncev1beta1.NodeNetworkConfigurationEnactment, pool *ippoolv1.N
 			p.fresh = append(p.fresh, ref.Capture)
 			continue
 		}
-		off, err := rng.Assignable(addr.IP)
-		if err != nil {
+		if why := poolstatus.Outside(ref.Pool, rng, ref.Capture, addr.IP); why != "" {
 			p.fresh = append(p.fresh, ref.Capture)
-			p.moved = append(p.moved, fmt.Sprintf("capture %s: %s is no longer handed out by NodeIPPool %q (%s)",
-				ref.Capture, addr.IP, ref.Pool, rng))
+			p.moved = append(p.moved, why)
 			continue
 		}
+		off, _ := rng.Offset(addr.IP)
 		taken[addr.IP] = true
 		p.addresses[ref.Capture] = poolstatus.Address(pool, rng, addr.IP)
 		if !alloc.Has(off) {

@@ -3,7 +3,6 @@ package pool
 import (
 	"cmp"
 	"context"
-	"net/netip"
 	"slices"
 	"strings"
 	"time"
@@ -80,7 +79,7 @@ func (r *Reconciler) busyRequests(ctx context.Context, pool *ippoolv1.NodeIPPool
 		}
 		rq := &request{enactment: e, ifaces: p.ifaces}
 		for _, ref := range p.captures.RefsOf(pool.Name) {
-			if addr, ok := record.Of(e, ref); !ok || !handsOut(rng, addr.IP) {
+			if addr, ok := record.Of(e, ref); !ok || poolstatus.Outside(pool.Name, rng, ref.Capture, addr.IP) != "" {
 				rq.refs = append(rq.refs, ref)
 			}
 		}
@@ -92,12 +91,6 @@ func (r *Reconciler) busyRequests(ctx context.Context, pool *ippoolv1.NodeIPPool
 		return cmp.Or(pendingSince(a.enactment).Compare(pendingSince(b.enactment).Time), cmp.Compare(a.enactment.Name, b.enactment.Name))
 	})
 	return out
-}
-
-// handsOut reports whether the range hands ip out.
-func handsOut(rng *ippool.Range, ip netip.Addr) bool {
-	_, err := rng.Assignable(ip)
-	return err == nil
 }
 
 // asks reports whether the enactment asks the controller for addresses

@@ -41,6 +41,18 @@ func Address(pool *ippoolv1.NodeIPPool, rng *ippool.Range, ip netip.Addr) captur
 	return a
 }
 
+// Outside says why the range rng of the pool named pool no longer hands
+// out ip, the address a holder records for its capture captureName, or ""
+// when it still does. Every kind of holder replaces such an address
+// (ippoolv1.ReasonAddressOutsideRange) in these words: an enactment its
+// handler or the pool controller serves, and a pooled policy's node.
+func Outside(pool string, rng *ippool.Range, captureName string, ip netip.Addr) string {
+	if _, err := rng.Assignable(ip); err == nil {
+		return ""
+	}
+	return fmt.Sprintf("capture %s: %s is no longer handed out by NodeIPPool %q (%s)", captureName, ip, pool, rng)
+}
+
 // Allocator returns the allocator of a pool with its status bitmap
 // restored. Errors wrap ippool.ErrInvalidRange, ippool.ErrInvalidSnapshot or
 // ippool.ErrSnapshotMismatch.
