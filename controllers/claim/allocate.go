@@ -83,51 +83,36 @@ func (r *Reconciler) allocate(ctx context.Context, claim *unstructured.Unstructu
 // pool's rules give. A refusal is a condition; requeue asks to look again.
 func (r *Reconciler) take(ctx context.Context, claim *unstructured.Unstructured, pool *ippoolv1.NodeIPPool) (netip.Addr, *condition, bool, error) {
 	ask := askOf(claim)
-	holder, token := ask.Claimant.Holder, ask.Token
+	holder := ask.Claimant.Holder
 	requested := claim.GetAnnotations()[capi.RequestedAddressAnnotation]
 	restoring := claim.GetAnnotations()[capi.RestoreAnnotation]
 	var got netip.Addr
 	var refusal *condition
 	ctx = audit.WithReason(ctx, "Served", "IPAddressClaim "+claim.GetNamespace()+"/"+claim.GetName()+" asks for an address")
 	_, err := r.Pools.Update(ctx, pool.Name, func(p *ippoolv1.NodeIPPool, alloc *ippool.Allocator) (bool, error) {
-		got, refusal = netip.Addr{}, nil
-		since := now(r.Clock)
-		if restoring == "" && requested == "" {
-			// The pool's rules, as for every holder (assign.Chooser.Serve).
-			var changed bool
-			got, changed, refusal = takeNext(p, alloc, ask, since)
-			return changed, nil
-		}
-		if resumed := assign.Resumable(p, ask); len(resumed) > 0 {
-			got = resumed[0]
-			return false, nil
-		}
-		if why := poolstatus.Unservable(p); why != "" {
-			// The cache said it could serve; the API server says otherwise
-			// (a rebuild began meanwhile).
-			c := notReady(capi.ReasonPoolNotReady, why)
-			refusal = &c
-			return false, nil
-		}
-		if restoring != "" {
+		var want func() (netip.Addr, error)
+		switch {
+		case restoring != "":
 			// Who else records the address is read after the pool, so a
 			// holder that pruned its entry since wrote its record first,
 			// and a prune after the read fails this write.
-			var err error
-			got, refusal, err = takeBack(p, alloc, restoring, func() (string, error) {
-				return r.otherHolder(ctx, p, holder, restoring)
-			})
-			if err != nil {
-				return false, err
+			want = func() (netip.Addr, error) {
+				ip, c, err := takeBack(p, alloc, restoring, func() (string, error) {
+					return r.otherHolder(ctx, p, holder, restoring)
+				})
+				return ip, refusedOr(c, err)
 			}
-		} else {
-			got, refusal = takeRequested(p, alloc, requested)
+		case requested != "":
+			want = func() (netip.Addr, error) {
+				ip, c := takeRequested(p, alloc, requested)
+				return ip, refusedOr(c, nil)
+			}
 		}
-		if refusal != nil {
-			return false, nil
-		}
-		poolstatus.AddInFlight(p, ippoolv1.InFlightAddress{IP: got.String(), Holder: holder.String(), Token: token, Since: since})
-		return true, nil
+		var changed bool
+		var err error
+		got, changed, err = serve(p, alloc, ask, now(r.Clock), want)
+		refusal, err = refusalOf(p, alloc, err)
+		return changed && refusal == nil, err
 	}, poolwrite.Incarnation(pool.UID))
 	switch {
 	case poolwrite.Gone(err):
@@ -151,34 +136,74 @@ func deref(c *condition) condition {
 	return *c
 }
 
-// takeNext serves the claim's ask by the rule of every holder
-// (assign.Chooser.Serve): the address its in-flight entry holds already,
-// or the one the pool's rules give a claimant that is no node (the lowest
-// free one that no reservation holds for a node and that is not kept for
-// a node's return; in a pool with no other address left, the one kept
-// longest for a node's return, as a node would get it), held by an
-// in-flight entry under the ask's token. It reports whether the pool
-// changed.
-func takeNext(p *ippoolv1.NodeIPPool, alloc *ippool.Allocator, a assign.Ask, since metav1.Time) (netip.Addr, bool, *condition) {
-	ch := assign.New(p, alloc)
-	s, err := ch.Serve(a, since)
-	ch.Done()
-	var refused *assign.Unservable
+// serve serves the claim's ask in one pool write by the rule of every
+// holder (assign.Chooser.Serve): the address its in-flight entry holds
+// already, or, with want nil, the one the pool's rules give a claimant
+// that is no node (the lowest free one that no reservation holds for a
+// node and that is not kept for a node's return; in a pool with no other
+// address left, the one kept longest for a node's return, as a node
+// would get it); with want, the address want names and takes
+// (assign.ServeOne). A taken address is held by an in-flight entry under
+// the ask's token. It reports whether the pool changed.
+func serve(p *ippoolv1.NodeIPPool, alloc *ippool.Allocator, a assign.Ask, since metav1.Time,
+	want func() (netip.Addr, error)) (netip.Addr, bool, error) {
+	var s assign.Served
+	var err error
+	if want == nil {
+		ch := assign.New(p, alloc)
+		s, err = ch.Serve(a, since)
+		ch.Done()
+	} else {
+		s, err = assign.ServeOne(p, a, since, want)
+	}
 	switch {
 	case len(s.Resumed) > 0:
 		return s.Resumed[0], false, nil
-	case errors.As(err, &refused):
-		// The cache said it could serve; the API server says otherwise
-		// (a rebuild began meanwhile).
-		c := notReady(capi.ReasonPoolNotReady, refused.Why)
-		return netip.Addr{}, false, &c
 	case err != nil:
-		c := notReady(capi.ReasonPoolExhausted, fmt.Sprintf(
-			"NodeIPPool %s has no address left for this claim (%d of %d allocated: %v); the claim is served as soon as one is freed, "+
-				"or grow the pool's range", p.Name, alloc.Count(), alloc.Range().Size(), err))
-		return netip.Addr{}, false, &c
+		return netip.Addr{}, false, err
 	}
 	return s.Taken[0].IP, true, nil
+}
+
+// refused is a claim's refusal (a condition) carried as an error through
+// assign.ServeOne.
+type refused struct{ c condition }
+
+func (r *refused) Error() string { return r.c.message }
+
+// refusedOr returns c as an error, or err when there is no refusal.
+func refusedOr(c *condition, err error) error {
+	if c != nil {
+		return &refused{c: *c}
+	}
+	return err
+}
+
+// refusalOf turns the error of serving a claim into the condition that
+// says why it got no address; an error that is no refusal is returned.
+func refusalOf(p *ippoolv1.NodeIPPool, alloc *ippool.Allocator, err error) (*condition, error) {
+	var unservable *assign.Unservable
+	var refusal *refused
+	var c condition
+	switch {
+	case err == nil:
+		return nil, nil
+	case errors.As(err, &unservable):
+		// The cache said it could serve; the API server says otherwise
+		// (a rebuild began meanwhile).
+		c = notReady(capi.ReasonPoolNotReady, unservable.Why)
+	case errors.As(err, &refusal):
+		c = refusal.c
+	case errors.Is(err, ippool.ErrFull):
+		c = notReady(capi.ReasonPoolExhausted, fmt.Sprintf(
+			"NodeIPPool %s has no address left for this claim (%d of %d allocated: %v); the claim is served as soon as one is freed, "+
+				"or grow the pool's range", p.Name, alloc.Count(), alloc.Range().Size(), err))
+	default:
+		// No refusal (a take fails only with ippool.ErrFull): the pass
+		// fails, and is tried again.
+		return nil, err
+	}
+	return &c, nil
 }
 
 // takeRequested takes the address a claim asks for by annotation, if the

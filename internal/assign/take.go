@@ -85,13 +85,40 @@ func (u *Unservable) Error() string { return u.Why }
 // entry could, on a conflict, withdraw an address that the other
 // recorded.
 func (c *Chooser) Serve(a Ask, since metav1.Time) (Served, error) {
-	if resumed := Resumable(c.pool, a); len(resumed) > 0 {
+	return serve(c.pool, a, func() ([]Taken, error) {
+		taken, _, err := c.TakeAll(a, since)
+		return taken, err
+	})
+}
+
+// ServeOne is Serve for an ask of one address that the holder names
+// instead of the pool's choice (a claim's requested address, or the
+// address its IPAddress is restored with). It keeps Serve's order: it
+// resumes, refuses a pool that may not hand out addresses, and only then
+// calls take, which allocates the named address on the pool's allocator
+// or returns the error that refuses it; the address it took is held by
+// an in-flight entry under the ask's token, as any other.
+func ServeOne(pool *ippoolv1.NodeIPPool, a Ask, since metav1.Time, take func() (netip.Addr, error)) (Served, error) {
+	return serve(pool, a, func() ([]Taken, error) {
+		ip, err := take()
+		if err != nil {
+			return nil, err
+		}
+		t := Taken{IP: ip}
+		poolstatus.AddInFlight(pool, t.InFlight(a.Claimant.Holder, a.Token, since))
+		return []Taken{t}, nil
+	})
+}
+
+// serve is the order of Serve and ServeOne: resume, refuse, take.
+func serve(pool *ippoolv1.NodeIPPool, a Ask, take func() ([]Taken, error)) (Served, error) {
+	if resumed := Resumable(pool, a); len(resumed) > 0 {
 		return Served{Resumed: resumed[:min(len(resumed), len(a.Captures))]}, nil
 	}
-	if why := poolstatus.Unservable(c.pool); why != "" {
+	if why := poolstatus.Unservable(pool); why != "" {
 		return Served{}, &Unservable{Why: why}
 	}
-	taken, _, err := c.TakeAll(a, since)
+	taken, err := take()
 	return Served{Taken: taken}, err
 }
 

@@ -184,3 +184,47 @@ func TestServeResumesOrTakes(t *testing.T) {
 		})
 	}
 }
+
+// TestServeOneKeepsServesOrder: an ask of one named address is served in
+// Serve's order. Its holder's own in-flight entry is resumed before the
+// named address is looked at; a pool that may not hand out addresses
+// refuses before it is; the named address is held by an in-flight entry
+// under the ask's token; and take's refusal passes through with the pool
+// unchanged.
+func TestServeOneKeepsServesOrder(t *testing.T) {
+	since := metav1.Unix(1_700_000_000, 0)
+	h := holder.ForClaim("tenant", "m-0")
+	ask := Ask{Claimant: Claimant{Holder: h}, Captures: []string{""}, Token: "uid-1"}
+	p, alloc := testPool() // hands out 10.0.0.2-10.0.0.6 but 10.0.0.5
+	p.Status.Conditions = []metav1.Condition{{Type: ippoolv1.ConditionAvailable, Status: metav1.ConditionTrue, Reason: "ReconciledPool"}}
+	calls := 0
+	takeSix := func() (netip.Addr, error) {
+		calls++
+		return mustAddr("10.0.0.6"), alloc.AllocateIP(mustAddr("10.0.0.6"))
+	}
+
+	s, err := ServeOne(p, ask, since, takeSix)
+	want := []ippoolv1.InFlightAddress{{IP: "10.0.0.6", Holder: h.String(), Token: "uid-1", Since: since}}
+	if err != nil || len(s.Taken) != 1 || s.Taken[0].IP != mustAddr("10.0.0.6") || !reflect.DeepEqual(p.Status.InFlight, want) {
+		t.Fatalf("the named address: %+v, %v, entries %+v; want 10.0.0.6 held under uid-1", s, err, p.Status.InFlight)
+	}
+	s, err = ServeOne(p, ask, since, takeSix)
+	if err != nil || !reflect.DeepEqual(s.Resumed, []netip.Addr{mustAddr("10.0.0.6")}) || calls != 1 {
+		t.Fatalf("the same ask again: %+v, %v, take called %d times; want 10.0.0.6 resumed, take not called again", s, err, calls)
+	}
+
+	poolstatus.RemoveInFlight(p, "10.0.0.6") // recorded, and pruned
+	p.DeletionTimestamp = &since
+	before := p.DeepCopy()
+	var unservable *Unservable
+	if _, err := ServeOne(p, ask, since, takeSix); !errors.As(err, &unservable) || calls != 1 || !reflect.DeepEqual(p.Status, before.Status) {
+		t.Fatalf("a pool being deleted: %v, take called %d times; want refused before take, the pool unchanged", err, calls)
+	}
+	p.DeletionTimestamp = nil
+
+	no := errors.New("reserved for node n2")
+	s, err = ServeOne(p, ask, since, func() (netip.Addr, error) { return netip.Addr{}, no })
+	if !errors.Is(err, no) || len(s.Taken) != 0 || !reflect.DeepEqual(p.Status, before.Status) {
+		t.Fatalf("a refused address: %+v, %v; want take's error, the pool unchanged", s, err)
+	}
+}
