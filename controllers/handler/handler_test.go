@@ -330,6 +330,40 @@ func TestSecondPoolBlocksFirstWithdrawn(t *testing.T) {
 	assertIndexed("twopools-b")
 }
 
+// TestEnactmentGoneBeforeRecordWithdraws: a self-allocating handler
+// takes an address and stalls before it records it; meanwhile its
+// enactment is deleted (an admin, or its policy's deletion). The record
+// write finds it gone, so the record certainly does not exist: the
+// handler withdraws the address at once, as on a conflict, and the
+// enactment created again gets it. No pool controller runs here to
+// revoke the entry later: without the withdrawal the address would stay
+// taken by an entry nothing records, and the new enactment would get the
+// next one.
+func TestEnactmentGoneBeforeRecordWithdraws(t *testing.T) {
+	RegisterTestingT(t)
+	nd := newNodes(t, "gone", 1, map[string]string{"role": "gone"})[0]
+	newPool(t, "gone-pool", ippoolv1.IPRange{CIDR: "10.74.0.0/24", Start: "10.74.0.1", End: "10.74.0.2"}, true)
+	newPolicy(t, "gone", map[string]string{"role": "gone"}, map[string]string{"addr": "ippool.gone-pool.allocate"}, envtest.OneAddressState)
+	resume := nd.Network.Stall()
+	t.Cleanup(resume)
+	start(t, nd)
+	Eventually(func() ([]string, error) { return envtest.EntryAddresses(context.Background(), k, "gone-pool") }).
+		Should(Equal([]string{"10.74.0.1"}))
+	first, err := getEnactment(nd.Name, "gone")
+	Expect(err).NotTo(HaveOccurred())
+	Expect(k.Delete(context.Background(), first)).To(Succeed())
+	Eventually(func() bool {
+		e, err := getEnactment(nd.Name, "gone")
+		return apierrors.IsNotFound(err) || (err == nil && e.UID != first.UID)
+	}).Should(BeTrue(), "the enactment is retired")
+
+	resume()
+	Eventually(enactmentState(nd.Name, "gone")).Should(HavePrefix("Available"))
+	Expect(held(nd.Name, "gone", "gone-pool")).To(Equal([]string{"10.74.0.1"}), "the withdrawn address is taken again")
+	Consistently(func() ([]string, error) { return poolAddresses("gone-pool") }, time.Second).Should(Equal([]string{"10.74.0.1"}))
+	Expect(nd.Configured("eth1")).To(Equal("10.74.0.1/24"))
+}
+
 func enactmentEvents(node, policy string) func() []string {
 	return func() []string {
 		out, err := envtest.Events(context.Background(), k, "NodeNetworkConfigurationEnactment", node+"."+policy)

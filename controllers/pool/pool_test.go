@@ -22,6 +22,7 @@ import (
 
 	ippoolv1 "github.com/nmstate-ippool/nmstate-ippool/api/v1"
 	nncev1beta1 "github.com/nmstate-ippool/nmstate-ippool/api/v1beta1"
+	"github.com/nmstate-ippool/nmstate-ippool/controllers/handler"
 	"github.com/nmstate-ippool/nmstate-ippool/controllers/pool"
 	"github.com/nmstate-ippool/nmstate-ippool/test/envtest"
 )
@@ -290,42 +291,59 @@ func TestIndexRepaired(t *testing.T) {
 }
 
 // TestRecreatedPool is the specification's "exhausted → re-create" path
-// with real handlers: re-created larger, every address is kept; re-created
-// smaller, the enactment whose address no longer fits is told so and
-// allocates again, and the other keeps its address.
+// with real handlers, served by the pool controller or taking their own
+// addresses (--self-allocate): re-created larger, every address is kept;
+// re-created smaller, the enactment whose address no longer fits is told
+// so and allocates again, and the other keeps its address.
 func TestRecreatedPool(t *testing.T) {
+	for _, mode := range []struct {
+		name, net    string
+		selfAllocate bool
+	}{{"keep", "10.1.0", false}, {"keepself", "10.2.0", true}} {
+		t.Run(mode.name, func(t *testing.T) { recreatedPool(t, mode.name, mode.net, mode.selfAllocate) })
+	}
+}
+
+func recreatedPool(t *testing.T, name, net string, selfAllocate bool) {
 	RegisterTestingT(t)
 	startController(t, nil)
-	createPool(t, "keep", ippoolv1.IPRange{CIDR: "10.1.0.0/24", Start: "10.1.0.1", End: "10.1.0.2"})
-	createPolicy(t, "keep", "keep", "keep")
-	newNodes(t, "keep", 2)
-	for _, name := range []string{"keep01.keep", "keep02.keep"} {
-		Eventually(enactmentState(name)).Should(HavePrefix("Available"))
+	ip := func(last int) string { return fmt.Sprintf("%s.%d", net, last) }
+	spec := func(first, last int) ippoolv1.IPRange {
+		return ippoolv1.IPRange{CIDR: net + ".0/24", Start: ip(first), End: ip(last)}
 	}
-	first, second := held("keep01.keep", "keep"), held("keep02.keep", "keep")
+	createPool(t, name, spec(1, 2))
+	createPolicy(t, name, name, name)
+	newNodes(t, name, 2, func(nd *envtest.Node) {
+		nd.Tune = func(r *handler.Reconciler) { r.SelfAllocate = selfAllocate }
+	})
+	e1, e2 := name+"01."+name, name+"02."+name
+	for _, e := range []string{e1, e2} {
+		Eventually(enactmentState(e)).Should(HavePrefix("Available"))
+	}
+	first, second := held(e1, name), held(e2, name)
 
-	deleteObject(&ippoolv1.NodeIPPool{ObjectMeta: metav1.ObjectMeta{Name: "keep"}})
-	createPool(t, "keep", ippoolv1.IPRange{CIDR: "10.1.0.0/24", Start: "10.1.0.1", End: "10.1.0.50"})
-	Eventually(available("keep")).Should(HavePrefix("True ReconciledPool"))
-	Expect(bits("keep")).To(Equal([]string{"10.1.0.1", "10.1.0.2"}))
-	Consistently(func() []string { return append(held("keep01.keep", "keep"), held("keep02.keep", "keep")...) }, time.Second).
+	deleteObject(&ippoolv1.NodeIPPool{ObjectMeta: metav1.ObjectMeta{Name: name}})
+	createPool(t, name, spec(1, 50))
+	Eventually(available(name)).Should(HavePrefix("True ReconciledPool"))
+	Expect(bits(name)).To(Equal([]string{ip(1), ip(2)}))
+	Consistently(func() []string { return append(held(e1, name), held(e2, name)...) }, time.Second).
 		Should(Equal(append(first, second...)))
 
-	deleteObject(&ippoolv1.NodeIPPool{ObjectMeta: metav1.ObjectMeta{Name: "keep"}})
-	createPool(t, "keep", ippoolv1.IPRange{CIDR: "10.1.0.0/24", Start: "10.1.0.2", End: "10.1.0.9"})
-	holder := "keep01"
-	if first[0] != "10.1.0.1" {
-		holder = "keep02"
+	deleteObject(&ippoolv1.NodeIPPool{ObjectMeta: metav1.ObjectMeta{Name: name}})
+	createPool(t, name, spec(2, 9))
+	node := name + "01"
+	if first[0] != ip(1) {
+		node = name + "02"
 	}
-	Eventually(events("NodeIPPool", "keep")).Should(ContainElement(
+	Eventually(events("NodeIPPool", name)).Should(ContainElement(
 		"AddressOutsideRange: This range no longer hands out addresses that holders hold; nodes are given a new address: " +
-			"10.1.0.1 at node " + holder + " and interface eth1 (enactment " + holder + ".keep)"))
-	holder += ".keep"
-	Eventually(events("NodeNetworkConfigurationEnactment", holder)).Should(ContainElement(HavePrefix(
-		`AddressOutsideRange: capture addr: 10.1.0.1 is no longer handed out by NodeIPPool "keep"`)))
-	Eventually(func() []string { return held(holder, "keep") }).Should(Equal([]string{"10.1.0.3"}))
-	Eventually(enactmentState(holder)).Should(HavePrefix("Available"))
-	assertIndexed("keep")
+			ip(1) + " at node " + node + " and interface eth1 (enactment " + node + "." + name + ")"))
+	enactment := node + "." + name
+	Eventually(events("NodeNetworkConfigurationEnactment", enactment)).Should(ContainElement(HavePrefix(
+		fmt.Sprintf("AddressOutsideRange: capture addr: %s is no longer handed out by NodeIPPool %q", ip(1), name))))
+	Eventually(func() []string { return held(enactment, name) }).Should(Equal([]string{ip(3)}))
+	Eventually(enactmentState(enactment)).Should(HavePrefix("Available"))
+	assertIndexed(name)
 }
 
 // TestStartupRebuild: a claim recorded while no controller ran is indexed
