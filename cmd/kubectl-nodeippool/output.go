@@ -81,23 +81,17 @@ func (p printer) detail(d poolDetail) error {
 	fmt.Fprintln(tw, "OFFSET\tIP\tSTATE\tNODE\tINTERFACE\tPOLICY\tCAPTURE")
 	for _, a := range d.Addresses {
 		if k := a.KeptFor; k != nil {
-			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\n", dash(a.Offset), a.IP, a.State, k.Node, "-", policyOf(k.HolderName(), k.Node), k.Capture)
+			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\n", dash(a.Offset), a.IP, a.State, k.Node, "-", policyColumn(holder.Parse(k.HolderName()), ""), k.Capture)
 			continue
 		}
 		if q := a.Quarantine; q != nil {
 			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\n", dash(a.Offset), a.IP, a.State, dash(q.Node), dash(q.Interface),
-				policyOf(q.HolderName(), q.Node), dash(q.Capture))
+				policyColumn(holder.Parse(q.HolderName()), ""), dash(q.Capture))
 			continue
 		}
 		for _, h := range holdersOrNone(a.Holders) {
-			policy := dash(h.Policy)
-			switch ref := h.Holder; ref.Kind {
-			case holder.Claim:
-				policy = ref.Title() // no node, no policy: a Cluster API claim
-			case holder.PolicyNode:
-				policy = "pnncp/" + ref.Name // companion mode
-			}
-			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\n", dash(a.Offset), a.IP, a.State, dash(h.Node), dash(h.Interface), policy, dash(h.Capture))
+			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\n", dash(a.Offset), a.IP, a.State, dash(h.Node), dash(h.Interface),
+				policyColumn(h.Holder, h.Policy), dash(h.Capture))
 		}
 	}
 	if err := tw.Flush(); err != nil {
@@ -191,9 +185,21 @@ func (p printer) checks(checks []poolCheck) error {
 	return err
 }
 
-// policyOf returns the policy of an enactment "<node>.<policy>".
-func policyOf(enactment, node string) string {
-	return dash(strings.TrimPrefix(enactment, node+"."))
+// policyColumn is what show's POLICY column says of a holder, whichever
+// the row (held, quarantined, kept): an enactment's policy (policy, when
+// its record names it), a pooled policy as pnncp/<name> (companion
+// mode), a claim's title (no node, no policy).
+func policyColumn(ref holder.Ref, policy string) string {
+	switch ref.Kind {
+	case holder.Claim, holder.IPAddress:
+		return ref.Title()
+	case holder.PolicyNode:
+		return "pnncp/" + ref.Name
+	}
+	if policy == "" {
+		policy = ref.Policy()
+	}
+	return dash(policy)
 }
 
 func holdersOrNone(h []poolstatus.Owner) []poolstatus.Owner {
