@@ -46,7 +46,9 @@ func (c *cluster) claimNames() []string {
 }
 
 // replaceClaim deletes a claim, as an infrastructure provider does when
-// its machine goes, and creates another, as for a new machine.
+// its machine goes (in the background, the foreground, or orphaning its
+// IPAddress: the release is the claim's finalizer's either way), and
+// creates another, as for a new machine.
 func (c *cluster) replaceClaim(rng *rand.Rand) bool {
 	names := c.claimNames()
 	if len(names) == 0 {
@@ -55,14 +57,15 @@ func (c *cluster) replaceClaim(rng *rand.Rand) bool {
 	u := capi.NewClaim(claimVersion)
 	u.SetNamespace(claimsNamespace)
 	u.SetName(names[rng.IntN(len(names))])
-	if c.k.Delete(c.ctx, u) != nil {
+	propagation := anyPropagation(rng)
+	if c.k.Delete(c.ctx, u, client.PropagationPolicy(propagation)) != nil {
 		return false
 	}
 	gone := u.GetName()
 	if !c.createClaim() {
 		return false
 	}
-	c.target = gone + " -> " + c.target
+	c.target = gone + " (" + string(propagation) + ") -> " + c.target
 	return true
 }
 
