@@ -3,12 +3,16 @@ package pool_test
 import (
 	"fmt"
 	"net/netip"
+	"os"
 	"testing"
 	"time"
 
+	"github.com/nmstate/kubernetes-nmstate/api/shared"
+	nmstatev1 "github.com/nmstate/kubernetes-nmstate/api/v1"
 	. "github.com/onsi/gomega"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/client-go/util/retry"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -94,6 +98,57 @@ func TestResetWaitingForASlotKeepsItsAddress(t *testing.T) {
 	Expect(nics.withoutAddress()).To(BeEmpty(), "the node was without an address of the pool")
 	Expect(nics.onTwoNICs()).To(BeEmpty())
 	Eventually(func() []string { return bits("slotwait") }).ShouldNot(ContainElement(old[0]), "free once the node shows it gone")
+}
+
+// TestAbortedResetKeepsTheOldAddress: a reset whose node may not apply
+// (the policy's rollout is aborted: as many nodes as maxUnavailable gave
+// up on its generation) keeps the old address on its interface, held from
+// everyone, while the replacement waits recorded. The fixed policy's next
+// generation puts the new address on in the old one's place, and the pool
+// frees the old one once the node shows it gone: never a moment without
+// an address, never one on two NICs.
+func TestAbortedResetKeepsTheOldAddress(t *testing.T) {
+	const name = "abortreset"
+	nodes, old := twoNodesOf(t, name, ippoolv1.IPRange{CIDR: "10.16.0.0/24", Start: "10.16.0.1", End: "10.16.0.10"},
+		func(nd *envtest.Node) { nd.Tune = func(r *handler.Reconciler) { r.Retry.Steps = 0 } })
+	failing, reset := name+"01."+name, name+"02."+name
+	nics := sampleNICs(t, nodes...)
+	nics.mustCarryIn(name+"02", netip.MustParsePrefix("10.16.0.0/24"))
+	maxUnavailable := func(n int32) {
+		Expect(retry.RetryOnConflict(retry.DefaultRetry, func() error {
+			var p nmstatev1.NodeNetworkConfigurationPolicy
+			if err := k.Get(ctx, types.NamespacedName{Name: name}, &p); err != nil {
+				return err
+			}
+			v := intstr.FromInt32(n) // a new generation
+			p.Spec.MaxUnavailable = &v
+			return k.Update(ctx, &p)
+		})).To(Succeed())
+	}
+
+	// A generation that fails on the first node, which is maxUnavailable
+	// (1 of 2): the rollout is aborted.
+	Expect(os.WriteFile(nodes[0].State+".fail", []byte("apply: eth1: no such device (simulated)\n"), 0o600)).To(Succeed())
+	maxUnavailable(1)
+	Eventually(enactmentState(failing)).Should(HavePrefix("Failing"))
+	Eventually(policyCondition(name, shared.NodeNetworkConfigurationPolicyConditionDegraded)).Should(HavePrefix("True"))
+
+	annotate(&nncev1beta1.NodeNetworkConfigurationEnactment{ObjectMeta: metav1.ObjectMeta{Name: reset}}, name)
+	Eventually(func() []string { return held(reset, name) }).ShouldNot(Or(BeEmpty(), Equal(old)))
+	renewed := held(reset, name)[0]
+	Eventually(enactmentState(reset)).Should(HavePrefix("Aborted"))
+	Consistently(carried(nodes[1]), 2*time.Second).Should(Equal([]string{old[0] + "/24"}),
+		"the aborted rollout applies nothing: the old address stays on")
+	Expect(bits(name)).To(ContainElements(old[0], renewed), "both are held: the old one until the node shows it gone")
+
+	Expect(os.Remove(nodes[0].State + ".fail")).To(Succeed())
+	maxUnavailable(2)
+	Eventually(carried(nodes[1])).Should(Equal([]string{renewed + "/24"}), "the new address replaces the old one")
+	Eventually(enactmentState(reset)).Should(HavePrefix("Available"))
+	Eventually(enactmentState(failing)).Should(HavePrefix("Available"))
+	Expect(nics.withoutAddress()).To(BeEmpty(), "the node was without an address of the pool")
+	Expect(nics.onTwoNICs()).To(BeEmpty())
+	Eventually(func() []string { return bits(name) }).ShouldNot(ContainElement(old[0]), "free once the node shows it gone")
 }
 
 // TestResetOfAFullPool: a reset on a pool with no other address left
