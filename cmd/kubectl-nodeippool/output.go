@@ -81,17 +81,17 @@ func (p printer) detail(d poolDetail) error {
 	fmt.Fprintln(tw, "OFFSET\tIP\tSTATE\tNODE\tINTERFACE\tPOLICY\tCAPTURE")
 	for _, a := range d.Addresses {
 		if k := a.KeptFor; k != nil {
-			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\n", dash(a.Offset), a.IP, a.State, k.Node, "-", policyColumn(holder.Parse(k.HolderName()), ""), k.Capture)
+			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\n", dash(a.Offset), a.IP, a.State, k.Node, "-", policyColumn(holder.Parse(k.HolderName()), k.Node, ""), k.Capture)
 			continue
 		}
 		if q := a.Quarantine; q != nil {
 			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\n", dash(a.Offset), a.IP, a.State, dash(q.Node), dash(q.Interface),
-				policyColumn(holder.Parse(q.HolderName()), ""), dash(q.Capture))
+				policyColumn(holder.Parse(q.HolderName()), q.Node, ""), dash(q.Capture))
 			continue
 		}
 		for _, h := range holdersOrNone(a.Holders) {
 			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\n", dash(a.Offset), a.IP, a.State, dash(h.Node), dash(h.Interface),
-				policyColumn(h.Holder, h.Policy), dash(h.Capture))
+				policyColumn(h.Holder, "", h.Policy), dash(h.Capture))
 		}
 	}
 	if err := tw.Flush(); err != nil {
@@ -186,18 +186,22 @@ func (p printer) checks(checks []poolCheck) error {
 }
 
 // policyColumn is what show's POLICY column says of a holder, whichever
-// the row (held, quarantined, kept): an enactment's policy (policy, when
-// its record names it), a pooled policy as pnncp/<name> (companion
-// mode), a claim's title (no node, no policy).
-func policyColumn(ref holder.Ref, policy string) string {
+// the row (held, quarantined, kept): an enactment's policy (policy, or
+// its name without "<node>." when node, the entry's, is known: node and
+// policy names may both hold dots, so only the node tells where the
+// policy begins), a pooled policy as pnncp/<name> (companion mode), a
+// claim or an IPAddress by its title (no node, no policy).
+func policyColumn(ref holder.Ref, node, policy string) string {
 	switch ref.Kind {
 	case holder.Claim, holder.IPAddress:
 		return ref.Title()
 	case holder.PolicyNode:
 		return "pnncp/" + ref.Name
 	}
-	if policy == "" {
-		policy = ref.Policy()
+	if policy == "" && node != "" {
+		if name, ok := strings.CutPrefix(ref.Name, node+"."); ok {
+			policy = name
+		}
 	}
 	return dash(policy)
 }

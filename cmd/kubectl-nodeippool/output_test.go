@@ -48,14 +48,15 @@ func TestDecodedNamesEveryKindOfHolder(t *testing.T) {
 
 // TestShowNamesThePolicyOfEveryKindOfHolder: show's POLICY column names
 // the policy of an address's holder whether the address is held,
-// quarantined or kept: an enactment's policy, a pooled policy as
-// pnncp/<name>, a claim by its title; never a holder's whole name.
+// quarantined or kept: an enactment's policy (its name after its node's,
+// dots and all), a pooled policy as pnncp/<name>, a claim by its title;
+// never a holder's whole name.
 func TestShowNamesThePolicyOfEveryKindOfHolder(t *testing.T) {
 	pooled := holder.ForPolicyNode("storage", "n2.lab").String()
 	claim := holder.ForClaim("tenant", "m-0").String()
 	d := poolDetail{Addresses: []addressRow{
-		{Offset: "1", IP: "10.0.0.2", State: "allocated", Holders: []poolstatus.Owner{{Holder: holder.ForEnactment("n1.lab.web"), Node: "n1.lab"}}},
-		{Offset: "2", IP: "10.0.0.3", State: "quarantined", Quarantine: &ippoolv1.QuarantinedAddress{IP: "10.0.0.3", Holder: "n1.lab.db", Node: "n1.lab"}},
+		{Offset: "1", IP: "10.0.0.2", State: "allocated", Holders: []poolstatus.Owner{{Holder: holder.ForEnactment("n1.lab.web"), Node: "n1.lab", Policy: "web"}}},
+		{Offset: "2", IP: "10.0.0.3", State: "quarantined", Quarantine: &ippoolv1.QuarantinedAddress{IP: "10.0.0.3", Holder: "n1.lab.db.v2", Node: "n1.lab"}},
 		{Offset: "3", IP: "10.0.0.4", State: "quarantined", Quarantine: &ippoolv1.QuarantinedAddress{IP: "10.0.0.4", Holder: pooled, Node: "n2.lab"}},
 		{Offset: "4", IP: "10.0.0.5", State: "quarantined", Quarantine: &ippoolv1.QuarantinedAddress{IP: "10.0.0.5", Holder: claim}},
 		{Offset: "5", IP: "10.0.0.6", State: "kept", KeptFor: &ippoolv1.KeptAddress{IP: "10.0.0.6", Holder: pooled, Node: "n2.lab", Capture: "a"}},
@@ -70,7 +71,7 @@ func TestShowNamesThePolicyOfEveryKindOfHolder(t *testing.T) {
 			policies[f[1]] = f[5]
 		}
 	}
-	for ip, want := range map[string]string{"10.0.0.2": "web", "10.0.0.3": "db", "10.0.0.4": "pnncp/storage",
+	for ip, want := range map[string]string{"10.0.0.2": "web", "10.0.0.3": "db.v2", "10.0.0.4": "pnncp/storage",
 		"10.0.0.5": "IPAddressClaim", "10.0.0.6": "pnncp/storage"} {
 		if policies[ip] != want {
 			t.Errorf("POLICY of %s is %q, want %q:\n%s", ip, policies[ip], want, b.String())

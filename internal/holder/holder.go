@@ -109,21 +109,6 @@ func (r Ref) String() string {
 	return r.Name
 }
 
-// Policy is the policy whose addresses the holder holds: an enactment's
-// (the part of its name after the last dot) or a pooled policy's; empty
-// for a claim and an IPAddress.
-func (r Ref) Policy() string {
-	switch r.Kind {
-	case Enactment:
-		if i := strings.LastIndex(r.Name, "."); i > 0 {
-			return r.Name[i+1:]
-		}
-	case PolicyNode:
-		return r.Name
-	}
-	return ""
-}
-
 // Foreign reports whether the holder is no enactment: its records live
 // elsewhere, and no enactment write reaches them.
 func (r Ref) Foreign() bool { return r.Kind != Enactment }

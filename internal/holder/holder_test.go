@@ -42,19 +42,12 @@ func TestRoundTrip(t *testing.T) {
 }
 
 // TestEnactmentNode: an enactment's holder knows its node, the part of
-// "<node>.<policy>" before the last dot, and its policy, the part after
-// (a pooled policy's node knows its policy too), and a holder's name goes through
+// "<node>.<policy>" before the last dot, and a holder's name goes through
 // JSON as the string entries hold.
 func TestEnactmentNode(t *testing.T) {
 	for name, node := range map[string]string{"w1.example.com.static-ip": "w1.example.com", "n1.p": "n1", "nodot": "", ".p": ""} {
 		if got := ForEnactment(name).Node; got != node {
 			t.Errorf("node of enactment %q = %q, want %q", name, got, node)
-		}
-	}
-	for r, policy := range map[Ref]string{ForEnactment("w1.example.com.static-ip"): "static-ip", ForEnactment("nodot"): "",
-		ForPolicyNode("storage", "w1.example.com"): "storage", ForClaim("t", "m-0"): "", ForIPAddress("t", "a"): ""} {
-		if got := r.Policy(); got != policy {
-			t.Errorf("policy of %s = %q, want %q", r, got, policy)
 		}
 	}
 	for _, r := range []Ref{ForEnactment("n1.p"), ForPolicyNode("storage", "w1.example.com"), ForClaim("t", "m-0")} {
