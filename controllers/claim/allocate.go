@@ -110,8 +110,8 @@ func (r *Reconciler) take(ctx context.Context, claim *unstructured.Unstructured,
 		}
 		var changed bool
 		var err error
-		got, changed, err = serve(p, alloc, ask, now(r.Clock), want)
-		refusal, err = refusalOf(p, alloc, err)
+		got, changed, err = serveAsk(p, alloc, ask, now(r.Clock), want)
+		refusal, err = conditionOf(p, alloc, err)
 		return changed && refusal == nil, err
 	}, poolwrite.Incarnation(pool.UID))
 	switch {
@@ -136,16 +136,12 @@ func deref(c *condition) condition {
 	return *c
 }
 
-// serve serves the claim's ask in one pool write by the rule of every
-// holder (assign.Chooser.Serve): the address its in-flight entry holds
-// already, or, with want nil, the one the pool's rules give a claimant
-// that is no node (the lowest free one that no reservation holds for a
-// node and that is not kept for a node's return; in a pool with no other
-// address left, the one kept longest for a node's return, as a node
-// would get it); with want, the address want names and takes
-// (assign.ServeOne). A taken address is held by an in-flight entry under
-// the ask's token. It reports whether the pool changed.
-func serve(p *ippoolv1.NodeIPPool, alloc *ippool.Allocator, a assign.Ask, since metav1.Time,
+// serveAsk serves the claim's ask in one pool write by the rule of every
+// holder: the address its in-flight entry holds already, else, with want
+// nil, the one the pool's rules give a claimant that is no node
+// (assign.Chooser.Serve), or the address want names and takes
+// (assign.ServeOne). It reports whether the pool changed.
+func serveAsk(p *ippoolv1.NodeIPPool, alloc *ippool.Allocator, a assign.Ask, since metav1.Time,
 	want func() (netip.Addr, error)) (netip.Addr, bool, error) {
 	var s assign.Served
 	var err error
@@ -179,9 +175,9 @@ func refusedOr(c *condition, err error) error {
 	return err
 }
 
-// refusalOf turns the error of serving a claim into the condition that
-// says why it got no address; an error that is no refusal is returned.
-func refusalOf(p *ippoolv1.NodeIPPool, alloc *ippool.Allocator, err error) (*condition, error) {
+// conditionOf turns the error of serving a claim into the condition that
+// says why it got no address; an error that refuses nothing is returned.
+func conditionOf(p *ippoolv1.NodeIPPool, alloc *ippool.Allocator, err error) (*condition, error) {
 	var unservable *assign.Unservable
 	var refusal *refused
 	var c condition
@@ -199,8 +195,8 @@ func refusalOf(p *ippoolv1.NodeIPPool, alloc *ippool.Allocator, err error) (*con
 			"NodeIPPool %s has no address left for this claim (%d of %d allocated: %v); the claim is served as soon as one is freed, "+
 				"or grow the pool's range", p.Name, alloc.Count(), alloc.Range().Size(), err))
 	default:
-		// No refusal (a take fails only with ippool.ErrFull): the pass
-		// fails, and is tried again.
+		// It refuses nothing (takeBack could not read who else records
+		// the address): the pass fails, and is tried again.
 		return nil, err
 	}
 	return &c, nil

@@ -55,7 +55,7 @@ func planPool(e *nncev1beta1.NodeNetworkConfigurationEnactment, pool *ippoolv1.N
 			p.moved = append(p.moved, why)
 			continue
 		}
-		off, _ := rng.Offset(addr.IP)
+		off, _ := rng.Offset(addr.IP) // the range hands it out: it has an offset
 		taken[addr.IP] = true
 		p.addresses[ref.Capture] = poolstatus.Address(pool, rng, addr.IP)
 		if !alloc.Has(off) {
