@@ -313,7 +313,23 @@ func recreatedPool(t *testing.T, name, net string, selfAllocate bool) {
 	}
 	createPool(t, name, spec(1, 2))
 	createPolicy(t, name, name, name)
+	metrics, registry := handler.NewMetrics(), prometheus.NewRegistry()
+	registry.MustRegister(metrics.Collectors()...)
+	handlerWrites := func() float64 { // the handlers' pool writes
+		families, err := registry.Gather()
+		Expect(err).NotTo(HaveOccurred())
+		var n float64
+		for _, f := range families {
+			if f.GetName() == "nmstate_ippool_allocation_attempts_total" {
+				for _, m := range f.GetMetric() {
+					n += m.GetCounter().GetValue()
+				}
+			}
+		}
+		return n
+	}
 	newNodes(t, name, 2, func(nd *envtest.Node) {
+		nd.Metrics = metrics
 		nd.Tune = func(r *handler.Reconciler) { r.SelfAllocate = selfAllocate }
 	})
 	e1, e2 := name+"01."+name, name+"02."+name
@@ -329,6 +345,7 @@ func recreatedPool(t *testing.T, name, net string, selfAllocate bool) {
 	Consistently(func() []string { return append(held(e1, name), held(e2, name)...) }, time.Second).
 		Should(Equal(append(first, second...)))
 
+	before := handlerWrites()
 	deleteObject(&ippoolv1.NodeIPPool{ObjectMeta: metav1.ObjectMeta{Name: name}})
 	createPool(t, name, spec(2, 9))
 	node := name + "01"
@@ -342,6 +359,11 @@ func recreatedPool(t *testing.T, name, net string, selfAllocate bool) {
 	Eventually(events("NodeNetworkConfigurationEnactment", enactment)).Should(ContainElement(HavePrefix(
 		fmt.Sprintf("AddressOutsideRange: capture addr: %s is no longer handed out by NodeIPPool %q", ip(1), name))))
 	Eventually(func() []string { return held(enactment, name) }).Should(Equal([]string{ip(3)}))
+	if selfAllocate {
+		Expect(handlerWrites()).To(BeNumerically(">", before), "the handler took the replacement itself")
+	} else {
+		Expect(handlerWrites()).To(BeZero(), "the pool controller served the replacement")
+	}
 	Eventually(enactmentState(enactment)).Should(HavePrefix("Available"))
 	assertIndexed(name)
 }

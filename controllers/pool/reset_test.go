@@ -19,6 +19,7 @@ import (
 	ippoolv1 "github.com/nmstate-ippool/nmstate-ippool/api/v1"
 	nncev1beta1 "github.com/nmstate-ippool/nmstate-ippool/api/v1beta1"
 	"github.com/nmstate-ippool/nmstate-ippool/controllers/handler"
+	"github.com/nmstate-ippool/nmstate-ippool/internal/conditions"
 	"github.com/nmstate-ippool/nmstate-ippool/test/envtest"
 )
 
@@ -114,7 +115,7 @@ func TestAbortedResetKeepsTheOldAddress(t *testing.T) {
 	failing, reset := name+"01."+name, name+"02."+name
 	nics := sampleNICs(t, nodes...)
 	nics.mustCarryIn(name+"02", netip.MustParsePrefix("10.16.0.0/24"))
-	maxUnavailable := func(n int32) {
+	maxUnavailable := func(n int32) (generation int64) {
 		Expect(retry.RetryOnConflict(retry.DefaultRetry, func() error {
 			var p nmstatev1.NodeNetworkConfigurationPolicy
 			if err := k.Get(ctx, types.NamespacedName{Name: name}, &p); err != nil {
@@ -122,21 +123,40 @@ func TestAbortedResetKeepsTheOldAddress(t *testing.T) {
 			}
 			v := intstr.FromInt32(n) // a new generation
 			p.Spec.MaxUnavailable = &v
-			return k.Update(ctx, &p)
+			err := k.Update(ctx, &p)
+			generation = p.Generation
+			return err
 		})).To(Succeed())
+		return generation
+	}
+	state := func(enactment string) func() string {
+		return func() string {
+			var e nncev1beta1.NodeNetworkConfigurationEnactment
+			if err := k.Get(ctx, types.NamespacedName{Name: enactment}, &e); err != nil {
+				return err.Error()
+			}
+			return fmt.Sprintf("%s at %d", conditions.TrueType(e.Status.Conditions), e.Status.PolicyGeneration)
+		}
 	}
 
 	// A generation that fails on the first node, which is maxUnavailable
-	// (1 of 2): the rollout is aborted.
+	// (1 of 2): the rollout is aborted. The first node is held back (its
+	// network does not answer) until the second has applied the
+	// generation, so that the abort reaches the second node through its
+	// reset, not before it.
 	Expect(os.WriteFile(nodes[0].State+".fail", []byte("apply: eth1: no such device (simulated)\n"), 0o600)).To(Succeed())
-	maxUnavailable(1)
-	Eventually(enactmentState(failing)).Should(HavePrefix("Failing"))
+	resume := nodes[0].Network.Stall()
+	t.Cleanup(resume)
+	g := maxUnavailable(1)
+	Eventually(state(reset)).Should(Equal(fmt.Sprintf("Available at %d", g)))
+	resume()
+	Eventually(state(failing)).Should(Equal(fmt.Sprintf("Failing at %d", g)))
 	Eventually(policyCondition(name, shared.NodeNetworkConfigurationPolicyConditionDegraded)).Should(HavePrefix("True"))
 
 	annotate(&nncev1beta1.NodeNetworkConfigurationEnactment{ObjectMeta: metav1.ObjectMeta{Name: reset}}, name)
 	Eventually(func() []string { return held(reset, name) }).ShouldNot(Or(BeEmpty(), Equal(old)))
 	renewed := held(reset, name)[0]
-	Eventually(enactmentState(reset)).Should(HavePrefix("Aborted"))
+	Eventually(state(reset)).Should(Equal(fmt.Sprintf("Aborted at %d", g)))
 	Consistently(carried(nodes[1]), 2*time.Second).Should(Equal([]string{old[0] + "/24"}),
 		"the aborted rollout applies nothing: the old address stays on")
 	Expect(bits(name)).To(ContainElements(old[0], renewed), "both are held: the old one until the node shows it gone")
