@@ -108,13 +108,6 @@ var companionFaults = []fault{
 	pooledReplaced,
 }
 
-// anyPropagation is one of the deletions users ask for: kubectl's
-// default (background), --cascade=foreground, --cascade=orphan.
-func anyPropagation(rng *rand.Rand) metav1.DeletionPropagation {
-	return []metav1.DeletionPropagation{metav1.DeletePropagationBackground, metav1.DeletePropagationForeground,
-		metav1.DeletePropagationOrphan}[rng.IntN(3)]
-}
-
 // replacePooled deletes the pooled policy with a random propagation and
 // creates it again once it is gone: its deletion waits until every
 // node's address is off, which a stopped machine delays.

@@ -394,3 +394,10 @@ func (c *cluster) crashMidApply(node string) bool {
 	}
 	return c.try("node", "restart", node, "--crash")
 }
+
+// anyPropagation is one of the deletions users ask for: kubectl's
+// default (background), --cascade=foreground, --cascade=orphan.
+func anyPropagation(rng *rand.Rand) metav1.DeletionPropagation {
+	return []metav1.DeletionPropagation{metav1.DeletePropagationBackground, metav1.DeletePropagationForeground,
+		metav1.DeletePropagationOrphan}[rng.IntN(3)]
+}
