@@ -298,10 +298,10 @@ const RefreshStateLabel = "nmstate.io/force-nns-refresh"
 // (with the other new enactments, in one pool write per pool) before the
 // handler has written anything: a thousand nodes starting at once cost
 // no status write each to ask. It counts only while its handler has
-// written nothing of its own and no condition ended it (the policy
-// controller's Pending / MaxUnavailableLimitReached, shown while it waits
-// for a slot, does not); later requests are Pending / IPPoolBusy with
-// status.waitingForIPPool.
+// written nothing of its own and the policy controller has not aborted it
+// (status.slot.aborted); a request that must wait for a slot is taken
+// over by its handler, which asks for the slot itself. Later requests are
+// Pending / IPPoolBusy with status.waitingForIPPool.
 const RequestAnnotation = "nmstate.io/ippool-request"
 
 // PolicyUIDAnnotation is set by a handler on every enactment it creates:

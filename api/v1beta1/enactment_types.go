@@ -52,8 +52,10 @@ type NodeNetworkConfigurationEnactmentStatus struct {
 
 	// Slot is this node's turn to apply the policy under its
 	// maxUnavailable: the handler asks for it once the state to apply is
-	// recorded, the policy controller grants it, and the handler gives it
-	// back with the outcome of the apply. Absent while no apply waits.
+	// recorded, the policy controller answers (granted, queued or
+	// aborted), and the handler gives it back with the outcome of the
+	// apply. The handler writes the request and the conditions, the
+	// policy controller only its answer. Absent while no apply waits.
 	// +optional
 	Slot *ApplySlot `json:"slot,omitempty"`
 
@@ -94,6 +96,27 @@ type ApplySlot struct {
 	// maxUnavailable (a handler that died while applying).
 	// +optional
 	Granted *metav1.MicroTime `json:"granted,omitempty"`
+	// Queued is when the policy controller found maxUnavailable nodes
+	// already being configured: the request waits for a slot, and the
+	// handler shows Pending / MaxUnavailableLimitReached. A grant clears it.
+	// +optional
+	Queued *metav1.MicroTime `json:"queued,omitempty"`
+	// Aborted is the policy controller's refusal of the request: the
+	// policy's generation failed on maxUnavailable nodes. The handler shows
+	// it as Aborted / ConfigurationAborted, keeps its record and does not
+	// ask again until the policy changes.
+	// +optional
+	Aborted *SlotAborted `json:"aborted,omitempty"`
+}
+
+// SlotAborted is why the policy controller refused a slot request.
+type SlotAborted struct {
+	// PolicyGeneration is the generation of the policy whose rollout was
+	// aborted: a refusal of an earlier generation does not end a request
+	// for a later one.
+	PolicyGeneration int64 `json:"policyGeneration"`
+	// Message says which nodes failed and what to do.
+	Message string `json:"message"`
 }
 
 // NodeNetworkConfigurationEnactmentList is a list of enactments.

@@ -92,6 +92,13 @@ func (r *Reconciler) applyGranted(ctx context.Context, name string) (ctrl.Result
 		ctrl.LoggerFrom(ctx).V(1).Info("the enactment changed before the apply; deciding again")
 		return ctrl.Result{RequeueAfter: cacheLag}, nil
 	}
+	if showsQueued(s.enactment) {
+		// Granted after a wait in the queue: it applies now, and says so
+		// (kubernetes-nmstate's words) rather than that it waits.
+		if err := r.writeEnactment(ctx, s.enactment, progressing("Applying desired state")); err != nil {
+			return ctrl.Result{}, err
+		}
+	}
 	addresses := recordedAddresses(s.enactment, s.captures)
 	rendered, err := r.render(ctx, s, addresses)
 	if err != nil {

@@ -37,6 +37,29 @@ func progressing(message string) outcome {
 		reason: shared.NodeNetworkConfigurationEnactmentConditionConfigurationProgressing, message: message}
 }
 
+// waitingInQueue is the outcome of a slot request that the policy
+// controller queued: maxUnavailable nodes are being configured.
+func waitingInQueue() outcome {
+	return outcome{condition: shared.NodeNetworkConfigurationEnactmentConditionPending,
+		reason:  shared.NodeNetworkConfigurationEnactmentConditionMaxUnavailableLimitReached,
+		message: "maxUnavailable nodes are already being configured; waiting"}
+}
+
+// aborted is the outcome of a slot request that the policy controller
+// refused: the rollout was aborted.
+func aborted(message string) outcome {
+	return outcome{condition: shared.NodeNetworkConfigurationEnactmentConditionAborted,
+		reason: shared.NodeNetworkConfigurationEnactmentConditionConfigurationAborted, message: message}
+}
+
+// keepsSlot reports whether the enactment still asks for its slot, or
+// holds it, once it shows o: it is waiting for the slot or applying.
+func (o outcome) keepsSlot() bool {
+	return o.condition == shared.NodeNetworkConfigurationEnactmentConditionProgressing ||
+		o.condition == shared.NodeNetworkConfigurationEnactmentConditionPending &&
+			o.reason == shared.NodeNetworkConfigurationEnactmentConditionMaxUnavailableLimitReached
+}
+
 // ReasonRetrying is kubernetes-nmstate's reason of a Failing enactment
 // whose failure will be retried.
 const ReasonRetrying = "Retrying"

@@ -31,6 +31,9 @@ const (
 	stepEnact
 	// stepApply: the slot is granted; apply what was recorded.
 	stepApply
+	// stepAnswer: the policy controller answered the slot request, and
+	// the enactment does not show it yet: show it (slotAnswer).
+	stepAnswer
 )
 
 // timing is what decide needs to know of the handler's waits.
@@ -63,15 +66,17 @@ func (s *scope) decide(now time.Time, t timing) step {
 	case e != nil && e.Status.PolicyGeneration == s.policy.Generation && !s.poolRecorded(e.Status.WaitingForIPPool) &&
 		waitsForServe(e, now, busyWait):
 		return stepWait
+	case e != nil && s.slotAnswer() != nil:
+		return stepAnswer
 	case e != nil && s.captureErr == nil && record.GrantedOnRequest(e) && s.recordsComplete():
 		return stepApply
+	case e != nil && s.captureErr == nil && record.Requesting(e) && s.recordsComplete() && queued(e):
+		// Served, and queued for a slot: the handler asks for it itself
+		// from the request's place in the queue, showing that it waits.
+		return stepEnact
 	case e != nil && s.captureErr == nil && record.Requesting(e) && s.recordsComplete():
 		// Served: the request asks the policy controller for a slot too
-		// (record.AsksForSlot), and its grant's event brings it back. A
-		// request the policy controller aborted instead is no longer
-		// Requesting: it is enacted below like any enactment of an older
-		// generation, and asks for a slot of its own, which the policy
-		// controller aborts again while the rollout stays aborted.
+		// (record.AsksForSlot), and its answer's event brings it back.
 		return stepWait
 	case e != nil && record.Requesting(e) && !s.recordsComplete() && waitsForServe(e, now, busyWait):
 		return stepWait
@@ -92,6 +97,43 @@ func (s *scope) decide(now time.Time, t timing) step {
 	default:
 		return stepEnact
 	}
+}
+
+// slotAnswer returns what the enactment is to show of the policy
+// controller's answer to its slot request that it does not show yet, or
+// nil: Aborted for the policy's generation (the slot given back, the
+// record kept), or Pending / MaxUnavailableLimitReached for a request of
+// the handler's that waits in the queue. A served request that waits is
+// enacted instead (decide), and a grant needs no word: the apply's outcome
+// follows it.
+func (s *scope) slotAnswer() *outcome {
+	e := s.enactment
+	slot := e.Status.Slot
+	switch {
+	case slot == nil:
+		return nil
+	case slot.Aborted != nil && slot.Aborted.PolicyGeneration == s.policy.Generation:
+		o := aborted(slot.Aborted.Message)
+		return &o
+	case queued(e) && !slot.Requested.IsZero() && e.Status.PolicyGeneration == s.policy.Generation && !showsQueued(e):
+		o := waitingInQueue()
+		return &o
+	}
+	return nil
+}
+
+// queued reports whether the enactment's request waits for a slot, as the
+// policy controller marked it.
+func queued(e *nncev1beta1.NodeNetworkConfigurationEnactment) bool {
+	slot := e.Status.Slot
+	return slot != nil && slot.Queued != nil && slot.Granted == nil && slot.Aborted == nil
+}
+
+// showsQueued reports whether the enactment shows that it waits for a
+// maxUnavailable slot.
+func showsQueued(e *nncev1beta1.NodeNetworkConfigurationEnactment) bool {
+	return conditions.IsTrueWith(e.Status.Conditions, shared.NodeNetworkConfigurationEnactmentConditionPending,
+		shared.NodeNetworkConfigurationEnactmentConditionMaxUnavailableLimitReached)
 }
 
 // waitLeft returns how long a waiting enactment still waits: for the pool

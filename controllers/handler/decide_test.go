@@ -126,14 +126,51 @@ func TestDecide(t *testing.T) {
 		}), t0, stepEnact},
 		{"aborted: stays aborted", policy, true, enactment(shared.NodeNetworkConfigurationEnactmentConditionAborted,
 			string(shared.NodeNetworkConfigurationEnactmentConditionConfigurationAborted), nil), t0.Add(time.Hour), stepDone},
-		// The policy controller aborted a served request while it waited
-		// for its slot: the handler writes its own fields and asks for a
-		// slot of this generation (aborted again while the rollout is).
-		{"asked on creation, served, aborted while queued", policy, true, requested(func(e *nncev1beta1.NodeNetworkConfigurationEnactment) {
+		// An abort that earlier versions wrote as a condition, on a served
+		// request: the handler writes its own fields and asks for a slot
+		// of this generation (answered again while the rollout is aborted).
+		{"asked on creation, served, aborted by an earlier version", policy, true, requested(func(e *nncev1beta1.NodeNetworkConfigurationEnactment) {
 			recorded(e)
 			e.Status.Conditions = withConditions(nil, outcome{condition: shared.NodeNetworkConfigurationEnactmentConditionAborted,
 				reason: shared.NodeNetworkConfigurationEnactmentConditionConfigurationAborted}, t0)
 		}), t0.Add(time.Second), stepEnact},
+		// The policy controller's answers (status.slot) are the handler's
+		// to show.
+		{"asked on creation, served, aborted", policy, true, requested(func(e *nncev1beta1.NodeNetworkConfigurationEnactment) {
+			recorded(e)
+			e.Status.Slot = &nncev1beta1.ApplySlot{Aborted: &nncev1beta1.SlotAborted{PolicyGeneration: 2}}
+		}), t0.Add(time.Second), stepAnswer},
+		{"slot asked, aborted", policy, true, enactment(prog, "", func(e *nncev1beta1.NodeNetworkConfigurationEnactment) {
+			e.Status.Slot = &nncev1beta1.ApplySlot{Requested: metav1.NewMicroTime(t0), Aborted: &nncev1beta1.SlotAborted{PolicyGeneration: 2}}
+		}), t0, stepAnswer},
+		{"slot asked, aborted, the policy changed since", policy, true, enactment(prog, "", func(e *nncev1beta1.NodeNetworkConfigurationEnactment) {
+			e.Status.PolicyGeneration = 1
+			e.Status.Slot = &nncev1beta1.ApplySlot{Requested: metav1.NewMicroTime(t0), Aborted: &nncev1beta1.SlotAborted{PolicyGeneration: 1}}
+		}), t0, stepEnact},
+		// The policy controller's cache was behind the handler's: it
+		// answers the request again at this generation.
+		{"slot asked at this generation, aborted at an earlier one", policy, true, enactment(prog, "", func(e *nncev1beta1.NodeNetworkConfigurationEnactment) {
+			e.Status.Slot = &nncev1beta1.ApplySlot{Requested: metav1.NewMicroTime(t0), Aborted: &nncev1beta1.SlotAborted{PolicyGeneration: 1}}
+		}), t0, stepWait},
+		{"asked on creation, served, aborted at an earlier generation: asks itself", policy, true, requested(func(e *nncev1beta1.NodeNetworkConfigurationEnactment) {
+			recorded(e)
+			e.Status.Slot = &nncev1beta1.ApplySlot{Aborted: &nncev1beta1.SlotAborted{PolicyGeneration: 1}}
+		}), t0.Add(time.Second), stepEnact},
+		{"asked on creation, served, queued: asks itself", policy, true, requested(func(e *nncev1beta1.NodeNetworkConfigurationEnactment) {
+			recorded(e)
+			e.Status.Slot = &nncev1beta1.ApplySlot{Queued: &metav1.MicroTime{Time: t0}}
+		}), t0.Add(time.Second), stepEnact},
+		{"slot asked, queued", policy, true, enactment(prog, "", func(e *nncev1beta1.NodeNetworkConfigurationEnactment) {
+			e.Status.Slot = &nncev1beta1.ApplySlot{Requested: metav1.NewMicroTime(t0), Queued: &metav1.MicroTime{Time: t0}}
+		}), t0, stepAnswer},
+		{"slot asked, queued, shown", policy, true, enactment(pend, string(shared.NodeNetworkConfigurationEnactmentConditionMaxUnavailableLimitReached),
+			func(e *nncev1beta1.NodeNetworkConfigurationEnactment) {
+				e.Status.Slot = &nncev1beta1.ApplySlot{Requested: metav1.NewMicroTime(t0), Queued: &metav1.MicroTime{Time: t0}}
+			}), t0, stepWait},
+		{"slot asked, queued, granted", policy, true, enactment(pend, string(shared.NodeNetworkConfigurationEnactmentConditionMaxUnavailableLimitReached),
+			func(e *nncev1beta1.NodeNetworkConfigurationEnactment) {
+				e.Status.Slot = &nncev1beta1.ApplySlot{Requested: metav1.NewMicroTime(t0), Granted: &metav1.MicroTime{Time: t0}}
+			}), t0, stepApply},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

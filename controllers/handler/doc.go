@@ -25,8 +25,12 @@
 // nothing else of the enactment. Once it is complete, a new enactment's
 // request asks the policy controller for a slot as it stands
 // (record.AsksForSlot), and the handler writes its own fields first with
-// its outcome; an older enactment's handler renders the state and asks
-// for its slot in a write of its own, as for a policy without captures.
+// its outcome, or, if the policy controller queued the request, with a
+// request of its own from the same place in the queue; an older
+// enactment's handler renders the state and asks for its slot in a write
+// of its own, as for a policy without captures. The policy controller
+// writes only its answer (status.slot): the handler shows it in the
+// conditions.
 //
 // Whatever is stored in status.desiredState, the handler applies only the
 // state it renders, at the apply, from the policy and its own record.

@@ -3,11 +3,11 @@ package handler
 import (
 	"context"
 	"maps"
-	"time"
 
 	"github.com/nmstate/kubernetes-nmstate/api/shared"
 	nmstatev1 "github.com/nmstate/kubernetes-nmstate/api/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/event"
@@ -15,7 +15,6 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	nncev1beta1 "github.com/nmstate-ippool/nmstate-ippool/api/v1beta1"
-	"github.com/nmstate-ippool/nmstate-ippool/internal/conditions"
 )
 
 // policyOfEnactment maps an enactment to its policy.
@@ -68,12 +67,11 @@ func (r *Reconciler) thisNodesLabels() predicate.Predicate {
 
 // changesByOthers passes the events of this node's enactments that the
 // handler did not cause itself: creation and deletion, a deletion started,
-// annotations (a pool's nudge, a fence, a reset), a slot granted, a
-// rollout aborted (the policy controller's Aborted: a served request ends
-// with it, and its handler writes its own fields), and a record changed (a
-// reset, a retirement by the pool controller). The handler's own writes of
-// conditions pass only when they also change the record, and those
-// reconciles find nothing to do.
+// annotations (a pool's nudge, a fence, a reset), the policy controller's
+// answer to a slot request (granted, queued, aborted: status.slot), and a
+// record changed (a reset, a retirement by the pool controller). The
+// handler's own writes of conditions pass only when they also change the
+// record or the slot, and those reconciles find nothing to do.
 func changesByOthers() predicate.Predicate {
 	return predicate.Funcs{
 		UpdateFunc: func(e event.UpdateEvent) bool {
@@ -84,23 +82,19 @@ func changesByOthers() predicate.Predicate {
 			}
 			return !maps.Equal(oldE.Annotations, newE.Annotations) ||
 				oldE.DeletionTimestamp.IsZero() != newE.DeletionTimestamp.IsZero() ||
-				granted(oldE) != granted(newE) ||
-				!aborted(oldE) && aborted(newE) ||
+				!equality.Semantic.DeepEqual(answerOf(oldE), answerOf(newE)) ||
 				!equality.Semantic.DeepEqual(oldE.Status.IPPool, newE.Status.IPPool)
 		},
 	}
 }
 
-// aborted reports whether the policy controller aborted the enactment's
-// rollout (only it writes Aborted).
-func aborted(e *nncev1beta1.NodeNetworkConfigurationEnactment) bool {
-	return conditions.TrueType(e.Status.Conditions) == shared.NodeNetworkConfigurationEnactmentConditionAborted
-}
-
-// granted returns when the enactment's slot was granted, or the zero time.
-func granted(e *nncev1beta1.NodeNetworkConfigurationEnactment) time.Time {
-	if e.Status.Slot == nil || e.Status.Slot.Granted == nil {
-		return time.Time{}
+// answerOf returns the policy controller's answer to the enactment's slot
+// request: its slot without the request.
+func answerOf(e *nncev1beta1.NodeNetworkConfigurationEnactment) nncev1beta1.ApplySlot {
+	if e.Status.Slot == nil {
+		return nncev1beta1.ApplySlot{}
 	}
-	return e.Status.Slot.Granted.Time
+	answer := *e.Status.Slot
+	answer.Requested = metav1.MicroTime{}
+	return answer
 }

@@ -57,8 +57,19 @@ func TestChangesByOthers(t *testing.T) {
 		g := metav1.NewMicroTime(t0)
 		e.Status.Slot = &nncev1beta1.ApplySlot{Granted: &g}
 	}
+	request := func(e *nncev1beta1.NodeNetworkConfigurationEnactment) {
+		e.Status.Slot = &nncev1beta1.ApplySlot{Requested: metav1.NewMicroTime(t0)}
+	}
+	queue := func(e *nncev1beta1.NodeNetworkConfigurationEnactment) {
+		q := metav1.NewMicroTime(t0)
+		e.Status.Slot = &nncev1beta1.ApplySlot{Queued: &q}
+	}
+	abortSlot := func(e *nncev1beta1.NodeNetworkConfigurationEnactment) {
+		e.Status.Slot = &nncev1beta1.ApplySlot{Aborted: &nncev1beta1.SlotAborted{PolicyGeneration: 1, Message: "m"}}
+	}
 	prog := shared.NodeNetworkConfigurationEnactmentConditionProgressing
 	abort := shared.NodeNetworkConfigurationEnactmentConditionAborted
+	pending := shared.NodeNetworkConfigurationEnactmentConditionPending
 	p := changesByOthers()
 	for _, tt := range []struct {
 		name     string
@@ -68,8 +79,14 @@ func TestChangesByOthers(t *testing.T) {
 		{"the handler's own conditions", with("", nil), with(prog, nil), false},
 		{"the handler's next condition", with(abort, nil), with(prog, nil), false},
 		{"a slot granted", with(prog, nil), with(prog, grant), true},
-		{"a rollout aborted", with(prog, nil), with(abort, nil), true},
-		{"a served request aborted", with("", nil), with(abort, nil), true},
+		{"the handler's request", with("", nil), with(prog, request), false},
+		// Giving the slot back changes it: one reconcile finds nothing to do.
+		{"the handler shows its abort", with(prog, abortSlot), with(abort, nil), true},
+		{"the handler shows its queue", with(prog, queue), with(pending, queue), false},
+		{"a rollout aborted", with(prog, nil), with(prog, abortSlot), true},
+		{"a served request aborted", with("", nil), with("", abortSlot), true},
+		{"a request queued", with(prog, nil), with(prog, queue), true},
+		{"a served request queued", with("", nil), with("", queue), true},
 		{"a nudge", with(prog, nil), with(prog, func(e *nncev1beta1.NodeNetworkConfigurationEnactment) {
 			e.Annotations = map[string]string{ippoolv1.NudgeAnnotation: "outside:10.0.0.1"}
 		}), true},

@@ -134,6 +134,11 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 		res, err = r.enact(ctx, req.Name)
 	case stepApply:
 		res, err = r.applyGranted(ctx, req.Name)
+	case stepAnswer:
+		// On the cached copy: a conflict means the cache was behind.
+		if res, err = r.conclude(ctx, s, *s.slotAnswer()); apierrors.IsConflict(err) {
+			err = fmt.Errorf("show the policy controller's answer: %w", errCacheBehind)
+		}
 	case stepWait:
 		// A wait for a grant ends with the grant's event; a wait for the
 		// pool controller or for a retry must end on time even if no event
@@ -313,8 +318,26 @@ func (r *Reconciler) enact(ctx context.Context, name string) (ctrl.Result, error
 		record.NoteNotAdopted(s.enactment, pool, n.NotAdopted)
 	}
 	s.enactment.Status.DesiredState = shared.NewState(string(rendered.DesiredState))
-	s.enactment.Status.Slot = &nncev1beta1.ApplySlot{Requested: metav1.NewMicroTime(r.Clock.Now().Truncate(time.Microsecond))}
-	return r.concludeRecorded(ctx, s, alloc, progressing(record.WaitingForSlot+movedNote(alloc.moved)))
+	return r.concludeRecorded(ctx, s, alloc, r.askForSlot(s, alloc.moved))
+}
+
+// askForSlot sets the enactment's request for a slot to apply what it
+// records now, and returns what it shows while it waits. A request of
+// this generation that waits in the queue keeps its place (a served new
+// enactment's request asked at its creation) and shows it; any other is
+// new.
+func (r *Reconciler) askForSlot(s *scope, moved []string) outcome {
+	e := s.enactment
+	if queued(e) && (e.Status.PolicyGeneration == s.policy.Generation || record.Requesting(e)) {
+		if e.Status.Slot.Requested.IsZero() {
+			e.Status.Slot.Requested = metav1.NewMicroTime(e.CreationTimestamp.Time)
+		}
+		o := waitingInQueue()
+		o.message += movedNote(moved)
+		return o
+	}
+	e.Status.Slot = &nncev1beta1.ApplySlot{Requested: metav1.NewMicroTime(r.Clock.Now().Truncate(time.Microsecond))}
+	return progressing(record.WaitingForSlot + movedNote(moved))
 }
 
 // reportMoved raises a Warning Event on the enactment for every recorded
@@ -419,7 +442,7 @@ func (r *Reconciler) conclude(ctx context.Context, s *scope, o outcome) (ctrl.Re
 	}
 	e.Status.PolicyGeneration = s.policy.Generation
 	e.Status.WaitingForIPPool = o.waitingFor
-	if o.condition != shared.NodeNetworkConfigurationEnactmentConditionProgressing {
+	if !o.keepsSlot() {
 		e.Status.Slot = nil
 	}
 	gaveUp := o.condition == shared.NodeNetworkConfigurationEnactmentConditionFailing &&

@@ -14,9 +14,12 @@
 // with the outcome. The controller grants requests, oldest first, while
 // fewer than maxUnavailable grants (of the nodes the policy selects,
 // rounded up, at least one) are outstanding; a request it cannot grant yet
-// shows Pending / MaxUnavailableLimitReached. A grant older than the slot
-// timeout is taken to belong to a handler that died mid-apply and stops
-// counting.
+// is queued (status.slot.queued), and once maxUnavailable nodes gave up on
+// the policy's generation every request is aborted (status.slot.aborted).
+// Those answers are all it writes of an enactment: its handler shows them
+// in the conditions (Pending / MaxUnavailableLimitReached, Aborted). A
+// grant older than the slot timeout is taken to belong to a handler that
+// died mid-apply and stops counting.
 //
 // Cost. Events are batched: each one queues its policy after a short delay
 // and every event inside that window joins the same reconcile, so a

@@ -88,23 +88,39 @@ func handlerWrites(name string, c shared.ConditionType, request bool) {
 	}).Should(Succeed())
 }
 
-// slots returns the enactments whose slot is granted and those Pending for
-// want of one.
+// slots returns the enactments whose slot is granted and those queued for
+// want of one. The controller writes only the slot: every enactment still
+// shows the condition its handler wrote.
 func slots(names []string) (granted, pending []string) {
 	for _, name := range names {
 		var e nncev1beta1.NodeNetworkConfigurationEnactment
 		if k.Get(ctx, types.NamespacedName{Name: name}, &e) != nil {
 			continue
 		}
-		if e.Status.Slot != nil && e.Status.Slot.Granted != nil {
+		if slot := e.Status.Slot; slot != nil && slot.Granted != nil {
 			granted = append(granted, name)
 		}
-		if c := e.Status.Conditions.Find(shared.NodeNetworkConfigurationEnactmentConditionPending); c != nil &&
-			c.Status == corev1.ConditionTrue && c.Reason == shared.NodeNetworkConfigurationEnactmentConditionMaxUnavailableLimitReached {
+		if slot := e.Status.Slot; slot != nil && slot.Queued != nil && slot.Granted == nil {
 			pending = append(pending, name)
+		}
+		for _, c := range e.Status.Conditions {
+			// handlerWrites writes neither reasons nor messages.
+			Expect(c.Reason).To(BeEmpty(), "%s: a condition its handler did not write: %+v", name, c)
+			Expect(c.Message).To(BeEmpty(), "%s: a condition its handler did not write: %+v", name, c)
 		}
 	}
 	return granted, pending
+}
+
+// versions returns the resourceVersions of the enactments.
+func versions(names []string) []string {
+	var out []string
+	for _, name := range names {
+		var e nncev1beta1.NodeNetworkConfigurationEnactment
+		Expect(k.Get(ctx, types.NamespacedName{Name: name}, &e)).To(Succeed())
+		out = append(out, e.ResourceVersion)
+	}
+	return out
 }
 
 // policyState returns the True condition of the policy and its message.
@@ -124,7 +140,7 @@ func policyState(name string) func() string {
 }
 
 // TestMaxUnavailable: with maxUnavailable 1, three requests are granted
-// one at a time, the others shown Pending, in order, and the policy's
+// one at a time, the others queued, in order, and the policy's
 // status follows the enactments to Available.
 func TestMaxUnavailable(t *testing.T) {
 	RegisterTestingT(t)
@@ -142,8 +158,11 @@ func TestMaxUnavailable(t *testing.T) {
 			var pending []string
 			granted, pending = slots(names)
 			return len(granted) + 100*len(pending)
-		}).Should(Equal(1+100*(len(names)-done-1)), "one slot granted, the other requests Pending")
+		}).Should(Equal(1+100*(len(names)-done-1)), "one slot granted, the other requests queued")
 		Consistently(func() int { g, _ := slots(names); return len(g) }, 500*time.Millisecond).Should(Equal(1))
+		before := versions(names)
+		Consistently(func() []string { return versions(names) }, 500*time.Millisecond).Should(Equal(before),
+			"a request is queued once, and nothing else is written while it waits")
 		handlerWrites(granted[0], shared.NodeNetworkConfigurationEnactmentConditionAvailable, false)
 	}
 	Eventually(policyState("one")).Should(Equal("Available: 3/3 nodes successfully configured"))

@@ -3,6 +3,7 @@ package policy
 import (
 	"context"
 	"fmt"
+	"slices"
 	"sync/atomic"
 	"time"
 
@@ -94,7 +95,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 	}
 	now := r.Clock.Now()
 	ro.slots = planSlots(ro.enactments, ro.policy.Generation, ro.limit, now, r.SlotTimeout, onRequest(ro.policy))
-	if err := r.abort(ctx, ro, now); err != nil {
+	if err := r.abort(ctx, ro); err != nil {
 		return ctrl.Result{}, err
 	}
 	granted, err := r.grant(ctx, ro.slots.grant, now)
@@ -185,19 +186,15 @@ func onRequest(policy *nmstatev1.NodeNetworkConfigurationPolicy) func(*nncev1bet
 }
 
 // grant grants the slot requests of enactments, several writes at a time,
-// and returns how many it granted. A request that changed since the cache
-// saw it (a conflict) is left to the next reconcile, which its change
-// queues.
+// and returns how many it granted. It writes the slot alone: the
+// enactment's conditions are its handler's. A request that changed since
+// the cache saw it (a conflict) is left to the next reconcile, which its
+// change queues.
 func (r *Reconciler) grant(ctx context.Context, enactments []*nncev1beta1.NodeNetworkConfigurationEnactment, now time.Time) (int, error) {
 	var granted atomic.Int64
-	err := writeEach(enactments, func(e *nncev1beta1.NodeNetworkConfigurationEnactment) error {
-		if e.Status.Slot == nil {
-			e.Status.Slot = &nncev1beta1.ApplySlot{} // asked for by the enactment's request
-		}
-		e.Status.Slot.Granted = microNow(now)
-		e.Status.Conditions = conditions.Enactment(e.Status.Conditions,
-			shared.NodeNetworkConfigurationEnactmentConditionProgressing,
-			shared.NodeNetworkConfigurationEnactmentConditionConfigurationProgressing, "Applying desired state", now)
+	err := answer(enactments, func(slot *nncev1beta1.ApplySlot) {
+		slot.Granted, slot.Queued, slot.Aborted = microNow(now), nil, nil
+	}, func(e *nncev1beta1.NodeNetworkConfigurationEnactment) error {
 		err := r.Client.Status().Update(ctx, e)
 		switch {
 		case apierrors.IsConflict(err), apierrors.IsNotFound(err):
@@ -211,67 +208,77 @@ func (r *Reconciler) grant(ctx context.Context, enactments []*nncev1beta1.NodeNe
 	return int(granted.Load()), err
 }
 
-// writeEach runs write for a copy of every enactment, parallelWrites at a
-// time, and returns the first error.
-func writeEach(enactments []*nncev1beta1.NodeNetworkConfigurationEnactment, write func(*nncev1beta1.NodeNetworkConfigurationEnactment) error) error {
+// answer writes the controller's answer to each enactment's request, a
+// copy of each, parallelWrites at a time, and returns the first error:
+// set changes the slot (one is made for a new enactment, which asks by its
+// request), write writes the copy.
+func answer(enactments []*nncev1beta1.NodeNetworkConfigurationEnactment, set func(*nncev1beta1.ApplySlot),
+	write func(*nncev1beta1.NodeNetworkConfigurationEnactment) error) error {
 	var g errgroup.Group
 	g.SetLimit(parallelWrites)
 	for _, e := range enactments {
-		g.Go(func() error { return write(e.DeepCopy()) })
+		g.Go(func() error {
+			e := e.DeepCopy()
+			if e.Status.Slot == nil {
+				e.Status.Slot = &nncev1beta1.ApplySlot{}
+			}
+			set(e.Status.Slot)
+			return write(e)
+		})
 	}
 	return g.Wait()
 }
 
+// ignoreGone is err unless the enactment changed or went since the cache
+// saw it: the next reconcile, which that change queues, answers again.
+func ignoreGone(err error) error {
+	if apierrors.IsConflict(err) || apierrors.IsNotFound(err) {
+		return nil
+	}
+	return err
+}
+
 // abort refuses the requests of a policy that failed on maxUnavailable
-// nodes: Aborted / ConfigurationAborted, the request withdrawn. The
-// handler does not ask again for this generation. A request that changed
-// since the cache saw it is left to the next reconcile.
-func (r *Reconciler) abort(ctx context.Context, ro *rollout, now time.Time) error {
-	msg := fmt.Sprintf("Configuration aborted: policy generation %d failed on %s, which reaches its maxUnavailable (%d); "+
-		"fix the policy to roll it out again", ro.policy.Generation, nodes(ro.slots.failed), ro.limit)
-	return writeEach(ro.slots.abort, func(e *nncev1beta1.NodeNetworkConfigurationEnactment) error {
-		e.Status.Slot = nil
-		e.Status.Conditions = conditions.Enactment(e.Status.Conditions,
-			shared.NodeNetworkConfigurationEnactmentConditionAborted,
-			shared.NodeNetworkConfigurationEnactmentConditionConfigurationAborted, msg, now)
+// nodes (status.slot.aborted); the handler shows Aborted /
+// ConfigurationAborted and does not ask again for this generation. A
+// request that changed since the cache saw it is left to the next
+// reconcile.
+func (r *Reconciler) abort(ctx context.Context, ro *rollout) error {
+	why := nncev1beta1.SlotAborted{PolicyGeneration: ro.policy.Generation, Message: fmt.Sprintf(
+		"Configuration aborted: policy generation %d failed on %s, which reaches its maxUnavailable (%d); "+
+			"fix the policy to roll it out again", ro.policy.Generation, nodes(ro.slots.failed), ro.limit)}
+	return answer(ro.slots.abort, func(slot *nncev1beta1.ApplySlot) {
+		aborted := why // each write decodes its response into its own
+		slot.Aborted, slot.Queued = &aborted, nil
+	}, func(e *nncev1beta1.NodeNetworkConfigurationEnactment) error {
 		err := r.Client.Status().Update(ctx, e)
-		if err != nil && !apierrors.IsConflict(err) && !apierrors.IsNotFound(err) {
-			return fmt.Errorf("abort the rollout on enactment %q: %w", e.Name, err)
-		}
 		if err == nil {
 			// kubernetes-nmstate's words, on the policy, where admins look.
 			r.Recorder.Eventf(ro.policy, e, corev1.EventTypeWarning, ippoolv1.ReasonReconcileFailed, "Abort",
 				"reconciliation of enactment %q has aborted", e.Name)
 		}
+		if err = ignoreGone(err); err != nil {
+			return fmt.Errorf("abort the rollout on enactment %q: %w", e.Name, err)
+		}
 		return nil
 	})
 }
 
-// queue shows the requests that wait for a slot as Pending, a new
-// enactment's served request too: that condition alone does not end it
-// (record.Requesting).
+// queue marks the requests that wait for a slot (status.slot.queued) once;
+// their handlers show them Pending / MaxUnavailableLimitReached. A new
+// enactment's request stays a request (record.Requesting).
 func (r *Reconciler) queue(ctx context.Context, enactments []*nncev1beta1.NodeNetworkConfigurationEnactment, now time.Time) error {
-	return writeEach(enactments, func(e *nncev1beta1.NodeNetworkConfigurationEnactment) error {
-		if waitingForSlot(e) {
-			return nil
-		}
-		e.Status.Conditions = conditions.Enactment(e.Status.Conditions,
-			shared.NodeNetworkConfigurationEnactmentConditionPending,
-			shared.NodeNetworkConfigurationEnactmentConditionMaxUnavailableLimitReached,
-			"maxUnavailable nodes are already being configured; waiting", now)
-		err := r.Client.Status().Update(ctx, e)
-		if err != nil && !apierrors.IsConflict(err) && !apierrors.IsNotFound(err) {
+	unmarked := slices.DeleteFunc(slices.Clone(enactments), func(e *nncev1beta1.NodeNetworkConfigurationEnactment) bool {
+		return e.Status.Slot != nil && e.Status.Slot.Queued != nil
+	})
+	return answer(unmarked, func(slot *nncev1beta1.ApplySlot) {
+		slot.Queued, slot.Aborted = microNow(now), nil
+	}, func(e *nncev1beta1.NodeNetworkConfigurationEnactment) error {
+		if err := ignoreGone(r.Client.Status().Update(ctx, e)); err != nil {
 			return fmt.Errorf("mark enactment %q as waiting for a maxUnavailable slot: %w", e.Name, err)
 		}
 		return nil
 	})
-}
-
-// waitingForSlot reports whether the enactment shows that it waits for a
-// maxUnavailable slot.
-func waitingForSlot(e *nncev1beta1.NodeNetworkConfigurationEnactment) bool {
-	return conditions.IsTrueWith(e.Status.Conditions, shared.NodeNetworkConfigurationEnactmentConditionPending,
-		shared.NodeNetworkConfigurationEnactmentConditionMaxUnavailableLimitReached)
 }
 
 // ProgressEvery is the shortest interval between two writes of a policy's

@@ -34,7 +34,10 @@ type slots struct {
 // (record.AsksForSlot). A grant older than timeout does not count: its
 // handler died mid-apply. Once limit nodes gave up on generation, every
 // request is aborted, as kubernetes-nmstate does: a policy that broke
-// that many nodes is not rolled out further.
+// that many nodes is not rolled out further. A request aborted at
+// generation waits for its handler to end it, and is neither granted nor
+// counted; one aborted at another generation (the controller's cache was
+// behind the handler's, or ahead) is answered again.
 func planSlots(enactments []*nncev1beta1.NodeNetworkConfigurationEnactment, generation int64, limit int, now time.Time,
 	timeout time.Duration, onRequest func(*nncev1beta1.NodeNetworkConfigurationEnactment) bool) slots {
 	var s slots
@@ -45,7 +48,8 @@ func planSlots(enactments []*nncev1beta1.NodeNetworkConfigurationEnactment, gene
 		}
 		slot := e.Status.Slot
 		switch {
-		case slot == nil:
+		case slot != nil && slot.Aborted != nil && slot.Aborted.PolicyGeneration == generation:
+		case slot == nil || slot.Requested.IsZero() && slot.Granted == nil:
 			if onRequest != nil && onRequest(e) {
 				requests = append(requests, e)
 			}
@@ -77,7 +81,7 @@ func planSlots(enactments []*nncev1beta1.NodeNetworkConfigurationEnactment, gene
 // requestedAt returns when the enactment asked for its slot: its handler's
 // request, or its creation for a new enactment's request.
 func requestedAt(e *nncev1beta1.NodeNetworkConfigurationEnactment) time.Time {
-	if e.Status.Slot == nil {
+	if e.Status.Slot == nil || e.Status.Slot.Requested.IsZero() {
 		return e.CreationTimestamp.Time
 	}
 	return e.Status.Slot.Requested.Time

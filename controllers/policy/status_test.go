@@ -92,6 +92,27 @@ func TestPlanSlotsOnRequest(t *testing.T) {
 	if s := planSlots(enactments, 0, 2, t0, 5*time.Minute, nil); len(s.grant)+len(s.queue) != 1 {
 		t.Errorf("without onRequest only the handler's request asks: grant %v queue %v", names(s.grant), names(s.queue))
 	}
+
+	// Queued, a served request keeps its place: its creation, not when it
+	// was queued. A request aborted at the generation, whether its
+	// handler's or a served one, asks for nothing until its handler ends
+	// it; one aborted at another generation is answered again.
+	queued := served("served-queued", t0.Add(-10*time.Second))
+	queued.Status.Slot = &nncev1beta1.ApplySlot{Queued: microNow(t0)}
+	abortedServed := served("aborted-served", t0.Add(-20*time.Second))
+	abortedServed.Status.Slot = &nncev1beta1.ApplySlot{Aborted: &nncev1beta1.SlotAborted{PolicyGeneration: 1}}
+	abortedRequest := slotted("aborted-request", t0.Add(-20*time.Second), nil)
+	abortedRequest.Status.Slot.Aborted = &nncev1beta1.SlotAborted{PolicyGeneration: 1}
+	abortedEarlier := slotted("aborted-earlier", t0.Add(-2500*time.Millisecond), nil)
+	abortedEarlier.Status.Slot.Aborted = &nncev1beta1.SlotAborted{PolicyGeneration: 0}
+	enactments = []*nncev1beta1.NodeNetworkConfigurationEnactment{enactments[0], enactments[1], queued, abortedServed, abortedRequest, abortedEarlier}
+	s = planSlots(enactments, 1, 2, t0, 5*time.Minute, func(*nncev1beta1.NodeNetworkConfigurationEnactment) bool { return true })
+	if got := names(s.grant); len(got) != 2 || got[0] != "served-queued" || got[1] != "served-early" {
+		t.Errorf("grant = %v, want the two oldest requests: [served-queued served-early]", got)
+	}
+	if got := names(s.queue); len(got) != 2 || got[0] != "aborted-earlier" || got[1] != "requested" {
+		t.Errorf("queue = %v, want [aborted-earlier requested]", got)
+	}
 }
 
 // TestCountsHeldBack: a write that only reports changed counts waits until

@@ -169,9 +169,14 @@ func TestHandlerOnlyAsks(t *testing.T) {
 // for their slot are aborted too, and their handlers hear of it: each
 // writes its own fields and ends Aborted at the policy's generation, which
 // the policy counts as aborted, not as progressing. Nothing else applies;
-// the fixed policy rolls out everywhere with the recorded addresses.
+// the fixed policy rolls out everywhere with the recorded addresses. The
+// policy controller answers in status.slot alone: over the abort too,
+// docs/protocol.md's table of who writes what holds.
 func TestServedRolloutAborted(t *testing.T) {
 	RegisterTestingT(t)
+	ws, err := envtest.WatchWriters(ctx, env.Config, k.Scheme(), &nncev1beta1.NodeNetworkConfigurationEnactmentList{},
+		func(o metav1.Object) bool { return strings.HasSuffix(o.GetName(), ".aborted") }, "slot", "ippool[*]")
+	Expect(err).NotTo(HaveOccurred())
 	startController(t, nil)
 	createPool(t, "aborted", ippoolv1.IPRange{CIDR: "10.61.3.0/24"})
 	Eventually(available("aborted")).Should(HavePrefix("True"))
@@ -185,14 +190,17 @@ func TestServedRolloutAborted(t *testing.T) {
 	t.Cleanup(func() { deleteObject(p) })
 	dir := t.TempDir()
 	var nodes []*envtest.Node
-	for i := range 3 {
-		nodes = append(nodes, addNodeWith(t, dir, fmt.Sprintf("aborted%02d", i+1), "aborted", func(nd *envtest.Node) {
+	addFailing := func(i int) {
+		nodes = append(nodes, addNodeWith(t, dir, fmt.Sprintf("aborted%02d", i), "aborted", func(nd *envtest.Node) {
 			Expect(os.WriteFile(nd.State+".fail", []byte("apply: eth1: no such device (simulated)\n"), 0o600)).To(Succeed())
 			// Served, never allocating itself; a failure is final.
 			nd.Tune = func(r *handler.Reconciler) {
 				r.PendingRequeue, r.FailedRequeue, r.Retry.Steps = time.Hour, time.Hour, 0
 			}
 		}))
+	}
+	for i := range 3 {
+		addFailing(i + 1)
 	}
 	type state struct {
 		Condition  string
@@ -223,6 +231,15 @@ func TestServedRolloutAborted(t *testing.T) {
 	}, 2*time.Second).Should(Equal(int32(1)), "only the node granted a slot applied")
 	assertIndexed("aborted")
 
+	// A node that joins the aborted rollout: its served request is
+	// aborted as it stands, before its handler wrote anything, and its
+	// handler ends it Aborted at the generation.
+	addFailing(4)
+	Eventually(states, time.Minute).Should(ConsistOf(state{"Failing", g}, state{"Aborted", g}, state{"Aborted", g}, state{"Aborted", g}))
+	Eventually(policyCondition("aborted", shared.NodeNetworkConfigurationPolicyConditionDegraded)).Should(
+		Equal("True: 1/4 nodes failed to configure, 3 aborted"))
+	Expect(nodes[3].Network.Applies.Load()).To(BeZero(), "the joining node applied nothing")
+
 	recorded := map[string][]string{}
 	for _, nd := range nodes {
 		recorded[nd.Name] = held(nd.Name+".aborted", "aborted")
@@ -237,11 +254,16 @@ func TestServedRolloutAborted(t *testing.T) {
 		p.Spec.MaxUnavailable = &three
 		return k.Update(ctx, p)
 	})).To(Succeed())
-	Eventually(states, time.Minute).Should(ConsistOf(state{"Available", p.Generation}, state{"Available", p.Generation}, state{"Available", p.Generation}))
+	Eventually(states, time.Minute).Should(HaveEach(state{"Available", p.Generation}))
 	for _, nd := range nodes {
 		Expect(held(nd.Name+".aborted", "aborted")).To(Equal(recorded[nd.Name]), "%s keeps its address", nd.Name)
 		Expect(nd.ConfiguredAll("eth1")).To(ContainElement(HavePrefix(recorded[nd.Name][0] + "/")))
 	}
+	seen, problems := ws.Check("NodeNetworkConfigurationEnactment", "part of an enactment", writers, writerOf)
+	for _, msg := range problems {
+		t.Error(msg)
+	}
+	Expect(seen).To(HaveKey("status.slot.aborted"), "the watch saw the abort")
 }
 
 // policyCondition returns the policy's condition t as "Status: Message".
@@ -261,10 +283,12 @@ func policyCondition(name string, t shared.ConditionType) func() string {
 
 // TestServedRequestShowsItsPlaceInTheQueue: a new node's served request
 // that waits for a maxUnavailable slot says so (Pending /
-// MaxUnavailableLimitReached, as any enactment waiting for one), with its
-// address recorded and nothing of its handler's written, and applies once
-// the slot is free. The policy's one slot is held by the other node,
-// granted by hand while its handler is stopped.
+// MaxUnavailableLimitReached, as any enactment waiting for one) with its
+// address recorded: the policy controller queues it (status.slot.queued),
+// and its handler shows it, asking for the slot from the place its
+// creation gave it. It applies once the slot is free. The policy's one
+// slot is held by the other node, granted by hand while its handler is
+// stopped.
 func TestServedRequestShowsItsPlaceInTheQueue(t *testing.T) {
 	RegisterTestingT(t)
 	startController(t, nil)
@@ -294,7 +318,11 @@ func TestServedRequestShowsItsPlaceInTheQueue(t *testing.T) {
 	Expect(held("queued02.queued", "queued")).To(HaveLen(1), "served while it waits")
 	var e nncev1beta1.NodeNetworkConfigurationEnactment
 	Expect(k.Get(ctx, types.NamespacedName{Name: "queued02.queued"}, &e)).To(Succeed())
-	Expect(e.Status.PolicyGeneration).To(BeZero(), "its handler has written nothing yet: %+v %+v %+v", e.Annotations, e.Status.Conditions, e.Status.Slot)
+	Expect(e.Status.Slot).NotTo(BeNil())
+	Expect(e.Status.Slot.Queued).NotTo(BeNil(), "queued by the policy controller")
+	Expect(e.Status.Slot.Requested.Time).To(BeTemporally("==", e.CreationTimestamp.Time), "asks from its creation's place")
+	Expect(k.Get(ctx, client.ObjectKeyFromObject(p), p)).To(Succeed())
+	Expect(e.Status.PolicyGeneration).To(Equal(p.Generation), "shown by its handler")
 	Consistently(func() int32 { return second.Network.Applies.Load() }, time.Second).Should(BeZero(), "no apply without a slot")
 
 	holdSlot(false)

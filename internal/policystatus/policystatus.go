@@ -40,7 +40,15 @@ const (
 // StateOf says where the node of enactment e stands with generation; a nil
 // enactment, or one still Progressing (retrying included), is Progressing.
 func StateOf(e *nncev1beta1.NodeNetworkConfigurationEnactment, generation int64) State {
-	if e == nil || e.Status.PolicyGeneration != generation {
+	if e == nil {
+		return Progressing
+	}
+	if slot := e.Status.Slot; slot != nil && slot.Aborted != nil && slot.Aborted.PolicyGeneration == generation {
+		// The policy controller refused it; its handler has not shown
+		// that yet (a served new enactment has not written its generation).
+		return Aborted
+	}
+	if e.Status.PolicyGeneration != generation {
 		return Progressing
 	}
 	if c := e.Status.Conditions.Find(shared.NodeNetworkConfigurationEnactmentConditionProgressing); c != nil && c.Status == corev1.ConditionTrue {

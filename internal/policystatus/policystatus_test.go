@@ -109,10 +109,19 @@ func TestStateOf(t *testing.T) {
 		{"Aborted", enactment(3, ab), Aborted},
 		{"Progressing", enactment(3, prog), Progressing},
 		{"retrying: Failing and Progressing True", retrying(3), Progressing},
+		{"aborted by the policy controller, not shown yet", abortedSlot(enactment(0, ""), 3), Aborted},
+		{"its request aborted at an earlier generation", abortedSlot(enactment(3, prog), 2), Progressing},
 	}
 	for _, tt := range tests {
 		if got := StateOf(tt.e, 3); got != tt.want {
 			t.Errorf("%s: %v, want %v", tt.name, got, tt.want)
 		}
 	}
+}
+
+// abortedSlot has the policy controller refuse e's slot request at
+// generation.
+func abortedSlot(e *nncev1beta1.NodeNetworkConfigurationEnactment, generation int64) *nncev1beta1.NodeNetworkConfigurationEnactment {
+	e.Status.Slot = &nncev1beta1.ApplySlot{Aborted: &nncev1beta1.SlotAborted{PolicyGeneration: generation}}
+	return e
 }

@@ -125,19 +125,21 @@ func Set(e *nncev1beta1.NodeNetworkConfigurationEnactment, allocated ippoolv1.En
 // Requested reports whether a new enactment asks the pool controller for
 // addresses from pool (ippoolv1.RequestAnnotation): its handler named the
 // pool when it created it and has written no status since (the policy
-// controller may have shown it queued for a slot).
+// controller may have queued it for a slot).
 func Requested(e *nncev1beta1.NodeNetworkConfigurationEnactment, pool string) bool {
 	return Requesting(e) && slices.Contains(RequestedPools(e), pool)
 }
 
 // Requesting reports whether a new enactment asks the pool controller for
-// addresses at all (see Requested). The only condition it may show is the
-// policy controller's Pending / MaxUnavailableLimitReached: served, its
-// request waits in the queue for a slot (AsksForSlot). Any other (an
-// abort, or one its handler wrote) ends the request.
+// addresses at all (see Requested): its handler has written nothing of its
+// own, and the policy controller did not abort it (status.slot.aborted; a
+// slot queued or granted answers the request, which asked to apply too:
+// AsksForSlot). A condition ends the request; the only one it may show
+// is Pending / MaxUnavailableLimitReached, which earlier versions wrote
+// from the policy controller.
 func Requesting(e *nncev1beta1.NodeNetworkConfigurationEnactment) bool {
 	return e.Annotations[ippoolv1.RequestAnnotation] != "" && onlyQueued(e.Status.Conditions) &&
-		e.Status.PolicyGeneration == 0 && e.DeletionTimestamp.IsZero()
+		e.Status.PolicyGeneration == 0 && e.DeletionTimestamp.IsZero() && (e.Status.Slot == nil || e.Status.Slot.Aborted == nil)
 }
 
 // onlyQueued reports whether no condition is True but Pending /
@@ -160,7 +162,8 @@ func onlyQueued(list shared.ConditionList) bool {
 // requested (status.slot.requested). No one writes a request for the
 // handler, and the handler writes none before it applies.
 func AsksForSlot(e *nncev1beta1.NodeNetworkConfigurationEnactment, refs []capture.Ref) bool {
-	return Requesting(e) && e.Status.Slot == nil && Complete(e, refs)
+	return Requesting(e) && (e.Status.Slot == nil || e.Status.Slot.Granted == nil && e.Status.Slot.Requested.IsZero()) &&
+		Complete(e, refs)
 }
 
 // GrantedOnRequest reports whether the policy controller granted the slot

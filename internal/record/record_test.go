@@ -4,6 +4,7 @@ import (
 	"net/netip"
 	"reflect"
 	"testing"
+	"time"
 
 	"github.com/nmstate/kubernetes-nmstate/api/shared"
 	corev1 "k8s.io/api/core/v1"
@@ -75,8 +76,10 @@ func TestAddReleasesTheReplacedAddress(t *testing.T) {
 }
 
 // TestRequesting: a new enactment's request lasts until its handler writes
-// its own fields or the policy controller aborts it; the policy
-// controller showing it queued for a slot does not end it.
+// its own fields or the policy controller aborts it (status.slot.aborted;
+// earlier versions wrote an Aborted condition); the policy controller
+// queueing it for a slot does not end it. Served, it asks for a slot
+// (AsksForSlot) until one is granted, queued or not.
 func TestRequesting(t *testing.T) {
 	with := func(change func(*nncev1beta1.NodeNetworkConfigurationEnactment)) *nncev1beta1.NodeNetworkConfigurationEnactment {
 		e := &nncev1beta1.NodeNetworkConfigurationEnactment{ObjectMeta: metav1.ObjectMeta{
@@ -101,9 +104,15 @@ func TestRequesting(t *testing.T) {
 	}{
 		{"created", with(nil), true},
 		{"no request", with(func(e *nncev1beta1.NodeNetworkConfigurationEnactment) { e.Annotations = nil }), false},
-		{"queued for a slot", with(condition(shared.NodeNetworkConfigurationEnactmentConditionPending,
+		{"queued for a slot", with(func(e *nncev1beta1.NodeNetworkConfigurationEnactment) {
+			e.Status.Slot = &nncev1beta1.ApplySlot{Queued: &metav1.MicroTime{}}
+		}), true},
+		{"aborted", with(func(e *nncev1beta1.NodeNetworkConfigurationEnactment) {
+			e.Status.Slot = &nncev1beta1.ApplySlot{Aborted: &nncev1beta1.SlotAborted{PolicyGeneration: 1}}
+		}), false},
+		{"queued for a slot by an earlier version", with(condition(shared.NodeNetworkConfigurationEnactmentConditionPending,
 			shared.NodeNetworkConfigurationEnactmentConditionMaxUnavailableLimitReached)), true},
-		{"aborted", with(condition(shared.NodeNetworkConfigurationEnactmentConditionAborted,
+		{"aborted by an earlier version", with(condition(shared.NodeNetworkConfigurationEnactmentConditionAborted,
 			shared.NodeNetworkConfigurationEnactmentConditionConfigurationAborted)), false},
 		{"pending for another reason, by its handler", with(condition(shared.NodeNetworkConfigurationEnactmentConditionPending,
 			ippoolv1.ReasonIPPoolBusy)), false},
@@ -115,6 +124,34 @@ func TestRequesting(t *testing.T) {
 	} {
 		if got := Requesting(tc.e); got != tc.want {
 			t.Errorf("%s: Requesting = %v, want %v", tc.name, got, tc.want)
+		}
+	}
+
+	refs := []capture.Ref{{Pool: "pool", Capture: "addr"}}
+	served := func(slot *nncev1beta1.ApplySlot) *nncev1beta1.NodeNetworkConfigurationEnactment {
+		return with(func(e *nncev1beta1.NodeNetworkConfigurationEnactment) {
+			e.Status.IPPool = ippoolv1.EnactmentIPPools{"pool": {Allocated: []string{"10.0.0.1"}}}
+			addr := capture.Address{IP: netip.MustParseAddr("10.0.0.1"), PrefixLength: 24}
+			e.Status.CapturedStates = map[string]shared.NodeNetworkConfigurationEnactmentCapturedState{
+				"addr": {State: shared.NewState(string(addr.State()))}}
+			e.Status.Slot = slot
+		})
+	}
+	granted := metav1.NewMicroTime(time.Now())
+	for _, tc := range []struct {
+		name string
+		e    *nncev1beta1.NodeNetworkConfigurationEnactment
+		want bool
+	}{
+		{"not served yet", with(nil), false},
+		{"served", served(nil), true},
+		{"served, queued", served(&nncev1beta1.ApplySlot{Queued: &granted}), true},
+		{"served, granted", served(&nncev1beta1.ApplySlot{Granted: &granted}), false},
+		{"served, aborted", served(&nncev1beta1.ApplySlot{Aborted: &nncev1beta1.SlotAborted{PolicyGeneration: 1}}), false},
+		{"served, queued, asked by its handler", served(&nncev1beta1.ApplySlot{Requested: granted, Queued: &granted}), false},
+	} {
+		if got := AsksForSlot(tc.e, refs); got != tc.want {
+			t.Errorf("%s: AsksForSlot = %v, want %v", tc.name, got, tc.want)
 		}
 	}
 }
