@@ -86,9 +86,11 @@ type ConfigureFailures struct {
 // once granted, the slot itself.
 type ApplySlot struct {
 	// Requested is when the handler asked to apply. A new request replaces
-	// an old one and its grant. Absent from a slot granted to a new
+	// an old one and its answer. Absent from a slot that answers a new
 	// enactment's request (the nmstate.io/ippool-request annotation),
-	// which asks to apply once the pool controller has served it.
+	// which asks to apply once the pool controller has served it, until
+	// its handler takes over a request that waits in the queue: then it
+	// is the enactment's creation, its place in the queue.
 	// +optional
 	Requested metav1.MicroTime `json:"requested,omitzero"`
 	// Granted is when the policy controller granted the request. A grant

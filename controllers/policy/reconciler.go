@@ -153,7 +153,7 @@ func (r *Reconciler) fetch(ctx context.Context, name string) (*rollout, error) {
 	}
 	var list nncev1beta1.NodeNetworkConfigurationEnactmentList
 	// The items are the cache's own, not copies (every enactment event
-	// brings the policy back): writeEach copies the ones it changes.
+	// brings the policy back): answer copies the ones it changes.
 	if err := r.Client.List(ctx, &list, client.MatchingFields{policyIndex: name}, client.UnsafeDisableDeepCopy); err != nil {
 		return nil, fmt.Errorf("list the enactments of policy %q: %w", name, err)
 	}

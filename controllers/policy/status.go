@@ -34,10 +34,15 @@ type slots struct {
 // (record.AsksForSlot). A grant older than timeout does not count: its
 // handler died mid-apply. Once limit nodes gave up on generation, every
 // request is aborted, as kubernetes-nmstate does: a policy that broke
-// that many nodes is not rolled out further. A request aborted at
-// generation waits for its handler to end it, and is neither granted nor
-// counted; one aborted at another generation (the controller's cache was
-// behind the handler's, or ahead) is answered again.
+// that many nodes is not rolled out further. An aborted request waits
+// for its handler to end it, and is neither granted nor counted, unless
+// the abort is older than both generation and the request's own (the
+// controller's cache was behind the handler's when it aborted): that one
+// is answered again. A request of an earlier generation that was aborted
+// is its handler's to renew for the policy as it is now, or a grant would
+// have it apply the generation that broke maxUnavailable nodes. A served
+// new enactment that was aborted asks for nothing (record.AsksForSlot):
+// its handler asks again.
 func planSlots(enactments []*nncev1beta1.NodeNetworkConfigurationEnactment, generation int64, limit int, now time.Time,
 	timeout time.Duration, onRequest func(*nncev1beta1.NodeNetworkConfigurationEnactment) bool) slots {
 	var s slots
@@ -48,7 +53,8 @@ func planSlots(enactments []*nncev1beta1.NodeNetworkConfigurationEnactment, gene
 		}
 		slot := e.Status.Slot
 		switch {
-		case slot != nil && slot.Aborted != nil && slot.Aborted.PolicyGeneration == generation:
+		case slot != nil && slot.Aborted != nil && (slot.Aborted.PolicyGeneration == generation ||
+			e.Status.PolicyGeneration <= slot.Aborted.PolicyGeneration):
 		case slot == nil || slot.Requested.IsZero() && slot.Granted == nil:
 			if onRequest != nil && onRequest(e) {
 				requests = append(requests, e)

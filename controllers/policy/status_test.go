@@ -96,17 +96,26 @@ func TestPlanSlotsOnRequest(t *testing.T) {
 	// Queued, a served request keeps its place: its creation, not when it
 	// was queued. A request aborted at the generation, whether its
 	// handler's or a served one, asks for nothing until its handler ends
-	// it; one aborted at another generation is answered again.
+	// it; so does one aborted at its own, earlier generation (its handler
+	// renews it for the policy as it is now: a grant would have it apply
+	// the generation that failed). One aborted at a generation older than
+	// its own (the controller's cache was behind) is answered again.
 	queued := served("served-queued", t0.Add(-10*time.Second))
 	queued.Status.Slot = &nncev1beta1.ApplySlot{Queued: microNow(t0)}
 	abortedServed := served("aborted-served", t0.Add(-20*time.Second))
-	abortedServed.Status.Slot = &nncev1beta1.ApplySlot{Aborted: &nncev1beta1.SlotAborted{PolicyGeneration: 1}}
+	abortedServed.Status.Slot = &nncev1beta1.ApplySlot{Aborted: &nncev1beta1.SlotAborted{PolicyGeneration: 2}}
 	abortedRequest := slotted("aborted-request", t0.Add(-20*time.Second), nil)
-	abortedRequest.Status.Slot.Aborted = &nncev1beta1.SlotAborted{PolicyGeneration: 1}
+	abortedRequest.Status.PolicyGeneration = 2
+	abortedRequest.Status.Slot.Aborted = &nncev1beta1.SlotAborted{PolicyGeneration: 2}
+	abortedThenFixed := slotted("aborted-then-fixed", t0.Add(-20*time.Second), nil)
+	abortedThenFixed.Status.PolicyGeneration = 1
+	abortedThenFixed.Status.Slot.Aborted = &nncev1beta1.SlotAborted{PolicyGeneration: 1}
 	abortedEarlier := slotted("aborted-earlier", t0.Add(-2500*time.Millisecond), nil)
-	abortedEarlier.Status.Slot.Aborted = &nncev1beta1.SlotAborted{PolicyGeneration: 0}
-	enactments = []*nncev1beta1.NodeNetworkConfigurationEnactment{enactments[0], enactments[1], queued, abortedServed, abortedRequest, abortedEarlier}
-	s = planSlots(enactments, 1, 2, t0, 5*time.Minute, func(*nncev1beta1.NodeNetworkConfigurationEnactment) bool { return true })
+	abortedEarlier.Status.PolicyGeneration = 2
+	abortedEarlier.Status.Slot.Aborted = &nncev1beta1.SlotAborted{PolicyGeneration: 1}
+	enactments = []*nncev1beta1.NodeNetworkConfigurationEnactment{enactments[0], enactments[1], queued, abortedServed, abortedRequest,
+		abortedThenFixed, abortedEarlier}
+	s = planSlots(enactments, 2, 2, t0, 5*time.Minute, func(*nncev1beta1.NodeNetworkConfigurationEnactment) bool { return true })
 	if got := names(s.grant); len(got) != 2 || got[0] != "served-queued" || got[1] != "served-early" {
 		t.Errorf("grant = %v, want the two oldest requests: [served-queued served-early]", got)
 	}
