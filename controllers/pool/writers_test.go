@@ -25,9 +25,11 @@ import (
 // replaced, the old one released) and the policy's deletion, served by the pool controller and allocated
 // by the handlers (--self-allocate), every part of an enactment that the
 // API server's managedFields show a writer owning is a part the table
-// names, and that writer is one its row names. Each controller writes under its own field
-// manager (FieldOwner), so the API server, not the code under test, says
-// who wrote what.
+// names, and that writer is one its row names; likewise every part of the
+// pool, with the table "part of a pool". Each controller writes under its
+// own field manager (FieldOwner; the pool writes of the pool controller's
+// process under pool.FieldOwner), so the API server, not the code under
+// test, says who wrote what.
 func TestWhoWritesWhat(t *testing.T) {
 	for _, tc := range []struct {
 		name, net string
@@ -44,6 +46,9 @@ func TestWhoWritesWhat(t *testing.T) {
 			Expect(table).To(HaveKey("status.slot.granted"), "the table was read")
 			ws, err := envtest.WatchWriters(ctx, env.Config, k.Scheme(), &nncev1beta1.NodeNetworkConfigurationEnactmentList{},
 				func(o metav1.Object) bool { return strings.HasSuffix(o.GetName(), "."+name) }, "slot", "ippool[*]")
+			Expect(err).NotTo(HaveOccurred())
+			poolWriters, err := envtest.WatchWriters(ctx, env.Config, k.Scheme(), &ippoolv1.NodeIPPoolList{},
+				func(o metav1.Object) bool { return o.GetName() == name })
 			Expect(err).NotTo(HaveOccurred())
 
 			twoNodesOf(t, name, ippoolv1.IPRange{CIDR: tc.net + ".0/24", Start: tc.net + ".1", End: tc.net + ".10"},
@@ -78,6 +83,15 @@ func TestWhoWritesWhat(t *testing.T) {
 			}
 			Expect(seen).To(HaveKey("status.ippool[*].allocated"), "the watch saw the records written")
 			Expect(seen).To(HaveKey("status.ippool[*].releasing"), "and the releases")
+
+			seen, problems = poolWriters.Check("NodeIPPool", "part of a pool", writers, writerOf)
+			for _, msg := range problems {
+				t.Error(msg)
+			}
+			Expect(seen).To(HaveKey("status.quarantined"), "the watch saw the releases in the pool")
+			if tc.name == "writersself" {
+				Expect(seen["status.inFlight"]).To(HaveKey(handler.FieldOwner), "and the handlers' own takes")
+			}
 		})
 	}
 }

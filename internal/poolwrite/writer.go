@@ -87,10 +87,12 @@ func NewWriter(reader client.Reader, c client.Client, clk clock.Clock) *Writer {
 }
 
 // ForManager returns the Writer of a component run by mgr: it reads from
-// the API server, writes with the manager's client, and keeps the audit
-// trail with an Event on each change's holder, recorded as component.
+// the API server, writes with the manager's client under the field
+// manager component (a pool's managedFields name who wrote each part of
+// its status), and keeps the audit trail with an Event on each change's
+// holder, recorded as component.
 func ForManager(mgr manager.Manager, clk clock.Clock, component string) *Writer {
-	w := NewWriter(mgr.GetAPIReader(), mgr.GetClient(), clk)
+	w := NewWriter(mgr.GetAPIReader(), client.WithFieldOwner(mgr.GetClient(), component), clk)
 	w.Audit = audit.Trail{Events: eventnote.New(mgr.GetEventRecorder(component))}.Record
 	return w
 }
