@@ -196,13 +196,12 @@ func (r *Reconciler) grant(ctx context.Context, enactments []*nncev1beta1.NodeNe
 		slot.Granted, slot.Queued, slot.Aborted = microNow(now), nil, nil
 	}, func(e *nncev1beta1.NodeNetworkConfigurationEnactment) error {
 		err := r.Client.Status().Update(ctx, e)
-		switch {
-		case apierrors.IsConflict(err), apierrors.IsNotFound(err):
-			return nil
-		case err != nil:
+		if err == nil {
+			granted.Add(1)
+		}
+		if err = ignoreGone(err); err != nil {
 			return fmt.Errorf("grant a maxUnavailable slot to enactment %q: %w", e.Name, err)
 		}
-		granted.Add(1)
 		return nil
 	})
 	return int(granted.Load()), err

@@ -2,7 +2,6 @@ package pool_test
 
 import (
 	"context"
-	"fmt"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -10,7 +9,6 @@ import (
 	"github.com/nmstate/kubernetes-nmstate/api/shared"
 	. "github.com/onsi/gomega"
 	"github.com/prometheus/client_golang/prometheus"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/utils/clock"
@@ -478,40 +476,4 @@ func TestKeptAddressExpires(t *testing.T) {
 	Eventually(enactmentState("expire03.expire")).Should(HavePrefix("Available"))
 	Expect(held("expire03.expire", "expire")).To(Equal([]string{"10.64.0.1"}), "once expired, the lowest free address again")
 	assertIndexed("expire")
-}
-
-// TestPoolDeletedWithoutController: a pool deleted while no pool
-// controller runs stays, its finalizer held and its status as it was, and
-// hands out nothing: a self-allocating handler whose node joins takes no
-// address from it, on its deletion alone (its Available condition, which
-// only the controller writes, still says True). Once a pool controller
-// runs, the pool goes.
-func TestPoolDeletedWithoutController(t *testing.T) {
-	RegisterTestingT(t)
-	createIdlePool(t, "nopc", "10.61.9.0/24")
-	var p ippoolv1.NodeIPPool
-	Expect(k.Get(ctx, types.NamespacedName{Name: "nopc"}, &p)).To(Succeed())
-	Expect(p.Finalizers).To(ContainElement(ippoolv1.FinalizerPoolEntries))
-	Expect(k.Delete(ctx, &p)).To(Succeed())
-	createPolicyWith(t, "nopc", "nopc", map[string]string{"addr": "ippool.nopc.allocate"}, envtest.OneAddressState)
-	nd := addNodeWith(t, t.TempDir(), "nopc01", "nopc", func(nd *envtest.Node) {
-		nd.Tune = func(r *handler.Reconciler) { r.SelfAllocate = true }
-	})
-	Eventually(enactmentState("nopc01.nopc")).Should(ContainSubstring(`NodeIPPool "nopc" is being deleted and hands out nothing`))
-	Consistently(func() string {
-		var now ippoolv1.NodeIPPool
-		if err := k.Get(ctx, types.NamespacedName{Name: "nopc"}, &now); err != nil {
-			return err.Error()
-		}
-		return fmt.Sprintf("deleting %t, finalizers %v, allocated %d, in flight %d, Available %s", !now.DeletionTimestamp.IsZero(),
-			now.Finalizers, now.Status.Allocated, len(now.Status.InFlight), available("nopc")())
-	}, 2*time.Second).Should(HavePrefix(fmt.Sprintf("deleting true, finalizers [%s], allocated 0, in flight 0, Available True",
-		ippoolv1.FinalizerPoolEntries)))
-	Expect(nd.Network.Applies.Load()).To(BeZero(), "nothing to apply without an address")
-
-	startController(t, nil)
-	Eventually(func() bool {
-		return apierrors.IsNotFound(k.Get(ctx, types.NamespacedName{Name: "nopc"}, &ippoolv1.NodeIPPool{}))
-	}).Should(BeTrue(), "the pool goes once a controller runs")
-	Eventually(enactmentState("nopc01.nopc")).Should(ContainSubstring(`NodeIPPool "nopc" not found`))
 }
