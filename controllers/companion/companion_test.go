@@ -55,18 +55,7 @@ func relabel(node, role string) {
 
 // annotate sets the reset annotation on an object.
 func annotate(o client.Object, value string) {
-	Expect(retry.RetryOnConflict(retry.DefaultRetry, func() error {
-		if err := k.Get(ctx, client.ObjectKeyFromObject(o), o); err != nil {
-			return err
-		}
-		a := o.GetAnnotations()
-		if a == nil {
-			a = map[string]string{}
-		}
-		a[ippoolv1.ResetIPPoolAnnotation] = value
-		o.SetAnnotations(a)
-		return k.Update(ctx, o)
-	})).To(Succeed())
+	Expect(envtest.Annotate(ctx, k, o, ippoolv1.ResetIPPoolAnnotation, value)).To(Succeed())
 }
 
 // TestRolloutPacedAndRecorded: every selected node gets its own address,
@@ -77,7 +66,7 @@ func annotate(o client.Object, value string) {
 func TestRolloutPacedAndRecorded(t *testing.T) {
 	u := begin(t, "roll", "roll-1", "roll-2", "roll-3", "roll-4")
 	createPool(t, "cmp-roll", rangeSpec("10.61.0.0/24", "10.61.0.10", "10.61.0.30"))
-	u.set(func(u *upstream) { u.hold = true })
+	u.Hold(true)
 	p := pooled("roll", "roll", "cmp-roll", "1")
 	p.Spec.Capture["gw"] = `routes.running.destination=="0.0.0.0/0"`
 	create(t, p)
@@ -94,16 +83,14 @@ func TestRolloutPacedAndRecorded(t *testing.T) {
 		for _, name := range names {
 			var g nmstatev1.NodeNetworkConfigurationPolicy
 			Expect(k.Get(ctx, types.NamespacedName{Name: name}, &g)).To(Succeed())
-			Expect(u.finish(g.Annotations[ippoolv1.PooledNodeAnnotation])).To(Succeed())
+			Expect(u.Finish(g.Annotations[ippoolv1.PooledNodeAnnotation])).To(Succeed())
 		}
 		if i < 4 {
 			Eventually(generated("roll")).Should(HaveLen(i + 1))
 		}
 	}
 	Eventually(status("roll")).Should(Equal("Available SuccessfullyConfigured: 4/4 nodes successfully configured"))
-	busiest := 0
-	u.set(func(u *upstream) { busiest = u.maxBusy })
-	Expect(busiest).To(BeNumerically("<=", 1), "never more nodes progressing than maxUnavailable")
+	Expect(u.MaxBusy()).To(BeNumerically("<=", 1), "never more nodes progressing than maxUnavailable")
 
 	var g nmstatev1.NodeNetworkConfigurationPolicy
 	Expect(k.Get(ctx, types.NamespacedName{Name: "roll-roll-2"}, &g)).To(Succeed())
@@ -116,7 +103,7 @@ func TestRolloutPacedAndRecorded(t *testing.T) {
 	Expect(addr).To(Equal(map[string]any{"ip": addressOf("roll", "roll-2")(), "prefix-length": float64(24)}))
 	Expect(metav1.GetControllerOf(&g).Kind).To(Equal("PooledNodeNetworkConfigurationPolicy"))
 	for _, node := range []string{"roll-1", "roll-2", "roll-3", "roll-4"} {
-		Expect(u.configured(node)()).To(Equal([]string{addressOf("roll", node)() + "/24"}))
+		Expect(u.Configured(node)()).To(Equal([]string{addressOf("roll", node)() + "/24"}))
 	}
 }
 
@@ -134,7 +121,7 @@ func TestNodesComeAndGo(t *testing.T) {
 	// A node no longer selected.
 	relabel("cg-2", "elsewhere")
 	Eventually(generated("cg")).Should(ConsistOf("cg-cg-1", "cg-cg-3"))
-	Expect(u.configured("cg-2")()).To(BeEmpty(), "the address was taken off before its NNCP went")
+	Expect(u.Configured("cg-2")()).To(BeEmpty(), "the address was taken off before its NNCP went")
 	Expect(addressOf("cg", "cg-2")()).To(BeEmpty())
 	Eventually(bits("cmp-cg")).ShouldNot(ContainElement(second), "freed once the node's state shows it gone")
 	Eventually(status("cg")).Should(Equal("Available SuccessfullyConfigured: 2/2 nodes successfully configured"))
@@ -143,14 +130,14 @@ func TestNodesComeAndGo(t *testing.T) {
 	Expect(k.Delete(ctx, &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "cg-3"}})).To(Succeed())
 	Eventually(generated("cg")).Should(ConsistOf("cg-cg-1"))
 	Eventually(addressOf("cg", "cg-3")).Should(BeEmpty())
-	Expect(u.configured("cg-3")()).To(BeEmpty(), "taken off before the Node went")
+	Expect(u.Configured("cg-3")()).To(BeEmpty(), "taken off before the Node went")
 	Eventually(node("cg-3")).Should(ContainSubstring("not found"))
 	Expect(k.Create(ctx, &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "cg-3",
 		Labels: map[string]string{"role": "cg", "kubernetes.io/hostname": "cg-3"}}})).To(Succeed())
 	Eventually(addressOf("cg", "cg-3")).Should(Equal(third), "the same address back")
 
 	// A node joins.
-	u.addNode("cg-4", "cg")
+	Expect(u.AddNode("cg-4", map[string]string{"role": "cg"})).To(Succeed())
 	Eventually(generated("cg")).Should(ConsistOf("cg-cg-1", "cg-cg-3", "cg-cg-4"))
 	Eventually(status("cg")).Should(Equal("Available SuccessfullyConfigured: 3/3 nodes successfully configured"), describe("cg"))
 	Expect(addressOf("cg", "cg-4")()).NotTo(BeElementOf(addressOf("cg", "cg-1")(), third))
@@ -164,12 +151,12 @@ func TestDeletionTakesAddressesOff(t *testing.T) {
 	p := pooled("del", "del", "cmp-del", "")
 	create(t, p)
 	Eventually(status("del")).Should(HavePrefix("Available"))
-	Expect(u.configured("del-1")()).To(HaveLen(1))
+	Expect(u.Configured("del-1")()).To(HaveLen(1))
 
 	Expect(k.Delete(ctx, p)).To(Succeed())
 	Eventually(generated("del")).Should(BeEmpty())
-	Expect(u.configured("del-1")()).To(BeEmpty(), "off the NIC before the NNCP went")
-	Expect(u.configured("del-2")()).To(BeEmpty())
+	Expect(u.Configured("del-1")()).To(BeEmpty(), "off the NIC before the NNCP went")
+	Expect(u.Configured("del-2")()).To(BeEmpty())
 	Eventually(func() error {
 		return k.Get(ctx, client.ObjectKeyFromObject(p), &ippoolv1.PooledNodeNetworkConfigurationPolicy{})
 	}).Should(MatchError(ContainSubstring("not found")))
@@ -219,7 +206,7 @@ func TestResets(t *testing.T) {
 	Eventually(addressOf("rs", "rs-1")).ShouldNot(Or(Equal(first), BeEmpty()))
 	Expect(addressOf("rs", "rs-2")()).To(Equal(second))
 	renewed := addressOf("rs", "rs-1")()
-	Eventually(u.configured("rs-1")).Should(Equal([]string{renewed + "/24"}), "the new address replaces the old one")
+	Eventually(u.Configured("rs-1")).Should(Equal([]string{renewed + "/24"}), "the new address replaces the old one")
 	Consistently(addressOf("rs", "rs-1"), 2*time.Second).Should(Equal(renewed), "one reset, one new address")
 	Eventually(func() map[string]string {
 		var g nmstatev1.NodeNetworkConfigurationPolicy
@@ -260,9 +247,9 @@ func TestResetThatCannotBeReplacedFirst(t *testing.T) {
 	first := addressOf("rf", "rf-1")()
 
 	annotate(&nmstatev1.NodeNetworkConfigurationPolicy{ObjectMeta: metav1.ObjectMeta{Name: "rf-rf-1"}}, "cmp-rf")
-	Eventually(u.configured("rf-1")).Should(BeEmpty(), "a full pool: off before it can come back")
+	Eventually(u.Configured("rf-1")).Should(BeEmpty(), "a full pool: off before it can come back")
 	Eventually(addressOf("rf", "rf-1")).Should(Equal(first), "handed back once the node showed it gone")
-	Eventually(u.configured("rf-1")).Should(Equal([]string{first + "/24"}))
+	Eventually(u.Configured("rf-1")).Should(Equal([]string{first + "/24"}))
 	Eventually(status("rf")).Should(Equal("Available SuccessfullyConfigured: 2/2 nodes successfully configured"))
 
 	// A pool being deleted, kept by someone else's finalizer meanwhile.
@@ -278,12 +265,12 @@ func TestResetThatCannotBeReplacedFirst(t *testing.T) {
 	second := addressOf("rf", "rf-2")()
 	// The node fails to apply the policy without it for a while: it is
 	// written again, as a failed release's is.
-	u.set(func(u *upstream) { u.fail["rf-2"] = true })
+	u.Fail("rf-2", true)
 	annotate(&nmstatev1.NodeNetworkConfigurationPolicy{ObjectMeta: metav1.ObjectMeta{Name: "rf-rf-2"}}, "cmp-rf")
 	Eventually(events("rf")).Should(ContainElement(HavePrefix("RemovalRetried: Trying again to take " + second + " off node rf-2")))
-	Expect(u.configured("rf-2")()).To(Equal([]string{second + "/24"}))
-	u.set(func(u *upstream) { u.fail["rf-2"] = false })
-	Eventually(u.configured("rf-2"), time.Minute).Should(BeEmpty(), "a pool being deleted hands nothing out: off first")
+	Expect(u.Configured("rf-2")()).To(Equal([]string{second + "/24"}))
+	u.Fail("rf-2", false)
+	Eventually(u.Configured("rf-2"), time.Minute).Should(BeEmpty(), "a pool being deleted hands nothing out: off first")
 	Eventually(quarantined("cmp-rf")).ShouldNot(ContainElement(second+" rf-2"), "lifted on the node's evidence")
 	Eventually(func() []string { _ = k.Get(ctx, types.NamespacedName{Name: "cmp-rf"}, &pool); return pool.Finalizers }).
 		Should(Equal([]string{"example.com/keep"}), "the pool lets go")
@@ -294,7 +281,7 @@ func TestResetThatCannotBeReplacedFirst(t *testing.T) {
 		pool.Finalizers = nil
 		return k.Update(ctx, &pool)
 	})).To(Succeed())
-	Expect(u.configured("rf-1")()).To(Equal([]string{first + "/24"}), "the other node keeps its address")
+	Expect(u.Configured("rf-1")()).To(Equal([]string{first + "/24"}), "the other node keeps its address")
 }
 
 // TestPoolSettingsReservationsAndAdoption: gateway and DNS are written in
@@ -309,12 +296,10 @@ func TestPoolSettingsReservationsAndAdoption(t *testing.T) {
 	spec.Reservations = []ippoolv1.Reservation{{IP: "10.66.0.50", Node: "gw-2"}}
 	createPool(t, "cmp-gw", spec)
 	// gw-3 carries 10.66.0.77 on eth1, as a per-node NNCP left it.
-	u.mu.Lock()
-	n := u.nodes["gw-3"]
-	u.mu.Unlock()
+	n := u.Node("gw-3")
 	Expect(n.Network.Apply(ctx, []byte(`{"interfaces":[{"name":"eth1","type":"ethernet","state":"up","ipv4":{"enabled":true,"dhcp":false,"address":[{"ip":"10.66.0.77","prefix-length":24}]}}]}`))).To(Succeed())
 	Expect(n.Network.Commit(ctx)).To(Succeed())
-	Expect(u.publish("gw-3")).To(Succeed())
+	Expect(u.Publish("gw-3")).To(Succeed())
 
 	p := pooled("gw", "gw", "cmp-gw", "100%")
 	p.Spec.DesiredState = shared.NewState(oneAddressWithDNS)
@@ -408,12 +393,12 @@ func TestFailedRemovalKeepsTheRecord(t *testing.T) {
 	u := rolledOut(t, asIs, "fr", "10.69.0.0/24", "10.69.0.10", "10.69.0.30", "fr-1", "fr-2")
 	held := addressOf("fr", "fr-2")()
 
-	u.set(func(u *upstream) { u.fail["fr-2"] = true })
+	u.Fail("fr-2", true)
 	relabel("fr-2", "elsewhere")
 	Eventually(status("fr")).Should(And(HavePrefix("Degraded FailedToConfigure: node fr-2 could not apply policy fr-fr-2"),
 		ContainSubstring("stay recorded and quarantined")))
 	Consistently(addressOf("fr", "fr-2"), 2*time.Second).Should(Equal(held))
-	Expect(u.configured("fr-2")()).To(ConsistOf(held + "/24"))
+	Expect(u.Configured("fr-2")()).To(ConsistOf(held + "/24"))
 	Expect(bits("cmp-fr")()).To(ContainElement(held))
 
 	// Its machine shut down for good: the way out.
@@ -434,16 +419,16 @@ func TestFailedRemovalIsTriedAgain(t *testing.T) {
 		"ta", "10.77.0.0/24", "10.77.0.10", "10.77.0.30", "ta-1", "ta-2")
 	held := addressOf("ta", "ta-2")()
 
-	u.set(func(u *upstream) { u.fail["ta-2"] = true })
+	u.Fail("ta-2", true)
 	relabel("ta-2", "elsewhere")
 	Eventually(status("ta")).Should(HavePrefix("Degraded FailedToConfigure: node ta-2 could not apply policy ta-ta-2"))
 	Eventually(events("ta")).Should(ContainElement(And(HavePrefix("RemovalRetried: Trying again to take "+held+" off node ta-2: policy ta-ta-2 failed"),
 		HaveSuffix("(attempt 2)"))))
 	Expect(addressOf("ta", "ta-2")()).To(Equal(held), "recorded while it fails")
 
-	u.set(func(u *upstream) { u.fail["ta-2"] = false })
+	u.Fail("ta-2", false)
 	Eventually(addressOf("ta", "ta-2"), time.Minute).Should(BeEmpty())
-	Expect(u.configured("ta-2")()).To(BeEmpty())
+	Expect(u.Configured("ta-2")()).To(BeEmpty())
 	Eventually(generated("ta")).Should(ConsistOf("ta-ta-1"))
 	Eventually(bits("cmp-ta")).ShouldNot(ContainElement(held))
 }
@@ -456,7 +441,7 @@ func TestFailedRemovalIsTriedAgain(t *testing.T) {
 func TestReleaseOfANodeNeverConfigured(t *testing.T) {
 	u := begin(t, "nc", "nc-1", "nc-2", "nc-3")
 	createPool(t, "cmp-nc", rangeSpec("10.70.0.0/24", "10.70.0.10", "10.70.0.30"))
-	u.set(func(u *upstream) { u.hold = true })
+	u.Hold(true)
 	create(t, pooled("nc", "nc", "cmp-nc", "1"))
 	Eventually(recorded("nc")).Should(HaveLen(3))
 	Eventually(generated("nc")).Should(HaveLen(1))

@@ -10,6 +10,7 @@ import (
 	nmstatev1 "github.com/nmstate/kubernetes-nmstate/api/v1"
 	. "github.com/onsi/gomega"
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/util/retry"
@@ -83,17 +84,17 @@ func TestNodeDeletedWhileItsMachineRuns(t *testing.T) {
 	updateNode("nd-2", func(n *corev1.Node) { n.Finalizers = nil })
 	Eventually(node("nd-2")).Should(Equal("live [" + ippoolv1.FinalizerPooledNode + "]"))
 
-	u.set(func(u *upstream) { u.hold = true })
+	u.Hold(true)
 	deleteNode("nd-2")
 	Eventually(nodeEvents("nd-2")).Should(ContainElement(And(HavePrefix("NodeDeletionWaits: Node nd-2 goes once kubernetes-nmstate's handler"),
 		ContainSubstring("PooledNodeNetworkConfigurationPolicy nd ("+held+")"), ContainSubstring("kubectl taint node nd-2 node.kubernetes.io/out-of-service"))))
 	Consistently(node("nd-2"), 2*time.Second).Should(HavePrefix("deleting"), "kept while the machine carries the address")
-	Expect(u.configured("nd-2")()).To(ConsistOf(held + "/24"))
+	Expect(u.Configured("nd-2")()).To(ConsistOf(held + "/24"))
 	Expect(bits("cmp-nd")()).To(ContainElement(held))
 
-	u.set(func(u *upstream) { u.hold = false })
+	u.Hold(false)
 	Eventually(node("nd-2")).Should(ContainSubstring("not found"))
-	Expect(u.configured("nd-2")()).To(BeEmpty(), "off the NIC before the Node went")
+	Expect(u.Configured("nd-2")()).To(BeEmpty(), "off the NIC before the Node went")
 	Eventually(generated("nd")).Should(ConsistOf("nd-nd-1"))
 	Eventually(status("nd")).Should(Equal("Available SuccessfullyConfigured: 1/1 nodes successfully configured"))
 
@@ -112,7 +113,7 @@ func TestMachineShutDownForGood(t *testing.T) {
 	u := rolledOut(t, asIs, "sd", "10.75.0.0/24", "10.75.0.10", "10.75.0.30", "sd-1", "sd-2")
 	held := addressOf("sd", "sd-2")()
 
-	u.set(func(u *upstream) { u.hold = true }) // the machine applies nothing any more
+	u.Hold(true) // the machine applies nothing any more
 	updateNode("sd-2", notReadyNow)
 	deleteNode("sd-2")
 	Eventually(status("sd")).Should(And(HavePrefix("Degraded NodeDeletionWaits: Node sd-2 is being deleted and is not Ready"),
@@ -126,8 +127,8 @@ func TestMachineShutDownForGood(t *testing.T) {
 	Eventually(generated("sd")).Should(ConsistOf("sd-sd-1"))
 	Eventually(func() ([]string, error) { return envtest.KeptAddresses(ctx, k, "cmp-sd") }).Should(ContainElement(held), "kept for its return")
 
-	u.set(func(u *upstream) { u.hold = false })
-	u.addNode("sd-3", "sd")
+	u.Hold(false)
+	Expect(u.AddNode("sd-3", map[string]string{"role": "sd"})).To(Succeed())
 	Eventually(status("sd")).Should(Equal("Available SuccessfullyConfigured: 2/2 nodes successfully configured"))
 	Expect(addressOf("sd", "sd-3")()).NotTo(Equal(held), "kept for sd-2's return while others are free")
 }
@@ -152,7 +153,7 @@ func notReadyNow(n *corev1.Node) {
 func TestNotReadyNodeHoldsNoSlot(t *testing.T) {
 	u := begin(t, "nr", "nr-1", "nr-2", "nr-3")
 	createPool(t, "cmp-nr", rangeSpec("10.76.0.0/24", "10.76.0.10", "10.76.0.30"))
-	u.set(func(u *upstream) { u.down["nr-2"] = true })
+	u.Down("nr-2", true)
 	updateNode("nr-2", notReadyNow)
 	create(t, pooled("nr", "nr", "cmp-nr", "1"))
 	Eventually(status("nr")).Should(Equal("Available SuccessfullyConfigured: 2/3 nodes successfully configured, 1 nodes ignored due to NotReady state"),
@@ -167,9 +168,9 @@ func TestNotReadyNodeHoldsNoSlot(t *testing.T) {
 	Expect(bits("cmp-nr")()).To(ContainElement(held))
 
 	updateNode("nr-2", func(n *corev1.Node) { n.Status.Conditions[0].Status = corev1.ConditionTrue })
-	u.set(func(u *upstream) { u.down["nr-2"] = false })
+	u.Down("nr-2", false)
 	Eventually(addressOf("nr", "nr-2")).Should(BeEmpty())
-	Expect(u.configured("nr-2")()).To(BeEmpty())
+	Expect(u.Configured("nr-2")()).To(BeEmpty())
 	Eventually(status("nr")).Should(Equal("Available SuccessfullyConfigured: 2/2 nodes successfully configured"))
 	Eventually(bits("cmp-nr")).ShouldNot(ContainElement(held))
 }
@@ -185,21 +186,21 @@ func TestDeletionSaysWhatItWaitsFor(t *testing.T) {
 	Eventually(status("nd")).Should(Equal("Available SuccessfullyConfigured: 2/2 nodes successfully configured"), describe("nd"))
 	held := addressOf("nd", "nd-2")()
 
-	u.set(func(u *upstream) { u.down["nd-2"] = true })
+	u.Down("nd-2", true)
 	updateNode("nd-2", notReadyNow)
 	Expect(k.Delete(ctx, &ippoolv1.PooledNodeNetworkConfigurationPolicy{ObjectMeta: metav1.ObjectMeta{Name: "nd"}})).To(Succeed())
-	Eventually(u.configured("nd-1")).Should(BeEmpty(), "the Ready node's release does not wait")
+	Eventually(u.Configured("nd-1")).Should(BeEmpty(), "the Ready node's release does not wait")
 	Eventually(status("nd")).Should(And(HavePrefix("Degraded NodeNotReady: Node nd-2 is not Ready: "+held+" stay recorded and quarantined"),
 		HaveSuffix("(policy being deleted: taking its addresses off 1 nodes)")))
 	Consistently(addressOf("nd", "nd-2"), 2*time.Second).Should(Equal(held))
 	Expect(bits("cmp-nd")()).To(ContainElement(held))
 
 	updateNode("nd-2", func(n *corev1.Node) { n.Status.Conditions[0].Status = corev1.ConditionTrue })
-	u.set(func(u *upstream) { u.down["nd-2"] = false })
+	u.Down("nd-2", false)
 	Eventually(func() error {
 		return k.Get(ctx, client.ObjectKey{Name: "nd"}, &ippoolv1.PooledNodeNetworkConfigurationPolicy{})
 	}).Should(MatchError(ContainSubstring("not found")))
-	Expect(u.configured("nd-2")()).To(BeEmpty())
+	Expect(u.Configured("nd-2")()).To(BeEmpty())
 	Eventually(bits("cmp-nd")).ShouldNot(ContainElement(held))
 }
 
@@ -209,37 +210,22 @@ func TestDeletionSaysWhatItWaitsFor(t *testing.T) {
 // foregroundDeletion; Orphan removes their owner references, then orphan.
 func collect(t *testing.T, p *ippoolv1.PooledNodeNetworkConfigurationPolicy, propagation metav1.DeletionPropagation) {
 	t.Helper()
-	var list nmstatev1.NodeNetworkConfigurationPolicyList
-	Expect(k.List(ctx, &list, client.MatchingLabels{ippoolv1.PooledPolicyLabel: p.Name})).To(Succeed())
-	Expect(list.Items).NotTo(BeEmpty())
-	finalizer := metav1.FinalizerOrphanDependents
-	for i := range list.Items {
-		g := &list.Items[i]
-		if propagation == metav1.DeletePropagationForeground {
-			Expect(k.Delete(ctx, g)).To(Succeed())
-			finalizer = metav1.FinalizerDeleteDependents
-			continue
+	finalizer := map[metav1.DeletionPropagation]string{metav1.DeletePropagationForeground: metav1.FinalizerDeleteDependents,
+		metav1.DeletePropagationOrphan: metav1.FinalizerOrphanDependents}[propagation]
+	var got ippoolv1.PooledNodeNetworkConfigurationPolicy
+	Expect(k.Get(ctx, client.ObjectKeyFromObject(p), &got)).To(Succeed())
+	Expect(got.Finalizers).To(ContainElement(finalizer))
+	Expect(generated(p.Name)()).NotTo(BeEmpty())
+	Eventually(func() (bool, error) {
+		if _, err := envtest.Collect(ctx, k, p, &nmstatev1.NodeNetworkConfigurationPolicyList{}); err != nil {
+			return false, err
 		}
-		Expect(retry.RetryOnConflict(retry.DefaultRetry, func() error {
-			if err := k.Get(ctx, client.ObjectKeyFromObject(g), g); err != nil {
-				return err
-			}
-			g.OwnerReferences = nil
-			return k.Update(ctx, g)
-		})).To(Succeed())
-	}
-	if propagation == metav1.DeletePropagationForeground {
-		Eventually(generated(p.Name)).Should(BeEmpty(), "the garbage collector waits for the dependents to be gone")
-	}
-	Expect(retry.RetryOnConflict(retry.DefaultRetry, func() error {
 		var got ippoolv1.PooledNodeNetworkConfigurationPolicy
 		if err := k.Get(ctx, client.ObjectKeyFromObject(p), &got); err != nil {
-			return client.IgnoreNotFound(err)
+			return apierrors.IsNotFound(err), client.IgnoreNotFound(err)
 		}
-		Expect(got.Finalizers).To(ContainElement(finalizer))
-		got.Finalizers = slices.DeleteFunc(got.Finalizers, func(f string) bool { return f == finalizer })
-		return k.Update(ctx, &got)
-	})).To(Succeed())
+		return !slices.Contains(got.Finalizers, finalizer), nil
+	}).Should(BeTrue(), "the garbage collector is done with %s's policies", p.Name)
 }
 
 // TestCascadingDeletions: a pooled policy deleted with
@@ -256,13 +242,13 @@ func TestCascadingDeletions(t *testing.T) {
 			p := pooled(name, name, pool, "100%")
 			create(t, p)
 			Eventually(status(name)).Should(HavePrefix("Available"))
-			Expect(u.configured(name + "-1")()).To(HaveLen(1))
+			Expect(u.Configured(name + "-1")()).To(HaveLen(1))
 
 			Expect(k.Delete(ctx, p, client.PropagationPolicy(propagation))).To(Succeed())
 			collect(t, p, propagation)
 			Eventually(generated(name)).Should(BeEmpty())
 			for _, n := range []string{name + "-1", name + "-2"} {
-				Expect(u.configured(n)()).To(BeEmpty(), "%s: off the NIC before its policy went", n)
+				Expect(u.Configured(n)()).To(BeEmpty(), "%s: off the NIC before its policy went", n)
 			}
 			Eventually(func() error {
 				return k.Get(ctx, client.ObjectKeyFromObject(p), &ippoolv1.PooledNodeNetworkConfigurationPolicy{})
@@ -281,7 +267,7 @@ func TestCascadingDeletions(t *testing.T) {
 func TestNodeGoneWithoutItsFinalizer(t *testing.T) {
 	u := rolledOut(t, asIs, "ng", "10.80.0.0/24", "10.80.0.10", "10.80.0.30", "ng-1", "ng-2")
 	held := addressOf("ng", "ng-2")()
-	u.set(func(u *upstream) { u.down["ng-2"] = true }) // its handler's pod goes with it
+	u.Down("ng-2", true) // its handler's pod goes with it
 	removeNode("ng-2")
 	Expect(k.DeleteAllOf(ctx, &nncev1beta1.NodeNetworkConfigurationEnactment{},
 		client.MatchingLabels{shared.EnactmentNodeLabel: "ng-2"})).To(Succeed())

@@ -71,7 +71,7 @@ func TestAddressOutsideRangeReplaced(t *testing.T) {
 	create(t, pooled("or", "or", "cmp-or", "100%"))
 	Eventually(status("or")).Should(HavePrefix("Available"))
 	Expect(addressOf("or", "or-1")()).To(Equal("10.68.0.10"))
-	Eventually(u.configured("or-1")).Should(Equal([]string{"10.68.0.10/24"}))
+	Eventually(u.Configured("or-1")).Should(Equal([]string{"10.68.0.10/24"}))
 
 	pool := &ippoolv1.NodeIPPool{ObjectMeta: metav1.ObjectMeta{Name: "cmp-or"}}
 	Expect(k.Delete(ctx, pool)).To(Succeed())
@@ -79,7 +79,7 @@ func TestAddressOutsideRangeReplaced(t *testing.T) {
 	createPool(t, "cmp-or", rangeSpec("10.68.1.0/25", "10.68.1.10", "10.68.1.20"))
 
 	Eventually(addressOf("or", "or-1")).Should(Equal("10.68.1.10"))
-	Eventually(u.configured("or-1")).Should(Equal([]string{"10.68.1.10/25"}), "the new address replaces the old one")
+	Eventually(u.Configured("or-1")).Should(Equal([]string{"10.68.1.10/25"}), "the new address replaces the old one")
 	Eventually(events("or")).Should(ContainElement(
 		"AddressOutsideRange: Node or-1: capture addr: 10.68.0.10 is no longer handed out by NodeIPPool \"cmp-or\" (10.68.1.0/25 10.68.1.10-10.68.1.20); " +
 			"it gets new addresses, and the old ones are taken off its interfaces"))
@@ -130,7 +130,7 @@ func TestStaleRecordQuarantinesNothing(t *testing.T) {
 	relabel("st-1", "elsewhere")
 	Eventually(addressOf("st", "st-1")).Should(BeEmpty())
 	Eventually(bits("cmp-st")).Should(BeEmpty(), "released and free once st-1 shows it gone")
-	u.addNode("st-2", "st")
+	Expect(u.AddNode("st-2", map[string]string{"role": "st"})).To(Succeed())
 	Eventually(addressOf("st", "st-2")).Should(Equal("10.71.0.10"))
 	Eventually(status("st")).Should(Equal("Available SuccessfullyConfigured: 1/1 nodes successfully configured"))
 
@@ -186,7 +186,7 @@ func TestStalledPassRecordsNothing(t *testing.T) {
 func TestEnactmentOfAnEarlierPolicyIsNotTakenUp(t *testing.T) {
 	u := begin(t, "ep", "ep-1")
 	createPool(t, "cmp-ep", rangeSpec("10.71.3.0/24", "10.71.3.10", "10.71.3.30"))
-	u.set(func(u *upstream) { u.down["ep-1"] = true })
+	u.Down("ep-1", true)
 	key := shared.EnactmentKey("ep-1", "ep-ep-1")
 	enactment := func() *nncev1beta1.NodeNetworkConfigurationEnactment {
 		return &nncev1beta1.NodeNetworkConfigurationEnactment{ObjectMeta: metav1.ObjectMeta{Name: key.Name,
@@ -219,9 +219,9 @@ func TestEnactmentOfAnEarlierPolicyIsNotTakenUp(t *testing.T) {
 	Expect(e.UID).NotTo(Equal(earlier.UID), "the earlier policy's enactment is deleted before the policy is created")
 	Consistently(status("ep"), 2*time.Second).ShouldNot(HavePrefix("Available"))
 
-	u.set(func(u *upstream) { u.down["ep-1"] = false })
+	u.Down("ep-1", false)
 	Eventually(status("ep")).Should(Equal("Available SuccessfullyConfigured: 1/1 nodes successfully configured"), describe("ep"))
-	Expect(u.configured("ep-1")()).NotTo(BeEmpty())
+	Expect(u.Configured("ep-1")()).NotTo(BeEmpty())
 }
 
 // TestEarlierEnactmentThatBlocksSaysSo: an enactment under the name of a
@@ -412,14 +412,14 @@ func TestReleaseWaitsForItsQuarantine(t *testing.T) {
 	Eventually(fault.Refused.Load).Should(BeNumerically(">", 0), "the release tried to quarantine")
 	Consistently(func() []string { return quarantined("cmp-rq")() }, 2*time.Second).Should(BeEmpty())
 	Expect(addressOf("rq", "rq-2")()).To(Equal(held), "recorded until its quarantine is written")
-	Expect(u.configured("rq-2")()).To(ConsistOf(held+"/24"), "not taken off before its quarantine is written")
+	Expect(u.Configured("rq-2")()).To(ConsistOf(held+"/24"), "not taken off before its quarantine is written")
 	var p ippoolv1.PooledNodeNetworkConfigurationPolicy
 	Expect(k.Get(ctx, types.NamespacedName{Name: "rq"}, &p)).To(Succeed())
 	Expect(p.Status.NodeOf("rq-2").Releasing).To(BeFalse(), "no release begins without its quarantine")
 
 	fault.On.Store(false)
 	Eventually(addressOf("rq", "rq-2")).Should(BeEmpty())
-	Expect(u.configured("rq-2")()).To(BeEmpty())
+	Expect(u.Configured("rq-2")()).To(BeEmpty())
 	Eventually(generated("rq")).Should(ConsistOf("rq-rq-1"))
 	Eventually(bits("cmp-rq")).ShouldNot(ContainElement(held))
 }

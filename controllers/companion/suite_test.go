@@ -15,7 +15,6 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
-	"k8s.io/client-go/util/retry"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	ippoolv1 "github.com/nmstate-ippool/nmstate-ippool/api/v1"
@@ -53,14 +52,14 @@ func init() {
 
 // begin starts a test: a pool controller (with the pooled-policy
 // controller) and kubernetes-nmstate's handler as a test double on nodes
-// (see upstream), each a Node labelled role=<label>.
-func begin(t *testing.T, label string, nodes ...string) *upstream {
+// (envtest.Upstream), each a Node labelled role=<label>.
+func begin(t *testing.T, label string, nodes ...string) *envtest.Upstream {
 	t.Helper()
 	return beginWith(t, asIs, label, nodes...)
 }
 
 // beginWith is begin with the pool controller adjusted before it starts.
-func beginWith(t *testing.T, tune func(*envtest.PoolController), label string, nodes ...string) *upstream {
+func beginWith(t *testing.T, tune func(*envtest.PoolController), label string, nodes ...string) *envtest.Upstream {
 	t.Helper()
 	RegisterTestingT(t)
 	pc, err := env.StartPoolController(grace, nil, func(pc *envtest.PoolController) {
@@ -73,33 +72,22 @@ func beginWith(t *testing.T, tune func(*envtest.PoolController), label string, n
 	Expect(err).NotTo(HaveOccurred())
 	Expect(pc.PooledPolicies).NotTo(BeNil())
 	t.Cleanup(func() { _ = pc.Stop() })
-	u := &upstream{t: t, dir: t.TempDir(), nodes: map[string]*envtest.Node{}, fail: map[string]bool{}, down: map[string]bool{}, refreshed: map[string]string{},
-		published: map[string]string{}}
+	u := envtest.NewUpstream(t, k, simBin)
 	for _, n := range nodes {
-		u.addNode(n, label)
+		Expect(u.AddNode(n, map[string]string{"role": label})).To(Succeed())
 	}
-	u.run()
+	u.Run()
 	return u
 }
 
 // removeNode deletes a Node for good, without the finalizer the
 // controller may have left on it (a test's controller may stop first).
-func removeNode(name string) {
-	_ = k.Delete(ctx, &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: name}})
-	_ = retry.RetryOnConflict(retry.DefaultRetry, func() error {
-		var n corev1.Node
-		if err := k.Get(ctx, types.NamespacedName{Name: name}, &n); err != nil {
-			return client.IgnoreNotFound(err)
-		}
-		n.Finalizers = nil
-		return client.IgnoreNotFound(k.Update(ctx, &n))
-	})
-}
+func removeNode(name string) { _ = envtest.RemoveNode(ctx, k, name) }
 
 // rolledOut starts a test with a pool "cmp-<label>" over cidr from start to
 // end and the pooled policy <label> (maxUnavailable 100%) drawing from it
 // for nodes, Available on every one of them.
-func rolledOut(t *testing.T, tune func(*envtest.PoolController), label, cidr, start, end string, nodes ...string) *upstream {
+func rolledOut(t *testing.T, tune func(*envtest.PoolController), label, cidr, start, end string, nodes ...string) *envtest.Upstream {
 	t.Helper()
 	u := beginWith(t, tune, label, nodes...)
 	createPool(t, "cmp-"+label, rangeSpec(cidr, start, end))

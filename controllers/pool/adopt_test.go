@@ -81,9 +81,9 @@ func adoptCarried(t *testing.T, name, net string, selfAllocate bool) {
 			Eventually(func() bool { return strings.Contains(nodeStateOf(n), ip) }).Should(BeTrue(), "the state of %s", n)
 		}
 	}
-	nics := sampleNICs(t, nodes...)
-	nics.mustKeep(node(1), netip.MustParseAddr(net+".43"))
-	nics.mustKeep(node(2), netip.MustParseAddr(net+".46"))
+	nics := envtest.SampleNICs(t, nodes...)
+	nics.MustKeep(node(1), netip.MustParseAddr(net+".43"))
+	nics.MustKeep(node(2), netip.MustParseAddr(net+".46"))
 
 	createPool(t, name, ippoolv1.IPRange{CIDR: net + ".0/24", Start: net + ".2", End: net + ".100", Exclude: []string{net + ".5"}})
 	Eventually(available(name)).Should(HavePrefix("True"))
@@ -117,8 +117,8 @@ func adoptCarried(t *testing.T, name, net string, selfAllocate bool) {
 	Expect(k.Get(ctx, types.NamespacedName{Name: name}, &p)).To(Succeed())
 	Expect(p.Status.Quarantined).To(BeEmpty(), "the adopted addresses are no longer held apart")
 	assertIndexed(name)
-	Expect(nics.withoutAddress()).To(BeEmpty())
-	Expect(nics.onTwoNICs()).To(BeEmpty())
+	Expect(nics.WithoutAddress()).To(BeEmpty())
+	Expect(nics.OnTwoNICs()).To(BeEmpty())
 }
 
 // TestTemplateErrorsHoldNoAddress: a pooled policy whose template reads

@@ -39,7 +39,7 @@ func TestPolicyDeletedAddressesLeaveTheNIC(t *testing.T) {
 	Eventually(available("gone")).Should(HavePrefix("True"))
 	createPolicy(t, "gone", "gone", "gone")
 	first := newNodes(t, "gone", 2)
-	s := sampleNICs(t, first...)
+	s := envtest.SampleNICs(t, first...)
 	for _, nd := range first {
 		Eventually(enactmentState(nd.Name + ".gone")).Should(HavePrefix("Available"))
 		Expect(carried(nd)()).To(HaveLen(1))
@@ -56,12 +56,12 @@ func TestPolicyDeletedAddressesLeaveTheNIC(t *testing.T) {
 
 	createPolicy(t, "gone-next", "gone-next", "gone")
 	next := newNodes(t, "gone-next", 2)
-	s.watch(next...)
+	s.Watch(next...)
 	for _, nd := range next {
 		Eventually(enactmentState(nd.Name + ".gone-next")).Should(HavePrefix("Available"))
 		Expect(carried(nd)()).To(ConsistOf(HavePrefix("10.70.0.")))
 	}
-	Expect(s.onTwoNICs()).To(BeEmpty())
+	Expect(s.OnTwoNICs()).To(BeEmpty())
 	assertIndexed("gone")
 }
 
@@ -76,7 +76,7 @@ func TestDeselectedNodeReleases(t *testing.T) {
 	createPolicy(t, "desel", "desel", "desel")
 	nodes := newNodes(t, "desel", 1)
 	other := addNode(t, t.TempDir(), "desel-other", "not-yet")
-	s := sampleNICs(t, nodes[0], other)
+	s := envtest.SampleNICs(t, nodes[0], other)
 	Eventually(enactmentState("desel01.desel")).Should(HavePrefix("Available"))
 	Expect(carried(nodes[0])()).To(Equal([]string{"10.71.0.1/24"}))
 
@@ -85,7 +85,7 @@ func TestDeselectedNodeReleases(t *testing.T) {
 	Eventually(enactmentState("desel-other.desel")).Should(HavePrefix("Available"))
 	Expect(carried(other)()).To(Equal([]string{"10.71.0.1/24"}))
 	Expect(carried(nodes[0])()).To(BeEmpty())
-	Expect(s.onTwoNICs()).To(BeEmpty())
+	Expect(s.OnTwoNICs()).To(BeEmpty())
 	assertIndexed("desel")
 }
 
@@ -129,7 +129,7 @@ func TestQuarantineOutlivesItsPeriod(t *testing.T) {
 
 	createPolicy(t, "outlive-next", "outlive-next", "outlive")
 	next := addNode(t, t.TempDir(), "outlive-next", "outlive-next")
-	s := sampleNICs(t, holder, next)
+	s := envtest.SampleNICs(t, holder, next)
 	Eventually(enactmentState("outlive-next.outlive-next")).Should(ContainSubstring("is exhausted"))
 	Consistently(func() []string { return bits("outlive") }, 3*grace).Should(Equal([]string{"10.72.0.1"}),
 		"quarantined however long it lasts")
@@ -140,7 +140,7 @@ func TestQuarantineOutlivesItsPeriod(t *testing.T) {
 	Eventually(enactmentState("outlive-next.outlive-next")).Should(HavePrefix("Available"))
 	Expect(carried(next)()).To(Equal([]string{"10.72.0.1/24"}))
 	Eventually(poolCondition("outlive", ippoolv1.ConditionReleasesConfirmed)).Should(HavePrefix("True"))
-	Expect(s.onTwoNICs()).To(BeEmpty())
+	Expect(s.OnTwoNICs()).To(BeEmpty())
 	assertIndexed("outlive")
 }
 

@@ -33,7 +33,7 @@ func TestNodeDeletedWhileItsMachineRuns(t *testing.T) {
 	holder := addNodeWith(t, dir, "unreg01", "unreg", probingItsNode)
 	Eventually(enactmentState("unreg01.unreg")).Should(HavePrefix("Available"))
 	next := addNode(t, dir, "unreg02", "unreg")
-	s := sampleNICs(t, holder, next)
+	s := envtest.SampleNICs(t, holder, next)
 	Eventually(enactmentState("unreg02.unreg")).Should(ContainSubstring("is exhausted"))
 
 	Expect(k.Delete(ctx, newNode("unreg01", "unreg"))).To(Succeed())
@@ -41,7 +41,7 @@ func TestNodeDeletedWhileItsMachineRuns(t *testing.T) {
 	Eventually(enactmentState("unreg02.unreg")).Should(HavePrefix("Available"))
 	Expect(carried(next)()).To(Equal([]string{"10.74.0.1/24"}))
 	Eventually(events("NodeIPPool", "unreg")).Should(ContainElement("AddressReleased: Node unreg01 took released 10.74.0.1 (eth1) off"))
-	Expect(s.onTwoNICs()).To(BeEmpty(), "one address, one NIC")
+	Expect(s.OnTwoNICs()).To(BeEmpty(), "one address, one NIC")
 	assertIndexed("unreg")
 }
 

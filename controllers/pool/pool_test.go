@@ -311,7 +311,7 @@ func TestOverlapAndCollision(t *testing.T) {
 	Eventually(available("older")).Should(HavePrefix("True"))
 	// creationTimestamp has a resolution of one second; within one second
 	// the name decides, and "newer" sorts first.
-	time.Sleep(1100 * time.Millisecond)
+	laterSecond(&ippoolv1.NodeIPPool{ObjectMeta: metav1.ObjectMeta{Name: "older"}})
 	createPool(t, "newer", ippoolv1.IPRange{CIDR: "10.4.0.0/16", Start: "10.4.0.20", End: "10.4.1.20"})
 	Eventually(available("newer")).Should(Equal("False OverlappingIPPool: The NodeIPPool older is overlapping with this one; " +
 		"delete this pool or re-create it with a range outside older's"))

@@ -45,15 +45,15 @@ func TestResetIsMakeBeforeBreak(t *testing.T) {
 				func(nd *envtest.Node) { nd.Tune = tc.tune })
 			enactment := name + "02." + name
 
-			nics := sampleNICs(t, nodes...)
-			nics.mustCarryIn(name+"02", netip.MustParsePrefix(tc.net+".0/24"))
+			nics := envtest.SampleNICs(t, nodes...)
+			nics.MustCarryIn(name+"02", netip.MustParsePrefix(tc.net+".0/24"))
 			annotate(&nncev1beta1.NodeNetworkConfigurationEnactment{ObjectMeta: metav1.ObjectMeta{Name: enactment}}, name)
 			Eventually(func() []string { return held(enactment, name) }).ShouldNot(Or(BeEmpty(), Equal(old)))
 			renewed := held(enactment, name)[0]
 			Eventually(carried(nodes[1])).Should(Equal([]string{renewed + "/24"}), "the new address replaces the old one")
 			Eventually(enactmentState(enactment)).Should(HavePrefix("Available"))
-			Expect(nics.withoutAddress()).To(BeEmpty(), "the node was without an address of the pool")
-			Expect(nics.onTwoNICs()).To(BeEmpty())
+			Expect(nics.WithoutAddress()).To(BeEmpty(), "the node was without an address of the pool")
+			Expect(nics.OnTwoNICs()).To(BeEmpty())
 			Eventually(func() []string { return bits(name) }).ShouldNot(ContainElement(old[0]), "free once the node shows it gone")
 		})
 	}
@@ -71,8 +71,8 @@ func TestResetWaitingForASlotKeepsItsAddress(t *testing.T) {
 	holdSlot := func(granted bool) { holdSlotOf("slotwait01.slotwait", granted) }
 	holdSlot(true)
 
-	nics := sampleNICs(t, nodes[1])
-	nics.mustCarryIn("slotwait02", netip.MustParsePrefix("10.15.0.0/24"))
+	nics := envtest.SampleNICs(t, nodes[1])
+	nics.MustCarryIn("slotwait02", netip.MustParsePrefix("10.15.0.0/24"))
 	annotate(&nncev1beta1.NodeNetworkConfigurationEnactment{ObjectMeta: metav1.ObjectMeta{Name: "slotwait02.slotwait"}}, "slotwait")
 	Eventually(func() []string { return held("slotwait02.slotwait", "slotwait") }).ShouldNot(Or(BeEmpty(), Equal(old)))
 	renewed := held("slotwait02.slotwait", "slotwait")[0]
@@ -96,8 +96,8 @@ func TestResetWaitingForASlotKeepsItsAddress(t *testing.T) {
 	holdSlot(false)
 	Eventually(carried(nodes[1])).Should(Equal([]string{renewed + "/24"}), "the new address replaces the old one")
 	Eventually(enactmentState("slotwait02.slotwait")).Should(HavePrefix("Available"))
-	Expect(nics.withoutAddress()).To(BeEmpty(), "the node was without an address of the pool")
-	Expect(nics.onTwoNICs()).To(BeEmpty())
+	Expect(nics.WithoutAddress()).To(BeEmpty(), "the node was without an address of the pool")
+	Expect(nics.OnTwoNICs()).To(BeEmpty())
 	Eventually(func() []string { return bits("slotwait") }).ShouldNot(ContainElement(old[0]), "free once the node shows it gone")
 }
 
@@ -113,8 +113,8 @@ func TestAbortedResetKeepsTheOldAddress(t *testing.T) {
 	nodes, old := twoNodesOf(t, name, ippoolv1.IPRange{CIDR: "10.16.0.0/24", Start: "10.16.0.1", End: "10.16.0.10"},
 		func(nd *envtest.Node) { nd.Tune = func(r *handler.Reconciler) { r.Retry.Steps = 0 } })
 	failing, reset := name+"01."+name, name+"02."+name
-	nics := sampleNICs(t, nodes...)
-	nics.mustCarryIn(name+"02", netip.MustParsePrefix("10.16.0.0/24"))
+	nics := envtest.SampleNICs(t, nodes...)
+	nics.MustCarryIn(name+"02", netip.MustParsePrefix("10.16.0.0/24"))
 	maxUnavailable := func(n int32) (generation int64) {
 		Expect(retry.RetryOnConflict(retry.DefaultRetry, func() error {
 			var p nmstatev1.NodeNetworkConfigurationPolicy
@@ -166,8 +166,8 @@ func TestAbortedResetKeepsTheOldAddress(t *testing.T) {
 	Eventually(carried(nodes[1])).Should(Equal([]string{renewed + "/24"}), "the new address replaces the old one")
 	Eventually(enactmentState(reset)).Should(HavePrefix("Available"))
 	Eventually(enactmentState(failing)).Should(HavePrefix("Available"))
-	Expect(nics.withoutAddress()).To(BeEmpty(), "the node was without an address of the pool")
-	Expect(nics.onTwoNICs()).To(BeEmpty())
+	Expect(nics.WithoutAddress()).To(BeEmpty(), "the node was without an address of the pool")
+	Expect(nics.OnTwoNICs()).To(BeEmpty())
 	Eventually(func() []string { return bits(name) }).ShouldNot(ContainElement(old[0]), "free once the node shows it gone")
 }
 

@@ -89,6 +89,9 @@ func TestOlderPoolDeletedNewerKeepsOff(t *testing.T) {
 		Eventually(enactmentState(nd.Name + ".older")).Should(HavePrefix("Available"))
 		olds = append(olds, held(nd.Name+".older", "older")...)
 	}
+	// Creation times count in seconds: a pool created within the second of
+	// "older" would tie, and the tie goes by name.
+	laterSecond(&ippoolv1.NodeIPPool{ObjectMeta: metav1.ObjectMeta{Name: "older"}})
 	createPool(t, "newer", ippoolv1.IPRange{CIDR: "10.52.0.0/27"})
 	Eventually(available("newer")).Should(HavePrefix("False OverlappingIPPool"))
 	createPolicy(t, "newer", "newer", "newer")

@@ -123,6 +123,14 @@ func createIdlePool(t *testing.T, name, cidr string) {
 	stop()
 }
 
+// laterSecond waits until the clock is past the second in which o was
+// created, so that an object created next is younger by its creation time.
+func laterSecond(o client.Object) {
+	Expect(k.Get(ctx, client.ObjectKeyFromObject(o), o)).To(Succeed())
+	created := o.GetCreationTimestamp().Time
+	Eventually(func() bool { return time.Now().After(created.Add(time.Second)) }).Should(BeTrue())
+}
+
 // deleteObject deletes an object and waits until it is gone. A pool
 // keeps its finalizer until a pool controller lets it go, and a test's
 // controller may be stopped by then: the finalizer is taken off by hand.
@@ -305,20 +313,9 @@ func listed(list func(context.Context, client.Reader, string, string) ([]string,
 	}
 }
 
-// annotate sets the reset annotation on an object.
+// annotate sets the reset annotation on an object, once it exists.
 func annotate(o client.Object, value string) {
-	Eventually(func() error {
-		if err := k.Get(ctx, client.ObjectKeyFromObject(o), o); err != nil {
-			return err
-		}
-		a := o.GetAnnotations()
-		if a == nil {
-			a = map[string]string{}
-		}
-		a[ippoolv1.ResetIPPoolAnnotation] = value
-		o.SetAnnotations(a)
-		return k.Update(ctx, o)
-	}).Should(Succeed())
+	Eventually(func() error { return envtest.Annotate(ctx, k, o, ippoolv1.ResetIPPoolAnnotation, value) }).Should(Succeed())
 }
 
 // annotated returns whether an object still carries the reset annotation.

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"io"
 	"net/http"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -173,4 +174,39 @@ func CreateAvailablePool(t testing.TB, c client.Client, name string, spec ippool
 	if err != nil {
 		t.Fatalf("NodeIPPool %s did not become Available within %s: %v", name, timeout, err)
 	}
+}
+
+// Annotate sets the annotation key to value on o, read again from the API
+// server until the update does not conflict.
+func Annotate(ctx context.Context, c client.Client, o client.Object, key, value string) error {
+	return retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		if err := c.Get(ctx, client.ObjectKeyFromObject(o), o); err != nil {
+			return err
+		}
+		a := o.GetAnnotations()
+		if a == nil {
+			a = map[string]string{}
+		}
+		a[key] = value
+		o.SetAnnotations(a)
+		return c.Update(ctx, o)
+	})
+}
+
+// Every calls f every interval, after the first interval, until the test
+// ends; the test's end waits for the call under way.
+func Every(t testing.TB, interval time.Duration, f func()) {
+	done := make(chan struct{})
+	var wg sync.WaitGroup
+	wg.Go(func() {
+		for {
+			select {
+			case <-done:
+				return
+			case <-time.After(interval):
+			}
+			f()
+		}
+	})
+	t.Cleanup(func() { close(done); wg.Wait() })
 }
