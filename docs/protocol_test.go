@@ -11,13 +11,15 @@ import (
 )
 
 // TestEveryNeverIsTested: every paragraph of protocol.md that says
-// "never" names a test in brackets, and every test the page names exists.
+// "never" names a test in brackets, and every test the page names exists;
+// a subtest it names (TestName/Case) is a case its test's file names in
+// quotes.
 func TestEveryNeverIsTested(t *testing.T) {
 	raw, err := os.ReadFile("protocol.md")
 	if err != nil {
 		t.Fatal(err)
 	}
-	named := regexp.MustCompile("`(Test[A-Za-z0-9_]+)`")
+	named := regexp.MustCompile("`(Test[A-Za-z0-9_]+)(?:/([A-Za-z0-9_-]+))?`")
 	never := regexp.MustCompile(`(?i)\bnever\b`)
 	tests := map[string]bool{}
 	for i, para := range strings.Split(string(raw), "\n\n") {
@@ -28,19 +30,24 @@ func TestEveryNeverIsTested(t *testing.T) {
 			t.Errorf("a paragraph says never but names no test:\n%s", para)
 		}
 	}
+	cases := map[string][]string{}
 	for _, m := range named.FindAllStringSubmatch(string(raw), -1) {
 		tests[m[1]] = false
+		if m[2] != "" {
+			cases[m[1]] = append(cases[m[1]], m[2])
+		}
 	}
-	for name, found := range definedTests(t, tests) {
+	for name, found := range definedTests(t, tests, cases) {
 		if !found {
-			t.Errorf("protocol.md names %s, which no test file defines", name)
+			t.Errorf("protocol.md names %s, or a case of it, which no test file defines", name)
 		}
 	}
 }
 
 // definedTests reports, for each test name in tests, whether a test file
-// of the repository defines it.
-func definedTests(t *testing.T, tests map[string]bool) map[string]bool {
+// of the repository defines it, and, if cases names some of its cases,
+// quotes every one of them in its package (a table's "name").
+func definedTests(t *testing.T, tests map[string]bool, cases map[string][]string) map[string]bool {
 	t.Helper()
 	err := filepath.WalkDir("..", func(path string, d os.DirEntry, err error) error {
 		if err != nil {
@@ -57,7 +64,7 @@ func definedTests(t *testing.T, tests map[string]bool) map[string]bool {
 			return err
 		}
 		for name := range tests {
-			if strings.Contains(string(src), "func "+name+"(") {
+			if strings.Contains(string(src), "func "+name+"(") && quotesAll(filepath.Dir(path), cases[name]) {
 				tests[name] = true
 			}
 		}
@@ -67,4 +74,23 @@ func definedTests(t *testing.T, tests map[string]bool) map[string]bool {
 		t.Fatal(err)
 	}
 	return tests
+}
+
+// quotesAll reports whether the test files of dir quote each of names.
+func quotesAll(dir string, names []string) bool {
+	files, _ := filepath.Glob(filepath.Join(dir, "*_test.go"))
+	var all strings.Builder
+	for _, f := range files {
+		src, err := os.ReadFile(f)
+		if err != nil {
+			return false
+		}
+		all.Write(src)
+	}
+	for _, n := range names {
+		if !strings.Contains(all.String(), `"`+n+`"`) {
+			return false
+		}
+	}
+	return true
 }

@@ -38,7 +38,7 @@ func TestEveryThreatHasItsProof(t *testing.T) {
 	for _, m := range regexp.MustCompile("`(Test[A-Za-z0-9_]+)`").FindAllStringSubmatch(text, -1) {
 		tests[m[1]] = false
 	}
-	for name, found := range definedTests(t, tests) {
+	for name, found := range definedTests(t, tests, nil) {
 		if !found {
 			t.Errorf("security.md names %s, which no test file defines", name)
 		}
