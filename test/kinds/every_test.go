@@ -13,6 +13,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/util/retry"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	ippoolv1 "github.com/nmstate-ippool/nmstate-ippool/api/v1"
@@ -35,6 +36,7 @@ var ways = []way{
 		na: map[string]string{"claim": "a claim's address is its IPAddress's until the claim goes, whatever its machine's Node does"}},
 	{name: "DeletedWithCascadeForeground", run: deletedWith(metav1.DeletePropagationForeground)},
 	{name: "DeletedWithCascadeOrphan", run: deletedWith(metav1.DeletePropagationOrphan)},
+	{name: "ReleaseThatFailed", run: releaseThatFailed, na: map[string]string{"claim": "no NIC of ours to take it off"}},
 	{name: "AddressOutsideRange", run: addressOutsideRange},
 	{name: "Reset", run: reset, na: map[string]string{"claim": "a claim is not reset; it is deleted"}},
 }
@@ -61,12 +63,7 @@ func TestEveryKind(t *testing.T) {
 // has not taken it off yet keeps it from everyone. The garbage collector
 // deletes what the Node owned once it is gone.
 func nodeDeletedWhileItsMachineRuns(t *testing.T, kd *kind, name, net string) {
-	w := newWorld(t, kd, name, net, 10, 10)
-	first, next := w.machine(1), w.machine(2)
-	kd.join(t, w, first)
-	ip := w.settled(first)
-	kd.join(t, w, next)
-	Consistently(w.address(next), 2*time.Second).Should(BeEmpty(), "the pool is full")
+	w, first, next, ip := fullPool(t, kd, name, net)
 
 	var node corev1.Node
 	Expect(k.Get(ctx, client.ObjectKey{Name: first}, &node)).To(Succeed())
@@ -76,13 +73,7 @@ func nodeDeletedWhileItsMachineRuns(t *testing.T, kd *kind, name, net string) {
 	}
 	Expect(k.Delete(ctx, &node)).To(Succeed())
 	if resume != nil {
-		Consistently(func() ([]string, error) {
-			if a := must(w.address(next)()); a != "" {
-				return nil, fmt.Errorf("%s got %s", next, a)
-			}
-			return w.carried(first)(), nil
-		}, 2*time.Second).Should(Equal([]string{ip + "/24"}), "kept from everyone while the machine carries it")
-		Expect(must(w.bits())).To(ContainElement(ip))
+		w.keptFrom(next, first, ip, 2*time.Second)
 		resume()
 	}
 	Eventually(func() (bool, error) {
@@ -147,6 +138,62 @@ func deletedWith(propagation metav1.DeletionPropagation) func(t *testing.T, kd *
 		Expect(freed()).To(BeEmpty(), "no address is freed while a NIC carries it")
 		w.invariants()
 	}
+}
+
+// releaseThatFailed: a node no longer selected whose machine fails to
+// take its address off (NetworkManager does not answer). The pool has one
+// address, and a node waits for it: past the quarantine period, the
+// address is kept from everyone while the machine carries it, and the
+// removal is tried again until the machine applies it; only then does the
+// waiting node get it.
+func releaseThatFailed(t *testing.T, kd *kind, name, net string) {
+	w, first, next, ip := fullPool(t, kd, name, net)
+
+	kd.fail(w, first, true)
+	relabel(first, "elsewhere")
+	w.keptFrom(next, first, ip, 2*grace) // past the quarantine period
+
+	kd.fail(w, first, false)
+	Eventually(w.carried(first)).Should(BeEmpty(), "the removal is tried again")
+	Eventually(w.address(next)).Should(Equal(ip), "the address goes to the node that waits for one")
+	Eventually(w.carried(next)).Should(Equal([]string{ip + "/24"}))
+	w.invariants()
+}
+
+// fullPool starts a world whose pool has one address, held by its first
+// machine, and a next machine waiting for one.
+func fullPool(t *testing.T, kd *kind, name, net string) (w *world, first, next, ip string) {
+	w = newWorld(t, kd, name, net, 10, 10)
+	first, next = w.machine(1), w.machine(2)
+	kd.join(t, w, first)
+	ip = w.settled(first)
+	kd.join(t, w, next)
+	Consistently(w.address(next), time.Second).Should(BeEmpty(), "the pool is full")
+	return w, first, next, ip
+}
+
+// keptFrom checks, for d, that ip stays on machine carrier's NIC alone
+// and set in the bitmap, and that machine waiting does not get it.
+func (w *world) keptFrom(waiting, carrier, ip string, d time.Duration) {
+	Consistently(func() ([]string, error) {
+		if a := must(w.address(waiting)()); a != "" {
+			return nil, fmt.Errorf("%s got %s", waiting, a)
+		}
+		return w.carried(carrier)(), nil
+	}, d).Should(Equal([]string{ip + "/24"}), "kept from everyone while %s carries it", carrier)
+	Expect(must(w.bits())).To(ContainElement(ip))
+}
+
+// relabel sets the role label of node's Node.
+func relabel(node, role string) {
+	Expect(retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		var n corev1.Node
+		if err := k.Get(ctx, client.ObjectKey{Name: node}, &n); err != nil {
+			return err
+		}
+		n.Labels["role"] = role
+		return k.Update(ctx, &n)
+	})).To(Succeed())
 }
 
 // addressOutsideRange: the pool deleted and created again over another

@@ -1,6 +1,7 @@
 package kinds_test
 
 import (
+	"os"
 	"testing"
 	"time"
 
@@ -45,6 +46,9 @@ type kind struct {
 	// counts a deleted Node as the evidence (this project's handler takes
 	// the addresses off itself on its Node's deletion).
 	pause func(w *world) (resume func())
+	// fail makes what runs on machine fail every apply (true), or succeed
+	// again.
+	fail func(w *world, machine string, failing bool)
 	// deletable returns what the admin deletes to give the addresses of w
 	// back, and the list of the kind those own (nil for none), whose
 	// objects the garbage collector deletes or orphans first.
@@ -53,11 +57,12 @@ type kind struct {
 
 // kinds are the kinds of holder, each as its mode runs it.
 var kinds = []*kind{
-	{name: "served", nic: true, serve: handlerMode, hold: writePolicy, join: handlerJoins(false), reset: resetEnactment, deletable: policyOf},
+	{name: "served", nic: true, serve: handlerMode, hold: writePolicy, join: handlerJoins(false), reset: resetEnactment,
+		fail: failNetwork, deletable: policyOf},
 	{name: "self-allocated", nic: true, serve: handlerMode, hold: writePolicy, join: handlerJoins(true), reset: resetEnactment,
-		deletable: policyOf},
+		fail: failNetwork, deletable: policyOf},
 	{name: "pooled", nic: true, serve: companionMode, hold: writePooledPolicy, join: upstreamJoins, reset: resetGenerated,
-		pause: holdUpstream, deletable: pooledPolicyOf},
+		pause: holdUpstream, fail: failUpstream, deletable: pooledPolicyOf},
 	{name: "claim", serve: claimsServed, hold: func(*testing.T, *world) {}, join: claimJoins, deletable: claimsOf},
 }
 
@@ -102,6 +107,19 @@ func handlerJoins(selfAllocate bool) func(t *testing.T, w *world, machine string
 	}
 }
 
+// failNetwork has the simulated network of machine refuse every apply,
+// as a NetworkManager that does not answer does, or answer again.
+func failNetwork(w *world, machine string, failing bool) {
+	w.mu.Lock()
+	nd := w.machines[machine]
+	w.mu.Unlock()
+	if failing {
+		Expect(os.WriteFile(nd.State+".fail", []byte("apply: NetworkManager is not answering (simulated)\n"), 0o600)).To(Succeed())
+		return
+	}
+	Expect(os.Remove(nd.State + ".fail")).To(Succeed())
+}
+
 // resetEnactment annotates the enactment of machine.
 func resetEnactment(w *world, machine string) {
 	annotate(&nncev1beta1.NodeNetworkConfigurationEnactment{ObjectMeta: metav1.ObjectMeta{Name: machine + "." + w.name}}, w.pool)
@@ -115,7 +133,10 @@ func policyOf(w *world) ([]client.Object, client.ObjectList) {
 // as it runs beside kubernetes-nmstate's handler (no policy or enactment
 // controller), and that handler's double on each machine (join).
 func companionMode(t *testing.T, w *world) {
-	startPoolController(t, func(pc *envtest.PoolController) { pc.Enactments, pc.Policies = nil, nil })
+	startPoolController(t, func(pc *envtest.PoolController) {
+		pc.Enactments, pc.Policies = nil, nil
+		pc.PooledPolicies.RemovalRetry = time.Second // a failed removal is written again after 1s, 2s, 4s...
+	})
 	w.upstream = envtest.NewUpstream(t, k, simBin)
 	w.upstream.Run()
 }
@@ -146,6 +167,10 @@ func holdUpstream(w *world) (resume func()) {
 	w.upstream.Hold(true)
 	return func() { w.upstream.Hold(false) }
 }
+
+// failUpstream has kubernetes-nmstate's handler on machine fail every
+// apply, or succeed again.
+func failUpstream(w *world, machine string, failing bool) { w.upstream.Fail(machine, failing) }
 
 // resetGenerated annotates the policy generated for machine.
 func resetGenerated(w *world, machine string) {
