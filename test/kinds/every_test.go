@@ -13,6 +13,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/client-go/util/retry"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -36,6 +37,7 @@ var ways = []way{
 		na: map[string]string{"claim": "a claim's address is its IPAddress's until the claim goes, whatever its machine's Node does"}},
 	{name: "DeletedWithCascadeForeground", run: deletedWith(metav1.DeletePropagationForeground)},
 	{name: "DeletedWithCascadeOrphan", run: deletedWith(metav1.DeletePropagationOrphan)},
+	{name: "NodeThatNeverApplies", run: nodeThatNeverApplies, na: map[string]string{"claim": "claims have no rollout"}},
 	{name: "ReleaseThatFailed", run: releaseThatFailed, na: map[string]string{"claim": "no NIC of ours to take it off"}},
 	{name: "AddressOutsideRange", run: addressOutsideRange},
 	{name: "Reset", run: reset, na: map[string]string{"claim": "a claim is not reset; it is deleted"}},
@@ -138,6 +140,30 @@ func deletedWith(propagation metav1.DeletionPropagation) func(t *testing.T, kd *
 		Expect(freed()).To(BeEmpty(), "no address is freed while a NIC carries it")
 		w.invariants()
 	}
+}
+
+// nodeThatNeverApplies: one node of three is not Ready and nothing of
+// the kind's runs on it (its handler's pod is gone), under a rollout of
+// one node at a time. The other two are configured, and once what the
+// admin wrote is deleted, their addresses come off and are free: neither
+// the rollout nor the releases wait for the node that cannot apply.
+func nodeThatNeverApplies(t *testing.T, kd *kind, name, net string) {
+	one := intstr.FromInt32(1)
+	w := newWorld(t, kd, name, net, 10, 20, func(w *world) { w.maxUnavailable = &one })
+	kd.join(t, w, w.machine(1))
+	kd.dead(t, w, w.machine(2))
+	kd.join(t, w, w.machine(3))
+	configured := []string{w.settled(w.machine(1)), w.settled(w.machine(3))}
+
+	objects, _ := kd.deletable(w)
+	for _, o := range objects {
+		Expect(k.Delete(ctx, o)).To(Succeed())
+	}
+	for _, m := range []string{w.machine(1), w.machine(3)} {
+		Eventually(w.carried(m)).Should(BeEmpty(), "%s: its address comes off", m)
+	}
+	Eventually(w.bits).ShouldNot(ContainElements(configured), "free")
+	w.invariants()
 }
 
 // releaseThatFailed: a node no longer selected whose machine fails to

@@ -37,6 +37,10 @@ type kind struct {
 	hold func(t *testing.T, w *world)
 	// join adds a machine whose holder draws from w.pool.
 	join func(t *testing.T, w *world, machine string)
+	// dead adds a machine whose Node is not Ready and on which nothing of
+	// the kind's runs (its handler's pod is gone); nil where no machine of
+	// the kind's applies anything.
+	dead func(t *testing.T, w *world, machine string)
 	// reset asks, by annotation, for the address of machine's holder to
 	// be replaced.
 	reset func(w *world, machine string)
@@ -57,12 +61,12 @@ type kind struct {
 
 // kinds are the kinds of holder, each as its mode runs it.
 var kinds = []*kind{
-	{name: "served", nic: true, serve: handlerMode, hold: writePolicy, join: handlerJoins(false), reset: resetEnactment,
-		fail: failNetwork, deletable: policyOf},
-	{name: "self-allocated", nic: true, serve: handlerMode, hold: writePolicy, join: handlerJoins(true), reset: resetEnactment,
-		fail: failNetwork, deletable: policyOf},
-	{name: "pooled", nic: true, serve: companionMode, hold: writePooledPolicy, join: upstreamJoins, reset: resetGenerated,
-		pause: holdUpstream, fail: failUpstream, deletable: pooledPolicyOf},
+	{name: "served", nic: true, serve: handlerMode, hold: writePolicy, join: handlerJoins(false), dead: handlerDead,
+		reset: resetEnactment, fail: failNetwork, deletable: policyOf},
+	{name: "self-allocated", nic: true, serve: handlerMode, hold: writePolicy, join: handlerJoins(true), dead: handlerDead,
+		reset: resetEnactment, fail: failNetwork, deletable: policyOf},
+	{name: "pooled", nic: true, serve: companionMode, hold: writePooledPolicy, join: upstreamJoins, dead: upstreamDead,
+		reset: resetGenerated, pause: holdUpstream, fail: failUpstream, deletable: pooledPolicyOf},
 	{name: "claim", serve: claimsServed, hold: func(*testing.T, *world) {}, join: claimJoins, deletable: claimsOf},
 }
 
@@ -85,6 +89,7 @@ func writePolicy(t *testing.T, w *world) {
 	p.Spec.NodeSelector = map[string]string{"role": w.name}
 	p.Spec.Capture = map[string]string{"addr": "ippool." + w.pool + ".allocate"}
 	p.Spec.DesiredState = shared.NewState(envtest.OneAddressState)
+	p.Spec.MaxUnavailable = w.maxUnavailable
 	Expect(k.Create(ctx, p)).To(Succeed())
 	t.Cleanup(func() { deleteAndWait(p) })
 }
@@ -105,6 +110,30 @@ func handlerJoins(selfAllocate bool) func(t *testing.T, w *world, machine string
 		})
 		w.add(machine, nd)
 	}
+}
+
+// handlerDead adds the Node of a machine on which no handler runs, not
+// Ready.
+func handlerDead(t *testing.T, w *world, machine string) {
+	Expect(k.Create(ctx, &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: machine,
+		Labels: map[string]string{"role": w.name, corev1.LabelHostname: machine}}})).To(Succeed())
+	t.Cleanup(func() { _ = envtest.RemoveNode(ctx, k, machine) })
+	notReady(machine)
+	w.add(machine, nil)
+}
+
+// notReady has the Node's Ready condition say that its kubelet stopped
+// posting its status.
+func notReady(machine string) {
+	Expect(retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		var n corev1.Node
+		if err := k.Get(ctx, client.ObjectKey{Name: machine}, &n); err != nil {
+			return err
+		}
+		n.Status.Conditions = []corev1.NodeCondition{{Type: corev1.NodeReady, Status: corev1.ConditionUnknown,
+			Reason: "NodeStatusUnknown", LastHeartbeatTime: metav1.Now(), LastTransitionTime: metav1.Now()}}
+		return k.Status().Update(ctx, &n)
+	})).To(Succeed())
 }
 
 // failNetwork has the simulated network of machine refuse every apply,
@@ -151,6 +180,9 @@ func writePooledPolicy(t *testing.T, w *world) {
 	p.Spec.DesiredState = shared.NewState(envtest.OneAddressState)
 	all := intstr.FromString("100%")
 	p.Spec.MaxUnavailable = &all
+	if w.maxUnavailable != nil {
+		p.Spec.MaxUnavailable = w.maxUnavailable
+	}
 	Expect(k.Create(ctx, p)).To(Succeed())
 	t.Cleanup(func() { deleteAndWait(p) })
 }
@@ -166,6 +198,14 @@ func upstreamJoins(_ *testing.T, w *world, machine string) {
 func holdUpstream(w *world) (resume func()) {
 	w.upstream.Hold(true)
 	return func() { w.upstream.Hold(false) }
+}
+
+// upstreamDead adds a machine whose Node is not Ready and on which
+// kubernetes-nmstate's handler does not run.
+func upstreamDead(t *testing.T, w *world, machine string) {
+	w.upstream.Down(machine, true)
+	upstreamJoins(t, w, machine)
+	notReady(machine)
 }
 
 // failUpstream has kubernetes-nmstate's handler on machine fail every

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	. "github.com/onsi/gomega"
+	"k8s.io/apimachinery/pkg/util/intstr"
 
 	ippoolv1 "github.com/nmstate-ippool/nmstate-ippool/api/v1"
 	nncev1beta1 "github.com/nmstate-ippool/nmstate-ippool/api/v1beta1"
@@ -25,7 +26,9 @@ type world struct {
 	name, pool string
 	// net is the pool's /24, as "10.x.y".
 	net string
-	dir string
+	// maxUnavailable, if set, paces the rollout of what the admin writes.
+	maxUnavailable *intstr.IntOrString
+	dir            string
 	// machines are the simulated machines by name; nil for a claim's.
 	mu       sync.Mutex
 	machines map[string]*envtest.Node
@@ -35,11 +38,15 @@ type world struct {
 }
 
 // newWorld starts kind's mode and a pool over net.0/24 handing out
-// net.first to net.last, and writes what the admin writes to draw from it.
-func newWorld(t *testing.T, kd *kind, name, net string, first, last int) *world {
+// net.first to net.last, and writes what the admin writes to draw from it,
+// adjusted first by adjust, if given.
+func newWorld(t *testing.T, kd *kind, name, net string, first, last int, adjust ...func(*world)) *world {
 	t.Helper()
 	RegisterTestingT(t)
 	w := &world{kind: kd, name: name, pool: name, net: net, dir: t.TempDir(), machines: map[string]*envtest.Node{}}
+	for _, f := range adjust {
+		f(w)
+	}
 	w.nics = envtest.SampleNICs(t)
 	kd.serve(t, w)
 	w.createPool(t, net, first, last)
