@@ -71,11 +71,11 @@ func nodeDeletedWhileItsMachineRuns(t *testing.T, kd *kind, name, net string) {
 	Expect(k.Get(ctx, client.ObjectKey{Name: first}, &node)).To(Succeed())
 	var resume func()
 	if kd.pause != nil {
-		resume = kd.pause(w)
+		resume = kd.pause(w, first)
 	}
 	Expect(k.Delete(ctx, &node)).To(Succeed())
 	if resume != nil {
-		w.keptFrom(next, first, ip, 2*time.Second)
+		w.keptFrom(next, first, ip, 2*grace) // past the departure hold and the quarantine period
 		resume()
 	}
 	Eventually(func() (bool, error) {
@@ -162,7 +162,9 @@ func nodeThatNeverApplies(t *testing.T, kd *kind, name, net string) {
 	for _, m := range []string{w.machine(1), w.machine(3)} {
 		Eventually(w.carried(m)).Should(BeEmpty(), "%s: its address comes off", m)
 	}
-	Eventually(w.bits).ShouldNot(ContainElements(configured), "free")
+	for _, ip := range configured {
+		Eventually(w.bits).ShouldNot(ContainElement(ip), "%s is free", ip)
+	}
 	w.invariants()
 }
 
@@ -177,6 +179,7 @@ func releaseThatFailed(t *testing.T, kd *kind, name, net string) {
 
 	kd.fail(w, first, true)
 	relabel(first, "elsewhere")
+	Eventually(w.entries).Should(ContainElement(ip), "released: quarantined")
 	w.keptFrom(next, first, ip, 2*grace) // past the quarantine period
 
 	kd.fail(w, first, false)
@@ -194,7 +197,8 @@ func fullPool(t *testing.T, kd *kind, name, net string) (w *world, first, next, 
 	kd.join(t, w, first)
 	ip = w.settled(first)
 	kd.join(t, w, next)
-	Consistently(w.address(next), time.Second).Should(BeEmpty(), "the pool is full")
+	Eventually(func() (bool, error) { return kd.waits(w, next) }).Should(BeTrue(), "%s waits for an address", next)
+	Expect(w.address(next)()).To(BeEmpty())
 	return w, first, next, ip
 }
 
@@ -247,7 +251,7 @@ func addressOutsideRange(t *testing.T, kd *kind, name, net string) {
 		Eventually(w.poolEvents).Should(ContainElement(And(HavePrefix(ippoolv1.ReasonAddressOutsideRange+": "),
 			ContainSubstring(old[m]+" "))), "the pool names %s's address", m)
 		if !kd.nic {
-			Consistently(w.address(m), 2*time.Second).Should(Equal(old[m]), "%s keeps its address", m)
+			Consistently(w.address(m), 2*grace).Should(Equal(old[m]), "%s keeps its address", m)
 			continue
 		}
 		Eventually(w.address(m)).Should(HavePrefix(moved+"."), "%s gets an address of the new range", m)

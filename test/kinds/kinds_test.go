@@ -2,6 +2,7 @@ package kinds_test
 
 import (
 	"os"
+	"strings"
 	"testing"
 	"time"
 
@@ -37,6 +38,9 @@ type kind struct {
 	hold func(t *testing.T, w *world)
 	// join adds a machine whose holder draws from w.pool.
 	join func(t *testing.T, w *world, machine string)
+	// waits reports whether machine's holder says it waits for an address
+	// of the full pool; nil where no way asks.
+	waits func(w *world, machine string) (bool, error)
 	// dead adds a machine whose Node is not Ready and on which nothing of
 	// the kind's runs (its handler's pod is gone); nil where no machine of
 	// the kind's applies anything.
@@ -45,11 +49,11 @@ type kind struct {
 	// be replaced.
 	reset func(w *world, machine string)
 	// pause, where the kind waits for a departing machine to take its
-	// addresses off (what runs there confirms it), stops what runs on the
-	// machines from applying anything until resume. Nil where the kind
-	// counts a deleted Node as the evidence (this project's handler takes
-	// the addresses off itself on its Node's deletion).
-	pause func(w *world) (resume func())
+	// addresses off (what runs there confirms it), stops what runs on
+	// machine from doing anything until resume. Nil where the kind counts
+	// a deleted Node as the evidence (this project's handler takes the
+	// addresses off itself on its Node's deletion).
+	pause func(w *world, machine string) (resume func())
 	// fail makes what runs on machine fail every apply (true), or succeed
 	// again.
 	fail func(w *world, machine string, failing bool)
@@ -61,12 +65,12 @@ type kind struct {
 
 // kinds are the kinds of holder, each as its mode runs it.
 var kinds = []*kind{
-	{name: "served", nic: true, serve: handlerMode, hold: writePolicy, join: handlerJoins(false), dead: handlerDead,
+	{name: "served", nic: true, serve: handlerMode, hold: writePolicy, join: handlerJoins(false), waits: enactmentWaits, dead: handlerDead,
 		reset: resetEnactment, fail: failNetwork, deletable: policyOf},
-	{name: "self-allocated", nic: true, serve: handlerMode, hold: writePolicy, join: handlerJoins(true), dead: handlerDead,
+	{name: "self-allocated", nic: true, serve: handlerMode, hold: writePolicy, join: handlerJoins(true), waits: enactmentWaits, dead: handlerDead,
 		reset: resetEnactment, fail: failNetwork, deletable: policyOf},
-	{name: "pooled", nic: true, serve: companionMode, hold: writePooledPolicy, join: upstreamJoins, dead: upstreamDead,
-		reset: resetGenerated, pause: holdUpstream, fail: failUpstream, deletable: pooledPolicyOf},
+	{name: "pooled", nic: true, serve: companionMode, hold: writePooledPolicy, join: upstreamJoins, waits: pooledNodeWaits, dead: upstreamDead,
+		reset: resetGenerated, pause: stopUpstream, fail: failUpstream, deletable: pooledPolicyOf},
 	{name: "claim", serve: claimsServed, hold: func(*testing.T, *world) {}, join: claimJoins, deletable: claimsOf},
 }
 
@@ -110,6 +114,19 @@ func handlerJoins(selfAllocate bool) func(t *testing.T, w *world, machine string
 		})
 		w.add(machine, nd)
 	}
+}
+
+// enactmentWaits reports whether machine's enactment waits for an
+// address of the pool (status.waitingForIPPool, with Failing
+// IPPoolExhausted).
+func enactmentWaits(w *world, machine string) (bool, error) {
+	var e nncev1beta1.NodeNetworkConfigurationEnactment
+	if err := k.Get(ctx, client.ObjectKey{Name: machine + "." + w.name}, &e); err != nil {
+		return false, client.IgnoreNotFound(err)
+	}
+	c := e.Status.Conditions.Find(shared.NodeNetworkConfigurationEnactmentConditionFailing)
+	return e.Status.WaitingForIPPool == w.pool && c != nil && c.Status == corev1.ConditionTrue &&
+		string(c.Reason) == ippoolv1.ReasonIPPoolExhausted, nil
 }
 
 // handlerDead adds the Node of a machine on which no handler runs, not
@@ -194,10 +211,26 @@ func upstreamJoins(_ *testing.T, w *world, machine string) {
 	w.add(machine, w.upstream.Node(machine))
 }
 
-// holdUpstream holds kubernetes-nmstate's handler on every machine.
-func holdUpstream(w *world) (resume func()) {
-	w.upstream.Hold(true)
-	return func() { w.upstream.Hold(false) }
+// stopUpstream stops kubernetes-nmstate's handler on machine.
+func stopUpstream(w *world, machine string) (resume func()) {
+	w.upstream.Down(machine, true)
+	return func() { w.upstream.Down(machine, false) }
+}
+
+// pooledNodeWaits reports whether the pooled policy says machine waits
+// for an address of the pool (Degraded IPPoolExhausted, naming it).
+func pooledNodeWaits(w *world, machine string) (bool, error) {
+	var p ippoolv1.PooledNodeNetworkConfigurationPolicy
+	if err := k.Get(ctx, client.ObjectKey{Name: w.name}, &p); err != nil {
+		return false, err
+	}
+	for _, c := range p.Status.Conditions {
+		if c.Status == corev1.ConditionTrue && string(c.Reason) == ippoolv1.ReasonIPPoolExhausted &&
+			strings.Contains(c.Message, "no address left for node "+machine) {
+			return true, nil
+		}
+	}
+	return false, nil
 }
 
 // upstreamDead adds a machine whose Node is not Ready and on which
