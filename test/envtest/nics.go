@@ -85,13 +85,6 @@ func (s *NICSampler) OnTwoNICs() []string {
 	return slices.Clone(s.duplicates)
 }
 
-// Samples returns how many samples were taken so far.
-func (s *NICSampler) Samples() int {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.samples
-}
-
 func (s *NICSampler) sample() {
 	s.mu.Lock()
 	nodes := slices.Clone(s.nodes)

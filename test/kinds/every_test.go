@@ -2,6 +2,7 @@ package kinds_test
 
 import (
 	"fmt"
+	"net/netip"
 	"slices"
 	"strconv"
 	"strings"
@@ -23,8 +24,9 @@ import (
 )
 
 // way is one way to break the promise, first found for one kind of
-// holder, as an admin's action: run does it to the holders of a kind, on
-// a /24 of its own, and checks that the promise holds.
+// holder, as an admin's action or a machine's failure: run does it to the
+// holders of a kind, on a /24 of its own, and checks that the promise
+// holds.
 type way struct {
 	name string
 	run  func(t *testing.T, kd *kind, name, net string)
@@ -272,7 +274,7 @@ func reset(t *testing.T, kd *kind, name, net string) {
 	}
 	other, m := w.machine(1), w.machine(2)
 	kept, old := w.settled(other), w.settled(m)
-	w.nics.MustCarryIn(m, netipPrefix(net+".0/24"))
+	w.nics.MustCarryIn(m, netip.MustParsePrefix(net+".0/24"))
 
 	kd.reset(w, m)
 	Eventually(w.address(m)).ShouldNot(Or(BeEmpty(), Equal(old)), "a new address")

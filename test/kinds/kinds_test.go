@@ -23,7 +23,7 @@ import (
 
 // kind is one kind of holder as an admin meets it: what serves it, what
 // the admin writes for machines to draw from a pool, and what a machine
-// joining, a reset and a deletion are for it.
+// joining, waiting, dying or failing, a reset and a deletion are for it.
 type kind struct {
 	name string
 	// nic says that the kind's addresses go on the NICs of machines that

@@ -24,8 +24,6 @@ import (
 type world struct {
 	kind       *kind
 	name, pool string
-	// net is the pool's /24, as "10.x.y".
-	net string
 	// maxUnavailable, if set, paces the rollout of what the admin writes.
 	maxUnavailable *intstr.IntOrString
 	dir            string
@@ -43,7 +41,7 @@ type world struct {
 func newWorld(t *testing.T, kd *kind, name, net string, first, last int, adjust ...func(*world)) *world {
 	t.Helper()
 	RegisterTestingT(t)
-	w := &world{kind: kd, name: name, pool: name, net: net, dir: t.TempDir(), machines: map[string]*envtest.Node{}}
+	w := &world{kind: kd, name: name, pool: name, dir: t.TempDir(), machines: map[string]*envtest.Node{}}
 	for _, f := range adjust {
 		f(w)
 	}
@@ -220,5 +218,3 @@ func (s *holderSampler) twice() []string {
 	defer s.mu.Unlock()
 	return slices.Clone(s.dups)
 }
-
-func netipPrefix(s string) netip.Prefix { return netip.MustParsePrefix(s) }
