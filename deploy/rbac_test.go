@@ -20,8 +20,8 @@ func (p permission) String() string {
 	return p.role + ": " + p.verb + " " + p.group + "/" + p.resource
 }
 
-// documentedRoles names, by the README table's role column, the role it
-// documents.
+// documentedRoles names, by the role column of the table of permissions
+// (docs/install.md), the role it documents.
 var documentedRoles = map[string]string{
 	"handler":           "ClusterRole/nmstate-ippool-handler",
 	"allocation-writer": "ClusterRole/nmstate-ippool-allocation-writer",
@@ -31,11 +31,11 @@ var documentedRoles = map[string]string{
 }
 
 // TestRBACAsDocumented compares every role of the install (deploy/default
-// and deploy/self-allocate) with the README's table of permissions: a
-// verb a role gains that the table does not list, or one the table lists
+// and deploy/self-allocate) with the table of permissions in
+// docs/install.md: a verb a role gains that the table does not list, or one the table lists
 // that no role holds, fails.
 func TestRBACAsDocumented(t *testing.T) {
-	documented := readmeTable(t)
+	documented := docsTable(t)
 	granted := map[permission]bool{}
 	seen := map[string]bool{}
 	for _, dir := range []string{"default", "self-allocate"} {
@@ -51,7 +51,7 @@ func TestRBACAsDocumented(t *testing.T) {
 				}
 			}
 			if role == "" {
-				t.Errorf("deploy/%s has %s, which the README's table of permissions does not document", dir, id)
+				t.Errorf("deploy/%s has %s, which the table of permissions in docs/install.md does not document", dir, id)
 				continue
 			}
 			seen[role] = true
@@ -66,17 +66,17 @@ func TestRBACAsDocumented(t *testing.T) {
 	}
 	for role := range documentedRoles {
 		if !seen[role] {
-			t.Errorf("the README documents role %s, which the install does not have", role)
+			t.Errorf("docs/install.md documents role %s, which the install does not have", role)
 		}
 	}
 	for p := range granted {
 		if !documented[p] {
-			t.Errorf("%s is granted but not in the README's table of permissions: list it and say why, or drop it", p)
+			t.Errorf("%s is granted but not in the table of permissions in docs/install.md: list it and say why, or drop it", p)
 		}
 	}
 	for p := range documented {
 		if !granted[p] {
-			t.Errorf("the README's table of permissions lists %s, which no role grants", p)
+			t.Errorf("the table of permissions in docs/install.md lists %s, which no role grants", p)
 		}
 	}
 }
@@ -102,17 +102,17 @@ func expand(role string, rules []rbacv1.PolicyRule) map[permission]bool {
 	return out
 }
 
-// readmeTable parses the README's table of permissions.
-func readmeTable(t *testing.T) map[permission]bool {
+// docsTable parses the table of permissions in docs/install.md.
+func docsTable(t *testing.T) map[permission]bool {
 	t.Helper()
-	raw, err := os.ReadFile(filepath.Join(envtest.RepoRoot(), "README.md"))
+	raw, err := os.ReadFile(filepath.Join(envtest.RepoRoot(), "docs", "install.md"))
 	if err != nil {
 		t.Fatal(err)
 	}
 	text := string(raw)
 	start, end := strings.Index(text, "<!-- rbac-table -->"), strings.Index(text, "<!-- /rbac-table -->")
 	if start < 0 || end < start {
-		t.Fatal("the README has no table of permissions between <!-- rbac-table --> and <!-- /rbac-table -->")
+		t.Fatal("docs/install.md has no table of permissions between <!-- rbac-table --> and <!-- /rbac-table -->")
 	}
 	out := map[permission]bool{}
 	for line := range strings.SplitSeq(text[start:end], "\n") {
@@ -121,17 +121,17 @@ func readmeTable(t *testing.T) map[permission]bool {
 			continue
 		}
 		if _, ok := documentedRoles[cells[0]]; !ok {
-			t.Errorf("the README's table of permissions has an unknown role %q", cells[0])
+			t.Errorf("the table of permissions in docs/install.md has an unknown role %q", cells[0])
 		}
 		if strings.TrimSpace(cells[4]) == "" {
-			t.Errorf("the README's table of permissions says not why %s holds %s", cells[0], cells[2])
+			t.Errorf("the table of permissions in docs/install.md says not why %s holds %s", cells[0], cells[2])
 		}
 		for v := range strings.SplitSeq(cells[3], ",") {
 			out[permission{cells[0], cells[1], strings.Trim(cells[2], "` "), strings.TrimSpace(v)}] = true
 		}
 	}
 	if len(out) == 0 {
-		t.Fatal("the README's table of permissions is empty")
+		t.Fatal("the table of permissions in docs/install.md is empty")
 	}
 	return out
 }

@@ -2,8 +2,9 @@
 // record that a NodeNetworkConfigurationEnactment keeps of the addresses its
 // node holds (status.ippool).
 //
-// The package depends on k8s.io/apimachinery only, so clients can import it
-// without pulling in controller-runtime.
+// The package depends on k8s.io/apimachinery and kubernetes-nmstate's
+// api/shared (the NNCP spec a pooled policy carries) only, so clients can
+// import it without pulling in controller-runtime.
 //
 // Admission validation lives in the CRD (CEL rules generated from the
 // kubebuilder markers below); the same rules are implemented in Go by

@@ -233,7 +233,7 @@ func installedBy(objs []*unstructured.Unstructured) (installation, error) {
 // cert-manager would do otherwise.
 func (c *webhookCertificate) follow(w *unstructured.Unstructured, certID string) {
 	c.webhooks = append(c.webhooks, w.GetName())
-	const fix = "add the replacements of deploy/testdata/infra-net to the overlay (README, \"Another namespace or a name prefix\")"
+	const fix = "add the replacements of deploy/testdata/infra-net to the overlay (docs/install.md, \"Another namespace or a name prefix\")"
 	if asked := w.GetAnnotations()[injectCAFrom]; asked != certID {
 		c.warnings = append(c.warnings, fmt.Sprintf("ValidatingWebhookConfiguration %s asks cert-manager for the CA of Certificate %q, not %q: "+
 			"cert-manager would inject no CA, and the API server could not call the webhook; %s", w.GetName(), asked, certID, fix))

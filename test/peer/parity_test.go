@@ -222,7 +222,7 @@ func newTableRequest(ctx context.Context, url string) (*http.Request, error) {
 }
 
 // knownDifference is a difference an admin sees between the two
-// handlers, with its reason in the README's parity table: a line of the
+// handlers, with its reason in the parity table of docs/modes.md: a line of the
 // view that only one side shows, matched by a pattern.
 type knownDifference struct {
 	only    string // "upstream" or "ours"

@@ -10,17 +10,17 @@ import (
 	"sigs.k8s.io/yaml"
 )
 
-// readmeBlock returns the first ```yaml block after heading in the
-// repository's README.
-func readmeBlock(t *testing.T, heading string) string {
+// docBlock returns the first ```yaml block after heading in the
+// repository's reference page, docs/reference.md.
+func docBlock(t *testing.T, heading string) string {
 	t.Helper()
-	raw, err := os.ReadFile(filepath.Join("..", "..", "README.md"))
+	raw, err := os.ReadFile(filepath.Join("..", "..", "docs", "reference.md"))
 	if err != nil {
 		t.Fatal(err)
 	}
 	_, after, ok := strings.Cut(string(raw), "\n"+heading+"\n")
 	if !ok {
-		t.Fatalf("README has no heading %q", heading)
+		t.Fatalf("docs/reference.md has no heading %q", heading)
 	}
 	_, block, ok := strings.Cut(after, "```yaml\n")
 	if !ok {
@@ -30,12 +30,12 @@ func readmeBlock(t *testing.T, heading string) string {
 	return block
 }
 
-// TestREADMEGatewayExample renders the README's gateway, DNS and
+// TestDocsGatewayExample renders docs/reference.md's gateway, DNS and
 // reservations example through nmpolicy, as a handler would for a node
 // given 10.20.20.10, and checks that it is deploy/samples/routed word for
 // word, so that neither drifts from what is tested.
-func TestREADMEGatewayExample(t *testing.T) {
-	block := readmeBlock(t, "### Gateway, DNS and reservations")
+func TestDocsGatewayExample(t *testing.T) {
+	block := docBlock(t, "### Gateway, DNS and reservations")
 	var sample []string
 	for _, f := range []string{"nodeippool.yaml", "nncp.yaml"} {
 		raw, err := os.ReadFile(filepath.Join("..", "..", "deploy", "samples", "routed", f))
@@ -45,7 +45,7 @@ func TestREADMEGatewayExample(t *testing.T) {
 		sample = append(sample, string(raw))
 	}
 	if want := strings.Join(sample, "---\n"); block != want {
-		t.Fatalf("the README's example differs from deploy/samples/routed:\n%s\nwant:\n%s", block, want)
+		t.Fatalf("docs/reference.md's example differs from deploy/samples/routed:\n%s\nwant:\n%s", block, want)
 	}
 	docs := strings.Split(block, "---\n")
 	var policy struct {

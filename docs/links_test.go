@@ -1,0 +1,100 @@
+package docs
+
+import (
+	"os"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"testing"
+)
+
+// pages are the Markdown pages a user reads: the repository's top-level
+// pages and every page of docs/.
+func pages(t *testing.T) []string {
+	t.Helper()
+	var out []string
+	for _, glob := range []string{"../*.md", "*.md"} {
+		m, err := filepath.Glob(glob)
+		if err != nil {
+			t.Fatal(err)
+		}
+		out = append(out, m...)
+	}
+	if len(out) < 3 {
+		t.Fatalf("found only %v: run the test from docs/", out)
+	}
+	return out
+}
+
+var (
+	link    = regexp.MustCompile(`\]\(([^)\s]+)\)`)
+	fence   = regexp.MustCompile("(?s)```.*?```")
+	heading = regexp.MustCompile(`(?m)^#{1,6} (.+)$`)
+	unslug  = regexp.MustCompile(`[^\p{L}\p{N}\- _]`)
+)
+
+// anchors returns the anchors GitHub gives the headings of a Markdown
+// page: lower case, punctuation dropped, spaces as hyphens.
+func anchors(text string) map[string]bool {
+	out := map[string]bool{}
+	for _, m := range heading.FindAllStringSubmatch(fence.ReplaceAllString(text, ""), -1) {
+		s := strings.ToLower(strings.TrimSpace(m[1]))
+		s = unslug.ReplaceAllString(s, "")
+		out[strings.ReplaceAll(s, " ", "-")] = true
+	}
+	return out
+}
+
+// TestLinksResolve: every relative link of the README and of docs/ names
+// a file or directory of the repository, and a link to a heading
+// (page.md#heading, or #heading on the same page) names a heading that
+// page has. The README's sections moved into docs/ once; this keeps a
+// moved section from leaving a dead link behind.
+func TestLinksResolve(t *testing.T) {
+	for _, page := range pages(t) {
+		raw, err := os.ReadFile(page)
+		if err != nil {
+			t.Fatal(err)
+		}
+		text := fence.ReplaceAllString(string(raw), "")
+		for _, m := range link.FindAllStringSubmatch(text, -1) {
+			target := m[1]
+			if strings.Contains(target, "://") || strings.HasPrefix(target, "mailto:") {
+				continue
+			}
+			path, anchor, _ := strings.Cut(target, "#")
+			file := page
+			if path != "" {
+				file = filepath.Join(filepath.Dir(page), path)
+				if _, err := os.Stat(file); err != nil {
+					t.Errorf("%s links to %s, which does not exist", page, target)
+					continue
+				}
+			}
+			if anchor == "" || !strings.HasSuffix(file, ".md") {
+				continue
+			}
+			body, err := os.ReadFile(file)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !anchors(string(body))[anchor] {
+				t.Errorf("%s links to %s, but %s has no heading #%s", page, target, file, anchor)
+			}
+		}
+	}
+}
+
+// TestAnchorsAsGitHubMakesThem pins the anchor rule the link check relies
+// on, so that a link it accepts is one a reader can follow.
+func TestAnchorsAsGitHubMakesThem(t *testing.T) {
+	got := anchors("## Install beside kubernetes-nmstate (OpenShift included)\n```\n# not a heading\n```\n### Gateway, DNS and reservations\n")
+	for _, want := range []string{"install-beside-kubernetes-nmstate-openshift-included", "gateway-dns-and-reservations"} {
+		if !got[want] {
+			t.Errorf("no anchor %q in %v", want, got)
+		}
+	}
+	if got["not-a-heading"] {
+		t.Error("a comment in a code block was taken for a heading")
+	}
+}
