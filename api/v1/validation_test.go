@@ -320,7 +320,7 @@ func TestStartBeforeEndRules(t *testing.T) {
 			"ip(self.start).family() != %d || ip(self.end).family() != %d || ip(self.start) == ip(self.end) || %s",
 			fam.family, fam.family, strings.Join(terms, " || "))
 		if !rules[rule] {
-			t.Errorf("the CRD has no IPv%d start-after-end rule of %d unrolled startBeforeEndTerm terms: regenerate the IPRange marker", fam.family, fam.bits)
+			t.Errorf("the CRD has no IPv%d start-after-end rule of %d unrolled startBeforeEndTerm terms: run make manifests (hack/range-order generates the rules)", fam.family, fam.bits)
 		}
 	}
 }
