@@ -121,8 +121,10 @@ expect_nodes 4
 say "Scaling down: $n2 leaves; its address is free again once $n2 is gone, kept for its return"
 freed=$(address_of "$n2")
 run localcluster node remove "$n2" --dir "$dir"
-# The pool controller frees a departed Node's addresses once it has seen
-# it gone for the departure hold (30 s): wait for that and a busy machine.
+# The pool controller frees a departed Node's addresses once its Node is
+# gone and the departure hold (30 s, the default, which neither cluster's
+# quarantine period shortens) has passed since the release: wait for that
+# and a busy machine.
 wait_until "$freed free again after $n2 left" 90 bash -c \
 	"kubectl nodeippool decode traffic-1 '$freed' | grep -q ', free and kept since .* for the return of node $n2'"
 run kubectl nodeippool decode traffic-1 "$freed"

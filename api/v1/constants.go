@@ -97,7 +97,8 @@ const (
 	// ReasonReconciledPool (True): the pool is up to date.
 	ReasonReconciledPool = "ReconciledPool"
 	// ReasonExhaustedIPPool (False): a request could not be served because
-	// every address is taken; re-create the pool with a larger range.
+	// every address is taken; grow the range in place (start, end,
+	// exclude), or free addresses.
 	ReasonExhaustedIPPool = "ExhaustedIPPool"
 	// ReasonReconcileFailed is kubernetes-nmstate's reason of the Warning
 	// Event on a policy whose enactment gave up (its retries spent) or
@@ -121,9 +122,9 @@ const (
 )
 
 // FinalizerIPPool is set on an enactment that holds addresses. It keeps the
-// enactment, the durable record of those addresses, until they are returned
-// to their pools: by the node's handler, or by the pool controller when the
-// node is gone.
+// enactment, the durable record of those addresses, until the pool
+// controller has quarantined them in their pools (retire.Retire), whether
+// the enactment's handler deleted it or its node is gone.
 const FinalizerIPPool = "nmstate.io/ippool"
 
 // FinalizerPoolEntries is set on every NodeIPPool by the pool controller.
@@ -154,9 +155,10 @@ const (
 	// ReasonIPPoolNotAvailable (Pending): the pool is not Available=True
 	// (being rebuilt, overlapping, ...); nothing is allocated until it is.
 	ReasonIPPoolNotAvailable = "IPPoolNotAvailable"
-	// ReasonIPPoolBusy (Pending): the handler's write to the pool met
-	// another allocation; the pool controller allocates for the enactment,
-	// together with every other one that waits, in one pool write.
+	// ReasonIPPoolBusy (Pending): the enactment waits for the pool
+	// controller, which allocates for it together with every other one that
+	// waits, in one pool write (with --self-allocate: the handler's own pool
+	// writes kept conflicting).
 	ReasonIPPoolBusy = "IPPoolBusy"
 
 	// ReasonAddressOutsideRange (Event): an enactment records an address its
@@ -195,14 +197,14 @@ const (
 	// because their former holder showed them gone, or its Node is gone.
 	ReasonQuarantineLifted = "QuarantineLifted"
 	// ReasonAddressQuarantined (pool): a rebuild found addresses of the
-	// range on a node's network that no enactment records (the quarantine
+	// range on a node's network that no holder records (the quarantine
 	// of a deleted pool, a record lost by hand) and quarantined them.
 	// (enactment, about its pool): the pool controller quarantined the
 	// addresses the enactment asked to release (status.ippool releasing).
 	ReasonAddressQuarantined = "AddressQuarantined"
-	// ReasonNotServed (enactment, Warning): it has asked the pool
-	// controller for addresses for longer than the handler's
-	// --failed-requeue; the controller may not run.
+	// ReasonNotServed (enactment, Warning): it has waited
+	// Pending/IPPoolBusy for the pool controller for longer than the
+	// handler's --unserved-warning; the controller may not run.
 	ReasonNotServed = "NotServed"
 	// ReasonRangeChanged (pool): the range's start, end or exclude changed
 	// in place; the pool was rebuilt from the enactments, its addresses at

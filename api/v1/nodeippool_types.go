@@ -5,9 +5,10 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 )
 
-// NodeIPPool is a cluster-wide range of addresses from which node handlers
-// allocate one address per (node, policy, capture). Policies reference it with
-// the capture expression "ippool.<name>.allocate".
+// NodeIPPool is a cluster-wide range of addresses, one per (node, policy,
+// capture) and per Cluster API claim, handed out by the pool controller (or a
+// node's handler with --self-allocate). Policies reference it with the
+// capture expression "ippool.<name>.allocate".
 //
 // The name is a DNS-1123 label (no dots) because it is part of the capture
 // expression.
@@ -41,9 +42,10 @@ type NodeIPPool struct {
 // The CIDR, the gateway and the DNS settings cannot be changed. The range's
 // start, end and exclude may change in place as long as no address in use
 // leaves the range or is excluded: the pool controller's admission webhook
-// refuses any other change and names the holders (internal/poolwebhook). Moving the
-// start moves every offset, so the pool is rebuilt (ReconcilingPool) before
-// it hands out addresses again. Reservations may change at any time.
+// refuses any other change and names the holders; 'kubectl nodeippool plan
+// -f' shows a change beforehand. Moving the start moves every offset, so the
+// pool is rebuilt (ReconcilingPool) before it hands out addresses again.
+// Reservations may change at any time.
 //
 // +kubebuilder:validation:XValidation:rule="self.range.cidr == oldSelf.range.cidr",messageExpression="'spec.range.cidr is immutable (' + oldSelf.range.cidr + '): to renumber the pool into another subnet, create a new NodeIPPool and point the policies at it; start, end and exclude may change in place'"
 // +kubebuilder:validation:XValidation:rule="has(self.gateway) == has(oldSelf.gateway) && (!has(self.gateway) || self.gateway == oldSelf.gateway)",message="spec.gateway is immutable: the enactments record it with every address; create a new pool to change it"
@@ -200,8 +202,9 @@ type IPRange struct {
 // be rebuilt from the enactments, which are the durable record.
 type NodeIPPoolStatus struct {
 	// AllocatedOffsets is the set of allocated offsets (offset = ip - start)
-	// as a compressed, versioned snapshot in base64 (see pkg/ippool). Empty
-	// means nothing is allocated.
+	// as a compressed, versioned snapshot in base64 ('kubectl nodeippool
+	// decode' and 'explain --allocated' read it). Empty means nothing is
+	// allocated.
 	// +optional
 	AllocatedOffsets string `json:"allocatedOffsets,omitempty"`
 
@@ -225,10 +228,10 @@ type NodeIPPoolStatus struct {
 	// +optional
 	Free int64 `json:"free"`
 
-	// InFlight lists addresses a handler has taken from the pool whose
-	// enactment may not record them yet. Garbage collection frees such an
-	// address only after fencing its enactment (see docs/protocol.md), and
-	// a rebuild keeps it.
+	// InFlight lists addresses taken from the pool (by the pool controller,
+	// or a handler with --self-allocate) that their holder has not recorded
+	// yet. One left unrecorded past --gc-grace-period is revoked, its holder
+	// fenced first; a rebuild keeps it.
 	// +optional
 	// +listType=map
 	// +listMapKey=ip
@@ -250,11 +253,11 @@ type NodeIPPoolStatus struct {
 
 	// KeptForReturn lists free addresses whose Node was deleted, each kept
 	// for the node's return under the same name until the quarantine
-	// period has passed since its release. The address is free (its bit
-	// is clear, Free counts it): the enactment of the same name asking
-	// again for the same capture gets it back, and other nodes get one
-	// only when no other address is free, the longest kept first. An entry
-	// steers a free address, it never holds one.
+	// period has passed since it was freed (see KeptAddress.Since). The
+	// address is free (its bit is clear, Free counts it): the enactment of
+	// the same name asking again for the same capture gets it back, and
+	// other nodes get one only when no other address is free, the longest
+	// kept first. An entry steers a free address, it never holds one.
 	// +optional
 	// +listType=map
 	// +listMapKey=ip
@@ -282,8 +285,8 @@ type NodeIPPoolStatus struct {
 	Conditions []metav1.Condition `json:"conditions,omitempty"`
 }
 
-// InFlightAddress is an address a handler took for an enactment and is about
-// to record there.
+// InFlightAddress is an address taken for a holder (an enactment, a pooled
+// policy's node, a Cluster API claim) and about to be recorded there.
 // +kubebuilder:validation:XValidation:rule="has(self.holder) || has(self.enactment)",message="name the holder in holder"
 // +kubebuilder:validation:XValidation:rule="!has(self.holder) || !has(self.enactment) || self.holder == self.enactment",message="enactment is the deprecated name of holder: when both are set they must be equal"
 type InFlightAddress struct {
@@ -395,8 +398,9 @@ type KeptAddress struct {
 	DeprecatedEnactment string `json:"enactment,omitempty"`
 	// Capture is the capture of that enactment that held it.
 	Capture string `json:"capture"`
-	// Since is when the address was taken from its holder; it is kept
-	// until the quarantine period has passed since.
+	// Since is when the address was freed and kept (for a Node replaced
+	// under its name, when it was taken from its holder); it is kept until
+	// the quarantine period has passed since.
 	Since metav1.Time `json:"since"`
 }
 

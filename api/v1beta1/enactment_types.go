@@ -8,8 +8,8 @@ import (
 )
 
 // NodeNetworkConfigurationEnactment is the state of one policy on one node,
-// named "<node>.<policy>" and labelled with both (shared.EnactmentNodeLabel,
-// shared.EnactmentPolicyLabel). Its owner is the Node.
+// named "<node>.<policy>" and labelled with both (nmstate.io/node,
+// nmstate.io/policy). Its owner is the Node.
 //
 // +kubebuilder:object:root=true
 // +kubebuilder:subresource:status

@@ -52,7 +52,7 @@ func main() {
 	flag.StringVar(&o.node, "node-name", os.Getenv("NODE_NAME"), "the node this handler configures (default $NODE_NAME)")
 	flag.StringVar(&o.nmstatectl, "nmstatectl", "nmstatectl", "path of the nmstatectl binary (or of nmstatectl-sim)")
 	flag.DurationVar(&o.applyTimeout, "apply-timeout", nmstatectl.DefaultTimeout,
-		"checkpoint timeout of nmstatectl apply: an apply not committed by then is rolled back by nmstate; must exceed the probes' time")
+		"checkpoint timeout of nmstatectl apply: an apply not committed by then is rolled back by nmstate; must exceed twice --probe-timeout")
 	flag.StringVar(&o.probes, "probes", "ping,dns,api-server,node-readiness",
 		"the probes run after an apply, before it is committed (comma-separated; empty for none); ping and dns run only if they passed before the apply")
 	flag.DurationVar(&o.probeTimeout, "probe-timeout", probe.DefaultTimeout, "how long each probe is polled after an apply before the apply is rolled back")
@@ -61,15 +61,21 @@ func main() {
 	flag.DurationVar(&o.retryMax, "retry-max-delay", handler.DefaultRetry.Cap, "the longest delay between two retries")
 	o.metrics.Bind(flag.CommandLine, ":8089")
 	flag.StringVar(&o.healthAddr, "health-probe-bind-address", ":8081", "address of the /healthz and /readyz endpoints; 0 disables them")
-	flag.DurationVar(&o.pendingRequeue, "pending-requeue", handler.DefaultPendingRequeue, "how often a Pending enactment is looked at again")
+	flag.DurationVar(&o.pendingRequeue, "pending-requeue", handler.DefaultPendingRequeue,
+		"how often an enactment whose pool is not Available=True (Pending/IPPoolNotAvailable: being rebuilt, overlapping, status not vouched for) "+
+			"is looked at again; the pool controller nudges it sooner when the pool can serve")
 	flag.DurationVar(&o.failedRequeue, "failed-requeue", handler.DefaultFailedRequeue,
-		"how long to wait before trying again after a failure (nmstatectl failed, pool exhausted)")
+		"how long an enactment that cannot go on waits before its handler looks again: a full, missing or invalid pool (IPPoolExhausted, "+
+			"IPPoolNotFound, IPPoolInvalid) or a template the pool cannot fill (InvalidCapture); and how long it waits for the pool controller "+
+			"to serve it before asking again (or, with --self-allocate, allocating itself). The pool controller nudges a waiting enactment "+
+			"sooner when its pool can serve. A failed apply is retried per --retries and --retry-*-delay instead")
 	flag.DurationVar(&o.unserved, "unserved-warning", handler.DefaultUnservedWarning,
 		"how long an enactment asks the pool controller for addresses before a Warning Event (NotServed) says the controller may not run")
 	flag.BoolVar(&o.selfAllocate, "self-allocate", false,
-		"take new addresses from pools directly, writing their status, as the specification describes (needs the RBAC of deploy/self-allocate); by default the handler never writes a pool and the pool controller allocates for every waiting node in one pool write")
+		"take new addresses from pools directly, writing their status (the kubernetes-nmstate proposal's handler allocation; needs the RBAC of deploy/self-allocate); by default the handler never writes a pool and the pool controller allocates for every waiting node in one pool write")
 	flag.DurationVar(&o.stateRefresh, "state-refresh-period", nodestate.DefaultRefresh,
-		"how often the node's NodeNetworkState is checked; it is written only when the state changes")
+		"how often the node's network state is read when nothing asks for it (±10%); the NodeNetworkState is written when the state changed, "+
+			"and whenever the pool controller asks for a fresh one")
 	flag.DurationVar(&o.clockOffset, "test-clock-offset", 0,
 		"for tests only: move the handler's clock by this much, to show that nothing depends on the node's clock agreeing with the control plane's")
 	zapOpts := zap.Options{}

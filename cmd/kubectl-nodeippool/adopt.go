@@ -98,7 +98,7 @@ func readNodes(ctx context.Context, k client.Client) (*nodes, error) {
 // selects would get from each pool it draws from, the way the pool
 // controller chooses (internal/assign): a proposed pool stands in for the
 // stored one of its name; a new pool first holds, as its rebuild does,
-// every address of its range a node carries that no enactment records.
+// every address of its range a node carries that no holder records.
 // Nothing is written.
 func (s *snapshot) adoptionPlans(policies []nmstatev1.NodeNetworkConfigurationPolicy, proposed []ippoolv1.NodeIPPool, n *nodes) []policyPlan {
 	pools := map[string]*ippoolv1.NodeIPPool{}

@@ -161,7 +161,7 @@ func TestClusterCommands(t *testing.T) {
 		{"check a good pool", []string{"check", "good"}, 0, []string{"ok        good", "all 1 pools agree with their enactments"}},
 		{"check everything", []string{"check"}, 1, []string{
 			"MISMATCH  bad: 10.20.0.3 (offset 2) is recorded by node03.bad-c but not set in the bitmap",
-			"MISMATCH  bad: 10.20.0.9 (offset 8) is set in the bitmap but recorded by no enactment",
+			"MISMATCH  bad: 10.20.0.9 (offset 8) is set in the bitmap but recorded by no holder",
 			"MISMATCH  bad: 10.20.0.2 is recorded by node01.bad-a and node02.bad-b",
 			"MISMATCH  bad: 10.20.0.200 is recorded by node04.bad-d but the range (10.20.0.0/24 10.20.0.1-10.20.0.10) does not hand it out",
 			"MISMATCH  deleted-pool: NodeIPPool deleted-pool does not exist, but node05.gone records 10.30.0.1",

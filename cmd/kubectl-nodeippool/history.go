@@ -57,7 +57,8 @@ func runHistory(args []string, stdout, stderr io.Writer) error {
 	}
 	if len(rows) == 0 {
 		fmt.Fprintf(stdout, "No Events about %s. Events last an hour by default (the API server's --event-ttl); "+
-			"older history is in the pool controller's log: see docs/audit.md.\n", ip)
+			"older changes are in the log of the component that made them (the pool controller; a handler with --self-allocate): "+
+			"see docs/audit.md.\n", ip)
 		return nil
 	}
 	tw := p.table()

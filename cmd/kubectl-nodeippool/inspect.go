@@ -230,10 +230,10 @@ func (in *inspected) problems() []string {
 			held++ // an allocation in flight or a quarantined address: expected
 			continue
 		}
-		out = append(out, fmt.Sprintf("%s (offset %d) is set in the bitmap but recorded by no enactment", ip, off))
+		out = append(out, fmt.Sprintf("%s (offset %d) is set in the bitmap but recorded by no holder", ip, off))
 	}
 	if more := in.audit.UnclaimedCount - uint64(len(in.audit.Unclaimed)); more > 0 {
-		out = append(out, fmt.Sprintf("%d more offsets are set in the bitmap but recorded by no enactment", more))
+		out = append(out, fmt.Sprintf("%d more offsets are set in the bitmap but recorded by no holder", more))
 	}
 	if !poolstatus.Vouched(in.pool) {
 		out = append(out, "the status does not match its stamp (written by hand?): handlers allocate nothing until the pool controller has rebuilt it")

@@ -1,12 +1,13 @@
 // Command kubectl-nodeippool is a kubectl plugin that explains NodeIPPools,
-// the specification's "tool to understand NodeIPPool offsets":
+// the "tool to understand NodeIPPool offsets" of kubernetes-nmstate's "Host
+// IP pooling with NNCPs" proposal:
 //
 //	kubectl nodeippool list                    pools, their ranges, use and condition
 //	kubectl nodeippool show POOL               every allocated offset → IP → node, interface, policy, capture
 //	kubectl nodeippool decode POOL OFFSET|IP   an offset or an address, both ways
-//	kubectl nodeippool check [POOL...]         exit 1 if pool status and enactments disagree, listing how
+//	kubectl nodeippool check [POOL...]         exit 1 if a pool's status and its holders' records (enactments, pooled policies, Cluster API claims) disagree, listing how
 //	kubectl nodeippool plan -f FILE            who would keep, move or lose an address under a proposed pool or pooled policy
-//	kubectl nodeippool history IP              what happened to an address, from the audit trail's Events
+//	kubectl nodeippool history IP              what happened to an address lately, from the audit trail's Events (they last an hour by default)
 //	kubectl nodeippool explain --cidr ...      a range's offsets, offline
 //
 // The cluster commands print tables, or -o json|yaml, and find the cluster
@@ -45,13 +46,14 @@ const usage = `Usage:
 list shows the pools; show, every allocated or recorded address of a pool
 with its offset, state and holders (node, interface, policy, capture);
 decode turns an offset into an address or back; check exits 1 when a
-pool's status and the enactments disagree, listing every mismatch; plan
+pool's status and its holders' records (enactments, pooled policies,
+Cluster API claims) disagree, listing every mismatch; plan
 reads proposed NodeIPPools and pooled policies from FILE (- for standard
 input) and shows, for each pool, which nodes would keep, move or lose their
 address, at which offsets, and whether kubectl apply may change the pool in
 place; for each policy, which address every node it selects would have:
-the one it already carries on the interface (adopted), or a new one, and
-why; history lists the Events of the audit trail about an address (who
+the one it already carries on the interface (adopted), the one its
+enactment records, or a new one, or none if the pool is full, and why; history lists the Events of the audit trail about an address (who
 took, recorded, released or regained it, and why), oldest first, while
 the API server keeps them (docs/audit.md: the log keeps the rest). They
 take --kubeconfig and --context like kubectl; none changes anything.

@@ -5,17 +5,20 @@
 // its own simulated network (nmstatectl-sim). Every process runs on its
 // own after the command returns; "down" stops them by PID.
 //
-//	localcluster up --nodes N [--dir .local] [--gc-grace-period 30s] [--quarantine-period 30s] [--handler ours|upstream]
+//	localcluster up --nodes N [--dir DIR] [--gc-grace-period D] [--quarantine-period D] [--controllers N] [--bin DIR] [--assets DIR]
+//	                [--handler ours|upstream [--companion]] [--peer-handler PATH] [--retries N]
+//	                [--garbage-collector=false] [--node-lifecycle=false] [--node-grace-period D] [--crd FILE]...
+//	localcluster up --kubelets K [--images DIR] [--dir DIR] [--bin DIR] [--assets DIR]
 //	localcluster handler use ours|upstream
-//	localcluster node add NAME [--label k=v]...
-//	localcluster node remove NAME [--crash]
-//	localcluster node restart NAME [--crash]
-//	localcluster node stall NAME | node resume NAME
-//	localcluster node stop NAME | node start NAME
-//	localcluster controller restart [--crash]
-//	localcluster apiserver restart [--crash]
-//	localcluster status
-//	localcluster down
+//	localcluster install [--overlay DIR] [--kubectl PATH] [--cert-manager-crds FILE] [--timeout D]
+//	localcluster install --helm CHART [--values FILE] [--namespace NS] [--helm-bin PATH] [--kubectl PATH] [--timeout D]
+//	localcluster node add NAME [--label k=v]... [--kubelet] [--clock-offset D]
+//	localcluster node remove|restart NAME [--crash]
+//	localcluster node stall|resume|stop|start NAME
+//	localcluster controller restart [--crash] | apiserver restart [--crash]
+//	localcluster status | down
+//
+// Every command takes --dir DIR (default .local); localcluster help prints the details.
 //
 // The directory (.local) holds state.json, kubeconfig, pki/, the etcd data,
 // nodes/<node>.yaml (each node's network) and logs/.
@@ -43,8 +46,8 @@ const usage = `Usage:
                   [--garbage-collector=false] [--node-lifecycle=false] [--node-grace-period D] [--crd FILE]...
   localcluster handler use ours|upstream [--dir DIR]
   localcluster up --kubelets K [--images DIR] [--dir DIR] [--bin DIR] [--assets DIR]
-  localcluster install [--overlay DIR] [--kubectl PATH] [--dir DIR]
-  localcluster install --helm CHART [--values FILE] [--namespace NS] [--helm-bin PATH] [--kubectl PATH] [--dir DIR]
+  localcluster install [--overlay DIR] [--kubectl PATH] [--cert-manager-crds FILE] [--timeout D] [--dir DIR]
+  localcluster install --helm CHART [--values FILE] [--namespace NS] [--helm-bin PATH] [--kubectl PATH] [--timeout D] [--dir DIR]
   localcluster node add NAME [--label k=v]... [--kubelet] [--clock-offset D] [--dir DIR]
   localcluster node remove NAME [--crash] [--dir DIR]
   localcluster node restart NAME [--crash] [--dir DIR]
@@ -60,12 +63,13 @@ const usage = `Usage:
 up starts etcd, kube-apiserver, the pool controller and a handler per node
 (node01...), writes DIR/kubeconfig and returns once all are ready, leaving
 them running. node remove deletes a Node (with --crash, its handler is
-killed first, without a chance to clean up). node stall freezes a node's
-handler (SIGSTOP), as a GC pause would, until node resume. node stop
-powers a node's machine off: its handler is killed and its heartbeats
-stop, its Node and its network stay, and Kubernetes' node lifecycle
-controller turns the Node NotReady once --node-grace-period (40s) has
-passed; node start powers it on again. Beside simulated nodes run
+killed first, without a chance to clean up, and a Node a finalizer still
+holds is tainted node.kubernetes.io/out-of-service so that it can go).
+node stall freezes a node's handler (SIGSTOP), as a GC pause would, until
+node resume. node stop powers a node's machine off: its handler is killed
+and its heartbeats stop, its Node and its network stay, and Kubernetes'
+node lifecycle controller turns the Node NotReady once --node-grace-period
+(40s) has passed; node start powers it on again. Beside simulated nodes run
 kube-controller-manager's garbage collector (--cascade=foreground and
 orphan work as in a cluster) and node lifecycle controller, and a
 process that posts every running node's heartbeat, as kubelets do; turn
@@ -159,7 +163,7 @@ func cmdUp(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		"the pool controller's garbage collection grace period: how long an address may stay allocated and unrecorded")
 	fs.IntVar(&o.controllers, "controllers", 1, "how many pool controller replicas run, with leader election")
 	fs.DurationVar(&o.quarantine, "quarantine-period", 30*time.Second,
-		"the pool controller's quarantine period: the longest an address taken from a node is kept from others when the node cannot confirm it is gone")
+		"the pool controller's --quarantine-period: after how long a quarantined address is reported overdue (ReleasesConfirmed=False); no timer frees it")
 	fs.StringVar(&o.bin, "bin", exeDir(), "directory of handler, pool-controller and nmstatectl-sim")
 	fs.StringVar(&o.assets, "assets", "", "directory of etcd, kube-apiserver and, with --kubelets, the node components (default $KUBEBUILDER_ASSETS, else BIN/k8s)")
 	fs.IntVar(&o.kubelets, "kubelets", 0,
@@ -177,7 +181,7 @@ func cmdUp(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		"how long a node may post no heartbeat before the node lifecycle controller turns it NotReady (its --node-monitor-grace-period)")
 	fs.StringVar(&o.peerHandler, "peer-handler", "", "kubernetes-nmstate's handler binary (default BIN/kubernetes-nmstate-handler)")
 	fs.StringVar(&o.images, "images", "", "with --kubelets, directory of the image tarballs of make images-local (default BIN/images)")
-	fs.Func("crd", "a CRD file to install before the controllers start, e.g. Cluster API's IPAM CRDs (repeatable)", func(path string) error {
+	fs.Func("crd", "a CRD file to install before the controllers start, e.g. Cluster API's IPAM CRDs (repeatable; simulated nodes)", func(path string) error {
 		o.crds = append(o.crds, path)
 		return nil
 	})

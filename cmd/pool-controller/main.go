@@ -1,11 +1,13 @@
 // Command pool-controller is the control-plane NodeIPPool controller. It
-// rebuilds pools from the enactments and opens them to the handlers
+// rebuilds pools from their holders' records and opens them to the handlers
 // (Available=True), refuses overlapping or colliding ones, acts on reset
-// annotations, frees the addresses of deleted nodes and of enactments no
-// handler releases, and garbage-collects addresses no enactment claims. It
+// annotations, retires deleted enactments and those of deleted nodes
+// (handler mode), quarantines every address given back and frees it on
+// evidence, and garbage-collects addresses no record of any kind claims. It
 // serves Cluster API IPAddressClaims when their CRDs are installed, and
-// keeps the NNCPs of pooled policies (companion mode). Run two replicas;
-// leader election keeps one active.
+// pooled policies, keeping their NNCPs, when their CRD is installed (in
+// either mode; companion mode relies on them). Run two replicas; leader
+// election keeps one active.
 //
 // --mode handler (the default) runs beside this project's handler: it also
 // writes the NNCPs' status and maxUnavailable slots and retires
@@ -55,6 +57,7 @@ type options struct {
 	leaderElection                bool
 	gracePeriod, quarantinePeriod time.Duration
 	departureHold                 time.Duration
+	departureHoldSet              bool // --departure-hold was given: it must not exceed the quarantine period
 	webhookPort                   int
 	webhookHost, webhookCertDir   string
 	mode                          string
@@ -74,16 +77,22 @@ func main() {
 	flag.BoolVar(&o.leaderElection, "leader-elect", true, "elect a leader so that one replica is active")
 	flag.StringVar(&o.leaseNamespace, "leader-election-namespace", "", "namespace of the leader election lease (default: the pod's namespace)")
 	flag.DurationVar(&o.gracePeriod, "gc-grace-period", pool.DefaultGracePeriod,
-		"how long an address may stay allocated with no enactment claiming it, an address taken but not recorded, and an enactment terminating without its handler, before the controller frees it")
+		"how long a set bit that no record, in-flight entry or quarantine holds may stay before garbage collection frees it (or quarantines it, "+
+			"if a node's network carries it), and how long a taken address may stay unrecorded before its holder is fenced and the address freed")
 	flag.DurationVar(&o.quarantinePeriod, "quarantine-period", pool.DefaultQuarantinePeriod,
-		"longest time an address taken from its holder (release, reset, node removal) is kept from everyone else when the holder cannot confirm it no longer carries it")
+		"how long an address taken from its holder (release, reset, node removal) may stay quarantined before the pool reports it overdue "+
+			"(ReleasesConfirmed=False, a Warning Event); no timer frees it: it stays quarantined, handed to nobody, until the holder's "+
+			"NodeNetworkState shows it gone or its Node is deleted. It also sets how long a departed node's address is kept for its return, "+
+			"and caps --departure-hold")
 	flag.DurationVar(&o.departureHold, "departure-hold", pool.DefaultDepartureHold,
-		"how long the addresses of a deleted Node stay quarantined before they are free (at most --quarantine-period): time for its machine, if it still runs, to take them off; 0 if Nodes are only deleted once their machines are gone")
+		"how long the quarantined addresses of a deleted Node wait, counted from their release, before they are freed and kept for its return: "+
+			"time for its machine, if it still runs, to take them off; capped at --quarantine-period; 0 if Nodes are only deleted once their machines are gone")
 	flag.StringVar(&o.keyNamespace, "signing-key-namespace", "", "namespace of the Secret holding the key the IPAddresses it makes "+
 		"for claims are signed with (default: the leader election namespace, else the pod's); created when missing. Outside a pod "+
 		"and without either, a key is made for the process's lifetime, and each claim signs its IPAddress again after a restart")
 	flag.StringVar(&o.keySecret, "signing-key-secret", capi.DefaultKeySecret, "name of that Secret")
-	flag.IntVar(&o.webhookPort, "webhook-port", 9443, "port of the NodeIPPool admission webhook (deploy/webhook); 0 disables it")
+	flag.IntVar(&o.webhookPort, "webhook-port", 9443, "port of the pool controller's admission webhooks "+
+		"(NodeIPPool changes and enactment names, deploy/webhook; self-allocating handlers' pool writes, deploy/self-allocate); 0 disables them")
 	flag.StringVar(&o.webhookHost, "webhook-host", "", "address the webhook listens on (default: every address)")
 	flag.StringVar(&o.webhookCertDir, "webhook-cert-dir", "/tmp/k8s-webhook-server/serving-certs",
 		"directory holding the webhook's serving certificate, tls.crt and tls.key (reloaded when they change)")
@@ -95,6 +104,7 @@ func main() {
 		"and leaves them to the admin (the OLM bundle, deploy/olm/admission)")
 	zapOpts.BindFlags(flag.CommandLine)
 	flag.Parse()
+	flag.Visit(func(f *flag.Flag) { o.departureHoldSet = o.departureHoldSet || f.Name == "departure-hold" })
 	ctrl.SetLogger(zap.New(zap.UseFlagOptions(&zapOpts)))
 
 	if err := run(o); err != nil {
@@ -107,6 +117,10 @@ func main() {
 func (o options) check() error {
 	if err := pool.CheckPeriods(o.gracePeriod, o.quarantinePeriod, o.departureHold); err != nil {
 		return err
+	}
+	if o.departureHoldSet && o.departureHold > o.quarantinePeriod {
+		return fmt.Errorf("--departure-hold %s is longer than --quarantine-period %s, which caps it: set it to %s or less, or raise --quarantine-period",
+			o.departureHold, o.quarantinePeriod, o.quarantinePeriod)
 	}
 	if o.mode != modeHandler && o.mode != modeCompanion {
 		return fmt.Errorf("--mode %q: write %s or %s", o.mode, modeHandler, modeCompanion)
@@ -177,7 +191,7 @@ func run(o options) error {
 		}
 	}
 	ctrl.Log.Info("starting pool controller", "mode", o.mode, "leaderElection", o.leaderElection, "gcGracePeriod", o.gracePeriod.String(),
-		"quarantinePeriod", o.quarantinePeriod.String(), "departureHold", o.departureHold.String(), "webhookPort", o.webhookPort)
+		"quarantinePeriod", o.quarantinePeriod.String(), "departureHold", min(o.departureHold, o.quarantinePeriod).String(), "webhookPort", o.webhookPort)
 	return mgr.Start(ctx)
 }
 
@@ -274,8 +288,9 @@ func loadSigner(ctx context.Context, mgr ctrl.Manager, o options) (*capi.Signer,
 // serviceAccountNamespace holds the namespace of the pod's service account.
 const serviceAccountNamespace = "/var/run/secrets/kubernetes.io/serviceaccount/namespace"
 
-// setUpPooledPolicies starts the controller of companion mode's pooled
-// policies when their CRD is installed, and reports whether it is.
+// setUpPooledPolicies starts the controller of pooled policies (which
+// companion mode relies on, and handler mode serves too) when their CRD is
+// installed, and reports whether it is.
 func setUpPooledPolicies(mgr ctrl.Manager, metrics *pool.Metrics) (bool, error) {
 	_, err := mgr.GetRESTMapper().RESTMapping(ippoolv1.GroupVersion.WithKind(holder.PooledPolicyKind).GroupKind(), ippoolv1.GroupVersion.Version)
 	switch {

@@ -3,6 +3,7 @@ package main
 import (
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/nmstate-ippool/nmstate-ippool/controllers/pool"
 )
@@ -13,7 +14,13 @@ func TestOptionsCheck(t *testing.T) {
 		departureHold: pool.DefaultDepartureHold}
 	companion := valid
 	companion.mode, companion.requireAdmission = modeCompanion, true
-	for _, o := range []options{valid, companion} {
+	// The default hold is capped silently by a shorter quarantine period,
+	// and a hold given up to that period is accepted.
+	shortPeriod := valid
+	shortPeriod.quarantinePeriod = pool.DefaultDepartureHold / 2
+	holdAtPeriod := valid
+	holdAtPeriod.departureHold, holdAtPeriod.departureHoldSet = valid.quarantinePeriod, true
+	for _, o := range []options{valid, companion, shortPeriod, holdAtPeriod} {
 		if err := o.check(); err != nil {
 			t.Errorf("%+v: %v", o, err)
 		}
@@ -21,6 +28,11 @@ func TestOptionsCheck(t *testing.T) {
 	for want, o := range map[string]options{
 		"--mode=companion":  func() options { o := valid; o.requireAdmission = true; return o }(),
 		`--mode "handlers"`: func() options { o := valid; o.mode = "handlers"; return o }(),
+		"--departure-hold 10m0s is longer than --quarantine-period 5m0s, which caps it: set it to 5m0s or less": func() options {
+			o := valid
+			o.departureHold, o.departureHoldSet = 10*time.Minute, true
+			return o
+		}(),
 	} {
 		if err := o.check(); err == nil || !strings.Contains(err.Error(), want) {
 			t.Errorf("%+v: %v, want an error saying %s", o, err, want)

@@ -1,9 +1,11 @@
-// Package companion is the controller of companion mode: IP pools for
-// clusters that keep kubernetes-nmstate's handler. The admin writes a
-// PooledNodeNetworkConfigurationPolicy (an NNCP's spec, with ippool
-// captures); the controller, run by the pool controller, keeps one plain
-// NodeNetworkConfigurationPolicy per selected node, which
-// kubernetes-nmstate's handler applies.
+// Package companion is the controller of pooled policies, which companion
+// mode relies on (IP pools for clusters that keep kubernetes-nmstate's
+// handler) and handler mode serves too: the pool controller runs it in
+// either mode whenever the PooledNodeNetworkConfigurationPolicy CRD is
+// installed. The admin writes a PooledNodeNetworkConfigurationPolicy (an
+// NNCP's spec, with ippool captures); the controller keeps one plain
+// NodeNetworkConfigurationPolicy per selected node, which the node's
+// handler applies (kubernetes-nmstate's, in companion mode).
 //
 // Records. The addresses each node holds are recorded in the pooled
 // policy's status.nodes, which only this controller writes (the admin

@@ -70,9 +70,10 @@
 // and the pool frees the address once the published state shows it gone
 // (docs/protocol.md).
 //
-// Writers. The handler writes a pool's allocatedOffsets, counts and entries
-// through internal/poolwrite, only on a status whose stamp matches; the pool
-// controller alone writes pool conditions, ExhaustedIPPool included. A
+// Writers. Only with SelfAllocate does the handler write a pool: its
+// allocatedOffsets, counts and entries, through internal/poolwrite, only on
+// a status whose stamp matches; by default it writes no pool at all. The
+// pool controller alone writes pool conditions, ExhaustedIPPool included. A
 // handler that finds a pool exhausted marks its enactment Failing
 // (IPPoolExhausted) and raises a Warning Event on the pool. It keeps trying
 // a pool that is Available=False with ExhaustedIPPool, since addresses may

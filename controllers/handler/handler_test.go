@@ -113,7 +113,7 @@ func TestExhausted(t *testing.T) {
 	}).Should(ConsistOf("Available", "Available", "Failing"))
 	for _, nd := range nodes {
 		if s, _ := enactmentState(nd.Name, "exhaust")(); strings.HasPrefix(s, "Failing") {
-			Expect(s).To(ContainSubstring(`NodeIPPool "small" is exhausted: all 2 addresses are allocated and 1 more are needed; re-create it with a larger range`))
+			Expect(s).To(ContainSubstring(`NodeIPPool "small" is exhausted: all 2 addresses are allocated and 1 more are needed; grow its range in place`))
 			Expect(held(nd.Name, "exhaust", "small")).To(BeEmpty())
 		}
 	}

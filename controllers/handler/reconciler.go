@@ -88,9 +88,11 @@ type Reconciler struct {
 	// enactment that waits on a pool (not available, or new addresses wait
 	// for the pool controller's rebuild).
 	PendingRequeue time.Duration
-	// FailedRequeue is how long to wait before looking again at an
-	// enactment that waits on an exhausted pool, and for the pool
-	// controller to serve before allocating itself.
+	// FailedRequeue is how long an enactment that cannot go on (its pool
+	// full, missing or invalid; its template unfillable) waits before it is
+	// looked at again, and how long it waits for the pool controller to
+	// serve it before its handler asks again (with SelfAllocate, allocates
+	// itself). Failed applies follow Retry.
 	FailedRequeue time.Duration
 	// Retry spaces the attempts to configure a policy generation that
 	// failed (render, apply or probe): Steps is how many times a failure

@@ -162,7 +162,7 @@ func setDesiredState(policy *nmstatev1.NodeNetworkConfigurationPolicy, desired s
 }
 
 // TestDeletedPoolLeavesStrays: a pool whose only quarantines are strays
-// (an address a node carries and no enactment records) goes when it is
+// (an address a node carries and no holder records) goes when it is
 // deleted: no record will ever release them, so they are never taken off.
 // A pool created again over the range holds them again for their node,
 // from its NodeNetworkState, and hands them to nobody else.

@@ -1,20 +1,21 @@
 // Package pool is the control-plane NodeIPPool controller (docs/protocol.md). It
-// runs as a leader-elected Deployment, next to the enactment controller,
-// and is the only writer of a pool's conditions.
+// runs as a leader-elected Deployment (in handler mode next to the
+// enactment controller), and is the only writer of a pool's conditions.
 //
 // Rebuild. When a pool is created (or re-created), when the controller
 // starts, when an admin annotates the pool, a policy or an enactment with
 // nmstate.io/reset-ippool, and when the bitmap lacks addresses that
 // enactments record (someone cleared it), the controller marks the pool
 // Available=Unknown (ReconcilingPool) so that handlers stop taking new
-// addresses, drops the records of the annotated policies' and enactments'
-// addresses from the pool (poolwrite.Writer.Drop), sets every bit that an
-// enactment on the API server claims, and marks the pool Available=True
-// (ReconciledPool), or False if it found a collision. It then removes the
-// annotations. A rebuild never clears a bit, and its write is guarded by
-// the pool's resourceVersion, so it unions with what handlers wrote
-// meanwhile. A rebuild that fails leaves the pool UnsyncronizedIPPool and is
-// retried.
+// addresses, quarantines the addresses the annotated policies' and
+// enactments' records hold and drops those records (retire.Drop), sets
+// every bit that a holder of any kind records on the API server
+// (holder.List), and marks the pool Available=True (ReconciledPool), or
+// False if it found a collision. It then removes the annotations. A rebuild
+// keeps every bit of a status it vouched for (an unvouched status keeps
+// only what records and entries hold), and its write is guarded by the
+// pool's resourceVersion, so it unions with what handlers wrote meanwhile.
+// A rebuild that fails leaves the pool UnsyncronizedIPPool and is retried.
 //
 // Serving. New addresses are allocated here for every enactment that asks
 // (a new enactment's ippoolv1.RequestAnnotation, or Pending / IPPoolBusy):
@@ -23,12 +24,13 @@
 // its token, several at a time (serve.go). Waiting enactments are nudged
 // when their pool can serve again (nudge.go).
 //
-// Garbage collection. A handler writes the pool before its enactment, so a
-// set bit that no enactment claims may be an allocation in flight. The
-// controller times every unclaimed bit it sees and frees those unclaimed
-// for longer than GracePeriod, after checking again on the API server that
-// nobody claims them. The clocks live in memory: a restarted controller
-// starts them again, which only delays collection.
+// Garbage collection. An address is written to the pool before its holder
+// records it, so a set bit that no record of any kind claims may be an
+// allocation in flight. The controller times every unclaimed bit it sees
+// and frees those unclaimed for longer than GracePeriod (or quarantines
+// them, when a node's network still carries them), after checking again on
+// the API server that nobody claims them. The clocks live in memory: a
+// restarted controller starts them again, which only delays collection.
 //
 // Conditions. A pool whose range overlaps an older pool's (by creation time,
 // then name) is refused with OverlappingIPPool; one whose range cannot hand

@@ -252,7 +252,7 @@ func TestUnclaimedButCarriedIsQuarantined(t *testing.T) {
 	publish(`{"interfaces":[{"name":"eth1","ipv4":{"address":[{"ip":"10.74.0.5","prefix-length":24}]}}]}`, time.Now())
 	writeBits("carry", "10.74.0.5")
 	Eventually(events("NodeIPPool", "carry"), 5*grace).Should(ContainElement(
-		"AddressQuarantined: Quarantined 10.74.0.5 on node carry01: allocated for longer than 3s and recorded by no enactment, " +
+		"AddressQuarantined: Quarantined 10.74.0.5 on node carry01: allocated for longer than 3s and recorded by no holder, " +
 			"but on a node's network; freed once the node shows it gone"))
 	Consistently(func() []string { return bits("carry") }, 2*grace).Should(Equal([]string{"10.74.0.5"}))
 

@@ -308,7 +308,7 @@ func (r *Reconciler) reportCollected(ctx context.Context, pool *ippoolv1.NodeIPP
 	if len(got.quarantined) > 0 {
 		ctrl.LoggerFrom(ctx).Info("quarantined unclaimed addresses a node carries", "ips", got.quarantined)
 		r.Recorder.Eventf(pool, nil, corev1.EventTypeWarning, ippoolv1.ReasonAddressQuarantined, "Collect",
-			"Quarantined %s: allocated for longer than %s and recorded by no enactment, but on a node's network; "+
+			"Quarantined %s: allocated for longer than %s and recorded by no holder, but on a node's network; "+
 				"freed once the node shows it gone", listNames(got.quarantined, 10), r.GracePeriod)
 	}
 	if len(got.freed) == 0 {
@@ -318,7 +318,7 @@ func (r *Reconciler) reportCollected(ctx context.Context, pool *ippoolv1.NodeIPP
 	ips := offsetsToIPs(pool, got.freed)
 	ctrl.LoggerFrom(ctx).Info("collected unclaimed addresses", "ips", ips, "gracePeriod", r.GracePeriod.String())
 	r.Recorder.Eventf(pool, nil, corev1.EventTypeNormal, ippoolv1.ReasonGarbageCollected, "Collect",
-		"Freed %s: allocated for longer than %s but recorded by no enactment and on no node's network", listNames(ips, 10), r.GracePeriod)
+		"Freed %s: allocated for longer than %s but recorded by no holder and on no node's network", listNames(ips, 10), r.GracePeriod)
 	r.Metrics.collected(pool.Name, len(got.freed))
 }
 

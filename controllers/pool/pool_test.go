@@ -90,7 +90,8 @@ func TestScaleDown(t *testing.T) {
 	late := addNode(t, t.TempDir(), "down03", "down")
 	Eventually(enactmentState("down03.down")).Should(ContainSubstring(`NodeIPPool "down" is exhausted`))
 	Eventually(available("down")).Should(Equal("False ExhaustedIPPool: The IP pool has been depleted: 2 of 2 addresses are allocated and " +
-		"down03 (policy down) could not get one; re-create the NodeIPPool with a larger range (addresses that still fit are kept)"))
+		"down03 (policy down) could not get one; grow spec.range in place within its CIDR (an earlier start, a later end, fewer excludes: " +
+		"every holder keeps its address), or free addresses"))
 	Eventually(events("NodeIPPool", "down")).Should(ContainElement(HavePrefix("ExhaustedIPPool: The IP pool has been depleted")))
 	Eventually(metric(registry, "nmstate_ippool_allocated_addresses", "down")).Should(Equal(2.0))
 	Expect(metric(registry, "nmstate_ippool_free_addresses", "down")()).To(Equal(0.0))
@@ -261,7 +262,7 @@ func TestGarbageCollection(t *testing.T) {
 
 	Eventually(func() []string { return bits("gc") }).Should(Equal([]string{"10.2.0.4"}))
 	Eventually(events("NodeIPPool", "gc")).Should(ContainElement(
-		"GarbageCollected: Freed 10.2.0.9: allocated for longer than 3s but recorded by no enactment and on no node's network"))
+		"GarbageCollected: Freed 10.2.0.9: allocated for longer than 3s but recorded by no holder and on no node's network"))
 	Expect(metric(registry, "nmstate_ippool_garbage_collected_addresses_total", "gc")()).To(Equal(1.0))
 	Expect(metric(registry, "nmstate_ippool_rebuilds_total", "gc")()).To(BeNumerically(">=", 2))
 	Expect(metric(registry, "nmstate_ippool_status_writes_total", "gc")()).To(BeNumerically(">=", 3))

@@ -136,10 +136,10 @@ func judgeQuarantine(q ippoolv1.QuarantinedAddress, h holderView, now time.Time,
 // the address (fresh), or has published nothing since the release.
 func overdueOf(q ippoolv1.QuarantinedAddress, fresh bool, iface string, published time.Time, age time.Duration) overdue {
 	if fresh && q.HolderName() == "" {
-		// Found on the node, recorded by no enactment: no release took
+		// Found on the node, recorded by no holder: no release took
 		// it, so no handler takes it off.
 		return overdue{ippoolv1.ReasonAddressStillCarried, fmt.Sprintf(
-			"%s, found %s ago on interface %s of node %s and recorded by no enactment, is held for that node: a pooled policy "+
+			"%s, found %s ago on interface %s of node %s and recorded by no holder, is held for that node: a pooled policy "+
 				"that puts an address of this pool on %s adopts it, or take %s off by hand to free it",
 			q.IP, age.Round(time.Second), cmp.Or(iface, "?"), q.Node, cmp.Or(iface, "that interface"), q.IP)}
 	}

@@ -109,7 +109,7 @@ func describeVerdict(v verdict) string {
 func TestOverdueStray(t *testing.T) {
 	q := ippoolv1.QuarantinedAddress{IP: "10.0.0.5", Node: "n1"}
 	got := overdueOf(q, true, "eth1", time.Now(), 6*time.Minute)
-	want := "10.0.0.5, found 6m0s ago on interface eth1 of node n1 and recorded by no enactment, is held for that node: " +
+	want := "10.0.0.5, found 6m0s ago on interface eth1 of node n1 and recorded by no holder, is held for that node: " +
 		"a pooled policy that puts an address of this pool on eth1 adopts it, or take 10.0.0.5 off by hand to free it"
 	if got.reason != ippoolv1.ReasonAddressStillCarried || got.message != want {
 		t.Errorf("got %+v\nwant %s", got, want)

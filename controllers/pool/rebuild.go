@@ -253,10 +253,12 @@ func (r *Reconciler) rebuild(ctx context.Context, pool *ippoolv1.NodeIPPool, rs 
 }
 
 // rebuildFromEnactments drops the reset scopes' records, then sets every
-// bit the enactments on the API server claim, in one guarded write that
-// unions with whatever handlers wrote meanwhile. It never clears a bit: a
-// handler writes the pool before its enactment, so an unclaimed bit may be
-// an allocation in flight; garbage collection deals with the rest.
+// bit the holders of every kind on the API server record, in one guarded
+// write that unions with whatever handlers wrote meanwhile. It keeps every
+// bit of a status it vouched for (an unvouched status keeps only what
+// records and entries hold): an address is written to the pool before its
+// holder records it, so an unclaimed bit may be an allocation in flight;
+// garbage collection deals with the rest.
 func (r *Reconciler) rebuildFromEnactments(ctx context.Context, pool *ippoolv1.NodeIPPool, rs resets) error {
 	if err := r.dropRecords(ctx, pool, rs.enactments); err != nil {
 		return err
@@ -328,7 +330,7 @@ func (r *Reconciler) reportRebuild(pool *ippoolv1.NodeIPPool, moved string, unre
 	}
 	if len(strays) > 0 {
 		r.Recorder.Eventf(pool, nil, corev1.EventTypeWarning, ippoolv1.ReasonAddressQuarantined, "Rebuild",
-			"Quarantined %s: carried by a node's network but recorded by no enactment (its pool was deleted, or a record was lost)",
+			"Quarantined %s: carried by a node's network but recorded by no holder (its pool was deleted, or a record was lost)",
 			listNames(strays, 10))
 	}
 	if distrusted {
@@ -355,7 +357,7 @@ func (r *Reconciler) carriedAddresses(ctx context.Context) (map[netip.Addr]strin
 }
 
 // quarantineStrays quarantines the addresses of the range that a node
-// carries but no enactment records and no entry holds: the quarantine of a
+// carries but no holder records and no entry holds: the quarantine of a
 // deleted pool, or a record lost by hand. It returns them, described.
 func quarantineStrays(pool *ippoolv1.NodeIPPool, alloc *ippool.Allocator, claims poolstatus.Claims,
 	carried map[netip.Addr]string, now metav1.Time) []string {

@@ -50,8 +50,11 @@ type Reconciler struct {
 	// flight before it is revoked (its enactment fenced first, so a late
 	// record fails whatever the delay).
 	GracePeriod time.Duration
-	// QuarantinePeriod is the longest an address taken from its holder stays
-	// quarantined when the holder cannot confirm it no longer carries it.
+	// QuarantinePeriod is how long a quarantine may last before it is
+	// reported overdue (ReleasesConfirmed=False); it never frees an address.
+	// A tenth of it spaces the requests for the holder's state; it is also
+	// how long an address is kept for its holder's return, and it caps
+	// DepartureHold.
 	QuarantinePeriod time.Duration
 	// DepartureHold is how long the addresses of a deleted Node stay
 	// quarantined before they are free (at most QuarantinePeriod): the

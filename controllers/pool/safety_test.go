@@ -192,7 +192,7 @@ func TestResetOnEmptiedBitmap(t *testing.T) {
 }
 
 // TestCarriedButUnrecordedIsQuarantined: a node's network carries an
-// address of the pool that no enactment records (its pool was deleted with
+// address of the pool that no holder records (its pool was deleted with
 // its quarantine list, as when a pool is re-created). The rebuild
 // quarantines it, so no node that joins is handed it.
 func TestCarriedButUnrecordedIsQuarantined(t *testing.T) {
@@ -211,7 +211,7 @@ func TestCarriedButUnrecordedIsQuarantined(t *testing.T) {
 	Eventually(available("stray")).Should(HavePrefix("True"))
 	Expect(bits("stray")).To(Equal([]string{"10.58.0.1"}))
 	Eventually(events("NodeIPPool", "stray")).Should(ContainElement(
-		"AddressQuarantined: Quarantined 10.58.0.1 on node strayhost: carried by a node's network but recorded by no enactment " +
+		"AddressQuarantined: Quarantined 10.58.0.1 on node strayhost: carried by a node's network but recorded by no holder " +
 			"(its pool was deleted, or a record was lost)"))
 	createPolicy(t, "stray", "stray", "stray")
 	addNode(t, t.TempDir(), "stray01", "stray")

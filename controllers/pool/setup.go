@@ -38,10 +38,12 @@ import (
 // collection frees it.
 const DefaultGracePeriod = 2 * time.Minute
 
-// DefaultQuarantinePeriod is the longest an address taken from its holder
-// stays quarantined when the holder cannot confirm it no longer carries it:
-// long enough for neighbours' ARP and neighbour caches to forget the old
-// holder.
+// DefaultQuarantinePeriod is how long an address taken from its holder may
+// stay quarantined before the pool reports it overdue
+// (ReleasesConfirmed=False). No timer lifts a quarantine: only evidence
+// that the holder no longer carries the address does. It is also how long a
+// departed node's address is kept for its return, and it caps the departure
+// hold.
 const DefaultQuarantinePeriod = 5 * time.Minute
 
 // DefaultDepartureHold is how long the addresses of a deleted Node stay
@@ -318,4 +320,4 @@ func resetPool(o client.Object) []string {
 // +kubebuilder:rbac:groups=nmstate.io,resources=poolednodenetworkconfigurationpolicies,verbs=get;list;watch;patch
 // +kubebuilder:rbac:groups=events.k8s.io,resources=events,verbs=create;patch
 // Leader election needs leases in the controller's namespace only:
-// deploy/rbac/pool-controller/leader-election.yaml grants them.
+// deploy/rbac/pool-controller/leader_election.yaml grants them.

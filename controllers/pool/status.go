@@ -88,7 +88,7 @@ func availabilityOf(pool *ippoolv1.NodeIPPool, alloc *ippool.Allocator, v view) 
 	case len(v.waiting) > 0:
 		return refused(ippoolv1.ReasonExhaustedIPPool, fmt.Sprintf(
 			"The IP pool has been depleted: %d of %d addresses are allocated and %s could not get one; "+
-				"re-create the NodeIPPool with a larger range (addresses that still fit are kept)",
+				"grow spec.range in place within its CIDR (an earlier start, a later end, fewer excludes: every holder keeps its address), or free addresses",
 			alloc.Count(), alloc.Range().Size(), listNames(v.waiting, 5)))
 	default:
 		return reconciledPool

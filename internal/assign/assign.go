@@ -6,12 +6,12 @@
 //
 //  1. the address kept for the claimant's return: the same holder (its
 //     node re-added under the same name, its policy matching the node
-//     again) asking for the same capture gets back the address it held,
-//     while the quarantine period lasts: from status.quarantined while its
-//     node may still carry it (its in-flight entry names the quarantine,
-//     so a return that is not recorded goes back to it), from
+//     again) asking for the same capture gets back the address it held:
+//     from status.quarantined for as long as it is quarantined (its node
+//     may still carry it; its in-flight entry names the quarantine, so a
+//     return that is not recorded goes back to it), from
 //     status.keptForReturn (free, kept last for others) once its Node was
-//     deleted;
+//     deleted, until the quarantine period has passed since it was kept;
 //  2. a free address the pool reserves for the claimant's node
 //     (spec.reservations, by node name or label selector, optionally for
 //     one policy), in the order the reservations are listed;

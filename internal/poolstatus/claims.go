@@ -245,7 +245,7 @@ type Audit struct {
 	// Missing are claimed addresses the range hands out whose bit is not
 	// set: the Indexed invariant is broken and the pool needs a rebuild.
 	Missing []netip.Addr
-	// Unclaimed are set offsets that no enactment claims: allocations in
+	// Unclaimed are set offsets that no holder claims: allocations in
 	// flight, quarantined addresses, or leaks for garbage collection. At
 	// most MaxUnclaimedListed are listed, the lowest first; UnclaimedCount
 	// counts them all.

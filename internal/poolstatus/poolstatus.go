@@ -105,7 +105,8 @@ func saturate(n uint64) int64 {
 // ExhaustedMessage is the message of an enactment that could not get want
 // more addresses from a full pool of size addresses.
 func ExhaustedMessage(pool string, size uint64, want int) string {
-	return fmt.Sprintf("NodeIPPool %q is exhausted: all %d addresses are allocated and %d more are needed; re-create it with a larger range",
+	return fmt.Sprintf("NodeIPPool %q is exhausted: all %d addresses are allocated and %d more are needed; grow its range in place "+
+		"(an earlier spec.range.start, a later end, or fewer excludes, within its CIDR; 'kubectl nodeippool plan -f' shows the change), or free addresses",
 		pool, size, want)
 }
 

@@ -1,7 +1,8 @@
-// Package poolwrite is the one writer of a NodeIPPool's status: the
-// handlers' allocations, their withdrawals and quarantines, and the pool
-// controller's rebuilds, conditions, garbage collection and quarantine
-// lifts all go through Writer.Update.
+// Package poolwrite is the one writer of a NodeIPPool's status: allocations
+// and withdrawals (the pool controller's, and a handler's with
+// --self-allocate), the pool controller's quarantines, rebuilds,
+// conditions, garbage collection and quarantine lifts all go through
+// Writer.Update.
 //
 // Every write is fenced. Writer.Update reads the pool from the API server,
 // lets the caller change it, and writes the status back under the
