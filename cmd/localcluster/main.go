@@ -36,8 +36,8 @@ import (
 	"strings"
 	"time"
 
-	"github.com/nmstate-ippool/nmstate-ippool/controllers/pool"
 	"github.com/nmstate-ippool/nmstate-ippool/internal/cli"
+	"github.com/nmstate-ippool/nmstate-ippool/internal/periods"
 )
 
 const usage = `Usage:
@@ -229,7 +229,7 @@ func (o *upOptions) check(fs *flag.FlagSet) error {
 	if o.gracePeriod < 3*time.Second {
 		return fmt.Errorf("%w: --gc-grace-period %s: give at least 3s", cli.ErrUsage, o.gracePeriod)
 	}
-	if err := pool.CheckPeriods(o.gracePeriod, o.quarantine, pool.DefaultDepartureHold); err != nil {
+	if err := periods.Check(o.gracePeriod, o.quarantine, periods.DefaultDepartureHold); err != nil {
 		return fmt.Errorf("%w: %w", cli.ErrUsage, err)
 	}
 	if o.nodeGracePeriod < 5*time.Second {

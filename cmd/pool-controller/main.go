@@ -45,6 +45,7 @@ import (
 	"github.com/nmstate-ippool/nmstate-ippool/internal/enactmentwebhook"
 	"github.com/nmstate-ippool/nmstate-ippool/internal/holder"
 	"github.com/nmstate-ippool/nmstate-ippool/internal/metricsauth"
+	"github.com/nmstate-ippool/nmstate-ippool/internal/periods"
 	"github.com/nmstate-ippool/nmstate-ippool/internal/poolwebhook"
 	"github.com/nmstate-ippool/nmstate-ippool/internal/scheme"
 	"github.com/nmstate-ippool/nmstate-ippool/internal/statuswebhook"
@@ -76,15 +77,15 @@ func main() {
 	flag.StringVar(&o.healthAddr, "health-probe-bind-address", ":8082", "address of the /healthz and /readyz endpoints; 0 disables them")
 	flag.BoolVar(&o.leaderElection, "leader-elect", true, "elect a leader so that one replica is active")
 	flag.StringVar(&o.leaseNamespace, "leader-election-namespace", "", "namespace of the leader election lease (default: the pod's namespace)")
-	flag.DurationVar(&o.gracePeriod, "gc-grace-period", pool.DefaultGracePeriod,
+	flag.DurationVar(&o.gracePeriod, "gc-grace-period", periods.DefaultGrace,
 		"how long a set bit that no record, in-flight entry or quarantine holds may stay before garbage collection frees it (or quarantines it, "+
 			"if a node's network carries it), and how long a taken address may stay unrecorded before its holder is fenced and the address freed")
-	flag.DurationVar(&o.quarantinePeriod, "quarantine-period", pool.DefaultQuarantinePeriod,
+	flag.DurationVar(&o.quarantinePeriod, "quarantine-period", periods.DefaultQuarantine,
 		"how long an address taken from its holder (release, reset, node removal) may stay quarantined before the pool reports it overdue "+
 			"(ReleasesConfirmed=False, a Warning Event); no timer frees it: it stays quarantined, handed to nobody, until the holder's "+
 			"NodeNetworkState shows it gone or its Node is deleted. It also sets how long a departed node's address is kept for its return, "+
 			"and caps --departure-hold")
-	flag.DurationVar(&o.departureHold, "departure-hold", pool.DefaultDepartureHold,
+	flag.DurationVar(&o.departureHold, "departure-hold", periods.DefaultDepartureHold,
 		"how long the quarantined addresses of a deleted Node wait, counted from their release, before they are freed and kept for its return: "+
 			"time for its machine, if it still runs, to take them off; capped at --quarantine-period; 0 if Nodes are only deleted once their machines are gone")
 	flag.StringVar(&o.keyNamespace, "signing-key-namespace", "", "namespace of the Secret holding the key the IPAddresses it makes "+
@@ -115,7 +116,7 @@ func main() {
 
 // check refuses flags that do not go together.
 func (o options) check() error {
-	if err := pool.CheckPeriods(o.gracePeriod, o.quarantinePeriod, o.departureHold); err != nil {
+	if err := periods.Check(o.gracePeriod, o.quarantinePeriod, o.departureHold); err != nil {
 		return err
 	}
 	if o.departureHoldSet && o.departureHold > o.quarantinePeriod {

@@ -5,19 +5,19 @@ import (
 	"testing"
 	"time"
 
-	"github.com/nmstate-ippool/nmstate-ippool/controllers/pool"
+	"github.com/nmstate-ippool/nmstate-ippool/internal/periods"
 )
 
 // Flags that do not go together are refused at start-up, with what to do.
 func TestOptionsCheck(t *testing.T) {
-	valid := options{mode: modeHandler, gracePeriod: pool.DefaultGracePeriod, quarantinePeriod: pool.DefaultQuarantinePeriod,
-		departureHold: pool.DefaultDepartureHold}
+	valid := options{mode: modeHandler, gracePeriod: periods.DefaultGrace, quarantinePeriod: periods.DefaultQuarantine,
+		departureHold: periods.DefaultDepartureHold}
 	companion := valid
 	companion.mode, companion.requireAdmission = modeCompanion, true
 	// The default hold is capped silently by a shorter quarantine period,
 	// and a hold given up to that period is accepted.
 	shortPeriod := valid
-	shortPeriod.quarantinePeriod = pool.DefaultDepartureHold / 2
+	shortPeriod.quarantinePeriod = periods.DefaultDepartureHold / 2
 	holdAtPeriod := valid
 	holdAtPeriod.departureHold, holdAtPeriod.departureHoldSet = valid.quarantinePeriod, true
 	for _, o := range []options{valid, companion, shortPeriod, holdAtPeriod} {

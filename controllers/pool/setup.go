@@ -2,10 +2,8 @@ package pool
 
 import (
 	"context"
-	"fmt"
 	"net/netip"
 	"slices"
-	"time"
 
 	nmstatev1 "github.com/nmstate/kubernetes-nmstate/api/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
@@ -27,54 +25,13 @@ import (
 	"github.com/nmstate-ippool/nmstate-ippool/internal/batch"
 	"github.com/nmstate-ippool/nmstate-ippool/internal/capi"
 	"github.com/nmstate-ippool/nmstate-ippool/internal/eventnote"
+	"github.com/nmstate-ippool/nmstate-ippool/internal/periods"
 	"github.com/nmstate-ippool/nmstate-ippool/internal/poolstatus"
 	"github.com/nmstate-ippool/nmstate-ippool/internal/poolwrite"
 	"github.com/nmstate-ippool/nmstate-ippool/internal/record"
 	"github.com/nmstate-ippool/nmstate-ippool/pkg/capture"
 	"github.com/nmstate-ippool/nmstate-ippool/pkg/ippool"
 )
-
-// DefaultGracePeriod is how long a bit may stay unclaimed before garbage
-// collection frees it.
-const DefaultGracePeriod = 2 * time.Minute
-
-// DefaultQuarantinePeriod is how long an address taken from its holder may
-// stay quarantined before the pool reports it overdue
-// (ReleasesConfirmed=False). No timer lifts a quarantine: only evidence
-// that the holder no longer carries the address does. It is also how long a
-// departed node's address is kept for its return, and it caps the departure
-// hold.
-const DefaultQuarantinePeriod = 5 * time.Minute
-
-// DefaultDepartureHold is how long the addresses of a deleted Node stay
-// quarantined by default. An admin who deletes a Node before powering its
-// machine off leaves that machine running with its addresses: its handler
-// takes them off at once when its Node goes, then retries every two
-// seconds, until kubelet's pod garbage collector deletes the handler's
-// pod about 40 s after the Node.
-const DefaultDepartureHold = 30 * time.Second
-
-// minPeriod is the shortest grace or quarantine period accepted: a handler
-// needs a moment between taking an address and recording it.
-const minPeriod = time.Second
-
-// CheckPeriods refuses a grace or quarantine period that would break the
-// protocol, with a message that says what to set.
-func CheckPeriods(grace, quarantine, hold time.Duration) error {
-	if grace < minPeriod {
-		return fmt.Errorf("--gc-grace-period %s is too short: addresses in flight would be revoked before their handlers record them; set it to %s or more (default %s)",
-			grace, minPeriod, DefaultGracePeriod)
-	}
-	if quarantine < minPeriod {
-		return fmt.Errorf("--quarantine-period %s is too short: an address taken from a node could be handed to another while the first still carries it; set it to %s or more (default %s)",
-			quarantine, minPeriod, DefaultQuarantinePeriod)
-	}
-	if hold < 0 {
-		return fmt.Errorf("--departure-hold %s is negative: set it to 0 (a deleted Node's addresses are free at once) or more (default %s)",
-			hold, DefaultDepartureHold)
-	}
-	return nil
-}
 
 // FieldOwner is the field manager of every write of the pool controller: the
 // managedFields of what it writes name it, so that an admin (and
@@ -92,9 +49,9 @@ func New(mgr ctrl.Manager, metrics *Metrics) *Reconciler {
 		Pools:            poolwrite.ForManager(mgr, clk, "nmstate-ippool-pool-controller"),
 		Recorder:         eventnote.New(mgr.GetEventRecorder("nmstate-ippool-pool-controller")),
 		Clock:            clk,
-		GracePeriod:      DefaultGracePeriod,
-		QuarantinePeriod: DefaultQuarantinePeriod,
-		DepartureHold:    DefaultDepartureHold,
+		GracePeriod:      periods.DefaultGrace,
+		QuarantinePeriod: periods.DefaultQuarantine,
+		DepartureHold:    periods.DefaultDepartureHold,
 		Metrics:          metrics,
 		Batch:            batch.DefaultDelay,
 	}
