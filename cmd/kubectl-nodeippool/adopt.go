@@ -21,7 +21,7 @@ import (
 	"github.com/nmstate-ippool/nmstate-ippool/internal/poolstatus"
 	"github.com/nmstate-ippool/nmstate-ippool/pkg/capture"
 	"github.com/nmstate-ippool/nmstate-ippool/pkg/ippool"
-	"github.com/nmstate-ippool/nmstate-ippool/pkg/nmstatectl"
+	"github.com/nmstate-ippool/nmstate-ippool/pkg/netstate"
 )
 
 // Verdicts of a node under a proposed pooled policy.
@@ -87,8 +87,8 @@ func readNodes(ctx context.Context, k client.Client) (*nodes, error) {
 	n := &nodes{items: list.Items, carried: map[string]map[netip.Addr]string{}, static: map[string]map[netip.Addr]string{},
 		carriers: assign.CarriersOf(states.Items)}
 	for _, nns := range states.Items {
-		n.carried[nns.Name] = nmstatectl.Carriers(nns.Status.CurrentState.Raw)
-		n.static[nns.Name] = nmstatectl.StaticCarriers(nns.Status.CurrentState.Raw)
+		n.carried[nns.Name] = netstate.Carriers(nns.Status.CurrentState.Raw)
+		n.static[nns.Name] = netstate.StaticCarriers(nns.Status.CurrentState.Raw)
 	}
 	slices.SortFunc(n.items, func(a, b corev1.Node) int { return strings.Compare(a.Name, b.Name) })
 	return n, nil

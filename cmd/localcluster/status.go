@@ -9,7 +9,7 @@ import (
 	"strings"
 	"text/tabwriter"
 
-	"github.com/nmstate-ippool/nmstate-ippool/pkg/nmstatectl"
+	"github.com/nmstate-ippool/nmstate-ippool/pkg/netstate"
 )
 
 // status prints the cluster's processes and, per node, the static
@@ -68,12 +68,12 @@ func (c *cluster) status(out io.Writer) error {
 
 // staticAddresses reads a simulated node's state and returns its
 // interfaces with static addresses, in order.
-func staticAddresses(stateFile string) []nmstatectl.InterfaceAddresses {
+func staticAddresses(stateFile string) []netstate.InterfaceAddresses {
 	raw, err := os.ReadFile(stateFile)
 	if err != nil {
 		return nil
 	}
-	ifaces, err := nmstatectl.StaticAddresses(raw)
+	ifaces, err := netstate.StaticAddresses(raw)
 	if err != nil {
 		return nil
 	}

@@ -24,7 +24,7 @@ import (
 	"github.com/nmstate-ippool/nmstate-ippool/internal/poolstatus"
 	"github.com/nmstate-ippool/nmstate-ippool/internal/poolwrite"
 	"github.com/nmstate-ippool/nmstate-ippool/pkg/ippool"
-	"github.com/nmstate-ippool/nmstate-ippool/pkg/nmstatectl"
+	"github.com/nmstate-ippool/nmstate-ippool/pkg/netstate"
 )
 
 // allocate takes an address of the claim's pool for it and creates its
@@ -352,7 +352,7 @@ func carrierOf(ctx context.Context, reader client.Reader, ip netip.Addr) (string
 		return "", fmt.Errorf("list NodeNetworkStates: %w", err)
 	}
 	for _, nns := range list.Items {
-		if _, ok := nmstatectl.Carriers(nns.Status.CurrentState.Raw)[ip]; ok {
+		if _, ok := netstate.Carriers(nns.Status.CurrentState.Raw)[ip]; ok {
 			return nns.Name, nil
 		}
 	}

@@ -23,7 +23,7 @@ import (
 	"github.com/nmstate-ippool/nmstate-ippool/internal/holder"
 	"github.com/nmstate-ippool/nmstate-ippool/internal/lifecycle"
 	"github.com/nmstate-ippool/nmstate-ippool/internal/policystatus"
-	"github.com/nmstate-ippool/nmstate-ippool/pkg/nmstatectl"
+	"github.com/nmstate-ippool/nmstate-ippool/pkg/netstate"
 )
 
 // depart releases the addresses of nodes whose Node is gone, or deleted
@@ -223,7 +223,7 @@ func (r *Reconciler) takenOff(ctx context.Context, w *world, rec *ippoolv1.Poole
 		}
 	}
 	st := policystatus.StateOf(w.enactmentOf(rec.Node), g.Generation)
-	without, _, err := nmstatectl.WithoutAddresses(g.Spec.DesiredState.Raw, drop)
+	without, _, err := netstate.WithoutAddresses(g.Spec.DesiredState.Raw, drop)
 	switch {
 	case err != nil:
 		return removal{failed: fmt.Sprintf("the addresses %s of node %s cannot be taken off by policy %s: %v; they stay recorded and quarantined; "+machineGone,

@@ -20,7 +20,7 @@ import (
 	"github.com/nmstate-ippool/nmstate-ippool/internal/poolstatus"
 	"github.com/nmstate-ippool/nmstate-ippool/internal/record"
 	"github.com/nmstate-ippool/nmstate-ippool/pkg/capture"
-	"github.com/nmstate-ippool/nmstate-ippool/pkg/nmstatectl"
+	"github.com/nmstate-ippool/nmstate-ippool/pkg/netstate"
 )
 
 // Settle brings the node's network in line with what the node holds,
@@ -66,7 +66,7 @@ func (r *Reconciler) Settle(ctx context.Context, orphaned bool) error {
 	if err != nil {
 		return fmt.Errorf("read the current state: %w", err)
 	}
-	carried := nmstatectl.Carriers(current)
+	carried := netstate.Carriers(current)
 	if orphaned {
 		// The pools free what a deleted Node held, quarantined or not.
 		for ip, rel := range released {
@@ -259,7 +259,7 @@ func exhaustedFor(e *nncev1beta1.NodeNetworkConfigurationEnactment, pool string)
 // handed to (and the node-readiness probe cannot pass without a Node).
 func (r *Reconciler) takeOff(ctx context.Context, current []byte, released map[netip.Addr]release) error {
 	ips := slices.SortedFunc(maps.Keys(released), netip.Addr.Compare)
-	desired, from, err := nmstatectl.WithoutAddresses(current, ips)
+	desired, from, err := netstate.WithoutAddresses(current, ips)
 	if err == nil {
 		if slices.ContainsFunc(ips, func(ip netip.Addr) bool { return released[ip].free }) {
 			err = r.applyUnprobed(ctx, desired)

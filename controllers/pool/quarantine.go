@@ -21,7 +21,7 @@ import (
 	nncev1beta1 "github.com/nmstate-ippool/nmstate-ippool/api/v1beta1"
 	"github.com/nmstate-ippool/nmstate-ippool/internal/nodemeta"
 	"github.com/nmstate-ippool/nmstate-ippool/internal/poolstatus"
-	"github.com/nmstate-ippool/nmstate-ippool/pkg/nmstatectl"
+	"github.com/nmstate-ippool/nmstate-ippool/pkg/netstate"
 )
 
 // askAgainAfter is how long the controller waits for a holder to answer a
@@ -165,7 +165,7 @@ func stateOf(nns *nncev1beta1.NodeNetworkState, s string) (published time.Time, 
 	if err != nil {
 		return nns.Status.LastSuccessfulUpdateTime.Time, "", false
 	}
-	iface, carried = nmstatectl.Carriers(nns.Status.CurrentState.Raw)[ip]
+	iface, carried = netstate.Carriers(nns.Status.CurrentState.Raw)[ip]
 	return nns.Status.LastSuccessfulUpdateTime.Time, iface, carried
 }
 

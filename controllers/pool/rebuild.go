@@ -27,7 +27,7 @@ import (
 	"github.com/nmstate-ippool/nmstate-ippool/internal/poolwrite"
 	"github.com/nmstate-ippool/nmstate-ippool/internal/retire"
 	"github.com/nmstate-ippool/nmstate-ippool/pkg/ippool"
-	"github.com/nmstate-ippool/nmstate-ippool/pkg/nmstatectl"
+	"github.com/nmstate-ippool/nmstate-ippool/pkg/netstate"
 )
 
 // resets are the reset annotations that concern one pool.
@@ -349,7 +349,7 @@ func (r *Reconciler) carriedAddresses(ctx context.Context) (map[netip.Addr]strin
 	}
 	out := map[netip.Addr]string{}
 	for _, nns := range list.Items {
-		for ip := range nmstatectl.Carriers(nns.Status.CurrentState.Raw) {
+		for ip := range netstate.Carriers(nns.Status.CurrentState.Raw) {
 			out[ip] = nns.Name
 		}
 	}

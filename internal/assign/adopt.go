@@ -10,7 +10,7 @@ import (
 	nncev1beta1 "github.com/nmstate-ippool/nmstate-ippool/api/v1beta1"
 	"github.com/nmstate-ippool/nmstate-ippool/internal/poolstatus"
 	"github.com/nmstate-ippool/nmstate-ippool/pkg/ippool"
-	"github.com/nmstate-ippool/nmstate-ippool/pkg/nmstatectl"
+	"github.com/nmstate-ippool/nmstate-ippool/pkg/netstate"
 )
 
 // Adoption (step 3 of the package's order): a capture's first address may
@@ -151,7 +151,7 @@ func (c *Chooser) takeKept(i int, reclaimed bool) Taken {
 }
 
 // OnInterfaces returns the addresses of carried (address to interface, as
-// nmstatectl.StaticCarriers maps them) that are on one of ifaces: a
+// netstate.StaticCarriers maps them) that are on one of ifaces: a
 // capture's candidates for adoption.
 func OnInterfaces(carried map[netip.Addr]string, ifaces []string) []Carried {
 	var out []Carried
@@ -168,7 +168,7 @@ func OnInterfaces(carried map[netip.Addr]string, ifaces []string) []Carried {
 func CarriersOf(states []nncev1beta1.NodeNetworkState) map[netip.Addr][]string {
 	out := map[netip.Addr][]string{}
 	for _, nns := range states {
-		for ip := range nmstatectl.Carriers(nns.Status.CurrentState.Raw) {
+		for ip := range netstate.Carriers(nns.Status.CurrentState.Raw) {
 			out[ip] = append(out[ip], nns.Name)
 		}
 	}

@@ -13,7 +13,7 @@ import (
 type Carrying struct {
 	// ByNode maps an asking node to the static addresses its
 	// NodeNetworkState shows, and on which interface
-	// (nmstatectl.StaticCarriers); a node that published no state is
+	// (netstate.StaticCarriers); a node that published no state is
 	// absent, and adopts nothing.
 	ByNode map[string]map[netip.Addr]string
 	// Carriers maps each address some node carries to the nodes that

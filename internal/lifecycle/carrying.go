@@ -17,7 +17,7 @@ import (
 	"github.com/nmstate-ippool/nmstate-ippool/internal/holder"
 	"github.com/nmstate-ippool/nmstate-ippool/internal/poolstatus"
 	"github.com/nmstate-ippool/nmstate-ippool/pkg/ippool"
-	"github.com/nmstate-ippool/nmstate-ippool/pkg/nmstatectl"
+	"github.com/nmstate-ippool/nmstate-ippool/pkg/netstate"
 )
 
 // parallelReads bounds the NodeNetworkStates ReadCarrying reads at once,
@@ -107,7 +107,7 @@ func staticOf(states []nncev1beta1.NodeNetworkState, nodes []string) map[string]
 	out := map[string]map[netip.Addr]string{}
 	for i := range states {
 		if _, ok := slices.BinarySearch(nodes, states[i].Name); ok {
-			out[states[i].Name] = nmstatectl.StaticCarriers(states[i].Status.CurrentState.Raw)
+			out[states[i].Name] = netstate.StaticCarriers(states[i].Status.CurrentState.Raw)
 		}
 	}
 	return out
@@ -131,7 +131,7 @@ func statesOf(ctx context.Context, reader client.Reader, nodes []string) (map[st
 			case err != nil:
 				return fmt.Errorf("read the NodeNetworkState of node %s, for what it carries: %w", node, err)
 			}
-			states[i] = nmstatectl.StaticCarriers(nns.Status.CurrentState.Raw)
+			states[i] = netstate.StaticCarriers(nns.Status.CurrentState.Raw)
 			return nil
 		})
 	}

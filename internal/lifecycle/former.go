@@ -44,7 +44,7 @@ import (
 	"github.com/nmstate-ippool/nmstate-ippool/internal/holder"
 	"github.com/nmstate-ippool/nmstate-ippool/internal/poolwrite"
 	"github.com/nmstate-ippool/nmstate-ippool/pkg/capture"
-	"github.com/nmstate-ippool/nmstate-ippool/pkg/nmstatectl"
+	"github.com/nmstate-ippool/nmstate-ippool/pkg/netstate"
 )
 
 // Former is a holder giving addresses up, and the addresses.
@@ -74,7 +74,7 @@ func OfEnactment(e *nncev1beta1.NodeNetworkConfigurationEnactment) Former {
 			h.Captures[addr.IP.String()] = name
 		}
 	}
-	for ip, iface := range nmstatectl.Carriers(e.Status.DesiredState.Raw) {
+	for ip, iface := range netstate.Carriers(e.Status.DesiredState.Raw) {
 		if h.Interfaces == nil {
 			h.Interfaces = map[string]string{}
 		}

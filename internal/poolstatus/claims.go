@@ -13,7 +13,7 @@ import (
 	"github.com/nmstate-ippool/nmstate-ippool/internal/holder"
 	"github.com/nmstate-ippool/nmstate-ippool/pkg/capture"
 	"github.com/nmstate-ippool/nmstate-ippool/pkg/ippool"
-	"github.com/nmstate-ippool/nmstate-ippool/pkg/nmstatectl"
+	"github.com/nmstate-ippool/nmstate-ippool/pkg/netstate"
 )
 
 // Owner is one holder of an address, and where it uses the address.
@@ -47,7 +47,7 @@ func (o Owner) detailed() Owner {
 	if o.from == nil {
 		return o
 	}
-	o.Capture, o.Interface = capturesByIP(o.from)[o.ip], nmstatectl.Carriers(o.from.Status.DesiredState.Raw)[o.ip]
+	o.Capture, o.Interface = capturesByIP(o.from)[o.ip], netstate.Carriers(o.from.Status.DesiredState.Raw)[o.ip]
 	o.from = nil
 	return o
 }
@@ -156,7 +156,7 @@ func claimsOf(pool string, rng *ippool.Range, records []holder.Record, detailed 
 				case e == nil:
 				case detailed:
 					if captures == nil {
-						captures, interfaces = capturesByIP(e), nmstatectl.Carriers(e.Status.DesiredState.Raw)
+						captures, interfaces = capturesByIP(e), netstate.Carriers(e.Status.DesiredState.Raw)
 					}
 					o.Capture, o.Interface = captures[ip], interfaces[ip]
 				default:

@@ -4,14 +4,17 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net/netip"
 	"os"
 	"os/exec"
 	"path/filepath"
-	"reflect"
 	"strings"
 	"testing"
+	"time"
 
 	"sigs.k8s.io/yaml"
+
+	"github.com/nmstate-ippool/nmstate-ippool/pkg/netstate"
 )
 
 // sim is the simulator binary, built once for the package's tests.
@@ -185,19 +188,81 @@ func TestInvalidDesiredState(t *testing.T) {
 	}
 }
 
-func TestStaticAddresses(t *testing.T) {
-	state := []byte(`{"interfaces":[{"name":"eth0","ipv4":{"dhcp":true,"address":[{"ip":"192.168.0.9","prefix-length":16}]}},` +
-		`{"name":"eth1","ipv4":{"address":[{"ip":"10.0.0.1","prefix-length":24}]},"ipv6":{"address":[{"ip":"fd00::1","prefix-length":64}]}},` +
-		`{"name":"eth2","ipv6":{"address":[{"ip":"fd00::2","prefix-length":64}]}}]}`)
-	got, err := StaticAddresses(state)
+// TestCommandTimeout: a command that does not answer is killed, and the
+// error says it did not answer in time.
+func TestCommandTimeout(t *testing.T) {
+	script := filepath.Join(t.TempDir(), "nmstatectl")
+	if err := os.WriteFile(script, []byte("#!/bin/sh\nexec sleep 30\n"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	r := Runner{Path: script, CommandTimeout: 200 * time.Millisecond}
+	start := time.Now()
+	_, err := r.Show(context.Background())
+	if err == nil || !errors.Is(err, context.DeadlineExceeded) || !strings.Contains(err.Error(), "no answer within 200ms") {
+		t.Fatalf("Show = %v, want a timeout", err)
+	}
+	if took := time.Since(start); took > 10*time.Second {
+		t.Errorf("Show took %s", took)
+	}
+	if err := r.Rollback(context.Background()); !errors.Is(err, context.DeadlineExceeded) {
+		t.Errorf("Rollback = %v, want a timeout", err)
+	}
+}
+
+// TestWithoutAddressesApplied: the state WithoutAddresses returns, applied
+// by the simulator, takes that address off and leaves the interface's
+// other addresses and every other interface as they were.
+func TestWithoutAddressesApplied(t *testing.T) {
+	r, _ := newRunner(t)
+	ctx := context.Background()
+	if err := r.Apply(ctx, []byte(threeOnEth1)); err != nil {
+		t.Fatal(err)
+	}
+	if err := r.Commit(ctx); err != nil {
+		t.Fatal(err)
+	}
+	current, err := r.Show(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := []InterfaceAddresses{{Name: "eth1", Addresses: []string{"10.0.0.1/24", "fd00::1/64"}}, {Name: "eth2", Addresses: []string{"fd00::2/64"}}}
-	if !reflect.DeepEqual(got, want) {
-		t.Errorf("got %+v, want %+v", got, want)
+	desired, _, err := netstate.WithoutAddresses(current, []netip.Addr{netip.MustParseAddr("10.10.10.8")})
+	if err != nil {
+		t.Fatal(err)
 	}
-	if _, err := StaticAddresses([]byte("interfaces: [")); err == nil {
-		t.Error("a broken state parsed")
+	if err := r.Apply(ctx, desired); err != nil {
+		t.Fatal(err)
+	}
+	if err := r.Commit(ctx); err != nil {
+		t.Fatal(err)
+	}
+	after, err := r.Show(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := netstate.Carriers(after)
+	if _, ok := got[netip.MustParseAddr("10.10.10.8")]; ok {
+		t.Errorf("10.10.10.8 is still carried: %v", got)
+	}
+	for _, keep := range []string{"192.0.2.5", "fd00::8"} {
+		if got[netip.MustParseAddr(keep)] != "eth1" {
+			t.Errorf("%s left eth1: %v", keep, got)
+		}
+	}
+	if len(netstate.Carriers(current))-1 != len(got) {
+		t.Errorf("more than one address changed: before %v, after %v", netstate.Carriers(current), got)
 	}
 }
+
+// threeOnEth1 is a state with three addresses on eth1 and another
+// interface beside it.
+const threeOnEth1 = `interfaces:
+- name: eth0
+  type: ethernet
+  state: up
+  ipv4: {enabled: true, dhcp: true, address: [{ip: 192.168.0.7, prefix-length: 16}]}
+- name: eth1
+  type: ethernet
+  state: up
+  ipv4: {enabled: true, dhcp: false, address: [{ip: 10.10.10.8, prefix-length: 24}, {ip: 192.0.2.5, prefix-length: 24}]}
+  ipv6: {enabled: true, dhcp: false, autoconf: false, address: [{ip: "fd00::8", prefix-length: 64}]}
+`

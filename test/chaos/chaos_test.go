@@ -45,7 +45,7 @@ import (
 
 	ippoolv1 "github.com/nmstate-ippool/nmstate-ippool/api/v1"
 	nncev1beta1 "github.com/nmstate-ippool/nmstate-ippool/api/v1beta1"
-	"github.com/nmstate-ippool/nmstate-ippool/pkg/nmstatectl"
+	"github.com/nmstate-ippool/nmstate-ippool/pkg/netstate"
 	"github.com/nmstate-ippool/nmstate-ippool/test/envtest"
 )
 
@@ -414,7 +414,7 @@ func (c *cluster) networks(nodes []string) map[string][]string {
 		if err != nil {
 			continue
 		}
-		ifaces, err := nmstatectl.StaticAddresses(raw)
+		ifaces, err := netstate.StaticAddresses(raw)
 		if err != nil {
 			continue
 		}

@@ -21,6 +21,7 @@ import (
 
 	ippoolv1 "github.com/nmstate-ippool/nmstate-ippool/api/v1"
 	nncev1beta1 "github.com/nmstate-ippool/nmstate-ippool/api/v1beta1"
+	"github.com/nmstate-ippool/nmstate-ippool/pkg/netstate"
 	"github.com/nmstate-ippool/nmstate-ippool/pkg/nmstatectl"
 )
 
@@ -379,12 +380,12 @@ func (c *cluster) crashMidApply(node string) bool {
 		return false
 	}
 	var ips []netip.Addr
-	for ip, iface := range nmstatectl.Carriers(current) {
+	for ip, iface := range netstate.Carriers(current) {
 		if iface == "eth1" || iface == "eth2" {
 			ips = append(ips, ip)
 		}
 	}
-	desired, _, err := nmstatectl.WithoutAddresses(current, ips)
+	desired, _, err := netstate.WithoutAddresses(current, ips)
 	if err != nil || desired == nil {
 		return false
 	}

@@ -18,7 +18,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/yaml"
 
-	"github.com/nmstate-ippool/nmstate-ippool/pkg/nmstatectl"
+	"github.com/nmstate-ippool/nmstate-ippool/pkg/netstate"
 	"github.com/nmstate-ippool/nmstate-ippool/test/envtest"
 )
 
@@ -53,13 +53,13 @@ func liveNetwork(node string) map[netip.Addr]string {
 			return nil
 		}
 		state, _ := yaml.Marshal(cp.State)
-		return nmstatectl.Carriers(state)
+		return netstate.Carriers(state)
 	}
 	raw, err := os.ReadFile(path)
 	if err != nil {
 		return nil
 	}
-	return nmstatectl.Carriers(raw)
+	return netstate.Carriers(raw)
 }
 
 // yamlApply creates every object of a YAML stream, as kubectl create -f

@@ -11,7 +11,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/nmstate-ippool/nmstate-ippool/pkg/nmstatectl"
+	"github.com/nmstate-ippool/nmstate-ippool/pkg/netstate"
 )
 
 // NICSampler reads the networks of simulated nodes again and again, and
@@ -97,7 +97,7 @@ func (s *NICSampler) sample() {
 			continue
 		}
 		shown[nd.Name] = true
-		for ip := range nmstatectl.Carriers(raw) {
+		for ip := range netstate.Carriers(raw) {
 			holders[ip] = append(holders[ip], nd.Name)
 		}
 	}

@@ -28,6 +28,7 @@ import (
 	"github.com/nmstate-ippool/nmstate-ippool/internal/holder"
 	"github.com/nmstate-ippool/nmstate-ippool/internal/poolstatus"
 	"github.com/nmstate-ippool/nmstate-ippool/internal/probe"
+	"github.com/nmstate-ippool/nmstate-ippool/pkg/netstate"
 	"github.com/nmstate-ippool/nmstate-ippool/pkg/nmstatectl"
 )
 
@@ -197,7 +198,7 @@ func (n *Node) ConfiguredAll(iface string) []string {
 // first) an nmstate state has on one interface, or nil when it has none or
 // the state does not parse.
 func InterfaceAddresses(state []byte, iface string) []string {
-	ifaces, err := nmstatectl.StaticAddresses(state)
+	ifaces, err := netstate.StaticAddresses(state)
 	if err != nil {
 		return nil
 	}

@@ -1,4 +1,4 @@
-package nmstatectl
+package netstate
 
 import (
 	"encoding/json"
