@@ -52,8 +52,8 @@ manifests: $(CONTROLLER_GEN) $(KUSTOMIZE) $(OLM) ## Generate the CRDs into deplo
 	go run ./hack/range-order deploy/crd/nmstate.io_nodeippools.yaml # start before end, too long for a marker
 	go run ./hack/nncp-crd deploy/crd/nmstate.io_nodenetworkconfigurationpolicies.yaml # v1beta1, and admission rules upstream's types carry no markers for
 	go run ./hack/nncp-crd deploy/crd/nmstate.io_poolednodenetworkconfigurationpolicies.yaml # the same spec rules
-	$(CONTROLLER_GEN) rbac:roleName=nmstate-ippool-handler paths=./controllers/handler/... paths=./controllers/nodestate/... paths=./internal/metricsauth/... output:rbac:artifacts:config=deploy/rbac/handler
-	$(CONTROLLER_GEN) rbac:roleName=nmstate-ippool-pool-controller paths=./controllers/pool/... paths=./controllers/claim/... paths=./controllers/companion/... paths=./controllers/enactment/... paths=./controllers/policy/... paths=./internal/metricsauth/... output:rbac:artifacts:config=deploy/rbac/pool-controller
+	$(CONTROLLER_GEN) rbac:roleName=nmstate-ippool-handler paths=./controllers/handler/... paths=./controllers/nodestate/... paths=./internal/plumbing/metricsauth/... output:rbac:artifacts:config=deploy/rbac/handler
+	$(CONTROLLER_GEN) rbac:roleName=nmstate-ippool-pool-controller paths=./controllers/pool/... paths=./controllers/claim/... paths=./controllers/companion/... paths=./controllers/enactment/... paths=./controllers/policy/... paths=./internal/plumbing/metricsauth/... output:rbac:artifacts:config=deploy/rbac/pool-controller
 	go run ./hack/helmchart -kustomize $(KUSTOMIZE) # the chart's templates of everything but the workloads
 	$(OLM) generate -kustomize $(KUSTOMIZE) -repo . # the OLM bundle of companion mode, deploy/olm/bundle
 

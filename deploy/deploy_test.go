@@ -25,8 +25,8 @@ import (
 	ctrlenvtest "sigs.k8s.io/controller-runtime/pkg/envtest"
 
 	"github.com/nmstate-ippool/nmstate-ippool/deploy"
-	"github.com/nmstate-ippool/nmstate-ippool/internal/enactmentwebhook"
-	"github.com/nmstate-ippool/nmstate-ippool/internal/poolwebhook"
+	"github.com/nmstate-ippool/nmstate-ippool/internal/admission/enactmentwebhook"
+	"github.com/nmstate-ippool/nmstate-ippool/internal/admission/poolwebhook"
 	"github.com/nmstate-ippool/nmstate-ippool/test/envtest"
 )
 

@@ -25,8 +25,8 @@ import (
 
 	ippoolv1 "github.com/nmstate-ippool/nmstate-ippool/api/v1"
 	"github.com/nmstate-ippool/nmstate-ippool/deploy"
-	"github.com/nmstate-ippool/nmstate-ippool/internal/admissionpolicies"
-	"github.com/nmstate-ippool/nmstate-ippool/internal/statuswebhook"
+	"github.com/nmstate-ippool/nmstate-ippool/internal/admission/admissionpolicies"
+	"github.com/nmstate-ippool/nmstate-ippool/internal/admission/statuswebhook"
 	"github.com/nmstate-ippool/nmstate-ippool/test/envtest"
 )
 

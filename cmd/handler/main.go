@@ -22,9 +22,9 @@ import (
 
 	"github.com/nmstate-ippool/nmstate-ippool/controllers/handler"
 	"github.com/nmstate-ippool/nmstate-ippool/controllers/nodestate"
-	"github.com/nmstate-ippool/nmstate-ippool/internal/metricsauth"
-	"github.com/nmstate-ippool/nmstate-ippool/internal/probe"
-	"github.com/nmstate-ippool/nmstate-ippool/internal/scheme"
+	"github.com/nmstate-ippool/nmstate-ippool/internal/plumbing/metricsauth"
+	"github.com/nmstate-ippool/nmstate-ippool/internal/plumbing/scheme"
+	"github.com/nmstate-ippool/nmstate-ippool/internal/rollout/probe"
 	"github.com/nmstate-ippool/nmstate-ippool/pkg/nmstatectl"
 )
 

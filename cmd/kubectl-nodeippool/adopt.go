@@ -16,9 +16,9 @@ import (
 
 	ippoolv1 "github.com/nmstate-ippool/nmstate-ippool/api/v1"
 	nncev1beta1 "github.com/nmstate-ippool/nmstate-ippool/api/v1beta1"
-	"github.com/nmstate-ippool/nmstate-ippool/internal/assign"
-	"github.com/nmstate-ippool/nmstate-ippool/internal/holder"
-	"github.com/nmstate-ippool/nmstate-ippool/internal/poolstatus"
+	"github.com/nmstate-ippool/nmstate-ippool/internal/allocation/assign"
+	"github.com/nmstate-ippool/nmstate-ippool/internal/allocation/holder"
+	"github.com/nmstate-ippool/nmstate-ippool/internal/allocation/poolstatus"
 	"github.com/nmstate-ippool/nmstate-ippool/pkg/capture"
 	"github.com/nmstate-ippool/nmstate-ippool/pkg/ippool"
 	"github.com/nmstate-ippool/nmstate-ippool/pkg/netstate"
@@ -96,7 +96,7 @@ func readNodes(ctx context.Context, k client.Client) (*nodes, error) {
 
 // adoptionPlans works out, for each proposed policy, what every node it
 // selects would get from each pool it draws from, the way the pool
-// controller chooses (internal/assign): a proposed pool stands in for the
+// controller chooses (internal/allocation/assign): a proposed pool stands in for the
 // stored one of its name; a new pool first holds, as its rebuild does,
 // every address of its range a node carries that no holder records.
 // Nothing is written.

@@ -8,7 +8,7 @@ import (
 	"strings"
 	"text/tabwriter"
 
-	"github.com/nmstate-ippool/nmstate-ippool/internal/cli"
+	"github.com/nmstate-ippool/nmstate-ippool/internal/plumbing/cli"
 	"github.com/nmstate-ippool/nmstate-ippool/pkg/ippool"
 )
 

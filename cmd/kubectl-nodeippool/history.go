@@ -11,8 +11,8 @@ import (
 
 	eventsv1 "k8s.io/api/events/v1"
 
-	"github.com/nmstate-ippool/nmstate-ippool/internal/audit"
-	"github.com/nmstate-ippool/nmstate-ippool/internal/cli"
+	"github.com/nmstate-ippool/nmstate-ippool/internal/allocation/audit"
+	"github.com/nmstate-ippool/nmstate-ippool/internal/plumbing/cli"
 	"github.com/nmstate-ippool/nmstate-ippool/pkg/ippool"
 )
 

@@ -16,9 +16,9 @@ import (
 	nmstatev1 "github.com/nmstate/kubernetes-nmstate/api/v1"
 
 	ippoolv1 "github.com/nmstate-ippool/nmstate-ippool/api/v1"
-	"github.com/nmstate-ippool/nmstate-ippool/internal/cli"
-	"github.com/nmstate-ippool/nmstate-ippool/internal/holder"
-	"github.com/nmstate-ippool/nmstate-ippool/internal/poolchange"
+	"github.com/nmstate-ippool/nmstate-ippool/internal/allocation/holder"
+	"github.com/nmstate-ippool/nmstate-ippool/internal/allocation/poolchange"
+	"github.com/nmstate-ippool/nmstate-ippool/internal/plumbing/cli"
 )
 
 // poolPlan is what plan reports of one proposed pool.

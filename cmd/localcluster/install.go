@@ -23,7 +23,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
 
-	"github.com/nmstate-ippool/nmstate-ippool/internal/cli"
+	"github.com/nmstate-ippool/nmstate-ippool/internal/plumbing/cli"
 )
 
 // injectCAFrom is the annotation that asks cert-manager to inject a

@@ -18,7 +18,7 @@ import (
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
-	"github.com/nmstate-ippool/nmstate-ippool/internal/cli"
+	"github.com/nmstate-ippool/nmstate-ippool/internal/plumbing/cli"
 )
 
 // The simulated nodes' kubelets: one process (localcluster kubelets) posts

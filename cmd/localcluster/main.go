@@ -36,8 +36,8 @@ import (
 	"strings"
 	"time"
 
-	"github.com/nmstate-ippool/nmstate-ippool/internal/cli"
-	"github.com/nmstate-ippool/nmstate-ippool/internal/periods"
+	"github.com/nmstate-ippool/nmstate-ippool/internal/allocation/periods"
+	"github.com/nmstate-ippool/nmstate-ippool/internal/plumbing/cli"
 )
 
 const usage = `Usage:

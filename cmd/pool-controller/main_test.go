@@ -5,7 +5,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/nmstate-ippool/nmstate-ippool/internal/periods"
+	"github.com/nmstate-ippool/nmstate-ippool/internal/allocation/periods"
 )
 
 // Flags that do not go together are refused at start-up, with what to do.

@@ -18,7 +18,7 @@ import (
 	"sigs.k8s.io/yaml"
 
 	ippoolv1 "github.com/nmstate-ippool/nmstate-ippool/api/v1"
-	"github.com/nmstate-ippool/nmstate-ippool/internal/poolmetrics"
+	"github.com/nmstate-ippool/nmstate-ippool/internal/allocation/poolmetrics"
 	"github.com/nmstate-ippool/nmstate-ippool/test/envtest"
 )
 

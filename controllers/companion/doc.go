@@ -41,7 +41,7 @@
 // (kubernetes-nmstate's admission refuses it), and once as many nodes
 // failed as maxUnavailable, no further node is configured. The status
 // sums the nodes up in kubernetes-nmstate's words
-// (internal/policystatus).
+// (internal/rollout/policystatus).
 //
 // Resets. The annotation nmstate.io/reset-ippool=<pool> on the pooled
 // policy resets every node's addresses from that pool, on a generated NNCP

@@ -23,10 +23,10 @@ import (
 
 	ippoolv1 "github.com/nmstate-ippool/nmstate-ippool/api/v1"
 	nncev1beta1 "github.com/nmstate-ippool/nmstate-ippool/api/v1beta1"
-	"github.com/nmstate-ippool/nmstate-ippool/internal/annotations"
-	"github.com/nmstate-ippool/nmstate-ippool/internal/holder"
-	"github.com/nmstate-ippool/nmstate-ippool/internal/poolmetrics"
-	"github.com/nmstate-ippool/nmstate-ippool/internal/poolwrite"
+	"github.com/nmstate-ippool/nmstate-ippool/internal/allocation/holder"
+	"github.com/nmstate-ippool/nmstate-ippool/internal/allocation/poolmetrics"
+	"github.com/nmstate-ippool/nmstate-ippool/internal/allocation/poolwrite"
+	"github.com/nmstate-ippool/nmstate-ippool/internal/plumbing/annotations"
 	"github.com/nmstate-ippool/nmstate-ippool/pkg/capture"
 )
 

@@ -20,8 +20,8 @@ import (
 	ippoolv1 "github.com/nmstate-ippool/nmstate-ippool/api/v1"
 	nncev1beta1 "github.com/nmstate-ippool/nmstate-ippool/api/v1beta1"
 	"github.com/nmstate-ippool/nmstate-ippool/controllers/companion"
-	"github.com/nmstate-ippool/nmstate-ippool/internal/audit"
-	"github.com/nmstate-ippool/nmstate-ippool/internal/conditions"
+	"github.com/nmstate-ippool/nmstate-ippool/internal/allocation/audit"
+	"github.com/nmstate-ippool/nmstate-ippool/internal/plumbing/conditions"
 	"github.com/nmstate-ippool/nmstate-ippool/test/envtest"
 )
 

@@ -20,10 +20,10 @@ import (
 
 	ippoolv1 "github.com/nmstate-ippool/nmstate-ippool/api/v1"
 	nncev1beta1 "github.com/nmstate-ippool/nmstate-ippool/api/v1beta1"
-	"github.com/nmstate-ippool/nmstate-ippool/internal/annotations"
-	"github.com/nmstate-ippool/nmstate-ippool/internal/nodemeta"
-	"github.com/nmstate-ippool/nmstate-ippool/internal/poolwrite"
-	"github.com/nmstate-ippool/nmstate-ippool/internal/retire"
+	"github.com/nmstate-ippool/nmstate-ippool/internal/allocation/poolwrite"
+	"github.com/nmstate-ippool/nmstate-ippool/internal/allocation/retire"
+	"github.com/nmstate-ippool/nmstate-ippool/internal/plumbing/annotations"
+	"github.com/nmstate-ippool/nmstate-ippool/internal/plumbing/nodemeta"
 )
 
 // Reconciler retires enactments: those being deleted (their handler, or

@@ -19,9 +19,9 @@ import (
 
 	ippoolv1 "github.com/nmstate-ippool/nmstate-ippool/api/v1"
 	nncev1beta1 "github.com/nmstate-ippool/nmstate-ippool/api/v1beta1"
-	"github.com/nmstate-ippool/nmstate-ippool/internal/backoff"
-	"github.com/nmstate-ippool/nmstate-ippool/internal/eventnote"
-	"github.com/nmstate-ippool/nmstate-ippool/internal/poolwrite"
+	"github.com/nmstate-ippool/nmstate-ippool/internal/allocation/poolwrite"
+	"github.com/nmstate-ippool/nmstate-ippool/internal/plumbing/backoff"
+	"github.com/nmstate-ippool/nmstate-ippool/internal/plumbing/eventnote"
 )
 
 // FieldOwner is the field manager of every write of the enactment controller (of the pool controller's process): the

@@ -19,13 +19,13 @@ import (
 
 	ippoolv1 "github.com/nmstate-ippool/nmstate-ippool/api/v1"
 	nncev1beta1 "github.com/nmstate-ippool/nmstate-ippool/api/v1beta1"
-	"github.com/nmstate-ippool/nmstate-ippool/internal/assign"
-	"github.com/nmstate-ippool/nmstate-ippool/internal/audit"
-	"github.com/nmstate-ippool/nmstate-ippool/internal/holder"
-	"github.com/nmstate-ippool/nmstate-ippool/internal/lifecycle"
-	"github.com/nmstate-ippool/nmstate-ippool/internal/poolstatus"
-	"github.com/nmstate-ippool/nmstate-ippool/internal/poolwrite"
-	"github.com/nmstate-ippool/nmstate-ippool/internal/record"
+	"github.com/nmstate-ippool/nmstate-ippool/internal/allocation/assign"
+	"github.com/nmstate-ippool/nmstate-ippool/internal/allocation/audit"
+	"github.com/nmstate-ippool/nmstate-ippool/internal/allocation/enactmentrecord"
+	"github.com/nmstate-ippool/nmstate-ippool/internal/allocation/holder"
+	"github.com/nmstate-ippool/nmstate-ippool/internal/allocation/lifecycle"
+	"github.com/nmstate-ippool/nmstate-ippool/internal/allocation/poolstatus"
+	"github.com/nmstate-ippool/nmstate-ippool/internal/allocation/poolwrite"
 	"github.com/nmstate-ippool/nmstate-ippool/pkg/capture"
 	"github.com/nmstate-ippool/nmstate-ippool/pkg/ippool"
 )
@@ -60,7 +60,7 @@ type allocation struct {
 // allocated that no enactment records.
 func (r *Reconciler) allocate(ctx context.Context, s *scope) (*allocation, *outcome, error) {
 	e, captures := s.enactment, s.captures
-	if record.Requesting(e) && s.recordsComplete() {
+	if enactmentrecord.Requesting(e) && s.recordsComplete() {
 		return servedOnRequest(e, captures), nil, nil
 	}
 	if o := r.blockedBeforeTaking(ctx, e, captures); o != nil {
@@ -88,7 +88,7 @@ func (r *Reconciler) allocate(ctx context.Context, s *scope) (*allocation, *outc
 }
 
 // servedOnRequest returns the allocation of a new enactment whose handler
-// has written nothing since it asked (record.Requesting) and which records
+// has written nothing since it asked (enactmentrecord.Requesting) and which records
 // every capture: the pool controller recorded them in answer to the
 // request, after the pool write that set their bits and from the ranges
 // as they are, so there is nothing to check in the pools. Reading them
@@ -104,7 +104,7 @@ func servedOnRequest(e *nncev1beta1.NodeNetworkConfigurationEnactment, captures 
 func recordedAddresses(e *nncev1beta1.NodeNetworkConfigurationEnactment, captures capture.Captures) map[string]capture.Address {
 	out := map[string]capture.Address{}
 	for _, ref := range captures.Refs {
-		if addr, ok := record.Of(e, ref); ok {
+		if addr, ok := enactmentrecord.Of(e, ref); ok {
 			out[ref.Capture] = addr
 		}
 	}

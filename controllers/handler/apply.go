@@ -16,7 +16,7 @@ import (
 
 	ippoolv1 "github.com/nmstate-ippool/nmstate-ippool/api/v1"
 	nncev1beta1 "github.com/nmstate-ippool/nmstate-ippool/api/v1beta1"
-	"github.com/nmstate-ippool/nmstate-ippool/internal/probe"
+	"github.com/nmstate-ippool/nmstate-ippool/internal/rollout/probe"
 	"github.com/nmstate-ippool/nmstate-ippool/pkg/capture"
 )
 

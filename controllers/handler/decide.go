@@ -8,8 +8,8 @@ import (
 
 	ippoolv1 "github.com/nmstate-ippool/nmstate-ippool/api/v1"
 	nncev1beta1 "github.com/nmstate-ippool/nmstate-ippool/api/v1beta1"
-	"github.com/nmstate-ippool/nmstate-ippool/internal/conditions"
-	"github.com/nmstate-ippool/nmstate-ippool/internal/record"
+	"github.com/nmstate-ippool/nmstate-ippool/internal/allocation/enactmentrecord"
+	"github.com/nmstate-ippool/nmstate-ippool/internal/plumbing/conditions"
 	"github.com/nmstate-ippool/nmstate-ippool/pkg/capture"
 )
 
@@ -68,17 +68,17 @@ func (s *scope) decide(now time.Time, t timing) step {
 		return stepWait
 	case e != nil && s.slotAnswer() != nil:
 		return stepAnswer
-	case e != nil && s.captureErr == nil && record.GrantedOnRequest(e) && s.recordsComplete():
+	case e != nil && s.captureErr == nil && enactmentrecord.GrantedOnRequest(e) && s.recordsComplete():
 		return stepApply
-	case e != nil && s.captureErr == nil && record.Requesting(e) && s.recordsComplete() && queued(e):
+	case e != nil && s.captureErr == nil && enactmentrecord.Requesting(e) && s.recordsComplete() && queued(e):
 		// Served, and queued for a slot: the handler asks for it itself
 		// from the request's place in the queue, showing that it waits.
 		return stepEnact
-	case e != nil && s.captureErr == nil && record.Requesting(e) && s.recordsComplete():
+	case e != nil && s.captureErr == nil && enactmentrecord.Requesting(e) && s.recordsComplete():
 		// Served: the request asks the policy controller for a slot too
-		// (record.AsksForSlot), and its answer's event brings it back.
+		// (enactmentrecord.AsksForSlot), and its answer's event brings it back.
 		return stepWait
-	case e != nil && record.Requesting(e) && !s.recordsComplete() && waitsForServe(e, now, busyWait):
+	case e != nil && enactmentrecord.Requesting(e) && !s.recordsComplete() && waitsForServe(e, now, busyWait):
 		return stepWait
 	case e == nil || e.Status.PolicyGeneration != s.policy.Generation || !s.recordsComplete():
 		return stepEnact
@@ -153,7 +153,7 @@ func waitsForServe(e *nncev1beta1.NodeNetworkConfigurationEnactment, now time.Ti
 // it before its handler looks again (and asks again, or with SelfAllocate
 // allocates itself); 0 if it is not waiting.
 func busyLeft(e *nncev1beta1.NodeNetworkConfigurationEnactment, now time.Time, wait time.Duration) time.Duration {
-	if record.Requesting(e) {
+	if enactmentrecord.Requesting(e) {
 		return max(e.CreationTimestamp.Add(wait).Sub(now), 0)
 	}
 	if !conditions.IsTrueWith(e.Status.Conditions, shared.NodeNetworkConfigurationEnactmentConditionPending, ippoolv1.ReasonIPPoolBusy) {
@@ -178,5 +178,5 @@ func (s *scope) recordsComplete() bool {
 
 // recordsAll reports whether e records an address for every one of refs.
 func recordsAll(e *nncev1beta1.NodeNetworkConfigurationEnactment, refs []capture.Ref) bool {
-	return record.Complete(e, refs)
+	return enactmentrecord.Complete(e, refs)
 }

@@ -24,7 +24,7 @@
 // reached a node is always recorded. The controller writes the record and
 // nothing else of the enactment. Once it is complete, a new enactment's
 // request asks the policy controller for a slot as it stands
-// (record.AsksForSlot), and the handler writes its own fields first with
+// (enactmentrecord.AsksForSlot), and the handler writes its own fields first with
 // its outcome, or, if the policy controller queued the request, with a
 // request of its own from the same place in the queue; an older
 // enactment's handler renders the state and asks for its slot in a write
@@ -71,7 +71,7 @@
 // (docs/protocol.md).
 //
 // Writers. Only with SelfAllocate does the handler write a pool: its
-// allocatedOffsets, counts and entries, through internal/poolwrite, only on
+// allocatedOffsets, counts and entries, through internal/allocation/poolwrite, only on
 // a status whose stamp matches; by default it writes no pool at all. The
 // pool controller alone writes pool conditions, ExhaustedIPPool included. A
 // handler that finds a pool exhausted marks its enactment Failing

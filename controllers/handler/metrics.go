@@ -3,8 +3,8 @@ package handler
 import (
 	"github.com/prometheus/client_golang/prometheus"
 
-	"github.com/nmstate-ippool/nmstate-ippool/internal/poolmetrics"
-	"github.com/nmstate-ippool/nmstate-ippool/internal/poolwrite"
+	"github.com/nmstate-ippool/nmstate-ippool/internal/allocation/poolmetrics"
+	"github.com/nmstate-ippool/nmstate-ippool/internal/allocation/poolwrite"
 )
 
 // Metrics counts pool writes: the allocations a self-allocating handler

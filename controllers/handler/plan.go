@@ -9,9 +9,9 @@ import (
 
 	ippoolv1 "github.com/nmstate-ippool/nmstate-ippool/api/v1"
 	nncev1beta1 "github.com/nmstate-ippool/nmstate-ippool/api/v1beta1"
-	"github.com/nmstate-ippool/nmstate-ippool/internal/assign"
-	"github.com/nmstate-ippool/nmstate-ippool/internal/poolstatus"
-	"github.com/nmstate-ippool/nmstate-ippool/internal/record"
+	"github.com/nmstate-ippool/nmstate-ippool/internal/allocation/assign"
+	"github.com/nmstate-ippool/nmstate-ippool/internal/allocation/enactmentrecord"
+	"github.com/nmstate-ippool/nmstate-ippool/internal/allocation/poolstatus"
 	"github.com/nmstate-ippool/nmstate-ippool/pkg/capture"
 	"github.com/nmstate-ippool/nmstate-ippool/pkg/ippool"
 )
@@ -45,7 +45,7 @@ func planPool(e *nncev1beta1.NodeNetworkConfigurationEnactment, pool *ippoolv1.N
 	rng := alloc.Range()
 	for _, ref := range refs {
 		p.pool = ref.Pool
-		addr, ok := record.Of(e, ref)
+		addr, ok := enactmentrecord.Of(e, ref)
 		if !ok || taken[addr.IP] {
 			p.fresh = append(p.fresh, ref.Capture)
 			continue
@@ -112,7 +112,7 @@ func (p *poolPlan) apply(alloc *ippool.Allocator, claimant assign.Claimant, toke
 // that did not change so a repeated record writes nothing new. An address
 // the enactment held that no capture uses any more (a dropped capture, a
 // capture moved to another pool, a replaced address) is left releasing,
-// for the pool controller to take back (record.Set).
+// for the pool controller to take back (enactmentrecord.Set).
 func writeRecord(e *nncev1beta1.NodeNetworkConfigurationEnactment, captures capture.Captures, addresses map[string]capture.Address,
 	states map[string][]byte, meta shared.NodeNetworkConfigurationEnactmentMetaInfo) {
 	pools := ippoolv1.EnactmentIPPools{}
@@ -125,7 +125,7 @@ func writeRecord(e *nncev1beta1.NodeNetworkConfigurationEnactment, captures capt
 		a.Allocated = append(a.Allocated, addr.IP.String())
 		pools[ref.Pool] = a
 	}
-	record.Set(e, pools)
+	enactmentrecord.Set(e, pools)
 	captured := map[string]shared.NodeNetworkConfigurationEnactmentCapturedState{}
 	for name, state := range states {
 		old, ok := e.Status.CapturedStates[name]

@@ -24,12 +24,12 @@ import (
 
 	ippoolv1 "github.com/nmstate-ippool/nmstate-ippool/api/v1"
 	nncev1beta1 "github.com/nmstate-ippool/nmstate-ippool/api/v1beta1"
-	"github.com/nmstate-ippool/nmstate-ippool/internal/annotations"
-	"github.com/nmstate-ippool/nmstate-ippool/internal/assign"
-	"github.com/nmstate-ippool/nmstate-ippool/internal/conditions"
-	"github.com/nmstate-ippool/nmstate-ippool/internal/poolwrite"
-	"github.com/nmstate-ippool/nmstate-ippool/internal/probe"
-	"github.com/nmstate-ippool/nmstate-ippool/internal/record"
+	"github.com/nmstate-ippool/nmstate-ippool/internal/allocation/assign"
+	"github.com/nmstate-ippool/nmstate-ippool/internal/allocation/enactmentrecord"
+	"github.com/nmstate-ippool/nmstate-ippool/internal/allocation/poolwrite"
+	"github.com/nmstate-ippool/nmstate-ippool/internal/plumbing/annotations"
+	"github.com/nmstate-ippool/nmstate-ippool/internal/plumbing/conditions"
+	"github.com/nmstate-ippool/nmstate-ippool/internal/rollout/probe"
 	"github.com/nmstate-ippool/nmstate-ippool/pkg/capture"
 )
 
@@ -317,7 +317,7 @@ func (r *Reconciler) enact(ctx context.Context, name string) (ctrl.Result, error
 	}
 	writeRecord(s.enactment, s.captures, alloc.addresses, rendered.CapturedStates, r.meta())
 	for pool, n := range alloc.notes {
-		record.NoteNotAdopted(s.enactment, pool, n.NotAdopted)
+		enactmentrecord.NoteNotAdopted(s.enactment, pool, n.NotAdopted)
 	}
 	s.enactment.Status.DesiredState = shared.NewState(string(rendered.DesiredState))
 	return r.concludeRecorded(ctx, s, alloc, r.askForSlot(s, alloc.moved))
@@ -330,7 +330,7 @@ func (r *Reconciler) enact(ctx context.Context, name string) (ctrl.Result, error
 // new.
 func (r *Reconciler) askForSlot(s *scope, moved []string) outcome {
 	e := s.enactment
-	if queued(e) && (e.Status.PolicyGeneration == s.policy.Generation || record.Requesting(e)) {
+	if queued(e) && (e.Status.PolicyGeneration == s.policy.Generation || enactmentrecord.Requesting(e)) {
 		if e.Status.Slot.Requested.IsZero() {
 			e.Status.Slot.Requested = metav1.NewMicroTime(e.CreationTimestamp.Time)
 		}
@@ -339,7 +339,7 @@ func (r *Reconciler) askForSlot(s *scope, moved []string) outcome {
 		return o
 	}
 	e.Status.Slot = &nncev1beta1.ApplySlot{Requested: metav1.NewMicroTime(r.Clock.Now().Truncate(time.Microsecond))}
-	return progressing(record.WaitingForSlot + movedNote(moved))
+	return progressing(enactmentrecord.WaitingForSlot + movedNote(moved))
 }
 
 // reportMoved raises a Warning Event on the enactment for every recorded
@@ -381,7 +381,7 @@ func (r *Reconciler) concludeBlocked(ctx context.Context, s *scope, blocked *out
 		return ctrl.Result{}, err
 	}
 	if left := busyLeft(s.enactment, r.Clock.Now(), r.FailedRequeue); blocked.reason == ippoolv1.ReasonIPPoolBusy &&
-		record.Requesting(s.enactment) && left > 0 {
+		enactmentrecord.Requesting(s.enactment) && left > 0 {
 		return ctrl.Result{RequeueAfter: left}, nil
 	}
 	return r.conclude(ctx, s, *blocked)

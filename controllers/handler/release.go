@@ -17,8 +17,8 @@ import (
 
 	ippoolv1 "github.com/nmstate-ippool/nmstate-ippool/api/v1"
 	nncev1beta1 "github.com/nmstate-ippool/nmstate-ippool/api/v1beta1"
-	"github.com/nmstate-ippool/nmstate-ippool/internal/poolstatus"
-	"github.com/nmstate-ippool/nmstate-ippool/internal/record"
+	"github.com/nmstate-ippool/nmstate-ippool/internal/allocation/enactmentrecord"
+	"github.com/nmstate-ippool/nmstate-ippool/internal/allocation/poolstatus"
 	"github.com/nmstate-ippool/nmstate-ippool/pkg/capture"
 	"github.com/nmstate-ippool/nmstate-ippool/pkg/netstate"
 )
@@ -229,7 +229,7 @@ func (r *Reconciler) replacing(ctx context.Context, enactments []nncev1beta1.Nod
 				continue
 			}
 			if slices.ContainsFunc(captures.RefsOf(pool), func(ref capture.Ref) bool {
-				addr, ok := record.Of(e, ref)
+				addr, ok := enactmentrecord.Of(e, ref)
 				_, on := carried[addr.IP]
 				return !ok || (!on && !gaveUp)
 			}) {

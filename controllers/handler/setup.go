@@ -19,11 +19,11 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/handler"
 
 	nncev1beta1 "github.com/nmstate-ippool/nmstate-ippool/api/v1beta1"
-	"github.com/nmstate-ippool/nmstate-ippool/internal/backoff"
-	"github.com/nmstate-ippool/nmstate-ippool/internal/eventnote"
-	"github.com/nmstate-ippool/nmstate-ippool/internal/nodemeta"
-	"github.com/nmstate-ippool/nmstate-ippool/internal/poolwrite"
-	"github.com/nmstate-ippool/nmstate-ippool/internal/probe"
+	"github.com/nmstate-ippool/nmstate-ippool/internal/allocation/poolwrite"
+	"github.com/nmstate-ippool/nmstate-ippool/internal/plumbing/backoff"
+	"github.com/nmstate-ippool/nmstate-ippool/internal/plumbing/eventnote"
+	"github.com/nmstate-ippool/nmstate-ippool/internal/plumbing/nodemeta"
+	"github.com/nmstate-ippool/nmstate-ippool/internal/rollout/probe"
 )
 
 // Defaults used by New.

@@ -19,8 +19,8 @@ import (
 
 	ippoolv1 "github.com/nmstate-ippool/nmstate-ippool/api/v1"
 	nncev1beta1 "github.com/nmstate-ippool/nmstate-ippool/api/v1beta1"
-	"github.com/nmstate-ippool/nmstate-ippool/internal/conditions"
-	"github.com/nmstate-ippool/nmstate-ippool/internal/nodemeta"
+	"github.com/nmstate-ippool/nmstate-ippool/internal/plumbing/conditions"
+	"github.com/nmstate-ippool/nmstate-ippool/internal/plumbing/nodemeta"
 )
 
 // StateReader reads the node's current network state (JSON or YAML).

@@ -20,7 +20,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/source"
 
 	nncev1beta1 "github.com/nmstate-ippool/nmstate-ippool/api/v1beta1"
-	"github.com/nmstate-ippool/nmstate-ippool/internal/backoff"
+	"github.com/nmstate-ippool/nmstate-ippool/internal/plumbing/backoff"
 )
 
 // DefaultRefresh is how often the state is read when nothing asks for it.

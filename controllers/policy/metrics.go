@@ -11,8 +11,8 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	nncev1beta1 "github.com/nmstate-ippool/nmstate-ippool/api/v1beta1"
-	"github.com/nmstate-ippool/nmstate-ippool/internal/conditions"
-	"github.com/nmstate-ippool/nmstate-ippool/internal/policystatus"
+	"github.com/nmstate-ippool/nmstate-ippool/internal/plumbing/conditions"
+	"github.com/nmstate-ippool/nmstate-ippool/internal/rollout/policystatus"
 )
 
 // StatusMetrics counts policies and enactments by status, under

@@ -18,7 +18,7 @@ import (
 
 	nncev1beta1 "github.com/nmstate-ippool/nmstate-ippool/api/v1beta1"
 	"github.com/nmstate-ippool/nmstate-ippool/controllers/policy"
-	"github.com/nmstate-ippool/nmstate-ippool/internal/conditions"
+	"github.com/nmstate-ippool/nmstate-ippool/internal/plumbing/conditions"
 	"github.com/nmstate-ippool/nmstate-ippool/test/envtest"
 )
 

@@ -22,11 +22,11 @@ import (
 
 	ippoolv1 "github.com/nmstate-ippool/nmstate-ippool/api/v1"
 	nncev1beta1 "github.com/nmstate-ippool/nmstate-ippool/api/v1beta1"
-	"github.com/nmstate-ippool/nmstate-ippool/internal/batch"
-	"github.com/nmstate-ippool/nmstate-ippool/internal/conditions"
-	"github.com/nmstate-ippool/nmstate-ippool/internal/eventnote"
-	"github.com/nmstate-ippool/nmstate-ippool/internal/policystatus"
-	"github.com/nmstate-ippool/nmstate-ippool/internal/record"
+	"github.com/nmstate-ippool/nmstate-ippool/internal/allocation/enactmentrecord"
+	"github.com/nmstate-ippool/nmstate-ippool/internal/plumbing/batch"
+	"github.com/nmstate-ippool/nmstate-ippool/internal/plumbing/conditions"
+	"github.com/nmstate-ippool/nmstate-ippool/internal/plumbing/eventnote"
+	"github.com/nmstate-ippool/nmstate-ippool/internal/rollout/policystatus"
 	"github.com/nmstate-ippool/nmstate-ippool/pkg/capture"
 )
 
@@ -173,7 +173,7 @@ func (r *Reconciler) fetch(ctx context.Context, name string) (*rollout, error) {
 }
 
 // onRequest says which new enactments of policy ask for a slot by their
-// request (record.AsksForSlot): none when its captures do not parse, as
+// request (enactmentrecord.AsksForSlot): none when its captures do not parse, as
 // its handlers then apply nothing.
 func onRequest(policy *nmstatev1.NodeNetworkConfigurationPolicy) func(*nncev1beta1.NodeNetworkConfigurationEnactment) bool {
 	captures, err := capture.ParsePolicy(policy.Spec.Capture, policy.Spec.DesiredState.Raw)
@@ -181,7 +181,7 @@ func onRequest(policy *nmstatev1.NodeNetworkConfigurationPolicy) func(*nncev1bet
 		return nil
 	}
 	return func(e *nncev1beta1.NodeNetworkConfigurationEnactment) bool {
-		return record.AsksForSlot(e, captures.Refs)
+		return enactmentrecord.AsksForSlot(e, captures.Refs)
 	}
 }
 
@@ -265,7 +265,7 @@ func (r *Reconciler) abort(ctx context.Context, ro *rollout) error {
 
 // queue marks the requests that wait for a slot (status.slot.queued) once;
 // their handlers show them Pending / MaxUnavailableLimitReached. A new
-// enactment's request stays a request (record.Requesting).
+// enactment's request stays a request (enactmentrecord.Requesting).
 func (r *Reconciler) queue(ctx context.Context, enactments []*nncev1beta1.NodeNetworkConfigurationEnactment, now time.Time) error {
 	unmarked := slices.DeleteFunc(slices.Clone(enactments), func(e *nncev1beta1.NodeNetworkConfigurationEnactment) bool {
 		return e.Status.Slot != nil && e.Status.Slot.Queued != nil

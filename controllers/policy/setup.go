@@ -18,8 +18,8 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	nncev1beta1 "github.com/nmstate-ippool/nmstate-ippool/api/v1beta1"
-	"github.com/nmstate-ippool/nmstate-ippool/internal/backoff"
-	"github.com/nmstate-ippool/nmstate-ippool/internal/batch"
+	"github.com/nmstate-ippool/nmstate-ippool/internal/plumbing/backoff"
+	"github.com/nmstate-ippool/nmstate-ippool/internal/plumbing/batch"
 )
 
 // policyIndex indexes enactments by the policy they enact.

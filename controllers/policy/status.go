@@ -9,7 +9,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	nncev1beta1 "github.com/nmstate-ippool/nmstate-ippool/api/v1beta1"
-	"github.com/nmstate-ippool/nmstate-ippool/internal/conditions"
+	"github.com/nmstate-ippool/nmstate-ippool/internal/plumbing/conditions"
 )
 
 // slots is what the controller does with a policy's apply slots.
@@ -31,7 +31,7 @@ type slots struct {
 // planSlots decides which requests of enactments to grant under limit: a
 // slot its handler requested (status.slot.requested), or a new
 // enactment's request that onRequest says asks for one
-// (record.AsksForSlot). A grant older than timeout does not count: its
+// (enactmentrecord.AsksForSlot). A grant older than timeout does not count: its
 // handler died mid-apply. Once limit nodes gave up on generation, every
 // request is aborted, as kubernetes-nmstate does: a policy that broke
 // that many nodes is not rolled out further. An aborted request waits
@@ -41,7 +41,7 @@ type slots struct {
 // is answered again. A request of an earlier generation that was aborted
 // is its handler's to renew for the policy as it is now, or a grant would
 // have it apply the generation that broke maxUnavailable nodes. A served
-// new enactment that was aborted asks for nothing (record.AsksForSlot):
+// new enactment that was aborted asks for nothing (enactmentrecord.AsksForSlot):
 // its handler asks again.
 func planSlots(enactments []*nncev1beta1.NodeNetworkConfigurationEnactment, generation int64, limit int, now time.Time,
 	timeout time.Duration, onRequest func(*nncev1beta1.NodeNetworkConfigurationEnactment) bool) slots {

@@ -9,8 +9,8 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	nncev1beta1 "github.com/nmstate-ippool/nmstate-ippool/api/v1beta1"
-	"github.com/nmstate-ippool/nmstate-ippool/internal/conditions"
-	"github.com/nmstate-ippool/nmstate-ippool/internal/policystatus"
+	"github.com/nmstate-ippool/nmstate-ippool/internal/plumbing/conditions"
+	"github.com/nmstate-ippool/nmstate-ippool/internal/rollout/policystatus"
 )
 
 func TestPlanSlots(t *testing.T) {

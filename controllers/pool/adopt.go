@@ -6,9 +6,9 @@ import (
 	"github.com/nmstate/kubernetes-nmstate/api/shared"
 
 	ippoolv1 "github.com/nmstate-ippool/nmstate-ippool/api/v1"
-	"github.com/nmstate-ippool/nmstate-ippool/internal/assign"
-	"github.com/nmstate-ippool/nmstate-ippool/internal/holder"
-	"github.com/nmstate-ippool/nmstate-ippool/internal/lifecycle"
+	"github.com/nmstate-ippool/nmstate-ippool/internal/allocation/assign"
+	"github.com/nmstate-ippool/nmstate-ippool/internal/allocation/holder"
+	"github.com/nmstate-ippool/nmstate-ippool/internal/allocation/lifecycle"
 )
 
 // carriedFor reads what the nodes carry whose requests ask for a capture

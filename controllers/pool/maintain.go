@@ -15,11 +15,11 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	ippoolv1 "github.com/nmstate-ippool/nmstate-ippool/api/v1"
-	"github.com/nmstate-ippool/nmstate-ippool/internal/assign"
-	"github.com/nmstate-ippool/nmstate-ippool/internal/audit"
-	"github.com/nmstate-ippool/nmstate-ippool/internal/nodemeta"
-	"github.com/nmstate-ippool/nmstate-ippool/internal/poolstatus"
-	"github.com/nmstate-ippool/nmstate-ippool/internal/poolwrite"
+	"github.com/nmstate-ippool/nmstate-ippool/internal/allocation/assign"
+	"github.com/nmstate-ippool/nmstate-ippool/internal/allocation/audit"
+	"github.com/nmstate-ippool/nmstate-ippool/internal/allocation/poolstatus"
+	"github.com/nmstate-ippool/nmstate-ippool/internal/allocation/poolwrite"
+	"github.com/nmstate-ippool/nmstate-ippool/internal/plumbing/nodemeta"
 	"github.com/nmstate-ippool/nmstate-ippool/pkg/ippool"
 )
 

@@ -12,7 +12,7 @@ import (
 
 	ippoolv1 "github.com/nmstate-ippool/nmstate-ippool/api/v1"
 	"github.com/nmstate-ippool/nmstate-ippool/controllers/handler"
-	"github.com/nmstate-ippool/nmstate-ippool/internal/probe"
+	"github.com/nmstate-ippool/nmstate-ippool/internal/rollout/probe"
 	"github.com/nmstate-ippool/nmstate-ippool/test/envtest"
 )
 

@@ -10,8 +10,8 @@ import (
 	"k8s.io/utils/clock"
 
 	ippoolv1 "github.com/nmstate-ippool/nmstate-ippool/api/v1"
-	"github.com/nmstate-ippool/nmstate-ippool/internal/holder"
-	"github.com/nmstate-ippool/nmstate-ippool/internal/poolwrite"
+	"github.com/nmstate-ippool/nmstate-ippool/internal/allocation/holder"
+	"github.com/nmstate-ippool/nmstate-ippool/internal/allocation/poolwrite"
 )
 
 // TestConcurrentQuarantinesAllLand: many nodes' addresses quarantined at

@@ -17,13 +17,13 @@ import (
 
 	ippoolv1 "github.com/nmstate-ippool/nmstate-ippool/api/v1"
 	nncev1beta1 "github.com/nmstate-ippool/nmstate-ippool/api/v1beta1"
-	"github.com/nmstate-ippool/nmstate-ippool/internal/assign"
-	"github.com/nmstate-ippool/nmstate-ippool/internal/audit"
-	"github.com/nmstate-ippool/nmstate-ippool/internal/holder"
-	"github.com/nmstate-ippool/nmstate-ippool/internal/nodemeta"
-	"github.com/nmstate-ippool/nmstate-ippool/internal/poolstatus"
-	"github.com/nmstate-ippool/nmstate-ippool/internal/poolwrite"
-	"github.com/nmstate-ippool/nmstate-ippool/internal/record"
+	"github.com/nmstate-ippool/nmstate-ippool/internal/allocation/assign"
+	"github.com/nmstate-ippool/nmstate-ippool/internal/allocation/audit"
+	"github.com/nmstate-ippool/nmstate-ippool/internal/allocation/enactmentrecord"
+	"github.com/nmstate-ippool/nmstate-ippool/internal/allocation/holder"
+	"github.com/nmstate-ippool/nmstate-ippool/internal/allocation/poolstatus"
+	"github.com/nmstate-ippool/nmstate-ippool/internal/allocation/poolwrite"
+	"github.com/nmstate-ippool/nmstate-ippool/internal/plumbing/nodemeta"
 	"github.com/nmstate-ippool/nmstate-ippool/pkg/capture"
 	"github.com/nmstate-ippool/nmstate-ippool/pkg/ippool"
 )
@@ -55,7 +55,7 @@ type request struct {
 // policy is gone or changed since it asked, or that already records an
 // address the range hands out for every capture of the pool, asks
 // nothing. A recorded address the range no longer hands out is replaced:
-// the record then leaves it releasing (record.Add).
+// the record then leaves it releasing (enactmentrecord.Add).
 func (r *Reconciler) busyRequests(ctx context.Context, pool *ippoolv1.NodeIPPool, enactments []nncev1beta1.NodeNetworkConfigurationEnactment) []*request {
 	rng, err := poolstatus.Range(pool)
 	if err != nil {
@@ -74,12 +74,12 @@ func (r *Reconciler) busyRequests(ctx context.Context, pool *ippoolv1.NodeIPPool
 			p = r.policyCaptures(ctx, name)
 			policies[name] = p
 		}
-		if p == nil || (!record.Requesting(e) && p.generation != e.Status.PolicyGeneration) || p.unrenderable(pool, rng) {
+		if p == nil || (!enactmentrecord.Requesting(e) && p.generation != e.Status.PolicyGeneration) || p.unrenderable(pool, rng) {
 			continue
 		}
 		rq := &request{enactment: e, ifaces: p.ifaces}
 		for _, ref := range p.captures.RefsOf(pool.Name) {
-			if addr, ok := record.Of(e, ref); !ok || poolstatus.Outside(pool.Name, rng, ref.Capture, addr.IP) != "" {
+			if addr, ok := enactmentrecord.Of(e, ref); !ok || poolstatus.Outside(pool.Name, rng, ref.Capture, addr.IP) != "" {
 				rq.refs = append(rq.refs, ref)
 			}
 		}
@@ -99,7 +99,7 @@ func asks(e *nncev1beta1.NodeNetworkConfigurationEnactment, pool string) bool {
 	if !e.DeletionTimestamp.IsZero() {
 		return false
 	}
-	return record.Requested(e, pool) || (e.Status.WaitingForIPPool == pool && pendingFor(e, ippoolv1.ReasonIPPoolBusy))
+	return enactmentrecord.Requested(e, pool) || (e.Status.WaitingForIPPool == pool && pendingFor(e, ippoolv1.ReasonIPPoolBusy))
 }
 
 // policyCaptures are a policy's generation and parsed captures, with the
@@ -146,7 +146,7 @@ func (r *Reconciler) policyCaptures(ctx context.Context, name string) *policyCap
 // pendingSince returns since when the enactment asks: its creation for a
 // new enactment's request.
 func pendingSince(e *nncev1beta1.NodeNetworkConfigurationEnactment) metav1.Time {
-	if record.Requesting(e) {
+	if enactmentrecord.Requesting(e) {
 		return e.CreationTimestamp
 	}
 	if c := e.Status.Conditions.Find(shared.NodeNetworkConfigurationEnactmentConditionPending); c != nil {
@@ -284,9 +284,9 @@ func (r *Reconciler) recordServed(ctx context.Context, pool *ippoolv1.NodeIPPool
 	}
 	e := rq.enactment.DeepCopy()
 	for i, ref := range rq.refs {
-		record.Add(e, ref, rq.addresses[i], meta)
+		enactmentrecord.Add(e, ref, rq.addresses[i], meta)
 	}
-	record.NoteNotAdopted(e, pool.Name, rq.notes.NotAdopted)
+	enactmentrecord.NoteNotAdopted(e, pool.Name, rq.notes.NotAdopted)
 	err := r.Client.Status().Update(ctx, e)
 	if err == nil {
 		ctrl.LoggerFrom(ctx).Info("allocated address", "enactment", e.Name, "node", e.Labels[shared.EnactmentNodeLabel],

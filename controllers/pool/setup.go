@@ -21,14 +21,14 @@ import (
 
 	ippoolv1 "github.com/nmstate-ippool/nmstate-ippool/api/v1"
 	nncev1beta1 "github.com/nmstate-ippool/nmstate-ippool/api/v1beta1"
-	"github.com/nmstate-ippool/nmstate-ippool/internal/backoff"
-	"github.com/nmstate-ippool/nmstate-ippool/internal/batch"
-	"github.com/nmstate-ippool/nmstate-ippool/internal/capi"
-	"github.com/nmstate-ippool/nmstate-ippool/internal/eventnote"
-	"github.com/nmstate-ippool/nmstate-ippool/internal/periods"
-	"github.com/nmstate-ippool/nmstate-ippool/internal/poolstatus"
-	"github.com/nmstate-ippool/nmstate-ippool/internal/poolwrite"
-	"github.com/nmstate-ippool/nmstate-ippool/internal/record"
+	"github.com/nmstate-ippool/nmstate-ippool/internal/allocation/enactmentrecord"
+	"github.com/nmstate-ippool/nmstate-ippool/internal/allocation/periods"
+	"github.com/nmstate-ippool/nmstate-ippool/internal/allocation/poolstatus"
+	"github.com/nmstate-ippool/nmstate-ippool/internal/allocation/poolwrite"
+	"github.com/nmstate-ippool/nmstate-ippool/internal/plumbing/backoff"
+	"github.com/nmstate-ippool/nmstate-ippool/internal/plumbing/batch"
+	"github.com/nmstate-ippool/nmstate-ippool/internal/plumbing/capi"
+	"github.com/nmstate-ippool/nmstate-ippool/internal/plumbing/eventnote"
 	"github.com/nmstate-ippool/nmstate-ippool/pkg/capture"
 	"github.com/nmstate-ippool/nmstate-ippool/pkg/ippool"
 )
@@ -250,8 +250,8 @@ func poolsOfEnactment(o client.Object) []string {
 	if pool := e.Status.WaitingForIPPool; pool != "" {
 		pools = append(pools, pool)
 	}
-	if record.Requesting(e) {
-		pools = append(pools, record.RequestedPools(e)...)
+	if enactmentrecord.Requesting(e) {
+		pools = append(pools, enactmentrecord.RequestedPools(e)...)
 	}
 	pools = append(pools, resetPool(e)...)
 	slices.Sort(pools)

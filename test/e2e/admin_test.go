@@ -22,7 +22,7 @@ import (
 	ippoolv1 "github.com/nmstate-ippool/nmstate-ippool/api/v1"
 	nncev1beta1 "github.com/nmstate-ippool/nmstate-ippool/api/v1beta1"
 	"github.com/nmstate-ippool/nmstate-ippool/deploy"
-	"github.com/nmstate-ippool/nmstate-ippool/internal/scheme"
+	"github.com/nmstate-ippool/nmstate-ippool/internal/plumbing/scheme"
 	"github.com/nmstate-ippool/nmstate-ippool/pkg/capture"
 	"github.com/nmstate-ippool/nmstate-ippool/test/envtest"
 )

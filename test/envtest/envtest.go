@@ -27,10 +27,10 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/webhook/admission"
 
 	"github.com/nmstate-ippool/nmstate-ippool/deploy"
-	"github.com/nmstate-ippool/nmstate-ippool/internal/enactmentwebhook"
-	"github.com/nmstate-ippool/nmstate-ippool/internal/poolwebhook"
-	projectscheme "github.com/nmstate-ippool/nmstate-ippool/internal/scheme"
-	"github.com/nmstate-ippool/nmstate-ippool/internal/statuswebhook"
+	"github.com/nmstate-ippool/nmstate-ippool/internal/admission/enactmentwebhook"
+	"github.com/nmstate-ippool/nmstate-ippool/internal/admission/poolwebhook"
+	"github.com/nmstate-ippool/nmstate-ippool/internal/admission/statuswebhook"
+	projectscheme "github.com/nmstate-ippool/nmstate-ippool/internal/plumbing/scheme"
 )
 
 // Env is a running control plane.

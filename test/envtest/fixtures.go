@@ -8,7 +8,7 @@ import (
 	eventsv1 "k8s.io/api/events/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
-	"github.com/nmstate-ippool/nmstate-ippool/internal/audit"
+	"github.com/nmstate-ippool/nmstate-ippool/internal/allocation/audit"
 )
 
 // OneAddressState is a policy's desired state that puts the address of the
@@ -76,7 +76,7 @@ func Events(ctx context.Context, c client.Reader, kind, name string) ([]string, 
 }
 
 // AuditEvents returns "Reason: note" of the audit trail's Events about an
-// object of kind (internal/audit), which Events leaves out.
+// object of kind (internal/allocation/audit), which Events leaves out.
 func AuditEvents(ctx context.Context, c client.Reader, kind, name string) ([]string, error) {
 	return eventsAbout(ctx, c, kind, name, true)
 }

@@ -11,7 +11,7 @@ import (
 	"k8s.io/client-go/tools/clientcmd"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
-	"github.com/nmstate-ippool/nmstate-ippool/internal/scheme"
+	"github.com/nmstate-ippool/nmstate-ippool/internal/plumbing/scheme"
 )
 
 // LocalClusterClient returns a client, with the project's scheme, of the

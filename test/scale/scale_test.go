@@ -31,8 +31,8 @@ import (
 	nncev1beta1 "github.com/nmstate-ippool/nmstate-ippool/api/v1beta1"
 	"github.com/nmstate-ippool/nmstate-ippool/controllers/handler"
 	"github.com/nmstate-ippool/nmstate-ippool/controllers/nodestate"
-	"github.com/nmstate-ippool/nmstate-ippool/internal/nodemeta"
-	"github.com/nmstate-ippool/nmstate-ippool/internal/probe"
+	"github.com/nmstate-ippool/nmstate-ippool/internal/plumbing/nodemeta"
+	"github.com/nmstate-ippool/nmstate-ippool/internal/rollout/probe"
 	"github.com/nmstate-ippool/nmstate-ippool/test/envtest"
 )
 

@@ -1,0 +1,440 @@
+// Package assign decides which address of a pool a capture gets. Every
+// writer that hands out addresses uses it, for every kind of holder (the
+// pool controller serving enactments and pooled policies' nodes, a
+// handler allocating itself, the claim controller), so they follow the
+// same order:
+//
+//  1. the address kept for the claimant's return: the same holder (its
+//     node re-added under the same name, its policy matching the node
+//     again) asking for the same capture gets back the address it held:
+//     from status.quarantined for as long as it is quarantined (its node
+//     may still carry it; its in-flight entry names the quarantine, so a
+//     return that is not recorded goes back to it), from
+//     status.keptForReturn (free, kept last for others) once its Node was
+//     deleted, until the quarantine period has passed since it was kept;
+//  2. a free address the pool reserves for the claimant's node
+//     (spec.reservations, by node name or label selector, optionally for
+//     one policy), in the order the reservations are listed;
+//  3. an address the claimant's node already carries on an interface the
+//     capture's template puts its address on (Claimant.Carried), the
+//     lowest first, when the range hands it out and no one else holds,
+//     reserves or carries it: the node keeps it (adoption, see
+//     Chooser.adopt), and its network does not change;
+//  4. the lowest free address that no reservation holds for another node
+//     and that is not kept for another node's return;
+//  5. when no such address is left, the address kept longest for another
+//     node's return: a pool never refuses a node for the sake of a node
+//     that may not come back.
+//
+// A Chooser works on the pool and allocator of one pool write: it keeps the
+// free reserved and kept addresses out of the allocator's reach while it
+// works, and Done gives them back before the allocator is written. It is not
+// safe for concurrent use.
+package assign
+
+import (
+	"errors"
+	"fmt"
+	"net/netip"
+	"slices"
+	"strings"
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
+
+	ippoolv1 "github.com/nmstate-ippool/nmstate-ippool/api/v1"
+	"github.com/nmstate-ippool/nmstate-ippool/internal/allocation/holder"
+	"github.com/nmstate-ippool/nmstate-ippool/internal/allocation/poolstatus"
+	"github.com/nmstate-ippool/nmstate-ippool/pkg/ippool"
+)
+
+// Claimant is the owner an address is chosen for.
+type Claimant struct {
+	// Holder is the holder that will record the address.
+	Holder holder.Ref
+	// Node and Policy are the node and the policy the address is applied
+	// for; empty for a claim.
+	Node, Policy string
+	// Labels returns the node's labels; it is called only when the pool
+	// has a reservation by label selector. Nil, or a nil result, matches no
+	// selector.
+	Labels func() map[string]string
+	// Carried returns the addresses the node carries, as its
+	// NodeNetworkState shows them, on the interfaces the capture's
+	// template puts its address on: the candidates for adoption. Nil
+	// means none.
+	Carried func(captureName string) []Carried
+	// CarriedElsewhere returns a node other than the claimant's that
+	// carries ip, or "". Nil means none is known to: only an address the
+	// pool holds for the claimant's node (found unrecorded on it) is then
+	// adopted, never a free one.
+	CarriedElsewhere func(ip netip.Addr) string
+	// Holds reports whether another record of the claimant's node holds ip
+	// (another policy's, or this one's being released): such a carried
+	// address is the node's already, neither adopted nor reported. Nil
+	// means none does.
+	Holds func(ip netip.Addr) bool
+}
+
+// ReturnedMessage is the note of the AddressReturned Event on an enactment
+// that pool gave back its addresses (see Taken.DescribeReturn), whoever
+// chose them: the pool controller or a self-allocating handler.
+func ReturnedMessage(pool string, returned []string) string {
+	return fmt.Sprintf("NodeIPPool %s returned %s: this enactment held it before its record was removed (its node left, or its policy stopped matching)",
+		pool, strings.Join(returned, ", "))
+}
+
+// DescribeReturn describes an address that came back to captureName,
+// for ReturnedMessage; "" if it did not.
+func (t Taken) DescribeReturn(captureName string) string {
+	switch {
+	case t.returned != nil:
+		return fmt.Sprintf("%s to capture %s (quarantined since %s)", t.IP, captureName, t.returned.Since.UTC().Format(time.RFC3339))
+	case t.kept != nil && !t.reclaimed:
+		return fmt.Sprintf("%s to capture %s (kept since %s)", t.IP, captureName, t.kept.Since.UTC().Format(time.RFC3339))
+	}
+	return ""
+}
+
+// ReclaimedMessage is the note of the AddressReclaimed Event on an
+// enactment that pool gave addresses kept for another node's return (see
+// Taken.DescribeReclaim).
+func ReclaimedMessage(pool string, reclaimed []string) string {
+	return fmt.Sprintf("NodeIPPool %s gave this enactment %s: no other address was free; the node it was kept for no longer gets it back",
+		pool, strings.Join(reclaimed, ", "))
+}
+
+// DescribeReclaim describes an address kept for another node's return that
+// was handed out all the same, for ReclaimedMessage; "" if it was not.
+func (t Taken) DescribeReclaim() string {
+	if !t.reclaimed {
+		return ""
+	}
+	return fmt.Sprintf("%s, kept since %s for the return of %s", t.IP, t.kept.Since.UTC().Format(time.RFC3339), t.kept.HolderName())
+}
+
+// Notes are what the recipient of a pool write's addresses is told with
+// Events: the addresses that came back to it, those it was given that
+// were kept for another node's return, those its node carried and kept
+// (adopted), and those its node carries that the pool could not give it.
+type Notes struct {
+	Returned, Reclaimed []string
+	// Adopted and NotAdopted are by address: "10.0.0.4 on eth1", and
+	// "10.0.0.9 on eth1 (it is excluded from the range ...)".
+	Adopted, NotAdopted []string
+}
+
+// Add notes t, handed out for captureName.
+func (n *Notes) Add(t Taken, captureName string) {
+	if what := t.DescribeReturn(captureName); what != "" {
+		n.Returned = append(n.Returned, what)
+	}
+	if what := t.DescribeReclaim(); what != "" {
+		n.Reclaimed = append(n.Reclaimed, what)
+	}
+	if t.adopted != nil {
+		n.Adopted = append(n.Adopted, t.adopted.String())
+	}
+	n.NotAdopted = append(n.NotAdopted, t.notAdopted...)
+}
+
+// Events returns the Events of n for addresses of pool.
+func (n Notes) Events(pool string) []Note {
+	var out []Note
+	if len(n.Returned) > 0 {
+		out = append(out, Note{ippoolv1.ReasonAddressReturned, ReturnedMessage(pool, n.Returned)})
+	}
+	if len(n.Reclaimed) > 0 {
+		out = append(out, Note{ippoolv1.ReasonAddressReclaimed, ReclaimedMessage(pool, n.Reclaimed)})
+	}
+	if len(n.Adopted) > 0 {
+		out = append(out, Note{ippoolv1.ReasonAddressAdopted, AdoptedMessage(pool, n.Adopted)})
+	}
+	if len(n.NotAdopted) > 0 {
+		out = append(out, Note{ippoolv1.ReasonAddressNotAdopted, NotAdoptedMessage(pool, n.NotAdopted)})
+	}
+	return out
+}
+
+// Note is one Event of Notes: a Normal Event's reason and note.
+type Note struct {
+	Reason, Message string
+}
+
+// Type returns the Event type of the note: Warning for an address the
+// node carries that the pool could not give it, Normal otherwise.
+func (n Note) Type() string {
+	if n.Reason == ippoolv1.ReasonAddressNotAdopted {
+		return "Warning"
+	}
+	return "Normal"
+}
+
+// Taken is one address a Chooser handed out.
+type Taken struct {
+	IP     netip.Addr
+	offset uint64
+	// returned is set when the address came back from quarantine, kept
+	// when it was kept for a return: the entry it came from, to restore on
+	// Give. reclaimed tells that kept was another node's.
+	returned  *ippoolv1.QuarantinedAddress
+	kept      *ippoolv1.KeptAddress
+	reclaimed bool
+	// reserved is set when the address was a free reservation.
+	reserved bool
+	// adopted is set when the claimant's node carried the address, and
+	// stray is then the entry that held it for that node (found carried
+	// and unrecorded), to restore on Give; nil when it was free.
+	adopted *Carried
+	stray   *ippoolv1.QuarantinedAddress
+	// notAdopted describes what the node carries that it could not keep.
+	notAdopted []string
+}
+
+// Reservation is a valid reservation of a pool, parsed.
+type Reservation struct {
+	IP     netip.Addr
+	Offset uint64
+	Node   string
+	// NodeSelector is the reservation's selector as written, Selector
+	// parsed.
+	NodeSelector *metav1.LabelSelector
+	Selector     labels.Selector
+	Policy       string
+}
+
+// Matches reports whether the reservation is for the claimant. labels is
+// evaluated only for a selector.
+func (r Reservation) Matches(node, policy string, nodeLabels func() map[string]string) bool {
+	if r.Policy != "" && r.Policy != policy {
+		return false
+	}
+	if r.Node != "" {
+		return r.Node == node
+	}
+	if nodeLabels == nil {
+		return false
+	}
+	l := nodeLabels()
+	return l != nil && r.Selector.Matches(labels.Set(l))
+}
+
+// Describe names whom the reservation is for, as messages write it.
+func (r Reservation) Describe() string {
+	who := "node " + r.Node
+	if r.Node == "" {
+		who = "the node matching " + metav1.FormatLabelSelector(r.NodeSelector)
+	}
+	if r.Policy != "" {
+		who += " (policy " + r.Policy + ")"
+	}
+	return who
+}
+
+// Invalid is a reservation that can never be handed out, and why.
+type Invalid struct {
+	IP  string
+	Why string
+}
+
+// Reservations parses the reservations of pool against its range. Those
+// that can never be handed out (not an address, outside the range,
+// excluded, the gateway, listed twice, a bad selector) are returned apart,
+// with a reason an admin can act on; admission refuses them when the
+// webhook runs, and the pool controller reports them otherwise.
+func Reservations(pool *ippoolv1.NodeIPPool, rng *ippool.Range) ([]Reservation, []Invalid) {
+	var (
+		valid   []Reservation
+		invalid []Invalid
+		seen    = map[netip.Addr]bool{}
+	)
+	for _, res := range pool.Spec.Reservations {
+		ip, err := ippool.ParseAddr(res.IP)
+		if err != nil {
+			invalid = append(invalid, Invalid{res.IP, err.Error()})
+			continue
+		}
+		off, err := rng.Assignable(ip)
+		switch {
+		case ip == rng.Gateway():
+			invalid = append(invalid, Invalid{res.IP, "it is the gateway, which is never handed out"})
+			continue
+		case errors.Is(err, ippool.ErrExcluded):
+			invalid = append(invalid, Invalid{res.IP, fmt.Sprintf("it is excluded from the range %s-%s (spec.range.exclude, or a network, broadcast or anycast address)", rng.Start(), rng.End())})
+			continue
+		case err != nil:
+			invalid = append(invalid, Invalid{res.IP, fmt.Sprintf("it is outside the range %s-%s", rng.Start(), rng.End())})
+			continue
+		case seen[ip]:
+			invalid = append(invalid, Invalid{res.IP, "it is reserved more than once"})
+			continue
+		}
+		seen[ip] = true
+		r := Reservation{IP: ip, Offset: off, Node: res.Node, Policy: res.Policy}
+		if res.Node == "" {
+			sel, err := metav1.LabelSelectorAsSelector(res.NodeSelector)
+			if err != nil || res.NodeSelector == nil {
+				invalid = append(invalid, Invalid{res.IP, fmt.Sprintf("its node selector is invalid: %v", err)})
+				continue
+			}
+			r.Selector, r.NodeSelector = sel, res.NodeSelector
+		}
+		valid = append(valid, r)
+	}
+	return valid, invalid
+}
+
+// Chooser hands out the addresses of one pool write.
+type Chooser struct {
+	pool         *ippoolv1.NodeIPPool
+	alloc        *ippool.Allocator
+	reservations []Reservation
+	// blocked are the free reserved offsets the chooser marked allocated
+	// so that AllocateNext passes them by.
+	blocked map[uint64]bool
+	// kept are the free offsets kept for a return that the chooser marked
+	// allocated, longest kept first; a handed-out one is removed.
+	kept []keptOffset
+	// adopted are the offsets handed out by adoption in this write, to the
+	// node: its second capture does not report them as held.
+	adopted map[uint64]string
+}
+
+// keptOffset is a free address kept for its holder's return.
+type keptOffset struct {
+	offset uint64
+	entry  ippoolv1.KeptAddress
+}
+
+// New returns a Chooser over pool (a fresh copy the caller writes) and its
+// allocator. Call Done before the allocator is written.
+func New(pool *ippoolv1.NodeIPPool, alloc *ippool.Allocator) *Chooser {
+	c := &Chooser{pool: pool, alloc: alloc, blocked: map[uint64]bool{}, adopted: map[uint64]string{}}
+	c.reservations, _ = Reservations(pool, alloc.Range())
+	for _, r := range c.reservations {
+		if !alloc.Has(r.Offset) && alloc.Allocate(r.Offset) == nil {
+			c.blocked[r.Offset] = true
+		}
+	}
+	kept := slices.Clone(pool.Status.KeptForReturn)
+	slices.SortStableFunc(kept, func(a, b ippoolv1.KeptAddress) int { return a.Since.Compare(b.Since.Time) })
+	for _, k := range kept {
+		ip, err := netip.ParseAddr(k.IP)
+		if err != nil {
+			continue
+		}
+		off, err := alloc.Range().Assignable(ip)
+		if err == nil && !alloc.Has(off) && alloc.Allocate(off) == nil {
+			c.kept = append(c.kept, keptOffset{offset: off, entry: k})
+		}
+	}
+	return c
+}
+
+// Range returns the range of the pool.
+func (c *Chooser) Range() *ippool.Range { return c.alloc.Range() }
+
+// Done gives the free reserved and kept addresses back to the allocator.
+// The Chooser must not be used after.
+func (c *Chooser) Done() {
+	for off := range c.blocked {
+		_ = c.alloc.Release(off)
+	}
+	for _, k := range c.kept {
+		_ = c.alloc.Release(k.offset)
+	}
+	c.blocked, c.kept = nil, nil
+}
+
+// Take chooses and allocates an address for the capture of the claimant.
+// It fails with an error wrapping ippool.ErrFull when no address is left
+// for it; nothing changes then.
+func (c *Chooser) Take(cl Claimant, captureName string) (Taken, error) {
+	rng := c.alloc.Range()
+	if q := c.returning(cl.Holder, captureName); q != nil {
+		// The in-flight entry names the quarantine (Taken.InFlight): a
+		// return that is not recorded goes back to it.
+		ip, _ := netip.ParseAddr(q.IP)
+		entry := *q
+		poolstatus.RemoveQuarantine(c.pool, q.IP)
+		off, _ := rng.Offset(ip)
+		return Taken{IP: ip, offset: off, returned: &entry}, nil
+	}
+	if i := slices.IndexFunc(c.kept, func(k keptOffset) bool {
+		return k.entry.HolderName() == cl.Holder.String() && k.entry.Capture == captureName
+	}); i >= 0 {
+		return c.takeKept(i, false), nil
+	}
+	for _, r := range c.reservations {
+		if c.blocked[r.Offset] && r.Matches(cl.Node, cl.Policy, cl.Labels) {
+			delete(c.blocked, r.Offset)
+			return Taken{IP: r.IP, offset: r.Offset, reserved: true}, nil
+		}
+	}
+	t, ok := c.adopt(cl, captureName)
+	if ok {
+		return t, nil
+	}
+	off, err := c.alloc.AllocateNext()
+	if errors.Is(err, ippool.ErrFull) && len(c.kept) > 0 {
+		k := c.takeKept(0, true)
+		k.notAdopted = t.notAdopted
+		return k, nil
+	}
+	if err != nil {
+		if len(c.blocked) > 0 {
+			return Taken{}, fmt.Errorf("%w (%d more are reserved for other nodes)", err, len(c.blocked))
+		}
+		return Taken{}, err
+	}
+	ip, _ := rng.IP(off)
+	return Taken{IP: ip, offset: off, notAdopted: t.notAdopted}, nil
+}
+
+// InFlight returns the in-flight entry of t, taken for enactment under
+// token: it names the quarantine a returned address came from, and the
+// kept entry a kept one came from.
+func (t Taken) InFlight(h holder.Ref, token string, since metav1.Time) ippoolv1.InFlightAddress {
+	return ippoolv1.InFlightAddress{IP: t.IP.String(), Holder: h.String(), Token: token, Since: since, Returning: t.returned, Kept: t.kept}
+}
+
+// Give undoes a Take whose address will not be written after all.
+func (c *Chooser) Give(t Taken) {
+	switch {
+	case t.returned != nil:
+		poolstatus.AddQuarantine(c.pool, *t.returned)
+	case t.kept != nil:
+		poolstatus.AddKept(c.pool, *t.kept)
+		k := keptOffset{offset: t.offset, entry: *t.kept}
+		i, _ := slices.BinarySearchFunc(c.kept, k, func(a, b keptOffset) int { return a.entry.Since.Compare(b.entry.Since.Time) })
+		c.kept = slices.Insert(c.kept, i, k)
+	case t.adopted != nil:
+		delete(c.adopted, t.offset)
+		if t.stray != nil {
+			poolstatus.AddQuarantine(c.pool, *t.stray)
+		} else {
+			_ = c.alloc.Release(t.offset)
+		}
+	case t.reserved:
+		c.blocked[t.offset] = true
+	default:
+		_ = c.alloc.Release(t.offset)
+	}
+}
+
+// returning returns the quarantine entry kept for the return of the
+// holder's capture, or nil. Only an address the allocator holds is
+// handed back.
+func (c *Chooser) returning(h holder.Ref, captureName string) *ippoolv1.QuarantinedAddress {
+	for i := range c.pool.Status.Quarantined {
+		q := &c.pool.Status.Quarantined[i]
+		if q.Capture == "" || q.Capture != captureName || holder.Parse(q.HolderName()) != h {
+			continue
+		}
+		if ip, err := netip.ParseAddr(q.IP); err == nil && c.alloc.HasIP(ip) && poolstatus.InFlightOf(c.pool, q.IP) == nil {
+			return q
+		}
+	}
+	return nil
+}

@@ -1,0 +1,258 @@
+package assign
+
+import (
+	"errors"
+	"fmt"
+	"net/netip"
+	"strings"
+	"testing"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	ippoolv1 "github.com/nmstate-ippool/nmstate-ippool/api/v1"
+	"github.com/nmstate-ippool/nmstate-ippool/internal/allocation/holder"
+	"github.com/nmstate-ippool/nmstate-ippool/internal/allocation/poolstatus"
+	"github.com/nmstate-ippool/nmstate-ippool/pkg/ippool"
+)
+
+func testPool(reservations ...ippoolv1.Reservation) (*ippoolv1.NodeIPPool, *ippool.Allocator) {
+	p := &ippoolv1.NodeIPPool{Spec: ippoolv1.NodeIPPoolSpec{
+		Range:        ippoolv1.IPRange{CIDR: "10.0.0.0/24", End: "10.0.0.6", Exclude: []string{"10.0.0.5"}},
+		Gateway:      "10.0.0.1",
+		Reservations: reservations,
+	}}
+	rng, err := poolstatus.Range(p)
+	if err != nil {
+		panic(err)
+	}
+	return p, ippool.NewAllocator(rng)
+}
+
+func claimant(node string, labels map[string]string) Claimant {
+	return Claimant{Holder: holder.ForEnactment(node + ".policy"), Node: node, Policy: "policy", Labels: func() map[string]string { return labels }}
+}
+
+func TestTakeOrder(t *testing.T) {
+	rack := &metav1.LabelSelector{MatchLabels: map[string]string{"rack": "a"}}
+	p, alloc := testPool(
+		ippoolv1.Reservation{IP: "10.0.0.2", Node: "pinned"},
+		ippoolv1.Reservation{IP: "10.0.0.3", NodeSelector: rack},
+		ippoolv1.Reservation{IP: "10.0.0.6", Node: "pinned", Policy: "other"},
+	)
+	// 10.0.0.4 was held by back.policy's capture addr and is kept for its
+	// return.
+	if err := alloc.AllocateIP(mustAddr("10.0.0.4")); err != nil {
+		t.Fatal(err)
+	}
+	poolstatus.AddQuarantine(p, ippoolv1.QuarantinedAddress{IP: "10.0.0.4", Node: "back", Holder: "back.policy", Capture: "addr"})
+
+	c := New(p, alloc)
+	take := func(cl Claimant, capture string) string {
+		tk, err := c.Take(cl, capture)
+		if err != nil {
+			return err.Error()
+		}
+		return tk.IP.String()
+	}
+	if got := take(claimant("other", nil), "addr"); !strings.Contains(got, "reserved for other nodes") {
+		t.Fatalf("a node without reservation in a pool whose free addresses are all reserved got %s", got)
+	}
+	if _, err := c.Take(claimant("back", nil), "other-capture"); !errors.Is(err, ippool.ErrFull) {
+		t.Fatalf("another capture of the returning enactment: %v, want ErrFull", err)
+	}
+	if got := take(claimant("back", nil), "addr"); got != "10.0.0.4" {
+		t.Fatalf("the returning capture got %s, want its old 10.0.0.4", got)
+	}
+	if len(p.Status.Quarantined) != 0 {
+		t.Fatalf("the returned address is still quarantined: %v", p.Status.Quarantined)
+	}
+	if got := take(claimant("racked", map[string]string{"rack": "a"}), "addr"); got != "10.0.0.3" {
+		t.Fatalf("the node selected by label got %s, want 10.0.0.3", got)
+	}
+	if got := take(claimant("pinned", nil), "addr"); got != "10.0.0.2" {
+		t.Fatalf("the pinned node got %s, want 10.0.0.2 (10.0.0.6 is for another policy)", got)
+	}
+	c.Done()
+	if alloc.HasIP(mustAddr("10.0.0.6")) {
+		t.Fatal("Done left a free reserved address allocated")
+	}
+	if got := fmt.Sprint(alloc.Count()); got != "3" {
+		t.Fatalf("allocated %s addresses, want 3", got)
+	}
+}
+
+func TestGiveUndoesTake(t *testing.T) {
+	p, alloc := testPool(ippoolv1.Reservation{IP: "10.0.0.6", Node: "pinned"})
+	if err := alloc.AllocateIP(mustAddr("10.0.0.4")); err != nil {
+		t.Fatal(err)
+	}
+	poolstatus.AddQuarantine(p, ippoolv1.QuarantinedAddress{IP: "10.0.0.4", Holder: "back.policy", Capture: "addr"})
+	before := alloc.Clone()
+	c := New(p, alloc)
+	for _, tc := range []struct {
+		cl      Claimant
+		capture string
+	}{{claimant("back", nil), "addr"}, {claimant("pinned", nil), "addr"}, {claimant("anyone", nil), "addr"}} {
+		tk, err := c.Take(tc.cl, tc.capture)
+		if err != nil {
+			t.Fatal(err)
+		}
+		c.Give(tk)
+	}
+	c.Done()
+	if !alloc.Equal(before) || len(p.Status.Quarantined) != 1 {
+		t.Fatalf("after Give and Done: %d allocated, quarantined %v; want what was there before", alloc.Count(), p.Status.Quarantined)
+	}
+}
+
+// TestKeptForReturn: an address kept for a deleted node's return is free,
+// but handed to others only when nothing else is, longest kept first, with
+// a note; its own enactment and capture get it back with a note; Give puts
+// a kept address back where it was.
+func TestKeptForReturn(t *testing.T) {
+	p, alloc := testPool()
+	since := func(s int) metav1.Time { return metav1.Unix(int64(1_700_000_000+s), 0) }
+	// 10.0.0.2 kept longer than 10.0.0.3; 10.0.0.5 is excluded, so only
+	// 10.0.0.4 and 10.0.0.6 are free for anyone.
+	poolstatus.AddKept(p, ippoolv1.KeptAddress{IP: "10.0.0.3", Node: "newer", Holder: "newer.policy", Capture: "addr", Since: since(20)})
+	poolstatus.AddKept(p, ippoolv1.KeptAddress{IP: "10.0.0.2", Node: "older", Holder: "older.policy", Capture: "addr", Since: since(10)})
+	before := alloc.Clone()
+	c := New(p, alloc)
+	var notes Notes
+	take := func(cl Claimant) string {
+		tk, err := c.Take(cl, "addr")
+		if err != nil {
+			return err.Error()
+		}
+		notes.Add(tk, "addr")
+		return tk.IP.String()
+	}
+	for _, want := range []string{"10.0.0.4", "10.0.0.6"} {
+		if got := take(claimant("fresh", nil)); got != want {
+			t.Fatalf("a new node got %s, want the free %s before any kept address", got, want)
+		}
+	}
+	if len(notes.Returned)+len(notes.Reclaimed) != 0 {
+		t.Fatalf("notes for fresh addresses: %+v", notes)
+	}
+	tk, err := c.Take(claimant("full", nil), "addr")
+	if err != nil || tk.IP.String() != "10.0.0.2" {
+		t.Fatalf("with nothing else free a node got %v, %v; want 10.0.0.2, kept longest", tk.IP, err)
+	}
+	c.Give(tk)
+	if poolstatus.KeptOf(p, "10.0.0.2") == nil {
+		t.Fatal("Give did not keep 10.0.0.2 again")
+	}
+	if got := take(claimant("full", nil)); got != "10.0.0.2" {
+		t.Fatalf("after Give a node got %s, want 10.0.0.2 again", got)
+	}
+	if got := take(claimant("newer", nil)); got != "10.0.0.3" {
+		t.Fatalf("the returning node got %s, want its kept 10.0.0.3", got)
+	}
+	if len(p.Status.KeptForReturn) != 0 {
+		t.Fatalf("handed-out addresses are still kept: %v", p.Status.KeptForReturn)
+	}
+	if _, err := c.Take(claimant("older", nil), "addr"); !errors.Is(err, ippool.ErrFull) {
+		t.Fatalf("the node whose kept address was reclaimed: %v, want ErrFull", err)
+	}
+	c.Done()
+	if alloc.Count() != before.Count()+4 {
+		t.Fatalf("allocated %d, want the 4 taken", alloc.Count())
+	}
+	ev := notes.Events("pool")
+	if len(ev) != 2 || ev[0].Reason != ippoolv1.ReasonAddressReturned || ev[1].Reason != ippoolv1.ReasonAddressReclaimed ||
+		!strings.Contains(ev[0].Message, "10.0.0.3 to capture addr (kept since") ||
+		!strings.Contains(ev[1].Message, "10.0.0.2, kept since 2023-11-14T22:13:30Z for the return of older.policy") {
+		t.Fatalf("events = %+v", ev)
+	}
+}
+
+// TestDoneReleasesKept: kept addresses nobody took stay free.
+func TestDoneReleasesKept(t *testing.T) {
+	p, alloc := testPool()
+	poolstatus.AddKept(p, ippoolv1.KeptAddress{IP: "10.0.0.2", Holder: "gone.policy", Capture: "addr"})
+	c := New(p, alloc)
+	if tk, err := c.Take(claimant("fresh", nil), "addr"); err != nil || tk.IP.String() != "10.0.0.3" {
+		t.Fatalf("got %v, %v; want 10.0.0.3", tk.IP, err)
+	}
+	c.Done()
+	if alloc.HasIP(mustAddr("10.0.0.2")) || poolstatus.KeptOf(p, "10.0.0.2") == nil {
+		t.Fatal("Done did not leave the untouched kept address free and kept")
+	}
+}
+
+func TestReservationsRefused(t *testing.T) {
+	p, alloc := testPool(
+		ippoolv1.Reservation{IP: "10.0.0.1", Node: "a"},
+		ippoolv1.Reservation{IP: "10.0.0.5", Node: "a"},
+		ippoolv1.Reservation{IP: "10.0.0.9", Node: "a"},
+		ippoolv1.Reservation{IP: "ten", Node: "a"},
+		ippoolv1.Reservation{IP: "10.0.0.2", Node: "a"},
+		ippoolv1.Reservation{IP: "10.0.0.2", Node: "b"},
+		ippoolv1.Reservation{IP: "10.0.0.3", NodeSelector: &metav1.LabelSelector{MatchLabels: map[string]string{"bad key!": "x"}}},
+	)
+	valid, invalid := Reservations(p, alloc.Range())
+	if len(valid) != 1 || valid[0].IP.String() != "10.0.0.2" || valid[0].Node != "a" {
+		t.Fatalf("valid = %+v", valid)
+	}
+	var got []string
+	for _, in := range invalid {
+		got = append(got, in.IP+": "+in.Why)
+	}
+	want := []string{
+		"10.0.0.1: it is the gateway",
+		"10.0.0.5: it is excluded from the range 10.0.0.1-10.0.0.6",
+		"10.0.0.9: it is outside the range 10.0.0.1-10.0.0.6",
+		`ten: "ten" is not an IP address`,
+		"10.0.0.2: it is reserved more than once",
+		"10.0.0.3: its node selector is invalid",
+	}
+	if len(got) != len(want) {
+		t.Fatalf("invalid = %q", got)
+	}
+	for i := range want {
+		if !strings.HasPrefix(got[i], want[i]) {
+			t.Errorf("invalid[%d] = %q, want prefix %q", i, got[i], want[i])
+		}
+	}
+}
+
+func mustAddr(s string) netip.Addr { return netip.MustParseAddr(s) }
+
+// TestKeptTakenThenUnrecorded: a kept address handed back whose record
+// then fails (the served record refused, the handler's write lost) is kept
+// again for its holder when its in-flight entry goes unrecorded, and free:
+// the holder's next ask gets it back with a note, not whatever address is
+// lowest.
+func TestKeptTakenThenUnrecorded(t *testing.T) {
+	p, alloc := testPool()
+	kept := ippoolv1.KeptAddress{IP: "10.0.0.3", Node: "back", Holder: "back.policy", Capture: "addr", Since: metav1.Unix(1_700_000_000, 0)}
+	poolstatus.AddKept(p, kept)
+	c := New(p, alloc)
+	tk, err := c.Take(claimant("back", nil), "addr")
+	if err != nil || tk.IP.String() != "10.0.0.3" {
+		t.Fatalf("the returning node got %v, %v; want its kept 10.0.0.3", tk.IP, err)
+	}
+	c.Done()
+	e := tk.InFlight(holder.ForEnactment("back.policy"), "42", metav1.Unix(1_700_000_100, 0))
+	if e.Kept == nil || *e.Kept != kept {
+		t.Fatalf("in-flight entry %+v does not name the kept entry %+v", e, kept)
+	}
+	poolstatus.AddInFlight(p, e)
+
+	if !poolstatus.Unrecorded(p, "10.0.0.3") {
+		t.Fatal("Unrecorded says the bit of a kept address may not be cleared")
+	}
+	_ = alloc.ReleaseIP(tk.IP)
+	if got := poolstatus.KeptOf(p, "10.0.0.3"); got == nil || *got != kept {
+		t.Fatalf("kept entry after Unrecorded = %+v, want %+v back", got, kept)
+	}
+	c = New(p, alloc)
+	var notes Notes
+	tk, err = c.Take(claimant("back", nil), "addr")
+	c.Done()
+	notes.Add(tk, "addr")
+	if err != nil || tk.IP.String() != "10.0.0.3" || len(notes.Returned) != 1 {
+		t.Fatalf("the next ask got %v, %v with notes %+v; want 10.0.0.3 returned", tk.IP, err, notes)
+	}
+}
