@@ -18,7 +18,7 @@ import (
 // is read too: its entry may be gone from the latest pool (its record
 // refused, its addresses withdrawn), and it is served again, adoption
 // included.
-func (r *Reconciler) carriedFor(ctx context.Context, pool *ippoolv1.NodeIPPool, requests []*request,
+func (r server) carriedFor(ctx context.Context, pool *ippoolv1.NodeIPPool, requests []*request,
 	records []holder.Record) (assign.Carrying, error) {
 	var nodes []string
 	for _, rq := range requests {

@@ -78,7 +78,7 @@ type holdWork struct {
 // most one every pruneAfter and quarantinePoll, however many enactment
 // events bring the pool back. The ages of in-flight entries are measured
 // on the controller's clock, from when this process first saw them.
-func (r *Reconciler) holdsDue(pool *ippoolv1.NodeIPPool, claims poolstatus.Claims, exists func(string) bool, m *poolMemory) (bool, time.Duration) {
+func (r maintainer) holdsDue(pool *ippoolv1.NodeIPPool, claims poolstatus.Claims, exists func(string) bool, m *poolMemory) (bool, time.Duration) {
 	now := r.Clock.Now()
 	var next time.Duration
 	wait := func(d time.Duration) {
@@ -87,7 +87,7 @@ func (r *Reconciler) holdsDue(pool *ippoolv1.NodeIPPool, claims poolstatus.Claim
 		}
 	}
 	due := false
-	ages := m.inFlight.see(inFlightKeys(pool), now)
+	ages := m.maintenance.inFlight.see(inFlightKeys(pool), now)
 	terminating := !pool.DeletionTimestamp.IsZero()
 	for _, e := range pool.Status.InFlight {
 		ip, err := netip.ParseAddr(e.IP)
@@ -126,7 +126,7 @@ func (r *Reconciler) holdsDue(pool *ippoolv1.NodeIPPool, claims poolstatus.Claim
 		if fresh {
 			poll = freshQuarantinePoll
 		}
-		if since := now.Sub(m.lastLiftCheck); m.stateChanged.Swap(false) || since >= poll {
+		if since := now.Sub(m.maintenance.lastLiftCheck); m.maintenance.stateChanged.Swap(false) || since >= poll {
 			due = true
 			wait(poll)
 		} else {
@@ -152,12 +152,12 @@ func inFlightKeys(pool *ippoolv1.NodeIPPool) []string {
 // holder: an entry is settled once its holder records it or is gone, or
 // after the grace period, at once in a pool being deleted), which
 // quarantines to lift, and which holders to ask for evidence.
-func (r *Reconciler) planHolds(ctx context.Context, pool *ippoolv1.NodeIPPool, claims poolstatus.Claims,
+func (r maintainer) planHolds(ctx context.Context, pool *ippoolv1.NodeIPPool, claims poolstatus.Claims,
 	exists func(string) bool, m *poolMemory) (holdWork, error) {
 	w := holdWork{revoke: map[string]string{}, forget: map[string]string{}, lift: map[string]lift{},
 		seen: map[string]metav1.Time{}, overdue: map[string]overdue{}, expire: map[string]metav1.Time{}}
 	now := r.Clock.Now()
-	ages := m.inFlight.see(inFlightKeys(pool), now)
+	ages := m.maintenance.inFlight.see(inFlightKeys(pool), now)
 	terminating := !pool.DeletionTimestamp.IsZero()
 	settler := lifecycle.Settler{Client: r.Client, Reader: r.APIReader, Recorder: r.Recorder, Clock: r.Clock, IPAMVersion: r.IPAMVersion}
 	for _, e := range pool.Status.InFlight {
@@ -191,7 +191,7 @@ func (r *Reconciler) planHolds(ctx context.Context, pool *ippoolv1.NodeIPPool, c
 
 // planQuarantines judges every quarantine of pool on what the API server
 // says of its holder (judgeQuarantine).
-func (r *Reconciler) planQuarantines(ctx context.Context, pool *ippoolv1.NodeIPPool, claims poolstatus.Claims, w *holdWork) error {
+func (r maintainer) planQuarantines(ctx context.Context, pool *ippoolv1.NodeIPPool, claims poolstatus.Claims, w *holdWork) error {
 	if len(pool.Status.Quarantined) == 0 {
 		return nil
 	}
@@ -243,7 +243,7 @@ func existing(hs holdings) func(string) bool {
 
 // listNodesFrom is how many quarantined addresses of a pool make a look
 // at them list the Nodes once instead of reading each.
-func (r *Reconciler) listNodesFrom() int {
+func (r maintainer) listNodesFrom() int {
 	if r.ListNodesFrom <= 0 {
 		return DefaultListNodesFrom
 	}
@@ -378,7 +378,7 @@ func (a *holdsApplier) free(s string) bool {
 }
 
 // reportHolds logs and tells of freed addresses.
-func (r *Reconciler) reportHolds(ctx context.Context, pool *ippoolv1.NodeIPPool, w holdWork, revoked, lifted []string) {
+func (r maintainer) reportHolds(ctx context.Context, pool *ippoolv1.NodeIPPool, w holdWork, revoked, lifted []string) {
 	log := ctrl.LoggerFrom(ctx)
 	if len(revoked) > 0 {
 		log.Info("revoked unrecorded addresses", "ips", revoked)

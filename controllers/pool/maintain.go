@@ -48,52 +48,10 @@ type maintenance struct {
 // due reports whether the pass has entries or bits to act on.
 func (mw *maintenance) due() bool { return mw.holdsDue || len(mw.gcDue) > 0 || mw.pinsDue }
 
-// maintain keeps a pool up to date: it serves waiting enactments, then,
-// in one status write, prunes recorded in-flight entries, revokes stale
-// ones, lifts quarantines on evidence, collects bits unclaimed for longer
-// than the grace period, and sets the Available, ReservationsHonored and
-// ReleasesConfirmed conditions; it asks holders for evidence, nudges the
-// enactments that should look again, and comes back when the next of
-// those falls due. A pool being deleted serves nothing, revokes what is in
-// flight, and loses its finalizer once no entry is left.
-func (r *Reconciler) maintain(ctx context.Context, pool *ippoolv1.NodeIPPool, alloc *ippool.Allocator, v view) (ctrl.Result, error) {
-	m := r.remember(pool)
-	now := r.Clock.Now()
-	gcDue, gcNext := dueOffsets(m.unclaimed.see(withoutEntries(pool, alloc, v.audit.Unclaimed), now), r.GracePeriod)
-	holdsDue, holdsNext := r.holdsDue(pool, v.claims, existing(v.holdings), m)
-	result := ctrl.Result{RequeueAfter: soonest(gcNext, holdsNext)}
-	terminating := !pool.DeletionTimestamp.IsZero()
-	if !terminating {
-		// Waiting nodes first: serving them is what a rollout waits for.
-		if err := r.serve(ctx, pool, v); err != nil {
-			return ctrl.Result{}, err
-		}
-	}
-	mw, err := r.planMaintenance(ctx, pool, v, gcDue, holdsDue, m)
-	if err == nil {
-		err = r.writeMaintenance(ctx, pool, mw)
-	}
-	if err != nil {
-		if (len(gcDue) > 0 || holdsDue) && failed(ctx, err) {
-			r.Metrics.collectionFailed(pool.Name)
-		}
-		return ctrl.Result{}, err
-	}
-	r.askForStates(ctx, mw.holds.ask)
-	if terminating {
-		if err := r.release(ctx, pool); err != nil {
-			return ctrl.Result{}, err
-		}
-		return result, nil
-	}
-	r.nudge(ctx, pool, v)
-	return result, nil
-}
-
 // planMaintenance reads what a maintenance write needs: the enactments
 // from the API server, then the holders' states, when entries or bits are
 // due; the labels reservations may need.
-func (r *Reconciler) planMaintenance(ctx context.Context, pool *ippoolv1.NodeIPPool, v view, gcDue []uint64, holdsDue bool,
+func (r maintainer) planMaintenance(ctx context.Context, pool *ippoolv1.NodeIPPool, v view, gcDue []uint64, holdsDue bool,
 	m *poolMemory) (*maintenance, error) {
 	mw := &maintenance{holdsDue: holdsDue, gcDue: gcDue, holdings: v.holdings}
 	if mw.due() {
@@ -113,7 +71,7 @@ func (r *Reconciler) planMaintenance(ctx context.Context, pool *ippoolv1.NodeIPP
 		if mw.holds, err = r.planHolds(ctx, pool, claims, existing(mw.holdings), m); err != nil {
 			return nil, err
 		}
-		m.lastLiftCheck = r.Clock.Now()
+		m.maintenance.lastLiftCheck = r.Clock.Now()
 	}
 	if len(gcDue) > 0 {
 		if mw.carried, err = r.carriedAddresses(ctx); err != nil {
@@ -127,7 +85,7 @@ func (r *Reconciler) planMaintenance(ctx context.Context, pool *ippoolv1.NodeIPP
 // writeMaintenance carries out a maintenance pass in one status write, and
 // tells what it freed. When nothing is due and the cached copy shows that
 // no condition would change, it writes (and reads) nothing.
-func (r *Reconciler) writeMaintenance(ctx context.Context, pool *ippoolv1.NodeIPPool, mw *maintenance) error {
+func (r maintainer) writeMaintenance(ctx context.Context, pool *ippoolv1.NodeIPPool, mw *maintenance) error {
 	var (
 		revoked, lifted []string
 		got             collected
@@ -205,7 +163,7 @@ func noteCollected(notes audit.Notes, rng *ippool.Range, mw *maintenance, grace 
 
 // conditionsChange reports whether the conditions a maintenance write
 // would set differ from the cached pool's.
-func (r *Reconciler) conditionsChange(pool *ippoolv1.NodeIPPool, mw *maintenance) bool {
+func (r maintainer) conditionsChange(pool *ippoolv1.NodeIPPool, mw *maintenance) bool {
 	p := pool.DeepCopy()
 	alloc, err := poolstatus.Allocator(p)
 	if err != nil {
@@ -220,7 +178,7 @@ func (r *Reconciler) conditionsChange(pool *ippoolv1.NodeIPPool, mw *maintenance
 // on p: Available; ReservationsHonored when the pool has or had
 // reservations; ReleasesConfirmed when the quarantines were looked at or
 // there are none.
-func (r *Reconciler) maintainedConditions(p *ippoolv1.NodeIPPool, alloc *ippool.Allocator, mw *maintenance,
+func (r maintainer) maintainedConditions(p *ippoolv1.NodeIPPool, alloc *ippool.Allocator, mw *maintenance,
 	claims poolstatus.Claims) conditionSet {
 	conds := conditionSet{ippoolv1.ConditionAvailable: availabilityOf(p, alloc, viewOf(p.Name, alloc, mw.holdings))}
 	if len(p.Spec.Reservations) > 0 || meta.FindStatusCondition(p.Status.Conditions, ippoolv1.ConditionReservationsHonored) != nil {
@@ -253,7 +211,7 @@ func stillOverdue(p *ippoolv1.NodeIPPool, late map[string]overdue) map[string]ov
 // hold a reserved address of a reservation by label selector: what
 // reservationsOf asks of them. It is read before the write, so that the
 // write's mutation reads nothing.
-func (r *Reconciler) reservedForLabels(ctx context.Context, pool *ippoolv1.NodeIPPool, rng *ippool.Range,
+func (r maintainer) reservedForLabels(ctx context.Context, pool *ippoolv1.NodeIPPool, rng *ippool.Range,
 	claims poolstatus.Claims) map[string]map[string]string {
 	valid, _ := assign.Reservations(pool, rng)
 	out := map[string]map[string]string{}
@@ -287,7 +245,7 @@ func labelsFrom(labels map[string]map[string]string) func(string) map[string]str
 // enactment) does not hold the pool: no record will ever release it, so it
 // is never taken off, and a pool created again over its range finds it on
 // the same NodeNetworkState at its rebuild and holds it again.
-func (r *Reconciler) release(ctx context.Context, pool *ippoolv1.NodeIPPool) error {
+func (r maintainer) release(ctx context.Context, pool *ippoolv1.NodeIPPool) error {
 	if len(pool.Status.InFlight) > 0 || slices.ContainsFunc(pool.Status.Quarantined, released) {
 		return nil
 	}
@@ -304,7 +262,7 @@ func (r *Reconciler) release(ctx context.Context, pool *ippoolv1.NodeIPPool) err
 func released(q ippoolv1.QuarantinedAddress) bool { return q.HolderName() != "" }
 
 // reportCollected logs and tells of collected bits.
-func (r *Reconciler) reportCollected(ctx context.Context, pool *ippoolv1.NodeIPPool, got collected) {
+func (r maintainer) reportCollected(ctx context.Context, pool *ippoolv1.NodeIPPool, got collected) {
 	if len(got.quarantined) > 0 {
 		ctrl.LoggerFrom(ctx).Info("quarantined unclaimed addresses a node carries", "ips", got.quarantined)
 		r.Recorder.Eventf(pool, nil, corev1.EventTypeWarning, ippoolv1.ReasonAddressQuarantined, "Collect",
@@ -314,7 +272,7 @@ func (r *Reconciler) reportCollected(ctx context.Context, pool *ippoolv1.NodeIPP
 	if len(got.freed) == 0 {
 		return
 	}
-	r.remember(pool).unclaimed.forget(got.freed...)
+	r.remember(pool).maintenance.unclaimed.forget(got.freed...)
 	ips := offsetsToIPs(pool, got.freed)
 	ctrl.LoggerFrom(ctx).Info("collected unclaimed addresses", "ips", ips, "gracePeriod", r.GracePeriod.String())
 	r.Recorder.Eventf(pool, nil, corev1.EventTypeNormal, ippoolv1.ReasonGarbageCollected, "Collect",

@@ -108,19 +108,19 @@ func failingSince(e *nncev1beta1.NodeNetworkConfigurationEnactment) metav1.Time 
 // that their handlers, which watch only their own enactments, look again;
 // the handler removes it when it does. A failed nudge is logged: handlers
 // also look again on their own, later.
-func (r *Reconciler) nudge(ctx context.Context, pool *ippoolv1.NodeIPPool, v view) {
+func (r server) nudge(ctx context.Context, pool *ippoolv1.NodeIPPool, v view) {
 	m := r.remember(pool)
-	if m.nudged == nil {
-		m.nudged = map[string]string{}
+	if m.serving.nudged == nil {
+		m.serving.nudged = map[string]string{}
 	}
-	for _, n := range toNudge(pool, v, m.nudged) {
+	for _, n := range toNudge(pool, v, m.serving.nudged) {
 		patch := client.RawPatch(client.Merge.Type(),
 			fmt.Appendf(nil, `{"metadata":{"annotations":{%q:%q}}}`, ippoolv1.NudgeAnnotation, n.key))
 		if err := r.Client.Patch(ctx, n.enactment.DeepCopy(), patch); err != nil && !apierrors.IsNotFound(err) {
 			ctrl.LoggerFrom(ctx).Error(err, "could not nudge an enactment", "enactment", n.enactment.Name)
 			continue
 		}
-		m.nudged[n.enactment.Name] = n.key
+		m.serving.nudged[n.enactment.Name] = n.key
 		ctrl.LoggerFrom(ctx).V(1).Info("nudged an enactment", "enactment", n.enactment.Name, "why", n.key)
 	}
 }

@@ -187,7 +187,7 @@ func stateRequested(nns *nncev1beta1.NodeNetworkState) time.Time {
 // its former holder. claims come from enactments listed from the API
 // server before any state is read here, so a state read here is read after
 // any record claims lists as gone.
-func (r *Reconciler) holders(ctx context.Context, pool *ippoolv1.NodeIPPool, claims poolstatus.Claims) (map[string]holderView, error) {
+func (r maintainer) holders(ctx context.Context, pool *ippoolv1.NodeIPPool, claims poolstatus.Claims) (map[string]holderView, error) {
 	out := make(map[string]holderView, len(pool.Status.Quarantined))
 	nodes := &nodemeta.Lookup{Reader: r.APIReader, List: len(pool.Status.Quarantined) >= r.listNodesFrom()}
 	states := map[string]*nncev1beta1.NodeNetworkState{}
@@ -222,7 +222,7 @@ func (r *Reconciler) holders(ctx context.Context, pool *ippoolv1.NodeIPPool, cla
 
 // nodeState reads a node's NodeNetworkState from the API server; nil when
 // it has none.
-func (r *Reconciler) nodeState(ctx context.Context, node string) (*nncev1beta1.NodeNetworkState, error) {
+func (r maintainer) nodeState(ctx context.Context, node string) (*nncev1beta1.NodeNetworkState, error) {
 	var nns nncev1beta1.NodeNetworkState
 	switch err := r.APIReader.Get(ctx, types.NamespacedName{Name: node}, &nns); {
 	case apierrors.IsNotFound(err):
@@ -236,7 +236,7 @@ func (r *Reconciler) nodeState(ctx context.Context, node string) (*nncev1beta1.N
 // askForStates asks each node to publish its network state again
 // (RefreshStateLabel): its handler takes released addresses off first. A
 // node whose NodeNetworkState is gone publishes one on its own.
-func (r *Reconciler) askForStates(ctx context.Context, nodes []string) {
+func (r maintainer) askForStates(ctx context.Context, nodes []string) {
 	for _, node := range nodes {
 		nns := &nncev1beta1.NodeNetworkState{}
 		nns.Name = node

@@ -89,19 +89,50 @@ type Reconciler struct {
 	memory map[string]*poolMemory
 }
 
+// The controller's work on a pool falls into three concerns, each a type of
+// its own over the Reconciler's clients and settings:
+//   - rebuilder (rebuild.go) rebuilds a pool's status from the records of
+//     its holders: a new pool, a controller start, a reset, a broken index;
+//   - server (serve.go, adopt.go, nudge.go) serves the holders that wait for
+//     an address, and nudges those that should look again;
+//   - maintainer (maintain.go, holds.go, quarantine.go) keeps what is held:
+//     garbage collection, in-flight entries, quarantines and kept
+//     addresses, reservations, the conditions of a maintenance pass, and
+//     the release of a pool being deleted.
+//
+// The Reconciler decides which runs (reconcile, pass) and keeps what they
+// share: the holders' records, the status writes, each pool's memory.
+type (
+	rebuilder  struct{ *Reconciler }
+	server     struct{ *Reconciler }
+	maintainer struct{ *Reconciler }
+)
+
 // poolMemory is what the controller remembers of one pool between
 // reconciles. The workqueue hands a pool to one reconcile at a time, so a
 // poolMemory is never used concurrently.
 type poolMemory struct {
-	uid types.UID
+	uid         types.UID
+	rebuild     rebuildMemory
+	maintenance maintenanceMemory
+	serving     servingMemory
+}
+
+// rebuildMemory is what the rebuilder remembers of a pool.
+type rebuildMemory struct {
 	// rebuilt is set once a rebuild by this process has finished, and
 	// cleared when another starts.
 	rebuilt bool
 	// refused is set while this process refuses the pool (overlapping or
 	// invalid); the pool is rebuilt once it is no longer refused.
 	refused bool
+}
+
+// maintenanceMemory is what the maintainer remembers of a pool: its
+// clocks, on this process's clock.
+type maintenanceMemory struct {
 	// unclaimed and inFlight time the set bits nobody claims and the
-	// in-flight entries, on this process's clock.
+	// in-flight entries.
 	unclaimed sightings[uint64]
 	inFlight  sightings[string]
 	// lastLiftCheck is when quarantines were last looked at, and
@@ -109,6 +140,10 @@ type poolMemory struct {
 	// new state since: the quarantines are looked at again at once.
 	lastLiftCheck time.Time
 	stateChanged  atomic.Bool
+}
+
+// servingMemory is what the server remembers of a pool.
+type servingMemory struct {
 	// nudged holds, by enactment, why it was last nudged (see toNudge).
 	nudged map[string]string
 }
@@ -210,13 +245,14 @@ func (r *Reconciler) reconcile(ctx context.Context, pool *ippoolv1.NodeIPPool) (
 	unreadable := alloc.Restore(pool.Status.AllocatedOffsets)
 	v := viewOf(pool.Name, alloc, hs)
 	r.Metrics.waitingEnactments(pool.Name, v.waitingNames)
-	rs, err := r.resetsOf(ctx, pool, hs.enactments)
+	rb := rebuilder{r}
+	rs, err := rb.resetsOf(ctx, pool, hs.enactments)
 	if err != nil {
 		return ctrl.Result{}, err
 	}
-	why, err := r.rebuildReason(ctx, pool, v, rs, unreadable)
+	why, err := rb.rebuildReason(ctx, pool, v, rs, unreadable)
 	if err == nil && why != "" {
-		err = r.rebuild(ctx, pool, rs, why)
+		err = rb.rebuild(ctx, pool, rs, why)
 	}
 	if err != nil || why != "" {
 		if failed(ctx, err) {
@@ -224,7 +260,50 @@ func (r *Reconciler) reconcile(ctx context.Context, pool *ippoolv1.NodeIPPool) (
 		}
 		return ctrl.Result{}, err
 	}
-	return r.maintain(ctx, pool, alloc, v)
+	return r.pass(ctx, pool, alloc, v)
+}
+
+// pass keeps a pool up to date: it serves waiting holders (server), then,
+// in one status write, prunes recorded in-flight entries, revokes stale
+// ones, lifts quarantines on evidence, collects bits unclaimed for longer
+// than the grace period, and sets the Available, ReservationsHonored and
+// ReleasesConfirmed conditions; it asks holders for evidence, nudges the
+// enactments that should look again, and comes back when the next of
+// those falls due. A pool being deleted serves nothing, revokes what is in
+// flight, and loses its finalizer once no entry is left.
+func (r *Reconciler) pass(ctx context.Context, pool *ippoolv1.NodeIPPool, alloc *ippool.Allocator, v view) (ctrl.Result, error) {
+	m := r.remember(pool)
+	mt, sv := maintainer{r}, server{r}
+	now := r.Clock.Now()
+	gcDue, gcNext := dueOffsets(m.maintenance.unclaimed.see(withoutEntries(pool, alloc, v.audit.Unclaimed), now), r.GracePeriod)
+	holdsDue, holdsNext := mt.holdsDue(pool, v.claims, existing(v.holdings), m)
+	result := ctrl.Result{RequeueAfter: soonest(gcNext, holdsNext)}
+	terminating := !pool.DeletionTimestamp.IsZero()
+	if !terminating {
+		// Waiting nodes first: serving them is what a rollout waits for.
+		if err := sv.serve(ctx, pool, v); err != nil {
+			return ctrl.Result{}, err
+		}
+	}
+	mw, err := mt.planMaintenance(ctx, pool, v, gcDue, holdsDue, m)
+	if err == nil {
+		err = mt.writeMaintenance(ctx, pool, mw)
+	}
+	if err != nil {
+		if (len(gcDue) > 0 || holdsDue) && failed(ctx, err) {
+			r.Metrics.collectionFailed(pool.Name)
+		}
+		return ctrl.Result{}, err
+	}
+	mt.askForStates(ctx, mw.holds.ask)
+	if terminating {
+		if err := mt.release(ctx, pool); err != nil {
+			return ctrl.Result{}, err
+		}
+		return result, nil
+	}
+	sv.nudge(ctx, pool, v)
+	return result, nil
 }
 
 // failed reports whether err is a failure the metrics count: not a
@@ -238,14 +317,14 @@ func failed(ctx context.Context, err error) bool {
 // refuse marks the pool unavailable for a; it is rebuilt once it is no
 // longer refused.
 func (r *Reconciler) refuse(ctx context.Context, pool *ippoolv1.NodeIPPool, a availability) error {
-	r.remember(pool).refused = true
+	r.remember(pool).rebuild.refused = true
 	r.Metrics.waitingEnactments(pool.Name, nil) // they wait on a pool that serves nobody: its condition says so
 	return r.setAvailable(ctx, pool, a)
 }
 
 // finish looks after a pool being deleted: it hands out nothing, revokes
 // what is in flight, lifts quarantines on evidence, and lets the pool go
-// once no entry is left (see maintain). A pool whose range or bitmap
+// once no entry is left (see pass). A pool whose range or bitmap
 // cannot be read could hand nothing out: it goes at once.
 func (r *Reconciler) finish(ctx context.Context, pool *ippoolv1.NodeIPPool) (ctrl.Result, error) {
 	r.Metrics.waitingEnactments(pool.Name, nil) // nothing waits on a pool being deleted: it serves nobody
@@ -257,7 +336,7 @@ func (r *Reconciler) finish(ctx context.Context, pool *ippoolv1.NodeIPPool) (ctr
 	if err != nil {
 		return ctrl.Result{}, err
 	}
-	return r.maintain(ctx, pool, alloc, viewOf(pool.Name, alloc, hs))
+	return r.pass(ctx, pool, alloc, viewOf(pool.Name, alloc, hs))
 }
 
 // soonest returns the shorter positive duration, or 0 if neither is.

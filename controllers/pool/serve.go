@@ -56,7 +56,7 @@ type request struct {
 // address the range hands out for every capture of the pool, asks
 // nothing. A recorded address the range no longer hands out is replaced:
 // the record then leaves it releasing (enactmentrecord.Add).
-func (r *Reconciler) busyRequests(ctx context.Context, pool *ippoolv1.NodeIPPool, enactments []nncev1beta1.NodeNetworkConfigurationEnactment) []*request {
+func (r server) busyRequests(ctx context.Context, pool *ippoolv1.NodeIPPool, enactments []nncev1beta1.NodeNetworkConfigurationEnactment) []*request {
 	rng, err := poolstatus.Range(pool)
 	if err != nil {
 		return nil
@@ -126,7 +126,7 @@ func (p *policyCaptures) unrenderable(pool *ippoolv1.NodeIPPool, rng *ippool.Ran
 
 // policyCaptures reads a policy from the cache and parses its captures;
 // nil if it is gone or its captures do not parse.
-func (r *Reconciler) policyCaptures(ctx context.Context, name string) *policyCaptures {
+func (r server) policyCaptures(ctx context.Context, name string) *policyCaptures {
 	var p nmstatev1.NodeNetworkConfigurationPolicy
 	if r.Client.Get(ctx, types.NamespacedName{Name: name}, &p) != nil {
 		return nil
@@ -192,7 +192,7 @@ func claimant(e *nncev1beta1.NodeNetworkConfigurationEnactment, labels map[strin
 // requestersLabels reads, from the cache, the labels of the requests'
 // nodes when the pool reserves addresses by label selector: the chooser
 // needs them, and the pool write's mutation reads nothing.
-func (r *Reconciler) requestersLabels(ctx context.Context, pool *ippoolv1.NodeIPPool, requests []*request) map[string]map[string]string {
+func (r server) requestersLabels(ctx context.Context, pool *ippoolv1.NodeIPPool, requests []*request) map[string]map[string]string {
 	if !slices.ContainsFunc(pool.Spec.Reservations, func(res ippoolv1.Reservation) bool { return res.NodeSelector != nil }) {
 		return nil
 	}
@@ -218,7 +218,7 @@ func (r *Reconciler) requestersLabels(ctx context.Context, pool *ippoolv1.NodeIP
 // enactment changed withdraws its addresses. A pool that cannot serve them
 // all serves the oldest (and those with a reservation or a return); the
 // others wait and try again.
-func (r *Reconciler) serve(ctx context.Context, pool *ippoolv1.NodeIPPool, v view) error {
+func (r server) serve(ctx context.Context, pool *ippoolv1.NodeIPPool, v view) error {
 	requests := r.busyRequests(ctx, pool, v.holdings.enactments)
 	if len(requests) == 0 {
 		return nil
@@ -277,7 +277,7 @@ func (r *Reconciler) serve(ctx context.Context, pool *ippoolv1.NodeIPPool, v vie
 // fence among the possible changes), so the record certainly does not
 // exist; the addresses are withdrawn, and the enactment, if it still asks,
 // is served again with a new token.
-func (r *Reconciler) recordServed(ctx context.Context, pool *ippoolv1.NodeIPPool, rq *request, meta shared.NodeNetworkConfigurationEnactmentMetaInfo) error {
+func (r server) recordServed(ctx context.Context, pool *ippoolv1.NodeIPPool, rq *request, meta shared.NodeNetworkConfigurationEnactmentMetaInfo) error {
 	ips := make([]string, len(rq.addresses))
 	for i, a := range rq.addresses {
 		ips[i] = a.IP.String()

@@ -110,7 +110,7 @@ func (r *Reconciler) poolsAwaitingState(ctx context.Context, o client.Object) []
 	for i := range pools.Items {
 		p := &pools.Items[i]
 		if slices.ContainsFunc(p.Status.Quarantined, func(q ippoolv1.QuarantinedAddress) bool { return q.Node == o.GetName() }) {
-			r.remember(p).stateChanged.Store(true)
+			r.remember(p).maintenance.stateChanged.Store(true)
 			reqs = append(reqs, reconcile.Request{NamespacedName: types.NamespacedName{Name: p.Name}})
 		}
 	}
