@@ -142,7 +142,7 @@ func TestGrowInPlace(t *testing.T) {
 	Expect(changeRange(wc, "grow", func(r *ippoolv1.IPRange) { r.Start = "10.61.0.2" })).To(Succeed())
 	Expect(w.Take()).To(ContainSubstring("the start moves, so every offset moves and the pool controller rebuilds the pool"))
 	Eventually(events("NodeIPPool", "grow")).Should(ContainElement(
-		"RangeChanged: The range changed from 10.61.0.10-10.61.0.20 to 10.61.0.2-10.61.0.20: rebuilt from the enactments, 4 addresses allocated at their offsets in the new range"))
+		"RangeChanged: The range changed from 10.61.0.10-10.61.0.20 to 10.61.0.2-10.61.0.20: rebuilt from the holders' records, 4 addresses allocated at their offsets in the new range"))
 	Eventually(available("grow")).Should(HavePrefix("True ReconciledPool"))
 	Eventually(func() []string { return bits("grow") }).Should(ConsistOf("10.61.0.10", "10.61.0.11", "10.61.0.12", "10.61.0.13"))
 	assertIndexed("grow")

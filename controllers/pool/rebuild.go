@@ -47,7 +47,7 @@ func (rs resets) empty() bool { return len(rs.annotated) == 0 }
 // show an annotation this controller has just removed, and acting on it
 // again would drop the addresses the handlers have just allocated anew),
 // then expanded to the enactments whose records are dropped.
-func (r *Reconciler) resetsOf(ctx context.Context, pool *ippoolv1.NodeIPPool, enactments []nncev1beta1.NodeNetworkConfigurationEnactment) (resets, error) {
+func (r rebuilder) resetsOf(ctx context.Context, pool *ippoolv1.NodeIPPool, enactments []nncev1beta1.NodeNetworkConfigurationEnactment) (resets, error) {
 	var candidates []client.Object
 	if _, ok := pool.Annotations[ippoolv1.ResetIPPoolAnnotation]; ok {
 		candidates = append(candidates, pool)
@@ -89,7 +89,7 @@ func generated(p client.Object) bool {
 
 // confirmReset re-reads an annotated object from the API server and returns
 // it if it still asks for a reset of pool, or nil.
-func (r *Reconciler) confirmReset(ctx context.Context, o client.Object, pool string) (client.Object, error) {
+func (r rebuilder) confirmReset(ctx context.Context, o client.Object, pool string) (client.Object, error) {
 	fresh := o.DeepCopyObject().(client.Object)
 	if err := r.APIReader.Get(ctx, client.ObjectKeyFromObject(o), fresh); err != nil {
 		return nil, client.IgnoreNotFound(err)
@@ -104,7 +104,7 @@ func (r *Reconciler) confirmReset(ctx context.Context, o client.Object, pool str
 
 // expand lists the enactments whose records the resets drop: those
 // annotated and those of annotated policies.
-func (r *Reconciler) expand(ctx context.Context, rs *resets) error {
+func (r rebuilder) expand(ctx context.Context, rs *resets) error {
 	for _, o := range rs.annotated {
 		switch o.(type) {
 		case *nncev1beta1.NodeNetworkConfigurationEnactment:
@@ -129,15 +129,15 @@ func (r *Reconciler) expand(ctx context.Context, rs *resets) error {
 // cached condition, which may lag behind its own writes. Addresses recorded
 // but missing from the bitmap are confirmed on the API server first: the
 // cache may still show a record that is gone.
-func (r *Reconciler) rebuildReason(ctx context.Context, pool *ippoolv1.NodeIPPool, v view, rs resets, unreadable error) (string, error) {
+func (r rebuilder) rebuildReason(ctx context.Context, pool *ippoolv1.NodeIPPool, v view, rs resets, unreadable error) (string, error) {
 	m := r.remember(pool)
 	c := conditionOf(pool)
 	switch {
 	case !rs.empty():
 		return fmt.Sprintf("the %s annotation on %s", ippoolv1.ResetIPPoolAnnotation, describe(rs.annotated)), nil
-	case m.refused:
+	case m.rebuild.refused:
 		return "the pool is no longer refused", nil
-	case m.rebuilt:
+	case m.rebuild.rebuilt:
 		// Rebuilt by this process: only the index itself can call for more.
 	case c == nil:
 		return "the pool is new", nil
@@ -190,7 +190,7 @@ func describeRange(pool *ippoolv1.NodeIPPool) string {
 // confirmUnvouched re-reads the pool from the API server and tells whether
 // its status really does not match its stamp (the cache may lag behind a
 // rebuild that vouched for it already).
-func (r *Reconciler) confirmUnvouched(ctx context.Context, pool *ippoolv1.NodeIPPool) (string, error) {
+func (r rebuilder) confirmUnvouched(ctx context.Context, pool *ippoolv1.NodeIPPool) (string, error) {
 	var fresh ippoolv1.NodeIPPool
 	if err := r.APIReader.Get(ctx, types.NamespacedName{Name: pool.Name}, &fresh); err != nil {
 		return "", client.IgnoreNotFound(err)
@@ -204,7 +204,7 @@ func (r *Reconciler) confirmUnvouched(ctx context.Context, pool *ippoolv1.NodeIP
 // confirmMissing re-reads the pool and the enactments from the API server
 // and, if recorded addresses really are missing from the bitmap, says so
 // with an Event: someone cleared bits that are in use.
-func (r *Reconciler) confirmMissing(ctx context.Context, pool *ippoolv1.NodeIPPool) (string, error) {
+func (r rebuilder) confirmMissing(ctx context.Context, pool *ippoolv1.NodeIPPool) (string, error) {
 	var fresh ippoolv1.NodeIPPool
 	if err := r.APIReader.Get(ctx, types.NamespacedName{Name: pool.Name}, &fresh); err != nil {
 		return "", client.IgnoreNotFound(err)
@@ -229,11 +229,11 @@ func (r *Reconciler) confirmMissing(ctx context.Context, pool *ippoolv1.NodeIPPo
 // rebuild stops allocation, applies the resets, sets every claimed bit,
 // reports collisions and addresses outside the range, and opens the pool
 // again. A failure leaves the pool UnsyncronizedIPPool and is retried.
-func (r *Reconciler) rebuild(ctx context.Context, pool *ippoolv1.NodeIPPool, rs resets, why string) error {
+func (r rebuilder) rebuild(ctx context.Context, pool *ippoolv1.NodeIPPool, rs resets, why string) error {
 	log := ctrl.LoggerFrom(ctx)
 	log.Info("rebuilding pool", "reason", why)
 	m := r.remember(pool)
-	m.rebuilt = false
+	m.rebuild.rebuilt = false
 	if err := r.setAvailable(ctx, pool, reconciling); err != nil {
 		return err
 	}
@@ -247,7 +247,7 @@ func (r *Reconciler) rebuild(ctx context.Context, pool *ippoolv1.NodeIPPool, rs 
 	if err := r.clearResetAnnotations(ctx, rs.annotated); err != nil {
 		return err
 	}
-	m.rebuilt, m.refused = true, false
+	m.rebuild.rebuilt, m.rebuild.refused = true, false
 	r.Metrics.rebuilt(pool.Name)
 	return nil
 }
@@ -259,7 +259,7 @@ func (r *Reconciler) rebuild(ctx context.Context, pool *ippoolv1.NodeIPPool, rs 
 // records and entries hold): an address is written to the pool before its
 // holder records it, so an unclaimed bit may be an allocation in flight;
 // garbage collection deals with the rest.
-func (r *Reconciler) rebuildFromEnactments(ctx context.Context, pool *ippoolv1.NodeIPPool, rs resets) error {
+func (r rebuilder) rebuildFromEnactments(ctx context.Context, pool *ippoolv1.NodeIPPool, rs resets) error {
 	if err := r.dropRecords(ctx, pool, rs.enactments); err != nil {
 		return err
 	}
@@ -318,15 +318,15 @@ func (r *Reconciler) rebuildFromEnactments(ctx context.Context, pool *ippoolv1.N
 // it was done for (moved, see rangeChange), the unreadable bitmap it
 // discarded, the
 // stray addresses it quarantined, the status it did not trust.
-func (r *Reconciler) reportRebuild(pool *ippoolv1.NodeIPPool, moved string, unreadable error, strays []string, distrusted bool) {
+func (r rebuilder) reportRebuild(pool *ippoolv1.NodeIPPool, moved string, unreadable error, strays []string, distrusted bool) {
 	switch {
 	case moved != "":
 		r.Recorder.Eventf(pool, nil, corev1.EventTypeNormal, ippoolv1.ReasonRangeChanged, "Rebuild",
-			"%s: rebuilt from the enactments, %d addresses allocated at their offsets in the new range",
+			"%s: rebuilt from the holders' records, %d addresses allocated at their offsets in the new range",
 			strings.ToUpper(moved[:1])+moved[1:], pool.Status.Allocated)
 	case unreadable != nil:
 		r.Recorder.Eventf(pool, nil, corev1.EventTypeWarning, ippoolv1.ReasonUnsyncronizedIPPool, "Rebuild",
-			"Discarded an unreadable status.allocatedOffsets (%v); rebuilt from the enactments", unreadable)
+			"Discarded an unreadable status.allocatedOffsets (%v); rebuilt from the holders' records", unreadable)
 	}
 	if len(strays) > 0 {
 		r.Recorder.Eventf(pool, nil, corev1.EventTypeWarning, ippoolv1.ReasonAddressQuarantined, "Rebuild",
@@ -335,7 +335,7 @@ func (r *Reconciler) reportRebuild(pool *ippoolv1.NodeIPPool, moved string, unre
 	}
 	if distrusted {
 		r.Recorder.Eventf(pool, nil, corev1.EventTypeWarning, ippoolv1.ReasonUnvouchedStatus, "Rebuild",
-			"Rebuilt from the enactments: status.allocatedOffsets, inFlight or quarantined had been changed by someone other than "+
+			"Rebuilt from the holders' records: status.allocatedOffsets, inFlight or quarantined had been changed by someone other than "+
 				"the pool controller and the handlers (its stamp did not match), so only recorded, in-flight and quarantined addresses were kept")
 	}
 }
@@ -424,7 +424,7 @@ func pinnable(p *ippoolv1.NodeIPPool, rng *ippool.Range, pinned []netip.Addr) []
 
 // dropRecords drops pool's addresses from the reset enactments, with an
 // Event on each.
-func (r *Reconciler) dropRecords(ctx context.Context, pool *ippoolv1.NodeIPPool, enactments []string) error {
+func (r rebuilder) dropRecords(ctx context.Context, pool *ippoolv1.NodeIPPool, enactments []string) error {
 	for _, name := range enactments {
 		dropped, err := retire.Drop(ctx, r.Pools, name, pool.Name)
 		if err != nil {
@@ -445,7 +445,7 @@ func (r *Reconciler) dropRecords(ctx context.Context, pool *ippoolv1.NodeIPPool,
 
 // clearResetAnnotations removes the reset annotation from every object
 // that asked for this work, unless its value changed meanwhile.
-func (r *Reconciler) clearResetAnnotations(ctx context.Context, annotated []client.Object) error {
+func (r rebuilder) clearResetAnnotations(ctx context.Context, annotated []client.Object) error {
 	for _, o := range annotated {
 		if err := annotations.RemoveAnnotation(ctx, r.Client, o, ippoolv1.ResetIPPoolAnnotation); err != nil {
 			return err

@@ -64,13 +64,13 @@ func TestEmptiedBitmapWaitsForRebuild(t *testing.T) {
 	setBits("emptied") // emptied by hand, as seed 002 says to
 	addNode(t, t.TempDir(), "emptied03", "emptied")
 	Eventually(enactmentState("emptied03.emptied")).Should(ContainSubstring(
-		`Pending: NodeIPPool "emptied": new addresses wait until the pool controller has rebuilt the pool from the enactments`))
+		`Pending: NodeIPPool "emptied": new addresses wait until the pool controller has rebuilt the pool from its holders' records`))
 	Consistently(func() []string { return held("emptied03.emptied", "emptied") }, 2*time.Second).Should(BeEmpty())
 
 	startController(t, nil)
 	Eventually(enactmentState("emptied03.emptied")).Should(HavePrefix("Available"))
 	Expect(held("emptied03.emptied", "emptied")).NotTo(ContainElement(held01[0]))
-	Eventually(events("NodeIPPool", "emptied")).Should(ContainElement(HavePrefix("UnvouchedStatus: Rebuilt from the enactments")))
+	Eventually(events("NodeIPPool", "emptied")).Should(ContainElement(HavePrefix("UnvouchedStatus: Rebuilt from the holders' records")))
 	assertIndexed("emptied")
 }
 
@@ -301,7 +301,7 @@ func TestInvalidIPPool(t *testing.T) {
 }
 
 // TestUnreadableBitmap: a status.allocatedOffsets that cannot be decoded is
-// discarded, with an Event, and the pool rebuilt from the enactments.
+// discarded, with an Event, and the pool rebuilt from the holders' records.
 func TestUnreadableBitmap(t *testing.T) {
 	RegisterTestingT(t)
 	startController(t, nil)
