@@ -25,7 +25,7 @@ import (
 // real API server, upgrades it, and uninstalls it:
 //   - a cluster coming from kubernetes-nmstate has its NNCP CRD already,
 //     which Helm refuses to take over until the admin labels it as the
-//     README says; then the install succeeds and the CRD keeps its
+//     docs/install.md says; then the install succeeds and the CRD keeps its
 //     objects;
 //   - an upgrade changes what the values change;
 //   - an uninstall removes the install but keeps the CRDs, and so every
@@ -59,7 +59,7 @@ func TestHelmInstallAndUpgrade(t *testing.T) {
 		t.Fatalf("helm took kubernetes-nmstate's CRD over without being asked, or failed otherwise: %v", err)
 	}
 	t.Logf("first install: %v", err)
-	// The README's adoption: label and annotate the CRDs the operator
+	// The adoption of docs/install.md: label and annotate the CRDs the operator
 	// installed, then install.
 	if err := c.Get(ctx, client.ObjectKeyFromObject(nncp), nncp); err != nil {
 		t.Fatal(err)
@@ -115,7 +115,7 @@ func TestHelmInstallAndUpgrade(t *testing.T) {
 }
 
 // TestHelmInstallCompanionMode installs the chart in companion mode, as
-// the README tells an admin who runs kubernetes-nmstate: beside its
+// docs/install.md tells an admin who runs kubernetes-nmstate: beside its
 // operator's CRDs and a policy, which the release neither needs to adopt
 // nor touches. It runs the pool controller in companion mode and no
 // handler, installs companion mode's admission policies, and leaves

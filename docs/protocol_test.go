@@ -1,5 +1,6 @@
-// Package docs holds the project's design pages; its tests keep
-// protocol.md and security.md honest.
+// Package docs holds the project's pages. Its tests keep protocol.md and
+// security.md honest, every link of the README and the pages resolvable,
+// and the package table of architecture.md complete.
 package docs
 
 import (

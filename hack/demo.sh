@@ -130,7 +130,7 @@ wait_until "$freed free again after $n2 left" 90 bash -c \
 run kubectl nodeippool decode traffic-1 "$freed"
 expect_nodes 3
 
-say "Resetting the pool: it is rebuilt from the enactments and every address is kept"
+say "Resetting the pool: it is rebuilt from the holders' records and every address is kept"
 before=$(addresses | sort)
 run kubectl annotate nodeippool traffic-1 nmstate.io/reset-ippool=
 wait_until "the reset annotation removed" 60 bash -c \

@@ -98,7 +98,8 @@ const (
 	ReasonReconciledPool = "ReconciledPool"
 	// ReasonExhaustedIPPool (False): a request could not be served because
 	// every address is taken; grow the range in place (start, end,
-	// exclude), or free addresses.
+	// exclude), free addresses, or, when the range fills its CIDR, create a
+	// pool over a larger CIDR.
 	ReasonExhaustedIPPool = "ExhaustedIPPool"
 	// ReasonReconcileFailed is kubernetes-nmstate's reason of the Warning
 	// Event on a policy whose enactment gave up (its retries spent) or
@@ -186,7 +187,7 @@ const (
 	ReasonInvalidReset = "InvalidReset"
 	// ReasonUnvouchedStatus (pool): the status does not match its stamp (a
 	// hand edit, or a status from another pool); handlers stopped
-	// allocating and the pool was rebuilt from the enactments.
+	// allocating and the pool was rebuilt from the holders' records.
 	ReasonUnvouchedStatus = "UnvouchedStatus"
 	// ReasonAllocationRevoked (pool, enactment): an address taken for an
 	// enactment was not recorded within the grace period; the controller
@@ -207,7 +208,7 @@ const (
 	// handler's --unserved-warning; the controller may not run.
 	ReasonNotServed = "NotServed"
 	// ReasonRangeChanged (pool): the range's start, end or exclude changed
-	// in place; the pool was rebuilt from the enactments, its addresses at
+	// in place; the pool was rebuilt from the holders' records, its addresses at
 	// their new offsets.
 	ReasonRangeChanged = "RangeChanged"
 	// ReasonAddressReturned (enactment): an address quarantined or kept

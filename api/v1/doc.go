@@ -7,7 +7,8 @@
 // import it without pulling in controller-runtime.
 //
 // Admission validation lives in the CRD (CEL rules generated from the
-// kubebuilder markers below); the same rules are implemented in Go by
+// kubebuilder markers below, and by hack/range-order for the rules that
+// order start and end); the same rules are implemented in Go by
 // pkg/ippool.NewRange, which controllers use as the last word.
 //
 // +kubebuilder:object:generate=true

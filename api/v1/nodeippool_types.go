@@ -199,7 +199,7 @@ type IPRange struct {
 }
 
 // NodeIPPoolStatus is the pool's index of allocated addresses. It can always
-// be rebuilt from the enactments, which are the durable record.
+// be rebuilt from the holders' records, which are the durable record.
 type NodeIPPoolStatus struct {
 	// AllocatedOffsets is the set of allocated offsets (offset = ip - start)
 	// as a compressed, versioned snapshot in base64 ('kubectl nodeippool
@@ -230,8 +230,10 @@ type NodeIPPoolStatus struct {
 
 	// InFlight lists addresses taken from the pool (by the pool controller,
 	// or a handler with --self-allocate) that their holder has not recorded
-	// yet. One left unrecorded past --gc-grace-period is revoked, its holder
-	// fenced first; a rebuild keeps it.
+	// yet. One left unrecorded past --gc-grace-period is settled: an
+	// enactment's or a pooled policy's is revoked, its holder fenced first;
+	// a claim's is kept while the claim may still create its IPAddress,
+	// then dropped, its bit left to garbage collection. A rebuild keeps it.
 	// +optional
 	// +listType=map
 	// +listMapKey=ip
@@ -269,7 +271,7 @@ type NodeIPPoolStatus struct {
 	// rebuild and by every writer that verified the previous stamp. Handlers
 	// allocate only from a status whose stamp matches; any other change (a
 	// hand edit, a status restored from another pool) makes the pool
-	// controller rebuild the pool from the enactments first.
+	// controller rebuild the pool from its holders' records first.
 	// +optional
 	Stamp string `json:"stamp,omitempty"`
 

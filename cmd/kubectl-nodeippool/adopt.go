@@ -28,7 +28,9 @@ import (
 const (
 	// verdictKeeps: the node keeps the address it carries (adopted).
 	verdictKeeps = "keeps"
-	// verdictHolds: the node's enactment already records an address.
+	// verdictHolds: the node's record (its enactment, or the pooled
+	// policy's status) already holds an address, or one is kept for its
+	// return.
 	verdictHolds = "holds"
 	// verdictRenumbered: the node gets a new address; what it carries on
 	// the interface (if anything) is replaced.

@@ -158,7 +158,7 @@ func TestClusterCommands(t *testing.T) {
 			"(enactment node02.static-ip, policy static-ip, capture addr)"}},
 		{"decode an excluded address", []string{"decode", "good", "10.10.11.5"}, 0, []string{"10.10.11.5 is offset 1, excluded"}},
 		{"decode a free address", []string{"decode", "good", "10.10.11.8"}, 0, []string{"10.10.11.8 is offset 4, free"}},
-		{"check a good pool", []string{"check", "good"}, 0, []string{"ok        good", "all 1 pools agree with their enactments"}},
+		{"check a good pool", []string{"check", "good"}, 0, []string{"ok        good", "all 1 pools agree with their holders' records"}},
 		{"check everything", []string{"check"}, 1, []string{
 			"MISMATCH  bad: 10.20.0.3 (offset 2) is recorded by node03.bad-c but not set in the bitmap",
 			"MISMATCH  bad: 10.20.0.9 (offset 8) is set in the bitmap but recorded by no holder",
@@ -167,7 +167,7 @@ func TestClusterCommands(t *testing.T) {
 			"MISMATCH  deleted-pool: NodeIPPool deleted-pool does not exist, but node05.gone records 10.30.0.1",
 			"MISMATCH  held: 10.40.0.7 (offset 6) is recorded by node06.other but not set in the bitmap",
 			"MISMATCH  hand: the status does not match its stamp (written by hand?): handlers allocate nothing until the pool controller has rebuilt it",
-			"ok        good", "5 of 6 pools disagree with their enactments"}},
+			"ok        good", "5 of 6 pools disagree with their holders' records"}},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			code, out, errOut := plugin(kubeconfig, tt.args...)

@@ -53,7 +53,7 @@ input) and shows, for each pool, which nodes would keep, move or lose their
 address, at which offsets, and whether kubectl apply may change the pool in
 place; for each policy, which address every node it selects would have:
 the one it already carries on the interface (adopted), the one its
-enactment records, or a new one, or none if the pool is full, and why; history lists the Events of the audit trail about an address (who
+record holds (its enactment, or the pooled policy's status) or an address kept for its return, or a new one, or none if the pool is full, and why; history lists the Events of the audit trail about an address (who
 took, recorded, released or regained it, and why), oldest first, while
 the API server keeps them (docs/audit.md: the log keeps the rest). They
 take --kubeconfig and --context like kubectl; none changes anything.

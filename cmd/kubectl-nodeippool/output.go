@@ -178,10 +178,10 @@ func (p printer) checks(checks []poolCheck) error {
 		}
 	}
 	if bad > 0 {
-		_, err := fmt.Fprintf(p.w, "%d of %d pools disagree with their enactments\n", bad, len(checks))
+		_, err := fmt.Fprintf(p.w, "%d of %d pools disagree with their holders' records\n", bad, len(checks))
 		return err
 	}
-	_, err := fmt.Fprintf(p.w, "all %d pools agree with their enactments\n", len(checks))
+	_, err := fmt.Fprintf(p.w, "all %d pools agree with their holders' records\n", len(checks))
 	return err
 }
 

@@ -36,7 +36,8 @@ type poolPlan struct {
 // use: who keeps, moves or loses an address, and whether the change can be
 // made in place; for each policy, which address every node it selects
 // would have: the one it carries on the interface (adopted), the one its
-// enactment records, or a new one, and why. It changes nothing.
+// record holds (its enactment, or the pooled policy's status) or one kept
+// for its return, or a new one, and why. It changes nothing.
 func runPlan(args []string, stdout, stderr io.Writer) error {
 	fs := flag.NewFlagSet("plan", flag.ContinueOnError)
 	flags := bindClusterFlags(fs, stderr)

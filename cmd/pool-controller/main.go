@@ -79,11 +79,12 @@ func main() {
 	flag.StringVar(&o.leaseNamespace, "leader-election-namespace", "", "namespace of the leader election lease (default: the pod's namespace)")
 	flag.DurationVar(&o.gracePeriod, "gc-grace-period", periods.DefaultGrace,
 		"how long a set bit that no record, in-flight entry or quarantine holds may stay before garbage collection frees it (or quarantines it, "+
-			"if a node's network carries it), and how long a taken address may stay unrecorded before its holder is fenced and the address freed")
+			"if a node's network carries it), and how long a taken address may stay unrecorded before it is settled (an enactment's or pooled policy's entry revoked, its holder "+
+			"fenced first; a claim's kept while its IPAddress may still come, then dropped and its bit left to garbage collection)")
 	flag.DurationVar(&o.quarantinePeriod, "quarantine-period", periods.DefaultQuarantine,
 		"how long an address taken from its holder (release, reset, node removal) may stay quarantined before the pool reports it overdue "+
 			"(ReleasesConfirmed=False, a Warning Event); no timer frees it: it stays quarantined, handed to nobody, until the holder's "+
-			"NodeNetworkState shows it gone or its Node is deleted. It also sets how long a departed node's address is kept for its return, "+
+			"NodeNetworkState shows it gone, or its Node is gone and the departure hold has passed. It also sets how long a departed node's address is kept for its return, "+
 			"and caps --departure-hold")
 	flag.DurationVar(&o.departureHold, "departure-hold", periods.DefaultDepartureHold,
 		"how long the quarantined addresses of a deleted Node wait, counted from their release, before they are freed and kept for its return: "+
@@ -105,13 +106,21 @@ func main() {
 		"and leaves them to the admin (the OLM bundle, deploy/olm/admission)")
 	zapOpts.BindFlags(flag.CommandLine)
 	flag.Parse()
-	flag.Visit(func(f *flag.Flag) { o.departureHoldSet = o.departureHoldSet || f.Name == "departure-hold" })
+	o.departureHoldSet = given(flag.CommandLine, "departure-hold")
 	ctrl.SetLogger(zap.New(zap.UseFlagOptions(&zapOpts)))
 
 	if err := run(o); err != nil {
 		ctrl.Log.Error(err, "pool controller stopped")
 		os.Exit(1)
 	}
+}
+
+// given reports whether the command line set the flag name, even to its
+// default.
+func given(fs *flag.FlagSet, name string) bool {
+	set := false
+	fs.Visit(func(f *flag.Flag) { set = set || f.Name == name })
+	return set
 }
 
 // check refuses flags that do not go together.

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"flag"
 	"strings"
 	"testing"
 	"time"
@@ -36,6 +37,22 @@ func TestOptionsCheck(t *testing.T) {
 	} {
 		if err := o.check(); err == nil || !strings.Contains(err.Error(), want) {
 			t.Errorf("%+v: %v, want an error saying %s", o, err, want)
+		}
+	}
+}
+
+// TestGiven: a hold given on the command line counts as set, even at its
+// default value, so that the check above sees it; one left out does not.
+func TestGiven(t *testing.T) {
+	for args, want := range map[string]bool{"": false, "--departure-hold=30s": true, "--gc-grace-period=1m": false} {
+		fs := flag.NewFlagSet("pool-controller", flag.ContinueOnError)
+		fs.Duration("departure-hold", periods.DefaultDepartureHold, "")
+		fs.Duration("gc-grace-period", periods.DefaultGrace, "")
+		if err := fs.Parse(strings.Fields(args)); err != nil {
+			t.Fatal(err)
+		}
+		if got := given(fs, "departure-hold"); got != want {
+			t.Errorf("%q: given = %t, want %t", args, got, want)
 		}
 	}
 }

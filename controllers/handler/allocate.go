@@ -384,7 +384,7 @@ func (r *Reconciler) poolOutcome(name string, refs []capture.Ref, err error) (*o
 		o = failing(ippoolv1.ReasonIPPoolInvalid, fmt.Sprintf("NodeIPPool %q cannot hand out addresses: %v", name, err))
 	case errors.Is(err, poolwrite.ErrUnreadable), errors.Is(err, poolwrite.ErrUnvouched):
 		o = pending(ippoolv1.ReasonIPPoolNotAvailable,
-			fmt.Sprintf("NodeIPPool %q: new addresses wait until the pool controller has rebuilt the pool from the enactments: %v", name, err),
+			fmt.Sprintf("NodeIPPool %q: new addresses wait until the pool controller has rebuilt the pool from its holders' records: %v", name, err),
 			r.PendingRequeue)
 	default:
 		return nil, fmt.Errorf("allocate from NodeIPPool %q: %w", name, err)

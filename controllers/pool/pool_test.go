@@ -91,7 +91,8 @@ func TestScaleDown(t *testing.T) {
 	Eventually(enactmentState("down03.down")).Should(ContainSubstring(`NodeIPPool "down" is exhausted`))
 	Eventually(available("down")).Should(Equal("False ExhaustedIPPool: The IP pool has been depleted: 2 of 2 addresses are allocated and " +
 		"down03 (policy down) could not get one; grow spec.range in place within its CIDR (an earlier start, a later end, fewer excludes: " +
-		"every holder keeps its address), or free addresses"))
+		"every holder keeps its address), or free addresses; if the range already fills its CIDR, create a pool over a larger CIDR " +
+		"and point the policies at it"))
 	Eventually(events("NodeIPPool", "down")).Should(ContainElement(HavePrefix("ExhaustedIPPool: The IP pool has been depleted")))
 	Eventually(metric(registry, "nmstate_ippool_allocated_addresses", "down")).Should(Equal(2.0))
 	Expect(metric(registry, "nmstate_ippool_free_addresses", "down")()).To(Equal(0.0))
@@ -285,7 +286,7 @@ func TestIndexRepaired(t *testing.T) {
 	setBits("repair")
 	Eventually(func() []string { return bits("repair") }).Should(Equal([]string{"10.10.0.1", "10.10.0.2"}))
 	Eventually(events("NodeIPPool", "repair")).Should(ContainElement(
-		"UnvouchedStatus: Rebuilt from the enactments: status.allocatedOffsets, inFlight or quarantined had been changed by someone other than " +
+		"UnvouchedStatus: Rebuilt from the holders' records: status.allocatedOffsets, inFlight or quarantined had been changed by someone other than " +
 			"the pool controller and the handlers (its stamp did not match), so only recorded, in-flight and quarantined addresses were kept"))
 	Eventually(available("repair")).Should(HavePrefix("True ReconciledPool"))
 }

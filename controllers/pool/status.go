@@ -88,7 +88,8 @@ func availabilityOf(pool *ippoolv1.NodeIPPool, alloc *ippool.Allocator, v view) 
 	case len(v.waiting) > 0:
 		return refused(ippoolv1.ReasonExhaustedIPPool, fmt.Sprintf(
 			"The IP pool has been depleted: %d of %d addresses are allocated and %s could not get one; "+
-				"grow spec.range in place within its CIDR (an earlier start, a later end, fewer excludes: every holder keeps its address), or free addresses",
+				"grow spec.range in place within its CIDR (an earlier start, a later end, fewer excludes: every holder keeps its address), or free addresses; "+
+				"if the range already fills its CIDR, create a pool over a larger CIDR and point the policies at it",
 			alloc.Count(), alloc.Range().Size(), listNames(v.waiting, 5)))
 	default:
 		return reconciledPool

@@ -57,7 +57,8 @@ func TestAvailabilityOf(t *testing.T) {
 			failingOn("n4.pol", "other"),
 		}, refused(ippoolv1.ReasonExhaustedIPPool, "The IP pool has been depleted: 2 of 2 addresses are allocated and n3 (policy pol) "+
 			"could not get one; grow spec.range in place within its CIDR (an earlier start, a later end, fewer excludes: "+
-			"every holder keeps its address), or free addresses")},
+			"every holder keeps its address), or free addresses; if the range already fills its CIDR, create a pool over a larger CIDR "+
+			"and point the policies at it")},
 		{"collision wins over exhaustion", []nncev1beta1.NodeNetworkConfigurationEnactment{
 			holding("n1.pol", ippoolv1.EnactmentIPPools{"p": {Allocated: []string{"10.0.0.1"}}}),
 			holding("n2.pol", ippoolv1.EnactmentIPPools{"p": {Allocated: []string{"10.0.0.1"}}}),

@@ -59,6 +59,9 @@ func beforeAt(p int) string {
 		prefix(p), prefix(p+1), prefix(p+1), prefix(p))
 }
 
+// swap is the message of both rules.
+const swap = "'start ' + self.start + ' is after end ' + self.end + ': swap them'"
+
 // startBeforeEnd is the rule of one address family of the given width.
 func startBeforeEnd(family, bits int) apiextensionsv1.ValidationRule {
 	terms := []string{fmt.Sprintf(guard, family)}
@@ -67,7 +70,7 @@ func startBeforeEnd(family, bits int) apiextensionsv1.ValidationRule {
 	}
 	return apiextensionsv1.ValidationRule{
 		Rule:              strings.Join(terms, " || "),
-		MessageExpression: "'start ' + self.start + ' is after end ' + self.end + ': swap them'",
+		MessageExpression: swap,
 	}
 }
 
@@ -89,15 +92,27 @@ func run(path string) error {
 			return fmt.Errorf("version %s: %w", v.Name, err)
 		}
 	}
-	out, err := yaml.Marshal(&crd)
+	// Through a map, to leave out the empty status that controller-gen
+	// does not write either.
+	typed, err := yaml.Marshal(&crd)
 	if err != nil {
 		return err
 	}
-	return os.WriteFile(path, out, 0o644)
+	var doc map[string]any
+	if err := yaml.Unmarshal(typed, &doc); err != nil {
+		return err
+	}
+	delete(doc, "status")
+	out, err := yaml.Marshal(doc)
+	if err != nil {
+		return err
+	}
+	return os.WriteFile(path, append([]byte("---\n"), out...), 0o644)
 }
 
-// addRules adds the rules to spec.range, once: a rule already there (the
-// command run twice) is replaced, not repeated.
+// addRules adds the rules to spec.range, once: a rule of this command
+// already there (it ran before, maybe in an older version) is replaced,
+// not repeated. Its rules are known by their message.
 func addRules(schema *apiextensionsv1.CustomResourceValidation) error {
 	if schema == nil || schema.OpenAPIV3Schema == nil {
 		return errors.New("no schema")
@@ -110,12 +125,10 @@ func addRules(schema *apiextensionsv1.CustomResourceValidation) error {
 	if !ok {
 		return errors.New("no spec.range in the schema")
 	}
-	for _, r := range []apiextensionsv1.ValidationRule{startBeforeEnd(4, 32), startBeforeEnd(6, 128)} {
-		rng.XValidations = slices.DeleteFunc(rng.XValidations, func(old apiextensionsv1.ValidationRule) bool {
-			return old.Rule == r.Rule
-		})
-		rng.XValidations = append(rng.XValidations, r)
-	}
+	rng.XValidations = slices.DeleteFunc(rng.XValidations, func(old apiextensionsv1.ValidationRule) bool {
+		return old.MessageExpression == swap
+	})
+	rng.XValidations = append(rng.XValidations, startBeforeEnd(4, 32), startBeforeEnd(6, 128))
 	spec.Properties["range"] = rng
 	schema.OpenAPIV3Schema.Properties["spec"] = spec
 	return nil

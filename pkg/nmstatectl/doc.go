@@ -6,8 +6,10 @@
 //	nmstatectl commit
 //	nmstatectl rollback
 //
-// Apply creates a checkpoint, commits it when the apply succeeded and rolls
-// it back otherwise, so a failed apply leaves the node as it was. The binary
+// Apply applies a state without committing it, under a checkpoint that
+// nmstate rolls back by itself after the timeout; the caller commits it
+// once its probes pass, or rolls it back, so a failed apply leaves the
+// node as it was. The binary
 // is configurable: production uses the real nmstatectl, tests and local
 // clusters the project's simulator (cmd/nmstatectl-sim) with the same command
 // line.

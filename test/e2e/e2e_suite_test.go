@@ -97,7 +97,7 @@ const logTail = 40
 // agreement (Unique, Indexed, no leaks), and the spec's objects are gone.
 var _ = AfterEach(func() {
 	By("checking pools against enactments with kubectl nodeippool check")
-	Eventually(func() (string, error) { return plugin("check") }).Should(ContainSubstring("agree with their enactments"))
+	Eventually(func() (string, error) { return plugin("check") }).Should(ContainSubstring("agree with their holders' records"))
 	By("cleaning up the spec's policies and pools")
 	var policies nmstatev1.NodeNetworkConfigurationPolicyList
 	Expect(k.List(ctx, &policies)).To(Succeed())

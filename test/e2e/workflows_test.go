@@ -76,7 +76,8 @@ var _ = Describe("An exhausted NodeIPPool", func() {
 			return failing
 		}).Should(ConsistOf(`Failing IPPoolExhausted: NodeIPPool "small" is exhausted: all 2 addresses are allocated and ` +
 			`1 more are needed; grow its range in place (an earlier spec.range.start, a later end, or fewer excludes, within its CIDR; ` +
-			`'kubectl nodeippool plan -f' shows the change), or free addresses`))
+			`'kubectl nodeippool plan -f' shows the change), or free addresses; if the range already fills its CIDR, create a pool over a larger CIDR ` +
+			`and point the policies at it`))
 		Eventually(poolAvailable("small")).Should(Equal("False ExhaustedIPPool"))
 		served := addresses("exhaust", "small", "eth1", slices.DeleteFunc(slices.Clone(workers), func(n string) bool { return n == waiting })...)
 

@@ -63,7 +63,7 @@ func agree() {
 	Eventually(func() (string, error) {
 		out, err := exec.Command(filepath.Join(bin, "kubectl-nodeippool"), "check", "--kubeconfig", filepath.Join(dir, "kubeconfig")).CombinedOutput()
 		return string(out), err
-	}).Should(ContainSubstring("agree with their enactments"))
+	}).Should(ContainSubstring("agree with their holders' records"))
 }
 
 // pods returns the running pods of a component of the install.

@@ -10,7 +10,7 @@
 // pool controller's rebuild after the change is the guard: the range
 // change makes the bitmap unreadable (its fingerprint names the old
 // range), so nobody allocates until the controller has rebuilt the pool
-// from the enactments, and a holder whose address left the range gets
+// from its holders' records, and a holder whose address left the range gets
 // another one (AddressOutsideRange).
 package poolwebhook
 

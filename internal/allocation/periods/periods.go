@@ -33,15 +33,15 @@ const DefaultDepartureHold = 30 * time.Second
 // needs a moment between taking an address and recording it.
 const minPeriod = time.Second
 
-// Check refuses a grace or quarantine period that would break the
-// protocol, with a message that says what to set.
+// Check refuses a grace or quarantine period too short for the protocol,
+// or a negative departure hold, with a message that says what to set.
 func Check(grace, quarantine, hold time.Duration) error {
 	if grace < minPeriod {
 		return fmt.Errorf("--gc-grace-period %s is too short: addresses in flight would be revoked before their handlers record them; set it to %s or more (default %s)",
 			grace, minPeriod, DefaultGrace)
 	}
 	if quarantine < minPeriod {
-		return fmt.Errorf("--quarantine-period %s is too short: an address taken from a node could be handed to another while the first still carries it; set it to %s or more (default %s)",
+		return fmt.Errorf("--quarantine-period %s is too short: it caps the departure hold, and the states of quarantined holders are asked for every tenth of it; set it to %s or more (default %s)",
 			quarantine, minPeriod, DefaultQuarantine)
 	}
 	if hold < 0 {

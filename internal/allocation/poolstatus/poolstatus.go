@@ -1,7 +1,7 @@
 // Package poolstatus translates between a NodeIPPool object and the pure
 // allocator: the range of its spec and the bitmap and counts of its status.
-// Both controllers use it, so the two writers of a pool's status agree on
-// what they write.
+// Every writer of a pool's status, and every reader of its bitmap, uses it,
+// so that they agree on what it says.
 package poolstatus
 
 import (
@@ -106,7 +106,7 @@ func saturate(n uint64) int64 {
 // more addresses from a full pool of size addresses.
 func ExhaustedMessage(pool string, size uint64, want int) string {
 	return fmt.Sprintf("NodeIPPool %q is exhausted: all %d addresses are allocated and %d more are needed; grow its range in place "+
-		"(an earlier spec.range.start, a later end, or fewer excludes, within its CIDR; 'kubectl nodeippool plan -f' shows the change), or free addresses",
+		"(an earlier spec.range.start, a later end, or fewer excludes, within its CIDR; 'kubectl nodeippool plan -f' shows the change), or free addresses; if the range already fills its CIDR, create a pool over a larger CIDR and point the policies at it",
 		pool, size, want)
 }
 

@@ -16,19 +16,21 @@
 // pool's UID, bitmap, in-flight and quarantine entries. Update writes only
 // on a status whose stamp matches and stamps what it writes; a status
 // changed by anyone else (a hand edit, a status restored from another pool)
-// fails with ErrUnvouched until the pool controller rebuilds it from the
-// enactments under the Vouch option.
+// fails with ErrUnvouched until the pool controller rebuilds it from its
+// holders' records under the Vouch option.
 //
-// Addresses in flight. A handler that takes an address adds an in-flight
-// entry naming its enactment and the enactment's resourceVersion (the
-// token) in the same write, and records the address under that
+// Addresses in flight. A writer that takes an address for an enactment (the
+// pool controller, or a handler with --self-allocate) adds an in-flight
+// entry naming the enactment and its resourceVersion (the token) in the
+// same write, and records the address under that
 // resourceVersion (a pooled policy's node and a claim likewise, under
 // the policy's resourceVersion and the claim's UID). If it gives the
 // address back unrecorded (Withdraw, WithdrawTaken), it clears only bits
 // whose entry still carries its token and that no quarantine holds; the
-// pool controller revokes an entry that stays unrecorded past its grace
-// period by first writing to the enactment (so the late record fails),
-// then freeing it.
+// pool controller settles an entry that stays unrecorded past its grace
+// period (lifecycle.Settler): it fences the holder's record first (so a
+// late record fails), then frees the address; a claim's entry is kept
+// while its IPAddress may still come, then dropped.
 //
 // Addresses given back. A record that goes (package retire) leaves its
 // addresses quarantined (Quarantine), never free: only the pool controller
