@@ -28,7 +28,8 @@ import (
 
 	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	"k8s.io/utils/ptr"
-	"sigs.k8s.io/yaml"
+
+	"github.com/nmstate-ippool/nmstate-ippool/internal/plumbing/crdfile"
 )
 
 func main() {
@@ -50,13 +51,9 @@ const labelValue = `^(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?$`
 const maxSelectorLabels = 128
 
 func run(path string) error {
-	raw, err := os.ReadFile(path)
+	crd, err := crdfile.Read(path)
 	if err != nil {
 		return err
-	}
-	var crd apiextensionsv1.CustomResourceDefinition
-	if err := yaml.UnmarshalStrict(raw, &crd); err != nil {
-		return fmt.Errorf("%s: %w", path, err)
 	}
 	kind := crd.Spec.Names.Kind
 	if kind != "NodeNetworkConfigurationPolicy" && kind != "PooledNodeNetworkConfigurationPolicy" {
@@ -84,22 +81,7 @@ func run(path string) error {
 		v1beta1.Name, v1beta1.Storage = "v1beta1", false
 		crd.Spec.Versions = append(crd.Spec.Versions, v1beta1)
 	}
-	// Through a map, to leave out the empty status that controller-gen
-	// does not write either.
-	typed, err := yaml.Marshal(&crd)
-	if err != nil {
-		return err
-	}
-	var doc map[string]any
-	if err := yaml.Unmarshal(typed, &doc); err != nil {
-		return err
-	}
-	delete(doc, "status")
-	out, err := yaml.Marshal(doc)
-	if err != nil {
-		return err
-	}
-	return os.WriteFile(path, append([]byte("---\n"), out...), 0o644)
+	return crdfile.Write(path, crd)
 }
 
 // addUpstreamStatus adds the status fields today's kubernetes-nmstate

@@ -31,7 +31,8 @@ import (
 	"strings"
 
 	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
-	"sigs.k8s.io/yaml"
+
+	"github.com/nmstate-ippool/nmstate-ippool/internal/plumbing/crdfile"
 )
 
 func main() {
@@ -75,13 +76,9 @@ func startBeforeEnd(family, bits int) apiextensionsv1.ValidationRule {
 }
 
 func run(path string) error {
-	raw, err := os.ReadFile(path)
+	crd, err := crdfile.Read(path)
 	if err != nil {
 		return err
-	}
-	var crd apiextensionsv1.CustomResourceDefinition
-	if err := yaml.UnmarshalStrict(raw, &crd); err != nil {
-		return fmt.Errorf("%s: %w", path, err)
 	}
 	if kind := crd.Spec.Names.Kind; kind != "NodeIPPool" {
 		return fmt.Errorf("%s holds the CRD of %s, not of NodeIPPool", path, kind)
@@ -92,22 +89,7 @@ func run(path string) error {
 			return fmt.Errorf("version %s: %w", v.Name, err)
 		}
 	}
-	// Through a map, to leave out the empty status that controller-gen
-	// does not write either.
-	typed, err := yaml.Marshal(&crd)
-	if err != nil {
-		return err
-	}
-	var doc map[string]any
-	if err := yaml.Unmarshal(typed, &doc); err != nil {
-		return err
-	}
-	delete(doc, "status")
-	out, err := yaml.Marshal(doc)
-	if err != nil {
-		return err
-	}
-	return os.WriteFile(path, append([]byte("---\n"), out...), 0o644)
+	return crdfile.Write(path, crd)
 }
 
 // addRules adds the rules to spec.range, once: a rule of this command
