@@ -9,7 +9,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	ippoolv1 "github.com/nmstate-ippool/nmstate-ippool/api/v1"
-	"github.com/nmstate-ippool/nmstate-ippool/internal/plumbing/capi"
+	"github.com/nmstate-ippool/nmstate-ippool/internal/allocation/capi"
 	"github.com/nmstate-ippool/nmstate-ippool/test/envtest"
 )
 

@@ -44,9 +44,9 @@ import (
 	"github.com/nmstate-ippool/nmstate-ippool/internal/admission/enactmentwebhook"
 	"github.com/nmstate-ippool/nmstate-ippool/internal/admission/poolwebhook"
 	"github.com/nmstate-ippool/nmstate-ippool/internal/admission/statuswebhook"
+	"github.com/nmstate-ippool/nmstate-ippool/internal/allocation/capi"
 	"github.com/nmstate-ippool/nmstate-ippool/internal/allocation/holder"
 	"github.com/nmstate-ippool/nmstate-ippool/internal/allocation/periods"
-	"github.com/nmstate-ippool/nmstate-ippool/internal/plumbing/capi"
 	"github.com/nmstate-ippool/nmstate-ippool/internal/plumbing/metricsauth"
 	"github.com/nmstate-ippool/nmstate-ippool/internal/plumbing/scheme"
 )

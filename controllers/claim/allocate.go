@@ -19,10 +19,10 @@ import (
 	nncev1beta1 "github.com/nmstate-ippool/nmstate-ippool/api/v1beta1"
 	"github.com/nmstate-ippool/nmstate-ippool/internal/allocation/assign"
 	"github.com/nmstate-ippool/nmstate-ippool/internal/allocation/audit"
+	"github.com/nmstate-ippool/nmstate-ippool/internal/allocation/capi"
 	"github.com/nmstate-ippool/nmstate-ippool/internal/allocation/holder"
 	"github.com/nmstate-ippool/nmstate-ippool/internal/allocation/poolstatus"
 	"github.com/nmstate-ippool/nmstate-ippool/internal/allocation/poolwrite"
-	"github.com/nmstate-ippool/nmstate-ippool/internal/plumbing/capi"
 	"github.com/nmstate-ippool/nmstate-ippool/pkg/ippool"
 	"github.com/nmstate-ippool/nmstate-ippool/pkg/netstate"
 )

@@ -17,9 +17,9 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	ippoolv1 "github.com/nmstate-ippool/nmstate-ippool/api/v1"
+	"github.com/nmstate-ippool/nmstate-ippool/internal/allocation/capi"
 	"github.com/nmstate-ippool/nmstate-ippool/internal/allocation/poolwrite"
 	"github.com/nmstate-ippool/nmstate-ippool/internal/plumbing/backoff"
-	"github.com/nmstate-ippool/nmstate-ippool/internal/plumbing/capi"
 	"github.com/nmstate-ippool/nmstate-ippool/internal/plumbing/eventnote"
 )
 

@@ -21,7 +21,7 @@ import (
 
 	ippoolv1 "github.com/nmstate-ippool/nmstate-ippool/api/v1"
 	nncev1beta1 "github.com/nmstate-ippool/nmstate-ippool/api/v1beta1"
-	"github.com/nmstate-ippool/nmstate-ippool/internal/plumbing/capi"
+	"github.com/nmstate-ippool/nmstate-ippool/internal/allocation/capi"
 	"github.com/nmstate-ippool/nmstate-ippool/test/envtest"
 )
 

@@ -12,7 +12,7 @@ import (
 	"k8s.io/client-go/util/retry"
 
 	ippoolv1 "github.com/nmstate-ippool/nmstate-ippool/api/v1"
-	"github.com/nmstate-ippool/nmstate-ippool/internal/plumbing/capi"
+	"github.com/nmstate-ippool/nmstate-ippool/internal/allocation/capi"
 )
 
 // TestClaimNamespaceSelector: a pool whose claimNamespaceSelector does not

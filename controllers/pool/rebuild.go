@@ -27,7 +27,6 @@ import (
 	"github.com/nmstate-ippool/nmstate-ippool/internal/allocation/retire"
 	"github.com/nmstate-ippool/nmstate-ippool/internal/plumbing/annotations"
 	"github.com/nmstate-ippool/nmstate-ippool/pkg/ippool"
-	"github.com/nmstate-ippool/nmstate-ippool/pkg/netstate"
 )
 
 // resets are the reset annotations that concern one pool.
@@ -221,7 +220,7 @@ func (r rebuilder) confirmMissing(ctx context.Context, pool *ippoolv1.NodeIPPool
 	if len(missing) == 0 {
 		return "", nil
 	}
-	why := fmt.Sprintf("the bitmap lacks %d addresses that enactments record (%s)", len(missing), listNames(poolstatus.AddrStrings(missing), 5))
+	why := fmt.Sprintf("the bitmap lacks %d addresses that holders record (%s)", len(missing), listNames(poolstatus.AddrStrings(missing), 5))
 	r.Recorder.Eventf(&fresh, nil, corev1.EventTypeWarning, ippoolv1.ReasonIndexRepaired, "Rebuild", "Rebuilding: %s", why)
 	return why, nil
 }
@@ -237,7 +236,7 @@ func (r rebuilder) rebuild(ctx context.Context, pool *ippoolv1.NodeIPPool, rs re
 	if err := r.setAvailable(ctx, pool, reconciling); err != nil {
 		return err
 	}
-	if err := r.rebuildFromEnactments(ctx, pool, rs); err != nil {
+	if err := r.rebuildFromRecords(ctx, pool, rs); err != nil {
 		msg := fmt.Sprintf("Failed re constructing the IP pool, it may be not in sync with nodes: %v; the controller retries", err)
 		if werr := r.setAvailable(ctx, pool, refused(ippoolv1.ReasonUnsyncronizedIPPool, msg)); werr != nil {
 			log.Error(werr, "could not report the failed rebuild")
@@ -252,14 +251,14 @@ func (r rebuilder) rebuild(ctx context.Context, pool *ippoolv1.NodeIPPool, rs re
 	return nil
 }
 
-// rebuildFromEnactments drops the reset scopes' records, then sets every
+// rebuildFromRecords drops the reset scopes' records, then sets every
 // bit the holders of every kind on the API server record, in one guarded
 // write that unions with whatever handlers wrote meanwhile. It keeps every
 // bit of a status it vouched for (an unvouched status keeps only what
 // records and entries hold): an address is written to the pool before its
 // holder records it, so an unclaimed bit may be an allocation in flight;
 // garbage collection deals with the rest.
-func (r rebuilder) rebuildFromEnactments(ctx context.Context, pool *ippoolv1.NodeIPPool, rs resets) error {
+func (r rebuilder) rebuildFromRecords(ctx context.Context, pool *ippoolv1.NodeIPPool, rs resets) error {
 	if err := r.dropRecords(ctx, pool, rs.enactments); err != nil {
 		return err
 	}
@@ -293,7 +292,7 @@ func (r rebuilder) rebuildFromEnactments(ctx context.Context, pool *ippoolv1.Nod
 			// A new pool has nothing to distrust; any other status that
 			// does not match its stamp was written by someone else.
 			distrusted = p.Status.Stamp != "" || p.Status.AllocatedOffsets != "" || len(p.Status.InFlight)+len(p.Status.Quarantined) > 0
-			// Not written by us: trust only what the enactments record and
+			// Not written by us: trust only what the holders record and
 			// the entries that say who holds what.
 			alloc.Clear()
 		}
@@ -338,22 +337,6 @@ func (r rebuilder) reportRebuild(pool *ippoolv1.NodeIPPool, moved string, unread
 			"Rebuilt from the holders' records: status.allocatedOffsets, inFlight or quarantined had been changed by someone other than "+
 				"the pool controller and the handlers (its stamp did not match), so only recorded, in-flight and quarantined addresses were kept")
 	}
-}
-
-// carriedAddresses maps every static address the nodes' NodeNetworkStates
-// show to the node that carries it.
-func (r *Reconciler) carriedAddresses(ctx context.Context) (map[netip.Addr]string, error) {
-	var list nncev1beta1.NodeNetworkStateList
-	if err := r.APIReader.List(ctx, &list); err != nil {
-		return nil, fmt.Errorf("list NodeNetworkStates: %w", err)
-	}
-	out := map[netip.Addr]string{}
-	for _, nns := range list.Items {
-		for ip := range netstate.Carriers(nns.Status.CurrentState.Raw) {
-			out[ip] = nns.Name
-		}
-	}
-	return out, nil
 }
 
 // quarantineStrays quarantines the addresses of the range that a node

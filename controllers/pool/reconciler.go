@@ -3,6 +3,7 @@ package pool
 import (
 	"context"
 	"fmt"
+	"net/netip"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -20,11 +21,12 @@ import (
 
 	ippoolv1 "github.com/nmstate-ippool/nmstate-ippool/api/v1"
 	nncev1beta1 "github.com/nmstate-ippool/nmstate-ippool/api/v1beta1"
+	"github.com/nmstate-ippool/nmstate-ippool/internal/allocation/capi"
 	"github.com/nmstate-ippool/nmstate-ippool/internal/allocation/holder"
 	"github.com/nmstate-ippool/nmstate-ippool/internal/allocation/poolstatus"
 	"github.com/nmstate-ippool/nmstate-ippool/internal/allocation/poolwrite"
-	"github.com/nmstate-ippool/nmstate-ippool/internal/plumbing/capi"
 	"github.com/nmstate-ippool/nmstate-ippool/pkg/ippool"
+	"github.com/nmstate-ippool/nmstate-ippool/pkg/netstate"
 )
 
 // conflictRequeue is how soon a pool is looked at again after another
@@ -496,4 +498,20 @@ func (r *Reconciler) forget(name string) {
 
 func conditionOf(pool *ippoolv1.NodeIPPool) *metav1.Condition {
 	return meta.FindStatusCondition(pool.Status.Conditions, ippoolv1.ConditionAvailable)
+}
+
+// carriedAddresses maps every static address the nodes' NodeNetworkStates
+// show to the node that carries it.
+func (r *Reconciler) carriedAddresses(ctx context.Context) (map[netip.Addr]string, error) {
+	var list nncev1beta1.NodeNetworkStateList
+	if err := r.APIReader.List(ctx, &list); err != nil {
+		return nil, fmt.Errorf("list NodeNetworkStates: %w", err)
+	}
+	out := map[netip.Addr]string{}
+	for _, nns := range list.Items {
+		for ip := range netstate.Carriers(nns.Status.CurrentState.Raw) {
+			out[ip] = nns.Name
+		}
+	}
+	return out, nil
 }

@@ -160,7 +160,7 @@ func older(a, b *ippoolv1.NodeIPPool) bool {
 // hands out: a node (an enactment, a pooled policy's node) is given a new
 // address; a Cluster API claim keeps its own, since its IPAddress never
 // changes and its machine carries it.
-func (r *Reconciler) reportOutside(pool *ippoolv1.NodeIPPool, v view) {
+func (r rebuilder) reportOutside(pool *ippoolv1.NodeIPPool, v view) {
 	var renumbered, kept []string
 	for _, ip := range v.audit.Outside {
 		for _, o := range v.claims.Recognized(ip) {

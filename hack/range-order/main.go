@@ -93,8 +93,9 @@ func run(path string) error {
 }
 
 // addRules adds the rules to spec.range, once: a rule of this command
-// already there (it ran before, maybe in an older version) is replaced,
-// not repeated. Its rules are known by their message.
+// already there (it ran on this file before) is replaced, not repeated.
+// Its rules are known by their message; make manifests starts from a
+// fresh controller-gen output anyway.
 func addRules(schema *apiextensionsv1.CustomResourceValidation) error {
 	if schema == nil || schema.OpenAPIV3Schema == nil {
 		return errors.New("no schema")

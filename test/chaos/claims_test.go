@@ -11,7 +11,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
-	"github.com/nmstate-ippool/nmstate-ippool/internal/plumbing/capi"
+	"github.com/nmstate-ippool/nmstate-ippool/internal/allocation/capi"
 )
 
 // claimVersion is the IPAM version the cluster serves: the CRDs' storage

@@ -12,7 +12,7 @@ import (
 	"github.com/nmstate-ippool/nmstate-ippool/controllers/enactment"
 	"github.com/nmstate-ippool/nmstate-ippool/controllers/policy"
 	"github.com/nmstate-ippool/nmstate-ippool/controllers/pool"
-	"github.com/nmstate-ippool/nmstate-ippool/internal/plumbing/capi"
+	"github.com/nmstate-ippool/nmstate-ippool/internal/allocation/capi"
 )
 
 // PoolController is a pool controller (the pool, enactment and policy

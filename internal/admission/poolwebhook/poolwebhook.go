@@ -29,10 +29,10 @@ import (
 
 	ippoolv1 "github.com/nmstate-ippool/nmstate-ippool/api/v1"
 	nncev1beta1 "github.com/nmstate-ippool/nmstate-ippool/api/v1beta1"
+	"github.com/nmstate-ippool/nmstate-ippool/internal/allocation/capi"
 	"github.com/nmstate-ippool/nmstate-ippool/internal/allocation/holder"
 	"github.com/nmstate-ippool/nmstate-ippool/internal/allocation/poolchange"
 	"github.com/nmstate-ippool/nmstate-ippool/internal/allocation/poolstatus"
-	"github.com/nmstate-ippool/nmstate-ippool/internal/plumbing/capi"
 )
 
 // Path is where the pool controller serves the webhook; deploy/webhook

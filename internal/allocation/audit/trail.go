@@ -9,8 +9,8 @@ import (
 	"k8s.io/client-go/tools/events"
 	ctrl "sigs.k8s.io/controller-runtime/pkg/log"
 
+	"github.com/nmstate-ippool/nmstate-ippool/internal/allocation/capi"
 	"github.com/nmstate-ippool/nmstate-ippool/internal/allocation/holder"
-	"github.com/nmstate-ippool/nmstate-ippool/internal/plumbing/capi"
 )
 
 // Action is the action of the trail's Events.
