@@ -36,6 +36,11 @@ import (
 	"strings"
 	"time"
 
+	"github.com/nmstate-ippool/nmstate-ippool/cmd/localcluster/internal/controlplane"
+	"github.com/nmstate-ippool/nmstate-ippool/cmd/localcluster/internal/handlers"
+	"github.com/nmstate-ippool/nmstate-ippool/cmd/localcluster/internal/nodes"
+	"github.com/nmstate-ippool/nmstate-ippool/cmd/localcluster/internal/poolcontroller"
+	"github.com/nmstate-ippool/nmstate-ippool/cmd/localcluster/internal/state"
 	"github.com/nmstate-ippool/nmstate-ippool/internal/allocation/periods"
 	"github.com/nmstate-ippool/nmstate-ippool/internal/plumbing/cli"
 )
@@ -132,9 +137,9 @@ func dispatch(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	case "up":
 		return cmdUp(ctx, rest, stdout, stderr)
 	case "down":
-		return withCluster(rest, "down", stderr, nil, func(c *cluster, _ []string) error { return c.down(stdout) })
+		return withCluster(rest, "down", stderr, nil, func(c *state.Cluster, _ []string) error { return down(c, stdout) })
 	case "status":
-		return withCluster(rest, "status", stderr, nil, func(c *cluster, _ []string) error { return c.status(stdout) })
+		return withCluster(rest, "status", stderr, nil, func(c *state.Cluster, _ []string) error { return status(c, stdout) })
 	case "node":
 		return cmdNode(ctx, rest, stdout, stderr)
 	case "install":
@@ -143,7 +148,7 @@ func dispatch(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		return cmdHandler(ctx, rest, stdout, stderr)
 	case "controller", "apiserver":
 		return cmdRestart(ctx, cmd, rest, stdout, stderr)
-	case kubeletsName:
+	case state.KubeletsName:
 		return cmdKubelets(ctx, rest, stderr)
 	case "help", "-h", "--help":
 		fmt.Fprint(stdout, usage)
@@ -169,7 +174,7 @@ func cmdUp(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs.IntVar(&o.kubelets, "kubelets", 0,
 		"how many real nodes to run instead of simulated ones: kubelets with their own containerd and network namespace (needs root; see 'make real-nodes')")
 	fs.IntVar(&o.retries, "retries", -1, "how many times the handlers retry a failed apply (default: their own, 5)")
-	fs.StringVar(&o.handler, "handler", handlerOurs, "the simulated nodes' handler: ours, or upstream (kubernetes-nmstate's, from make peer-handler)")
+	fs.StringVar(&o.handler, "handler", state.HandlerOurs, "the simulated nodes' handler: ours, or upstream (kubernetes-nmstate's, from make peer-handler)")
 	fs.BoolVar(&o.companion, "companion", false, "with --handler upstream, run the pool controller in companion mode beside it "+
 		"(PooledNodeNetworkConfigurationPolicy: one plain NNCP per node, addresses written in)")
 	fs.BoolVar(&o.garbageCollector, "garbage-collector", true, "run Kubernetes' garbage collector beside simulated nodes (kube-controller-manager "+
@@ -201,7 +206,7 @@ func cmdUp(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	if o.dir, err = filepath.Abs(o.dir); err != nil {
 		return err
 	}
-	unlock, err := lock(o.dir)
+	unlock, err := state.Lock(o.dir)
 	if err != nil {
 		return err
 	}
@@ -214,13 +219,13 @@ func (o *upOptions) check(fs *flag.FlagSet) error {
 	if err := o.checkKubelets(fs); err != nil {
 		return err
 	}
-	if !slices.Contains(handlerKinds, o.handler) {
-		return fmt.Errorf("%w: --handler %q: give one of %s", cli.ErrUsage, o.handler, strings.Join(handlerKinds, ", "))
+	if !slices.Contains(state.HandlerKinds, o.handler) {
+		return fmt.Errorf("%w: --handler %q: give one of %s", cli.ErrUsage, o.handler, strings.Join(state.HandlerKinds, ", "))
 	}
-	if o.companion && o.handler != handlerUpstream {
+	if o.companion && o.handler != state.HandlerUpstream {
 		return fmt.Errorf("%w: --companion runs beside kubernetes-nmstate's handler: add --handler upstream", cli.ErrUsage)
 	}
-	if o.handler == handlerUpstream && o.kubelets > 0 {
+	if o.handler == state.HandlerUpstream && o.kubelets > 0 {
 		return fmt.Errorf("%w: --handler upstream runs on simulated nodes; real nodes run the handler of the install", cli.ErrUsage)
 	}
 	if o.peerHandler == "" {
@@ -238,8 +243,8 @@ func (o *upOptions) check(fs *flag.FlagSet) error {
 	if o.controllers < 1 || o.controllers > 3 {
 		return fmt.Errorf("%w: --controllers %d: give 1 to 3", cli.ErrUsage, o.controllers)
 	}
-	if o.nodes < 0 || o.nodes > maxSimulatedNodes {
-		return fmt.Errorf("%w: --nodes %d: give 0 to %d", cli.ErrUsage, o.nodes, maxSimulatedNodes)
+	if o.nodes < 0 || o.nodes > nodes.MaxSimulated {
+		return fmt.Errorf("%w: --nodes %d: give 0 to %d", cli.ErrUsage, o.nodes, nodes.MaxSimulated)
 	}
 	return nil
 }
@@ -247,8 +252,8 @@ func (o *upOptions) check(fs *flag.FlagSet) error {
 // checkKubelets checks --kubelets and, for real nodes, sets the options
 // they imply: no simulated nodes, and the images' directory.
 func (o *upOptions) checkKubelets(fs *flag.FlagSet) error {
-	if o.kubelets < 0 || o.kubelets > maxRealNodes {
-		return fmt.Errorf("%w: --kubelets %d: give 0 to %d", cli.ErrUsage, o.kubelets, maxRealNodes)
+	if o.kubelets < 0 || o.kubelets > state.MaxRealNodes {
+		return fmt.Errorf("%w: --kubelets %d: give 0 to %d", cli.ErrUsage, o.kubelets, state.MaxRealNodes)
 	}
 	if o.kubelets == 0 {
 		return nil
@@ -305,30 +310,30 @@ func cmdNode(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	if !slices.Contains(nodeVerbs, verb) {
 		return fmt.Errorf("%w: unknown node command %q", cli.ErrUsage, verb)
 	}
-	return withCluster(rest, "node "+verb, stderr, flags, func(c *cluster, names []string) error {
+	return withCluster(rest, "node "+verb, stderr, flags, func(c *state.Cluster, names []string) error {
 		if kubelet && c.Real == nil {
 			return fmt.Errorf("%w: --kubelet: this cluster's nodes are simulated; start a cluster of real nodes with 'localcluster up --kubelets K'", cli.ErrUsage)
 		}
 		if verb == "add" && !kubelet && c.Real != nil {
 			return fmt.Errorf("%w: this cluster's nodes are real: add node %s with --kubelet", cli.ErrUsage, names[0])
 		}
-		k, err := c.client()
+		k, err := c.Client()
 		if err != nil {
 			return err
 		}
-		nodes := c.nodes()
+		nodes := nodes.For(c)
 		switch verb {
 		case "add":
-			c.setClockOffset(names[0], offset)
-			return nodes.add(ctx, k, names[0], extra, stdout)
+			c.SetClockOffset(names[0], offset)
+			return nodes.Add(ctx, k, names[0], extra, stdout)
 		case "remove":
-			return nodes.remove(ctx, k, names[0], crash, stdout)
+			return nodes.Remove(ctx, k, names[0], crash, stdout)
 		case "restart":
-			return nodes.restart(ctx, k, names[0], crash, stdout)
+			return nodes.Restart(ctx, k, names[0], crash, stdout)
 		case "stop", "start":
-			return nodes.power(ctx, k, names[0], verb == "start", stdout)
+			return nodes.Power(ctx, k, names[0], verb == "start", stdout)
 		default:
-			return nodes.signal(ctx, k, names[0], verb, stdout)
+			return nodes.Signal(ctx, k, names[0], verb, stdout)
 		}
 	})
 }
@@ -338,41 +343,41 @@ func cmdNode(ctx context.Context, args []string, stdout, stderr io.Writer) error
 // DaemonSet with the other would: the running handlers stop, the new
 // handler's cluster-wide parts are prepared, and it starts on every node.
 func cmdHandler(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	if len(args) < 2 || args[0] != "use" || !slices.Contains(handlerKinds, args[1]) {
-		return fmt.Errorf("%w: handler use needs one of %s", cli.ErrUsage, strings.Join(handlerKinds, ", "))
+	if len(args) < 2 || args[0] != "use" || !slices.Contains(state.HandlerKinds, args[1]) {
+		return fmt.Errorf("%w: handler use needs one of %s", cli.ErrUsage, strings.Join(state.HandlerKinds, ", "))
 	}
 	kind := args[1]
-	return withCluster(args[2:], "handler use", stderr, nil, func(c *cluster, _ []string) error {
+	return withCluster(args[2:], "handler use", stderr, nil, func(c *state.Cluster, _ []string) error {
 		if c.Real != nil {
 			return errors.New("the handler of real nodes is a pod of the install: install the other one instead")
 		}
-		if c.Handler == kind || (c.Handler == "" && kind == handlerOurs) {
-			return fmt.Errorf("the nodes already run %s", handlerTitle(kind))
+		if c.Handler == kind || (c.Handler == "" && kind == state.HandlerOurs) {
+			return fmt.Errorf("the nodes already run %s", state.HandlerTitle(kind))
 		}
-		k, err := c.client()
+		k, err := c.Client()
 		if err != nil {
 			return err
 		}
-		old, nodes := c.handler(), c.liveNodes()
+		old, nodes := handlers.For(c), c.LiveNodes()
 		for _, node := range nodes {
-			if err := old.stop(ctx, k, node, false); err != nil {
+			if err := old.Stop(ctx, k, node, false); err != nil {
 				return err
 			}
 		}
-		if err := old.retire(ctx, k); err != nil {
+		if err := old.Retire(ctx, k); err != nil {
 			return err
 		}
-		fmt.Fprintf(stdout, "stopped %s on %d nodes\n", handlerTitle(c.Handler), len(nodes))
+		fmt.Fprintf(stdout, "stopped %s on %d nodes\n", state.HandlerTitle(c.Handler), len(nodes))
 		c.Handler, c.Companion = kind, false
-		if err := c.handler().prepare(ctx, k); err != nil {
+		if err := handlers.For(c).Prepare(ctx, k); err != nil {
 			return err
 		}
 		for _, node := range nodes {
-			if err := c.handler().start(ctx, k, node); err != nil {
+			if err := handlers.For(c).Start(ctx, k, node); err != nil {
 				return err
 			}
 		}
-		fmt.Fprintf(stdout, "started %s on %d nodes\n", handlerTitle(kind), len(nodes))
+		fmt.Fprintf(stdout, "started %s on %d nodes\n", state.HandlerTitle(kind), len(nodes))
 		return nil
 	})
 }
@@ -387,15 +392,15 @@ func cmdRestart(ctx context.Context, what string, args []string, stdout, stderr 
 	flags := func(fs *flag.FlagSet) {
 		fs.BoolVar(&crash, "crash", false, "kill it (SIGKILL) instead of stopping it")
 	}
-	return withCluster(args[1:], what+" restart", stderr, flags, func(c *cluster, _ []string) error {
+	return withCluster(args[1:], what+" restart", stderr, flags, func(c *state.Cluster, _ []string) error {
 		if what == "controller" && c.Real != nil {
 			return errors.New("the pool controller of a cluster with real nodes runs as pods: delete the leader's pod instead (kubectl -n nmstate-ippool get lease nmstate-ippool-pool-controller names it)")
 		}
 		process, err := "kube-apiserver", error(nil)
 		if what == "apiserver" {
-			err = c.restartAPIServer(ctx, crash)
+			err = controlplane.RestartAPIServer(ctx, c, crash)
 		} else {
-			process, err = c.restartPoolController(ctx, crash)
+			process, err = poolcontroller.Restart(ctx, c, crash)
 		}
 		if err != nil {
 			return err
@@ -408,7 +413,7 @@ func cmdRestart(ctx context.Context, what string, args []string, stdout, stderr 
 // withCluster parses --dir (and flags), loads and locks the cluster, runs
 // do with the positional arguments, and saves the state.
 func withCluster(args []string, name string, stderr io.Writer, flags func(*flag.FlagSet),
-	do func(*cluster, []string) error) error {
+	do func(*state.Cluster, []string) error) error {
 	fs := flag.NewFlagSet(name, flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	dir := fs.String("dir", ".local", "directory of the cluster")
@@ -428,43 +433,43 @@ func withCluster(args []string, name string, stderr io.Writer, flags func(*flag.
 	if *dir, err = filepath.Abs(*dir); err != nil {
 		return err
 	}
-	unlock, err := lock(*dir)
+	unlock, err := state.Lock(*dir)
 	if err != nil {
 		return err
 	}
 	defer unlock()
-	c, err := load(*dir)
+	c, err := state.Load(*dir)
 	if err != nil {
 		return err
 	}
 	if err := do(c, names); err != nil {
-		_ = c.save()
+		_ = c.Save()
 		return err
 	}
-	return c.save()
+	return c.Save()
 }
 
 // stopEverything stops the real nodes, if any, then every process, and
 // returns the names of the nodes and processes it stopped.
-func (c *cluster) stopEverything() (nodes, processes []string, err error) {
+func stopEverything(c *state.Cluster) (realNodes, processes []string, err error) {
 	var realErr error
 	if c.Real != nil {
-		nodes, realErr = c.downReal()
+		realNodes, realErr = nodes.DownReal(c)
 	}
-	processes, err = c.stopAll()
-	return nodes, processes, errors.Join(realErr, err)
+	processes, err = c.StopAll()
+	return realNodes, processes, errors.Join(realErr, err)
 }
 
 // down stops every process and keeps every file. Real nodes are stopped
 // first, with their containers, and their network namespaces and the
 // bridge removed.
-func (c *cluster) down(out io.Writer) error {
-	nodes, stopped, err := c.stopEverything()
+func down(c *state.Cluster, out io.Writer) error {
+	nodes, stopped, err := stopEverything(c)
 	if c.Real != nil {
 		fmt.Fprintf(out, "stopped %d real nodes (kubelet, kube-proxy, containers, containerd, network namespace): %s\n",
 			len(nodes), strings.Join(nodes, ", "))
 	}
-	fmt.Fprintf(out, "stopped %d processes: %s\nstate and logs are kept in %s\n", len(stopped), strings.Join(stopped, ", "), c.dir)
+	fmt.Fprintf(out, "stopped %d processes: %s\nstate and logs are kept in %s\n", len(stopped), strings.Join(stopped, ", "), c.Dir)
 	return err
 }
 

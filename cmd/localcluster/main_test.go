@@ -6,63 +6,19 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
-	"syscall"
 	"testing"
-	"time"
+
+	"github.com/nmstate-ippool/nmstate-ippool/cmd/localcluster/internal/state"
 )
-
-// sleeperEnv makes the test binary a process that sleeps, a child for
-// TestProcessIdentity that needs nothing from the machine.
-const sleeperEnv = "LOCALCLUSTER_TEST_SLEEPER"
-
-func TestMain(m *testing.M) {
-	if os.Getenv(sleeperEnv) != "" {
-		time.Sleep(time.Minute)
-		return
-	}
-	os.Exit(m.Run())
-}
-
-// TestProcessIdentity: a process is alive only while its PID runs its
-// binary, so that stopping a cluster can never signal a stranger that
-// reused a PID; stop ends it.
-func TestProcessIdentity(t *testing.T) {
-	self, err := os.Executable()
-	if err != nil {
-		t.Fatal(err)
-	}
-	// The child is this test binary, which only sleeps (see TestMain).
-	p := &process{Binary: self, Env: []string{sleeperEnv + "=1"}, Log: filepath.Join(t.TempDir(), "sleep.log")}
-	if err := p.start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = syscall.Kill(p.PID, syscall.SIGKILL) })
-	if !p.alive() {
-		t.Fatal("the process it started is not alive")
-	}
-	stranger := &process{PID: p.PID, Binary: "/bin/true"}
-	if stranger.alive() {
-		t.Error("a PID running another binary counts as alive")
-	}
-	if err := stranger.stop(syscall.SIGKILL, time.Second); err != nil || !p.alive() {
-		t.Errorf("stopping a stranger's PID touched it: %v, alive %v", err, p.alive())
-	}
-	if err := p.stop(syscall.SIGTERM, 5*time.Second); err != nil {
-		t.Fatal(err)
-	}
-	if p.alive() {
-		t.Error("still alive after stop")
-	}
-}
 
 func TestCommandLineErrors(t *testing.T) {
 	dir := t.TempDir()
 	simulated := t.TempDir() // a cluster's state with simulated nodes
-	if err := os.WriteFile(filepath.Join(simulated, stateFile), []byte(`{"processes": {}}`), 0o600); err != nil {
+	if err := os.WriteFile(filepath.Join(simulated, state.StateFile), []byte(`{"processes": {}}`), 0o600); err != nil {
 		t.Fatal(err)
 	}
 	real := t.TempDir() // and with real nodes
-	if err := os.WriteFile(filepath.Join(real, stateFile), []byte(`{"processes": {}, "real": {"nodes": {}}}`), 0o600); err != nil {
+	if err := os.WriteFile(filepath.Join(real, state.StateFile), []byte(`{"processes": {}, "real": {"nodes": {}}}`), 0o600); err != nil {
 		t.Fatal(err)
 	}
 	for _, tt := range []struct {

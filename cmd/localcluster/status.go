@@ -9,22 +9,23 @@ import (
 	"strings"
 	"text/tabwriter"
 
+	"github.com/nmstate-ippool/nmstate-ippool/cmd/localcluster/internal/state"
 	"github.com/nmstate-ippool/nmstate-ippool/pkg/netstate"
 )
 
 // status prints the cluster's processes and, per node, the static
 // addresses its simulated network carries: what the handlers applied.
-func (c *cluster) status(out io.Writer) error {
-	fmt.Fprintf(out, "API server %s, kubeconfig %s\n\n", c.APIServer, c.kubeconfig())
+func status(c *state.Cluster, out io.Writer) error {
+	fmt.Fprintf(out, "API server %s, kubeconfig %s\n\n", c.APIServer, c.Kubeconfig())
 	tw := tabwriter.NewWriter(out, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "PROCESS\tPID\tSTATE\tLOG")
-	for _, name := range c.order() {
+	for _, name := range c.Order() {
 		p := c.Processes[name]
-		state := "stopped"
-		if p.alive() {
-			state = "running"
+		status := "stopped"
+		if p.Alive() {
+			status = "running"
 		}
-		fmt.Fprintf(tw, "%s\t%d\t%s\t%s\n", name, p.PID, state, p.Log)
+		fmt.Fprintf(tw, "%s\t%d\t%s\t%s\n", name, p.PID, status, p.Log)
 	}
 	if err := tw.Flush(); err != nil {
 		return err
@@ -32,7 +33,7 @@ func (c *cluster) status(out io.Writer) error {
 	fmt.Fprintln(out)
 	tw = tabwriter.NewWriter(out, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "NODE\tSTATE\tINTERFACE\tADDRESSES")
-	for _, name := range c.order() {
+	for _, name := range c.Order() {
 		node, ok := strings.CutPrefix(name, "handler/")
 		if real := c.Real != nil && strings.HasPrefix(name, "kubelet/"); real {
 			node, ok = strings.CutPrefix(name, "kubelet/")
@@ -40,27 +41,27 @@ func (c *cluster) status(out io.Writer) error {
 		if !ok {
 			continue
 		}
-		state := "stopped"
+		status := "stopped"
 		switch p := c.Processes[name]; {
 		case c.Real != nil && c.Real.Nodes[node] != nil && c.Real.Nodes[node].Removed:
-			state = "removed"
+			status = "removed"
 		case slices.Contains(c.PoweredOff, node):
-			state = "powered off"
-		case p.alive():
-			state = "running"
+			status = "powered off"
+		case p.Alive():
+			status = "running"
 		case p.Removed:
-			state = "removed"
+			status = "removed"
 		}
-		stateFile := c.simState(node)
+		path := c.SimState(node)
 		if c.Real != nil {
-			stateFile = filepath.Join(simStateHostDir, node+".yaml")
+			path = filepath.Join(state.SimStateHostDir, node+".yaml")
 		}
-		ifaces := staticAddresses(stateFile)
+		ifaces := staticAddresses(path)
 		if len(ifaces) == 0 {
-			fmt.Fprintf(tw, "%s\t%s\t-\t-\n", node, state)
+			fmt.Fprintf(tw, "%s\t%s\t-\t-\n", node, status)
 		}
 		for _, i := range ifaces {
-			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\n", node, state, i.Name, strings.Join(i.Addresses, ", "))
+			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\n", node, status, i.Name, strings.Join(i.Addresses, ", "))
 		}
 	}
 	return tw.Flush()
@@ -68,8 +69,8 @@ func (c *cluster) status(out io.Writer) error {
 
 // staticAddresses reads a simulated node's state and returns its
 // interfaces with static addresses, in order.
-func staticAddresses(stateFile string) []netstate.InterfaceAddresses {
-	raw, err := os.ReadFile(stateFile)
+func staticAddresses(path string) []netstate.InterfaceAddresses {
+	raw, err := os.ReadFile(path)
 	if err != nil {
 		return nil
 	}

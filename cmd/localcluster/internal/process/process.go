@@ -1,4 +1,6 @@
-package main
+// Package process starts the local cluster's programs detached, knows
+// them by PID and binary, stops them, and waits until they serve.
+package process
 
 import (
 	"context"
@@ -15,9 +17,9 @@ import (
 	"time"
 )
 
-// process is a program the local cluster started and left running on its
+// Process is a program the local cluster started and left running on its
 // own (in a session of its own, output to a log file), known by its PID.
-type process struct {
+type Process struct {
 	PID    int      `json:"pid"`
 	Binary string   `json:"binary"`
 	Args   []string `json:"args"`
@@ -34,8 +36,8 @@ type process struct {
 	NetNS string `json:"netns,omitempty"`
 }
 
-// start starts p detached: it outlives the command that started it.
-func (p *process) start() error {
+// Start starts p detached: it outlives the command that started it.
+func (p *Process) Start() error {
 	if err := os.MkdirAll(filepath.Dir(p.Log), 0o755); err != nil {
 		return err
 	}
@@ -49,7 +51,7 @@ func (p *process) start() error {
 		// nsenter enters only the network namespace and then executes the
 		// program, which keeps nsenter's PID and shares the host's mounts
 		// (the kubelet's volumes must be seen by containerd).
-		cmd = exec.Command("nsenter", append([]string{"--net=" + netnsPath(p.NetNS), "--", p.Binary}, p.Args...)...)
+		cmd = exec.Command("nsenter", append([]string{"--net=" + NetnsPath(p.NetNS), "--", p.Binary}, p.Args...)...)
 	}
 	cmd.Env = append(os.Environ(), p.Env...)
 	cmd.Stdout, cmd.Stderr = log, log
@@ -61,9 +63,9 @@ func (p *process) start() error {
 	return cmd.Process.Release()
 }
 
-// alive reports whether p's PID still runs p's binary: a PID reused by
+// Alive reports whether p's PID still runs p's binary: a PID reused by
 // another program, or a zombie, is not p.
-func (p *process) alive() bool {
+func (p *Process) Alive() bool {
 	if p == nil || p.PID <= 0 {
 		return false
 	}
@@ -88,31 +90,31 @@ func (p *process) alive() bool {
 	return exe == want || (p.NetNS != "" && filepath.Base(exe) == "nsenter")
 }
 
-// stop sends sig to p and waits up to timeout for it to end; if it has not,
+// Stop sends sig to p and waits up to timeout for it to end; if it has not,
 // it is killed. A process that is not running needs nothing.
-func (p *process) stop(sig syscall.Signal, timeout time.Duration) error {
-	if !p.alive() {
+func (p *Process) Stop(sig syscall.Signal, timeout time.Duration) error {
+	if !p.Alive() {
 		return nil
 	}
 	if err := syscall.Kill(p.PID, sig); err != nil && !errors.Is(err, syscall.ESRCH) {
 		return fmt.Errorf("signal %d: %w", p.PID, err)
 	}
 	_ = syscall.Kill(p.PID, syscall.SIGCONT) // a stalled process handles sig only once it runs
-	if waitFor(timeout, func() bool { return !p.alive() }) {
+	if WaitFor(timeout, func() bool { return !p.Alive() }) {
 		return nil
 	}
 	if err := syscall.Kill(p.PID, syscall.SIGKILL); err != nil && !errors.Is(err, syscall.ESRCH) {
 		return fmt.Errorf("kill %d: %w", p.PID, err)
 	}
-	if !waitFor(10*time.Second, func() bool { return !p.alive() }) {
+	if !WaitFor(10*time.Second, func() bool { return !p.Alive() }) {
 		return fmt.Errorf("process %d (%s) does not end", p.PID, filepath.Base(p.Binary))
 	}
 	return nil
 }
 
-// signal sends sig to a running p.
-func (p *process) signal(sig syscall.Signal) error {
-	if !p.alive() {
+// Signal sends sig to a running p.
+func (p *Process) Signal(sig syscall.Signal) error {
+	if !p.Alive() {
 		return fmt.Errorf("%s is not running", filepath.Base(p.Binary))
 	}
 	if err := syscall.Kill(p.PID, sig); err != nil {
@@ -121,13 +123,13 @@ func (p *process) signal(sig syscall.Signal) error {
 	return nil
 }
 
-// ready waits until p's health endpoint answers 200, failing early if p
+// Ready waits until p's health endpoint answers 200, failing early if p
 // ends; the error points at its log.
-func (p *process) ready(ctx context.Context, timeout time.Duration, get func(context.Context) error) error {
+func (p *Process) Ready(ctx context.Context, timeout time.Duration, get func(context.Context) error) error {
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
 	for {
-		if !p.alive() {
+		if !p.Alive() {
 			return fmt.Errorf("%s ended; see %s", filepath.Base(p.Binary), p.Log)
 		}
 		if err := get(ctx); err == nil {
@@ -141,11 +143,11 @@ func (p *process) ready(ctx context.Context, timeout time.Duration, get func(con
 	}
 }
 
-// httpReady returns a readiness probe of a plain HTTP endpoint.
-func httpReady(url string) func(context.Context) error { return statusOK(http.DefaultClient, url) }
+// HTTPReady returns a readiness probe of a plain HTTP endpoint.
+func HTTPReady(url string) func(context.Context) error { return StatusOK(http.DefaultClient, url) }
 
-// statusOK returns a probe that passes when url answers 200 OK.
-func statusOK(hc *http.Client, url string) func(context.Context) error {
+// StatusOK returns a probe that passes when url answers 200 OK.
+func StatusOK(hc *http.Client, url string) func(context.Context) error {
 	return func(ctx context.Context) error {
 		req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
 		if err != nil {
@@ -163,8 +165,8 @@ func statusOK(hc *http.Client, url string) func(context.Context) error {
 	}
 }
 
-// answers returns a readiness probe that passes once url answers at all.
-func answers(url string) func(context.Context) error {
+// Answers returns a readiness probe that passes once url answers at all.
+func Answers(url string) func(context.Context) error {
 	return func(ctx context.Context) error {
 		req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
 		if err != nil {
@@ -178,7 +180,9 @@ func answers(url string) func(context.Context) error {
 	}
 }
 
-func waitFor(timeout time.Duration, cond func() bool) bool {
+// WaitFor polls cond until it holds or timeout passes, and reports
+// whether it held.
+func WaitFor(timeout time.Duration, cond func() bool) bool {
 	deadline := time.Now().Add(timeout)
 	for time.Now().Before(deadline) {
 		if cond() {
@@ -189,8 +193,8 @@ func waitFor(timeout time.Duration, cond func() bool) bool {
 	return cond()
 }
 
-// freePort returns a TCP port on 127.0.0.1 that nothing listens on now.
-func freePort() (int, error) {
+// FreePort returns a TCP port on 127.0.0.1 that nothing listens on now.
+func FreePort() (int, error) {
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		return 0, err
@@ -199,24 +203,28 @@ func freePort() (int, error) {
 	return l.Addr().(*net.TCPAddr).Port, nil
 }
 
-func hostPort(port int) string { return "127.0.0.1:" + strconv.Itoa(port) }
+// HostPort is the loopback address of port.
+func HostPort(port int) string { return "127.0.0.1:" + strconv.Itoa(port) }
 
-// awaitPort waits up to timeout until port on 127.0.0.1 can be listened on
+// AwaitPort waits up to timeout until port on 127.0.0.1 can be listened on
 // again, for a process restarted on the port its clients know. A process
 // killed with SIGKILL reads as gone (alive) as soon as its main thread is a
 // zombie, while its other threads, and its listening sockets, may still be
 // torn down.
-func awaitPort(port int, timeout time.Duration) error {
+func AwaitPort(port int, timeout time.Duration) error {
 	free := func() bool {
-		l, err := net.Listen("tcp", hostPort(port))
+		l, err := net.Listen("tcp", HostPort(port))
 		if err != nil {
 			return false
 		}
 		_ = l.Close()
 		return true
 	}
-	if !waitFor(timeout, free) {
+	if !WaitFor(timeout, free) {
 		return fmt.Errorf("port %d is still in use after %s", port, timeout)
 	}
 	return nil
 }
+
+// NetnsPath is the path of a named network namespace.
+func NetnsPath(name string) string { return filepath.Join("/run/netns", name) }

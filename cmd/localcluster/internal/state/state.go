@@ -1,9 +1,14 @@
-package main
+// Package state is a local cluster's state, kept in <dir>/state.json:
+// where its programs are, how it was brought up, its nodes, and every
+// process it started; with what every room of localcluster shares of it
+// (paths, process names, the order processes start and stop in).
+package state
 
 import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"io/fs"
 	"os"
 	"path/filepath"
@@ -15,13 +20,15 @@ import (
 	"k8s.io/client-go/tools/clientcmd"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	"github.com/nmstate-ippool/nmstate-ippool/cmd/localcluster/internal/process"
 	"github.com/nmstate-ippool/nmstate-ippool/internal/plumbing/scheme"
 )
 
-// cluster is a local cluster's state, kept in <dir>/state.json: where its
+// Cluster is a local cluster's state, kept in <dir>/state.json: where its
 // programs are, and every process it started.
-type cluster struct {
-	dir string
+type Cluster struct {
+	// Dir is the directory of the cluster: state.json, kubeconfig, pki/, etcd/, nodes/, logs/.
+	Dir string `json:"-"`
 	// APIServer and Etcd are the URLs of the control plane.
 	APIServer string `json:"apiServer"`
 	Etcd      string `json:"etcd"`
@@ -41,7 +48,7 @@ type cluster struct {
 	WebhookPort int `json:"webhookPort,omitempty"`
 	// Real is set on a cluster of real nodes (up --kubelets): kubelets run
 	// its nodes, and the handler and the pool controller are pods.
-	Real *realCluster `json:"real,omitempty"`
+	Real *RealCluster `json:"real,omitempty"`
 	// Retries, if set, is how many times the handlers retry a failed
 	// apply (ours: --retries; kubernetes-nmstate's: NNCP_MAX_RETRIES, one
 	// more, as it counts the first attempt).
@@ -79,47 +86,51 @@ type cluster struct {
 	// handler/<node>, with simulated nodes kube-controller-manager and
 	// kubelets (unless turned off); with real nodes kube-controller-manager,
 	// kube-scheduler, and containerd/, kube-proxy/ and kubelet/<node>.
-	Processes map[string]*process `json:"processes"`
+	Processes map[string]*process.Process `json:"processes"`
 }
 
-const stateFile = "state.json"
+// StateFile is the name of the state's file in the cluster's directory.
+const StateFile = "state.json"
 
-func (c *cluster) path(parts ...string) string {
-	return filepath.Join(append([]string{c.dir}, parts...)...)
+// Path is the path of parts under the cluster's directory.
+func (c *Cluster) Path(parts ...string) string {
+	return filepath.Join(append([]string{c.Dir}, parts...)...)
 }
 
-func (c *cluster) kubeconfig() string { return c.path("kubeconfig") }
+// Kubeconfig is the admin's kubeconfig.
+func (c *Cluster) Kubeconfig() string { return c.Path("kubeconfig") }
 
-// load reads the state of the cluster in dir.
-func load(dir string) (*cluster, error) {
-	raw, err := os.ReadFile(filepath.Join(dir, stateFile))
+// Load reads the state of the cluster in dir.
+func Load(dir string) (*Cluster, error) {
+	raw, err := os.ReadFile(filepath.Join(dir, StateFile))
 	if errors.Is(err, fs.ErrNotExist) {
 		return nil, fmt.Errorf("no local cluster in %s: run 'localcluster up' first", dir)
 	}
 	if err != nil {
 		return nil, err
 	}
-	c := &cluster{dir: dir}
+	c := &Cluster{Dir: dir}
 	if err := json.Unmarshal(raw, c); err != nil {
-		return nil, fmt.Errorf("%s: %w", filepath.Join(dir, stateFile), err)
+		return nil, fmt.Errorf("%s: %w", filepath.Join(dir, StateFile), err)
 	}
 	return c, nil
 }
 
-func (c *cluster) save() error {
+// Save writes the state, atomically.
+func (c *Cluster) Save() error {
 	raw, err := json.MarshalIndent(c, "", "  ")
 	if err != nil {
 		return err
 	}
-	tmp := c.path(stateFile + ".tmp")
+	tmp := c.Path(StateFile + ".tmp")
 	if err := os.WriteFile(tmp, raw, 0o600); err != nil {
 		return err
 	}
-	return os.Rename(tmp, c.path(stateFile))
+	return os.Rename(tmp, c.Path(StateFile))
 }
 
-// lock serializes the commands that change one cluster.
-func lock(dir string) (func(), error) {
+// Lock serializes the commands that change one cluster.
+func Lock(dir string) (func(), error) {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return nil, err
 	}
@@ -134,22 +145,22 @@ func lock(dir string) (func(), error) {
 	return func() { _ = f.Close() }, nil
 }
 
-// running returns the names of the processes that run, in start order.
-func (c *cluster) running() []string {
+// Running returns the names of the processes that run, in start order.
+func (c *Cluster) Running() []string {
 	var out []string
-	for _, name := range c.order() {
-		if c.Processes[name].alive() {
+	for _, name := range c.Order() {
+		if c.Processes[name].Alive() {
 			out = append(out, name)
 		}
 	}
 	return out
 }
 
-// order lists the processes in the order they start: etcd, the API server,
+// Order lists the processes in the order they start: etcd, the API server,
 // the pool controller or the Kubernetes controllers, then the node
 // processes by name.
-func (c *cluster) order() []string {
-	rank := map[string]int{"etcd": 0, "kube-apiserver": 1, "pool-controller": 2, "kube-controller-manager": 2, kubeletsName: 2, "kube-scheduler": 3}
+func (c *Cluster) Order() []string {
+	rank := map[string]int{"etcd": 0, "kube-apiserver": 1, "pool-controller": 2, "kube-controller-manager": 2, KubeletsName: 2, "kube-scheduler": 3}
 	rankOf := func(name string) (int, bool) {
 		if strings.HasPrefix(name, "pool-controller-") {
 			name = "pool-controller"
@@ -177,19 +188,19 @@ func (c *cluster) order() []string {
 	return names
 }
 
-// stopAll stops every process, handlers first, and reports what it
+// StopAll stops every process, handlers first, and reports what it
 // stopped.
-func (c *cluster) stopAll() ([]string, error) {
+func (c *Cluster) StopAll() ([]string, error) {
 	var stopped []string
 	var errs []error
-	order := c.order()
+	order := c.Order()
 	slices.Reverse(order)
 	for _, name := range order {
 		p := c.Processes[name]
-		if !p.alive() {
+		if !p.Alive() {
 			continue
 		}
-		if err := p.stop(syscall.SIGTERM, 15*time.Second); err != nil {
+		if err := p.Stop(syscall.SIGTERM, 15*time.Second); err != nil {
 			errs = append(errs, fmt.Errorf("%s: %w", name, err))
 			continue
 		}
@@ -198,15 +209,37 @@ func (c *cluster) stopAll() ([]string, error) {
 	return stopped, errors.Join(errs...)
 }
 
-// client returns a client of the cluster's API server.
-func (c *cluster) client() (client.Client, error) {
+// Client returns a client of the cluster's API server.
+func (c *Cluster) Client() (client.Client, error) {
 	s, err := scheme.New()
 	if err != nil {
 		return nil, err
 	}
-	cfg, err := clientcmd.BuildConfigFromFlags("", c.kubeconfig())
+	cfg, err := clientcmd.BuildConfigFromFlags("", c.Kubeconfig())
 	if err != nil {
 		return nil, err
 	}
 	return client.New(cfg, client.Options{Scheme: s})
+}
+
+// Step runs one step of up, printing its name, result and duration, so
+// that a slow step shows progress instead of silence.
+func Step(out io.Writer, name string, run func() error) error {
+	fmt.Fprintf(out, "  %-22s ", name)
+	start := time.Now()
+	if err := run(); err != nil {
+		fmt.Fprintln(out, "failed")
+		return fmt.Errorf("%s: %w", name, err)
+	}
+	fmt.Fprintf(out, "ready (%.1fs)\n", time.Since(start).Seconds())
+	return nil
+}
+
+// Launch starts a process and records it before anything else can fail.
+func (c *Cluster) Launch(name string, p *process.Process) error {
+	if err := p.Start(); err != nil {
+		return err
+	}
+	c.Processes[name] = p
+	return c.Save()
 }

@@ -1,4 +1,4 @@
-package main
+package pki
 
 import (
 	"crypto/x509"
@@ -15,15 +15,15 @@ import (
 // authorizer expects, a kubelet's issued when its node is added, and a
 // kubeconfig that carries it.
 func TestComponentIdentities(t *testing.T) {
-	keys := pki{dir: t.TempDir()}
-	if err := keys.generate(); err != nil {
+	keys := Keys{Dir: t.TempDir()}
+	if err := keys.Generate(); err != nil {
 		t.Fatal(err)
 	}
-	if err := keys.issueKubelet("real07"); err != nil {
+	if err := keys.IssueKubelet("real07"); err != nil {
 		t.Fatal(err)
 	}
 	roots := x509.NewCertPool()
-	roots.AddCert(readCert(t, keys.path("ca.crt")))
+	roots.AddCert(readCert(t, keys.Path("ca.crt")))
 	for identity, want := range map[string]struct {
 		user   string
 		groups []string
@@ -32,17 +32,17 @@ func TestComponentIdentities(t *testing.T) {
 		"kube-controller-manager": {"system:kube-controller-manager", nil},
 		"kube-scheduler":          {"system:kube-scheduler", nil},
 		"kube-proxy":              {"system:kube-proxy", nil},
-		kubeletIdentity("real07"): {"system:node:real07", []string{"system:nodes"}},
+		KubeletIdentity("real07"): {"system:node:real07", []string{"system:nodes"}},
 	} {
-		cert := readCert(t, keys.path(identity+".crt"))
+		cert := readCert(t, keys.Path(identity+".crt"))
 		if cert.Subject.CommonName != want.user || !slices.Equal(cert.Subject.Organization, want.groups) {
 			t.Errorf("%s: user %q groups %q, want %q %q", identity, cert.Subject.CommonName, cert.Subject.Organization, want.user, want.groups)
 		}
 		if _, err := cert.Verify(x509.VerifyOptions{Roots: roots, KeyUsages: []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth}}); err != nil {
 			t.Errorf("%s: not a client certificate of the cluster's CA: %v", identity, err)
 		}
-		path := keys.path(identity + ".kubeconfig")
-		if err := keys.writeKubeconfig(path, "https://10.89.0.1:6443", identity); err != nil {
+		path := keys.Path(identity + ".kubeconfig")
+		if err := keys.WriteKubeconfig(path, "https://10.89.0.1:6443", identity); err != nil {
 			t.Fatal(err)
 		}
 		cfg, err := clientcmd.BuildConfigFromFlags("", path)

@@ -1,4 +1,4 @@
-package main
+package poolcontroller
 
 import (
 	"context"
@@ -17,6 +17,8 @@ import (
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	"github.com/nmstate-ippool/nmstate-ippool/cmd/localcluster/internal/pki"
+	"github.com/nmstate-ippool/nmstate-ippool/cmd/localcluster/internal/process"
 	"github.com/nmstate-ippool/nmstate-ippool/deploy"
 )
 
@@ -37,7 +39,7 @@ func (c *cluster) restartPoolController(ctx context.Context, crash bool) (string
 		sig = syscall.SIGKILL
 	}
 	name := c.leader(ctx)
-	if err := c.Processes[name].stop(sig, 15*time.Second); err != nil {
+	if err := c.Processes[name].Stop(sig, 15*time.Second); err != nil {
 		return name, err
 	}
 	return name, c.startPoolController(ctx)
@@ -48,7 +50,7 @@ func (c *cluster) restartPoolController(ctx context.Context, crash bool) (string
 func (c *cluster) leader(ctx context.Context) string {
 	for i := 1; i <= max(c.Controllers, 1); i++ {
 		p := c.Processes[controllerName(i)]
-		if p == nil || p.Metrics == "" || !p.alive() {
+		if p == nil || p.Metrics == "" || !p.Alive() {
 			continue
 		}
 		req, err := http.NewRequestWithContext(ctx, http.MethodGet, p.Metrics, nil)
@@ -73,7 +75,7 @@ func (c *cluster) leader(ctx context.Context) string {
 func (c *cluster) startPoolController(ctx context.Context) error {
 	for i := 1; i <= max(c.Controllers, 1); i++ {
 		name := controllerName(i)
-		if c.Processes[name].alive() {
+		if c.Processes[name].Alive() {
 			continue
 		}
 		if err := c.startControllerReplica(ctx, name); err != nil {
@@ -84,11 +86,11 @@ func (c *cluster) startPoolController(ctx context.Context) error {
 }
 
 func (c *cluster) startControllerReplica(ctx context.Context, name string) error {
-	health, err := freePort()
+	health, err := process.FreePort()
 	if err != nil {
 		return err
 	}
-	metrics, err := freePort()
+	metrics, err := process.FreePort()
 	if err != nil {
 		return err
 	}
@@ -96,24 +98,24 @@ func (c *cluster) startControllerReplica(ctx context.Context, name string) error
 	if err != nil {
 		return err
 	}
-	if err := awaitPort(webhook, 30*time.Second); err != nil {
+	if err := process.AwaitPort(webhook, 30*time.Second); err != nil {
 		return fmt.Errorf("start %s: %w", name, err)
 	}
-	p := &process{Binary: filepath.Join(c.Bin, "pool-controller"), Log: c.path("logs", name+".log"),
-		Health: "http://" + hostPort(health) + "/readyz", Metrics: "http://" + hostPort(metrics) + "/metrics", Args: []string{
-			"--kubeconfig=" + c.kubeconfig(), "--leader-election-namespace=default",
-			"--health-probe-bind-address=" + hostPort(health), "--metrics-bind-address=" + hostPort(metrics), "--metrics-secure=false", // on 127.0.0.1, for this host's user
+	p := &process.Process{Binary: filepath.Join(c.Bin, "pool-controller"), Log: c.Path("logs", name+".log"),
+		Health: "http://" + process.HostPort(health) + "/readyz", Metrics: "http://" + process.HostPort(metrics) + "/metrics", Args: []string{
+			"--kubeconfig=" + c.Kubeconfig(), "--leader-election-namespace=default",
+			"--health-probe-bind-address=" + process.HostPort(health), "--metrics-bind-address=" + process.HostPort(metrics), "--metrics-secure=false", // on 127.0.0.1, for this host's user
 			"--gc-grace-period=" + c.GracePeriod, "--quarantine-period=" + c.QuarantinePeriod,
 			"--webhook-host=127.0.0.1", fmt.Sprintf("--webhook-port=%d", webhook),
-			"--webhook-cert-dir=" + pki{dir: c.path("pki")}.webhookCertDir(),
+			"--webhook-cert-dir=" + pki.Keys{Dir: c.Path("pki")}.WebhookCertDir(),
 		}}
 	if c.Companion {
 		p.Args = append(p.Args, "--mode=companion")
 	}
-	if err := c.launch(name, p); err != nil {
+	if err := c.Launch(name, p); err != nil {
 		return err
 	}
-	return p.ready(ctx, time.Minute, httpReady(p.Health))
+	return p.Ready(ctx, time.Minute, process.HTTPReady(p.Health))
 }
 
 // webhookPort returns the port a replica serves the webhook on: the first
@@ -121,10 +123,10 @@ func (c *cluster) startControllerReplica(ctx context.Context, name string) error
 // it; the others take any free port.
 func (c *cluster) webhookPort(replica string) (int, error) {
 	if replica != controllerName(1) {
-		return freePort()
+		return process.FreePort()
 	}
 	if c.WebhookPort == 0 {
-		port, err := freePort()
+		port, err := process.FreePort()
 		if err != nil {
 			return 0, err
 		}
@@ -137,8 +139,8 @@ func (c *cluster) webhookPort(replica string) (int, error) {
 // pool controller replica by URL with the cluster's CA instead of through
 // the Service (the local cluster has no service network). The certificate
 // is the cluster's own: no cert-manager.
-func (c *cluster) installWebhook(ctx context.Context, keys pki) error {
-	k, err := c.client()
+func (c *cluster) installWebhook(ctx context.Context, keys pki.Keys) error {
+	k, err := c.Client()
 	if err != nil {
 		return err
 	}
@@ -146,13 +148,13 @@ func (c *cluster) installWebhook(ctx context.Context, keys pki) error {
 	if err != nil {
 		return err
 	}
-	ca, err := os.ReadFile(keys.path("ca.crt"))
+	ca, err := os.ReadFile(keys.Path("ca.crt"))
 	if err != nil {
 		return err
 	}
 	w.Annotations = nil // no cert-manager here
 	for i := range w.Webhooks {
-		url := fmt.Sprintf("https://%s%s", hostPort(c.WebhookPort), ptr.Deref(w.Webhooks[i].ClientConfig.Service.Path, "/"))
+		url := fmt.Sprintf("https://%s%s", process.HostPort(c.WebhookPort), ptr.Deref(w.Webhooks[i].ClientConfig.Service.Path, "/"))
 		w.Webhooks[i].ClientConfig = admissionregistrationv1.WebhookClientConfig{URL: &url, CABundle: ca}
 	}
 	err = k.Create(ctx, w)
@@ -173,8 +175,8 @@ func (c *cluster) installWebhook(ctx context.Context, keys pki) error {
 // webhook, which no one would answer.
 func (c *cluster) stopPoolController(ctx context.Context, k client.Client) error {
 	for name, p := range c.Processes {
-		if strings.HasPrefix(name, controllerName(1)) && p.alive() {
-			if err := p.stop(syscall.SIGTERM, 15*time.Second); err != nil {
+		if strings.HasPrefix(name, controllerName(1)) && p.Alive() {
+			if err := p.Stop(syscall.SIGTERM, 15*time.Second); err != nil {
 				return err
 			}
 		}

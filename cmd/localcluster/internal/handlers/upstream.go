@@ -1,4 +1,4 @@
-package main
+package handlers
 
 import (
 	"context"
@@ -9,14 +9,17 @@ import (
 	"strings"
 	"time"
 
+	"github.com/nmstate/kubernetes-nmstate/api/shared"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
-	"github.com/nmstate/kubernetes-nmstate/api/shared"
-
 	nncev1beta1 "github.com/nmstate-ippool/nmstate-ippool/api/v1beta1"
+	"github.com/nmstate-ippool/nmstate-ippool/cmd/localcluster/internal/pki"
+	"github.com/nmstate-ippool/nmstate-ippool/cmd/localcluster/internal/poolcontroller"
+	"github.com/nmstate-ippool/nmstate-ippool/cmd/localcluster/internal/process"
+	"github.com/nmstate-ippool/nmstate-ippool/cmd/localcluster/internal/state"
 )
 
 // upstreamNamespace is where kubernetes-nmstate's handlers look for their
@@ -40,9 +43,9 @@ var upstreamPodLabel = map[string]string{"component": "kubernetes-nmstate-handle
 // status alone.
 type upstreamHandler struct{ c *cluster }
 
-// prepare creates the handlers' namespace and the directory of their
+// Prepare creates the handlers' namespace and the directory of their
 // programs, and in companion mode starts the pool controller.
-func (h upstreamHandler) prepare(ctx context.Context, k client.Client) error {
+func (h upstreamHandler) Prepare(ctx context.Context, k client.Client) error {
 	c := h.c
 	if c.PeerHandler == "" {
 		c.PeerHandler = filepath.Join(c.Bin, "kubernetes-nmstate-handler")
@@ -54,7 +57,7 @@ func (h upstreamHandler) prepare(ctx context.Context, k client.Client) error {
 	if err != nil && !apierrors.IsAlreadyExists(err) {
 		return fmt.Errorf("create namespace %s: %w", upstreamNamespace, err)
 	}
-	tools := c.path("upstream-bin")
+	tools := c.Path("upstream-bin")
 	if err := os.MkdirAll(tools, 0o755); err != nil {
 		return err
 	}
@@ -70,19 +73,19 @@ func (h upstreamHandler) prepare(ctx context.Context, k client.Client) error {
 	if c.Companion {
 		// Companion mode: the pool controller keeps the pooled policies'
 		// NNCPs, and leaves their status to this handler.
-		if err := c.startPoolController(ctx); err != nil {
+		if err := poolcontroller.Start(ctx, c.Cluster); err != nil {
 			return err
 		}
-		return c.installWebhook(ctx, pki{dir: c.path("pki")})
+		return poolcontroller.InstallWebhook(ctx, c.Cluster, pki.Keys{Dir: c.Path("pki")})
 	}
 	return nil
 }
 
 func upstreamPodName(node string) string { return "nmstate-handler-" + node }
 
-// start creates the node's handler Pod (once) and starts the handler,
+// Start creates the node's handler Pod (once) and starts the handler,
 // and returns once it has published the node's NodeNetworkState.
-func (h upstreamHandler) start(ctx context.Context, k client.Client, node string) error {
+func (h upstreamHandler) Start(ctx context.Context, k client.Client, node string) error {
 	c := h.c
 	pod := &corev1.Pod{
 		ObjectMeta: metav1.ObjectMeta{Name: upstreamPodName(node), Namespace: upstreamNamespace, Labels: upstreamPodLabel},
@@ -92,17 +95,17 @@ func (h upstreamHandler) start(ctx context.Context, k client.Client, node string
 	if err := k.Create(ctx, pod); err != nil && !apierrors.IsAlreadyExists(err) {
 		return fmt.Errorf("create the handler pod of %s: %w", node, err)
 	}
-	if err := os.MkdirAll(c.path("nodes"), 0o755); err != nil {
+	if err := os.MkdirAll(c.Path("nodes"), 0o755); err != nil {
 		return err
 	}
 	started := time.Now().Add(-time.Second)
-	p := &process{Binary: c.PeerHandler, Log: c.path("logs", "handler-"+node+".log"), Env: []string{
+	p := &process.Process{Binary: c.PeerHandler, Log: c.Path("logs", "handler-"+node+".log"), Env: []string{
 		"NODE_NAME=" + node,
 		"POD_NAMESPACE=" + upstreamNamespace,
-		"KUBECONFIG=" + c.kubeconfig(),
-		"NMSTATE_INSTANCE_NODE_LOCK_FILE=" + c.path("nodes", node+".lock"),
-		"NMSTATECTL_SIM_STATE=" + c.simState(node),
-		"PATH=" + c.path("upstream-bin") + string(os.PathListSeparator) + os.Getenv("PATH"),
+		"KUBECONFIG=" + c.Kubeconfig(),
+		"NMSTATE_INSTANCE_NODE_LOCK_FILE=" + c.Path("nodes", node+".lock"),
+		"NMSTATECTL_SIM_STATE=" + c.SimState(node),
+		"PATH=" + c.Path("upstream-bin") + string(os.PathListSeparator) + os.Getenv("PATH"),
 		"PROBE_DNS_HOST=localhost",
 		// Retries paced as ours in a local cluster (--retry-max-delay=5s).
 		"NNCP_MAX_BACKOFF_SECONDS=5",
@@ -117,10 +120,10 @@ func (h upstreamHandler) start(ctx context.Context, k client.Client, node string
 	if fi, err := os.Stat(p.Log); err == nil {
 		logged = fi.Size()
 	}
-	if err := c.launch(handlerName(node), p); err != nil {
+	if err := c.Launch(state.HandlerName(node), p); err != nil {
 		return err
 	}
-	return p.ready(ctx, 2*time.Minute, func(ctx context.Context) error {
+	return p.Ready(ctx, 2*time.Minute, func(ctx context.Context) error {
 		var nns nncev1beta1.NodeNetworkState
 		if err := k.Get(ctx, client.ObjectKey{Name: node}, &nns); err != nil {
 			return err
@@ -145,17 +148,17 @@ func loggedSince(log string, offset int64, s string) bool {
 	return strings.Contains(string(raw[offset:]), s)
 }
 
-func (h upstreamHandler) stop(_ context.Context, _ client.Client, node string, crash bool) error {
+func (h upstreamHandler) Stop(_ context.Context, _ client.Client, node string, crash bool) error {
 	return h.c.stopHandler(node, crash)
 }
 
-// gone does what the cluster does of a deleted Node's objects, once the
+// Gone does what the cluster does of a deleted Node's objects, once the
 // Node is gone: the garbage collector deletes its enactments (owned by the
 // Node) and the pod garbage collector its handler Pod. Kubernetes' garbage
 // collector runs beside simulated nodes unless `up --garbage-collector=false`
 // (the enactments then go twice, harmlessly); the pod garbage collector
 // never does.
-func (h upstreamHandler) gone(ctx context.Context, k client.Client, node string) error {
+func (h upstreamHandler) Gone(ctx context.Context, k client.Client, node string) error {
 	err := k.DeleteAllOf(ctx, &nncev1beta1.NodeNetworkConfigurationEnactment{},
 		client.MatchingLabels{shared.EnactmentNodeLabel: node})
 	if err != nil {
@@ -171,16 +174,16 @@ func (upstreamHandler) deletePod(ctx context.Context, k client.Client, node stri
 	return client.IgnoreNotFound(err)
 }
 
-// retire deletes the handler Pods, as deleting the handler's DaemonSet
+// Retire deletes the handler Pods, as deleting the handler's DaemonSet
 // would.
-func (h upstreamHandler) retire(ctx context.Context, k client.Client) error {
+func (h upstreamHandler) Retire(ctx context.Context, k client.Client) error {
 	err := k.DeleteAllOf(ctx, &corev1.Pod{}, client.InNamespace(upstreamNamespace),
 		client.MatchingLabels(upstreamPodLabel), client.GracePeriodSeconds(0))
 	if err != nil {
 		return fmt.Errorf("delete the handler pods: %w", err)
 	}
 	if h.c.Companion {
-		return h.c.stopPoolController(ctx, k)
+		return poolcontroller.Stop(ctx, h.c.Cluster, k)
 	}
 	return nil
 }

@@ -1,11 +1,10 @@
-package main
+package nodes
 
 import (
 	"context"
 	"fmt"
 	"maps"
 	"net"
-	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -14,63 +13,20 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/nmstate-ippool/nmstate-ippool/cmd/localcluster/internal/pki"
+	"github.com/nmstate-ippool/nmstate-ippool/cmd/localcluster/internal/process"
+	"github.com/nmstate-ippool/nmstate-ippool/cmd/localcluster/internal/state"
 )
 
-// startKubeControllers starts kube-controller-manager (garbage collector,
-// DaemonSet, Deployment, ReplicaSet, service account and endpoint
-// controllers, among others) and kube-scheduler. Node IPAM is off: each
-// node's pod range is in its CNI configuration. The node lifecycle
-// controller runs: it lifts the not-ready taint a new Node is created
-// with.
-func (c *cluster) startKubeControllers(ctx context.Context) error {
-	keys := pki{dir: c.path("pki")}
-	err := c.startKubeComponent(ctx, "kube-controller-manager",
-		"--service-account-private-key-file="+keys.path("sa.key"), "--root-ca-file="+keys.path("ca.crt"),
-		"--controllers=*,-nodeipam", "--use-service-account-credentials=true",
-		"--cluster-cidr="+realPodRange, "--authentication-skip-lookup")
-	if err != nil {
-		return err
-	}
-	return c.startKubeComponent(ctx, "kube-scheduler")
-}
-
-// startKubeComponent starts one of Kubernetes' control-plane components
-// (kube-controller-manager, kube-scheduler) from the assets, on loopback
-// with the cluster's certificates, and waits until it is healthy.
-func (c *cluster) startKubeComponent(ctx context.Context, name string, args ...string) error {
-	keys := pki{dir: c.path("pki")}
-	port, err := freePort()
-	if err != nil {
-		return err
-	}
-	kubeconfig := c.path(name + ".kubeconfig")
-	if err := keys.writeKubeconfig(kubeconfig, c.APIServer, name); err != nil {
-		return err
-	}
-	p := &process{Binary: filepath.Join(c.Assets, name), Log: c.path("logs", name+".log"),
-		Health: fmt.Sprintf("https://%s/healthz", hostPort(port)),
-		Args: append([]string{"--kubeconfig=" + kubeconfig, "--leader-elect=false",
-			"--bind-address=127.0.0.1", fmt.Sprintf("--secure-port=%d", port),
-			"--tls-cert-file=" + keys.path("loopback.crt"), "--tls-private-key-file=" + keys.path("loopback.key"),
-		}, args...)}
-	if err := c.launch(name, p); err != nil {
-		return err
-	}
-	probe, err := adminProbe(keys, p.Health)
-	if err != nil {
-		return err
-	}
-	return p.ready(ctx, time.Minute, probe)
-}
-
 func (c *cluster) containerdSocket(node string) string {
-	return c.realNodeDir(node, "containerd.sock")
+	return c.RealNodeDir(node, "containerd.sock")
 }
 
 // startContainerd writes the node's containerd and CNI configuration and
 // starts containerd in the node's namespace.
-func (c *cluster) startContainerd(ctx context.Context, name string, n realNode) error {
-	dir := c.realNodeDir(name)
+func (c *cluster) startContainerd(ctx context.Context, name string, n state.RealNode) error {
+	dir := c.RealNodeDir(name)
 	for _, d := range []string{"cni", "cni-ipam", "containerd-root", "containerd-state"} {
 		if err := os.MkdirAll(filepath.Join(dir, d), 0o755); err != nil {
 			return err
@@ -97,7 +53,7 @@ state = %[2]q
   [plugins."io.containerd.grpc.v1.cri".registry]
     config_path = %[6]q
 `, filepath.Join(dir, "containerd-root"), filepath.Join(dir, "containerd-state"), c.containerdSocket(name),
-		sandboxImage, filepath.Join(dir, "cni"), filepath.Join(dir, "certs.d"))
+		state.SandboxImage, filepath.Join(dir, "cni"), filepath.Join(dir, "certs.d"))
 	if err := writeMirrors(filepath.Join(dir, "certs.d")); err != nil {
 		return err
 	}
@@ -110,7 +66,7 @@ state = %[2]q
     {"type": "portmap", "capabilities": {"portMappings": true}}
   ]
 }
-`, filepath.Join(dir, "cni-ipam"), n.podCIDR())
+`, filepath.Join(dir, "cni-ipam"), n.PodCIDR())
 	if err := os.WriteFile(filepath.Join(dir, "containerd.toml"), []byte(config), 0o644); err != nil {
 		return err
 	}
@@ -121,12 +77,12 @@ state = %[2]q
 	if err != nil {
 		return err
 	}
-	p := &process{Binary: bin, NetNS: n.netns(), Log: c.path("logs", "containerd-"+name+".log"),
+	p := &process.Process{Binary: bin, NetNS: n.Netns(), Log: c.Path("logs", "containerd-"+name+".log"),
 		Args: []string{"--config", filepath.Join(dir, "containerd.toml")}}
-	if err := c.launch(containerdName(name), p); err != nil {
+	if err := c.Launch(state.ContainerdName(name), p); err != nil {
 		return err
 	}
-	return p.ready(ctx, time.Minute, func(context.Context) error { return c.ctr(name, "version") })
+	return p.Ready(ctx, time.Minute, func(context.Context) error { return c.ctr(name, "version") })
 }
 
 // ctr runs ctr against a node's containerd, in the namespace of the
@@ -143,7 +99,7 @@ var mirroredRegistries = []string{"localhost", "registry.k8s.io"}
 // sends the node's pulls from mirroredRegistries to the cluster's
 // registry, over plain HTTP.
 func writeMirrors(dir string) error {
-	registry := "http://" + net.JoinHostPort(realHostIP, realRegistryPort)
+	registry := "http://" + net.JoinHostPort(state.RealHostIP, state.RealRegistryPort)
 	for _, host := range mirroredRegistries {
 		if err := os.MkdirAll(filepath.Join(dir, host), 0o755); err != nil {
 			return err
@@ -156,52 +112,22 @@ func writeMirrors(dir string) error {
 	return nil
 }
 
-// startRegistry starts the cluster's image registry on the host's
-// bridge address, serving the image tarballs of make images-local, and
-// waits until it serves them all: the nodes pull their images from it, as
-// nodes of a cluster pull from a registry.
-func (c *cluster) startRegistry(ctx context.Context) error {
-	addr := net.JoinHostPort(realHostIP, realRegistryPort)
-	p := &process{Binary: filepath.Join(c.Real.Images, registryTool), Log: c.path("logs", "registry.log"),
-		Args: []string{"-serve", addr, "-out", c.Real.Images}}
-	if err := c.launch(registryName, p); err != nil {
-		return err
-	}
-	return p.ready(ctx, time.Minute, func(ctx context.Context) error {
-		for _, ref := range []string{"nmstate-ippool/handler/manifests/local", "nmstate-ippool/pool-controller/manifests/local", "pause/manifests/3.10"} {
-			req, err := http.NewRequestWithContext(ctx, http.MethodHead, "http://"+addr+"/v2/"+ref, nil)
-			if err != nil {
-				return err
-			}
-			resp, err := http.DefaultClient.Do(req)
-			if err != nil {
-				return err
-			}
-			_ = resp.Body.Close()
-			if resp.StatusCode != http.StatusOK {
-				return fmt.Errorf("%s: %s", ref, resp.Status)
-			}
-		}
-		return nil
-	})
-}
-
 // nodeKubeconfig writes the kubeconfig of one of a node's components,
 // with the client certificate of identity and the API server at its
 // address on the bridge.
 func (c *cluster) nodeKubeconfig(node, identity string) (string, error) {
-	path := c.realNodeDir(node, identity+".kubeconfig")
+	path := c.RealNodeDir(node, identity+".kubeconfig")
 	_, port, err := net.SplitHostPort(strings.TrimPrefix(c.APIServer, "https://"))
 	if err != nil {
 		return "", err
 	}
-	return path, pki{dir: c.path("pki")}.writeKubeconfig(path, "https://"+net.JoinHostPort(realHostIP, port), identity)
+	return path, pki.Keys{Dir: c.Path("pki")}.WriteKubeconfig(path, "https://"+net.JoinHostPort(state.RealHostIP, port), identity)
 }
 
 // startKubeProxy starts the node's kube-proxy (iptables mode), which makes
 // the Services, the API server's among them, reachable from the node and
 // its pods.
-func (c *cluster) startKubeProxy(ctx context.Context, name string, n realNode) error {
+func (c *cluster) startKubeProxy(ctx context.Context, name string, n state.RealNode) error {
 	kubeconfig, err := c.nodeKubeconfig(name, "kube-proxy")
 	if err != nil {
 		return err
@@ -223,19 +149,19 @@ conntrack:
   min: 0
   tcpEstablishedTimeout: 0s
   tcpCloseWaitTimeout: 0s
-`, kubeconfig, name, n.ip(), n.ip()+":10256", realPodRange)
-	path := c.realNodeDir(name, "kube-proxy.yaml")
+`, kubeconfig, name, n.IP(), n.IP()+":10256", state.RealPodRange)
+	path := c.RealNodeDir(name, "kube-proxy.yaml")
 	if err := os.WriteFile(path, []byte(config), 0o644); err != nil {
 		return err
 	}
-	p := &process{Binary: filepath.Join(c.Assets, "kube-proxy"), NetNS: n.netns(), Log: c.path("logs", "kube-proxy-"+name+".log"),
-		Health: "http://" + n.ip() + ":10256/livez", Args: []string{"--config=" + path}}
-	if err := c.launch(kubeProxyName(name), p); err != nil {
+	p := &process.Process{Binary: filepath.Join(c.Assets, "kube-proxy"), NetNS: n.Netns(), Log: c.Path("logs", "kube-proxy-"+name+".log"),
+		Health: "http://" + n.IP() + ":10256/livez", Args: []string{"--config=" + path}}
+	if err := c.Launch(state.KubeProxyName(name), p); err != nil {
 		return err
 	}
 	// kube-proxy's health endpoint answers once it runs; it is healthy
 	// only after its first sync, which needs the Node.
-	return p.ready(ctx, time.Minute, answers(p.Health))
+	return p.Ready(ctx, time.Minute, process.Answers(p.Health))
 }
 
 // startKubelet starts the node's kubelet and waits until its Node is
@@ -246,16 +172,16 @@ conntrack:
 // system:node:NAME, so that the Node authorizer and NodeRestriction hold
 // it to its own node, and it asks the API server whom to let in
 // (webhook authentication and authorization).
-func (c *cluster) startKubelet(ctx context.Context, k client.Client, name string, n realNode) error {
-	keys := pki{dir: c.path("pki")}
-	if err := keys.issueKubelet(name); err != nil {
+func (c *cluster) startKubelet(ctx context.Context, k client.Client, name string, n state.RealNode) error {
+	keys := pki.Keys{Dir: c.Path("pki")}
+	if err := keys.IssueKubelet(name); err != nil {
 		return fmt.Errorf("node %s: the kubelet's certificate: %w", name, err)
 	}
-	kubeconfig, err := c.nodeKubeconfig(name, kubeletIdentity(name))
+	kubeconfig, err := c.nodeKubeconfig(name, pki.KubeletIdentity(name))
 	if err != nil {
 		return err
 	}
-	root := c.realNodeDir(name, "kubelet")
+	root := c.RealNodeDir(name, "kubelet")
 	config := fmt.Sprintf(`apiVersion: kubelet.config.k8s.io/v1beta1
 kind: KubeletConfiguration
 authentication:
@@ -278,18 +204,18 @@ imageGCHighThresholdPercent: 100
 imageGCLowThresholdPercent: 99
 resolvConf: /etc/resolv.conf
 serializeImagePulls: false
-`, keys.path("ca.crt"), n.ip(), n.ip(), "unix://"+c.containerdSocket(name), filepath.Join(root, "pod-logs"))
-	path := c.realNodeDir(name, "kubelet.yaml")
+`, keys.Path("ca.crt"), n.IP(), n.IP(), "unix://"+c.containerdSocket(name), filepath.Join(root, "pod-logs"))
+	path := c.RealNodeDir(name, "kubelet.yaml")
 	if err := os.WriteFile(path, []byte(config), 0o644); err != nil {
 		return err
 	}
-	p := &process{Binary: filepath.Join(c.Assets, "kubelet"), NetNS: n.netns(), Log: c.path("logs", "kubelet-"+name+".log"),
+	p := &process.Process{Binary: filepath.Join(c.Assets, "kubelet"), NetNS: n.Netns(), Log: c.Path("logs", "kubelet-"+name+".log"),
 		Args: []string{"--config=" + path, "--kubeconfig=" + kubeconfig, "--hostname-override=" + name,
-			"--node-ip=" + n.ip(), "--root-dir=" + root, "--cert-dir=" + filepath.Join(root, "pki"), "--v=1"}}
-	if err := c.launch(kubeletName(name), p); err != nil {
+			"--node-ip=" + n.IP(), "--root-dir=" + root, "--cert-dir=" + filepath.Join(root, "pki"), "--v=1"}}
+	if err := c.Launch(state.KubeletName(name), p); err != nil {
 		return err
 	}
-	return p.ready(ctx, 2*time.Minute, func(ctx context.Context) error { return nodeReady(ctx, k, name) })
+	return p.Ready(ctx, 2*time.Minute, func(ctx context.Context) error { return nodeReady(ctx, k, name) })
 }
 
 // nodeReady fails until the Node is Ready.

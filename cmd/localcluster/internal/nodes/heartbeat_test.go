@@ -1,4 +1,4 @@
-package main
+package nodes
 
 import (
 	"context"
@@ -33,7 +33,7 @@ func TestBeat(t *testing.T) {
 	if err := k.Create(ctx, ns); err != nil && !apierrors.IsAlreadyExists(err) {
 		t.Fatal(err)
 	}
-	if err := beat(ctx, k, "absent", 10*time.Second); err != nil {
+	if err := Beat(ctx, k, "absent", 10*time.Second); err != nil {
 		t.Fatalf("a node without a Node: %v", err)
 	}
 	node := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "n1"}}
@@ -62,7 +62,7 @@ func TestBeat(t *testing.T) {
 		return ""
 	}
 
-	if err := beat(ctx, k, "n1", 10*time.Second); err != nil {
+	if err := Beat(ctx, k, "n1", 10*time.Second); err != nil {
 		t.Fatal(err)
 	}
 	first := lease()
@@ -71,7 +71,7 @@ func TestBeat(t *testing.T) {
 		t.Fatalf("lease after the first beat: %+v, owners %+v", first.Spec, first.OwnerReferences)
 	}
 	if got := readyOf(); got != corev1.ConditionTrue {
-		t.Fatalf("Ready %q after a beat, want True", got)
+		t.Fatalf("Ready %q after a Beat, want True", got)
 	}
 
 	// The node lifecycle controller turns it Unknown; the next beat
@@ -86,13 +86,13 @@ func TestBeat(t *testing.T) {
 		t.Fatal(err)
 	}
 	time.Sleep(10 * time.Millisecond) // a later MicroTime
-	if err := beat(ctx, k, "n1", 10*time.Second); err != nil {
+	if err := Beat(ctx, k, "n1", 10*time.Second); err != nil {
 		t.Fatal(err)
 	}
 	if got := readyOf(); got != corev1.ConditionTrue {
-		t.Errorf("Ready %q after a beat of a node turned Unknown, want True", got)
+		t.Errorf("Ready %q after a Beat of a node turned Unknown, want True", got)
 	}
 	if renewed := lease().Spec.RenewTime; !renewed.After(first.Spec.RenewTime.Time) {
-		t.Errorf("lease renewed at %v, not after the first beat's %v", renewed, first.Spec.RenewTime)
+		t.Errorf("lease renewed at %v, not after the first Beat's %v", renewed, first.Spec.RenewTime)
 	}
 }

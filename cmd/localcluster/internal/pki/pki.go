@@ -1,4 +1,6 @@
-package main
+// Package pki issues the local cluster's certificates and kubeconfigs,
+// signed by a CA of its own.
+package pki
 
 import (
 	"crypto/ecdsa"
@@ -18,43 +20,47 @@ import (
 
 	"k8s.io/client-go/tools/clientcmd"
 	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
+
+	"github.com/nmstate-ippool/nmstate-ippool/cmd/localcluster/internal/state"
 )
 
-// pki holds the files of the local control plane's certificates: a CA and
+// Keys holds the files of the local control plane's certificates: a CA and
 // its key, the API server's serving certificate, an admin client
 // certificate (system:masters), client certificates of the Kubernetes
 // components (kubelets' are issued as nodes are added), a serving
 // certificate on loopback for the controller manager and scheduler, the
 // pool controller's webhook serving certificates and the service account
 // signing key.
-type pki struct {
-	dir string
+type Keys struct {
+	// Dir is the directory of the files.
+	Dir string
 }
 
-func (p pki) path(name string) string { return filepath.Join(p.dir, name) }
+// Path is the path of the file name in the directory.
+func (p Keys) Path(name string) string { return filepath.Join(p.Dir, name) }
 
-// webhookCertDir holds the webhook's serving certificate, signed by the
+// WebhookCertDir holds the webhook's serving certificate, signed by the
 // cluster's CA.
-func (p pki) webhookCertDir() string { return p.path("webhook") }
+func (p Keys) WebhookCertDir() string { return p.Path("webhook") }
 
-// generate writes every key and certificate into p.dir.
-func (p pki) generate() error {
-	if err := os.MkdirAll(p.webhookCertDir(), 0o700); err != nil {
+// Generate writes every key and certificate into p.Dir.
+func (p Keys) Generate() error {
+	if err := os.MkdirAll(p.WebhookCertDir(), 0o700); err != nil {
 		return err
 	}
 	caKey, caCert, err := newCA()
 	if err != nil {
 		return err
 	}
-	if err := writeCert(p.path("ca.crt"), caCert); err != nil {
+	if err := writeCert(p.Path("ca.crt"), caCert); err != nil {
 		return err
 	}
 	// Kept, for the kubelets of real nodes added later.
-	if err := writeKey(p.path("ca.key"), caKey); err != nil {
+	if err := writeKey(p.Path("ca.key"), caKey); err != nil {
 		return err
 	}
 	for name, tmpl := range certificates() {
-		if err := p.issue(name, tmpl, caKey, caCert); err != nil {
+		if err := p.Issue(name, tmpl, caKey, caCert); err != nil {
 			return err
 		}
 	}
@@ -62,14 +68,14 @@ func (p pki) generate() error {
 	if err != nil {
 		return err
 	}
-	if err := writeKey(p.path("sa.key"), saKey); err != nil {
+	if err := writeKey(p.Path("sa.key"), saKey); err != nil {
 		return err
 	}
 	pub, err := x509.MarshalPKIXPublicKey(&saKey.PublicKey)
 	if err != nil {
 		return err
 	}
-	return os.WriteFile(p.path("sa.pub"), pem.EncodeToMemory(&pem.Block{Type: "PUBLIC KEY", Bytes: pub}), 0o600)
+	return os.WriteFile(p.Path("sa.pub"), pem.EncodeToMemory(&pem.Block{Type: "PUBLIC KEY", Bytes: pub}), 0o600)
 }
 
 // certificates are the certificates the cluster's CA signs, by the name of
@@ -81,7 +87,7 @@ func certificates() map[string]*x509.Certificate {
 		"apiserver": {
 			Subject:     pkix.Name{CommonName: "kube-apiserver"},
 			DNSNames:    []string{"localhost", "kubernetes", "kubernetes.default", "kubernetes.default.svc"},
-			IPAddresses: []net.IP{net.ParseIP("127.0.0.1"), net.ParseIP("10.0.0.1"), net.ParseIP(realHostIP)},
+			IPAddresses: []net.IP{net.ParseIP("127.0.0.1"), net.ParseIP("10.0.0.1"), net.ParseIP(state.RealHostIP)},
 			ExtKeyUsage: server,
 		},
 		"admin": clientCertificate("admin", "system:masters"),
@@ -107,19 +113,19 @@ func certificates() map[string]*x509.Certificate {
 	}
 }
 
-// issueWebhookService writes the serving certificate of an install's
+// IssueWebhookService writes the serving certificate of an install's
 // webhook Service (webhook-service.crt, .key) for dnsNames, the names the
 // install's cert-manager Certificate asks for: cert-manager would issue
 // it; localcluster install puts it in the Certificate's Secret.
-func (p pki) issueWebhookService(dnsNames []string) error {
+func (p Keys) IssueWebhookService(dnsNames []string) error {
 	if len(dnsNames) == 0 {
 		return errors.New("the webhook's Certificate names no DNS name")
 	}
-	caKey, ca, err := p.loadCA()
+	caKey, ca, err := p.LoadCA()
 	if err != nil {
 		return err
 	}
-	return p.issue("webhook-service", &x509.Certificate{Subject: pkix.Name{CommonName: dnsNames[0]}, DNSNames: dnsNames,
+	return p.Issue("webhook-service", &x509.Certificate{Subject: pkix.Name{CommonName: dnsNames[0]}, DNSNames: dnsNames,
 		ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth}}, caKey, ca)
 }
 
@@ -132,28 +138,28 @@ func clientCertificate(user string, groups ...string) *x509.Certificate {
 	}
 }
 
-// issueKubelet writes the client certificate of a node's kubelet, whose
+// IssueKubelet writes the client certificate of a node's kubelet, whose
 // user and group the Node authorizer and NodeRestriction know.
-func (p pki) issueKubelet(node string) error {
-	caKey, ca, err := p.loadCA()
+func (p Keys) IssueKubelet(node string) error {
+	caKey, ca, err := p.LoadCA()
 	if err != nil {
 		return err
 	}
-	return p.issue(kubeletIdentity(node), clientCertificate("system:node:"+node, "system:nodes"), caKey, ca)
+	return p.Issue(KubeletIdentity(node), clientCertificate("system:node:"+node, "system:nodes"), caKey, ca)
 }
 
-// kubeletIdentity names the files of a node's kubelet's certificate.
-func kubeletIdentity(node string) string { return "kubelet-" + node }
+// KubeletIdentity names the files of a node's kubelet's certificate.
+func KubeletIdentity(node string) string { return "kubelet-" + node }
 
-// loadCA reads the CA's key and certificate that generate wrote.
-func (p pki) loadCA() (*ecdsa.PrivateKey, *x509.Certificate, error) {
-	pair, err := tls.LoadX509KeyPair(p.path("ca.crt"), p.path("ca.key"))
+// LoadCA reads the CA's key and certificate that generate wrote.
+func (p Keys) LoadCA() (*ecdsa.PrivateKey, *x509.Certificate, error) {
+	pair, err := tls.LoadX509KeyPair(p.Path("ca.crt"), p.Path("ca.key"))
 	if err != nil {
 		return nil, nil, fmt.Errorf("the cluster's CA: %w", err)
 	}
 	key, ok := pair.PrivateKey.(*ecdsa.PrivateKey)
 	if !ok {
-		return nil, nil, fmt.Errorf("the cluster's CA key %s is not an ECDSA key", p.path("ca.key"))
+		return nil, nil, fmt.Errorf("the cluster's CA key %s is not an ECDSA key", p.Path("ca.key"))
 	}
 	ca, err := x509.ParseCertificate(pair.Certificate[0])
 	return key, ca, err
@@ -181,8 +187,8 @@ func newCA() (*ecdsa.PrivateKey, *x509.Certificate, error) {
 	return key, cert, err
 }
 
-// issue signs tmpl with the CA and writes name.crt and name.key.
-func (p pki) issue(name string, tmpl *x509.Certificate, caKey *ecdsa.PrivateKey, ca *x509.Certificate) error {
+// Issue signs tmpl with the CA and writes name.crt and name.key.
+func (p Keys) Issue(name string, tmpl *x509.Certificate, caKey *ecdsa.PrivateKey, ca *x509.Certificate) error {
 	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
 	if err != nil {
 		return err
@@ -202,10 +208,10 @@ func (p pki) issue(name string, tmpl *x509.Certificate, caKey *ecdsa.PrivateKey,
 	if err != nil {
 		return err
 	}
-	if err := writeCert(p.path(name+".crt"), cert); err != nil {
+	if err := writeCert(p.Path(name+".crt"), cert); err != nil {
 		return err
 	}
-	return writeKey(p.path(name+".key"), key)
+	return writeKey(p.Path(name+".key"), key)
 }
 
 func writeCert(path string, cert *x509.Certificate) error {
@@ -220,11 +226,11 @@ func writeKey(path string, key *ecdsa.PrivateKey) error {
 	return os.WriteFile(path, pem.EncodeToMemory(&pem.Block{Type: "EC PRIVATE KEY", Bytes: der}), 0o600)
 }
 
-// writeKubeconfig writes a kubeconfig for the API server at url with the
+// WriteKubeconfig writes a kubeconfig for the API server at url with the
 // client certificate of identity (its files' name: "admin",
 // "kube-proxy", ...), embedded so that the file works from anywhere.
-func (p pki) writeKubeconfig(path, url, identity string) error {
-	read := func(name string) ([]byte, error) { return os.ReadFile(p.path(name)) }
+func (p Keys) WriteKubeconfig(path, url, identity string) error {
+	read := func(name string) ([]byte, error) { return os.ReadFile(p.Path(name)) }
 	ca, err := read("ca.crt")
 	if err != nil {
 		return err

@@ -1,4 +1,4 @@
-package main
+package nodes
 
 import (
 	"context"
@@ -7,7 +7,6 @@ import (
 	"io"
 	"maps"
 	"os"
-	"path/filepath"
 	"slices"
 	"strings"
 	"syscall"
@@ -22,23 +21,10 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	nncev1beta1 "github.com/nmstate-ippool/nmstate-ippool/api/v1beta1"
+	"github.com/nmstate-ippool/nmstate-ippool/cmd/localcluster/internal/handlers"
+	"github.com/nmstate-ippool/nmstate-ippool/cmd/localcluster/internal/process"
+	"github.com/nmstate-ippool/nmstate-ippool/cmd/localcluster/internal/state"
 )
-
-// handlerTuning returns the handler flags of a local cluster: quicker
-// retries and probes than in production, and no ping or dns probe: the
-// simulated nodes' gateway and nameserver exist only in their states, so
-// those probes would fail before every apply and be skipped, after a
-// wait.
-func (c *cluster) handlerTuning() []string {
-	flags := []string{"--pending-requeue=2s", "--failed-requeue=10s", "--retry-max-delay=5s",
-		"--probes=api-server,node-readiness", "--probe-timeout=20s", "--apply-timeout=60s"}
-	if c.Retries != nil {
-		flags = append(flags, fmt.Sprintf("--retries=%d", *c.Retries))
-	}
-	return flags
-}
-
-func handlerName(node string) string { return "handler/" + node }
 
 // defaultNodeLabels are what every simulated node carries: it is a worker,
 // as the samples' policy expects.
@@ -52,13 +38,13 @@ func (c *cluster) addNode(ctx context.Context, k client.Client, name string, lab
 	if errs := validation.IsDNS1123Subdomain(name); len(errs) > 0 {
 		return fmt.Errorf("node name %q: %s", name, strings.Join(errs, "; "))
 	}
-	if c.Processes[handlerName(name)].alive() {
+	if c.Processes[state.HandlerName(name)].Alive() {
 		return fmt.Errorf("node %s already has a running handler", name)
 	}
-	if old, ok := c.Processes[handlerName(name)]; ok && old.Removed {
+	if old, ok := c.Processes[state.HandlerName(name)]; ok && old.Removed {
 		// A node added again under the name of a removed one is a new
 		// machine: it starts with an empty network.
-		if err := os.Remove(c.simState(name)); err != nil && !errors.Is(err, os.ErrNotExist) {
+		if err := os.Remove(c.SimState(name)); err != nil && !errors.Is(err, os.ErrNotExist) {
 			return err
 		}
 	}
@@ -75,84 +61,7 @@ func (c *cluster) addNode(ctx context.Context, k client.Client, name string, lab
 	if err := k.Status().Patch(ctx, node, patch); err != nil {
 		return fmt.Errorf("mark node %s Ready: %w", name, err)
 	}
-	return c.handler().start(ctx, k, name)
-}
-
-// ourHandler is nmstate-ippool's handler, one process per simulated node.
-type ourHandler struct{ c *cluster }
-
-// prepare starts the pool controller and installs its webhook: our
-// handlers ask it for addresses, and its policy controller writes the
-// policies' status.
-func (h ourHandler) prepare(ctx context.Context, _ client.Client) error {
-	if err := h.c.startPoolController(ctx); err != nil {
-		return err
-	}
-	return h.c.installWebhook(ctx, pki{dir: h.c.path("pki")})
-}
-
-// start starts the handler of a node and waits until it is ready.
-func (h ourHandler) start(ctx context.Context, _ client.Client, node string) error {
-	c := h.c
-	if err := os.MkdirAll(c.path("nodes"), 0o755); err != nil {
-		return err
-	}
-	health, err := freePort()
-	if err != nil {
-		return err
-	}
-	p := &process{Binary: filepath.Join(c.Bin, "handler"), Log: c.path("logs", "handler-"+node+".log"),
-		Health: "http://" + hostPort(health) + "/readyz",
-		Env:    []string{"NMSTATECTL_SIM_STATE=" + c.simState(node)},
-		Args: append([]string{"--kubeconfig=" + c.kubeconfig(), "--node-name=" + node,
-			"--nmstatectl=" + filepath.Join(c.Bin, "nmstatectl-sim"),
-			"--health-probe-bind-address=" + hostPort(health), "--metrics-bind-address=0"}, c.handlerTuning()...)}
-	if offset := c.ClockOffsets[node]; offset != "" {
-		p.Args = append(p.Args, "--test-clock-offset="+offset)
-	}
-	if err := c.launch(handlerName(node), p); err != nil {
-		return err
-	}
-	return p.ready(ctx, time.Minute, httpReady(p.Health))
-}
-
-func (h ourHandler) stop(_ context.Context, _ client.Client, node string, crash bool) error {
-	return h.c.stopHandler(node, crash)
-}
-
-// gone does nothing: the pool controller retires a deleted Node's
-// enactments and frees their addresses.
-func (ourHandler) gone(context.Context, client.Client, string) error { return nil }
-
-// retire stops the pool controller and removes its webhook, which no one
-// would answer; the pools and the enactments' records stay.
-func (h ourHandler) retire(ctx context.Context, k client.Client) error {
-	return h.c.stopPoolController(ctx, k)
-}
-
-// stopHandler stops a node's handler process: SIGTERM, or SIGKILL with
-// crash.
-func (c *cluster) stopHandler(node string, crash bool) error {
-	sig := syscall.SIGTERM
-	if crash {
-		sig = syscall.SIGKILL
-	}
-	return c.Processes[handlerName(node)].stop(sig, 15*time.Second)
-}
-
-func (c *cluster) simState(node string) string { return c.path("nodes", node+".yaml") }
-
-// setClockOffset keeps how far a node's handler clock is moved; 0 moves
-// it not at all.
-func (c *cluster) setClockOffset(node string, offset time.Duration) {
-	if offset == 0 {
-		delete(c.ClockOffsets, node)
-		return
-	}
-	if c.ClockOffsets == nil {
-		c.ClockOffsets = map[string]string{}
-	}
-	c.ClockOffsets[node] = offset.String()
+	return handlers.For(c.Cluster).Start(ctx, k, name)
 }
 
 // removeNode deletes a node. Gracefully, the Node goes first while its
@@ -160,7 +69,7 @@ func (c *cluster) setClockOffset(node string, offset time.Duration) {
 // gone; with crash, the handler is killed first, without a chance to clean
 // up, and the pool controller frees the node's addresses.
 func (c *cluster) removeNode(ctx context.Context, k client.Client, name string, crash bool, out io.Writer) error {
-	h, err := c.simulatedNode(name)
+	h, err := c.SimulatedNode(name)
 	if err != nil {
 		return err
 	}
@@ -171,9 +80,9 @@ func (c *cluster) removeNode(ctx context.Context, k client.Client, name string, 
 		c.PoweredOff = slices.DeleteFunc(c.PoweredOff, func(n string) bool { return n == name })
 		crash = true
 	}
-	handler := c.handler()
+	handler := handlers.For(c.Cluster)
 	if crash {
-		if err := handler.stop(ctx, k, name, true); err != nil {
+		if err := handler.Stop(ctx, k, name, true); err != nil {
 			return err
 		}
 		fmt.Fprintf(out, "killed the handler of %s (pid %d)\n", name, h.PID)
@@ -181,18 +90,18 @@ func (c *cluster) removeNode(ctx context.Context, k client.Client, name string, 
 	if err := deleteNode(ctx, k, name, crash, out); err != nil {
 		return err
 	}
-	if err := handler.gone(ctx, k, name); err != nil {
+	if err := handler.Gone(ctx, k, name); err != nil {
 		return err
 	}
-	gone := waitFor(2*time.Minute, func() bool { return enactmentsOf(ctx, k, name) == 0 })
+	gone := process.WaitFor(2*time.Minute, func() bool { return enactmentsOf(ctx, k, name) == 0 })
 	if !crash {
-		if err := handler.stop(ctx, k, name, false); err != nil {
+		if err := handler.Stop(ctx, k, name, false); err != nil {
 			return err
 		}
 		fmt.Fprintf(out, "stopped the handler of %s\n", name)
 	}
 	if !gone {
-		return fmt.Errorf("the enactments of node %s are still there after two minutes; see %s", name, c.path("logs", "pool-controller.log"))
+		return fmt.Errorf("the enactments of node %s are still there after two minutes; see %s", name, c.Path("logs", "pool-controller.log"))
 	}
 	fmt.Fprintf(out, "the enactments of %s are gone and its addresses released\n", name)
 	return nil
@@ -224,7 +133,7 @@ func deleteNode(ctx context.Context, k client.Client, name string, shutDown bool
 		}
 		fmt.Fprintf(out, "tainted node %s %s: its machine is shut down\n", name, corev1.TaintNodeOutOfService)
 	}
-	if !waitFor(2*time.Minute, func() bool { return !exists() }) {
+	if !process.WaitFor(2*time.Minute, func() bool { return !exists() }) {
 		var n corev1.Node
 		_ = k.Get(ctx, client.ObjectKey{Name: name}, &n)
 		return fmt.Errorf("node %s is still there after two minutes, held by %v; see the pool controller's log", name, n.Finalizers)
@@ -243,18 +152,18 @@ func enactmentsOf(ctx context.Context, k client.Client, node string) int {
 
 // signalHandler stalls (SIGSTOP) or resumes (SIGCONT) a node's handler.
 func (c *cluster) signalHandler(name, verb string, out io.Writer) error {
-	h, ok := c.Processes[handlerName(name)]
+	h, ok := c.Processes[state.HandlerName(name)]
 	if !ok {
 		return fmt.Errorf("node %s was not added by this local cluster", name)
 	}
-	if err := c.checkRunning(name); err != nil {
+	if err := c.CheckRunning(name); err != nil {
 		return err
 	}
 	sig := syscall.SIGSTOP
 	if verb == "resume" {
 		sig = syscall.SIGCONT
 	}
-	if err := h.signal(sig); err != nil {
+	if err := h.Signal(sig); err != nil {
 		return fmt.Errorf("%s the handler of %s: %w", verb, name, err)
 	}
 	fmt.Fprintf(out, "%s the handler of %s (pid %d)\n", map[string]string{"stall": "stalled", "resume": "resumed"}[verb], name, h.PID)
@@ -264,39 +173,18 @@ func (c *cluster) signalHandler(name, verb string, out io.Writer) error {
 // restartHandler stops a node's handler (killed, with crash) and starts it
 // again.
 func (c *cluster) restartHandler(ctx context.Context, k client.Client, name string, crash bool) error {
-	if _, ok := c.Processes[handlerName(name)]; !ok {
+	if _, ok := c.Processes[state.HandlerName(name)]; !ok {
 		return fmt.Errorf("node %s was not added by this local cluster", name)
 	}
 	if err := k.Get(ctx, client.ObjectKey{Name: name}, &corev1.Node{}); apierrors.IsNotFound(err) {
 		return fmt.Errorf("node %s was removed; add it again instead", name)
 	}
-	if err := c.checkRunning(name); err != nil {
+	if err := c.CheckRunning(name); err != nil {
 		return err
 	}
-	handler := c.handler()
-	if err := handler.stop(ctx, k, name, crash); err != nil {
+	handler := handlers.For(c.Cluster)
+	if err := handler.Stop(ctx, k, name, crash); err != nil {
 		return err
 	}
-	return handler.start(ctx, k, name)
-}
-
-// checkRunning fails for a node whose machine is stopped (node stop).
-func (c *cluster) checkRunning(name string) error {
-	if slices.Contains(c.PoweredOff, name) {
-		return fmt.Errorf("the machine of node %s is stopped: start it first (localcluster node start %s)", name, name)
-	}
-	return nil
-}
-
-// simulatedNode returns the handler process of a simulated node this
-// cluster added and did not remove.
-func (c *cluster) simulatedNode(name string) (*process, error) {
-	h, ok := c.Processes[handlerName(name)]
-	switch {
-	case !ok:
-		return nil, fmt.Errorf("node %s was not added by this local cluster", name)
-	case h.Removed:
-		return nil, fmt.Errorf("node %s was removed already; add it again with 'localcluster node add %s'", name, name)
-	}
-	return h, nil
+	return handler.Start(ctx, k, name)
 }

@@ -1,4 +1,4 @@
-package main
+package install
 
 import (
 	"bytes"
@@ -28,17 +28,17 @@ const release = "nmstate-ippool"
 // with that CA as the webhook's caBundle (webhook.certificate=provided,
 // in a values file kept in the cluster's directory for later upgrades);
 // then it waits as install does.
-func (c *cluster) installChart(ctx context.Context, o installOptions, out io.Writer) error {
-	for _, p := range []string{o.kubectl, o.helm, o.helmBin, o.values} {
+func (c *cluster) installChart(ctx context.Context, o Options, out io.Writer) error {
+	for _, p := range []string{o.Kubectl, o.Helm, o.HelmBin, o.Values} {
 		if _, err := os.Stat(p); err != nil {
 			return fmt.Errorf("%s not found: run from the repository's root, after 'make kubectl' and 'make tools' (or set --kubectl, --helm, --helm-bin, --values)", p)
 		}
 	}
-	k, err := c.client()
+	k, err := c.Client()
 	if err != nil {
 		return err
 	}
-	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: o.namespace}}
+	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: o.Namespace}}
 	if _, err := controllerutil.CreateOrUpdate(ctx, k, ns, func() error {
 		if ns.Labels == nil {
 			ns.Labels = map[string]string{}
@@ -46,9 +46,9 @@ func (c *cluster) installChart(ctx context.Context, o installOptions, out io.Wri
 		ns.Labels["pod-security.kubernetes.io/enforce"] = "privileged" // the handler runs privileged, on the host's network
 		return nil
 	}); err != nil {
-		return fmt.Errorf("namespace %s: %w", o.namespace, err)
+		return fmt.Errorf("namespace %s: %w", o.Namespace, err)
 	}
-	webhookValues := c.path("helm-webhook-values.yaml")
+	webhookValues := c.Path("helm-webhook-values.yaml")
 	// A stand-in CA while rendering: the real one is issued for the DNS
 	// names the rendering gives.
 	if err := writeWebhookValues(webhookValues, []byte("rendering")); err != nil {
@@ -60,7 +60,7 @@ func (c *cluster) installChart(ctx context.Context, o installOptions, out io.Wri
 	}
 	in, err := chartInstallation(objs)
 	if err != nil {
-		return fmt.Errorf("%s: %w", o.helm, err)
+		return fmt.Errorf("%s: %w", o.Helm, err)
 	}
 	ca, err := c.writeWebhookSecret(ctx, k, in.certificate)
 	if err != nil {
@@ -69,13 +69,13 @@ func (c *cluster) installChart(ctx context.Context, o installOptions, out io.Wri
 	if err := writeWebhookValues(webhookValues, ca); err != nil {
 		return err
 	}
-	helm := c.command(ctx, "helm", o.helmBin, out)
-	if err := helm("upgrade", "--install", release, o.helm, "--namespace", o.namespace, "--values", o.values, "--values", webhookValues); err != nil {
+	helm := c.command(ctx, "helm", o.HelmBin, out)
+	if err := helm("upgrade", "--install", release, o.Helm, "--namespace", o.Namespace, "--values", o.Values, "--values", webhookValues); err != nil {
 		return err
 	}
 	fmt.Fprintf(out, "issued the webhook's certificate for %s (Secret %s/%s, signed by the cluster's CA), its CA in %s\n",
 		strings.Join(in.certificate.dnsNames, ", "), in.certificate.namespace, in.certificate.secret, webhookValues)
-	return in.waitRunning(c.command(ctx, "kubectl", o.kubectl, out), o.timeout, out)
+	return in.waitRunning(c.command(ctx, "kubectl", o.Kubectl, out), o.Timeout, out)
 }
 
 // writeWebhookValues writes the chart's values for a webhook certificate
@@ -92,15 +92,15 @@ func writeWebhookValues(path string, ca []byte) error {
 
 // renderChart renders the chart with helm template, as installChart
 // installs it.
-func renderChart(ctx context.Context, o installOptions, webhookValues string) ([]*unstructured.Unstructured, error) {
-	cmd := exec.CommandContext(ctx, o.helmBin, "template", release, o.helm, "--namespace", o.namespace, "--values", o.values, "--values", webhookValues)
+func renderChart(ctx context.Context, o Options, webhookValues string) ([]*unstructured.Unstructured, error) {
+	cmd := exec.CommandContext(ctx, o.HelmBin, "template", release, o.Helm, "--namespace", o.Namespace, "--values", o.Values, "--values", webhookValues)
 	var stderr bytes.Buffer
 	cmd.Stderr = &stderr
 	raw, err := cmd.Output()
 	if err != nil {
-		return nil, fmt.Errorf("helm template %s: %w: %s", o.helm, err, strings.TrimSpace(stderr.String()))
+		return nil, fmt.Errorf("helm template %s: %w: %s", o.Helm, err, strings.TrimSpace(stderr.String()))
 	}
-	return decodeObjects(raw, "helm template "+o.helm)
+	return decodeObjects(raw, "helm template "+o.Helm)
 }
 
 // chartInstallation finds the handler DaemonSet (none in companion mode),

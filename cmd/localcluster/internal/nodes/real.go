@@ -1,4 +1,4 @@
-package main
+package nodes
 
 import (
 	"context"
@@ -19,89 +19,10 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/util/validation"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/nmstate-ippool/nmstate-ippool/cmd/localcluster/internal/process"
+	"github.com/nmstate-ippool/nmstate-ippool/cmd/localcluster/internal/state"
 )
-
-// A cluster with real nodes (up --kubelets K) runs, beside etcd and the
-// API server, kube-controller-manager and kube-scheduler on the host, and
-// per node a network namespace with a containerd, a kubelet and a
-// kube-proxy. The nodes' namespaces hang off a bridge on the host, where
-// the API server listens; each node routes its pods (CNI bridge plugin,
-// host-local addresses) and the host routes every node's pod range
-// through it. The handler and the pool controller are not processes of
-// localcluster then: `localcluster install` runs the install of
-// deploy/local, and they run as pods.
-const (
-	// realBridge joins the nodes' namespaces; realHostIP, its address, is
-	// where they reach the API server.
-	realBridge = "ippool-br0"
-	realHostIP = "10.89.0.1"
-	// realPodRange holds each node's pod range, 10.90.<index>.0/24.
-	realPodRange = "10.90.0.0/16"
-	// simStateHostDir is where the handler pods of deploy/local keep each
-	// node's simulated network (a hostPath there).
-	simStateHostDir = "/var/lib/nmstate-ippool-local"
-	// dbusSocket is the host path the handler DaemonSet mounts, as a
-	// socket. The nodes have no NetworkManager; the path must only exist.
-	dbusSocket = "/run/dbus/system_bus_socket"
-	// sandboxImage is the pause image of make images-local, which the
-	// nodes' containerd runs pod sandboxes with.
-	sandboxImage = "registry.k8s.io/pause:3.10"
-	// maxRealNodes bounds the node index: it is an octet of the addresses.
-	maxRealNodes = 200
-)
-
-// realImages are the image tarballs make images-local writes, and
-// registryTool the command (hack/images) that serves them to the nodes
-// from a registry on the host, registryName its process, on
-// realRegistryPort.
-var realImages = []string{"pause.tar", "handler.tar", "pool-controller.tar", registryTool}
-
-const (
-	registryTool     = "images"
-	registryName     = "registry"
-	realRegistryPort = "5000"
-)
-
-// realCluster is the state of a cluster with real nodes.
-type realCluster struct {
-	// Images is the directory of the image tarballs.
-	Images string `json:"images"`
-	// Nodes by name; a removed node stays, marked.
-	Nodes map[string]*realNode `json:"nodes"`
-	// DBusSocket is set if localcluster created dbusSocket, and removes it
-	// on down.
-	DBusSocket bool `json:"dbusSocket,omitempty"`
-}
-
-// realNode is one kubelet's node.
-type realNode struct {
-	// Index numbers the node's addresses: 10.89.0.<10+index> on the bridge
-	// and the pod range 10.90.<index>.0/24.
-	Index   int  `json:"index"`
-	Removed bool `json:"removed,omitempty"`
-}
-
-func (n realNode) ip() string { return fmt.Sprintf("10.89.0.%d", 10+n.Index) }
-
-func (n realNode) podCIDR() string { return fmt.Sprintf("10.90.%d.0/24", n.Index) }
-
-func (n realNode) netns() string { return fmt.Sprintf("ippool-node%d", n.Index) }
-
-func (n realNode) veth() string { return fmt.Sprintf("ippool-v%d", n.Index) }
-
-func netnsPath(name string) string { return filepath.Join("/run/netns", name) }
-
-func kubeletName(node string) string { return "kubelet/" + node }
-
-func containerdName(node string) string { return "containerd/" + node }
-
-func kubeProxyName(node string) string { return "kube-proxy/" + node }
-
-// realNodeDir holds a node's configuration, containerd's root and the
-// kubelet's root.
-func (c *cluster) realNodeDir(node string, parts ...string) string {
-	return c.path(append([]string{"real", node}, parts...)...)
-}
 
 // checkRealPrerequisites fails early, saying what to install or build.
 func (c *cluster) checkRealPrerequisites() error {
@@ -121,7 +42,7 @@ func (c *cluster) checkRealPrerequisites() error {
 			return fmt.Errorf("%s not found: run 'make node-assets'", filepath.Join(c.Assets, name))
 		}
 	}
-	for _, name := range realImages {
+	for _, name := range state.RealImages {
 		if _, err := os.Stat(filepath.Join(c.Real.Images, name)); err != nil {
 			return fmt.Errorf("%s not found: run 'make images-local'", filepath.Join(c.Real.Images, name))
 		}
@@ -142,14 +63,14 @@ func runCmd(name string, args ...string) error {
 // and, if the host has none, the D-Bus socket path. Another cluster with
 // real nodes on this machine is refused: they would share the bridge.
 func (c *cluster) setupHost() error {
-	if _, err := net.InterfaceByName(realBridge); err == nil {
-		return fmt.Errorf("bridge %s exists: a local cluster with real nodes runs on this machine; run 'localcluster down' in its directory first (or 'ip link del %s')", realBridge, realBridge)
+	if _, err := net.InterfaceByName(state.RealBridge); err == nil {
+		return fmt.Errorf("bridge %s exists: a local cluster with real nodes runs on this machine; run 'localcluster down' in its directory first (or 'ip link del %s')", state.RealBridge, state.RealBridge)
 	}
 	c.removeStaleNetns()
 	for _, args := range [][]string{
-		{"link", "add", realBridge, "type", "bridge"},
-		{"addr", "add", realHostIP + "/24", "dev", realBridge},
-		{"link", "set", realBridge, "up"},
+		{"link", "add", state.RealBridge, "type", "bridge"},
+		{"addr", "add", state.RealHostIP + "/24", "dev", state.RealBridge},
+		{"link", "set", state.RealBridge, "up"},
 	} {
 		if err := runCmd("ip", args...); err != nil {
 			return err
@@ -159,20 +80,20 @@ func (c *cluster) setupHost() error {
 		return fmt.Errorf("enable IPv4 forwarding: %w", err)
 	}
 	// A new cluster's nodes are new machines: no simulated network yet.
-	if err := os.RemoveAll(simStateHostDir); err != nil {
+	if err := os.RemoveAll(state.SimStateHostDir); err != nil {
 		return err
 	}
-	if err := os.MkdirAll(simStateHostDir, 0o755); err != nil {
+	if err := os.MkdirAll(state.SimStateHostDir, 0o755); err != nil {
 		return err
 	}
-	if _, err := os.Stat(dbusSocket); errors.Is(err, os.ErrNotExist) {
-		if err := os.MkdirAll(filepath.Dir(dbusSocket), 0o755); err != nil {
+	if _, err := os.Stat(state.DBusSocket); errors.Is(err, os.ErrNotExist) {
+		if err := os.MkdirAll(filepath.Dir(state.DBusSocket), 0o755); err != nil {
 			return err
 		}
 		// Binding makes the socket file; closing without unlinking keeps it.
-		l, err := net.ListenUnix("unix", &net.UnixAddr{Name: dbusSocket, Net: "unix"})
+		l, err := net.ListenUnix("unix", &net.UnixAddr{Name: state.DBusSocket, Net: "unix"})
 		if err != nil {
-			return fmt.Errorf("create %s: %w", dbusSocket, err)
+			return fmt.Errorf("create %s: %w", state.DBusSocket, err)
 		}
 		l.SetUnlinkOnClose(false)
 		_ = l.Close()
@@ -201,11 +122,11 @@ func (c *cluster) removeStaleNetns() {
 // teardownHost removes what setupHost created.
 func (c *cluster) teardownHost() error {
 	var errs []error
-	if _, err := net.InterfaceByName(realBridge); err == nil {
-		errs = append(errs, runCmd("ip", "link", "del", realBridge))
+	if _, err := net.InterfaceByName(state.RealBridge); err == nil {
+		errs = append(errs, runCmd("ip", "link", "del", state.RealBridge))
 	}
 	if c.Real.DBusSocket {
-		if err := os.Remove(dbusSocket); err != nil && !errors.Is(err, os.ErrNotExist) {
+		if err := os.Remove(state.DBusSocket); err != nil && !errors.Is(err, os.ErrNotExist) {
 			errs = append(errs, err)
 		}
 		c.Real.DBusSocket = false
@@ -224,20 +145,20 @@ func (c *cluster) addRealNode(ctx context.Context, k client.Client, name string,
 	if n, ok := c.Real.Nodes[name]; ok && !n.Removed {
 		return fmt.Errorf("node %s already runs", name)
 	}
-	node := &realNode{Index: c.nextRealIndex()}
-	if node.Index > maxRealNodes {
-		return fmt.Errorf("no more than %d real nodes", maxRealNodes)
+	node := &state.RealNode{Index: c.nextRealIndex()}
+	if node.Index > state.MaxRealNodes {
+		return fmt.Errorf("no more than %d real nodes", state.MaxRealNodes)
 	}
 	controlPlane := len(c.Real.Nodes) == 0
 	c.Real.Nodes[name] = node
-	if err := c.save(); err != nil {
+	if err := c.Save(); err != nil {
 		return err
 	}
 	// A node added again under a removed one's name is a new machine.
-	if err := unmountUnder(c.realNodeDir(name)); err != nil {
+	if err := UnmountUnder(c.RealNodeDir(name)); err != nil {
 		return err
 	}
-	for _, dir := range []string{c.realNodeDir(name), filepath.Join(simStateHostDir, name+".yaml")} {
+	for _, dir := range []string{c.RealNodeDir(name), filepath.Join(state.SimStateHostDir, name+".yaml")} {
 		if err := os.RemoveAll(dir); err != nil {
 			return err
 		}
@@ -251,7 +172,7 @@ func (c *cluster) addRealNode(ctx context.Context, k client.Client, name string,
 		{"kubelet", func() error { return c.startKubelet(ctx, k, name, *node) }},
 		{"kube-proxy", func() error { return c.startKubeProxy(ctx, name, *node) }},
 	} {
-		if err := step(out, name+" "+s.name, s.run); err != nil {
+		if err := state.Step(out, name+" "+s.name, s.run); err != nil {
 			return err
 		}
 	}
@@ -275,17 +196,17 @@ func (c *cluster) nextRealIndex() int {
 
 // nodeNetwork creates the node's namespace, with eth0 on the bridge and a
 // default route through the host, and routes its pods from the host.
-func (c *cluster) nodeNetwork(name string, n realNode) error {
-	ns := n.netns()
+func (c *cluster) nodeNetwork(name string, n state.RealNode) error {
+	ns := n.Netns()
 	for _, args := range [][]string{
 		{"netns", "add", ns},
-		{"link", "add", n.veth(), "type", "veth", "peer", "name", "eth0", "netns", ns},
-		{"link", "set", n.veth(), "master", realBridge, "up"},
+		{"link", "add", n.Veth(), "type", "veth", "peer", "name", "eth0", "netns", ns},
+		{"link", "set", n.Veth(), "master", state.RealBridge, "up"},
 		{"-n", ns, "link", "set", "lo", "up"},
-		{"-n", ns, "addr", "add", n.ip() + "/24", "dev", "eth0"},
+		{"-n", ns, "addr", "add", n.IP() + "/24", "dev", "eth0"},
 		{"-n", ns, "link", "set", "eth0", "up"},
-		{"-n", ns, "route", "add", "default", "via", realHostIP},
-		{"route", "add", n.podCIDR(), "via", n.ip()},
+		{"-n", ns, "route", "add", "default", "via", state.RealHostIP},
+		{"route", "add", n.PodCIDR(), "via", n.IP()},
 	} {
 		if err := runCmd("ip", args...); err != nil {
 			return fmt.Errorf("node %s: %w", name, err)
@@ -314,7 +235,7 @@ func (c *cluster) removeRealNode(ctx context.Context, k client.Client, name stri
 	if err := deleteNode(ctx, k, name, crash, out); err != nil {
 		return err
 	}
-	gone := waitFor(3*time.Minute, func() bool { return enactmentsOf(ctx, k, name) == 0 })
+	gone := process.WaitFor(3*time.Minute, func() bool { return enactmentsOf(ctx, k, name) == 0 })
 	if !crash {
 		if err := c.stopRealNode(name, n); err != nil {
 			return err
@@ -331,30 +252,30 @@ func (c *cluster) removeRealNode(ctx context.Context, k client.Client, name stri
 // stopRealNode stops a node's kubelet, kills its containers, stops its
 // containerd and kube-proxy, unmounts what they mounted and deletes its
 // namespace. What cannot be stopped is reported; the rest still goes.
-func (c *cluster) stopRealNode(name string, n *realNode) error {
+func (c *cluster) stopRealNode(name string, n *state.RealNode) error {
 	var errs []error
 	stop := func(proc string) {
 		if p := c.Processes[proc]; p != nil {
-			if err := p.stop(syscall.SIGTERM, 15*time.Second); err != nil {
+			if err := p.Stop(syscall.SIGTERM, 15*time.Second); err != nil {
 				errs = append(errs, fmt.Errorf("%s: %w", proc, err))
 			}
 		}
 	}
-	stop(kubeletName(name))
-	if c.Processes[containerdName(name)].alive() {
+	stop(state.KubeletName(name))
+	if c.Processes[state.ContainerdName(name)].Alive() {
 		c.killContainers(name)
 	}
-	stop(kubeProxyName(name))
-	stop(containerdName(name))
+	stop(state.KubeProxyName(name))
+	stop(state.ContainerdName(name))
 	killShims(c.containerdSocket(name))
-	errs = append(errs, unmountUnder(c.realNodeDir(name)))
+	errs = append(errs, UnmountUnder(c.RealNodeDir(name)))
 	// Deleting the host's end of the veth deletes both ends, even if the
 	// kernel keeps the namespace a while after it is deleted.
-	if _, err := net.InterfaceByName(n.veth()); err == nil {
-		errs = append(errs, runCmd("ip", "link", "del", n.veth()))
+	if _, err := net.InterfaceByName(n.Veth()); err == nil {
+		errs = append(errs, runCmd("ip", "link", "del", n.Veth()))
 	}
-	if _, err := os.Stat(netnsPath(n.netns())); err == nil {
-		errs = append(errs, runCmd("ip", "netns", "del", n.netns()))
+	if _, err := os.Stat(process.NetnsPath(n.Netns())); err == nil {
+		errs = append(errs, runCmd("ip", "netns", "del", n.Netns()))
 	}
 	return errors.Join(errs...)
 }
@@ -365,7 +286,7 @@ func (c *cluster) downReal() ([]string, error) {
 	var errs []error
 	var stopped []string
 	for _, name := range slices.Sorted(maps.Keys(c.Real.Nodes)) {
-		if c.Processes[kubeletName(name)].alive() || c.Processes[containerdName(name)].alive() {
+		if c.Processes[state.KubeletName(name)].Alive() || c.Processes[state.ContainerdName(name)].Alive() {
 			stopped = append(stopped, name)
 		}
 		errs = append(errs, c.stopRealNode(name, c.Real.Nodes[name]))
@@ -373,30 +294,19 @@ func (c *cluster) downReal() ([]string, error) {
 	return stopped, errors.Join(errors.Join(errs...), c.teardownHost())
 }
 
-// realNode runs a node command on a cluster of real nodes. Restart, stall
-// and resume drive a handler process, and a real node's handler is a pod:
-// they are refused, saying what to do instead.
-func (c *cluster) realNode(ctx context.Context, k client.Client, verb, name string, labels map[string]string,
-	kubelet, crash bool, out io.Writer) error {
-	switch {
-	case verb == "add" && !kubelet:
-		return fmt.Errorf("this cluster's nodes are real: add node %s with --kubelet", name)
-	case verb == "add":
-		start := time.Now()
-		if err := c.addRealNode(ctx, k, name, labels, out); err != nil {
-			return err
-		}
-		fmt.Fprintf(out, "added node %s in %.0fs; the handler DaemonSet runs a pod on it\n", name, time.Since(start).Seconds())
-		return nil
-	}
+// added fails for a node this cluster did not add.
+func (c *cluster) added(name string) error {
 	if _, ok := c.Real.Nodes[name]; !ok {
 		return fmt.Errorf("node %s was not added by this local cluster", name)
 	}
-	switch verb {
-	case "remove":
-		return c.removeRealNode(ctx, k, name, crash, out)
-	case "stop", "start":
-		return fmt.Errorf("node %s: node %s powers a simulated node's machine off or on; a real node is removed (node remove --crash) and added again", name, verb)
+	return nil
+}
+
+// handlerIsAPod refuses verb, a command that drives a handler process, on
+// a real node, whose handler is a pod, and says what to do instead.
+func (c *cluster) handlerIsAPod(ctx context.Context, k client.Client, name, verb string) error {
+	if err := c.added(name); err != nil {
+		return err
 	}
 	if err := k.Get(ctx, client.ObjectKey{Name: name}, &corev1.Node{}); apierrors.IsNotFound(err) {
 		return fmt.Errorf("node %s was removed", name)

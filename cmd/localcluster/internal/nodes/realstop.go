@@ -1,4 +1,4 @@
-package main
+package nodes
 
 import (
 	"bufio"
@@ -12,6 +12,8 @@ import (
 	"strings"
 	"syscall"
 	"time"
+
+	"github.com/nmstate-ippool/nmstate-ippool/cmd/localcluster/internal/process"
 )
 
 // killContainers kills every container of a node's containerd and deletes
@@ -30,7 +32,7 @@ func (c *cluster) killContainers(node string) {
 		_ = c.ctr(node, "tasks", "kill", "--all", "--signal", "SIGKILL", id)
 	}
 	for _, id := range ids {
-		waitFor(5*time.Second, func() bool { return c.ctr(node, "tasks", "delete", id) == nil })
+		process.WaitFor(5*time.Second, func() bool { return c.ctr(node, "tasks", "delete", id) == nil })
 	}
 	for _, ns := range sandboxNetns {
 		if err := syscall.Unmount(ns, syscall.MNT_DETACH); err == nil {
@@ -88,9 +90,9 @@ func killShims(socket string) {
 	}
 }
 
-// unmountUnder unmounts every mount below dir, deepest first: the
+// UnmountUnder unmounts every mount below dir, deepest first: the
 // kubelet's volumes and containerd's root filesystems.
-func unmountUnder(dir string) error {
+func UnmountUnder(dir string) error {
 	f, err := os.Open("/proc/self/mountinfo")
 	if err != nil {
 		return err
