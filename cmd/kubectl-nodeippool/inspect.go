@@ -95,7 +95,7 @@ const maxListed = poolstatus.MaxUnclaimedListed
 type inspected struct {
 	pool   *ippoolv1.NodeIPPool
 	alloc  *ippool.Allocator
-	claims poolstatus.Claims
+	owners poolstatus.Owners
 	audit  poolstatus.Audit
 }
 
@@ -105,8 +105,8 @@ func inspect(p *ippoolv1.NodeIPPool, records []holder.Record) (*inspected, error
 	if err != nil {
 		return nil, fmt.Errorf("NodeIPPool %s: %w", p.Name, err)
 	}
-	claims := poolstatus.ClaimsOf(p.Name, alloc.Range(), records)
-	return &inspected{pool: p, alloc: alloc, claims: claims, audit: poolstatus.AuditPool(p.Name, alloc, claims)}, nil
+	owners := poolstatus.OwnersOf(p.Name, alloc.Range(), records)
+	return &inspected{pool: p, alloc: alloc, owners: owners, audit: poolstatus.AuditPool(p.Name, alloc, owners)}, nil
 }
 
 // detail lists every address that is set or recorded, in offset order,
@@ -134,7 +134,7 @@ func (in *inspected) detail() poolDetail {
 			ips = append(ips, ip)
 		}
 	}
-	for ip := range in.claims {
+	for ip := range in.owners {
 		if !seen[ip] {
 			ips = append(ips, ip)
 		}
@@ -149,7 +149,7 @@ func (in *inspected) detail() poolDetail {
 // row describes one address.
 func (in *inspected) row(ip netip.Addr) addressRow {
 	rng := in.alloc.Range()
-	r := addressRow{IP: ip.String(), Holders: in.claims[ip]}
+	r := addressRow{IP: ip.String(), Holders: in.owners[ip]}
 	off, err := rng.Offset(ip)
 	if err == nil {
 		r.Offset = strconv.FormatUint(off, 10)
@@ -197,7 +197,7 @@ func (in *inspected) decodeArg(arg string) (addressRow, error) {
 	if err != nil {
 		return addressRow{}, fmt.Errorf("%q is neither an offset nor an IP address", arg)
 	}
-	if _, err := rng.Offset(ip); err != nil && len(in.claims[ip]) == 0 {
+	if _, err := rng.Offset(ip); err != nil && len(in.owners[ip]) == 0 {
 		return addressRow{}, fmt.Errorf("%s is not in NodeIPPool %s (%s)", ip, in.pool.Name, rng)
 	}
 	return in.row(ip), nil
@@ -209,8 +209,8 @@ func (in *inspected) problems() []string {
 	var out []string
 	rng := in.alloc.Range()
 	holders := func(ip netip.Addr) string {
-		names := make([]string, 0, len(in.claims[ip]))
-		for _, o := range in.claims[ip] {
+		names := make([]string, 0, len(in.owners[ip]))
+		for _, o := range in.owners[ip] {
 			if o.Holder.Foreign() {
 				names = append(names, o.Holder.Title())
 				continue

@@ -92,17 +92,17 @@ type collected struct {
 // carries the address (carried, from the NodeNetworkStates, read after the
 // enactments claims come from): such an address is quarantined for that
 // node instead, and freed once it shows the address gone.
-func collectUnclaimed(pool *ippoolv1.NodeIPPool, alloc *ippool.Allocator, claims poolstatus.Claims, due []uint64,
+func collectUnclaimed(pool *ippoolv1.NodeIPPool, alloc *ippool.Allocator, owners poolstatus.Owners, due []uint64,
 	carried map[netip.Addr]string, now metav1.Time) collected {
 	var c collected
 	for _, off := range due {
 		ip, err := alloc.Range().IP(off)
-		if err != nil || !alloc.Has(off) || len(claims.Recognized(ip)) > 0 ||
+		if err != nil || !alloc.Has(off) || len(owners.Recognized(ip)) > 0 ||
 			poolstatus.InFlightOf(pool, ip.String()) != nil || poolstatus.QuarantineOf(pool, ip.String()) != nil {
 			continue
 		}
 		node, isCarried := carried[ip]
-		if !isCarried && len(claims[ip]) > 0 {
+		if !isCarried && len(owners[ip]) > 0 {
 			continue // an unrecognized IPAddress keeps it from being handed out
 		}
 		if isCarried {

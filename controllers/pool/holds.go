@@ -78,7 +78,7 @@ type holdWork struct {
 // most one every pruneAfter and quarantinePoll, however many enactment
 // events bring the pool back. The ages of in-flight entries are measured
 // on the controller's clock, from when this process first saw them.
-func (r maintainer) holdsDue(pool *ippoolv1.NodeIPPool, claims poolstatus.Claims, exists func(string) bool, m *poolMemory) (bool, time.Duration) {
+func (r maintainer) holdsDue(pool *ippoolv1.NodeIPPool, owners poolstatus.Owners, exists func(string) bool, m *poolMemory) (bool, time.Duration) {
 	now := r.Clock.Now()
 	var next time.Duration
 	wait := func(d time.Duration) {
@@ -93,7 +93,7 @@ func (r maintainer) holdsDue(pool *ippoolv1.NodeIPPool, claims poolstatus.Claims
 		ip, err := netip.ParseAddr(e.IP)
 		age := ages[inFlightKey(e)]
 		switch {
-		case err == nil && claims.HeldBy(ip, holder.Parse(e.HolderName())):
+		case err == nil && owners.HeldBy(ip, holder.Parse(e.HolderName())):
 			if age >= pruneAfter || terminating {
 				due = true
 			} else {
@@ -152,7 +152,7 @@ func inFlightKeys(pool *ippoolv1.NodeIPPool) []string {
 // holder: an entry is settled once its holder records it or is gone, or
 // after the grace period, at once in a pool being deleted), which
 // quarantines to lift, and which holders to ask for evidence.
-func (r maintainer) planHolds(ctx context.Context, pool *ippoolv1.NodeIPPool, claims poolstatus.Claims,
+func (r maintainer) planHolds(ctx context.Context, pool *ippoolv1.NodeIPPool, owners poolstatus.Owners,
 	exists func(string) bool, m *poolMemory) (holdWork, error) {
 	w := holdWork{revoke: map[string]string{}, forget: map[string]string{}, lift: map[string]lift{},
 		seen: map[string]metav1.Time{}, overdue: map[string]overdue{}, expire: map[string]metav1.Time{}}
@@ -162,7 +162,7 @@ func (r maintainer) planHolds(ctx context.Context, pool *ippoolv1.NodeIPPool, cl
 	settler := lifecycle.Settler{Client: r.Client, Reader: r.APIReader, Recorder: r.Recorder, Clock: r.Clock, IPAMVersion: r.IPAMVersion}
 	for _, e := range pool.Status.InFlight {
 		ip, err := netip.ParseAddr(e.IP)
-		recorded := err == nil && claims.HeldBy(ip, holder.Parse(e.HolderName()))
+		recorded := err == nil && owners.HeldBy(ip, holder.Parse(e.HolderName()))
 		if !recorded && exists(e.HolderName()) && !terminating && ages[inFlightKey(e)] < r.GracePeriod {
 			continue // young: its holder records it soon
 		}
@@ -178,7 +178,7 @@ func (r maintainer) planHolds(ctx context.Context, pool *ippoolv1.NodeIPPool, cl
 			w.revoke[e.IP] = e.Token
 		}
 	}
-	if err := r.planQuarantines(ctx, pool, claims, &w); err != nil {
+	if err := r.planQuarantines(ctx, pool, owners, &w); err != nil {
 		return holdWork{}, err
 	}
 	for _, k := range pool.Status.KeptForReturn {
@@ -191,11 +191,11 @@ func (r maintainer) planHolds(ctx context.Context, pool *ippoolv1.NodeIPPool, cl
 
 // planQuarantines judges every quarantine of pool on what the API server
 // says of its holder (judgeQuarantine).
-func (r maintainer) planQuarantines(ctx context.Context, pool *ippoolv1.NodeIPPool, claims poolstatus.Claims, w *holdWork) error {
+func (r maintainer) planQuarantines(ctx context.Context, pool *ippoolv1.NodeIPPool, owners poolstatus.Owners, w *holdWork) error {
 	if len(pool.Status.Quarantined) == 0 {
 		return nil
 	}
-	views, err := r.holders(ctx, pool, claims)
+	views, err := r.holders(ctx, pool, owners)
 	if err != nil {
 		return err
 	}
@@ -258,9 +258,9 @@ const DefaultListNodesFrom = 16
 // keeps the lifted addresses of deleted nodes for their return, and forgets
 // kept addresses that expired or that someone holds again. It returns the
 // addresses it freed, by cause, and whether it changed anything.
-func applyHolds(pool *ippoolv1.NodeIPPool, alloc *ippool.Allocator, claims poolstatus.Claims, w holdWork,
+func applyHolds(pool *ippoolv1.NodeIPPool, alloc *ippool.Allocator, owners poolstatus.Owners, w holdWork,
 	now metav1.Time) (revoked, lifted []string, changed bool) {
-	a := &holdsApplier{pool: pool, alloc: alloc, claims: claims}
+	a := &holdsApplier{pool: pool, alloc: alloc, owners: owners}
 	for _, s := range w.prune {
 		if e := poolstatus.InFlightOf(pool, s); e != nil && a.recordedBy(s, e.HolderName()) {
 			a.removeInFlight(s)
@@ -299,13 +299,13 @@ func applyHolds(pool *ippoolv1.NodeIPPool, alloc *ippool.Allocator, claims pools
 type holdsApplier struct {
 	pool    *ippoolv1.NodeIPPool
 	alloc   *ippool.Allocator
-	claims  poolstatus.Claims
+	owners  poolstatus.Owners
 	changed bool
 }
 
 func (a *holdsApplier) recordedBy(s, name string) bool {
 	ip, err := netip.ParseAddr(s)
-	return err == nil && a.claims.HeldBy(ip, holder.Parse(name))
+	return err == nil && a.owners.HeldBy(ip, holder.Parse(name))
 }
 
 // lift removes the quarantine of s if it is still the one decided on and
@@ -371,7 +371,7 @@ func (a *holdsApplier) removeInFlight(s string) {
 // free clears the bit of s unless a record claims it or an entry holds it.
 func (a *holdsApplier) free(s string) bool {
 	ip, err := netip.ParseAddr(s)
-	if err != nil || len(a.claims[ip]) > 0 || poolstatus.InFlightOf(a.pool, s) != nil || poolstatus.QuarantineOf(a.pool, s) != nil {
+	if err != nil || len(a.owners[ip]) > 0 || poolstatus.InFlightOf(a.pool, s) != nil || poolstatus.QuarantineOf(a.pool, s) != nil {
 		return false
 	}
 	return a.alloc.ReleaseIP(ip) == nil

@@ -66,9 +66,9 @@ func (r maintainer) planMaintenance(ctx context.Context, pool *ippoolv1.NodeIPPo
 		return nil, err
 	}
 	mw.pinsDue = len(pinnable(pool, rng, v.audit.Pinned)) > 0
-	claims := poolstatus.Holders(pool.Name, rng, mw.holdings.records)
+	owners := poolstatus.Holders(pool.Name, rng, mw.holdings.records)
 	if holdsDue {
-		if mw.holds, err = r.planHolds(ctx, pool, claims, existing(mw.holdings), m); err != nil {
+		if mw.holds, err = r.planHolds(ctx, pool, owners, existing(mw.holdings), m); err != nil {
 			return nil, err
 		}
 		m.maintenance.lastLiftCheck = r.Clock.Now()
@@ -78,7 +78,7 @@ func (r maintainer) planMaintenance(ctx context.Context, pool *ippoolv1.NodeIPPo
 			return nil, err
 		}
 	}
-	mw.labels = r.reservedForLabels(ctx, pool, rng, claims)
+	mw.labels = r.reservedForLabels(ctx, pool, rng, owners)
 	return mw, nil
 }
 
@@ -94,19 +94,19 @@ func (r maintainer) writeMaintenance(ctx context.Context, pool *ippoolv1.NodeIPP
 	notes := auditNotes(mw, r.GracePeriod, r.QuarantinePeriod)
 	ctx = audit.WithNotes(ctx, notes)
 	change := func(p *ippoolv1.NodeIPPool, alloc *ippool.Allocator) (conditionSet, bool, error) {
-		claims := poolstatus.Holders(p.Name, alloc.Range(), mw.holdings.records)
+		owners := poolstatus.Holders(p.Name, alloc.Range(), mw.holdings.records)
 		changed := false
 		revoked, lifted, got = nil, nil, collected{}
 		if mw.holdsDue {
-			revoked, lifted, changed = applyHolds(p, alloc, claims, mw.holds, now)
+			revoked, lifted, changed = applyHolds(p, alloc, owners, mw.holds, now)
 		}
-		got = collectUnclaimed(p, alloc, claims, mw.gcDue, mw.carried, now)
+		got = collectUnclaimed(p, alloc, owners, mw.gcDue, mw.carried, now)
 		noteCollected(notes, alloc.Range(), mw, r.GracePeriod)
 		pinned := 0
 		if mw.pinsDue {
-			pinned = setMissing(alloc, pinnable(p, alloc.Range(), poolstatus.AuditPool(p.Name, alloc, claims).Pinned))
+			pinned = setMissing(alloc, pinnable(p, alloc.Range(), poolstatus.AuditPool(p.Name, alloc, owners).Pinned))
 		}
-		return r.maintainedConditions(p, alloc, mw, claims), changed || pinned > 0 || len(got.freed)+len(got.quarantined) > 0, nil
+		return r.maintainedConditions(p, alloc, mw, owners), changed || pinned > 0 || len(got.freed)+len(got.quarantined) > 0, nil
 	}
 	if !mw.due() && !r.conditionsChange(pool, mw) {
 		return nil
@@ -179,14 +179,14 @@ func (r maintainer) conditionsChange(pool *ippoolv1.NodeIPPool, mw *maintenance)
 // reservations; ReleasesConfirmed when the quarantines were looked at or
 // there are none.
 func (r maintainer) maintainedConditions(p *ippoolv1.NodeIPPool, alloc *ippool.Allocator, mw *maintenance,
-	claims poolstatus.Claims) conditionSet {
+	owners poolstatus.Owners) conditionSet {
 	conds := conditionSet{ippoolv1.ConditionAvailable: availabilityOf(p, alloc, viewOf(p.Name, alloc, mw.holdings))}
 	if len(p.Spec.Reservations) > 0 || meta.FindStatusCondition(p.Status.Conditions, ippoolv1.ConditionReservationsHonored) != nil {
-		conds[ippoolv1.ConditionReservationsHonored] = reservationsOf(p, alloc, claims, labelsFrom(mw.labels))
+		conds[ippoolv1.ConditionReservationsHonored] = reservationsOf(p, alloc, owners, labelsFrom(mw.labels))
 	}
-	if unrecognized := claims.Unrecognized(); len(unrecognized) > 0 ||
+	if unrecognized := owners.Unrecognized(); len(unrecognized) > 0 ||
 		meta.FindStatusCondition(p.Status.Conditions, ippoolv1.ConditionIPAddressesRecognized) != nil {
-		conds[ippoolv1.ConditionIPAddressesRecognized] = recognitionOf(p.Name, claims, unrecognized)
+		conds[ippoolv1.ConditionIPAddressesRecognized] = recognitionOf(p.Name, owners, unrecognized)
 	}
 	if len(p.Status.Quarantined) == 0 {
 		conds[ippoolv1.ConditionReleasesConfirmed] = releasesOf(nil)
@@ -212,14 +212,14 @@ func stillOverdue(p *ippoolv1.NodeIPPool, late map[string]overdue) map[string]ov
 // reservationsOf asks of them. It is read before the write, so that the
 // write's mutation reads nothing.
 func (r maintainer) reservedForLabels(ctx context.Context, pool *ippoolv1.NodeIPPool, rng *ippool.Range,
-	claims poolstatus.Claims) map[string]map[string]string {
+	owners poolstatus.Owners) map[string]map[string]string {
 	valid, _ := assign.Reservations(pool, rng)
 	out := map[string]map[string]string{}
 	for _, res := range valid {
 		if res.Node != "" {
 			continue
 		}
-		for _, o := range claims.Recognized(res.IP) {
+		for _, o := range owners.Recognized(res.IP) {
 			if _, ok := out[o.Node]; ok || o.Node == "" {
 				continue // a Cluster API claim has no node
 			}

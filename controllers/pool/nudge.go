@@ -33,7 +33,7 @@ type nudgeOf struct {
 func toNudge(pool *ippoolv1.NodeIPPool, v view, done map[string]string) []nudgeOf {
 	var out []nudgeOf
 	for _, ip := range v.audit.Outside {
-		for _, o := range v.claims[ip] {
+		for _, o := range v.owners[ip] {
 			if o.Holder.Foreign() {
 				continue // a Cluster API claim keeps its address (IPAddresses are immutable); a pooled policy's controller moves its own
 			}

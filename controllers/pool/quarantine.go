@@ -187,13 +187,13 @@ func stateRequested(nns *nncev1beta1.NodeNetworkState) time.Time {
 // its former holder. claims come from enactments listed from the API
 // server before any state is read here, so a state read here is read after
 // any record claims lists as gone.
-func (r maintainer) holders(ctx context.Context, pool *ippoolv1.NodeIPPool, claims poolstatus.Claims) (map[string]holderView, error) {
+func (r maintainer) holders(ctx context.Context, pool *ippoolv1.NodeIPPool, owners poolstatus.Owners) (map[string]holderView, error) {
 	out := make(map[string]holderView, len(pool.Status.Quarantined))
 	nodes := &nodemeta.Lookup{Reader: r.APIReader, List: len(pool.Status.Quarantined) >= r.listNodesFrom()}
 	states := map[string]*nncev1beta1.NodeNetworkState{}
 	for _, q := range pool.Status.Quarantined {
 		var h holderView
-		if ip, err := netip.ParseAddr(q.IP); err == nil && len(claims.Recognized(ip)) > 0 {
+		if ip, err := netip.ParseAddr(q.IP); err == nil && len(owners.Recognized(ip)) > 0 {
 			h.recorded = true
 		}
 		if h.recorded || q.Node == "" {

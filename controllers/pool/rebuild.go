@@ -300,7 +300,7 @@ func (r rebuilder) rebuildFromRecords(ctx context.Context, pool *ippoolv1.NodeIP
 		v = viewOf(p.Name, alloc, hs)
 		set += setMissing(alloc, v.audit.Missing) + setMissing(alloc, pinnable(p, alloc.Range(), v.audit.Pinned))
 		v.audit.Missing, v.audit.Pinned = nil, nil
-		strays = quarantineStrays(p, alloc, v.claims, carried, metav1.NewTime(r.Clock.Now().Truncate(time.Second)))
+		strays = quarantineStrays(p, alloc, v.owners, carried, metav1.NewTime(r.Clock.Now().Truncate(time.Second)))
 		return conditionSet{ippoolv1.ConditionAvailable: availabilityOf(p, alloc, v)}, true, nil
 	}, vouch)
 	if err != nil {
@@ -342,14 +342,14 @@ func (r rebuilder) reportRebuild(pool *ippoolv1.NodeIPPool, moved string, unread
 // quarantineStrays quarantines the addresses of the range that a node
 // carries but no holder records and no entry holds: the quarantine of a
 // deleted pool, or a record lost by hand. It returns them, described.
-func quarantineStrays(pool *ippoolv1.NodeIPPool, alloc *ippool.Allocator, claims poolstatus.Claims,
+func quarantineStrays(pool *ippoolv1.NodeIPPool, alloc *ippool.Allocator, owners poolstatus.Owners,
 	carried map[netip.Addr]string, now metav1.Time) []string {
 	var strays []string
 	for _, ip := range slices.SortedFunc(maps.Keys(carried), netip.Addr.Compare) {
 		s := ip.String()
 		// An unrecognized IPAddress naming it holds it for nobody: the node
 		// that carries it has it quarantined, so that no claim adopts it.
-		if _, err := alloc.Range().Assignable(ip); err != nil || len(claims.Recognized(ip)) > 0 ||
+		if _, err := alloc.Range().Assignable(ip); err != nil || len(owners.Recognized(ip)) > 0 ||
 			poolstatus.InFlightOf(pool, s) != nil || poolstatus.QuarantineOf(pool, s) != nil {
 			continue
 		}

@@ -274,7 +274,7 @@ func (r *Reconciler) pass(ctx context.Context, pool *ippoolv1.NodeIPPool, alloc 
 	mt, sv := maintainer{r}, server{r}
 	now := r.Clock.Now()
 	gcDue, gcNext := dueOffsets(m.maintenance.unclaimed.see(withoutEntries(pool, alloc, v.audit.Unclaimed), now), r.GracePeriod)
-	holdsDue, holdsNext := mt.holdsDue(pool, v.claims, existing(v.holdings), m)
+	holdsDue, holdsNext := mt.holdsDue(pool, v.owners, existing(v.holdings), m)
 	result := ctrl.Result{RequeueAfter: soonest(gcNext, holdsNext)}
 	terminating := !pool.DeletionTimestamp.IsZero()
 	if !terminating {

@@ -26,7 +26,7 @@ var honored = availability{metav1.ConditionTrue, ippoolv1.ReasonReservationsHono
 // for. nodeLabels returns a node's labels (nil if unknown); it is called
 // only for reservations by label selector. Nothing is taken from anyone:
 // the message says how to move an address.
-func reservationsOf(pool *ippoolv1.NodeIPPool, alloc *ippool.Allocator, claims poolstatus.Claims,
+func reservationsOf(pool *ippoolv1.NodeIPPool, alloc *ippool.Allocator, owners poolstatus.Owners,
 	nodeLabels func(string) map[string]string) availability {
 	valid, invalid := assign.Reservations(pool, alloc.Range())
 	if len(invalid) > 0 {
@@ -39,7 +39,7 @@ func reservationsOf(pool *ippoolv1.NodeIPPool, alloc *ippool.Allocator, claims p
 	}
 	var conflicts []string
 	for _, res := range valid {
-		for _, o := range claims.Recognized(res.IP) {
+		for _, o := range owners.Recognized(res.IP) {
 			if res.Matches(o.Node, o.Policy, func() map[string]string { return nodeLabels(o.Node) }) {
 				continue
 			}
@@ -56,7 +56,7 @@ func reservationsOf(pool *ippoolv1.NodeIPPool, alloc *ippool.Allocator, claims p
 		return refused(ippoolv1.ReasonReservationConflict, strings.Join(conflicts, "; ")+
 			". The holder keeps the address until then")
 	}
-	if moves := unheld(pool, alloc, valid, claims); len(moves) > 0 {
+	if moves := unheld(pool, alloc, valid, owners); len(moves) > 0 {
 		return refused(ippoolv1.ReasonReservationNotHeld, strings.Join(moves, "; ")+
 			". A node keeps the address it holds until it is reset as the command says")
 	}
@@ -66,14 +66,14 @@ func reservationsOf(pool *ippoolv1.NodeIPPool, alloc *ippool.Allocator, claims p
 // unheld describes the free addresses reserved by name for a node that
 // holds another address of the pool for the same policy, with the command
 // that moves it.
-func unheld(pool *ippoolv1.NodeIPPool, alloc *ippool.Allocator, valid []assign.Reservation, claims poolstatus.Claims) []string {
+func unheld(pool *ippoolv1.NodeIPPool, alloc *ippool.Allocator, valid []assign.Reservation, owners poolstatus.Owners) []string {
 	type held struct {
 		poolstatus.Owner
 		ip netip.Addr
 	}
 	byNode := map[string][]held{}
-	for ip, owners := range claims {
-		for _, o := range owners {
+	for ip, holders := range owners {
+		for _, o := range holders {
 			if o.Pool == pool.Name && o.Node != "" {
 				byNode[o.Node] = append(byNode[o.Node], held{o, ip})
 			}

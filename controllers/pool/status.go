@@ -35,7 +35,7 @@ func refused(reason, message string) availability {
 // view is what the controller knows of a pool's use: who claims which
 // address, how the bitmap compares, and who waits for an address.
 type view struct {
-	claims poolstatus.Claims
+	owners poolstatus.Owners
 	audit  poolstatus.Audit
 	// waiting lists enactments that failed because the pool was full, as
 	// "node03 (policy static-ip)"; waitingNames names them.
@@ -46,9 +46,9 @@ type view struct {
 
 // viewOf builds the view of pool from its allocator and the holdings.
 func viewOf(pool string, alloc *ippool.Allocator, hs holdings) view {
-	claims := poolstatus.Holders(pool, alloc.Range(), hs.records)
+	owners := poolstatus.Holders(pool, alloc.Range(), hs.records)
 	waiting, names := waitingFor(pool, hs.enactments)
-	return view{claims: claims, audit: poolstatus.AuditPool(pool, alloc, claims), waiting: waiting, waitingNames: names,
+	return view{owners: owners, audit: poolstatus.AuditPool(pool, alloc, owners), waiting: waiting, waitingNames: names,
 		holdings: hs}
 }
 
@@ -84,7 +84,7 @@ func availabilityOf(pool *ippoolv1.NodeIPPool, alloc *ippool.Allocator, v view) 
 			"The pool is being deleted: it hands out nothing, and goes once no address is in flight (%d) or quarantined (%d)",
 			len(pool.Status.InFlight), len(pool.Status.Quarantined)))
 	case len(v.audit.Collisions) > 0:
-		return refused(ippoolv1.ReasonIPCollision, poolstatus.CollisionMessage(pool.Name, v.claims, v.audit.Collisions))
+		return refused(ippoolv1.ReasonIPCollision, poolstatus.CollisionMessage(pool.Name, v.owners, v.audit.Collisions))
 	case len(v.waiting) > 0:
 		return refused(ippoolv1.ReasonExhaustedIPPool, fmt.Sprintf(
 			"The IP pool has been depleted: %d of %d addresses are allocated and %s could not get one; "+
@@ -98,15 +98,15 @@ func availabilityOf(pool *ippoolv1.NodeIPPool, alloc *ippool.Allocator, v view) 
 
 // recognitionOf decides the IPAddressesRecognized condition of pool from
 // the addresses that unrecognized IPAddresses name (Claims.Unrecognized).
-func recognitionOf(pool string, claims poolstatus.Claims, unrecognized []netip.Addr) availability {
+func recognitionOf(pool string, owners poolstatus.Owners, unrecognized []netip.Addr) availability {
 	if len(unrecognized) == 0 {
 		return availability{metav1.ConditionTrue, ippoolv1.ReasonIPAddressesRecognized,
 			"Every IPAddress naming the pool was made by this provider for its claim"}
 	}
 	var parts []string
 	for _, ip := range unrecognized {
-		recognized := claims.Recognized(ip)
-		for _, o := range claims[ip] {
+		recognized := owners.Recognized(ip)
+		for _, o := range owners[ip] {
 			if !o.Unrecognized {
 				continue
 			}
@@ -163,7 +163,7 @@ func older(a, b *ippoolv1.NodeIPPool) bool {
 func (r rebuilder) reportOutside(pool *ippoolv1.NodeIPPool, v view) {
 	var renumbered, kept []string
 	for _, ip := range v.audit.Outside {
-		for _, o := range v.claims.Recognized(ip) {
+		for _, o := range v.owners.Recognized(ip) {
 			part := fmt.Sprintf("%s at %s", ip, o)
 			if o.Holder.Kind == holder.Claim {
 				kept = append(kept, part)

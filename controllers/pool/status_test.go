@@ -137,14 +137,14 @@ func TestCollectUnclaimed(t *testing.T) {
 	for _, off := range []uint64{0, 1, 2, 3, 4, 6} {
 		_ = alloc.Allocate(off)
 	}
-	claims := poolstatus.ClaimsOf("p", alloc.Range(), holder.OfEnactments([]nncev1beta1.NodeNetworkConfigurationEnactment{
+	owners := poolstatus.OwnersOf("p", alloc.Range(), holder.OfEnactments([]nncev1beta1.NodeNetworkConfigurationEnactment{
 		holding("n1.pol", ippoolv1.EnactmentIPPools{"p": {Allocated: []string{"10.0.0.2"}}})}))
 	pool := &ippoolv1.NodeIPPool{}
 	poolstatus.AddInFlight(pool, ippoolv1.InFlightAddress{IP: "10.0.0.4", Holder: "n2.pol", Token: "7"})
 	poolstatus.AddQuarantine(pool, ippoolv1.QuarantinedAddress{IP: "10.0.0.5", Node: "n3"})
 	now := metav1.NewTime(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC))
 	carried := map[netip.Addr]string{netip.MustParseAddr("10.0.0.7"): "n9"}
-	got := collectUnclaimed(pool, alloc, claims, []uint64{0, 1, 3, 4, 5, 6}, carried, now)
+	got := collectUnclaimed(pool, alloc, owners, []uint64{0, 1, 3, 4, 5, 6}, carried, now)
 	if want := []uint64{0}; !reflect.DeepEqual(got.freed, want) {
 		t.Errorf("freed %v, want %v (1 is claimed, 3 in flight, 4 quarantined, 5 is not set, 6 carried)", got.freed, want)
 	}
@@ -231,11 +231,11 @@ func TestReservationsOf(t *testing.T) {
 				t.Fatal(err)
 			}
 			alloc := ippool.NewAllocator(rng)
-			claims := poolstatus.Holders("pool", rng, holder.OfEnactments(tt.enactments))
-			for ip := range claims {
+			owners := poolstatus.Holders("pool", rng, holder.OfEnactments(tt.enactments))
+			for ip := range owners {
 				_ = alloc.AllocateIP(ip)
 			}
-			a := reservationsOf(p, alloc, claims, func(n string) map[string]string { return labels[n] })
+			a := reservationsOf(p, alloc, owners, func(n string) map[string]string { return labels[n] })
 			if got := string(a.status) + " " + a.reason + ": " + a.message; !strings.HasPrefix(got, tt.want) {
 				t.Fatalf("got  %q\nwant %q...", got, tt.want)
 			}

@@ -341,9 +341,9 @@ func RecordedAddresses(ctx context.Context, c client.Reader, pool string) ([]str
 		return nil, err
 	}
 	var out []netip.Addr
-	for ip, owners := range poolstatus.ClaimsOf(pool, nil, holder.OfEnactments(list.Items)) {
+	for ip, owners := range poolstatus.OwnersOf(pool, nil, holder.OfEnactments(list.Items)) {
 		if len(owners) > 1 {
-			return nil, errors.New(poolstatus.CollisionMessage(pool, poolstatus.Claims{ip: owners}, []netip.Addr{ip}))
+			return nil, errors.New(poolstatus.CollisionMessage(pool, poolstatus.Owners{ip: owners}, []netip.Addr{ip}))
 		}
 		out = append(out, ip)
 	}

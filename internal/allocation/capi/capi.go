@@ -8,7 +8,7 @@
 // The IPAddress objects are the durable records of the addresses claims
 // hold, as enactments' status.ippool are for nodes. holder.List presents
 // each as a record the pool's index is rebuilt from and every check counts
-// in (poolstatus.ClaimsOf): one uniqueness domain for nodes and claims. A
+// in (poolstatus.OwnersOf): one uniqueness domain for nodes and claims. A
 // missing CRD is not an error: no claim can hold an address then.
 package capi
 

@@ -39,7 +39,7 @@ func TestPooledPolicyRecords(t *testing.T) {
 	if _, ok := records[1].For(capture.Ref{Capture: "addr", Pool: "p"}); ok {
 		t.Error("w2 is taking its address off: it holds it, but no longer for its capture")
 	}
-	claims := poolstatus.ClaimsOf("p", nil, records)
+	claims := poolstatus.OwnersOf("p", nil, records)
 	for ip, want := range map[string]string{
 		"10.0.0.10": "node w1.example.com and capture addr (PooledNodeNetworkConfigurationPolicy storage)",
 		"10.0.0.11": "node w2 (PooledNodeNetworkConfigurationPolicy storage)",

@@ -89,9 +89,9 @@ func (h Holding) Describe() string {
 // created, whose name enactments may still record from an earlier pool).
 func Holdings(name string, stored *ippoolv1.NodeIPPool, records []holder.Record) []Holding {
 	var out []Holding
-	claims := poolstatus.ClaimsOf(name, nil, records)
-	for _, ip := range claims.Addrs() {
-		for _, o := range claims.Recognized(ip) {
+	owners := poolstatus.OwnersOf(name, nil, records)
+	for _, ip := range owners.Addrs() {
+		for _, o := range owners.Recognized(ip) {
 			out = append(out, Holding{IP: ip, Kind: Recorded, Node: o.Node, Holder: o.Holder,
 				Policy: o.Policy, Capture: o.Capture, Interface: o.Interface})
 		}
@@ -100,12 +100,12 @@ func Holdings(name string, stored *ippoolv1.NodeIPPool, records []holder.Record)
 		return out
 	}
 	for _, f := range stored.Status.InFlight {
-		if ip, err := netip.ParseAddr(f.IP); err == nil && len(claims.Recognized(ip)) == 0 {
+		if ip, err := netip.ParseAddr(f.IP); err == nil && len(owners.Recognized(ip)) == 0 {
 			out = append(out, Holding{IP: ip, Kind: InFlight, Holder: holder.Parse(f.HolderName()), Node: holder.Parse(f.HolderName()).Node})
 		}
 	}
 	for _, q := range stored.Status.Quarantined {
-		if ip, err := netip.ParseAddr(q.IP); err == nil && len(claims.Recognized(ip)) == 0 {
+		if ip, err := netip.ParseAddr(q.IP); err == nil && len(owners.Recognized(ip)) == 0 {
 			out = append(out, Holding{IP: ip, Kind: Quarantined, Node: q.Node, Holder: holder.Parse(q.HolderName()), Capture: q.Capture})
 		}
 	}

@@ -28,7 +28,7 @@ func enactment(node, policy string, record ippoolv1.EnactmentIPPools, captured m
 	return e
 }
 
-func TestClaimsOf(t *testing.T) {
+func TestOwnersOf(t *testing.T) {
 	enactments := []nncev1beta1.NodeNetworkConfigurationEnactment{
 		enactment("n2", "p", ippoolv1.EnactmentIPPools{"a": {Allocated: []string{"10.0.0.1", "junk"}}}, nil,
 			"interfaces:\n- name: eth2\n  ipv4:\n    address:\n    - ip: 10.0.0.1\n"),
@@ -36,8 +36,8 @@ func TestClaimsOf(t *testing.T) {
 			map[string]string{"v4": "ip: 10.0.0.1\nprefix-length: 24\n", "v6": `{"ip":"fd00::5","prefix-length":64}`},
 			"interfaces:\n- name: eth1\n  ipv4:\n    address:\n    - ip: 10.0.0.1\n  ipv6:\n    address:\n    - ip: fd00::5\n"),
 	}
-	got := ClaimsOf("a", nil, holder.OfEnactments(enactments))
-	want := Claims{
+	got := OwnersOf("a", nil, holder.OfEnactments(enactments))
+	want := Owners{
 		netip.MustParseAddr("10.0.0.1"): {
 			{Holder: holder.ForEnactment("n1.p"), Pool: "a", Node: "n1", Policy: "p", Capture: "v4", Interface: "eth1"},
 			{Holder: holder.ForEnactment("n2.p"), Pool: "a", Node: "n2", Policy: "p", Interface: "eth2"},
@@ -70,7 +70,7 @@ func TestClaimsOf(t *testing.T) {
 	// With its range, pool "c" (10.1.0.0/24) also sees what n1 records
 	// under "b": uniqueness is cluster-wide, whatever the pool's name.
 	rng := ippool.MustNewRange(ippool.Spec{CIDR: "10.1.0.0/24"})
-	cross := ClaimsOf("c", rng, holder.OfEnactments(enactments))
+	cross := OwnersOf("c", rng, holder.OfEnactments(enactments))
 	if owners := cross[netip.MustParseAddr("10.1.0.1")]; len(cross) != 1 || len(owners) != 1 || owners[0].Pool != "b" {
 		t.Errorf("cross-pool claims %+v, want 10.1.0.1 held by n1.p under pool b", cross)
 	}
@@ -88,7 +88,7 @@ func TestAuditPool(t *testing.T) {
 	for _, off := range []uint64{0, 1, 8} { // .1 .2 .9
 		_ = alloc.Allocate(off)
 	}
-	claims := ClaimsOf("a", rng, holder.OfEnactments([]nncev1beta1.NodeNetworkConfigurationEnactment{
+	claims := OwnersOf("a", rng, holder.OfEnactments([]nncev1beta1.NodeNetworkConfigurationEnactment{
 		enactment("n1", "p", ippoolv1.EnactmentIPPools{"a": {Allocated: []string{"10.0.0.1", "10.0.0.3"}}}, nil, ""),
 		enactment("n2", "p", ippoolv1.EnactmentIPPools{"a": {Allocated: []string{"10.0.0.1", "10.0.0.5", "10.0.0.42"}}}, nil, ""),
 		// Another pool's record of an address this range excludes is no
@@ -128,7 +128,7 @@ func TestAuditHugeRun(t *testing.T) {
 	if err := alloc.Restore(huge); err != nil {
 		t.Fatal(err)
 	}
-	claims := Claims{}
+	claims := Owners{}
 	for _, off := range []uint64{5, 7} {
 		ip, _ := rng.IP(off)
 		claims[ip] = []Owner{{Holder: holder.ForEnactment("e"), Pool: "p"}}

@@ -115,32 +115,32 @@ func (o Owner) Remedy(pool string) string {
 	return fmt.Sprintf("kubectl annotate nnce %s %s=%s", o.Holder.Name, ippoolv1.ResetIPPoolAnnotation, cmp.Or(o.Pool, pool))
 }
 
-// Claims maps every address that holders record on one pool to its
+// Owners maps every address that holders record on one pool to its
 // owners, sorted by holder.
-type Claims map[netip.Addr][]Owner
+type Owners map[netip.Addr][]Owner
 
-// ClaimsOf collects the claims on pool from records: every address
-// recorded under the pool's name, and every address recorded under another
-// pool's name that lies within rng (overlapping pools, a deleted pool whose
-// holders still carry its addresses). Uniqueness is cluster-wide, so a
+// OwnersOf collects the owners of the addresses of pool from records:
+// every address recorded under the pool's name, and every address
+// recorded under another pool's name that lies within rng (overlapping
+// pools, a deleted pool whose holders still carry its addresses). Uniqueness is cluster-wide, so a
 // pool never hands out an address another pool's record holds. A nil rng
 // collects the pool's own records only. Unparseable addresses are ignored:
 // no bit can stand for them.
-func ClaimsOf(pool string, rng *ippool.Range, records []holder.Record) Claims {
-	return claimsOf(pool, rng, records, true)
+func OwnersOf(pool string, rng *ippool.Range, records []holder.Record) Owners {
+	return ownersOf(pool, rng, records, true)
 }
 
-// Holders is ClaimsOf without where in its enactment each owner uses the
+// Holders is OwnersOf without where in its enactment each owner uses the
 // address (Capture and Interface of enactments are left out, and found
 // only when an owner is described): it parses no YAML, for the decisions a
 // controller takes at every reconcile of a pool with a thousand holders.
-// The records must not change while the claims are used.
-func Holders(pool string, rng *ippool.Range, records []holder.Record) Claims {
-	return claimsOf(pool, rng, records, false)
+// The records must not change while the owners are used.
+func Holders(pool string, rng *ippool.Range, records []holder.Record) Owners {
+	return ownersOf(pool, rng, records, false)
 }
 
-func claimsOf(pool string, rng *ippool.Range, records []holder.Record, detailed bool) Claims {
-	c := Claims{}
+func ownersOf(pool string, rng *ippool.Range, records []holder.Record, detailed bool) Owners {
+	c := Owners{}
 	for i := range records {
 		r := &records[i]
 		var captures, interfaces map[netip.Addr]string
@@ -187,7 +187,7 @@ func concerns(pool string, rng *ippool.Range, recordPool string, ip netip.Addr) 
 
 // Recognized returns the owners of ip that hold it as records do: all but
 // the unrecognized IPAddresses.
-func (c Claims) Recognized(ip netip.Addr) []Owner {
+func (c Owners) Recognized(ip netip.Addr) []Owner {
 	owners := c[ip]
 	if !slices.ContainsFunc(owners, func(o Owner) bool { return o.Unrecognized }) {
 		return owners
@@ -197,7 +197,7 @@ func (c Claims) Recognized(ip netip.Addr) []Owner {
 
 // Unrecognized returns, in order, the addresses that unrecognized
 // IPAddresses name, with the owners of each.
-func (c Claims) Unrecognized() []netip.Addr {
+func (c Owners) Unrecognized() []netip.Addr {
 	var out []netip.Addr
 	for _, ip := range c.Addrs() {
 		if slices.ContainsFunc(c[ip], func(o Owner) bool { return o.Unrecognized }) {
@@ -208,12 +208,12 @@ func (c Claims) Unrecognized() []netip.Addr {
 }
 
 // HeldBy returns whether h claims ip.
-func (c Claims) HeldBy(ip netip.Addr, h holder.Ref) bool {
+func (c Owners) HeldBy(ip netip.Addr, h holder.Ref) bool {
 	return slices.ContainsFunc(c[ip], func(o Owner) bool { return o.Holder == h })
 }
 
 // Addrs returns the claimed addresses in order.
-func (c Claims) Addrs() []netip.Addr {
+func (c Owners) Addrs() []netip.Addr {
 	out := make([]netip.Addr, 0, len(c))
 	for ip := range c {
 		out = append(out, ip)
@@ -237,10 +237,10 @@ func capturesByIP(e *nncev1beta1.NodeNetworkConfigurationEnactment) map[netip.Ad
 }
 
 // MaxUnclaimedListed bounds Audit.Unclaimed, so that an audit's work grows
-// with the bitmap's runs and the claims, never with the offsets a run spans.
+// with the bitmap's runs and the owners, never with the offsets a run spans.
 const MaxUnclaimedListed = 4096
 
-// Audit compares a pool's bitmap with the claims on it.
+// Audit compares a pool's bitmap with the owners of its addresses.
 type Audit struct {
 	// Missing are claimed addresses the range hands out whose bit is not
 	// set: the Indexed invariant is broken and the pool needs a rebuild.
@@ -270,14 +270,14 @@ func (a Audit) Consistent() bool {
 	return len(a.Missing) == 0 && a.UnclaimedCount == 0 && len(a.Outside) == 0 && len(a.Collisions) == 0 && len(a.Pinned) == 0
 }
 
-// AuditPool compares alloc, the bitmap of pool, with claims. Every list is
-// sorted. Its work grows with the runs of the bitmap and the claims.
-func AuditPool(pool string, alloc *ippool.Allocator, claims Claims) Audit {
+// AuditPool compares alloc, the bitmap of pool, with owners. Every list is
+// sorted. Its work grows with the runs of the bitmap and the owners.
+func AuditPool(pool string, alloc *ippool.Allocator, owners Owners) Audit {
 	var a Audit
 	var claimed []uint64
 	rng := alloc.Range()
-	for _, ip := range claims.Addrs() {
-		recognized := claims.Recognized(ip)
+	for _, ip := range owners.Addrs() {
+		recognized := owners.Recognized(ip)
 		if len(recognized) > 1 {
 			a.Collisions = append(a.Collisions, ip)
 		}
@@ -332,17 +332,17 @@ func unclaimedOffsets(alloc *ippool.Allocator, claimed []uint64) ([]uint64, uint
 
 // CollisionMessage describes the collisions for the IPCollision condition,
 // in the specification's words, and says how to resolve them.
-func CollisionMessage(pool string, claims Claims, collisions []netip.Addr) string {
+func CollisionMessage(pool string, owners Owners, collisions []netip.Addr) string {
 	parts := make([]string, 0, len(collisions))
 	for _, ip := range collisions {
-		owners := claims.Recognized(ip)
+		owners := owners.Recognized(ip)
 		others := make([]string, 0, len(owners)-1)
 		for _, o := range owners[1:] {
 			others = append(others, o.Describe(pool))
 		}
 		parts = append(parts, fmt.Sprintf("The IP address %s at %s is colliding with %s", ip, owners[0].Describe(pool), strings.Join(others, " and ")))
 	}
-	last := claims.Recognized(collisions[len(collisions)-1])
+	last := owners.Recognized(collisions[len(collisions)-1])
 	holder := last[len(last)-1]
 	return strings.Join(parts, "; ") + "; reset all but one holder, e.g. " + holder.Remedy(pool)
 }
