@@ -321,19 +321,19 @@ func cmdNode(ctx context.Context, args []string, stdout, stderr io.Writer) error
 		if err != nil {
 			return err
 		}
-		nodes := nodes.For(c)
+		backend := nodes.For(c)
 		switch verb {
 		case "add":
 			c.SetClockOffset(names[0], offset)
-			return nodes.Add(ctx, k, names[0], extra, stdout)
+			return backend.Add(ctx, k, names[0], extra, stdout)
 		case "remove":
-			return nodes.Remove(ctx, k, names[0], crash, stdout)
+			return backend.Remove(ctx, k, names[0], crash, stdout)
 		case "restart":
-			return nodes.Restart(ctx, k, names[0], crash, stdout)
+			return backend.Restart(ctx, k, names[0], crash, stdout)
 		case "stop", "start":
-			return nodes.Power(ctx, k, names[0], verb == "start", stdout)
+			return backend.Power(ctx, k, names[0], verb == "start", stdout)
 		default:
-			return nodes.Signal(ctx, k, names[0], verb, stdout)
+			return backend.Signal(ctx, k, names[0], verb, stdout)
 		}
 	})
 }
@@ -358,8 +358,8 @@ func cmdHandler(ctx context.Context, args []string, stdout, stderr io.Writer) er
 		if err != nil {
 			return err
 		}
-		old, nodes := handlers.For(c), c.LiveNodes()
-		for _, node := range nodes {
+		old, live := handlers.For(c), c.LiveNodes()
+		for _, node := range live {
 			if err := old.Stop(ctx, k, node, false); err != nil {
 				return err
 			}
@@ -367,17 +367,17 @@ func cmdHandler(ctx context.Context, args []string, stdout, stderr io.Writer) er
 		if err := old.Retire(ctx, k); err != nil {
 			return err
 		}
-		fmt.Fprintf(stdout, "stopped %s on %d nodes\n", state.HandlerTitle(c.Handler), len(nodes))
+		fmt.Fprintf(stdout, "stopped %s on %d nodes\n", state.HandlerTitle(c.Handler), len(live))
 		c.Handler, c.Companion = kind, false
 		if err := handlers.For(c).Prepare(ctx, k); err != nil {
 			return err
 		}
-		for _, node := range nodes {
+		for _, node := range live {
 			if err := handlers.For(c).Start(ctx, k, node); err != nil {
 				return err
 			}
 		}
-		fmt.Fprintf(stdout, "started %s on %d nodes\n", state.HandlerTitle(kind), len(nodes))
+		fmt.Fprintf(stdout, "started %s on %d nodes\n", state.HandlerTitle(kind), len(live))
 		return nil
 	})
 }
@@ -464,10 +464,10 @@ func stopEverything(c *state.Cluster) (realNodes, processes []string, err error)
 // first, with their containers, and their network namespaces and the
 // bridge removed.
 func down(c *state.Cluster, out io.Writer) error {
-	nodes, stopped, err := stopEverything(c)
+	realNodes, stopped, err := stopEverything(c)
 	if c.Real != nil {
 		fmt.Fprintf(out, "stopped %d real nodes (kubelet, kube-proxy, containers, containerd, network namespace): %s\n",
-			len(nodes), strings.Join(nodes, ", "))
+			len(realNodes), strings.Join(realNodes, ", "))
 	}
 	fmt.Fprintf(out, "stopped %d processes: %s\nstate and logs are kept in %s\n", len(stopped), strings.Join(stopped, ", "), c.Dir)
 	return err

@@ -77,7 +77,7 @@ func up(ctx context.Context, o upOptions, out io.Writer) error {
 	if c.Real != nil {
 		n = o.kubelets
 	}
-	if err := bootstrap(c, ctx, n, out); err != nil {
+	if err := bootstrap(ctx, c, n, out); err != nil {
 		if _, _, stopErr := stopEverything(c); stopErr != nil {
 			err = errors.Join(err, stopErr)
 		}
@@ -146,21 +146,23 @@ func handlerSetup(c *state.Cluster) string {
 // Real nodes come with the Kubernetes controllers and kubelets; the
 // handler and the pool controller come with the install (localcluster
 // install).
-func bootstrap(c *state.Cluster, ctx context.Context, n int, out io.Writer) error {
+func bootstrap(ctx context.Context, c *state.Cluster, n int, out io.Writer) error {
 	keys := pki.Keys{Dir: c.Path("pki")}
-	if err := keys.Generate(); err != nil {
+	if err := keys.Generate(state.RealHostIP); err != nil {
 		return fmt.Errorf("generate certificates: %w", err)
 	}
 	type startStep struct {
 		name string
-		run  func(context.Context) error
+		run  func(context.Context, *state.Cluster) error
 	}
-	etcd := startStep{"etcd", func(ctx context.Context) error { return controlplane.StartEtcd(ctx, c) }}
-	apiServer := startStep{"kube-apiserver", func(ctx context.Context) error { return controlplane.StartAPIServer(ctx, c, keys) }}
+	etcd := startStep{"etcd", controlplane.StartEtcd}
+	apiServer := startStep{"kube-apiserver", func(ctx context.Context, c *state.Cluster) error {
+		return controlplane.StartAPIServer(ctx, c, keys)
+	}}
 	steps := []startStep{etcd, apiServer,
-		{"CRDs", func(ctx context.Context) error { return controlplane.InstallCRDs(ctx, c) }},
-		{"kube-controllers", func(ctx context.Context) error { return controlplane.StartSimulatedControllers(ctx, c) }},
-		{handlerSetup(c), func(ctx context.Context) error {
+		{"CRDs", controlplane.InstallCRDs},
+		{"kube-controllers", controlplane.StartSimulatedControllers},
+		{handlerSetup(c), func(ctx context.Context, c *state.Cluster) error {
 			k, err := c.Client()
 			if err != nil {
 				return err
@@ -173,14 +175,18 @@ func bootstrap(c *state.Cluster, ctx context.Context, n int, out io.Writer) erro
 		return state.Step(out, "node "+name, func() error { return nodes.AddSimulated(ctx, c, k, name) })
 	}
 	if c.Real != nil {
-		steps = []startStep{{"host network", func(context.Context) error { return nodes.SetupHost(c) }},
-			{"image registry", func(ctx context.Context) error { return controlplane.StartRegistry(ctx, c) }}, etcd, apiServer, {"kube-controllers", func(ctx context.Context) error { return controlplane.StartKubeControllers(ctx, c) }}}
+		steps = []startStep{
+			{"host network", func(_ context.Context, c *state.Cluster) error { return nodes.SetupHost(c) }},
+			{"image registry", controlplane.StartRegistry},
+			etcd, apiServer,
+			{"kube-controllers", controlplane.StartKubeControllers},
+		}
 		addNode = func(k client.Client, i int) error {
 			return nodes.AddReal(ctx, c, k, fmt.Sprintf("real%02d", i), nil, out)
 		}
 	}
 	for _, s := range steps {
-		if err := state.Step(out, s.name, func() error { return s.run(ctx) }); err != nil {
+		if err := state.Step(out, s.name, func() error { return s.run(ctx, c) }); err != nil {
 			return err
 		}
 	}

@@ -108,7 +108,7 @@ func (s simulatedNodes) Restart(ctx context.Context, k client.Client, name strin
 }
 
 func (s simulatedNodes) Power(ctx context.Context, k client.Client, name string, on bool, out io.Writer) error {
-	return s.c.Power(ctx, k, name, on, out)
+	return s.c.power(ctx, k, name, on, out)
 }
 
 func (s simulatedNodes) Signal(_ context.Context, _ client.Client, name, verb string, out io.Writer) error {

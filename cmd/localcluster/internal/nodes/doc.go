@@ -29,8 +29,8 @@ func CheckRealPrerequisites(s *state.Cluster) error { return (&cluster{s}).check
 // SetupHost creates the bridge the real nodes hang off.
 func SetupHost(s *state.Cluster) error { return (&cluster{s}).setupHost() }
 
-// AddReal adds a real node: its network namespace, containerd, kube-proxy
-// and kubelet.
+// AddReal adds a real node: its network namespace, containerd, kubelet
+// and kube-proxy, then its labels.
 func AddReal(ctx context.Context, s *state.Cluster, k client.Client, name string, labels map[string]string, out io.Writer) error {
 	return (&cluster{s}).addRealNode(ctx, k, name, labels, out)
 }

@@ -20,6 +20,14 @@ import (
 	"github.com/nmstate-ippool/nmstate-ippool/cmd/localcluster/internal/state"
 )
 
+// The simulated nodes' kubelets: one process (localcluster kubelets) posts
+// for every simulated node that runs what a kubelet posts for the node
+// lifecycle controller: its Lease in kube-node-lease, renewed, and a Ready
+// condition once it is not. A node whose machine is off (node stop) posts
+// nothing, and the node lifecycle controller turns it NotReady after its
+// grace period (up --node-grace-period), taints it unreachable, as in a
+// cluster.
+
 // BeatInterval is how often the kubelets process renews the nodes'
 // Leases: a fifth of the grace period, as a kubelet renews a fourth of
 // its Lease's duration, so that a slow round does not make a node
@@ -95,7 +103,7 @@ func setReady(n *corev1.Node, cond corev1.NodeCondition) {
 // powered off keeps its disk) or starts it again (on true: heartbeats,
 // then its handler), and waits until the Node says so: NotReady once the
 // node lifecycle controller's grace period has passed, Ready again.
-func (c *cluster) Power(ctx context.Context, k client.Client, name string, on bool, out io.Writer) error {
+func (c *cluster) power(ctx context.Context, k client.Client, name string, on bool, out io.Writer) error {
 	if _, err := c.SimulatedNode(name); err != nil {
 		return err
 	}

@@ -71,7 +71,7 @@ func TestBeat(t *testing.T) {
 		t.Fatalf("lease after the first beat: %+v, owners %+v", first.Spec, first.OwnerReferences)
 	}
 	if got := readyOf(); got != corev1.ConditionTrue {
-		t.Fatalf("Ready %q after a Beat, want True", got)
+		t.Fatalf("Ready %q after a beat, want True", got)
 	}
 
 	// The node lifecycle controller turns it Unknown; the next beat
@@ -90,9 +90,9 @@ func TestBeat(t *testing.T) {
 		t.Fatal(err)
 	}
 	if got := readyOf(); got != corev1.ConditionTrue {
-		t.Errorf("Ready %q after a Beat of a node turned Unknown, want True", got)
+		t.Errorf("Ready %q after a beat of a node turned Unknown, want True", got)
 	}
 	if renewed := lease().Spec.RenewTime; !renewed.After(first.Spec.RenewTime.Time) {
-		t.Errorf("lease renewed at %v, not after the first Beat's %v", renewed, first.Spec.RenewTime)
+		t.Errorf("lease renewed at %v, not after the first beat's %v", renewed, first.Spec.RenewTime)
 	}
 }

@@ -86,14 +86,14 @@ func (c *cluster) setupHost() error {
 	if err := os.MkdirAll(state.SimStateHostDir, 0o755); err != nil {
 		return err
 	}
-	if _, err := os.Stat(state.DBusSocket); errors.Is(err, os.ErrNotExist) {
-		if err := os.MkdirAll(filepath.Dir(state.DBusSocket), 0o755); err != nil {
+	if _, err := os.Stat(state.DBusSocketPath); errors.Is(err, os.ErrNotExist) {
+		if err := os.MkdirAll(filepath.Dir(state.DBusSocketPath), 0o755); err != nil {
 			return err
 		}
 		// Binding makes the socket file; closing without unlinking keeps it.
-		l, err := net.ListenUnix("unix", &net.UnixAddr{Name: state.DBusSocket, Net: "unix"})
+		l, err := net.ListenUnix("unix", &net.UnixAddr{Name: state.DBusSocketPath, Net: "unix"})
 		if err != nil {
-			return fmt.Errorf("create %s: %w", state.DBusSocket, err)
+			return fmt.Errorf("create %s: %w", state.DBusSocketPath, err)
 		}
 		l.SetUnlinkOnClose(false)
 		_ = l.Close()
@@ -126,7 +126,7 @@ func (c *cluster) teardownHost() error {
 		errs = append(errs, runCmd("ip", "link", "del", state.RealBridge))
 	}
 	if c.Real.DBusSocket {
-		if err := os.Remove(state.DBusSocket); err != nil && !errors.Is(err, os.ErrNotExist) {
+		if err := os.Remove(state.DBusSocketPath); err != nil && !errors.Is(err, os.ErrNotExist) {
 			errs = append(errs, err)
 		}
 		c.Real.DBusSocket = false

@@ -20,8 +20,6 @@ import (
 
 	"k8s.io/client-go/tools/clientcmd"
 	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
-
-	"github.com/nmstate-ippool/nmstate-ippool/cmd/localcluster/internal/state"
 )
 
 // Keys holds the files of the local control plane's certificates: a CA and
@@ -43,8 +41,10 @@ func (p Keys) Path(name string) string { return filepath.Join(p.Dir, name) }
 // cluster's CA.
 func (p Keys) WebhookCertDir() string { return p.Path("webhook") }
 
-// Generate writes every key and certificate into p.Dir.
-func (p Keys) Generate() error {
+// Generate writes every key and certificate into p.Dir. The API server's
+// certificate names, beside loopback and the kubernetes Service's
+// address, the serverIPs: where nodes on another network reach it.
+func (p Keys) Generate(serverIPs ...string) error {
 	if err := os.MkdirAll(p.WebhookCertDir(), 0o700); err != nil {
 		return err
 	}
@@ -59,8 +59,8 @@ func (p Keys) Generate() error {
 	if err := writeKey(p.Path("ca.key"), caKey); err != nil {
 		return err
 	}
-	for name, tmpl := range certificates() {
-		if err := p.Issue(name, tmpl, caKey, caCert); err != nil {
+	for name, tmpl := range certificates(serverIPs) {
+		if err := p.issue(name, tmpl, caKey, caCert); err != nil {
 			return err
 		}
 	}
@@ -80,14 +80,18 @@ func (p Keys) Generate() error {
 
 // certificates are the certificates the cluster's CA signs, by the name of
 // their files in the PKI directory.
-func certificates() map[string]*x509.Certificate {
+func certificates(serverIPs []string) map[string]*x509.Certificate {
 	loopback := []net.IP{net.ParseIP("127.0.0.1")}
+	apiServerIPs := []net.IP{net.ParseIP("127.0.0.1"), net.ParseIP("10.0.0.1")}
+	for _, ip := range serverIPs {
+		apiServerIPs = append(apiServerIPs, net.ParseIP(ip))
+	}
 	server := []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth}
 	return map[string]*x509.Certificate{
 		"apiserver": {
 			Subject:     pkix.Name{CommonName: "kube-apiserver"},
 			DNSNames:    []string{"localhost", "kubernetes", "kubernetes.default", "kubernetes.default.svc"},
-			IPAddresses: []net.IP{net.ParseIP("127.0.0.1"), net.ParseIP("10.0.0.1"), net.ParseIP(state.RealHostIP)},
+			IPAddresses: apiServerIPs,
 			ExtKeyUsage: server,
 		},
 		"admin": clientCertificate("admin", "system:masters"),
@@ -103,7 +107,7 @@ func certificates() map[string]*x509.Certificate {
 			IPAddresses: loopback, ExtKeyUsage: server,
 		},
 		// The pool controller's webhook, served on loopback: the API
-		// server calls it by URL (see installWebhook). controller-runtime's
+		// server calls it by URL (see the poolcontroller package's installWebhook). controller-runtime's
 		// webhook server reads tls.crt and tls.key from its
 		// --webhook-cert-dir.
 		filepath.Join("webhook", "tls"): {
@@ -121,11 +125,11 @@ func (p Keys) IssueWebhookService(dnsNames []string) error {
 	if len(dnsNames) == 0 {
 		return errors.New("the webhook's Certificate names no DNS name")
 	}
-	caKey, ca, err := p.LoadCA()
+	caKey, ca, err := p.loadCA()
 	if err != nil {
 		return err
 	}
-	return p.Issue("webhook-service", &x509.Certificate{Subject: pkix.Name{CommonName: dnsNames[0]}, DNSNames: dnsNames,
+	return p.issue("webhook-service", &x509.Certificate{Subject: pkix.Name{CommonName: dnsNames[0]}, DNSNames: dnsNames,
 		ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth}}, caKey, ca)
 }
 
@@ -141,18 +145,18 @@ func clientCertificate(user string, groups ...string) *x509.Certificate {
 // IssueKubelet writes the client certificate of a node's kubelet, whose
 // user and group the Node authorizer and NodeRestriction know.
 func (p Keys) IssueKubelet(node string) error {
-	caKey, ca, err := p.LoadCA()
+	caKey, ca, err := p.loadCA()
 	if err != nil {
 		return err
 	}
-	return p.Issue(KubeletIdentity(node), clientCertificate("system:node:"+node, "system:nodes"), caKey, ca)
+	return p.issue(KubeletIdentity(node), clientCertificate("system:node:"+node, "system:nodes"), caKey, ca)
 }
 
 // KubeletIdentity names the files of a node's kubelet's certificate.
 func KubeletIdentity(node string) string { return "kubelet-" + node }
 
-// LoadCA reads the CA's key and certificate that generate wrote.
-func (p Keys) LoadCA() (*ecdsa.PrivateKey, *x509.Certificate, error) {
+// loadCA reads the CA's key and certificate that Generate wrote.
+func (p Keys) loadCA() (*ecdsa.PrivateKey, *x509.Certificate, error) {
 	pair, err := tls.LoadX509KeyPair(p.Path("ca.crt"), p.Path("ca.key"))
 	if err != nil {
 		return nil, nil, fmt.Errorf("the cluster's CA: %w", err)
@@ -187,8 +191,8 @@ func newCA() (*ecdsa.PrivateKey, *x509.Certificate, error) {
 	return key, cert, err
 }
 
-// Issue signs tmpl with the CA and writes name.crt and name.key.
-func (p Keys) Issue(name string, tmpl *x509.Certificate, caKey *ecdsa.PrivateKey, ca *x509.Certificate) error {
+// issue signs tmpl with the CA and writes name.crt and name.key.
+func (p Keys) issue(name string, tmpl *x509.Certificate, caKey *ecdsa.PrivateKey, ca *x509.Certificate) error {
 	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
 	if err != nil {
 		return err

@@ -208,7 +208,7 @@ func HostPort(port int) string { return "127.0.0.1:" + strconv.Itoa(port) }
 
 // AwaitPort waits up to timeout until port on 127.0.0.1 can be listened on
 // again, for a process restarted on the port its clients know. A process
-// killed with SIGKILL reads as gone (alive) as soon as its main thread is a
+// killed with SIGKILL reads as gone (Alive) as soon as its main thread is a
 // zombie, while its other threads, and its listening sockets, may still be
 // torn down.
 func AwaitPort(port int, timeout time.Duration) error {

@@ -31,7 +31,7 @@ func HandlerTitle(kind string) string {
 func (c *Cluster) LiveNodes() []string {
 	var nodes []string
 	for name, p := range c.Processes {
-		if node, ok := CutHandlerName(name); ok && !p.Removed {
+		if node, ok := cutHandlerName(name); ok && !p.Removed {
 			nodes = append(nodes, node)
 		}
 	}
@@ -39,9 +39,9 @@ func (c *Cluster) LiveNodes() []string {
 	return nodes
 }
 
-// CutHandlerName returns the node of a handler process's name.
-func CutHandlerName(process string) (string, bool) {
-	return strings.CutPrefix(process, "handler/")
+// cutHandlerName returns the node of a handler process's name.
+func cutHandlerName(name string) (string, bool) {
+	return strings.CutPrefix(name, "handler/")
 }
 
 // KubeletsName is the name of the process that posts the simulated nodes'
@@ -56,14 +56,6 @@ func (c *Cluster) NodeGrace() (time.Duration, error) {
 	}
 	return grace, nil
 }
-
-// The simulated nodes' kubelets: one process (localcluster kubelets) posts
-// for every simulated node that runs what a kubelet posts for the node
-// lifecycle controller: its Lease in kube-node-lease, renewed, and a Ready
-// condition once it is not. A node whose machine is off (node stop) posts
-// nothing, and the node lifecycle controller turns it NotReady after its
-// grace period (up --node-grace-period), taints it unreachable, as in a
-// cluster.
 
 // PoweredOn returns the simulated nodes whose machine runs: added, not
 // removed, not stopped.

@@ -14,7 +14,7 @@ import (
 // localcluster then: `localcluster install` runs the install of
 // deploy/local, and they run as pods.
 const (
-	// RealBridge joins the nodes' namespaces; realHostIP, its address, is
+	// RealBridge joins the nodes' namespaces; RealHostIP, its address, is
 	// where they reach the API server.
 	RealBridge = "ippool-br0"
 	RealHostIP = "10.89.0.1"
@@ -23,9 +23,9 @@ const (
 	// SimStateHostDir is where the handler pods of deploy/local keep each
 	// node's simulated network (a hostPath there).
 	SimStateHostDir = "/var/lib/nmstate-ippool-local"
-	// DBusSocket is the host path the handler DaemonSet mounts, as a
+	// DBusSocketPath is the host path the handler DaemonSet mounts, as a
 	// socket. The nodes have no NetworkManager; the path must only exist.
-	DBusSocket = "/run/dbus/system_bus_socket"
+	DBusSocketPath = "/run/dbus/system_bus_socket"
 	// SandboxImage is the pause image of make images-local, which the
 	// nodes' containerd runs pod sandboxes with.
 	SandboxImage = "registry.k8s.io/pause:3.10"
@@ -51,8 +51,8 @@ type RealCluster struct {
 	Images string `json:"images"`
 	// Nodes by name; a removed node stays, marked.
 	Nodes map[string]*RealNode `json:"nodes"`
-	// DBusSocket is set if localcluster created dbusSocket, and removes it
-	// on down.
+	// DBusSocket is set if localcluster created the socket file at
+	// DBusSocketPath, and removes it on down.
 	DBusSocket bool `json:"dbusSocket,omitempty"`
 }
 

@@ -27,7 +27,9 @@ import (
 // Cluster is a local cluster's state, kept in <dir>/state.json: where its
 // programs are, and every process it started.
 type Cluster struct {
-	// Dir is the directory of the cluster: state.json, kubeconfig, pki/, etcd/, nodes/, logs/.
+	// Dir is the directory of the cluster: state.json and its lock, the
+	// kubeconfigs, pki/, the etcd data, nodes/ (the simulated networks),
+	// real/ (the real nodes' files), logs/ and the programs' files.
 	Dir string `json:"-"`
 	// APIServer and Etcd are the URLs of the control plane.
 	APIServer string `json:"apiServer"`
