@@ -81,9 +81,18 @@ verify: $(CONTROLLER_GEN) $(KUSTOMIZE) $(OLM) ## Fail if `make manifests generat
 
 ##@ Build
 
+# The version the binaries report (--version, the build info metric, their
+# start-up log line): "devel" unless given, as make release does. The
+# commit is recorded whether or not Go's own VCS stamping is on.
+VERSION ?=
+VERSION_PKG := github.com/nmstate-ippool/nmstate-ippool/internal/plumbing/version
+GO_LDFLAGS := -X $(VERSION_PKG).version=$(VERSION) \
+	-X $(VERSION_PKG).revision=$(shell git rev-parse HEAD 2>/dev/null) \
+	-X $(VERSION_PKG).modified=$(shell git diff --quiet HEAD 2>/dev/null || echo true)
+
 .PHONY: build
-build: ## Build the binaries into bin/.
-	go build -o $(LOCALBIN)/ ./cmd/...
+build: ## Build the binaries into bin/ (VERSION=v1.2.3 names their version).
+	go build -ldflags "$(GO_LDFLAGS)" -o $(LOCALBIN)/ ./cmd/...
 
 IMG_REGISTRY ?= ghcr.io/nmstate-ippool
 IMG_TAG ?= latest
@@ -106,7 +115,7 @@ plugin-release: ## Build the kubectl plugin's release archives (every platform) 
 .PHONY: images-local
 images-local: ## Build the images of the local cluster's real nodes without Docker (go-containerregistry) into bin/images, and the registry that serves them to the nodes.
 	@mkdir -p $(IMAGES_DIR)/bin
-	CGO_ENABLED=0 go build -trimpath -o $(IMAGES_DIR)/bin/ ./cmd/handler ./cmd/pool-controller ./cmd/nmstatectl-sim
+	CGO_ENABLED=0 go build -trimpath -ldflags "$(GO_LDFLAGS)" -o $(IMAGES_DIR)/bin/ ./cmd/handler ./cmd/pool-controller ./cmd/nmstatectl-sim
 	cd hack/images && CGO_ENABLED=0 go build -trimpath -o $(IMAGES_DIR)/bin/pause ./pause
 	cd hack/images && go build -o $(IMAGES_DIR)/images .  # it also serves them to the real nodes (localcluster up --kubelets)
 	$(IMAGES_DIR)/images -bin $(IMAGES_DIR)/bin -out $(IMAGES_DIR)
@@ -130,8 +139,22 @@ install-manifests: $(KUSTOMIZE) ## Render an install (INSTALL=default, companion
 push: ## Build the handler and pool-controller images without Docker and push them to any OCI registry: REGISTRY=host/path TAG=v0.1.0 HANDLER_BASE=an image with nmstatectl [ARCH=amd64] [PUSH_IMAGES=pool-controller for companion mode].
 	@test -n "$(REGISTRY)" -a -n "$(TAG)" || { echo "set REGISTRY and TAG, e.g. make push REGISTRY=registry.example.com/nmstate-ippool TAG=v0.1.0 HANDLER_BASE=..." >&2; exit 1; }
 	@mkdir -p $(IMAGES_DIR)/push-$(ARCH)
-	CGO_ENABLED=0 GOOS=linux GOARCH=$(ARCH) go build -trimpath -o $(IMAGES_DIR)/push-$(ARCH)/ ./cmd/handler ./cmd/pool-controller
+	CGO_ENABLED=0 GOOS=linux GOARCH=$(ARCH) go build -trimpath -ldflags "$(GO_LDFLAGS)" -o $(IMAGES_DIR)/push-$(ARCH)/ ./cmd/handler ./cmd/pool-controller
 	cd hack/images && go run . -bin $(IMAGES_DIR)/push-$(ARCH) -push $(REGISTRY) -tag $(TAG) -handler-base "$(HANDLER_BASE)" -arch $(ARCH) -images $(PUSH_IMAGES)
+
+.PHONY: release
+release: $(KUSTOMIZE) $(HELM) ## Write the release VERSION=v1.2.3 into dist/release/VERSION: the install manifests and the Helm chart naming REGISTRY's images of that tag, the CRDs, the images as tarballs (the handler's with HANDLER_BASE), the kubectl plugin, SHA256SUMS.
+	@test -n "$(VERSION)" || { echo "set VERSION, e.g. make release VERSION=v0.2.0 REGISTRY=registry.example.com/nmstate-ippool HANDLER_BASE=..." >&2; exit 1; }
+	hack/release.sh $(KUSTOMIZE) $(HELM) $(VERSION) $(or $(REGISTRY),$(IMG_REGISTRY)) "$(HANDLER_BASE)" $(ARCH) "$(GO_LDFLAGS)"
+
+RELEASE_TEST_VERSION ?= v0.0.0-ci
+RELEASE_TEST_REGISTRY ?= registry.example.com/nmstate-ippool
+
+.PHONY: test-release
+test-release: ## Write a release (make release) and check it: its checksums, every install's images, the CRDs, the chart, the version its binaries report.
+	$(MAKE) release VERSION=$(RELEASE_TEST_VERSION) REGISTRY=$(RELEASE_TEST_REGISTRY)
+	go test -count=1 ./test/release/ -args -release $(CURDIR)/dist/release/$(RELEASE_TEST_VERSION) \
+		-version $(RELEASE_TEST_VERSION) -registry $(RELEASE_TEST_REGISTRY)
 
 .PHONY: test-images
 test-images: ## Test the images' builder (hack/images): a push to a registry on localhost, read back, and its refusals.

@@ -24,6 +24,7 @@ import (
 	"github.com/nmstate-ippool/nmstate-ippool/controllers/nodestate"
 	"github.com/nmstate-ippool/nmstate-ippool/internal/plumbing/metricsauth"
 	"github.com/nmstate-ippool/nmstate-ippool/internal/plumbing/scheme"
+	"github.com/nmstate-ippool/nmstate-ippool/internal/plumbing/version"
 	"github.com/nmstate-ippool/nmstate-ippool/internal/rollout/probe"
 	"github.com/nmstate-ippool/nmstate-ippool/pkg/nmstatectl"
 )
@@ -79,8 +80,13 @@ func main() {
 	flag.DurationVar(&o.clockOffset, "test-clock-offset", 0,
 		"for tests only: move the handler's clock by this much, to show that nothing depends on the node's clock agreeing with the control plane's")
 	zapOpts := zap.Options{}
+	showVersion := flag.Bool("version", false, "print the version and exit")
 	zapOpts.BindFlags(flag.CommandLine)
 	flag.Parse() // controller-runtime registers --kubeconfig
+	if *showVersion {
+		fmt.Println("handler", version.Get())
+		return
+	}
 	ctrl.SetLogger(zap.New(zap.UseFlagOptions(&zapOpts)))
 
 	if err := run(o); err != nil {
@@ -111,7 +117,7 @@ func run(o options) error {
 		return fmt.Errorf("create the manager: %w", err)
 	}
 	metrics := handler.NewMetrics()
-	ctrlmetrics.Registry.MustRegister(metrics.Collectors()...)
+	ctrlmetrics.Registry.MustRegister(append(metrics.Collectors(), version.Collector("handler"))...)
 	network := nmstatectl.Runner{Path: o.nmstatectl, Timeout: o.applyTimeout}
 	refreshes := nodestate.NewRefreshes()
 	r, err := o.handler(mgr, network, metrics)
@@ -138,7 +144,7 @@ func run(o options) error {
 	if err := mgr.AddReadyzCheck("readyz", healthz.Ping); err != nil {
 		return err
 	}
-	ctrl.Log.Info("starting handler", "node", o.node, "nmstatectl", o.nmstatectl)
+	ctrl.Log.Info("starting handler", append([]any{"node", o.node, "nmstatectl", o.nmstatectl}, version.Get().KeysAndValues()...)...)
 	return mgr.Start(ctrl.SetupSignalHandler())
 }
 

@@ -9,6 +9,7 @@
 //	kubectl nodeippool plan -f FILE            who would keep, move or lose an address under a proposed pool or pooled policy
 //	kubectl nodeippool history IP              what happened to an address lately, from the audit trail's Events (they last an hour by default)
 //	kubectl nodeippool explain --cidr ...      a range's offsets, offline
+//	kubectl nodeippool version                 the plugin's version
 //
 // The cluster commands print tables, or -o json|yaml, and find the cluster
 // as kubectl does: --kubeconfig, --context, $KUBECONFIG, ~/.kube/config.
@@ -31,6 +32,7 @@ import (
 	"github.com/nmstate-ippool/nmstate-ippool/internal/allocation/holder"
 	"github.com/nmstate-ippool/nmstate-ippool/internal/plumbing/cli"
 	"github.com/nmstate-ippool/nmstate-ippool/internal/plumbing/scheme"
+	"github.com/nmstate-ippool/nmstate-ippool/internal/plumbing/version"
 )
 
 const usage = `Usage:
@@ -42,6 +44,7 @@ const usage = `Usage:
   kubectl nodeippool history IP               [-o table|json|yaml]
   kubectl nodeippool explain --cidr CIDR [--start IP] [--end IP] [--exclude IP|CIDR,...]
                              [--allocated SNAPSHOT] [--allocate N] [--limit N]
+  kubectl nodeippool version
 
 list shows the pools; show, every allocated or recorded address of a pool
 with its offset, state and holders (node, interface, policy, capture);
@@ -87,6 +90,9 @@ func run(args []string, stdout, stderr io.Writer) int {
 		err = runCluster(cmd, rest, stdout, stderr)
 	case "help", "-h", "--help":
 		fmt.Fprint(stdout, usage)
+		return 0
+	case "version", "--version":
+		fmt.Fprintln(stdout, "kubectl-nodeippool", version.Get())
 		return 0
 	default:
 		err = fmt.Errorf("%w: unknown command %q", cli.ErrUsage, cmd)

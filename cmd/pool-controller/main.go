@@ -49,6 +49,7 @@ import (
 	"github.com/nmstate-ippool/nmstate-ippool/internal/allocation/periods"
 	"github.com/nmstate-ippool/nmstate-ippool/internal/plumbing/metricsauth"
 	"github.com/nmstate-ippool/nmstate-ippool/internal/plumbing/scheme"
+	"github.com/nmstate-ippool/nmstate-ippool/internal/plumbing/version"
 )
 
 type options struct {
@@ -104,8 +105,13 @@ func main() {
 	flag.BoolVar(&o.requireAdmission, "require-admission-policies", false, "companion mode: be ready only while the admission policies of deploy/companion "+
 		"and their identity bindings, naming this pool controller's service account, are installed: for an install that cannot carry them "+
 		"and leaves them to the admin (the OLM bundle, deploy/olm/admission)")
+	showVersion := flag.Bool("version", false, "print the version and exit")
 	zapOpts.BindFlags(flag.CommandLine)
 	flag.Parse()
+	if *showVersion {
+		fmt.Println("pool-controller", version.Get())
+		return
+	}
 	o.departureHoldSet = given(flag.CommandLine, "departure-hold")
 	ctrl.SetLogger(zap.New(zap.UseFlagOptions(&zapOpts)))
 
@@ -151,7 +157,7 @@ func run(o options) error {
 	}
 	ctx := ctrl.SetupSignalHandler()
 	metrics := pool.NewMetrics()
-	ctrlmetrics.Registry.MustRegister(metrics.Collectors()...)
+	ctrlmetrics.Registry.MustRegister(append(metrics.Collectors(), version.Collector("pool-controller"))...)
 	// Every replica reports them, from its own cache: aggregate with max.
 	ctrlmetrics.Registry.MustRegister(policy.NewStatusMetrics(mgr.GetCache()))
 	pools := pool.New(mgr, metrics)
@@ -200,8 +206,9 @@ func run(o options) error {
 			return err
 		}
 	}
-	ctrl.Log.Info("starting pool controller", "mode", o.mode, "leaderElection", o.leaderElection, "gcGracePeriod", o.gracePeriod.String(),
-		"quarantinePeriod", o.quarantinePeriod.String(), "departureHold", min(o.departureHold, o.quarantinePeriod).String(), "webhookPort", o.webhookPort)
+	ctrl.Log.Info("starting pool controller", append([]any{"mode", o.mode, "leaderElection", o.leaderElection, "gcGracePeriod", o.gracePeriod.String(),
+		"quarantinePeriod", o.quarantinePeriod.String(), "departureHold", min(o.departureHold, o.quarantinePeriod).String(), "webhookPort", o.webhookPort},
+		version.Get().KeysAndValues()...)...)
 	return mgr.Start(ctx)
 }
 

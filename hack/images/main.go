@@ -16,7 +16,9 @@
 //	images -bin DIR -push REGISTRY -tag TAG -handler-base IMAGE
 //
 // the handler added to IMAGE, which must carry nmstatectl; the pool
-// controller on an empty base, as a non-root user.
+// controller on an empty base, as a non-root user. With -save DIR as
+// well, it writes them as image tarballs into DIR instead, named as they
+// would be pushed (make release).
 //
 // With -serve it runs a registry of the local cluster's image tarballs
 // for the real nodes to pull from (localcluster up --kubelets starts it):
@@ -77,6 +79,7 @@ func main() {
 	handlerBase := flag.String("handler-base", "", "with -push: the image the handler is added to, which must carry nmstatectl")
 	arch := flag.String("arch", runtime.GOARCH, "with -push: the architecture the binaries were built for")
 	only := flag.String("images", "", "with -push: the images to push, comma-separated (default: handler,pool-controller)")
+	saveDir := flag.String("save", "", "with -push: write the production images as image tarballs into this directory instead of pushing them (make release)")
 	addr := flag.String("serve", "", "instead: serve the tarballs in -out from a registry on this address, until killed")
 	flag.Parse()
 	if *addr != "" && *out != "" && *bin == "" && *registry == "" {
@@ -86,8 +89,8 @@ func main() {
 		}
 		return
 	}
-	if *bin == "" || (*out == "") == (*registry == "") || flag.NArg() > 0 {
-		fmt.Fprintln(os.Stderr, "usage: images -bin DIR -out DIR\n       images -bin DIR -push REGISTRY -tag TAG -handler-base IMAGE\n       images -serve ADDR -out DIR")
+	if *bin == "" || (*out == "") == (*registry == "") || (*saveDir != "" && *registry == "") || flag.NArg() > 0 {
+		fmt.Fprintln(os.Stderr, "usage: images -bin DIR -out DIR\n       images -bin DIR -push REGISTRY -tag TAG -handler-base IMAGE [-save DIR]\n       images -serve ADDR -out DIR")
 		os.Exit(2)
 	}
 	if *registry != "" {
@@ -95,13 +98,17 @@ func main() {
 		if *only != "" {
 			names = strings.Split(*only, ",")
 		}
-		pushed, err := push(*registry, *tag, *handlerBase, *bin, *arch, names)
+		verb, publish := "pushed", func() ([]string, error) { return push(*registry, *tag, *handlerBase, *bin, *arch, names) }
+		if *saveDir != "" {
+			verb, publish = "wrote", func() ([]string, error) { return save(*saveDir, *registry, *tag, *handlerBase, *bin, *arch, names) }
+		}
+		done, err := publish()
 		if err != nil {
 			fmt.Fprintln(os.Stderr, "error:", err)
 			os.Exit(1)
 		}
-		for _, ref := range pushed {
-			fmt.Println("pushed", ref)
+		for _, what := range done {
+			fmt.Println(verb, what)
 		}
 		return
 	}

@@ -5,7 +5,9 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"os"
 	"path"
+	"path/filepath"
 	"slices"
 	"strings"
 
@@ -15,6 +17,7 @@ import (
 	"github.com/google/go-containerregistry/pkg/v1/empty"
 	"github.com/google/go-containerregistry/pkg/v1/mutate"
 	"github.com/google/go-containerregistry/pkg/v1/remote"
+	"github.com/google/go-containerregistry/pkg/v1/tarball"
 )
 
 // production are the images an install runs (deploy/handler,
@@ -44,6 +47,57 @@ var errNoNmstatectl = errors.New("carries no nmstatectl (in /usr/bin or /usr/loc
 // controller, and needs no handler base. It returns the references
 // pushed, by digest.
 func push(registry, tag, handlerBase, bin, arch string, only []string, opts ...remote.Option) ([]string, error) {
+	opts = append([]remote.Option{remote.WithAuthFromKeychain(authn.DefaultKeychain)}, opts...)
+	built, err := buildProduction(registry, tag, handlerBase, bin, arch, only, opts)
+	if err != nil {
+		return nil, err
+	}
+	var pushed []string
+	for _, b := range built {
+		if err := remote.Write(b.ref, b.img, opts...); err != nil {
+			return nil, fmt.Errorf("push %s: %w", b.ref, err)
+		}
+		pushed = append(pushed, b.ref.String()+"@"+b.digest.String())
+	}
+	return pushed, nil
+}
+
+// save builds the production images as push does, named as push would
+// push them, and writes each as an image tarball <name>.tar in dir
+// (docker load, ctr images import and crane push take it), for a release
+// whose images are pushed later or carried to an air-gapped registry. It
+// returns the files written, with the reference and digest of each.
+func save(dir, registry, tag, handlerBase, bin, arch string, only []string, opts ...remote.Option) ([]string, error) {
+	opts = append([]remote.Option{remote.WithAuthFromKeychain(authn.DefaultKeychain)}, opts...)
+	built, err := buildProduction(registry, tag, handlerBase, bin, arch, only, opts)
+	if err != nil {
+		return nil, err
+	}
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return nil, err
+	}
+	var saved []string
+	for _, b := range built {
+		file := filepath.Join(dir, path.Base(b.ref.RepositoryStr())+".tar")
+		if err := tarball.WriteToFile(file, b.ref, b.img); err != nil {
+			return nil, fmt.Errorf("write %s: %w", file, err)
+		}
+		saved = append(saved, file+" "+b.ref.String()+"@"+b.digest.String())
+	}
+	return saved, nil
+}
+
+// builtImage is a production image and the reference it is published
+// under.
+type builtImage struct {
+	ref    name.Tag
+	img    v1.Image
+	digest v1.Hash
+}
+
+// buildProduction builds the production images named by only (all if
+// empty) from the binaries in bin, tagged <registry>/<image>:<tag>.
+func buildProduction(registry, tag, handlerBase, bin, arch string, only []string, opts []remote.Option) ([]builtImage, error) {
 	if registry == "" || tag == "" {
 		return nil, errors.New("a registry and a tag are needed (REGISTRY=registry.example.com/nmstate-ippool TAG=v0.1.0)")
 	}
@@ -58,7 +112,6 @@ func push(registry, tag, handlerBase, bin, arch string, only []string, opts ...r
 			which = append(which, im)
 		}
 	}
-	opts = append([]remote.Option{remote.WithAuthFromKeychain(authn.DefaultKeychain)}, opts...)
 	var base v1.Image
 	if slices.ContainsFunc(which, func(im image) bool { return im.ref == "handler" }) {
 		var err error
@@ -66,7 +119,7 @@ func push(registry, tag, handlerBase, bin, arch string, only []string, opts ...r
 			return nil, err
 		}
 	}
-	var pushed []string
+	var built []builtImage
 	for _, im := range which {
 		from := v1.Image(empty.Image)
 		if im.ref == "handler" {
@@ -80,16 +133,13 @@ func push(registry, tag, handlerBase, bin, arch string, only []string, opts ...r
 		if err != nil {
 			return nil, err
 		}
-		if err := remote.Write(ref, img, opts...); err != nil {
-			return nil, fmt.Errorf("push %s: %w", ref, err)
-		}
 		digest, err := img.Digest()
 		if err != nil {
 			return nil, err
 		}
-		pushed = append(pushed, ref.String()+"@"+digest.String())
+		built = append(built, builtImage{ref: ref, img: img, digest: digest})
 	}
-	return pushed, nil
+	return built, nil
 }
 
 // handlerBaseImage pulls the handler's base for arch and checks that it

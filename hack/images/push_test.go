@@ -17,6 +17,7 @@ import (
 	"github.com/google/go-containerregistry/pkg/v1/empty"
 	"github.com/google/go-containerregistry/pkg/v1/mutate"
 	"github.com/google/go-containerregistry/pkg/v1/remote"
+	"github.com/google/go-containerregistry/pkg/v1/tarball"
 )
 
 // TestPushToARegistry pushes the production images to a registry served
@@ -216,5 +217,52 @@ func TestPushPoolControllerOnly(t *testing.T) {
 	}
 	if cfg.Architecture != "arm64" {
 		t.Fatalf("architecture %q, want the binaries' (arm64)", cfg.Architecture)
+	}
+}
+
+// TestSaveWritesWhatPushWouldPush: a release's image tarballs hold the
+// images push pushes, under the names it pushes them as, with the same
+// digests, so that loading a tarball and pushing it later publishes the
+// release's images.
+func TestSaveWritesWhatPushWouldPush(t *testing.T) {
+	server := httptest.NewServer(registry.New())
+	defer server.Close()
+	host := strings.TrimPrefix(server.URL, "http://")
+	base := pushBase(t, host+"/base/nmstate:1", map[string]string{"/usr/bin/nmstatectl": "nmstatectl"})
+	bin := fakeBinaries(t, "handler", "pool-controller")
+	dir := t.TempDir()
+
+	saved, err := save(dir, "registry.example.com/nmstate-ippool", "v0.0.1", base, bin, "amd64", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pushed, err := push(host+"/nmstate-ippool", "v0.0.1", base, bin, "amd64", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(saved) != 2 {
+		t.Fatalf("saved %v, want two images", saved)
+	}
+	for i, name := range []string{"handler", "pool-controller"} {
+		ref := "registry.example.com/nmstate-ippool/" + name + ":v0.0.1"
+		tag := mustTag(t, ref)
+		img, err := tarball.ImageFromPath(filepath.Join(dir, name+".tar"), &tag)
+		if err != nil {
+			t.Fatalf("%s.tar does not hold %s: %v", name, ref, err)
+		}
+		digest, err := img.Digest()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, pushedDigest, _ := strings.Cut(pushed[i], "@"); digest.String() != pushedDigest {
+			t.Errorf("%s: the tarball's image is %s, push pushed %s", name, digest, pushed[i])
+		}
+		if want := filepath.Join(dir, name+".tar") + " " + ref + "@" + digest.String(); saved[i] != want {
+			t.Errorf("save reported %q, want %q", saved[i], want)
+		}
+	}
+	if _, err := save(dir, "registry.example.com/nmstate-ippool", "v0.0.1", "", bin, "amd64", nil); err == nil ||
+		!strings.Contains(err.Error(), "HANDLER_BASE") {
+		t.Errorf("a handler image without a base: %v, want the refusal that names HANDLER_BASE", err)
 	}
 }

@@ -63,6 +63,9 @@ const (
 	homepage   = "https://github.com/nmstate-ippool/nmstate-ippool"
 )
 
+// versionVar is the variable the binaries' version is linked into.
+const versionVar = "github.com/nmstate-ippool/nmstate-ippool/internal/plumbing/version.version"
+
 // version is a release's version as krew requires it: semantic, with v.
 var version = regexp.MustCompile(`^v(0|[1-9]\d*)\.(0|[1-9]\d*)\.(0|[1-9]\d*)(-[0-9A-Za-z.-]+)?$`)
 
@@ -147,7 +150,9 @@ func (r Release) archive(p Platform) (Archive, error) {
 	bin := filepath.Join(tmp, p.binary())
 	// No VCS stamp: the same source builds the same binary in a clone
 	// with or without local changes to other files.
-	cmd := exec.Command("go", "build", "-trimpath", "-buildvcs=false", "-ldflags", "-s -w", "-o", bin, "./cmd/kubectl-nodeippool")
+	// The release's version is linked in (kubectl nodeippool version).
+	cmd := exec.Command("go", "build", "-trimpath", "-buildvcs=false", "-ldflags", "-s -w -X "+versionVar+"="+r.Version,
+		"-o", bin, "./cmd/kubectl-nodeippool")
 	cmd.Dir = r.Root
 	cmd.Env = append(os.Environ(), "GOOS="+p.OS, "GOARCH="+p.Arch, "CGO_ENABLED=0")
 	if out, err := cmd.CombinedOutput(); err != nil {
