@@ -7,7 +7,7 @@
 //
 //	localcluster up --nodes N [--dir DIR] [--gc-grace-period D] [--quarantine-period D] [--controllers N] [--bin DIR] [--assets DIR]
 //	                [--handler ours|upstream [--companion]] [--peer-handler PATH] [--retries N]
-//	                [--garbage-collector=false] [--node-lifecycle=false] [--node-grace-period D] [--crd FILE]...
+//	                [--garbage-collector=false] [--node-lifecycle=false] [--node-grace-period D] [--crd FILE]... [--crd-dir DIR]
 //	localcluster up --kubelets K [--images DIR] [--dir DIR] [--bin DIR] [--assets DIR]
 //	localcluster handler use ours|upstream
 //	localcluster install [--overlay DIR] [--kubectl PATH] [--cert-manager-crds FILE] [--timeout D]
@@ -15,6 +15,7 @@
 //	localcluster node add NAME [--label k=v]... [--kubelet] [--clock-offset D]
 //	localcluster node remove|restart NAME [--crash]
 //	localcluster node stall|resume|stop|start NAME
+//	localcluster upgrade --bin DIR [--crd-dir DIR]
 //	localcluster controller restart [--crash] | apiserver restart [--crash]
 //	localcluster status | down
 //
@@ -48,7 +49,7 @@ import (
 const usage = `Usage:
   localcluster up --nodes N [--dir DIR] [--gc-grace-period D] [--quarantine-period D] [--controllers N] [--bin DIR] [--assets DIR]
                   [--handler ours|upstream [--companion]] [--peer-handler PATH] [--retries N]
-                  [--garbage-collector=false] [--node-lifecycle=false] [--node-grace-period D] [--crd FILE]...
+                  [--garbage-collector=false] [--node-lifecycle=false] [--node-grace-period D] [--crd FILE]... [--crd-dir DIR]
   localcluster handler use ours|upstream [--dir DIR]
   localcluster up --kubelets K [--images DIR] [--dir DIR] [--bin DIR] [--assets DIR]
   localcluster install [--overlay DIR] [--kubectl PATH] [--cert-manager-crds FILE] [--timeout D] [--dir DIR]
@@ -60,6 +61,7 @@ const usage = `Usage:
   localcluster node resume NAME [--dir DIR]
   localcluster node stop NAME [--dir DIR]
   localcluster node start NAME [--dir DIR]
+  localcluster upgrade --bin DIR [--crd-dir DIR] [--dir DIR]
   localcluster controller restart [--crash] [--dir DIR]
   localcluster apiserver restart [--crash] [--dir DIR]
   localcluster status [--dir DIR]
@@ -90,6 +92,13 @@ instead of ours, without the pool controller: a cluster as admins run it
 today. With --companion the pool controller runs beside it in companion
 mode (pool-controller --mode companion): pooled policies get one plain NNCP
 per node, which kubernetes-nmstate's handler applies.
+
+upgrade rolls a cluster of simulated nodes to the programs in --bin, in
+the order an admin upgrades an install: the CRDs first (this version's, or
+those of --crd-dir), then the pool controller's replicas, then each node's
+handler, one at a time. With an earlier version's programs and CRDs it
+downgrades. up --bin DIR --crd-dir DIR starts a cluster of an earlier
+version to upgrade from.
 
 handler use switches every node to the other handler: it stops
 the running handlers, starts (ours) or stops (upstream) the pool
@@ -146,6 +155,8 @@ func dispatch(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		return cmdInstall(ctx, rest, stdout, stderr)
 	case "handler":
 		return cmdHandler(ctx, rest, stdout, stderr)
+	case "upgrade":
+		return cmdUpgrade(ctx, rest, stdout, stderr)
 	case "controller", "apiserver":
 		return cmdRestart(ctx, cmd, rest, stdout, stderr)
 	case state.KubeletsName:
@@ -186,6 +197,8 @@ func cmdUp(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		"how long a node may post no heartbeat before the node lifecycle controller turns it NotReady (its --node-monitor-grace-period)")
 	fs.StringVar(&o.peerHandler, "peer-handler", "", "kubernetes-nmstate's handler binary (default BIN/kubernetes-nmstate-handler)")
 	fs.StringVar(&o.images, "images", "", "with --kubelets, directory of the image tarballs of make images-local (default BIN/images)")
+	fs.StringVar(&o.crdDir, "crd-dir", "", "install the CRD files of this directory instead of this version's, "+
+		"e.g. an earlier version's deploy/crd with its binaries in --bin, to upgrade from (simulated nodes)")
 	fs.Func("crd", "a CRD file to install before the controllers start, e.g. Cluster API's IPAM CRDs (repeatable; simulated nodes)", func(path string) error {
 		o.crds = append(o.crds, path)
 		return nil

@@ -35,6 +35,9 @@ type upOptions struct {
 	// (Cluster API's IPAM CRDs, whose claims the pool controller serves
 	// only when they are there at its start).
 	crds []string
+	// crdDir, if set, holds the CRD files installed instead of
+	// localcluster's own: another version's deploy/crd.
+	crdDir string
 	// companion runs the pool controller in companion mode beside
 	// kubernetes-nmstate's handler.
 	companion bool
@@ -56,7 +59,7 @@ func up(ctx context.Context, o upOptions, out io.Writer) error {
 	}
 	c := &state.Cluster{Dir: o.dir, Bin: o.bin, Assets: o.assets, GracePeriod: o.gracePeriod.String(),
 		QuarantinePeriod: o.quarantine.String(), Controllers: o.controllers, Processes: map[string]*process.Process{},
-		Handler: o.handler, PeerHandler: o.peerHandler, ExtraCRDs: o.crds, Companion: o.companion, GarbageCollector: o.garbageCollector,
+		Handler: o.handler, PeerHandler: o.peerHandler, ExtraCRDs: o.crds, CRDDir: o.crdDir, Companion: o.companion, GarbageCollector: o.garbageCollector,
 		NodeLifecycle: o.nodeLifecycle, NodeGracePeriod: o.nodeGracePeriod.String()}
 	if o.retries >= 0 {
 		c.Retries = &o.retries

@@ -4,11 +4,13 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"path/filepath"
 	"time"
 
 	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/util/retry"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/yaml"
 
@@ -32,14 +34,42 @@ func readCRD(path string) (*apiextensionsv1.CustomResourceDefinition, error) {
 	return &crd, nil
 }
 
-// installCRDs creates the CRDs of deploy/crd, and those of up --crd, and
-// waits until they serve.
+// crdsOf reads the CRDs of a directory of CRD files, as deploy/crd
+// holds them (a kustomization.yaml beside them is not one).
+func crdsOf(dir string) ([]*apiextensionsv1.CustomResourceDefinition, error) {
+	files, err := filepath.Glob(filepath.Join(dir, "*.yaml"))
+	if err != nil {
+		return nil, err
+	}
+	var crds []*apiextensionsv1.CustomResourceDefinition
+	for _, f := range files {
+		if filepath.Base(f) == "kustomization.yaml" {
+			continue
+		}
+		crd, err := readCRD(f)
+		if err != nil {
+			return nil, err
+		}
+		crds = append(crds, crd)
+	}
+	if len(crds) == 0 {
+		return nil, fmt.Errorf("no CRD in %s", dir)
+	}
+	return crds, nil
+}
+
+// installCRDs creates, or updates to what it installs, the CRDs of
+// deploy/crd (those of c.CRDDir instead, when set: another version's),
+// and those of up --crd, and waits until they serve.
 func (c *cluster) installCRDs(ctx context.Context) error {
 	k, err := c.Client()
 	if err != nil {
 		return err
 	}
 	crds, err := deploy.CRDs()
+	if c.CRDDir != "" {
+		crds, err = crdsOf(c.CRDDir)
+	}
 	if err != nil {
 		return err
 	}
@@ -51,8 +81,8 @@ func (c *cluster) installCRDs(ctx context.Context) error {
 		crds = append(crds, crd)
 	}
 	for _, crd := range crds {
-		if err := k.Create(ctx, crd); err != nil && !apierrors.IsAlreadyExists(err) {
-			return fmt.Errorf("create CRD %s: %w", crd.Name, err)
+		if err := apply(ctx, k, crd); err != nil {
+			return err
 		}
 	}
 	for _, crd := range crds {
@@ -60,6 +90,31 @@ func (c *cluster) installCRDs(ctx context.Context) error {
 		if !ok {
 			return fmt.Errorf("CRD %s is not established after a minute", crd.Name)
 		}
+	}
+	return nil
+}
+
+// apply creates crd, or replaces the spec of the CRD of its name with its
+// own, as kubectl apply does for an upgrade.
+func apply(ctx context.Context, k client.Client, crd *apiextensionsv1.CustomResourceDefinition) error {
+	err := k.Create(ctx, crd)
+	if !apierrors.IsAlreadyExists(err) {
+		if err != nil {
+			return fmt.Errorf("create CRD %s: %w", crd.Name, err)
+		}
+		return nil
+	}
+	err = retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		var live apiextensionsv1.CustomResourceDefinition
+		if err := k.Get(ctx, client.ObjectKeyFromObject(crd), &live); err != nil {
+			return err
+		}
+		live.Spec = crd.Spec
+		live.Labels, live.Annotations = crd.Labels, crd.Annotations
+		return k.Update(ctx, &live)
+	})
+	if err != nil {
+		return fmt.Errorf("update CRD %s: %w", crd.Name, err)
 	}
 	return nil
 }

@@ -39,3 +39,14 @@ func Stop(ctx context.Context, s *state.Cluster, k client.Client) error {
 func InstallWebhook(ctx context.Context, s *state.Cluster, keys pki.Keys) error {
 	return (&cluster{s}).installWebhook(ctx, keys)
 }
+
+// Replace stops every replica and starts them again from the cluster's
+// programs (s.Bin), as a rollout of a new version does; the webhook's
+// configuration stays, the first replica serving it on the same port.
+func Replace(ctx context.Context, s *state.Cluster) error {
+	c := &cluster{s}
+	if err := c.stopReplicas(); err != nil {
+		return err
+	}
+	return c.startPoolController(ctx)
+}

@@ -174,12 +174,8 @@ func (c *cluster) installWebhook(ctx context.Context, keys pki.Keys) error {
 // stopPoolController stops every pool controller replica and removes the
 // webhook, which no one would answer.
 func (c *cluster) stopPoolController(ctx context.Context, k client.Client) error {
-	for name, p := range c.Processes {
-		if strings.HasPrefix(name, controllerName(1)) && p.Alive() {
-			if err := p.Stop(syscall.SIGTERM, 15*time.Second); err != nil {
-				return err
-			}
-		}
+	if err := c.stopReplicas(); err != nil {
+		return err
 	}
 	w, err := deploy.ValidatingWebhook()
 	if err != nil {
@@ -188,6 +184,18 @@ func (c *cluster) stopPoolController(ctx context.Context, k client.Client) error
 	err = k.Delete(ctx, &admissionregistrationv1.ValidatingWebhookConfiguration{ObjectMeta: metav1.ObjectMeta{Name: w.Name}})
 	if client.IgnoreNotFound(err) != nil {
 		return fmt.Errorf("delete the NodeIPPool webhook: %w", err)
+	}
+	return nil
+}
+
+// stopReplicas stops every pool controller replica that runs.
+func (c *cluster) stopReplicas() error {
+	for name, p := range c.Processes {
+		if strings.HasPrefix(name, controllerName(1)) && p.Alive() {
+			if err := p.Stop(syscall.SIGTERM, 15*time.Second); err != nil {
+				return err
+			}
+		}
 	}
 	return nil
 }

@@ -76,6 +76,10 @@ type Cluster struct {
 	// PoweredOff lists the simulated nodes whose machine is stopped (node
 	// stop): no handler, no heartbeat, the Node and the network kept.
 	PoweredOff []string `json:"poweredOff,omitempty"`
+	// CRDDir, if set, is the directory of CRD files installed instead of
+	// those localcluster carries: another version's deploy/crd (up
+	// --crd-dir, upgrade --crd-dir).
+	CRDDir string `json:"crdDir,omitempty"`
 	// ExtraCRDs are the CRD files up --crd installed.
 	ExtraCRDs []string `json:"extraCRDs,omitempty"`
 	// PeerHandler is the kubernetes-nmstate handler's binary (make
