@@ -173,19 +173,7 @@ func TestBinariesSayTheVersion(t *testing.T) {
 	runs(t, bin, []string{"--version"}, "pool-controller "+*version+" ")
 
 	archive := filepath.Join(d, "plugin", fmt.Sprintf("kubectl-nodeippool_%s_%s_%s.tar.gz", *version, runtime.GOOS, runtime.GOARCH))
-	if _, err := os.Stat(archive); err != nil {
-		t.Fatal(err)
-	}
-	f, err := os.Open(archive)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer func() { _ = f.Close() }()
-	gz, err := gzip.NewReader(f)
-	if err != nil {
-		t.Fatal(err)
-	}
-	plugin := extract(t, gz, "kubectl-nodeippool")
+	plugin := extract(t, gunzip(t, archive), "kubectl-nodeippool")
 	runs(t, plugin, []string{"version"}, "kubectl-nodeippool "+*version)
 }
 
@@ -194,7 +182,12 @@ func TestBinariesSayTheVersion(t *testing.T) {
 // not), from its top layer down.
 func fromImage(t *testing.T, tarball, ref, path string) string {
 	t.Helper()
-	files := untarAll(t, tarball)
+	f, err := os.Open(tarball)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = f.Close() }()
+	files := readTar(t, f, tarball)
 	var manifest []struct {
 		RepoTags []string
 		Layers   []string
@@ -280,64 +273,51 @@ func extractIf(t *testing.T, r io.Reader, path string) (string, bool) {
 	}
 }
 
-// untarAll reads every file of a tar.
-func untarAll(t *testing.T, path string) map[string][]byte {
+// untar reads the named files of a .tgz.
+func untar(t *testing.T, path string, names ...string) map[string][]byte {
+	t.Helper()
+	all := readTar(t, gunzip(t, path), path)
+	out := map[string][]byte{}
+	for _, n := range names {
+		if out[n] = all[n]; out[n] == nil {
+			t.Fatalf("%s holds no %s", path, n)
+		}
+	}
+	return out
+}
+
+// gunzip opens a gzipped file for the test.
+func gunzip(t *testing.T, path string) io.Reader {
 	t.Helper()
 	f, err := os.Open(path)
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer func() { _ = f.Close() }()
+	t.Cleanup(func() { _ = f.Close() })
+	gz, err := gzip.NewReader(f)
+	if err != nil {
+		t.Fatalf("%s: %v", path, err)
+	}
+	return gz
+}
+
+// readTar reads every file of a tar stream, what names in messages.
+func readTar(t *testing.T, r io.Reader, what string) map[string][]byte {
+	t.Helper()
 	out := map[string][]byte{}
-	tr := tar.NewReader(f)
+	tr := tar.NewReader(r)
 	for {
 		h, err := tr.Next()
 		if errors.Is(err, io.EOF) {
 			return out
 		}
 		if err != nil {
-			t.Fatalf("%s: %v", path, err)
+			t.Fatalf("%s: %v", what, err)
 		}
 		if out[h.Name], err = io.ReadAll(tr); err != nil {
-			t.Fatal(err)
+			t.Fatalf("%s: %v", what, err)
 		}
 	}
-}
-
-// untar reads the named files of a .tgz.
-func untar(t *testing.T, path string, names ...string) map[string][]byte {
-	t.Helper()
-	f, err := os.Open(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer func() { _ = f.Close() }()
-	gz, err := gzip.NewReader(f)
-	if err != nil {
-		t.Fatal(err)
-	}
-	out := map[string][]byte{}
-	tr := tar.NewReader(gz)
-	for {
-		h, err := tr.Next()
-		if errors.Is(err, io.EOF) {
-			break
-		}
-		if err != nil {
-			t.Fatal(err)
-		}
-		if slices.Contains(names, h.Name) {
-			if out[h.Name], err = io.ReadAll(tr); err != nil {
-				t.Fatal(err)
-			}
-		}
-	}
-	for _, n := range names {
-		if out[n] == nil {
-			t.Fatalf("%s holds no %s", path, n)
-		}
-	}
-	return out
 }
 
 // decode reads every object of a multi-document YAML file.
