@@ -143,7 +143,8 @@ func expectNoProcessLeft() {
 	Expect(err).NotTo(HaveOccurred())
 	var st struct {
 		Processes map[string]struct {
-			PID int `json:"pid"`
+			PID    int    `json:"pid"`
+			Binary string `json:"binary"`
 		} `json:"processes"`
 	}
 	Expect(json.Unmarshal(raw, &st)).To(Succeed())
@@ -153,8 +154,14 @@ func expectNoProcessLeft() {
 		if err != nil {
 			continue
 		}
+		// A PID another program took since (PIDs wrap at 32768 here, and
+		// other suites start processes too) is not the cluster's.
+		exe, err := os.Readlink(fmt.Sprintf("/proc/%d/exe", p.PID))
+		if want, _ := filepath.EvalSymlinks(p.Binary); err != nil || strings.TrimSuffix(exe, " (deleted)") != want {
+			continue
+		}
 		fields := strings.Fields(string(stat[strings.LastIndexByte(string(stat), ')')+1:]))
-		Expect(fields[0]).To(BeElementOf("Z", "X"), "%s (pid %d) still runs", name, p.PID)
+		Expect(fields[0]).To(BeElementOf("Z", "X"), "%s (pid %d, %s) still runs", name, p.PID, p.Binary)
 	}
 }
 
