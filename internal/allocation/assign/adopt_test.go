@@ -184,3 +184,53 @@ func TestGiveUndoesAdoption(t *testing.T) {
 		t.Errorf("AdoptedMessage: %s", AdoptedMessage("p", []string{"10.1.0.15 on eth1"}))
 	}
 }
+
+// TestAdoptionOfAnUnrecordedBit: an address whose bit is set but that no
+// holder records (its record lost: a restore without the holders'
+// status) is adopted by the node that carries it, when every holder's
+// records were read and no other node carries it; refused when the
+// records read may be incomplete, when a holder records it, or when
+// another node carries it; and Give leaves its bit set.
+func TestAdoptionOfAnUnrecordedBit(t *testing.T) {
+	unrecorded := func(ip netip.Addr) bool { return ip.String() != "10.1.0.13" }
+	tests := []struct {
+		name       string
+		unrecorded func(netip.Addr) bool
+		elsewhere  map[string]string
+		carries    string
+		want       string
+		refusal    string
+	}{
+		{"its carrier keeps it", unrecorded, map[string]string{}, "10.1.0.12", "10.1.0.12", ""},
+		{"records that may be incomplete", nil, map[string]string{}, "10.1.0.12", "10.1.0.10", "another holder has it"},
+		{"a holder records it", unrecorded, map[string]string{}, "10.1.0.13", "10.1.0.10", "another holder has it"},
+		{"another node carries it too", unrecorded, map[string]string{"10.1.0.12": "node07"}, "10.1.0.12", "10.1.0.10", "node node07 carries it too"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			p, alloc := adoptionPool(t)
+			for _, ip := range []string{"10.1.0.12", "10.1.0.13"} {
+				if err := alloc.AllocateIP(mustAddr(ip)); err != nil {
+					t.Fatal(err)
+				}
+			}
+			cl := carrying("node01", tt.elsewhere, tt.carries)
+			cl.Unrecorded = tt.unrecorded
+			c := New(p, alloc)
+			got, err := c.Take(cl, "addr")
+			if err != nil || got.IP.String() != tt.want {
+				t.Fatalf("took %v (%v), want %s", got.IP, err, tt.want)
+			}
+			if tt.refusal == "" {
+				c.Give(got)
+				if !alloc.HasIP(mustAddr(tt.carries)) {
+					t.Errorf("Give cleared the bit of %s, set before the adoption", tt.carries)
+				}
+				return
+			}
+			if len(got.notAdopted) != 1 || !strings.Contains(got.notAdopted[0], tt.refusal) {
+				t.Errorf("not adopted: %v, want %q", got.notAdopted, tt.refusal)
+			}
+		})
+	}
+}
