@@ -256,7 +256,7 @@ bench-peer: envtest-assets peer-handler ## Roll the same policies out with kuber
 		-args -peer.nodes $(PEER_NODES) -peer.runs $(PEER_RUNS)
 
 .PHONY: envtest-assets
-envtest-assets: $(ENVTEST_DIR)/kube-apiserver $(ENVTEST_DIR)/etcd $(ENVTEST_DIR)/kube-controller-manager ## Build kube-apiserver, etcd and kube-controller-manager (the local cluster's garbage collector and node lifecycle) into bin/k8s (once).
+envtest-assets: $(ENVTEST_DIR)/kube-apiserver $(ENVTEST_DIR)/etcd $(ENVTEST_DIR)/etcdctl $(ENVTEST_DIR)/kube-controller-manager ## Build kube-apiserver, etcd (with etcdctl and etcdutl, for the local cluster's snapshots) and kube-controller-manager (the local cluster's garbage collector and node lifecycle) into bin/k8s (once).
 
 $(ENVTEST_DIR)/kube-apiserver: hack/kube-apiserver/go.mod
 	@mkdir -p $(ENVTEST_DIR)
@@ -267,6 +267,10 @@ $(ENVTEST_DIR)/etcd: hack/etcd/go.mod hack/etcd/main.go
 	@mkdir -p $(ENVTEST_DIR)
 	@echo "building etcd from source"
 	cd hack/etcd && ../progress.sh "building etcd" go build -o $@ .
+
+$(ENVTEST_DIR)/etcdctl: hack/etcd/go.mod hack/etcd/tools.go
+	@mkdir -p $(ENVTEST_DIR)
+	cd hack/etcd && ../progress.sh "building etcdctl and etcdutl" go build -o $(ENVTEST_DIR)/ go.etcd.io/etcd/etcdctl/v3 go.etcd.io/etcd/etcdutl/v3
 
 ##@ Tools
 

@@ -16,6 +16,8 @@
 //	localcluster node remove|restart NAME [--crash]
 //	localcluster node stall|resume|stop|start NAME
 //	localcluster upgrade --bin DIR [--crd-dir DIR]
+//	localcluster etcd snapshot|restore NAME
+//	localcluster backup FILE | restore FILE [--without-status]
 //	localcluster controller restart [--crash] | apiserver restart [--crash]
 //	localcluster status | down
 //
@@ -62,6 +64,9 @@ const usage = `Usage:
   localcluster node stop NAME [--dir DIR]
   localcluster node start NAME [--dir DIR]
   localcluster upgrade --bin DIR [--crd-dir DIR] [--dir DIR]
+  localcluster etcd snapshot|restore NAME [--dir DIR]
+  localcluster backup FILE [--dir DIR]
+  localcluster restore FILE [--without-status] [--dir DIR]
   localcluster controller restart [--crash] [--dir DIR]
   localcluster apiserver restart [--crash] [--dir DIR]
   localcluster status [--dir DIR]
@@ -99,6 +104,22 @@ those of --crd-dir), then the pool controller's replicas, then each node's
 handler, one at a time. With an earlier version's programs and CRDs it
 downgrades. up --bin DIR --crd-dir DIR starts a cluster of an earlier
 version to upgrade from.
+
+etcd snapshot NAME saves a snapshot of etcd (etcdctl snapshot save) into
+DIR/snapshots/NAME.db; etcd restore NAME restores it as Kubernetes'
+procedure does, while the nodes keep running what was applied since: the
+API server stops, etcd's data is restored (etcdutl snapshot restore), both
+start again, the Kubernetes controllers
+restart, the nodes the snapshot does not know register again (with the
+default labels), and the pool controller and every handler restart.
+
+backup FILE writes the pools and policies, status included, into FILE, as
+a backup tool keeps them (enactments and NodeNetworkStates are the
+handlers' to write again); restore FILE rebuilds the control plane from
+nothing while the nodes keep running: the handlers and the pool
+controller stop, etcd is emptied, the CRDs are installed again, the nodes
+register again, the objects are created (with --without-status, without
+their status, as Velero restores by default), and the components start.
 
 handler use switches every node to the other handler: it stops
 the running handlers, starts (ours) or stops (upstream) the pool
@@ -157,6 +178,12 @@ func dispatch(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		return cmdHandler(ctx, rest, stdout, stderr)
 	case "upgrade":
 		return cmdUpgrade(ctx, rest, stdout, stderr)
+	case "etcd":
+		return cmdEtcd(ctx, rest, stdout, stderr)
+	case "backup":
+		return cmdBackup(ctx, rest, stdout, stderr)
+	case "restore":
+		return cmdRestore(ctx, rest, stdout, stderr)
 	case "controller", "apiserver":
 		return cmdRestart(ctx, cmd, rest, stdout, stderr)
 	case state.KubeletsName:
@@ -434,7 +461,7 @@ func withCluster(args []string, name string, stderr io.Writer, flags func(*flag.
 		flags(fs)
 	}
 	positional := 0
-	if strings.HasPrefix(name, "node ") {
+	if strings.HasPrefix(name, "node ") || strings.HasPrefix(name, "etcd ") || name == "backup" || name == "restore" {
 		positional = 1
 	}
 	names, err := cli.Parse(fs, args, positional, positional)

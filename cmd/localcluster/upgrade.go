@@ -8,7 +8,6 @@ import (
 	"io"
 	"os"
 	"path/filepath"
-	"slices"
 
 	"github.com/nmstate-ippool/nmstate-ippool/cmd/localcluster/internal/controlplane"
 	"github.com/nmstate-ippool/nmstate-ippool/cmd/localcluster/internal/handlers"
@@ -59,13 +58,20 @@ func upgrade(ctx context.Context, c *state.Cluster, bin, crdDir string, out io.W
 		return err
 	}
 	c.Bin = bin
+	return restartComponents(ctx, c, out)
+}
+
+// restartComponents restarts the cluster's own components, as a rollout
+// does: the pool controller's replicas, then each running node's handler,
+// one at a time, each ready before the next.
+func restartComponents(ctx context.Context, c *state.Cluster, out io.Writer) error {
 	if c.Handler != state.HandlerUpstream || c.Companion {
 		if err := state.Step(out, "pool-controller", func() error { return poolcontroller.Replace(ctx, c) }); err != nil {
 			return err
 		}
 	}
 	if c.Handler == state.HandlerUpstream {
-		fmt.Fprintln(out, "the nodes run kubernetes-nmstate's handler, which is not upgraded here")
+		fmt.Fprintln(out, "the nodes run kubernetes-nmstate's handler, which is not restarted here")
 		return nil
 	}
 	k, err := c.Client()
@@ -73,10 +79,7 @@ func upgrade(ctx context.Context, c *state.Cluster, bin, crdDir string, out io.W
 		return err
 	}
 	h := handlers.For(c)
-	for _, node := range c.LiveNodes() {
-		if slices.Contains(c.PoweredOff, node) {
-			continue
-		}
+	for _, node := range c.PoweredOn() {
 		err := state.Step(out, state.HandlerName(node), func() error {
 			if err := h.Stop(ctx, k, node, false); err != nil {
 				return err

@@ -4,10 +4,12 @@ import (
 	"context"
 	"crypto/tls"
 	"crypto/x509"
+	"errors"
 	"fmt"
 	"net/http"
 	"net/url"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"slices"
 	"strconv"
@@ -21,15 +23,27 @@ import (
 )
 
 func (c *cluster) startEtcd(ctx context.Context) error {
-	clientPort, err := process.FreePort()
+	clientURL, peerURL, err := etcdURLs()
 	if err != nil {
 		return err
+	}
+	return c.startEtcdOn(ctx, clientURL, peerURL)
+}
+
+// etcdURLs picks the client and peer URLs of an etcd to start.
+func etcdURLs() (clientURL, peerURL string, err error) {
+	clientPort, err := process.FreePort()
+	if err != nil {
+		return "", "", err
 	}
 	peerPort, err := process.FreePort()
 	if err != nil {
-		return err
+		return "", "", err
 	}
-	clientURL, peerURL := "http://"+process.HostPort(clientPort), "http://"+process.HostPort(peerPort)
+	return "http://" + process.HostPort(clientPort), "http://" + process.HostPort(peerPort), nil
+}
+
+func (c *cluster) startEtcdOn(ctx context.Context, clientURL, peerURL string) error {
 	c.Etcd = clientURL
 	p := &process.Process{Binary: filepath.Join(c.Assets, "etcd"), Log: c.Path("logs", "etcd.log"), Health: clientURL + "/health", Args: []string{
 		"--name=local", "--data-dir=" + c.Path("etcd"),
@@ -54,13 +68,9 @@ func (c *cluster) startAPIServer(ctx context.Context, keys pki.Keys) error {
 // restartAPIServer stops kube-apiserver (killed, with crash) and starts it
 // again on the same port, so every client finds it where it was.
 func (c *cluster) restartAPIServer(ctx context.Context, crash bool) error {
-	u, err := url.Parse(c.APIServer)
+	port, err := c.apiServerPort()
 	if err != nil {
-		return fmt.Errorf("the API server's address %q: %w", c.APIServer, err)
-	}
-	port, err := strconv.Atoi(u.Port())
-	if err != nil {
-		return fmt.Errorf("the API server's address %q: %w", c.APIServer, err)
+		return err
 	}
 	sig := syscall.SIGTERM
 	if crash {
@@ -134,4 +144,56 @@ func adminProbe(keys pki.Keys, url string) (func(context.Context) error, error) 
 	hc := &http.Client{Timeout: 5 * time.Second, Transport: &http.Transport{
 		TLSClientConfig: &tls.Config{Certificates: []tls.Certificate{cert}, RootCAs: pool, MinVersion: tls.VersionTLS12}}}
 	return process.StatusOK(hc, url), nil
+}
+
+// apiServerPort is the port kube-apiserver listens on.
+func (c *cluster) apiServerPort() (int, error) {
+	u, err := url.Parse(c.APIServer)
+	if err != nil {
+		return 0, fmt.Errorf("the API server's address %q: %w", c.APIServer, err)
+	}
+	port, err := strconv.Atoi(u.Port())
+	if err != nil {
+		return 0, fmt.Errorf("the API server's address %q: %w", c.APIServer, err)
+	}
+	return port, nil
+}
+
+// withEtcdStopped stops kube-apiserver, then etcd, runs change on etcd's
+// data directory with the peer URL etcd will start with, and starts etcd
+// and kube-apiserver again, the API server on its port, whether or not
+// change failed.
+func (c *cluster) withEtcdStopped(ctx context.Context, change func(data, peerURL string) error) error {
+	port, err := c.apiServerPort()
+	if err != nil {
+		return err
+	}
+	for _, name := range []string{"kube-apiserver", "etcd"} {
+		if p, ok := c.Processes[name]; ok {
+			if err := p.Stop(syscall.SIGTERM, 30*time.Second); err != nil {
+				return fmt.Errorf("stop %s: %w", name, err)
+			}
+		}
+	}
+	clientURL, peerURL, err := etcdURLs()
+	if err != nil {
+		return err
+	}
+	changeErr := change(c.Path("etcd"), peerURL)
+	if err := c.startEtcdOn(ctx, clientURL, peerURL); err != nil {
+		return errors.Join(changeErr, err)
+	}
+	if err := process.AwaitPort(port, 30*time.Second); err != nil {
+		return errors.Join(changeErr, fmt.Errorf("start kube-apiserver: %w", err))
+	}
+	return errors.Join(changeErr, c.startAPIServerOn(ctx, pki.Keys{Dir: c.Path("pki")}, port))
+}
+
+// etcdTool runs etcdctl or etcdutl of the assets.
+func (c *cluster) etcdTool(ctx context.Context, tool string, args ...string) error {
+	out, err := exec.CommandContext(ctx, filepath.Join(c.Assets, tool), args...).CombinedOutput()
+	if err != nil {
+		return fmt.Errorf("%s %s: %w: %s (make envtest-assets builds it)", tool, strings.Join(args, " "), err, out)
+	}
+	return nil
 }

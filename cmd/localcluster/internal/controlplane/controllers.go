@@ -6,6 +6,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"time"
 
 	"github.com/nmstate-ippool/nmstate-ippool/cmd/localcluster/internal/pki"
@@ -42,6 +43,19 @@ func (c *cluster) startSimulatedControllers(ctx context.Context) error {
 		args = append(args, "--node-monitor-grace-period="+c.NodeGracePeriod, "--node-monitor-period=1s")
 	}
 	return c.startKubeComponent(ctx, "kube-controller-manager", args...)
+}
+
+// restartSimulatedControllers stops what startSimulatedControllers
+// started and starts it again.
+func (c *cluster) restartSimulatedControllers(ctx context.Context) error {
+	for _, name := range []string{"kube-controller-manager", state.KubeletsName} {
+		if p := c.Processes[name]; p.Alive() {
+			if err := p.Stop(syscall.SIGTERM, 30*time.Second); err != nil {
+				return fmt.Errorf("stop %s: %w", name, err)
+			}
+		}
+	}
+	return c.startSimulatedControllers(ctx)
 }
 
 // startKubelets starts the process that posts the simulated nodes'

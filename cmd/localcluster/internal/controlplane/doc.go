@@ -8,6 +8,9 @@ package controlplane
 
 import (
 	"context"
+	"fmt"
+	"os"
+	"path/filepath"
 
 	"github.com/nmstate-ippool/nmstate-ippool/cmd/localcluster/internal/pki"
 	"github.com/nmstate-ippool/nmstate-ippool/cmd/localcluster/internal/state"
@@ -52,4 +55,63 @@ func StartKubeControllers(ctx context.Context, s *state.Cluster) error {
 // StartRegistry starts the image registry that serves the real nodes.
 func StartRegistry(ctx context.Context, s *state.Cluster) error {
 	return (&cluster{s}).startRegistry(ctx)
+}
+
+// SnapshotEtcd saves a snapshot of etcd into snapshots/NAME.db of the
+// cluster's directory, as a control plane's backup does (etcdctl snapshot
+// save): nothing stops.
+func SnapshotEtcd(ctx context.Context, s *state.Cluster, name string) error {
+	c := &cluster{s}
+	file := c.Path("snapshots", name+".db")
+	if err := os.MkdirAll(filepath.Dir(file), 0o755); err != nil {
+		return err
+	}
+	return c.etcdTool(ctx, "etcdctl", "--endpoints="+c.Etcd, "snapshot", "save", file)
+}
+
+// RestoreEtcd restores etcd from snapshots/NAME.db as Kubernetes'
+// procedure does: kube-apiserver and etcd stop, etcd's data is restored
+// from the snapshot (etcdutl snapshot restore), etcd and kube-apiserver
+// start again, and the Kubernetes controllers beside the nodes restart,
+// their caches being of a later state. The cluster's own components are
+// the caller's to restart.
+func RestoreEtcd(ctx context.Context, s *state.Cluster, name string) error {
+	c := &cluster{s}
+	file := c.Path("snapshots", name+".db")
+	if _, err := os.Stat(file); err != nil {
+		return fmt.Errorf("no snapshot %s: take it with 'localcluster etcd snapshot %s'", name, name)
+	}
+	err := c.withEtcdStopped(ctx, func(data, peerURL string) error {
+		restored := data + ".restored"
+		if err := os.RemoveAll(restored); err != nil {
+			return err
+		}
+		err := c.etcdTool(ctx, "etcdutl", "snapshot", "restore", file, "--data-dir="+restored, "--name=local",
+			"--initial-cluster=local="+peerURL, "--initial-advertise-peer-urls="+peerURL)
+		if err != nil {
+			return err
+		}
+		if err := os.RemoveAll(data); err != nil {
+			return err
+		}
+		return os.Rename(restored, data)
+	})
+	if err != nil {
+		return err
+	}
+	return c.restartSimulatedControllers(ctx)
+}
+
+// WipeEtcd empties etcd, as a control plane rebuilt from nothing is, then
+// installs the CRDs again and restarts the Kubernetes controllers beside
+// the nodes. The cluster's own components are the caller's to restart.
+func WipeEtcd(ctx context.Context, s *state.Cluster) error {
+	c := &cluster{s}
+	if err := c.withEtcdStopped(ctx, func(data, _ string) error { return os.RemoveAll(data) }); err != nil {
+		return err
+	}
+	if err := c.installCRDs(ctx); err != nil {
+		return err
+	}
+	return c.restartSimulatedControllers(ctx)
 }

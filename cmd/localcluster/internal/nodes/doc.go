@@ -8,6 +8,8 @@ import (
 	"context"
 	"io"
 
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/nmstate-ippool/nmstate-ippool/cmd/localcluster/internal/state"
@@ -38,3 +40,25 @@ func AddReal(ctx context.Context, s *state.Cluster, k client.Client, name string
 // DownReal stops every real node and removes the host's network, and
 // returns the nodes it stopped.
 func DownReal(s *state.Cluster) ([]string, error) { return (&cluster{s}).downReal() }
+
+// Reregister creates the Node of every simulated node whose machine runs
+// and whose Node the API server does not have (after etcd was restored
+// from an earlier snapshot, or emptied), with the default labels, as its
+// kubelet registers it again; it returns the nodes it registered.
+func Reregister(ctx context.Context, s *state.Cluster, k client.Client) ([]string, error) {
+	var registered []string
+	for _, name := range s.PoweredOn() {
+		err := k.Get(ctx, client.ObjectKey{Name: name}, &corev1.Node{})
+		if !apierrors.IsNotFound(err) {
+			if err != nil {
+				return registered, err
+			}
+			continue
+		}
+		if err := register(ctx, k, name, nil); err != nil {
+			return registered, err
+		}
+		registered = append(registered, name)
+	}
+	return registered, nil
+}

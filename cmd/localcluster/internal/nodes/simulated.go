@@ -48,6 +48,15 @@ func (c *cluster) addNode(ctx context.Context, k client.Client, name string, lab
 			return err
 		}
 	}
+	if err := register(ctx, k, name, labels); err != nil {
+		return err
+	}
+	return handlers.For(c.Cluster).Start(ctx, k, name)
+}
+
+// register creates a node's Node, with the default labels and labels, and
+// marks it Ready, as a kubelet registers its node.
+func register(ctx context.Context, k client.Client, name string, labels map[string]string) error {
 	all := defaultNodeLabels(name)
 	maps.Copy(all, labels)
 	node := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: name, Labels: all}}
@@ -61,7 +70,7 @@ func (c *cluster) addNode(ctx context.Context, k client.Client, name string, lab
 	if err := k.Status().Patch(ctx, node, patch); err != nil {
 		return fmt.Errorf("mark node %s Ready: %w", name, err)
 	}
-	return handlers.For(c.Cluster).Start(ctx, k, name)
+	return nil
 }
 
 // removeNode deletes a node. Gracefully, the Node goes first while its

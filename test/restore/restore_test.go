@@ -1,0 +1,193 @@
+// Package restore restores a local cluster of real processes the ways
+// admins do while its nodes keep running, and checks that no address is
+// ever on two NICs, no node is renumbered, new demand is served around
+// what the nodes carry, and the pools converge to what is true.
+package restore
+
+import (
+	"errors"
+	"os"
+	"path/filepath"
+	"slices"
+	"sync"
+	"testing"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/util/retry"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	nncev1beta1 "github.com/nmstate-ippool/nmstate-ippool/api/v1beta1"
+	"github.com/nmstate-ippool/nmstate-ippool/test/envtest"
+)
+
+const pool, policy = "restore-pool", "restore-policy"
+
+// fleet starts a cluster of three nodes running this version with a pool
+// and a policy on every node, and returns it once every node is served.
+func fleet(t *testing.T) (*envtest.Fleet, map[string]string) {
+	t.Helper()
+	if testing.Short() {
+		t.Skip("runs a local cluster")
+	}
+	bin := commands(t)
+	f := &envtest.Fleet{T: t, Dir: filepath.Join(t.TempDir(), "cluster"), Bin: bin, Pool: pool, Policy: policy}
+	f.Up("--nodes", "3", "--bin", bin, "--assets", envtest.AssetsDir())
+	f.Create(t.Context(), `apiVersion: nmstate.io/v1
+kind: NodeIPPool
+metadata: {name: `+pool+`}
+spec:
+  range: {cidr: 10.78.0.0/24, start: 10.78.0.10, end: 10.78.0.40}
+`)
+	f.Create(t.Context(), envtest.PooledPolicyYAML(policy, "kubernetes.io/os", "linux", pool))
+	return f, f.Served(t.Context(), "before the backup", []string{"node01", "node02", "node03"})
+}
+
+var (
+	built    sync.Once
+	bin      string
+	buildErr error
+)
+
+// commands builds this version's commands, once for the package.
+func commands(t *testing.T) string {
+	t.Helper()
+	built.Do(func() {
+		dir, err := os.MkdirTemp("", "restore-bin-")
+		if err != nil {
+			buildErr = err
+			return
+		}
+		bin = dir
+		buildErr = envtest.BuildCommands(bin, "handler", "pool-controller", "nmstatectl-sim", "localcluster", "kubectl-nodeippool")
+	})
+	if buildErr != nil {
+		t.Fatal(buildErr)
+	}
+	return bin
+}
+
+// TestRestoreFromABackup: the control plane is rebuilt from nothing while
+// the nodes run, and a backup of the pools and policies is restored, with
+// their status (Velero's restoreStatus) and without it (Velero's
+// default, or a GitOps tool re-creating objects from their specs). No
+// node is renumbered, a node that joins gets an address no NIC carries,
+// and the pool agrees with its holders' records.
+func TestRestoreFromABackup(t *testing.T) {
+	for _, withStatus := range []bool{true, false} {
+		t.Run(map[bool]string{true: "with status", false: "without status"}[withStatus], func(t *testing.T) {
+			f, before := fleet(t)
+			ctx := t.Context()
+			backup := filepath.Join(t.TempDir(), "backup.yaml")
+			f.Localcluster("backup", backup)
+			args := []string{"restore", backup}
+			if !withStatus {
+				args = append(args, "--without-status")
+			}
+			f.Localcluster(args...)
+			nodes := []string{"node01", "node02", "node03"}
+			f.Unchanged(ctx, "after the restore", before, nodes, nil)
+			f.Localcluster("node", "add", "node04")
+			nodes = append(nodes, "node04")
+			f.Served(ctx, "a node that joins after the restore", nodes)
+			oneNICEach(t, f, nodes)
+		})
+	}
+}
+
+// TestEtcdRestoredFromAnEarlierSnapshot: etcd is restored, while the
+// nodes run, from a snapshot taken before node04 and node05 joined and
+// node04 and node03 left. node05 carries an address the restored pool
+// does not record, above node04's, free again, so that only what the
+// nodes carry keeps node05 on it; node03 is recorded by the snapshot as
+// holding an address its removed machine no longer carries. Every running
+// node keeps what it carries, a node that joins gets an address no NIC
+// carries, and once the admin deletes node03's Node the pool agrees with
+// what is true.
+func TestEtcdRestoredFromAnEarlierSnapshot(t *testing.T) {
+	f, before := fleet(t)
+	ctx := t.Context()
+	f.Localcluster("etcd", "snapshot", "before")
+
+	f.Localcluster("node", "add", "node04")
+	f.Localcluster("node", "add", "node05")
+	after := f.Served(ctx, "node04 and node05 join after the snapshot", []string{"node01", "node02", "node03", "node04", "node05"})
+	f.Localcluster("node", "remove", "node04")
+	f.Localcluster("node", "remove", "node03")
+
+	f.Localcluster("etcd", "restore", "before")
+	f.Localcluster("node", "add", "node06")
+
+	running := []string{"node01", "node02", "node05", "node06"}
+	oneNICEach(t, f, running)
+	got := f.Served(ctx, "after the restore", running)
+	for _, node := range []string{"node01", "node02"} {
+		if got[node] != before[node] {
+			t.Errorf("%s holds %s after the restore, %s before: renumbered", node, got[node], before[node])
+		}
+	}
+	if got["node05"] != after["node05"] {
+		t.Errorf("node05, which joined after the snapshot, holds %s after the restore; it carried %s (free in the restored pool: %s, node04's, was lower)",
+			got["node05"], after["node05"], after["node04"])
+	}
+	if got["node06"] == before["node03"] {
+		t.Errorf("node06 got %s, which the restored node03's enactment records", got["node06"])
+	}
+	oneNICEach(t, f, running)
+
+	// The snapshot's node03 is a Node without a machine; the admin deletes
+	// it, saying it is shut down, and the pool frees what it recorded.
+	deleteShutDown(t, f, "node03")
+	f.Eventually("node03 deleted", func() error {
+		err := f.K.Get(ctx, client.ObjectKey{Name: "node03." + policy}, &nncev1beta1.NodeNetworkConfigurationEnactment{})
+		if apierrors.IsNotFound(err) {
+			return f.Check(ctx)
+		}
+		if err == nil {
+			err = errors.New("node03's enactment is still there")
+		}
+		return err
+	})
+	f.Localcluster("node", "add", "node07")
+	running = append(running, "node07")
+	f.Served(ctx, "a node that joins after node03 is gone", running)
+	oneNICEach(t, f, running)
+}
+
+// oneNICEach fails if an address is carried on two nodes' networks.
+func oneNICEach(t *testing.T, f *envtest.Fleet, nodes []string) {
+	t.Helper()
+	seen := map[string]string{}
+	for node, addrs := range f.Carried(nodes, "eth1") {
+		for _, a := range addrs {
+			if other, ok := seen[a]; ok {
+				t.Errorf("%s is on the NICs of %s and %s", a, other, node)
+			}
+			seen[a] = node
+		}
+	}
+}
+
+// deleteShutDown deletes a Node whose machine is gone as an admin does:
+// tainted out of service, then deleted.
+func deleteShutDown(t *testing.T, f *envtest.Fleet, name string) {
+	t.Helper()
+	ctx := t.Context()
+	err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		var n corev1.Node
+		if err := f.K.Get(ctx, client.ObjectKey{Name: name}, &n); err != nil {
+			return err
+		}
+		if !slices.ContainsFunc(n.Spec.Taints, func(t corev1.Taint) bool { return t.Key == corev1.TaintNodeOutOfService }) {
+			n.Spec.Taints = append(n.Spec.Taints, corev1.Taint{Key: corev1.TaintNodeOutOfService, Value: "nodeshutdown", Effect: corev1.TaintEffectNoExecute})
+		}
+		return f.K.Update(ctx, &n)
+	})
+	if err != nil {
+		t.Fatalf("taint node %s out of service: %v", name, err)
+	}
+	if err := f.K.Delete(ctx, &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: name}}); err != nil {
+		t.Fatalf("delete node %s: %v", name, err)
+	}
+}
