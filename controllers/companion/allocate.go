@@ -270,7 +270,7 @@ func (r *Reconciler) carried(ctx context.Context, w *world, pool *ippoolv1.NodeI
 	for _, nd := range needs {
 		nodes = append(nodes, nd.node)
 	}
-	return lifecycle.ReadCarrying(ctx, r.APIReader, pool, nodes, records, false)
+	return lifecycle.ReadCarrying(ctx, r.APIReader, pool, nodes, records)
 }
 
 // nodesOf names the nodes of needs, for messages.

@@ -361,7 +361,7 @@ func (r *Reconciler) withCarried(ctx context.Context, cl assign.Claimant, policy
 	if err != nil {
 		return cl, err
 	}
-	c, err := lifecycle.ReadCarrying(ctx, r.APIReader, &pool, []string{r.NodeName}, holder.OfEnactments(enactments), false)
+	c, err := lifecycle.ReadCarrying(ctx, r.APIReader, &pool, []string{r.NodeName}, holder.OfEnactments(enactments))
 	if err != nil {
 		return cl, err
 	}

@@ -26,7 +26,7 @@ func (r server) carriedFor(ctx context.Context, pool *ippoolv1.NodeIPPool, reque
 			nodes = append(nodes, node)
 		}
 	}
-	return lifecycle.ReadCarrying(ctx, r.APIReader, pool, nodes, records, true)
+	return lifecycle.ReadCarrying(ctx, r.APIReader, pool, nodes, records)
 }
 
 // first reports whether some capture the request asks for has never had

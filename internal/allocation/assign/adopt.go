@@ -42,9 +42,7 @@ func NotAdoptedMessage(pool string, notAdopted []string) string {
 // adopt hands out an address the claimant's node carries on an interface
 // the capture's template configures, the lowest first: one the pool holds
 // for that node because it was found there unrecorded (a stray, see the
-// pool controller's rebuild), one whose bit is set but that no holder
-// records (Claimant.Unrecorded: its record was lost) and no other node
-// carries, or a free one no other node carries. An
+// pool controller's rebuild), or a free one no other node carries. An
 // address held, reserved or kept for anyone else, excluded, outside the
 // range or the gateway is not adopted, and the returned Taken (ok false)
 // describes why, for the node to be told.
@@ -73,14 +71,11 @@ func (c *Chooser) adopt(cl Claimant, captureName string) (Taken, bool) {
 			continue
 		}
 		t := Taken{IP: ip, offset: off, adopted: &cand}
-		switch q := poolstatus.QuarantineOf(c.pool, ip.String()); {
-		case q != nil:
+		if q := poolstatus.QuarantineOf(c.pool, ip.String()); q != nil {
 			entry := *q
 			t.stray = &entry
 			poolstatus.RemoveQuarantine(c.pool, q.IP)
-		case c.alloc.Has(off):
-			t.unrecorded = true // its bit is set, recorded by nobody
-		case c.alloc.Allocate(off) != nil:
+		} else if c.alloc.Allocate(off) != nil {
 			continue
 		}
 		c.adopted[off] = cl.Node
@@ -133,7 +128,7 @@ func (c *Chooser) refusal(cl Claimant, ip netip.Addr, off uint64, err error) str
 		}
 		return fmt.Sprintf("node %s carries it too", q.Node)
 	}
-	if c.alloc.Has(off) && (cl.Unrecorded == nil || !cl.Unrecorded(ip)) {
+	if c.alloc.Has(off) {
 		return "another holder has it"
 	}
 	if cl.CarriedElsewhere == nil {

@@ -70,12 +70,6 @@ type Claimant struct {
 	// pool holds for the claimant's node (found unrecorded on it) is then
 	// adopted, never a free one.
 	CarriedElsewhere func(ip netip.Addr) string
-	// Unrecorded reports whether no holder's record holds ip, when every
-	// holder's records were read: an address the bitmap sets that nobody
-	// records (a record lost, as a restore without the holders' status
-	// loses them) is the carrier's to adopt. Nil means not known: a set
-	// address is never adopted.
-	Unrecorded func(ip netip.Addr) bool
 	// Holds reports whether another record of the claimant's node holds ip
 	// (another policy's, or this one's being released): such a carried
 	// address is the node's already, neither adopted nor reported. Nil
@@ -194,9 +188,6 @@ type Taken struct {
 	// and unrecorded), to restore on Give; nil when it was free.
 	adopted *Carried
 	stray   *ippoolv1.QuarantinedAddress
-	// unrecorded is set when the adopted address's bit was set already,
-	// recorded by no holder: Give leaves it set.
-	unrecorded bool
 	// notAdopted describes what the node carries that it could not keep.
 	notAdopted []string
 }
@@ -420,10 +411,9 @@ func (c *Chooser) Give(t Taken) {
 		c.kept = slices.Insert(c.kept, i, k)
 	case t.adopted != nil:
 		delete(c.adopted, t.offset)
-		switch {
-		case t.stray != nil:
+		if t.stray != nil {
 			poolstatus.AddQuarantine(c.pool, *t.stray)
-		case !t.unrecorded:
+		} else {
 			_ = c.alloc.Release(t.offset)
 		}
 	case t.reserved:

@@ -23,24 +23,6 @@ type Carrying struct {
 	// Held maps an asking node to the addresses its records hold or
 	// release: such a carried address is the node's already.
 	Held map[string]map[netip.Addr]bool
-	// Recorded holds every address some holder's record holds, when the
-	// records read are every holder's (RecordAll); nil when they are not,
-	// and then an address whose bit is set is never adopted.
-	Recorded map[netip.Addr]bool
-}
-
-// RecordAll notes every address records hold: they are every holder's,
-// so that an address the pool's bitmap sets and none of them holds is
-// known to be recorded by nobody (Claimant.Unrecorded).
-func (c *Carrying) RecordAll(records []ippoolv1.EnactmentIPPools) {
-	c.Recorded = map[netip.Addr]bool{}
-	for _, r := range records {
-		for _, s := range r.Held() {
-			if ip, err := netip.ParseAddr(s); err == nil {
-				c.Recorded[ip] = true
-			}
-		}
-	}
 }
 
 // Hold notes the addresses a record of node holds or releases.
@@ -76,9 +58,6 @@ func (c Carrying) Adopting(cl Claimant, ifaces func(captureName string) []string
 	cl.Holds = func(ip netip.Addr) bool { return held[ip] || (holds != nil && holds(ip)) }
 	if c.Carriers != nil {
 		cl.CarriedElsewhere = ElsewhereThan(c.Carriers, cl.Node)
-	}
-	if recorded := c.Recorded; recorded != nil {
-		cl.Unrecorded = func(ip netip.Addr) bool { return !recorded[ip] }
 	}
 	return cl
 }

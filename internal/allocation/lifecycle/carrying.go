@@ -38,16 +38,13 @@ const (
 // no other node carries it too. Whether the address is free is left to the
 // chooser, on the pool its write reads: a copy of the pool read earlier
 // could show it taken when it is free by then. records are the holders'
-// records (holder.List), for what each node holds already; allRecords
-// says they are every holder's, so that an address the pool's bitmap sets
-// and none of them records may be adopted by the node that carries it
-// (assign.Claimant.Unrecorded). A node that has
+// records (holder.List), for what each node holds already. A node that has
 // published no state adopts nothing; a state that cannot be read is an
 // error: serving its node without it would renumber what it carries. A
 // decision to adopt does not rest on a cache: a stale state could show an
 // address its node gave up since.
 func ReadCarrying(ctx context.Context, reader client.Reader, pool *ippoolv1.NodeIPPool, nodes []string,
-	records []holder.Record, allRecords bool) (assign.Carrying, error) {
+	records []holder.Record) (assign.Carrying, error) {
 	nodes = slices.Compact(slices.Sorted(slices.Values(nodes)))
 	c := assign.Carrying{ByNode: map[string]map[netip.Addr]string{}}
 	if len(nodes) == 0 {
@@ -78,13 +75,6 @@ func ReadCarrying(ctx context.Context, reader client.Reader, pool *ippoolv1.Node
 		if _, ok := c.ByNode[rec.Node]; ok {
 			c.Hold(rec.Node, rec.Pools)
 		}
-	}
-	if allRecords {
-		pools := make([]ippoolv1.EnactmentIPPools, len(records))
-		for i, rec := range records {
-			pools[i] = rec.Pools
-		}
-		c.RecordAll(pools)
 	}
 	return c, nil
 }
