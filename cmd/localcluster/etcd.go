@@ -1,13 +1,14 @@
 package main
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"flag"
 	"fmt"
 	"io"
 	"os"
+	"path/filepath"
+	"regexp"
 	"strings"
 
 	"github.com/nmstate-ippool/nmstate-ippool/cmd/localcluster/internal/controlplane"
@@ -16,6 +17,10 @@ import (
 	"github.com/nmstate-ippool/nmstate-ippool/cmd/localcluster/internal/state"
 	"github.com/nmstate-ippool/nmstate-ippool/internal/plumbing/cli"
 )
+
+// snapshotName is what a snapshot may be called: a file name of the
+// cluster's snapshots directory, never a path.
+var snapshotName = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._-]*$`)
 
 // cmdEtcd runs "etcd snapshot NAME" and "etcd restore NAME".
 func cmdEtcd(ctx context.Context, args []string, stdout, stderr io.Writer) error {
@@ -26,6 +31,10 @@ func cmdEtcd(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	return withCluster(args[1:], "etcd "+verb, stderr, nil, func(c *state.Cluster, names []string) error {
 		if c.Real != nil {
 			return fmt.Errorf("etcd %s runs on clusters of simulated nodes", verb)
+		}
+		if !snapshotName.MatchString(names[0]) {
+			return fmt.Errorf("%w: %q is not a snapshot name: letters, digits, '.', '_' and '-', beginning with a letter or digit",
+				cli.ErrUsage, names[0])
 		}
 		if verb == "snapshot" {
 			if err := state.Step(stdout, "snapshot "+names[0], func() error { return controlplane.SnapshotEtcd(ctx, c, names[0]) }); err != nil {
@@ -61,45 +70,63 @@ func restoreEtcd(ctx context.Context, c *state.Cluster, name string, out io.Writ
 }
 
 // cmdBackup runs "backup FILE": the cluster's pools and policies, status
-// included, into FILE.
+// included, into FILE. FILE is written whole or not at all: a backup cut
+// short by an error leaves no file that a restore would take for one.
 func cmdBackup(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	return withCluster(args, "backup", stderr, nil, func(c *state.Cluster, names []string) error {
-		f, err := os.Create(names[0])
+		file := names[0]
+		f, err := os.CreateTemp(filepath.Dir(file), "."+filepath.Base(file)+".*")
 		if err != nil {
 			return err
 		}
 		n, err := controlplane.Backup(ctx, c, f)
-		if err := errors.Join(err, f.Close()); err != nil {
-			return err
+		err = errors.Join(err, f.Close())
+		if err == nil {
+			err = os.Rename(f.Name(), file)
 		}
-		fmt.Fprintf(stdout, "backed up %d objects into %s\n", n, names[0])
+		if err != nil {
+			_ = os.Remove(f.Name())
+			return fmt.Errorf("back up into %s: %w", file, err)
+		}
+		fmt.Fprintf(stdout, "backed up %d objects into %s\n", n, file)
 		return nil
 	})
 }
 
-// cmdRestore runs "restore FILE [--without-status]": the cluster's
-// control plane is rebuilt from nothing while the nodes keep running, and
-// the objects of a backup come back, with their status or without.
+// cmdRestore runs "restore FILE [--with-status]": the cluster's control
+// plane is rebuilt from nothing while the nodes keep running, and the
+// objects of a backup come back, without their status (Velero's default)
+// or with it. The backup is read and checked before anything is stopped.
 func cmdRestore(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	var withoutStatus bool
+	var withStatus bool
 	flags := func(fs *flag.FlagSet) {
-		fs.BoolVar(&withoutStatus, "without-status", false, "restore the objects without their status, as Velero does by default")
+		fs.BoolVar(&withStatus, "with-status", false, "restore the objects' status too, as Velero's restoreStatus does "+
+			"(the pools' status without the enactments' renumbers the nodes: see docs/operations.md)")
 	}
 	return withCluster(args, "restore", stderr, flags, func(c *state.Cluster, names []string) error {
 		if c.Real != nil || c.Handler == state.HandlerUpstream {
 			return errors.New("restore runs on clusters of simulated nodes with nmstate-ippool's handler")
 		}
-		raw, err := os.ReadFile(names[0])
+		f, err := os.Open(names[0])
 		if err != nil {
 			return err
 		}
-		return restore(ctx, c, raw, !withoutStatus, stdout)
+		objects, err := controlplane.ReadBackup(f)
+		_ = f.Close()
+		if err != nil {
+			return fmt.Errorf("%s is not a backup this cluster can restore, and nothing was changed: %w", names[0], err)
+		}
+		if withStatus {
+			fmt.Fprintln(stderr, "warning: restoring the pools' status without the enactments' gives every node a new address "+
+				"(docs/operations.md, Backups and restores)")
+		}
+		return restore(ctx, c, objects, withStatus, stdout)
 	})
 }
 
 // restore stops the components, empties etcd, lets the kubelets register
 // their nodes, restores the backup's objects, and starts the components.
-func restore(ctx context.Context, c *state.Cluster, backup []byte, withStatus bool, out io.Writer) error {
+func restore(ctx context.Context, c *state.Cluster, objects *controlplane.Objects, withStatus bool, out io.Writer) error {
 	k, err := c.Client()
 	if err != nil {
 		return err
@@ -125,7 +152,7 @@ func restore(ctx context.Context, c *state.Cluster, backup []byte, withStatus bo
 	}
 	var n int
 	err = state.Step(out, "restore the objects", func() error {
-		n, err = controlplane.Restore(ctx, c, bytes.NewReader(backup), withStatus)
+		n, err = controlplane.Restore(ctx, c, objects, withStatus)
 		return err
 	})
 	if err != nil {

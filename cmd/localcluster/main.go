@@ -17,7 +17,7 @@
 //	localcluster node stall|resume|stop|start NAME
 //	localcluster upgrade --bin DIR [--crd-dir DIR]
 //	localcluster etcd snapshot|restore NAME
-//	localcluster backup FILE | restore FILE [--without-status]
+//	localcluster backup FILE | restore FILE [--with-status]
 //	localcluster controller restart [--crash] | apiserver restart [--crash]
 //	localcluster status | down
 //
@@ -151,9 +151,16 @@ func cmdUp(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	if o.assets == "" {
 		o.assets = filepath.Join(o.bin, "k8s")
 	}
+	// Absolute, as every path the cluster records: later commands run
+	// from other directories.
 	var err error
-	if o.dir, err = filepath.Abs(o.dir); err != nil {
-		return err
+	for _, p := range append([]*string{&o.dir, &o.bin, &o.assets, &o.crdDir}, pointers(o.crds)...) {
+		if *p == "" {
+			continue
+		}
+		if *p, err = filepath.Abs(*p); err != nil {
+			return err
+		}
 	}
 	unlock, err := state.Lock(o.dir)
 	if err != nil {
@@ -219,6 +226,15 @@ func (o *upOptions) checkKubelets(fs *flag.FlagSet) error {
 	var err error
 	o.images, err = filepath.Abs(o.images)
 	return err
+}
+
+// pointers returns a pointer to each of s's elements.
+func pointers(s []string) []*string {
+	out := make([]*string, len(s))
+	for i := range s {
+		out[i] = &s[i]
+	}
+	return out
 }
 
 // labels collects repeated --label k=v flags.

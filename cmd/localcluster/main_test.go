@@ -21,6 +21,10 @@ func TestCommandLineErrors(t *testing.T) {
 	if err := os.WriteFile(filepath.Join(real, state.StateFile), []byte(`{"processes": {}, "real": {"nodes": {}}}`), 0o600); err != nil {
 		t.Fatal(err)
 	}
+	badBackup := filepath.Join(dir, "backup.yaml")
+	if err := os.WriteFile(badBackup, []byte("apiVersion: v1\nkind: Secret\nmetadata: {name: s}\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
 	for _, tt := range []struct {
 		args []string
 		code int
@@ -51,6 +55,10 @@ func TestCommandLineErrors(t *testing.T) {
 		{[]string{"node", "stall", "n1", "--dir", dir}, 1, "no local cluster in " + dir},
 		{[]string{"node", "add", "--dir", dir}, 2, "node add takes 1 argument(s), got 0"},
 		{[]string{"node", "add", "n1", "--label", "novalue", "--dir", dir}, 2, `label "novalue": write key=value`},
+		{[]string{"etcd", "snapshot", "../x", "--dir", simulated}, 2, `"../x" is not a snapshot name`},
+		{[]string{"etcd", "restore", "a/b", "--dir", simulated}, 2, `"a/b" is not a snapshot name`},
+		{[]string{"restore", badBackup, "--dir", simulated}, 1, badBackup + " is not a backup this cluster can restore, and nothing was changed: " +
+			`document 1 is a Secret of v1, "s", which a backup does not hold (it holds NodeIPPool of nmstate.io/v1,`},
 		{[]string{"status", "--dir", dir}, 1, "no local cluster in " + dir + ": run 'localcluster up' first"},
 		{[]string{"up", "--dir", dir, "--bin", dir, "--assets", filepath.Join(dir, "k8s")}, 1, filepath.Join(dir, "k8s", "etcd") + " not found: run 'make build envtest-assets'"},
 	} {

@@ -53,8 +53,12 @@ func cmdUpgrade(ctx context.Context, args []string, stdout, stderr io.Writer) er
 // upgrade rolls the cluster to the programs of bin and the CRDs of crdDir
 // (this version's when empty), in an admin's order.
 func upgrade(ctx context.Context, c *state.Cluster, bin, crdDir string, out io.Writer) error {
+	// The cluster records the CRDs it runs only once they are installed:
+	// a restore installs them again from there.
+	previous := c.CRDDir
 	c.CRDDir = crdDir
 	if err := state.Step(out, "CRDs", func() error { return controlplane.InstallCRDs(ctx, c) }); err != nil {
+		c.CRDDir = previous
 		return err
 	}
 	c.Bin = bin

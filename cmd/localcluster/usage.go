@@ -20,7 +20,7 @@ const usage = `Usage:
   localcluster upgrade --bin DIR [--crd-dir DIR] [--dir DIR]
   localcluster etcd snapshot|restore NAME [--dir DIR]
   localcluster backup FILE [--dir DIR]
-  localcluster restore FILE [--without-status] [--dir DIR]
+  localcluster restore FILE [--with-status] [--dir DIR]
   localcluster controller restart [--crash] [--dir DIR]
   localcluster apiserver restart [--crash] [--dir DIR]
   localcluster status [--dir DIR]
@@ -69,11 +69,13 @@ default labels), and the pool controller and every handler restart.
 
 backup FILE writes the pools and policies, status included, into FILE, as
 a backup tool keeps them (enactments and NodeNetworkStates are the
-handlers' to write again); restore FILE rebuilds the control plane from
-nothing while the nodes keep running: the handlers and the pool
-controller stop, etcd is emptied, the CRDs are installed again, the nodes
-register again, the objects are created (with --without-status, without
-their status, as Velero restores by default), and the components start.
+handlers' to write again); restore FILE reads and checks FILE, then
+rebuilds the control plane from nothing while the nodes keep running: the
+handlers and the pool controller stop, etcd is emptied, the CRDs are
+installed again, the nodes register again, the objects are created
+without their status, as Velero restores by default (with --with-status,
+their status too, as Velero's restoreStatus), and the components start.
+etcd snapshot and restore name a snapshot: letters, digits, '.', '_', '-'.
 
 handler use switches every node to the other handler: it stops
 the running handlers, starts (ours) or stops (upstream) the pool

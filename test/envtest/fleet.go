@@ -2,7 +2,9 @@ package envtest
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"io/fs"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -160,14 +162,20 @@ func (f *Fleet) Applies(nodes []string) map[string]int {
 }
 
 // Carried returns, by node, the static addresses each node's network
-// carries on iface, whoever applied them.
+// carries on iface, whoever applied them (none, before anything was
+// applied); it fails the test when a node's network cannot be read.
 func (f *Fleet) Carried(nodes []string, iface string) map[string][]string {
+	f.T.Helper()
 	out := map[string][]string{}
 	for _, n := range nodes {
 		raw, err := os.ReadFile(filepath.Join(f.Dir, "nodes", n+".yaml"))
-		if err == nil {
-			out[n] = InterfaceAddresses(raw, iface)
+		if errors.Is(err, fs.ErrNotExist) {
+			continue // nothing applied yet
 		}
+		if err != nil {
+			f.T.Fatalf("read the network of %s: %v", n, err)
+		}
+		out[n] = InterfaceAddresses(raw, iface)
 	}
 	return out
 }

@@ -7,6 +7,8 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"slices"
+	"strings"
 
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -72,38 +74,81 @@ func Backup(ctx context.Context, s *state.Cluster, w io.Writer) (int, error) {
 	return n, nil
 }
 
-// Restore creates the objects of a backup (Backup) in the order of their
-// kinds, as a restore tool does; with status it then writes each one's
-// status as it was backed up (Velero's restoreStatus), without it the
-// objects come back with none (Velero's default). It returns how many it
-// created.
-func Restore(ctx context.Context, s *state.Cluster, r io.Reader, withStatus bool) (int, error) {
-	k, err := s.Client()
-	if err != nil {
-		return 0, err
-	}
-	byKind := map[schema.GroupVersionKind][]*unstructured.Unstructured{}
+// Objects are the objects of a backup file (Backup), read and checked
+// before anything of the cluster is touched.
+type Objects struct {
+	byKind map[schema.GroupVersionKind][]*unstructured.Unstructured
+	n      int
+}
+
+// Len is how many objects the backup holds.
+func (b *Objects) Len() int { return b.n }
+
+// ReadBackup reads the objects of a backup, and refuses one that holds
+// anything but the backed-up kinds, an object without a name, or the same
+// object twice: a restore empties etcd first, so a backup that cannot be
+// restored whole must be refused before.
+func ReadBackup(r io.Reader) (*Objects, error) {
+	b := &Objects{byKind: map[schema.GroupVersionKind][]*unstructured.Unstructured{}}
+	seen := map[string]bool{}
 	docs := utilyaml.NewYAMLReader(bufio.NewReader(r))
-	for {
+	for i := 1; ; i++ {
 		doc, err := docs.Read()
 		if errors.Is(err, io.EOF) {
 			break
 		}
 		if err != nil {
-			return 0, err
+			return nil, fmt.Errorf("document %d: %w", i, err)
 		}
 		if len(bytes.TrimSpace(doc)) == 0 {
 			continue
 		}
 		o := &unstructured.Unstructured{}
 		if err := yaml.Unmarshal(doc, &o.Object); err != nil {
-			return 0, err
+			return nil, fmt.Errorf("document %d: %w", i, err)
 		}
-		byKind[o.GroupVersionKind()] = append(byKind[o.GroupVersionKind()], o)
+		if o.Object == nil {
+			continue // only comments
+		}
+		gvk := o.GroupVersionKind()
+		if !slices.Contains(backedUp, gvk) {
+			return nil, fmt.Errorf("document %d is a %s of %s, %q, which a backup does not hold (it holds %s)",
+				i, o.GetKind(), o.GetAPIVersion(), o.GetName(), kindsBackedUp())
+		}
+		if o.GetName() == "" {
+			return nil, fmt.Errorf("document %d, a %s, has no metadata.name", i, gvk.Kind)
+		}
+		if key := gvk.Kind + "/" + o.GetName(); seen[key] {
+			return nil, fmt.Errorf("document %d: %s %s is in the backup twice", i, gvk.Kind, o.GetName())
+		} else {
+			seen[key] = true
+		}
+		b.byKind[gvk] = append(b.byKind[gvk], o)
+		b.n++
+	}
+	return b, nil
+}
+
+func kindsBackedUp() string {
+	names := make([]string, len(backedUp))
+	for i, gvk := range backedUp {
+		names[i] = gvk.Kind + " of " + gvk.GroupVersion().String()
+	}
+	return strings.Join(names, ", ")
+}
+
+// Restore creates the objects of a backup in the order of their kinds,
+// as a restore tool does; with status it then writes each one's status
+// as it was backed up (Velero's restoreStatus), without it the objects
+// come back with none (Velero's default). It returns how many it created.
+func Restore(ctx context.Context, s *state.Cluster, b *Objects, withStatus bool) (int, error) {
+	k, err := s.Client()
+	if err != nil {
+		return 0, err
 	}
 	n := 0
 	for _, gvk := range backedUp {
-		for _, o := range byKind[gvk] {
+		for _, o := range b.byKind[gvk] {
 			if err := restoreOne(ctx, k, o, withStatus); err != nil {
 				return n, err
 			}

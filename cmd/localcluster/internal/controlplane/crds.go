@@ -58,27 +58,42 @@ func crdsOf(dir string) ([]*apiextensionsv1.CustomResourceDefinition, error) {
 	return crds, nil
 }
 
-// installCRDs creates, or updates to what it installs, the CRDs of
-// deploy/crd (those of c.CRDDir instead, when set: another version's),
-// and those of up --crd, and waits until they serve.
+// installCRDs creates, or updates to what it installs, the CRDs the
+// cluster installs (crds), and waits until they serve.
 func (c *cluster) installCRDs(ctx context.Context) error {
-	k, err := c.Client()
+	crds, err := c.crds()
 	if err != nil {
 		return err
 	}
+	return c.install(ctx, crds)
+}
+
+// crds reads the CRDs the cluster installs: those of deploy/crd (those of
+// c.CRDDir instead, when set: another version's), and those of up --crd.
+func (c *cluster) crds() ([]*apiextensionsv1.CustomResourceDefinition, error) {
 	crds, err := deploy.CRDs()
 	if c.CRDDir != "" {
 		crds, err = crdsOf(c.CRDDir)
 	}
 	if err != nil {
-		return err
+		return nil, err
 	}
 	for _, path := range c.ExtraCRDs {
 		crd, err := readCRD(path)
 		if err != nil {
-			return err
+			return nil, err
 		}
 		crds = append(crds, crd)
+	}
+	return crds, nil
+}
+
+// install creates, or updates to theirs, the CRDs crds, and waits until
+// they serve.
+func (c *cluster) install(ctx context.Context, crds []*apiextensionsv1.CustomResourceDefinition) error {
+	k, err := c.Client()
+	if err != nil {
+		return err
 	}
 	for _, crd := range crds {
 		if err := apply(ctx, k, crd); err != nil {

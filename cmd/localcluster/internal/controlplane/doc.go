@@ -86,8 +86,13 @@ func RestoreEtcd(ctx context.Context, s *state.Cluster, name string) error {
 		if err := os.RemoveAll(restored); err != nil {
 			return err
 		}
+		// Kubernetes' procedure: the revision jumps past every one a
+		// watcher saw, and what lies before is compacted, so that every
+		// cache lists again instead of taking the restored state for an
+		// earlier one.
 		err := c.etcdTool(ctx, "etcdutl", "snapshot", "restore", file, "--data-dir="+restored, "--name=local",
-			"--initial-cluster=local="+peerURL, "--initial-advertise-peer-urls="+peerURL)
+			"--initial-cluster=local="+peerURL, "--initial-advertise-peer-urls="+peerURL,
+			"--bump-revision=1000000000", "--mark-compacted")
 		if err != nil {
 			return err
 		}
@@ -103,14 +108,19 @@ func RestoreEtcd(ctx context.Context, s *state.Cluster, name string) error {
 }
 
 // WipeEtcd empties etcd, as a control plane rebuilt from nothing is, then
-// installs the CRDs again and restarts the Kubernetes controllers beside
-// the nodes. The cluster's own components are the caller's to restart.
+// installs the CRDs again (read before anything is emptied) and restarts
+// the Kubernetes controllers beside the nodes. The cluster's own
+// components are the caller's to restart.
 func WipeEtcd(ctx context.Context, s *state.Cluster) error {
 	c := &cluster{s}
+	crds, err := c.crds()
+	if err != nil {
+		return fmt.Errorf("nothing was emptied: %w", err)
+	}
 	if err := c.withEtcdStopped(ctx, func(data, _ string) error { return os.RemoveAll(data) }); err != nil {
 		return err
 	}
-	if err := c.installCRDs(ctx); err != nil {
+	if err := c.install(ctx, crds); err != nil {
 		return err
 	}
 	return c.restartSimulatedControllers(ctx)

@@ -1,0 +1,44 @@
+package controlplane
+
+import (
+	"strings"
+	"testing"
+)
+
+// TestReadBackup: a backup is read whole before a restore empties etcd;
+// one that could not be restored whole is refused, saying why.
+func TestReadBackup(t *testing.T) {
+	const pool = "apiVersion: nmstate.io/v1\nkind: NodeIPPool\nmetadata: {name: p}\nspec: {range: {cidr: 10.0.0.0/24}}\n"
+	const policy = "apiVersion: nmstate.io/v1\nkind: NodeNetworkConfigurationPolicy\nmetadata: {name: q}\n"
+	for _, tc := range []struct {
+		name, backup string
+		n            int
+		err          string
+	}{
+		{name: "pools and policies, comments and empty documents", backup: "# a backup\n---\n" + pool + "---\n---\n" + policy, n: 2},
+		{name: "nothing", backup: "", n: 0},
+		{name: "another kind", backup: pool + "---\napiVersion: v1\nkind: ConfigMap\nmetadata: {name: c}\n",
+			err: `document 2 is a ConfigMap of v1, "c", which a backup does not hold`},
+		{name: "another version", backup: strings.Replace(pool, "nmstate.io/v1", "nmstate.io/v1beta1", 1),
+			err: `document 1 is a NodeIPPool of nmstate.io/v1beta1, "p"`},
+		{name: "no name", backup: "apiVersion: nmstate.io/v1\nkind: NodeIPPool\nspec: {}\n", err: "document 1, a NodeIPPool, has no metadata.name"},
+		{name: "twice", backup: pool + "---\n" + policy + "---\n" + pool, err: "document 3: NodeIPPool p is in the backup twice"},
+		{name: "not YAML", backup: pool + "---\n{nope\n", err: "document 2:"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			b, err := ReadBackup(strings.NewReader(tc.backup))
+			if tc.err != "" {
+				if err == nil || !strings.Contains(err.Error(), tc.err) {
+					t.Fatalf("ReadBackup: %v, want an error with %q", err, tc.err)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			if b.Len() != tc.n {
+				t.Errorf("%d objects, want %d", b.Len(), tc.n)
+			}
+		})
+	}
+}
