@@ -80,7 +80,7 @@ func cmdBackup(ctx context.Context, args []string, stdout, stderr io.Writer) err
 			return err
 		}
 		n, err := controlplane.Backup(ctx, c, f)
-		err = errors.Join(err, f.Close())
+		err = errors.Join(err, f.Chmod(0o644), f.Sync(), f.Close())
 		if err == nil {
 			err = os.Rename(f.Name(), file)
 		}
@@ -116,17 +116,22 @@ func cmdRestore(ctx context.Context, args []string, stdout, stderr io.Writer) er
 		if err != nil {
 			return fmt.Errorf("%s is not a backup this cluster can restore, and nothing was changed: %w", names[0], err)
 		}
+		crds, err := controlplane.ReadCRDs(c)
+		if err != nil {
+			return fmt.Errorf("the CRDs to install again cannot be read, and nothing was changed: %w", err)
+		}
 		if withStatus {
 			fmt.Fprintln(stderr, "warning: restoring the pools' status without the enactments' gives every node a new address "+
 				"(docs/operations.md, Backups and restores)")
 		}
-		return restore(ctx, c, objects, withStatus, stdout)
+		return restore(ctx, c, objects, crds, withStatus, stdout)
 	})
 }
 
 // restore stops the components, empties etcd, lets the kubelets register
 // their nodes, restores the backup's objects, and starts the components.
-func restore(ctx context.Context, c *state.Cluster, objects *controlplane.Objects, withStatus bool, out io.Writer) error {
+func restore(ctx context.Context, c *state.Cluster, objects *controlplane.Objects, crds controlplane.CRDs, withStatus bool,
+	out io.Writer) error {
 	k, err := c.Client()
 	if err != nil {
 		return err
@@ -141,7 +146,7 @@ func restore(ctx context.Context, c *state.Cluster, objects *controlplane.Object
 	if err := h.Retire(ctx, k); err != nil {
 		return err
 	}
-	if err := state.Step(out, "empty etcd", func() error { return controlplane.WipeEtcd(ctx, c) }); err != nil {
+	if err := state.Step(out, "empty etcd", func() error { return controlplane.WipeEtcd(ctx, c, crds) }); err != nil {
 		return err
 	}
 	if k, err = c.Client(); err != nil {

@@ -154,7 +154,7 @@ func cmdUp(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	// Absolute, as every path the cluster records: later commands run
 	// from other directories.
 	var err error
-	for _, p := range append([]*string{&o.dir, &o.bin, &o.assets, &o.crdDir}, pointers(o.crds)...) {
+	for _, p := range append([]*string{&o.dir, &o.bin, &o.assets, &o.crdDir, &o.peerHandler}, pointers(o.crds)...) {
 		if *p == "" {
 			continue
 		}

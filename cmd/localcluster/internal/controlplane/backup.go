@@ -118,11 +118,11 @@ func ReadBackup(r io.Reader) (*Objects, error) {
 		if o.GetName() == "" {
 			return nil, fmt.Errorf("document %d, a %s, has no metadata.name", i, gvk.Kind)
 		}
-		if key := gvk.Kind + "/" + o.GetName(); seen[key] {
+		key := gvk.Kind + "/" + o.GetName()
+		if seen[key] {
 			return nil, fmt.Errorf("document %d: %s %s is in the backup twice", i, gvk.Kind, o.GetName())
-		} else {
-			seen[key] = true
 		}
+		seen[key] = true
 		b.byKind[gvk] = append(b.byKind[gvk], o)
 		b.n++
 	}

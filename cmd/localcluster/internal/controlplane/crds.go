@@ -70,7 +70,7 @@ func (c *cluster) installCRDs(ctx context.Context) error {
 
 // crds reads the CRDs the cluster installs: those of deploy/crd (those of
 // c.CRDDir instead, when set: another version's), and those of up --crd.
-func (c *cluster) crds() ([]*apiextensionsv1.CustomResourceDefinition, error) {
+func (c *cluster) crds() (CRDs, error) {
 	crds, err := deploy.CRDs()
 	if c.CRDDir != "" {
 		crds, err = crdsOf(c.CRDDir)
@@ -90,7 +90,7 @@ func (c *cluster) crds() ([]*apiextensionsv1.CustomResourceDefinition, error) {
 
 // install creates, or updates to theirs, the CRDs crds, and waits until
 // they serve.
-func (c *cluster) install(ctx context.Context, crds []*apiextensionsv1.CustomResourceDefinition) error {
+func (c *cluster) install(ctx context.Context, crds CRDs) error {
 	k, err := c.Client()
 	if err != nil {
 		return err

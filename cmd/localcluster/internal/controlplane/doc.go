@@ -12,6 +12,8 @@ import (
 	"os"
 	"path/filepath"
 
+	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
+
 	"github.com/nmstate-ippool/nmstate-ippool/cmd/localcluster/internal/pki"
 	"github.com/nmstate-ippool/nmstate-ippool/cmd/localcluster/internal/state"
 )
@@ -107,16 +109,19 @@ func RestoreEtcd(ctx context.Context, s *state.Cluster, name string) error {
 	return c.restartSimulatedControllers(ctx)
 }
 
+// CRDs are the CRDs a cluster installs, read from their files (ReadCRDs).
+type CRDs []*apiextensionsv1.CustomResourceDefinition
+
+// ReadCRDs reads the CRDs the cluster installs (this version's, those of
+// its CRD directory, those of up --crd): a restore reads them before it
+// stops or empties anything.
+func ReadCRDs(s *state.Cluster) (CRDs, error) { return (&cluster{s}).crds() }
+
 // WipeEtcd empties etcd, as a control plane rebuilt from nothing is, then
-// installs the CRDs again (read before anything is emptied) and restarts
-// the Kubernetes controllers beside the nodes. The cluster's own
-// components are the caller's to restart.
-func WipeEtcd(ctx context.Context, s *state.Cluster) error {
+// installs crds again and restarts the Kubernetes controllers beside the
+// nodes. The cluster's own components are the caller's to restart.
+func WipeEtcd(ctx context.Context, s *state.Cluster, crds CRDs) error {
 	c := &cluster{s}
-	crds, err := c.crds()
-	if err != nil {
-		return fmt.Errorf("nothing was emptied: %w", err)
-	}
 	if err := c.withEtcdStopped(ctx, func(data, _ string) error { return os.RemoveAll(data) }); err != nil {
 		return err
 	}
