@@ -161,6 +161,12 @@ const (
 	// waits, in one pool write (with --self-allocate: the handler's own pool
 	// writes kept conflicting).
 	ReasonIPPoolBusy = "IPPoolBusy"
+	// ReasonNodeStateUnknown (pooled policy, Degraded): a node the policy
+	// selects is Ready and has published no NodeNetworkState yet (its
+	// handler has just started, or a restore brought its Node back
+	// without its state): what it carries is not known, so it is not
+	// given an address until its state is published.
+	ReasonNodeStateUnknown = "NodeStateUnknown"
 
 	// ReasonAddressOutsideRange (Event): an enactment records an address its
 	// pool no longer hands out (the pool was re-created smaller or with new

@@ -135,6 +135,7 @@ func run(o options) error {
 		ctrl.Log.Info("could not read the nmstate version; the NodeNetworkState will not show it", "error", err.Error())
 	}
 	reporter.NetworkLock, reporter.Settle, reporter.Clock = r.NetworkLock, r.Settle, r.Clock
+	r.StatePublished = reporter.Published
 	if err := reporter.SetupWithManager(mgr, refreshes, nodestate.SetupOptions{}); err != nil {
 		return fmt.Errorf("set up the NodeNetworkState reporter: %w", err)
 	}

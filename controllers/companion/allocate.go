@@ -81,9 +81,7 @@ func (r *Reconciler) allocate(ctx context.Context, w *world, next *ippoolv1.Pool
 		for nd, ip := range got {
 			record(w, next, nd, ip)
 		}
-		if refused != nil {
-			problems = append(problems, *refused)
-		}
+		problems = append(problems, refused...)
 	}
 	if len(notes) > 0 {
 		r.Recorder.Eventf(w.policy, nil, corev1.EventTypeNormal, ippoolv1.ReasonAddressesAllocated, "Allocate",
@@ -120,28 +118,55 @@ func record(w *world, next *ippoolv1.PooledNodeNetworkConfigurationPolicy, nd ne
 	slices.SortFunc(rec.Addresses, func(a, b ippoolv1.PooledAddress) int { return strings.Compare(a.Capture, b.Capture) })
 }
 
-// take takes the addresses of needs from pool in one pool write, each
-// held by an in-flight entry naming its node's holder with the policy's
-// resourceVersion as token (holderOf); a need whose holder has such an entry already (a pass
-// that died before its status write) takes that address again. It returns
-// what it got, a problem for those it could not serve, and notes for the
-// Event.
+// take takes the addresses of needs from pool (takeFrom), but for the
+// nodes whose state is not known yet (unknownState), which wait. It
+// returns what it got, the problems of those it could not serve, and
+// notes for the Event.
 func (r *Reconciler) take(ctx context.Context, w *world, next *ippoolv1.PooledNodeNetworkConfigurationPolicy,
-	pool *ippoolv1.NodeIPPool, needs []need) (map[need]netip.Addr, *problem, []string, error) {
+	pool *ippoolv1.NodeIPPool, needs []need) (map[need]netip.Addr, []problem, []string, error) {
 	carried, err := r.carried(ctx, w, pool, needs)
 	if err != nil {
 		return nil, nil, nil, err
 	}
+	needs, unknown := unknownState(needs, carried)
+	var got map[need]netip.Addr
+	var problems []problem
+	var said []string
+	if len(needs) > 0 {
+		if got, problems, said, err = r.takeFrom(ctx, w, next, pool, needs, carried); err != nil {
+			return nil, nil, nil, err
+		}
+	}
+	// Waiting for a state comes last: a pass's first problem names the
+	// condition's reason, and a lasting one (an exhausted pool) is the
+	// one to show.
+	if len(unknown) > 0 {
+		w.waitsForState = true
+		problems = append(problems, problem{ippoolv1.ReasonNodeStateUnknown, fmt.Sprintf(
+			"%s published no NodeNetworkState yet: an address of NodeIPPool %s given now could replace one carried there; "+
+				"served once the node's handler publishes its state (is it running there?)", nodesOf(unknown), pool.Name)})
+	}
+	return got, problems, said, nil
+}
+
+// takeFrom takes the addresses of needs from pool in one pool write, each
+// held by an in-flight entry naming its node's holder with the policy's
+// resourceVersion as token (holderOf); a need whose holder has such an entry already (a pass
+// that died before its status write) takes that address again. It returns
+// what it got, the problem of those it could not serve, and notes for the
+// Event.
+func (r *Reconciler) takeFrom(ctx context.Context, w *world, next *ippoolv1.PooledNodeNetworkConfigurationPolicy,
+	pool *ippoolv1.NodeIPPool, needs []need, carried assign.Carrying) (map[need]netip.Addr, []problem, []string, error) {
 	var t taking
 	ctx = audit.WithReason(ctx, "Served", holder.PooledPolicyKind+" "+next.Name+" selects the node")
-	_, err = r.Pools.Update(ctx, pool.Name, func(p *ippoolv1.NodeIPPool, alloc *ippool.Allocator) (bool, error) {
+	_, err := r.Pools.Update(ctx, pool.Name, func(p *ippoolv1.NodeIPPool, alloc *ippool.Allocator) (bool, error) {
 		t = taking{got: map[need]netip.Addr{}}
 		return r.takeIn(w, next, p, alloc, needs, carried, &t), nil
 	}, poolwrite.Incarnation(pool.UID))
 	switch {
 	case poolwrite.Gone(err):
-		return nil, &problem{ippoolv1.ReasonIPPoolNotAvailable, fmt.Sprintf(
-			"NodeIPPool %s was deleted or re-created meanwhile; %s wait", pool.Name, nodesOf(needs))}, nil, nil
+		return nil, []problem{{ippoolv1.ReasonIPPoolNotAvailable, fmt.Sprintf(
+			"NodeIPPool %s was deleted or re-created meanwhile; %s wait", pool.Name, nodesOf(needs))}}, nil, nil
 	case err != nil:
 		return nil, nil, nil, fmt.Errorf("allocate from NodeIPPool %s for %s %s: %w", pool.Name, holder.PooledPolicyKind, w.policy.Name, err)
 	}
@@ -158,14 +183,33 @@ func (r *Reconciler) take(ctx context.Context, w *world, next *ippoolv1.PooledNo
 	}
 	switch {
 	case len(t.full) > 0:
-		return t.got, &problem{ippoolv1.ReasonIPPoolExhausted, fmt.Sprintf(
+		return t.got, []problem{{ippoolv1.ReasonIPPoolExhausted, fmt.Sprintf(
 			"NodeIPPool %s has no address left for %s (%d of %d allocated): they get one as soon as one is freed; grow the pool's range "+
 				"(spec.range.end, or fewer excludes), or free addresses ('kubectl nodeippool show %s')",
-			pool.Name, nodesOf(t.full), pool.Status.Allocated, pool.Status.Size, pool.Name)}, said, nil
+			pool.Name, nodesOf(t.full), pool.Status.Allocated, pool.Status.Size, pool.Name)}}, said, nil
 	case t.unavailable != "":
-		return t.got, &problem{ippoolv1.ReasonIPPoolNotAvailable, t.unavailable}, said, nil
+		return t.got, []problem{{ippoolv1.ReasonIPPoolNotAvailable, t.unavailable}}, said, nil
 	}
 	return t.got, nil, said, nil
+}
+
+// unknownState splits off the needs of the nodes whose state is not
+// known: a node that has published no NodeNetworkState may carry
+// addresses all the same (its handler has not published yet after a
+// restart, or after a restore that brought the Node back without its
+// state; its machine is down through a restore), and serving it now
+// would give it a new address over the one it carries, and leave the one
+// it carries to be given to another node while it is down. A node that
+// never ran waits too: it cannot apply anything before its handler runs.
+func unknownState(needs []need, carried assign.Carrying) (known, unknown []need) {
+	for _, nd := range needs {
+		if _, published := carried.ByNode[nd.node]; !published {
+			unknown = append(unknown, nd)
+			continue
+		}
+		known = append(known, nd)
+	}
+	return known, unknown
 }
 
 // taking is what one pool write took.

@@ -295,3 +295,46 @@ func TestStrandedPoliciesGo(t *testing.T) {
 	Expect(k.Delete(ctx, &nmstatev1.NodeNetworkConfigurationPolicy{ObjectMeta: metav1.ObjectMeta{Name: "sg-sg-1"}})).To(Succeed())
 	Eventually(generated("sg")).Should(BeEmpty())
 }
+
+// TestNodeWithoutStateWaits: a node that has published no
+// NodeNetworkState (its handler has not yet, after a restart or a restore
+// that brought its Node back without its state; or it is down) may carry
+// an address all the same: it gets none until its state is published,
+// and then keeps the one it carries. The pooled policy says which nodes
+// wait and why; the others are served.
+func TestNodeWithoutStateWaits(t *testing.T) {
+	u := begin(t, "ws", "ws-1", "ws-2", "ws-3")
+	createPool(t, "cmp-ws", rangeSpec("10.76.2.0/24", "10.76.2.10", "10.76.2.30"))
+	// ws-2 carries 10.76.2.20 on eth1, and its state is not published:
+	// its handler has made the object and not yet written the state.
+	n := u.Node("ws-2")
+	Expect(n.Network.Apply(ctx, []byte(`{"interfaces":[{"name":"eth1","type":"ethernet","state":"up","ipv4":{"enabled":true,"dhcp":false,"address":[{"ip":"10.76.2.20","prefix-length":24}]}}]}`))).To(Succeed())
+	Expect(n.Network.Commit(ctx)).To(Succeed())
+	Expect(k.Delete(ctx, &nncev1beta1.NodeNetworkState{ObjectMeta: metav1.ObjectMeta{Name: "ws-2"}})).To(Succeed())
+	Eventually(func() error {
+		return k.Create(ctx, &nncev1beta1.NodeNetworkState{ObjectMeta: metav1.ObjectMeta{Name: "ws-2"}})
+	}).Should(Succeed())
+	// ws-3 is not Ready, and has no state either.
+	u.Down("ws-3", true)
+	updateNode("ws-3", notReadyNow)
+	Expect(k.Delete(ctx, &nncev1beta1.NodeNetworkState{ObjectMeta: metav1.ObjectMeta{Name: "ws-3"}})).To(Succeed())
+
+	create(t, pooled("ws", "ws", "cmp-ws", "100%"))
+	Eventually(status("ws")).Should(HavePrefix("Degraded NodeStateUnknown: nodes ws-2, ws-3 published no NodeNetworkState yet: "+
+		"an address of NodeIPPool cmp-ws given now could replace one carried there"), describe("ws"))
+	Eventually(addressOf("ws", "ws-1")).Should(Equal("10.76.2.10"))
+	Consistently(addressOf("ws", "ws-2"), 2*time.Second).Should(BeEmpty(), "its state is not known")
+	Expect(addressOf("ws", "ws-3")()).To(BeEmpty(), "down, and its state is not known")
+	Expect(bits("cmp-ws")()).To(Equal([]string{"10.76.2.10"}))
+
+	Expect(u.Publish("ws-2")).To(Succeed())
+	Eventually(addressOf("ws", "ws-2")).Should(Equal("10.76.2.20"), "the address it carries: adopted")
+	Eventually(u.Configured("ws-2")).Should(Equal([]string{"10.76.2.20/24"}))
+	Eventually(status("ws")).Should(HavePrefix("Degraded NodeStateUnknown: node ws-3 published no NodeNetworkState yet"))
+	// ws-3's machine is back and its handler publishes what it carries
+	// (the double publishes only what changed since it last did).
+	shown, err := u.Node("ws-3").Network.Show(ctx)
+	Expect(err).NotTo(HaveOccurred())
+	Expect(envtest.PublishState(ctx, k, "ws-3", string(shown), time.Now())).To(Succeed())
+	Eventually(addressOf("ws", "ws-3")).Should(Equal("10.76.2.11"), "served once its state is known")
+}

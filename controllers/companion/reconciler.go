@@ -90,6 +90,12 @@ func (r *Reconciler) reportWaiting(w *world) {
 // looked at again, besides the events of its NNCPs and enactments.
 const progressPoll = 30 * time.Second
 
+// statePoll is how soon a pooled policy with a node that waits for its
+// first NodeNetworkState is looked at again: its handler publishes it
+// within seconds of starting, and the states are not watched (their
+// writes are many, and each would reconcile every pooled policy).
+const statePoll = 2 * time.Second
+
 // behindRequeue is how soon a pooled policy whose cached copy is older
 // than the API server's is looked at again (its watch event usually
 // brings it back sooner).
@@ -187,6 +193,8 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 // rollout waits or progresses or something is wrong; 0 when all is done.
 func lookAgain(w *world, pl plan, problems []problem) time.Duration {
 	switch {
+	case w.waitsForState && (w.retryIn == 0 || w.retryIn > statePoll):
+		return statePoll
 	case w.retryIn > 0 && w.retryIn < progressPoll:
 		return w.retryIn
 	case pl.waiting > 0 || pl.progressing > 0 || len(problems) > 0:
@@ -259,6 +267,9 @@ type world struct {
 	// full names, by node, the pools that had no address for it in this
 	// pass's allocation.
 	full map[string][]string
+	// waitsForState is set when a node waits for its first
+	// NodeNetworkState (NodeStateUnknown): looked at again soon.
+	waitsForState bool
 	// taken are the addresses this pass's allocations hold in flight, by
 	// pool: withdrawn when the status write that records them is refused.
 	taken map[string]takenFrom

@@ -110,7 +110,18 @@ type Reconciler struct {
 	// not (a rollback changes the network too): the node's state reporter
 	// reads the state again.
 	StateChanged func()
+	// StatePublished, if set, reports whether the node's state reporter
+	// has published the node's NodeNetworkState since the handler
+	// started. Until it has, no address is asked for or taken: a
+	// capture's first address is the one the node carries when its state
+	// shows one (adoption), and a state missing, or older than what the
+	// node carries (after a restore), would give it a new one instead.
+	StatePublished func() bool
 }
+
+// statePoll is how soon an enactment that waits for the node's first
+// publication looks again.
+const statePoll = 250 * time.Millisecond
 
 // cacheLag is how soon a reconcile whose cached view the API server
 // contradicted looks again, by when the cache has caught up.
@@ -265,6 +276,17 @@ func (r *Reconciler) retireIfConfirmed(ctx context.Context, name string) (ctrl.R
 	return ctrl.Result{}, nil
 }
 
+// beforeFirstState reports whether s needs addresses it does not record
+// while the node's state has not been published since the handler
+// started (StatePublished): what the node carries is not known yet.
+func (r *Reconciler) beforeFirstState(ctx context.Context, s *scope) bool {
+	if len(s.captures.Refs) == 0 || (s.enactment != nil && s.recordsComplete()) || r.StatePublished == nil || r.StatePublished() {
+		return false
+	}
+	ctrl.LoggerFrom(ctx).V(1).Info("waiting for the node's state to be published before asking for addresses")
+	return true
+}
+
 // enact resolves the policy's captures, allocates, records, renders and
 // asks for a slot to apply, on the API server's copies. The record reaches
 // the API server before the state reaches the node.
@@ -282,6 +304,9 @@ func (r *Reconciler) enact(ctx context.Context, name string) (ctrl.Result, error
 		return ctrl.Result{RequeueAfter: waitLeft(s.enactment, now, r.timing())}, nil
 	default: // the cache was behind
 		return ctrl.Result{}, nil
+	}
+	if r.beforeFirstState(ctx, s) {
+		return ctrl.Result{RequeueAfter: statePoll}, nil
 	}
 	if s.enactment, err = r.ensureEnactment(ctx, s); err != nil {
 		return ctrl.Result{}, err

@@ -6,9 +6,11 @@ import (
 	"encoding/json"
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/nmstate/kubernetes-nmstate/api/shared"
+	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
@@ -76,7 +78,15 @@ type Reconciler struct {
 	// answered is the last RefreshStateLabel value a publication answered.
 	published bool
 	answered  string
+	// once is set once a state read and parsed was published (Available),
+	// and is read without mu (Published).
+	once atomic.Bool
 }
+
+// Published reports whether the reporter has published the node's state
+// since it started, read and parsed (Available), not a failure to read it
+// (handler.Reconciler.StatePublished).
+func (r *Reconciler) Published() bool { return r.once.Load() }
 
 // jittered returns d moved by up to ±10%: f in [0, 1) picks where.
 func jittered(d time.Duration, f float64) time.Duration {
@@ -133,6 +143,9 @@ func (r *Reconciler) Reconcile(ctx context.Context, _ ctrl.Request) (ctrl.Result
 		if err == nil {
 			if written {
 				r.published, r.answered = true, nns.Labels[ippoolv1.RefreshStateLabel]
+				if c := nns.Status.Conditions.Find(shared.NodeNetworkStateConditionAvailable); c != nil && c.Status == corev1.ConditionTrue {
+					r.once.Store(true)
+				}
 			}
 			return ctrl.Result{RequeueAfter: r.refreshAfter()}, nil
 		}

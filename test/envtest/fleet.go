@@ -9,6 +9,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -101,6 +102,13 @@ func (f *Fleet) Served(ctx context.Context, when string, nodes []string) map[str
 		}
 		return f.Check(ctx)
 	})
+	f.onceEach(when, got)
+	return got
+}
+
+// onceEach fails the test when two nodes of got have the same address.
+func (f *Fleet) onceEach(when string, got map[string]string) {
+	f.T.Helper()
 	seen := map[string]string{}
 	for node, ip := range got {
 		if other, ok := seen[ip]; ok {
@@ -108,6 +116,44 @@ func (f *Fleet) Served(ctx context.Context, when string, nodes []string) map[str
 		}
 		seen[ip] = node
 	}
+}
+
+// ServedPooled waits until the pooled policy name is Available for
+// nodes, each recorded in its status with one address of the pool that
+// its network carries on eth1, alone, and the pool agrees with its
+// holders' records (Check); it fails on an address recorded twice, and
+// returns each node's address.
+func (f *Fleet) ServedPooled(ctx context.Context, when, name string, nodes []string) map[string]string {
+	f.T.Helper()
+	var got map[string]string
+	f.Eventually(when, func() error {
+		var p ippoolv1.PooledNodeNetworkConfigurationPolicy
+		if err := f.K.Get(ctx, client.ObjectKey{Name: name}, &p); err != nil {
+			return err
+		}
+		if c := p.Status.Conditions.Find("Available"); c == nil || c.Status != corev1.ConditionTrue || p.Status.ObservedGeneration != p.Generation {
+			return fmt.Errorf("pooled policy %s is not Available at generation %d: %+v", name, p.Generation, p.Status.Conditions)
+		}
+		got = map[string]string{}
+		for _, n := range p.Status.Nodes {
+			if len(n.Addresses) != 1 || n.Addresses[0].Pool != f.Pool || n.Releasing || len(n.Released) > 0 {
+				return fmt.Errorf("pooled policy %s records %+v for %s, want one address of %s", name, n, n.Node, f.Pool)
+			}
+			got[n.Node] = n.Addresses[0].IP
+		}
+		carried := f.Carried(nodes, "eth1")
+		for _, node := range nodes {
+			ip, ok := got[node]
+			if !ok {
+				return fmt.Errorf("pooled policy %s records no address for %s: %+v", name, node, p.Status.Nodes)
+			}
+			if len(carried[node]) != 1 || !strings.HasPrefix(carried[node][0], ip+"/") {
+				return fmt.Errorf("%s carries %v on eth1, and pooled policy %s records %s", node, carried[node], name, ip)
+			}
+		}
+		return f.Check(ctx)
+	})
+	f.onceEach(when, got)
 	return got
 }
 

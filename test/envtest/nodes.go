@@ -156,6 +156,9 @@ func (n *Node) Start(e *Env) error {
 		r.StateChanged = func() { refreshes.Refresh(n.Name) }
 		reporter := nodestate.New(mgr, n.Name, n.Network.Runner)
 		reporter.Refresh, reporter.NetworkLock, reporter.Settle = 500*time.Millisecond, r.NetworkLock, r.Settle
+		if r.StatePublished == nil { // as cmd/handler wires it, unless Tune did
+			r.StatePublished = reporter.Published
+		}
 		if err := reporter.SetupWithManager(mgr, refreshes, nodestate.SetupOptions{SkipNameValidation: true}); err != nil {
 			return err
 		}

@@ -11,6 +11,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strings"
 	"sync"
 	"testing"
 
@@ -25,11 +26,20 @@ import (
 	"github.com/nmstate-ippool/nmstate-ippool/test/envtest"
 )
 
-const pool, policy = "restore-pool", "restore-policy"
+const pool, policy, pooled = "restore-pool", "restore-policy", "restore-pooled"
 
 // fleet starts a cluster of three nodes running this version with a pool
 // and a policy on every node, and returns it once every node is served.
 func fleet(t *testing.T) (*envtest.Fleet, map[string]string) {
+	t.Helper()
+	f := withPool(t)
+	f.Create(t.Context(), envtest.PooledPolicyYAML(policy, "kubernetes.io/os", "linux", pool))
+	return f, f.Served(t.Context(), "before the backup", []string{"node01", "node02", "node03"})
+}
+
+// withPool starts a cluster of three nodes running this version, with a
+// pool.
+func withPool(t *testing.T) *envtest.Fleet {
 	t.Helper()
 	if testing.Short() {
 		t.Skip("runs a local cluster")
@@ -43,8 +53,7 @@ metadata: {name: `+pool+`}
 spec:
   range: {cidr: 10.78.0.0/24, start: 10.78.0.10, end: 10.78.0.40}
 `)
-	f.Create(t.Context(), envtest.PooledPolicyYAML(policy, "kubernetes.io/os", "linux", pool))
-	return f, f.Served(t.Context(), "before the backup", []string{"node01", "node02", "node03"})
+	return f
 }
 
 var (
@@ -105,6 +114,47 @@ func TestRestoreWithoutStatus(t *testing.T) {
 	nodes = append(nodes, "node04")
 	f.Served(ctx, "a node that joins after the restore", nodes)
 	oneNICEach(t, f, nodes)
+}
+
+// TestPooledPolicyRestoredWithoutStatus: a pooled policy comes back from
+// a backup without its status (the record of every node's address) and
+// without the policies generated from it (its controller writes them
+// again); no node is renumbered, and a node that joins gets an address no
+// NIC carries.
+func TestPooledPolicyRestoredWithoutStatus(t *testing.T) {
+	f := withPool(t)
+	ctx := t.Context()
+	f.Create(ctx, `apiVersion: nmstate.io/v1
+kind: PooledNodeNetworkConfigurationPolicy
+metadata: {name: `+pooled+`}
+spec:
+  nodeSelector: {kubernetes.io/os: linux}
+  maxUnavailable: 100%
+  capture: {addr: ippool.`+pool+`.allocate}
+  desiredState:
+`+indent(envtest.OneAddressState, "    "))
+	nodes := []string{"node01", "node02", "node03"}
+	before := f.ServedPooled(ctx, "before the backup", pooled, nodes)
+	growDown(t, f, "10.78.0.2")
+
+	backup := filepath.Join(t.TempDir(), "backup.yaml")
+	f.Localcluster("backup", backup)
+	f.Localcluster("restore", backup)
+	got := f.ServedPooled(ctx, "after the restore", pooled, nodes)
+	for _, node := range nodes {
+		if got[node] != before[node] {
+			t.Errorf("%s holds %s after the restore, %s before: renumbered", node, got[node], before[node])
+		}
+	}
+	f.Localcluster("node", "add", "node04")
+	nodes = append(nodes, "node04")
+	f.ServedPooled(ctx, "a node that joins after the restore", pooled, nodes)
+	oneNICEach(t, f, nodes)
+}
+
+// indent puts prefix before every line of s.
+func indent(s, prefix string) string {
+	return prefix + strings.ReplaceAll(strings.TrimSuffix(s, "\n"), "\n", "\n"+prefix) + "\n"
 }
 
 // TestEtcdRestoredFromAnEarlierSnapshot: etcd is restored, while the

@@ -101,22 +101,29 @@ func listStates(ctx context.Context, reader client.Reader) ([]nncev1beta1.NodeNe
 	return list.Items, nil
 }
 
-// staticOf returns, for each of nodes that states has a state of, the
-// static addresses it carries and where.
+// staticOf returns, for each of nodes that states has a published state
+// of, the static addresses it carries and where.
 func staticOf(states []nncev1beta1.NodeNetworkState, nodes []string) map[string]map[netip.Addr]string {
 	out := map[string]map[netip.Addr]string{}
 	for i := range states {
-		if _, ok := slices.BinarySearch(nodes, states[i].Name); ok {
+		if _, ok := slices.BinarySearch(nodes, states[i].Name); ok && published(&states[i]) {
 			out[states[i].Name] = netstate.StaticCarriers(states[i].Status.CurrentState.Raw)
 		}
 	}
 	return out
 }
 
+// published reports whether a NodeNetworkState holds a state: a handler
+// creates the object first and writes the state after, and an object
+// without one says nothing of what its node carries.
+func published(nns *nncev1beta1.NodeNetworkState) bool {
+	return len(nns.Status.CurrentState.Raw) > 0 && !nns.Status.LastSuccessfulUpdateTime.IsZero()
+}
+
 // statesOf reads the NodeNetworkStates of nodes: by node, the static
 // addresses each carries (not learned by DHCP or autoconf: a lease is the
-// DHCP server's to give) and where. A node that has published none is
-// left out.
+// DHCP server's to give) and where. A node that has published none (no
+// object, or one without a state yet) is left out.
 func statesOf(ctx context.Context, reader client.Reader, nodes []string) (map[string]map[netip.Addr]string, error) {
 	states := make([]map[netip.Addr]string, len(nodes))
 	var g errgroup.Group
@@ -130,6 +137,8 @@ func statesOf(ctx context.Context, reader client.Reader, nodes []string) (map[st
 				return nil
 			case err != nil:
 				return fmt.Errorf("read the NodeNetworkState of node %s, for what it carries: %w", node, err)
+			case !published(&nns):
+				return nil
 			}
 			states[i] = netstate.StaticCarriers(nns.Status.CurrentState.Raw)
 			return nil

@@ -1,0 +1,49 @@
+package lifecycle_test
+
+import (
+	"fmt"
+	"maps"
+	"net/netip"
+	"slices"
+	"testing"
+	"time"
+
+	. "github.com/onsi/gomega"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	ippoolv1 "github.com/nmstate-ippool/nmstate-ippool/api/v1"
+	nncev1beta1 "github.com/nmstate-ippool/nmstate-ippool/api/v1beta1"
+	"github.com/nmstate-ippool/nmstate-ippool/internal/allocation/lifecycle"
+	"github.com/nmstate-ippool/nmstate-ippool/test/envtest"
+)
+
+// TestReadCarryingNeedsAPublishedState: what a node carries is known
+// only from a NodeNetworkState that holds a state. A node whose handler
+// has made the object and not yet written the state, like a node with no
+// object, is left out (its claimant adopts nothing, and a pooled policy
+// waits for it), whether the states are read one by one or listed (from
+// 128 nodes on).
+func TestReadCarryingNeedsAPublishedState(t *testing.T) {
+	RegisterTestingT(t)
+	pool := &ippoolv1.NodeIPPool{Spec: ippoolv1.NodeIPPoolSpec{Range: ippoolv1.IPRange{CIDR: "10.93.0.0/24", Start: "10.93.0.10", End: "10.93.0.30"}}}
+	Expect(envtest.PublishState(ctx, k, "rc-1", `{"interfaces":[{"name":"eth1","ipv4":{"enabled":true,"address":[{"ip":"10.93.0.20","prefix-length":24}]}}]}`,
+		time.Now())).To(Succeed())
+	empty := &nncev1beta1.NodeNetworkState{ObjectMeta: metav1.ObjectMeta{Name: "rc-2"}}
+	Expect(k.Create(ctx, empty)).To(Succeed())
+	t.Cleanup(func() {
+		_ = k.Delete(ctx, empty)
+		_ = k.Delete(ctx, &nncev1beta1.NodeNetworkState{ObjectMeta: metav1.ObjectMeta{Name: "rc-1"}})
+	})
+	few := []string{"rc-1", "rc-2", "rc-3"}
+	many := slices.Clone(few)
+	for i := range 130 {
+		many = append(many, fmt.Sprintf("rc-x%d", i))
+	}
+	for name, nodes := range map[string][]string{"one by one": few, "listed": many} {
+		c, err := lifecycle.ReadCarrying(ctx, k, pool, nodes, nil)
+		Expect(err).NotTo(HaveOccurred(), name)
+		Expect(slices.Sorted(maps.Keys(c.ByNode))).To(Equal([]string{"rc-1"}), name)
+		Expect(c.ByNode["rc-1"]).To(HaveKeyWithValue(netip.MustParseAddr("10.93.0.20"), "eth1"), name)
+		Expect(c.Carriers[netip.MustParseAddr("10.93.0.20")]).To(Equal([]string{"rc-1"}), name)
+	}
+}
