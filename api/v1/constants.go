@@ -162,10 +162,10 @@ const (
 	// writes kept conflicting).
 	ReasonIPPoolBusy = "IPPoolBusy"
 	// ReasonNodeStateUnknown (pooled policy, Degraded): a node the policy
-	// selects is Ready and has published no NodeNetworkState yet (its
-	// handler has just started, or a restore brought its Node back
-	// without its state): what it carries is not known, so it is not
-	// given an address until its state is published.
+	// selects has published no NodeNetworkState yet (its handler has just
+	// started or does not run, a restore brought its Node back without its
+	// state, its machine is down): what it carries is not known, so it is
+	// not given an address until its state is published.
 	ReasonNodeStateUnknown = "NodeStateUnknown"
 
 	// ReasonAddressOutsideRange (Event): an enactment records an address its

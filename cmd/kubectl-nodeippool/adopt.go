@@ -18,6 +18,7 @@ import (
 	nncev1beta1 "github.com/nmstate-ippool/nmstate-ippool/api/v1beta1"
 	"github.com/nmstate-ippool/nmstate-ippool/internal/allocation/assign"
 	"github.com/nmstate-ippool/nmstate-ippool/internal/allocation/holder"
+	"github.com/nmstate-ippool/nmstate-ippool/internal/allocation/lifecycle"
 	"github.com/nmstate-ippool/nmstate-ippool/internal/allocation/poolstatus"
 	"github.com/nmstate-ippool/nmstate-ippool/pkg/capture"
 	"github.com/nmstate-ippool/nmstate-ippool/pkg/ippool"
@@ -37,7 +38,8 @@ const (
 	verdictRenumbered = "renumbered"
 	// verdictNew: the node carries nothing there and gets a new address.
 	verdictNew = "new"
-	// verdictWaits: the pool has no address left for the node.
+	// verdictWaits: the pool has no address left for the node, or the
+	// node has published no state yet.
 	verdictWaits = "waits"
 )
 
@@ -86,9 +88,12 @@ func readNodes(ctx context.Context, k client.Client) (*nodes, error) {
 	if err := k.List(ctx, &states); err != nil {
 		return nil, fmt.Errorf("list NodeNetworkStates: %w", err)
 	}
+	// A state not written yet tells nothing, as for the controllers
+	// (lifecycle.Published): its node waits.
+	published := slices.DeleteFunc(states.Items, func(nns nncev1beta1.NodeNetworkState) bool { return !lifecycle.Published(&nns) })
 	n := &nodes{items: list.Items, carried: map[string]map[netip.Addr]string{}, static: map[string]map[netip.Addr]string{},
-		carriers: assign.CarriersOf(states.Items)}
-	for _, nns := range states.Items {
+		carriers: assign.CarriersOf(published)}
+	for _, nns := range published {
 		n.carried[nns.Name] = netstate.Carriers(nns.Status.CurrentState.Raw)
 		n.static[nns.Name] = netstate.StaticCarriers(nns.Status.CurrentState.Raw)
 	}
@@ -239,6 +244,10 @@ func (s *snapshot) nodePlan(policy *nmstatev1.NodeNetworkConfigurationPolicy, re
 			np.Verdict, np.IP, np.Why = verdictHolds, ip.String(), "its record holds it"
 			return np
 		}
+	}
+	if _, known := n.static[node]; !known {
+		np.Verdict, np.Why = verdictWaits, "it has published no NodeNetworkState: it is served once its handler publishes what it carries"
+		return np
 	}
 	cl := assign.Claimant{Holder: h, Node: node, Policy: policy.Name,
 		Labels:           func() map[string]string { return n.labels(node) },

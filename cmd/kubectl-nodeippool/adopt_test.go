@@ -35,6 +35,7 @@ func carrier(t *testing.T, k client.Client, name, role string, addrs ...string) 
 	nns.Status.CurrentState = shared.NewState(fmt.Sprintf(`{"interfaces":[`+
 		`{"name":"eth0","ipv4":{"enabled":true,"address":[{"ip":"10.62.0.99","prefix-length":24}]}},`+
 		`{"name":"eth1","ipv4":{"enabled":true,"address":[%s]}}]}`, strings.Join(list, ",")))
+	nns.Status.LastSuccessfulUpdateTime = metav1.Now()
 	if err := k.Status().Update(ctx, nns); err != nil {
 		t.Fatal(err)
 	}
@@ -75,6 +76,10 @@ func TestPlanAdoption(t *testing.T) {
 	carrier(t, k, "node05", "worker", "10.62.0.49", "10.62.0.48") // two: the lowest
 	carrier(t, k, "node06", "storage", "10.62.0.60")              // not selected
 	carrier(t, k, "node07", "worker")                             // a DHCP lease on eth1, below
+	if err := k.Create(context.Background(), &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "node08",
+		Labels: map[string]string{"role": "worker"}}}); err != nil { // no state published yet
+		t.Fatal(err)
+	}
 	dhcp := &nncev1beta1.NodeNetworkState{}
 	if err := k.Get(context.Background(), client.ObjectKey{Name: "node07"}, dhcp); err != nil {
 		t.Fatal(err)
@@ -92,12 +97,13 @@ func TestPlanAdoption(t *testing.T) {
 	}
 	for _, want := range []string{
 		"NodeIPPool traffic: new, range",
-		"NodeNetworkConfigurationPolicy traffic-eth1: 6 node captures, 3 keep their address, 1 renumbered",
+		"NodeNetworkConfigurationPolicy traffic-eth1: 7 node captures, 3 keep their address, 1 renumbered",
 		"node01  addr     traffic  10.62.0.43 on eth1",
 		"keeps: adopted: it already carries 10.62.0.43 on eth1",
 		"10.62.0.46  keeps",
 		"renumbered: cannot adopt 10.62.0.52 on eth1 (it is excluded from the range 10.62.0.10-10.62.0.200)",
 		"new: it carries no address on eth1",
+		"waits: it has published no NodeNetworkState: it is served once its handler publishes what it carries",
 		"10.62.0.48  keeps",
 		"! the desired state cannot be rendered: the template reads {{ capture.addr.gateway }}, but NodeIPPool traffic sets no spec.gateway",
 	} {
@@ -121,7 +127,7 @@ func TestPlanAdoption(t *testing.T) {
 		ips[np.Node] = np.Verdict + " " + np.IP
 	}
 	want := map[string]string{"node01": "keeps 10.62.0.43", "node02": "keeps 10.62.0.46", "node03": "renumbered 10.62.0.10",
-		"node04": "new 10.62.0.11", "node05": "keeps 10.62.0.48", "node07": "new 10.62.0.12"}
+		"node04": "new 10.62.0.11", "node05": "keeps 10.62.0.48", "node07": "new 10.62.0.12", "node08": "waits "}
 	if fmt.Sprint(ips) != fmt.Sprint(want) {
 		t.Errorf("planned %v, want %v", ips, want)
 	}

@@ -1,6 +1,7 @@
 package companion
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -34,6 +35,14 @@ type need struct {
 type problem struct {
 	reason  shared.ConditionReason
 	message string
+}
+
+// rank orders problems: a wait for a node's state after every other.
+func (p problem) rank() int {
+	if p.reason == ippoolv1.ReasonNodeStateUnknown {
+		return 1
+	}
+	return 0
 }
 
 // allocate takes an address for every capture of every selected node that
@@ -87,6 +96,10 @@ func (r *Reconciler) allocate(ctx context.Context, w *world, next *ippoolv1.Pool
 		r.Recorder.Eventf(w.policy, nil, corev1.EventTypeNormal, ippoolv1.ReasonAddressesAllocated, "Allocate",
 			"%s", strings.Join(notes, "; "))
 	}
+	// Waiting for a state comes last, whatever the pool: the first
+	// problem names the condition's reason, and a lasting one (an
+	// exhausted pool) is the one to show.
+	slices.SortStableFunc(problems, func(a, b problem) int { return cmp.Compare(a.rank(), b.rank()) })
 	return problems, nil
 }
 
@@ -137,9 +150,6 @@ func (r *Reconciler) take(ctx context.Context, w *world, next *ippoolv1.PooledNo
 			return nil, nil, nil, err
 		}
 	}
-	// Waiting for a state comes last: a pass's first problem names the
-	// condition's reason, and a lasting one (an exhausted pool) is the
-	// one to show.
 	if len(unknown) > 0 {
 		w.waitsForState = true
 		problems = append(problems, problem{ippoolv1.ReasonNodeStateUnknown, fmt.Sprintf(

@@ -91,10 +91,20 @@ func (r *Reconciler) reportWaiting(w *world) {
 const progressPoll = 30 * time.Second
 
 // statePoll is how soon a pooled policy with a node that waits for its
-// first NodeNetworkState is looked at again: its handler publishes it
-// within seconds of starting, and the states are not watched (their
-// writes are many, and each would reconcile every pooled policy).
-const statePoll = 2 * time.Second
+// first NodeNetworkState is looked at again, for stateWait: its handler
+// publishes it within seconds of starting, and the states are not
+// watched (their writes are many, and each would reconcile every pooled
+// policy). A wait that lasts longer (no handler runs there, the machine
+// is down) is looked at every progressPoll.
+const statePoll, stateWait = 2 * time.Second, time.Minute
+
+// waitedLong reports whether p has said for longer than stateWait that a
+// node waits for its state.
+func waitedLong(p *ippoolv1.PooledNodeNetworkConfigurationPolicy, now time.Time) bool {
+	c := p.Status.Conditions.Find(shared.NodeNetworkConfigurationPolicyConditionDegraded)
+	return c != nil && c.Status == corev1.ConditionTrue && c.Reason == ippoolv1.ReasonNodeStateUnknown &&
+		now.Sub(c.LastTransitionTime.Time) > stateWait
+}
 
 // behindRequeue is how soon a pooled policy whose cached copy is older
 // than the API server's is looked at again (its watch event usually
@@ -185,15 +195,15 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 	if deleting && len(next.Status.Nodes) == 0 && len(w.generated) == 0 {
 		return ctrl.Result{}, r.removeFinalizer(ctx, next)
 	}
-	return ctrl.Result{RequeueAfter: lookAgain(w, pl, problems)}, nil
+	return ctrl.Result{RequeueAfter: lookAgain(w, pl, problems, r.Clock.Now())}, nil
 }
 
 // lookAgain says how soon a pass that is not done looks again: when a
 // failed removal is due to be written again, or at the next poll while the
 // rollout waits or progresses or something is wrong; 0 when all is done.
-func lookAgain(w *world, pl plan, problems []problem) time.Duration {
+func lookAgain(w *world, pl plan, problems []problem, now time.Time) time.Duration {
 	switch {
-	case w.waitsForState && (w.retryIn == 0 || w.retryIn > statePoll):
+	case w.waitsForState && !waitedLong(w.policy, now) && (w.retryIn == 0 || w.retryIn > statePoll):
 		return statePoll
 	case w.retryIn > 0 && w.retryIn < progressPoll:
 		return w.retryIn

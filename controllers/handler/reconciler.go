@@ -8,6 +8,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/nmstate/kubernetes-nmstate/api/shared"
@@ -117,11 +118,16 @@ type Reconciler struct {
 	// shows one (adoption), and a state missing, or older than what the
 	// node carries (after a restore), would give it a new one instead.
 	StatePublished func() bool
+
+	// stateWaitSaid is when the handler last said (or first found) that
+	// it waits for its node's first publication, in Unix nanoseconds.
+	stateWaitSaid atomic.Int64
 }
 
 // statePoll is how soon an enactment that waits for the node's first
-// publication looks again.
-const statePoll = 250 * time.Millisecond
+// publication looks again; a wait longer than stateWaitSay is said at
+// Info, every stateWaitSay.
+const statePoll, stateWaitSay = 250 * time.Millisecond, 30 * time.Second
 
 // cacheLag is how soon a reconcile whose cached view the API server
 // contradicted looks again, by when the cache has caught up.
@@ -283,7 +289,16 @@ func (r *Reconciler) beforeFirstState(ctx context.Context, s *scope) bool {
 	if len(s.captures.Refs) == 0 || (s.enactment != nil && s.recordsComplete()) || r.StatePublished == nil || r.StatePublished() {
 		return false
 	}
-	ctrl.LoggerFrom(ctx).V(1).Info("waiting for the node's state to be published before asking for addresses")
+	now := r.Clock.Now().UnixNano()
+	last := r.stateWaitSaid.Load()
+	switch {
+	case last == 0:
+		r.stateWaitSaid.CompareAndSwap(0, now)
+		ctrl.LoggerFrom(ctx).V(1).Info("waiting for the node's state to be published before asking for addresses")
+	case time.Duration(now-last) > stateWaitSay && r.stateWaitSaid.CompareAndSwap(last, now):
+		ctrl.LoggerFrom(ctx).Info("still waiting for the node's NodeNetworkState to be published: no address is asked for " +
+			"until what the node carries is known; is 'nmstatectl show' failing? (see the NodeNetworkState's conditions)")
+	}
 	return true
 }
 

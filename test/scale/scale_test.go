@@ -237,6 +237,7 @@ func startHandler(b *testing.B, node string, metrics *handler.Metrics, c *counte
 	must(b, r.SetupWithManager(mgr, handler.SetupOptions{SkipNameValidation: true}))
 	reporter := nodestate.New(mgr, node, network)
 	reporter.NetworkLock, reporter.Settle = r.NetworkLock, r.Settle
+	r.StatePublished = reporter.Published // as cmd/handler wires it
 	must(b, reporter.SetupWithManager(mgr, refreshes, nodestate.SetupOptions{SkipNameValidation: true}))
 	must(b, c.countEvents(context.Background(), mgr, &nmstatev1.NodeNetworkConfigurationPolicy{},
 		&nncev1beta1.NodeNetworkConfigurationEnactment{}, &nncev1beta1.NodeNetworkState{}, nodemeta.Object("")))

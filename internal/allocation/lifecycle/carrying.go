@@ -106,17 +106,17 @@ func listStates(ctx context.Context, reader client.Reader) ([]nncev1beta1.NodeNe
 func staticOf(states []nncev1beta1.NodeNetworkState, nodes []string) map[string]map[netip.Addr]string {
 	out := map[string]map[netip.Addr]string{}
 	for i := range states {
-		if _, ok := slices.BinarySearch(nodes, states[i].Name); ok && published(&states[i]) {
+		if _, ok := slices.BinarySearch(nodes, states[i].Name); ok && Published(&states[i]) {
 			out[states[i].Name] = netstate.StaticCarriers(states[i].Status.CurrentState.Raw)
 		}
 	}
 	return out
 }
 
-// published reports whether a NodeNetworkState holds a state: a handler
+// Published reports whether a NodeNetworkState holds a state: a handler
 // creates the object first and writes the state after, and an object
 // without one says nothing of what its node carries.
-func published(nns *nncev1beta1.NodeNetworkState) bool {
+func Published(nns *nncev1beta1.NodeNetworkState) bool {
 	return len(nns.Status.CurrentState.Raw) > 0 && !nns.Status.LastSuccessfulUpdateTime.IsZero()
 }
 
@@ -137,7 +137,7 @@ func statesOf(ctx context.Context, reader client.Reader, nodes []string) (map[st
 				return nil
 			case err != nil:
 				return fmt.Errorf("read the NodeNetworkState of node %s, for what it carries: %w", node, err)
-			case !published(&nns):
+			case !Published(&nns):
 				return nil
 			}
 			states[i] = netstate.StaticCarriers(nns.Status.CurrentState.Raw)
