@@ -113,7 +113,9 @@ func TestMachineShutDownForGood(t *testing.T) {
 	// The address is kept for sd-2's return for a quarantine period: a
 	// minute here, so that a busy machine's pace cannot end it before
 	// sd-3 is served (the departure hold stays the suite's).
-	keep := func(pc *envtest.PoolController) { pc.Pools.QuarantinePeriod, pc.Pools.DepartureHold = time.Minute, grace }
+	keep := func(pc *envtest.PoolController) {
+		pc.Pools.QuarantinePeriod, pc.Pools.DepartureHold = time.Minute, grace
+	}
 	u := rolledOut(t, keep, "sd", "10.75.0.0/24", "10.75.0.10", "10.75.0.30", "sd-1", "sd-2")
 	held := addressOf("sd", "sd-2")()
 
