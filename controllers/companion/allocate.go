@@ -151,7 +151,9 @@ func (r *Reconciler) take(ctx context.Context, w *world, next *ippoolv1.PooledNo
 		}
 	}
 	if len(unknown) > 0 {
-		w.waitsForState = true
+		for _, nd := range unknown {
+			w.stateWaits[nd.node] = true
+		}
 		problems = append(problems, problem{ippoolv1.ReasonNodeStateUnknown, fmt.Sprintf(
 			"%s published no NodeNetworkState yet: an address of NodeIPPool %s given now could replace one carried there; "+
 				"served once the node's handler publishes its state (is it running there?)", nodesOf(unknown), pool.Name)})

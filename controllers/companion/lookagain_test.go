@@ -4,42 +4,75 @@ import (
 	"testing"
 	"time"
 
-	"github.com/nmstate/kubernetes-nmstate/api/shared"
-	corev1 "k8s.io/api/core/v1"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-
 	ippoolv1 "github.com/nmstate-ippool/nmstate-ippool/api/v1"
 )
 
 // TestLookAgainWhileANodeWaitsForItsState: a pooled policy with a node
 // that waits for its first NodeNetworkState looks again soon, for a
-// minute, then at the rollout's pace (no handler runs there, or its
-// machine is down); a removal due sooner still comes first.
+// minute of that node's wait, then at the rollout's pace (no handler runs
+// there, or its machine is down); a removal due sooner still comes first.
 func TestLookAgainWhileANodeWaitsForItsState(t *testing.T) {
 	now := time.Date(2026, 11, 29, 12, 0, 0, 0, time.UTC)
-	waiting := func(since time.Duration) *ippoolv1.PooledNodeNetworkConfigurationPolicy {
-		p := &ippoolv1.PooledNodeNetworkConfigurationPolicy{}
-		p.Status.Conditions = shared.ConditionList{{Type: shared.NodeNetworkConfigurationPolicyConditionDegraded,
-			Status: corev1.ConditionTrue, Reason: ippoolv1.ReasonNodeStateUnknown, LastTransitionTime: metav1.NewTime(now.Add(-since))}}
-		return p
-	}
 	problems := []problem{{ippoolv1.ReasonNodeStateUnknown, "node n1 published no NodeNetworkState yet"}}
+	waits := &world{stateWaits: map[string]bool{"n1": true}}
 	for _, tc := range []struct {
 		name    string
 		w       *world
+		since   time.Duration // how long the newest wait has lasted; < 0: none
 		want    time.Duration
 		problem []problem
 	}{
-		{"a wait just begun", &world{policy: waiting(0), waitsForState: true}, statePoll, problems},
-		{"a wait of 59 s", &world{policy: waiting(59 * time.Second), waitsForState: true}, statePoll, problems},
-		{"a wait of over a minute", &world{policy: waiting(61 * time.Second), waitsForState: true}, progressPoll, problems},
-		{"a removal due sooner", &world{policy: waiting(0), waitsForState: true, retryIn: time.Second}, time.Second, problems},
-		{"no wait", &world{policy: &ippoolv1.PooledNodeNetworkConfigurationPolicy{}}, 0, nil},
+		{"a wait just begun", waits, 0, statePoll, problems},
+		{"a wait of 59 s", waits, 59 * time.Second, statePoll, problems},
+		{"a wait of over a minute", waits, 61 * time.Second, progressPoll, problems},
+		{"a removal due sooner", &world{retryIn: time.Second}, 0, time.Second, problems},
+		{"no wait", &world{}, -1, 0, nil},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			if got := lookAgain(tc.w, plan{}, tc.problem, now); got != tc.want {
+			var newest time.Time
+			if tc.since >= 0 {
+				newest = now.Add(-tc.since)
+			}
+			if got := lookAgain(tc.w, plan{}, tc.problem, newest, now); got != tc.want {
 				t.Errorf("lookAgain = %v, want %v", got, tc.want)
 			}
 		})
+	}
+}
+
+// TestStateWaitsTimeEachNode: the wait that sets the pace is each node's
+// own, from when it began, whatever the policy's conditions say: a node
+// that starts to wait in a policy that has waited long for another is
+// looked at soon, and a node served is forgotten (its wait starts afresh
+// if it waits again).
+func TestStateWaitsTimeEachNode(t *testing.T) {
+	t0 := time.Date(2026, 11, 29, 12, 0, 0, 0, time.UTC)
+	var s stateWaits
+	if got := s.note("p", map[string]bool{"n1": true}, t0); !got.Equal(t0) {
+		t.Fatalf("n1's wait began %v, want %v", got, t0)
+	}
+	if got := s.note("p", map[string]bool{"n1": true}, t0.Add(2*time.Minute)); !got.Equal(t0) {
+		t.Errorf("a wait still going keeps its start: got %v, want %v", got, t0)
+	}
+	later := t0.Add(3 * time.Minute)
+	if got := s.note("p", map[string]bool{"n1": true, "n2": true}, later); !got.Equal(later) {
+		t.Errorf("a node that starts to wait sets the pace: got %v, want %v", got, later)
+	}
+	if got := s.note("other", map[string]bool{"n1": true}, later.Add(time.Minute)); !got.Equal(later.Add(time.Minute)) {
+		t.Errorf("another policy's wait is its own: got %v", got)
+	}
+	again := t0.Add(5 * time.Minute)
+	if got := s.note("p", map[string]bool{"n1": true}, again); !got.Equal(t0) {
+		t.Errorf("n2 served: the newest wait is n1's, from %v; got %v", t0, got)
+	}
+	if got := s.note("p", nil, again); !got.IsZero() {
+		t.Errorf("no node waits: got %v, want zero", got)
+	}
+	if got := s.note("p", map[string]bool{"n1": true}, again.Add(time.Second)); !got.Equal(again.Add(time.Second)) {
+		t.Errorf("a node that waits again starts afresh: got %v", got)
+	}
+	s.forget("p")
+	if _, found := s.since["p"]; found {
+		t.Error("a policy deleted for good is forgotten")
 	}
 }

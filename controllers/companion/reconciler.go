@@ -65,12 +65,16 @@ type Reconciler struct {
 	// renders holds, by pooled policy UID and node, the node's last
 	// rendered state (rendered): a pass renders only what changed.
 	renders sync.Map
+	// stateWaits remembers since when each node of each pooled policy
+	// waits for its first NodeNetworkState (lookAgain).
+	stateWaits stateWaits
 }
 
 // gone forgets a pooled policy deleted for good: none of its nodes waits
 // on a pool, and none of its generated policies is held for it.
 func (r *Reconciler) gone(ctx context.Context, name string) error {
 	r.Waiting.Replace(holder.PooledPolicyKind+"/"+name, nil)
+	r.stateWaits.forget(name)
 	return r.unstrandAll(ctx, name)
 }
 
@@ -84,26 +88,6 @@ func (r *Reconciler) reportWaiting(w *world) {
 		}
 	}
 	r.Waiting.Replace(holder.PooledPolicyKind+"/"+w.policy.Name, waits)
-}
-
-// progressPoll is how often a pooled policy whose rollout is not done is
-// looked at again, besides the events of its NNCPs and enactments.
-const progressPoll = 30 * time.Second
-
-// statePoll is how soon a pooled policy with a node that waits for its
-// first NodeNetworkState is looked at again, for stateWait: its handler
-// publishes it within seconds of starting, and the states are not
-// watched (their writes are many, and each would reconcile every pooled
-// policy). A wait that lasts longer (no handler runs there, the machine
-// is down) is looked at every progressPoll.
-const statePoll, stateWait = 2 * time.Second, time.Minute
-
-// waitedLong reports whether p has said for longer than stateWait that a
-// node waits for its state.
-func waitedLong(p *ippoolv1.PooledNodeNetworkConfigurationPolicy, now time.Time) bool {
-	c := p.Status.Conditions.Find(shared.NodeNetworkConfigurationPolicyConditionDegraded)
-	return c != nil && c.Status == corev1.ConditionTrue && c.Reason == ippoolv1.ReasonNodeStateUnknown &&
-		now.Sub(c.LastTransitionTime.Time) > stateWait
 }
 
 // behindRequeue is how soon a pooled policy whose cached copy is older
@@ -195,22 +179,9 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 	if deleting && len(next.Status.Nodes) == 0 && len(w.generated) == 0 {
 		return ctrl.Result{}, r.removeFinalizer(ctx, next)
 	}
-	return ctrl.Result{RequeueAfter: lookAgain(w, pl, problems, r.Clock.Now())}, nil
-}
-
-// lookAgain says how soon a pass that is not done looks again: when a
-// failed removal is due to be written again, or at the next poll while the
-// rollout waits or progresses or something is wrong; 0 when all is done.
-func lookAgain(w *world, pl plan, problems []problem, now time.Time) time.Duration {
-	switch {
-	case w.waitsForState && !waitedLong(w.policy, now) && (w.retryIn == 0 || w.retryIn > statePoll):
-		return statePoll
-	case w.retryIn > 0 && w.retryIn < progressPoll:
-		return w.retryIn
-	case pl.waiting > 0 || pl.progressing > 0 || len(problems) > 0:
-		return progressPoll
-	}
-	return 0
+	now := r.Clock.Now()
+	newest := r.stateWaits.note(p.Name, w.stateWaits, now)
+	return ctrl.Result{RequeueAfter: lookAgain(w, pl, problems, newest, now)}, nil
 }
 
 // holdings does the pool writes of one pass, each before the status write
@@ -277,9 +248,9 @@ type world struct {
 	// full names, by node, the pools that had no address for it in this
 	// pass's allocation.
 	full map[string][]string
-	// waitsForState is set when a node waits for its first
+	// stateWaits are the nodes that wait for their first
 	// NodeNetworkState (NodeStateUnknown): looked at again soon.
-	waitsForState bool
+	stateWaits map[string]bool
 	// taken are the addresses this pass's allocations hold in flight, by
 	// pool: withdrawn when the status write that records them is refused.
 	taken map[string]takenFrom
@@ -304,7 +275,7 @@ func (r *Reconciler) observe(ctx context.Context, p *ippoolv1.PooledNodeNetworkC
 	w := &world{policy: p, deleting: !p.DeletionTimestamp.IsZero(), nodes: map[string]*corev1.Node{},
 		generated: map[string]*nmstatev1.NodeNetworkConfigurationPolicy{}, pools: map[string]*ippoolv1.NodeIPPool{},
 		enactments: map[string]*nncev1beta1.NodeNetworkConfigurationEnactment{}, resets: resets{pools: map[string][]string{}},
-		full: map[string][]string{}}
+		full: map[string][]string{}, stateWaits: map[string]bool{}}
 	w.captures, w.invalid = capture.ParsePolicy(p.Spec.Capture, p.Spec.DesiredState.Raw)
 	if w.invalid == nil {
 		w.plain, w.invalid = w.captures.Plain()
