@@ -88,14 +88,16 @@ func readNodes(ctx context.Context, k client.Client) (*nodes, error) {
 	if err := k.List(ctx, &states); err != nil {
 		return nil, fmt.Errorf("list NodeNetworkStates: %w", err)
 	}
-	// A state not written yet tells nothing, as for the controllers
-	// (lifecycle.Published): its node waits.
-	published := slices.DeleteFunc(states.Items, func(nns nncev1beta1.NodeNetworkState) bool { return !lifecycle.Published(&nns) })
+	// As for the controllers: every address any state shows is carried
+	// (no other node gets it), but only a node whose state is published
+	// (lifecycle.Published) can adopt; another waits.
 	n := &nodes{items: list.Items, carried: map[string]map[netip.Addr]string{}, static: map[string]map[netip.Addr]string{},
-		carriers: assign.CarriersOf(published)}
-	for _, nns := range published {
+		carriers: assign.CarriersOf(states.Items)}
+	for _, nns := range states.Items {
 		n.carried[nns.Name] = netstate.Carriers(nns.Status.CurrentState.Raw)
-		n.static[nns.Name] = netstate.StaticCarriers(nns.Status.CurrentState.Raw)
+		if lifecycle.Published(&nns) {
+			n.static[nns.Name] = netstate.StaticCarriers(nns.Status.CurrentState.Raw)
+		}
 	}
 	slices.SortFunc(n.items, func(a, b corev1.Node) int { return strings.Compare(a.Name, b.Name) })
 	return n, nil

@@ -80,6 +80,17 @@ func TestPlanAdoption(t *testing.T) {
 		Labels: map[string]string{"role": "worker"}}}); err != nil { // no state published yet
 		t.Fatal(err)
 	}
+	// node09's state object holds a state but was never published (no
+	// successful update): it waits, but no other node gets what it shows.
+	carrier(t, k, "node09", "worker", "10.62.0.10")
+	unpublished := &nncev1beta1.NodeNetworkState{}
+	if err := k.Get(context.Background(), client.ObjectKey{Name: "node09"}, unpublished); err != nil {
+		t.Fatal(err)
+	}
+	unpublished.Status.LastSuccessfulUpdateTime = metav1.Time{}
+	if err := k.Status().Update(context.Background(), unpublished); err != nil {
+		t.Fatal(err)
+	}
 	dhcp := &nncev1beta1.NodeNetworkState{}
 	if err := k.Get(context.Background(), client.ObjectKey{Name: "node07"}, dhcp); err != nil {
 		t.Fatal(err)
@@ -97,7 +108,7 @@ func TestPlanAdoption(t *testing.T) {
 	}
 	for _, want := range []string{
 		"NodeIPPool traffic: new, range",
-		"NodeNetworkConfigurationPolicy traffic-eth1: 7 node captures, 3 keep their address, 1 renumbered",
+		"NodeNetworkConfigurationPolicy traffic-eth1: 8 node captures, 3 keep their address, 1 renumbered",
 		"node01  addr     traffic  10.62.0.43 on eth1",
 		"keeps: adopted: it already carries 10.62.0.43 on eth1",
 		"10.62.0.46  keeps",
@@ -126,8 +137,8 @@ func TestPlanAdoption(t *testing.T) {
 	for _, np := range got.Policies[0].Nodes {
 		ips[np.Node] = np.Verdict + " " + np.IP
 	}
-	want := map[string]string{"node01": "keeps 10.62.0.43", "node02": "keeps 10.62.0.46", "node03": "renumbered 10.62.0.10",
-		"node04": "new 10.62.0.11", "node05": "keeps 10.62.0.48", "node07": "new 10.62.0.12", "node08": "waits "}
+	want := map[string]string{"node01": "keeps 10.62.0.43", "node02": "keeps 10.62.0.46", "node03": "renumbered 10.62.0.11",
+		"node04": "new 10.62.0.12", "node05": "keeps 10.62.0.48", "node07": "new 10.62.0.13", "node08": "waits ", "node09": "waits "}
 	if fmt.Sprint(ips) != fmt.Sprint(want) {
 		t.Errorf("planned %v, want %v", ips, want)
 	}
