@@ -35,6 +35,13 @@ func lookAgain(w *world, pl plan, problems []problem, newestWait, now time.Time)
 	return 0
 }
 
+// nextLook notes which nodes of the pass wait for their state, and says
+// how soon to look again (lookAgain).
+func (r *Reconciler) nextLook(w *world, pl plan, problems []problem) time.Duration {
+	now := r.Clock.Now()
+	return lookAgain(w, pl, problems, r.stateWaits.note(w.policy.Name, w.stateWaits, now), now)
+}
+
 // stateWaits remembers, by pooled policy and node, since when a node has
 // waited for its first NodeNetworkState. It is kept in memory: a
 // restarted controller starts every wait afresh, which only makes it look

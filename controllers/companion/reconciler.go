@@ -179,9 +179,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 	if deleting && len(next.Status.Nodes) == 0 && len(w.generated) == 0 {
 		return ctrl.Result{}, r.removeFinalizer(ctx, next)
 	}
-	now := r.Clock.Now()
-	newest := r.stateWaits.note(p.Name, w.stateWaits, now)
-	return ctrl.Result{RequeueAfter: lookAgain(w, pl, problems, newest, now)}, nil
+	return ctrl.Result{RequeueAfter: r.nextLook(w, pl, problems)}, nil
 }
 
 // holdings does the pool writes of one pass, each before the status write
