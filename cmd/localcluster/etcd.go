@@ -101,7 +101,7 @@ func cmdRestore(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	var withStatus bool
 	flags := func(fs *flag.FlagSet) {
 		fs.BoolVar(&withStatus, "with-status", false, "restore the objects' status too, as Velero's restoreStatus does "+
-			"(the pools' status without the enactments' renumbers the nodes: see docs/operations.md)")
+			"(the enactments are not in a backup: see docs/operations.md)")
 	}
 	return withCluster(args, "restore", stderr, flags, func(c *state.Cluster, names []string) error {
 		if c.Real != nil || c.Handler == state.HandlerUpstream {
@@ -119,10 +119,6 @@ func cmdRestore(ctx context.Context, args []string, stdout, stderr io.Writer) er
 		crds, err := controlplane.ReadCRDs(c)
 		if err != nil {
 			return fmt.Errorf("the CRDs to install again cannot be read, and nothing was changed: %w", err)
-		}
-		if withStatus {
-			fmt.Fprintln(stderr, "warning: restoring the pools' status without the enactments' gives every node a new address "+
-				"(docs/operations.md, Backups and restores)")
 		}
 		return restore(ctx, c, objects, crds, withStatus, stdout)
 	})

@@ -279,9 +279,11 @@ func (r *Reconciler) pass(ctx context.Context, pool *ippoolv1.NodeIPPool, alloc 
 	terminating := !pool.DeletionTimestamp.IsZero()
 	if !terminating {
 		// Waiting nodes first: serving them is what a rollout waits for.
-		if err := sv.serve(ctx, pool, v); err != nil {
+		again, err := sv.serve(ctx, pool, alloc, v)
+		if err != nil {
 			return ctrl.Result{}, err
 		}
+		result.RequeueAfter = soonest(result.RequeueAfter, again)
 	}
 	mw, err := mt.planMaintenance(ctx, pool, v, gcDue, holdsDue, m)
 	if err == nil {

@@ -10,6 +10,7 @@ import (
 	"github.com/nmstate/kubernetes-nmstate/api/shared"
 	nmstatev1 "github.com/nmstate/kubernetes-nmstate/api/v1"
 	"golang.org/x/sync/errgroup"
+	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
@@ -217,44 +218,57 @@ func (r server) requestersLabels(ctx context.Context, pool *ippoolv1.NodeIPPool,
 // written under the token as a handler would. A record refused because the
 // enactment changed withdraws its addresses. A pool that cannot serve them
 // all serves the oldest (and those with a reservation or a return); the
-// others wait and try again.
-func (r server) serve(ctx context.Context, pool *ippoolv1.NodeIPPool, v view) error {
+// others wait and try again. A node that carries an address the pool has
+// set and nobody records gets it back (unrecorded); serve returns how soon
+// to look again when such a node had to wait for that to be confirmed.
+func (r server) serve(ctx context.Context, pool *ippoolv1.NodeIPPool, alloc *ippool.Allocator, v view) (time.Duration, error) {
 	requests := r.busyRequests(ctx, pool, v.holdings.enactments)
 	if len(requests) == 0 {
-		return nil
+		return 0, nil
 	}
 	var served []*request
 	labels := r.requestersLabels(ctx, pool, requests)
 	carried, err := r.carriedFor(ctx, pool, requests, v.holdings.records)
 	if err != nil {
-		return err
+		return 0, err
 	}
+	back, err := r.unrecorded(ctx, pool, alloc, v, carried)
+	if err != nil {
+		return 0, err
+	}
+	var givenBack []string
+	var wait map[string]bool
 	notes := audit.Notes{}
 	ctx = audit.WithNotes(audit.WithReason(ctx, "Served", "its enactment asked the pool controller for it"), notes)
 	_, err = r.Pools.Update(ctx, pool.Name, func(p *ippoolv1.NodeIPPool, alloc *ippool.Allocator) (bool, error) {
-		served = served[:0]
+		served, givenBack, wait = served[:0], nil, nil
 		if poolstatus.Unservable(p) != "" {
 			return false, nil
 		}
 		since := metav1.NewTime(r.Clock.Now().Truncate(time.Second))
+		givenBack, wait = back.hold(p, alloc, carried, since)
 		chooser := assign.New(p, alloc)
 		defer chooser.Done()
 		for _, rq := range requests {
+			if wait[rq.enactment.Labels[shared.EnactmentNodeLabel]] {
+				continue // what it carries is confirmed again in the next pass
+			}
 			if !takeFor(p, chooser, rq, adoption(carried, claimant(rq.enactment, labels), rq), since) {
 				continue // served already, or a later request may have a reservation or a return
 			}
 			served = append(served, rq)
 		}
 		if len(served) == 0 {
-			return false, nil
+			return len(givenBack) > 0, nil // held for their nodes all the same
 		}
 		noteAdopted(notes, served)
 		r.Metrics.servedWrite(pool.Name)
 		return true, nil
 	}, poolwrite.Incarnation(pool.UID))
 	if err != nil {
-		return err
+		return 0, err
 	}
+	r.reportGivenBack(pool, givenBack)
 	meta := shared.NodeNetworkConfigurationEnactmentMetaInfo{Version: "0", TimeStamp: metav1.NewTime(r.Clock.Now().Truncate(time.Second))}
 	// The records are independent writes to different enactments.
 	var g errgroup.Group
@@ -265,7 +279,23 @@ func (r server) serve(ctx context.Context, pool *ippoolv1.NodeIPPool, v view) er
 	if len(served) > 0 {
 		ctrl.LoggerFrom(ctx).Info("allocated for waiting enactments in one pool write", "enactments", len(served), "waiting", len(requests))
 	}
-	return g.Wait()
+	var again time.Duration
+	if len(wait) > 0 {
+		again = conflictRequeue // the nodes that wait are served once what they carry is confirmed
+	}
+	return again, g.Wait()
+}
+
+// reportGivenBack raises the Event of the unrecorded addresses a serving
+// write held for the nodes that carry them.
+func (r server) reportGivenBack(pool *ippoolv1.NodeIPPool, givenBack []string) {
+	if len(givenBack) == 0 {
+		return
+	}
+	r.Recorder.Eventf(pool, nil, corev1.EventTypeWarning, ippoolv1.ReasonAddressQuarantined, "Serve",
+		"Held %s for the nodes that carry them (adopted by a capture that configures its interface): set in the pool's "+
+			"status but recorded by no holder (a record was lost, or an entry restored from a backup named a holder that is gone)",
+		listNames(givenBack, 10))
 }
 
 // recordServed writes the addresses of a served request into its

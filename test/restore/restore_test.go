@@ -94,11 +94,20 @@ func commands(t *testing.T) string {
 // without their status (Velero's default, or a GitOps tool re-creating
 // objects from their specs). No node is renumbered: each adopts the
 // address it carries. A node that joins gets an address no NIC carries,
-// and the pool agrees with its holders' records. (Restoring the pools'
-// status without the enactments' renumbers every node: the bitmap sets
-// their addresses and no record names a holder; see
-// docs/operations.md.)
-func TestRestoreWithoutStatus(t *testing.T) {
+// and the pool agrees with its holders' records.
+func TestRestoreWithoutStatus(t *testing.T) { restoreKeepsEveryNode(t) }
+
+// TestRestoreWithStatus: as TestRestoreWithoutStatus, with the pools'
+// status restored (Velero's restoreStatus) and no enactment: the bitmap
+// comes back with every node's address set and no record naming its
+// holder. Each node gets back the address it carries, not a new one.
+func TestRestoreWithStatus(t *testing.T) { restoreKeepsEveryNode(t, "--with-status") }
+
+// restoreKeepsEveryNode backs up and restores (localcluster restore with
+// flags) a fleet of three nodes served by one pool, and checks that no
+// node is renumbered and that a node that joins after is served around
+// them.
+func restoreKeepsEveryNode(t *testing.T, flags ...string) {
 	f, before := fleet(t)
 	ctx := t.Context()
 	// The range grows down before the backup: a node given an address
@@ -107,7 +116,7 @@ func TestRestoreWithoutStatus(t *testing.T) {
 	growDown(t, f, "10.78.0.2")
 	backup := filepath.Join(t.TempDir(), "backup.yaml")
 	f.Localcluster("backup", backup)
-	f.Localcluster("restore", backup)
+	f.Localcluster(append(append([]string{"restore"}, flags...), backup)...)
 	nodes := []string{"node01", "node02", "node03"}
 	f.Unchanged(ctx, "after the restore", before, nodes, nil)
 	f.Localcluster("node", "add", "node04")
