@@ -7,6 +7,9 @@
 #       the installs of deploy/, naming REGISTRY/handler:VERSION and
 #       REGISTRY/pool-controller:VERSION
 #   crds.yaml                 the CRDs alone (upgrade them first)
+#   crds-companion.yaml       the CRDs of companion mode alone: NodeIPPool and
+#                             PooledNodeNetworkConfigurationPolicy, never
+#                             kubernetes-nmstate's, which its operator owns
 #   nmstate-ippool-X.Y.Z.tgz  the Helm chart, version X.Y.Z, appVersion VERSION,
 #                             its images REGISTRY's
 #   images/*.tar              the images as tarballs, named as above: the pool
@@ -15,7 +18,10 @@
 #   plugin/                   the kubectl plugin's archives and krew manifest
 #   SHA256SUMS                the digest of every file above
 # The binaries report VERSION (--version, kubectl nodeippool version, the
-# nmstate_ippool_build_info metric).
+# nmstate_ippool_build_info metric). A release is made from committed
+# sources only: a tree with changes to tracked files is refused (set
+# RELEASE_ALLOW_DIRTY=1 to try a release out), so that VERSION names one
+# commit.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 kustomize=$1 helm=$2 version=$3 registry=$4 handler_base=$5 arch=$6 ldflags=$7
@@ -23,6 +29,15 @@ semver='^v(0|[1-9][0-9]*)\.(0|[1-9][0-9]*)\.(0|[1-9][0-9]*)(-[0-9A-Za-z.-]+)?$'
 if [[ ! $version =~ $semver ]]; then
 	echo "release: VERSION=$version: give a semantic version with a leading v, such as v0.2.0" >&2
 	exit 1
+fi
+if [[ ${RELEASE_ALLOW_DIRTY:-} != 1 ]] && git rev-parse --is-inside-work-tree >/dev/null 2>&1; then
+	changed=$(git status --porcelain --untracked-files=no)
+	if [[ -n $changed ]]; then
+		echo "release: the tree has uncommitted changes; commit or stash them, so that $version is one commit" \
+			"(RELEASE_ALLOW_DIRTY=1 to try a release out):" >&2
+		echo "$changed" >&2
+		exit 1
+	fi
 fi
 out=dist/release/$version
 rm -rf "$out"
@@ -49,6 +64,7 @@ for install in default companion self-allocate; do
 	hack/install-manifests.sh "$kustomize" "$install" "$registry" "$version" >"$out/install-$install.yaml"
 done
 "$kustomize" build deploy/crd >"$out/crds.yaml"
+"$kustomize" build deploy/crd-companion >"$out/crds-companion.yaml"
 
 echo "release $version: Helm chart"
 cp -r deploy/helm/nmstate-ippool "$work/chart"

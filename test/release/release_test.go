@@ -139,6 +139,25 @@ func TestCRDs(t *testing.T) {
 	}
 }
 
+// TestCompanionCRDs: crds-companion.yaml holds the CRDs of companion mode
+// and none of kubernetes-nmstate's, which its operator owns: applying it
+// to upgrade replaces nothing of the operator's.
+func TestCompanionCRDs(t *testing.T) {
+	d := release(t)
+	var got []string
+	for _, o := range decode(t, filepath.Join(d, "crds-companion.yaml")) {
+		if o.GetKind() != "CustomResourceDefinition" {
+			t.Errorf("crds-companion.yaml holds a %s", o.GetKind())
+		}
+		got = append(got, o.GetName())
+	}
+	slices.Sort(got)
+	want := []string{"nodeippools.nmstate.io", "poolednodenetworkconfigurationpolicies.nmstate.io"}
+	if !slices.Equal(got, want) {
+		t.Errorf("crds-companion.yaml holds %v, want %v", got, want)
+	}
+}
+
 // TestChart: the chart is of the release's version, and installs its
 // images by default.
 func TestChart(t *testing.T) {
