@@ -88,9 +88,14 @@ func readNodes(ctx context.Context, k client.Client) (*nodes, error) {
 	if err := k.List(ctx, &states); err != nil {
 		return nil, fmt.Errorf("list NodeNetworkStates: %w", err)
 	}
-	// As for the controllers: every address any state shows is carried
-	// (no other node gets it), but only a node whose state is published
-	// (lifecycle.Published) can adopt; another waits.
+	// As for the controllers: every address the state of an existing Node
+	// shows is carried (no other node gets it), but only a node whose
+	// state is published (lifecycle.Published) can adopt; another waits.
+	live := make(map[string]bool, len(list.Items))
+	for _, node := range list.Items {
+		live[node.Name] = true
+	}
+	states.Items = slices.DeleteFunc(states.Items, func(nns nncev1beta1.NodeNetworkState) bool { return !live[nns.Name] })
 	n := &nodes{items: list.Items, carried: map[string]map[netip.Addr]string{}, static: map[string]map[netip.Addr]string{},
 		carriers: assign.CarriersOf(states.Items)}
 	for _, nns := range states.Items {
@@ -152,6 +157,7 @@ func (s *snapshot) adoptionPlans(policies []nmstatev1.NodeNetworkConfigurationPo
 			holdStrays(p, alloc, n.carried)
 		}
 		choosers[name] = assign.New(p, alloc)
+		choosers[name].Avoid(n.carriers) // as the pool controller does
 		return choosers[name], nil
 	}
 	var out []policyPlan

@@ -152,7 +152,7 @@ func (r *Reconciler) take(ctx context.Context, w *world, next *ippoolv1.PooledNo
 	}
 	if len(unknown) > 0 {
 		for _, nd := range unknown {
-			w.stateWaits[nd.node] = true
+			w.waitingForState[nd.node] = true
 		}
 		problems = append(problems, problem{ippoolv1.ReasonNodeStateUnknown, fmt.Sprintf(
 			"%s published no NodeNetworkState yet: an address of NodeIPPool %s given now could replace one carried there; "+
@@ -196,13 +196,24 @@ func (r *Reconciler) takeFrom(ctx context.Context, w *world, next *ippoolv1.Pool
 	switch {
 	case len(t.full) > 0:
 		return t.got, []problem{{ippoolv1.ReasonIPPoolExhausted, fmt.Sprintf(
-			"NodeIPPool %s has no address left for %s (%d of %d allocated): they get one as soon as one is freed; grow the pool's range "+
+			"NodeIPPool %s has no address left for %s (%d of %d allocated%s): they get one as soon as one is freed; grow the pool's range "+
 				"(spec.range.end, or fewer excludes), or free addresses ('kubectl nodeippool show %s')",
-			pool.Name, nodesOf(t.full), pool.Status.Allocated, pool.Status.Size, pool.Name)}}, said, nil
+			pool.Name, nodesOf(t.full), pool.Status.Allocated, pool.Status.Size, t.whyMore(), pool.Name)}}, said, nil
 	case t.unavailable != "":
 		return t.got, []problem{{ippoolv1.ReasonIPPoolNotAvailable, t.unavailable}}, said, nil
 	}
 	return t.got, nil, said, nil
+}
+
+// whyMore says, after "n of m allocated", which free addresses the
+// chooser could not hand out (reserved for other nodes, carried by other
+// nodes' networks), or "".
+func (t *taking) whyMore() string {
+	more := strings.Trim(strings.TrimSpace(strings.TrimPrefix(t.fullWhy, ippool.ErrFull.Error())), "()")
+	if more == "" {
+		return ""
+	}
+	return "; " + more
 }
 
 // unknownState splits off the needs of the nodes whose state is not
@@ -226,8 +237,11 @@ func unknownState(needs []need, carried assign.Carrying) (known, unknown []need)
 
 // taking is what one pool write took.
 type taking struct {
-	got         map[need]netip.Addr
-	full        []need
+	got  map[need]netip.Addr
+	full []need
+	// fullWhy is the chooser's word on the last need it found no address
+	// for (it counts the free addresses other nodes' networks carry).
+	fullWhy     string
 	unavailable string
 	notes       assign.Notes
 }
@@ -242,6 +256,7 @@ func (r *Reconciler) takeIn(w *world, next *ippoolv1.PooledNodeNetworkConfigurat
 	changed := false
 	ch := assign.New(p, alloc)
 	defer ch.Done()
+	ch.Avoid(carried.Carriers)
 	since := metav1.NewTime(r.Clock.Now().Truncate(1e9))
 	for _, group := range byNode(needs) {
 		node := group[0].node
@@ -260,7 +275,7 @@ func (r *Reconciler) takeIn(w *world, next *ippoolv1.PooledNodeNetworkConfigurat
 		case errors.As(err, &refused):
 			t.unavailable = refused.Why // the cache said it could serve; a rebuild began meanwhile
 		case err != nil:
-			t.full = append(t.full, group...)
+			t.full, t.fullWhy = append(t.full, group...), err.Error()
 		}
 		for i, ip := range s.Resumed {
 			t.got[group[i]] = ip
@@ -326,7 +341,11 @@ func (r *Reconciler) carried(ctx context.Context, w *world, pool *ippoolv1.NodeI
 	for _, nd := range needs {
 		nodes = append(nodes, nd.node)
 	}
-	return lifecycle.ReadCarrying(ctx, r.APIReader, pool, nodes, records)
+	c, err := lifecycle.ReadCarrying(ctx, r.APIReader, pool, nodes, records)
+	if err != nil {
+		return c, err
+	}
+	return lifecycle.WithCarriers(ctx, r.APIReader, c)
 }
 
 // nodesOf names the nodes of needs, for messages.

@@ -14,7 +14,7 @@ import (
 func TestLookAgainWhileANodeWaitsForItsState(t *testing.T) {
 	now := time.Date(2026, 11, 29, 12, 0, 0, 0, time.UTC)
 	problems := []problem{{ippoolv1.ReasonNodeStateUnknown, "node n1 published no NodeNetworkState yet"}}
-	waits := &world{stateWaits: map[string]bool{"n1": true}}
+	waits := &world{waitingForState: map[string]bool{"n1": true}}
 	for _, tc := range []struct {
 		name    string
 		w       *world
@@ -44,32 +44,36 @@ func TestLookAgainWhileANodeWaitsForItsState(t *testing.T) {
 // own, from when it began, whatever the policy's conditions say: a node
 // that starts to wait in a policy that has waited long for another is
 // looked at soon, and a node served is forgotten (its wait starts afresh
-// if it waits again).
+// if it waits again), as is a policy deleted, or re-created under its
+// name.
 func TestStateWaitsTimeEachNode(t *testing.T) {
 	t0 := time.Date(2026, 11, 29, 12, 0, 0, 0, time.UTC)
 	var s stateWaits
-	if got := s.note("p", map[string]bool{"n1": true}, t0); !got.Equal(t0) {
+	if got := s.note("p", "u1", map[string]bool{"n1": true}, t0); !got.Equal(t0) {
 		t.Fatalf("n1's wait began %v, want %v", got, t0)
 	}
-	if got := s.note("p", map[string]bool{"n1": true}, t0.Add(2*time.Minute)); !got.Equal(t0) {
+	if got := s.note("p", "u1", map[string]bool{"n1": true}, t0.Add(2*time.Minute)); !got.Equal(t0) {
 		t.Errorf("a wait still going keeps its start: got %v, want %v", got, t0)
 	}
 	later := t0.Add(3 * time.Minute)
-	if got := s.note("p", map[string]bool{"n1": true, "n2": true}, later); !got.Equal(later) {
+	if got := s.note("p", "u1", map[string]bool{"n1": true, "n2": true}, later); !got.Equal(later) {
 		t.Errorf("a node that starts to wait sets the pace: got %v, want %v", got, later)
 	}
-	if got := s.note("other", map[string]bool{"n1": true}, later.Add(time.Minute)); !got.Equal(later.Add(time.Minute)) {
+	if got := s.note("other", "u2", map[string]bool{"n1": true}, later.Add(time.Minute)); !got.Equal(later.Add(time.Minute)) {
 		t.Errorf("another policy's wait is its own: got %v", got)
 	}
 	again := t0.Add(5 * time.Minute)
-	if got := s.note("p", map[string]bool{"n1": true}, again); !got.Equal(t0) {
+	if got := s.note("p", "u1", map[string]bool{"n1": true}, again); !got.Equal(t0) {
 		t.Errorf("n2 served: the newest wait is n1's, from %v; got %v", t0, got)
 	}
-	if got := s.note("p", nil, again); !got.IsZero() {
+	if got := s.note("p", "u1", nil, again); !got.IsZero() {
 		t.Errorf("no node waits: got %v, want zero", got)
 	}
-	if got := s.note("p", map[string]bool{"n1": true}, again.Add(time.Second)); !got.Equal(again.Add(time.Second)) {
+	if got := s.note("p", "u1", map[string]bool{"n1": true}, again.Add(time.Second)); !got.Equal(again.Add(time.Second)) {
 		t.Errorf("a node that waits again starts afresh: got %v", got)
+	}
+	if got := s.note("p", "u3", map[string]bool{"n1": true}, again.Add(time.Minute)); !got.Equal(again.Add(time.Minute)) {
+		t.Errorf("a policy re-created under the name starts afresh: got %v", got)
 	}
 	s.forget("p")
 	if _, found := s.since["p"]; found {

@@ -3,6 +3,8 @@ package companion
 import (
 	"sync"
 	"time"
+
+	"k8s.io/apimachinery/pkg/types"
 )
 
 // progressPoll is how often a pooled policy whose rollout is not done is
@@ -39,7 +41,7 @@ func lookAgain(w *world, pl plan, problems []problem, newestWait, now time.Time)
 // how soon to look again (lookAgain).
 func (r *Reconciler) nextLook(w *world, pl plan, problems []problem) time.Duration {
 	now := r.Clock.Now()
-	return lookAgain(w, pl, problems, r.stateWaits.note(w.policy.Name, w.stateWaits, now), now)
+	return lookAgain(w, pl, problems, r.stateWaits.note(w.policy.Name, w.policy.UID, w.waitingForState, now), now)
 }
 
 // stateWaits remembers, by pooled policy and node, since when a node has
@@ -48,21 +50,32 @@ func (r *Reconciler) nextLook(w *world, pl plan, problems []problem) time.Durati
 // again soon for another stateWait.
 type stateWaits struct {
 	mu    sync.Mutex
-	since map[string]map[string]time.Time
+	since map[string]policyWaits
+}
+
+// policyWaits are the waits of one incarnation of a pooled policy: when
+// each node began to wait.
+type policyWaits struct {
+	uid   types.UID
+	nodes map[string]time.Time
 }
 
 // note records that, as of now, exactly the nodes in waiting wait for
-// their state in policy (a node that no longer waits is forgotten, one
-// that starts waiting is stamped now), and returns since when the newest
-// of them has waited: zero when none waits.
-func (s *stateWaits) note(policy string, waiting map[string]bool, now time.Time) time.Time {
+// their state in policy, of uid (a node that no longer waits is
+// forgotten, one that starts waiting is stamped now, and a policy
+// re-created under the name starts afresh), and returns since when the
+// newest of them has waited: zero when none waits.
+func (s *stateWaits) note(policy string, uid types.UID, waiting map[string]bool, now time.Time) time.Time {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if len(waiting) == 0 {
 		delete(s.since, policy)
 		return time.Time{}
 	}
-	before := s.since[policy]
+	var before map[string]time.Time
+	if w, found := s.since[policy]; found && w.uid == uid {
+		before = w.nodes
+	}
 	kept := make(map[string]time.Time, len(waiting))
 	var newest time.Time
 	for node := range waiting {
@@ -76,9 +89,9 @@ func (s *stateWaits) note(policy string, waiting map[string]bool, now time.Time)
 		}
 	}
 	if s.since == nil {
-		s.since = map[string]map[string]time.Time{}
+		s.since = map[string]policyWaits{}
 	}
-	s.since[policy] = kept
+	s.since[policy] = policyWaits{uid: uid, nodes: kept}
 	return newest
 }
 

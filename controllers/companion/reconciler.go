@@ -246,9 +246,9 @@ type world struct {
 	// full names, by node, the pools that had no address for it in this
 	// pass's allocation.
 	full map[string][]string
-	// stateWaits are the nodes that wait for their first
+	// waitingForState are the nodes that wait for their first
 	// NodeNetworkState (NodeStateUnknown): looked at again soon.
-	stateWaits map[string]bool
+	waitingForState map[string]bool
 	// taken are the addresses this pass's allocations hold in flight, by
 	// pool: withdrawn when the status write that records them is refused.
 	taken map[string]takenFrom
@@ -273,7 +273,7 @@ func (r *Reconciler) observe(ctx context.Context, p *ippoolv1.PooledNodeNetworkC
 	w := &world{policy: p, deleting: !p.DeletionTimestamp.IsZero(), nodes: map[string]*corev1.Node{},
 		generated: map[string]*nmstatev1.NodeNetworkConfigurationPolicy{}, pools: map[string]*ippoolv1.NodeIPPool{},
 		enactments: map[string]*nncev1beta1.NodeNetworkConfigurationEnactment{}, resets: resets{pools: map[string][]string{}},
-		full: map[string][]string{}, stateWaits: map[string]bool{}}
+		full: map[string][]string{}, waitingForState: map[string]bool{}}
 	w.captures, w.invalid = capture.ParsePolicy(p.Spec.Capture, p.Spec.DesiredState.Raw)
 	if w.invalid == nil {
 		w.plain, w.invalid = w.captures.Plain()

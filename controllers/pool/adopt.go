@@ -2,13 +2,13 @@ package pool
 
 import (
 	"context"
-	"fmt"
 	"maps"
 	"net/netip"
 	"slices"
 
 	"github.com/nmstate/kubernetes-nmstate/api/shared"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	ippoolv1 "github.com/nmstate-ippool/nmstate-ippool/api/v1"
@@ -22,7 +22,8 @@ import (
 // carriedFor reads what the nodes carry whose requests ask for a capture
 // that has never had an address: a capture's first address may be one its
 // node already carries (adoption, read as for every kind by
-// lifecycle.ReadCarrying). A request the cached pool shows served already
+// lifecycle.ReadCarrying), and no address is handed to a node while
+// another node carries it (lifecycle.WithCarriers). A request the cached pool shows served already
 // is read too: its entry may be gone from the latest pool (its record
 // refused, its addresses withdrawn), and it is served again, adoption
 // included.
@@ -34,7 +35,11 @@ func (r server) carriedFor(ctx context.Context, pool *ippoolv1.NodeIPPool, reque
 			nodes = append(nodes, node)
 		}
 	}
-	return lifecycle.ReadCarrying(ctx, r.APIReader, pool, nodes, records)
+	c, err := lifecycle.ReadCarrying(ctx, r.APIReader, pool, nodes, records)
+	if err != nil {
+		return c, err
+	}
+	return lifecycle.WithCarriers(ctx, r.APIReader, c)
 }
 
 // first reports whether some capture the request asks for has never had
@@ -63,7 +68,7 @@ func adoption(c assign.Carrying, cl assign.Claimant, rq *request) assign.Claiman
 // givingBack is what unrecorded found: by address, the node that carries
 // it and may get it back; the owners every holder's record on the API
 // server names; and the resourceVersion of the pool read before those
-// records (the fence: see hold).
+// records (the fence: see giveBack).
 type givingBack struct {
 	nodes  map[netip.Addr]string
 	owners poolstatus.Owners
@@ -81,7 +86,7 @@ type givingBack struct {
 // after. What the cache shows is read again from the API server, the
 // pool first, then every holder's record.
 func (r server) unrecorded(ctx context.Context, pool *ippoolv1.NodeIPPool, alloc *ippool.Allocator, v view,
-	carried assign.Carrying) (givingBack, error) {
+	carried assign.Carrying) givingBack {
 	g := givingBack{nodes: map[netip.Addr]string{}}
 	for node, ips := range carried.ByNode {
 		for ip := range ips {
@@ -91,34 +96,40 @@ func (r server) unrecorded(ctx context.Context, pool *ippoolv1.NodeIPPool, alloc
 		}
 	}
 	if len(g.nodes) == 0 {
-		return givingBack{}, nil
+		return givingBack{}
 	}
 	var fresh ippoolv1.NodeIPPool
-	if err := r.APIReader.Get(ctx, client.ObjectKeyFromObject(pool), &fresh); err != nil {
-		return givingBack{}, fmt.Errorf("read NodeIPPool %s: %w", pool.Name, err)
+	err := r.APIReader.Get(ctx, client.ObjectKeyFromObject(pool), &fresh)
+	var hs holdings
+	if err == nil {
+		hs, err = r.holdingsFromAPI(ctx)
 	}
-	hs, err := r.holdingsFromAPI(ctx)
 	if err != nil {
-		return givingBack{}, err
+		// Without the fence, those nodes wait (giveBack); the others
+		// are served all the same.
+		ctrl.LoggerFrom(ctx).Error(err, "cannot confirm that the addresses some asking nodes carry are unrecorded; they wait",
+			"nodes", slices.Sorted(maps.Values(g.nodes)))
+		return g
 	}
 	g.owners, g.fence = poolstatus.Holders(pool.Name, alloc.Range(), hs.records), fresh.ResourceVersion
-	return g, nil
+	return g
 }
 
-// hold quarantines in p, a pool being written, each address of g still
-// unrecorded there for the node that carries it (the chooser adopts such
-// an address for that node only), and returns them described. Every
+// giveBack quarantines in p, a pool being written, each address of g
+// still unrecorded there for the node that carries it (the chooser adopts
+// such an address for that node only), and returns them described. Every
 // writer adds an address's in-flight entry before its holder records it,
 // and prunes the entry after, each in a pool write: if p is the pool read
 // before the records were, nothing was taken or recorded since unseen.
-// If p has changed since, hold holds nothing and returns the nodes that
-// must wait for the next pass instead of being served a new address.
-func (g givingBack) hold(p *ippoolv1.NodeIPPool, alloc *ippool.Allocator, carried assign.Carrying,
+// If p has changed since (or the records could not be read), giveBack
+// quarantines nothing and returns the nodes that must wait for the next
+// pass instead of being served a new address.
+func (g givingBack) giveBack(p *ippoolv1.NodeIPPool, alloc *ippool.Allocator, carried assign.Carrying,
 	now metav1.Time) (held []string, wait map[string]bool) {
 	if len(g.nodes) == 0 {
 		return nil, nil
 	}
-	if p.ResourceVersion != g.fence {
+	if g.fence == "" || p.ResourceVersion != g.fence {
 		wait = map[string]bool{}
 		for _, node := range g.nodes {
 			wait[node] = true

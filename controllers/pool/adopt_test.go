@@ -195,22 +195,27 @@ func TestDeletedPoolLeavesStrays(t *testing.T) {
 // that no holder records (a record lost, or an entry restored from a
 // backup whose holder is gone) and that nodes carry. A node that alone
 // carries one, served long before garbage collection would find it, gets
-// it back, not a new one; an address two nodes carry goes to neither.
+// it back, not a new one; an address two nodes carry goes to neither. And
+// a free address that a node the policy does not select carries (its
+// state published after the pool's rebuild) goes to no node asking for a
+// new one: it is the lowest free address.
 func TestUnrecordedCarriedAddressGoesBack(t *testing.T) {
 	RegisterTestingT(t)
 	pc, err := env.StartPoolController(time.Hour, nil) // collection would not find them in time
 	Expect(err).NotTo(HaveOccurred())
 	t.Cleanup(func() { _ = pc.Stop() })
-	const name, alone, twice = "unrecorded", "10.97.0.30", "10.97.0.31"
+	const name, alone, twice, lowest = "unrecorded", "10.97.0.30", "10.97.0.31", "10.97.0.10"
 	createPool(t, name, ippoolv1.IPRange{CIDR: "10.97.0.0/24", Start: "10.97.0.10", End: "10.97.0.50"})
 	Eventually(available(name)).Should(HavePrefix("True"))
 	writeBits(name, alone, twice) // after the pool's rebuild, which would have found them
 	dir := t.TempDir()
 	nodes := []*envtest.Node{carryingNode(t, dir, name+"-01", name, alone, false),
 		carryingNode(t, dir, name+"-02", name, twice, false), carryingNode(t, dir, name+"-03", name, twice, false)}
+	other := carryingNode(t, dir, name+"-04", name+"-other", lowest, false)
 	for i, ip := range []string{alone, twice, twice} {
 		Eventually(func() bool { return strings.Contains(nodeStateOf(nodes[i].Name), ip) }).Should(BeTrue())
 	}
+	Eventually(func() bool { return strings.Contains(nodeStateOf(other.Name), lowest) }).Should(BeTrue())
 	nics := envtest.SampleNICs(t, nodes[0])
 	nics.MustKeep(nodes[0].Name, netip.MustParseAddr(alone))
 
@@ -221,6 +226,7 @@ func TestUnrecordedCarriedAddressGoesBack(t *testing.T) {
 	Expect(held(nodes[0].Name+"."+name, name)).To(Equal([]string{alone}), "the address the node carries, not a new one")
 	for _, nd := range nodes[1:] {
 		Expect(held(nd.Name+"."+name, name)).NotTo(ContainElement(twice), "%s: another node carries it too", nd.Name)
+		Expect(held(nd.Name+"."+name, name)).NotTo(ContainElement(lowest), "%s: node %s carries it", nd.Name, other.Name)
 	}
 	Eventually(events("NodeIPPool", name)).Should(ContainElement(HavePrefix("AddressQuarantined: Held " + alone + " on node " + nodes[0].Name + " for")))
 	Expect(poolStatus(name).Quarantined).To(BeEmpty(), "adopted at once, and nothing held for the others")

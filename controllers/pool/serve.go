@@ -3,6 +3,7 @@ package pool
 import (
 	"cmp"
 	"context"
+	"errors"
 	"slices"
 	"strings"
 	"time"
@@ -163,14 +164,19 @@ func pendingSince(e *nncev1beta1.NodeNetworkConfigurationEnactment) metav1.Time 
 // (assign.Resumable), was served by an earlier pass or another writer
 // whose record the cache has not shown yet (or which failed): it is not
 // served again, and the entries are pruned once recorded, or revoked.
-func takeFor(pool *ippoolv1.NodeIPPool, c *assign.Chooser, rq *request, claimant assign.Claimant, since metav1.Time) bool {
+// It returns the chooser's error when the pool has no address left for
+// the request.
+func takeFor(pool *ippoolv1.NodeIPPool, c *assign.Chooser, rq *request, claimant assign.Claimant, since metav1.Time) (bool, error) {
 	captures := make([]string, len(rq.refs))
 	for i, ref := range rq.refs {
 		captures[i] = ref.Capture
 	}
 	s, err := c.Serve(assign.Ask{Claimant: claimant, Captures: captures, Token: rq.enactment.ResourceVersion}, since)
+	if errors.Is(err, ippool.ErrFull) {
+		return false, err
+	}
 	if err != nil || len(s.Resumed) > 0 {
-		return false
+		return false, nil
 	}
 	taken := s.Taken
 	rng := c.Range()
@@ -179,7 +185,7 @@ func takeFor(pool *ippoolv1.NodeIPPool, c *assign.Chooser, rq *request, claimant
 		rq.notes.Add(t, captures[i])
 		rq.addresses = append(rq.addresses, poolstatus.Address(pool, rng, t.IP))
 	}
-	return true
+	return true, nil
 }
 
 // claimant describes a request's enactment to the chooser, with its
@@ -232,31 +238,31 @@ func (r server) serve(ctx context.Context, pool *ippoolv1.NodeIPPool, alloc *ipp
 	if err != nil {
 		return 0, err
 	}
-	back, err := r.unrecorded(ctx, pool, alloc, v, carried)
-	if err != nil {
-		return 0, err
-	}
+	back := r.unrecorded(ctx, pool, alloc, v, carried)
 	var givenBack []string
 	var wait map[string]bool
+	var full map[*request]error
 	notes := audit.Notes{}
 	ctx = audit.WithNotes(audit.WithReason(ctx, "Served", "its enactment asked the pool controller for it"), notes)
 	_, err = r.Pools.Update(ctx, pool.Name, func(p *ippoolv1.NodeIPPool, alloc *ippool.Allocator) (bool, error) {
-		served, givenBack, wait = served[:0], nil, nil
+		served, givenBack, wait, full = served[:0], nil, nil, map[*request]error{}
 		if poolstatus.Unservable(p) != "" {
 			return false, nil
 		}
 		since := metav1.NewTime(r.Clock.Now().Truncate(time.Second))
-		givenBack, wait = back.hold(p, alloc, carried, since)
+		givenBack, wait = back.giveBack(p, alloc, carried, since)
 		chooser := assign.New(p, alloc)
 		defer chooser.Done()
+		chooser.Avoid(carried.Carriers)
 		for _, rq := range requests {
 			if wait[rq.enactment.Labels[shared.EnactmentNodeLabel]] {
 				continue // what it carries is confirmed again in the next pass
 			}
-			if !takeFor(p, chooser, rq, adoption(carried, claimant(rq.enactment, labels), rq), since) {
-				continue // served already, or a later request may have a reservation or a return
-			}
-			served = append(served, rq)
+			if took, err := takeFor(p, chooser, rq, adoption(carried, claimant(rq.enactment, labels), rq), since); took {
+				served = append(served, rq)
+			} else if err != nil {
+				full[rq] = err
+			} // else served already, or a later request may have a reservation or a return
 		}
 		if len(served) == 0 {
 			return len(givenBack) > 0, nil // held for their nodes all the same
@@ -269,21 +275,47 @@ func (r server) serve(ctx context.Context, pool *ippoolv1.NodeIPPool, alloc *ipp
 		return 0, err
 	}
 	r.reportGivenBack(pool, givenBack)
-	meta := shared.NodeNetworkConfigurationEnactmentMetaInfo{Version: "0", TimeStamp: metav1.NewTime(r.Clock.Now().Truncate(time.Second))}
-	// The records are independent writes to different enactments.
-	var g errgroup.Group
-	g.SetLimit(parallelRecords)
-	for _, rq := range served {
-		g.Go(func() error { return r.recordServed(ctx, pool, rq, meta) })
-	}
+	r.reportFull(pool, full)
 	if len(served) > 0 {
 		ctrl.LoggerFrom(ctx).Info("allocated for waiting enactments in one pool write", "enactments", len(served), "waiting", len(requests))
 	}
 	var again time.Duration
 	if len(wait) > 0 {
-		again = conflictRequeue // the nodes that wait are served once what they carry is confirmed
+		again = confirmAgain // the nodes that wait are served once what they carry is confirmed
 	}
-	return again, g.Wait()
+	return again, r.recordAll(ctx, pool, served)
+}
+
+// recordAll writes the records of the served requests, several at a time:
+// they are independent writes to different enactments.
+func (r server) recordAll(ctx context.Context, pool *ippoolv1.NodeIPPool, served []*request) error {
+	meta := shared.NodeNetworkConfigurationEnactmentMetaInfo{Version: "0", TimeStamp: metav1.NewTime(r.Clock.Now().Truncate(time.Second))}
+	var g errgroup.Group
+	g.SetLimit(parallelRecords)
+	for _, rq := range served {
+		g.Go(func() error { return r.recordServed(ctx, pool, rq, meta) })
+	}
+	return g.Wait()
+}
+
+// confirmAgain is how soon a pass looks again when nodes wait for the
+// addresses they carry to be confirmed unrecorded (givingBack): the pool
+// was written meanwhile, and the holders are listed again. Garbage
+// collection holds such an address for its node after its grace period
+// in any case.
+const confirmAgain = time.Second
+
+// reportFull tells each enactment the pool had no address left for, with
+// the chooser's reason: its handler judged the pool to have one (free
+// addresses that other nodes' networks carry count as free to it), and
+// asked.
+func (r server) reportFull(pool *ippoolv1.NodeIPPool, full map[*request]error) {
+	for rq, err := range full {
+		r.Recorder.Eventf(rq.enactment, pool, corev1.EventTypeWarning, ippoolv1.ReasonExhaustedIPPool, "Serve",
+			"NodeIPPool %s has no address left for it: %v; grow the pool's range (spec.range.end, or fewer excludes), "+
+				"or free addresses ('kubectl nodeippool check %s' notes the addresses nodes carry that no record holds)",
+			pool.Name, err, pool.Name)
+	}
 }
 
 // reportGivenBack raises the Event of the unrecorded addresses a serving

@@ -75,6 +75,9 @@ func (c *Chooser) adopt(cl Claimant, captureName string) (Taken, bool) {
 			entry := *q
 			t.stray = &entry
 			poolstatus.RemoveQuarantine(c.pool, q.IP)
+		} else if nodes, avoided := c.avoided[off]; avoided {
+			t.avoided = nodes // allocated by Avoid already
+			delete(c.avoided, off)
 		} else if c.alloc.Allocate(off) != nil {
 			continue
 		}
@@ -128,7 +131,7 @@ func (c *Chooser) refusal(cl Claimant, ip netip.Addr, off uint64, err error) str
 		}
 		return fmt.Sprintf("node %s carries it too", q.Node)
 	}
-	if c.alloc.Has(off) {
+	if _, avoided := c.avoided[off]; c.alloc.Has(off) && !avoided {
 		return "another holder has it"
 	}
 	if cl.CarriedElsewhere == nil {

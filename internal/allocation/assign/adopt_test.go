@@ -1,6 +1,7 @@
 package assign
 
 import (
+	"errors"
 	"net/netip"
 	"reflect"
 	"slices"
@@ -182,5 +183,61 @@ func TestGiveUndoesAdoption(t *testing.T) {
 	}
 	if !strings.Contains(AdoptedMessage("p", []string{"10.1.0.15 on eth1"}), "adopted 10.1.0.15 on eth1: the node already carried it") {
 		t.Errorf("AdoptedMessage: %s", AdoptedMessage("p", []string{"10.1.0.15 on eth1"}))
+	}
+}
+
+// TestAvoidCarriedAddresses: a free address some node's network carries,
+// which no record holds, goes to no other claimant: the lowest free
+// address passes it by, and only its carrier adopts it; one two nodes
+// carry goes to neither. Given back, an adopted one is avoided again, and
+// Done frees what was avoided. A pool with only such addresses left is
+// full, and says why.
+func TestAvoidCarriedAddresses(t *testing.T) {
+	p := &ippoolv1.NodeIPPool{Spec: ippoolv1.NodeIPPoolSpec{Range: ippoolv1.IPRange{CIDR: "10.2.0.0/24", Start: "10.2.0.10", End: "10.2.0.14"}}}
+	rng, err := poolstatus.Range(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	alloc := ippool.NewAllocator(rng)
+	carriers := map[netip.Addr][]string{mustAddr("10.2.0.10"): {"node01"}, mustAddr("10.2.0.11"): {"node02", "node03"},
+		mustAddr("10.9.0.1"): {"node04"}} // outside the range: nothing to avoid
+	elsewhere := func(node string) map[string]string {
+		out := map[string]string{}
+		for ip, nodes := range carriers {
+			for _, n := range nodes {
+				if n != node {
+					out[ip.String()] = n
+				}
+			}
+		}
+		return out
+	}
+	c := New(p, alloc)
+	c.Avoid(carriers)
+	fresh, err := c.Take(carrying("node05", elsewhere("node05")), "addr")
+	if err != nil || fresh.IP.String() != "10.2.0.12" {
+		t.Fatalf("a node that carries nothing took %v (%v), want 10.2.0.12: .10 and .11 are on other nodes' networks", fresh.IP, err)
+	}
+	both, err := c.Take(carrying("node02", elsewhere("node02"), "10.2.0.11"), "addr")
+	if err != nil || both.IP.String() != "10.2.0.13" {
+		t.Errorf("node02, which carries .11 with node03, took %v (%v), want 10.2.0.13", both.IP, err)
+	}
+	own, err := c.Take(carrying("node01", elsewhere("node01"), "10.2.0.10"), "addr")
+	if err != nil || own.IP.String() != "10.2.0.10" {
+		t.Fatalf("node01 took %v (%v), want 10.2.0.10, the address it carries", own.IP, err)
+	}
+	c.Give(own)
+	if _, err := c.Take(carrying("node06", elsewhere("node06")), "addr"); err != nil {
+		t.Fatalf("node06 should get 10.2.0.14: %v", err)
+	}
+	_, err = c.Take(carrying("node07", elsewhere("node07")), "addr")
+	if !errors.Is(err, ippool.ErrFull) || !strings.Contains(err.Error(), "2 more are on other nodes' networks, recorded by no holder") {
+		t.Errorf("a pool with only carried addresses left: %v", err)
+	}
+	c.Done()
+	for _, ip := range []string{"10.2.0.10", "10.2.0.11"} {
+		if alloc.HasIP(mustAddr(ip)) {
+			t.Errorf("Done left %s allocated", ip)
+		}
 	}
 }

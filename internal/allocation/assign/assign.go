@@ -188,6 +188,9 @@ type Taken struct {
 	// and unrecorded), to restore on Give; nil when it was free.
 	adopted *Carried
 	stray   *ippoolv1.QuarantinedAddress
+	// avoided holds the carriers of an adopted address Avoid kept out of
+	// reach, to keep it so again on Give.
+	avoided []string
 	// notAdopted describes what the node carries that it could not keep.
 	notAdopted []string
 }
@@ -299,6 +302,10 @@ type Chooser struct {
 	// adopted are the offsets handed out by adoption in this write, to the
 	// node: its second capture does not report them as held.
 	adopted map[uint64]string
+	// avoided are the free offsets that nodes' networks carry (Avoid),
+	// with their carriers, which the chooser marked allocated so that
+	// AllocateNext passes them by: only their carrier adopts one.
+	avoided map[uint64][]string
 }
 
 // keptOffset is a free address kept for its holder's return.
@@ -310,7 +317,7 @@ type keptOffset struct {
 // New returns a Chooser over pool (a fresh copy the caller writes) and its
 // allocator. Call Done before the allocator is written.
 func New(pool *ippoolv1.NodeIPPool, alloc *ippool.Allocator) *Chooser {
-	c := &Chooser{pool: pool, alloc: alloc, blocked: map[uint64]bool{}, adopted: map[uint64]string{}}
+	c := &Chooser{pool: pool, alloc: alloc, blocked: map[uint64]bool{}, adopted: map[uint64]string{}, avoided: map[uint64][]string{}}
 	c.reservations, _ = Reservations(pool, alloc.Range())
 	for _, r := range c.reservations {
 		if !alloc.Has(r.Offset) && alloc.Allocate(r.Offset) == nil {
@@ -335,8 +342,24 @@ func New(pool *ippoolv1.NodeIPPool, alloc *ippool.Allocator) *Chooser {
 // Range returns the range of the pool.
 func (c *Chooser) Range() *ippool.Range { return c.alloc.Range() }
 
-// Done gives the free reserved and kept addresses back to the allocator.
-// The Chooser must not be used after.
+// Avoid keeps the free addresses that carriers (CarriersOf: an address to
+// the nodes whose networks show it) shows carried out of every claimant's
+// reach but their carrier's, which may adopt one: a node's address that no
+// record holds (a state published after the pool's rebuild, as after a
+// restore; an address set by hand) is not handed to another node, which
+// would put it on two NICs. Call it before the first Take.
+func (c *Chooser) Avoid(carriers map[netip.Addr][]string) {
+	rng := c.alloc.Range()
+	for ip, nodes := range carriers {
+		off, err := rng.Assignable(ip)
+		if err == nil && !c.alloc.Has(off) && c.alloc.Allocate(off) == nil {
+			c.avoided[off] = nodes
+		}
+	}
+}
+
+// Done gives the free reserved, kept and avoided addresses back to the
+// allocator. The Chooser must not be used after.
 func (c *Chooser) Done() {
 	for off := range c.blocked {
 		_ = c.alloc.Release(off)
@@ -344,7 +367,10 @@ func (c *Chooser) Done() {
 	for _, k := range c.kept {
 		_ = c.alloc.Release(k.offset)
 	}
-	c.blocked, c.kept = nil, nil
+	for off := range c.avoided {
+		_ = c.alloc.Release(off)
+	}
+	c.blocked, c.kept, c.avoided = nil, nil, nil
 }
 
 // Take chooses and allocates an address for the capture of the claimant.
@@ -383,13 +409,27 @@ func (c *Chooser) Take(cl Claimant, captureName string) (Taken, error) {
 		return k, nil
 	}
 	if err != nil {
-		if len(c.blocked) > 0 {
-			return Taken{}, fmt.Errorf("%w (%d more are reserved for other nodes)", err, len(c.blocked))
-		}
-		return Taken{}, err
+		return Taken{}, c.fullError(err)
 	}
 	ip, _ := rng.IP(off)
 	return Taken{IP: ip, offset: off, notAdopted: t.notAdopted}, nil
+}
+
+// fullError says, with err (ippool.ErrFull), which free addresses the
+// claimant could not have: those reserved for other nodes, and those
+// other nodes' networks carry.
+func (c *Chooser) fullError(err error) error {
+	var more []string
+	if len(c.blocked) > 0 {
+		more = append(more, fmt.Sprintf("%d more are reserved for other nodes", len(c.blocked)))
+	}
+	if len(c.avoided) > 0 {
+		more = append(more, fmt.Sprintf("%d more are on other nodes' networks, recorded by no holder", len(c.avoided)))
+	}
+	if len(more) == 0 {
+		return err
+	}
+	return fmt.Errorf("%w (%s)", err, strings.Join(more, "; "))
 }
 
 // InFlight returns the in-flight entry of t, taken for enactment under
@@ -411,9 +451,12 @@ func (c *Chooser) Give(t Taken) {
 		c.kept = slices.Insert(c.kept, i, k)
 	case t.adopted != nil:
 		delete(c.adopted, t.offset)
-		if t.stray != nil {
+		switch {
+		case t.stray != nil:
 			poolstatus.AddQuarantine(c.pool, *t.stray)
-		} else {
+		case t.avoided != nil:
+			c.avoided[t.offset] = t.avoided
+		default:
 			_ = c.alloc.Release(t.offset)
 		}
 	case t.reserved:

@@ -7,7 +7,9 @@ import (
 	"slices"
 
 	"golang.org/x/sync/errgroup"
+	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -63,7 +65,7 @@ func ReadCarrying(ctx context.Context, reader client.Reader, pool *ippoolv1.Node
 	} else if c.ByNode, err = statesOf(ctx, reader, nodes); err != nil {
 		return c, err
 	}
-	if carriesInRange(c.ByNode, rng) {
+	if all != nil || carriesInRange(c.ByNode, rng) {
 		if all == nil {
 			if all, err = listStates(ctx, reader); err != nil {
 				return c, err
@@ -75,6 +77,43 @@ func ReadCarrying(ctx context.Context, reader client.Reader, pool *ippoolv1.Node
 		if _, ok := c.ByNode[rec.Node]; ok {
 			c.Hold(rec.Node, rec.Pools)
 		}
+	}
+	return c, nil
+}
+
+// WithCarriers completes c with the carriers of every address the state
+// of a Node that exists shows (listed from the API server when
+// ReadCarrying left them out because no asking node carries an address
+// of the range): a writer that hands out new addresses keeps those other
+// nodes carry out of reach (assign.Chooser.Avoid). The state of a Node
+// that is gone counts for nothing: it outlives its Node only until it is
+// collected, and an address the Node's machine may still carry is held
+// by the departure rules, not by its state; counted, it would keep the
+// address from every node for good where nothing collects it.
+func WithCarriers(ctx context.Context, reader client.Reader, c assign.Carrying) (assign.Carrying, error) {
+	var nodes metav1.PartialObjectMetadataList
+	nodes.SetGroupVersionKind(corev1.SchemeGroupVersion.WithKind("NodeList"))
+	if err := reader.List(ctx, &nodes); err != nil {
+		return c, fmt.Errorf("list Nodes, for the addresses their networks carry: %w", err)
+	}
+	live := make(map[string]bool, len(nodes.Items))
+	for _, n := range nodes.Items {
+		live[n.Name] = true
+	}
+	if c.Carriers == nil {
+		all, err := listStates(ctx, reader)
+		if err != nil {
+			return c, err
+		}
+		c.Carriers = assign.CarriersOf(all)
+	}
+	for ip, carriers := range c.Carriers {
+		carriers = slices.DeleteFunc(slices.Clone(carriers), func(node string) bool { return !live[node] })
+		if len(carriers) == 0 {
+			delete(c.Carriers, ip)
+			continue
+		}
+		c.Carriers[ip] = carriers
 	}
 	return c, nil
 }

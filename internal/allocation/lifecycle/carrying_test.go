@@ -9,10 +9,12 @@ import (
 	"time"
 
 	. "github.com/onsi/gomega"
+	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	ippoolv1 "github.com/nmstate-ippool/nmstate-ippool/api/v1"
 	nncev1beta1 "github.com/nmstate-ippool/nmstate-ippool/api/v1beta1"
+	"github.com/nmstate-ippool/nmstate-ippool/internal/allocation/assign"
 	"github.com/nmstate-ippool/nmstate-ippool/internal/allocation/lifecycle"
 	"github.com/nmstate-ippool/nmstate-ippool/test/envtest"
 )
@@ -45,5 +47,35 @@ func TestReadCarryingNeedsAPublishedState(t *testing.T) {
 		Expect(slices.Sorted(maps.Keys(c.ByNode))).To(Equal([]string{"rc-1"}), name)
 		Expect(c.ByNode["rc-1"]).To(HaveKeyWithValue(netip.MustParseAddr("10.93.0.20"), "eth1"), name)
 		Expect(c.Carriers[netip.MustParseAddr("10.93.0.20")]).To(Equal([]string{"rc-1"}), name)
+	}
+}
+
+// TestWithCarriersCountsLiveNodes: the carriers a writer avoids are those
+// the states of existing Nodes show, whether ReadCarrying listed them or
+// not; the state a deleted Node left behind (nothing collects it here)
+// keeps nothing from anyone.
+func TestWithCarriersCountsLiveNodes(t *testing.T) {
+	RegisterTestingT(t)
+	state := func(ip string) string {
+		return `{"interfaces":[{"name":"eth1","ipv4":{"enabled":true,"address":[{"ip":"` + ip + `","prefix-length":24}]}}]}`
+	}
+	live := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "wc-live"}}
+	Expect(k.Create(ctx, live)).To(Succeed())
+	Expect(envtest.PublishState(ctx, k, "wc-live", state("10.94.0.20"), time.Now())).To(Succeed())
+	Expect(envtest.PublishState(ctx, k, "wc-gone", state("10.94.0.21"), time.Now())).To(Succeed())
+	t.Cleanup(func() {
+		_ = k.Delete(ctx, live)
+		for _, n := range []string{"wc-live", "wc-gone"} {
+			_ = k.Delete(ctx, &nncev1beta1.NodeNetworkState{ObjectMeta: metav1.ObjectMeta{Name: n}})
+		}
+	})
+	for name, c := range map[string]assign.Carrying{
+		"not listed": {},
+		"listed":     {Carriers: map[netip.Addr][]string{netip.MustParseAddr("10.94.0.21"): {"wc-gone"}, netip.MustParseAddr("10.94.0.20"): {"wc-live"}}},
+	} {
+		got, err := lifecycle.WithCarriers(ctx, k, c)
+		Expect(err).NotTo(HaveOccurred(), name)
+		Expect(got.Carriers).To(HaveKeyWithValue(netip.MustParseAddr("10.94.0.20"), []string{"wc-live"}), name)
+		Expect(got.Carriers).NotTo(HaveKey(netip.MustParseAddr("10.94.0.21")), name)
 	}
 }
