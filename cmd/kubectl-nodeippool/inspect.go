@@ -253,15 +253,19 @@ func (in *inspected) problems() []string {
 	return out
 }
 
-// poolCheck is the result of check for one pool.
+// poolCheck is the result of check for one pool: its problems, and notes
+// on what the nodes carry of its range that no record holds (what becomes
+// of each), which are not problems.
 type poolCheck struct {
 	Pool     string   `json:"pool"`
 	Problems []string `json:"problems"`
+	Notes    []string `json:"notes,omitempty"`
 }
 
-// checkAll checks every pool, and the holders that record addresses of
-// pools that do not exist.
-func checkAll(pools []ippoolv1.NodeIPPool, records []holder.Record) []poolCheck {
+// checkAll checks every pool, against its holders' records and what the
+// nodes' networks carry, and the holders that record addresses of pools
+// that do not exist.
+func checkAll(pools []ippoolv1.NodeIPPool, records []holder.Record, nets networks) []poolCheck {
 	var out []poolCheck
 	known := map[string]bool{}
 	for i := range pools {
@@ -273,6 +277,8 @@ func checkAll(pools []ippoolv1.NodeIPPool, records []holder.Record) []poolCheck 
 			c.Problems = append(c.Problems, err.Error())
 		} else {
 			c.Problems = append(c.Problems, in.problems()...)
+			problems, notes := onNetworks(p, in.alloc, records, nets)
+			c.Problems, c.Notes = append(c.Problems, problems...), notes
 		}
 		out = append(out, c)
 	}

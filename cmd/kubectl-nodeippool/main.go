@@ -5,7 +5,7 @@
 //	kubectl nodeippool list                    pools, their ranges, use and condition
 //	kubectl nodeippool show POOL               every allocated offset → IP → node, interface, policy, capture
 //	kubectl nodeippool decode POOL OFFSET|IP   an offset or an address, both ways
-//	kubectl nodeippool check [POOL...]         exit 1 if a pool's status and its holders' records (enactments, pooled policies, Cluster API claims) disagree, listing how
+//	kubectl nodeippool check [POOL...]         exit 1 if a pool's status and its holders' records (enactments, pooled policies, Cluster API claims) disagree, or an address is on two nodes' networks, listing how
 //	kubectl nodeippool plan -f FILE            who would keep, move or lose an address under a proposed pool or pooled policy
 //	kubectl nodeippool history IP              what happened to an address lately, from the audit trail's Events (they last an hour by default)
 //	kubectl nodeippool explain --cidr ...      a range's offsets, offline
@@ -50,7 +50,10 @@ list shows the pools; show, every allocated or recorded address of a pool
 with its offset, state and holders (node, interface, policy, capture);
 decode turns an offset into an address or back; check exits 1 when a
 pool's status and its holders' records (enactments, pooled policies,
-Cluster API claims) disagree, listing every mismatch; plan
+Cluster API claims) disagree, or when the nodes' NodeNetworkStates show an
+address of a pool on two nodes (or on one node while a record holds it for
+another), listing every mismatch, and notes each address a node carries
+that no record holds, with what becomes of it; plan
 reads proposed NodeIPPools and pooled policies from FILE (- for standard
 input) and shows, for each pool, which nodes would keep, move or lose their
 address, at which offsets, and whether kubectl apply may change the pool in
@@ -124,7 +127,7 @@ func runCluster(cmd string, args []string, stdout, stderr io.Writer) error {
 	if err := flags.check(); err != nil {
 		return err
 	}
-	st, err := flags.read()
+	st, err := flags.read(cmd == "check")
 	if err != nil {
 		return err
 	}
@@ -168,12 +171,19 @@ func (f *clusterFlags) check() error {
 }
 
 // read connects to the cluster and reads every pool and enactment.
-func (f *clusterFlags) read() (*snapshot, error) {
+// read reads the snapshot, with the nodes' networks when withNetworks.
+func (f *clusterFlags) read(withNetworks bool) (*snapshot, error) {
 	k, err := connect(f.kubeconfig, f.context)
 	if err != nil {
 		return nil, err
 	}
-	return read(context.Background(), k)
+	ctx := context.Background()
+	s, err := read(ctx, k)
+	if err != nil || !withNetworks {
+		return s, err
+	}
+	s.networks, err = readNetworks(ctx, k)
+	return s, err
 }
 
 // connect builds a client the way kubectl finds its cluster.
@@ -198,6 +208,8 @@ type snapshot struct {
 	pools []ippoolv1.NodeIPPool
 	// records are every holder's, of every kind.
 	records []holder.Record
+	// networks are what the nodes carry; read for check only.
+	networks networks
 }
 
 func read(ctx context.Context, k client.Client) (*snapshot, error) {
@@ -252,7 +264,7 @@ func (s *snapshot) decode(p printer, name, arg string) error {
 // check prints every pool's problems (of the named pools, if any) and
 // returns errMismatch if there are some.
 func (s *snapshot) check(p printer, names []string) error {
-	checks := checkAll(s.pools, s.records)
+	checks := checkAll(s.pools, s.records, s.networks)
 	if len(names) > 0 {
 		var kept []poolCheck
 		for _, name := range names {

@@ -168,6 +168,9 @@ func (p printer) checks(checks []poolCheck) error {
 	}
 	bad := 0
 	for _, c := range checks {
+		for _, note := range c.Notes {
+			fmt.Fprintf(p.w, "NOTE      %s: %s\n", c.Pool, note)
+		}
 		if len(c.Problems) == 0 {
 			fmt.Fprintf(p.w, "ok        %s\n", c.Pool)
 			continue
@@ -178,7 +181,7 @@ func (p printer) checks(checks []poolCheck) error {
 		}
 	}
 	if bad > 0 {
-		_, err := fmt.Fprintf(p.w, "%d of %d pools disagree with their holders' records\n", bad, len(checks))
+		_, err := fmt.Fprintf(p.w, "%d of %d pools disagree with their holders' records or the nodes' networks\n", bad, len(checks))
 		return err
 	}
 	_, err := fmt.Fprintf(p.w, "all %d pools agree with their holders' records\n", len(checks))
