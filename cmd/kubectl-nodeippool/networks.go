@@ -78,9 +78,12 @@ func onNetworks(p *ippoolv1.NodeIPPool, alloc *ippool.Allocator, records []holde
 	for _, ip := range slices.SortedFunc(maps.Keys(carriers), netip.Addr.Compare) {
 		nodes := carriers[ip]
 		if len(nodes) > 1 {
-			problems = append(problems, fmt.Sprintf("%s is on the networks of nodes %s: one address on two NICs; "+
-				"reset the records of all but the node that keeps it (annotation %s=%s)", ip, strings.Join(nodes, ", "),
-				ippoolv1.ResetIPPoolAnnotation, p.Name))
+			fix := fmt.Sprintf("reset the records of all but the node that keeps it (annotation %s=%s)", ippoolv1.ResetIPPoolAnnotation, p.Name)
+			if !recordedAnywhere(p.Name, ip, records) {
+				fix = "no record holds it: take it off all but one node, or exclude it from the range (spec.range.exclude)"
+			}
+			problems = append(problems, fmt.Sprintf("%s is on the networks of nodes %s: one address on two NICs; %s",
+				ip, strings.Join(nodes, ", "), fix))
 			continue
 		}
 		node := nodes[0]
@@ -97,6 +100,12 @@ func onNetworks(p *ippoolv1.NodeIPPool, alloc *ippool.Allocator, records []holde
 		}
 	}
 	return problems, notes
+}
+
+// recordedAnywhere reports whether a record of any holder holds ip of
+// pool.
+func recordedAnywhere(pool string, ip netip.Addr, records []holder.Record) bool {
+	return slices.ContainsFunc(records, func(rec holder.Record) bool { return slices.Contains(rec.Pools[pool].Held(), ip.String()) })
 }
 
 // recordersOf tells whether a record of node, or of no node (a claim's,
@@ -136,7 +145,8 @@ func unrecordedFate(p *ippoolv1.NodeIPPool, alloc *ippool.Allocator, ip netip.Ad
 		return ""
 	}
 	if k := poolstatus.KeptOf(p, s); k != nil {
-		return fmt.Sprintf("kept for the return of %s; node %s adopts it if asked first", k.HolderName(), node)
+		return fmt.Sprintf("kept for the return of %s, to which it goes back, or to another node once the pool is otherwise full; "+
+			"take it off node %s if it is not that holder's", k.HolderName(), node)
 	}
 	if alloc.HasIP(ip) {
 		return fmt.Sprintf("set in the pool; the pool controller holds it for node %s when it serves the node, "+

@@ -209,11 +209,10 @@ func (r *Reconciler) takeFrom(ctx context.Context, w *world, next *ippoolv1.Pool
 // chooser could not hand out (reserved for other nodes, carried by other
 // nodes' networks), or "".
 func (t *taking) whyMore() string {
-	more := strings.Trim(strings.TrimSpace(strings.TrimPrefix(t.fullWhy, ippool.ErrFull.Error())), "()")
-	if more == "" {
+	if t.fullWhy == nil || t.fullWhy.More() == "" {
 		return ""
 	}
-	return "; " + more
+	return "; " + t.fullWhy.More()
 }
 
 // unknownState splits off the needs of the nodes whose state is not
@@ -240,8 +239,8 @@ type taking struct {
 	got  map[need]netip.Addr
 	full []need
 	// fullWhy is the chooser's word on the last need it found no address
-	// for (it counts the free addresses other nodes' networks carry).
-	fullWhy     string
+	// for: the free addresses it could not have.
+	fullWhy     *assign.FullError
 	unavailable string
 	notes       assign.Notes
 }
@@ -275,7 +274,8 @@ func (r *Reconciler) takeIn(w *world, next *ippoolv1.PooledNodeNetworkConfigurat
 		case errors.As(err, &refused):
 			t.unavailable = refused.Why // the cache said it could serve; a rebuild began meanwhile
 		case err != nil:
-			t.full, t.fullWhy = append(t.full, group...), err.Error()
+			t.full = append(t.full, group...)
+			errors.As(err, &t.fullWhy)
 		}
 		for i, ip := range s.Resumed {
 			t.got[group[i]] = ip

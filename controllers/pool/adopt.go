@@ -2,13 +2,14 @@ package pool
 
 import (
 	"context"
+	"fmt"
 	"maps"
 	"net/netip"
 	"slices"
+	"strings"
 
 	"github.com/nmstate/kubernetes-nmstate/api/shared"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	ippoolv1 "github.com/nmstate-ippool/nmstate-ippool/api/v1"
@@ -84,9 +85,10 @@ type givingBack struct {
 // when the node would have been served another address; a rebuild does
 // it for the states published when it runs, this for those published
 // after. What the cache shows is read again from the API server, the
-// pool first, then every holder's record.
+// pool first, then every holder's record; when they cannot be read, the
+// error comes with a givingBack that makes those nodes wait.
 func (r server) unrecorded(ctx context.Context, pool *ippoolv1.NodeIPPool, alloc *ippool.Allocator, v view,
-	carried assign.Carrying) givingBack {
+	carried assign.Carrying) (givingBack, error) {
 	g := givingBack{nodes: map[netip.Addr]string{}}
 	for node, ips := range carried.ByNode {
 		for ip := range ips {
@@ -96,7 +98,7 @@ func (r server) unrecorded(ctx context.Context, pool *ippoolv1.NodeIPPool, alloc
 		}
 	}
 	if len(g.nodes) == 0 {
-		return givingBack{}
+		return givingBack{}, nil
 	}
 	var fresh ippoolv1.NodeIPPool
 	err := r.APIReader.Get(ctx, client.ObjectKeyFromObject(pool), &fresh)
@@ -106,13 +108,12 @@ func (r server) unrecorded(ctx context.Context, pool *ippoolv1.NodeIPPool, alloc
 	}
 	if err != nil {
 		// Without the fence, those nodes wait (giveBack); the others
-		// are served all the same.
-		ctrl.LoggerFrom(ctx).Error(err, "cannot confirm that the addresses some asking nodes carry are unrecorded; they wait",
-			"nodes", slices.Sorted(maps.Values(g.nodes)))
-		return g
+		// are served all the same, and the error comes after.
+		return g, fmt.Errorf("confirm that the addresses nodes %s carry are unrecorded: %w",
+			strings.Join(slices.Sorted(maps.Values(g.nodes)), ", "), err)
 	}
 	g.owners, g.fence = poolstatus.Holders(pool.Name, alloc.Range(), hs.records), fresh.ResourceVersion
-	return g
+	return g, nil
 }
 
 // giveBack quarantines in p, a pool being written, each address of g

@@ -238,7 +238,7 @@ func (r server) serve(ctx context.Context, pool *ippoolv1.NodeIPPool, alloc *ipp
 	if err != nil {
 		return 0, err
 	}
-	back := r.unrecorded(ctx, pool, alloc, v, carried)
+	back, unconfirmed := r.unrecorded(ctx, pool, alloc, v, carried)
 	var givenBack []string
 	var wait map[string]bool
 	var full map[*request]error
@@ -283,7 +283,10 @@ func (r server) serve(ctx context.Context, pool *ippoolv1.NodeIPPool, alloc *ipp
 	if len(wait) > 0 {
 		again = confirmAgain // the nodes that wait are served once what they carry is confirmed
 	}
-	return again, r.recordAll(ctx, pool, served)
+	if err := r.recordAll(ctx, pool, served); err != nil {
+		return again, err
+	}
+	return again, unconfirmed // an error backs off; the nodes it names waited
 }
 
 // recordAll writes the records of the served requests, several at a time:
@@ -305,16 +308,21 @@ func (r server) recordAll(ctx context.Context, pool *ippoolv1.NodeIPPool, served
 // in any case.
 const confirmAgain = time.Second
 
-// reportFull tells each enactment the pool had no address left for, with
-// the chooser's reason: its handler judged the pool to have one (free
-// addresses that other nodes' networks carry count as free to it), and
-// asked.
+// reportFull tells, on the pool, of each enactment that found no address
+// only because the free ones are on other nodes' networks: its handler,
+// which does not see those, took the pool for not full and asked. An
+// ordinary full pool is the handler's to report.
 func (r server) reportFull(pool *ippoolv1.NodeIPPool, full map[*request]error) {
 	for rq, err := range full {
-		r.Recorder.Eventf(rq.enactment, pool, corev1.EventTypeWarning, ippoolv1.ReasonExhaustedIPPool, "Serve",
-			"NodeIPPool %s has no address left for it: %v; grow the pool's range (spec.range.end, or fewer excludes), "+
-				"or free addresses ('kubectl nodeippool check %s' notes the addresses nodes carry that no record holds)",
-			pool.Name, err, pool.Name)
+		var why *assign.FullError
+		if !errors.As(err, &why) || why.Carried == 0 {
+			continue
+		}
+		r.Recorder.Eventf(pool, rq.enactment, corev1.EventTypeWarning, ippoolv1.ReasonExhaustedIPPool, "Serve",
+			"NodeIPPool %s has no address left for node %s (policy %s): %s; it waits. Free addresses, or take those "+
+				"addresses off the nodes that carry them ('kubectl nodeippool check %s' lists them), or grow the range",
+			pool.Name, rq.enactment.Labels[shared.EnactmentNodeLabel], rq.enactment.Labels[shared.EnactmentPolicyLabel],
+			why.More(), pool.Name)
 	}
 }
 

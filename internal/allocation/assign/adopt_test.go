@@ -231,7 +231,9 @@ func TestAvoidCarriedAddresses(t *testing.T) {
 		t.Fatalf("node06 should get 10.2.0.14: %v", err)
 	}
 	_, err = c.Take(carrying("node07", elsewhere("node07")), "addr")
-	if !errors.Is(err, ippool.ErrFull) || !strings.Contains(err.Error(), "2 more are on other nodes' networks, recorded by no holder") {
+	var full *FullError
+	if !errors.Is(err, ippool.ErrFull) || !errors.As(err, &full) || full.Carried != 2 ||
+		full.More() != "2 more are on other nodes' networks, recorded by no holder" {
 		t.Errorf("a pool with only carried addresses left: %v", err)
 	}
 	c.Done()

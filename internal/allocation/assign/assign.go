@@ -408,28 +408,49 @@ func (c *Chooser) Take(cl Claimant, captureName string) (Taken, error) {
 		k.notAdopted = t.notAdopted
 		return k, nil
 	}
-	if err != nil {
+	if errors.Is(err, ippool.ErrFull) {
 		return Taken{}, c.fullError(err)
+	}
+	if err != nil {
+		return Taken{}, err
 	}
 	ip, _ := rng.IP(off)
 	return Taken{IP: ip, offset: off, notAdopted: t.notAdopted}, nil
 }
 
-// fullError says, with err (ippool.ErrFull), which free addresses the
-// claimant could not have: those reserved for other nodes, and those
-// other nodes' networks carry.
-func (c *Chooser) fullError(err error) error {
+// FullError is the allocator's ippool.ErrFull for a claimant, with how
+// many free addresses it could not have: Reserved for other nodes, and
+// Carried by other nodes' networks (Avoid).
+type FullError struct {
+	Err               error
+	Reserved, Carried int
+}
+
+func (e *FullError) Error() string {
+	more := e.More()
+	if more == "" {
+		return e.Err.Error()
+	}
+	return e.Err.Error() + " (" + more + ")"
+}
+
+func (e *FullError) Unwrap() error { return e.Err }
+
+// More says which free addresses the claimant could not have, or "".
+func (e *FullError) More() string {
 	var more []string
-	if len(c.blocked) > 0 {
-		more = append(more, fmt.Sprintf("%d more are reserved for other nodes", len(c.blocked)))
+	if e.Reserved > 0 {
+		more = append(more, fmt.Sprintf("%d more are reserved for other nodes", e.Reserved))
 	}
-	if len(c.avoided) > 0 {
-		more = append(more, fmt.Sprintf("%d more are on other nodes' networks, recorded by no holder", len(c.avoided)))
+	if e.Carried > 0 {
+		more = append(more, fmt.Sprintf("%d more are on other nodes' networks, recorded by no holder", e.Carried))
 	}
-	if len(more) == 0 {
-		return err
-	}
-	return fmt.Errorf("%w (%s)", err, strings.Join(more, "; "))
+	return strings.Join(more, "; ")
+}
+
+// fullError wraps err (ippool.ErrFull) as a FullError.
+func (c *Chooser) fullError(err error) error {
+	return &FullError{Err: err, Reserved: len(c.blocked), Carried: len(c.avoided)}
 }
 
 // InFlight returns the in-flight entry of t, taken for enactment under
