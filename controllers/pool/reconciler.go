@@ -277,12 +277,14 @@ func (r *Reconciler) pass(ctx context.Context, pool *ippoolv1.NodeIPPool, alloc 
 	holdsDue, holdsNext := mt.holdsDue(pool, v.owners, existing(v.holdings), m)
 	result := ctrl.Result{RequeueAfter: soonest(gcNext, holdsNext)}
 	terminating := !pool.DeletionTimestamp.IsZero()
+	// served is serving's error, returned once maintenance is done: an
+	// error in serving some nodes holds up no collection, no lifting of a
+	// quarantine (which may be what clears it).
+	var served error
 	if !terminating {
 		// Waiting nodes first: serving them is what a rollout waits for.
-		again, err := sv.serve(ctx, pool, alloc, v)
-		if err != nil {
-			return ctrl.Result{}, err
-		}
+		var again time.Duration
+		again, served = sv.serve(ctx, pool, alloc, v)
 		result.RequeueAfter = soonest(result.RequeueAfter, again)
 	}
 	mw, err := mt.planMaintenance(ctx, pool, v, gcDue, holdsDue, m)
@@ -303,6 +305,9 @@ func (r *Reconciler) pass(ctx context.Context, pool *ippoolv1.NodeIPPool, alloc 
 		return result, nil
 	}
 	sv.nudge(ctx, pool, v)
+	if served != nil {
+		return ctrl.Result{}, served
+	}
 	return result, nil
 }
 
