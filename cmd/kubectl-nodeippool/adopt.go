@@ -15,7 +15,6 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	ippoolv1 "github.com/nmstate-ippool/nmstate-ippool/api/v1"
-	nncev1beta1 "github.com/nmstate-ippool/nmstate-ippool/api/v1beta1"
 	"github.com/nmstate-ippool/nmstate-ippool/internal/allocation/assign"
 	"github.com/nmstate-ippool/nmstate-ippool/internal/allocation/holder"
 	"github.com/nmstate-ippool/nmstate-ippool/internal/allocation/lifecycle"
@@ -80,25 +79,16 @@ type nodes struct {
 }
 
 func readNodes(ctx context.Context, k client.Client) (*nodes, error) {
-	var list corev1.NodeList
-	if err := k.List(ctx, &list); err != nil {
-		return nil, fmt.Errorf("list Nodes: %w", err)
-	}
-	var states nncev1beta1.NodeNetworkStateList
-	if err := k.List(ctx, &states); err != nil {
-		return nil, fmt.Errorf("list NodeNetworkStates: %w", err)
+	items, states, err := liveStates(ctx, k)
+	if err != nil {
+		return nil, err
 	}
 	// As for the controllers: every address the state of an existing Node
 	// shows is carried (no other node gets it), but only a node whose
 	// state is published (lifecycle.Published) can adopt; another waits.
-	live := make(map[string]bool, len(list.Items))
-	for _, node := range list.Items {
-		live[node.Name] = true
-	}
-	states.Items = slices.DeleteFunc(states.Items, func(nns nncev1beta1.NodeNetworkState) bool { return !live[nns.Name] })
-	n := &nodes{items: list.Items, carried: map[string]map[netip.Addr]string{}, static: map[string]map[netip.Addr]string{},
-		carriers: assign.CarriersOf(states.Items)}
-	for _, nns := range states.Items {
+	n := &nodes{items: items, carried: map[string]map[netip.Addr]string{}, static: map[string]map[netip.Addr]string{},
+		carriers: assign.CarriersOf(states)}
+	for _, nns := range states {
 		n.carried[nns.Name] = netstate.Carriers(nns.Status.CurrentState.Raw)
 		if lifecycle.Published(&nns) {
 			n.static[nns.Name] = netstate.StaticCarriers(nns.Status.CurrentState.Raw)

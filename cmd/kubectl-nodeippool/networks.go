@@ -24,27 +24,34 @@ import (
 // what check compares the records with.
 type networks map[string]map[netip.Addr]bool
 
-// readNetworks reads what every Node's NodeNetworkState shows. The state
-// of a Node that is gone is left out: its machine is gone with it, and
-// the state stays only until it is collected.
-func readNetworks(ctx context.Context, k client.Client) (networks, error) {
+// liveStates lists the Nodes and the NodeNetworkStates of those that
+// exist. The state of a Node that is gone is left out: its machine is
+// gone with it, and the state stays only until it is collected.
+func liveStates(ctx context.Context, k client.Client) ([]corev1.Node, []nncev1beta1.NodeNetworkState, error) {
 	var nodes corev1.NodeList
 	if err := k.List(ctx, &nodes); err != nil {
-		return nil, fmt.Errorf("list Nodes: %w", err)
+		return nil, nil, fmt.Errorf("list Nodes: %w", err)
 	}
 	var states nncev1beta1.NodeNetworkStateList
 	if err := k.List(ctx, &states); err != nil {
-		return nil, fmt.Errorf("list NodeNetworkStates: %w", err)
+		return nil, nil, fmt.Errorf("list NodeNetworkStates: %w", err)
 	}
-	live := map[string]bool{}
+	live := make(map[string]bool, len(nodes.Items))
 	for _, n := range nodes.Items {
 		live[n.Name] = true
 	}
+	return nodes.Items, slices.DeleteFunc(states.Items, func(nns nncev1beta1.NodeNetworkState) bool { return !live[nns.Name] }), nil
+}
+
+// readNetworks reads what the NodeNetworkState of every existing Node
+// shows (liveStates).
+func readNetworks(ctx context.Context, k client.Client) (networks, error) {
+	_, states, err := liveStates(ctx, k)
+	if err != nil {
+		return nil, err
+	}
 	out := networks{}
-	for _, nns := range states.Items {
-		if !live[nns.Name] {
-			continue
-		}
+	for _, nns := range states {
 		out[nns.Name] = map[netip.Addr]bool{}
 		static := netstate.StaticCarriers(nns.Status.CurrentState.Raw)
 		for ip := range netstate.Carriers(nns.Status.CurrentState.Raw) {
