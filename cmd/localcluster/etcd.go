@@ -69,8 +69,8 @@ func restoreEtcd(ctx context.Context, c *state.Cluster, name string, out io.Writ
 	return restartComponents(ctx, c, out)
 }
 
-// cmdBackup runs "backup FILE": the cluster's pools and policies, status
-// included, into FILE. FILE is written whole or not at all: a backup cut
+// cmdBackup runs "backup FILE": the cluster's pools, policies and claims,
+// status included, into FILE. FILE is written whole or not at all: a backup cut
 // short by an error leaves no file that a restore would take for one.
 func cmdBackup(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	return withCluster(args, "backup", stderr, nil, func(c *state.Cluster, names []string) error {

@@ -67,13 +67,14 @@ start again, the Kubernetes controllers
 restart, the nodes the snapshot does not know register again (with the
 default labels), and the pool controller and every handler restart.
 
-backup FILE writes the pools and policies, status included, into FILE, as
-a backup tool keeps them (enactments and NodeNetworkStates are the
-handlers' to write again); restore FILE reads and checks FILE, then
+backup FILE writes the pools and policies, and Cluster API's
+IPAddresses and IPAddressClaims, status included, into FILE, as a backup
+tool keeps them (enactments and NodeNetworkStates are the handlers' to
+write again); restore FILE reads and checks FILE, then
 rebuilds the control plane from nothing while the nodes keep running: the
 handlers and the pool controller stop, etcd is emptied, the CRDs are
 installed again, the nodes register again, the objects are created
-without their status, as Velero restores by default (with --with-status,
+(without owner references) and without their status, as Velero restores by default (with --with-status,
 their status too, as Velero's restoreStatus), and the components start.
 etcd snapshot and restore name a snapshot: letters, digits, '.', '_', '-'.
 

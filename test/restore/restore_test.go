@@ -28,25 +28,26 @@ import (
 
 const pool, policy, pooled = "restore-pool", "restore-policy", "restore-pooled"
 
-// fleet starts a cluster of three nodes running this version with a pool
-// and a policy on every node, and returns it once every node is served.
-func fleet(t *testing.T) (*envtest.Fleet, map[string]string) {
+// fleet starts a cluster of three nodes running this version (up with
+// the extra flags) with a pool and a policy on every node, and returns it
+// once every node is served.
+func fleet(t *testing.T, extra ...string) (*envtest.Fleet, map[string]string) {
 	t.Helper()
-	f := withPool(t)
+	f := withPool(t, extra...)
 	f.Create(t.Context(), envtest.PooledPolicyYAML(policy, "kubernetes.io/os", "linux", pool))
 	return f, f.Served(t.Context(), "before the backup", []string{"node01", "node02", "node03"})
 }
 
-// withPool starts a cluster of three nodes running this version, with a
-// pool.
-func withPool(t *testing.T) *envtest.Fleet {
+// withPool starts a cluster of three nodes running this version (up with
+// the extra flags), with a pool.
+func withPool(t *testing.T, extra ...string) *envtest.Fleet {
 	t.Helper()
 	if testing.Short() {
 		t.Skip("runs a local cluster")
 	}
 	bin := commands(t)
 	f := &envtest.Fleet{T: t, Dir: filepath.Join(t.TempDir(), "cluster"), Bin: bin, Pool: pool, Policy: policy}
-	f.Up("--nodes", "3", "--bin", bin, "--assets", envtest.AssetsDir())
+	f.Up(append([]string{"--nodes", "3", "--bin", bin, "--assets", envtest.AssetsDir()}, extra...)...)
 	f.Create(t.Context(), `apiVersion: nmstate.io/v1
 kind: NodeIPPool
 metadata: {name: `+pool+`}
@@ -123,6 +124,74 @@ func restoreKeepsEveryNode(t *testing.T, flags ...string) {
 	nodes = append(nodes, "node04")
 	f.Served(ctx, "a node that joins after the restore", nodes)
 	oneNICEach(t, f, nodes)
+}
+
+// TestClaimsRestoredWithoutStatus: Cluster API's IPAddressClaims and their
+// IPAddresses, drawn from the pool the nodes' policy draws from, come back
+// from a backup: the IPAddresses first, without the owner references that
+// name their claims' old UIDs (as Velero restores them), then the claims
+// without their status. The key that signed the IPAddresses went with
+// etcd. Every claim keeps its address (it adopts its IPAddress), no node
+// is renumbered, and a claim and a node made after the restore get
+// addresses that no claim holds and no NIC carries.
+func TestClaimsRestoredWithoutStatus(t *testing.T) { claimsKeepTheirAddresses(t) }
+
+// TestClaimsRestoredWithStatus: as TestClaimsRestoredWithoutStatus, with
+// the claims' and the pools' status restored (Velero's restoreStatus).
+func TestClaimsRestoredWithStatus(t *testing.T) { claimsKeepTheirAddresses(t, "--with-status") }
+
+const machines = "machines"
+
+// claimsKeepTheirAddresses backs up and restores (localcluster restore
+// with flags) a fleet of three nodes and three claims served by one pool,
+// and checks that no claim and no node is renumbered, and that a claim
+// and a node that come after are served around them.
+func claimsKeepTheirAddresses(t *testing.T, flags ...string) {
+	f, nodesBefore := fleet(t, envtest.UpArgsWithClusterAPI(t)...)
+	ctx := t.Context()
+	claims := []string{"m1", "m2", "m3"}
+	for _, c := range claims {
+		f.CreateClaim(ctx, machines, c)
+	}
+	claimsBefore := f.Claimed(ctx, "before the backup", machines, claims)
+	growDown(t, f, "10.78.0.2")
+
+	backup := filepath.Join(t.TempDir(), "backup.yaml")
+	f.Localcluster("backup", backup)
+	f.Localcluster(append(append([]string{"restore"}, flags...), backup)...)
+	nodes := []string{"node01", "node02", "node03"}
+	f.Unchanged(ctx, "after the restore", nodesBefore, nodes, nil)
+	got := f.Claimed(ctx, "after the restore", machines, claims)
+	for _, c := range claims {
+		if got[c] != claimsBefore[c] {
+			t.Errorf("claim %s holds %s after the restore, %s before: renumbered", c, got[c], claimsBefore[c])
+		}
+	}
+
+	f.CreateClaim(ctx, machines, "m4")
+	claims = append(claims, "m4")
+	f.Localcluster("node", "add", "node04")
+	nodes = append(nodes, "node04")
+	byNode := f.Served(ctx, "a node that joins after the restore", nodes)
+	byClaim := f.Claimed(ctx, "a claim made after the restore", machines, claims)
+	holders := map[string]string{}
+	for who, ip := range byNode {
+		holders[ip] = "node " + who
+	}
+	for who, ip := range byClaim {
+		if other, ok := holders[ip]; ok {
+			t.Errorf("%s is held by claim %s and %s", ip, who, other)
+		}
+		holders[ip] = "claim " + who
+	}
+	oneNICEach(t, f, nodes)
+	for node, addrs := range f.Carried(nodes, "eth1") {
+		for _, a := range addrs {
+			if h := holders[a]; strings.HasPrefix(h, "claim ") {
+				t.Errorf("%s, %s's address, is on the NIC of %s", a, h, node)
+			}
+		}
+	}
 }
 
 // TestPooledPolicyRestoredWithoutStatus: a pooled policy comes back from

@@ -10,6 +10,8 @@ import (
 	"slices"
 	"strings"
 
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
@@ -19,31 +21,52 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"github.com/nmstate-ippool/nmstate-ippool/cmd/localcluster/internal/state"
+	"github.com/nmstate-ippool/nmstate-ippool/internal/allocation/capi"
 )
 
 // backedUp are the kinds a backup holds, in the order a restore creates
-// them: the pools before the policies that draw from them. Enactments and
-// NodeNetworkStates are not backed up: the handlers write them again, as
-// a backup tool is told to leave them out.
+// them: the pools before the policies that draw from them, Cluster API's
+// IPAddresses before their claims (a claim restored first, and served
+// before its IPAddress is back, would be given another address). The
+// IPAM kinds are backed up at the first version served (the cluster may
+// not have them). Enactments and NodeNetworkStates are not backed up: the
+// handlers write them again, as a backup tool is told to leave them out.
 var backedUp = []schema.GroupVersionKind{
 	{Group: "nmstate.io", Version: "v1", Kind: "NodeIPPool"},
 	{Group: "nmstate.io", Version: "v1", Kind: "PooledNodeNetworkConfigurationPolicy"},
 	{Group: "nmstate.io", Version: "v1", Kind: "NodeNetworkConfigurationPolicy"},
+	{Group: capi.Group, Version: "v1beta2", Kind: capi.AddressKind},
+	{Group: capi.Group, Version: "v1beta1", Kind: capi.AddressKind},
+	{Group: capi.Group, Version: "v1beta2", Kind: capi.ClaimKind},
+	{Group: capi.Group, Version: "v1beta1", Kind: capi.ClaimKind},
+}
+
+// regenerated reports whether o is made again by the object that
+// controls it, and so left out of a backup: a policy generated from a
+// pooled policy (what Velero's --selector '!nmstate.io/pooled-policy'
+// leaves out). An IPAddress, controlled by its claim, is backed up: it is
+// the claim's record of its address.
+func regenerated(o *unstructured.Unstructured) bool {
+	return o.GetKind() == "NodeNetworkConfigurationPolicy" && metav1.GetControllerOf(o) != nil
 }
 
 // Backup writes to w, as YAML documents, every object of the backed-up
 // kinds, status included, as a backup tool (Velero) keeps them: the
 // fields the API server sets (uid, resourceVersion, creation time, managed
-// fields) left out. Objects another object controls (the plain policies
-// companion mode generates) are left out too: their owner makes them
-// again. It returns how many it wrote.
+// fields) left out. The policies generated from pooled policies are left
+// out too (regenerated): their owner makes them again. A kind served at
+// two versions is backed up once. It returns how many it wrote.
 func Backup(ctx context.Context, s *state.Cluster, w io.Writer) (int, error) {
 	k, err := s.Client()
 	if err != nil {
 		return 0, err
 	}
 	n := 0
+	done := map[schema.GroupKind]bool{}
 	for _, gvk := range backedUp {
+		if done[gvk.GroupKind()] {
+			continue
+		}
 		var list unstructured.UnstructuredList
 		list.SetGroupVersionKind(gvk.GroupVersion().WithKind(gvk.Kind + "List"))
 		if err := k.List(ctx, &list); err != nil {
@@ -52,9 +75,10 @@ func Backup(ctx context.Context, s *state.Cluster, w io.Writer) (int, error) {
 			}
 			return n, fmt.Errorf("list %s: %w", gvk.Kind, err)
 		}
+		done[gvk.GroupKind()] = true
 		for i := range list.Items {
 			o := &list.Items[i]
-			if metav1.GetControllerOf(o) != nil {
+			if regenerated(o) {
 				continue
 			}
 			for _, f := range [][]string{{"metadata", "uid"}, {"metadata", "resourceVersion"}, {"metadata", "creationTimestamp"},
@@ -118,9 +142,9 @@ func ReadBackup(r io.Reader) (*Objects, error) {
 		if o.GetName() == "" {
 			return nil, fmt.Errorf("document %d, a %s, has no metadata.name", i, gvk.Kind)
 		}
-		key := gvk.Kind + "/" + o.GetName()
+		key := gvk.GroupKind().String() + "/" + o.GetNamespace() + "/" + o.GetName()
 		if seen[key] {
-			return nil, fmt.Errorf("document %d: %s %s is in the backup twice", i, gvk.Kind, o.GetName())
+			return nil, fmt.Errorf("document %d: %s %s is in the backup twice", i, gvk.Kind, objectName(o))
 		}
 		seen[key] = true
 		b.byKind[gvk] = append(b.byKind[gvk], o)
@@ -138,7 +162,9 @@ func kindsBackedUp() string {
 }
 
 // Restore creates the objects of a backup in the order of their kinds,
-// as a restore tool does; with status it then writes each one's status
+// and the namespaces they are in, as a restore tool does: without their
+// owner references, which name the UIDs of owners that are gone (Velero
+// drops them; the garbage collector would delete what they own). With status it then writes each one's status
 // as it was backed up (Velero's restoreStatus), without it the objects
 // come back with none (Velero's default). It returns how many it created.
 func Restore(ctx context.Context, s *state.Cluster, b *Objects, withStatus bool) (int, error) {
@@ -162,15 +188,30 @@ func restoreOne(ctx context.Context, k client.Client, o *unstructured.Unstructur
 	status, hasStatus := o.Object["status"]
 	created := o.DeepCopy()
 	delete(created.Object, "status")
+	created.SetOwnerReferences(nil)
+	if ns := o.GetNamespace(); ns != "" {
+		err := k.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}})
+		if err != nil && !apierrors.IsAlreadyExists(err) {
+			return fmt.Errorf("create namespace %s for %s %s: %w", ns, o.GetKind(), objectName(o), err)
+		}
+	}
 	if err := k.Create(ctx, created); err != nil {
-		return fmt.Errorf("restore %s %s: %w", o.GetKind(), o.GetName(), err)
+		return fmt.Errorf("restore %s %s: %w", o.GetKind(), objectName(o), err)
 	}
 	if !withStatus || !hasStatus {
 		return nil
 	}
 	created.Object["status"] = status
 	if err := k.Status().Update(ctx, created); err != nil {
-		return fmt.Errorf("restore the status of %s %s: %w", o.GetKind(), o.GetName(), err)
+		return fmt.Errorf("restore the status of %s %s: %w", o.GetKind(), objectName(o), err)
 	}
 	return nil
+}
+
+// objectName is o's namespace/name, or its name if it has no namespace.
+func objectName(o client.Object) string {
+	if o.GetNamespace() == "" {
+		return o.GetName()
+	}
+	return o.GetNamespace() + "/" + o.GetName()
 }

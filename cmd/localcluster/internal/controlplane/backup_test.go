@@ -10,6 +10,10 @@ import (
 func TestReadBackup(t *testing.T) {
 	const pool = "apiVersion: nmstate.io/v1\nkind: NodeIPPool\nmetadata: {name: p}\nspec: {range: {cidr: 10.0.0.0/24}}\n"
 	const policy = "apiVersion: nmstate.io/v1\nkind: NodeNetworkConfigurationPolicy\nmetadata: {name: q}\n"
+	claim := func(ns string) string {
+		return "apiVersion: ipam.cluster.x-k8s.io/v1beta2\nkind: IPAddressClaim\nmetadata: {name: m1, namespace: " + ns + "}\n"
+	}
+	const address = "apiVersion: ipam.cluster.x-k8s.io/v1beta1\nkind: IPAddress\nmetadata: {name: m1, namespace: a}\n"
 	for _, tc := range []struct {
 		name, backup string
 		n            int
@@ -23,6 +27,10 @@ func TestReadBackup(t *testing.T) {
 			err: `document 1 is a NodeIPPool of nmstate.io/v1beta1, "p"`},
 		{name: "no name", backup: "apiVersion: nmstate.io/v1\nkind: NodeIPPool\nspec: {}\n", err: "document 1, a NodeIPPool, has no metadata.name"},
 		{name: "twice", backup: pool + "---\n" + policy + "---\n" + pool, err: "document 3: NodeIPPool p is in the backup twice"},
+		{name: "claims of one name in two namespaces, and their IPAddresses", backup: claim("a") + "---\n" + claim("b") + "---\n" + address, n: 3},
+		{name: "a claim twice", backup: claim("a") + "---\n" + claim("a"), err: "document 2: IPAddressClaim a/m1 is in the backup twice"},
+		{name: "a claim twice, at two versions", backup: claim("a") + "---\n" + strings.Replace(claim("a"), "v1beta2", "v1beta1", 1),
+			err: "document 2: IPAddressClaim a/m1 is in the backup twice"},
 		{name: "not YAML", backup: pool + "---\n{nope\n", err: "document 2:"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
