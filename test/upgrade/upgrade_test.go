@@ -2,18 +2,24 @@
 // nmstate-ippool with live state, upgrades it to this version in the order
 // the install docs give (the CRDs, then the pool controller, then the
 // handlers) and downgrades it back, and checks after each step that no
-// node is renumbered, no policy is applied again, the pools agree with
+// node and no Cluster API claim is renumbered, no policy is applied again, the pools agree with
 // their holders' records, and a joining node is served.
 package upgrade
 
 import (
 	"bytes"
+	"maps"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 
+	"k8s.io/apimachinery/pkg/types"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/nmstate-ippool/nmstate-ippool/internal/allocation/capi"
 	"github.com/nmstate-ippool/nmstate-ippool/test/envtest"
 )
 
@@ -44,7 +50,8 @@ func TestUpgradeAndDowngrade(t *testing.T) {
 	c := &envtest.Fleet{T: t, Dir: filepath.Join(tmp, "cluster"), Bin: newBin, Pool: pool, Policy: policy}
 	// Addresses are kept for a removed node's return for the quarantine
 	// period: long enough to upgrade in between.
-	c.Up("--nodes", "3", "--bin", oldBin, "--crd-dir", oldCRDs, "--assets", envtest.AssetsDir(), "--quarantine-period", "10m")
+	c.Up(append([]string{"--nodes", "3", "--bin", oldBin, "--crd-dir", oldCRDs, "--assets", envtest.AssetsDir(), "--quarantine-period", "10m"},
+		envtest.UpArgsWithClusterAPI(t)...)...)
 	ctx := t.Context()
 	c.Create(ctx, `apiVersion: nmstate.io/v1
 kind: NodeIPPool
@@ -55,6 +62,14 @@ spec:
 	c.Create(ctx, envtest.PooledPolicyYAML(policy, "kubernetes.io/os", "linux", pool))
 	nodes := []string{"node01", "node02", "node03"}
 	addresses := c.Served(ctx, "under "+from[:12], nodes)
+	// Cluster API claims drawn from the same pool keep their addresses and
+	// their IPAddresses through both steps.
+	claims := []string{"m1", "m2"}
+	for _, name := range claims {
+		c.CreateClaim(ctx, machines, name)
+	}
+	claimed := c.Claimed(ctx, "claims under "+from[:12], machines, claims)
+	records := addressUIDs(t, c, claims)
 
 	// A node removed under the earlier version leaves its address kept
 	// for its return, in an entry that version wrote; it comes back after
@@ -66,6 +81,11 @@ spec:
 
 	c.Localcluster("upgrade", "--bin", newBin)
 	c.Unchanged(ctx, "after the upgrade", addresses, nodes, applies)
+	claimsUnchanged(t, c, "after the upgrade", claimed, records)
+	c.CreateClaim(ctx, machines, "m3")
+	claims = append(claims, "m3")
+	claimed = c.Claimed(ctx, "a claim made after the upgrade", machines, claims)
+	records = addressUIDs(t, c, claims)
 	c.Localcluster("node", "add", "node03")
 	c.Localcluster("node", "add", "node04")
 	nodes = append(nodes, "node03", "node04")
@@ -84,12 +104,54 @@ spec:
 
 	c.Localcluster("upgrade", "--bin", oldBin, "--crd-dir", oldCRDs)
 	c.Unchanged(ctx, "after the downgrade", addresses, nodes, applies)
+	claimsUnchanged(t, c, "after the downgrade", claimed, records)
 	c.Localcluster("node", "add", "node04")
 	c.Localcluster("node", "add", "node05")
 	nodes = append(nodes, "node04", "node05")
 	got = c.Served(ctx, "nodes that join after the downgrade", nodes)
 	if got["node04"] != addresses["node04"] {
 		t.Errorf("node04, back after the downgrade, holds %s; it held %s, kept for its return", got["node04"], addresses["node04"])
+	}
+	for node, ip := range got {
+		for claim, claimedIP := range claimed {
+			if ip == claimedIP {
+				t.Errorf("%s holds %s, claim %s's address", node, ip, claim)
+			}
+		}
+	}
+}
+
+const machines = "machines"
+
+// addressUIDs returns the UID of each claim's IPAddress: one made again
+// would have another.
+func addressUIDs(t *testing.T, c *envtest.Fleet, claims []string) map[string]types.UID {
+	t.Helper()
+	out := map[string]types.UID{}
+	for _, name := range claims {
+		u := capi.NewAddress(envtest.ClaimVersion)
+		if err := c.K.Get(t.Context(), client.ObjectKey{Namespace: machines, Name: name}, u); err != nil {
+			t.Fatalf("IPAddress %s/%s: %v", machines, name, err)
+		}
+		out[name] = u.GetUID()
+	}
+	return out
+}
+
+// claimsUnchanged waits until the claims are served again and fails
+// unless each kept its address and its IPAddress.
+func claimsUnchanged(t *testing.T, c *envtest.Fleet, when string, claimed map[string]string, records map[string]types.UID) {
+	t.Helper()
+	names := slices.Sorted(maps.Keys(claimed))
+	got := c.Claimed(t.Context(), when, machines, names)
+	uids := addressUIDs(t, c, names)
+	for _, name := range names {
+		if got[name] != claimed[name] {
+			t.Errorf("%s: claim %s holds %s, held %s before: renumbered", when, name, got[name], claimed[name])
+		}
+		if uids[name] != records[name] {
+			t.Errorf("%s: claim %s's IPAddress was made again", when, name)
+		}
 	}
 }
 
