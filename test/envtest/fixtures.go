@@ -34,6 +34,15 @@ func PooledPolicyYAML(name, key, value, pool string) string {
 		name, key, value, pool, indent(OneAddressState, "    "))
 }
 
+// PooledYAML is a PooledNodeNetworkConfigurationPolicy for every node
+// (kubernetes.io/os=linux, all at once), its capture addr drawn from pool
+// onto iface (OneAddressState's, on iface instead of eth1).
+func PooledYAML(name, pool, iface string) string {
+	return fmt.Sprintf("apiVersion: nmstate.io/v1\nkind: PooledNodeNetworkConfigurationPolicy\nmetadata: {name: %s}\nspec:\n"+
+		"  nodeSelector: {kubernetes.io/os: linux}\n  maxUnavailable: 100%%\n  capture: {addr: ippool.%s.allocate}\n  desiredState:\n%s",
+		name, pool, indent(strings.Replace(OneAddressState, "name: eth1", "name: "+iface, 1), "    "))
+}
+
 // indent puts prefix before every line of s.
 func indent(s, prefix string) string {
 	lines := strings.SplitAfter(s, "\n")

@@ -120,10 +120,10 @@ func (f *Fleet) onceEach(when string, got map[string]string) {
 
 // ServedPooled waits until the pooled policy name is Available for
 // nodes, each recorded in its status with one address of the pool that
-// its network carries on eth1, alone, and the pool agrees with its
+// its network carries on iface, alone, and the pool agrees with its
 // holders' records (Check); it fails on an address recorded twice, and
 // returns each node's address.
-func (f *Fleet) ServedPooled(ctx context.Context, when, name string, nodes []string) map[string]string {
+func (f *Fleet) ServedPooled(ctx context.Context, when, name, iface string, nodes []string) map[string]string {
 	f.T.Helper()
 	var got map[string]string
 	f.Eventually(when, func() error {
@@ -141,14 +141,14 @@ func (f *Fleet) ServedPooled(ctx context.Context, when, name string, nodes []str
 			}
 			got[n.Node] = n.Addresses[0].IP
 		}
-		carried := f.Carried(nodes, "eth1")
+		carried := f.Carried(nodes, iface)
 		for _, node := range nodes {
 			ip, ok := got[node]
 			if !ok {
 				return fmt.Errorf("pooled policy %s records no address for %s: %+v", name, node, p.Status.Nodes)
 			}
 			if len(carried[node]) != 1 || !strings.HasPrefix(carried[node][0], ip+"/") {
-				return fmt.Errorf("%s carries %v on eth1, and pooled policy %s records %s", node, carried[node], name, ip)
+				return fmt.Errorf("%s carries %v on %s, and pooled policy %s records %s", node, carried[node], iface, name, ip)
 			}
 		}
 		return f.Check(ctx)

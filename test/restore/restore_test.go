@@ -202,23 +202,15 @@ func claimsKeepTheirAddresses(t *testing.T, flags ...string) {
 func TestPooledPolicyRestoredWithoutStatus(t *testing.T) {
 	f := withPool(t)
 	ctx := t.Context()
-	f.Create(ctx, `apiVersion: nmstate.io/v1
-kind: PooledNodeNetworkConfigurationPolicy
-metadata: {name: `+pooled+`}
-spec:
-  nodeSelector: {kubernetes.io/os: linux}
-  maxUnavailable: 100%
-  capture: {addr: ippool.`+pool+`.allocate}
-  desiredState:
-`+indent(envtest.OneAddressState, "    "))
+	f.Create(ctx, envtest.PooledYAML(pooled, pool, "eth1"))
 	nodes := []string{"node01", "node02", "node03"}
-	before := f.ServedPooled(ctx, "before the backup", pooled, nodes)
+	before := f.ServedPooled(ctx, "before the backup", pooled, "eth1", nodes)
 	growDown(t, f, "10.78.0.2")
 
 	backup := filepath.Join(t.TempDir(), "backup.yaml")
 	f.Localcluster("backup", backup)
 	f.Localcluster("restore", backup)
-	got := f.ServedPooled(ctx, "after the restore", pooled, nodes)
+	got := f.ServedPooled(ctx, "after the restore", pooled, "eth1", nodes)
 	for _, node := range nodes {
 		if got[node] != before[node] {
 			t.Errorf("%s holds %s after the restore, %s before: renumbered", node, got[node], before[node])
@@ -226,13 +218,8 @@ spec:
 	}
 	f.Localcluster("node", "add", "node04")
 	nodes = append(nodes, "node04")
-	f.ServedPooled(ctx, "a node that joins after the restore", pooled, nodes)
+	f.ServedPooled(ctx, "a node that joins after the restore", pooled, "eth1", nodes)
 	oneNICEach(t, f, nodes)
-}
-
-// indent puts prefix before every line of s.
-func indent(s, prefix string) string {
-	return prefix + strings.ReplaceAll(strings.TrimSuffix(s, "\n"), "\n", "\n"+prefix) + "\n"
 }
 
 // TestEtcdRestoredFromAnEarlierSnapshot: etcd is restored, while the

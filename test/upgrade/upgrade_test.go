@@ -30,7 +30,7 @@ import (
 // change that has no additive path or conversion fails here.
 const from = "d04e52ece210a0f63c0575e9094193aed6a87eb4"
 
-const pool, policy = "upgrade-pool", "upgrade-policy"
+const pool, policy, pooled = "upgrade-pool", "upgrade-policy", "upgrade-pooled"
 
 func TestUpgradeAndDowngrade(t *testing.T) {
 	if testing.Short() {
@@ -62,6 +62,10 @@ spec:
 	c.Create(ctx, envtest.PooledPolicyYAML(policy, "kubernetes.io/os", "linux", pool))
 	nodes := []string{"node01", "node02", "node03"}
 	addresses := c.Served(ctx, "under "+from[:12], nodes)
+	// A pooled policy gives every node a second address of the pool, on
+	// eth2; each keeps it through both steps.
+	c.Create(ctx, envtest.PooledYAML(pooled, pool, "eth2"))
+	second := c.ServedPooled(ctx, "the pooled policy under "+from[:12], pooled, "eth2", nodes)
 	// Cluster API claims drawn from the same pool keep their addresses and
 	// their IPAddresses through both steps.
 	claims := []string{"m1", "m2"}
@@ -81,6 +85,7 @@ spec:
 
 	c.Localcluster("upgrade", "--bin", newBin)
 	c.Unchanged(ctx, "after the upgrade", addresses, nodes, applies)
+	pooledUnchanged(t, c, "after the upgrade", second, nodes)
 	claimsUnchanged(t, c, "after the upgrade", claimed, records)
 	c.CreateClaim(ctx, machines, "m3")
 	claims = append(claims, "m3")
@@ -94,6 +99,7 @@ spec:
 		t.Errorf("node03, back after the upgrade, holds %s; it held %s, kept for its return under %s", got["node03"], addresses["node03"], from[:12])
 	}
 	addresses = got
+	second = c.ServedPooled(ctx, "the pooled policy on nodes that join after the upgrade", pooled, "eth2", nodes)
 
 	// The same the other way: a node removed under this version comes
 	// back after the downgrade.
@@ -104,6 +110,7 @@ spec:
 
 	c.Localcluster("upgrade", "--bin", oldBin, "--crd-dir", oldCRDs)
 	c.Unchanged(ctx, "after the downgrade", addresses, nodes, applies)
+	pooledUnchanged(t, c, "after the downgrade", second, nodes)
 	claimsUnchanged(t, c, "after the downgrade", claimed, records)
 	c.Localcluster("node", "add", "node04")
 	c.Localcluster("node", "add", "node05")
@@ -112,11 +119,29 @@ spec:
 	if got["node04"] != addresses["node04"] {
 		t.Errorf("node04, back after the downgrade, holds %s; it held %s, kept for its return", got["node04"], addresses["node04"])
 	}
-	for node, ip := range got {
-		for claim, claimedIP := range claimed {
-			if ip == claimedIP {
-				t.Errorf("%s holds %s, claim %s's address", node, ip, claim)
+	second = c.ServedPooled(ctx, "the pooled policy on nodes that join after the downgrade", pooled, "eth2", nodes)
+	holders := map[string]string{}
+	for _, held := range []struct {
+		what string
+		by   map[string]string
+	}{{"the policy of node", got}, {"the pooled policy of node", second}, {"claim", claimed}} {
+		for who, ip := range held.by {
+			if other, ok := holders[ip]; ok {
+				t.Errorf("%s is held by %s %s and %s", ip, held.what, who, other)
 			}
+			holders[ip] = held.what + " " + who
+		}
+	}
+}
+
+// pooledUnchanged waits until the pooled policy serves nodes again and
+// fails unless each kept the address it had.
+func pooledUnchanged(t *testing.T, c *envtest.Fleet, when string, before map[string]string, nodes []string) {
+	t.Helper()
+	got := c.ServedPooled(t.Context(), when, pooled, "eth2", nodes)
+	for _, node := range nodes {
+		if got[node] != before[node] {
+			t.Errorf("%s: the pooled policy gives %s %s, %s before: renumbered", when, node, got[node], before[node])
 		}
 	}
 }
