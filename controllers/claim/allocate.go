@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net/netip"
 	"reflect"
+	"strings"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -21,6 +22,7 @@ import (
 	"github.com/nmstate-ippool/nmstate-ippool/internal/allocation/audit"
 	"github.com/nmstate-ippool/nmstate-ippool/internal/allocation/capi"
 	"github.com/nmstate-ippool/nmstate-ippool/internal/allocation/holder"
+	"github.com/nmstate-ippool/nmstate-ippool/internal/allocation/lifecycle"
 	"github.com/nmstate-ippool/nmstate-ippool/internal/allocation/poolstatus"
 	"github.com/nmstate-ippool/nmstate-ippool/internal/allocation/poolwrite"
 	"github.com/nmstate-ippool/nmstate-ippool/pkg/ippool"
@@ -81,11 +83,22 @@ func (r *Reconciler) allocate(ctx context.Context, claim *unstructured.Unstructu
 // take takes the claim's address in one pool write: the address its
 // in-flight entry holds already, the one it asks for, or the next the
 // pool's rules give. A refusal is a condition; requeue asks to look again.
+// A new address is none that a node's network carries (its
+// NodeNetworkState shows it) though no record holds it, as after a
+// restore: the machine of the claim would share it with the node.
 func (r *Reconciler) take(ctx context.Context, claim *unstructured.Unstructured, pool *ippoolv1.NodeIPPool) (netip.Addr, *condition, bool, error) {
 	ask := askOf(claim)
 	holder := ask.Claimant.Holder
 	requested := claim.GetAnnotations()[capi.RequestedAddressAnnotation]
 	restoring := claim.GetAnnotations()[capi.RestoreAnnotation]
+	var carried assign.Carrying
+	if restoring == "" {
+		var err error
+		if carried, err = lifecycle.WithCarriers(ctx, r.APIReader, carried); err != nil {
+			return netip.Addr{}, nil, false, fmt.Errorf("allocate from NodeIPPool %s for IPAddressClaim %s/%s: %w",
+				pool.Name, claim.GetNamespace(), claim.GetName(), err)
+		}
+	}
 	var got netip.Addr
 	var refusal *condition
 	ctx = audit.WithReason(ctx, "Served", "IPAddressClaim "+claim.GetNamespace()+"/"+claim.GetName()+" asks for an address")
@@ -104,13 +117,13 @@ func (r *Reconciler) take(ctx context.Context, claim *unstructured.Unstructured,
 			}
 		case requested != "":
 			want = func() (netip.Addr, error) {
-				ip, c := takeRequested(p, alloc, requested)
+				ip, c := takeRequested(p, alloc, requested, carried.Carriers)
 				return ip, refusedOr(c, nil)
 			}
 		}
 		var changed bool
 		var err error
-		got, changed, err = serveAsk(p, alloc, ask, now(r.Clock), want)
+		got, changed, err = serveAsk(p, alloc, ask, now(r.Clock), want, carried.Carriers)
 		refusal, err = conditionOf(p, alloc, err)
 		return changed && refusal == nil, err
 	}, poolwrite.Incarnation(pool.UID))
@@ -139,14 +152,16 @@ func deref(c *condition) condition {
 // serveAsk serves the claim's ask in one pool write by the rule of every
 // holder: the address its in-flight entry holds already, else, with want
 // nil, the one the pool's rules give a claimant that is no node
-// (assign.Chooser.Serve), or the address want names and takes
-// (assign.ServeOne). It reports whether the pool changed.
+// (assign.Chooser.Serve), passing by those carriers shows on nodes'
+// networks, or the address want names and takes (assign.ServeOne). It
+// reports whether the pool changed.
 func serveAsk(p *ippoolv1.NodeIPPool, alloc *ippool.Allocator, a assign.Ask, since metav1.Time,
-	want func() (netip.Addr, error)) (netip.Addr, bool, error) {
+	want func() (netip.Addr, error), carriers map[netip.Addr][]string) (netip.Addr, bool, error) {
 	var s assign.Served
 	var err error
 	if want == nil {
 		ch := assign.New(p, alloc)
+		ch.Avoid(carriers)
 		s, err = ch.Serve(a, since)
 		ch.Done()
 	} else {
@@ -191,9 +206,13 @@ func conditionOf(p *ippoolv1.NodeIPPool, alloc *ippool.Allocator, err error) (*c
 	case errors.As(err, &refusal):
 		c = refusal.c
 	case errors.Is(err, ippool.ErrFull):
+		why := ""
+		if full := (*assign.FullError)(nil); errors.As(err, &full) && full.More() != "" {
+			why = "; " + full.More()
+		}
 		c = notReady(capi.ReasonPoolExhausted, fmt.Sprintf(
-			"NodeIPPool %s has no address left for this claim (%d of %d allocated: %v); the claim is served as soon as one is freed, "+
-				"or grow the pool's range", p.Name, alloc.Count(), alloc.Range().Size(), err))
+			"NodeIPPool %s has no address left for this claim (%d of %d allocated%s); the claim is served as soon as one is freed, "+
+				"or grow the pool's range", p.Name, alloc.Count(), alloc.Range().Size(), why))
 	default:
 		// It refuses nothing (takeBack could not read who else records
 		// the address): the pass fails, and is tried again.
@@ -203,8 +222,9 @@ func conditionOf(p *ippoolv1.NodeIPPool, alloc *ippool.Allocator, err error) (*c
 }
 
 // takeRequested takes the address a claim asks for by annotation, if the
-// pool hands it out and nobody holds, reserves or keeps it.
-func takeRequested(p *ippoolv1.NodeIPPool, alloc *ippool.Allocator, s string) (netip.Addr, *condition) {
+// pool hands it out, nobody holds, reserves or keeps it, and no node's
+// network carries it (carriers).
+func takeRequested(p *ippoolv1.NodeIPPool, alloc *ippool.Allocator, s string, carriers map[netip.Addr][]string) (netip.Addr, *condition) {
 	refuse := func(format string, args ...any) (netip.Addr, *condition) {
 		c := notReady(capi.ReasonAllocationFailed, fmt.Sprintf("annotation %s=%s: ", capi.RequestedAddressAnnotation, s)+
 			fmt.Sprintf(format, args...))
@@ -228,6 +248,10 @@ func takeRequested(p *ippoolv1.NodeIPPool, alloc *ippool.Allocator, s string) (n
 	}
 	if alloc.HasIP(ip) {
 		return refuse("in use ('kubectl nodeippool show %s' names its holder)", p.Name)
+	}
+	if nodes := carriers[ip]; len(nodes) > 0 {
+		return refuse("on the network of node %s (its NodeNetworkState shows it), though no holder records it; ask for another "+
+			"address, or take it off that node ('kubectl nodeippool check' says more)", strings.Join(nodes, ", "))
 	}
 	if err := alloc.AllocateIP(ip); err != nil {
 		return refuse("%v", err)

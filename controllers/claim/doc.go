@@ -6,8 +6,9 @@
 // One uniqueness domain. A claim's address is taken from the pool's
 // bitmap like a node's: in one pool write that adds an in-flight entry
 // naming the claim (holder.ForClaim) and the claim's UID as token,
-// chosen by the same rules (assign.Chooser: reservations for nodes and
-// addresses kept for a node's return are not handed to claims). The
+// chosen by the same rules (assign.Chooser: reservations for nodes,
+// addresses kept for a node's return, and free addresses that a node's
+// NodeNetworkState shows carried are not handed to claims). The
 // IPAddress of the claim's name is then created; it is the durable record
 // (holder.List reads it as the claim's record), which the pool controller
 // counts with every other holder's record in rebuilds, garbage

@@ -11,6 +11,7 @@ import (
 	. "github.com/onsi/gomega"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/types"
 
 	ippoolv1 "github.com/nmstate-ippool/nmstate-ippool/api/v1"
@@ -153,4 +154,31 @@ func TestStalledClaimKeepsItsAddress(t *testing.T) {
 	Eventually(addressOf("stall", "m1"), 2*defaultTimeout).Should(Equal("10.80.13.1"))
 	Consistently(nodeHolds, 2*grace).Should(BeEmpty(), "the node waits for a free address")
 	Expect(bits("claims-stall")()).To(Equal([]string{"10.80.13.1"}))
+}
+
+// TestClaimsPassByCarriedAddresses: an address a node's network carries
+// though no record holds it (its state published after the pool's
+// rebuild, as after a restore) is given to no claim: a claim gets the
+// next one, a claim that asks for it by annotation is refused, naming the
+// node, and a claim that finds only such addresses left is told so.
+func TestClaimsPassByCarriedAddresses(t *testing.T) {
+	const pool = "claims-carried"
+	begin(t, "carried", pool, ippoolv1.NodeIPPoolSpec{Range: ippoolv1.IPRange{CIDR: "10.80.41.0/24", Start: "10.80.41.1", End: "10.80.41.2"}})
+	carrier := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "carrier01"}}
+	Expect(k.Create(ctx, carrier)).To(Succeed())
+	t.Cleanup(func() { _ = k.Delete(ctx, carrier) })
+	publishState(t, "carrier01", `{"interfaces":[{"name":"eth1","ipv4":{"address":[{"ip":"10.80.41.1","prefix-length":24}]}}]}`, time.Now())
+
+	createClaim(t, "carried", "m1", pool)
+	Eventually(addressOf("carried", "m1")).Should(Equal("10.80.41.2"), "not 10.80.41.1, which carrier01 carries")
+	createClaim(t, "carried", "m2", pool, func(c *unstructured.Unstructured) {
+		c.SetAnnotations(map[string]string{capi.RequestedAddressAnnotation: "10.80.41.1"})
+	})
+	Eventually(readiness("carried", "m2")).Should(HavePrefix("False AllocationFailed: annotation ipAddress=10.80.41.1: " +
+		"on the network of node carrier01 (its NodeNetworkState shows it), though no holder records it"))
+	createClaim(t, "carried", "m3", pool)
+	Eventually(readiness("carried", "m3")).Should(Equal("False PoolExhausted: NodeIPPool claims-carried has no address left " +
+		"for this claim (1 of 2 allocated; 1 more are on other nodes' networks, recorded by no holder); the claim is served as " +
+		"soon as one is freed, or grow the pool's range"))
+	Expect(bits(pool)()).To(Equal([]string{"10.80.41.2"}))
 }

@@ -89,9 +89,10 @@ func TestTakeRequestedRefusals(t *testing.T) {
 	for _, tc := range []struct{ requested, want string }{
 		{"nonsense", "annotation ipAddress=nonsense: not an IP address; write one address of NodeIPPool p, or remove the annotation"},
 		{"10.0.1.5", "annotation ipAddress=10.0.1.5: NodeIPPool p does not hand it out"},
+		{"10.0.0.9", "annotation ipAddress=10.0.0.9: on the network of node n2 (its NodeNetworkState shows it), though no holder records it"},
 	} {
 		p, alloc := testPool(t)
-		_, c := takeRequested(p, alloc, tc.requested)
+		_, c := takeRequested(p, alloc, tc.requested, map[netip.Addr][]string{netip.MustParseAddr("10.0.0.9"): {"n2"}})
 		if c == nil || c.reason != capi.ReasonAllocationFailed || len(c.message) < len(tc.want) || c.message[:len(tc.want)] != tc.want {
 			t.Errorf("takeRequested(%q) = %+v, want AllocationFailed %q", tc.requested, c, tc.want)
 		}
@@ -100,7 +101,7 @@ func TestTakeRequestedRefusals(t *testing.T) {
 		}
 	}
 	p, alloc := testPool(t)
-	if ip, c := takeRequested(p, alloc, "10.0.0.7"); c != nil || ip.String() != "10.0.0.7" || alloc.Count() != 1 {
+	if ip, c := takeRequested(p, alloc, "10.0.0.7", nil); c != nil || ip.String() != "10.0.0.7" || alloc.Count() != 1 {
 		t.Errorf("takeRequested(10.0.0.7) = %v, %+v with %d allocated", ip, c, alloc.Count())
 	}
 }
