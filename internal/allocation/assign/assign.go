@@ -38,10 +38,8 @@ import (
 	"net/netip"
 	"slices"
 	"strings"
-	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/labels"
 
 	ippoolv1 "github.com/nmstate-ippool/nmstate-ippool/api/v1"
 	"github.com/nmstate-ippool/nmstate-ippool/internal/allocation/holder"
@@ -77,100 +75,6 @@ type Claimant struct {
 	Holds func(ip netip.Addr) bool
 }
 
-// ReturnedMessage is the note of the AddressReturned Event on an enactment
-// that pool gave back its addresses (see Taken.DescribeReturn), whoever
-// chose them: the pool controller or a self-allocating handler.
-func ReturnedMessage(pool string, returned []string) string {
-	return fmt.Sprintf("NodeIPPool %s returned %s: this enactment held it before its record was removed (its node left, or its policy stopped matching)",
-		pool, strings.Join(returned, ", "))
-}
-
-// DescribeReturn describes an address that came back to captureName,
-// for ReturnedMessage; "" if it did not.
-func (t Taken) DescribeReturn(captureName string) string {
-	switch {
-	case t.returned != nil:
-		return fmt.Sprintf("%s to capture %s (quarantined since %s)", t.IP, captureName, t.returned.Since.UTC().Format(time.RFC3339))
-	case t.kept != nil && !t.reclaimed:
-		return fmt.Sprintf("%s to capture %s (kept since %s)", t.IP, captureName, t.kept.Since.UTC().Format(time.RFC3339))
-	}
-	return ""
-}
-
-// ReclaimedMessage is the note of the AddressReclaimed Event on an
-// enactment that pool gave addresses kept for another node's return (see
-// Taken.DescribeReclaim).
-func ReclaimedMessage(pool string, reclaimed []string) string {
-	return fmt.Sprintf("NodeIPPool %s gave this enactment %s: no other address was free; the node it was kept for no longer gets it back",
-		pool, strings.Join(reclaimed, ", "))
-}
-
-// DescribeReclaim describes an address kept for another node's return that
-// was handed out all the same, for ReclaimedMessage; "" if it was not.
-func (t Taken) DescribeReclaim() string {
-	if !t.reclaimed {
-		return ""
-	}
-	return fmt.Sprintf("%s, kept since %s for the return of %s", t.IP, t.kept.Since.UTC().Format(time.RFC3339), t.kept.HolderName())
-}
-
-// Notes are what the recipient of a pool write's addresses is told with
-// Events: the addresses that came back to it, those it was given that
-// were kept for another node's return, those its node carried and kept
-// (adopted), and those its node carries that the pool could not give it.
-type Notes struct {
-	Returned, Reclaimed []string
-	// Adopted and NotAdopted are by address: "10.0.0.4 on eth1", and
-	// "10.0.0.9 on eth1 (it is excluded from the range ...)".
-	Adopted, NotAdopted []string
-}
-
-// Add notes t, handed out for captureName.
-func (n *Notes) Add(t Taken, captureName string) {
-	if what := t.DescribeReturn(captureName); what != "" {
-		n.Returned = append(n.Returned, what)
-	}
-	if what := t.DescribeReclaim(); what != "" {
-		n.Reclaimed = append(n.Reclaimed, what)
-	}
-	if t.adopted != nil {
-		n.Adopted = append(n.Adopted, t.adopted.String())
-	}
-	n.NotAdopted = append(n.NotAdopted, t.notAdopted...)
-}
-
-// Events returns the Events of n for addresses of pool.
-func (n Notes) Events(pool string) []Note {
-	var out []Note
-	if len(n.Returned) > 0 {
-		out = append(out, Note{ippoolv1.ReasonAddressReturned, ReturnedMessage(pool, n.Returned)})
-	}
-	if len(n.Reclaimed) > 0 {
-		out = append(out, Note{ippoolv1.ReasonAddressReclaimed, ReclaimedMessage(pool, n.Reclaimed)})
-	}
-	if len(n.Adopted) > 0 {
-		out = append(out, Note{ippoolv1.ReasonAddressAdopted, AdoptedMessage(pool, n.Adopted)})
-	}
-	if len(n.NotAdopted) > 0 {
-		out = append(out, Note{ippoolv1.ReasonAddressNotAdopted, NotAdoptedMessage(pool, n.NotAdopted)})
-	}
-	return out
-}
-
-// Note is one Event of Notes: a Normal Event's reason and note.
-type Note struct {
-	Reason, Message string
-}
-
-// Type returns the Event type of the note: Warning for an address the
-// node carries that the pool could not give it, Normal otherwise.
-func (n Note) Type() string {
-	if n.Reason == ippoolv1.ReasonAddressNotAdopted {
-		return "Warning"
-	}
-	return "Normal"
-}
-
 // Taken is one address a Chooser handed out.
 type Taken struct {
 	IP     netip.Addr
@@ -193,99 +97,6 @@ type Taken struct {
 	avoided []string
 	// notAdopted describes what the node carries that it could not keep.
 	notAdopted []string
-}
-
-// Reservation is a valid reservation of a pool, parsed.
-type Reservation struct {
-	IP     netip.Addr
-	Offset uint64
-	Node   string
-	// NodeSelector is the reservation's selector as written, Selector
-	// parsed.
-	NodeSelector *metav1.LabelSelector
-	Selector     labels.Selector
-	Policy       string
-}
-
-// Matches reports whether the reservation is for the claimant. labels is
-// evaluated only for a selector.
-func (r Reservation) Matches(node, policy string, nodeLabels func() map[string]string) bool {
-	if r.Policy != "" && r.Policy != policy {
-		return false
-	}
-	if r.Node != "" {
-		return r.Node == node
-	}
-	if nodeLabels == nil {
-		return false
-	}
-	l := nodeLabels()
-	return l != nil && r.Selector.Matches(labels.Set(l))
-}
-
-// Describe names whom the reservation is for, as messages write it.
-func (r Reservation) Describe() string {
-	who := "node " + r.Node
-	if r.Node == "" {
-		who = "the node matching " + metav1.FormatLabelSelector(r.NodeSelector)
-	}
-	if r.Policy != "" {
-		who += " (policy " + r.Policy + ")"
-	}
-	return who
-}
-
-// Invalid is a reservation that can never be handed out, and why.
-type Invalid struct {
-	IP  string
-	Why string
-}
-
-// Reservations parses the reservations of pool against its range. Those
-// that can never be handed out (not an address, outside the range,
-// excluded, the gateway, listed twice, a bad selector) are returned apart,
-// with a reason an admin can act on; admission refuses them when the
-// webhook runs, and the pool controller reports them otherwise.
-func Reservations(pool *ippoolv1.NodeIPPool, rng *ippool.Range) ([]Reservation, []Invalid) {
-	var (
-		valid   []Reservation
-		invalid []Invalid
-		seen    = map[netip.Addr]bool{}
-	)
-	for _, res := range pool.Spec.Reservations {
-		ip, err := ippool.ParseAddr(res.IP)
-		if err != nil {
-			invalid = append(invalid, Invalid{res.IP, err.Error()})
-			continue
-		}
-		off, err := rng.Assignable(ip)
-		switch {
-		case ip == rng.Gateway():
-			invalid = append(invalid, Invalid{res.IP, "it is the gateway, which is never handed out"})
-			continue
-		case errors.Is(err, ippool.ErrExcluded):
-			invalid = append(invalid, Invalid{res.IP, fmt.Sprintf("it is excluded from the range %s-%s (spec.range.exclude, or a network, broadcast or anycast address)", rng.Start(), rng.End())})
-			continue
-		case err != nil:
-			invalid = append(invalid, Invalid{res.IP, fmt.Sprintf("it is outside the range %s-%s", rng.Start(), rng.End())})
-			continue
-		case seen[ip]:
-			invalid = append(invalid, Invalid{res.IP, "it is reserved more than once"})
-			continue
-		}
-		seen[ip] = true
-		r := Reservation{IP: ip, Offset: off, Node: res.Node, Policy: res.Policy}
-		if res.Node == "" {
-			sel, err := metav1.LabelSelectorAsSelector(res.NodeSelector)
-			if err != nil || res.NodeSelector == nil {
-				invalid = append(invalid, Invalid{res.IP, fmt.Sprintf("its node selector is invalid: %v", err)})
-				continue
-			}
-			r.Selector, r.NodeSelector = sel, res.NodeSelector
-		}
-		valid = append(valid, r)
-	}
-	return valid, invalid
 }
 
 // Chooser hands out the addresses of one pool write.
