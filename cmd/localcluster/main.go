@@ -6,7 +6,7 @@
 // own after the command returns; "down" stops them by PID.
 //
 //	localcluster up --nodes N [--dir DIR] [--gc-grace-period D] [--quarantine-period D] [--controllers N] [--bin DIR] [--assets DIR]
-//	                [--handler ours|upstream [--companion]] [--peer-handler PATH] [--retries N]
+//	                [--handler ours|upstream [--companion]] [--self-allocate] [--peer-handler PATH] [--retries N]
 //	                [--garbage-collector=false] [--node-lifecycle=false] [--node-grace-period D] [--crd FILE]... [--crd-dir DIR]
 //	localcluster up --kubelets K [--images DIR] [--dir DIR] [--bin DIR] [--assets DIR]
 //	localcluster handler use ours|upstream
@@ -120,10 +120,7 @@ func cmdUp(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs.StringVar(&o.assets, "assets", "", "directory of etcd, kube-apiserver and, with --kubelets, the node components (default $KUBEBUILDER_ASSETS, else BIN/k8s)")
 	fs.IntVar(&o.kubelets, "kubelets", 0,
 		"how many real nodes to run instead of simulated ones: kubelets with their own containerd and network namespace (needs root; see 'make real-nodes')")
-	fs.IntVar(&o.retries, "retries", -1, "how many times the handlers retry a failed apply (default: their own, 5)")
-	fs.StringVar(&o.handler, "handler", state.HandlerOurs, "the simulated nodes' handler: ours, or upstream (kubernetes-nmstate's, from make peer-handler)")
-	fs.BoolVar(&o.companion, "companion", false, "with --handler upstream, run the pool controller in companion mode beside it "+
-		"(PooledNodeNetworkConfigurationPolicy: one plain NNCP per node, addresses written in)")
+	o.handlerFlags(fs)
 	fs.BoolVar(&o.garbageCollector, "garbage-collector", true, "run Kubernetes' garbage collector beside simulated nodes (kube-controller-manager "+
 		"--controllers=garbagecollector, from ASSETS): dependents are deleted with their owners, and --cascade=foreground|orphan "+
 		"work as in a cluster (real nodes run the whole kube-controller-manager)")
@@ -131,7 +128,6 @@ func cmdUp(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		"controller: a node whose machine stops (node stop) turns NotReady as in a cluster")
 	fs.DurationVar(&o.nodeGracePeriod, "node-grace-period", 40*time.Second,
 		"how long a node may post no heartbeat before the node lifecycle controller turns it NotReady (its --node-monitor-grace-period)")
-	fs.StringVar(&o.peerHandler, "peer-handler", "", "kubernetes-nmstate's handler binary (default BIN/kubernetes-nmstate-handler)")
 	fs.StringVar(&o.images, "images", "", "with --kubelets, directory of the image tarballs of make images-local (default BIN/images)")
 	fs.StringVar(&o.crdDir, "crd-dir", "", "install the CRD files of this directory instead of this version's, "+
 		"e.g. an earlier version's deploy/crd with its binaries in --bin, to upgrade from (simulated nodes)")
@@ -170,6 +166,17 @@ func cmdUp(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	return up(ctx, o, stdout)
 }
 
+// handlerFlags defines the flags of up that choose and tune the handlers.
+func (o *upOptions) handlerFlags(fs *flag.FlagSet) {
+	fs.IntVar(&o.retries, "retries", -1, "how many times the handlers retry a failed apply (default: their own, 5)")
+	fs.StringVar(&o.handler, "handler", state.HandlerOurs, "the simulated nodes' handler: ours, or upstream (kubernetes-nmstate's, from make peer-handler)")
+	fs.BoolVar(&o.selfAllocate, "self-allocate", false, "run our handlers with --self-allocate: each takes new addresses from the pools itself, "+
+		"writing their status, instead of asking the pool controller")
+	fs.BoolVar(&o.companion, "companion", false, "with --handler upstream, run the pool controller in companion mode beside it "+
+		"(PooledNodeNetworkConfigurationPolicy: one plain NNCP per node, addresses written in)")
+	fs.StringVar(&o.peerHandler, "peer-handler", "", "kubernetes-nmstate's handler binary (default BIN/kubernetes-nmstate-handler)")
+}
+
 // check checks the flags of up and sets the defaults they imply.
 func (o *upOptions) check(fs *flag.FlagSet) error {
 	if err := o.checkKubelets(fs); err != nil {
@@ -180,6 +187,9 @@ func (o *upOptions) check(fs *flag.FlagSet) error {
 	}
 	if o.companion && o.handler != state.HandlerUpstream {
 		return fmt.Errorf("%w: --companion runs beside kubernetes-nmstate's handler: add --handler upstream", cli.ErrUsage)
+	}
+	if o.selfAllocate && (o.handler != state.HandlerOurs || o.kubelets > 0) {
+		return fmt.Errorf("%w: --self-allocate is a flag of our handler on simulated nodes (real nodes: deploy/self-allocate)", cli.ErrUsage)
 	}
 	if o.handler == state.HandlerUpstream && o.kubelets > 0 {
 		return fmt.Errorf("%w: --handler upstream runs on simulated nodes; real nodes run the handler of the install", cli.ErrUsage)

@@ -36,6 +36,7 @@ func TestCommandLineErrors(t *testing.T) {
 		{[]string{"up", "--gc-grace-period", "1s", "--dir", dir}, 2, "--gc-grace-period 1s: give at least 3s"},
 		{[]string{"up", "--quarantine-period", "0s", "--dir", dir}, 2, "--quarantine-period 0s is too short"},
 		{[]string{"up", "--controllers", "0", "--dir", dir}, 2, "--controllers 0: give 1 to 3"},
+		{[]string{"up", "--self-allocate", "--handler", "upstream", "--dir", dir}, 2, "--self-allocate is a flag of our handler on simulated nodes"},
 		{[]string{"up", "--kubelets", "300", "--dir", dir}, 2, "--kubelets 300: give 0 to 200"},
 		{[]string{"up", "--kubelets", "2", "--nodes", "3", "--dir", dir}, 2, "--nodes 3 with --kubelets 2: a cluster's nodes are all simulated or all real"},
 		{[]string{"up", "--handler", "theirs", "--dir", dir}, 2, `--handler "theirs": give one of ours, upstream`},

@@ -41,6 +41,8 @@ type upOptions struct {
 	// companion runs the pool controller in companion mode beside
 	// kubernetes-nmstate's handler.
 	companion bool
+	// selfAllocate runs our handlers with --self-allocate.
+	selfAllocate bool
 	// garbageCollector runs Kubernetes' garbage collector beside
 	// simulated nodes.
 	garbageCollector bool
@@ -59,7 +61,7 @@ func up(ctx context.Context, o upOptions, out io.Writer) error {
 	}
 	c := &state.Cluster{Dir: o.dir, Bin: o.bin, Assets: o.assets, GracePeriod: o.gracePeriod.String(),
 		QuarantinePeriod: o.quarantine.String(), Controllers: o.controllers, Processes: map[string]*process.Process{},
-		Handler: o.handler, PeerHandler: o.peerHandler, ExtraCRDs: o.crds, CRDDir: o.crdDir, Companion: o.companion, GarbageCollector: o.garbageCollector,
+		Handler: o.handler, PeerHandler: o.peerHandler, ExtraCRDs: o.crds, CRDDir: o.crdDir, Companion: o.companion, SelfAllocate: o.selfAllocate, GarbageCollector: o.garbageCollector,
 		NodeLifecycle: o.nodeLifecycle, NodeGracePeriod: o.nodeGracePeriod.String()}
 	if o.retries >= 0 {
 		c.Retries = &o.retries

@@ -4,7 +4,7 @@ package main
 // after a usage error.
 const usage = `Usage:
   localcluster up --nodes N [--dir DIR] [--gc-grace-period D] [--quarantine-period D] [--controllers N] [--bin DIR] [--assets DIR]
-                  [--handler ours|upstream [--companion]] [--peer-handler PATH] [--retries N]
+                  [--handler ours|upstream [--companion]] [--self-allocate] [--peer-handler PATH] [--retries N]
                   [--garbage-collector=false] [--node-lifecycle=false] [--node-grace-period D] [--crd FILE]... [--crd-dir DIR]
   localcluster handler use ours|upstream [--dir DIR]
   localcluster up --kubelets K [--images DIR] [--dir DIR] [--bin DIR] [--assets DIR]

@@ -96,20 +96,27 @@ func commands(t *testing.T) string {
 // objects from their specs). No node is renumbered: each adopts the
 // address it carries. A node that joins gets an address no NIC carries,
 // and the pool agrees with its holders' records.
-func TestRestoreWithoutStatus(t *testing.T) { restoreKeepsEveryNode(t) }
+func TestRestoreWithoutStatus(t *testing.T) { restoreKeepsEveryNode(t, nil) }
+
+// TestRestoreWithoutStatusSelfAllocating: as TestRestoreWithoutStatus,
+// with handlers that take their addresses from the pools themselves
+// (handler --self-allocate) instead of asking the pool controller.
+func TestRestoreWithoutStatusSelfAllocating(t *testing.T) {
+	restoreKeepsEveryNode(t, []string{"--self-allocate"})
+}
 
 // TestRestoreWithStatus: as TestRestoreWithoutStatus, with the pools'
 // status restored (Velero's restoreStatus) and no enactment: the bitmap
 // comes back with every node's address set and no record naming its
 // holder. Each node gets back the address it carries, not a new one.
-func TestRestoreWithStatus(t *testing.T) { restoreKeepsEveryNode(t, "--with-status") }
+func TestRestoreWithStatus(t *testing.T) { restoreKeepsEveryNode(t, nil, "--with-status") }
 
 // restoreKeepsEveryNode backs up and restores (localcluster restore with
-// flags) a fleet of three nodes served by one pool, and checks that no
-// node is renumbered and that a node that joins after is served around
-// them.
-func restoreKeepsEveryNode(t *testing.T, flags ...string) {
-	f, before := fleet(t)
+// flags) a fleet of three nodes (up with upArgs) served by one pool, and
+// checks that no node is renumbered and that a node that joins after is
+// served around them.
+func restoreKeepsEveryNode(t *testing.T, upArgs []string, flags ...string) {
+	f, before := fleet(t, upArgs...)
 	ctx := t.Context()
 	// The range grows down before the backup: a node given an address
 	// afresh after the restore would get one below those the nodes carry,

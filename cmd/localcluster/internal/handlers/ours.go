@@ -27,6 +27,9 @@ func (c *cluster) handlerTuning() []string {
 	if c.Retries != nil {
 		flags = append(flags, fmt.Sprintf("--retries=%d", *c.Retries))
 	}
+	if c.SelfAllocate {
+		flags = append(flags, "--self-allocate")
+	}
 	return flags
 }
 

@@ -64,6 +64,9 @@ type Cluster struct {
 	// --companion): it keeps pooled policies' NNCPs and leaves the NNCPs'
 	// status to that handler.
 	Companion bool `json:"companion,omitempty"`
+	// SelfAllocate is set when our handlers take new addresses from the
+	// pools themselves (up --self-allocate: handler --self-allocate).
+	SelfAllocate bool `json:"selfAllocate,omitempty"`
 	// GarbageCollector is set when Kubernetes' garbage collector runs
 	// beside simulated nodes (up --garbage-collector).
 	GarbageCollector bool `json:"garbageCollector,omitempty"`
