@@ -85,20 +85,15 @@ func (r *Reconciler) allocate(ctx context.Context, claim *unstructured.Unstructu
 // pool's rules give. A refusal is a condition; requeue asks to look again.
 // A new address is none that a node's network carries (its
 // NodeNetworkState shows it) though no record holds it, as after a
-// restore: the machine of the claim would share it with the node.
+// restore: the machine of the claim would share it with the node. What
+// the nodes carry is read only for a new address, and only while the pool
+// has a free one.
 func (r *Reconciler) take(ctx context.Context, claim *unstructured.Unstructured, pool *ippoolv1.NodeIPPool) (netip.Addr, *condition, bool, error) {
 	ask := askOf(claim)
 	holder := ask.Claimant.Holder
 	requested := claim.GetAnnotations()[capi.RequestedAddressAnnotation]
 	restoring := claim.GetAnnotations()[capi.RestoreAnnotation]
-	var carried assign.Carrying
-	if restoring == "" {
-		var err error
-		if carried, err = lifecycle.WithCarriers(ctx, r.APIReader, carried); err != nil {
-			return netip.Addr{}, nil, false, fmt.Errorf("allocate from NodeIPPool %s for IPAddressClaim %s/%s: %w",
-				pool.Name, claim.GetNamespace(), claim.GetName(), err)
-		}
-	}
+	carriers := (&carriersOnce{reader: r.APIReader}).read(ctx)
 	var got netip.Addr
 	var refusal *condition
 	ctx = audit.WithReason(ctx, "Served", "IPAddressClaim "+claim.GetNamespace()+"/"+claim.GetName()+" asks for an address")
@@ -106,6 +101,8 @@ func (r *Reconciler) take(ctx context.Context, claim *unstructured.Unstructured,
 		var want func() (netip.Addr, error)
 		switch {
 		case restoring != "":
+			// The address is the claim's own, which its machine carries:
+			// what nodes carry is not read.
 			// Who else records the address is read after the pool, so a
 			// holder that pruned its entry since wrote its record first,
 			// and a prune after the read fails this write.
@@ -117,13 +114,23 @@ func (r *Reconciler) take(ctx context.Context, claim *unstructured.Unstructured,
 			}
 		case requested != "":
 			want = func() (netip.Addr, error) {
-				ip, c := takeRequested(p, alloc, requested, carried.Carriers)
+				avoid, err := carriers()
+				if err != nil {
+					return netip.Addr{}, err
+				}
+				ip, c := takeRequested(p, alloc, requested, avoid)
 				return ip, refusedOr(c, nil)
 			}
 		}
-		var changed bool
+		var avoid map[netip.Addr][]string
 		var err error
-		got, changed, err = serveAsk(p, alloc, ask, now(r.Clock), want, carried.Carriers)
+		if want == nil && alloc.Free() > 0 && len(assign.Resumable(p, ask)) == 0 {
+			if avoid, err = carriers(); err != nil {
+				return false, err
+			}
+		}
+		var changed bool
+		got, changed, err = serveAsk(p, alloc, ask, now(r.Clock), want, avoid)
 		refusal, err = conditionOf(p, alloc, err)
 		return changed && refusal == nil, err
 	}, poolwrite.Incarnation(pool.UID))
@@ -140,6 +147,27 @@ func (r *Reconciler) take(ctx context.Context, claim *unstructured.Unstructured,
 		return netip.Addr{}, nil, false, fmt.Errorf("NodeIPPool %s: the in-flight entry of %s holds no address", pool.Name, holder.Title())
 	}
 	return got, nil, false, nil
+}
+
+// carriersOnce reads what the networks of existing Nodes carry
+// (lifecycle.WithCarriers) on its first call, and returns that after.
+type carriersOnce struct {
+	reader  client.Reader
+	carried *assign.Carrying
+}
+
+// read returns the reader of o's carriers under ctx.
+func (o *carriersOnce) read(ctx context.Context) func() (map[netip.Addr][]string, error) {
+	return func() (map[netip.Addr][]string, error) {
+		if o.carried == nil {
+			c, err := lifecycle.WithCarriers(ctx, o.reader, assign.Carrying{})
+			if err != nil {
+				return nil, fmt.Errorf("read what nodes' networks carry, to hand out none of it: %w", err)
+			}
+			o.carried = &c
+		}
+		return o.carried.Carriers, nil
+	}
 }
 
 func deref(c *condition) condition {

@@ -102,7 +102,15 @@ func TestRestoreWithoutStatus(t *testing.T) { restoreKeepsEveryNode(t, nil) }
 // with handlers that take their addresses from the pools themselves
 // (handler --self-allocate) instead of asking the pool controller.
 func TestRestoreWithoutStatusSelfAllocating(t *testing.T) {
-	restoreKeepsEveryNode(t, []string{"--self-allocate"})
+	f := restoreKeepsEveryNode(t, []string{"--self-allocate"})
+	// node04, which joined after the restore, took its address itself.
+	log, err := os.ReadFile(filepath.Join(f.Dir, "logs", "handler-node04.log"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(string(log), `"reason":"SelfAllocated"`) {
+		t.Error("node04's handler logs no address it took itself (reason SelfAllocated): did it run with --self-allocate?")
+	}
 }
 
 // TestRestoreWithStatus: as TestRestoreWithoutStatus, with the pools'
@@ -115,7 +123,7 @@ func TestRestoreWithStatus(t *testing.T) { restoreKeepsEveryNode(t, nil, "--with
 // flags) a fleet of three nodes (up with upArgs) served by one pool, and
 // checks that no node is renumbered and that a node that joins after is
 // served around them.
-func restoreKeepsEveryNode(t *testing.T, upArgs []string, flags ...string) {
+func restoreKeepsEveryNode(t *testing.T, upArgs []string, flags ...string) *envtest.Fleet {
 	f, before := fleet(t, upArgs...)
 	ctx := t.Context()
 	// The range grows down before the backup: a node given an address
@@ -131,6 +139,7 @@ func restoreKeepsEveryNode(t *testing.T, upArgs []string, flags ...string) {
 	nodes = append(nodes, "node04")
 	f.Served(ctx, "a node that joins after the restore", nodes)
 	oneNICEach(t, f, nodes)
+	return f
 }
 
 // TestClaimsRestoredWithoutStatus: Cluster API's IPAddressClaims and their

@@ -120,6 +120,8 @@ spec:
 		t.Errorf("node04, back after the downgrade, holds %s; it held %s, kept for its return", got["node04"], addresses["node04"])
 	}
 	second = c.ServedPooled(ctx, "the pooled policy on nodes that join after the downgrade", pooled, "eth2", nodes)
+	c.CreateClaim(ctx, machines, "m4")
+	claimed = c.Claimed(ctx, "a claim made after the downgrade", machines, append(claims, "m4"))
 	holders := map[string]string{}
 	for _, held := range []struct {
 		what string

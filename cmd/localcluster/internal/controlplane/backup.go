@@ -20,6 +20,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/yaml"
 
+	ippoolv1 "github.com/nmstate-ippool/nmstate-ippool/api/v1"
 	"github.com/nmstate-ippool/nmstate-ippool/cmd/localcluster/internal/state"
 	"github.com/nmstate-ippool/nmstate-ippool/internal/allocation/capi"
 )
@@ -41,13 +42,14 @@ var backedUp = []schema.GroupVersionKind{
 	{Group: capi.Group, Version: "v1beta1", Kind: capi.ClaimKind},
 }
 
-// regenerated reports whether o is made again by the object that
-// controls it, and so left out of a backup: a policy generated from a
-// pooled policy (what Velero's --selector '!nmstate.io/pooled-policy'
-// leaves out). An IPAddress, controlled by its claim, is backed up: it is
-// the claim's record of its address.
+// regenerated reports whether o is made again by the pooled policy it
+// was generated from, and so left out of a backup: a policy labelled
+// nmstate.io/pooled-policy (what Velero's --selector
+// '!nmstate.io/pooled-policy' leaves out). An IPAddress, controlled by its
+// claim, is backed up: it is the claim's record of its address.
 func regenerated(o *unstructured.Unstructured) bool {
-	return o.GetKind() == "NodeNetworkConfigurationPolicy" && metav1.GetControllerOf(o) != nil
+	_, generated := o.GetLabels()[ippoolv1.PooledPolicyLabel]
+	return o.GetKind() == "NodeNetworkConfigurationPolicy" && generated
 }
 
 // Backup writes to w, as YAML documents, every object of the backed-up
@@ -164,9 +166,10 @@ func kindsBackedUp() string {
 // Restore creates the objects of a backup in the order of their kinds,
 // and the namespaces they are in, as a restore tool does: without their
 // owner references, which name the UIDs of owners that are gone (Velero
-// drops them; the garbage collector would delete what they own). With status it then writes each one's status
-// as it was backed up (Velero's restoreStatus), without it the objects
-// come back with none (Velero's default). It returns how many it created.
+// drops them; the garbage collector would delete what they own). With
+// status it then writes each one's status as it was backed up (Velero's
+// restoreStatus); without, the objects come back with none (Velero's
+// default). It returns how many it created.
 func Restore(ctx context.Context, s *state.Cluster, b *Objects, withStatus bool) (int, error) {
 	k, err := s.Client()
 	if err != nil {
