@@ -120,6 +120,9 @@ func cmdRestore(ctx context.Context, args []string, stdout, stderr io.Writer) er
 		if err != nil {
 			return fmt.Errorf("the CRDs to install again cannot be read, and nothing was changed: %w", err)
 		}
+		if err := objects.ServedBy(crds); err != nil {
+			return fmt.Errorf("%s cannot be restored into this cluster, and nothing was changed: %w", names[0], err)
+		}
 		return restore(ctx, c, objects, crds, withStatus, stdout)
 	})
 }

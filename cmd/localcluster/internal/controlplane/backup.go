@@ -110,6 +110,35 @@ type Objects struct {
 // Len is how many objects the backup holds.
 func (b *Objects) Len() int { return b.n }
 
+// ServedBy fails unless crds, the CRDs a restore installs again, serve
+// every kind and version the backup holds: a restore empties etcd first,
+// so an object it could not create must be found before.
+func (b *Objects) ServedBy(crds CRDs) error {
+	for _, gvk := range backedUp {
+		if len(b.byKind[gvk]) == 0 || serves(crds, gvk) {
+			continue
+		}
+		return fmt.Errorf("the backup holds %d %s of %s, which the cluster's CRDs do not serve (are Cluster API's CRDs "+
+			"installed, localcluster up --crd?)", len(b.byKind[gvk]), gvk.Kind, gvk.GroupVersion())
+	}
+	return nil
+}
+
+// serves reports whether one of crds serves gvk.
+func serves(crds CRDs, gvk schema.GroupVersionKind) bool {
+	for _, crd := range crds {
+		if crd.Spec.Group != gvk.Group || crd.Spec.Names.Kind != gvk.Kind {
+			continue
+		}
+		for _, v := range crd.Spec.Versions {
+			if v.Name == gvk.Version && v.Served {
+				return true
+			}
+		}
+	}
+	return false
+}
+
 // ReadBackup reads the objects of a backup, and refuses one that holds
 // anything but the backed-up kinds, an object without a name, or the same
 // object twice: a restore empties etcd first, so a backup that cannot be

@@ -3,6 +3,8 @@ package controlplane
 import (
 	"strings"
 	"testing"
+
+	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 )
 
 // TestReadBackup: a backup is read whole before a restore empties etcd;
@@ -46,6 +48,45 @@ func TestReadBackup(t *testing.T) {
 			}
 			if b.Len() != tc.n {
 				t.Errorf("%d objects, want %d", b.Len(), tc.n)
+			}
+		})
+	}
+}
+
+// TestServedBy: a backup that holds a kind or version the cluster's CRDs
+// do not serve is refused before a restore empties anything.
+func TestServedBy(t *testing.T) {
+	crd := func(group, kind string, versions ...string) *apiextensionsv1.CustomResourceDefinition {
+		c := &apiextensionsv1.CustomResourceDefinition{}
+		c.Spec.Group, c.Spec.Names.Kind = group, kind
+		for _, v := range versions {
+			c.Spec.Versions = append(c.Spec.Versions, apiextensionsv1.CustomResourceDefinitionVersion{Name: v, Served: true})
+		}
+		return c
+	}
+	ours := CRDs{crd("nmstate.io", "NodeIPPool", "v1")}
+	withIPAM := append(CRDs{crd("ipam.cluster.x-k8s.io", "IPAddressClaim", "v1beta1")}, ours...)
+	const claim = "apiVersion: ipam.cluster.x-k8s.io/v1beta2\nkind: IPAddressClaim\nmetadata: {name: m1, namespace: a}\n"
+	const pool = "apiVersion: nmstate.io/v1\nkind: NodeIPPool\nmetadata: {name: p}\n"
+	for _, tc := range []struct {
+		name, backup string
+		crds         CRDs
+		err          string
+	}{
+		{name: "pools, served", backup: pool, crds: ours},
+		{name: "a claim, no IPAM CRDs", backup: pool + "---\n" + claim, crds: ours,
+			err: "the backup holds 1 IPAddressClaim of ipam.cluster.x-k8s.io/v1beta2, which the cluster's CRDs do not serve"},
+		{name: "a claim at a version not served", backup: claim, crds: withIPAM, err: "IPAddressClaim of ipam.cluster.x-k8s.io/v1beta2"},
+		{name: "a claim, served", backup: strings.Replace(claim, "v1beta2", "v1beta1", 1), crds: withIPAM},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			b, err := ReadBackup(strings.NewReader(tc.backup))
+			if err != nil {
+				t.Fatal(err)
+			}
+			err = b.ServedBy(tc.crds)
+			if tc.err == "" && err != nil || tc.err != "" && (err == nil || !strings.Contains(err.Error(), tc.err)) {
+				t.Errorf("ServedBy: %v, want %q", err, tc.err)
 			}
 		})
 	}
