@@ -215,7 +215,17 @@ func claimsKeepTheirAddresses(t *testing.T, flags ...string) {
 // without the policies generated from it (its controller writes them
 // again); no node is renumbered, and a node that joins gets an address no
 // NIC carries.
-func TestPooledPolicyRestoredWithoutStatus(t *testing.T) {
+func TestPooledPolicyRestoredWithoutStatus(t *testing.T) { pooledKeepsEveryNode(t) }
+
+// TestPooledPolicyRestoredWithStatus: as TestPooledPolicyRestoredWithoutStatus,
+// with the pooled policy's and the pool's status restored (Velero's
+// restoreStatus): the pooled policy's record names every node's address.
+func TestPooledPolicyRestoredWithStatus(t *testing.T) { pooledKeepsEveryNode(t, "--with-status") }
+
+// pooledKeepsEveryNode backs up and restores (localcluster restore with
+// flags) a pooled policy of three nodes, and checks that no node is
+// renumbered and that a node that joins after is served around them.
+func pooledKeepsEveryNode(t *testing.T, flags ...string) {
 	f := withPool(t)
 	ctx := t.Context()
 	f.Create(ctx, envtest.PooledYAML(pooled, pool, "eth1"))
@@ -225,7 +235,7 @@ func TestPooledPolicyRestoredWithoutStatus(t *testing.T) {
 
 	backup := filepath.Join(t.TempDir(), "backup.yaml")
 	f.Localcluster("backup", backup)
-	f.Localcluster("restore", backup)
+	f.Localcluster(append(append([]string{"restore"}, flags...), backup)...)
 	got := f.ServedPooled(ctx, "after the restore", pooled, "eth1", nodes)
 	for _, node := range nodes {
 		if got[node] != before[node] {
