@@ -86,7 +86,7 @@ func onNetworks(p *ippoolv1.NodeIPPool, alloc *ippool.Allocator, records []holde
 		nodes := carriers[ip]
 		if len(nodes) > 1 {
 			fix := fmt.Sprintf("reset the records of all but the node that keeps it (annotation %s=%s)", ippoolv1.ResetIPPoolAnnotation, p.Name)
-			if !recordedAnywhere(p.Name, ip, records) {
+			if !recordedAnywhere(ip, records) {
 				fix = "no record holds it: take it off all but one node, or exclude it from the range (spec.range.exclude)"
 			}
 			problems = append(problems, fmt.Sprintf("%s is on the networks of nodes %s: one address on two NICs; %s",
@@ -94,7 +94,7 @@ func onNetworks(p *ippoolv1.NodeIPPool, alloc *ippool.Allocator, records []holde
 			continue
 		}
 		node := nodes[0]
-		recorders, others := recordersOf(p.Name, ip, records, node)
+		recorders, others := recordersOf(ip, records, node)
 		switch {
 		case len(others) > 0 && !recorders:
 			problems = append(problems, fmt.Sprintf("%s is on node %s's network, but %s records it for another node: "+
@@ -109,18 +109,31 @@ func onNetworks(p *ippoolv1.NodeIPPool, alloc *ippool.Allocator, records []holde
 	return problems, notes
 }
 
-// recordedAnywhere reports whether a record of any holder holds ip of
+// recordedAnywhere reports whether a record of any holder holds ip, an
+// address of pool's range, under pool or an overlapping pool (which
+// claims it on pool too, poolstatus.OwnersOf).
+func recordedAnywhere(ip netip.Addr, records []holder.Record) bool {
+	return slices.ContainsFunc(records, func(rec holder.Record) bool { return holds(rec, ip) })
+}
+
+// holds reports whether rec holds ip (held or being released) under any
 // pool.
-func recordedAnywhere(pool string, ip netip.Addr, records []holder.Record) bool {
-	return slices.ContainsFunc(records, func(rec holder.Record) bool { return slices.Contains(rec.Pools[pool].Held(), ip.String()) })
+func holds(rec holder.Record, ip netip.Addr) bool {
+	for _, held := range rec.Pools {
+		if slices.Contains(held.Held(), ip.String()) {
+			return true
+		}
+	}
+	return false
 }
 
 // recordersOf tells whether a record of node, or of no node (a claim's,
-// whose machine no Node names), holds ip of pool (held or being
-// released), and names the holders that hold it for other nodes.
-func recordersOf(pool string, ip netip.Addr, records []holder.Record, node string) (byNode bool, others []string) {
+// whose machine no Node names), holds ip, an address of a pool's range,
+// under that pool or an overlapping one (held or being released), and
+// names the holders that hold it for other nodes.
+func recordersOf(ip netip.Addr, records []holder.Record, node string) (byNode bool, others []string) {
 	for _, rec := range records {
-		if !slices.Contains(rec.Pools[pool].Held(), ip.String()) {
+		if !holds(rec, ip) {
 			continue
 		}
 		switch rec.Node {

@@ -24,7 +24,7 @@ func TestCheckNetworks(t *testing.T) {
 	k, kubeconfig := cluster(t)
 	ctx := context.Background()
 	pool(t, k, "nets", ippoolv1.IPRange{CIDR: "10.70.0.0/24", Start: "10.70.0.10", End: "10.70.0.50"},
-		"10.70.0.10", "10.70.0.11", "10.70.0.12", "10.70.0.14", "10.70.0.16")
+		"10.70.0.10", "10.70.0.11", "10.70.0.12", "10.70.0.14", "10.70.0.16", "10.70.0.45")
 	carrier(t, k, "net01", "worker", "10.70.0.10") // recorded by its own enactment: fine
 	enactment(t, k, "net01", "p", "nets", "10.70.0.10")
 	carrier(t, k, "net02", "worker", "10.70.0.11") // also on net03's network
@@ -43,6 +43,11 @@ func TestCheckNetworks(t *testing.T) {
 	if err := k.Delete(ctx, &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "net09"}}); err != nil {
 		t.Fatal(err)
 	}
+	// An older pool overlapping this one records net12's address, which
+	// this pool's bitmap sets too (poolstatus.OwnersOf).
+	pool(t, k, "nets-older", ippoolv1.IPRange{CIDR: "10.70.0.0/24", Start: "10.70.0.45", End: "10.70.0.46"}, "10.70.0.45")
+	carrier(t, k, "net12", "worker", "10.70.0.45")
+	enactment(t, k, "net12", "p", "nets-older", "10.70.0.45")
 	carrier(t, k, "net11", "worker") // a DHCP lease in the range
 	lease := &nncev1beta1.NodeNetworkState{}
 	if err := k.Get(ctx, client.ObjectKey{Name: "net11"}, lease); err != nil {
@@ -71,7 +76,7 @@ func TestCheckNetworks(t *testing.T) {
 			t.Errorf("check lacks %q:\n%s", want, out)
 		}
 	}
-	for _, unwanted := range []string{"10.70.0.10 is on", "10.70.0.16", "net09"} {
+	for _, unwanted := range []string{"10.70.0.10 is on", "10.70.0.16", "net09", "10.70.0.45"} {
 		if strings.Contains(out, unwanted) {
 			t.Errorf("check says %q:\n%s", unwanted, out)
 		}
