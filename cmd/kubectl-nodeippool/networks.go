@@ -117,8 +117,12 @@ func recordedAnywhere(ip netip.Addr, records []holder.Record) bool {
 }
 
 // holds reports whether rec holds ip (held or being released) under any
-// pool.
+// pool. An IPAddress this provider did not make (holder.IPAddress) holds
+// nothing.
 func holds(rec holder.Record, ip netip.Addr) bool {
+	if rec.Holder.Kind == holder.IPAddress {
+		return false
+	}
 	for _, held := range rec.Pools {
 		if slices.Contains(held.Held(), ip.String()) {
 			return true

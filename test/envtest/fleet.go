@@ -19,6 +19,9 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/yaml"
 
+	nmstatev1 "github.com/nmstate/kubernetes-nmstate/api/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
 	ippoolv1 "github.com/nmstate-ippool/nmstate-ippool/api/v1"
 	nncev1beta1 "github.com/nmstate-ippool/nmstate-ippool/api/v1beta1"
 )
@@ -147,6 +150,9 @@ func (f *Fleet) ServedPooled(ctx context.Context, when, name, iface string, node
 			if !ok {
 				return fmt.Errorf("pooled policy %s records no address for %s: %+v", name, node, p.Status.Nodes)
 			}
+			if err := f.generated(ctx, &p, node, ip); err != nil {
+				return err
+			}
 			if len(carried[node]) != 1 || !strings.HasPrefix(carried[node][0], ip+"/") {
 				return fmt.Errorf("%s carries %v on %s, and pooled policy %s records %s", node, carried[node], iface, name, ip)
 			}
@@ -155,6 +161,23 @@ func (f *Fleet) ServedPooled(ctx context.Context, when, name, iface string, node
 	})
 	f.onceEach(when, got)
 	return got
+}
+
+// generated fails unless the policy the pooled policy p generated for
+// node exists, is controlled by p (by its UID: written again after a
+// restore), and puts ip in its desired state.
+func (f *Fleet) generated(ctx context.Context, p *ippoolv1.PooledNodeNetworkConfigurationPolicy, node, ip string) error {
+	var g nmstatev1.NodeNetworkConfigurationPolicy
+	if err := f.K.Get(ctx, client.ObjectKey{Name: ippoolv1.NodePolicyName(p.Name, node)}, &g); err != nil {
+		return fmt.Errorf("the policy of pooled policy %s for %s: %w", p.Name, node, err)
+	}
+	if c := metav1.GetControllerOf(&g); c == nil || c.UID != p.UID {
+		return fmt.Errorf("policy %s is not controlled by pooled policy %s (UID %s): %+v", g.Name, p.Name, p.UID, c)
+	}
+	if !strings.Contains(string(g.Spec.DesiredState.Raw), ip) {
+		return fmt.Errorf("policy %s does not put %s on %s: %s", g.Name, ip, node, g.Spec.DesiredState.Raw)
+	}
+	return nil
 }
 
 // Kept waits until the pool keeps ip for the return of the node that

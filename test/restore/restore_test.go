@@ -244,7 +244,12 @@ func pooledKeepsEveryNode(t *testing.T, flags ...string) {
 	}
 	f.Localcluster("node", "add", "node04")
 	nodes = append(nodes, "node04")
-	f.ServedPooled(ctx, "a node that joins after the restore", pooled, "eth1", nodes)
+	got = f.ServedPooled(ctx, "a node that joins after the restore", pooled, "eth1", nodes)
+	for _, node := range nodes[:3] {
+		if got[node] != before[node] {
+			t.Errorf("%s holds %s once node04 joined, %s before the restore: renumbered", node, got[node], before[node])
+		}
+	}
 	oneNICEach(t, f, nodes)
 }
 
