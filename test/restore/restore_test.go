@@ -126,13 +126,7 @@ func TestRestoreWithStatus(t *testing.T) { restoreKeepsEveryNode(t, nil, "--with
 func restoreKeepsEveryNode(t *testing.T, upArgs []string, flags ...string) *envtest.Fleet {
 	f, before := fleet(t, upArgs...)
 	ctx := t.Context()
-	// The range grows down before the backup: a node given an address
-	// afresh after the restore would get one below those the nodes carry,
-	// so that only keeping what they carry keeps them where they are.
-	growDown(t, f, "10.78.0.2")
-	backup := filepath.Join(t.TempDir(), "backup.yaml")
-	f.Localcluster("backup", backup)
-	f.Localcluster(append(append([]string{"restore"}, flags...), backup)...)
+	backUpAndRestore(t, f, flags...)
 	nodes := []string{"node01", "node02", "node03"}
 	f.Unchanged(ctx, "after the restore", before, nodes, nil)
 	f.Localcluster("node", "add", "node04")
@@ -170,11 +164,7 @@ func claimsKeepTheirAddresses(t *testing.T, flags ...string) {
 		f.CreateClaim(ctx, machines, c)
 	}
 	claimsBefore := f.Claimed(ctx, "before the backup", machines, claims)
-	growDown(t, f, "10.78.0.2")
-
-	backup := filepath.Join(t.TempDir(), "backup.yaml")
-	f.Localcluster("backup", backup)
-	f.Localcluster(append(append([]string{"restore"}, flags...), backup)...)
+	backUpAndRestore(t, f, flags...)
 	nodes := []string{"node01", "node02", "node03"}
 	f.Unchanged(ctx, "after the restore", nodesBefore, nodes, nil)
 	got := f.Claimed(ctx, "after the restore", machines, claims)
@@ -231,11 +221,7 @@ func pooledKeepsEveryNode(t *testing.T, flags ...string) {
 	f.Create(ctx, envtest.PooledYAML(pooled, pool, "eth1"))
 	nodes := []string{"node01", "node02", "node03"}
 	before := f.ServedPooled(ctx, "before the backup", pooled, "eth1", nodes)
-	growDown(t, f, "10.78.0.2")
-
-	backup := filepath.Join(t.TempDir(), "backup.yaml")
-	f.Localcluster("backup", backup)
-	f.Localcluster(append(append([]string{"restore"}, flags...), backup)...)
+	backUpAndRestore(t, f, flags...)
 	got := f.ServedPooled(ctx, "after the restore", pooled, "eth1", nodes)
 	for _, node := range nodes {
 		if got[node] != before[node] {
@@ -314,6 +300,18 @@ func TestEtcdRestoredFromAnEarlierSnapshot(t *testing.T) {
 	running = append(running, "node07")
 	f.Served(ctx, "a node that joins after node03 is gone", running)
 	oneNICEach(t, f, running)
+}
+
+// backUpAndRestore grows the pool's range down, backs the cluster up and
+// restores it (localcluster restore with flags). A holder given an
+// address afresh after the restore would get one below those taken
+// before, so that only keeping what they had keeps them where they are.
+func backUpAndRestore(t *testing.T, f *envtest.Fleet, flags ...string) {
+	t.Helper()
+	growDown(t, f, "10.78.0.2")
+	backup := filepath.Join(t.TempDir(), "backup.yaml")
+	f.Localcluster("backup", backup)
+	f.Localcluster(append(append([]string{"restore"}, flags...), backup)...)
 }
 
 // growDown moves the start of the pool's range down to start, and waits
