@@ -104,8 +104,8 @@ func cmdRestore(ctx context.Context, args []string, stdout, stderr io.Writer) er
 			"(the enactments are not in a backup: see docs/operations.md)")
 	}
 	return withCluster(args, "restore", stderr, flags, func(c *state.Cluster, names []string) error {
-		if c.Real != nil || c.Handler == state.HandlerUpstream {
-			return errors.New("restore runs on clusters of simulated nodes with nmstate-ippool's handler")
+		if c.Real != nil {
+			return errors.New("restore runs on clusters of simulated nodes")
 		}
 		f, err := os.Open(names[0])
 		if err != nil {
@@ -162,7 +162,7 @@ func restore(ctx context.Context, c *state.Cluster, objects *controlplane.Object
 	if err != nil {
 		return err
 	}
-	if err := state.Step(out, "pool-controller", func() error { return h.Prepare(ctx, k) }); err != nil {
+	if err := state.Step(out, handlerSetup(c), func() error { return h.Prepare(ctx, k) }); err != nil {
 		return err
 	}
 	for _, node := range running {

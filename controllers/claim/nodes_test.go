@@ -178,7 +178,7 @@ func TestClaimsPassByCarriedAddresses(t *testing.T) {
 		"on the network of node carrier01 (its NodeNetworkState shows it), though no holder records it"))
 	createClaim(t, "carried", "m3", pool)
 	Eventually(readiness("carried", "m3")).Should(Equal("False PoolExhausted: NodeIPPool claims-carried has no address left " +
-		"for this claim (1 of 2 allocated; 1 more are on other nodes' networks, recorded by no holder); the claim is served as " +
+		"for this claim (1 of 2 allocated; 1 more are carried by nodes' networks and recorded by no holder); the claim is served as " +
 		"soon as one is freed, or grow the pool's range"))
 	Expect(bits(pool)()).To(Equal([]string{"10.80.41.2"}))
 }

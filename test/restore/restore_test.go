@@ -205,18 +205,49 @@ func claimsKeepTheirAddresses(t *testing.T, flags ...string) {
 // without the policies generated from it (its controller writes them
 // again); no node is renumbered, and a node that joins gets an address no
 // NIC carries.
-func TestPooledPolicyRestoredWithoutStatus(t *testing.T) { pooledKeepsEveryNode(t) }
+func TestPooledPolicyRestoredWithoutStatus(t *testing.T) { pooledKeepsEveryNode(t, nil) }
 
 // TestPooledPolicyRestoredWithStatus: as TestPooledPolicyRestoredWithoutStatus,
 // with the pooled policy's and the pool's status restored (Velero's
 // restoreStatus): the pooled policy's record names every node's address.
-func TestPooledPolicyRestoredWithStatus(t *testing.T) { pooledKeepsEveryNode(t, "--with-status") }
+func TestPooledPolicyRestoredWithStatus(t *testing.T) { pooledKeepsEveryNode(t, nil, "--with-status") }
+
+// TestCompanionRestoredWithoutStatus: as TestPooledPolicyRestoredWithoutStatus,
+// in companion mode: kubernetes-nmstate's handler runs on every node and
+// applies the policies generated from the pooled policy, and publishes
+// the NodeNetworkStates the addresses are adopted from after the restore.
+func TestCompanionRestoredWithoutStatus(t *testing.T) { pooledKeepsEveryNode(t, companion(t)) }
+
+// TestCompanionRestoredWithStatus: as TestCompanionRestoredWithoutStatus,
+// with the pooled policy's and the pool's status restored.
+func TestCompanionRestoredWithStatus(t *testing.T) {
+	pooledKeepsEveryNode(t, companion(t), "--with-status")
+}
+
+// companion returns the arguments of up for companion mode beside
+// kubernetes-nmstate's handler, or skips the test when this checkout
+// cannot build that handler (no peers folder).
+func companion(t *testing.T) []string {
+	t.Helper()
+	if testing.Short() {
+		t.Skip("runs a local cluster")
+	}
+	peer, err := envtest.PeerHandler()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if peer == "" {
+		t.Skip("kubernetes-nmstate's handler cannot be built here: no peers folder")
+	}
+	return []string{"--handler", "upstream", "--companion", "--peer-handler", peer}
+}
 
 // pooledKeepsEveryNode backs up and restores (localcluster restore with
-// flags) a pooled policy of three nodes, and checks that no node is
-// renumbered and that a node that joins after is served around them.
-func pooledKeepsEveryNode(t *testing.T, flags ...string) {
-	f := withPool(t)
+// flags) a pooled policy of three nodes (up with upArgs), and checks that
+// no node is renumbered and that a node that joins after is served around
+// them.
+func pooledKeepsEveryNode(t *testing.T, upArgs []string, flags ...string) {
+	f := withPool(t, upArgs...)
 	ctx := t.Context()
 	f.Create(ctx, envtest.PooledYAML(pooled, pool, "eth1"))
 	nodes := []string{"node01", "node02", "node03"}

@@ -233,7 +233,7 @@ func TestAvoidCarriedAddresses(t *testing.T) {
 	_, err = c.Take(carrying("node07", elsewhere("node07")), "addr")
 	var full *FullError
 	if !errors.Is(err, ippool.ErrFull) || !errors.As(err, &full) || full.Carried != 2 ||
-		full.More() != "2 more are on other nodes' networks, recorded by no holder" {
+		full.More() != "2 more are carried by nodes' networks and recorded by no holder" {
 		t.Errorf("a pool with only carried addresses left: %v", err)
 	}
 	c.Done()

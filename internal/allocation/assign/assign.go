@@ -254,7 +254,7 @@ func (e *FullError) More() string {
 		more = append(more, fmt.Sprintf("%d more are reserved for other nodes", e.Reserved))
 	}
 	if e.Carried > 0 {
-		more = append(more, fmt.Sprintf("%d more are on other nodes' networks, recorded by no holder", e.Carried))
+		more = append(more, fmt.Sprintf("%d more are carried by nodes' networks and recorded by no holder", e.Carried))
 	}
 	return strings.Join(more, "; ")
 }
