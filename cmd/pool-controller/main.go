@@ -64,6 +64,7 @@ type options struct {
 	webhookHost, webhookCertDir   string
 	mode                          string
 	requireAdmission              bool
+	holdCarried                   bool
 }
 
 // The modes of --mode.
@@ -105,6 +106,10 @@ func main() {
 	flag.BoolVar(&o.requireAdmission, "require-admission-policies", false, "companion mode: be ready only while the admission policies of deploy/companion "+
 		"and their identity bindings, naming this pool controller's service account, are installed: for an install that cannot carry them "+
 		"and leaves them to the admin (the OLM bundle, deploy/olm/admission)")
+	flag.BoolVar(&o.holdCarried, "hold-carried-addresses", false, "each time a node publishes its NodeNetworkState, quarantine for that "+
+		"node every free address of a pool it carries that no holder records, so that no other node is given it (an address set by hand, "+
+		"or applied after the backup or snapshot a pool was restored from): for handlers run with --self-allocate, which do not read other "+
+		"nodes' states (deploy/self-allocate sets it); the pool controller's own serving passes such addresses by without it")
 	showVersion := flag.Bool("version", false, "print the version and exit")
 	zapOpts.BindFlags(flag.CommandLine)
 	flag.Parse()
@@ -147,6 +152,25 @@ func (o options) check() error {
 	return nil
 }
 
+// registerWebhooks registers the admission webhooks with the manager,
+// which runs their server once asked for it, and returns the readiness
+// check of a replica: ready once the server serves, since the Service
+// sends admission requests only to ready replicas.
+func registerWebhooks(ctx context.Context, mgr ctrl.Manager, signer *capi.Signer) (healthz.Checker, error) {
+	server := mgr.GetWebhookServer()
+	server.Register(poolwebhook.Path, &webhook.Admission{Handler: &poolwebhook.Validator{
+		Reader: mgr.GetAPIReader(), Decoder: admission.NewDecoder(mgr.GetScheme()), Signer: signer}})
+	server.Register(enactmentwebhook.Path, &webhook.Admission{Handler: &enactmentwebhook.Validator{
+		Reader: mgr.GetAPIReader(), Decoder: admission.NewDecoder(mgr.GetScheme())}})
+	self, err := statuswebhook.WhoAmI(ctx, mgr.GetConfig())
+	if err != nil {
+		return nil, err
+	}
+	server.Register(statuswebhook.Path, &webhook.Admission{Handler: &statuswebhook.Validator{
+		Reader: mgr.GetAPIReader(), Decoder: admission.NewDecoder(mgr.GetScheme()), Self: self}})
+	return server.StartedChecker(), nil
+}
+
 func run(o options) error {
 	if err := o.check(); err != nil {
 		return err
@@ -163,6 +187,7 @@ func run(o options) error {
 	pools := pool.New(mgr, metrics)
 	metrics.Writes.Count(pools.Pools)
 	pools.GracePeriod, pools.QuarantinePeriod, pools.DepartureHold = o.gracePeriod, o.quarantinePeriod, o.departureHold
+	pools.HoldCarried = o.holdCarried
 	if pools.IPAMVersion, pools.Signer, err = setUpClaims(ctx, mgr, o, metrics); err != nil {
 		return err
 	}
@@ -179,21 +204,9 @@ func run(o options) error {
 	}
 	ready := healthz.Ping
 	if webhooks != nil {
-		// Through the manager, which runs the server once asked for it.
-		server := mgr.GetWebhookServer()
-		server.Register(poolwebhook.Path, &webhook.Admission{Handler: &poolwebhook.Validator{
-			Reader: mgr.GetAPIReader(), Decoder: admission.NewDecoder(mgr.GetScheme()), Signer: pools.Signer}})
-		server.Register(enactmentwebhook.Path, &webhook.Admission{Handler: &enactmentwebhook.Validator{
-			Reader: mgr.GetAPIReader(), Decoder: admission.NewDecoder(mgr.GetScheme())}})
-		self, err := statuswebhook.WhoAmI(ctx, mgr.GetConfig())
-		if err != nil {
+		if ready, err = registerWebhooks(ctx, mgr, pools.Signer); err != nil {
 			return err
 		}
-		server.Register(statuswebhook.Path, &webhook.Admission{Handler: &statuswebhook.Validator{
-			Reader: mgr.GetAPIReader(), Decoder: admission.NewDecoder(mgr.GetScheme()), Self: self}})
-		// Ready once the webhook serves: the Service sends admission
-		// requests only to ready replicas.
-		ready = server.StartedChecker()
 	}
 	if err := mgr.AddHealthzCheck("healthz", healthz.Ping); err != nil {
 		return err
@@ -207,7 +220,8 @@ func run(o options) error {
 		}
 	}
 	ctrl.Log.Info("starting pool controller", append([]any{"mode", o.mode, "leaderElection", o.leaderElection, "gcGracePeriod", o.gracePeriod.String(),
-		"quarantinePeriod", o.quarantinePeriod.String(), "departureHold", min(o.departureHold, o.quarantinePeriod).String(), "webhookPort", o.webhookPort},
+		"quarantinePeriod", o.quarantinePeriod.String(), "departureHold", min(o.departureHold, o.quarantinePeriod).String(), "webhookPort", o.webhookPort,
+		"holdCarriedAddresses", o.holdCarried},
 		version.Get().KeysAndValues()...)...)
 	return mgr.Start(ctx)
 }

@@ -121,6 +121,45 @@ func adoptCarried(t *testing.T, name, net string, selfAllocate bool) {
 	Expect(nics.OnTwoNICs()).To(BeEmpty())
 }
 
+// TestSelfAllocatingNodesPassCarriedAddresses: a node comes to carry a
+// free address of a pool that no holder records (set by hand, or applied
+// after the backup the pool was restored from). With
+// --hold-carried-addresses, the pool controller quarantines it for that
+// node as soon as the node publishes its state, with an Event; a
+// self-allocating handler of another node, which reads no other node's
+// state, then takes the next free address, not that one, and the node
+// that carries it adopts it.
+func TestSelfAllocatingNodesPassCarriedAddresses(t *testing.T) {
+	RegisterTestingT(t)
+	pc, err := env.StartPoolController(grace, nil, func(pc *envtest.PoolController) { pc.Pools.HoldCarried = true })
+	Expect(err).NotTo(HaveOccurred())
+	t.Cleanup(func() { _ = pc.Stop() })
+	const name = "held"
+	createPool(t, name, ippoolv1.IPRange{CIDR: "10.95.0.0/24", Start: "10.95.0.2", End: "10.95.0.20"})
+	Eventually(available(name)).Should(HavePrefix("True"))
+
+	dir := t.TempDir()
+	// The lowest free address: what any writer that does not know the
+	// node carries it would hand out first.
+	carrier := carryingNode(t, dir, "held-01", name, "10.95.0.2", true)
+	Eventually(func() []ippoolv1.QuarantinedAddress { return poolStatus(name).Quarantined }).Should(ConsistOf(
+		And(HaveField("IP", "10.95.0.2"), HaveField("Node", "held-01"), HaveField("HolderName()", ""))))
+	Expect(bits(name)).To(Equal([]string{"10.95.0.2"}))
+	Eventually(events("NodeIPPool", name)).Should(ContainElement(HavePrefix(
+		"AddressQuarantined: Held 10.95.0.2 on node held-01: free in the pool and recorded by no holder, so only the node that carries it adopts it")))
+
+	other := carryingNode(t, dir, "held-02", name, "", true)
+	nics := envtest.SampleNICs(t, carrier, other)
+	createPolicy(t, name, name, name)
+	Eventually(enactmentState("held-02." + name)).Should(HavePrefix("Available"))
+	Eventually(enactmentState("held-01." + name)).Should(HavePrefix("Available"))
+	Expect(held("held-02."+name, name)).To(Equal([]string{"10.95.0.3"}))
+	Expect(held("held-01."+name, name)).To(Equal([]string{"10.95.0.2"}))
+	Expect(poolStatus(name).Quarantined).To(BeEmpty(), "adopted by the node that carries it")
+	assertIndexed(name)
+	Expect(nics.OnTwoNICs()).To(BeEmpty())
+}
+
 // TestTemplateErrorsHoldNoAddress: a pooled policy whose template reads
 // the gateway of a pool that sets none fails at once with a message that
 // names the capture, the field and the fix, and holds no address; once

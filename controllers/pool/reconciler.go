@@ -82,6 +82,11 @@ type Reconciler struct {
 	// PooledNodeNetworkConfigurationPolicy, whose status.nodes are records
 	// of addresses too (holder.OfPolicyNode).
 	PooledPolicies bool
+	// HoldCarried quarantines, for the node that carries it, each free
+	// address of a pool that a node's published state shows and no
+	// holder records (strayHolder): what handlers run with
+	// --self-allocate, which do not read other nodes' states, need.
+	HoldCarried bool
 
 	mu     sync.Mutex
 	memory map[string]*poolMemory

@@ -85,6 +85,11 @@ func (r *Reconciler) SetupWithManager(ctx context.Context, mgr ctrl.Manager, opt
 		// A node's record coming or going changes what its pool holds.
 		b = b.Watches(&ippoolv1.PooledNodeNetworkConfigurationPolicy{}, batch.EnqueueAfter(r.Batch, r.poolsOfPooledPolicy))
 	}
+	if r.HoldCarried {
+		if err := r.setupStrayHolder(mgr, opts); err != nil {
+			return err
+		}
+	}
 	return b.
 		Named("nodeippool").
 		WithOptions(controller.Options{SkipNameValidation: ptr.To(opts.SkipNameValidation), RateLimiter: backoff.Requeues(),

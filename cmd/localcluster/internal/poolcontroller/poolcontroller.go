@@ -112,6 +112,10 @@ func (c *cluster) startControllerReplica(ctx context.Context, name string) error
 	if c.Companion {
 		p.Args = append(p.Args, "--mode=companion")
 	}
+	if c.SelfAllocate {
+		// The handlers take addresses without reading other nodes' states.
+		p.Args = append(p.Args, "--hold-carried-addresses")
+	}
 	if err := c.Launch(name, p); err != nil {
 		return err
 	}

@@ -1,0 +1,159 @@
+package pool
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/netip"
+	"time"
+
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/utils/ptr"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/controller"
+	"sigs.k8s.io/controller-runtime/pkg/handler"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
+
+	corev1 "k8s.io/api/core/v1"
+
+	ippoolv1 "github.com/nmstate-ippool/nmstate-ippool/api/v1"
+	nncev1beta1 "github.com/nmstate-ippool/nmstate-ippool/api/v1beta1"
+	"github.com/nmstate-ippool/nmstate-ippool/internal/allocation/audit"
+	"github.com/nmstate-ippool/nmstate-ippool/internal/allocation/lifecycle"
+	"github.com/nmstate-ippool/nmstate-ippool/internal/allocation/poolstatus"
+	"github.com/nmstate-ippool/nmstate-ippool/internal/allocation/poolwrite"
+	"github.com/nmstate-ippool/nmstate-ippool/internal/plumbing/backoff"
+	"github.com/nmstate-ippool/nmstate-ippool/internal/plumbing/nodemeta"
+	"github.com/nmstate-ippool/nmstate-ippool/pkg/ippool"
+	"github.com/nmstate-ippool/nmstate-ippool/pkg/netstate"
+)
+
+// strayHolder holds, each time a node publishes its NodeNetworkState,
+// every address of a pool's range that the node carries (static: a lease
+// is the DHCP server's) and that the pool has free, held by no entry and
+// recorded by no holder: it is quarantined for that node (no holder
+// named), as a rebuild does with what it finds (quarantineStrays). Only
+// that node adopts it, and no writer hands it to anyone else. Handlers
+// run with --self-allocate need it (Reconciler.HoldCarried): they take new
+// addresses from the bitmap without reading what other nodes carry, which
+// would cost every node a read of every node's state, so an address set
+// on a node by hand, or applied after the backup or snapshot its pool
+// was restored from, would be handed to a second NIC. The pool
+// controller's own serving, the claims and the pooled policies pass such
+// an address by without it (assign.Chooser.Avoid).
+type strayHolder struct{ r *Reconciler }
+
+// setupStrayHolder registers the strayHolder, keyed by node: a state
+// published many times while it waits is looked at once.
+func (r *Reconciler) setupStrayHolder(mgr ctrl.Manager, opts SetupOptions) error {
+	return ctrl.NewControllerManagedBy(mgr).
+		Named("nodeippool-strays").
+		WithOptions(controller.Options{SkipNameValidation: ptr.To(opts.SkipNameValidation), RateLimiter: backoff.Requeues()}).
+		WatchesMetadata(&nncev1beta1.NodeNetworkState{}, &handler.EnqueueRequestForObject{}).
+		Complete(strayHolder{r})
+}
+
+// Reconcile looks at the state node req.Name published, read from the
+// API server: a stale state could show an address its node gave up since.
+// The state of a Node that is gone or being deleted holds nothing: the
+// departure rules hold what its machine may still carry.
+func (s strayHolder) Reconcile(ctx context.Context, req reconcile.Request) (ctrl.Result, error) {
+	r := s.r
+	var nns nncev1beta1.NodeNetworkState
+	if err := r.APIReader.Get(ctx, req.NamespacedName, &nns); err != nil || !lifecycle.Published(&nns) {
+		return ctrl.Result{}, client.IgnoreNotFound(err)
+	}
+	carried := netstate.StaticCarriers(nns.Status.CurrentState.Raw)
+	if len(carried) == 0 {
+		return ctrl.Result{}, nil
+	}
+	n, err := nodemeta.Get(ctx, r.APIReader, req.Name)
+	if apierrors.IsNotFound(err) || (err == nil && !n.DeletionTimestamp.IsZero()) {
+		return ctrl.Result{}, nil
+	}
+	if err != nil {
+		return ctrl.Result{}, err
+	}
+	var pools ippoolv1.NodeIPPoolList
+	if err := r.Client.List(ctx, &pools); err != nil {
+		return ctrl.Result{}, err
+	}
+	var errs []error
+	for i := range pools.Items {
+		p := &pools.Items[i]
+		if !p.DeletionTimestamp.IsZero() || len(strayCandidates(p, carried)) == 0 {
+			continue
+		}
+		errs = append(errs, s.hold(ctx, p.Name, req.Name, carried))
+	}
+	return ctrl.Result{}, errors.Join(errs...)
+}
+
+// strayCandidates returns the addresses of carried that pool's range
+// hands out and that its bitmap, as p shows it, has free and no entry
+// holds; nil when its status cannot be read (a rebuild looks at it).
+func strayCandidates(p *ippoolv1.NodeIPPool, carried map[netip.Addr]string) []netip.Addr {
+	rng, err := poolstatus.Range(p)
+	if err != nil || !poolstatus.Vouched(p) {
+		return nil
+	}
+	alloc := ippool.NewAllocator(rng)
+	if alloc.Restore(p.Status.AllocatedOffsets) != nil {
+		return nil
+	}
+	var out []netip.Addr
+	for ip := range carried {
+		s := ip.String()
+		if _, err := rng.Assignable(ip); err != nil || alloc.HasIP(ip) || poolstatus.InFlightOf(p, s) != nil ||
+			poolstatus.QuarantineOf(p, s) != nil || poolstatus.KeptOf(p, s) != nil {
+			continue
+		}
+		out = append(out, ip)
+	}
+	return out
+}
+
+// hold quarantines for node, in one pool write, what it carries of pool
+// that the latest pool has free and that no holder records. The records
+// come from the cache: every writer sets an address's bit, with an
+// in-flight entry, before its holder records it, so a record the cache
+// has not shown yet names an address whose bit is set, which is no
+// candidate.
+func (s strayHolder) hold(ctx context.Context, pool, node string, carried map[netip.Addr]string) error {
+	r := s.r
+	hs, err := r.holdings(ctx)
+	if err != nil {
+		return err
+	}
+	var held []string
+	var uid types.UID
+	ctx = audit.WithReason(ctx, "HeldForCarrier", "node "+node+"'s network carries it, and no holder records it")
+	_, err = r.Pools.Update(ctx, pool, func(p *ippoolv1.NodeIPPool, alloc *ippool.Allocator) (bool, error) {
+		uid = p.UID
+		free := map[netip.Addr]string{}
+		for _, ip := range strayCandidates(p, carried) {
+			free[ip] = node
+		}
+		held = quarantineStrays(p, alloc, poolstatus.Holders(p.Name, alloc.Range(), hs.records), free,
+			metav1.NewTime(r.Clock.Now().Truncate(time.Second)))
+		return len(held) > 0, nil
+	})
+	switch {
+	case apierrors.IsNotFound(err), errors.Is(err, poolwrite.ErrUnvouched), errors.Is(err, poolwrite.ErrUnreadable),
+		errors.Is(err, ippool.ErrInvalidRange):
+		return nil // gone, or a rebuild's to look at
+	case err != nil:
+		return fmt.Errorf("hold what node %s carries of NodeIPPool %s: %w", node, pool, err)
+	}
+	if len(held) > 0 {
+		p := &ippoolv1.NodeIPPool{ObjectMeta: metav1.ObjectMeta{Name: pool, UID: uid}}
+		r.Recorder.Eventf(p, nil, corev1.EventTypeWarning, ippoolv1.ReasonAddressQuarantined, "Hold",
+			"Held %s: free in the pool and recorded by no holder, so only the node that carries it adopts it, and no other holder "+
+				"is given it (set on the node by hand, or applied after the backup or snapshot the pool was restored from)",
+			listNames(held, 10))
+	}
+	return nil
+}
