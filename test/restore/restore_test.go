@@ -409,3 +409,64 @@ func deleteShutDown(t *testing.T, f *envtest.Fleet, name string) {
 		t.Fatalf("delete node %s: %v", name, err)
 	}
 }
+
+// TestCompanionEtcdRestoredFromAnEarlierSnapshot: as
+// TestEtcdRestoredFromAnEarlierSnapshot, in companion mode, where a
+// pooled policy gives every node its address and kubernetes-nmstate's
+// handler applies the policies generated from it. node05 keeps what it
+// carries though the restored pooled policy records nothing for it;
+// node03, which the restored pooled policy records but whose machine is
+// gone, gives its address back once the admin deletes its Node.
+func TestCompanionEtcdRestoredFromAnEarlierSnapshot(t *testing.T) {
+	f := withPool(t, companion(t)...)
+	ctx := t.Context()
+	f.Create(ctx, envtest.PooledYAML(pooled, pool, "eth1"))
+	before := f.ServedPooled(ctx, "before the snapshot", pooled, "eth1", []string{"node01", "node02", "node03"})
+	f.Localcluster("etcd", "snapshot", "before")
+
+	f.Localcluster("node", "add", "node04")
+	f.ServedPooled(ctx, "node04 joins after the snapshot", pooled, "eth1", []string{"node01", "node02", "node03", "node04"})
+	f.Localcluster("node", "add", "node05")
+	after := f.ServedPooled(ctx, "node05 joins after the snapshot", pooled, "eth1",
+		[]string{"node01", "node02", "node03", "node04", "node05"})
+	if netip.MustParseAddr(after["node05"]).Less(netip.MustParseAddr(after["node04"])) {
+		t.Fatalf("node05 got %s, below node04's %s: the test needs node05 above", after["node05"], after["node04"])
+	}
+	f.Localcluster("node", "remove", "node04")
+	f.Localcluster("node", "remove", "node03")
+
+	f.Localcluster("etcd", "restore", "before")
+	f.Localcluster("node", "add", "node06")
+
+	running := []string{"node01", "node02", "node05", "node06"}
+	oneNICEach(t, f, running)
+	got := f.ServedPooled(ctx, "after the restore", pooled, "eth1", running)
+	for _, node := range []string{"node01", "node02"} {
+		if got[node] != before[node] {
+			t.Errorf("%s holds %s after the restore, %s before: renumbered", node, got[node], before[node])
+		}
+	}
+	if got["node05"] != after["node05"] {
+		t.Errorf("node05, which joined after the snapshot, holds %s after the restore; it carried %s", got["node05"], after["node05"])
+	}
+	if got["node06"] == before["node03"] {
+		t.Errorf("node06 got %s, which the restored pooled policy records for node03", got["node06"])
+	}
+	oneNICEach(t, f, running)
+
+	deleteShutDown(t, f, "node03")
+	f.Eventually("node03 deleted", func() error {
+		var p ippoolv1.PooledNodeNetworkConfigurationPolicy
+		if err := f.K.Get(ctx, client.ObjectKey{Name: pooled}, &p); err != nil {
+			return err
+		}
+		if slices.ContainsFunc(p.Status.Nodes, func(n ippoolv1.PooledPolicyNode) bool { return n.Node == "node03" }) {
+			return errors.New("the pooled policy still records node03")
+		}
+		return f.Check(ctx)
+	})
+	f.Localcluster("node", "add", "node07")
+	running = append(running, "node07")
+	f.ServedPooled(ctx, "a node that joins after node03 is gone", pooled, "eth1", running)
+	oneNICEach(t, f, running)
+}
