@@ -312,10 +312,10 @@ type InFlightAddress struct {
 	// Since is when the address was taken.
 	Since metav1.Time `json:"since"`
 	// Returning is the quarantine entry the address was handed back from,
-	// to the holder it was taken from: if the address is given back
-	// without being recorded (withdrawn, revoked), it goes back to that
-	// quarantine, not to the free addresses, since its holder may still
-	// carry it.
+	// to the holder it was taken from, or to the node found carrying it:
+	// if the address is given back without being recorded (withdrawn,
+	// revoked), it goes back to that quarantine, not to the free
+	// addresses, since that node may still carry it.
 	// +optional
 	Returning *QuarantinedAddress `json:"returning,omitempty"`
 	// Kept is the keptForReturn entry the address was taken from (handed

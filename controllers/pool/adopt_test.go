@@ -18,6 +18,7 @@ import (
 
 	ippoolv1 "github.com/nmstate-ippool/nmstate-ippool/api/v1"
 	nncev1beta1 "github.com/nmstate-ippool/nmstate-ippool/api/v1beta1"
+	"github.com/nmstate-ippool/nmstate-ippool/internal/allocation/poolstatus"
 	"github.com/nmstate-ippool/nmstate-ippool/test/envtest"
 )
 
@@ -91,8 +92,10 @@ func adoptCarried(t *testing.T, name, net string, selfAllocate bool) {
 	// the nodes publish their state, and take nothing off: no record
 	// released those addresses.
 	Expect(bits(name)).To(Equal([]string{net + ".43", net + ".46"}))
-	quarantined := time.Now()
-	Eventually(statePublishedAfter(node(1), quarantined.Add(time.Second))).Should(BeTrue())
+	Eventually(func() bool {
+		q := poolstatus.QuarantineOf(&ippoolv1.NodeIPPool{Status: poolStatus(name)}, net+".43")
+		return q != nil && q.StateSeenAtRelease != nil && statePublishedAfter(node(1), q.StateSeenAtRelease.Time)()
+	}).Should(BeTrue(), "node %s asked for its state, and publishing one", node(1))
 	Expect(carried(nodes[0])()).To(Equal([]string{net + ".43/24"}))
 
 	createPolicy(t, name, name, name)
@@ -126,8 +129,8 @@ func adoptCarried(t *testing.T, name, net string, selfAllocate bool) {
 // after the backup the pool was restored from). With
 // --hold-carried-addresses, the pool controller quarantines it for that
 // node as soon as the node publishes its state, with an Event; a
-// self-allocating handler of another node, which reads no other node's
-// state, then takes the next free address, not that one, and the node
+// self-allocating handler of another node, which does not look at what
+// other nodes carry, then takes the next free address, not that one, and the node
 // that carries it adopts it.
 func TestSelfAllocatingNodesPassCarriedAddresses(t *testing.T) {
 	RegisterTestingT(t)

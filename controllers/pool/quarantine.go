@@ -125,7 +125,12 @@ func judgeQuarantine(q ippoolv1.QuarantinedAddress, h holderView, now time.Time,
 		}
 		return verdict{lift: lift{why: fmt.Sprintf("node %s showed it gone", q.Node)}}
 	}
-	v := verdict{ask: now.Sub(stateRequested(h.state)) >= askAgainAfter(period)}
+	// A hold of what the node was found carrying, whose fresh state still
+	// shows it, waits for the node's next state (poolsAwaitingState): no
+	// handler takes such an address off, so asking again would only have
+	// the node write the same state every time.
+	held := fresh && carried && q.HolderName() == ""
+	v := verdict{ask: !held && now.Sub(stateRequested(h.state)) >= askAgainAfter(period)}
 	if age := now.Sub(q.Since.Time); age >= period {
 		v.overdue = overdueOf(q, fresh, iface, published, age)
 	}
@@ -139,8 +144,8 @@ func overdueOf(q ippoolv1.QuarantinedAddress, fresh bool, iface string, publishe
 		// Found on the node, recorded by no holder: no release took
 		// it, so no handler takes it off.
 		return overdue{ippoolv1.ReasonAddressStillCarried, fmt.Sprintf(
-			"%s, found %s ago on interface %s of node %s and recorded by no holder, is held for that node: a pooled policy "+
-				"that puts an address of this pool on %s adopts it, or take %s off by hand to free it",
+			"%s, found %s ago on interface %s of node %s and recorded by no holder, is held for that node: a policy or pooled "+
+				"policy that puts an address of this pool on %s there adopts it, or take %s off by hand to free it",
 			q.IP, age.Round(time.Second), cmp.Or(iface, "?"), q.Node, cmp.Or(iface, "that interface"), q.IP)}
 	}
 	released := fmt.Sprintf("%s, released by node %s %s ago", q.IP, q.Node, age.Round(time.Second))

@@ -72,6 +72,15 @@ func TestJudgeQuarantine(t *testing.T) {
 			holderView{nodeUID: "uid2", state: state(time.Minute, true, time.Second)}, 2 * time.Minute, "wait, ask"},
 		{"no node held it", ippoolv1.QuarantinedAddress{IP: "10.0.0.5", Since: *at(0)}, holderView{}, time.Second,
 			"lift: no node held it"},
+		{"held for the node that carries it, its fresh state still showing it: not asked again",
+			ippoolv1.QuarantinedAddress{IP: "10.0.0.5", Node: "n1", Since: *at(0), StateSeenAtRelease: at(-time.Second)},
+			holderView{nodeUID: "uid1", state: state(2*time.Second, true, time.Second)}, 2 * time.Minute, "wait"},
+		{"held for the node that carries it, no state since: asked again",
+			ippoolv1.QuarantinedAddress{IP: "10.0.0.5", Node: "n1", Since: *at(0), StateSeenAtRelease: at(-time.Second)},
+			holderView{nodeUID: "uid1", state: state(-time.Second, true, time.Second)}, 2 * time.Minute, "wait, ask"},
+		{"held for the node that carries it, shown gone: lifted",
+			ippoolv1.QuarantinedAddress{IP: "10.0.0.5", Node: "n1", Since: *at(0), StateSeenAtRelease: at(-time.Second)},
+			holderView{nodeUID: "uid1", state: state(2*time.Second, false, time.Second)}, 3 * time.Second, "lift: node n1 showed it gone"},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			v := judgeQuarantine(tt.q, tt.h, t0.Add(tt.now), period, 30*time.Second)
@@ -110,7 +119,7 @@ func TestOverdueStray(t *testing.T) {
 	q := ippoolv1.QuarantinedAddress{IP: "10.0.0.5", Node: "n1"}
 	got := overdueOf(q, true, "eth1", time.Now(), 6*time.Minute)
 	want := "10.0.0.5, found 6m0s ago on interface eth1 of node n1 and recorded by no holder, is held for that node: " +
-		"a pooled policy that puts an address of this pool on eth1 adopts it, or take 10.0.0.5 off by hand to free it"
+		"a policy or pooled policy that puts an address of this pool on eth1 there adopts it, or take 10.0.0.5 off by hand to free it"
 	if got.reason != ippoolv1.ReasonAddressStillCarried || got.message != want {
 		t.Errorf("got %+v\nwant %s", got, want)
 	}

@@ -85,7 +85,8 @@ type Reconciler struct {
 	// HoldCarried quarantines, for the node that carries it, each free
 	// address of a pool that a node's published state shows and no
 	// holder records (strayHolder): what handlers run with
-	// --self-allocate, which do not read other nodes' states, need.
+	// --self-allocate, which do not look at what other nodes carry when
+	// they take a new address, need.
 	HoldCarried bool
 
 	mu     sync.Mutex

@@ -59,7 +59,9 @@ func (r *Reconciler) setupStrayHolder(mgr ctrl.Manager, opts SetupOptions) error
 // Reconcile looks at the state node req.Name published, read from the
 // API server: a stale state could show an address its node gave up since.
 // The state of a Node that is gone or being deleted holds nothing: the
-// departure rules hold what its machine may still carry.
+// departure rules hold what its machine may still carry. Only a state
+// that carries a candidate of some pool (strayCandidates, on the cached
+// pools) costs more reads: the Node's, and every holder's records.
 func (s strayHolder) Reconcile(ctx context.Context, req reconcile.Request) (ctrl.Result, error) {
 	r := s.r
 	var nns nncev1beta1.NodeNetworkState
@@ -70,6 +72,19 @@ func (s strayHolder) Reconcile(ctx context.Context, req reconcile.Request) (ctrl
 	if len(carried) == 0 {
 		return ctrl.Result{}, nil
 	}
+	var list ippoolv1.NodeIPPoolList
+	if err := r.Client.List(ctx, &list); err != nil {
+		return ctrl.Result{}, fmt.Errorf("list NodeIPPools: %w", err)
+	}
+	var pools []string
+	for i := range list.Items {
+		if len(strayCandidates(&list.Items[i], carried)) > 0 {
+			pools = append(pools, list.Items[i].Name)
+		}
+	}
+	if len(pools) == 0 {
+		return ctrl.Result{}, nil
+	}
 	n, err := nodemeta.Get(ctx, r.APIReader, req.Name)
 	if apierrors.IsNotFound(err) || (err == nil && !n.DeletionTimestamp.IsZero()) {
 		return ctrl.Result{}, nil
@@ -77,25 +92,26 @@ func (s strayHolder) Reconcile(ctx context.Context, req reconcile.Request) (ctrl
 	if err != nil {
 		return ctrl.Result{}, err
 	}
-	var pools ippoolv1.NodeIPPoolList
-	if err := r.Client.List(ctx, &pools); err != nil {
+	hs, err := r.holdingsFromAPI(ctx)
+	if err != nil {
 		return ctrl.Result{}, err
 	}
 	var errs []error
-	for i := range pools.Items {
-		p := &pools.Items[i]
-		if !p.DeletionTimestamp.IsZero() || len(strayCandidates(p, carried)) == 0 {
-			continue
-		}
-		errs = append(errs, s.hold(ctx, p.Name, req.Name, carried))
+	for _, pool := range pools {
+		errs = append(errs, s.hold(ctx, pool, req.Name, carried, hs))
 	}
 	return ctrl.Result{}, errors.Join(errs...)
 }
 
 // strayCandidates returns the addresses of carried that pool's range
 // hands out and that its bitmap, as p shows it, has free and no entry
-// holds; nil when its status cannot be read (a rebuild looks at it).
+// holds; nil for a pool that serves nothing (being deleted, refused, not
+// yet reconciled) or whose status cannot be read or was not written by
+// its writers (a rebuild looks at it).
 func strayCandidates(p *ippoolv1.NodeIPPool, carried map[netip.Addr]string) []netip.Addr {
+	if poolstatus.Unservable(p) != "" {
+		return nil
+	}
 	rng, err := poolstatus.Range(p)
 	if err != nil || !poolstatus.Vouched(p) {
 		return nil
@@ -117,21 +133,17 @@ func strayCandidates(p *ippoolv1.NodeIPPool, carried map[netip.Addr]string) []ne
 }
 
 // hold quarantines for node, in one pool write, what it carries of pool
-// that the latest pool has free and that no holder records. The records
-// come from the cache: every writer sets an address's bit, with an
-// in-flight entry, before its holder records it, so a record the cache
-// has not shown yet names an address whose bit is set, which is no
+// that the latest pool has free and that no holder records in hs, read
+// from the API server before the write: every writer sets an address's
+// bit, with an in-flight entry, before its holder records it, so a record
+// written since names an address whose bit is set, which is no
 // candidate.
-func (s strayHolder) hold(ctx context.Context, pool, node string, carried map[netip.Addr]string) error {
+func (s strayHolder) hold(ctx context.Context, pool, node string, carried map[netip.Addr]string, hs holdings) error {
 	r := s.r
-	hs, err := r.holdings(ctx)
-	if err != nil {
-		return err
-	}
 	var held []string
 	var uid types.UID
 	ctx = audit.WithReason(ctx, "HeldForCarrier", "node "+node+"'s network carries it, and no holder records it")
-	_, err = r.Pools.Update(ctx, pool, func(p *ippoolv1.NodeIPPool, alloc *ippool.Allocator) (bool, error) {
+	_, err := r.Pools.Update(ctx, pool, func(p *ippoolv1.NodeIPPool, alloc *ippool.Allocator) (bool, error) {
 		uid = p.UID
 		free := map[netip.Addr]string{}
 		for _, ip := range strayCandidates(p, carried) {

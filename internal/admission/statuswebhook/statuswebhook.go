@@ -156,7 +156,7 @@ func Foreign(older, newer *ippoolv1.NodeIPPool, node string, enactments []nncev1
 		}
 	}
 	out = append(out, takenInUse(older, newer, node, ownRemoved, ownAdded)...)
-	out = append(out, foreignQuarantines(older, newer, node, own, recorded)...)
+	out = append(out, foreignQuarantines(older, newer, node, own, recorded, ownRemoved)...)
 	out = append(out, foreignKept(older, newer, node, ownRemoved, ownAdded)...)
 	out = append(out, foreignBits(older, newer, node, ownRemoved, ownAdded, recorded)...)
 	return out
@@ -196,12 +196,19 @@ func ownQuarantineLifted(older, newer *ippoolv1.NodeIPPool, node, ip string) boo
 // foreignQuarantines: a quarantine removed or changed must be node's; one
 // added must be node's release of an address its enactments record or
 // take (an entry planted on another holder's address would be lifted on
-// node's evidence when that holder releases it).
-func foreignQuarantines(older, newer *ippoolv1.NodeIPPool, node string, own map[string]bool, recorded map[netip.Addr]bool) []string {
+// node's evidence when that holder releases it), or the quarantine of
+// node an in-flight entry of node that it withdraws (removed) came from.
+func foreignQuarantines(older, newer *ippoolv1.NodeIPPool, node string, own map[string]bool, recorded map[netip.Addr]bool,
+	removed []ippoolv1.InFlightAddress) []string {
 	var out []string
 	for _, q := range newer.Status.Quarantined {
 		if poolstatus.QuarantineOf(older, q.IP) != nil {
 			continue
+		}
+		if q.Node == node && slices.ContainsFunc(removed, func(e ippoolv1.InFlightAddress) bool {
+			return e.IP == q.IP && e.Returning != nil && reflect.DeepEqual(*e.Returning, q)
+		}) {
+			continue // put back where the withdrawn entry took it from
 		}
 		ip, err := netip.ParseAddr(q.IP)
 		inFlight := poolstatus.InFlightOf(older, q.IP)

@@ -116,6 +116,22 @@ func TestForeign(t *testing.T) {
 			poolstatus.RemoveQuarantine(p, "10.0.0.7")
 			poolstatus.AddInFlight(p, ippoolv1.InFlightAddress{IP: "10.0.0.7", Holder: "w1.a", Token: "3", Returning: &q})
 		}, nil, nil},
+		{"adopt the address held for w1, which carries it", func(t *testing.T, p *ippoolv1.NodeIPPool) {
+			q := *poolstatus.QuarantineOf(p, "10.0.0.12")
+			poolstatus.RemoveQuarantine(p, "10.0.0.12")
+			poolstatus.AddInFlight(p, ippoolv1.InFlightAddress{IP: "10.0.0.12", Holder: "w1.a", Token: "3", Returning: &q})
+		}, nil, func(t *testing.T, p *ippoolv1.NodeIPPool) {
+			poolstatus.AddQuarantine(p, ippoolv1.QuarantinedAddress{IP: "10.0.0.12", Node: "w1"})
+			setBits(t, p, set("10.0.0.12"))
+		}},
+		{"withdraw an adoption: the address held for w1 again", func(t *testing.T, p *ippoolv1.NodeIPPool) {
+			poolstatus.RemoveInFlight(p, "10.0.0.12")
+			poolstatus.AddQuarantine(p, ippoolv1.QuarantinedAddress{IP: "10.0.0.12", Node: "w1"})
+		}, nil, func(t *testing.T, p *ippoolv1.NodeIPPool) {
+			poolstatus.AddInFlight(p, ippoolv1.InFlightAddress{IP: "10.0.0.12", Holder: "w1.a", Token: "3",
+				Returning: &ippoolv1.QuarantinedAddress{IP: "10.0.0.12", Node: "w1"}})
+			setBits(t, p, set("10.0.0.12"))
+		}},
 		{"take the address kept longest, the pool full", func(t *testing.T, p *ippoolv1.NodeIPPool) {
 			k := *poolstatus.KeptOf(p, "10.0.0.5")
 			poolstatus.RemoveKept(p, "10.0.0.5")
@@ -147,6 +163,14 @@ func TestForeign(t *testing.T) {
 			poolstatus.AddQuarantine(p, ippoolv1.QuarantinedAddress{IP: "10.0.0.10", Node: "w2"})
 			setBits(t, p, set("10.0.0.10"))
 		}, []string{"the quarantine of 10.0.0.10 for node w2 is not node w1's release of its own address"}, nil},
+		{"hold a free address for itself, as if found on w1", func(t *testing.T, p *ippoolv1.NodeIPPool) {
+			poolstatus.AddQuarantine(p, ippoolv1.QuarantinedAddress{IP: "10.0.0.8", Node: "w1"})
+			setBits(t, p, set("10.0.0.8"))
+		}, []string{"the quarantine of 10.0.0.8 for node w1 is not node w1's release of its own address"}, nil},
+		{"withdraw an entry into a hold it did not come from", func(t *testing.T, p *ippoolv1.NodeIPPool) {
+			poolstatus.RemoveInFlight(p, "10.0.0.9")
+			poolstatus.AddQuarantine(p, ippoolv1.QuarantinedAddress{IP: "10.0.0.9", Node: "w1"})
+		}, []string{"the quarantine of 10.0.0.9 for node w1 is not node w1's release of its own address"}, nil},
 		{"plant a quarantine on another node's address", func(t *testing.T, p *ippoolv1.NodeIPPool) {
 			poolstatus.AddQuarantine(p, ippoolv1.QuarantinedAddress{IP: "10.0.0.2", Node: "w1", Holder: "w1.a"})
 		}, []string{"the quarantine of 10.0.0.2 for node w1 is not node w1's release of its own address"}, nil},

@@ -243,3 +243,28 @@ func TestAvoidCarriedAddresses(t *testing.T) {
 		}
 	}
 }
+
+// TestAdoptedHoldGoesBackUnrecorded: the in-flight entry of an address
+// adopted from the hold the pool keeps for its node names that hold, so
+// that the address, withdrawn or revoked before it is recorded, is held
+// for the node again, its bit set, instead of freed while the node still
+// carries it.
+func TestAdoptedHoldGoesBackUnrecorded(t *testing.T) {
+	p, alloc := adoptionPool(t)
+	c := New(p, alloc)
+	tk, err := c.Take(carrying("node02", nil, "10.1.0.16"), "addr")
+	if err != nil || tk.IP.String() != "10.1.0.16" {
+		t.Fatalf("took %v (%v), want the address held for node02", tk.IP, err)
+	}
+	poolstatus.AddInFlight(p, tk.InFlight(claimant("node02", nil).Holder, "7", p.CreationTimestamp))
+	c.Done()
+	if poolstatus.QuarantineOf(p, "10.1.0.16") != nil {
+		t.Fatal("the adopted address is still held")
+	}
+	if poolstatus.Unrecorded(p, "10.1.0.16") {
+		t.Error("Unrecorded lets the bit of an adopted hold be cleared")
+	}
+	if q := poolstatus.QuarantineOf(p, "10.1.0.16"); q == nil || q.Node != "node02" || q.HolderName() != "" {
+		t.Errorf("after Unrecorded, 10.1.0.16 is quarantined as %+v, want held for node02 again", q)
+	}
+}

@@ -33,6 +33,7 @@
 package assign
 
 import (
+	"cmp"
 	"errors"
 	"fmt"
 	"net/netip"
@@ -265,10 +266,13 @@ func (c *Chooser) fullError(err error) error {
 }
 
 // InFlight returns the in-flight entry of t, taken for enactment under
-// token: it names the quarantine a returned address came from, and the
-// kept entry a kept one came from.
+// token: it names the quarantine a returned address came from, or the
+// hold an adopted one came from (held for the node that carries it), and
+// the kept entry a kept one came from, so that an address given back
+// unrecorded goes back where it came from.
 func (t Taken) InFlight(h holder.Ref, token string, since metav1.Time) ippoolv1.InFlightAddress {
-	return ippoolv1.InFlightAddress{IP: t.IP.String(), Holder: h.String(), Token: token, Since: since, Returning: t.returned, Kept: t.kept}
+	return ippoolv1.InFlightAddress{IP: t.IP.String(), Holder: h.String(), Token: token, Since: since,
+		Returning: cmp.Or(t.returned, t.stray), Kept: t.kept}
 }
 
 // Give undoes a Take whose address will not be written after all.
