@@ -46,7 +46,8 @@ and start it again. down stops every process up
 and node add started, and removes nothing. DIR defaults to .local.
 
 up --handler upstream runs kubernetes-nmstate's handler, unmodified (make
-peer-handler builds it from ../shared/peers), on the simulated nodes
+peer-handler builds it from a copy of its source beside the repository:
+PEERS_DIR, ../shared/peers by default), on the simulated nodes
 instead of ours, without the pool controller: a cluster as admins run it
 today. With --companion the pool controller runs beside it in companion
 mode (pool-controller --mode companion): pooled policies get one plain NNCP

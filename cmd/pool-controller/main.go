@@ -90,7 +90,8 @@ func main() {
 			"and caps --departure-hold")
 	flag.DurationVar(&o.departureHold, "departure-hold", periods.DefaultDepartureHold,
 		"how long the quarantined addresses of a deleted Node wait, counted from their release, before they are freed and kept for its return: "+
-			"time for its machine, if it still runs, to take them off; capped at --quarantine-period; 0 if Nodes are only deleted once their machines are gone")
+			"time for its machine, if it still runs, to take them off; 0 if Nodes are only deleted once their machines are gone. It may not be set above "+
+			"--quarantine-period (refused at start-up); the default is capped at a shorter --quarantine-period")
 	flag.StringVar(&o.keyNamespace, "signing-key-namespace", "", "namespace of the Secret holding the key the IPAddresses it makes "+
 		"for claims are signed with (default: the leader election namespace, else the pod's); created when missing. Outside a pod "+
 		"and without either, a key is made for the process's lifetime, and each claim signs its IPAddress again after a restart")
