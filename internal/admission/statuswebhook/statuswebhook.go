@@ -18,7 +18,11 @@
 //     address N's enactments record under the pool, or of a quarantine it
 //     adds;
 //   - a quarantine removed or changed is N's (its return, its adoption of
-//     what it carries); adding one only keeps an address from others;
+//     what it carries); one added is N's release of its own address, or
+//     the hold of what N carries that an entry N withdraws came from;
+//   - an in-flight entry N adds names as its origin (Returning, Kept)
+//     only the quarantine of N's or the kept entry of its address that
+//     the same write lifts or takes;
 //   - an address kept for a node's return is taken only by an in-flight
 //     entry of N that names it, and none is added or changed;
 //   - the conditions and the observed generation are the pool
@@ -156,6 +160,7 @@ func Foreign(older, newer *ippoolv1.NodeIPPool, node string, enactments []nncev1
 		}
 	}
 	out = append(out, takenInUse(older, newer, node, ownRemoved, ownAdded)...)
+	out = append(out, foreignOrigins(older, newer, node, ownRemoved, ownAdded)...)
 	out = append(out, foreignQuarantines(older, newer, node, own, recorded, ownRemoved)...)
 	out = append(out, foreignKept(older, newer, node, ownRemoved, ownAdded)...)
 	out = append(out, foreignBits(older, newer, node, ownRemoved, ownAdded, recorded)...)
@@ -186,6 +191,41 @@ func takenInUse(older, newer *ippoolv1.NodeIPPool, node string, removed, added [
 	return out
 }
 
+// foreignOrigins: an in-flight entry node adds names, as where its address
+// came from (put back there if the entry is withdrawn or revoked
+// unrecorded), only the quarantine of node's of that address that the
+// same write lifts (Returning), and only the kept entry of that address
+// that the same write takes (Kept); or the same as an entry of node's of
+// that address that the write removes (the entry rewritten). Named
+// otherwise, a withdrawal or a revoke would plant that quarantine or kept
+// entry, on any address, for anyone.
+func foreignOrigins(older, newer *ippoolv1.NodeIPPool, node string, removed, added []ippoolv1.InFlightAddress) []string {
+	var out []string
+	rewritten := func(e ippoolv1.InFlightAddress) bool {
+		return slices.ContainsFunc(removed, func(r ippoolv1.InFlightAddress) bool {
+			return r.IP == e.IP && reflect.DeepEqual(r.Returning, e.Returning) && reflect.DeepEqual(r.Kept, e.Kept)
+		})
+	}
+	for _, e := range added {
+		if (e.Returning == nil && e.Kept == nil) || rewritten(e) {
+			continue
+		}
+		if e.Returning != nil {
+			q := poolstatus.QuarantineOf(older, e.IP)
+			if q == nil || !reflect.DeepEqual(*q, *e.Returning) || q.Node != node || poolstatus.QuarantineOf(newer, e.IP) != nil {
+				out = append(out, fmt.Sprintf("the in-flight entry of %s for %s names a quarantine it does not lift", holderName(e.HolderName()), e.IP))
+			}
+		}
+		if e.Kept != nil {
+			k := poolstatus.KeptOf(older, e.IP)
+			if k == nil || !reflect.DeepEqual(*k, *e.Kept) || poolstatus.KeptOf(newer, e.IP) != nil {
+				out = append(out, fmt.Sprintf("the in-flight entry of %s for %s names a kept address it does not take", holderName(e.HolderName()), e.IP))
+			}
+		}
+	}
+	return out
+}
+
 // ownQuarantineLifted reports whether the write removes node's quarantine
 // of ip.
 func ownQuarantineLifted(older, newer *ippoolv1.NodeIPPool, node, ip string) bool {
@@ -205,10 +245,10 @@ func foreignQuarantines(older, newer *ippoolv1.NodeIPPool, node string, own map[
 		if poolstatus.QuarantineOf(older, q.IP) != nil {
 			continue
 		}
-		if q.Node == node && slices.ContainsFunc(removed, func(e ippoolv1.InFlightAddress) bool {
+		if q.Node == node && q.HolderName() == "" && q.Capture == "" && slices.ContainsFunc(removed, func(e ippoolv1.InFlightAddress) bool {
 			return e.IP == q.IP && e.Returning != nil && reflect.DeepEqual(*e.Returning, q)
 		}) {
-			continue // put back where the withdrawn entry took it from
+			continue // the hold of what node carries, put back where the withdrawn entry took it from
 		}
 		ip, err := netip.ParseAddr(q.IP)
 		inFlight := poolstatus.InFlightOf(older, q.IP)

@@ -171,6 +171,31 @@ func TestForeign(t *testing.T) {
 			poolstatus.RemoveInFlight(p, "10.0.0.9")
 			poolstatus.AddQuarantine(p, ippoolv1.QuarantinedAddress{IP: "10.0.0.9", Node: "w1"})
 		}, []string{"the quarantine of 10.0.0.9 for node w1 is not node w1's release of its own address"}, nil},
+		{"take a free address naming another node's address as the quarantine it came from", func(t *testing.T, p *ippoolv1.NodeIPPool) {
+			poolstatus.AddInFlight(p, ippoolv1.InFlightAddress{IP: "10.0.0.8", Holder: "w1.a", Token: "3",
+				Returning: &ippoolv1.QuarantinedAddress{IP: "10.0.0.2", Node: "w1"}})
+			setBits(t, p, set("10.0.0.8"))
+		}, []string{"the in-flight entry of enactment w1.a for 10.0.0.8 names a quarantine it does not lift"}, nil},
+		{"take a free address naming a kept address it does not take", func(t *testing.T, p *ippoolv1.NodeIPPool) {
+			k := *poolstatus.KeptOf(p, "10.0.0.5")
+			poolstatus.AddInFlight(p, ippoolv1.InFlightAddress{IP: "10.0.0.8", Holder: "w1.a", Token: "3", Kept: &k})
+			setBits(t, p, set("10.0.0.8"))
+		}, []string{"the in-flight entry of enactment w1.a for 10.0.0.8 names a kept address it does not take"}, nil},
+		{"take back its own quarantined address, naming it otherwise", func(t *testing.T, p *ippoolv1.NodeIPPool) {
+			q := *poolstatus.QuarantineOf(p, "10.0.0.7")
+			poolstatus.RemoveQuarantine(p, "10.0.0.7")
+			q.Holder = "w2.a"
+			poolstatus.AddInFlight(p, ippoolv1.InFlightAddress{IP: "10.0.0.7", Holder: "w1.a", Token: "3", Returning: &q})
+		}, []string{"the in-flight entry of enactment w1.a for 10.0.0.7 names a quarantine it does not lift"}, nil},
+		{"withdraw an adoption into a hold that names another holder", func(t *testing.T, p *ippoolv1.NodeIPPool) {
+			poolstatus.RemoveInFlight(p, "10.0.0.12")
+			poolstatus.AddQuarantine(p, ippoolv1.QuarantinedAddress{IP: "10.0.0.12", Node: "w1", Holder: "w3.b", Capture: "c"})
+		}, []string{"the quarantine of 10.0.0.12 for node w1 is not node w1's release of its own address"},
+			func(t *testing.T, p *ippoolv1.NodeIPPool) {
+				poolstatus.AddInFlight(p, ippoolv1.InFlightAddress{IP: "10.0.0.12", Holder: "w1.a", Token: "3",
+					Returning: &ippoolv1.QuarantinedAddress{IP: "10.0.0.12", Node: "w1", Holder: "w3.b", Capture: "c"}})
+				setBits(t, p, set("10.0.0.12"))
+			}},
 		{"plant a quarantine on another node's address", func(t *testing.T, p *ippoolv1.NodeIPPool) {
 			poolstatus.AddQuarantine(p, ippoolv1.QuarantinedAddress{IP: "10.0.0.2", Node: "w1", Holder: "w1.a"})
 		}, []string{"the quarantine of 10.0.0.2 for node w1 is not node w1's release of its own address"}, nil},

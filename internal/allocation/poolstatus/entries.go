@@ -67,6 +67,14 @@ func Unrecorded(pool *ippoolv1.NodeIPPool, ip string) bool {
 	}
 	returning, kept := e.Returning, e.Kept
 	RemoveInFlight(pool, ip)
+	// An origin of another address is none: only where this address
+	// came from goes back.
+	if returning != nil && returning.IP != ip {
+		returning = nil
+	}
+	if kept != nil && kept.IP != ip {
+		kept = nil
+	}
 	if returning != nil {
 		AddQuarantine(pool, *returning)
 		return false

@@ -4,6 +4,7 @@ import (
 	"net/netip"
 	"testing"
 
+	ippoolv1 "github.com/nmstate-ippool/nmstate-ippool/api/v1"
 	"github.com/nmstate-ippool/nmstate-ippool/pkg/ippool"
 )
 
@@ -25,5 +26,25 @@ func TestOutside(t *testing.T) {
 		if got := Outside("p", rng, "addr", netip.MustParseAddr(ip)); got != want {
 			t.Errorf("Outside(%s) = %q, want %q", ip, got, want)
 		}
+	}
+}
+
+// TestUnrecordedPutsBackOnlyItsOwnOrigin: an entry given back unrecorded
+// goes back to the quarantine or the kept entry it names when that is of
+// its own address; one naming another address's plants nothing there.
+func TestUnrecordedPutsBackOnlyItsOwnOrigin(t *testing.T) {
+	p := &ippoolv1.NodeIPPool{}
+	held := ippoolv1.QuarantinedAddress{IP: "10.0.0.4", Node: "w1"}
+	AddInFlight(p, ippoolv1.InFlightAddress{IP: "10.0.0.4", Holder: "w1.a", Token: "1", Returning: &held})
+	AddInFlight(p, ippoolv1.InFlightAddress{IP: "10.0.0.8", Holder: "w1.a", Token: "1",
+		Returning: &ippoolv1.QuarantinedAddress{IP: "10.0.0.2", Node: "w1"}, Kept: &ippoolv1.KeptAddress{IP: "10.0.0.3", Node: "w2"}})
+	if Unrecorded(p, "10.0.0.4") || QuarantineOf(p, "10.0.0.4") == nil {
+		t.Errorf("10.0.0.4 did not go back to the hold it came from: %+v", p.Status.Quarantined)
+	}
+	if !Unrecorded(p, "10.0.0.8") {
+		t.Error("10.0.0.8, which came from no quarantine of its own, keeps its bit")
+	}
+	if QuarantineOf(p, "10.0.0.2") != nil || KeptOf(p, "10.0.0.3") != nil {
+		t.Errorf("an entry planted what it named of other addresses: %+v %+v", p.Status.Quarantined, p.Status.KeptForReturn)
 	}
 }
