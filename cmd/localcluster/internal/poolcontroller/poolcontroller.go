@@ -6,6 +6,7 @@ import (
 	"io"
 	"net/http"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"syscall"
@@ -112,8 +113,9 @@ func (c *cluster) startControllerReplica(ctx context.Context, name string) error
 	if c.Companion {
 		p.Args = append(p.Args, "--mode=companion")
 	}
-	if c.SelfAllocate {
-		// The handlers take addresses without reading other nodes' states.
+	if c.SelfAllocate && knowsFlag(p.Binary, "hold-carried-addresses") {
+		// The handlers take new addresses without looking at what other
+		// nodes carry. An earlier version (a downgrade) has no such flag.
 		p.Args = append(p.Args, "--hold-carried-addresses")
 	}
 	if err := c.Launch(name, p); err != nil {
@@ -202,4 +204,11 @@ func (c *cluster) stopReplicas() error {
 		}
 	}
 	return nil
+}
+
+// knowsFlag reports whether the program at binary has the flag name, from
+// the usage it prints for -h.
+func knowsFlag(binary, name string) bool {
+	out, _ := exec.Command(binary, "-h").CombinedOutput() // -h exits 0 or 2; the usage is what counts
+	return strings.Contains(string(out), "-"+name+" ") || strings.Contains(string(out), "-"+name+"\n")
 }
