@@ -113,10 +113,10 @@ func (c *cluster) startControllerReplica(ctx context.Context, name string) error
 	if c.Companion {
 		p.Args = append(p.Args, "--mode=companion")
 	}
-	if c.SelfAllocate && knowsFlag(p.Binary, "hold-carried-addresses") {
+	if c.SelfAllocate && knowsFlag(p.Binary, holdCarried) {
 		// The handlers take new addresses without looking at what other
 		// nodes carry. An earlier version (a downgrade) has no such flag.
-		p.Args = append(p.Args, "--hold-carried-addresses")
+		p.Args = append(p.Args, "--"+holdCarried)
 	}
 	if err := c.Launch(name, p); err != nil {
 		return err
@@ -205,6 +205,10 @@ func (c *cluster) stopReplicas() error {
 	}
 	return nil
 }
+
+// holdCarried is the flag of a pool controller that holds for their
+// nodes the free addresses nodes carry that no holder records.
+const holdCarried = "hold-carried-addresses"
 
 // knowsFlag reports whether the program at binary has the flag name, from
 // the usage it prints for -h.

@@ -20,10 +20,10 @@ func TestKnowsFlag(t *testing.T) {
 	}
 	now := program("now", "Usage of pool-controller:\n  -gc-grace-period duration\n  -hold-carried-addresses\n    \tquarantine ...\n")
 	earlier := program("earlier", "Usage of pool-controller:\n  -gc-grace-period duration\n  -hold-carried-addresses-later\n")
-	if !knowsFlag(now, "hold-carried-addresses") {
-		t.Error("the flag the usage lists is not known")
+	if !knowsFlag(now, holdCarried) || !knowsFlag(earlier, "gc-grace-period") {
+		t.Error("a flag the usage lists is not known")
 	}
-	if knowsFlag(earlier, "hold-carried-addresses") || knowsFlag(filepath.Join(dir, "missing"), "hold-carried-addresses") {
+	if knowsFlag(earlier, holdCarried) || knowsFlag(filepath.Join(dir, "missing"), holdCarried) {
 		t.Error("a flag the usage does not list, or a missing program, is known")
 	}
 }
