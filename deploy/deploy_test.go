@@ -308,9 +308,10 @@ func undoSimulator(t *testing.T, u *unstructured.Unstructured) *unstructured.Uns
 }
 
 // TestSelfAllocateOverlay: deploy/self-allocate is deploy/default with
-// --self-allocate and the handler among the allocation writers (the one
-// permission it needs, and admission's leave to use it); deploy/default
-// has neither.
+// --self-allocate, the pool controller's --hold-carried-addresses (the
+// handlers do not look at what other nodes carry) and the handler among
+// the allocation writers (the one permission it needs, and admission's
+// leave to use it); deploy/default has none of them.
 func TestSelfAllocateOverlay(t *testing.T) {
 	for _, tt := range []struct {
 		dir  string
@@ -320,6 +321,10 @@ func TestSelfAllocateOverlay(t *testing.T) {
 		ds := typed[appsv1.DaemonSet](t, objs, "DaemonSet", "nmstate-ippool-handler")
 		if got := slices.Contains(ds.Spec.Template.Spec.Containers[0].Args, "--self-allocate"); got != tt.self {
 			t.Errorf("deploy/%s: the handler runs with --self-allocate: %v, want %v", tt.dir, got, tt.self)
+		}
+		pc := typed[appsv1.Deployment](t, objs, "Deployment", "nmstate-ippool-pool-controller")
+		if got := slices.Contains(pc.Spec.Template.Spec.Containers[0].Args, "--hold-carried-addresses"); got != tt.self {
+			t.Errorf("deploy/%s: the pool controller runs with --hold-carried-addresses: %v, want %v", tt.dir, got, tt.self)
 		}
 		b := typed[rbacv1.ClusterRoleBinding](t, objs, "ClusterRoleBinding", "nmstate-ippool-allocation-writers")
 		role := typed[rbacv1.ClusterRole](t, objs, "ClusterRole", b.RoleRef.Name)

@@ -171,7 +171,7 @@ func (o *upOptions) handlerFlags(fs *flag.FlagSet) {
 	fs.IntVar(&o.retries, "retries", -1, "how many times the handlers retry a failed apply (default: their own, 5)")
 	fs.StringVar(&o.handler, "handler", state.HandlerOurs, "the simulated nodes' handler: ours, or upstream (kubernetes-nmstate's, from make peer-handler)")
 	fs.BoolVar(&o.selfAllocate, "self-allocate", false, "run our handlers with --self-allocate: each takes new addresses from the pools itself, "+
-		"writing their status, instead of asking the pool controller")
+		"writing their status, instead of asking the pool controller, which runs with --hold-carried-addresses (as deploy/self-allocate sets it)")
 	fs.BoolVar(&o.companion, "companion", false, "with --handler upstream, run the pool controller in companion mode beside it "+
 		"(PooledNodeNetworkConfigurationPolicy: one plain NNCP per node, addresses written in)")
 	fs.StringVar(&o.peerHandler, "peer-handler", "", "kubernetes-nmstate's handler binary (default BIN/kubernetes-nmstate-handler)")

@@ -109,7 +109,8 @@ func main() {
 		"and leaves them to the admin (the OLM bundle, deploy/olm/admission)")
 	flag.BoolVar(&o.holdCarried, "hold-carried-addresses", false, "each time a node publishes its NodeNetworkState, quarantine for that "+
 		"node every free address of a pool it carries that no holder records, so that no other node is given it (an address set by hand, "+
-		"or applied after the backup or snapshot a pool was restored from): for handlers run with --self-allocate, which do not look at what "+
+		"or applied after the backup or snapshot a pool was restored from), and hold the same way, instead of freeing it, an address a live node "+
+		"carries when its release is lifted, its entry revoked or its keeping for a return expires: for handlers run with --self-allocate, which do not look at what "+
 		"other nodes carry when they take a new address (deploy/self-allocate sets it); the pool controller's own serving passes such addresses by without it")
 	showVersion := flag.Bool("version", false, "print the version and exit")
 	zapOpts.BindFlags(flag.CommandLine)

@@ -163,6 +163,37 @@ func TestSelfAllocatingNodesPassCarriedAddresses(t *testing.T) {
 	Expect(nics.OnTwoNICs()).To(BeEmpty())
 }
 
+// TestAddressMovedByHandIsHeldForItsNewCarrier: an admin sets node
+// moved-b's address on node moved-a by hand, then removes moved-b's
+// policy. moved-b's release is confirmed and its quarantine lifted; with
+// --hold-carried-addresses the address is then held for moved-a, which
+// carries it, instead of freed for the next node that asks (moved-a
+// published its state while the address was still moved-b's, so nothing
+// else looks at it again).
+func TestAddressMovedByHandIsHeldForItsNewCarrier(t *testing.T) {
+	RegisterTestingT(t)
+	pc, err := env.StartPoolController(grace, nil, func(pc *envtest.PoolController) { pc.Pools.HoldCarried = true })
+	Expect(err).NotTo(HaveOccurred())
+	t.Cleanup(func() { _ = pc.Stop() })
+	const name = "moved"
+	createPool(t, name, ippoolv1.IPRange{CIDR: "10.94.0.0/24", Start: "10.94.0.2", End: "10.94.0.20"})
+	Eventually(available(name)).Should(HavePrefix("True"))
+	dir := t.TempDir()
+	addNode(t, dir, "moved-b", name)
+	policy := createPolicyWith(t, name, name, map[string]string{"addr": "ippool." + name + ".allocate"}, envtest.OneAddressState)
+	Eventually(enactmentState("moved-b." + name)).Should(HavePrefix("Available"))
+	Expect(held("moved-b."+name, name)).To(Equal([]string{"10.94.0.2"}))
+
+	carryingNode(t, dir, "moved-a", "not-"+name, "10.94.0.2", false)
+	Eventually(func() string { return nodeStateOf("moved-a") }).Should(ContainSubstring("10.94.0.2"))
+	deleteObject(policy)
+	Eventually(func() []ippoolv1.QuarantinedAddress { return poolStatus(name).Quarantined }).Should(ConsistOf(
+		And(HaveField("IP", "10.94.0.2"), HaveField("Node", "moved-a"), HaveField("HolderName()", ""))))
+	Expect(bits(name)).To(Equal([]string{"10.94.0.2"}))
+	Eventually(events("NodeIPPool", name)).Should(ContainElement(HavePrefix(
+		"AddressQuarantined: Held 10.94.0.2 on node moved-a instead of freeing it")))
+}
+
 // TestTemplateErrorsHoldNoAddress: a pooled policy whose template reads
 // the gateway of a pool that sets none fails at once with a message that
 // names the capture, the field and the fix, and holds no address; once

@@ -2,6 +2,7 @@ package pool
 
 import (
 	"context"
+	"errors"
 	"net/netip"
 	"slices"
 	"time"
@@ -259,8 +260,8 @@ const DefaultListNodesFrom = 16
 // kept addresses that expired or that someone holds again. It returns the
 // addresses it freed, by cause, and whether it changed anything.
 func applyHolds(pool *ippoolv1.NodeIPPool, alloc *ippool.Allocator, owners poolstatus.Owners, w holdWork,
-	now metav1.Time) (revoked, lifted []string, changed bool) {
-	a := &holdsApplier{pool: pool, alloc: alloc, owners: owners}
+	holdFor map[netip.Addr]string, now metav1.Time) (revoked, lifted, held []string, changed bool) {
+	a := &holdsApplier{pool: pool, alloc: alloc, owners: owners, holdFor: holdFor, now: now}
 	for _, s := range w.prune {
 		if e := poolstatus.InFlightOf(pool, s); e != nil && a.recordedBy(s, e.HolderName()) {
 			a.removeInFlight(s)
@@ -292,7 +293,8 @@ func applyHolds(pool *ippoolv1.NodeIPPool, alloc *ippool.Allocator, owners pools
 	a.forgetKept(w.expire)
 	slices.Sort(revoked)
 	slices.Sort(lifted)
-	return revoked, lifted, a.changed
+	slices.Sort(a.held)
+	return revoked, lifted, a.held, a.changed
 }
 
 // holdsApplier changes one fresh copy of a pool for applyHolds.
@@ -301,6 +303,12 @@ type holdsApplier struct {
 	alloc   *ippool.Allocator
 	owners  poolstatus.Owners
 	changed bool
+	// holdFor, when set, names a live node that carries an address (see
+	// maintenance.holdFor): freed, the address is held for it instead,
+	// and described in held.
+	holdFor map[netip.Addr]string
+	now     metav1.Time
+	held    []string
 }
 
 func (a *holdsApplier) recordedBy(s, name string) bool {
@@ -360,6 +368,9 @@ func (a *holdsApplier) forgetKept(expire map[string]metav1.Time) {
 		}
 		poolstatus.RemoveKept(a.pool, k.IP)
 		a.changed = true
+		if err == nil && !a.alloc.HasIP(ip) {
+			a.holdIfCarried(ip) // a kept address is free: nobody else may take it from its carrier
+		}
 	}
 }
 
@@ -368,13 +379,33 @@ func (a *holdsApplier) removeInFlight(s string) {
 	a.changed = true
 }
 
-// free clears the bit of s unless a record claims it or an entry holds it.
+// free clears the bit of s unless a record claims it or an entry holds
+// it, or holds it for the node that carries it (holdIfCarried).
 func (a *holdsApplier) free(s string) bool {
 	ip, err := netip.ParseAddr(s)
 	if err != nil || len(a.owners[ip]) > 0 || poolstatus.InFlightOf(a.pool, s) != nil || poolstatus.QuarantineOf(a.pool, s) != nil {
 		return false
 	}
+	if a.holdIfCarried(ip) {
+		return false
+	}
 	return a.alloc.ReleaseIP(ip) == nil
+}
+
+// holdIfCarried quarantines ip, no holder named, for the live node that
+// holdFor says carries it, its bit set, and reports whether it did.
+func (a *holdsApplier) holdIfCarried(ip netip.Addr) bool {
+	node, ok := a.holdFor[ip]
+	if !ok {
+		return false
+	}
+	if err := a.alloc.AllocateIP(ip); err != nil && !errors.Is(err, ippool.ErrAllocated) {
+		return false
+	}
+	poolstatus.AddQuarantine(a.pool, ippoolv1.QuarantinedAddress{IP: ip.String(), Node: node, Since: a.now})
+	a.held = append(a.held, ip.String()+" on node "+node)
+	a.changed = true
+	return true
 }
 
 // reportHolds logs and tells of freed addresses.

@@ -34,6 +34,11 @@ type maintenance struct {
 	// enactments when gcDue is not empty.
 	gcDue   []uint64
 	carried map[netip.Addr]string
+	// holdFor maps the addresses live nodes' networks carry to one such
+	// node, read when holds are due to free addresses and the controller
+	// holds carried addresses (Reconciler.HoldCarried): an address freed
+	// while another node carries it is held for that node instead.
+	holdFor map[netip.Addr]string
 	// pinsDue: addresses only unrecognized IPAddresses name have clear
 	// bits (poolstatus.Audit.Pinned), which the write sets.
 	pinsDue bool
@@ -72,6 +77,9 @@ func (r maintainer) planMaintenance(ctx context.Context, pool *ippoolv1.NodeIPPo
 			return nil, err
 		}
 		m.maintenance.lastLiftCheck = r.Clock.Now()
+		if mw.holdFor, err = r.holdForCarriers(ctx, mw.holds); err != nil {
+			return nil, err
+		}
 	}
 	if len(gcDue) > 0 {
 		if mw.carried, err = r.carriedAddresses(ctx); err != nil {
@@ -87,8 +95,8 @@ func (r maintainer) planMaintenance(ctx context.Context, pool *ippoolv1.NodeIPPo
 // no condition would change, it writes (and reads) nothing.
 func (r maintainer) writeMaintenance(ctx context.Context, pool *ippoolv1.NodeIPPool, mw *maintenance) error {
 	var (
-		revoked, lifted []string
-		got             collected
+		revoked, lifted, held []string
+		got                   collected
 	)
 	now := metav1.NewTime(r.Clock.Now().Truncate(time.Second))
 	notes := auditNotes(mw, r.GracePeriod, r.QuarantinePeriod)
@@ -96,9 +104,9 @@ func (r maintainer) writeMaintenance(ctx context.Context, pool *ippoolv1.NodeIPP
 	change := func(p *ippoolv1.NodeIPPool, alloc *ippool.Allocator) (conditionSet, bool, error) {
 		owners := poolstatus.Holders(p.Name, alloc.Range(), mw.holdings.records)
 		changed := false
-		revoked, lifted, got = nil, nil, collected{}
+		revoked, lifted, held, got = nil, nil, nil, collected{}
 		if mw.holdsDue {
-			revoked, lifted, changed = applyHolds(p, alloc, owners, mw.holds, now)
+			revoked, lifted, held, changed = applyHolds(p, alloc, owners, mw.holds, mw.holdFor, now)
 		}
 		got = collectUnclaimed(p, alloc, owners, mw.gcDue, mw.carried, now)
 		noteCollected(notes, alloc.Range(), mw, r.GracePeriod)
@@ -122,6 +130,7 @@ func (r maintainer) writeMaintenance(ctx context.Context, pool *ippoolv1.NodeIPP
 		return err
 	}
 	r.reportHolds(ctx, pool, mw.holds, revoked, lifted)
+	r.reportHeldForCarriers(pool, held)
 	r.reportCollected(ctx, pool, got)
 	return nil
 }

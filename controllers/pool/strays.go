@@ -21,6 +21,7 @@ import (
 
 	ippoolv1 "github.com/nmstate-ippool/nmstate-ippool/api/v1"
 	nncev1beta1 "github.com/nmstate-ippool/nmstate-ippool/api/v1beta1"
+	"github.com/nmstate-ippool/nmstate-ippool/internal/allocation/assign"
 	"github.com/nmstate-ippool/nmstate-ippool/internal/allocation/audit"
 	"github.com/nmstate-ippool/nmstate-ippool/internal/allocation/lifecycle"
 	"github.com/nmstate-ippool/nmstate-ippool/internal/allocation/poolstatus"
@@ -168,4 +169,36 @@ func (s strayHolder) hold(ctx context.Context, pool, node string, carried map[ne
 			listNames(held, 10))
 	}
 	return nil
+}
+
+// holdForCarriers reads, when the controller holds carried addresses and
+// w frees some (a revoke, a lift, a kept address expiring), which live
+// node carries each address the nodes' states show (lifecycle.WithCarriers:
+// a gone Node's state counts for nothing), so that an address freed while
+// another node carries it (moved there by hand while its holder released
+// it) is held for that node instead of handed out. nil otherwise.
+func (r maintainer) holdForCarriers(ctx context.Context, w holdWork) (map[netip.Addr]string, error) {
+	if !r.HoldCarried || len(w.revoke)+len(w.lift)+len(w.expire) == 0 {
+		return nil, nil
+	}
+	c, err := lifecycle.WithCarriers(ctx, r.APIReader, assign.Carrying{})
+	if err != nil {
+		return nil, err
+	}
+	out := make(map[netip.Addr]string, len(c.Carriers))
+	for ip, nodes := range c.Carriers {
+		out[ip] = nodes[0]
+	}
+	return out, nil
+}
+
+// reportHeldForCarriers raises the Event of the addresses a maintenance
+// write held for the nodes that carry them instead of freeing them.
+func (r maintainer) reportHeldForCarriers(pool *ippoolv1.NodeIPPool, held []string) {
+	if len(held) == 0 {
+		return
+	}
+	r.Recorder.Eventf(pool, nil, corev1.EventTypeWarning, ippoolv1.ReasonAddressQuarantined, "Hold",
+		"Held %s instead of freeing it: another node's network carries it and no holder records it, so only that node "+
+			"adopts it, and no other holder is given it (moved there by hand, or applied after a restore)", listNames(held, 10))
 }

@@ -416,7 +416,8 @@ func deleteShutDown(t *testing.T, f *envtest.Fleet, name string) {
 // handler applies the policies generated from it. node05 keeps what it
 // carries though the restored pooled policy records nothing for it;
 // node03, which the restored pooled policy records but whose machine is
-// gone, gives its address back once the admin deletes its Node.
+// gone, loses its record once the admin deletes its Node, and the pool
+// agrees with its holders' records.
 func TestCompanionEtcdRestoredFromAnEarlierSnapshot(t *testing.T) {
 	f := withPool(t, companion(t)...)
 	ctx := t.Context()
