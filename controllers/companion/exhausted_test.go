@@ -17,9 +17,9 @@ func TestExhaustionSaysWhy(t *testing.T) {
 	}{
 		{nil, ""},
 		{&assign.FullError{Err: ippool.ErrFull}, ""},
-		{&assign.FullError{Err: ippool.ErrFull, Carried: 2}, "; 2 more are on other nodes' networks, recorded by no holder"},
+		{&assign.FullError{Err: ippool.ErrFull, Carried: 2}, "; 2 more are carried by nodes' networks and recorded by no holder"},
 		{&assign.FullError{Err: ippool.ErrFull, Reserved: 1, Carried: 1},
-			"; 1 more are reserved for other nodes; 1 more are on other nodes' networks, recorded by no holder"},
+			"; 1 more are reserved for other nodes; 1 more are carried by nodes' networks and recorded by no holder"},
 	} {
 		if got := (&taking{fullWhy: tc.why}).whyMore(); got != tc.want {
 			t.Errorf("whyMore(%v) = %q, want %q", tc.why, got, tc.want)
