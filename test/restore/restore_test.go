@@ -282,23 +282,8 @@ func pooledKeepsEveryNode(t *testing.T, upArgs []string, flags ...string) {
 func TestEtcdRestoredFromAnEarlierSnapshot(t *testing.T) {
 	f, before := fleet(t)
 	ctx := t.Context()
-	f.Localcluster("etcd", "snapshot", "before")
-
-	f.Localcluster("node", "add", "node04")
-	f.Served(ctx, "node04 joins after the snapshot", []string{"node01", "node02", "node03", "node04"})
-	f.Localcluster("node", "add", "node05")
-	after := f.Served(ctx, "node05 joins after the snapshot", []string{"node01", "node02", "node03", "node04", "node05"})
-	if netip.MustParseAddr(after["node05"]).Less(netip.MustParseAddr(after["node04"])) {
-		t.Fatalf("node05 got %s, below node04's %s: the test needs node05 above", after["node05"], after["node04"])
-	}
-	f.Localcluster("node", "remove", "node04")
-	f.Localcluster("node", "remove", "node03")
-
-	f.Localcluster("etcd", "restore", "before")
-	f.Localcluster("node", "add", "node06")
-
-	running := []string{"node01", "node02", "node05", "node06"}
-	oneNICEach(t, f, running)
+	served := func(when string, nodes []string) map[string]string { return f.Served(ctx, when, nodes) }
+	after, running := restoreAnEarlierSnapshot(t, f, served)
 	got := f.Served(ctx, "after the restore", running)
 	for _, node := range []string{"node01", "node02"} {
 		if got[node] != before[node] {
@@ -331,6 +316,33 @@ func TestEtcdRestoredFromAnEarlierSnapshot(t *testing.T) {
 	running = append(running, "node07")
 	f.Served(ctx, "a node that joins after node03 is gone", running)
 	oneNICEach(t, f, running)
+}
+
+// restoreAnEarlierSnapshot takes an etcd snapshot of f's cluster of three
+// served nodes, then has node04 and node05 join (served reads what each
+// node is served) and node04 and node03 leave, restores the snapshot while
+// the nodes run, and has node06 join. It returns what was served once
+// node05 joined, with node05 above node04, and the nodes that run, each
+// address on one NIC.
+func restoreAnEarlierSnapshot(t *testing.T, f *envtest.Fleet,
+	served func(when string, nodes []string) map[string]string) (after map[string]string, running []string) {
+	t.Helper()
+	f.Localcluster("etcd", "snapshot", "before")
+	f.Localcluster("node", "add", "node04")
+	served("node04 joins after the snapshot", []string{"node01", "node02", "node03", "node04"})
+	f.Localcluster("node", "add", "node05")
+	after = served("node05 joins after the snapshot", []string{"node01", "node02", "node03", "node04", "node05"})
+	if netip.MustParseAddr(after["node05"]).Less(netip.MustParseAddr(after["node04"])) {
+		t.Fatalf("node05 got %s, below node04's %s: the test needs node05 above", after["node05"], after["node04"])
+	}
+	f.Localcluster("node", "remove", "node04")
+	f.Localcluster("node", "remove", "node03")
+
+	f.Localcluster("etcd", "restore", "before")
+	f.Localcluster("node", "add", "node06")
+	running = []string{"node01", "node02", "node05", "node06"}
+	oneNICEach(t, f, running)
+	return after, running
 }
 
 // backUpAndRestore grows the pool's range down, backs the cluster up and
@@ -423,24 +435,10 @@ func TestCompanionEtcdRestoredFromAnEarlierSnapshot(t *testing.T) {
 	ctx := t.Context()
 	f.Create(ctx, envtest.PooledYAML(pooled, pool, "eth1"))
 	before := f.ServedPooled(ctx, "before the snapshot", pooled, "eth1", []string{"node01", "node02", "node03"})
-	f.Localcluster("etcd", "snapshot", "before")
-
-	f.Localcluster("node", "add", "node04")
-	f.ServedPooled(ctx, "node04 joins after the snapshot", pooled, "eth1", []string{"node01", "node02", "node03", "node04"})
-	f.Localcluster("node", "add", "node05")
-	after := f.ServedPooled(ctx, "node05 joins after the snapshot", pooled, "eth1",
-		[]string{"node01", "node02", "node03", "node04", "node05"})
-	if netip.MustParseAddr(after["node05"]).Less(netip.MustParseAddr(after["node04"])) {
-		t.Fatalf("node05 got %s, below node04's %s: the test needs node05 above", after["node05"], after["node04"])
+	served := func(when string, nodes []string) map[string]string {
+		return f.ServedPooled(ctx, when, pooled, "eth1", nodes)
 	}
-	f.Localcluster("node", "remove", "node04")
-	f.Localcluster("node", "remove", "node03")
-
-	f.Localcluster("etcd", "restore", "before")
-	f.Localcluster("node", "add", "node06")
-
-	running := []string{"node01", "node02", "node05", "node06"}
-	oneNICEach(t, f, running)
+	after, running := restoreAnEarlierSnapshot(t, f, served)
 	got := f.ServedPooled(ctx, "after the restore", pooled, "eth1", running)
 	for _, node := range []string{"node01", "node02"} {
 		if got[node] != before[node] {
