@@ -211,7 +211,7 @@ test-e2e: envtest-assets ## Run the end-to-end workflows on a local cluster of r
 REAL_NODES_INSTALL ?= kustomize
 
 .PHONY: test-real-nodes
-test-real-nodes: build node-packages node-assets images-local $(KUBECTL) $(HELM) ## Run the e2e suite of the install on real nodes: kubelets, containerd, the DaemonSet and Deployment (root); REAL_NODES_INSTALL=helm installs the Helm chart.
+test-real-nodes: build node-packages node-assets images-local $(KUBECTL) $(HELM) ## Run the e2e suite of the install on real nodes: kubelets, containerd, the DaemonSet and Deployment (root); REAL_NODES_INSTALL=helm installs the Helm chart, REAL_NODES_INSTALL=upgrade an earlier version, then upgrades and downgrades it.
 	REAL_NODES_E2E=1 REAL_NODES_INSTALL=$(REAL_NODES_INSTALL) go test -count=1 -timeout 30m ./test/realnodes/ -args -ginkgo.v
 
 CHAOS_DURATION ?= 10m

@@ -7,7 +7,11 @@
 //	images -bin DIR -out DIR
 //
 // DIR holds the static binaries handler, nmstatectl-sim, pool-controller
-// and pause (make images-local builds them with CGO_ENABLED=0).
+// and pause (make images-local builds them with CGO_ENABLED=0). With
+// -tag TAG as well, it writes the handler and pool controller images
+// under that tag instead of "local", as handler-TAG.tar and
+// pool-controller-TAG.tar: another build beside this one, served by the
+// same registry (the real-node upgrade test's earlier version).
 //
 // With -push it builds the production images instead, as the Dockerfile
 // does but with no Docker engine, and pushes them to any OCI registry
@@ -24,6 +28,8 @@
 // for the real nodes to pull from (localcluster up --kubelets starts it):
 //
 //	images -serve ADDR -out DIR
+//
+// It serves every image tarball in DIR, under the tags the tarball names.
 package main
 
 import (
@@ -75,7 +81,7 @@ func main() {
 	bin := flag.String("bin", "", "directory of the static binaries")
 	out := flag.String("out", "", "directory to write the local cluster's image tarballs into")
 	registry := flag.String("push", "", "instead: push the production images to this registry (registry.example.com/nmstate-ippool)")
-	tag := flag.String("tag", "", "with -push: the images' tag")
+	tag := flag.String("tag", "", "with -push: the images' tag; with -out: the local images' tag (default "+localTag+")")
 	handlerBase := flag.String("handler-base", "", "with -push: the image the handler is added to, which must carry nmstatectl")
 	arch := flag.String("arch", runtime.GOARCH, "with -push: the architecture the binaries were built for")
 	only := flag.String("images", "", "with -push: the images to push, comma-separated (default: handler,pool-controller)")
@@ -116,7 +122,7 @@ func main() {
 		fmt.Fprintln(os.Stderr, "error:", err)
 		os.Exit(1)
 	}
-	for _, im := range images {
+	for _, im := range tagged(*tag) {
 		digest, err := build(im, *bin, filepath.Join(*out, im.file))
 		if err != nil {
 			fmt.Fprintf(os.Stderr, "error: image %s: %v\n", im.ref, err)
@@ -124,6 +130,29 @@ func main() {
 		}
 		fmt.Printf("%-50s %s  %s\n", im.ref, digest.String()[:19], filepath.Join(*out, im.file))
 	}
+}
+
+// localTag is the tag of the images deploy/local names.
+const localTag = "local"
+
+// tagged returns the local cluster's images as make images-local builds
+// them (tag "" or localTag), or, under another tag, the images that
+// deploy/local names, retagged and with that tag in their file's name.
+func tagged(tag string) []image {
+	if tag == "" || tag == localTag {
+		return images
+	}
+	var out []image
+	for _, im := range images {
+		repo, ok := strings.CutSuffix(im.ref, ":"+localTag)
+		if !ok {
+			continue // the sandbox image has its own tag
+		}
+		im.ref = repo + ":" + tag
+		im.file = strings.TrimSuffix(im.file, ".tar") + "-" + tag + ".tar"
+		out = append(out, im)
+	}
+	return out
 }
 
 // build writes one image as a tarball and returns its digest.

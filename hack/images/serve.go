@@ -2,12 +2,12 @@ package main
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"io"
 	"log"
 	"net"
 	"net/http"
+	"os"
 	"path/filepath"
 	"strings"
 	"time"
@@ -48,37 +48,56 @@ func serve(ctx context.Context, addr, dir string, logs io.Writer) error {
 	}
 }
 
-// seed pushes the image tarballs to the registry at addr and returns
-// what it pushed.
+// seed pushes every image tarball in dir to the registry at addr, under
+// each tag the tarball names, and returns what it pushed.
 func seed(addr, dir string) ([]string, error) {
+	files, err := filepath.Glob(filepath.Join(dir, "*.tar"))
+	if err != nil {
+		return nil, err
+	}
 	var pushed []string
-	for _, im := range images {
-		local, err := name.ParseReference(im.ref)
+	for _, file := range files {
+		manifest, err := tarball.LoadManifest(func() (io.ReadCloser, error) { return os.Open(file) })
 		if err != nil {
-			return nil, err
+			return nil, fmt.Errorf("%s: %w (run make images-local)", file, err)
 		}
-		tag, ok := local.(name.Tag)
-		if !ok {
-			return nil, fmt.Errorf("%s: not a tag", im.ref)
+		for _, d := range manifest {
+			for _, repoTag := range d.RepoTags {
+				ref, err := pushTarball(addr, file, repoTag)
+				if err != nil {
+					return nil, err
+				}
+				pushed = append(pushed, ref)
+			}
 		}
-		img, err := tarball.ImageFromPath(filepath.Join(dir, im.file), &tag)
-		if err != nil {
-			return nil, fmt.Errorf("%s: %w (run make images-local)", im.file, err)
-		}
-		// containerd takes localhost for a registry, as Docker does;
-		// go-containerregistry's parser, for a repository of Docker Hub.
-		repo := strings.TrimPrefix(tag.RepositoryStr(), "localhost/")
-		ref, err := name.NewTag(addr+"/"+repo+":"+tag.TagStr(), name.Insecure)
-		if err != nil {
-			return nil, err
-		}
-		if err := remote.Write(ref, img); err != nil {
-			return nil, fmt.Errorf("push %s: %w", ref, err)
-		}
-		pushed = append(pushed, ref.String())
 	}
 	if len(pushed) == 0 {
-		return nil, errors.New("no images")
+		return nil, fmt.Errorf("no images in %s (run make images-local)", dir)
 	}
 	return pushed, nil
+}
+
+// pushTarball pushes the image of the tarball file tagged repoTag to the registry
+// at addr, under its repository and tag without its registry, and returns
+// where.
+func pushTarball(addr, file, repoTag string) (string, error) {
+	tag, err := name.NewTag(repoTag)
+	if err != nil {
+		return "", fmt.Errorf("%s: %w", file, err)
+	}
+	img, err := tarball.ImageFromPath(file, &tag)
+	if err != nil {
+		return "", fmt.Errorf("%s: %w", file, err)
+	}
+	// containerd takes localhost for a registry, as Docker does;
+	// go-containerregistry's parser, for a repository of Docker Hub.
+	repo := strings.TrimPrefix(tag.RepositoryStr(), "localhost/")
+	ref, err := name.NewTag(addr+"/"+repo+":"+tag.TagStr(), name.Insecure)
+	if err != nil {
+		return "", err
+	}
+	if err := remote.Write(ref, img); err != nil {
+		return "", fmt.Errorf("push %s: %w", ref, err)
+	}
+	return ref.String(), nil
 }

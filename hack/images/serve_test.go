@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"net"
+	"os"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -14,17 +15,30 @@ import (
 // TestServeTheLocalImages builds the local cluster's image tarballs,
 // serves them as localcluster does for its real nodes, and pulls each as
 // a node's containerd asks for it through its mirror: the repository and
-// tag without the registry, with the digest of the tarball's image.
+// tag without the registry, with the digest of the tarball's image. A
+// build under another tag (-tag old) beside it is served too, under that
+// tag.
 func TestServeTheLocalImages(t *testing.T) {
 	bin := fakeBinaries(t, "handler", "nmstatectl-sim", "pool-controller", "pause")
 	dir := t.TempDir()
 	digests := map[string]string{}
-	for _, im := range images {
-		d, err := build(im, bin, filepath.Join(dir, im.file))
-		if err != nil {
-			t.Fatal(err)
+	build := func(ims []image, bin string) {
+		for _, im := range ims {
+			d, err := build(im, bin, filepath.Join(dir, im.file))
+			if err != nil {
+				t.Fatal(err)
+			}
+			digests[im.ref] = d.String()
 		}
-		digests[im.ref] = d.String()
+	}
+	build(tagged(""), bin)
+	old := fakeBinaries(t, "handler", "nmstatectl-sim", "pool-controller")
+	if err := os.WriteFile(filepath.Join(old, "handler"), []byte("#!an earlier handler"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	build(tagged("old"), old)
+	if len(digests) != 5 || digests["localhost/nmstate-ippool/handler:old"] == digests["localhost/nmstate-ippool/handler:local"] {
+		t.Fatalf("built %v; want the three local images, and the handler (another build) and pool controller under tag old", digests)
 	}
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -40,6 +54,8 @@ func TestServeTheLocalImages(t *testing.T) {
 		addr + "/nmstate-ippool/handler:local":         digests["localhost/nmstate-ippool/handler:local"],
 		addr + "/nmstate-ippool/pool-controller:local": digests["localhost/nmstate-ippool/pool-controller:local"],
 		addr + "/pause:3.10":                           digests["registry.k8s.io/pause:3.10"],
+		addr + "/nmstate-ippool/handler:old":           digests["localhost/nmstate-ippool/handler:old"],
+		addr + "/nmstate-ippool/pool-controller:old":   digests["localhost/nmstate-ippool/pool-controller:old"],
 	} {
 		var got string
 		for deadline := time.Now().Add(30 * time.Second); time.Now().Before(deadline); time.Sleep(50 * time.Millisecond) {

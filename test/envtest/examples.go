@@ -67,7 +67,13 @@ func AddressState(iface string) string {
 // Applies counts the applies the simulated network of a local cluster's
 // node took (nmstatectl-sim's <state>.applies), in the cluster of dir.
 func Applies(dir, node string) int {
-	raw, err := os.ReadFile(filepath.Join(dir, "nodes", node+".yaml.applies"))
+	return AppliesTo(filepath.Join(dir, "nodes", node+".yaml"))
+}
+
+// AppliesTo returns how many applies the simulated network kept in the
+// state file state took (nmstatectl-sim's <state>.applies).
+func AppliesTo(state string) int {
+	raw, err := os.ReadFile(state + ".applies")
 	if err != nil {
 		return 0
 	}

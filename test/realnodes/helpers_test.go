@@ -68,10 +68,16 @@ func agree() {
 
 // pods returns the running pods of a component of the install.
 func pods(component string) []corev1.Pod {
+	return slices.DeleteFunc(podsOf(component), func(p corev1.Pod) bool { return !ready(&p) })
+}
+
+// podsOf returns the pods of a component of the install that are not
+// being deleted, ready or not.
+func podsOf(component string) []corev1.Pod {
 	var list corev1.PodList
 	Expect(k.List(ctx, &list, client.InNamespace(namespace),
 		client.MatchingLabels{"app.kubernetes.io/component": component})).To(Succeed())
-	return slices.DeleteFunc(list.Items, func(p corev1.Pod) bool { return p.DeletionTimestamp != nil || !ready(&p) })
+	return slices.DeleteFunc(list.Items, func(p corev1.Pod) bool { return p.DeletionTimestamp != nil })
 }
 
 func ready(p *corev1.Pod) bool {
@@ -148,7 +154,7 @@ func scalePoolController(replicas int32) {
 // applySample creates an object of deploy/samples.
 func applySample(file string, into client.Object) {
 	GinkgoHelper()
-	raw, err := os.ReadFile(filepath.Join(envtest.RepoRoot(), "deploy", "samples", file))
+	raw, err := os.ReadFile(filepath.Join(samples, file))
 	Expect(err).NotTo(HaveOccurred())
 	Expect(yaml.UnmarshalStrict(raw, into)).To(Succeed())
 	Expect(k.Create(ctx, into)).To(Succeed())

@@ -66,10 +66,16 @@ const installEnv = "REAL_NODES_INSTALL"
 //   - kustomize: deploy/testdata/infra-net, an admin's overlay of
 //     deploy/local, with kubectl apply -k;
 //   - helm: the Helm chart with deploy/local/helm-values.yaml, as release
-//     nmstate-ippool in namespace infra-net (a chart has no name prefix).
+//     nmstate-ippool in namespace infra-net (a chart has no name prefix);
+//   - upgrade: the same overlay of an earlier version
+//     (envtest.EarlierVersion), upgraded to this version's and back
+//     (upgrade_test.go); the other specs are skipped.
 var install, namespace, prefix = func() (string, string, string) {
-	if os.Getenv(installEnv) == "helm" {
+	switch os.Getenv(installEnv) {
+	case "helm":
 		return "helm", "infra-net", ""
+	case "upgrade":
+		return "upgrade", "infra-net", "acme-"
 	}
 	return "kustomize", "infra-net", "acme-"
 }()
@@ -87,6 +93,11 @@ var (
 	// bin holds the commands built for the suite; dir the cluster.
 	bin, dir string
 	k        client.WithWatch
+	// samples is the deploy/samples the suite creates objects from: the
+	// earlier version's when it upgrades.
+	samples = filepath.Join(envtest.RepoRoot(), "deploy", "samples")
+	// earlier is the earlier version's overlay, when the suite upgrades.
+	earlier string
 )
 
 var _ = BeforeSuite(func() {
@@ -98,9 +109,15 @@ var _ = BeforeSuite(func() {
 	repo := envtest.RepoRoot()
 	By("building localcluster and the kubectl plugin")
 	Expect(envtest.BuildCommands(bin, "localcluster", "kubectl-nodeippool")).To(Succeed())
+	images, overlay, up := filepath.Join(repo, "bin", "images"), filepath.Join(repo, "deploy", "testdata", "infra-net"), []string(nil)
+	if install == "upgrade" {
+		var tree string
+		images, tree = buildEarlierVersion(root)
+		earlier, samples = earlierOverlay(tree), filepath.Join(tree, "deploy", "samples")
+		overlay, up = earlier, []string{"--crd-dir", filepath.Join(tree, "deploy", "crd")}
+	}
 	By("starting two real nodes")
-	localcluster("up", "--kubelets", "2", "--bin", bin, "--assets", envtest.AssetsDir(),
-		"--images", filepath.Join(repo, "bin", "images"))
+	localcluster(append([]string{"up", "--kubelets", "2", "--bin", bin, "--assets", envtest.AssetsDir(), "--images", images}, up...)...)
 	DeferCleanup(func() {
 		By("stopping the cluster")
 		localcluster("down")
@@ -115,10 +132,19 @@ var _ = BeforeSuite(func() {
 			"--helm-bin", filepath.Join(repo, "bin", "helm"), "--kubectl", filepath.Join(repo, "bin", "kubectl"))
 		return
 	}
-	By("installing deploy/local in namespace " + namespace + " under the prefix " + prefix + " (deploy/testdata/infra-net) with kubectl apply -k")
-	localcluster("install", "--overlay", filepath.Join(repo, "deploy", "testdata", "infra-net"), "--kubectl", filepath.Join(repo, "bin", "kubectl"),
-		"--cert-manager-crds", filepath.Join(repo, "deploy", "testdata", "cert-manager-crds.yaml"))
+	By("installing deploy/local in namespace " + namespace + " under the prefix " + prefix + " (" + overlay + ") with kubectl apply -k")
+	installOverlay(overlay)
 })
+
+// installOverlay installs (or upgrades to) an overlay of deploy/local with
+// localcluster install: kubectl apply -k, the webhook's certificate as
+// cert-manager would issue it, and a wait until the pods run.
+func installOverlay(overlay string) {
+	GinkgoHelper()
+	repo := envtest.RepoRoot()
+	localcluster("install", "--overlay", overlay, "--kubectl", filepath.Join(repo, "bin", "kubectl"),
+		"--cert-manager-crds", filepath.Join(repo, "deploy", "testdata", "cert-manager-crds.yaml"))
+}
 
 // When a spec fails, the pods' logs, the events and the tails of the
 // node components' logs go to its report.
@@ -135,6 +161,11 @@ var _ = JustAfterEach(func() {
 var _ = Describe("The install of deploy/local, moved by an admin's overlay, on real nodes", Ordered, func() {
 	nodes := []string{"real01", "real02"}
 	ips := map[string]string{}
+	BeforeAll(func() {
+		if install == "upgrade" {
+			Skip("the suite installed an earlier version, to upgrade it")
+		}
+	})
 
 	It("runs the handler on every node and two pool controller replicas, one of them leading", func() {
 		Eventually(func() []string { return podNodes("handler") }).Should(ConsistOf(nodes))

@@ -7,13 +7,10 @@
 package upgrade
 
 import (
-	"bytes"
 	"maps"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"slices"
-	"strings"
 	"testing"
 
 	"k8s.io/apimachinery/pkg/types"
@@ -23,12 +20,8 @@ import (
 	"github.com/nmstate-ippool/nmstate-ippool/test/envtest"
 )
 
-// from is the version upgraded from: the last commit before a pool's
-// entries named their holder in holder (they named the enactment only),
-// so that the upgrade carries state an earlier version wrote in an earlier
-// shape. Move it forward when an API change needs its own test; an API
-// change that has no additive path or conversion fails here.
-const from = "d04e52ece210a0f63c0575e9094193aed6a87eb4"
+// from is the version upgraded from (envtest.EarlierVersion).
+const from = envtest.EarlierVersion
 
 const pool, policy, pooled = "upgrade-pool", "upgrade-policy", "upgrade-pooled"
 
@@ -186,23 +179,10 @@ func claimsUnchanged(t *testing.T, c *envtest.Fleet, when string, claimed map[st
 // repository) and builds its handler and pool controller into bin.
 func buildAt(t *testing.T, commit, tree, bin string) {
 	t.Helper()
-	root := envtest.RepoRoot()
-	if err := exec.Command("git", "-C", root, "cat-file", "-e", commit+"^{commit}").Run(); err != nil {
-		t.Fatalf("commit %s, the version upgraded from, is not in this clone (a shallow clone? git fetch --unshallow): %v", commit, err)
-	}
-	run(t, root, "git", "worktree", "add", "--detach", tree, commit)
-	t.Cleanup(func() { _, _ = exec.Command("git", "-C", root, "worktree", "remove", "--force", tree).CombinedOutput() })
-	run(t, tree, "go", "build", "-o", bin+"/", "./cmd/handler", "./cmd/pool-controller")
-}
-
-func run(t *testing.T, dir, name string, args ...string) {
-	t.Helper()
-	cmd := exec.Command(name, args...)
-	cmd.Dir = dir
-	var out bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &out, &out
-	if err := cmd.Run(); err != nil {
-		t.Fatalf("%s %s: %v\n%s", name, strings.Join(args, " "), err, out.String())
+	remove, err := envtest.BuildAt(commit, tree, bin, false, "handler", "pool-controller")
+	t.Cleanup(remove)
+	if err != nil {
+		t.Fatal(err)
 	}
 }
 
