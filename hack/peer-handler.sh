@@ -5,13 +5,19 @@
 # cluster (localcluster up --handler upstream) and in make bench-peer.
 #
 # Without the peers folder it says so and exits 0: the peer is optional,
-# and what needs it skips. It builds again only when the tarball changed.
+# and what needs it skips; with REQUIRE_PEERS=1 (CI sets it) it fails
+# instead, so that no suite beside the peer is skipped unseen. It builds
+# again only when the tarball changed.
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 bin=$1
 peers=${PEERS_DIR:-$here/../../shared/peers}
 tarball=$(ls "$peers"/kubernetes-nmstate-*.tar.gz 2>/dev/null | head -n1 || true)
 if [[ -z $tarball ]]; then
+	if [[ ${REQUIRE_PEERS:-} == 1 ]]; then
+		echo "peer-handler: no kubernetes-nmstate-*.tar.gz in $peers, and REQUIRE_PEERS=1: set PEERS_DIR to the folder that holds it" >&2
+		exit 1
+	fi
 	echo "peer-handler: no kubernetes-nmstate-*.tar.gz in $peers; the upstream handler is not built (what needs it skips)"
 	exit 0
 fi
