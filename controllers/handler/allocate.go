@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"maps"
 	"slices"
+	"strings"
 	"time"
 
 	"github.com/nmstate/kubernetes-nmstate/api/shared"
@@ -190,6 +191,15 @@ func (r *Reconciler) allocateFromPool(ctx context.Context, policy *nmstatev1.Nod
 			deferred = len(plan.fresh) > 0
 			return false, nil
 		}
+		if len(plan.unconfirmed) > 0 {
+			// The node carries an address of the pool that the pool
+			// has set and no entry holds, or holds in flight to this
+			// enactment: only the pool controller, which reads every
+			// holder's records, can tell whether it is the node's to
+			// keep (assign.Taken.Unconfirmed).
+			deferred = true
+			return false, nil
+		}
 		r.Metrics.attempt(poolName)
 		return true, nil
 	}
@@ -234,10 +244,15 @@ func (r *Reconciler) allocateFromPool(ctx context.Context, policy *nmstatev1.Nod
 // resourceVersion, the token the controller serves it under.
 func (r *Reconciler) askedMessage(pool string, plan *poolPlan) string {
 	msg := fmt.Sprintf("NodeIPPool %q: the pool controller allocates for node %s, with the other nodes that wait, in one pool write", pool, r.NodeName)
-	if plan != nil {
-		msg += movedNote(plan.moved)
+	if plan == nil {
+		return msg
 	}
-	return msg
+	if len(plan.unconfirmed) > 0 {
+		msg += fmt.Sprintf(" (for capture %s, the node carries an address that the pool has set and that no record this handler can read names: "+
+			"the pool controller, which reads every holder's records, gives it back once no entry holds it if no record names it "+
+			"and no other node carries it, or another address otherwise)", strings.Join(plan.unconfirmed, ", "))
+	}
+	return msg + movedNote(plan.moved)
 }
 
 // warnIfUnserved raises a Warning Event on an enactment that has asked the
@@ -293,6 +308,9 @@ func (r *Reconciler) planWrite(ctx context.Context, policy *nmstatev1.NodeNetwor
 		return plan, nil
 	}
 	if err := plan.apply(alloc, who, e.ResourceVersion, metav1.NewTime(r.Clock.Now().Truncate(time.Second))); err != nil {
+		if r.SelfAllocate && len(plan.unconfirmed) > 0 {
+			return plan, nil // full but for what the node may carry as its own: the pool controller tells
+		}
 		return nil, r.exhausted(ctx, policy, pool, err)
 	}
 	return plan, nil

@@ -31,6 +31,12 @@ type poolPlan struct {
 	notes assign.Notes
 	// source is the pool the plan was made on.
 	source *ippoolv1.NodeIPPool
+	// unconfirmed names the fresh captures whose node carries an address
+	// that only every holder's records can tell is the node's
+	// (assign.Taken.Unconfirmed): a self-allocating handler asks the pool
+	// controller instead of writing the plan, or of reporting the pool
+	// full.
+	unconfirmed []string
 }
 
 // needsWrite reports whether the pool's status must change.
@@ -94,6 +100,9 @@ func (p *poolPlan) apply(alloc *ippool.Allocator, claimant assign.Claimant, toke
 	chooser := assign.New(p.source, alloc)
 	defer chooser.Done()
 	taken, got, err := chooser.TakeAll(assign.Ask{Claimant: claimant, Captures: p.fresh, Token: token}, since)
+	if full := (*assign.FullError)(nil); errors.As(err, &full) && full.Unconfirmed {
+		p.unconfirmed = append(p.unconfirmed, p.fresh[got])
+	}
 	if errors.Is(err, ippool.ErrFull) {
 		return &errExhausted{pool: p.pool, size: rng.Size(), want: len(p.fresh) - got}
 	}
@@ -103,6 +112,9 @@ func (p *poolPlan) apply(alloc *ippool.Allocator, claimant assign.Claimant, toke
 	for i, name := range p.fresh {
 		p.addresses[name] = poolstatus.Address(p.source, rng, taken[i].IP)
 		p.notes.Add(taken[i], name)
+		if taken[i].Unconfirmed() {
+			p.unconfirmed = append(p.unconfirmed, name)
+		}
 	}
 	return nil
 }

@@ -271,7 +271,10 @@ func TestDeletedPoolLeavesStrays(t *testing.T) {
 // it back, not a new one; an address two nodes carry goes to neither. And
 // a free address that a node the policy does not select carries (its
 // state published after the pool's rebuild) goes to no node asking for a
-// new one: it is the lowest free address.
+// new one: it is the lowest free address. A self-allocating handler,
+// which cannot read every holder's records, asks the pool controller
+// rather than take a new address for a node that carries such an
+// address.
 //
 // The second carrier of the shared address is a node the policy does not
 // select: a selected one would replace it on eth1 with its own address
@@ -282,15 +285,49 @@ func TestUnrecordedCarriedAddressGoesBack(t *testing.T) {
 	pc, err := env.StartPoolController(time.Hour, nil) // collection would not find them in time
 	Expect(err).NotTo(HaveOccurred())
 	t.Cleanup(func() { _ = pc.Stop() })
-	const name, alone, twice, lowest = "unrecorded", "10.97.0.30", "10.97.0.31", "10.97.0.10"
-	createPool(t, name, ippoolv1.IPRange{CIDR: "10.97.0.0/24", Start: "10.97.0.10", End: "10.97.0.50"})
+	for i, selfAllocate := range []bool{false, true} {
+		t.Run(fmt.Sprintf("self-allocate=%v", selfAllocate), func(t *testing.T) {
+			unrecordedGoesBack(t, fmt.Sprintf("unrecorded%d", i), fmt.Sprintf("10.97.%d", 10+i), selfAllocate)
+		})
+	}
+}
+
+// TestUnrecordedCarriedAddressOfAFullPoolGoesBack: a pool of one address,
+// set in its status and recorded by no holder (restored with its status,
+// without the enactments), and a self-allocating node that carries it.
+// The handler, which finds no free address, does not report the pool
+// exhausted: it asks the pool controller, which gives the node its
+// address back.
+func TestUnrecordedCarriedAddressOfAFullPoolGoesBack(t *testing.T) {
+	RegisterTestingT(t)
+	pc, err := env.StartPoolController(time.Hour, nil) // collection would not find it in time
+	Expect(err).NotTo(HaveOccurred())
+	t.Cleanup(func() { _ = pc.Stop() })
+	const name, ip = "unrecorded-full", "10.97.12.30"
+	createPool(t, name, ippoolv1.IPRange{CIDR: "10.97.12.0/24", Start: ip, End: ip})
+	Eventually(available(name)).Should(HavePrefix("True"))
+	writeBits(name, ip)
+	nd := carryingNode(t, t.TempDir(), name+"-01", name, ip, true)
+	Eventually(func() bool { return strings.Contains(nodeStateOf(nd.Name), ip) }).Should(BeTrue())
+	createPolicy(t, name, name, name)
+	Eventually(enactmentState(nd.Name + "." + name)).Should(HavePrefix("Available"))
+	Expect(held(nd.Name+"."+name, name)).To(Equal([]string{ip}))
+	Expect(events("NodeNetworkConfigurationEnactment", nd.Name+"."+name)()).NotTo(ContainElement(HavePrefix(ippoolv1.ReasonIPPoolExhausted)))
+}
+
+// unrecordedGoesBack runs TestUnrecordedCarriedAddressGoesBack with
+// nodes, pool and policy called name, in the /24 of net.
+func unrecordedGoesBack(t *testing.T, name, net string, selfAllocate bool) {
+	RegisterTestingT(t)
+	alone, twice, lowest := net+".30", net+".31", net+".10"
+	createPool(t, name, ippoolv1.IPRange{CIDR: net + ".0/24", Start: net + ".10", End: net + ".50"})
 	Eventually(available(name)).Should(HavePrefix("True"))
 	writeBits(name, alone, twice) // after the pool's rebuild, which would have found them
 	dir := t.TempDir()
-	nodes := []*envtest.Node{carryingNode(t, dir, name+"-01", name, alone, false),
-		carryingNode(t, dir, name+"-02", name, twice, false)}
-	also := carryingNode(t, dir, name+"-03", name+"-other", twice, false)
-	other := carryingNode(t, dir, name+"-04", name+"-other", lowest, false)
+	nodes := []*envtest.Node{carryingNode(t, dir, name+"-01", name, alone, selfAllocate),
+		carryingNode(t, dir, name+"-02", name, twice, selfAllocate)}
+	also := carryingNode(t, dir, name+"-03", name+"-other", twice, selfAllocate)
+	other := carryingNode(t, dir, name+"-04", name+"-other", lowest, selfAllocate)
 	for nd, ip := range map[*envtest.Node]string{nodes[0]: alone, nodes[1]: twice, also: twice, other: lowest} {
 		Eventually(func() bool { return strings.Contains(nodeStateOf(nd.Name), ip) }).Should(BeTrue())
 	}

@@ -119,6 +119,15 @@ func TestRestoreWithoutStatusSelfAllocating(t *testing.T) {
 // holder. Each node gets back the address it carries, not a new one.
 func TestRestoreWithStatus(t *testing.T) { restoreKeepsEveryNode(t, nil, "--with-status") }
 
+// TestRestoreWithStatusSelfAllocating: as TestRestoreWithStatus, with
+// self-allocating handlers. A handler cannot read every holder's records,
+// so it cannot tell that the address its node carries, set in the
+// restored bitmap, is recorded by nobody: it asks the pool controller,
+// which can, and gives it back.
+func TestRestoreWithStatusSelfAllocating(t *testing.T) {
+	restoreKeepsEveryNode(t, []string{"--self-allocate"}, "--with-status")
+}
+
 // restoreKeepsEveryNode backs up and restores (localcluster restore with
 // flags) a fleet of three nodes (up with upArgs) served by one pool, and
 // checks that no node is renumbered and that a node that joins after is

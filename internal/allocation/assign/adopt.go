@@ -53,6 +53,7 @@ func (c *Chooser) adopt(cl Claimant, captureName string) (Taken, bool) {
 	rng := c.alloc.Range()
 	candidates := slices.SortedFunc(slices.Values(cl.Carried(captureName)), func(a, b Carried) int { return a.IP.Compare(b.IP) })
 	var refused []string
+	unconfirmed := false
 	for _, cand := range candidates {
 		ip := cand.IP
 		if ip.Is4() != rng.Start().Is4() || ip.IsLinkLocalUnicast() {
@@ -68,6 +69,7 @@ func (c *Chooser) adopt(cl Claimant, captureName string) (Taken, bool) {
 		}
 		if why != "" {
 			refused = append(refused, fmt.Sprintf("%s (%s)", cand, why))
+			unconfirmed = unconfirmed || c.onlyRecordsTell(cl, ip, why)
 			continue
 		}
 		t := Taken{IP: ip, offset: off, adopted: &cand}
@@ -84,7 +86,29 @@ func (c *Chooser) adopt(cl Claimant, captureName string) (Taken, bool) {
 		c.adopted[off] = cl.Node
 		return t, true
 	}
-	return Taken{notAdopted: refused}, false
+	return Taken{notAdopted: refused, unconfirmed: unconfirmed}, false
+}
+
+// setUnheld is the refusal of an address the pool has set with no entry
+// holding it (Taken.Unconfirmed).
+const setUnheld = "another holder has it"
+
+// handedTo is the refusal of an address in flight to holder.
+func handedTo(holder string) string { return "it is being handed to " + holder }
+
+// onlyRecordsTell reports whether why, the refusal of ip to the
+// claimant, is one that only every holder's records settle
+// (Taken.Unconfirmed): ip is set with no entry holding it, or in flight
+// to the claimant's own holder with nothing else holding it (a
+// quarantine of its release makes it the holder's own, on its way back).
+func (c *Chooser) onlyRecordsTell(cl Claimant, ip netip.Addr, why string) bool {
+	switch why {
+	case setUnheld:
+		return true
+	case handedTo(cl.Holder.String()):
+		return poolstatus.QuarantineOf(c.pool, ip.String()) == nil && poolstatus.KeptOf(c.pool, ip.String()) == nil
+	}
+	return false
 }
 
 // ownAddress is the refusal of an address the claimant's node holds or
@@ -117,7 +141,7 @@ func (c *Chooser) refusal(cl Claimant, ip netip.Addr, off uint64, err error) str
 		return "it is kept for the return of " + k.entry.HolderName()
 	}
 	if f := poolstatus.InFlightOf(c.pool, ip.String()); f != nil {
-		return "it is being handed to " + f.HolderName()
+		return handedTo(f.HolderName())
 	}
 	if q := poolstatus.QuarantineOf(c.pool, ip.String()); q != nil {
 		if q.HolderName() == "" && q.Node == cl.Node {
@@ -132,7 +156,7 @@ func (c *Chooser) refusal(cl Claimant, ip netip.Addr, off uint64, err error) str
 		return fmt.Sprintf("node %s carries it too", q.Node)
 	}
 	if _, avoided := c.avoided[off]; c.alloc.Has(off) && !avoided {
-		return "another holder has it"
+		return setUnheld
 	}
 	if cl.CarriedElsewhere == nil {
 		return "no other node's network is known, so it is not handed out as carried"

@@ -9,6 +9,7 @@ import (
 	"testing"
 
 	ippoolv1 "github.com/nmstate-ippool/nmstate-ippool/api/v1"
+	"github.com/nmstate-ippool/nmstate-ippool/internal/allocation/holder"
 	"github.com/nmstate-ippool/nmstate-ippool/internal/allocation/poolstatus"
 	"github.com/nmstate-ippool/nmstate-ippool/pkg/ippool"
 )
@@ -49,6 +50,17 @@ func adoptionPool(t *testing.T) (*ippoolv1.NodeIPPool, *ippool.Allocator) {
 	}
 	poolstatus.AddQuarantine(p, ippoolv1.QuarantinedAddress{IP: "10.1.0.16", Node: "node02"})
 	poolstatus.AddQuarantine(p, ippoolv1.QuarantinedAddress{IP: "10.1.0.18", Node: "node09", Holder: "node09.gone"})
+	// 10.1.0.19 and 10.1.0.24 are in flight, to node07.policy (an earlier
+	// incarnation of it: another token) and to node08.policy.
+	// 10.1.0.27 is in flight to node10.policy and quarantined for its
+	// release: its own address, on its way back.
+	for ip, h := range map[string]string{"10.1.0.19": "node07.policy", "10.1.0.24": "node08.policy", "10.1.0.27": "node10.policy"} {
+		if err := alloc.AllocateIP(mustAddr(ip)); err != nil {
+			t.Fatal(err)
+		}
+		poolstatus.AddInFlight(p, ippoolv1.InFlightAddress{IP: ip, Holder: holder.ForEnactment(h).String(), Token: "earlier"})
+	}
+	poolstatus.AddQuarantine(p, ippoolv1.QuarantinedAddress{IP: "10.1.0.27", Node: "node10", Holder: "node10.policy", Capture: "other"})
 	return p, alloc
 }
 
@@ -63,6 +75,9 @@ func TestAdoption(t *testing.T) {
 		want       string
 		adopted    bool
 		notAdopted []string
+		// unconfirmed: a refusal only the records can settle (set, no
+		// entry: Taken.Unconfirmed).
+		unconfirmed bool
 	}{
 		{name: "a free address no one else carries", cl: carrying("node01", elsewhere, "10.1.0.15"), want: "10.1.0.15", adopted: true},
 		{name: "the stray the pool holds for the node", cl: carrying("node02", elsewhere, "10.1.0.16"), want: "10.1.0.16", adopted: true},
@@ -80,7 +95,14 @@ func TestAdoption(t *testing.T) {
 				"10.1.0.25 on eth1 (it is reserved for node pinned)",
 				"10.1.0.30 on eth1 (it is the pool's gateway)",
 				"10.1.0.40 on eth1 (it is outside the range 10.1.0.10-10.1.0.30)",
-			}},
+			},
+			unconfirmed: true},
+		{name: "in flight to the node's own holder, under another token", cl: carrying("node07", elsewhere, "10.1.0.19"), want: "10.1.0.11",
+			notAdopted: []string{"10.1.0.19 on eth1 (it is being handed to node07.policy)"}, unconfirmed: true},
+		{name: "in flight to another holder", cl: carrying("node07", elsewhere, "10.1.0.24"), want: "10.1.0.12",
+			notAdopted: []string{"10.1.0.24 on eth1 (it is being handed to node08.policy)"}},
+		{name: "in flight to the node's own holder and quarantined for its release", cl: carrying("node10", elsewhere, "10.1.0.27"),
+			want: "10.1.0.13", notAdopted: []string{"10.1.0.27 on eth1 (it is being handed to node10.policy)"}},
 		{name: "the reservation for the node comes first", cl: carrying("pinned", elsewhere, "10.1.0.21"), want: "10.1.0.25"},
 		{name: "first capture of a node carrying two", cl: carrying("node06", elsewhere, "10.1.0.22", "10.1.0.23"), capture: "a", want: "10.1.0.22", adopted: true},
 		{name: "second capture of that node", cl: carrying("node06", elsewhere, "10.1.0.22", "10.1.0.23"), capture: "b", want: "10.1.0.23", adopted: true},
@@ -99,6 +121,9 @@ func TestAdoption(t *testing.T) {
 			n.Add(tk, capture)
 			if tk.IP.String() != tt.want || (len(n.Adopted) > 0) != tt.adopted || !reflect.DeepEqual(n.NotAdopted, tt.notAdopted) {
 				t.Errorf("took %s, adopted %v, not adopted %q; want %s, %v, %q", tk.IP, n.Adopted, n.NotAdopted, tt.want, tt.adopted, tt.notAdopted)
+			}
+			if tk.Unconfirmed() != tt.unconfirmed {
+				t.Errorf("Unconfirmed() = %v, want %v", tk.Unconfirmed(), tt.unconfirmed)
 			}
 		})
 	}

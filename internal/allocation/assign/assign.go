@@ -98,7 +98,27 @@ type Taken struct {
 	avoided []string
 	// notAdopted describes what the node carries that it could not keep.
 	notAdopted []string
+	// unconfirmed is set when one of those is set in the pool and no
+	// entry holds it (see Unconfirmed).
+	unconfirmed bool
 }
+
+// Unconfirmed reports whether the claimant's node carries, on an
+// interface the capture configures, an address that the chooser did not
+// adopt only because the pool has it set and no entry holds it, or holds
+// it in flight to the claimant's own holder (under its token: a serve in
+// progress, whose record lands under that token; or under another: a
+// pass for an earlier incarnation of the holder, as in a status restored
+// from a backup). A holder's record may name it, or none may (a record
+// lost, a status restored without its holders' records), and then it is
+// the node's. Only a writer that reads every holder's records can tell
+// which; one that cannot (a self-allocating handler) asks the pool
+// controller rather than hand the node a new address, which would
+// renumber it. The pool controller gives the address back once no entry
+// holds it (an entry under a dead token is settled within the grace
+// period) if no record names it and no other node carries it, and
+// serves another address otherwise.
+func (t Taken) Unconfirmed() bool { return t.unconfirmed }
 
 // Chooser hands out the addresses of one pool write.
 type Chooser struct {
@@ -217,25 +237,30 @@ func (c *Chooser) Take(cl Claimant, captureName string) (Taken, error) {
 	off, err := c.alloc.AllocateNext()
 	if errors.Is(err, ippool.ErrFull) && len(c.kept) > 0 {
 		k := c.takeKept(0, true)
-		k.notAdopted = t.notAdopted
+		k.notAdopted, k.unconfirmed = t.notAdopted, t.unconfirmed
 		return k, nil
 	}
 	if errors.Is(err, ippool.ErrFull) {
-		return Taken{}, c.fullError(err)
+		full := c.fullError(err)
+		full.Unconfirmed = t.unconfirmed
+		return Taken{}, full
 	}
 	if err != nil {
 		return Taken{}, err
 	}
 	ip, _ := rng.IP(off)
-	return Taken{IP: ip, offset: off, notAdopted: t.notAdopted}, nil
+	return Taken{IP: ip, offset: off, notAdopted: t.notAdopted, unconfirmed: t.unconfirmed}, nil
 }
 
 // FullError is the allocator's ippool.ErrFull for a claimant, with how
 // many free addresses it could not have: Reserved for other nodes, and
-// Carried by other nodes' networks (Avoid).
+// Carried by other nodes' networks (Avoid). Unconfirmed is
+// Taken.Unconfirmed of the capture that found none: its node carries an
+// address that only the holders' records can tell is its own.
 type FullError struct {
 	Err               error
 	Reserved, Carried int
+	Unconfirmed       bool
 }
 
 func (e *FullError) Error() string {
@@ -261,7 +286,7 @@ func (e *FullError) More() string {
 }
 
 // fullError wraps err (ippool.ErrFull) as a FullError.
-func (c *Chooser) fullError(err error) error {
+func (c *Chooser) fullError(err error) *FullError {
 	return &FullError{Err: err, Reserved: len(c.blocked), Carried: len(c.avoided)}
 }
 
