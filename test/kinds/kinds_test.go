@@ -67,7 +67,7 @@ type kind struct {
 var kinds = []*kind{
 	{name: "served", nic: true, serve: handlerMode, hold: writePolicy, join: handlerJoins(false), waits: enactmentWaits, dead: handlerDead,
 		reset: resetEnactment, fail: failNetwork, deletable: policyOf},
-	{name: "self-allocated", nic: true, serve: handlerMode, hold: writePolicy, join: handlerJoins(true), waits: enactmentWaits, dead: handlerDead,
+	{name: "self-allocated", nic: true, serve: selfAllocatingMode, hold: writePolicy, join: handlerJoins(true), waits: enactmentWaits, dead: handlerDead,
 		reset: resetEnactment, fail: failNetwork, deletable: policyOf},
 	{name: "pooled", nic: true, serve: companionMode, hold: writePooledPolicy, join: upstreamJoins, waits: pooledNodeWaits, dead: upstreamDead,
 		reset: resetGenerated, pause: stopUpstream, fail: failUpstream, deletable: pooledPolicyOf},
@@ -85,6 +85,12 @@ func startPoolController(t *testing.T, tune ...func(*envtest.PoolController)) {
 // handlerMode serves enactments: the pool controller with the policy and
 // enactment controllers, and this project's handler on each machine (join).
 func handlerMode(t *testing.T, _ *world) { startPoolController(t) }
+
+// selfAllocatingMode is handlerMode as deploy/self-allocate runs it: the
+// pool controller holds what nodes carry (--hold-carried-addresses).
+func selfAllocatingMode(t *testing.T, _ *world) {
+	startPoolController(t, func(pc *envtest.PoolController) { pc.Pools.HoldCarried = true })
+}
 
 // writePolicy writes the NNCP of the machines labelled role=<w.name>,
 // whose capture addr draws from the pool onto eth1.
