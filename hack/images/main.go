@@ -118,18 +118,26 @@ func main() {
 		}
 		return
 	}
-	if err := os.MkdirAll(*out, 0o755); err != nil {
+	if err := buildLocal(*bin, *out, *tag); err != nil {
 		fmt.Fprintln(os.Stderr, "error:", err)
 		os.Exit(1)
 	}
-	for _, im := range tagged(*tag) {
-		digest, err := build(im, *bin, filepath.Join(*out, im.file))
-		if err != nil {
-			fmt.Fprintf(os.Stderr, "error: image %s: %v\n", im.ref, err)
-			os.Exit(1)
-		}
-		fmt.Printf("%-50s %s  %s\n", im.ref, digest.String()[:19], filepath.Join(*out, im.file))
+}
+
+// buildLocal writes the local cluster's image tarballs under tag (see
+// tagged) into out, from the binaries in bin, and prints each.
+func buildLocal(bin, out, tag string) error {
+	if err := os.MkdirAll(out, 0o755); err != nil {
+		return err
 	}
+	for _, im := range tagged(tag) {
+		digest, err := build(im, bin, filepath.Join(out, im.file))
+		if err != nil {
+			return fmt.Errorf("image %s: %w", im.ref, err)
+		}
+		fmt.Printf("%-50s %s  %s\n", im.ref, digest.String()[:19], filepath.Join(out, im.file))
+	}
+	return nil
 }
 
 // localTag is the tag of the images deploy/local names.
