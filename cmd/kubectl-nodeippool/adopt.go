@@ -247,7 +247,7 @@ func (s *snapshot) nodePlan(policy *nmstatev1.NodeNetworkConfigurationPolicy, re
 		np.Verdict, np.Why = verdictWaits, "it has published no NodeNetworkState: it is served once its handler publishes what it carries"
 		return np
 	}
-	cl := assign.Claimant{Holder: h, Node: node, Policy: policy.Name,
+	cl := assign.Asker{Holder: h, Node: node, Policy: policy.Name,
 		Labels:           func() map[string]string { return n.labels(node) },
 		Carried:          func(string) []assign.Carried { return carried },
 		CarriedElsewhere: assign.ElsewhereThan(n.carriers, node)}

@@ -90,7 +90,7 @@ func (r *Reconciler) allocate(ctx context.Context, claim *unstructured.Unstructu
 // has a free one.
 func (r *Reconciler) take(ctx context.Context, claim *unstructured.Unstructured, pool *ippoolv1.NodeIPPool) (netip.Addr, *condition, bool, error) {
 	ask := askOf(claim)
-	holder := ask.Claimant.Holder
+	holder := ask.Asker.Holder
 	requested := claim.GetAnnotations()[capi.RequestedAddressAnnotation]
 	restoring := claim.GetAnnotations()[capi.RestoreAnnotation]
 	carriers := (&carriersOnce{reader: r.APIReader}).read(ctx)
@@ -179,7 +179,7 @@ func deref(c *condition) condition {
 
 // serveAsk serves the claim's ask in one pool write by the rule of every
 // holder: the address its in-flight entry holds already, else, with want
-// nil, the one the pool's rules give a claimant that is no node
+// nil, the one the pool's rules give an asker that is no node
 // (assign.Chooser.Serve), passing by those carriers shows on nodes'
 // networks, or the address want names and takes (assign.ServeOne). It
 // reports whether the pool changed.

@@ -469,5 +469,5 @@ func holderOf(claim *unstructured.Unstructured) (h holder.Ref, token string) {
 // capture, under its token.
 func askOf(claim *unstructured.Unstructured) assign.Ask {
 	h, token := holderOf(claim)
-	return assign.Ask{Claimant: assign.Claimant{Holder: h}, Captures: []string{""}, Token: token}
+	return assign.Ask{Asker: assign.Asker{Holder: h}, Captures: []string{""}, Token: token}
 }

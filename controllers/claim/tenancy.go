@@ -40,7 +40,7 @@ func (r *Reconciler) refusal(ctx context.Context, claim *unstructured.Unstructur
 	if restoring == "" {
 		return nil, nil
 	}
-	other, err := r.otherHolder(ctx, pool, ask.Claimant.Holder, restoring)
+	other, err := r.otherHolder(ctx, pool, ask.Asker.Holder, restoring)
 	if err != nil || other == "" {
 		return nil, err
 	}

@@ -260,7 +260,7 @@ func (r *Reconciler) takeIn(w *world, next *ippoolv1.PooledNodeNetworkConfigurat
 	for _, group := range byNode(needs) {
 		node := group[0].node
 		h, token := holderOf(w.policy, node)
-		cl := carried.Adopting(assign.Claimant{Holder: h, Node: node, Policy: w.policy.Name, Labels: w.labelsOf(node),
+		cl := carried.Adopting(assign.Asker{Holder: h, Node: node, Policy: w.policy.Name, Labels: w.labelsOf(node),
 			Holds: holds(next, node)}, func(captureName string) []string {
 			return capture.Interfaces(w.policy.Spec.DesiredState.Raw, captureName)
 		})
@@ -268,7 +268,7 @@ func (r *Reconciler) takeIn(w *world, next *ippoolv1.PooledNodeNetworkConfigurat
 		for i, nd := range group {
 			captures[i] = nd.ref.Capture
 		}
-		s, err := ch.Serve(assign.Ask{Claimant: cl, Captures: captures, Token: token}, since)
+		s, err := ch.Serve(assign.Ask{Asker: cl, Captures: captures, Token: token}, since)
 		var refused *assign.Unservable
 		switch {
 		case errors.As(err, &refused):

@@ -171,7 +171,7 @@ func (r *Reconciler) allocateFromPool(ctx context.Context, policy *nmstatev1.Nod
 		blocked  *outcome
 		deferred bool
 	)
-	who, err := r.claimant(ctx, policy, e, poolName)
+	who, err := r.asker(ctx, policy, e, poolName)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -277,7 +277,7 @@ func (r *Reconciler) warnIfUnserved(e *nncev1beta1.NodeNetworkConfigurationEnact
 // sets their bits) but blocks new ones.
 func (r *Reconciler) planWrite(ctx context.Context, policy *nmstatev1.NodeNetworkConfigurationPolicy,
 	e *nncev1beta1.NodeNetworkConfigurationEnactment, pool *ippoolv1.NodeIPPool, alloc *ippool.Allocator,
-	refs []capture.Ref, who assign.Claimant) (*poolPlan, *outcome) {
+	refs []capture.Ref, who assign.Asker) (*poolPlan, *outcome) {
 	plan := planPool(e, pool, alloc, refs)
 	if !plan.needsWrite() {
 		return plan, nil
@@ -298,7 +298,7 @@ func (r *Reconciler) planWrite(ctx context.Context, policy *nmstatev1.NodeNetwor
 		o.waitingFor = pool.Name
 		return nil, &o
 	}
-	if !r.SelfAllocate && len(plan.fresh) > 0 && len(assign.Resumable(pool, assign.Ask{Claimant: who, Token: e.ResourceVersion})) > 0 {
+	if !r.SelfAllocate && len(plan.fresh) > 0 && len(assign.Resumable(pool, assign.Ask{Asker: who, Token: e.ResourceVersion})) > 0 {
 		// The pool controller has taken addresses for this enactment
 		// already, and its record is on the way (this handler's cache
 		// has not shown it yet). Judged without them, the pool may look
@@ -331,16 +331,16 @@ func (r *Reconciler) templateBlocked(policy *nmstatev1.NodeNetworkConfigurationP
 	return &o
 }
 
-// claimant describes this node's enactment of policy to the chooser of
+// asker describes this node's enactment of policy to the chooser of
 // pool, with the node's labels read from the cache now, before any pool
 // write's mutation runs: a reservation may select nodes by label.
-func (r *Reconciler) claimant(ctx context.Context, policy *nmstatev1.NodeNetworkConfigurationPolicy,
-	e *nncev1beta1.NodeNetworkConfigurationEnactment, pool string) (assign.Claimant, error) {
+func (r *Reconciler) asker(ctx context.Context, policy *nmstatev1.NodeNetworkConfigurationPolicy,
+	e *nncev1beta1.NodeNetworkConfigurationEnactment, pool string) (assign.Asker, error) {
 	var labels map[string]string
 	if n, err := r.node(ctx, r.Client); err == nil {
 		labels = n.Labels
 	}
-	cl := assign.Claimant{Holder: holder.ForEnactment(e.Name), Node: r.NodeName, Policy: policy.Name,
+	cl := assign.Asker{Holder: holder.ForEnactment(e.Name), Node: r.NodeName, Policy: policy.Name,
 		Labels: func() map[string]string { return labels }}
 	if r.SelfAllocate {
 		return r.withCarried(ctx, cl, policy, e, pool)
@@ -358,8 +358,8 @@ func (r *Reconciler) claimant(ctx context.Context, policy *nmstatev1.NodeNetwork
 // shows it. What cannot be read is an error, tried again: allocating
 // without it would renumber what the node carries. A pool that is gone
 // adopts nothing (the pool write reports it).
-func (r *Reconciler) withCarried(ctx context.Context, cl assign.Claimant, policy *nmstatev1.NodeNetworkConfigurationPolicy,
-	e *nncev1beta1.NodeNetworkConfigurationEnactment, poolName string) (assign.Claimant, error) {
+func (r *Reconciler) withCarried(ctx context.Context, cl assign.Asker, policy *nmstatev1.NodeNetworkConfigurationPolicy,
+	e *nncev1beta1.NodeNetworkConfigurationEnactment, poolName string) (assign.Asker, error) {
 	captures, err := capture.Parse(policy.Spec.Capture)
 	if err != nil || !slices.ContainsFunc(captures.RefsOf(poolName), func(ref capture.Ref) bool {
 		_, had := e.Status.CapturedStates[ref.Capture]

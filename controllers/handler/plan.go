@@ -90,7 +90,7 @@ func (e *errExhausted) Error() string {
 // another writer's, and planWrite has refused a pool that may not hand
 // out addresses (poolstatus.Unservable) before.
 // On error alloc and the pool may be half-changed; callers discard them.
-func (p *poolPlan) apply(alloc *ippool.Allocator, claimant assign.Claimant, token string, since metav1.Time) error {
+func (p *poolPlan) apply(alloc *ippool.Allocator, asker assign.Asker, token string, since metav1.Time) error {
 	for _, off := range p.unsetBits {
 		if err := alloc.Allocate(off); err != nil && !errors.Is(err, ippool.ErrAllocated) {
 			return err
@@ -99,7 +99,7 @@ func (p *poolPlan) apply(alloc *ippool.Allocator, claimant assign.Claimant, toke
 	rng := alloc.Range()
 	chooser := assign.New(p.source, alloc)
 	defer chooser.Done()
-	taken, got, err := chooser.TakeAll(assign.Ask{Claimant: claimant, Captures: p.fresh, Token: token}, since)
+	taken, got, err := chooser.TakeAll(assign.Ask{Asker: asker, Captures: p.fresh, Token: token}, since)
 	if full := (*assign.FullError)(nil); errors.As(err, &full) && full.Unconfirmed {
 		p.unconfirmed = append(p.unconfirmed, p.fresh[got])
 	}

@@ -75,7 +75,7 @@ func TestPlanPool(t *testing.T) {
 			if !reflect.DeepEqual(reused, tt.reused) || !reflect.DeepEqual(p.unsetBits, tt.unsetBits) || !reflect.DeepEqual(p.fresh, tt.fresh) {
 				t.Fatalf("plan reused=%v unset=%v fresh=%v; want %v %v %v", reused, p.unsetBits, p.fresh, tt.reused, tt.unsetBits, tt.fresh)
 			}
-			if err := p.apply(alloc, assign.Claimant{Holder: holder.ForEnactment("n.p"), Node: "n", Policy: "p"}, "1", metav1.Now()); err != nil {
+			if err := p.apply(alloc, assign.Asker{Holder: holder.ForEnactment("n.p"), Node: "n", Policy: "p"}, "1", metav1.Now()); err != nil {
 				t.Fatal(err)
 			}
 			seen := map[netip.Addr]bool{}
@@ -94,7 +94,7 @@ func TestPlanPoolExhausted(t *testing.T) {
 	alloc := ippool.NewAllocator(ippool.MustNewRange(ippool.Spec{CIDR: "10.0.0.0/30"}))
 	p := planPool(holding(), &ippoolv1.NodeIPPool{}, alloc, []capture.Ref{{Capture: "a", Pool: "p"}, {Capture: "b", Pool: "p"}, {Capture: "c", Pool: "p"}})
 	var ex *errExhausted
-	if err := p.apply(alloc, assign.Claimant{}, "1", metav1.Now()); !errors.As(err, &ex) || ex.size != 2 || ex.want != 1 {
+	if err := p.apply(alloc, assign.Asker{}, "1", metav1.Now()); !errors.As(err, &ex) || ex.size != 2 || ex.want != 1 {
 		t.Fatalf("apply = %v, want exhausted of size 2 short by 1", err)
 	}
 }
@@ -121,7 +121,7 @@ func TestServedEnactmentIsNotReportedFull(t *testing.T) {
 	}
 	r := &Reconciler{NodeName: "n1", Recorder: events.NewFakeRecorder(10), Clock: clock.RealClock{}}
 	e := &nncev1beta1.NodeNetworkConfigurationEnactment{ObjectMeta: metav1.ObjectMeta{Name: "n1.policy", ResourceVersion: "5"}}
-	who := assign.Claimant{Holder: holder.ForEnactment(e.Name), Node: "n1", Policy: "policy"}
+	who := assign.Asker{Holder: holder.ForEnactment(e.Name), Node: "n1", Policy: "policy"}
 	policy := &nmstatev1.NodeNetworkConfigurationPolicy{ObjectMeta: metav1.ObjectMeta{Name: "policy"}}
 	refs := []capture.Ref{{Capture: "a", Pool: "p"}}
 

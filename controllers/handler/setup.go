@@ -16,7 +16,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller"
-	"sigs.k8s.io/controller-runtime/pkg/handler"
+	crhandler "sigs.k8s.io/controller-runtime/pkg/handler"
 
 	nncev1beta1 "github.com/nmstate-ippool/nmstate-ippool/api/v1beta1"
 	"github.com/nmstate-ippool/nmstate-ippool/internal/allocation/poolwrite"
@@ -117,9 +117,9 @@ func (r *Reconciler) SetupWithManager(mgr ctrl.Manager, opts SetupOptions) error
 		Named("nncp-handler").
 		WithOptions(controller.Options{SkipNameValidation: ptr.To(opts.SkipNameValidation), RateLimiter: backoff.Requeues()}).
 		For(&nmstatev1.NodeNetworkConfigurationPolicy{}, builder.WithPredicates(specOrIncarnationChanged())).
-		Watches(&nncev1beta1.NodeNetworkConfigurationEnactment{}, handler.EnqueueRequestsFromMapFunc(policyOfEnactment),
+		Watches(&nncev1beta1.NodeNetworkConfigurationEnactment{}, crhandler.EnqueueRequestsFromMapFunc(policyOfEnactment),
 			builder.WithPredicates(changesByOthers())).
-		WatchesMetadata(&corev1.Node{}, handler.EnqueueRequestsFromMapFunc(r.allPolicies),
+		WatchesMetadata(&corev1.Node{}, crhandler.EnqueueRequestsFromMapFunc(r.allPolicies),
 			builder.WithPredicates(r.thisNodesLabels())).
 		Complete(r)
 }

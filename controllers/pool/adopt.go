@@ -54,10 +54,10 @@ func (rq *request) first() bool {
 	return false
 }
 
-// adoption completes the claimant of a request with what its node
+// adoption completes the asker of a request with what its node
 // carries on the interfaces each capture's template configures; captures
 // that had an address before adopt nothing.
-func adoption(c assign.Carrying, cl assign.Claimant, rq *request) assign.Claimant {
+func adoption(c assign.Carrying, cl assign.Asker, rq *request) assign.Asker {
 	return c.Adopting(cl, func(captureName string) []string {
 		if _, had := rq.enactment.Status.CapturedStates[captureName]; had {
 			return nil

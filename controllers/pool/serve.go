@@ -166,12 +166,12 @@ func pendingSince(e *nncev1beta1.NodeNetworkConfigurationEnactment) metav1.Time 
 // served again, and the entries are pruned once recorded, or revoked.
 // It returns the chooser's error when the pool has no address left for
 // the request.
-func takeFor(pool *ippoolv1.NodeIPPool, c *assign.Chooser, rq *request, claimant assign.Claimant, since metav1.Time) (bool, error) {
+func takeFor(pool *ippoolv1.NodeIPPool, c *assign.Chooser, rq *request, asker assign.Asker, since metav1.Time) (bool, error) {
 	captures := make([]string, len(rq.refs))
 	for i, ref := range rq.refs {
 		captures[i] = ref.Capture
 	}
-	s, err := c.Serve(assign.Ask{Claimant: claimant, Captures: captures, Token: rq.enactment.ResourceVersion}, since)
+	s, err := c.Serve(assign.Ask{Asker: asker, Captures: captures, Token: rq.enactment.ResourceVersion}, since)
 	if errors.Is(err, ippool.ErrFull) {
 		return false, err
 	}
@@ -188,11 +188,11 @@ func takeFor(pool *ippoolv1.NodeIPPool, c *assign.Chooser, rq *request, claimant
 	return true, nil
 }
 
-// claimant describes a request's enactment to the chooser, with its
+// asker describes a request's enactment to the chooser, with its
 // node's labels from labels.
-func claimant(e *nncev1beta1.NodeNetworkConfigurationEnactment, labels map[string]map[string]string) assign.Claimant {
+func asker(e *nncev1beta1.NodeNetworkConfigurationEnactment, labels map[string]map[string]string) assign.Asker {
 	node := e.Labels[shared.EnactmentNodeLabel]
-	return assign.Claimant{Holder: holder.ForEnactment(e.Name), Node: node, Policy: e.Labels[shared.EnactmentPolicyLabel],
+	return assign.Asker{Holder: holder.ForEnactment(e.Name), Node: node, Policy: e.Labels[shared.EnactmentPolicyLabel],
 		Labels: func() map[string]string { return labels[node] }}
 }
 
@@ -258,7 +258,7 @@ func (r server) serve(ctx context.Context, pool *ippoolv1.NodeIPPool, alloc *ipp
 			if wait[rq.enactment.Labels[shared.EnactmentNodeLabel]] {
 				continue // what it carries is confirmed again in the next pass
 			}
-			if took, err := takeFor(p, chooser, rq, adoption(carried, claimant(rq.enactment, labels), rq), since); took {
+			if took, err := takeFor(p, chooser, rq, adoption(carried, asker(rq.enactment, labels), rq), since); took {
 				served = append(served, rq)
 			} else if err != nil {
 				full[rq] = err

@@ -39,14 +39,14 @@ func NotAdoptedMessage(pool string, notAdopted []string) string {
 		pool, strings.Join(notAdopted, "; "))
 }
 
-// adopt hands out an address the claimant's node carries on an interface
+// adopt hands out an address the asker's node carries on an interface
 // the capture's template configures, the lowest first: one the pool holds
 // for that node because it was found there unrecorded (a stray, see the
 // pool controller's rebuild), or a free one no other node carries. An
 // address held, reserved or kept for anyone else, excluded, outside the
 // range or the gateway is not adopted, and the returned Taken (ok false)
 // describes why, for the node to be told.
-func (c *Chooser) adopt(cl Claimant, captureName string) (Taken, bool) {
+func (c *Chooser) adopt(cl Asker, captureName string) (Taken, bool) {
 	if cl.Carried == nil {
 		return Taken{}, false
 	}
@@ -97,11 +97,11 @@ const setUnheld = "another holder has it"
 func handedTo(holder string) string { return "it is being handed to " + holder }
 
 // onlyRecordsTell reports whether why, the refusal of ip to the
-// claimant, is one that only every holder's records settle
+// asker, is one that only every holder's records settle
 // (Taken.Unconfirmed): ip is set with no entry holding it, or in flight
-// to the claimant's own holder with nothing else holding it (a
+// to the asker's own holder with nothing else holding it (a
 // quarantine of its release makes it the holder's own, on its way back).
-func (c *Chooser) onlyRecordsTell(cl Claimant, ip netip.Addr, why string) bool {
+func (c *Chooser) onlyRecordsTell(cl Asker, ip netip.Addr, why string) bool {
 	switch why {
 	case setUnheld:
 		return true
@@ -111,14 +111,14 @@ func (c *Chooser) onlyRecordsTell(cl Claimant, ip netip.Addr, why string) bool {
 	return false
 }
 
-// ownAddress is the refusal of an address the claimant's node holds or
+// ownAddress is the refusal of an address the asker's node holds or
 // releases under another record: not the node's to adopt, and nothing to
 // tell it.
 const ownAddress = "held by the node"
 
-// refusal says why the claimant may not adopt ip (at off; err is the
+// refusal says why the asker may not adopt ip (at off; err is the
 // range's verdict on it), or "".
-func (c *Chooser) refusal(cl Claimant, ip netip.Addr, off uint64, err error) string {
+func (c *Chooser) refusal(cl Asker, ip netip.Addr, off uint64, err error) string {
 	rng := c.alloc.Range()
 	if cl.Holds != nil && cl.Holds(ip) {
 		return ownAddress
@@ -202,7 +202,7 @@ func CarriersOf(states []nncev1beta1.NodeNetworkState) map[netip.Addr][]string {
 	return out
 }
 
-// ElsewhereThan returns, for Claimant.CarriedElsewhere, a node other than
+// ElsewhereThan returns, for Asker.CarriedElsewhere, a node other than
 // node that carriers (CarriersOf) shows carrying an address.
 func ElsewhereThan(carriers map[netip.Addr][]string, node string) func(netip.Addr) string {
 	return func(ip netip.Addr) string {

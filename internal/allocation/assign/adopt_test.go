@@ -14,10 +14,10 @@ import (
 	"github.com/nmstate-ippool/nmstate-ippool/pkg/ippool"
 )
 
-// carrying is a claimant whose node carries addrs on eth1, the interface
+// carrying is an asker whose node carries addrs on eth1, the interface
 // every capture's template configures, while elsewhere carry the others.
-func carrying(node string, elsewhere map[string]string, addrs ...string) Claimant {
-	cl := claimant(node, nil)
+func carrying(node string, elsewhere map[string]string, addrs ...string) Asker {
+	cl := asker(node, nil)
 	cl.Carried = func(string) []Carried {
 		var out []Carried
 		for _, a := range addrs {
@@ -70,7 +70,7 @@ func TestAdoption(t *testing.T) {
 	elsewhere := map[string]string{"10.1.0.17": "node05"}
 	tests := []struct {
 		name       string
-		cl         Claimant
+		cl         Asker
 		capture    string
 		want       string
 		adopted    bool
@@ -212,7 +212,7 @@ func TestGiveUndoesAdoption(t *testing.T) {
 }
 
 // TestAvoidCarriedAddresses: a free address some node's network carries,
-// which no record holds, goes to no other claimant: the lowest free
+// which no record holds, goes to no other asker: the lowest free
 // address passes it by, and only its carrier adopts it; one two nodes
 // carry goes to neither. Given back, an adopted one is avoided again, and
 // Done frees what was avoided. A pool with only such addresses left is
@@ -281,7 +281,7 @@ func TestAdoptedHoldGoesBackUnrecorded(t *testing.T) {
 	if err != nil || tk.IP.String() != "10.1.0.16" {
 		t.Fatalf("took %v (%v), want the address held for node02", tk.IP, err)
 	}
-	poolstatus.AddInFlight(p, tk.InFlight(claimant("node02", nil).Holder, "7", p.CreationTimestamp))
+	poolstatus.AddInFlight(p, tk.InFlight(asker("node02", nil).Holder, "7", p.CreationTimestamp))
 	c.Done()
 	if poolstatus.QuarantineOf(p, "10.1.0.16") != nil {
 		t.Fatal("the adopted address is still held")

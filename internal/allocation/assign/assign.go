@@ -4,7 +4,7 @@
 // handler allocating itself, the claim controller), so they follow the
 // same order:
 //
-//  1. the address kept for the claimant's return: the same holder (its
+//  1. the address kept for the asker's return: the same holder (its
 //     node re-added under the same name, its policy matching the node
 //     again) asking for the same capture gets back the address it held:
 //     from status.quarantined for as long as it is quarantined (its node
@@ -12,11 +12,11 @@
 //     return that is not recorded goes back to it), from
 //     status.keptForReturn (free, kept last for others) once its Node was
 //     deleted, until the quarantine period has passed since it was kept;
-//  2. a free address the pool reserves for the claimant's node
+//  2. a free address the pool reserves for the asker's node
 //     (spec.reservations, by node name or label selector, optionally for
 //     one policy), in the order the reservations are listed;
-//  3. an address the claimant's node already carries on an interface the
-//     capture's template puts its address on (Claimant.Carried), the
+//  3. an address the asker's node already carries on an interface the
+//     capture's template puts its address on (Asker.Carried), the
 //     lowest first, when the range hands it out and no one else holds,
 //     reserves or carries it: the node keeps it (adoption, see
 //     Chooser.adopt), and its network does not change;
@@ -48,12 +48,13 @@ import (
 	"github.com/nmstate-ippool/nmstate-ippool/pkg/ippool"
 )
 
-// Claimant is the owner an address is chosen for.
-type Claimant struct {
+// Asker is the holder an address is chosen for, of any kind: an
+// enactment, a pooled policy's node, or a Cluster API IPAddressClaim.
+type Asker struct {
 	// Holder is the holder that will record the address.
 	Holder holder.Ref
 	// Node and Policy are the node and the policy the address is applied
-	// for; empty for a claim.
+	// for; empty for a Cluster API IPAddressClaim, which names no node.
 	Node, Policy string
 	// Labels returns the node's labels; it is called only when the pool
 	// has a reservation by label selector. Nil, or a nil result, matches no
@@ -64,12 +65,12 @@ type Claimant struct {
 	// template puts its address on: the candidates for adoption. Nil
 	// means none.
 	Carried func(captureName string) []Carried
-	// CarriedElsewhere returns a node other than the claimant's that
+	// CarriedElsewhere returns a node other than the asker's that
 	// carries ip, or "". Nil means none is known to: only an address the
-	// pool holds for the claimant's node (found unrecorded on it) is then
+	// pool holds for the asker's node (found unrecorded on it) is then
 	// adopted, never a free one.
 	CarriedElsewhere func(ip netip.Addr) string
-	// Holds reports whether another record of the claimant's node holds ip
+	// Holds reports whether another record of the asker's node holds ip
 	// (another policy's, or this one's being released): such a carried
 	// address is the node's already, neither adopted nor reported. Nil
 	// means none does.
@@ -88,7 +89,7 @@ type Taken struct {
 	reclaimed bool
 	// reserved is set when the address was a free reservation.
 	reserved bool
-	// adopted is set when the claimant's node carried the address, and
+	// adopted is set when the asker's node carried the address, and
 	// stray is then the entry that held it for that node (found carried
 	// and unrecorded), to restore on Give; nil when it was free.
 	adopted *Carried
@@ -103,10 +104,10 @@ type Taken struct {
 	unconfirmed bool
 }
 
-// Unconfirmed reports whether the claimant's node carries, on an
+// Unconfirmed reports whether the asker's node carries, on an
 // interface the capture configures, an address that the chooser did not
 // adopt only because the pool has it set and no entry holds it, or holds
-// it in flight to the claimant's own holder (under its token: a serve in
+// it in flight to the asker's own holder (under its token: a serve in
 // progress, whose record lands under that token; or under another: a
 // pass for an earlier incarnation of the holder, as in a status restored
 // from a backup). A holder's record may name it, or none may (a record
@@ -175,7 +176,7 @@ func New(pool *ippoolv1.NodeIPPool, alloc *ippool.Allocator) *Chooser {
 func (c *Chooser) Range() *ippool.Range { return c.alloc.Range() }
 
 // Avoid keeps the free addresses that carriers (CarriersOf: an address to
-// the nodes whose networks show it) shows carried out of every claimant's
+// the nodes whose networks show it) shows carried out of every asker's
 // reach but their carrier's, which may adopt one: a node's address that no
 // record holds (a state published after the pool's rebuild, as after a
 // restore; an address set by hand) is not handed to another node, which
@@ -205,10 +206,10 @@ func (c *Chooser) Done() {
 	c.blocked, c.kept, c.avoided = nil, nil, nil
 }
 
-// Take chooses and allocates an address for the capture of the claimant.
+// Take chooses and allocates an address for the capture of the asker.
 // It fails with an error wrapping ippool.ErrFull when no address is left
 // for it; nothing changes then.
-func (c *Chooser) Take(cl Claimant, captureName string) (Taken, error) {
+func (c *Chooser) Take(cl Asker, captureName string) (Taken, error) {
 	rng := c.alloc.Range()
 	if q := c.returning(cl.Holder, captureName); q != nil {
 		// The in-flight entry names the quarantine (Taken.InFlight): a
@@ -252,7 +253,7 @@ func (c *Chooser) Take(cl Claimant, captureName string) (Taken, error) {
 	return Taken{IP: ip, offset: off, notAdopted: t.notAdopted, unconfirmed: t.unconfirmed}, nil
 }
 
-// FullError is the allocator's ippool.ErrFull for a claimant, with how
+// FullError is the allocator's ippool.ErrFull for an asker, with how
 // many free addresses it could not have: Reserved for other nodes, and
 // Carried by other nodes' networks (Avoid). Unconfirmed is
 // Taken.Unconfirmed of the capture that found none: its node carries an
@@ -273,7 +274,7 @@ func (e *FullError) Error() string {
 
 func (e *FullError) Unwrap() error { return e.Err }
 
-// More says which free addresses the claimant could not have, or "".
+// More says which free addresses the asker could not have, or "".
 func (e *FullError) More() string {
 	var more []string
 	if e.Reserved > 0 {

@@ -28,8 +28,8 @@ func testPool(reservations ...ippoolv1.Reservation) (*ippoolv1.NodeIPPool, *ippo
 	return p, ippool.NewAllocator(rng)
 }
 
-func claimant(node string, labels map[string]string) Claimant {
-	return Claimant{Holder: holder.ForEnactment(node + ".policy"), Node: node, Policy: "policy", Labels: func() map[string]string { return labels }}
+func asker(node string, labels map[string]string) Asker {
+	return Asker{Holder: holder.ForEnactment(node + ".policy"), Node: node, Policy: "policy", Labels: func() map[string]string { return labels }}
 }
 
 func TestTakeOrder(t *testing.T) {
@@ -47,29 +47,29 @@ func TestTakeOrder(t *testing.T) {
 	poolstatus.AddQuarantine(p, ippoolv1.QuarantinedAddress{IP: "10.0.0.4", Node: "back", Holder: "back.policy", Capture: "addr"})
 
 	c := New(p, alloc)
-	take := func(cl Claimant, capture string) string {
+	take := func(cl Asker, capture string) string {
 		tk, err := c.Take(cl, capture)
 		if err != nil {
 			return err.Error()
 		}
 		return tk.IP.String()
 	}
-	if got := take(claimant("other", nil), "addr"); !strings.Contains(got, "reserved for other nodes") {
+	if got := take(asker("other", nil), "addr"); !strings.Contains(got, "reserved for other nodes") {
 		t.Fatalf("a node without reservation in a pool whose free addresses are all reserved got %s", got)
 	}
-	if _, err := c.Take(claimant("back", nil), "other-capture"); !errors.Is(err, ippool.ErrFull) {
+	if _, err := c.Take(asker("back", nil), "other-capture"); !errors.Is(err, ippool.ErrFull) {
 		t.Fatalf("another capture of the returning enactment: %v, want ErrFull", err)
 	}
-	if got := take(claimant("back", nil), "addr"); got != "10.0.0.4" {
+	if got := take(asker("back", nil), "addr"); got != "10.0.0.4" {
 		t.Fatalf("the returning capture got %s, want its old 10.0.0.4", got)
 	}
 	if len(p.Status.Quarantined) != 0 {
 		t.Fatalf("the returned address is still quarantined: %v", p.Status.Quarantined)
 	}
-	if got := take(claimant("racked", map[string]string{"rack": "a"}), "addr"); got != "10.0.0.3" {
+	if got := take(asker("racked", map[string]string{"rack": "a"}), "addr"); got != "10.0.0.3" {
 		t.Fatalf("the node selected by label got %s, want 10.0.0.3", got)
 	}
-	if got := take(claimant("pinned", nil), "addr"); got != "10.0.0.2" {
+	if got := take(asker("pinned", nil), "addr"); got != "10.0.0.2" {
 		t.Fatalf("the pinned node got %s, want 10.0.0.2 (10.0.0.6 is for another policy)", got)
 	}
 	c.Done()
@@ -90,9 +90,9 @@ func TestGiveUndoesTake(t *testing.T) {
 	before := alloc.Clone()
 	c := New(p, alloc)
 	for _, tc := range []struct {
-		cl      Claimant
+		cl      Asker
 		capture string
-	}{{claimant("back", nil), "addr"}, {claimant("pinned", nil), "addr"}, {claimant("anyone", nil), "addr"}} {
+	}{{asker("back", nil), "addr"}, {asker("pinned", nil), "addr"}, {asker("anyone", nil), "addr"}} {
 		tk, err := c.Take(tc.cl, tc.capture)
 		if err != nil {
 			t.Fatal(err)
@@ -119,7 +119,7 @@ func TestKeptForReturn(t *testing.T) {
 	before := alloc.Clone()
 	c := New(p, alloc)
 	var notes Notes
-	take := func(cl Claimant) string {
+	take := func(cl Asker) string {
 		tk, err := c.Take(cl, "addr")
 		if err != nil {
 			return err.Error()
@@ -128,14 +128,14 @@ func TestKeptForReturn(t *testing.T) {
 		return tk.IP.String()
 	}
 	for _, want := range []string{"10.0.0.4", "10.0.0.6"} {
-		if got := take(claimant("fresh", nil)); got != want {
+		if got := take(asker("fresh", nil)); got != want {
 			t.Fatalf("a new node got %s, want the free %s before any kept address", got, want)
 		}
 	}
 	if len(notes.Returned)+len(notes.Reclaimed) != 0 {
 		t.Fatalf("notes for fresh addresses: %+v", notes)
 	}
-	tk, err := c.Take(claimant("full", nil), "addr")
+	tk, err := c.Take(asker("full", nil), "addr")
 	if err != nil || tk.IP.String() != "10.0.0.2" {
 		t.Fatalf("with nothing else free a node got %v, %v; want 10.0.0.2, kept longest", tk.IP, err)
 	}
@@ -143,16 +143,16 @@ func TestKeptForReturn(t *testing.T) {
 	if poolstatus.KeptOf(p, "10.0.0.2") == nil {
 		t.Fatal("Give did not keep 10.0.0.2 again")
 	}
-	if got := take(claimant("full", nil)); got != "10.0.0.2" {
+	if got := take(asker("full", nil)); got != "10.0.0.2" {
 		t.Fatalf("after Give a node got %s, want 10.0.0.2 again", got)
 	}
-	if got := take(claimant("newer", nil)); got != "10.0.0.3" {
+	if got := take(asker("newer", nil)); got != "10.0.0.3" {
 		t.Fatalf("the returning node got %s, want its kept 10.0.0.3", got)
 	}
 	if len(p.Status.KeptForReturn) != 0 {
 		t.Fatalf("handed-out addresses are still kept: %v", p.Status.KeptForReturn)
 	}
-	if _, err := c.Take(claimant("older", nil), "addr"); !errors.Is(err, ippool.ErrFull) {
+	if _, err := c.Take(asker("older", nil), "addr"); !errors.Is(err, ippool.ErrFull) {
 		t.Fatalf("the node whose kept address was reclaimed: %v, want ErrFull", err)
 	}
 	c.Done()
@@ -172,7 +172,7 @@ func TestDoneReleasesKept(t *testing.T) {
 	p, alloc := testPool()
 	poolstatus.AddKept(p, ippoolv1.KeptAddress{IP: "10.0.0.2", Holder: "gone.policy", Capture: "addr"})
 	c := New(p, alloc)
-	if tk, err := c.Take(claimant("fresh", nil), "addr"); err != nil || tk.IP.String() != "10.0.0.3" {
+	if tk, err := c.Take(asker("fresh", nil), "addr"); err != nil || tk.IP.String() != "10.0.0.3" {
 		t.Fatalf("got %v, %v; want 10.0.0.3", tk.IP, err)
 	}
 	c.Done()
@@ -229,7 +229,7 @@ func TestKeptTakenThenUnrecorded(t *testing.T) {
 	kept := ippoolv1.KeptAddress{IP: "10.0.0.3", Node: "back", Holder: "back.policy", Capture: "addr", Since: metav1.Unix(1_700_000_000, 0)}
 	poolstatus.AddKept(p, kept)
 	c := New(p, alloc)
-	tk, err := c.Take(claimant("back", nil), "addr")
+	tk, err := c.Take(asker("back", nil), "addr")
 	if err != nil || tk.IP.String() != "10.0.0.3" {
 		t.Fatalf("the returning node got %v, %v; want its kept 10.0.0.3", tk.IP, err)
 	}
@@ -249,7 +249,7 @@ func TestKeptTakenThenUnrecorded(t *testing.T) {
 	}
 	c = New(p, alloc)
 	var notes Notes
-	tk, err = c.Take(claimant("back", nil), "addr")
+	tk, err = c.Take(asker("back", nil), "addr")
 	c.Done()
 	notes.Add(tk, "addr")
 	if err != nil || tk.IP.String() != "10.0.0.3" || len(notes.Returned) != 1 {

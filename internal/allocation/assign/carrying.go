@@ -46,7 +46,7 @@ func (c *Carrying) Hold(node string, record ippoolv1.EnactmentIPPools) {
 // ifaces returns for each capture (nil: the capture adopts nothing, as
 // one that had an address before), what other nodes carry, and what the
 // node's records hold (besides what cl.Holds says already).
-func (c Carrying) Adopting(cl Claimant, ifaces func(captureName string) []string) Claimant {
+func (c Carrying) Adopting(cl Asker, ifaces func(captureName string) []string) Asker {
 	carried, ok := c.ByNode[cl.Node]
 	if !ok {
 		return cl

@@ -8,7 +8,7 @@ import (
 	ippoolv1 "github.com/nmstate-ippool/nmstate-ippool/api/v1"
 )
 
-// TestAdopting: the one view every kind adopts from completes a claimant
+// TestAdopting: the one view every kind adopts from completes an asker
 // with what its node carries on each capture's interfaces, what other
 // nodes carry, and what the node's records hold.
 func TestAdopting(t *testing.T) {
@@ -25,7 +25,7 @@ func TestAdopting(t *testing.T) {
 	}
 
 	own := func(ip netip.Addr) bool { return ip == mustAddr("10.1.0.14") }
-	cl := c.Adopting(Claimant{Node: "n1", Holds: own}, ifaces)
+	cl := c.Adopting(Asker{Node: "n1", Holds: own}, ifaces)
 	if got := cl.Carried("addr"); !slices.Equal(got, []Carried{{IP: mustAddr("10.1.0.11"), Interface: "eth1"}}) {
 		t.Errorf("Carried(addr) = %v, want 10.1.0.11 on eth1 only", got)
 	}
@@ -34,7 +34,7 @@ func TestAdopting(t *testing.T) {
 	}
 	for ip, want := range map[string]bool{"10.1.0.12": true, "10.1.0.13": true, "10.1.0.14": true, "10.1.0.11": false} {
 		if got := cl.Holds(mustAddr(ip)); got != want {
-			t.Errorf("Holds(%s) = %v, want %v (the node's records, and what the claimant said)", ip, got, want)
+			t.Errorf("Holds(%s) = %v, want %v (the node's records, and what the asker said)", ip, got, want)
 		}
 	}
 	if cl.CarriedElsewhere != nil {
@@ -42,18 +42,18 @@ func TestAdopting(t *testing.T) {
 	}
 
 	c.Carriers = map[netip.Addr][]string{mustAddr("10.1.0.11"): {"n1", "n3"}}
-	cl = c.Adopting(Claimant{Node: "n1"}, ifaces)
+	cl = c.Adopting(Asker{Node: "n1"}, ifaces)
 	if got := cl.CarriedElsewhere(mustAddr("10.1.0.11")); got != "n3" {
 		t.Errorf("CarriedElsewhere(10.1.0.11) = %q, want n3", got)
 	}
 	if cl.Holds(mustAddr("10.1.0.14")) {
-		t.Error("Holds(10.1.0.14) without the claimant's own rule")
+		t.Error("Holds(10.1.0.14) without the asker's own rule")
 	}
 
-	if got := c.Adopting(Claimant{Node: "n2"}, ifaces).Carried("addr"); len(got) != 0 {
+	if got := c.Adopting(Asker{Node: "n2"}, ifaces).Carried("addr"); len(got) != 0 {
 		t.Errorf("n2 carries nothing: Carried = %v", got)
 	}
-	if cl := c.Adopting(Claimant{Node: "n9"}, ifaces); cl.Carried != nil || cl.Holds != nil {
+	if cl := c.Adopting(Asker{Node: "n9"}, ifaces); cl.Carried != nil || cl.Holds != nil {
 		t.Error("a node without a state adopts nothing and is left as it was")
 	}
 }

@@ -1,6 +1,6 @@
 package assign
 
-// The reservations of a pool: parsed, matched to claimants, described.
+// The reservations of a pool: parsed, matched to askers, described.
 
 import (
 	"errors"
@@ -27,7 +27,7 @@ type Reservation struct {
 	Policy       string
 }
 
-// Matches reports whether the reservation is for the claimant. labels is
+// Matches reports whether the reservation is for the asker. labels is
 // evaluated only for a selector.
 func (r Reservation) Matches(node, policy string, nodeLabels func() map[string]string) bool {
 	if r.Policy != "" && r.Policy != policy {

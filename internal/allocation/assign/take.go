@@ -15,7 +15,8 @@ import (
 // takes addresses (an enactment served by the pool controller or taking
 // its own, a pooled policy's node, a Cluster API claim).
 type Ask struct {
-	Claimant Claimant
+	// Asker is who asks.
+	Asker Asker
 	// Captures names the captures that need an address; a holder with no
 	// capture (a claim) asks for one address under the name "".
 	Captures []string
@@ -35,7 +36,7 @@ type Ask struct {
 func (c *Chooser) TakeAll(a Ask, since metav1.Time) ([]Taken, int, error) {
 	taken := make([]Taken, 0, len(a.Captures))
 	for _, name := range a.Captures {
-		t, err := c.Take(a.Claimant, name)
+		t, err := c.Take(a.Asker, name)
 		if err != nil {
 			for i := len(taken) - 1; i >= 0; i-- {
 				c.Give(taken[i])
@@ -45,7 +46,7 @@ func (c *Chooser) TakeAll(a Ask, since metav1.Time) ([]Taken, int, error) {
 		taken = append(taken, t)
 	}
 	for _, t := range taken {
-		poolstatus.AddInFlight(c.pool, t.InFlight(a.Claimant.Holder, a.Token, since))
+		poolstatus.AddInFlight(c.pool, t.InFlight(a.Asker.Holder, a.Token, since))
 	}
 	return taken, len(taken), nil
 }
@@ -105,7 +106,7 @@ func ServeOne(pool *ippoolv1.NodeIPPool, a Ask, since metav1.Time, take func() (
 			return nil, err
 		}
 		t := Taken{IP: ip}
-		poolstatus.AddInFlight(pool, t.InFlight(a.Claimant.Holder, a.Token, since))
+		poolstatus.AddInFlight(pool, t.InFlight(a.Asker.Holder, a.Token, since))
 		return []Taken{t}, nil
 	})
 }
@@ -133,8 +134,8 @@ func serve(pool *ippoolv1.NodeIPPool, a Ask, take func() ([]Taken, error)) (Serv
 // is being served.
 func Resumable(pool *ippoolv1.NodeIPPool, a Ask) []netip.Addr {
 	var out []netip.Addr
-	name := a.Claimant.Holder.String()
-	everyToken := !a.Claimant.Holder.SoleWriter()
+	name := a.Asker.Holder.String()
+	everyToken := !a.Asker.Holder.SoleWriter()
 	for _, e := range pool.Status.InFlight {
 		if e.HolderName() != name {
 			continue
@@ -143,7 +144,7 @@ func Resumable(pool *ippoolv1.NodeIPPool, a Ask) []netip.Addr {
 			continue
 		}
 		ip, err := netip.ParseAddr(e.IP)
-		if err != nil || (!everyToken && a.Claimant.Holds != nil && a.Claimant.Holds(ip)) {
+		if err != nil || (!everyToken && a.Asker.Holds != nil && a.Asker.Holds(ip)) {
 			continue
 		}
 		out = append(out, ip)

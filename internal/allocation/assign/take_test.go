@@ -33,7 +33,7 @@ func TestTakeAllOrNone(t *testing.T) {
 	before := p.DeepCopy()
 
 	since := metav1.Unix(1_700_000_000, 0)
-	back := Ask{Claimant: claimant("back", nil), Captures: []string{"a", "b", "c"}, Token: "7"}
+	back := Ask{Asker: asker("back", nil), Captures: []string{"a", "b", "c"}, Token: "7"}
 	c := New(p, alloc)
 	taken, got, err := c.TakeAll(back, since)
 	c.Done()
@@ -59,7 +59,7 @@ func TestTakeAllOrNone(t *testing.T) {
 		t.Errorf("in-flight entries %+v, quarantined %+v; want %+v and no quarantine", p.Status.InFlight, p.Status.Quarantined, want)
 	}
 
-	claim := Ask{Claimant: Claimant{Holder: holder.ForClaim("tenant", "m-0")}, Captures: []string{""}, Token: "uid"}
+	claim := Ask{Asker: Asker{Holder: holder.ForClaim("tenant", "m-0")}, Captures: []string{""}, Token: "uid"}
 	c = New(p, alloc)
 	_, _, err = c.TakeAll(claim, since)
 	c.Done()
@@ -104,7 +104,7 @@ func TestServeResumesOrTakes(t *testing.T) {
 				defer c.Done()
 				return c.Serve(a, since)
 			}
-			ask := Ask{Claimant: Claimant{Holder: h}, Captures: []string{"a"}, Token: "7"}
+			ask := Ask{Asker: Asker{Holder: h}, Captures: []string{"a"}, Token: "7"}
 			entry := func(ip, token string) ippoolv1.InFlightAddress {
 				return ippoolv1.InFlightAddress{IP: ip, Holder: h.String(), Token: token, Since: since}
 			}
@@ -139,7 +139,7 @@ func TestServeResumesOrTakes(t *testing.T) {
 			poolstatus.AddInFlight(p, entry("10.0.0.3", "7"))
 			poolstatus.AddQuarantine(p, ippoolv1.QuarantinedAddress{IP: "10.0.0.2", Holder: h.String()})
 			held := ask
-			held.Claimant.Holds = func(ip netip.Addr) bool { return ip == mustAddr("10.0.0.3") }
+			held.Asker.Holds = func(ip netip.Addr) bool { return ip == mustAddr("10.0.0.3") }
 			s, err = serve(p, alloc, held)
 			switch {
 			case severalWriters && (err != nil || len(s.Resumed) != 1 || len(s.Taken) != 0):
@@ -194,7 +194,7 @@ func TestServeResumesOrTakes(t *testing.T) {
 func TestServeOneKeepsServesOrder(t *testing.T) {
 	since := metav1.Unix(1_700_000_000, 0)
 	h := holder.ForClaim("tenant", "m-0")
-	ask := Ask{Claimant: Claimant{Holder: h}, Captures: []string{""}, Token: "uid-1"}
+	ask := Ask{Asker: Asker{Holder: h}, Captures: []string{""}, Token: "uid-1"}
 	p, alloc := testPool() // hands out 10.0.0.2-10.0.0.6 but 10.0.0.5
 	p.Status.Conditions = []metav1.Condition{{Type: ippoolv1.ConditionAvailable, Status: metav1.ConditionTrue, Reason: "ReconciledPool"}}
 	calls := 0

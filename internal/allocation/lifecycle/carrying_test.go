@@ -22,7 +22,7 @@ import (
 // TestReadCarryingNeedsAPublishedState: what a node carries is known
 // only from a NodeNetworkState that holds a state. A node whose handler
 // has made the object and not yet written the state, like a node with no
-// object, is left out (its claimant adopts nothing, and a pooled policy
+// object, is left out (its asker adopts nothing, and a pooled policy
 // waits for it), whether the states are read one by one or listed (from
 // 128 nodes on).
 func TestReadCarryingNeedsAPublishedState(t *testing.T) {
