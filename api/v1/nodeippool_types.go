@@ -305,9 +305,13 @@ type InFlightAddress struct {
 	// +optional
 	// +kubebuilder:validation:MaxLength=600
 	DeprecatedEnactment string `json:"enactment,omitempty"`
-	// Token is the enactment's resourceVersion when the address was taken.
-	// The handler records the address under that resourceVersion, so a
-	// fence (any write to the enactment) makes a late record fail.
+	// Token says which incarnation of the holder the address was taken
+	// for: an enactment's or a pooled policy's resourceVersion when it was
+	// taken, a claim's UID. The record is written under that
+	// resourceVersion (by the pool controller, or by a self-allocating
+	// handler), so a fence (any write to the enactment or policy) makes a
+	// late record fail; a claim's record cannot be fenced, and its entry is
+	// kept for as long as a late record may come.
 	Token string `json:"token"`
 	// Since is when the address was taken.
 	Since metav1.Time `json:"since"`

@@ -25,6 +25,7 @@ const usage = `Usage:
   localcluster apiserver restart [--crash] [--dir DIR]
   localcluster status [--dir DIR]
   localcluster down [--dir DIR]
+  localcluster kubelets [--dir DIR]    (started by up; not for hand use)
 
 up starts etcd, kube-apiserver, the pool controller and a handler per node
 (node01...), writes DIR/kubeconfig and returns once all are ready, leaving
@@ -39,7 +40,8 @@ node lifecycle controller turns the Node NotReady once --node-grace-period
 kube-controller-manager's garbage collector (--cascade=foreground and
 orphan work as in a cluster) and node lifecycle controller, and a
 process that posts every running node's heartbeat, as kubelets do; turn
-them off with --garbage-collector=false or --node-lifecycle=false.
+them off with --garbage-collector=false or --node-lifecycle=false (the
+heartbeats' process is localcluster kubelets, which up starts).
 controller restart and apiserver restart stop the pool controller (the
 replica that leads, of several) or kube-apiserver (killed, with --crash)
 and start it again. down stops every process up

@@ -316,7 +316,7 @@ func TestOverlapAndCollision(t *testing.T) {
 	laterSecond(&ippoolv1.NodeIPPool{ObjectMeta: metav1.ObjectMeta{Name: "older"}})
 	createPool(t, "newer", ippoolv1.IPRange{CIDR: "10.4.0.0/16", Start: "10.4.0.20", End: "10.4.1.20"})
 	Eventually(available("newer")).Should(Equal("False OverlappingIPPool: The NodeIPPool older is overlapping with this one; " +
-		"delete this pool or re-create it with a range outside older's"))
+		"move this pool's start and end in place outside older's range, or delete this pool"))
 	Eventually(events("NodeIPPool", "newer")).Should(ContainElement(HavePrefix("OverlappingIPPool: The NodeIPPool older")))
 	Consistently(available("older"), time.Second).Should(HavePrefix("True"))
 

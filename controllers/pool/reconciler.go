@@ -231,7 +231,7 @@ func (r *Reconciler) reconcile(ctx context.Context, pool *ippoolv1.NodeIPPool) (
 	rng, err := poolstatus.Range(pool)
 	if err != nil {
 		return ctrl.Result{}, r.refuse(ctx, pool, refused(ippoolv1.ReasonInvalidIPPool,
-			fmt.Sprintf("The range cannot hand out addresses: %v; re-create the pool with a usable range", err)))
+			fmt.Sprintf("The range cannot hand out addresses: %v; fix spec.range's start, end or exclude in place, or re-create the pool if its cidr is wrong", err)))
 	}
 	other, err := r.olderOverlapping(ctx, pool, rng)
 	if err != nil {
@@ -239,7 +239,7 @@ func (r *Reconciler) reconcile(ctx context.Context, pool *ippoolv1.NodeIPPool) (
 	}
 	if other != "" {
 		return ctrl.Result{}, r.refuse(ctx, pool, refused(ippoolv1.ReasonOverlappingIPPool,
-			fmt.Sprintf("The NodeIPPool %s is overlapping with this one; delete this pool or re-create it with a range outside %s's", other, other)))
+			fmt.Sprintf("The NodeIPPool %s is overlapping with this one; move this pool's start and end in place outside %s's range, or delete this pool", other, other)))
 	}
 	hs, err := r.holdings(ctx)
 	if err != nil {
