@@ -4,12 +4,17 @@
 // "get" on the non-resource URL /metrics; the nmstate-ippool-metrics-reader
 // ClusterRole grants it). Plain HTTP without either is for local test
 // processes only, and says so in the flag's help.
+//
+// The reviews are this package's own (filter.go), with their answers
+// cached for a while, rather than controller-runtime's filters package:
+// that one builds on k8s.io/apiserver, which brought cel-go, gRPC and
+// OpenTelemetry into every binary and about 15 MB into the resident memory
+// of each handler (docs/benchmarks.md).
 package metricsauth
 
 import (
 	"flag"
 
-	"sigs.k8s.io/controller-runtime/pkg/metrics/filters"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 )
 
@@ -44,7 +49,7 @@ func (f *Flags) Bind(fs *flag.FlagSet, addr string) {
 func (f Flags) Options() metricsserver.Options {
 	o := metricsserver.Options{BindAddress: f.BindAddress, SecureServing: f.Secure, CertDir: f.CertDir}
 	if f.Secure {
-		o.FilterProvider = filters.WithAuthenticationAndAuthorization
+		o.FilterProvider = filter
 	}
 	return o
 }

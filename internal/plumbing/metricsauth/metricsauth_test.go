@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -25,7 +26,8 @@ import (
 )
 
 // TestSecureMetrics serves metrics as the components do by default and
-// scrapes them three ways: without credentials (401), with a service
+// scrapes them four ways: without credentials (401), with a token the API
+// server does not know (401, not 500), with a service
 // account's token that nothing authorizes (403), and with one bound to
 // deploy/rbac/metrics's nmstate-ippool-metrics-reader (200, the metrics).
 func TestSecureMetrics(t *testing.T) {
@@ -70,12 +72,15 @@ func TestSecureMetrics(t *testing.T) {
 		want    int
 	}{
 		{"no credentials", "", http.StatusUnauthorized},
+		{"a token the API server does not know", "!forged", http.StatusUnauthorized},
 		{"a service account nothing authorizes", "nosy", http.StatusForbidden},
 		{"a service account bound to " + reader.Name, "prometheus", http.StatusOK},
 	} {
 		t.Run(tt.who, func(t *testing.T) {
 			token := ""
-			if tt.account != "" {
+			if forged, ok := strings.CutPrefix(tt.account, "!"); ok {
+				token = forged
+			} else if tt.account != "" {
 				token = accountToken(ctx, t, env, tt.account)
 			}
 			code, body := scrape(t, url, token)
