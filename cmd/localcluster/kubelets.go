@@ -7,10 +7,15 @@ import (
 	"io"
 	"time"
 
+	"golang.org/x/sync/errgroup"
+
 	"github.com/nmstate-ippool/nmstate-ippool/cmd/localcluster/internal/nodes"
 	"github.com/nmstate-ippool/nmstate-ippool/cmd/localcluster/internal/state"
 	"github.com/nmstate-ippool/nmstate-ippool/internal/plumbing/cli"
 )
+
+// beatsAtOnce is how many nodes' heartbeats are posted at once.
+const beatsAtOnce = 8
 
 // cmdKubelets runs "kubelets --dir DIR": until the cluster's state is
 // gone, it posts, every beat, the heartbeat of every simulated node that
@@ -30,7 +35,11 @@ func cmdKubelets(ctx context.Context, args []string, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
-	k, err := c.Client()
+	// Each node's heartbeat is three requests: paced at client-go's
+	// default of 5 a second, a hundred nodes' took a minute, longer than
+	// their grace period, and Nodes turned NotReady while their machines
+	// ran (the handlers' node-readiness probe then rolled applies back).
+	k, err := c.UnthrottledClient()
 	if err != nil {
 		return err
 	}
@@ -41,11 +50,17 @@ func cmdKubelets(ctx context.Context, args []string, stderr io.Writer) error {
 		if c, err = state.Load(*dir); err != nil {
 			return err
 		}
+		var g errgroup.Group
+		g.SetLimit(beatsAtOnce)
 		for _, node := range c.PoweredOn() {
-			if err := nodes.Beat(ctx, k, node, grace); err != nil {
-				fmt.Fprintf(stderr, "%s node %s: %v\n", time.Now().Format(time.RFC3339), node, err)
-			}
+			g.Go(func() error {
+				if err := nodes.Beat(ctx, k, node, grace); err != nil {
+					fmt.Fprintf(stderr, "%s node %s: %v\n", time.Now().Format(time.RFC3339), node, err)
+				}
+				return nil
+			})
 		}
+		_ = g.Wait()
 		select {
 		case <-ctx.Done():
 			return ctx.Err()

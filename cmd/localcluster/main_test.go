@@ -32,7 +32,7 @@ func TestCommandLineErrors(t *testing.T) {
 	}{
 		{nil, 2, "no command"},
 		{[]string{"frobnicate"}, 2, `unknown command "frobnicate"`},
-		{[]string{"up", "--nodes", "300", "--dir", dir}, 2, "--nodes 300: give 0 to 250"},
+		{[]string{"up", "--nodes", "501", "--dir", dir}, 2, "--nodes 501: give 0 to 500"},
 		{[]string{"up", "--gc-grace-period", "1s", "--dir", dir}, 2, "--gc-grace-period 1s: give at least 3s"},
 		{[]string{"up", "--quarantine-period", "0s", "--dir", dir}, 2, "--quarantine-period 0s is too short"},
 		{[]string{"up", "--controllers", "0", "--dir", dir}, 2, "--controllers 0: give 1 to 3"},

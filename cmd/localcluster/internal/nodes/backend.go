@@ -116,5 +116,7 @@ func (s simulatedNodes) Signal(_ context.Context, _ client.Client, name, verb st
 }
 
 // MaxSimulated bounds up --nodes: each simulated node is a handler
-// process of some 30 to 60 MB.
-const MaxSimulated = 250
+// process of some 35 to 55 MB resident, most of it the pages of its
+// binary, which every handler of a machine shares (ours: about 9 MB its
+// own).
+const MaxSimulated = 500

@@ -218,8 +218,19 @@ func (c *Cluster) StopAll() ([]string, error) {
 	return stopped, errors.Join(errs...)
 }
 
-// Client returns a client of the cluster's API server.
-func (c *Cluster) Client() (client.Client, error) {
+// Client returns a client of the cluster's API server, throttled as
+// client-go's default (5 requests a second, bursts of 10).
+func (c *Cluster) Client() (client.Client, error) { return c.client(0) }
+
+// UnthrottledClient returns a client of the cluster's API server that
+// client-go does not pace: for a process that stands for many (every
+// node's kubelet), whose requests a per-client limit would delay past
+// their deadline.
+func (c *Cluster) UnthrottledClient() (client.Client, error) { return c.client(-1) }
+
+// client returns a client of the cluster's API server with qps (0:
+// client-go's default; negative: unthrottled).
+func (c *Cluster) client(qps float32) (client.Client, error) {
 	s, err := scheme.New()
 	if err != nil {
 		return nil, err
@@ -228,6 +239,7 @@ func (c *Cluster) Client() (client.Client, error) {
 	if err != nil {
 		return nil, err
 	}
+	cfg.QPS = qps
 	return client.New(cfg, client.Options{Scheme: s})
 }
 
