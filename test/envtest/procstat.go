@@ -32,13 +32,22 @@ func ProcStat(pid string) (name, parent string, cpu time.Duration, ok bool) {
 
 // ProcRSS returns a process's resident memory in bytes (VmRSS of
 // /proc/<pid>/status), or 0 when it cannot be read.
-func ProcRSS(pid string) uint64 {
+func ProcRSS(pid string) uint64 { return procStatus(pid, "VmRSS:") }
+
+// ProcRSSAnon returns the anonymous part of a process's resident memory
+// in bytes (RssAnon: its heap and stacks, not the pages of its binary,
+// which every process of that binary shares), or 0.
+func ProcRSSAnon(pid string) uint64 { return procStatus(pid, "RssAnon:") }
+
+// procStatus returns the size in bytes of the field of /proc/<pid>/status,
+// given in kB, or 0 when it cannot be read.
+func procStatus(pid, field string) uint64 {
 	raw, err := os.ReadFile(filepath.Join("/proc", pid, "status"))
 	if err != nil {
 		return 0
 	}
 	for line := range strings.SplitSeq(string(raw), "\n") {
-		if rest, ok := strings.CutPrefix(line, "VmRSS:"); ok {
+		if rest, ok := strings.CutPrefix(line, field); ok {
 			kb, _ := strconv.ParseUint(strings.TrimSuffix(strings.TrimSpace(rest), " kB"), 10, 64)
 			return kb * 1024
 		}

@@ -41,6 +41,7 @@ var (
 	runs       = flag.Int("peer.runs", 3, "rollouts of each case; the times reported are their median")
 	handlers   = flag.String("peer.handlers", "upstream,ours,companion",
 		"the clusters to measure, in this order: upstream (kubernetes-nmstate's handler), ours, companion (kubernetes-nmstate's handler and our pool controller in companion mode)")
+	onlyCases = flag.String("peer.cases", "", "comma-separated names of the cases to roll out (default: every case)")
 )
 
 // A rollout case: a plain policy that changes eth1's MTU (what
@@ -77,12 +78,14 @@ var cases = []rolloutCase{
 
 // figures are one case's measurements on one cluster.
 type figures struct {
-	rollout                 time.Duration // median
-	requests, watchEvents   float64       // per node and rollout
-	writes                  float64       // per rollout, all nodes
-	cpu                     time.Duration // handlers' CPU per node and rollout
-	rssPerNode              float64       // bytes, after the rollouts
-	floor                   time.Duration // the same writes, at full concurrency
+	rollout                 time.Duration      // median
+	requests, watchEvents   float64            // per node and rollout
+	writes                  float64            // per rollout, all nodes
+	writesBy                map[string]float64 // per rollout, by "VERB resource[/subresource]"
+	cpu                     time.Duration      // handlers' CPU per node and rollout
+	rssPerNode              float64            // bytes, after the rollouts
+	anonPerNode             float64            // of rssPerNode, anonymous (not the binary's pages)
+	floor                   time.Duration      // the same writes, at full concurrency
 	apiServerCPUPerRollout  time.Duration
 	poolControllerCPU       time.Duration // per rollout; ours only
 	poolControllerRSS       float64       // bytes, after the rollouts
@@ -143,11 +146,24 @@ func measure(b *testing.B, bin, peer string, n int, kind string) map[string]figu
 	m := &meter{b: b, k: k, cfg: cfg, dir: dir, nodes: n}
 	out := map[string]figures{}
 	for i, c := range cases {
-		if slices.Contains(c.on, kind) {
+		if slices.Contains(c.on, kind) && chosen(c.name) {
 			out[c.name] = m.rollouts(c, i)
 		}
 	}
 	return out
+}
+
+// chosen reports whether -peer.cases names the case (or names none).
+func chosen(name string) bool {
+	if *onlyCases == "" {
+		return true
+	}
+	for c := range strings.SplitSeq(*onlyCases, ",") {
+		if strings.TrimSpace(c) == name {
+			return true
+		}
+	}
+	return false
 }
 
 type meter struct {
@@ -181,10 +197,12 @@ func (m *meter) rollouts(c rolloutCase, index int) figures {
 			elapsed = m.policy(c, name, index, run)
 		}
 		times = append(times, elapsed)
+		fmt.Printf("%d nodes, %s, run %d: %.2fs\n", m.nodes, c.name, run+1, elapsed.Seconds())
 		after := m.snapshot()
 		f.requests += (after.requests - before.requests) / float64(m.nodes)
 		f.watchEvents += (after.watchEvents - before.watchEvents) / float64(m.nodes)
 		f.writes += after.writes - before.writes
+		f.writesBy = addDiff(f.writesBy, after.writesBy, before.writesBy)
 		f.cpu += (after.handlerCPU - before.handlerCPU) / time.Duration(m.nodes)
 		f.apiServerCPUPerRollout += after.apiServerCPU - before.apiServerCPU
 		f.poolControllerCPU += after.poolControllerCPU - before.poolControllerCPU
@@ -192,6 +210,9 @@ func (m *meter) rollouts(c rolloutCase, index int) figures {
 	}
 	r := float64(*runs)
 	f.requests, f.watchEvents, f.writes = f.requests/r, f.watchEvents/r, f.writes/r
+	for k := range f.writesBy {
+		f.writesBy[k] /= r
+	}
 	f.cpu /= time.Duration(*runs)
 	f.apiServerCPUPerRollout /= time.Duration(*runs)
 	f.poolControllerCPU /= time.Duration(*runs)
@@ -199,6 +220,7 @@ func (m *meter) rollouts(c rolloutCase, index int) figures {
 	f.rollout = times[len(times)/2]
 	last := m.snapshot()
 	f.rssPerNode = float64(last.handlerRSS) / float64(m.nodes)
+	f.anonPerNode = float64(last.handlerAnon) / float64(m.nodes)
 	f.poolControllerRSS = float64(last.poolControllerRSS)
 	f.floor = m.floor(int(f.writes))
 	f.rolloutsMeasured, f.nodes = *runs, m.nodes
@@ -355,17 +377,20 @@ type sample struct {
 	handlerCPU, apiServerCPU      time.Duration
 	poolControllerCPU             time.Duration
 	handlerRSS, poolControllerRSS uint64
+	handlerAnon                   uint64
+	writesBy                      map[string]float64 // by "VERB resource[/subresource]"
 }
 
 var (
 	requestLine = regexp.MustCompile(`^apiserver_request_total\{.*verb="([A-Z]+)".*\} ([0-9.e+]+)$`)
+	labelValue  = regexp.MustCompile(`(resource|subresource)="([^"]*)"`)
 	watchLine   = regexp.MustCompile(`^apiserver_watch_events_total\{.*\} ([0-9.e+]+)$`)
 )
 
 // snapshot reads the API server's request and watch event counters and
 // the CPU and memory of the cluster's processes.
 func (m *meter) snapshot() sample {
-	var s sample
+	s := sample{writesBy: map[string]float64{}}
 	hc, err := rest.HTTPClientFor(m.cfg)
 	must(m.b, err)
 	resp, err := hc.Get(m.cfg.Host + "/metrics")
@@ -382,6 +407,7 @@ func (m *meter) snapshot() sample {
 			s.requests += v
 			if slices.Contains([]string{"POST", "PUT", "PATCH", "DELETE", "APPLY"}, g[1]) {
 				s.writes += v
+				s.writesBy[writeKind(g[1], sc.Text())] += v
 			}
 		} else if g := watchLine.FindStringSubmatch(sc.Text()); g != nil {
 			v, _ := strconv.ParseFloat(g[1], 64)
@@ -398,6 +424,7 @@ func (m *meter) snapshot() sample {
 		case strings.HasPrefix(name, "handler/"):
 			s.handlerCPU += cpu
 			s.handlerRSS += envtest.ProcRSS(pid)
+			s.handlerAnon += envtest.ProcRSSAnon(pid)
 		case name == "kube-apiserver":
 			s.apiServerCPU += cpu
 		case strings.HasPrefix(name, "pool-controller"):
@@ -406,6 +433,36 @@ func (m *meter) snapshot() sample {
 		}
 	}
 	return s
+}
+
+// writeKind names a write of a request counter's line: its verb and its
+// resource, with its subresource ("PATCH nodenetworkconfigurationenactments/status").
+func writeKind(verb, line string) string {
+	var resource, sub string
+	for _, g := range labelValue.FindAllStringSubmatch(line, -1) {
+		if g[1] == "resource" {
+			resource = g[2]
+		} else {
+			sub = g[2]
+		}
+	}
+	if sub != "" {
+		resource += "/" + sub
+	}
+	return verb + " " + resource
+}
+
+// addDiff adds after - before, key by key, to sum (made when nil).
+func addDiff(sum, after, before map[string]float64) map[string]float64 {
+	if sum == nil {
+		sum = map[string]float64{}
+	}
+	for k, v := range after {
+		if d := v - before[k]; d != 0 {
+			sum[k] += d
+		}
+	}
+	return sum
 }
 
 // pids returns the PIDs of the cluster's processes by name.

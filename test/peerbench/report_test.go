@@ -2,7 +2,11 @@ package peerbench
 
 import (
 	"bytes"
+	"cmp"
 	"fmt"
+	"math"
+	"slices"
+	"strings"
 	"testing"
 	"time"
 )
@@ -14,20 +18,32 @@ import (
 func report(b *testing.B, n int, measured map[string]map[string]figures) {
 	var out bytes.Buffer
 	fmt.Fprintf(&out, "\n%d nodes, %d rollouts per case (median time)\n", n, *runs)
-	fmt.Fprintf(&out, "%-28s %-9s %9s %9s %10s %10s %9s %9s %10s %9s %10s %9s\n", "case", "cluster", "rollout", "floor",
-		"req/node", "watch/node", "cpu/node", "MB/node", "apisrv cpu", "writes", "poolctl cpu", "poolctl MB")
+	fmt.Fprintf(&out, "%-28s %-9s %9s %9s %10s %10s %9s %9s %9s %10s %9s %10s %9s\n", "case", "cluster", "rollout", "floor",
+		"req/node", "watch/node", "cpu/node", "MB/node", "anon MB", "apisrv cpu", "writes", "poolctl cpu", "poolctl MB")
 	for _, c := range cases {
 		for _, cluster := range []string{upstreamCluster, oursCluster, companionCluster} {
 			f, ok := measured[cluster][c.name]
 			if !ok {
 				continue
 			}
-			fmt.Fprintf(&out, "%-28s %-9s %8.2fs %8.2fs %10.1f %10.1f %8.3fs %9.1f %9.2fs %9.0f %9.2fs %9.1f\n", c.name, cluster,
+			fmt.Fprintf(&out, "%-28s %-9s %8.2fs %8.2fs %10.1f %10.1f %8.3fs %9.1f %9.1f %9.2fs %9.0f %9.2fs %9.1f\n", c.name, cluster,
 				f.rollout.Seconds(), f.floor.Seconds(), f.requests, f.watchEvents, f.cpu.Seconds(), f.rssPerNode/(1<<20),
-				f.apiServerCPUPerRollout.Seconds(), f.writes, f.poolControllerCPU.Seconds(), f.poolControllerRSS/(1<<20))
+				f.anonPerNode/(1<<20), f.apiServerCPUPerRollout.Seconds(), f.writes, f.poolControllerCPU.Seconds(), f.poolControllerRSS/(1<<20))
 		}
 	}
 	upstream, ours, companion := measured[upstreamCluster], measured[oursCluster], measured[companionCluster]
+	for _, cluster := range []string{oursCluster, companionCluster} {
+		for _, c := range cases {
+			if f, ok := measured[cluster][c.name]; ok {
+				fmt.Fprintf(&out, "%s (%s) writes per node: %s\n", cluster, c.name, perNode(f.writesBy, nil, n))
+			}
+		}
+	}
+	if plain, ok := ours["plain"]; ok {
+		if pooled, ok := ours["pooled"]; ok {
+			fmt.Fprintf(&out, "ours pooled - plain, writes per node: %s\n", perNode(pooled.writesBy, plain.writesBy, n))
+		}
+	}
 	if base, ok := upstream["plain"]; ok {
 		for _, c := range cases {
 			if f, ok := ours[c.name]; ok {
@@ -58,6 +74,44 @@ func report(b *testing.B, n int, measured map[string]map[string]figures) {
 	}
 	// On standard output: go test cuts a benchmark's log after ten lines.
 	fmt.Print(out.String())
+}
+
+// perNode lists the writes of by, less those of base (nil: none), per
+// node, largest first, leaving out those under 0.05 per node.
+func perNode(by, base map[string]float64, n int) string {
+	type kind struct {
+		name string
+		v    float64
+	}
+	var kinds []kind
+	for k, v := range by {
+		kinds = append(kinds, kind{k, (v - base[k]) / float64(n)})
+	}
+	for k, v := range base {
+		if _, ok := by[k]; !ok {
+			kinds = append(kinds, kind{k, -v / float64(n)})
+		}
+	}
+	slices.SortFunc(kinds, func(a, b kind) int {
+		if c := cmp.Compare(math.Abs(b.v), math.Abs(a.v)); c != 0 {
+			return c
+		}
+		return strings.Compare(a.name, b.name)
+	})
+	var parts []string
+	for _, k := range kinds {
+		if math.Abs(k.v) >= 0.05 {
+			if base != nil {
+				parts = append(parts, fmt.Sprintf("%+.2f %s", k.v, k.name))
+			} else {
+				parts = append(parts, fmt.Sprintf("%.2f %s", k.v, k.name))
+			}
+		}
+	}
+	if len(parts) == 0 {
+		return "none"
+	}
+	return strings.Join(parts, ", ")
 }
 
 func ratio(a, b time.Duration) float64 {
