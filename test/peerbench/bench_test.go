@@ -89,6 +89,7 @@ type figures struct {
 	apiServerCPUPerRollout  time.Duration
 	poolControllerCPU       time.Duration // per rollout; ours only
 	poolControllerRSS       float64       // bytes, after the rollouts
+	floorRSS, floorAnon     float64       // bytes: the floor process's (see floor/)
 	rolloutsMeasured, nodes int
 }
 
@@ -109,6 +110,11 @@ func BenchmarkPeer(b *testing.B) {
 	bin := filepath.Join(b.TempDir(), "bin")
 	must(b, envtest.BuildCommands(bin, "handler", "pool-controller", "nmstatectl-sim", "localcluster"))
 	must(b, envtest.BuildCommands(bin, "kubectl-nodeippool"))
+	build := exec.Command("go", "build", "-o", filepath.Join(bin, "floor"), "./test/peerbench/floor")
+	build.Dir = envtest.RepoRoot()
+	if out, err := build.CombinedOutput(); err != nil {
+		b.Fatalf("build the floor process: %v\n%s", err, out)
+	}
 	for _, f := range strings.Split(*nodeCounts, ",") {
 		n, err := strconv.Atoi(strings.TrimSpace(f))
 		if err != nil || n < 1 {
@@ -143,7 +149,16 @@ func measure(b *testing.B, bin, peer string, n int, kind string) map[string]figu
 	cfg.QPS = -1
 	k, err := envtest.ClientFor(cfg)
 	must(b, err)
-	m := &meter{b: b, k: k, cfg: cfg, dir: dir, nodes: n}
+	// The floor of a handler's memory, beside the handlers: a
+	// controller-runtime manager that watches Nodes and does nothing.
+	floor := exec.Command(filepath.Join(bin, "floor"), "--kubeconfig", filepath.Join(dir, "kubeconfig"))
+	floorLog, err := os.Create(filepath.Join(dir, "logs", "floor.log"))
+	must(b, err)
+	defer func() { _ = floorLog.Close() }()
+	floor.Stdout, floor.Stderr = floorLog, floorLog
+	must(b, floor.Start())
+	defer func() { _ = floor.Process.Kill(); _ = floor.Wait() }()
+	m := &meter{b: b, k: k, cfg: cfg, dir: dir, nodes: n, floorPID: strconv.Itoa(floor.Process.Pid)}
 	out := map[string]figures{}
 	for i, c := range cases {
 		if slices.Contains(c.on, kind) && chosen(c.name) {
@@ -172,6 +187,8 @@ type meter struct {
 	cfg   *rest.Config
 	dir   string
 	nodes int
+	// floorPID is the floor process's.
+	floorPID string
 }
 
 // rollouts rolls a case out -peer.runs times, each a new policy that
@@ -207,6 +224,9 @@ func (m *meter) rollouts(c rolloutCase, index int) figures {
 		f.apiServerCPUPerRollout += after.apiServerCPU - before.apiServerCPU
 		f.poolControllerCPU += after.poolControllerCPU - before.poolControllerCPU
 		m.cleanUp(c, name)
+		if c.pooled && !c.perNode {
+			m.waitReleased(fmt.Sprintf("bench-%d", index))
+		}
 	}
 	r := float64(*runs)
 	f.requests, f.watchEvents, f.writes = f.requests/r, f.watchEvents/r, f.writes/r
@@ -222,6 +242,7 @@ func (m *meter) rollouts(c rolloutCase, index int) figures {
 	f.rssPerNode = float64(last.handlerRSS) / float64(m.nodes)
 	f.anonPerNode = float64(last.handlerAnon) / float64(m.nodes)
 	f.poolControllerRSS = float64(last.poolControllerRSS)
+	f.floorRSS, f.floorAnon = float64(envtest.ProcRSS(m.floorPID)), float64(envtest.ProcRSSAnon(m.floorPID))
 	f.floor = m.floor(int(f.writes))
 	f.rolloutsMeasured, f.nodes = *runs, m.nodes
 	return f
@@ -339,6 +360,18 @@ func (m *meter) cleanUp(c rolloutCase, name string) {
 		must(m.b, m.k.Delete(ctx, &nmstatev1.NodeNetworkConfigurationPolicy{ObjectMeta: metav1.ObjectMeta{Name: name}}))
 		m.waitGone(name)
 	}
+}
+
+// waitReleased waits until a pool has taken back every address of the
+// policies deleted: nothing quarantined (each node published a state
+// without its address) or in flight, so that a release's writes are not
+// counted in the next rollout.
+func (m *meter) waitReleased(pool string) {
+	waitFor(m.b, 30*time.Minute, "pool "+pool+" released", func() bool {
+		var p ippoolv1.NodeIPPool
+		return m.k.Get(context.Background(), client.ObjectKey{Name: pool}, &p) == nil &&
+			len(p.Status.Quarantined) == 0 && len(p.Status.InFlight) == 0
+	})
 }
 
 // waitNoEnactments waits until no enactment is left.

@@ -39,6 +39,19 @@ func report(b *testing.B, n int, measured map[string]map[string]figures) {
 			}
 		}
 	}
+	for _, cluster := range []string{upstreamCluster, oursCluster, companionCluster} {
+		for _, c := range cases {
+			if f, ok := measured[cluster][c.name]; ok {
+				floor := "did not run (its log is the cluster's logs/floor.log)"
+				if f.floorRSS > 0 {
+					floor = fmt.Sprintf("%.1f MB (%.1f MB anonymous)", f.floorRSS/(1<<20), f.floorAnon/(1<<20))
+				}
+				fmt.Fprintf(&out, "%s: handler memory per node %.1f MB (%.1f MB anonymous); the floor process beside it, a "+
+					"controller-runtime manager watching Nodes: %s\n", cluster, f.rssPerNode/(1<<20), f.anonPerNode/(1<<20), floor)
+				break
+			}
+		}
+	}
 	if plain, ok := ours["plain"]; ok {
 		if pooled, ok := ours["pooled"]; ok {
 			fmt.Fprintf(&out, "ours pooled - plain, writes per node: %s\n", perNode(pooled.writesBy, plain.writesBy, n))
