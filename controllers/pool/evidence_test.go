@@ -31,38 +31,57 @@ import (
 // addresses off the NIC (kubernetes-nmstate would leave them), and the
 // pool frees them only once the nodes' published states show them gone.
 // Nodes that get a policy from the same pool next get them, and no address
-// is ever on two NICs.
+// is ever on two NICs. The pool controller reads the nodes' states one by
+// one, and, as with many quarantines (ListNodesFrom), in one list: a list
+// that gave no node's state would leave the addresses quarantined.
 func TestPolicyDeletedAddressesLeaveTheNIC(t *testing.T) {
-	RegisterTestingT(t)
-	startController(t, nil)
-	createPool(t, "gone", ippoolv1.IPRange{CIDR: "10.70.0.0/24", Start: "10.70.0.1", End: "10.70.0.2"})
-	Eventually(available("gone")).Should(HavePrefix("True"))
-	createPolicy(t, "gone", "gone", "gone")
-	first := newNodes(t, "gone", 2)
+	for _, tc := range []struct {
+		how, name, subnet string
+		listFrom          int
+	}{
+		{"states read one by one", "gone", "10.70.0", 0},
+		{"states listed once", "gonelist", "10.70.1", 1},
+	} {
+		t.Run(tc.how, func(t *testing.T) {
+			RegisterTestingT(t)
+			pc, err := env.StartPoolController(grace, nil, func(pc *envtest.PoolController) { pc.Pools.ListNodesFrom = tc.listFrom })
+			Expect(err).NotTo(HaveOccurred())
+			t.Cleanup(func() { _ = pc.Stop() })
+			policyDeletedLeavesTheNIC(t, tc.name, tc.subnet)
+		})
+	}
+}
+
+func policyDeletedLeavesTheNIC(t *testing.T, name, subnet string) {
+	createPool(t, name, ippoolv1.IPRange{CIDR: subnet + ".0/24", Start: subnet + ".1", End: subnet + ".2"})
+	Eventually(available(name)).Should(HavePrefix("True"))
+	createPolicy(t, name, name, name)
+	first := newNodes(t, name, 2)
 	s := envtest.SampleNICs(t, first...)
 	for _, nd := range first {
-		Eventually(enactmentState(nd.Name + ".gone")).Should(HavePrefix("Available"))
+		Eventually(enactmentState(nd.Name + "." + name)).Should(HavePrefix("Available"))
 		Expect(carried(nd)()).To(HaveLen(1))
 	}
 
-	Expect(k.Delete(ctx, &nmstatev1.NodeNetworkConfigurationPolicy{ObjectMeta: metav1.ObjectMeta{Name: "gone"}})).To(Succeed())
+	Expect(k.Delete(ctx, &nmstatev1.NodeNetworkConfigurationPolicy{ObjectMeta: metav1.ObjectMeta{Name: name}})).To(Succeed())
 	for _, nd := range first {
 		Eventually(carried(nd)).Should(BeEmpty(), "a released address leaves the NIC")
-		Eventually(events("NodeIPPool", "gone")).Should(ContainElement(HavePrefix("AddressReleased: Node " + nd.Name + " took released 10.70.0.")))
+		Eventually(events("NodeIPPool", name)).Should(ContainElement(HavePrefix("AddressReleased: Node " + nd.Name + " took released " + subnet + ".")))
 	}
-	Eventually(func() []string { return bits("gone") }).Should(BeEmpty())
-	Eventually(events("NodeIPPool", "gone")).Should(ContainElement(And(HavePrefix("QuarantineLifted: Freed quarantined 10.70.0."),
+	Eventually(func() []string { return bits(name) }).Should(BeEmpty())
+	Eventually(events("NodeIPPool", name)).Should(ContainElement(And(HavePrefix("QuarantineLifted: Freed quarantined "+subnet+"."),
 		ContainSubstring("showed it gone)"))))
 
-	createPolicy(t, "gone-next", "gone-next", "gone")
-	next := newNodes(t, "gone-next", 2)
-	s.Watch(next...)
-	for _, nd := range next {
-		Eventually(enactmentState(nd.Name + ".gone-next")).Should(HavePrefix("Available"))
-		Expect(carried(nd)()).To(ConsistOf(HavePrefix("10.70.0.")))
+	next := name + "-next"
+	createPolicy(t, next, next, name)
+	nodes := newNodes(t, next, 2)
+	s.Watch(nodes...)
+	for _, nd := range nodes {
+		Eventually(enactmentState(nd.Name + "." + next)).Should(HavePrefix("Available"))
+		Expect(carried(nd)()).To(ConsistOf(HavePrefix(subnet + ".")))
 	}
 	Expect(s.OnTwoNICs()).To(BeEmpty())
-	assertIndexed("gone")
+	assertIndexed(name)
 }
 
 // TestDeselectedNodeReleases is the second scenario: a node stops matching

@@ -11,6 +11,7 @@ import (
 	"strings"
 	"time"
 
+	"golang.org/x/sync/errgroup"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
@@ -191,11 +192,17 @@ func stateRequested(nns *nncev1beta1.NodeNetworkState) time.Time {
 // holders reads, for each quarantine of pool, what the API server says of
 // its former holder. claims come from enactments listed from the API
 // server before any state is read here, so a state read here is read after
-// any record claims lists as gone.
+// any record claims lists as gone. With many quarantines (listNodesFrom:
+// after a policy over hundreds of nodes is deleted) the Nodes and the
+// states are listed once rather than read one by one: hundreds of reads in
+// a row kept the pool's next pass, which serves the nodes waiting for an
+// address, waiting for seconds.
 func (r maintainer) holders(ctx context.Context, pool *ippoolv1.NodeIPPool, owners poolstatus.Owners) (map[string]holderView, error) {
 	out := make(map[string]holderView, len(pool.Status.Quarantined))
-	nodes := &nodemeta.Lookup{Reader: r.APIReader, List: len(pool.Status.Quarantined) >= r.listNodesFrom()}
+	many := len(pool.Status.Quarantined) >= r.listNodesFrom()
+	nodes := &nodemeta.Lookup{Reader: r.APIReader, List: many}
 	states := map[string]*nncev1beta1.NodeNetworkState{}
+	listed := false
 	for _, q := range pool.Status.Quarantined {
 		var h holderView
 		if ip, err := netip.ParseAddr(q.IP); err == nil && len(owners.Recognized(ip)) > 0 {
@@ -211,14 +218,20 @@ func (r maintainer) holders(ctx context.Context, pool *ippoolv1.NodeIPPool, owne
 		}
 		h.nodeUID, h.nodeGone, h.nodeDeleting = node.UID, node.Gone, node.Deleting
 		if !node.Gone {
+			if many && !listed {
+				if err := r.listStates(ctx, states); err != nil {
+					return nil, err
+				}
+				listed = true
+			}
 			nns, ok := states[q.Node]
-			if !ok {
+			if !ok && !listed {
 				if nns, err = r.nodeState(ctx, q.Node); err != nil {
 					return nil, err
 				}
 				states[q.Node] = nns
 			}
-			h.state = nns
+			h.state = nns // nil when the node has none
 		}
 		out[q.IP] = h
 	}
@@ -238,20 +251,45 @@ func (r maintainer) nodeState(ctx context.Context, node string) (*nncev1beta1.No
 	return &nns, nil
 }
 
+// listStates lists every NodeNetworkState from the API server into
+// states, by node.
+func (r maintainer) listStates(ctx context.Context, states map[string]*nncev1beta1.NodeNetworkState) error {
+	var list nncev1beta1.NodeNetworkStateList
+	if err := r.APIReader.List(ctx, &list); err != nil {
+		return fmt.Errorf("list NodeNetworkStates: %w", err)
+	}
+	for i := range list.Items {
+		states[list.Items[i].Name] = &list.Items[i]
+	}
+	return nil
+}
+
+// asksAtOnce is how many nodes askForStates asks at once.
+const asksAtOnce = 32
+
 // askForStates asks each node to publish its network state again
 // (RefreshStateLabel): its handler takes released addresses off first. A
-// node whose NodeNetworkState is gone publishes one on its own.
+// node whose NodeNetworkState is gone publishes one on its own. The asks
+// go out asksAtOnce at a time: after a release by hundreds of nodes, one
+// after another they kept the pool's next pass waiting.
 func (r maintainer) askForStates(ctx context.Context, nodes []string) {
+	label := strconv.FormatInt(r.Clock.Now().UnixNano(), 10)
+	var g errgroup.Group
+	g.SetLimit(asksAtOnce)
 	for _, node := range nodes {
-		nns := &nncev1beta1.NodeNetworkState{}
-		nns.Name = node
-		patch := client.RawPatch(types.MergePatchType, fmt.Appendf(nil, `{"metadata":{"labels":{%q:%q}}}`,
-			ippoolv1.RefreshStateLabel, strconv.FormatInt(r.Clock.Now().UnixNano(), 10)))
-		if err := r.Client.Patch(ctx, nns, patch); client.IgnoreNotFound(err) != nil {
-			// The next look asks again.
-			ctrl.LoggerFrom(ctx).Info("could not ask a node for its network state", "node", node, "error", err.Error())
-		}
+		g.Go(func() error {
+			nns := &nncev1beta1.NodeNetworkState{}
+			nns.Name = node
+			patch := client.RawPatch(types.MergePatchType, fmt.Appendf(nil, `{"metadata":{"labels":{%q:%q}}}`,
+				ippoolv1.RefreshStateLabel, label))
+			if err := r.Client.Patch(ctx, nns, patch); client.IgnoreNotFound(err) != nil {
+				// The next look asks again.
+				ctrl.LoggerFrom(ctx).Info("could not ask a node for its network state", "node", node, "error", err.Error())
+			}
+			return nil
+		})
 	}
+	_ = g.Wait()
 }
 
 // releasesOf decides the ReleasesConfirmed condition from the overdue
