@@ -201,8 +201,7 @@ func (r maintainer) holders(ctx context.Context, pool *ippoolv1.NodeIPPool, owne
 	out := make(map[string]holderView, len(pool.Status.Quarantined))
 	many := len(pool.Status.Quarantined) >= r.listNodesFrom()
 	nodes := &nodemeta.Lookup{Reader: r.APIReader, List: many}
-	states := map[string]*nncev1beta1.NodeNetworkState{}
-	listed := false
+	states := &stateLookup{reader: r.APIReader, list: many}
 	for _, q := range pool.Status.Quarantined {
 		var h holderView
 		if ip, err := netip.ParseAddr(q.IP); err == nil && len(owners.Recognized(ip)) > 0 {
@@ -218,50 +217,52 @@ func (r maintainer) holders(ctx context.Context, pool *ippoolv1.NodeIPPool, owne
 		}
 		h.nodeUID, h.nodeGone, h.nodeDeleting = node.UID, node.Gone, node.Deleting
 		if !node.Gone {
-			if many && !listed {
-				if err := r.listStates(ctx, states); err != nil {
-					return nil, err
-				}
-				listed = true
+			if h.state, err = states.of(ctx, q.Node); err != nil {
+				return nil, err
 			}
-			nns, ok := states[q.Node]
-			if !ok && !listed {
-				if nns, err = r.nodeState(ctx, q.Node); err != nil {
-					return nil, err
-				}
-				states[q.Node] = nns
-			}
-			h.state = nns // nil when the node has none
 		}
 		out[q.IP] = h
 	}
 	return out, nil
 }
 
-// nodeState reads a node's NodeNetworkState from the API server; nil when
-// it has none.
-func (r maintainer) nodeState(ctx context.Context, node string) (*nncev1beta1.NodeNetworkState, error) {
+// stateLookup reads nodes' NodeNetworkStates from the API server, each
+// once: all in one list when list is set, else one by one.
+type stateLookup struct {
+	reader client.Reader
+	list   bool
+	listed bool
+	states map[string]*nncev1beta1.NodeNetworkState
+}
+
+// of returns node's NodeNetworkState; nil when it has none.
+func (l *stateLookup) of(ctx context.Context, node string) (*nncev1beta1.NodeNetworkState, error) {
+	if l.states == nil {
+		l.states = map[string]*nncev1beta1.NodeNetworkState{}
+	}
+	if l.list && !l.listed {
+		var list nncev1beta1.NodeNetworkStateList
+		if err := l.reader.List(ctx, &list); err != nil {
+			return nil, fmt.Errorf("list NodeNetworkStates: %w", err)
+		}
+		for i := range list.Items {
+			l.states[list.Items[i].Name] = &list.Items[i]
+		}
+		l.listed = true
+	}
+	if nns, ok := l.states[node]; ok || l.listed {
+		return nns, nil
+	}
 	var nns nncev1beta1.NodeNetworkState
-	switch err := r.APIReader.Get(ctx, types.NamespacedName{Name: node}, &nns); {
+	switch err := l.reader.Get(ctx, types.NamespacedName{Name: node}, &nns); {
 	case apierrors.IsNotFound(err):
+		l.states[node] = nil
 		return nil, nil
 	case err != nil:
 		return nil, fmt.Errorf("get NodeNetworkState %q: %w", node, err)
 	}
+	l.states[node] = &nns
 	return &nns, nil
-}
-
-// listStates lists every NodeNetworkState from the API server into
-// states, by node.
-func (r maintainer) listStates(ctx context.Context, states map[string]*nncev1beta1.NodeNetworkState) error {
-	var list nncev1beta1.NodeNetworkStateList
-	if err := r.APIReader.List(ctx, &list); err != nil {
-		return fmt.Errorf("list NodeNetworkStates: %w", err)
-	}
-	for i := range list.Items {
-		states[list.Items[i].Name] = &list.Items[i]
-	}
-	return nil
 }
 
 // asksAtOnce is how many nodes askForStates asks at once.
