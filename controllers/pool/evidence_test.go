@@ -32,8 +32,9 @@ import (
 // pool frees them only once the nodes' published states show them gone.
 // Nodes that get a policy from the same pool next get them, and no address
 // is ever on two NICs. The pool controller reads the nodes' states one by
-// one, and, as with many quarantines (ListNodesFrom), in one list: a list
-// that gave no node's state would leave the addresses quarantined.
+// one, and, as with many quarantines (ListNodesFrom, ListStatesFrom), in
+// one list: a list that gave no node's state would leave the addresses
+// quarantined.
 func TestPolicyDeletedAddressesLeaveTheNIC(t *testing.T) {
 	for _, tc := range []struct {
 		how, name, subnet string
@@ -44,7 +45,9 @@ func TestPolicyDeletedAddressesLeaveTheNIC(t *testing.T) {
 	} {
 		t.Run(tc.how, func(t *testing.T) {
 			RegisterTestingT(t)
-			pc, err := env.StartPoolController(grace, nil, func(pc *envtest.PoolController) { pc.Pools.ListNodesFrom = tc.listFrom })
+			pc, err := env.StartPoolController(grace, nil, func(pc *envtest.PoolController) {
+				pc.Pools.ListNodesFrom, pc.Pools.ListStatesFrom = tc.listFrom, tc.listFrom
+			})
 			Expect(err).NotTo(HaveOccurred())
 			t.Cleanup(func() { _ = pc.Stop() })
 			policyDeletedLeavesTheNIC(t, tc.name, tc.subnet)

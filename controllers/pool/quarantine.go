@@ -190,18 +190,18 @@ func stateRequested(nns *nncev1beta1.NodeNetworkState) time.Time {
 }
 
 // holders reads, for each quarantine of pool, what the API server says of
-// its former holder. claims come from enactments listed from the API
-// server before any state is read here, so a state read here is read after
-// any record claims lists as gone. With many quarantines (listNodesFrom:
-// after a policy over hundreds of nodes is deleted) the Nodes and the
-// states are listed once rather than read one by one: hundreds of reads in
-// a row kept the pool's next pass, which serves the nodes waiting for an
+// its former holder: its Node, then its NodeNetworkState. claims come from
+// enactments listed from the API server before any state is read here, so
+// a state read here is read after any record claims lists as gone. With
+// many quarantines (after a policy over hundreds of nodes is deleted) the
+// Nodes are listed once (listNodesFrom) and the states read 32 at once,
+// or listed once from listStatesFrom nodes on: hundreds of reads in a row
+// kept the pool's next pass, which serves the nodes waiting for an
 // address, waiting for seconds.
 func (r maintainer) holders(ctx context.Context, pool *ippoolv1.NodeIPPool, owners poolstatus.Owners) (map[string]holderView, error) {
 	out := make(map[string]holderView, len(pool.Status.Quarantined))
-	many := len(pool.Status.Quarantined) >= r.listNodesFrom()
-	nodes := &nodemeta.Lookup{Reader: r.APIReader, List: many}
-	states := &stateLookup{reader: r.APIReader, list: many}
+	nodes := &nodemeta.Lookup{Reader: r.APIReader, List: len(pool.Status.Quarantined) >= r.listNodesFrom()}
+	var live []string
 	for _, q := range pool.Status.Quarantined {
 		var h holderView
 		if ip, err := netip.ParseAddr(q.IP); err == nil && len(owners.Recognized(ip)) > 0 {
@@ -217,52 +217,84 @@ func (r maintainer) holders(ctx context.Context, pool *ippoolv1.NodeIPPool, owne
 		}
 		h.nodeUID, h.nodeGone, h.nodeDeleting = node.UID, node.Gone, node.Deleting
 		if !node.Gone {
-			if h.state, err = states.of(ctx, q.Node); err != nil {
-				return nil, err
-			}
+			live = append(live, q.Node)
 		}
 		out[q.IP] = h
+	}
+	states, err := readStates(ctx, r.APIReader, live, r.listStatesFrom())
+	if err != nil {
+		return nil, err
+	}
+	for _, q := range pool.Status.Quarantined {
+		if h := out[q.IP]; !h.recorded && q.Node != "" && !h.nodeGone {
+			h.state = states[q.Node] // nil when the node has none
+			out[q.IP] = h
+		}
 	}
 	return out, nil
 }
 
-// stateLookup reads nodes' NodeNetworkStates from the API server, each
-// once: all in one list when list is set, else one by one.
-type stateLookup struct {
-	reader client.Reader
-	list   bool
-	listed bool
-	states map[string]*nncev1beta1.NodeNetworkState
+// Reading many NodeNetworkStates: readsAtOnce are read at once, and from
+// DefaultListStatesFrom nodes on they are listed instead (a list decodes
+// every node's state, which a check of a few nodes of a large fleet is
+// better without).
+const (
+	readsAtOnce           = 32
+	DefaultListStatesFrom = 128
+)
+
+// listStatesFrom is how many nodes' states a look at the quarantines lists
+// rather than reads.
+func (r maintainer) listStatesFrom() int {
+	if r.ListStatesFrom <= 0 {
+		return DefaultListStatesFrom
+	}
+	return r.ListStatesFrom
 }
 
-// of returns node's NodeNetworkState; nil when it has none.
-func (l *stateLookup) of(ctx context.Context, node string) (*nncev1beta1.NodeNetworkState, error) {
-	if l.states == nil {
-		l.states = map[string]*nncev1beta1.NodeNetworkState{}
-	}
-	if l.list && !l.listed {
+// readStates reads the NodeNetworkStates of nodes from reader, by node; a
+// node that has none is left out. From listFrom nodes on, every state is
+// listed once instead.
+func readStates(ctx context.Context, reader client.Reader, nodes []string, listFrom int) (map[string]*nncev1beta1.NodeNetworkState, error) {
+	nodes = slices.Compact(slices.Sorted(slices.Values(nodes)))
+	out := make(map[string]*nncev1beta1.NodeNetworkState, len(nodes))
+	if len(nodes) >= listFrom {
 		var list nncev1beta1.NodeNetworkStateList
-		if err := l.reader.List(ctx, &list); err != nil {
+		if err := reader.List(ctx, &list); err != nil {
 			return nil, fmt.Errorf("list NodeNetworkStates: %w", err)
 		}
 		for i := range list.Items {
-			l.states[list.Items[i].Name] = &list.Items[i]
+			if _, ok := slices.BinarySearch(nodes, list.Items[i].Name); ok {
+				out[list.Items[i].Name] = &list.Items[i]
+			}
 		}
-		l.listed = true
+		return out, nil
 	}
-	if nns, ok := l.states[node]; ok || l.listed {
-		return nns, nil
+	read := make([]*nncev1beta1.NodeNetworkState, len(nodes))
+	var g errgroup.Group
+	g.SetLimit(readsAtOnce)
+	for i, node := range nodes {
+		g.Go(func() error {
+			var nns nncev1beta1.NodeNetworkState
+			switch err := reader.Get(ctx, types.NamespacedName{Name: node}, &nns); {
+			case apierrors.IsNotFound(err):
+				return nil
+			case err != nil:
+				return fmt.Errorf("get NodeNetworkState %q: %w", node, err)
+			}
+			read[i] = &nns
+			return nil
+		})
 	}
-	var nns nncev1beta1.NodeNetworkState
-	switch err := l.reader.Get(ctx, types.NamespacedName{Name: node}, &nns); {
-	case apierrors.IsNotFound(err):
-		l.states[node] = nil
-		return nil, nil
-	case err != nil:
-		return nil, fmt.Errorf("get NodeNetworkState %q: %w", node, err)
+	if err := g.Wait(); err != nil {
+		return nil, err
 	}
-	l.states[node] = &nns
-	return &nns, nil
+	for i, nns := range read {
+		if nns != nil {
+			out[nodes[i]] = nns
+		}
+	}
+	return out, nil
 }
 
 // asksAtOnce is how many nodes askForStates asks at once.

@@ -60,11 +60,14 @@ type Reconciler struct {
 	// time to take them off.
 	DepartureHold time.Duration
 	// ListNodesFrom is how many quarantined addresses of a pool make a
-	// quarantine check list the Nodes and their NodeNetworkStates once
-	// instead of reading each (after a scale-down or a release by hundreds
-	// of nodes, one list costs less than hundreds of reads); 0 means
-	// DefaultListNodesFrom.
+	// quarantine check list the Nodes once instead of reading each (after
+	// a scale-down of hundreds of nodes, one list costs less than hundreds
+	// of reads); 0 means DefaultListNodesFrom.
 	ListNodesFrom int
+	// ListStatesFrom is how many nodes whose NodeNetworkStates a
+	// quarantine check must read make it list every state once instead
+	// (a list decodes every node's state); 0 means DefaultListStatesFrom.
+	ListStatesFrom int
 	// Metrics exports per-pool gauges and counters; nil exports nothing.
 	Metrics *Metrics
 	// Batch is how long the events of pools and enactments are gathered
