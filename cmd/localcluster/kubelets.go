@@ -54,6 +54,10 @@ func cmdKubelets(ctx context.Context, args []string, stderr io.Writer) error {
 		g.SetLimit(beatsAtOnce)
 		for _, node := range c.PoweredOn() {
 			g.Go(func() error {
+				// A request that hangs costs its node this beat, not every
+				// node the next.
+				ctx, cancel := context.WithTimeout(ctx, grace/2)
+				defer cancel()
 				if err := nodes.Beat(ctx, k, node, grace); err != nil {
 					fmt.Fprintf(stderr, "%s node %s: %v\n", time.Now().Format(time.RFC3339), node, err)
 				}

@@ -140,7 +140,7 @@ func (d *delegate) who(ctx context.Context, token string) (authnv1.UserInfo, boo
 
 // may returns "" when user may verb path, or why not.
 func (d *delegate) may(ctx context.Context, user authnv1.UserInfo, verb, path string) (string, error) {
-	key := fmt.Sprintf("%s\x00%s\x00%q\x00%q\x00%s\x00%s", user.Username, user.UID, user.Groups, user.Extra, verb, path)
+	key := fmt.Sprintf("%q %q %q %q %q %q", user.Username, user.UID, user.Groups, user.Extra, verb, path)
 	if why, ok := d.verdict.get(key, d.now()); ok {
 		return why, nil
 	}
