@@ -12,7 +12,6 @@ import (
 	"time"
 
 	"golang.org/x/sync/errgroup"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	ctrl "sigs.k8s.io/controller-runtime"
@@ -20,6 +19,7 @@ import (
 
 	ippoolv1 "github.com/nmstate-ippool/nmstate-ippool/api/v1"
 	nncev1beta1 "github.com/nmstate-ippool/nmstate-ippool/api/v1beta1"
+	"github.com/nmstate-ippool/nmstate-ippool/internal/allocation/lifecycle"
 	"github.com/nmstate-ippool/nmstate-ippool/internal/allocation/poolstatus"
 	"github.com/nmstate-ippool/nmstate-ippool/internal/plumbing/nodemeta"
 	"github.com/nmstate-ippool/nmstate-ippool/pkg/netstate"
@@ -194,10 +194,10 @@ func stateRequested(nns *nncev1beta1.NodeNetworkState) time.Time {
 // enactments listed from the API server before any state is read here, so
 // a state read here is read after any record claims lists as gone. With
 // many quarantines (after a policy over hundreds of nodes is deleted) the
-// Nodes are listed once (listNodesFrom) and the states read 32 at once,
-// or listed once from listStatesFrom nodes on: hundreds of reads in a row
-// kept the pool's next pass, which serves the nodes waiting for an
-// address, waiting for seconds.
+// Nodes are listed once (listNodesFrom) and the states read
+// lifecycle.ReadsAtOnce at once, or listed once from listStatesFrom nodes
+// on: hundreds of reads in a row kept the pool's next pass, which serves
+// the nodes waiting for an address, waiting for seconds.
 func (r maintainer) holders(ctx context.Context, pool *ippoolv1.NodeIPPool, owners poolstatus.Owners) (map[string]holderView, error) {
 	out := make(map[string]holderView, len(pool.Status.Quarantined))
 	nodes := &nodemeta.Lookup{Reader: r.APIReader, List: len(pool.Status.Quarantined) >= r.listNodesFrom()}
@@ -221,27 +221,23 @@ func (r maintainer) holders(ctx context.Context, pool *ippoolv1.NodeIPPool, owne
 		}
 		out[q.IP] = h
 	}
-	states, err := readStates(ctx, r.APIReader, live, r.listStatesFrom())
+	states, err := lifecycle.ReadStates(ctx, r.APIReader, live, r.listStatesFrom())
 	if err != nil {
 		return nil, err
 	}
 	for _, q := range pool.Status.Quarantined {
 		if h := out[q.IP]; !h.recorded && q.Node != "" && !h.nodeGone {
-			h.state = states[q.Node] // nil when the node has none
+			h.state = states.ByNode[q.Node] // nil when the node has none
 			out[q.IP] = h
 		}
 	}
 	return out, nil
 }
 
-// Reading many NodeNetworkStates: readsAtOnce are read at once, and from
-// DefaultListStatesFrom nodes on they are listed instead (a list decodes
-// every node's state, which a check of a few nodes of a large fleet is
-// better without).
-const (
-	readsAtOnce           = 32
-	DefaultListStatesFrom = 128
-)
+// DefaultListStatesFrom is how many nodes' states a look at the
+// quarantines lists rather than reads, as lifecycle.ReadStates does for
+// the nodes a pass serves.
+const DefaultListStatesFrom = lifecycle.ListStatesFrom
 
 // listStatesFrom is how many nodes' states a look at the quarantines lists
 // rather than reads.
@@ -250,51 +246,6 @@ func (r maintainer) listStatesFrom() int {
 		return DefaultListStatesFrom
 	}
 	return r.ListStatesFrom
-}
-
-// readStates reads the NodeNetworkStates of nodes from reader, by node; a
-// node that has none is left out. From listFrom nodes on, every state is
-// listed once instead.
-func readStates(ctx context.Context, reader client.Reader, nodes []string, listFrom int) (map[string]*nncev1beta1.NodeNetworkState, error) {
-	nodes = slices.Compact(slices.Sorted(slices.Values(nodes)))
-	out := make(map[string]*nncev1beta1.NodeNetworkState, len(nodes))
-	if len(nodes) >= listFrom {
-		var list nncev1beta1.NodeNetworkStateList
-		if err := reader.List(ctx, &list); err != nil {
-			return nil, fmt.Errorf("list NodeNetworkStates: %w", err)
-		}
-		for i := range list.Items {
-			if _, ok := slices.BinarySearch(nodes, list.Items[i].Name); ok {
-				out[list.Items[i].Name] = &list.Items[i]
-			}
-		}
-		return out, nil
-	}
-	read := make([]*nncev1beta1.NodeNetworkState, len(nodes))
-	var g errgroup.Group
-	g.SetLimit(readsAtOnce)
-	for i, node := range nodes {
-		g.Go(func() error {
-			var nns nncev1beta1.NodeNetworkState
-			switch err := reader.Get(ctx, types.NamespacedName{Name: node}, &nns); {
-			case apierrors.IsNotFound(err):
-				return nil
-			case err != nil:
-				return fmt.Errorf("get NodeNetworkState %q: %w", node, err)
-			}
-			read[i] = &nns
-			return nil
-		})
-	}
-	if err := g.Wait(); err != nil {
-		return nil, err
-	}
-	for i, nns := range read {
-		if nns != nil {
-			out[nodes[i]] = nns
-		}
-	}
-	return out, nil
 }
 
 // asksAtOnce is how many nodes askForStates asks at once.

@@ -22,16 +22,76 @@ import (
 	"github.com/nmstate-ippool/nmstate-ippool/pkg/netstate"
 )
 
-// parallelReads bounds the NodeNetworkStates ReadCarrying reads at once,
-// and listStatesFrom is how many nodes make it list every state once
-// instead: a pass that serves hundreds of nodes at once (the start of a
-// rollout, a pooled policy created over a fleet) would otherwise wait on
-// hundreds of reads behind the client's rate limit, while a list of every
-// state costs its decoding, which a pass of a few nodes is better without.
+// ReadsAtOnce bounds the NodeNetworkStates ReadStates reads at once, and
+// ListStatesFrom is how many nodes make it list every state once instead:
+// a pass that serves or checks hundreds of nodes at once (the start of a
+// rollout, a pooled policy created over a fleet or deleted from it) would
+// otherwise wait on hundreds of reads behind the client's rate limit,
+// while a list of every state costs its decoding, which a pass of a few
+// nodes of a large fleet is better without.
 const (
-	parallelReads  = 32
-	listStatesFrom = 128
+	ReadsAtOnce    = 32
+	ListStatesFrom = 128
 )
+
+// States are the NodeNetworkStates ReadStates read.
+type States struct {
+	// ByNode holds the state of each node asked for that has one.
+	ByNode map[string]*nncev1beta1.NodeNetworkState
+	// All holds every node's state when they were listed, nil when they
+	// were read one by one.
+	All []nncev1beta1.NodeNetworkState
+}
+
+// ReadStates reads the NodeNetworkStates of nodes from reader, ReadsAtOnce
+// at once, or, from listFrom nodes on, lists every state once. A node that
+// has no state object is left out of ByNode; one whose state cannot be
+// read is an error.
+func ReadStates(ctx context.Context, reader client.Reader, nodes []string, listFrom int) (States, error) {
+	nodes = slices.Compact(slices.Sorted(slices.Values(nodes)))
+	out := States{ByNode: make(map[string]*nncev1beta1.NodeNetworkState, len(nodes))}
+	if len(nodes) == 0 {
+		return out, nil
+	}
+	if len(nodes) >= listFrom {
+		all, err := listStates(ctx, reader)
+		if err != nil {
+			return out, err
+		}
+		out.All = all
+		for i := range all {
+			if _, ok := slices.BinarySearch(nodes, all[i].Name); ok {
+				out.ByNode[all[i].Name] = &all[i]
+			}
+		}
+		return out, nil
+	}
+	read := make([]*nncev1beta1.NodeNetworkState, len(nodes))
+	var g errgroup.Group
+	g.SetLimit(ReadsAtOnce)
+	for i, node := range nodes {
+		g.Go(func() error {
+			var nns nncev1beta1.NodeNetworkState
+			switch err := reader.Get(ctx, types.NamespacedName{Name: node}, &nns); {
+			case apierrors.IsNotFound(err):
+				return nil
+			case err != nil:
+				return fmt.Errorf("read the NodeNetworkState of node %s: %w", node, err)
+			}
+			read[i] = &nns
+			return nil
+		})
+	}
+	if err := g.Wait(); err != nil {
+		return out, err
+	}
+	for i, nns := range read {
+		if nns != nil {
+			out.ByNode[nodes[i]] = nns
+		}
+	}
+	return out, nil
+}
 
 // ReadCarrying reads, from the API server, what nodes carry, for the
 // adoption of their first addresses from pool (assign.Carrying), the same
@@ -56,15 +116,12 @@ func ReadCarrying(ctx context.Context, reader client.Reader, pool *ippoolv1.Node
 	if err != nil {
 		return c, nil // a range that hands out nothing adopts nothing
 	}
-	var all []nncev1beta1.NodeNetworkState
-	if len(nodes) >= listStatesFrom {
-		if all, err = listStates(ctx, reader); err != nil {
-			return c, err
-		}
-		c.ByNode = staticOf(all, nodes)
-	} else if c.ByNode, err = statesOf(ctx, reader, nodes); err != nil {
+	states, err := ReadStates(ctx, reader, nodes, ListStatesFrom)
+	if err != nil {
 		return c, err
 	}
+	c.ByNode = staticOf(states.ByNode)
+	all := states.All
 	if all != nil || carriesInRange(c.ByNode, rng) {
 		if all == nil {
 			if all, err = listStates(ctx, reader); err != nil {
@@ -140,13 +197,15 @@ func listStates(ctx context.Context, reader client.Reader) ([]nncev1beta1.NodeNe
 	return list.Items, nil
 }
 
-// staticOf returns, for each of nodes that states has a published state
-// of, the static addresses it carries and where.
-func staticOf(states []nncev1beta1.NodeNetworkState, nodes []string) map[string]map[netip.Addr]string {
+// staticOf returns, for each node of states that has published a state,
+// the static addresses it carries (not learned by DHCP or autoconf: a
+// lease is the DHCP server's to give) and where. A node that has published
+// none (no object, or one without a state yet) is left out.
+func staticOf(states map[string]*nncev1beta1.NodeNetworkState) map[string]map[netip.Addr]string {
 	out := map[string]map[netip.Addr]string{}
-	for i := range states {
-		if _, ok := slices.BinarySearch(nodes, states[i].Name); ok && Published(&states[i]) {
-			out[states[i].Name] = netstate.StaticCarriers(states[i].Status.CurrentState.Raw)
+	for node, nns := range states {
+		if Published(nns) {
+			out[node] = netstate.StaticCarriers(nns.Status.CurrentState.Raw)
 		}
 	}
 	return out
@@ -157,40 +216,4 @@ func staticOf(states []nncev1beta1.NodeNetworkState, nodes []string) map[string]
 // without one says nothing of what its node carries.
 func Published(nns *nncev1beta1.NodeNetworkState) bool {
 	return len(nns.Status.CurrentState.Raw) > 0 && !nns.Status.LastSuccessfulUpdateTime.IsZero()
-}
-
-// statesOf reads the NodeNetworkStates of nodes: by node, the static
-// addresses each carries (not learned by DHCP or autoconf: a lease is the
-// DHCP server's to give) and where. A node that has published none (no
-// object, or one without a state yet) is left out.
-func statesOf(ctx context.Context, reader client.Reader, nodes []string) (map[string]map[netip.Addr]string, error) {
-	states := make([]map[netip.Addr]string, len(nodes))
-	var g errgroup.Group
-	g.SetLimit(parallelReads)
-	for i, node := range nodes {
-		g.Go(func() error {
-			var nns nncev1beta1.NodeNetworkState
-			err := reader.Get(ctx, types.NamespacedName{Name: node}, &nns)
-			switch {
-			case apierrors.IsNotFound(err):
-				return nil
-			case err != nil:
-				return fmt.Errorf("read the NodeNetworkState of node %s, for what it carries: %w", node, err)
-			case !Published(&nns):
-				return nil
-			}
-			states[i] = netstate.StaticCarriers(nns.Status.CurrentState.Raw)
-			return nil
-		})
-	}
-	if err := g.Wait(); err != nil {
-		return nil, err
-	}
-	out := map[string]map[netip.Addr]string{}
-	for i, node := range nodes {
-		if states[i] != nil {
-			out[node] = states[i]
-		}
-	}
-	return out, nil
 }
