@@ -62,6 +62,9 @@ type SetupOptions struct {
 // claimNamespaceSelector may select now) and, when installed, the Clusters (one unpaused).
 // The manager's client should cache unstructured objects.
 func (r *Reconciler) SetupWithManager(mgr ctrl.Manager, opts SetupOptions) error {
+	if err := mgr.GetFieldIndexer().IndexField(context.Background(), capi.NewClaim(r.Version), waitingIndex, waitsFor); err != nil {
+		return err
+	}
 	b := ctrl.NewControllerManagedBy(mgr).
 		Named("ipaddressclaim").
 		WithOptions(controller.Options{SkipNameValidation: ptr.To(opts.SkipNameValidation), RateLimiter: backoff.Requeues()}).
@@ -79,12 +82,37 @@ func (r *Reconciler) SetupWithManager(mgr ctrl.Manager, opts SetupOptions) error
 	return b.Complete(r)
 }
 
+// waitingIndex indexes the claims that are not Ready by the NodeIPPool
+// they name (waitsFor): every write of a pool looks its waiting claims up,
+// and with a thousand claims a look at each one at each write was the
+// claim controller's largest cost.
+const waitingIndex = "nmstate-ippool.waitingFor"
+
+// waitsFor returns the NodeIPPool a claim that is not Ready names, none
+// for another provider's claim or a Ready one.
+func waitsFor(o client.Object) []string {
+	u, ok := o.(*unstructured.Unstructured)
+	if !ok {
+		return nil
+	}
+	if ref := capi.PoolRefOf(u); ref.Ours() && !isReady(u) {
+		return []string{ref.Name}
+	}
+	return nil
+}
+
 // waitingFor maps a pool to its claims that are not Ready.
 func (r *Reconciler) waitingFor(ctx context.Context, o client.Object) []reconcile.Request {
-	return r.claimsWhere(ctx, "", func(u *unstructured.Unstructured) bool {
-		ref := capi.PoolRefOf(u)
-		return ref.Ours() && ref.Name == o.GetName() && !isReady(u)
-	})
+	list := capi.NewClaimList(r.Version)
+	if err := r.Client.List(ctx, list, client.MatchingFields{waitingIndex: o.GetName()}, client.UnsafeDisableDeepCopy); err != nil {
+		ctrl.LoggerFrom(ctx).Error(err, "could not list IPAddressClaims")
+		return nil
+	}
+	reqs := make([]reconcile.Request, 0, len(list.Items))
+	for i := range list.Items {
+		reqs = append(reqs, reconcile.Request{NamespacedName: client.ObjectKeyFromObject(&list.Items[i])})
+	}
+	return reqs
 }
 
 // waitingIn maps a namespace whose labels changed to its claims of
@@ -103,9 +131,14 @@ func (r *Reconciler) ofCluster(ctx context.Context, o client.Object) []reconcile
 	})
 }
 
+// claimsWhere returns the claims of namespace (every namespace for "")
+// that match.
 func (r *Reconciler) claimsWhere(ctx context.Context, namespace string, match func(*unstructured.Unstructured) bool) []reconcile.Request {
 	list := capi.NewClaimList(r.Version)
-	if err := r.Client.List(ctx, list, client.InNamespace(namespace)); err != nil {
+	// match only reads: the cache's claims need no copy (a copy of every
+	// claim at each write of a pool was most of the claim controller's
+	// CPU with a thousand claims).
+	if err := r.Client.List(ctx, list, client.InNamespace(namespace), client.UnsafeDisableDeepCopy); err != nil {
 		ctrl.LoggerFrom(ctx).Error(err, "could not list IPAddressClaims")
 		return nil
 	}

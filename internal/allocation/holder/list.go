@@ -72,7 +72,10 @@ func List(ctx context.Context, reader client.Reader, enactments []nncev1beta1.No
 func claimRecords(ctx context.Context, reader client.Reader, signer *capi.Signer) ([]Record, error) {
 	for _, v := range capi.Versions {
 		list := capi.NewAddressList(v)
-		err := reader.List(ctx, list)
+		// Read only, and to records of their own: a cache's objects need
+		// no copy (a copy of each of a thousand claims' IPAddresses, at
+		// every pass of the pool controller, was most of its CPU).
+		err := reader.List(ctx, list, client.UnsafeDisableDeepCopy)
 		if missing(err) {
 			continue
 		}
@@ -82,7 +85,7 @@ func claimRecords(ctx context.Context, reader client.Reader, signer *capi.Signer
 		claims := map[types.NamespacedName]types.UID{}
 		if signer != nil && len(list.Items) > 0 {
 			cl := capi.NewClaimList(v)
-			if err := reader.List(ctx, cl); err != nil {
+			if err := reader.List(ctx, cl, client.UnsafeDisableDeepCopy); err != nil {
 				return nil, fmt.Errorf("list IPAddressClaims: %w", err)
 			}
 			for i := range cl.Items {
