@@ -59,7 +59,7 @@ func (r *Reconciler) allocate(ctx context.Context, claim *unstructured.Unstructu
 	if err != nil {
 		return notReady(capi.ReasonPoolNotReady, fmt.Sprintf("NodeIPPool %s has an unusable range: %v", pool.Name, err)), false, nil
 	}
-	got, c, requeue, err := r.take(ctx, claim, &pool)
+	got, c, requeue, err := r.take(ctx, claim, &pool, rng)
 	if err != nil || c != nil {
 		return deref(c), requeue, err
 	}
@@ -88,12 +88,13 @@ func (r *Reconciler) allocate(ctx context.Context, claim *unstructured.Unstructu
 // restore: the machine of the claim would share it with the node. What
 // the nodes carry is read only for a new address, and only while the pool
 // has a free one.
-func (r *Reconciler) take(ctx context.Context, claim *unstructured.Unstructured, pool *ippoolv1.NodeIPPool) (netip.Addr, *condition, bool, error) {
+func (r *Reconciler) take(ctx context.Context, claim *unstructured.Unstructured, pool *ippoolv1.NodeIPPool,
+	rng *ippool.Range) (netip.Addr, *condition, bool, error) {
 	ask := askOf(claim)
 	holder := ask.Asker.Holder
 	requested := claim.GetAnnotations()[capi.RequestedAddressAnnotation]
 	restoring := claim.GetAnnotations()[capi.RestoreAnnotation]
-	carriers := (&carriersOnce{reader: r.APIReader}).read(ctx)
+	carriers := (&carriersOnce{reader: r.APIReader, rng: rng}).read(ctx)
 	var got netip.Addr
 	var refusal *condition
 	ctx = audit.WithReason(ctx, "Served", "IPAddressClaim "+claim.GetNamespace()+"/"+claim.GetName()+" asks for an address")
@@ -149,10 +150,20 @@ func (r *Reconciler) take(ctx context.Context, claim *unstructured.Unstructured,
 	return got, nil, false, nil
 }
 
-// carriersOnce reads what the networks of existing Nodes carry
-// (lifecycle.WithCarriers) on its first call, and returns that after.
+// carriersOnce reads which addresses of rng the networks of existing
+// Nodes carry (lifecycle.WithCarriers) on its first call, and returns
+// that after. The NodeNetworkStates come from the API server's watch
+// cache (resourceVersion "0"), a few milliseconds behind etcd at most:
+// a consistent list of states, which change seldom, waits for that cache
+// to catch up, about 60 ms on an idle API server, and claims are served
+// one at a time, so that wait was two thirds of each claim's time. What a
+// node carries is known only from the state it last published, so no
+// read sees an address it takes after; the watch cache's lag widens that
+// window by milliseconds. Adoption, which gives a node the address it
+// carries, still reads consistently (lifecycle.ReadCarrying).
 type carriersOnce struct {
 	reader  client.Reader
+	rng     *ippool.Range
 	carried *assign.Carrying
 }
 
@@ -160,7 +171,11 @@ type carriersOnce struct {
 func (o *carriersOnce) read(ctx context.Context) func() (map[netip.Addr][]string, error) {
 	return func() (map[netip.Addr][]string, error) {
 		if o.carried == nil {
-			c, err := lifecycle.WithCarriers(ctx, o.reader, assign.Carrying{})
+			var states nncev1beta1.NodeNetworkStateList
+			if err := o.reader.List(ctx, &states, &client.ListOptions{Raw: &metav1.ListOptions{ResourceVersion: "0"}}); err != nil {
+				return nil, fmt.Errorf("list NodeNetworkStates, for the addresses nodes' networks carry: %w", err)
+			}
+			c, err := lifecycle.WithCarriers(ctx, o.reader, assign.Carrying{Carriers: assign.CarriersOf(states.Items)}, o.rng)
 			if err != nil {
 				return nil, fmt.Errorf("read what nodes' networks carry, to hand out none of it: %w", err)
 			}

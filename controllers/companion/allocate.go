@@ -345,7 +345,8 @@ func (r *Reconciler) carried(ctx context.Context, w *world, pool *ippoolv1.NodeI
 	if err != nil {
 		return c, err
 	}
-	return lifecycle.WithCarriers(ctx, r.APIReader, c)
+	rng, _ := poolstatus.Range(pool) // nil for a range that hands out nothing: every address counts
+	return lifecycle.WithCarriers(ctx, r.APIReader, c, rng)
 }
 
 // nodesOf names the nodes of needs, for messages.

@@ -40,7 +40,8 @@ func (r server) carriedFor(ctx context.Context, pool *ippoolv1.NodeIPPool, reque
 	if err != nil {
 		return c, err
 	}
-	return lifecycle.WithCarriers(ctx, r.APIReader, c)
+	rng, _ := poolstatus.Range(pool) // nil for a range that hands out nothing: every address counts
+	return lifecycle.WithCarriers(ctx, r.APIReader, c, rng)
 }
 
 // first reports whether some capture the request asks for has never had

@@ -181,7 +181,7 @@ func (r maintainer) holdForCarriers(ctx context.Context, w holdWork) (map[netip.
 	if !r.HoldCarried || len(w.revoke)+len(w.lift)+len(w.expire) == 0 {
 		return nil, nil
 	}
-	c, err := lifecycle.WithCarriers(ctx, r.APIReader, assign.Carrying{})
+	c, err := lifecycle.WithCarriers(ctx, r.APIReader, assign.Carrying{}, nil)
 	if err != nil {
 		return nil, err
 	}

@@ -1,6 +1,7 @@
 package lifecycle_test
 
 import (
+	"context"
 	"fmt"
 	"maps"
 	"net/netip"
@@ -11,11 +12,14 @@ import (
 	. "github.com/onsi/gomega"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	ippoolv1 "github.com/nmstate-ippool/nmstate-ippool/api/v1"
 	nncev1beta1 "github.com/nmstate-ippool/nmstate-ippool/api/v1beta1"
 	"github.com/nmstate-ippool/nmstate-ippool/internal/allocation/assign"
 	"github.com/nmstate-ippool/nmstate-ippool/internal/allocation/lifecycle"
+	"github.com/nmstate-ippool/nmstate-ippool/internal/allocation/poolstatus"
+	"github.com/nmstate-ippool/nmstate-ippool/pkg/ippool"
 	"github.com/nmstate-ippool/nmstate-ippool/test/envtest"
 )
 
@@ -73,9 +77,57 @@ func TestWithCarriersCountsLiveNodes(t *testing.T) {
 		"not listed": {},
 		"listed":     {Carriers: map[netip.Addr][]string{netip.MustParseAddr("10.94.0.21"): {"wc-gone"}, netip.MustParseAddr("10.94.0.20"): {"wc-live"}}},
 	} {
-		got, err := lifecycle.WithCarriers(ctx, k, c)
+		got, err := lifecycle.WithCarriers(ctx, k, c, nil)
 		Expect(err).NotTo(HaveOccurred(), name)
 		Expect(got.Carriers).To(HaveKeyWithValue(netip.MustParseAddr("10.94.0.20"), []string{"wc-live"}), name)
 		Expect(got.Carriers).NotTo(HaveKey(netip.MustParseAddr("10.94.0.21")), name)
 	}
+}
+
+// nodeLists counts the lists of Nodes read through it.
+type nodeLists struct {
+	client.Reader
+	n int
+}
+
+func (r *nodeLists) List(ctx context.Context, list client.ObjectList, opts ...client.ListOption) error {
+	if m, ok := list.(*metav1.PartialObjectMetadataList); ok && m.GetObjectKind().GroupVersionKind().Kind == "NodeList" {
+		r.n++
+	}
+	return r.Reader.List(ctx, list, opts...)
+}
+
+// TestWithCarriersKeepsTheRange: the carriers a writer of a pool avoids
+// are those of the addresses the pool hands out; the Nodes are listed
+// only when some node's state shows one (a consistent list of Nodes
+// waits on the API server's watch cache, and most ranges are carried by
+// no node).
+func TestWithCarriersKeepsTheRange(t *testing.T) {
+	RegisterTestingT(t)
+	live := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "wr-live"}}
+	Expect(k.Create(ctx, live)).To(Succeed())
+	Expect(envtest.PublishState(ctx, k, "wr-live", `{"interfaces":[`+
+		`{"name":"eth1","ipv4":{"enabled":true,"address":[{"ip":"10.95.0.20","prefix-length":24}]}},`+
+		`{"name":"eth2","ipv4":{"enabled":true,"address":[{"ip":"10.95.1.5","prefix-length":24}]}}]}`, time.Now())).To(Succeed())
+	t.Cleanup(func() {
+		_ = k.Delete(ctx, live)
+		_ = k.Delete(ctx, &nncev1beta1.NodeNetworkState{ObjectMeta: metav1.ObjectMeta{Name: "wr-live"}})
+	})
+	rangeOf := func(cidr, start, end string) *ippool.Range {
+		rng, err := poolstatus.Range(&ippoolv1.NodeIPPool{Spec: ippoolv1.NodeIPPoolSpec{Range: ippoolv1.IPRange{CIDR: cidr, Start: start, End: end}}})
+		Expect(err).NotTo(HaveOccurred())
+		return rng
+	}
+
+	r := &nodeLists{Reader: k}
+	got, err := lifecycle.WithCarriers(ctx, r, assign.Carrying{}, rangeOf("10.95.0.0/24", "10.95.0.10", "10.95.0.30"))
+	Expect(err).NotTo(HaveOccurred())
+	Expect(got.Carriers).To(Equal(map[netip.Addr][]string{netip.MustParseAddr("10.95.0.20"): {"wr-live"}}))
+	Expect(r.n).To(Equal(1))
+
+	r = &nodeLists{Reader: k}
+	got, err = lifecycle.WithCarriers(ctx, r, assign.Carrying{}, rangeOf("10.95.2.0/24", "10.95.2.10", "10.95.2.30"))
+	Expect(err).NotTo(HaveOccurred())
+	Expect(got.Carriers).To(BeEmpty())
+	Expect(r.n).To(BeZero(), "no node carries an address of the range: the Nodes need no list")
 }
