@@ -134,3 +134,26 @@ func TestStaticAddresses(t *testing.T) {
 		t.Error("a broken state parsed")
 	}
 }
+
+// TestCarriedStateKeepsWhatIsCarried: what Carriers reads from the state
+// CarriedState makes of a state's carriers is those carriers, learned
+// addresses, both families, and an address on two interfaces included;
+// no carriers make a state that carries nothing.
+func TestCarriedStateKeepsWhatIsCarried(t *testing.T) {
+	for name, state := range map[string]string{
+		"two on eth1, one learned": twoOnEth1,
+		"families and a duplicate": `{"interfaces":[` +
+			`{"name":"eth2","ipv4":{"enabled":true,"address":[{"ip":"10.0.0.9","prefix-length":24}]},` +
+			`"ipv6":{"enabled":true,"autoconf":true,"address":[{"ip":"fd00::9","prefix-length":64},{"ip":"2001:db8::1","prefix-length":64}]}},` +
+			`{"name":"br0","ipv4":{"enabled":true,"address":[{"ip":"10.0.0.9","prefix-length":24},{"ip":"10.0.1.1","prefix-length":24}]}}]}`,
+		"nothing": `{"interfaces":[{"name":"lo","ipv4":{"enabled":false}}]}`,
+	} {
+		want := Carriers([]byte(state))
+		if got := Carriers(CarriedState(want)); !reflect.DeepEqual(got, want) {
+			t.Errorf("%s: Carriers(CarriedState(%v)) = %v", name, want, got)
+		}
+	}
+	if got := Carriers(CarriedState(nil)); len(got) != 0 {
+		t.Errorf("CarriedState(nil) carries %v", got)
+	}
+}
