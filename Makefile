@@ -242,10 +242,11 @@ bench-scale: envtest-assets ## Run the scale benchmark for SCALE_NODES (100,300,
 	go test -count=1 -timeout 180m -run '^$$' -bench Scale -benchtime 1x ./test/scale/ -args -scale.nodes $(SCALE_NODES)
 
 CLAIMS ?= 1000
+CLAIM_NODES ?= 0
 
 .PHONY: bench-claims
-bench-claims: envtest-assets ## Serve CLAIMS (1000) Cluster API IPAddressClaims from one NodeIPPool: pool writes and time per claim; see docs/benchmarks.md.
-	go test -count=1 -timeout 60m -run '^$$' -bench Claims -benchtime 1x ./controllers/claim/ -args -claims.n $(CLAIMS)
+bench-claims: envtest-assets ## Serve CLAIMS (1000) Cluster API IPAddressClaims from one NodeIPPool, on a cluster of CLAIM_NODES (0) Nodes with network states: pool writes and time per claim; see docs/benchmarks.md.
+	go test -count=1 -timeout 60m -run '^$$' -bench Claims -benchtime 1x ./controllers/claim/ -args -claims.n $(CLAIMS) -claims.nodes $(CLAIM_NODES)
 
 PEER_NODES ?= 25,100
 PEER_RUNS ?= 3

@@ -14,6 +14,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/utils/clock"
 	"k8s.io/utils/ptr"
+	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	ippoolv1 "github.com/nmstate-ippool/nmstate-ippool/api/v1"
@@ -94,7 +95,7 @@ func (r *Reconciler) take(ctx context.Context, claim *unstructured.Unstructured,
 	holder := ask.Asker.Holder
 	requested := claim.GetAnnotations()[capi.RequestedAddressAnnotation]
 	restoring := claim.GetAnnotations()[capi.RestoreAnnotation]
-	carriers := (&carriersOnce{reader: r.APIReader, rng: rng}).read(ctx)
+	carriers := (&carriersOnce{reader: r.APIReader, carried: r.Carried, rng: rng}).read(ctx)
 	var got netip.Addr
 	var refusal *condition
 	ctx = audit.WithReason(ctx, "Served", "IPAddressClaim "+claim.GetNamespace()+"/"+claim.GetName()+" asks for an address")
@@ -152,37 +153,53 @@ func (r *Reconciler) take(ctx context.Context, claim *unstructured.Unstructured,
 
 // carriersOnce reads which addresses of rng the networks of existing
 // Nodes carry (lifecycle.WithCarriers) on its first call, and returns
-// that after. The NodeNetworkStates come from the API server's watch
-// cache (resourceVersion "0"), a few milliseconds behind etcd at most:
-// a consistent list of states, which change seldom, waits for that cache
-// to catch up, about 60 ms on an idle API server, and claims are served
-// one at a time, so that wait was two thirds of each claim's time. What a
-// node carries is known only from the state it last published, so no
-// read sees an address it takes after; the watch cache's lag widens that
-// window by milliseconds. Adoption, which gives a node the address it
-// carries, still reads consistently (lifecycle.ReadCarrying).
+// that after. The NodeNetworkStates come from carried (the Reconciler's
+// Carried, a watch of them), or, until it has started, from the API
+// server's watch cache (resourceVersion "0"): a consistent list of
+// states, which change seldom, waits for that cache to catch up, about
+// 60 ms on an idle API server, and claims are served one at a time.
+// Either is milliseconds behind etcd. What a node carries is known only
+// from the state it last published, so no read sees an address it takes
+// after; a watch's lag widens that window by milliseconds. Adoption,
+// which gives a node the address it carries, still reads consistently
+// (lifecycle.ReadCarrying).
 type carriersOnce struct {
 	reader  client.Reader
+	carried client.Reader
 	rng     *ippool.Range
-	carried *assign.Carrying
+	done    *assign.Carrying
 }
 
 // read returns the reader of o's carriers under ctx.
 func (o *carriersOnce) read(ctx context.Context) func() (map[netip.Addr][]string, error) {
 	return func() (map[netip.Addr][]string, error) {
-		if o.carried == nil {
-			var states nncev1beta1.NodeNetworkStateList
-			if err := o.reader.List(ctx, &states, &client.ListOptions{Raw: &metav1.ListOptions{ResourceVersion: "0"}}); err != nil {
+		if o.done == nil {
+			states, err := o.states(ctx)
+			if err != nil {
 				return nil, fmt.Errorf("list NodeNetworkStates, for the addresses nodes' networks carry: %w", err)
 			}
-			c, err := lifecycle.WithCarriers(ctx, o.reader, assign.Carrying{Carriers: assign.CarriersOf(states.Items)}, o.rng)
+			c, err := lifecycle.WithCarriers(ctx, o.reader, assign.Carrying{Carriers: assign.CarriersOf(states)}, o.rng)
 			if err != nil {
 				return nil, fmt.Errorf("read what nodes' networks carry, to hand out none of it: %w", err)
 			}
-			o.carried = &c
+			o.done = &c
 		}
-		return o.carried.Carriers, nil
+		return o.done.Carriers, nil
 	}
+}
+
+// states lists the NodeNetworkStates from o.carried, or from the API
+// server's watch cache while o.carried has not started.
+func (o *carriersOnce) states(ctx context.Context) ([]nncev1beta1.NodeNetworkState, error) {
+	var list nncev1beta1.NodeNetworkStateList
+	if o.carried != nil {
+		err := o.carried.List(ctx, &list, client.UnsafeDisableDeepCopy) // read only
+		if notStarted := (&cache.ErrCacheNotStarted{}); !errors.As(err, &notStarted) {
+			return list.Items, err
+		}
+	}
+	err := o.reader.List(ctx, &list, &client.ListOptions{Raw: &metav1.ListOptions{ResourceVersion: "0"}})
+	return list.Items, err
 }
 
 func deref(c *condition) condition {

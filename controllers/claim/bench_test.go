@@ -3,6 +3,7 @@ package claim_test
 import (
 	"flag"
 	"fmt"
+	"strings"
 	"testing"
 	"time"
 
@@ -15,11 +16,15 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	ippoolv1 "github.com/nmstate-ippool/nmstate-ippool/api/v1"
+	nncev1beta1 "github.com/nmstate-ippool/nmstate-ippool/api/v1beta1"
 	"github.com/nmstate-ippool/nmstate-ippool/internal/allocation/capi"
 	"github.com/nmstate-ippool/nmstate-ippool/test/envtest"
 )
 
-var claimCount = flag.Int("claims.n", 1000, "claims BenchmarkClaims creates against one pool")
+var (
+	claimCount = flag.Int("claims.n", 1000, "claims BenchmarkClaims creates against one pool")
+	nodeCount  = flag.Int("claims.nodes", 0, "Nodes BenchmarkClaims creates first, each with a NodeNetworkState whose addresses are outside the pool's range")
+)
 
 // BenchmarkClaims creates claims.n IPAddressClaims of one NodeIPPool at
 // once and waits until every one has its IPAddress and is Ready. It
@@ -27,12 +32,15 @@ var claimCount = flag.Int("claims.n", 1000, "claims BenchmarkClaims creates agai
 // resourceVersion, the pool controller's included), the time per claim,
 // and that time as a ratio of the floor measured in the same run: as many
 // ConfigMaps created one after another, the least a provider that writes
-// one object per claim costs on this API server.
+// one object per claim costs on this API server. With claims.nodes, the
+// cluster has that many Nodes first, each with a published network state
+// (the states a claim's new address avoids are read for every claim).
 //
-//	make bench-claims CLAIMS=1000
+//	make bench-claims CLAIMS=1000 CLAIM_NODES=1000
 func BenchmarkClaims(b *testing.B) {
 	RegisterTestingT(b)
 	n := *claimCount
+	fleet(b, *nodeCount)
 	for i := 0; i < b.N; i++ {
 		ns := fmt.Sprintf("bench-%d-%d", time.Now().UnixNano(), i)
 		Expect(k.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}})).To(Succeed())
@@ -104,4 +112,32 @@ func BenchmarkClaims(b *testing.B) {
 			n, served.Round(time.Millisecond), float64(served.Milliseconds())/float64(n), poolWrites, float64(poolWrites)/float64(n),
 			n, floor.Round(time.Millisecond), served.Seconds()/floor.Seconds())
 	}
+}
+
+// fleet creates nodes Nodes, each with a NodeNetworkState of three
+// interfaces, a dozen routes and static addresses outside 10.96.0.0/16,
+// and deletes them when b ends.
+func fleet(b *testing.B, nodes int) {
+	for i := range nodes {
+		name := fmt.Sprintf("bench-node-%d", i)
+		Expect(k.Create(ctx, &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: name}})).To(Succeed())
+		var routes []string
+		for r := range 12 {
+			routes = append(routes, fmt.Sprintf(`{"destination":"172.%d.0.0/16","next-hop-address":"192.168.%d.1","next-hop-interface":"eth0","metric":100,"table-id":254}`, 16+r, i/250))
+		}
+		state := fmt.Sprintf(`{"interfaces":[`+
+			`{"name":"eth0","type":"ethernet","state":"up","mtu":1500,"mac-address":"52:54:00:%02x:%02x:00","ipv4":{"enabled":true,"dhcp":false,"address":[{"ip":"192.168.%d.%d","prefix-length":16}]},"ipv6":{"enabled":true,"autoconf":false,"address":[{"ip":"fd00::%x","prefix-length":64}]}},`+
+			`{"name":"eth1","type":"ethernet","state":"up","mtu":9000,"mac-address":"52:54:00:%02x:%02x:01","ipv4":{"enabled":true,"dhcp":false,"address":[{"ip":"10.97.%d.%d","prefix-length":16}]}},`+
+			`{"name":"lo","type":"loopback","state":"up","mtu":65536,"ipv4":{"enabled":true,"address":[{"ip":"127.0.0.1","prefix-length":8}]}}],`+
+			`"routes":{"running":[%s]}}`,
+			i/256, i%256, i/250, i%250+1, i+1, i/256, i%256, i/250, i%250+1, strings.Join(routes, ","))
+		Expect(envtest.PublishState(ctx, k, name, state, time.Now())).To(Succeed())
+	}
+	b.Cleanup(func() {
+		for i := range nodes {
+			name := fmt.Sprintf("bench-node-%d", i)
+			_ = k.Delete(ctx, &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: name}})
+			_ = k.Delete(ctx, &nncev1beta1.NodeNetworkState{ObjectMeta: metav1.ObjectMeta{Name: name}})
+		}
+	})
 }

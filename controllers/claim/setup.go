@@ -65,6 +65,13 @@ func (r *Reconciler) SetupWithManager(mgr ctrl.Manager, opts SetupOptions) error
 	if err := mgr.GetFieldIndexer().IndexField(context.Background(), capi.NewClaim(r.Version), waitingIndex, waitsFor); err != nil {
 		return err
 	}
+	if r.Carried == nil {
+		carried, err := carriedStates(mgr)
+		if err != nil {
+			return err
+		}
+		r.Carried = carried
+	}
 	b := ctrl.NewControllerManagedBy(mgr).
 		Named("ipaddressclaim").
 		WithOptions(controller.Options{SkipNameValidation: ptr.To(opts.SkipNameValidation), RateLimiter: backoff.Requeues()}).

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net/netip"
 	"os"
 	"testing"
 	"time"
@@ -22,6 +23,7 @@ import (
 	ippoolv1 "github.com/nmstate-ippool/nmstate-ippool/api/v1"
 	nncev1beta1 "github.com/nmstate-ippool/nmstate-ippool/api/v1beta1"
 	"github.com/nmstate-ippool/nmstate-ippool/internal/allocation/capi"
+	"github.com/nmstate-ippool/nmstate-ippool/pkg/netstate"
 	"github.com/nmstate-ippool/nmstate-ippool/test/envtest"
 )
 
@@ -37,10 +39,12 @@ const version = "v1beta2"
 const defaultTimeout = 45 * time.Second
 
 var (
-	env    *envtest.Env
-	k      client.Client
-	simBin string
-	ctx    = context.Background()
+	// running is the pool controller the test started last.
+	running *envtest.PoolController
+	env     *envtest.Env
+	k       client.Client
+	simBin  string
+	ctx     = context.Background()
 )
 
 // TestMain runs the package on a control plane with Cluster API's IPAM and
@@ -68,6 +72,7 @@ func startController(t *testing.T, tune ...func(*envtest.PoolController)) *envte
 	Expect(err).NotTo(HaveOccurred())
 	Expect(pc.Claims).NotTo(BeNil(), "the IPAM CRDs are installed: the claim controller must run")
 	t.Cleanup(func() { _ = pc.Stop() })
+	running = pc
 	return pc
 }
 
@@ -100,6 +105,7 @@ func startStalling(t *testing.T, stallFor time.Duration, stall func() bool, refu
 	})
 	Expect(err).NotTo(HaveOccurred())
 	t.Cleanup(func() { _ = pc.Stop() })
+	running = pc
 }
 
 // begin starts a test: a pool controller, the namespace of its claims
@@ -285,4 +291,15 @@ func publishState(t *testing.T, node, state string, at time.Time) {
 	t.Helper()
 	t.Cleanup(func() { _ = k.Delete(ctx, &nncev1beta1.NodeNetworkState{ObjectMeta: metav1.ObjectMeta{Name: node}}) })
 	Expect(envtest.PublishState(ctx, k, node, state, at)).To(Succeed())
+	// The claim controller reads what nodes carry from its own watch of
+	// the states: wait until it has seen this one, as a real cluster's
+	// claims come long after a node published its state.
+	if running != nil && running.Claims.Carried != nil {
+		want := netstate.Carriers([]byte(state))
+		Eventually(func() (map[netip.Addr]string, error) {
+			var nns nncev1beta1.NodeNetworkState
+			err := running.Claims.Carried.Get(ctx, client.ObjectKey{Name: node}, &nns)
+			return netstate.Carriers(nns.Status.CurrentState.Raw), err
+		}).Should(Equal(want), "the claim controller's watch of states shows what node %s carries", node)
+	}
 }
