@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"net/netip"
 	"reflect"
 	"strings"
@@ -14,7 +15,6 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/utils/clock"
 	"k8s.io/utils/ptr"
-	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	ippoolv1 "github.com/nmstate-ippool/nmstate-ippool/api/v1"
@@ -60,7 +60,7 @@ func (r *Reconciler) allocate(ctx context.Context, claim *unstructured.Unstructu
 	if err != nil {
 		return notReady(capi.ReasonPoolNotReady, fmt.Sprintf("NodeIPPool %s has an unusable range: %v", pool.Name, err)), false, nil
 	}
-	got, c, requeue, err := r.take(ctx, claim, &pool, rng)
+	got, c, requeue, err := r.take(ctx, claim, &pool)
 	if err != nil || c != nil {
 		return deref(c), requeue, err
 	}
@@ -89,13 +89,16 @@ func (r *Reconciler) allocate(ctx context.Context, claim *unstructured.Unstructu
 // restore: the machine of the claim would share it with the node. What
 // the nodes carry is read only for a new address, and only while the pool
 // has a free one.
-func (r *Reconciler) take(ctx context.Context, claim *unstructured.Unstructured, pool *ippoolv1.NodeIPPool,
-	rng *ippool.Range) (netip.Addr, *condition, bool, error) {
+func (r *Reconciler) take(ctx context.Context, claim *unstructured.Unstructured, pool *ippoolv1.NodeIPPool) (netip.Addr, *condition, bool, error) {
 	ask := askOf(claim)
 	holder := ask.Asker.Holder
 	requested := claim.GetAnnotations()[capi.RequestedAddressAnnotation]
 	restoring := claim.GetAnnotations()[capi.RestoreAnnotation]
-	carriers := (&carriersOnce{reader: r.APIReader, carried: r.Carried, rng: rng}).read(ctx)
+	source := r.Carried
+	if source == nil {
+		source = &Carriers{api: r.APIReader}
+	}
+	nodesCarry := &carried{carriers: source, api: r.APIReader}
 	var got netip.Addr
 	var refusal *condition
 	ctx = audit.WithReason(ctx, "Served", "IPAddressClaim "+claim.GetNamespace()+"/"+claim.GetName()+" asks for an address")
@@ -116,7 +119,7 @@ func (r *Reconciler) take(ctx context.Context, claim *unstructured.Unstructured,
 			}
 		case requested != "":
 			want = func() (netip.Addr, error) {
-				avoid, err := carriers()
+				avoid, err := nodesCarry.in(ctx, alloc.Range())
 				if err != nil {
 					return netip.Addr{}, err
 				}
@@ -127,7 +130,7 @@ func (r *Reconciler) take(ctx context.Context, claim *unstructured.Unstructured,
 		var avoid map[netip.Addr][]string
 		var err error
 		if want == nil && alloc.Free() > 0 && len(assign.Resumable(p, ask)) == 0 {
-			if avoid, err = carriers(); err != nil {
+			if avoid, err = nodesCarry.in(ctx, alloc.Range()); err != nil {
 				return false, err
 			}
 		}
@@ -151,55 +154,35 @@ func (r *Reconciler) take(ctx context.Context, claim *unstructured.Unstructured,
 	return got, nil, false, nil
 }
 
-// carriersOnce reads which addresses of rng the networks of existing
-// Nodes carry (lifecycle.WithCarriers) on its first call, and returns
-// that after. The NodeNetworkStates come from carried (the Reconciler's
-// Carried, a watch of them), or, until it has started, from the API
-// server's watch cache (resourceVersion "0"): a consistent list of
-// states, which change seldom, waits for that cache to catch up, about
-// 60 ms on an idle API server, and claims are served one at a time.
-// Either is milliseconds behind etcd. What a node carries is known only
-// from the state it last published, so no read sees an address it takes
-// after; a watch's lag widens that window by milliseconds. Adoption,
-// which gives a node the address it carries, still reads consistently
-// (lifecycle.ReadCarrying).
-type carriersOnce struct {
-	reader  client.Reader
-	carried client.Reader
-	rng     *ippool.Range
-	done    *assign.Carrying
+// carried reads which addresses the networks of existing Nodes carry
+// (Carriers, then lifecycle.WithCarriers for the Nodes), once for each
+// range it is asked about: a retried pool write asks about the range of
+// the pool it read, which an admin may have changed in place.
+type carried struct {
+	carriers *Carriers
+	api      client.Reader
+	all      map[netip.Addr][]string
+	byRange  map[string]map[netip.Addr][]string
 }
 
-// read returns the reader of o's carriers under ctx.
-func (o *carriersOnce) read(ctx context.Context) func() (map[netip.Addr][]string, error) {
-	return func() (map[netip.Addr][]string, error) {
-		if o.done == nil {
-			states, err := o.states(ctx)
-			if err != nil {
-				return nil, fmt.Errorf("list NodeNetworkStates, for the addresses nodes' networks carry: %w", err)
-			}
-			c, err := lifecycle.WithCarriers(ctx, o.reader, assign.Carrying{Carriers: assign.CarriersOf(states)}, o.rng)
-			if err != nil {
-				return nil, fmt.Errorf("read what nodes' networks carry, to hand out none of it: %w", err)
-			}
-			o.done = &c
+// in returns, by address of rng, the existing Nodes that carry it.
+func (c *carried) in(ctx context.Context, rng *ippool.Range) (map[netip.Addr][]string, error) {
+	if c.all == nil {
+		all, err := c.carriers.Of(ctx)
+		if err != nil {
+			return nil, err
 		}
-		return o.done.Carriers, nil
+		c.all, c.byRange = all, map[string]map[netip.Addr][]string{}
 	}
-}
-
-// states lists the NodeNetworkStates from o.carried, or from the API
-// server's watch cache while o.carried has not started.
-func (o *carriersOnce) states(ctx context.Context) ([]nncev1beta1.NodeNetworkState, error) {
-	var list nncev1beta1.NodeNetworkStateList
-	if o.carried != nil {
-		err := o.carried.List(ctx, &list, client.UnsafeDisableDeepCopy) // read only
-		if notStarted := (&cache.ErrCacheNotStarted{}); !errors.As(err, &notStarted) {
-			return list.Items, err
-		}
+	if found, ok := c.byRange[rng.String()]; ok {
+		return found, nil
 	}
-	err := o.reader.List(ctx, &list, &client.ListOptions{Raw: &metav1.ListOptions{ResourceVersion: "0"}})
-	return list.Items, err
+	found, err := lifecycle.WithCarriers(ctx, c.api, assign.Carrying{Carriers: maps.Clone(c.all)}, rng)
+	if err != nil {
+		return nil, fmt.Errorf("read what nodes' networks carry, to hand out none of it: %w", err)
+	}
+	c.byRange[rng.String()] = found.Carriers
+	return found.Carriers, nil
 }
 
 func deref(c *condition) condition {

@@ -3,6 +3,7 @@ package claim
 import (
 	"context"
 	"fmt"
+	"net/netip"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	ctrl "sigs.k8s.io/controller-runtime"
@@ -10,17 +11,27 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	nncev1beta1 "github.com/nmstate-ippool/nmstate-ippool/api/v1beta1"
+	"github.com/nmstate-ippool/nmstate-ippool/internal/allocation/assign"
 	"github.com/nmstate-ippool/nmstate-ippool/pkg/netstate"
 )
 
-// carriedStates returns a cache of the NodeNetworkStates, each reduced as
-// it arrives to its name and the addresses it carries (carriedOnly), run
-// by mgr. A claim's new address avoids every address a node carries, and
-// claims are served one at a time: listing a fleet's states from the API
-// server for each claim made a claim take 650 ms beside a thousand nodes,
-// most of it decoding and parsing states. The cache is the claim
-// controller's alone: nothing that reads whole states reads it.
-func carriedStates(mgr ctrl.Manager) (client.Reader, error) {
+// Carriers tells which nodes' networks carry each address, as their
+// NodeNetworkStates show it: from the claim controller's own watch of the
+// states, each reduced as it arrives to the addresses it carries, once
+// that watch has synced; until then (or without a watch) from a list of
+// the states from the API server's watch cache. The watch keeps nothing
+// else of a state: it is no source of whole states (whether one is
+// published, which addresses were learned by DHCP).
+type Carriers struct {
+	cache  cache.Cache
+	synced func() bool
+	api    client.Reader
+}
+
+// WatchCarriers returns Carriers that watches the states with a cache of
+// its own, run by mgr on the leader only (the claim controller runs
+// there); api reads the states until the watch has synced.
+func WatchCarriers(mgr ctrl.Manager, api client.Reader) (*Carriers, error) {
 	c, err := cache.New(mgr.GetConfig(), cache.Options{
 		Scheme: mgr.GetScheme(),
 		Mapper: mgr.GetRESTMapper(),
@@ -32,14 +43,38 @@ func carriedStates(mgr ctrl.Manager) (client.Reader, error) {
 	if err != nil {
 		return nil, fmt.Errorf("make the cache of the addresses nodes carry: %w", err)
 	}
-	if _, err := c.GetInformer(context.Background(), &nncev1beta1.NodeNetworkState{}); err != nil {
+	informer, err := c.GetInformer(context.Background(), &nncev1beta1.NodeNetworkState{})
+	if err != nil {
 		return nil, fmt.Errorf("watch NodeNetworkStates, for the addresses nodes carry: %w", err)
 	}
-	if err := mgr.Add(c); err != nil {
+	if err := mgr.Add(onLeader{c}); err != nil {
 		return nil, err
 	}
-	return c, nil
+	return &Carriers{cache: c, synced: informer.HasSynced, api: api}, nil
 }
+
+// Of returns, by address, the nodes whose states show it (assign.CarriersOf).
+// It never waits for the watch: a watch that cannot sync (a state that
+// cannot be read, a missing permission) leaves the reads to the API
+// server, whose errors are the claim's.
+func (c *Carriers) Of(ctx context.Context) (map[netip.Addr][]string, error) {
+	var list nncev1beta1.NodeNetworkStateList
+	if c.cache != nil && c.synced() {
+		if err := c.cache.List(ctx, &list, client.UnsafeDisableDeepCopy); err == nil { // read only
+			return assign.CarriersOf(list.Items), nil
+		}
+	}
+	if err := c.api.List(ctx, &list, &client.ListOptions{Raw: &metav1.ListOptions{ResourceVersion: "0"}}); err != nil {
+		return nil, fmt.Errorf("list NodeNetworkStates, for the addresses nodes' networks carry: %w", err)
+	}
+	return assign.CarriersOf(list.Items), nil
+}
+
+// onLeader runs a cache on the leader only.
+type onLeader struct{ cache.Cache }
+
+// NeedLeaderElection reports that the cache runs on the leader only.
+func (onLeader) NeedLeaderElection() bool { return true }
 
 // carriedOnly reduces a NodeNetworkState to its name and a state that
 // carries what it carries (netstate.CarriedState), nothing else.
@@ -50,7 +85,6 @@ func carriedOnly(o any) (any, error) {
 	}
 	out := &nncev1beta1.NodeNetworkState{ObjectMeta: metav1.ObjectMeta{
 		Name: nns.Name, UID: nns.UID, ResourceVersion: nns.ResourceVersion}}
-	out.Status.LastSuccessfulUpdateTime = nns.Status.LastSuccessfulUpdateTime
 	out.Status.CurrentState.Raw = netstate.CarriedState(netstate.Carriers(nns.Status.CurrentState.Raw))
 	return out, nil
 }

@@ -79,7 +79,7 @@ func TestClaimServed(t *testing.T) {
 // NodeNetworkState, written after the release, shows it gone; then it is
 // free. A claim whose address no node carries frees it at once.
 func TestClaimReleased(t *testing.T) {
-	begin(t, "released", "claims-released", ippoolv1.NodeIPPoolSpec{Range: ippoolv1.IPRange{CIDR: "10.80.2.0/24", Start: "10.80.2.1", End: "10.80.2.9"}})
+	pc := begin(t, "released", "claims-released", ippoolv1.NodeIPPoolSpec{Range: ippoolv1.IPRange{CIDR: "10.80.2.0/24", Start: "10.80.2.1", End: "10.80.2.9"}})
 	createClaim(t, "released", "carried", "claims-released")
 	createClaim(t, "released", "lone", "claims-released")
 	Eventually(addressOf("released", "carried")).Should(Equal("10.80.2.1"))
@@ -89,7 +89,7 @@ func TestClaimReleased(t *testing.T) {
 	node := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "claimnode01"}}
 	Expect(k.Create(ctx, node)).To(Succeed())
 	t.Cleanup(func() { _ = k.Delete(ctx, node) })
-	publishState(t, "claimnode01", `{"interfaces":[{"name":"eth0","ipv4":{"address":[{"ip":"10.80.2.1","prefix-length":24}]}}]}`, time.Now())
+	publishState(t, pc, "claimnode01", `{"interfaces":[{"name":"eth0","ipv4":{"address":[{"ip":"10.80.2.1","prefix-length":24}]}}]}`, time.Now())
 
 	Expect(k.Delete(ctx, newClaim("released", "carried", "claims-released"))).To(Succeed())
 	Expect(k.Delete(ctx, newClaim("released", "lone", "claims-released"))).To(Succeed())
@@ -105,7 +105,7 @@ func TestClaimReleased(t *testing.T) {
 	Eventually(addressOf("released", "next")).Should(Equal("10.80.2.2"))
 	Consistently(bits("claims-released"), 2*grace).Should(ContainElement("10.80.2.1"))
 
-	publishState(t, "claimnode01", `{"interfaces":[{"name":"eth0"}]}`, time.Now().Add(time.Minute))
+	publishState(t, pc, "claimnode01", `{"interfaces":[{"name":"eth0"}]}`, time.Now().Add(time.Minute))
 	Eventually(quarantined("claims-released")).Should(BeEmpty())
 	Eventually(bits("claims-released")).Should(Equal([]string{"10.80.2.2"}))
 }
@@ -444,7 +444,7 @@ func TestPoolDeletedWhileAClaimRestores(t *testing.T) {
 func TestReleaseWaitsForItsQuarantine(t *testing.T) {
 	RegisterTestingT(t)
 	var fault envtest.PoolWriteFault
-	startController(t, func(pc *envtest.PoolController) { pc.Claims.Pools = envtest.FailingPoolWrites(pc.Claims.Pools, &fault) })
+	pc := startController(t, func(pc *envtest.PoolController) { pc.Claims.Pools = envtest.FailingPoolWrites(pc.Claims.Pools, &fault) })
 	createNamespace(t, "waits")
 	createPool(t, "claims-waits", ippoolv1.NodeIPPoolSpec{Range: ippoolv1.IPRange{CIDR: "10.80.15.0/24", Start: "10.80.15.1", End: "10.80.15.9"}})
 	createClaim(t, "waits", "m1", "claims-waits")
@@ -452,7 +452,7 @@ func TestReleaseWaitsForItsQuarantine(t *testing.T) {
 	node := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "claimnode02"}}
 	Expect(k.Create(ctx, node)).To(Succeed())
 	t.Cleanup(func() { _ = k.Delete(ctx, node) })
-	publishState(t, "claimnode02", `{"interfaces":[{"name":"eth0","ipv4":{"address":[{"ip":"10.80.15.1","prefix-length":24}]}}]}`, time.Now())
+	publishState(t, pc, "claimnode02", `{"interfaces":[{"name":"eth0","ipv4":{"address":[{"ip":"10.80.15.1","prefix-length":24}]}}]}`, time.Now())
 
 	fault.On.Store(true)
 	Expect(k.Delete(ctx, newClaim("waits", "m1", "claims-waits"))).To(Succeed())

@@ -25,7 +25,7 @@ import (
 // holds exactly the addresses handed out, and a released claim's address
 // goes to a node that joins later only once nothing carries it.
 func TestNodesAndClaimsRace(t *testing.T) {
-	begin(t, "race", "claims-race", ippoolv1.NodeIPPoolSpec{Range: ippoolv1.IPRange{CIDR: "10.81.0.0/24", Start: "10.81.0.1", End: "10.81.0.10"}})
+	pc := begin(t, "race", "claims-race", ippoolv1.NodeIPPoolSpec{Range: ippoolv1.IPRange{CIDR: "10.81.0.0/24", Start: "10.81.0.1", End: "10.81.0.10"}})
 	dir := t.TempDir()
 	const nodes, claims = 5, 5
 	holders := func() map[string][]string {
@@ -75,7 +75,7 @@ func TestNodesAndClaimsRace(t *testing.T) {
 	// Claim m1's machine joined as node racemachine, whose state shows its
 	// address; the claim is deleted while the pool is full.
 	released := addressOf("race", "m1")()
-	publishState(t, "racemachine", fmt.Sprintf(`{"interfaces":[{"name":"eth0","ipv4":{"address":[{"ip":%q,"prefix-length":24}]}}]}`, released),
+	publishState(t, pc, "racemachine", fmt.Sprintf(`{"interfaces":[{"name":"eth0","ipv4":{"address":[{"ip":%q,"prefix-length":24}]}}]}`, released),
 		time.Now())
 	machine := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "racemachine"}}
 	Expect(k.Create(ctx, machine)).To(Succeed())
@@ -95,7 +95,7 @@ func TestNodesAndClaimsRace(t *testing.T) {
 	Consistently(func() []string { return holders()[released] }, 2*grace).Should(BeEmpty())
 
 	// The machine shows the address gone: the node gets it.
-	publishState(t, "racemachine", `{"interfaces":[{"name":"eth0"}]}`, time.Now().Add(time.Minute))
+	publishState(t, pc, "racemachine", `{"interfaces":[{"name":"eth0"}]}`, time.Now().Add(time.Minute))
 	Eventually(func() []string { return holders()[released] }).Should(Equal([]string{"race06.race"}))
 }
 
@@ -163,11 +163,11 @@ func TestStalledClaimKeepsItsAddress(t *testing.T) {
 // node, and a claim that finds only such addresses left is told so.
 func TestClaimsPassByCarriedAddresses(t *testing.T) {
 	const pool = "claims-carried"
-	begin(t, "carried", pool, ippoolv1.NodeIPPoolSpec{Range: ippoolv1.IPRange{CIDR: "10.80.41.0/24", Start: "10.80.41.1", End: "10.80.41.2"}})
+	pc := begin(t, "carried", pool, ippoolv1.NodeIPPoolSpec{Range: ippoolv1.IPRange{CIDR: "10.80.41.0/24", Start: "10.80.41.1", End: "10.80.41.2"}})
 	carrier := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "carrier01"}}
 	Expect(k.Create(ctx, carrier)).To(Succeed())
 	t.Cleanup(func() { _ = k.Delete(ctx, carrier) })
-	publishState(t, "carrier01", `{"interfaces":[{"name":"eth1","ipv4":{"address":[{"ip":"10.80.41.1","prefix-length":24}]}}]}`, time.Now())
+	publishState(t, pc, "carrier01", `{"interfaces":[{"name":"eth1","ipv4":{"address":[{"ip":"10.80.41.1","prefix-length":24}]}}]}`, time.Now())
 
 	createClaim(t, "carried", "m1", pool)
 	Eventually(addressOf("carried", "m1")).Should(Equal("10.80.41.2"), "not 10.80.41.1, which carrier01 carries")

@@ -35,10 +35,10 @@ type Reconciler struct {
 	// APIReader reads from the API server what a lagging cache could get
 	// wrong: the IPAddress found missing, the states a release reads.
 	APIReader client.Reader
-	// Carried reads the NodeNetworkStates reduced to the addresses they
-	// carry (carriedStates), for the addresses a new one avoids; nil, or
-	// not started yet, reads them from the API server's watch cache.
-	Carried client.Reader
+	// Carried tells the addresses nodes carry, which a new address
+	// avoids (WatchCarriers); nil reads them from the API server's watch
+	// cache for each claim.
+	Carried *Carriers
 	// Pools writes pool statuses.
 	Pools *poolwrite.Writer
 	// Recorder emits Events on claims.

@@ -28,6 +28,7 @@ import (
 // +kubebuilder:rbac:groups=ipam.cluster.x-k8s.io,resources=ipaddressclaims/status,verbs=get;update;patch
 // +kubebuilder:rbac:groups=ipam.cluster.x-k8s.io,resources=ipaddresses,verbs=get;list;watch;create;update;patch;delete
 // +kubebuilder:rbac:groups=cluster.x-k8s.io,resources=clusters,verbs=get;list;watch
+// +kubebuilder:rbac:groups=nmstate.io,resources=nodenetworkstates,verbs=get;list;watch
 // +kubebuilder:rbac:groups="",resources=namespaces,verbs=get;list;watch
 
 // FieldOwner is the field manager of every write of the claim controller: the
@@ -66,7 +67,7 @@ func (r *Reconciler) SetupWithManager(mgr ctrl.Manager, opts SetupOptions) error
 		return err
 	}
 	if r.Carried == nil {
-		carried, err := carriedStates(mgr)
+		carried, err := WatchCarriers(mgr, r.APIReader)
 		if err != nil {
 			return err
 		}
@@ -91,8 +92,7 @@ func (r *Reconciler) SetupWithManager(mgr ctrl.Manager, opts SetupOptions) error
 
 // waitingIndex indexes the claims that are not Ready by the NodeIPPool
 // they name (waitsFor): every write of a pool looks its waiting claims up,
-// and with a thousand claims a look at each one at each write was the
-// claim controller's largest cost.
+// and the index keeps that from reading every claim each time.
 const waitingIndex = "nmstate-ippool.waitingFor"
 
 // waitsFor returns the NodeIPPool a claim that is not Ready names, none
@@ -110,48 +110,37 @@ func waitsFor(o client.Object) []string {
 
 // waitingFor maps a pool to its claims that are not Ready.
 func (r *Reconciler) waitingFor(ctx context.Context, o client.Object) []reconcile.Request {
-	list := capi.NewClaimList(r.Version)
-	if err := r.Client.List(ctx, list, client.MatchingFields{waitingIndex: o.GetName()}, client.UnsafeDisableDeepCopy); err != nil {
-		ctrl.LoggerFrom(ctx).Error(err, "could not list IPAddressClaims")
-		return nil
-	}
-	reqs := make([]reconcile.Request, 0, len(list.Items))
-	for i := range list.Items {
-		reqs = append(reqs, reconcile.Request{NamespacedName: client.ObjectKeyFromObject(&list.Items[i])})
-	}
-	return reqs
+	return r.claimsWhere(ctx, nil, client.MatchingFields{waitingIndex: o.GetName()})
 }
 
 // waitingIn maps a namespace whose labels changed to its claims of
 // NodeIPPools that are not Ready: a pool's claimNamespaceSelector may
 // select it now.
 func (r *Reconciler) waitingIn(ctx context.Context, o client.Object) []reconcile.Request {
-	return r.claimsWhere(ctx, o.GetName(), func(u *unstructured.Unstructured) bool {
+	return r.claimsWhere(ctx, func(u *unstructured.Unstructured) bool {
 		return capi.PoolRefOf(u).Ours() && !isReady(u)
-	})
+	}, client.InNamespace(o.GetName()))
 }
 
 // ofCluster maps a Cluster to the claims of NodeIPPools that belong to it.
 func (r *Reconciler) ofCluster(ctx context.Context, o client.Object) []reconcile.Request {
-	return r.claimsWhere(ctx, o.GetNamespace(), func(u *unstructured.Unstructured) bool {
+	return r.claimsWhere(ctx, func(u *unstructured.Unstructured) bool {
 		return capi.PoolRefOf(u).Ours() && capi.ClusterOf(u) == o.GetName()
-	})
+	}, client.InNamespace(o.GetNamespace()))
 }
 
-// claimsWhere returns the claims of namespace (every namespace for "")
-// that match.
-func (r *Reconciler) claimsWhere(ctx context.Context, namespace string, match func(*unstructured.Unstructured) bool) []reconcile.Request {
+// claimsWhere returns the claims the cache lists with opts that match
+// (every one for a nil match). match only reads: the cache's claims are
+// not copied.
+func (r *Reconciler) claimsWhere(ctx context.Context, match func(*unstructured.Unstructured) bool, opts ...client.ListOption) []reconcile.Request {
 	list := capi.NewClaimList(r.Version)
-	// match only reads: the cache's claims need no copy (a copy of every
-	// claim at each write of a pool was most of the claim controller's
-	// CPU with a thousand claims).
-	if err := r.Client.List(ctx, list, client.InNamespace(namespace), client.UnsafeDisableDeepCopy); err != nil {
+	if err := r.Client.List(ctx, list, append(opts, client.UnsafeDisableDeepCopy)...); err != nil {
 		ctrl.LoggerFrom(ctx).Error(err, "could not list IPAddressClaims")
 		return nil
 	}
 	var reqs []reconcile.Request
 	for i := range list.Items {
-		if u := &list.Items[i]; match(u) {
+		if u := &list.Items[i]; match == nil || match(u) {
 			reqs = append(reqs, reconcile.Request{NamespacedName: types.NamespacedName{Namespace: u.GetNamespace(), Name: u.GetName()}})
 		}
 	}

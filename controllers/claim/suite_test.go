@@ -4,8 +4,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"net/netip"
 	"os"
+	"slices"
 	"testing"
 	"time"
 
@@ -39,12 +41,10 @@ const version = "v1beta2"
 const defaultTimeout = 45 * time.Second
 
 var (
-	// running is the pool controller the test started last.
-	running *envtest.PoolController
-	env     *envtest.Env
-	k       client.Client
-	simBin  string
-	ctx     = context.Background()
+	env    *envtest.Env
+	k      client.Client
+	simBin string
+	ctx    = context.Background()
 )
 
 // TestMain runs the package on a control plane with Cluster API's IPAM and
@@ -72,7 +72,6 @@ func startController(t *testing.T, tune ...func(*envtest.PoolController)) *envte
 	Expect(err).NotTo(HaveOccurred())
 	Expect(pc.Claims).NotTo(BeNil(), "the IPAM CRDs are installed: the claim controller must run")
 	t.Cleanup(func() { _ = pc.Stop() })
-	running = pc
 	return pc
 }
 
@@ -105,7 +104,6 @@ func startStalling(t *testing.T, stallFor time.Duration, stall func() bool, refu
 	})
 	Expect(err).NotTo(HaveOccurred())
 	t.Cleanup(func() { _ = pc.Stop() })
-	running = pc
 }
 
 // begin starts a test: a pool controller, the namespace of its claims
@@ -287,19 +285,24 @@ func recordByNode(t *testing.T, name, pool, ip string) {
 }
 
 // publishState writes a node's NodeNetworkState, stamped at.
-func publishState(t *testing.T, node, state string, at time.Time) {
+func publishState(t *testing.T, pc *envtest.PoolController, node, state string, at time.Time) {
 	t.Helper()
 	t.Cleanup(func() { _ = k.Delete(ctx, &nncev1beta1.NodeNetworkState{ObjectMeta: metav1.ObjectMeta{Name: node}}) })
 	Expect(envtest.PublishState(ctx, k, node, state, at)).To(Succeed())
 	// The claim controller reads what nodes carry from its own watch of
-	// the states: wait until it has seen this one, as a real cluster's
-	// claims come long after a node published its state.
-	if running != nil && running.Claims.Carried != nil {
-		want := netstate.Carriers([]byte(state))
-		Eventually(func() (map[netip.Addr]string, error) {
-			var nns nncev1beta1.NodeNetworkState
-			err := running.Claims.Carried.Get(ctx, client.ObjectKey{Name: node}, &nns)
-			return netstate.Carriers(nns.Status.CurrentState.Raw), err
-		}).Should(Equal(want), "the claim controller's watch of states shows what node %s carries", node)
-	}
+	// the states: wait until it shows this one, as a real cluster's claims
+	// come long after a node published its state.
+	want := slices.AppendSeq([]netip.Addr{}, maps.Keys(netstate.Carriers([]byte(state))))
+	slices.SortFunc(want, netip.Addr.Compare)
+	Eventually(func() ([]netip.Addr, error) {
+		carriers, err := pc.Claims.Carried.Of(ctx)
+		shown := []netip.Addr{}
+		for ip, nodes := range carriers {
+			if slices.Contains(nodes, node) {
+				shown = append(shown, ip)
+			}
+		}
+		slices.SortFunc(shown, netip.Addr.Compare)
+		return shown, err
+	}).Should(Equal(want), "the claim controller shows what node %s carries", node)
 }

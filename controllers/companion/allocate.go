@@ -345,8 +345,7 @@ func (r *Reconciler) carried(ctx context.Context, w *world, pool *ippoolv1.NodeI
 	if err != nil {
 		return c, err
 	}
-	rng, _ := poolstatus.Range(pool) // nil for a range that hands out nothing: every address counts
-	return lifecycle.WithCarriers(ctx, r.APIReader, c, rng)
+	return lifecycle.WithCarriers(ctx, r.APIReader, c, nil)
 }
 
 // nodesOf names the nodes of needs, for messages.

@@ -40,8 +40,7 @@ func (r server) carriedFor(ctx context.Context, pool *ippoolv1.NodeIPPool, reque
 	if err != nil {
 		return c, err
 	}
-	rng, _ := poolstatus.Range(pool) // nil for a range that hands out nothing: every address counts
-	return lifecycle.WithCarriers(ctx, r.APIReader, c, rng)
+	return lifecycle.WithCarriers(ctx, r.APIReader, c, nil)
 }
 
 // first reports whether some capture the request asks for has never had

@@ -72,9 +72,8 @@ func List(ctx context.Context, reader client.Reader, enactments []nncev1beta1.No
 func claimRecords(ctx context.Context, reader client.Reader, signer *capi.Signer) ([]Record, error) {
 	for _, v := range capi.Versions {
 		list := capi.NewAddressList(v)
-		// Read only, and to records of their own: a cache's objects need
-		// no copy (a copy of each of a thousand claims' IPAddresses, at
-		// every pass of the pool controller, was most of its CPU).
+		// Read only, into records of their own: a cache's objects need no
+		// copy.
 		err := reader.List(ctx, list, client.UnsafeDisableDeepCopy)
 		if missing(err) {
 			continue

@@ -152,9 +152,8 @@ func ReadCarrying(ctx context.Context, reader client.Reader, pool *ippoolv1.Node
 // The Nodes are listed after the states, and only when a state shows an
 // address of rng: a Node made between the two lists is one whose state
 // the first did not show, and most pools' ranges are carried by no node
-// (a consistent list of Nodes, which change seldom, waits about 50 ms on
-// the API server's watch cache: with it, every claim took three times as
-// long).
+// (a consistent list of Nodes, which change seldom, waits on the API
+// server's watch cache to catch up).
 func WithCarriers(ctx context.Context, reader client.Reader, c assign.Carrying, rng *ippool.Range) (assign.Carrying, error) {
 	if c.Carriers == nil {
 		all, err := listStates(ctx, reader)
