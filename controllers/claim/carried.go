@@ -56,10 +56,16 @@ func WatchCarriers(mgr ctrl.Manager, api client.Reader) (*Carriers, error) {
 // Of returns, by address, the nodes whose states show it (assign.CarriersOf).
 // It never waits for the watch: a watch that cannot sync (a state that
 // cannot be read, a missing permission) leaves the reads to the API
-// server, whose errors are the claim's.
+// server, whose errors are the claim's. Either source is behind etcd:
+// by milliseconds usually, by seconds under load or after a broken
+// watch. What a node carries is known only from the state it last
+// published, so no read sees an address it takes after; a new address
+// for a claim avoids what was seen, and adoption, which gives a node the
+// address it carries, reads its states consistently instead
+// (lifecycle.ReadCarrying).
 func (c *Carriers) Of(ctx context.Context) (map[netip.Addr][]string, error) {
 	var list nncev1beta1.NodeNetworkStateList
-	if c.cache != nil && c.synced() {
+	if c.Synced() {
 		if err := c.cache.List(ctx, &list, client.UnsafeDisableDeepCopy); err == nil { // read only
 			return assign.CarriersOf(list.Items), nil
 		}
@@ -69,6 +75,10 @@ func (c *Carriers) Of(ctx context.Context) (map[netip.Addr][]string, error) {
 	}
 	return assign.CarriersOf(list.Items), nil
 }
+
+// Synced reports whether the watch has listed every state once: until
+// then Of reads from the API server.
+func (c *Carriers) Synced() bool { return c.cache != nil && c.synced() }
 
 // onLeader runs a cache on the leader only.
 type onLeader struct{ cache.Cache }

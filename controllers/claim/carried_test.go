@@ -21,8 +21,7 @@ import (
 // the range of the pool each write attempt read: after a conflict the
 // next attempt may see a range the admin widened in place, and an address
 // a node carries in the new part is avoided too (a result kept for the
-// first range would hand it out). A state outside a range asks nothing of
-// the Nodes, and only a live Node's state counts.
+// first range would hand it out). Only a live Node's state counts.
 func TestCarriedFollowsTheRange(t *testing.T) {
 	s := runtime.NewScheme()
 	for _, add := range []func(*runtime.Scheme) error{clientgoscheme.AddToScheme, nncev1beta1.AddToScheme} {

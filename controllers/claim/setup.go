@@ -61,7 +61,8 @@ type SetupOptions struct {
 // their IPAddresses, the pools (a pool that can serve again serves the
 // claims waiting for it), the namespaces (one a pool's
 // claimNamespaceSelector may select now) and, when installed, the Clusters (one unpaused).
-// The manager's client should cache unstructured objects.
+// The manager's client must cache unstructured objects: the waiting
+// claims are found through an index of that cache.
 func (r *Reconciler) SetupWithManager(mgr ctrl.Manager, opts SetupOptions) error {
 	if err := mgr.GetFieldIndexer().IndexField(context.Background(), capi.NewClaim(r.Version), waitingIndex, waitsFor); err != nil {
 		return err

@@ -295,6 +295,9 @@ func publishState(t *testing.T, pc *envtest.PoolController, node, state string, 
 	want := slices.AppendSeq([]netip.Addr{}, maps.Keys(netstate.Carriers([]byte(state))))
 	slices.SortFunc(want, netip.Addr.Compare)
 	Eventually(func() ([]netip.Addr, error) {
+		if !pc.Claims.Carried.Synced() {
+			return nil, errors.New("the watch of states has not synced")
+		}
 		carriers, err := pc.Claims.Carried.Of(ctx)
 		shown := []netip.Addr{}
 		for ip, nodes := range carriers {

@@ -191,14 +191,16 @@ func withoutIn(iface map[string]any, fam string, drop []netip.Addr) (map[string]
 type state map[string]any
 
 func parseState(raw []byte) (state, error) {
-	var s state
 	// JSON, as NodeNetworkStates hold it, is read as JSON: the same values
 	// as through YAML (which converts to JSON first), several times faster.
+	// What JSON does not read goes through YAML, from scratch.
 	if trimmed := bytes.TrimLeft(raw, " \t\r\n"); len(trimmed) > 0 && trimmed[0] == '{' {
+		var s state
 		if err := json.Unmarshal(trimmed, &s); err == nil {
 			return s, nil
 		}
 	}
+	var s state
 	if err := yaml.Unmarshal(raw, &s); err != nil {
 		return nil, fmt.Errorf("read the state: %w", err)
 	}

@@ -5,6 +5,8 @@ import (
 	"net/netip"
 	"reflect"
 	"testing"
+
+	"sigs.k8s.io/yaml"
 )
 
 const twoOnEth1 = `interfaces:
@@ -155,5 +157,28 @@ func TestCarriedStateKeepsWhatIsCarried(t *testing.T) {
 	}
 	if got := Carriers(CarriedState(nil)); len(got) != 0 {
 		t.Errorf("CarriedState(nil) carries %v", got)
+	}
+}
+
+// TestParseStateReadsJSONAsYAMLDoes: a state in JSON reads the same
+// through JSON as through YAML (which converts to JSON first): numbers,
+// nested lists, duplicate keys, unicode escapes; JSON that JSON does not
+// read (trailing text, a number out of range) goes through YAML from
+// scratch and reads as YAML reads it.
+func TestParseStateReadsJSONAsYAMLDoes(t *testing.T) {
+	for _, in := range []string{
+		`{"interfaces":[{"name":"eth1","mtu":9000,"ipv4":{"enabled":true,"address":[{"ip":"10.0.0.9","prefix-length":24}]}}]}`,
+		`  {"interfaces":[{"name":"eth1","name":"eth2","ipv6":{"autoconf":true,"address":[{"ip":"fd00::1","prefix-length":64}]}}],"routes":{"running":[]}}`,
+		`{"interfaces":[{"name":"\u00e9th0","description":null,"ipv4":{"dhcp":false,"address":[]}}],"dns-resolver":{"running":{"server":["1.1.1.1"]}}}`,
+		`{"interfaces":[{"name":"eth1"}]} trailing`,
+		`{"interfaces":[{"name":"eth1","mtu":1e400}]}`,
+		`{interfaces: [{name: eth1, ipv4: {address: [{ip: 10.0.0.1, prefix-length: 24}]}}]}`,
+	} {
+		var want state
+		wantErr := yaml.Unmarshal([]byte(in), &want)
+		got, err := parseState([]byte(in))
+		if (err != nil) != (wantErr != nil) || (wantErr == nil && !reflect.DeepEqual(got, want)) {
+			t.Errorf("parseState(%s) = %v, %v; YAML reads %v, %v", in, got, err, want, wantErr)
+		}
 	}
 }

@@ -118,14 +118,14 @@ func ReadCarrying(ctx context.Context, reader client.Reader, pool *ippoolv1.Node
 	}
 	states, err := ReadStates(ctx, reader, nodes, ListStatesFrom)
 	if err != nil {
-		return c, err
+		return c, fmt.Errorf("read what the nodes carry: %w", err)
 	}
 	c.ByNode = staticOf(states.ByNode)
 	all := states.All
 	if all != nil || carriesInRange(c.ByNode, rng) {
 		if all == nil {
 			if all, err = listStates(ctx, reader); err != nil {
-				return c, err
+				return c, fmt.Errorf("read what the nodes carry: %w", err)
 			}
 		}
 		c.Carriers = assign.CarriersOf(all)
@@ -158,7 +158,7 @@ func WithCarriers(ctx context.Context, reader client.Reader, c assign.Carrying, 
 	if c.Carriers == nil {
 		all, err := listStates(ctx, reader)
 		if err != nil {
-			return c, err
+			return c, fmt.Errorf("read what the nodes carry: %w", err)
 		}
 		c.Carriers = assign.CarriersOf(all)
 	}
@@ -209,7 +209,7 @@ func carriesInRange(byNode map[string]map[netip.Addr]string, rng *ippool.Range) 
 func listStates(ctx context.Context, reader client.Reader) ([]nncev1beta1.NodeNetworkState, error) {
 	var list nncev1beta1.NodeNetworkStateList
 	if err := reader.List(ctx, &list); err != nil {
-		return nil, fmt.Errorf("list NodeNetworkStates, for what the nodes carry: %w", err)
+		return nil, fmt.Errorf("list NodeNetworkStates: %w", err)
 	}
 	return list.Items, nil
 }
