@@ -38,6 +38,9 @@ var (
 	handlers   = flag.String("peer.handlers", "upstream,ours,companion",
 		"the clusters to measure, in this order: upstream (kubernetes-nmstate's handler), ours, companion (kubernetes-nmstate's handler and our pool controller in companion mode)")
 	onlyCases = flag.String("peer.cases", "", "comma-separated names of the cases to roll out (default: every case)")
+	baseline  = flag.String("peer.baseline", "",
+		"a commit of this repository whose handler and pool controller (with its CRDs) the cluster \"baseline\" of -peer.handlers runs, "+
+			"the cases of ours, for an A/B in the same run")
 )
 
 // A rollout case: a plain policy that changes eth1's MTU (what
@@ -62,7 +65,21 @@ const (
 	upstreamCluster  = "upstream"
 	oursCluster      = "ours"
 	companionCluster = "companion"
+	// baselineCluster runs our handler and pool controller of
+	// -peer.baseline, and the cases of ours.
+	baselineCluster = "baseline"
 )
+
+// clusters are the kinds of cluster, in the order the report lists them.
+var clusters = []string{upstreamCluster, baselineCluster, oursCluster, companionCluster}
+
+// runsOn reports whether a case runs on a kind of cluster.
+func (c rolloutCase) runsOn(kind string) bool {
+	if kind == baselineCluster {
+		kind = oursCluster
+	}
+	return slices.Contains(c.on, kind)
+}
 
 var cases = []rolloutCase{
 	{name: "plain", on: []string{upstreamCluster, oursCluster}},
@@ -111,6 +128,11 @@ func BenchmarkPeer(b *testing.B) {
 	if out, err := build.CombinedOutput(); err != nil {
 		b.Fatalf("build the floor process: %v\n%s", err, out)
 	}
+	kinds := strings.Split(*handlers, ",")
+	var base *baselineBuild
+	if slices.Contains(kinds, baselineCluster) {
+		base = buildBaseline(b, bin)
+	}
 	for _, f := range strings.Split(*nodeCounts, ",") {
 		n, err := strconv.Atoi(strings.TrimSpace(f))
 		if err != nil || n < 1 {
@@ -119,8 +141,8 @@ func BenchmarkPeer(b *testing.B) {
 		b.Run(fmt.Sprintf("nodes=%d", n), func(b *testing.B) {
 			for range b.N {
 				measured := map[string]map[string]figures{}
-				for _, h := range strings.Split(*handlers, ",") {
-					measured[h] = measure(b, bin, peer, n, h)
+				for _, h := range kinds {
+					measured[h] = measure(b, bin, peer, n, h, base)
 				}
 				report(b, n, measured)
 			}
@@ -128,13 +150,39 @@ func BenchmarkPeer(b *testing.B) {
 	}
 }
 
+// baselineBuild is where the programs and CRDs of -peer.baseline are.
+type baselineBuild struct{ bin, crds string }
+
+// buildBaseline builds the handler and pool controller of -peer.baseline
+// in a worktree of this repository, beside this version's simulated
+// nmstatectl (the node's, not the project's: the same on both sides).
+func buildBaseline(b *testing.B, bin string) *baselineBuild {
+	if *baseline == "" {
+		b.Fatalf("-peer.handlers names %s: say which commit with -peer.baseline", baselineCluster)
+	}
+	tmp := b.TempDir()
+	base := &baselineBuild{bin: filepath.Join(tmp, "bin"), crds: filepath.Join(tmp, "tree", "deploy", "crd")}
+	remove, err := envtest.BuildAt(*baseline, filepath.Join(tmp, "tree"), base.bin, false, "handler", "pool-controller")
+	b.Cleanup(remove)
+	must(b, err)
+	sim, err := os.ReadFile(filepath.Join(bin, "nmstatectl-sim"))
+	must(b, err)
+	must(b, os.WriteFile(filepath.Join(base.bin, "nmstatectl-sim"), sim, 0o755))
+	return base
+}
+
 // measure starts a local cluster of n nodes of a kind and rolls out every
 // case that runs on it.
-func measure(b *testing.B, bin, peer string, n int, kind string) map[string]figures {
+func measure(b *testing.B, bin, peer string, n int, kind string, base *baselineBuild) map[string]figures {
 	dir := filepath.Join(b.TempDir(), "cluster")
-	args := []string{"up", "--nodes", strconv.Itoa(n), "--peer-handler", peer, "--bin", bin, "--assets", envtest.AssetsDir(), "--handler", kind}
-	if kind == companionCluster {
-		args = append(args[:len(args)-1], upstreamCluster, "--companion")
+	args := []string{"up", "--nodes", strconv.Itoa(n), "--peer-handler", peer, "--assets", envtest.AssetsDir()}
+	switch kind {
+	case companionCluster:
+		args = append(args, "--bin", bin, "--handler", upstreamCluster, "--companion")
+	case baselineCluster:
+		args = append(args, "--bin", base.bin, "--crd-dir", base.crds, "--handler", oursCluster)
+	default:
+		args = append(args, "--bin", bin, "--handler", kind)
 	}
 	localcluster(b, bin, dir, args...)
 	defer localcluster(b, bin, dir, "down")
@@ -157,7 +205,7 @@ func measure(b *testing.B, bin, peer string, n int, kind string) map[string]figu
 	m := &meter{b: b, k: k, cfg: cfg, dir: dir, nodes: n, floorPID: strconv.Itoa(floor.Process.Pid)}
 	out := map[string]figures{}
 	for i, c := range cases {
-		if slices.Contains(c.on, kind) && chosen(c.name) {
+		if c.runsOn(kind) && chosen(c.name) {
 			out[c.name] = m.rollouts(c, i)
 		}
 	}

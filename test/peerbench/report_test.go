@@ -11,17 +11,17 @@ import (
 	"time"
 )
 
-// report prints one node count's figures and the ratios against
-// kubernetes-nmstate's handler in the same run: ours ÷ upstream's plain
-// policy, and companion mode ÷ the per-node policies admins write for
-// upstream's handler today.
+// report prints one node count's figures and the ratios against the
+// baselines of the same run: ours ÷ upstream's plain policy, companion
+// mode ÷ the per-node policies admins write for upstream's handler today,
+// and ours ÷ ours at -peer.baseline.
 func report(b *testing.B, n int, measured map[string]map[string]figures) {
 	var out bytes.Buffer
 	fmt.Fprintf(&out, "\n%d nodes, %d rollouts per case (median time)\n", n, *runs)
 	fmt.Fprintf(&out, "%-28s %-9s %9s %9s %10s %10s %9s %9s %9s %10s %9s %10s %9s\n", "case", "cluster", "rollout", "floor",
 		"req/node", "watch/node", "cpu/node", "MB/node", "anon MB", "apisrv cpu", "writes", "poolctl cpu", "poolctl MB")
 	for _, c := range cases {
-		for _, cluster := range []string{upstreamCluster, oursCluster, companionCluster} {
+		for _, cluster := range clusters {
 			f, ok := measured[cluster][c.name]
 			if !ok {
 				continue
@@ -32,14 +32,14 @@ func report(b *testing.B, n int, measured map[string]map[string]figures) {
 		}
 	}
 	upstream, ours, companion := measured[upstreamCluster], measured[oursCluster], measured[companionCluster]
-	for _, cluster := range []string{oursCluster, companionCluster} {
+	for _, cluster := range clusters[1:] {
 		for _, c := range cases {
 			if f, ok := measured[cluster][c.name]; ok {
 				fmt.Fprintf(&out, "%s (%s) writes per node: %s\n", cluster, c.name, perNode(f.writesBy, nil, n))
 			}
 		}
 	}
-	for _, cluster := range []string{upstreamCluster, oursCluster, companionCluster} {
+	for _, cluster := range clusters {
 		for _, c := range cases {
 			if f, ok := measured[cluster][c.name]; ok {
 				floor := "did not run (its log is the cluster's logs/floor.log)"
@@ -55,6 +55,19 @@ func report(b *testing.B, n int, measured map[string]map[string]figures) {
 	if plain, ok := ours["plain"]; ok {
 		if pooled, ok := ours["pooled"]; ok {
 			fmt.Fprintf(&out, "ours pooled - plain, writes per node: %s\n", perNode(pooled.writesBy, plain.writesBy, n))
+		}
+	}
+	for _, c := range cases {
+		o, ok := ours[c.name]
+		base, baseOK := measured[baselineCluster][c.name]
+		if !ok || !baseOK {
+			continue
+		}
+		fmt.Fprintf(&out, "ours (%s) ÷ baseline %s (%s): rollout x%.3f, floor x%.2f, writes x%.2f, requests/node x%.2f, cpu/node x%.2f, "+
+			"pool controller cpu x%.2f\n", c.name, short(*baseline), c.name, ratio(o.rollout, base.rollout), ratio(o.floor, base.floor),
+			o.writes/base.writes, o.requests/base.requests, ratio(o.cpu, base.cpu), ratio(o.poolControllerCPU, base.poolControllerCPU))
+		if c.name == "plain" {
+			b.ReportMetric(ratio(o.rollout, base.rollout), "ours/baseline")
 		}
 	}
 	if base, ok := upstream["plain"]; ok {
@@ -125,6 +138,11 @@ func perNode(by, base map[string]float64, n int) string {
 		return "none"
 	}
 	return strings.Join(parts, ", ")
+}
+
+// short is a commit's abbreviated name.
+func short(commit string) string {
+	return commit[:min(len(commit), 12)]
 }
 
 func ratio(a, b time.Duration) float64 {

@@ -105,11 +105,16 @@ func (c *cluster) startControllerReplica(ctx context.Context, name string) error
 	p := &process.Process{Binary: filepath.Join(c.Bin, "pool-controller"), Log: c.Path("logs", name+".log"),
 		Health: "http://" + process.HostPort(health) + "/readyz", Metrics: "http://" + process.HostPort(metrics) + "/metrics", Args: []string{
 			"--kubeconfig=" + c.Kubeconfig(), "--leader-election-namespace=default",
-			"--health-probe-bind-address=" + process.HostPort(health), "--metrics-bind-address=" + process.HostPort(metrics), "--metrics-secure=false", // on 127.0.0.1, for this host's user
+			"--health-probe-bind-address=" + process.HostPort(health), "--metrics-bind-address=" + process.HostPort(metrics),
 			"--gc-grace-period=" + c.GracePeriod, "--quarantine-period=" + c.QuarantinePeriod,
 			"--webhook-host=127.0.0.1", fmt.Sprintf("--webhook-port=%d", webhook),
 			"--webhook-cert-dir=" + pki.Keys{Dir: c.Path("pki")}.WebhookCertDir(),
 		}}
+	if knowsFlag(p.Binary, "metrics-secure") {
+		// On 127.0.0.1, for this host's user. An earlier version (the
+		// baseline of a benchmark, a downgrade) serves plain HTTP only.
+		p.Args = append(p.Args, "--metrics-secure=false")
+	}
 	if c.Companion {
 		p.Args = append(p.Args, "--mode=companion")
 	}
