@@ -187,6 +187,9 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 // confirmed releases are confirmed) first, allocations take addresses for
 // the nodes that lack them. It changes next's records.
 func (r *Reconciler) holdings(ctx context.Context, w *world, next *ippoolv1.PooledNodeNetworkConfigurationPolicy) ([]problem, error) {
+	// One list of the pools for the pass's quarantines and confirmations,
+	// however many nodes they are for.
+	ctx = poolwrite.OnePoolList(ctx)
 	if err := r.depart(ctx, w, next); err != nil {
 		return nil, err
 	}

@@ -3,12 +3,14 @@ package poolwrite
 import (
 	"context"
 	"fmt"
+	"net/netip"
 	"slices"
 	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	ippoolv1 "github.com/nmstate-ippool/nmstate-ippool/api/v1"
+	"github.com/nmstate-ippool/nmstate-ippool/internal/allocation/poolstatus"
 	"github.com/nmstate-ippool/nmstate-ippool/pkg/ippool"
 )
 
@@ -38,18 +40,21 @@ func (w *Writer) ConfirmRelease(ctx context.Context, holder Holder, record ippoo
 	if len(ips) == 0 {
 		return nil
 	}
-	var pools ippoolv1.NodeIPPoolList
-	if err := w.Reader.List(ctx, &pools); err != nil {
-		return fmt.Errorf("list NodeIPPools: %w", err)
+	pools, err := w.listPools(ctx)
+	if err != nil {
+		return err
 	}
 	unconfirmed := func(q ippoolv1.QuarantinedAddress) bool {
 		return ips[q.IP] && q.HolderName() == holder.Ref.String() && q.StateSeenAtRelease == nil
 	}
-	for i := range pools.Items {
-		if !slices.ContainsFunc(pools.Items[i].Status.Quarantined, unconfirmed) {
+	for i := range pools {
+		// A list shared by a pass (OnePoolList) may predate the
+		// quarantine: a pool whose range holds one of the addresses is
+		// looked at too, and the write decides on its latest copy.
+		if !slices.ContainsFunc(pools[i].Status.Quarantined, unconfirmed) && !holdsAny(&pools[i], ips) {
 			continue
 		}
-		_, err := w.Update(ctx, pools.Items[i].Name, func(p *ippoolv1.NodeIPPool, _ *ippool.Allocator) (bool, error) {
+		_, err := w.Update(ctx, pools[i].Name, func(p *ippoolv1.NodeIPPool, _ *ippool.Allocator) (bool, error) {
 			changed := false
 			for j := range p.Status.Quarantined {
 				if q := &p.Status.Quarantined[j]; unconfirmed(*q) {
@@ -58,10 +63,26 @@ func (w *Writer) ConfirmRelease(ctx context.Context, holder Holder, record ippoo
 				}
 			}
 			return changed, nil
-		}, Incarnation(pools.Items[i].UID), protective())
+		}, Incarnation(pools[i].UID), protective())
 		if err != nil && !ignorable(err) {
-			return fmt.Errorf("confirm the release of %s in NodeIPPool %q: %w", holder.Ref.Title(), pools.Items[i].Name, err)
+			return fmt.Errorf("confirm the release of %s in NodeIPPool %q: %w", holder.Ref.Title(), pools[i].Name, err)
 		}
 	}
 	return nil
+}
+
+// holdsAny reports whether the pool's range hands out one of ips.
+func holdsAny(p *ippoolv1.NodeIPPool, ips map[string]bool) bool {
+	rng, err := poolstatus.Range(p)
+	if err != nil {
+		return false
+	}
+	for s := range ips {
+		if ip, err := netip.ParseAddr(s); err == nil {
+			if _, err := rng.Assignable(ip); err == nil {
+				return true
+			}
+		}
+	}
+	return false
 }

@@ -81,19 +81,20 @@ func (w *Writer) Quarantine(ctx context.Context, holder Holder, record ippoolv1.
 		if !errors.Is(err, ErrReplaced) || attempt == 3 {
 			return out, err
 		}
+		forgetPools(ctx)
 	}
 }
 
 // quarantineInPools quarantines ips in every pool whose range hands one
 // of them out, and adds what it quarantined to out.
 func (w *Writer) quarantineInPools(ctx context.Context, holder Holder, ips []netip.Addr, out ippoolv1.EnactmentIPPools) error {
-	var pools ippoolv1.NodeIPPoolList
-	if err := w.Reader.List(ctx, &pools); err != nil {
-		return fmt.Errorf("list pools: %w", err)
+	pools, err := w.listPools(ctx)
+	if err != nil {
+		return err
 	}
 	var errs []error
-	for i := range pools.Items {
-		p := &pools.Items[i]
+	for i := range pools {
+		p := &pools[i]
 		rng, err := poolstatus.Range(p)
 		if err != nil {
 			continue // a range that hands out nothing

@@ -2,6 +2,7 @@ package poolwrite_test
 
 import (
 	"context"
+	"fmt"
 	"net/netip"
 	"os"
 	"sync/atomic"
@@ -48,10 +49,21 @@ func getPool(name string) *ippoolv1.NodeIPPool {
 // TestQuarantineFollowsARecreatedPool: a pool deleted and re-created
 // between the list of pools and the quarantine's write gets the quarantine
 // in its new incarnation, which hands the address out: the writer lists
-// again rather than letting the address go unprotected.
+// again rather than letting the address go unprotected; in a pass that
+// shares one list of the pools (OnePoolList) too.
 func TestQuarantineFollowsARecreatedPool(t *testing.T) {
+	t.Run("own list", func(t *testing.T) { quarantineFollowsARecreatedPool(t, ctx, "recreated", "10.82.0.0/24") })
+	t.Run("list of the pass", func(t *testing.T) {
+		quarantineFollowsARecreatedPool(t, poolwrite.OnePoolList(ctx), "recreated-in-pass", "10.92.0.0/24")
+	})
+}
+
+func quarantineFollowsARecreatedPool(t *testing.T, ctx context.Context, name, cidr string) {
 	RegisterTestingT(t)
-	old := newPool("recreated", "10.82.0.0/24")
+	b := netip.MustParsePrefix(cidr).Addr().As4()
+	b[3] = 9
+	ip := netip.AddrFrom4(b).String()
+	old := newPool(name, cidr)
 	var replaced atomic.Bool
 	reader := interceptor.NewClient(envtest.WithoutWatch{Client: k}, interceptor.Funcs{List: func(ctx context.Context, c client.WithWatch, list client.ObjectList,
 		opts ...client.ListOption) error {
@@ -62,22 +74,78 @@ func TestQuarantineFollowsARecreatedPool(t *testing.T) {
 				return apierrors.IsNotFound(k.Get(ctx, client.ObjectKeyFromObject(old), &ippoolv1.NodeIPPool{}))
 			}).
 				Should(BeTrue())
-			newPool("recreated", "10.82.0.0/24")
+			newPool(name, cidr)
 		}
 		return err
 	}})
 	w := poolwrite.NewWriter(reader, k, clock.RealClock{})
 	q, err := w.Quarantine(ctx, poolwrite.Holder{Node: "node01", Ref: holder.ForEnactment("node01.p")},
-		ippoolv1.EnactmentIPPools{"recreated": {Allocated: []string{"10.82.0.9"}}})
+		ippoolv1.EnactmentIPPools{name: {Allocated: []string{ip}}})
 	Expect(err).NotTo(HaveOccurred())
-	Expect(q).To(Equal(ippoolv1.EnactmentIPPools{"recreated": {Allocated: []string{"10.82.0.9"}}}))
-	now := getPool("recreated")
+	Expect(q).To(Equal(ippoolv1.EnactmentIPPools{name: {Allocated: []string{ip}}}))
+	now := getPool(name)
 	Expect(now.UID).NotTo(Equal(old.UID))
-	Expect(poolstatus.QuarantineOf(now, "10.82.0.9")).To(HaveField("Node", "node01"))
+	Expect(poolstatus.QuarantineOf(now, ip)).To(HaveField("Node", "node01"))
 	alloc, err := poolstatus.Allocator(now)
 	Expect(err).NotTo(HaveOccurred())
-	Expect(alloc.HasIP(netip.MustParseAddr("10.82.0.9"))).To(BeTrue())
+	Expect(alloc.HasIP(netip.MustParseAddr(ip))).To(BeTrue())
 	Expect(poolstatus.Vouched(now)).To(BeTrue())
+}
+
+// TestOnePoolListIsReadOncePerPass: the releases of many holders in one
+// pass (OnePoolList) list the pools once, not once per holder, and every
+// address is still quarantined in its pool and confirmed there, though
+// the list the confirmations share was read before the quarantines.
+func TestOnePoolListIsReadOncePerPass(t *testing.T) {
+	RegisterTestingT(t)
+	newPool("pass-a", "10.93.0.0/24")
+	newPool("pass-b", "10.94.0.0/24")
+	var lists atomic.Int32
+	reader := interceptor.NewClient(envtest.WithoutWatch{Client: k}, interceptor.Funcs{List: func(ctx context.Context, c client.WithWatch, list client.ObjectList,
+		opts ...client.ListOption) error {
+		if _, ok := list.(*ippoolv1.NodeIPPoolList); ok {
+			lists.Add(1)
+		}
+		return c.List(ctx, list, opts...)
+	}})
+	w := poolwrite.NewWriter(reader, k, clock.RealClock{})
+	pass := poolwrite.OnePoolList(ctx)
+	type released struct {
+		holder poolwrite.Holder
+		record ippoolv1.EnactmentIPPools
+	}
+	var all []released
+	for i := range 6 {
+		node := fmt.Sprintf("node%02d", i)
+		pool, ip := "pass-a", fmt.Sprintf("10.93.0.%d", 10+i)
+		if i%2 == 1 {
+			pool, ip = "pass-b", fmt.Sprintf("10.94.0.%d", 10+i)
+		}
+		r := released{poolwrite.Holder{Node: node, Ref: holder.ForEnactment(node + ".p")}, ippoolv1.EnactmentIPPools{pool: {Allocated: []string{ip}}}}
+		q, err := w.Quarantine(pass, r.holder, r.record)
+		Expect(err).NotTo(HaveOccurred())
+		Expect(q).To(Equal(r.record))
+		all = append(all, r)
+	}
+	for _, r := range all {
+		Expect(w.ConfirmRelease(pass, r.holder, r.record)).To(Succeed())
+	}
+	Expect(lists.Load()).To(BeEquivalentTo(1), "one list of the pools for the pass")
+	for _, r := range all {
+		for pool, a := range r.record {
+			q := poolstatus.QuarantineOf(getPool(pool), a.Allocated[0])
+			Expect(q).NotTo(BeNil(), "%s in %s", a.Allocated[0], pool)
+			Expect(q.Node).To(Equal(r.holder.Node))
+			Expect(q.StateSeenAtRelease).NotTo(BeNil(), "%s confirmed", a.Allocated[0])
+			Expect(q.StateSeenAtRelease.Equal(&poolwrite.ReleaseConfirmed)).To(BeTrue(), "%s confirmed", a.Allocated[0])
+		}
+	}
+	// Without a pass, each call lists the pools.
+	before := lists.Load()
+	_, err := w.Quarantine(ctx, all[0].holder, all[0].record)
+	Expect(err).NotTo(HaveOccurred())
+	Expect(w.ConfirmRelease(ctx, all[0].holder, all[0].record)).To(Succeed())
+	Expect(lists.Load() - before).To(BeEquivalentTo(2))
 }
 
 // TestQuarantineIsIdempotent: quarantining an address again keeps its
