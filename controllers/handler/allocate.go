@@ -135,7 +135,7 @@ func (r *Reconciler) blockedBeforeTaking(ctx context.Context, e *nncev1beta1.Nod
 		if err != nil || len(planPool(e, &pool, alloc, captures.RefsOf(name)).fresh) == 0 {
 			continue
 		}
-		if why := poolstatus.Unservable(&pool); why != "" {
+		if why := poolstatus.Unservable(&pool); why != "" && !r.asksRebuilding(&pool) {
 			o := pending(ippoolv1.ReasonIPPoolNotAvailable, why, r.PendingRequeue)
 			o.waitingFor = name
 			return &o
@@ -185,7 +185,7 @@ func (r *Reconciler) allocateFromPool(ctx context.Context, policy *nmstatev1.Nod
 			// The pool controller's audit sets missing bits of recorded
 			// addresses; it serves new ones, once it vouches for the
 			// bitmap they are taken from.
-			if len(plan.fresh) > 0 && !vouched {
+			if len(plan.fresh) > 0 && !vouched && !r.asksRebuilding(pool) {
 				return false, fmt.Errorf("NodeIPPool %q: %w; the pool controller must rebuild it", pool.Name, poolwrite.ErrUnvouched)
 			}
 			deferred = len(plan.fresh) > 0
@@ -294,6 +294,9 @@ func (r *Reconciler) planWrite(ctx context.Context, policy *nmstatev1.NodeNetwor
 			plan.unsetBits = nil
 			return plan, nil
 		}
+		if r.asksRebuilding(pool) {
+			return plan, nil
+		}
 		o := pending(ippoolv1.ReasonIPPoolNotAvailable, why, r.PendingRequeue)
 		o.waitingFor = pool.Name
 		return nil, &o
@@ -314,6 +317,19 @@ func (r *Reconciler) planWrite(ctx context.Context, policy *nmstatev1.NodeNetwor
 		return nil, r.exhausted(ctx, policy, pool, err)
 	}
 	return plan, nil
+}
+
+// asksRebuilding reports whether this handler asks the pool controller
+// for new addresses of a pool the controller has not looked at yet or is
+// rebuilding (a pool created with the policy, reset, or after the
+// controller restarted): it serves the asks that wait for the pool once
+// the rebuild is done. Reported as not available instead, each node would
+// wait for the controller to nudge it once the pool is, and then ask: two
+// writes more for every node of the rollout, and a round trip more. A
+// handler that takes its own addresses (SelfAllocate) waits for the pool
+// to be available.
+func (r *Reconciler) asksRebuilding(pool *ippoolv1.NodeIPPool) bool {
+	return !r.SelfAllocate && poolstatus.Rebuilding(pool)
 }
 
 // templateBlocked returns the Failing outcome of a policy whose template

@@ -14,6 +14,7 @@ import (
 	. "github.com/onsi/gomega"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/intstr"
@@ -285,6 +286,47 @@ func TestPendingUntilPoolAvailable(t *testing.T) {
 	markAvailable(t, "pending-pool")
 	Eventually(enactmentState(nd.Name, "pending")).Should(HavePrefix("Available"))
 	assertIndexed("pending-pool")
+}
+
+// TestAsksARebuildingPool: a handler that asks the pool controller for
+// addresses (the default) asks it at once for those of a pool the
+// controller has not looked at yet (one created with the policy) or is
+// rebuilding: it does not report the pool unavailable and wait to be
+// nudged. The ask is its new enactment's request, and once the handler
+// has waited as long as it waits for a busy pool, Pending / IPPoolBusy;
+// the controller, started later, rebuilds the pool and serves it.
+func TestAsksARebuildingPool(t *testing.T) {
+	RegisterTestingT(t)
+	nd := newNodes(t, "asknew", 1, map[string]string{"role": "asknew"})[0]
+	nd.SelfAllocate = false
+	newPool(t, "asknew-pool", ippoolv1.IPRange{CIDR: "10.61.0.0/24"}, false)
+	newPolicy(t, "asknew", map[string]string{"role": "asknew"}, map[string]string{"addr": "ippool.asknew-pool.allocate"}, envtest.OneAddressState)
+	start(t, nd)
+	Eventually(getEnactment).WithArguments(nd.Name, "asknew").Should(Not(BeNil()))
+	asking := Or(Equal("no condition"), HavePrefix(`Pending: NodeIPPool "asknew-pool": the pool controller allocates for node`))
+	Consistently(enactmentState(nd.Name, "asknew"), 3*time.Second).Should(asking)
+	e, err := getEnactment(nd.Name, "asknew")
+	Expect(err).NotTo(HaveOccurred())
+	Expect(e.Status.WaitingForIPPool).To(BeElementOf("", "asknew-pool"))
+	Expect(poolAddresses("asknew-pool")).To(BeEmpty())
+	// Being rebuilt, as a pool controller marks it.
+	Eventually(func() error {
+		var p ippoolv1.NodeIPPool
+		if err := k.Get(context.Background(), types.NamespacedName{Name: "asknew-pool"}, &p); err != nil {
+			return err
+		}
+		meta.SetStatusCondition(&p.Status.Conditions, metav1.Condition{Type: ippoolv1.ConditionAvailable, Status: metav1.ConditionUnknown,
+			Reason: ippoolv1.ReasonReconcilingPool, Message: "The pool is being updated"})
+		return k.Status().Update(context.Background(), &p)
+	}).Should(Succeed())
+	Consistently(enactmentState(nd.Name, "asknew"), 3*time.Second).Should(asking)
+
+	pc, err := cfg.StartPoolController(raceGrace, nil, func(pc *envtest.PoolController) { pc.Policies, pc.Enactments = nil, nil })
+	Expect(err).NotTo(HaveOccurred())
+	t.Cleanup(func() { _ = pc.Stop() })
+	Eventually(enactmentState(nd.Name, "asknew")).Should(HavePrefix("Available"))
+	Expect(held(nd.Name, "asknew", "asknew-pool")).To(HaveLen(1))
+	assertIndexed("asknew-pool")
 }
 
 // TestMissingPoolAndBadCapture: precise failures, and recovery when the

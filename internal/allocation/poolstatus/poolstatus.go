@@ -110,6 +110,19 @@ func ExhaustedMessage(pool string, size uint64, want int) string {
 		pool, size, want)
 }
 
+// Rebuilding reports whether the pool controller has not looked at a pool
+// yet (a pool just created: no Available condition) or is rebuilding it
+// (Available Unknown / ReconcilingPool: new, reset, or after a restart):
+// unservable only until the rebuild is done, after which the controller
+// serves what waits for the pool.
+func Rebuilding(pool *ippoolv1.NodeIPPool) bool {
+	if !pool.DeletionTimestamp.IsZero() {
+		return false
+	}
+	c := meta.FindStatusCondition(pool.Status.Conditions, ippoolv1.ConditionAvailable)
+	return c == nil || c.Status == metav1.ConditionUnknown && c.Reason == ippoolv1.ReasonReconcilingPool
+}
+
 // Unservable says why a pool hands out no address now, or "". Only the
 // pool controller marks a pool Available; an exhausted pool still serves
 // whatever frees.
