@@ -40,7 +40,7 @@ func (w *Writer) ConfirmRelease(ctx context.Context, holder Holder, record ippoo
 	if len(ips) == 0 {
 		return nil
 	}
-	pools, err := w.listPools(ctx)
+	pools, _, err := w.listPools(ctx)
 	if err != nil {
 		return err
 	}

@@ -2,6 +2,7 @@ package poolwrite
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"sync"
 
@@ -13,11 +14,10 @@ import (
 // share it: a controller that releases the addresses of many holders in
 // one pass (a pooled policy deleted, with a thousand nodes) makes one list
 // of every pool for the pass instead of one per holder. The list is as
-// fresh as the pass's first quarantine: a pool re-created since then is
-// found by the write (ErrReplaced) and the pools are listed again; one
-// created since then holds none of the addresses (the pools' ranges do
-// not overlap while the first one is there). Use it for one pass, not
-// longer.
+// fresh as the pass's first quarantine: when a quarantine finds a listed
+// pool re-created (ErrReplaced) or gone, or an address that no listed pool
+// hands out (a pool deleted and another created over its range, a range
+// widened), the pools are listed again. Use it for one pass, not longer.
 func OnePoolList(ctx context.Context) context.Context {
 	return context.WithValue(ctx, poolListKey{}, &poolList{})
 }
@@ -32,28 +32,35 @@ type poolList struct {
 }
 
 // listPools lists the pools from the API server, or returns those the
-// pass listed already (OnePoolList). The caller must not change them.
-func (w *Writer) listPools(ctx context.Context) ([]ippoolv1.NodeIPPool, error) {
+// pass listed already (OnePoolList), and reports which. The caller must
+// not change them.
+func (w *Writer) listPools(ctx context.Context) (pools []ippoolv1.NodeIPPool, reused bool, err error) {
 	shared, _ := ctx.Value(poolListKey{}).(*poolList)
 	if shared != nil {
 		shared.mu.Lock()
 		defer shared.mu.Unlock()
 		if shared.read {
-			return shared.pools, nil
+			return shared.pools, true, nil
 		}
 	}
 	var list ippoolv1.NodeIPPoolList
 	if err := w.Reader.List(ctx, &list); err != nil {
-		return nil, fmt.Errorf("list NodeIPPools: %w", err)
+		return nil, false, fmt.Errorf("list NodeIPPools: %w", err)
 	}
 	if shared != nil {
 		shared.pools, shared.read = list.Items, true
 	}
-	return list.Items, nil
+	return list.Items, false, nil
 }
 
+// errStaleList says that the pools a pass listed earlier may not be those
+// that hand out an address now: one of them is gone, or none of them
+// hands out one of the addresses (a pool created, or a range widened,
+// since): Quarantine lists them again.
+var errStaleList = errors.New("the pass's list of pools is behind")
+
 // forgetPools makes the next listPools of the pass list again: a pool was
-// re-created since the list.
+// re-created, or may have been, since the list.
 func forgetPools(ctx context.Context) {
 	if shared, _ := ctx.Value(poolListKey{}).(*poolList); shared != nil {
 		shared.mu.Lock()

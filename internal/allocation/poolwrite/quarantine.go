@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net/netip"
+	"slices"
 	"time"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -75,10 +76,11 @@ func (w *Writer) Quarantine(ctx context.Context, holder Holder, record ippoolv1.
 	}
 	out := ippoolv1.EnactmentIPPools{}
 	// A pool re-created between the list and its write is listed again:
-	// the new incarnation hands the addresses out, so it must hold them.
+	// the new incarnation hands the addresses out, so it must hold them;
+	// so are the pools of a pass's list that looks behind (errStaleList).
 	for attempt := 1; ; attempt++ {
 		err := w.quarantineInPools(ctx, holder, ips, out)
-		if !errors.Is(err, ErrReplaced) || attempt == 3 {
+		if !errors.Is(err, ErrReplaced) && !errors.Is(err, errStaleList) || attempt == 3 {
 			return out, err
 		}
 		forgetPools(ctx)
@@ -86,13 +88,16 @@ func (w *Writer) Quarantine(ctx context.Context, holder Holder, record ippoolv1.
 }
 
 // quarantineInPools quarantines ips in every pool whose range hands one
-// of them out, and adds what it quarantined to out.
+// of them out, and adds what it quarantined to out. On a list of the pass
+// (OnePoolList) that looks behind, it returns errStaleList after writing
+// what it could.
 func (w *Writer) quarantineInPools(ctx context.Context, holder Holder, ips []netip.Addr, out ippoolv1.EnactmentIPPools) error {
-	pools, err := w.listPools(ctx)
+	pools, reused, err := w.listPools(ctx)
 	if err != nil {
 		return err
 	}
 	var errs []error
+	covered, gone := map[netip.Addr]bool{}, false
 	for i := range pools {
 		p := &pools[i]
 		rng, err := poolstatus.Range(p)
@@ -102,19 +107,28 @@ func (w *Writer) quarantineInPools(ctx context.Context, holder Holder, ips []net
 		var mine []netip.Addr
 		for _, ip := range ips {
 			if _, err := rng.Assignable(ip); err == nil {
-				mine = append(mine, ip)
+				mine, covered[ip] = append(mine, ip), true
 			}
 		}
 		q, err := w.quarantineIn(ctx, p, holder, mine)
-		if err != nil {
+		switch {
+		case errors.Is(err, errPoolGone):
+			gone = true // it needs no quarantine; another may hand them out now
+		case err != nil:
 			errs = append(errs, err)
 		}
 		if len(q) > 0 {
 			out[p.Name] = ippoolv1.PoolAllocation{Allocated: q}
 		}
 	}
+	if reused && (gone || slices.ContainsFunc(ips, func(ip netip.Addr) bool { return !covered[ip] })) {
+		errs = append(errs, errStaleList)
+	}
 	return errors.Join(errs...)
 }
+
+// errPoolGone says that a pool was deleted before its quarantine's write.
+var errPoolGone = errors.New("the pool is gone")
 
 // quarantineIn adds quarantine entries for ips to one pool incarnation.
 // Quarantines of the same pool that callers of this Writer start while one
@@ -154,6 +168,9 @@ func (w *Writer) writeQuarantines(ctx context.Context, pool *ippoolv1.NodeIPPool
 		// The pool is gone, or hands out nothing: it needs no quarantine.
 		for _, q := range qs {
 			q.added = nil
+		}
+		if apierrors.IsNotFound(err) {
+			return errPoolGone
 		}
 		return nil
 	}

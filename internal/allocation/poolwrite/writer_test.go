@@ -188,3 +188,52 @@ func TestWithdrawStaysInItsIncarnation(t *testing.T) {
 	Expect(withdrawn).To(BeEmpty())
 	Expect(poolstatus.InFlightOf(getPool("withdraw"), "10.84.0.1")).NotTo(BeNil())
 }
+
+// TestOnePoolListLooksAgainWhenBehind: a pass's list of the pools that no
+// longer shows where an address is handed out is read again before the
+// quarantine gives up on it: the pool a record names deleted and another
+// created over its range, or a range widened to take the address in, after
+// an earlier holder of the pass listed them.
+func TestOnePoolListLooksAgainWhenBehind(t *testing.T) {
+	RegisterTestingT(t)
+	w := poolwrite.NewWriter(envtest.WithoutWatch{Client: k}, k, clock.RealClock{})
+	first := func(pass context.Context, pool, ip string) {
+		_, err := w.Quarantine(pass, poolwrite.Holder{Node: "first", Ref: holder.ForEnactment("first.p")},
+			ippoolv1.EnactmentIPPools{pool: {Allocated: []string{ip}}})
+		Expect(err).NotTo(HaveOccurred())
+	}
+
+	t.Run("pool replaced under another name", func(t *testing.T) {
+		RegisterTestingT(t)
+		old := newPool("behind-old", "10.95.0.0/24")
+		pass := poolwrite.OnePoolList(ctx)
+		first(pass, "behind-old", "10.95.0.5")
+		Expect(k.Delete(ctx, old)).To(Succeed())
+		Eventually(func() bool { return apierrors.IsNotFound(k.Get(ctx, client.ObjectKeyFromObject(old), &ippoolv1.NodeIPPool{})) }).Should(BeTrue())
+		newPool("behind-new", "10.95.0.0/24")
+		q, err := w.Quarantine(pass, poolwrite.Holder{Node: "node02", Ref: holder.ForEnactment("node02.p")},
+			ippoolv1.EnactmentIPPools{"behind-old": {Allocated: []string{"10.95.0.9"}}})
+		Expect(err).NotTo(HaveOccurred())
+		Expect(q).To(Equal(ippoolv1.EnactmentIPPools{"behind-new": {Allocated: []string{"10.95.0.9"}}}))
+		Expect(poolstatus.QuarantineOf(getPool("behind-new"), "10.95.0.9")).To(HaveField("Node", "node02"))
+	})
+
+	t.Run("range widened", func(t *testing.T) {
+		RegisterTestingT(t)
+		p := &ippoolv1.NodeIPPool{ObjectMeta: metav1.ObjectMeta{Name: "behind-wide"},
+			Spec: ippoolv1.NodeIPPoolSpec{Range: ippoolv1.IPRange{CIDR: "10.96.0.0/24", Start: "10.96.0.10", End: "10.96.0.20"}}}
+		Expect(k.Create(ctx, p)).To(Succeed())
+		_, err := poolwrite.NewWriter(k, k, clock.RealClock{}).Update(ctx, p.Name,
+			func(*ippoolv1.NodeIPPool, *ippool.Allocator) (bool, error) { return true, nil }, poolwrite.Vouch(func(error) {}))
+		Expect(err).NotTo(HaveOccurred())
+		pass := poolwrite.OnePoolList(ctx)
+		first(pass, "behind-wide", "10.96.0.11")
+		p = getPool("behind-wide")
+		p.Spec.Range.End = "10.96.0.40"
+		Expect(k.Update(ctx, p)).To(Succeed())
+		q, err := w.Quarantine(pass, poolwrite.Holder{Node: "node02", Ref: holder.ForEnactment("node02.p")},
+			ippoolv1.EnactmentIPPools{"behind-wide": {Allocated: []string{"10.96.0.30"}}})
+		Expect(err).NotTo(HaveOccurred())
+		Expect(q).To(Equal(ippoolv1.EnactmentIPPools{"behind-wide": {Allocated: []string{"10.96.0.30"}}}))
+	})
+}
