@@ -289,12 +289,13 @@ func TestPendingUntilPoolAvailable(t *testing.T) {
 }
 
 // TestAsksARebuildingPool: a handler that asks the pool controller for
-// addresses (the default) asks it at once for those of a pool the
-// controller has not looked at yet (one created with the policy) or is
-// rebuilding: it does not report the pool unavailable and wait to be
-// nudged. The ask is its new enactment's request, and once the handler
-// has waited as long as it waits for a busy pool, Pending / IPPoolBusy;
-// the controller, started later, rebuilds the pool and serves it.
+// addresses (the default) asks it for those of a pool the controller has
+// not looked at yet (one created with the policy) or is rebuilding, as for
+// any pool: it does not report the pool unavailable and wait to be nudged.
+// Its new enactment's request is the ask, then Pending / IPPoolBusy once it
+// has waited as long as it waits for a busy pool. A rebuild that ends in a
+// refusal is told at its next look; the controller, started later,
+// rebuilds the pool and serves it.
 func TestAsksARebuildingPool(t *testing.T) {
 	RegisterTestingT(t)
 	nd := newNodes(t, "asknew", 1, map[string]string{"role": "asknew"})[0]
@@ -302,24 +303,31 @@ func TestAsksARebuildingPool(t *testing.T) {
 	newPool(t, "asknew-pool", ippoolv1.IPRange{CIDR: "10.61.0.0/24"}, false)
 	newPolicy(t, "asknew", map[string]string{"role": "asknew"}, map[string]string{"addr": "ippool.asknew-pool.allocate"}, envtest.OneAddressState)
 	start(t, nd)
-	Eventually(getEnactment).WithArguments(nd.Name, "asknew").Should(Not(BeNil()))
-	asking := Or(Equal("no condition"), HavePrefix(`Pending: NodeIPPool "asknew-pool": the pool controller allocates for node`))
-	Consistently(enactmentState(nd.Name, "asknew"), 3*time.Second).Should(asking)
-	e, err := getEnactment(nd.Name, "asknew")
-	Expect(err).NotTo(HaveOccurred())
-	Expect(e.Status.WaitingForIPPool).To(BeElementOf("", "asknew-pool"))
-	Expect(poolAddresses("asknew-pool")).To(BeEmpty())
+	asking := HavePrefix(`Pending: NodeIPPool "asknew-pool": the pool controller allocates for node`)
+	Eventually(enactmentState(nd.Name, "asknew")).Should(asking)
+	Consistently(enactmentState(nd.Name, "asknew"), 2*time.Second).Should(asking)
+	setAvailable := func(status metav1.ConditionStatus, reason, message string) {
+		Eventually(func() error {
+			var p ippoolv1.NodeIPPool
+			if err := k.Get(context.Background(), types.NamespacedName{Name: "asknew-pool"}, &p); err != nil {
+				return err
+			}
+			meta.SetStatusCondition(&p.Status.Conditions, metav1.Condition{Type: ippoolv1.ConditionAvailable, Status: status,
+				Reason: reason, Message: message})
+			return k.Status().Update(context.Background(), &p)
+		}).Should(Succeed())
+	}
 	// Being rebuilt, as a pool controller marks it.
-	Eventually(func() error {
-		var p ippoolv1.NodeIPPool
-		if err := k.Get(context.Background(), types.NamespacedName{Name: "asknew-pool"}, &p); err != nil {
-			return err
-		}
-		meta.SetStatusCondition(&p.Status.Conditions, metav1.Condition{Type: ippoolv1.ConditionAvailable, Status: metav1.ConditionUnknown,
-			Reason: ippoolv1.ReasonReconcilingPool, Message: "The pool is being updated"})
-		return k.Status().Update(context.Background(), &p)
-	}).Should(Succeed())
-	Consistently(enactmentState(nd.Name, "asknew"), 3*time.Second).Should(asking)
+	setAvailable(metav1.ConditionUnknown, ippoolv1.ReasonReconcilingPool, "The pool is being updated")
+	Consistently(enactmentState(nd.Name, "asknew"), 2*time.Second).Should(asking)
+	Expect(poolAddresses("asknew-pool")).To(BeEmpty())
+	// Refused: told.
+	setAvailable(metav1.ConditionFalse, ippoolv1.ReasonOverlappingIPPool, "overlaps another")
+	Eventually(enactmentState(nd.Name, "asknew")).Should(
+		Equal(`Pending: NodeIPPool "asknew-pool" is not available (OverlappingIPPool: overlaps another); waiting for it`))
+	// Rebuilt again: asked for again.
+	setAvailable(metav1.ConditionUnknown, ippoolv1.ReasonReconcilingPool, "The pool is being updated")
+	Eventually(enactmentState(nd.Name, "asknew")).Should(asking)
 
 	pc, err := cfg.StartPoolController(raceGrace, nil, func(pc *envtest.PoolController) { pc.Policies, pc.Enactments = nil, nil })
 	Expect(err).NotTo(HaveOccurred())
