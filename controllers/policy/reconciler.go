@@ -33,6 +33,10 @@ import (
 // parallelWrites bounds the enactment writes a reconcile has in flight.
 const parallelWrites = 8
 
+// marksPerPass bounds the queue marks (status.slot.queued) one reconcile
+// writes: one round of parallelWrites.
+const marksPerPass = parallelWrites
+
 // Defaults used by New.
 const (
 	// DefaultSlotTimeout is kubernetes-nmstate's: a node may hold a
@@ -103,7 +107,8 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 		return ctrl.Result{}, err
 	}
 	ro.slots.held += granted
-	if err := r.queue(ctx, ro.slots.queue, now); err != nil {
+	moreToMark, err := r.queue(ctx, ro.slots.queue, now)
+	if err != nil {
 		return ctrl.Result{}, err
 	}
 	ro.conditions = policystatus.Conditions(ro.policy.Status.Conditions,
@@ -122,6 +127,9 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 	}
 	if held > 0 && (after == 0 || held < after) {
 		after = held
+	}
+	if moreToMark && (after == 0 || r.Batch < after) {
+		after = r.Batch
 	}
 	return ctrl.Result{RequeueAfter: after}, nil
 }
@@ -265,12 +273,15 @@ func (r *Reconciler) abort(ctx context.Context, ro *rollout) error {
 
 // queue marks the requests that wait for a slot (status.slot.queued) once;
 // their handlers show them Pending / MaxUnavailableLimitReached. A new
-// enactment's request stays a request (enactmentrecord.Requesting).
-func (r *Reconciler) queue(ctx context.Context, enactments []*nncev1beta1.NodeNetworkConfigurationEnactment, now time.Time) error {
-	unmarked := slices.DeleteFunc(slices.Clone(enactments), func(e *nncev1beta1.NodeNetworkConfigurationEnactment) bool {
-		return e.Status.Slot != nil && e.Status.Slot.Queued != nil
-	})
-	return answer(unmarked, func(slot *nncev1beta1.ApplySlot) {
+// enactment's request stays a request (enactmentrecord.Requesting). It
+// marks the longest waiting, one round of writes (marksPerPass) a pass,
+// and reports whether more are left for the next: the slots that free up
+// while a pass writes are granted only by the next, and a hundred marks
+// written in one pass held the second half of a rollout back by most of a
+// second. A request granted before its turn to be marked is never marked.
+func (r *Reconciler) queue(ctx context.Context, enactments []*nncev1beta1.NodeNetworkConfigurationEnactment, now time.Time) (bool, error) {
+	first, later := toMark(enactments)
+	return later, answer(first, func(slot *nncev1beta1.ApplySlot) {
 		slot.Queued, slot.Aborted = microNow(now), nil
 	}, func(e *nncev1beta1.NodeNetworkConfigurationEnactment) error {
 		if err := ignoreGone(r.Client.Status().Update(ctx, e)); err != nil {
@@ -278,6 +289,16 @@ func (r *Reconciler) queue(ctx context.Context, enactments []*nncev1beta1.NodeNe
 		}
 		return nil
 	})
+}
+
+// toMark returns the first marksPerPass of the waiting requests (in the
+// order given: the longest waiting first) that are not marked queued yet,
+// and whether more are left.
+func toMark(waiting []*nncev1beta1.NodeNetworkConfigurationEnactment) ([]*nncev1beta1.NodeNetworkConfigurationEnactment, bool) {
+	unmarked := slices.DeleteFunc(slices.Clone(waiting), func(e *nncev1beta1.NodeNetworkConfigurationEnactment) bool {
+		return e.Status.Slot != nil && e.Status.Slot.Queued != nil
+	})
+	return unmarked[:min(len(unmarked), marksPerPass)], len(unmarked) > marksPerPass
 }
 
 // ProgressEvery is the shortest interval between two writes of a policy's

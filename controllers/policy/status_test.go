@@ -1,6 +1,7 @@
 package policy
 
 import (
+	"fmt"
 	"testing"
 	"time"
 
@@ -180,4 +181,32 @@ func names(es []*nncev1beta1.NodeNetworkConfigurationEnactment) []string {
 		out = append(out, e.Name)
 	}
 	return out
+}
+
+// TestToMarkOneRoundAPass: a pass marks as queued at most one round of
+// writes of the waiting requests, the longest waiting first, skipping
+// those marked already, and says whether more wait to be marked: marks
+// written in one long pass held back the grants of the slots that freed
+// meanwhile.
+func TestToMarkOneRoundAPass(t *testing.T) {
+	t0 := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	var waiting []*nncev1beta1.NodeNetworkConfigurationEnactment
+	for i := range marksPerPass + 3 {
+		e := slotted(fmt.Sprintf("n%02d", i), t0.Add(time.Duration(i)*time.Second), nil)
+		if i == 1 {
+			e.Status.Slot.Queued = microNow(t0) // marked by an earlier pass
+		}
+		waiting = append(waiting, e)
+	}
+	first, later := toMark(waiting)
+	if len(first) != marksPerPass || !later {
+		t.Fatalf("toMark = %d, more %v; want %d and more", len(first), later, marksPerPass)
+	}
+	if got := names(first); got[0] != "n00" || got[1] != "n02" || got[len(got)-1] != fmt.Sprintf("n%02d", marksPerPass) {
+		t.Errorf("toMark = %v, want n00, n02… (n01 is marked already), the longest waiting first", got)
+	}
+	first, later = toMark(waiting[marksPerPass:])
+	if len(first) != 3 || later {
+		t.Errorf("toMark of the last three = %v, more %v; want all three and no more", names(first), later)
+	}
 }
