@@ -209,7 +209,9 @@ func TestOnePoolListLooksAgainWhenBehind(t *testing.T) {
 		pass := poolwrite.OnePoolList(ctx)
 		first(pass, "behind-old", "10.95.0.5")
 		Expect(k.Delete(ctx, old)).To(Succeed())
-		Eventually(func() bool { return apierrors.IsNotFound(k.Get(ctx, client.ObjectKeyFromObject(old), &ippoolv1.NodeIPPool{})) }).Should(BeTrue())
+		Eventually(func() bool {
+			return apierrors.IsNotFound(k.Get(ctx, client.ObjectKeyFromObject(old), &ippoolv1.NodeIPPool{}))
+		}).Should(BeTrue())
 		newPool("behind-new", "10.95.0.0/24")
 		q, err := w.Quarantine(pass, poolwrite.Holder{Node: "node02", Ref: holder.ForEnactment("node02.p")},
 			ippoolv1.EnactmentIPPools{"behind-old": {Allocated: []string{"10.95.0.9"}}})
