@@ -130,8 +130,11 @@ func BenchmarkPeer(b *testing.B) {
 	}
 	kinds := strings.Split(*handlers, ",")
 	var base *baselineBuild
-	if slices.Contains(kinds, baselineCluster) {
+	switch {
+	case slices.Contains(kinds, baselineCluster):
 		base = buildBaseline(b, bin)
+	case *baseline != "":
+		b.Fatalf("-peer.baseline %s: add %s to -peer.handlers to measure it", *baseline, baselineCluster)
 	}
 	for _, f := range strings.Split(*nodeCounts, ",") {
 		n, err := strconv.Atoi(strings.TrimSpace(f))
