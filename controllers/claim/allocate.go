@@ -81,9 +81,11 @@ func (r *Reconciler) allocate(ctx context.Context, claim *unstructured.Unstructu
 	return ready(fmt.Sprintf("%s/%d from NodeIPPool %s", got, rng.Prefix().Bits(), pool.Name)), false, nil
 }
 
-// take takes the claim's address in one pool write: the address its
-// in-flight entry holds already, the one it asks for, or the next the
-// pool's rules give. A refusal is a condition; requeue asks to look again.
+// take takes the claim's address in one pool write, which it shares with
+// the claims of the pool that ask meanwhile (poolwrite.Writer.Together):
+// the address its in-flight entry holds already, the one it asks for, or
+// the next the pool's rules give. A refusal is a condition; requeue asks
+// to look again.
 // A new address is none that a node's network carries (its
 // NodeNetworkState shows it) though no record holds it, as after a
 // restore: the machine of the claim would share it with the node. What
@@ -102,7 +104,7 @@ func (r *Reconciler) take(ctx context.Context, claim *unstructured.Unstructured,
 	var got netip.Addr
 	var refusal *condition
 	ctx = audit.WithReason(ctx, "Served", "IPAddressClaim "+claim.GetNamespace()+"/"+claim.GetName()+" asks for an address")
-	_, err := r.Pools.Update(ctx, pool.Name, func(p *ippoolv1.NodeIPPool, alloc *ippool.Allocator) (bool, error) {
+	err := r.Pools.Together(ctx, pool, func(p *ippoolv1.NodeIPPool, alloc *ippool.Allocator) (bool, error) {
 		var want func() (netip.Addr, error)
 		switch {
 		case restoring != "":
@@ -138,7 +140,7 @@ func (r *Reconciler) take(ctx context.Context, claim *unstructured.Unstructured,
 		got, changed, err = serveAsk(p, alloc, ask, now(r.Clock), want, avoid)
 		refusal, err = conditionOf(p, alloc, err)
 		return changed && refusal == nil, err
-	}, poolwrite.Incarnation(pool.UID))
+	})
 	switch {
 	case poolwrite.Gone(err):
 		c := notReady(capi.ReasonPoolNotReady, fmt.Sprintf("NodeIPPool %s was deleted or re-created meanwhile; trying again", pool.Name))

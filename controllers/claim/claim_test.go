@@ -80,9 +80,11 @@ func TestClaimServed(t *testing.T) {
 // free. A claim whose address no node carries frees it at once.
 func TestClaimReleased(t *testing.T) {
 	pc := begin(t, "released", "claims-released", ippoolv1.NodeIPPoolSpec{Range: ippoolv1.IPRange{CIDR: "10.80.2.0/24", Start: "10.80.2.1", End: "10.80.2.9"}})
+	// One after the other: claims asking together are served in no
+	// particular order.
 	createClaim(t, "released", "carried", "claims-released")
-	createClaim(t, "released", "lone", "claims-released")
 	Eventually(addressOf("released", "carried")).Should(Equal("10.80.2.1"))
+	createClaim(t, "released", "lone", "claims-released")
 	Eventually(addressOf("released", "lone")).Should(Equal("10.80.2.2"))
 
 	// The machine of "carried" joined as node claimnode01 and carries it.
@@ -289,8 +291,8 @@ func TestRangeChangeNamesClaims(t *testing.T) {
 func TestRestoreSurvivesARestart(t *testing.T) {
 	pc := begin(t, "restart", "claims-restart", ippoolv1.NodeIPPoolSpec{Range: ippoolv1.IPRange{CIDR: "10.80.9.0/24", Start: "10.80.9.1", End: "10.80.9.9"}})
 	createClaim(t, "restart", "first", "claims-restart")
-	createClaim(t, "restart", "m1", "claims-restart")
 	Eventually(addressOf("restart", "first")).Should(Equal("10.80.9.1"))
+	createClaim(t, "restart", "m1", "claims-restart")
 	Eventually(addressOf("restart", "m1")).Should(Equal("10.80.9.2"))
 	Expect(pc.Stop()).To(Succeed())
 
@@ -358,8 +360,8 @@ func TestOrphanedAddressReleased(t *testing.T) {
 func TestIPv6Claim(t *testing.T) {
 	begin(t, "six", "claims-six", ippoolv1.NodeIPPoolSpec{Range: ippoolv1.IPRange{CIDR: "fd00:80::/64", Start: "fd00:80::10"}, Gateway: "fd00:80::1"})
 	createClaim(t, "six", "m1", "claims-six")
-	createClaim(t, "six", "m2", "claims-six")
 	Eventually(readiness("six", "m1")).Should(Equal("True AddressAllocated: fd00:80::10/64 from NodeIPPool claims-six"))
+	createClaim(t, "six", "m2", "claims-six")
 	Eventually(addressOf("six", "m2")).Should(Equal("fd00:80::11"))
 	a, err := getAddress("six", "m1")
 	Expect(err).NotTo(HaveOccurred())

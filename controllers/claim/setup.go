@@ -57,6 +57,14 @@ type SetupOptions struct {
 	SkipNameValidation bool
 }
 
+// concurrentClaims is how many claims are looked at at once. When many
+// claims of a pool ask together, their asks overlap, and the pool writer
+// serves them in shared pool writes (poolwrite.Writer.Together); with one
+// worker, every claim paid a pool write of its own, and the pool
+// controller's pass after it. The workqueue hands a claim to one reconcile
+// at a time.
+const concurrentClaims = 8
+
 // SetupWithManager registers the controller: the claims of NodeIPPools,
 // their IPAddresses, the pools (a pool that can serve again serves the
 // claims waiting for it), the namespaces (one a pool's
@@ -76,7 +84,8 @@ func (r *Reconciler) SetupWithManager(mgr ctrl.Manager, opts SetupOptions) error
 	}
 	b := ctrl.NewControllerManagedBy(mgr).
 		Named("ipaddressclaim").
-		WithOptions(controller.Options{SkipNameValidation: ptr.To(opts.SkipNameValidation), RateLimiter: backoff.Requeues()}).
+		WithOptions(controller.Options{SkipNameValidation: ptr.To(opts.SkipNameValidation), RateLimiter: backoff.Requeues(),
+			MaxConcurrentReconciles: concurrentClaims}).
 		For(capi.NewClaim(r.Version), builder.WithPredicates(predicate.NewPredicateFuncs(func(o client.Object) bool {
 			u, ok := o.(*unstructured.Unstructured)
 			return ok && capi.PoolRefOf(u).Ours()

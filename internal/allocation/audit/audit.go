@@ -139,6 +139,15 @@ func (n Notes) Forget(ip, reason, evidence string) {
 	}
 }
 
+// Keep notes the reasons of changes already found, address by address: a
+// write that makes the changes of several callers at once gives each
+// address the reason of the caller that changed it.
+func (n Notes) Keep(changes []Change) {
+	for _, c := range changes {
+		n[c.Address] = why{reason: c.Reason, evidence: c.Evidence, forgotten: c.Event == Forgotten}
+	}
+}
+
 // Changes compares a pool's status and bitmap before and after a write
 // and returns the changes of holdings it made, ordered by address.
 func Changes(ctx context.Context, pool string, r *ippool.Range, before, after *ippoolv1.NodeIPPoolStatus,

@@ -18,7 +18,7 @@ import (
 // a pool's write is in flight go in the next write together, each caller
 // gets its own result, and another pool is not held up.
 func TestGroupsGatherWhileAWriteIsInFlight(t *testing.T) {
-	var g groups
+	var g groups[*quarantine]
 	pool := &ippoolv1.NodeIPPool{ObjectMeta: metav1.ObjectMeta{Name: "p", UID: "u1"}}
 	other := &ippoolv1.NodeIPPool{ObjectMeta: metav1.ObjectMeta{Name: "q", UID: "u2"}}
 	release := make(chan struct{})
@@ -39,11 +39,11 @@ func TestGroupsGatherWhileAWriteIsInFlight(t *testing.T) {
 	ctx := context.Background()
 	results := make(chan []string, 10)
 	quarantineAs := func(p *ippoolv1.NodeIPPool, node string) {
-		added, err := g.do(ctx, p, &quarantine{holder: Holder{Node: node}, ips: []netip.Addr{netip.MustParseAddr("10.0.0.1")}}, write)
-		if err != nil {
-			t.Errorf("%s: %v", node, err)
+		q := &quarantine{holder: Holder{Node: node}, ips: []netip.Addr{netip.MustParseAddr("10.0.0.1")}}
+		if written, err := g.do(ctx, p, q, write); err != nil || !written {
+			t.Errorf("%s: written %t, %v", node, written, err)
 		}
-		results <- added
+		results <- q.added
 	}
 	go quarantineAs(pool, "first")
 	waitFor(t, func() bool { return forming(&g, "u1") == 0 && turnTaken(&g, "p") })
@@ -74,7 +74,7 @@ func TestGroupsGatherWhileAWriteIsInFlight(t *testing.T) {
 	}
 }
 
-func forming(g *groups, uid string) int {
+func forming[M any](g *groups[M], uid string) int {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	if grp := g.forming[ktypes.UID(uid)]; grp != nil {
@@ -83,7 +83,7 @@ func forming(g *groups, uid string) int {
 	return 0
 }
 
-func turnTaken(g *groups, pool string) bool {
+func turnTaken[M any](g *groups[M], pool string) bool {
 	g.mu.Lock()
 	turn := g.turns[pool]
 	g.mu.Unlock()

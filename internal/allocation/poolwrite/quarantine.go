@@ -137,7 +137,12 @@ func (w *Writer) quarantineIn(ctx context.Context, pool *ippoolv1.NodeIPPool, ho
 	if len(ips) == 0 {
 		return nil, nil
 	}
-	return w.quarantines.do(ctx, pool, &quarantine{holder: holder, ips: ips}, w.writeQuarantines)
+	q := &quarantine{holder: holder, ips: ips}
+	written, err := w.quarantines.do(ctx, pool, q, w.writeQuarantines)
+	if !written {
+		return nil, err
+	}
+	return q.added, err
 }
 
 // writeQuarantines adds the entries of qs to one pool incarnation in one

@@ -71,7 +71,8 @@ type Writer struct {
 	// ForManager also records Events on their holders.
 	Audit func(ctx context.Context, changes []audit.Change)
 
-	quarantines groups
+	quarantines groups[*quarantine]
+	together    groups[*member]
 }
 
 // DefaultBackoff returns 10 attempts from 20ms up to 2s, seeded randomly.
