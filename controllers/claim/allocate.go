@@ -89,8 +89,8 @@ func (r *Reconciler) allocate(ctx context.Context, claim *unstructured.Unstructu
 // A new address is none that a node's network carries (its
 // NodeNetworkState shows it) though no record holds it, as after a
 // restore: the machine of the claim would share it with the node. What
-// the nodes carry is read only for a new address, and only while the pool
-// has a free one.
+// the nodes carry is read before the write, but for a claim restoring its
+// address.
 func (r *Reconciler) take(ctx context.Context, claim *unstructured.Unstructured, pool *ippoolv1.NodeIPPool) (netip.Addr, *condition, bool, error) {
 	ask := askOf(claim)
 	holder := ask.Asker.Holder
@@ -101,6 +101,15 @@ func (r *Reconciler) take(ctx context.Context, claim *unstructured.Unstructured,
 		source = &Carriers{api: r.APIReader}
 	}
 	nodesCarry := &carried{carriers: source, api: r.APIReader}
+	if rng, err := poolstatus.Range(pool); err == nil && restoring == "" {
+		// Read before the write, which may be shared and is retried as a
+		// whole: what the claims of one write read inside it holds the
+		// pool's read and write apart. The write reads again only for a
+		// range changed meanwhile.
+		if _, err := nodesCarry.in(ctx, rng); err != nil {
+			return netip.Addr{}, nil, false, err
+		}
+	}
 	var got netip.Addr
 	var refusal *condition
 	ctx = audit.WithReason(ctx, "Served", "IPAddressClaim "+claim.GetNamespace()+"/"+claim.GetName()+" asks for an address")

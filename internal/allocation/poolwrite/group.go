@@ -2,6 +2,7 @@ package poolwrite
 
 import (
 	"context"
+	"errors"
 	"net/netip"
 	"sync"
 
@@ -59,12 +60,16 @@ func (g *groups[M]) do(ctx context.Context, pool *ippoolv1.NodeIPPool, m M,
 		}
 	}
 	turn.Lock()
-	members := g.close(pool.UID, grp)
-	grp.err = write(ctx, pool, members)
-	turn.Unlock()
-	close(grp.done)
+	defer close(grp.done)
+	defer turn.Unlock()
+	grp.err = errWriteFailed // until write returns: it may panic
+	grp.err = write(ctx, pool, g.close(pool.UID, grp))
 	return true, grp.err
 }
+
+// errWriteFailed is the group's error when its write panicked: the
+// members are told, and the pool's turn passes on.
+var errWriteFailed = errors.New("the shared pool write of this caller's group failed")
 
 // join adds m to the pool's forming group, or starts a group with it. It
 // returns the group, whether m started it, and the pool's write turn.

@@ -10,12 +10,14 @@ import (
 )
 
 // member is one caller's part of a write made Together: its mutation, the
-// context its audit reason comes from, and the mutation's own error at
-// the write's last attempt.
+// context its audit reason comes from, and, at the write's last attempt
+// that called it, whether it ran, whether its change was kept, and its own
+// error.
 type member struct {
-	ctx    context.Context
-	mutate Mutation
-	err    error
+	ctx       context.Context
+	mutate    Mutation
+	ran, kept bool
+	err       error
 }
 
 // Together applies mutate to the pool incarnation as Update does, in one
@@ -26,22 +28,35 @@ type member struct {
 // it in the group left it, and changes a copy that is kept only if it
 // returns true and no error; its error is its own, and is returned to its
 // caller alone. An error of the write (the pool gone or re-created, the
-// status unvouched, the retries exhausted) is every caller's. The audit
-// trail gives each address the reason of its own caller's context.
+// status unvouched, the retries exhausted) is that of every caller whose
+// change it was to write, or whose mutation it did not call; a caller that
+// asked for no change (it found its address taken already, or was
+// refused) is not told it. The audit trail gives each address the reason
+// of its own caller's context; the write runs under the context of the
+// group's first caller.
 func (w *Writer) Together(ctx context.Context, pool *ippoolv1.NodeIPPool, mutate Mutation) error {
 	m := &member{ctx: ctx, mutate: mutate}
 	written, err := w.together.do(ctx, pool, m, w.writeTogether)
-	if written && err == nil {
-		err = m.err
+	switch {
+	case !written:
+		return err
+	case m.err != nil:
+		return m.err
+	case m.ran && !m.kept:
+		return nil
 	}
 	return err
 }
 
 // writeTogether applies the mutations of ms in order, in one write of the
-// pool incarnation. A group of one is Update itself.
+// pool incarnation. A group of one changes the pool itself; a larger one
+// gives each mutation a copy.
 func (w *Writer) writeTogether(ctx context.Context, pool *ippoolv1.NodeIPPool, ms []*member) error {
 	if len(ms) == 1 {
-		_, err := w.Update(ms[0].ctx, pool.Name, ms[0].mutate, Incarnation(pool.UID))
+		m := ms[0]
+		_, err := w.Update(m.ctx, pool.Name, func(p *ippoolv1.NodeIPPool, alloc *ippool.Allocator) (bool, error) {
+			return m.run(p, alloc), nil
+		}, Incarnation(pool.UID))
 		return err
 	}
 	notes := audit.Notes{}
@@ -50,9 +65,7 @@ func (w *Writer) writeTogether(ctx context.Context, pool *ippoolv1.NodeIPPool, m
 		changed := false
 		for _, m := range ms {
 			mine, bits := p.DeepCopy(), alloc.Clone()
-			ok, err := m.mutate(mine, bits)
-			m.err = err
-			if err != nil || !ok {
+			if !m.run(mine, bits) {
 				continue
 			}
 			if w.Audit != nil {
@@ -64,4 +77,12 @@ func (w *Writer) writeTogether(ctx context.Context, pool *ippoolv1.NodeIPPool, m
 		return changed, nil
 	}, Incarnation(pool.UID))
 	return err
+}
+
+// run calls the member's mutation and notes what it asked: it reports
+// whether the change is to be kept.
+func (m *member) run(p *ippoolv1.NodeIPPool, alloc *ippool.Allocator) bool {
+	changed, err := m.mutate(p, alloc)
+	m.ran, m.kept, m.err = true, changed && err == nil, err
+	return m.kept
 }

@@ -14,7 +14,9 @@ import (
 
 	. "github.com/onsi/gomega"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/utils/clock"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	ippoolv1 "github.com/nmstate-ippool/nmstate-ippool/api/v1"
 	"github.com/nmstate-ippool/nmstate-ippool/internal/allocation/audit"
@@ -124,4 +126,106 @@ func TestTogetherKeepsEachAskApart(t *testing.T) {
 		"10.84.0.2": "taken IPAddressClaim/tenant/a Served: a asks",
 		"10.84.0.5": "taken IPAddressClaim/tenant/b Served: b asks",
 	}))
+}
+
+// TestTogetherTellsAFailedWriteToThoseItWasFor: when the shared write
+// fails (here its retries run out, another writer changing the pool before
+// each attempt), the callers whose changes it carried get its error, and a
+// caller that asked for no change (it found its address already, or was
+// refused) does not: its answer did not depend on the write.
+func TestTogetherTellsAFailedWriteToThoseItWasFor(t *testing.T) {
+	RegisterTestingT(t)
+	pool := newPool("together-failed", "10.85.0.0/24")
+	w := poolwrite.NewWriter(k, k, clock.RealClock{})
+	w.Backoff.Steps = 2
+	var writes atomic.Int32
+	release := make(chan struct{})
+	w.OnWrite = func(name string) {
+		if writes.Add(1) == 1 {
+			<-release
+			return
+		}
+		// Another writer gets there first, at every later attempt.
+		bump := client.RawPatch(types.MergePatchType, []byte(fmt.Sprintf(`{"metadata":{"annotations":{"bump":"%d"}}}`, writes.Load())))
+		Expect(k.Patch(ctx, &ippoolv1.NodeIPPool{ObjectMeta: metav1.ObjectMeta{Name: name}}, bump)).To(Succeed())
+	}
+	take := func(ip string) poolwrite.Mutation {
+		return func(_ *ippoolv1.NodeIPPool, alloc *ippool.Allocator) (bool, error) {
+			return true, alloc.AllocateIP(netip.MustParseAddr(ip))
+		}
+	}
+	asks := map[string]poolwrite.Mutation{
+		"takes": take("10.85.0.2"),
+		"refused": func(_ *ippoolv1.NodeIPPool, alloc *ippool.Allocator) (bool, error) {
+			return false, alloc.AllocateIP(netip.MustParseAddr("10.85.0.3"))
+		},
+		"resumes": func(*ippoolv1.NodeIPPool, *ippool.Allocator) (bool, error) { return false, nil },
+	}
+	first := make(chan error, 1)
+	go func() { first <- w.Together(ctx, pool, take("10.85.0.1")) }()
+	Eventually(writes.Load).Should(BeEquivalentTo(1))
+	results := make(chan [2]any, len(asks))
+	for who, mutate := range asks {
+		go func() { results <- [2]any{who, w.Together(ctx, pool, mutate)} }()
+	}
+	Eventually(func() int { return poolwrite.TogetherForming(w, pool.UID) }).Should(Equal(len(asks)))
+	close(release)
+	Expect(<-first).To(Succeed())
+	for range asks {
+		r := <-results
+		if r[0] == "takes" {
+			Expect(r[1]).To(MatchError(poolwrite.ErrRetriesExhausted), "its change was not written")
+		} else {
+			Expect(r[1]).To(BeNil(), "%s asked for no write", r[0])
+		}
+	}
+	alloc, err := poolstatus.Allocator(getPool("together-failed"))
+	Expect(err).NotTo(HaveOccurred())
+	Expect(alloc.Count()).To(BeEquivalentTo(1), "only the first write's address")
+}
+
+// TestTogetherOutlivesAPanic: a mutation that panics in a shared write
+// fails its group (the panic reaches the goroutine that wrote, as it
+// would without the group), and the pool's next write goes ahead: the
+// pool's turn is not kept by a write that never returned.
+func TestTogetherOutlivesAPanic(t *testing.T) {
+	RegisterTestingT(t)
+	pool := newPool("together-panic", "10.86.0.0/24")
+	w := poolwrite.NewWriter(k, k, clock.RealClock{})
+	var writes atomic.Int32
+	release := make(chan struct{})
+	w.OnWrite = func(string) {
+		if writes.Add(1) == 1 {
+			<-release
+		}
+	}
+	take := func(ip string) poolwrite.Mutation {
+		return func(_ *ippoolv1.NodeIPPool, alloc *ippool.Allocator) (bool, error) {
+			return true, alloc.AllocateIP(netip.MustParseAddr(ip))
+		}
+	}
+	ask := func(mutate poolwrite.Mutation) (err error) {
+		defer func() {
+			if p := recover(); p != nil {
+				err = fmt.Errorf("panicked: %v", p)
+			}
+		}()
+		return w.Together(ctx, pool, mutate)
+	}
+	first := make(chan error, 1)
+	go func() { first <- ask(take("10.86.0.1")) }()
+	Eventually(writes.Load).Should(BeEquivalentTo(1))
+	results := make(chan error, 2)
+	go func() {
+		results <- ask(func(*ippoolv1.NodeIPPool, *ippool.Allocator) (bool, error) { panic("a bug") })
+	}()
+	go func() { results <- ask(take("10.86.0.2")) }()
+	Eventually(func() int { return poolwrite.TogetherForming(w, pool.UID) }).Should(Equal(2))
+	close(release)
+	Expect(<-first).To(Succeed())
+	Expect([]error{<-results, <-results}).To(HaveEach(HaveOccurred()), "the group's write did not happen")
+
+	done := make(chan error, 1)
+	go func() { done <- ask(take("10.86.0.3")) }()
+	Eventually(done, 10*time.Second).Should(Receive(BeNil()), "the pool's next write is not held up")
 }
