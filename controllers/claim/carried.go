@@ -4,8 +4,11 @@ import (
 	"context"
 	"fmt"
 	"net/netip"
+	"sync"
+	"sync/atomic"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	toolscache "k8s.io/client-go/tools/cache"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -26,6 +29,14 @@ type Carriers struct {
 	cache  cache.Cache
 	synced func() bool
 	api    client.Reader
+
+	// seen counts the watch's events; Of keeps its answer from the
+	// watch (memo) until the count moves: the claims of a burst read
+	// what the nodes carry once, not each one from every state.
+	seen   atomic.Uint64
+	mu     sync.Mutex
+	memo   map[netip.Addr][]string
+	memoAt uint64
 }
 
 // WatchCarriers returns Carriers that watches the states with a cache of
@@ -50,7 +61,18 @@ func WatchCarriers(mgr ctrl.Manager, api client.Reader) (*Carriers, error) {
 	if err := mgr.Add(onLeader{c}); err != nil {
 		return nil, err
 	}
-	return &Carriers{cache: c, synced: informer.HasSynced, api: api}, nil
+	carriers := &Carriers{cache: c, synced: informer.HasSynced, api: api}
+	// The handler runs once the watch's store has the change: an answer
+	// read after a count includes every change counted.
+	seen := func() { carriers.seen.Add(1) }
+	if _, err := informer.AddEventHandler(toolscache.ResourceEventHandlerFuncs{
+		AddFunc:    func(any) { seen() },
+		UpdateFunc: func(any, any) { seen() },
+		DeleteFunc: func(any) { seen() },
+	}); err != nil {
+		return nil, fmt.Errorf("watch NodeNetworkStates, for the addresses nodes carry: %w", err)
+	}
+	return carriers, nil
 }
 
 // Of returns, by address, the nodes whose states show it (assign.CarriersOf).
@@ -63,17 +85,38 @@ func WatchCarriers(mgr ctrl.Manager, api client.Reader) (*Carriers, error) {
 // for a claim avoids what was seen, and adoption, which gives a node the
 // address it carries, reads its states consistently instead
 // (lifecycle.ReadCarrying).
+//
+// The answer is shared with other callers until a state changes: read it,
+// change nothing in it.
 func (c *Carriers) Of(ctx context.Context) (map[netip.Addr][]string, error) {
-	var list nncev1beta1.NodeNetworkStateList
 	if c.Synced() {
-		if err := c.cache.List(ctx, &list, client.UnsafeDisableDeepCopy); err == nil { // read only
-			return assign.CarriersOf(list.Items), nil
+		if carriers, ok := c.fromWatch(ctx); ok {
+			return carriers, nil
 		}
 	}
+	var list nncev1beta1.NodeNetworkStateList
 	if err := c.api.List(ctx, &list, &client.ListOptions{Raw: &metav1.ListOptions{ResourceVersion: "0"}}); err != nil {
 		return nil, fmt.Errorf("list NodeNetworkStates, for the addresses nodes' networks carry: %w", err)
 	}
 	return assign.CarriersOf(list.Items), nil
+}
+
+// fromWatch returns Of's answer from the watch: the one kept, unless a
+// state changed since. It reports false if the watch's store cannot be
+// listed.
+func (c *Carriers) fromWatch(ctx context.Context) (map[netip.Addr][]string, bool) {
+	at := c.seen.Load()
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.memo != nil && c.memoAt == at {
+		return c.memo, true
+	}
+	var list nncev1beta1.NodeNetworkStateList
+	if err := c.cache.List(ctx, &list, client.UnsafeDisableDeepCopy); err != nil { // read only
+		return nil, false
+	}
+	c.memo, c.memoAt = assign.CarriersOf(list.Items), at
+	return c.memo, true
 }
 
 // Synced reports whether the watch has listed every state once: until

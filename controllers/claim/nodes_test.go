@@ -13,6 +13,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/types"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	ippoolv1 "github.com/nmstate-ippool/nmstate-ippool/api/v1"
 	nncev1beta1 "github.com/nmstate-ippool/nmstate-ippool/api/v1beta1"
@@ -181,4 +182,18 @@ func TestClaimsPassByCarriedAddresses(t *testing.T) {
 		"for this claim (1 of 2 allocated; 1 more are carried by nodes' networks and recorded by no holder); the claim is served as " +
 		"soon as one is freed, or grow the pool's range"))
 	Expect(bits(pool)()).To(Equal([]string{"10.80.41.2"}))
+
+	// The node lets the address go: the controller's view of what nodes
+	// carry, kept between claims, follows (publishState waits for it),
+	// and the waiting claim, looked at again, gets it.
+	publishState(t, pc, "carrier01", `{"interfaces":[{"name":"eth1","ipv4":{"address":[]}}]}`, time.Now())
+	Eventually(func() error {
+		m3 := newClaim("carried", "m3", pool)
+		if err := k.Get(ctx, client.ObjectKeyFromObject(m3), m3); err != nil {
+			return err
+		}
+		m3.SetAnnotations(map[string]string{"touched": "yes"})
+		return k.Update(ctx, m3)
+	}).Should(Succeed())
+	Eventually(addressOf("carried", "m3")).Should(Equal("10.80.41.1"))
 }
