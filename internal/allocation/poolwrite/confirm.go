@@ -40,18 +40,24 @@ func (w *Writer) ConfirmRelease(ctx context.Context, holder Holder, record ippoo
 	if len(ips) == 0 {
 		return nil
 	}
-	pools, _, err := w.listPools(ctx)
+	pools, reused, err := w.listPools(ctx)
 	if err != nil {
 		return err
+	}
+	var addrs []netip.Addr
+	for s := range ips {
+		if ip, err := netip.ParseAddr(s); err == nil {
+			addrs = append(addrs, ip)
+		}
 	}
 	unconfirmed := func(q ippoolv1.QuarantinedAddress) bool {
 		return ips[q.IP] && q.HolderName() == holder.Ref.String() && q.StateSeenAtRelease == nil
 	}
 	for i := range pools {
 		// A list shared by a pass (OnePoolList) may predate the
-		// quarantine: a pool whose range holds one of the addresses is
-		// looked at too, and the write decides on its latest copy.
-		if !slices.ContainsFunc(pools[i].Status.Quarantined, unconfirmed) && !holdsAny(&pools[i], ips) {
+		// quarantine: then a pool whose range holds one of the addresses
+		// is looked at too, and the write decides on its latest copy.
+		if !slices.ContainsFunc(pools[i].Status.Quarantined, unconfirmed) && (!reused || len(inRange(&pools[i], addrs)) == 0) {
 			continue
 		}
 		_, err := w.Update(ctx, pools[i].Name, func(p *ippoolv1.NodeIPPool, _ *ippool.Allocator) (bool, error) {
@@ -71,18 +77,18 @@ func (w *Writer) ConfirmRelease(ctx context.Context, holder Holder, record ippoo
 	return nil
 }
 
-// holdsAny reports whether the pool's range hands out one of ips.
-func holdsAny(p *ippoolv1.NodeIPPool, ips map[string]bool) bool {
+// inRange returns those of ips that the pool's range hands out: none for
+// a range that hands out nothing.
+func inRange(p *ippoolv1.NodeIPPool, ips []netip.Addr) []netip.Addr {
 	rng, err := poolstatus.Range(p)
 	if err != nil {
-		return false
+		return nil
 	}
-	for s := range ips {
-		if ip, err := netip.ParseAddr(s); err == nil {
-			if _, err := rng.Assignable(ip); err == nil {
-				return true
-			}
+	var mine []netip.Addr
+	for _, ip := range ips {
+		if _, err := rng.Assignable(ip); err == nil {
+			mine = append(mine, ip)
 		}
 	}
-	return false
+	return mine
 }

@@ -100,15 +100,9 @@ func (w *Writer) quarantineInPools(ctx context.Context, holder Holder, ips []net
 	covered, gone := map[netip.Addr]bool{}, false
 	for i := range pools {
 		p := &pools[i]
-		rng, err := poolstatus.Range(p)
-		if err != nil {
-			continue // a range that hands out nothing
-		}
-		var mine []netip.Addr
-		for _, ip := range ips {
-			if _, err := rng.Assignable(ip); err == nil {
-				mine, covered[ip] = append(mine, ip), true
-			}
+		mine := inRange(p, ips)
+		for _, ip := range mine {
+			covered[ip] = true
 		}
 		q, err := w.quarantineIn(ctx, p, holder, mine)
 		switch {
