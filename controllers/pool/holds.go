@@ -23,6 +23,13 @@ import (
 // controller's writes do not compete with every allocation of a rollout.
 const pruneAfter = 10 * time.Second
 
+// pruneWhenMany is how many recorded in-flight entries a pool carries
+// before they are pruned without waiting for pruneAfter: every write of
+// the pool carries them, and in a burst of thousands of holders (Cluster
+// API claims, a large rollout) a status of hundreds of entries made each
+// write of the burst slower than the last.
+const pruneWhenMany = 64
+
 // quarantinePoll is how often quarantined addresses are looked at while
 // nothing else brings the pool back, and freshQuarantinePoll how often
 // while one of them has not been looked at since its release.
@@ -90,12 +97,13 @@ func (r maintainer) holdsDue(pool *ippoolv1.NodeIPPool, owners poolstatus.Owners
 	due := false
 	ages := m.maintenance.inFlight.see(inFlightKeys(pool), now)
 	terminating := !pool.DeletionTimestamp.IsZero()
+	recorded := 0
 	for _, e := range pool.Status.InFlight {
 		ip, err := netip.ParseAddr(e.IP)
 		age := ages[inFlightKey(e)]
 		switch {
 		case err == nil && owners.HeldBy(ip, holder.Parse(e.HolderName())):
-			if age >= pruneAfter || terminating {
+			if recorded++; age >= pruneAfter || terminating || recorded >= pruneWhenMany {
 				due = true
 			} else {
 				wait(pruneAfter - age)
