@@ -96,24 +96,14 @@ func (r *Reconciler) take(ctx context.Context, claim *unstructured.Unstructured,
 	holder := ask.Asker.Holder
 	requested := claim.GetAnnotations()[capi.RequestedAddressAnnotation]
 	restoring := claim.GetAnnotations()[capi.RestoreAnnotation]
-	source := r.Carried
-	if source == nil {
-		source = &Carriers{api: r.APIReader}
-	}
-	nodesCarry := &carried{carriers: source, api: r.APIReader}
-	if rng, err := poolstatus.Range(pool); err == nil && restoring == "" {
-		// Read before the write, which may be shared and is retried as a
-		// whole: what the claims of one write read inside it holds the
-		// pool's read and write apart. The write reads again only for a
-		// range changed meanwhile.
-		if _, err := nodesCarry.in(ctx, rng); err != nil {
-			return netip.Addr{}, nil, false, err
-		}
+	nodesCarry, err := r.carriedFor(ctx, pool, restoring != "")
+	if err != nil {
+		return netip.Addr{}, nil, false, err
 	}
 	var got netip.Addr
 	var refusal *condition
 	ctx = audit.WithReason(ctx, "Served", "IPAddressClaim "+claim.GetNamespace()+"/"+claim.GetName()+" asks for an address")
-	err := r.Pools.Together(ctx, pool, func(p *ippoolv1.NodeIPPool, alloc *ippool.Allocator) (bool, error) {
+	err = r.Pools.Together(ctx, pool, func(p *ippoolv1.NodeIPPool, alloc *ippool.Allocator) (bool, error) {
 		var want func() (netip.Addr, error)
 		switch {
 		case restoring != "":
@@ -163,6 +153,26 @@ func (r *Reconciler) take(ctx context.Context, claim *unstructured.Unstructured,
 		return netip.Addr{}, nil, false, fmt.Errorf("NodeIPPool %s: the in-flight entry of %s holds no address", pool.Name, holder.Title())
 	}
 	return got, nil, false, nil
+}
+
+// carriedFor returns what nodes carry, read already for the range of pool
+// but for a claim restoring its address, which reads none of it: read
+// before the pool write, which may be shared and is retried as a whole,
+// since what the claims of one write read inside it holds the pool's read
+// and write apart. The write reads again only for a range changed
+// meanwhile.
+func (r *Reconciler) carriedFor(ctx context.Context, pool *ippoolv1.NodeIPPool, restoring bool) (*carried, error) {
+	source := r.Carried
+	if source == nil {
+		source = &Carriers{api: r.APIReader}
+	}
+	c := &carried{carriers: source, api: r.APIReader}
+	if rng, err := poolstatus.Range(pool); err == nil && !restoring {
+		if _, err := c.in(ctx, rng); err != nil {
+			return nil, err
+		}
+	}
+	return c, nil
 }
 
 // carried reads which addresses the networks of existing Nodes carry
