@@ -89,21 +89,18 @@ func (r *Reconciler) allocate(ctx context.Context, claim *unstructured.Unstructu
 // A new address is none that a node's network carries (its
 // NodeNetworkState shows it) though no record holds it, as after a
 // restore: the machine of the claim would share it with the node. What
-// the nodes carry is read before the write, but for a claim restoring its
-// address.
+// the nodes carry is read before the write where it may be needed
+// (carriedFor).
 func (r *Reconciler) take(ctx context.Context, claim *unstructured.Unstructured, pool *ippoolv1.NodeIPPool) (netip.Addr, *condition, bool, error) {
 	ask := askOf(claim)
 	holder := ask.Asker.Holder
 	requested := claim.GetAnnotations()[capi.RequestedAddressAnnotation]
 	restoring := claim.GetAnnotations()[capi.RestoreAnnotation]
-	nodesCarry, err := r.carriedFor(ctx, pool, restoring != "")
-	if err != nil {
-		return netip.Addr{}, nil, false, err
-	}
+	nodesCarry := r.carriedFor(ctx, pool, restoring != "")
 	var got netip.Addr
 	var refusal *condition
 	ctx = audit.WithReason(ctx, "Served", "IPAddressClaim "+claim.GetNamespace()+"/"+claim.GetName()+" asks for an address")
-	err = r.Pools.Together(ctx, pool, func(p *ippoolv1.NodeIPPool, alloc *ippool.Allocator) (bool, error) {
+	err := r.Pools.Together(ctx, pool, func(p *ippoolv1.NodeIPPool, alloc *ippool.Allocator) (bool, error) {
 		var want func() (netip.Addr, error)
 		switch {
 		case restoring != "":
@@ -155,24 +152,23 @@ func (r *Reconciler) take(ctx context.Context, claim *unstructured.Unstructured,
 	return got, nil, false, nil
 }
 
-// carriedFor returns what nodes carry, read already for the range of pool
-// but for a claim restoring its address, which reads none of it: read
-// before the pool write, which may be shared and is retried as a whole,
-// since what the claims of one write read inside it holds the pool's read
-// and write apart. The write reads again only for a range changed
-// meanwhile.
-func (r *Reconciler) carriedFor(ctx context.Context, pool *ippoolv1.NodeIPPool, restoring bool) (*carried, error) {
+// carriedFor returns what nodes carry, for a new address of pool: read
+// already, where the pool (as cached) has a free address and the claim is
+// not restoring its own, before the pool write, which may be shared and
+// is retried as a whole: what the claims of one write read inside it
+// holds the pool's read and write apart. The write reads only what is not
+// read yet (a failed read here, a range changed meanwhile), and only for a
+// new address, whose read's error is then the claim's.
+func (r *Reconciler) carriedFor(ctx context.Context, pool *ippoolv1.NodeIPPool, restoring bool) *carried {
 	source := r.Carried
 	if source == nil {
 		source = &Carriers{api: r.APIReader}
 	}
 	c := &carried{carriers: source, api: r.APIReader}
-	if rng, err := poolstatus.Range(pool); err == nil && !restoring {
-		if _, err := c.in(ctx, rng); err != nil {
-			return nil, err
-		}
+	if rng, err := poolstatus.Range(pool); err == nil && !restoring && pool.Status.Free > 0 {
+		_, _ = c.in(ctx, rng) // read again in the write if it failed
 	}
-	return c, nil
+	return c
 }
 
 // carried reads which addresses the networks of existing Nodes carry

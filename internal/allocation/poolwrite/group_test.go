@@ -2,6 +2,7 @@ package poolwrite
 
 import (
 	"context"
+	"errors"
 	"net/netip"
 	"slices"
 	"sync"
@@ -102,5 +103,64 @@ func waitFor(t *testing.T, done func() bool) {
 		if time.Now().After(deadline) {
 			t.Fatal("timed out")
 		}
+	}
+}
+
+// TestGroupsPassTheTurnOnAfterAPanic: a group write that panics tells its
+// waiting members it failed, and the pool's next write goes ahead.
+func TestGroupsPassTheTurnOnAfterAPanic(t *testing.T) {
+	var g groups[*quarantine]
+	pool := &ippoolv1.NodeIPPool{ObjectMeta: metav1.ObjectMeta{Name: "p", UID: "u1"}}
+	ctx := context.Background()
+	release := make(chan struct{})
+	starts := 0
+	var mu sync.Mutex
+	write := func(_ context.Context, _ *ippoolv1.NodeIPPool, qs []*quarantine) error {
+		mu.Lock()
+		starts++
+		n := starts
+		mu.Unlock()
+		switch n {
+		case 1:
+			<-release // in flight while the next group forms
+		case 2:
+			panic("a bug")
+		}
+		return nil
+	}
+	do := func() (err error) {
+		defer func() {
+			if p := recover(); p != nil {
+				err = errors.New("panicked")
+			}
+		}()
+		_, err = g.do(ctx, pool, &quarantine{}, write)
+		return err
+	}
+	first := make(chan error, 1)
+	go func() { first <- do() }()
+	waitFor(t, func() bool { return turnTaken(&g, "p") })
+	results := make(chan error, 2)
+	for range 2 {
+		go func() { results <- do() }()
+	}
+	waitFor(t, func() bool { return forming(&g, "u1") == 2 })
+	close(release)
+	if err := <-first; err != nil {
+		t.Fatal(err)
+	}
+	got := []error{<-results, <-results}
+	if !slices.ContainsFunc(got, func(err error) bool { return errors.Is(err, errWriteFailed) }) {
+		t.Fatalf("the members got %v, want one told %v (the other, which wrote, panicked)", got, errWriteFailed)
+	}
+	done := make(chan error, 1)
+	go func() { done <- do() }()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatalf("the next write: %v", err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("the pool's turn was kept by the write that panicked")
 	}
 }

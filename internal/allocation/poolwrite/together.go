@@ -2,7 +2,12 @@ package poolwrite
 
 import (
 	"context"
+	"errors"
+	"fmt"
+	"runtime/debug"
 	"time"
+
+	"sigs.k8s.io/controller-runtime/pkg/log"
 
 	ippoolv1 "github.com/nmstate-ippool/nmstate-ippool/api/v1"
 	"github.com/nmstate-ippool/nmstate-ippool/internal/allocation/audit"
@@ -11,13 +16,14 @@ import (
 
 // member is one caller's part of a write made Together: its mutation, the
 // context its audit reason comes from, and, at the write's last attempt
-// that called it, whether it ran, whether its change was kept, and its own
-// error.
+// that called it, whether it ran, whether it saw the pool as read (no
+// earlier member's change kept before it), whether its change was kept,
+// and its own error.
 type member struct {
-	ctx       context.Context
-	mutate    Mutation
-	ran, kept bool
-	err       error
+	ctx               context.Context
+	mutate            Mutation
+	ran, asRead, kept bool
+	err               error
 }
 
 // Together applies mutate to the pool incarnation as Update does, in one
@@ -26,14 +32,15 @@ type member struct {
 // holders asking for addresses at once cost a few pool writes, not one
 // conflicting write each. Each mutation sees the pool as the ones before
 // it in the group left it, and changes a copy that is kept only if it
-// returns true and no error; its error is its own, and is returned to its
-// caller alone. An error of the write (the pool gone or re-created, the
-// status unvouched, the retries exhausted) is that of every caller whose
-// change it was to write, or whose mutation it did not call; a caller that
-// asked for no change (it found its address taken already, or was
-// refused) is not told it. The audit trail gives each address the reason
-// of its own caller's context; the write runs under the context of the
-// group's first caller.
+// returns true and no error; its error (a panic too) is its own, and is
+// returned to its caller alone. An error of the write (the pool gone or
+// re-created, the status unvouched, the retries exhausted) is every
+// caller's, but for one that asked for no change (it found its address
+// taken already, or was refused) on the pool as read, which would have
+// written nothing alone either: a refusal that came of another caller's
+// change is not kept when that change is not written. The audit trail
+// gives each address the reason of its own caller's context; the write
+// runs under the context of the group's first caller.
 func (w *Writer) Together(ctx context.Context, pool *ippoolv1.NodeIPPool, mutate Mutation) error {
 	m := &member{ctx: ctx, mutate: mutate}
 	written, err := w.together.do(ctx, pool, m, w.writeTogether)
@@ -42,7 +49,9 @@ func (w *Writer) Together(ctx context.Context, pool *ippoolv1.NodeIPPool, mutate
 		return err
 	case m.err != nil:
 		return m.err
-	case m.ran && !m.kept:
+	case err == nil, Gone(err):
+		return err
+	case m.ran && m.asRead && !m.kept:
 		return nil
 	}
 	return err
@@ -55,7 +64,7 @@ func (w *Writer) writeTogether(ctx context.Context, pool *ippoolv1.NodeIPPool, m
 	if len(ms) == 1 {
 		m := ms[0]
 		_, err := w.Update(m.ctx, pool.Name, func(p *ippoolv1.NodeIPPool, alloc *ippool.Allocator) (bool, error) {
-			return m.run(p, alloc), nil
+			return m.run(p, alloc, true), nil
 		}, Incarnation(pool.UID))
 		return err
 	}
@@ -65,7 +74,7 @@ func (w *Writer) writeTogether(ctx context.Context, pool *ippoolv1.NodeIPPool, m
 		changed := false
 		for _, m := range ms {
 			mine, bits := p.DeepCopy(), alloc.Clone()
-			if !m.run(mine, bits) {
+			if !m.run(mine, bits, !changed) {
 				continue
 			}
 			if w.Audit != nil {
@@ -79,10 +88,23 @@ func (w *Writer) writeTogether(ctx context.Context, pool *ippoolv1.NodeIPPool, m
 	return err
 }
 
-// run calls the member's mutation and notes what it asked: it reports
-// whether the change is to be kept.
-func (m *member) run(p *ippoolv1.NodeIPPool, alloc *ippool.Allocator) bool {
+// run calls the member's mutation on a pool seen as read or not, and
+// notes what it asked: it reports whether the change is to be kept. A
+// mutation that panics keeps nothing, and its caller is told; the others
+// of its group are written.
+func (m *member) run(p *ippoolv1.NodeIPPool, alloc *ippool.Allocator, asRead bool) (kept bool) {
+	m.ran, m.asRead, m.kept, m.err = true, asRead, false, nil
+	defer func() {
+		if r := recover(); r != nil {
+			log.FromContext(m.ctx).Error(fmt.Errorf("%v", r), "a pool mutation panicked", "stack", string(debug.Stack()))
+			m.err, kept = fmt.Errorf("%w: %v", errMutationPanicked, r), false
+		}
+	}()
 	changed, err := m.mutate(p, alloc)
-	m.ran, m.kept, m.err = true, changed && err == nil, err
+	m.kept, m.err = changed && err == nil, err
 	return m.kept
 }
+
+// errMutationPanicked is the error of a caller of Together whose mutation
+// panicked.
+var errMutationPanicked = errors.New("the pool mutation panicked (a bug: see the log)")

@@ -132,7 +132,9 @@ func TestTogetherKeepsEachAskApart(t *testing.T) {
 // fails (here its retries run out, another writer changing the pool before
 // each attempt), the callers whose changes it carried get its error, and a
 // caller that asked for no change (it found its address already, or was
-// refused) does not: its answer did not depend on the write.
+// refused) on the pool as read does not: its answer did not depend on the
+// write. One refused because of an earlier caller's change, which was
+// not written, gets the error: its refusal does not stand.
 func TestTogetherTellsAFailedWriteToThoseItWasFor(t *testing.T) {
 	RegisterTestingT(t)
 	pool := newPool("together-failed", "10.85.0.0/24")
@@ -154,29 +156,44 @@ func TestTogetherTellsAFailedWriteToThoseItWasFor(t *testing.T) {
 			return true, alloc.AllocateIP(netip.MustParseAddr(ip))
 		}
 	}
-	asks := map[string]poolwrite.Mutation{
-		"takes": take("10.85.0.2"),
-		"refused": func(_ *ippoolv1.NodeIPPool, alloc *ippool.Allocator) (bool, error) {
-			return false, alloc.AllocateIP(netip.MustParseAddr("10.85.0.3"))
-		},
-		"resumes": func(*ippoolv1.NodeIPPool, *ippool.Allocator) (bool, error) { return false, nil },
+	// refusedIfTaken asks for ip, and is refused if it is taken.
+	refusedIfTaken := func(ip string) poolwrite.Mutation {
+		return func(_ *ippoolv1.NodeIPPool, alloc *ippool.Allocator) (bool, error) {
+			if alloc.HasIP(netip.MustParseAddr(ip)) {
+				return false, nil
+			}
+			return true, alloc.AllocateIP(netip.MustParseAddr(ip))
+		}
 	}
 	first := make(chan error, 1)
 	go func() { first <- w.Together(ctx, pool, take("10.85.0.1")) }()
 	Eventually(writes.Load).Should(BeEquivalentTo(1))
-	results := make(chan [2]any, len(asks))
-	for who, mutate := range asks {
-		go func() { results <- [2]any{who, w.Together(ctx, pool, mutate)} }()
+	// In this order in the group.
+	asks := []struct {
+		who    string
+		mutate poolwrite.Mutation
+		told   bool
+	}{
+		{who: "refused", mutate: func(_ *ippoolv1.NodeIPPool, alloc *ippool.Allocator) (bool, error) {
+			return false, alloc.AllocateIP(netip.MustParseAddr("10.85.0.3")) // changed its copy, then refused
+		}},
+		{who: "resumes", mutate: func(*ippoolv1.NodeIPPool, *ippool.Allocator) (bool, error) { return false, nil }},
+		{who: "takes", mutate: take("10.85.0.2"), told: true},
+		{who: "refused after it", mutate: refusedIfTaken("10.85.0.2"), told: true},
 	}
-	Eventually(func() int { return poolwrite.TogetherForming(w, pool.UID) }).Should(Equal(len(asks)))
+	results := make([]chan error, len(asks))
+	for i, a := range asks {
+		results[i] = make(chan error, 1)
+		go func() { results[i] <- w.Together(ctx, pool, a.mutate) }()
+		Eventually(func() int { return poolwrite.TogetherForming(w, pool.UID) }).Should(Equal(i + 1))
+	}
 	close(release)
 	Expect(<-first).To(Succeed())
-	for range asks {
-		r := <-results
-		if r[0] == "takes" {
-			Expect(r[1]).To(MatchError(poolwrite.ErrRetriesExhausted), "its change was not written")
+	for i, a := range asks {
+		if err := <-results[i]; a.told {
+			Expect(err).To(MatchError(poolwrite.ErrRetriesExhausted), "%s: the change it depends on was not written", a.who)
 		} else {
-			Expect(r[1]).To(BeNil(), "%s asked for no write", r[0])
+			Expect(err).NotTo(HaveOccurred(), "%s asked for no write on the pool as read", a.who)
 		}
 	}
 	alloc, err := poolstatus.Allocator(getPool("together-failed"))
@@ -185,9 +202,9 @@ func TestTogetherTellsAFailedWriteToThoseItWasFor(t *testing.T) {
 }
 
 // TestTogetherOutlivesAPanic: a mutation that panics in a shared write
-// fails its group (the panic reaches the goroutine that wrote, as it
-// would without the group), and the pool's next write goes ahead: the
-// pool's turn is not kept by a write that never returned.
+// fails its own caller only (told so, not left to crash the caller whose
+// goroutine writes), the others of its group are written, and the pool's
+// next write goes ahead.
 func TestTogetherOutlivesAPanic(t *testing.T) {
 	RegisterTestingT(t)
 	pool := newPool("together-panic", "10.86.0.0/24")
@@ -204,28 +221,26 @@ func TestTogetherOutlivesAPanic(t *testing.T) {
 			return true, alloc.AllocateIP(netip.MustParseAddr(ip))
 		}
 	}
-	ask := func(mutate poolwrite.Mutation) (err error) {
-		defer func() {
-			if p := recover(); p != nil {
-				err = fmt.Errorf("panicked: %v", p)
-			}
-		}()
-		return w.Together(ctx, pool, mutate)
-	}
 	first := make(chan error, 1)
-	go func() { first <- ask(take("10.86.0.1")) }()
+	go func() { first <- w.Together(ctx, pool, take("10.86.0.1")) }()
 	Eventually(writes.Load).Should(BeEquivalentTo(1))
-	results := make(chan error, 2)
+	panicked, taken := make(chan error, 1), make(chan error, 1)
 	go func() {
-		results <- ask(func(*ippoolv1.NodeIPPool, *ippool.Allocator) (bool, error) { panic("a bug") })
+		panicked <- w.Together(ctx, pool, func(_ *ippoolv1.NodeIPPool, alloc *ippool.Allocator) (bool, error) {
+			_ = alloc.AllocateIP(netip.MustParseAddr("10.86.0.9"))
+			panic("a bug")
+		})
 	}()
-	go func() { results <- ask(take("10.86.0.2")) }()
+	Eventually(func() int { return poolwrite.TogetherForming(w, pool.UID) }).Should(Equal(1))
+	go func() { taken <- w.Together(ctx, pool, take("10.86.0.2")) }()
 	Eventually(func() int { return poolwrite.TogetherForming(w, pool.UID) }).Should(Equal(2))
 	close(release)
 	Expect(<-first).To(Succeed())
-	Expect([]error{<-results, <-results}).To(HaveEach(HaveOccurred()), "the group's write did not happen")
-
-	done := make(chan error, 1)
-	go func() { done <- ask(take("10.86.0.3")) }()
-	Eventually(done, 10*time.Second).Should(Receive(BeNil()), "the pool's next write is not held up")
+	Expect(<-panicked).To(MatchError(ContainSubstring("panicked")))
+	Expect(<-taken).To(Succeed())
+	Expect(w.Together(ctx, pool, take("10.86.0.3"))).To(Succeed(), "the pool's next write")
+	alloc, err := poolstatus.Allocator(getPool("together-panic"))
+	Expect(err).NotTo(HaveOccurred())
+	Expect(alloc.HasIP(netip.MustParseAddr("10.86.0.9"))).To(BeFalse(), "nothing of the mutation that panicked")
+	Expect(alloc.Count()).To(BeEquivalentTo(3))
 }
