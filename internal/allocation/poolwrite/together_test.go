@@ -36,13 +36,7 @@ func TestTogetherKeepsEachAskApart(t *testing.T) {
 	RegisterTestingT(t)
 	pool := newPool("together", "10.84.0.0/24")
 	w := poolwrite.NewWriter(k, k, clock.RealClock{})
-	var writes atomic.Int32
-	release := make(chan struct{})
-	w.OnWrite = func(string) {
-		if writes.Add(1) == 1 {
-			<-release // the first write stays in flight while the others ask
-		}
-	}
+	writes, release := holdFirstWrite(w, nil)
 	var mu sync.Mutex
 	reasons := map[string]string{}
 	w.Audit = func(_ context.Context, changes []audit.Change) {
@@ -140,22 +134,11 @@ func TestTogetherTellsAFailedWriteToThoseItWasFor(t *testing.T) {
 	pool := newPool("together-failed", "10.85.0.0/24")
 	w := poolwrite.NewWriter(k, k, clock.RealClock{})
 	w.Backoff.Steps = 2
-	var writes atomic.Int32
-	release := make(chan struct{})
-	w.OnWrite = func(name string) {
-		if writes.Add(1) == 1 {
-			<-release
-			return
-		}
+	writes, release := holdFirstWrite(w, func(name string, n int32) {
 		// Another writer gets there first, at every later attempt.
-		bump := client.RawPatch(types.MergePatchType, []byte(fmt.Sprintf(`{"metadata":{"annotations":{"bump":"%d"}}}`, writes.Load())))
+		bump := client.RawPatch(types.MergePatchType, []byte(fmt.Sprintf(`{"metadata":{"annotations":{"bump":"%d"}}}`, n)))
 		Expect(k.Patch(ctx, &ippoolv1.NodeIPPool{ObjectMeta: metav1.ObjectMeta{Name: name}}, bump)).To(Succeed())
-	}
-	take := func(ip string) poolwrite.Mutation {
-		return func(_ *ippoolv1.NodeIPPool, alloc *ippool.Allocator) (bool, error) {
-			return true, alloc.AllocateIP(netip.MustParseAddr(ip))
-		}
-	}
+	})
 	// refusedIfTaken asks for ip, and is refused if it is taken.
 	refusedIfTaken := func(ip string) poolwrite.Mutation {
 		return func(_ *ippoolv1.NodeIPPool, alloc *ippool.Allocator) (bool, error) {
@@ -209,18 +192,7 @@ func TestTogetherOutlivesAPanic(t *testing.T) {
 	RegisterTestingT(t)
 	pool := newPool("together-panic", "10.86.0.0/24")
 	w := poolwrite.NewWriter(k, k, clock.RealClock{})
-	var writes atomic.Int32
-	release := make(chan struct{})
-	w.OnWrite = func(string) {
-		if writes.Add(1) == 1 {
-			<-release
-		}
-	}
-	take := func(ip string) poolwrite.Mutation {
-		return func(_ *ippoolv1.NodeIPPool, alloc *ippool.Allocator) (bool, error) {
-			return true, alloc.AllocateIP(netip.MustParseAddr(ip))
-		}
-	}
+	writes, release := holdFirstWrite(w, nil)
 	first := make(chan error, 1)
 	go func() { first <- w.Together(ctx, pool, take("10.86.0.1")) }()
 	Eventually(writes.Load).Should(BeEquivalentTo(1))
@@ -243,4 +215,28 @@ func TestTogetherOutlivesAPanic(t *testing.T) {
 	Expect(err).NotTo(HaveOccurred())
 	Expect(alloc.HasIP(netip.MustParseAddr("10.86.0.9"))).To(BeFalse(), "nothing of the mutation that panicked")
 	Expect(alloc.Count()).To(BeEquivalentTo(3))
+}
+
+// holdFirstWrite holds w's first pool write in flight until release is
+// closed, so that the callers who come meanwhile form a group, and tells
+// later, if set, of every later write (with the count so far); writes
+// counts them all.
+func holdFirstWrite(w *poolwrite.Writer, later func(pool string, n int32)) (writes *atomic.Int32, release chan struct{}) {
+	writes, release = &atomic.Int32{}, make(chan struct{})
+	w.OnWrite = func(pool string) {
+		switch n := writes.Add(1); {
+		case n == 1:
+			<-release
+		case later != nil:
+			later(pool, n)
+		}
+	}
+	return writes, release
+}
+
+// take is a mutation that takes ip.
+func take(ip string) poolwrite.Mutation {
+	return func(_ *ippoolv1.NodeIPPool, alloc *ippool.Allocator) (bool, error) {
+		return true, alloc.AllocateIP(netip.MustParseAddr(ip))
+	}
 }
