@@ -167,6 +167,13 @@ const (
 	// state, its machine is down): what it carries is not known, so it is
 	// not given an address until its state is published.
 	ReasonNodeStateUnknown = "NodeStateUnknown"
+	// ReasonNodeStateRenewed (Event, pooled policy): the NodeNetworkState
+	// of a node the policy waits on existed without a state for half a
+	// minute and was deleted, for the node's handler to create it again
+	// with its state (kubernetes-nmstate's handler never writes the state
+	// again, until the node's network changes, once its first state write
+	// after the create failed).
+	ReasonNodeStateRenewed = "NodeStateRenewed"
 
 	// ReasonAddressOutsideRange (Event): an enactment records an address its
 	// pool no longer hands out (the pool was re-created smaller or with new

@@ -151,12 +151,13 @@ func (r *Reconciler) take(ctx context.Context, w *world, next *ippoolv1.PooledNo
 		}
 	}
 	if len(unknown) > 0 {
+		nodes := make([]string, 0, len(unknown))
 		for _, nd := range unknown {
 			w.waitingForState[nd.node] = true
+			nodes = append(nodes, nd.node)
 		}
-		problems = append(problems, problem{ippoolv1.ReasonNodeStateUnknown, fmt.Sprintf(
-			"%s published no NodeNetworkState yet: an address of NodeIPPool %s given now could replace one carried there; "+
-				"served once the node's handler publishes its state (is it running there?)", nodesOf(unknown), pool.Name)})
+		empty := r.renewStateless(ctx, w, nodes)
+		problems = append(problems, problem{ippoolv1.ReasonNodeStateUnknown, waitMessage(unknown, empty, pool.Name, r.statelessGrace())})
 	}
 	return got, problems, said, nil
 }

@@ -317,16 +317,16 @@ func TestNodeWithoutStateWaits(t *testing.T) {
 	Expect(n.Network.Apply(ctx, []byte(`{"interfaces":[{"name":"eth1","type":"ethernet","state":"up","ipv4":{"enabled":true,"dhcp":false,"address":[{"ip":"10.76.2.20","prefix-length":24}]}}]}`))).To(Succeed())
 	Expect(n.Network.Commit(ctx)).To(Succeed())
 	Expect(k.Delete(ctx, &nncev1beta1.NodeNetworkState{ObjectMeta: metav1.ObjectMeta{Name: "ws-2"}})).To(Succeed())
-	Eventually(func() error {
-		return k.Create(ctx, &nncev1beta1.NodeNetworkState{ObjectMeta: metav1.ObjectMeta{Name: "ws-2"}})
-	}).Should(Succeed())
+	empty := &nncev1beta1.NodeNetworkState{ObjectMeta: metav1.ObjectMeta{Name: "ws-2"}}
+	Eventually(func() error { return k.Create(ctx, empty) }).Should(Succeed())
 	// ws-3 is not Ready, and has no state either.
 	u.Down("ws-3", true)
 	updateNode("ws-3", notReadyNow)
 	Expect(k.Delete(ctx, &nncev1beta1.NodeNetworkState{ObjectMeta: metav1.ObjectMeta{Name: "ws-3"}})).To(Succeed())
 
 	create(t, pooled("ws", "ws", "cmp-ws", "100%"))
-	Eventually(status("ws")).Should(HavePrefix("Degraded NodeStateUnknown: nodes ws-2, ws-3 published no NodeNetworkState yet: "+
+	Eventually(status("ws")).Should(HavePrefix("Degraded NodeStateUnknown: node ws-3 published no NodeNetworkState yet; "+
+		"the NodeNetworkState of node ws-2 holds no state (deleted after 30s without one, for its handler to publish it again): "+
 		"an address of NodeIPPool cmp-ws given now could replace one carried there"), describe("ws"))
 	Eventually(addressOf("ws", "ws-1")).Should(Equal("10.76.2.10"))
 	Consistently(addressOf("ws", "ws-2"), 2*time.Second).Should(BeEmpty(), "its state is not known")
@@ -335,6 +335,9 @@ func TestNodeWithoutStateWaits(t *testing.T) {
 
 	Expect(u.Publish("ws-2")).To(Succeed())
 	Eventually(addressOf("ws", "ws-2")).Should(Equal("10.76.2.20"), "the address it carries: adopted")
+	var published nncev1beta1.NodeNetworkState
+	Expect(k.Get(ctx, client.ObjectKeyFromObject(empty), &published)).To(Succeed())
+	Expect(published.UID).To(Equal(empty.UID), "a state written within the grace period: the object is never deleted")
 	Eventually(u.Configured("ws-2")).Should(Equal([]string{"10.76.2.20/24"}))
 	Eventually(status("ws")).Should(HavePrefix("Degraded NodeStateUnknown: node ws-3 published no NodeNetworkState yet"))
 	// ws-3's machine is back and its handler publishes what it carries
@@ -343,4 +346,40 @@ func TestNodeWithoutStateWaits(t *testing.T) {
 	Expect(err).NotTo(HaveOccurred())
 	Expect(envtest.PublishState(ctx, k, "ws-3", string(shown), time.Now())).To(Succeed())
 	Eventually(addressOf("ws", "ws-3")).Should(Equal("10.76.2.11"), "served once its state is known")
+}
+
+// TestStatelessStateIsRenewed: kubernetes-nmstate's handler whose create
+// of its NodeNetworkState went through but whose state write did not
+// writes the state only when the node's network changes: the node would
+// wait for good. Once the object has held no state for the grace period
+// the controller deletes that very object (a state written meanwhile
+// keeps it), says so in an Event, and the handler creates it again with
+// its state, as it does when it sees it deleted: the node is served, with
+// the address it carries.
+func TestStatelessStateIsRenewed(t *testing.T) {
+	u := beginWith(t, func(pc *envtest.PoolController) { pc.PooledPolicies.StatelessGrace = 2 * time.Second }, "sl", "sl-1", "sl-2")
+	createPool(t, "cmp-sl", rangeSpec("10.76.3.0/24", "10.76.3.10", "10.76.3.30"))
+	n := u.Node("sl-2")
+	Expect(n.Network.Apply(ctx, []byte(`{"interfaces":[{"name":"eth1","type":"ethernet","state":"up","ipv4":{"enabled":true,"dhcp":false,"address":[{"ip":"10.76.3.20","prefix-length":24}]}}]}`))).To(Succeed())
+	Expect(n.Network.Commit(ctx)).To(Succeed())
+	Expect(k.Delete(ctx, &nncev1beta1.NodeNetworkState{ObjectMeta: metav1.ObjectMeta{Name: "sl-2"}})).To(Succeed())
+	empty := &nncev1beta1.NodeNetworkState{ObjectMeta: metav1.ObjectMeta{Name: "sl-2"}}
+	Eventually(func() error { return k.Create(ctx, empty) }).Should(Succeed())
+
+	create(t, pooled("sl", "sl", "cmp-sl", "100%"))
+	Eventually(status("sl")).Should(HavePrefix("Degraded NodeStateUnknown: the NodeNetworkState of node sl-2 holds no state "+
+		"(deleted after 2s without one, for its handler to publish it again)"), describe("sl"))
+	Eventually(addressOf("sl", "sl-1")).Should(Equal("10.76.3.10"))
+	Eventually(func() error {
+		return k.Get(ctx, client.ObjectKeyFromObject(empty), &nncev1beta1.NodeNetworkState{})
+	}).Should(Satisfy(apierrors.IsNotFound), "the empty state deleted once the grace period passed")
+	Expect(events("sl")()).To(ContainElement(HavePrefix("NodeStateRenewed: deleted the NodeNetworkState of node sl-2, which held no state for 2s")))
+	Expect(addressOf("sl", "sl-2")()).To(BeEmpty(), "still unknown: nothing published")
+
+	// The handler sees its state deleted and creates it with the state.
+	shown, err := n.Network.Show(ctx)
+	Expect(err).NotTo(HaveOccurred())
+	Expect(envtest.PublishState(ctx, k, "sl-2", string(shown), time.Now())).To(Succeed())
+	Eventually(addressOf("sl", "sl-2")).Should(Equal("10.76.3.20"), "the address it carries: adopted")
+	Eventually(status("sl")).Should(Equal("Available SuccessfullyConfigured: 2/2 nodes successfully configured"))
 }

@@ -80,3 +80,46 @@ func TestStateWaitsTimeEachNode(t *testing.T) {
 		t.Error("a policy deleted for good is forgotten")
 	}
 }
+
+// TestRenewedStateRestartsTheWait: a node whose empty state was deleted
+// for its handler to publish again waits afresh (looked at soon), and the
+// other nodes' waits keep their start.
+func TestRenewedStateRestartsTheWait(t *testing.T) {
+	t0 := time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC)
+	var s stateWaits
+	s.note("p", "u1", map[string]bool{"n1": true, "n2": true}, t0)
+	s.restart("p", "n1")
+	s.restart("absent", "n1") // nothing to restart: no harm
+	now := t0.Add(2 * time.Minute)
+	if got := s.note("p", "u1", map[string]bool{"n1": true, "n2": true}, now); !got.Equal(now) {
+		t.Errorf("n1's wait restarted: the newest is now, %v; got %v", now, got)
+	}
+	if got := s.since["p"].nodes["n2"]; !got.Equal(t0) {
+		t.Errorf("n2's wait keeps its start %v; got %v", t0, got)
+	}
+}
+
+// TestStatelessSeenOnce: a state seen without one keeps the time it was
+// first seen so until it is forgotten; a stale entry of another object is
+// dropped.
+func TestStatelessSeenOnce(t *testing.T) {
+	t0 := time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC)
+	var s statelessSeen
+	if got := s.seen("a", t0, time.Minute); !got.Equal(t0) {
+		t.Fatalf("first seen %v, want %v", got, t0)
+	}
+	if got := s.seen("a", t0.Add(30*time.Second), time.Minute); !got.Equal(t0) {
+		t.Errorf("seen again: keeps %v; got %v", t0, got)
+	}
+	later := t0.Add(2 * time.Minute)
+	if got := s.seen("b", later, time.Minute); !got.Equal(later) {
+		t.Errorf("another object: %v; got %v", later, got)
+	}
+	if _, found := s.since["a"]; found {
+		t.Error("an entry older than forgetAfter is dropped")
+	}
+	s.forget("b")
+	if got := s.seen("b", later.Add(time.Second), time.Minute); !got.Equal(later.Add(time.Second)) {
+		t.Errorf("forgotten: seen afresh; got %v", got)
+	}
+}

@@ -95,6 +95,17 @@ func (s *stateWaits) note(policy string, uid types.UID, waiting map[string]bool,
 	return newest
 }
 
+// restart makes node's wait in policy begin anew at the next note: its
+// NodeNetworkState was deleted for its handler to publish it again, which
+// it does within seconds.
+func (s *stateWaits) restart(policy, node string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if w, found := s.since[policy]; found {
+		delete(w.nodes, node)
+	}
+}
+
 // forget drops the waits of a pooled policy deleted for good.
 func (s *stateWaits) forget(policy string) {
 	s.mu.Lock()

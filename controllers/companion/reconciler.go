@@ -48,6 +48,10 @@ type Reconciler struct {
 	// that takes its released addresses off that policy is written again
 	// (doubling with each attempt).
 	RemovalRetry time.Duration
+	// StatelessGrace is how long a NodeNetworkState a node waits on may
+	// hold no state before it is deleted, for its handler to create it
+	// again with one (renewStateless).
+	StatelessGrace time.Duration
 	// Waiting is told which nodes of a pooled policy wait on an exhausted
 	// pool (the metric nmstate_ippool_waiting_holders); nil tells nothing.
 	Waiting *poolmetrics.Waiting
@@ -68,6 +72,9 @@ type Reconciler struct {
 	// stateWaits remembers since when each node of each pooled policy
 	// waits for its first NodeNetworkState (lookAgain).
 	stateWaits stateWaits
+	// stateless remembers since when each NodeNetworkState seen without
+	// a state has been so (renewStateless).
+	stateless statelessSeen
 }
 
 // gone forgets a pooled policy deleted for good: none of its nodes waits

@@ -38,7 +38,7 @@ import (
 // +kubebuilder:rbac:groups=nmstate.io,resources=poolednodenetworkconfigurationpolicies/finalizers,verbs=update
 // +kubebuilder:rbac:groups=nmstate.io,resources=nodenetworkconfigurationpolicies,verbs=get;list;watch;create;update;patch;delete
 // +kubebuilder:rbac:groups=nmstate.io,resources=nodenetworkconfigurationenactments,verbs=get;list;watch;delete
-// +kubebuilder:rbac:groups=nmstate.io,resources=nodenetworkstates,verbs=get;list;watch
+// +kubebuilder:rbac:groups=nmstate.io,resources=nodenetworkstates,verbs=get;list;watch;delete
 // +kubebuilder:rbac:groups=nmstate.io,resources=nodeippools,verbs=get;list;watch
 // +kubebuilder:rbac:groups=nmstate.io,resources=nodeippools/status,verbs=get;update;patch
 // +kubebuilder:rbac:groups="",resources=nodes,verbs=get;list;watch;patch
@@ -60,7 +60,8 @@ func New(mgr ctrl.Manager) *Reconciler {
 		Clock:     clk,
 		// kubernetes-nmstate's handler retries an apply for about a
 		// minute before it fails (5 attempts, backoff up to 30 s).
-		RemovalRetry: time.Minute,
+		RemovalRetry:   time.Minute,
+		StatelessGrace: statelessGrace,
 	}
 }
 

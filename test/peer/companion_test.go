@@ -1,6 +1,7 @@
 package peer
 
 import (
+	"errors"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -20,6 +21,7 @@ import (
 
 	ippoolv1 "github.com/nmstate-ippool/nmstate-ippool/api/v1"
 	nncev1beta1 "github.com/nmstate-ippool/nmstate-ippool/api/v1beta1"
+	"github.com/nmstate-ippool/nmstate-ippool/internal/allocation/lifecycle"
 	"github.com/nmstate-ippool/nmstate-ippool/internal/plumbing/conditions"
 	"github.com/nmstate-ippool/nmstate-ippool/test/envtest"
 )
@@ -438,6 +440,56 @@ spec:
 		samples, problems := sampler.End()
 		Expect(problems).To(BeEmpty(), "no address on two machines")
 		Expect(samples).To(BeNumerically(">", 0))
+	})
+
+	It("serves a node whose NodeNetworkState kubernetes-nmstate's handler left without a state: deleted for the handler to publish it again", func() {
+		const stuck = "eth1-stuck"
+		localclusterIn(cdir, "node", "add", "node11", "--label", "stuck=yes")
+		nns := &nncev1beta1.NodeNetworkState{ObjectMeta: metav1.ObjectMeta{Name: "node11"}}
+		published := func() bool {
+			return kc.Get(ctx, client.ObjectKeyFromObject(nns), nns) == nil && lifecycle.Published(nns)
+		}
+		Eventually(published).Should(BeTrue())
+
+		By("its state deleted and created again empty before its handler does: the handler's own create fails, and it never writes " +
+			"the state of a network it published already")
+		var empty types.UID
+		Eventually(func() error {
+			if err := kc.Delete(ctx, &nncev1beta1.NodeNetworkState{ObjectMeta: metav1.ObjectMeta{Name: "node11"}}); client.IgnoreNotFound(err) != nil {
+				return err
+			}
+			made := &nncev1beta1.NodeNetworkState{ObjectMeta: metav1.ObjectMeta{Name: "node11"}}
+			if err := kc.Create(ctx, made); err != nil {
+				return err // the handler's create came first
+			}
+			for range 20 {
+				time.Sleep(250 * time.Millisecond)
+				if err := kc.Get(ctx, client.ObjectKeyFromObject(nns), nns); err != nil {
+					return err
+				}
+				if nns.UID != made.UID || lifecycle.Published(nns) {
+					return errors.New("the handler published a state: again")
+				}
+			}
+			empty = made.UID
+			return nil
+		}, 2*time.Minute, time.Second).Should(Succeed())
+
+		p := &ippoolv1.PooledNodeNetworkConfigurationPolicy{ObjectMeta: metav1.ObjectMeta{Name: stuck}}
+		p.Spec.NodeSelector = map[string]string{"stuck": "yes"}
+		p.Spec.Capture = map[string]string{"addr": "ippool." + pool + ".allocate"}
+		p.Spec.DesiredState = shared.NewState(envtest.OneAddressState)
+		Expect(kc.Create(ctx, p)).To(Succeed())
+		Eventually(func() string { return statusIn(stuck) }).Should(
+			HavePrefix("Degraded NodeStateUnknown: the NodeNetworkState of node node11 holds no state"), "it waits, and says why")
+		Eventually(func() string { return statusIn(stuck) }).Should(Equal("Available SuccessfullyConfigured: 1/1 nodes successfully configured"))
+		ip := recordIn(stuck, "node11")
+		Expect(ip).NotTo(BeEmpty())
+		Expect(carried("node11")).To(ConsistOf(ip + "/24"))
+		Expect(kc.Get(ctx, client.ObjectKeyFromObject(nns), nns)).To(Succeed())
+		Expect(nns.UID).NotTo(Equal(empty), "the empty state was deleted; the handler created it again")
+		Expect(envtest.Events(ctx, kc, "PooledNodeNetworkConfigurationPolicy", stuck)).To(
+			ContainElement(HavePrefix("NodeStateRenewed: deleted the NodeNetworkState of node node11")))
 	})
 })
 
