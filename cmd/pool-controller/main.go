@@ -193,7 +193,7 @@ func run(o options) error {
 	if pools.IPAMVersion, pools.Signer, err = setUpClaims(ctx, mgr, o, metrics); err != nil {
 		return err
 	}
-	if pools.PooledPolicies, err = setUpPooledPolicies(mgr, metrics); err != nil {
+	if pools.PooledPolicies, err = setUpPooledPolicies(mgr, metrics, o.mode == modeCompanion); err != nil {
 		return err
 	}
 	if err := pools.SetupWithManager(ctx, mgr, pool.SetupOptions{}); err != nil {
@@ -323,8 +323,10 @@ const serviceAccountNamespace = "/var/run/secrets/kubernetes.io/serviceaccount/n
 
 // setUpPooledPolicies starts the controller of pooled policies (which
 // companion mode relies on, and handler mode serves too) when their CRD is
-// installed, and reports whether it is.
-func setUpPooledPolicies(mgr ctrl.Manager, metrics *pool.Metrics) (bool, error) {
+// installed, and reports whether it is. Beside kubernetes-nmstate's
+// handler (companion) it renews the NodeNetworkStates that handler left
+// holding nothing (companion.Reconciler.RenewStates).
+func setUpPooledPolicies(mgr ctrl.Manager, metrics *pool.Metrics, companionMode bool) (bool, error) {
 	_, err := mgr.GetRESTMapper().RESTMapping(ippoolv1.GroupVersion.WithKind(holder.PooledPolicyKind).GroupKind(), ippoolv1.GroupVersion.Version)
 	switch {
 	case meta.IsNoMatchError(err):
@@ -335,6 +337,7 @@ func setUpPooledPolicies(mgr ctrl.Manager, metrics *pool.Metrics) (bool, error) 
 	}
 	policies := companion.New(mgr)
 	policies.Waiting = metrics.Waiting
+	policies.RenewStates = companionMode
 	metrics.Writes.Count(policies.Pools)
 	if err := policies.SetupWithManager(mgr, companion.SetupOptions{}); err != nil {
 		return false, fmt.Errorf("set up the pooled policy controller: %w", err)

@@ -157,7 +157,7 @@ func (r *Reconciler) take(ctx context.Context, w *world, next *ippoolv1.PooledNo
 			nodes = append(nodes, nd.node)
 		}
 		empty := r.renewStateless(ctx, w, nodes)
-		problems = append(problems, problem{ippoolv1.ReasonNodeStateUnknown, waitMessage(unknown, empty, pool.Name, r.statelessGrace())})
+		problems = append(problems, problem{ippoolv1.ReasonNodeStateUnknown, waitMessage(unknown, empty, pool.Name, r.statelessGrace(), r.RenewStates)})
 	}
 	return got, problems, said, nil
 }

@@ -309,7 +309,9 @@ func TestStrandedPoliciesGo(t *testing.T) {
 // and then keeps the one it carries. The pooled policy says which nodes
 // wait and why; the others are served.
 func TestNodeWithoutStateWaits(t *testing.T) {
-	u := begin(t, "ws", "ws-1", "ws-2", "ws-3")
+	// The state of ws-2 is written within the grace period, however busy
+	// the machine: never renewed.
+	u := beginWith(t, func(pc *envtest.PoolController) { pc.PooledPolicies.StatelessGrace = time.Hour }, "ws", "ws-1", "ws-2", "ws-3")
 	createPool(t, "cmp-ws", rangeSpec("10.76.2.0/24", "10.76.2.10", "10.76.2.30"))
 	// ws-2 carries 10.76.2.20 on eth1, and its state is not published:
 	// its handler has made the object and not yet written the state.
@@ -326,7 +328,7 @@ func TestNodeWithoutStateWaits(t *testing.T) {
 
 	create(t, pooled("ws", "ws", "cmp-ws", "100%"))
 	Eventually(status("ws")).Should(HavePrefix("Degraded NodeStateUnknown: node ws-3 published no NodeNetworkState yet; "+
-		"the NodeNetworkState of node ws-2 holds no state (deleted after 30s without one, for its handler to publish it again): "+
+		"the NodeNetworkState of node ws-2 holds no state (deleted once it has held nothing for 1h0m0s, for the handler to publish it again): "+
 		"an address of NodeIPPool cmp-ws given now could replace one carried there"), describe("ws"))
 	Eventually(addressOf("ws", "ws-1")).Should(Equal("10.76.2.10"))
 	Consistently(addressOf("ws", "ws-2"), 2*time.Second).Should(BeEmpty(), "its state is not known")
@@ -357,7 +359,7 @@ func TestNodeWithoutStateWaits(t *testing.T) {
 // its state, as it does when it sees it deleted: the node is served, with
 // the address it carries.
 func TestStatelessStateIsRenewed(t *testing.T) {
-	u := beginWith(t, func(pc *envtest.PoolController) { pc.PooledPolicies.StatelessGrace = 2 * time.Second }, "sl", "sl-1", "sl-2")
+	u := beginWith(t, func(pc *envtest.PoolController) { pc.PooledPolicies.StatelessGrace = 2 * time.Second }, "sl", "sl-1", "sl-2", "sl-3")
 	createPool(t, "cmp-sl", rangeSpec("10.76.3.0/24", "10.76.3.10", "10.76.3.30"))
 	n := u.Node("sl-2")
 	Expect(n.Network.Apply(ctx, []byte(`{"interfaces":[{"name":"eth1","type":"ethernet","state":"up","ipv4":{"enabled":true,"dhcp":false,"address":[{"ip":"10.76.3.20","prefix-length":24}]}}]}`))).To(Succeed())
@@ -365,15 +367,23 @@ func TestStatelessStateIsRenewed(t *testing.T) {
 	Expect(k.Delete(ctx, &nncev1beta1.NodeNetworkState{ObjectMeta: metav1.ObjectMeta{Name: "sl-2"}})).To(Succeed())
 	empty := &nncev1beta1.NodeNetworkState{ObjectMeta: metav1.ObjectMeta{Name: "sl-2"}}
 	Eventually(func() error { return k.Create(ctx, empty) }).Should(Succeed())
+	// sl-3's handler could not read its network: its state holds only
+	// the condition that says why, which a deletion would wipe.
+	Expect(k.Delete(ctx, &nncev1beta1.NodeNetworkState{ObjectMeta: metav1.ObjectMeta{Name: "sl-3"}})).To(Succeed())
+	failing := &nncev1beta1.NodeNetworkState{ObjectMeta: metav1.ObjectMeta{Name: "sl-3"}}
+	Eventually(func() error { return k.Create(ctx, failing) }).Should(Succeed())
+	failing.Status.Conditions = shared.ConditionList{{Type: shared.NodeNetworkStateConditionFailing, Status: corev1.ConditionTrue,
+		Reason: shared.NodeNetworkStateConditionFailedToConfigure, Message: "reading the node's network state failed"}}
+	Expect(k.Status().Update(ctx, failing)).To(Succeed())
 
 	create(t, pooled("sl", "sl", "cmp-sl", "100%"))
-	Eventually(status("sl")).Should(HavePrefix("Degraded NodeStateUnknown: the NodeNetworkState of node sl-2 holds no state "+
-		"(deleted after 2s without one, for its handler to publish it again)"), describe("sl"))
+	Eventually(status("sl")).Should(HavePrefix("Degraded NodeStateUnknown: node sl-3 published no NodeNetworkState yet; "+
+		"the NodeNetworkState of node sl-2 holds no state (deleted once it has held nothing for 2s, for the handler to publish it again)"), describe("sl"))
 	Eventually(addressOf("sl", "sl-1")).Should(Equal("10.76.3.10"))
 	Eventually(func() error {
 		return k.Get(ctx, client.ObjectKeyFromObject(empty), &nncev1beta1.NodeNetworkState{})
 	}).Should(Satisfy(apierrors.IsNotFound), "the empty state deleted once the grace period passed")
-	Expect(events("sl")()).To(ContainElement(HavePrefix("NodeStateRenewed: deleted the NodeNetworkState of node sl-2, which held no state for 2s")))
+	Eventually(events("sl")).Should(ContainElement(HavePrefix("NodeStateRenewed: deleted the NodeNetworkState of node sl-2, which held nothing for 2s")))
 	Expect(addressOf("sl", "sl-2")()).To(BeEmpty(), "still unknown: nothing published")
 
 	// The handler sees its state deleted and creates it with the state.
@@ -381,5 +391,9 @@ func TestStatelessStateIsRenewed(t *testing.T) {
 	Expect(err).NotTo(HaveOccurred())
 	Expect(envtest.PublishState(ctx, k, "sl-2", string(shown), time.Now())).To(Succeed())
 	Eventually(addressOf("sl", "sl-2")).Should(Equal("10.76.3.20"), "the address it carries: adopted")
-	Eventually(status("sl")).Should(Equal("Available SuccessfullyConfigured: 2/2 nodes successfully configured"))
+	Eventually(status("sl")).Should(HavePrefix("Degraded NodeStateUnknown: node sl-3 published no NodeNetworkState yet"))
+	var kept nncev1beta1.NodeNetworkState
+	Expect(k.Get(ctx, client.ObjectKeyFromObject(failing), &kept)).To(Succeed())
+	Expect(kept.UID).To(Equal(failing.UID), "a state that says why it holds none is never deleted")
+	Expect(kept.Status.Conditions).To(HaveLen(1))
 }

@@ -4,7 +4,11 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nmstate/kubernetes-nmstate/api/shared"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
 	ippoolv1 "github.com/nmstate-ippool/nmstate-ippool/api/v1"
+	nncev1beta1 "github.com/nmstate-ippool/nmstate-ippool/api/v1beta1"
 )
 
 // TestLookAgainWhileANodeWaitsForItsState: a pooled policy with a node
@@ -121,5 +125,26 @@ func TestStatelessSeenOnce(t *testing.T) {
 	s.forget("b")
 	if got := s.seen("b", later.Add(time.Second), time.Minute); !got.Equal(later.Add(time.Second)) {
 		t.Errorf("forgotten: seen afresh; got %v", got)
+	}
+}
+
+// TestHoldsNothing: only a state whose status is empty, as a handler
+// creates the object, is renewed; a condition, a version or a state
+// says something.
+func TestHoldsNothing(t *testing.T) {
+	for _, c := range []struct {
+		name   string
+		status shared.NodeNetworkStateStatus
+		want   bool
+	}{
+		{"empty", shared.NodeNetworkStateStatus{}, true},
+		{"a state", shared.NodeNetworkStateStatus{CurrentState: shared.NewState("interfaces: []")}, false},
+		{"a time", shared.NodeNetworkStateStatus{LastSuccessfulUpdateTime: metav1.Now()}, false},
+		{"a condition", shared.NodeNetworkStateStatus{Conditions: shared.ConditionList{{Type: shared.NodeNetworkStateConditionFailing}}}, false},
+		{"a version", shared.NodeNetworkStateStatus{HandlerNmstateVersion: "2.2"}, false},
+	} {
+		if got := holdsNothing(&nncev1beta1.NodeNetworkState{Status: c.status}); got != c.want {
+			t.Errorf("%s: holdsNothing = %v, want %v", c.name, got, c.want)
+		}
 	}
 }

@@ -48,9 +48,11 @@ type Reconciler struct {
 	// that takes its released addresses off that policy is written again
 	// (doubling with each attempt).
 	RemovalRetry time.Duration
-	// StatelessGrace is how long a NodeNetworkState a node waits on may
-	// hold no state before it is deleted, for its handler to create it
-	// again with one (renewStateless).
+	// RenewStates deletes a NodeNetworkState a node waits on that has
+	// held nothing for StatelessGrace (default 30 s), for its handler to
+	// create it again with its state (renewStateless): set in companion
+	// mode, beside kubernetes-nmstate's handler.
+	RenewStates    bool
 	StatelessGrace time.Duration
 	// Waiting is told which nodes of a pooled policy wait on an exhausted
 	// pool (the metric nmstate_ippool_waiting_holders); nil tells nothing.
@@ -259,6 +261,10 @@ type world struct {
 	// waitingForState are the nodes that wait for their first
 	// NodeNetworkState (NodeStateUnknown): looked at again soon.
 	waitingForState map[string]bool
+	// emptyStates holds, by node, whether the NodeNetworkState of a node
+	// that waits for its state exists and holds nothing, for the nodes
+	// this pass has read (renewStateless).
+	emptyStates map[string]bool
 	// taken are the addresses this pass's allocations hold in flight, by
 	// pool: withdrawn when the status write that records them is refused.
 	taken map[string]takenFrom

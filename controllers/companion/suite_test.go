@@ -67,6 +67,7 @@ func beginWith(t *testing.T, tune func(*envtest.PoolController), label string, n
 		// neither: that handler writes the NNCPs' status and its
 		// enactments (cmd/pool-controller --mode companion).
 		pc.Enactments, pc.Policies = nil, nil
+		pc.PooledPolicies.RenewStates = true // as --mode companion sets it
 		tune(pc)
 	})
 	Expect(err).NotTo(HaveOccurred())
