@@ -315,12 +315,8 @@ func TestNodeWithoutStateWaits(t *testing.T) {
 	createPool(t, "cmp-ws", rangeSpec("10.76.2.0/24", "10.76.2.10", "10.76.2.30"))
 	// ws-2 carries 10.76.2.20 on eth1, and its state is not published:
 	// its handler has made the object and not yet written the state.
-	n := u.Node("ws-2")
-	Expect(n.Network.Apply(ctx, []byte(`{"interfaces":[{"name":"eth1","type":"ethernet","state":"up","ipv4":{"enabled":true,"dhcp":false,"address":[{"ip":"10.76.2.20","prefix-length":24}]}}]}`))).To(Succeed())
-	Expect(n.Network.Commit(ctx)).To(Succeed())
-	Expect(k.Delete(ctx, &nncev1beta1.NodeNetworkState{ObjectMeta: metav1.ObjectMeta{Name: "ws-2"}})).To(Succeed())
-	empty := &nncev1beta1.NodeNetworkState{ObjectMeta: metav1.ObjectMeta{Name: "ws-2"}}
-	Eventually(func() error { return k.Create(ctx, empty) }).Should(Succeed())
+	carryWithoutState(u, "ws-2", "10.76.2.20")
+	empty := recreateEmptyState("ws-2")
 	// ws-3 is not Ready, and has no state either.
 	u.Down("ws-3", true)
 	updateNode("ws-3", notReadyNow)
@@ -361,17 +357,11 @@ func TestNodeWithoutStateWaits(t *testing.T) {
 func TestStatelessStateIsRenewed(t *testing.T) {
 	u := beginWith(t, func(pc *envtest.PoolController) { pc.PooledPolicies.StatelessGrace = 2 * time.Second }, "sl", "sl-1", "sl-2", "sl-3")
 	createPool(t, "cmp-sl", rangeSpec("10.76.3.0/24", "10.76.3.10", "10.76.3.30"))
-	n := u.Node("sl-2")
-	Expect(n.Network.Apply(ctx, []byte(`{"interfaces":[{"name":"eth1","type":"ethernet","state":"up","ipv4":{"enabled":true,"dhcp":false,"address":[{"ip":"10.76.3.20","prefix-length":24}]}}]}`))).To(Succeed())
-	Expect(n.Network.Commit(ctx)).To(Succeed())
-	Expect(k.Delete(ctx, &nncev1beta1.NodeNetworkState{ObjectMeta: metav1.ObjectMeta{Name: "sl-2"}})).To(Succeed())
-	empty := &nncev1beta1.NodeNetworkState{ObjectMeta: metav1.ObjectMeta{Name: "sl-2"}}
-	Eventually(func() error { return k.Create(ctx, empty) }).Should(Succeed())
+	n := carryWithoutState(u, "sl-2", "10.76.3.20")
+	empty := recreateEmptyState("sl-2")
 	// sl-3's handler could not read its network: its state holds only
 	// the condition that says why, which a deletion would wipe.
-	Expect(k.Delete(ctx, &nncev1beta1.NodeNetworkState{ObjectMeta: metav1.ObjectMeta{Name: "sl-3"}})).To(Succeed())
-	failing := &nncev1beta1.NodeNetworkState{ObjectMeta: metav1.ObjectMeta{Name: "sl-3"}}
-	Eventually(func() error { return k.Create(ctx, failing) }).Should(Succeed())
+	failing := recreateEmptyState("sl-3")
 	failing.Status.Conditions = shared.ConditionList{{Type: shared.NodeNetworkStateConditionFailing, Status: corev1.ConditionTrue,
 		Reason: shared.NodeNetworkStateConditionFailedToConfigure, Message: "reading the node's network state failed"}}
 	Expect(k.Status().Update(ctx, failing)).To(Succeed())
@@ -396,4 +386,24 @@ func TestStatelessStateIsRenewed(t *testing.T) {
 	Expect(k.Get(ctx, client.ObjectKeyFromObject(failing), &kept)).To(Succeed())
 	Expect(kept.UID).To(Equal(failing.UID), "a state that says why it holds none is never deleted")
 	Expect(kept.Status.Conditions).To(HaveLen(1))
+}
+
+// carryWithoutState puts ip/24 on node's eth1, as its machine carries it
+// before its handler has published a state, and returns the node.
+func carryWithoutState(u *envtest.Upstream, node, ip string) *envtest.Node {
+	n := u.Node(node)
+	Expect(n.Network.Apply(ctx, []byte(`{"interfaces":[{"name":"eth1","type":"ethernet","state":"up","ipv4":{"enabled":true,"dhcp":false,"address":[{"ip":"`+
+		ip+`","prefix-length":24}]}}]}`))).To(Succeed())
+	Expect(n.Network.Commit(ctx)).To(Succeed())
+	return n
+}
+
+// recreateEmptyState deletes node's NodeNetworkState and creates it again
+// with an empty status, as a handler does before its first state write,
+// and returns it.
+func recreateEmptyState(node string) *nncev1beta1.NodeNetworkState {
+	Expect(k.Delete(ctx, &nncev1beta1.NodeNetworkState{ObjectMeta: metav1.ObjectMeta{Name: node}})).To(Succeed())
+	empty := &nncev1beta1.NodeNetworkState{ObjectMeta: metav1.ObjectMeta{Name: node}}
+	Eventually(func() error { return k.Create(ctx, empty) }).Should(Succeed())
+	return empty
 }

@@ -6,10 +6,14 @@ import (
 	"strconv"
 
 	nmstatev1 "github.com/nmstate/kubernetes-nmstate/api/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
 
 	ippoolv1 "github.com/nmstate-ippool/nmstate-ippool/api/v1"
+	"github.com/nmstate-ippool/nmstate-ippool/internal/allocation/holder"
 )
 
 // The finalizer nmstate.io/pooled-policy on the generated policies, and
@@ -17,7 +21,7 @@ import (
 // keeps each until its node's addresses are off (the garbage collector
 // deletes them first when their pooled policy is deleted with
 // --cascade=foreground); letGo removes it when the pooled policy lets one
-// go, unstrand (reconciler.go) when that pooled policy is gone.
+// go, unstrand when that pooled policy is gone.
 
 // letGo deletes a generated policy: its finalizer, which kept it from the
 // garbage collector (a pooled policy deleted with --cascade=foreground) or
@@ -68,4 +72,43 @@ func releaseAttempt(g *nmstatev1.NodeNetworkConfigurationPolicy) int {
 // isRemoval reports whether an NNCP takes released addresses off.
 func isRemoval(g *nmstatev1.NodeNetworkConfigurationPolicy) bool {
 	return g.Annotations[ippoolv1.PooledReleaseAnnotation] == "true"
+}
+
+// stranded reports whether g, a generated policy being deleted, keeps the
+// finalizer of a pooled policy that no longer exists (its owner is not
+// live, the policy of that name, uid, or none): one deleted without its
+// own finalizer, or an earlier one of the same name. Nothing else would
+// let it go.
+func stranded(g *nmstatev1.NodeNetworkConfigurationPolicy, live types.UID) bool {
+	ref := metav1.GetControllerOf(g)
+	return !g.DeletionTimestamp.IsZero() && controllerutil.ContainsFinalizer(g, ippoolv1.FinalizerPooledPolicy) &&
+		ref != nil && ref.Kind == holder.PooledPolicyKind && ref.UID != live
+}
+
+// unstrand removes the finalizer of a stranded generated policy.
+func (r *Reconciler) unstrand(ctx context.Context, g *nmstatev1.NodeNetworkConfigurationPolicy) error {
+	patch := client.MergeFromWithOptions(g.DeepCopy(), client.MergeFromWithOptimisticLock{})
+	controllerutil.RemoveFinalizer(g, ippoolv1.FinalizerPooledPolicy)
+	if err := r.Client.Patch(ctx, g, patch); client.IgnoreNotFound(err) != nil {
+		return fmt.Errorf("remove the finalizer of policy %s, whose pooled policy is gone: %w", g.Name, err)
+	}
+	ctrl.LoggerFrom(ctx).Info("let a policy go whose pooled policy is gone", "policy", g.Name)
+	return nil
+}
+
+// unstrandAll lets go the stranded generated policies of the pooled
+// policy called name, which is gone.
+func (r *Reconciler) unstrandAll(ctx context.Context, name string) error {
+	var list nmstatev1.NodeNetworkConfigurationPolicyList
+	if err := r.Client.List(ctx, &list, client.MatchingLabels{ippoolv1.PooledPolicyLabel: name}); err != nil {
+		return fmt.Errorf("list the policies of %s %s: %w", holder.PooledPolicyKind, name, err)
+	}
+	for i := range list.Items {
+		if stranded(&list.Items[i], "") {
+			if err := r.unstrand(ctx, &list.Items[i]); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
 }

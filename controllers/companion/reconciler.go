@@ -439,45 +439,6 @@ func orphanedBy(g *nmstatev1.NodeNetworkConfigurationPolicy, p *ippoolv1.PooledN
 	return g.Name == ippoolv1.NodePolicyName(p.Name, node)
 }
 
-// stranded reports whether g, a generated policy being deleted, keeps the
-// finalizer of a pooled policy that no longer exists (its owner is not
-// live, the policy of that name, uid, or none): one deleted without its
-// own finalizer, or an earlier one of the same name. Nothing else would
-// let it go.
-func stranded(g *nmstatev1.NodeNetworkConfigurationPolicy, live types.UID) bool {
-	ref := metav1.GetControllerOf(g)
-	return !g.DeletionTimestamp.IsZero() && controllerutil.ContainsFinalizer(g, ippoolv1.FinalizerPooledPolicy) &&
-		ref != nil && ref.Kind == holder.PooledPolicyKind && ref.UID != live
-}
-
-// unstrand removes the finalizer of a stranded generated policy.
-func (r *Reconciler) unstrand(ctx context.Context, g *nmstatev1.NodeNetworkConfigurationPolicy) error {
-	patch := client.MergeFromWithOptions(g.DeepCopy(), client.MergeFromWithOptimisticLock{})
-	controllerutil.RemoveFinalizer(g, ippoolv1.FinalizerPooledPolicy)
-	if err := r.Client.Patch(ctx, g, patch); client.IgnoreNotFound(err) != nil {
-		return fmt.Errorf("remove the finalizer of policy %s, whose pooled policy is gone: %w", g.Name, err)
-	}
-	ctrl.LoggerFrom(ctx).Info("let a policy go whose pooled policy is gone", "policy", g.Name)
-	return nil
-}
-
-// unstrandAll lets go the stranded generated policies of the pooled
-// policy called name, which is gone.
-func (r *Reconciler) unstrandAll(ctx context.Context, name string) error {
-	var list nmstatev1.NodeNetworkConfigurationPolicyList
-	if err := r.Client.List(ctx, &list, client.MatchingLabels{ippoolv1.PooledPolicyLabel: name}); err != nil {
-		return fmt.Errorf("list the policies of %s %s: %w", holder.PooledPolicyKind, name, err)
-	}
-	for i := range list.Items {
-		if stranded(&list.Items[i], "") {
-			if err := r.unstrand(ctx, &list.Items[i]); err != nil {
-				return err
-			}
-		}
-	}
-	return nil
-}
-
 // removeFinalizer lets a deleted pooled policy go.
 func (r *Reconciler) removeFinalizer(ctx context.Context, p *ippoolv1.PooledNodeNetworkConfigurationPolicy) error {
 	patch := client.MergeFromWithOptions(p.DeepCopy(), client.MergeFromWithOptimisticLock{})

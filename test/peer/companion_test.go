@@ -492,19 +492,3 @@ spec:
 			ContainElement(HavePrefix("NodeStateRenewed: deleted the NodeNetworkState of node node11")))
 	})
 })
-
-// writeFile writes content to a file of its own and returns its path.
-func writeFile(content string) string {
-	GinkgoHelper()
-	path := filepath.Join(GinkgoT().TempDir(), "proposal.yaml")
-	Expect(os.WriteFile(path, []byte(content), 0o600)).To(Succeed())
-	return path
-}
-
-// policyAvailableIn waits until an NNCP is Available, as
-// kubernetes-nmstate's handler reports it, in the cluster of k.
-func policyAvailableIn(k client.Client, name string) {
-	GinkgoHelper()
-	Eventually(func() string { return envtest.PolicyAvailability(ctx, k, name) }).
-		Should(MatchRegexp(`^True SuccessfullyConfigured: \d+/\d+ nodes successfully configured$`), "policy %s", name)
-}

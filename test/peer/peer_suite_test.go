@@ -94,3 +94,19 @@ func localclusterIn(dir string, args ...string) string {
 	Expect(cmd.Run()).To(Succeed(), "localcluster %v:\n%s", args, out.String())
 	return out.String()
 }
+
+// writeFile writes content to a file of its own and returns its path.
+func writeFile(content string) string {
+	GinkgoHelper()
+	path := filepath.Join(GinkgoT().TempDir(), "proposal.yaml")
+	Expect(os.WriteFile(path, []byte(content), 0o600)).To(Succeed())
+	return path
+}
+
+// policyAvailableIn waits until an NNCP is Available, as
+// kubernetes-nmstate's handler reports it, in the cluster of k.
+func policyAvailableIn(k client.Client, name string) {
+	GinkgoHelper()
+	Eventually(func() string { return envtest.PolicyAvailability(ctx, k, name) }).
+		Should(MatchRegexp(`^True SuccessfullyConfigured: \d+/\d+ nodes successfully configured$`), "policy %s", name)
+}
