@@ -184,8 +184,13 @@ func run(o options) error {
 	ctx := ctrl.SetupSignalHandler()
 	metrics := pool.NewMetrics()
 	ctrlmetrics.Registry.MustRegister(append(metrics.Collectors(), version.Collector("pool-controller"))...)
-	// Every replica reports them, from its own cache: aggregate with max.
-	ctrlmetrics.Registry.MustRegister(policy.NewStatusMetrics(mgr.GetCache()))
+	if o.mode == modeHandler {
+		// Every replica reports them, from its own cache: aggregate with
+		// max. Beside kubernetes-nmstate's handler, its own metrics
+		// report them, and this process keeps the policies as metadata
+		// only (companion, policymeta).
+		ctrlmetrics.Registry.MustRegister(policy.NewStatusMetrics(mgr.GetCache()))
+	}
 	pools := pool.New(mgr, metrics)
 	metrics.Writes.Count(pools.Pools)
 	pools.GracePeriod, pools.QuarantinePeriod, pools.DepartureHold = o.gracePeriod, o.quarantinePeriod, o.departureHold

@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"strconv"
 
-	nmstatev1 "github.com/nmstate/kubernetes-nmstate/api/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	ctrl "sigs.k8s.io/controller-runtime"
@@ -14,6 +13,7 @@ import (
 
 	ippoolv1 "github.com/nmstate-ippool/nmstate-ippool/api/v1"
 	"github.com/nmstate-ippool/nmstate-ippool/internal/allocation/holder"
+	"github.com/nmstate-ippool/nmstate-ippool/internal/plumbing/policymeta"
 )
 
 // The finalizer nmstate.io/pooled-policy on the generated policies, and
@@ -26,7 +26,7 @@ import (
 // letGo deletes a generated policy: its finalizer, which kept it from the
 // garbage collector (a pooled policy deleted with --cascade=foreground) or
 // from anyone until its node's addresses were off, removed first.
-func (r *Reconciler) letGo(ctx context.Context, g *nmstatev1.NodeNetworkConfigurationPolicy) error {
+func (r *Reconciler) letGo(ctx context.Context, g *metav1.PartialObjectMetadata) error {
 	if controllerutil.ContainsFinalizer(g, ippoolv1.FinalizerPooledPolicy) {
 		patch := client.MergeFromWithOptions(g.DeepCopy(), client.MergeFromWithOptimisticLock{})
 		controllerutil.RemoveFinalizer(g, ippoolv1.FinalizerPooledPolicy)
@@ -61,17 +61,17 @@ func (r *Reconciler) holdGenerated(ctx context.Context, w *world) error {
 
 // releaseAttempt returns how many times the removal policy g was written
 // again after it failed (0 for none, or no policy).
-func releaseAttempt(g *nmstatev1.NodeNetworkConfigurationPolicy) int {
-	if g == nil || !isRemoval(g) {
+func releaseAttempt(g metav1.Object) int {
+	if !isRemoval(g) {
 		return 0
 	}
-	n, _ := strconv.Atoi(g.Annotations[ippoolv1.PooledReleaseAttemptAnnotation])
+	n, _ := strconv.Atoi(g.GetAnnotations()[ippoolv1.PooledReleaseAttemptAnnotation])
 	return n
 }
 
 // isRemoval reports whether an NNCP takes released addresses off.
-func isRemoval(g *nmstatev1.NodeNetworkConfigurationPolicy) bool {
-	return g.Annotations[ippoolv1.PooledReleaseAnnotation] == "true"
+func isRemoval(g metav1.Object) bool {
+	return g.GetAnnotations()[ippoolv1.PooledReleaseAnnotation] == "true"
 }
 
 // stranded reports whether g, a generated policy being deleted, keeps the
@@ -79,14 +79,14 @@ func isRemoval(g *nmstatev1.NodeNetworkConfigurationPolicy) bool {
 // live, the policy of that name, uid, or none): one deleted without its
 // own finalizer, or an earlier one of the same name. Nothing else would
 // let it go.
-func stranded(g *nmstatev1.NodeNetworkConfigurationPolicy, live types.UID) bool {
+func stranded(g *metav1.PartialObjectMetadata, live types.UID) bool {
 	ref := metav1.GetControllerOf(g)
 	return !g.DeletionTimestamp.IsZero() && controllerutil.ContainsFinalizer(g, ippoolv1.FinalizerPooledPolicy) &&
 		ref != nil && ref.Kind == holder.PooledPolicyKind && ref.UID != live
 }
 
 // unstrand removes the finalizer of a stranded generated policy.
-func (r *Reconciler) unstrand(ctx context.Context, g *nmstatev1.NodeNetworkConfigurationPolicy) error {
+func (r *Reconciler) unstrand(ctx context.Context, g *metav1.PartialObjectMetadata) error {
 	patch := client.MergeFromWithOptions(g.DeepCopy(), client.MergeFromWithOptimisticLock{})
 	controllerutil.RemoveFinalizer(g, ippoolv1.FinalizerPooledPolicy)
 	if err := r.Client.Patch(ctx, g, patch); client.IgnoreNotFound(err) != nil {
@@ -99,8 +99,8 @@ func (r *Reconciler) unstrand(ctx context.Context, g *nmstatev1.NodeNetworkConfi
 // unstrandAll lets go the stranded generated policies of the pooled
 // policy called name, which is gone.
 func (r *Reconciler) unstrandAll(ctx context.Context, name string) error {
-	var list nmstatev1.NodeNetworkConfigurationPolicyList
-	if err := r.Client.List(ctx, &list, client.MatchingLabels{ippoolv1.PooledPolicyLabel: name}); err != nil {
+	list := policymeta.List()
+	if err := r.Client.List(ctx, list, client.MatchingLabels{ippoolv1.PooledPolicyLabel: name}); err != nil {
 		return fmt.Errorf("list the policies of %s %s: %w", holder.PooledPolicyKind, name, err)
 	}
 	for i := range list.Items {

@@ -28,6 +28,7 @@ import (
 	nncev1beta1 "github.com/nmstate-ippool/nmstate-ippool/api/v1beta1"
 	"github.com/nmstate-ippool/nmstate-ippool/internal/allocation/holder"
 	"github.com/nmstate-ippool/nmstate-ippool/internal/allocation/poolstatus"
+	"github.com/nmstate-ippool/nmstate-ippool/internal/plumbing/policymeta"
 	"github.com/nmstate-ippool/nmstate-ippool/internal/rollout/policystatus"
 	"github.com/nmstate-ippool/nmstate-ippool/pkg/capture"
 )
@@ -40,7 +41,8 @@ const hostnameLabel = "kubernetes.io/hostname"
 type plan struct {
 	// write are the NNCPs to create or change now, within maxUnavailable;
 	// remove those to delete.
-	write, remove []*nmstatev1.NodeNetworkConfigurationPolicy
+	write  []*nmstatev1.NodeNetworkConfigurationPolicy
+	remove []*metav1.PartialObjectMetadata
 	// waiting counts the changes held back (maxUnavailable reached, a
 	// node still progressing, the rollout aborted); progressing the
 	// nodes whose NNCP is being applied.
@@ -152,8 +154,9 @@ type nodeStep struct {
 	// waits: its policy must change but progresses.
 	waits bool
 	// change is its policy to create or change; remove, to delete.
-	change, remove *nmstatev1.NodeNetworkConfigurationPolicy
-	problem        *problem
+	change  *nmstatev1.NodeNetworkConfigurationPolicy
+	remove  *metav1.PartialObjectMetadata
+	problem *problem
 }
 
 // step decides one node's step.
@@ -165,7 +168,7 @@ func (r *Reconciler) step(ctx context.Context, w *world, next *ippoolv1.PooledNo
 	switch {
 	case stale:
 		s.busy = true
-	case have != nil && unhandled(have):
+	case r.unhandled(ctx, w, node):
 		s.unhandled = true
 	case have != nil && !enactedAt(w.enactmentOf(node), have.Generation) && notReady(w.nodes[node]):
 		// kubernetes-nmstate ignores a node that is not Ready: one that
@@ -193,14 +196,16 @@ func (r *Reconciler) step(ctx context.Context, w *world, next *ippoolv1.PooledNo
 	case stale, keep:
 	case want == nil:
 		s.remove = have
-	case have != nil && same(have, want):
+	case have != nil && r.same(ctx, have, want):
 		s.state = st
 		s.failed = s.counted && (st == policystatus.Failing || st == policystatus.Aborted)
 	case have != nil && st == policystatus.Progressing && w.enactmentOf(node) != nil:
 		s.waits = true // kubernetes-nmstate refuses to change a policy that progresses
 	case have != nil:
-		updated := have.DeepCopy()
-		updated.Spec, updated.Annotations = want.Spec, want.Annotations // its finalizer: holdGenerated
+		// Its metadata as it is (its finalizer: holdGenerated), but the
+		// annotations, and the spec wanted.
+		updated := &nmstatev1.NodeNetworkConfigurationPolicy{ObjectMeta: *have.ObjectMeta.DeepCopy(), Spec: want.Spec}
+		updated.Annotations = want.Annotations
 		s.change = updated
 	default:
 		if taken := r.nameTaken(ctx, want.Name, node); taken != nil {
@@ -310,7 +315,10 @@ func (r *Reconciler) generate(w *world, node string, state []byte, removal bool)
 	g.Spec.DesiredState = shared.NewState(string(state))
 	if removal {
 		g.Annotations[ippoolv1.PooledReleaseAnnotation] = "true"
-		attempt := releaseAttempt(w.generated[node])
+		attempt := 0
+		if have := w.generated[node]; have != nil {
+			attempt = releaseAttempt(have)
+		}
 		if w.retries[node] != "" {
 			attempt++
 		}
@@ -329,7 +337,7 @@ func (r *Reconciler) generate(w *world, node string, state []byte, removal bool)
 
 // stale reports whether this process wrote the generated policy name at
 // a generation the cache has not shown yet (have: the cache's, or nil).
-func (r *Reconciler) stale(name string, have *nmstatev1.NodeNetworkConfigurationPolicy) bool {
+func (r *Reconciler) stale(name string, have *metav1.PartialObjectMetadata) bool {
 	v, ok := r.written.Load(name)
 	if !ok {
 		return false
@@ -345,12 +353,12 @@ func (r *Reconciler) stale(name string, have *nmstatev1.NodeNetworkConfiguration
 // created (an NNCP of that name that this pooled policy does not own: a
 // per-node policy written by hand, or another pooled policy's), or nil.
 func (r *Reconciler) nameTaken(ctx context.Context, name, node string) *problem {
-	var other nmstatev1.NodeNetworkConfigurationPolicy
-	if err := r.Client.Get(ctx, types.NamespacedName{Name: name}, &other); err != nil {
+	other := policymeta.Object(name)
+	if err := r.Client.Get(ctx, types.NamespacedName{Name: name}, other); err != nil {
 		return nil // not found (or unreadable: the create says)
 	}
 	owner := "no pooled policy"
-	if ref := metav1.GetControllerOf(&other); ref != nil {
+	if ref := metav1.GetControllerOf(other); ref != nil {
 		owner = ref.Kind + " " + ref.Name
 	}
 	return &problem{shared.NodeNetworkConfigurationPolicyConditionFailedToConfigure, fmt.Sprintf(
@@ -379,17 +387,6 @@ func selectsOthers(w *world, node string, g *nmstatev1.NodeNetworkConfigurationP
 		node, sel, strings.Join(others, ", "), node, hostnameLabel, node)}
 }
 
-// unhandled reports whether kubernetes-nmstate's handler says the policy
-// matches no node it runs on.
-func unhandled(g *nmstatev1.NodeNetworkConfigurationPolicy) bool {
-	for _, c := range g.Status.Conditions {
-		if c.Status == corev1.ConditionTrue && c.Reason == shared.NodeNetworkConfigurationPolicyConditionConfigurationNoMatchingNode {
-			return true
-		}
-	}
-	return false
-}
-
 func btoi(b bool) int {
 	if b {
 		return 1
@@ -397,19 +394,33 @@ func btoi(b bool) int {
 	return 0
 }
 
-// same reports whether an NNCP has the spec and annotations of want.
-func same(have, want *nmstatev1.NodeNetworkConfigurationPolicy) bool {
-	if !reflect.DeepEqual(have.Spec.NodeSelector, want.Spec.NodeSelector) || !reflect.DeepEqual(nilIfEmpty(have.Spec.Capture), nilIfEmpty(want.Spec.Capture)) ||
-		!reflect.DeepEqual(have.Spec.MaxUnavailable, want.Spec.MaxUnavailable) || isRemoval(have) != isRemoval(want) ||
-		releaseAttempt(have) != releaseAttempt(want) {
+// same reports whether the generated policy have (its metadata) has the
+// spec and annotations of want. A spec that cannot be read is not the
+// same: the write that follows says why.
+func (r *Reconciler) same(ctx context.Context, have *metav1.PartialObjectMetadata, want *nmstatev1.NodeNetworkConfigurationPolicy) bool {
+	if isRemoval(have) != isRemoval(want) || releaseAttempt(have) != releaseAttempt(want) {
 		return false
 	}
-	if bytes.Equal(have.Spec.DesiredState.Raw, want.Spec.DesiredState.Raw) {
+	spec, err := r.specOf(ctx, have)
+	if err != nil {
+		ctrl.LoggerFrom(ctx).V(1).Info("could not read the spec of a generated policy", "policy", have.Name, "error", err.Error())
+		return false
+	}
+	return sameSpec(spec, &want.Spec)
+}
+
+// sameSpec reports whether two specs of a generated policy say the same.
+func sameSpec(have, want *shared.NodeNetworkConfigurationPolicySpec) bool {
+	if !reflect.DeepEqual(have.NodeSelector, want.NodeSelector) || !reflect.DeepEqual(nilIfEmpty(have.Capture), nilIfEmpty(want.Capture)) ||
+		!reflect.DeepEqual(have.MaxUnavailable, want.MaxUnavailable) {
+		return false
+	}
+	if bytes.Equal(have.DesiredState.Raw, want.DesiredState.Raw) {
 		return true // both in the canonical form of a JSON-to-YAML conversion
 	}
 	var a, b any
-	_ = yaml.Unmarshal(have.Spec.DesiredState.Raw, &a)
-	_ = yaml.Unmarshal(want.Spec.DesiredState.Raw, &b)
+	_ = yaml.Unmarshal(have.DesiredState.Raw, &a)
+	_ = yaml.Unmarshal(want.DesiredState.Raw, &b)
 	return reflect.DeepEqual(a, b)
 }
 
@@ -446,7 +457,7 @@ func (w *world) enactmentOf(node string) *nncev1beta1.NodeNetworkConfigurationEn
 // amount: a node an hour behind would show every state it sets as older
 // than its policy, and never finish. Only an enactment whose
 // managedFields say nothing falls back to them.
-func outdated(e *nncev1beta1.NodeNetworkConfigurationEnactment, g *nmstatev1.NodeNetworkConfigurationPolicy) bool {
+func outdated(e *nncev1beta1.NodeNetworkConfigurationEnactment, g *metav1.PartialObjectMetadata) bool {
 	if at, ok := statusWrittenAt(e); ok {
 		return at.Before(g.CreationTimestamp.Time)
 	}

@@ -16,12 +16,12 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/nmstate/kubernetes-nmstate/api/shared"
-	nmstatev1 "github.com/nmstate/kubernetes-nmstate/api/v1"
 
 	ippoolv1 "github.com/nmstate-ippool/nmstate-ippool/api/v1"
 	nncev1beta1 "github.com/nmstate-ippool/nmstate-ippool/api/v1beta1"
 	"github.com/nmstate-ippool/nmstate-ippool/internal/allocation/holder"
 	"github.com/nmstate-ippool/nmstate-ippool/internal/allocation/lifecycle"
+	"github.com/nmstate-ippool/nmstate-ippool/internal/plumbing/policymeta"
 	"github.com/nmstate-ippool/nmstate-ippool/internal/rollout/policystatus"
 	"github.com/nmstate-ippool/nmstate-ippool/pkg/netstate"
 )
@@ -138,7 +138,7 @@ type removal struct {
 // removed says where the release of rec stands, and leaves the removal
 // state to write, if any, in w.removals.
 func (r *Reconciler) removed(ctx context.Context, w *world, rec *ippoolv1.PooledPolicyNode) (removal, error) {
-	if g := w.generated[rec.Node]; g != nil && unhandled(g) {
+	if g := w.generated[rec.Node]; g != nil && r.unhandled(ctx, w, rec.Node) {
 		return removal{failed: fmt.Sprintf("node %s runs no kubernetes-nmstate handler (policy %s matches no node it runs on): %s stay recorded "+
 			"and quarantined until one runs there and takes them off; "+machineGone, rec.Node, g.Name, ips(rec.Held()))}, nil
 	}
@@ -147,7 +147,7 @@ func (r *Reconciler) removed(ctx context.Context, w *world, rec *ippoolv1.Pooled
 		w.removals[rec.Node] = without
 	}
 	if g := w.generated[rec.Node]; err == nil && !out.failedAt.IsZero() && g != nil && isRemoval(g) && !notReady(w.nodes[rec.Node]) {
-		r.retry(w, rec, g, out.failedAt)
+		err = r.retry(ctx, w, rec, g, out.failedAt)
 	}
 	return out, err
 }
@@ -159,7 +159,7 @@ func (r *Reconciler) removed(ctx context.Context, w *world, rec *ippoolv1.Pooled
 // attempt, from RemovalRetry up to 32 times it. A node that is not Ready
 // is not tried again until it is: it could not apply it. The Event is
 // raised once the policy is written (apply).
-func (r *Reconciler) retry(w *world, rec *ippoolv1.PooledPolicyNode, g *nmstatev1.NodeNetworkConfigurationPolicy, failedAt time.Time) {
+func (r *Reconciler) retry(ctx context.Context, w *world, rec *ippoolv1.PooledPolicyNode, g *metav1.PartialObjectMetadata, failedAt time.Time) error {
 	attempt, base := releaseAttempt(g), r.RemovalRetry
 	if base <= 0 {
 		base = time.Minute
@@ -169,11 +169,16 @@ func (r *Reconciler) retry(w *world, rec *ippoolv1.PooledPolicyNode, g *nmstatev
 		if w.retryIn == 0 || wait < w.retryIn {
 			w.retryIn = wait
 		}
-		return
+		return nil
 	}
-	w.removals[rec.Node] = g.Spec.DesiredState.Raw
+	state, err := r.desiredOf(ctx, g)
+	if err != nil {
+		return err
+	}
+	w.removals[rec.Node] = state
 	w.retries[rec.Node] = fmt.Sprintf("Trying again to take %s off node %s: policy %s failed on it at %s (attempt %d)",
 		ips(rec.Held()), rec.Node, g.Name, failedAt.UTC().Format(time.RFC3339), attempt+2)
+	return nil
 }
 
 // failedSince returns when an enactment's Failing or Aborted condition
@@ -223,7 +228,11 @@ func (r *Reconciler) takenOff(ctx context.Context, w *world, rec *ippoolv1.Poole
 		}
 	}
 	st := policystatus.StateOf(w.enactmentOf(rec.Node), g.Generation)
-	without, _, err := netstate.WithoutAddresses(g.Spec.DesiredState.Raw, drop)
+	state, err := r.desiredOf(ctx, g)
+	if err != nil {
+		return removal{}, nil, err
+	}
+	without, _, err := netstate.WithoutAddresses(state, drop)
 	switch {
 	case err != nil:
 		return removal{failed: fmt.Sprintf("the addresses %s of node %s cannot be taken off by policy %s: %v; they stay recorded and quarantined; "+machineGone,
@@ -243,8 +252,7 @@ func (r *Reconciler) takenOff(ctx context.Context, w *world, rec *ippoolv1.Poole
 // exists reports whether the API server has the NNCP called name (the
 // cache may not have seen one created a moment ago).
 func (r *Reconciler) exists(ctx context.Context, name string) (bool, error) {
-	var g nmstatev1.NodeNetworkConfigurationPolicy
-	err := r.APIReader.Get(ctx, types.NamespacedName{Name: name}, &g)
+	err := r.APIReader.Get(ctx, types.NamespacedName{Name: name}, policymeta.Object(name))
 	switch {
 	case apierrors.IsNotFound(err):
 		return false, nil
@@ -286,7 +294,7 @@ func (r *Reconciler) giveUp(ctx context.Context, w *world, rec *ippoolv1.PooledP
 
 // kindOf names the kind of an annotated object, for messages.
 func kindOf(o client.Object) string {
-	if _, ok := o.(*nmstatev1.NodeNetworkConfigurationPolicy); ok {
+	if _, ok := o.(*metav1.PartialObjectMetadata); ok {
 		return "NodeNetworkConfigurationPolicy"
 	}
 	return holder.PooledPolicyKind

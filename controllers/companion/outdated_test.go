@@ -5,7 +5,6 @@ import (
 	"time"
 
 	"github.com/nmstate/kubernetes-nmstate/api/shared"
-	nmstatev1 "github.com/nmstate/kubernetes-nmstate/api/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
@@ -18,7 +17,7 @@ import (
 // of the same name.
 func TestOutdated(t *testing.T) {
 	created := time.Date(2026, 11, 28, 12, 0, 0, 0, time.UTC)
-	g := &nmstatev1.NodeNetworkConfigurationPolicy{ObjectMeta: metav1.ObjectMeta{Name: "p-node01", CreationTimestamp: metav1.NewTime(created)}}
+	g := &metav1.PartialObjectMetadata{ObjectMeta: metav1.ObjectMeta{Name: "p-node01", CreationTimestamp: metav1.NewTime(created)}}
 	enactment := func(nodeClock time.Time, written ...time.Time) *nncev1beta1.NodeNetworkConfigurationEnactment {
 		e := &nncev1beta1.NodeNetworkConfigurationEnactment{}
 		e.Status.Conditions = shared.ConditionList{{Type: shared.NodeNetworkConfigurationEnactmentConditionAvailable,

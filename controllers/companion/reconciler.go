@@ -9,7 +9,6 @@ import (
 	"time"
 
 	"github.com/nmstate/kubernetes-nmstate/api/shared"
-	nmstatev1 "github.com/nmstate/kubernetes-nmstate/api/v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -27,6 +26,7 @@ import (
 	"github.com/nmstate-ippool/nmstate-ippool/internal/allocation/poolmetrics"
 	"github.com/nmstate-ippool/nmstate-ippool/internal/allocation/poolwrite"
 	"github.com/nmstate-ippool/nmstate-ippool/internal/plumbing/annotations"
+	"github.com/nmstate-ippool/nmstate-ippool/internal/plumbing/policymeta"
 	"github.com/nmstate-ippool/nmstate-ippool/pkg/capture"
 )
 
@@ -77,6 +77,10 @@ type Reconciler struct {
 	// stateless remembers since when each NodeNetworkState seen without
 	// a state has been so (renewStateless).
 	stateless statelessSeen
+	// reads holds what this process wrote or read of the generated
+	// policies' specs and statuses, which its cache does not hold
+	// (specOf, unhandled).
+	reads policyReads
 }
 
 // gone forgets a pooled policy deleted for good: none of its nodes waits
@@ -241,9 +245,10 @@ type world struct {
 	// policy selects (none while it is deleted), sorted.
 	nodes    map[string]*corev1.Node
 	selected []string
-	// generated are the policy's NNCPs, by node; enactments
-	// kubernetes-nmstate's enactments of them, by name.
-	generated  map[string]*nmstatev1.NodeNetworkConfigurationPolicy
+	// generated are the policy's NNCPs, by node, as metadata (their
+	// spec and status are read when needed: specOf, unhandled);
+	// enactments kubernetes-nmstate's enactments of them, by name.
+	generated  map[string]*metav1.PartialObjectMetadata
 	enactments map[string]*nncev1beta1.NodeNetworkConfigurationEnactment
 	// pools are the pools the captures name that exist, by name.
 	pools  map[string]*ippoolv1.NodeIPPool
@@ -287,7 +292,7 @@ func (w *world) isSelected(node string) bool {
 // observe reads what a pass needs from the cache.
 func (r *Reconciler) observe(ctx context.Context, p *ippoolv1.PooledNodeNetworkConfigurationPolicy) (*world, error) {
 	w := &world{policy: p, deleting: !p.DeletionTimestamp.IsZero(), nodes: map[string]*corev1.Node{},
-		generated: map[string]*nmstatev1.NodeNetworkConfigurationPolicy{}, pools: map[string]*ippoolv1.NodeIPPool{},
+		generated: map[string]*metav1.PartialObjectMetadata{}, pools: map[string]*ippoolv1.NodeIPPool{},
 		enactments: map[string]*nncev1beta1.NodeNetworkConfigurationEnactment{}, resets: resets{pools: map[string][]string{}},
 		full: map[string][]string{}, waitingForState: map[string]bool{}}
 	w.captures, w.invalid = capture.ParsePolicy(p.Spec.Capture, p.Spec.DesiredState.Raw)
@@ -330,8 +335,8 @@ func (r *Reconciler) observe(ctx context.Context, p *ippoolv1.PooledNodeNetworkC
 // and the resets they ask for.
 func (r *Reconciler) observeGenerated(ctx context.Context, w *world) error {
 	p := w.policy
-	var generated nmstatev1.NodeNetworkConfigurationPolicyList
-	if err := r.Client.List(ctx, &generated, client.MatchingLabels{ippoolv1.PooledPolicyLabel: p.Name}); err != nil {
+	generated := policymeta.List()
+	if err := r.Client.List(ctx, generated, client.MatchingLabels{ippoolv1.PooledPolicyLabel: p.Name}); err != nil {
 		return fmt.Errorf("list the policies of %s %s: %w", holder.PooledPolicyKind, p.Name, err)
 	}
 	for i := range generated.Items {
@@ -426,7 +431,7 @@ func ownedBy(g client.Object, p *ippoolv1.PooledNodeNetworkConfigurationPolicy) 
 // --cascade=orphan removes the owner references of a deleted owner's
 // dependents): it still carries addresses from the pools, which p must
 // take off before they can go to another node.
-func orphanedBy(g *nmstatev1.NodeNetworkConfigurationPolicy, p *ippoolv1.PooledNodeNetworkConfigurationPolicy) bool {
+func orphanedBy(g *metav1.PartialObjectMetadata, p *ippoolv1.PooledNodeNetworkConfigurationPolicy) bool {
 	if p.DeletionTimestamp.IsZero() || metav1.GetControllerOf(g) != nil {
 		return false
 	}

@@ -173,7 +173,9 @@ func (r *Reconciler) breakFirst(ctx context.Context, w *world, next *ippoolv1.Po
 			problems = append(problems, problem{shared.NodeNetworkConfigurationPolicyConditionFailedToConfigure, out.failed})
 		}
 		if g := w.generated[rec.Node]; !out.failedAt.IsZero() && g != nil && isRemoval(g) && !notReady(w.nodes[rec.Node]) {
-			r.retry(w, rec, g, out.failedAt)
+			if err := r.retry(ctx, w, rec, g, out.failedAt); err != nil {
+				return nil, err
+			}
 		}
 	}
 	return problems, nil

@@ -29,6 +29,7 @@ import (
 	"github.com/nmstate-ippool/nmstate-ippool/internal/plumbing/backoff"
 	"github.com/nmstate-ippool/nmstate-ippool/internal/plumbing/conditions"
 	"github.com/nmstate-ippool/nmstate-ippool/internal/plumbing/eventnote"
+	"github.com/nmstate-ippool/nmstate-ippool/internal/plumbing/policymeta"
 	"github.com/nmstate-ippool/nmstate-ippool/pkg/capture"
 )
 
@@ -84,7 +85,7 @@ func (r *Reconciler) SetupWithManager(mgr ctrl.Manager, opts SetupOptions) error
 		For(&ippoolv1.PooledNodeNetworkConfigurationPolicy{}).
 		// Its own writes and resets, not kubernetes-nmstate's status
 		// writes: every handler writes every policy's status.
-		Owns(&nmstatev1.NodeNetworkConfigurationPolicy{}, builder.WithPredicates(predicate.Or(predicate.GenerationChangedPredicate{},
+		Owns(&nmstatev1.NodeNetworkConfigurationPolicy{}, builder.OnlyMetadata, builder.WithPredicates(predicate.Or(predicate.GenerationChangedPredicate{},
 			predicate.AnnotationChangedPredicate{}, predicate.LabelChangedPredicate{}))).
 		// Where a node stands: not every status write of its enactment.
 		Watches(&nncev1beta1.NodeNetworkConfigurationEnactment{}, handler.EnqueueRequestsFromMapFunc(r.ofEnactment),
@@ -152,8 +153,8 @@ func servesMore(e event.UpdateEvent) bool {
 func (r *Reconciler) ofEnactment(ctx context.Context, o client.Object) []reconcile.Request {
 	name := o.GetLabels()[shared.EnactmentPolicyLabel]
 	if name != "" {
-		var nncp nmstatev1.NodeNetworkConfigurationPolicy
-		err := r.Client.Get(ctx, types.NamespacedName{Name: name}, &nncp)
+		nncp := policymeta.Object(name)
+		err := r.Client.Get(ctx, types.NamespacedName{Name: name}, nncp)
 		if owner := nncp.Labels[ippoolv1.PooledPolicyLabel]; err == nil && owner != "" {
 			return []reconcile.Request{{NamespacedName: types.NamespacedName{Name: owner}}}
 		}

@@ -72,7 +72,18 @@ func beginWith(t *testing.T, tune func(*envtest.PoolController), label string, n
 	})
 	Expect(err).NotTo(HaveOccurred())
 	Expect(pc.PooledPolicies).NotTo(BeNil())
-	t.Cleanup(func() { _ = pc.Stop() })
+	t.Cleanup(func() {
+		_ = pc.Stop()
+		// Beside kubernetes-nmstate's handler, whose every process
+		// writes every policy's status, the pool controller keeps the
+		// policies as metadata only: a read or watch of them whole would
+		// decode each of those writes.
+		for _, whole := range []any{&nmstatev1.NodeNetworkConfigurationPolicy{}, &nmstatev1.NodeNetworkConfigurationPolicyList{}} {
+			if pc.CachedWhole(whole) {
+				t.Errorf("the pool controller's cache was asked for whole %T: companion mode keeps the policies as metadata only", whole)
+			}
+		}
+	})
 	u := envtest.NewUpstream(t, k, simBin)
 	for _, n := range nodes {
 		Expect(u.AddNode(n, map[string]string{"role": label})).To(Succeed())

@@ -61,6 +61,7 @@ func (r *Reconciler) apply(ctx context.Context, p *ippoolv1.PooledNodeNetworkCon
 			continue
 		}
 		r.written.Store(g.Name, g.Generation)
+		r.reads.remember(g)
 		log.Info("wrote policy", "policy", g.Name, "node", node, "release", isRemoval(g))
 		if msg := retries[node]; msg != "" && isRemoval(g) {
 			r.Recorder.Eventf(p, nil, corev1.EventTypeNormal, ippoolv1.ReasonRemovalRetried, "Release", "%s", msg)
@@ -72,6 +73,7 @@ func (r *Reconciler) apply(ctx context.Context, p *ippoolv1.PooledNodeNetworkCon
 			continue
 		}
 		r.written.Delete(g.Name)
+		r.reads.forget(g.Name)
 		r.renders.Delete(string(p.UID) + "/" + g.Annotations[ippoolv1.PooledNodeAnnotation])
 		log.Info("deleted policy", "policy", g.Name, "node", g.Annotations[ippoolv1.PooledNodeAnnotation])
 	}

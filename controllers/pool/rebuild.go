@@ -11,7 +11,6 @@ import (
 	"time"
 
 	"github.com/nmstate/kubernetes-nmstate/api/shared"
-	nmstatev1 "github.com/nmstate/kubernetes-nmstate/api/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
@@ -26,6 +25,7 @@ import (
 	"github.com/nmstate-ippool/nmstate-ippool/internal/allocation/poolwrite"
 	"github.com/nmstate-ippool/nmstate-ippool/internal/allocation/retire"
 	"github.com/nmstate-ippool/nmstate-ippool/internal/plumbing/annotations"
+	"github.com/nmstate-ippool/nmstate-ippool/internal/plumbing/policymeta"
 	"github.com/nmstate-ippool/nmstate-ippool/pkg/ippool"
 )
 
@@ -56,8 +56,8 @@ func (r rebuilder) resetsOf(ctx context.Context, pool *ippoolv1.NodeIPPool, enac
 			candidates = append(candidates, e)
 		}
 	}
-	var policies nmstatev1.NodeNetworkConfigurationPolicyList
-	if err := r.Client.List(ctx, &policies); err != nil {
+	policies := policymeta.List()
+	if err := r.Client.List(ctx, policies); err != nil {
 		return resets{}, fmt.Errorf("list policies: %w", err)
 	}
 	for i := range policies.Items {
@@ -108,7 +108,7 @@ func (r rebuilder) expand(ctx context.Context, rs *resets) error {
 		switch o.(type) {
 		case *nncev1beta1.NodeNetworkConfigurationEnactment:
 			rs.enactments = append(rs.enactments, o.GetName())
-		case *nmstatev1.NodeNetworkConfigurationPolicy:
+		case *metav1.PartialObjectMetadata: // a policy
 			var of nncev1beta1.NodeNetworkConfigurationEnactmentList
 			if err := r.Client.List(ctx, &of, client.MatchingLabels{shared.EnactmentPolicyLabel: o.GetName()}); err != nil {
 				return fmt.Errorf("list the enactments of policy %q: %w", o.GetName(), err)
@@ -449,7 +449,7 @@ func describe(objs []client.Object) string {
 			kind = "NodeIPPool"
 		case *nncev1beta1.NodeNetworkConfigurationEnactment:
 			kind = "enactment"
-		case *nmstatev1.NodeNetworkConfigurationPolicy:
+		case *metav1.PartialObjectMetadata:
 			kind = "policy"
 		}
 		names = append(names, kind+" "+o.GetName())

@@ -5,7 +5,6 @@ import (
 	"net/netip"
 	"slices"
 
-	nmstatev1 "github.com/nmstate/kubernetes-nmstate/api/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/utils/clock"
@@ -29,6 +28,7 @@ import (
 	"github.com/nmstate-ippool/nmstate-ippool/internal/plumbing/backoff"
 	"github.com/nmstate-ippool/nmstate-ippool/internal/plumbing/batch"
 	"github.com/nmstate-ippool/nmstate-ippool/internal/plumbing/eventnote"
+	"github.com/nmstate-ippool/nmstate-ippool/internal/plumbing/policymeta"
 	"github.com/nmstate-ippool/nmstate-ippool/pkg/capture"
 	"github.com/nmstate-ippool/nmstate-ippool/pkg/ippool"
 )
@@ -98,7 +98,9 @@ func (r *Reconciler) SetupWithManager(ctx context.Context, mgr ctrl.Manager, opt
 		Watches(&ippoolv1.NodeIPPool{}, handler.EnqueueRequestsFromMapFunc(r.allPools),
 			builder.WithPredicates(predicate.Funcs{UpdateFunc: func(event.UpdateEvent) bool { return false }})).
 		Watches(&nncev1beta1.NodeNetworkConfigurationEnactment{}, batch.EnqueueAfterLeaving(r.Batch, r.poolsConcerning, noLongerWaiting)).
-		Watches(&nmstatev1.NodeNetworkConfigurationPolicy{}, handler.EnqueueRequestsFromMapFunc(requestsFor(resetPool))).
+		// Their reset annotations: metadata only, not every status write
+		// of kubernetes-nmstate's handlers (companion mode).
+		WatchesMetadata(policymeta.Object(""), handler.EnqueueRequestsFromMapFunc(requestsFor(resetPool))).
 		WatchesMetadata(&nncev1beta1.NodeNetworkState{}, batch.EnqueueAfter(r.Batch, r.poolsAwaitingState)).
 		Complete(r)
 }

@@ -234,6 +234,12 @@ func (e *Env) NewManager(cacheOpts ...cache.Options) (ctrl.Manager, error) {
 // newManager is NewManager acting with cfg's credentials, the admin's
 // when nil.
 func (e *Env) newManager(cfg *rest.Config, cacheOpts ...cache.Options) (ctrl.Manager, error) {
+	return e.newManagerRecording(cfg, nil, cacheOpts...)
+}
+
+// newManagerRecording is newManager whose cache records its use into
+// *use, when use is not nil.
+func (e *Env) newManagerRecording(cfg *rest.Config, use **cacheUse, cacheOpts ...cache.Options) (ctrl.Manager, error) {
 	if cfg == nil {
 		cfg = e.Config
 	}
@@ -244,6 +250,9 @@ func (e *Env) newManager(cfg *rest.Config, cacheOpts ...cache.Options) (ctrl.Man
 		Client: client.Options{Cache: &client.CacheOptions{Unstructured: true}}}
 	for _, c := range cacheOpts {
 		opts.Cache = c
+	}
+	if use != nil {
+		opts.NewCache = newCacheUse(use)
 	}
 	return ctrl.NewManager(cfg, opts)
 }

@@ -28,6 +28,14 @@ type PoolController struct {
 	// PooledPolicies keeps the NNCPs of pooled policies (companion mode).
 	PooledPolicies *companion.Reconciler
 	stop           func() error
+	cache          *cacheUse
+}
+
+// CachedWhole reports whether the controller's cache was asked for
+// objects of o's type, read or watched whole (o a typed object or list;
+// metav1.PartialObjectMetadata is metadata only).
+func (pc *PoolController) CachedWhole(o any) bool {
+	return pc.cache.asked(o)
 }
 
 // count has metrics count the pool writes of every reconciler, and the
@@ -80,12 +88,13 @@ func (e *Env) serveClaims(mgr ctrl.Manager, pc *PoolController) error {
 // collection grace period until Stop; tune, if given, adjusts its
 // reconcilers before they start.
 func (e *Env) StartPoolController(grace time.Duration, metrics *pool.Metrics, tune ...func(*PoolController)) (*PoolController, error) {
-	mgr, err := e.NewManager()
+	var use *cacheUse
+	mgr, err := e.newManagerRecording(nil, &use)
 	if err != nil {
 		return nil, err
 	}
 	pc := &PoolController{Pools: pool.New(mgr, metrics), Enactments: enactment.New(mgr), Policies: policy.New(mgr),
-		PooledPolicies: companion.New(mgr)}
+		PooledPolicies: companion.New(mgr), cache: use}
 	pc.Pools.PooledPolicies = true
 	pc.Policies.Batch, pc.Pools.Batch = 50*time.Millisecond, 50*time.Millisecond
 	pc.Pools.GracePeriod, pc.Pools.QuarantinePeriod = grace, grace

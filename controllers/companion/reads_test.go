@@ -1,0 +1,124 @@
+package companion_test
+
+import (
+	"context"
+	"reflect"
+	"strconv"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/nmstate/kubernetes-nmstate/api/shared"
+	nmstatev1 "github.com/nmstate/kubernetes-nmstate/api/v1"
+	. "github.com/onsi/gomega"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/util/retry"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	ippoolv1 "github.com/nmstate-ippool/nmstate-ippool/api/v1"
+	"github.com/nmstate-ippool/nmstate-ippool/test/envtest"
+)
+
+// countingReader counts the reads through it, by the type read into.
+type countingReader struct {
+	client.Reader
+	mu   sync.Mutex
+	gets map[reflect.Type]int
+}
+
+func (c *countingReader) Get(ctx context.Context, key client.ObjectKey, obj client.Object, opts ...client.GetOption) error {
+	c.mu.Lock()
+	c.gets[reflect.TypeOf(obj)]++
+	c.mu.Unlock()
+	return c.Reader.Get(ctx, key, obj, opts...)
+}
+
+// count returns how many reads into o's type were made.
+func (c *countingReader) count(o any) func() int {
+	return func() int {
+		c.mu.Lock()
+		defer c.mu.Unlock()
+		return c.gets[reflect.TypeOf(o)]
+	}
+}
+
+// TestGeneratedPoliciesAreReadOnlyWhenChanged: the pool controller keeps
+// the generated policies as metadata, and knows the spec of each from its
+// own write: passes over a rolled-out policy read none of them from the
+// API server. A generated policy someone else edits is read once, at its
+// new generation, and written back.
+func TestGeneratedPoliciesAreReadOnlyWhenChanged(t *testing.T) {
+	reads := &countingReader{gets: map[reflect.Type]int{}}
+	rolledOut(t, func(pc *envtest.PoolController) {
+		reads.Reader = pc.PooledPolicies.APIReader
+		pc.PooledPolicies.APIReader = reads
+	}, "rd", "10.82.0.0/24", "10.82.0.10", "10.82.0.30", "rd-1", "rd-2", "rd-3")
+	whole := reads.count(&nmstatev1.NodeNetworkConfigurationPolicy{})
+	passes := reads.count(&ippoolv1.PooledNodeNetworkConfigurationPolicy{}) // each pass reads it first (cacheBehind)
+	before := whole()
+
+	// Three passes over three Available nodes (the fourth starts once
+	// the third is done: passes of one policy run one at a time): no
+	// policy read.
+	for i := range 4 {
+		started := passes()
+		Expect(retry.RetryOnConflict(retry.DefaultRetry, func() error {
+			var p ippoolv1.PooledNodeNetworkConfigurationPolicy
+			if err := k.Get(ctx, types.NamespacedName{Name: "rd"}, &p); err != nil {
+				return err
+			}
+			p.Labels = map[string]string{"touched": strconv.Itoa(i)}
+			return k.Update(ctx, &p)
+		})).To(Succeed())
+		Eventually(passes).Should(BeNumerically(">", started))
+	}
+	Expect(whole()).To(Equal(before), "a pass over Available nodes read their generated policies from the API server")
+
+	// An edit by someone else: read at its new generation, written back.
+	name := types.NamespacedName{Name: ippoolv1.NodePolicyName("rd", "rd-2")}
+	var g nmstatev1.NodeNetworkConfigurationPolicy
+	Expect(k.Get(ctx, name, &g)).To(Succeed())
+	want := string(g.Spec.DesiredState.Raw)
+	edited := g.Generation + 1
+	g.Spec.DesiredState = shared.NewState("interfaces:\n- name: eth1\n  type: ethernet\n  state: up\n  mtu: 1400\n")
+	Expect(k.Update(ctx, &g)).To(Succeed())
+	Expect(g.Generation).To(Equal(edited))
+	Eventually(func(gm Gomega) {
+		var now nmstatev1.NodeNetworkConfigurationPolicy
+		gm.Expect(k.Get(ctx, name, &now)).To(Succeed())
+		gm.Expect(now.Generation).To(BeNumerically(">", edited))
+		gm.Expect(string(now.Spec.DesiredState.Raw)).To(Equal(want))
+	}).Should(Succeed())
+	Expect(whole()).To(BeNumerically(">", before), "the edited policy was written back without being read")
+	Eventually(status("rd")).Should(HavePrefix("Available"))
+}
+
+// TestNodeWithoutHandlerIsNotCounted: kubernetes-nmstate's handlers say a
+// generated policy matches no node they run on (NoMatchingNode) when its
+// node runs none; that node has no enactment, and the pooled policy counts
+// it not at all, as kubernetes-nmstate counts such a node, instead of
+// waiting for it forever. The status is read from the API server: the
+// controller's cache holds the generated policies' metadata only.
+func TestNodeWithoutHandlerIsNotCounted(t *testing.T) {
+	u := begin(t, "nh", "nh-1", "nh-2")
+	u.Down("nh-2", true)
+	createPool(t, "cmp-nh", rangeSpec("10.83.0.0/24", "10.83.0.10", "10.83.0.30"))
+	create(t, pooled("nh", "nh", "cmp-nh", "100%"))
+	Eventually(generated("nh")).Should(ConsistOf("nh-nh-1", "nh-nh-2"))
+	Eventually(status("nh")).Should(HavePrefix("Progressing"))
+
+	Expect(retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		var g nmstatev1.NodeNetworkConfigurationPolicy
+		if err := k.Get(ctx, types.NamespacedName{Name: "nh-nh-2"}, &g); err != nil {
+			return err
+		}
+		now := metav1.Now()
+		g.Status.Conditions = shared.ConditionList{{Type: shared.ConditionType(ippoolv1.PolicyConditionIgnored), Status: corev1.ConditionTrue,
+			Reason: shared.NodeNetworkConfigurationPolicyConditionConfigurationNoMatchingNode, Message: "Policy does not match any node",
+			LastHeartbeatTime: now, LastTransitionTime: now}}
+		return k.Status().Update(ctx, &g)
+	})).To(Succeed())
+	Eventually(status("nh"), time.Minute).Should(And(HavePrefix("Available"), ContainSubstring("1/1 nodes")))
+}

@@ -1,0 +1,141 @@
+package companion
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/nmstate/kubernetes-nmstate/api/shared"
+	nmstatev1 "github.com/nmstate/kubernetes-nmstate/api/v1"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	ctrl "sigs.k8s.io/controller-runtime"
+)
+
+// The generated policies are watched and listed as metadata only
+// (policymeta): kubernetes-nmstate's handler on every node writes every
+// policy's status each time it reconciles it, N writes of each of N
+// policies, and a watch of the whole objects would decode each of them,
+// desired state and all. What a pass needs beyond their metadata is read
+// from the API server, and only then: the spec of a policy whose spec this
+// process does not know at its generation (specs), and the status of one
+// whose node has no enactment of it (handled).
+
+// knownSpec is the spec of one generated policy at one generation of one
+// incarnation, as this process wrote or last read it.
+type knownSpec struct {
+	uid        types.UID
+	generation int64
+	spec       shared.NodeNetworkConfigurationPolicySpec
+}
+
+// handledRead is what the status of a generated policy said, when read.
+type handledRead struct {
+	uid       types.UID
+	at        time.Time
+	unhandled bool
+}
+
+// handledTTL is how long a read of whether kubernetes-nmstate's handler
+// runs on a node stands: a node without an enactment of its policy is
+// read at most this often.
+const handledTTL = 5 * time.Second
+
+// policyReads are the spec and status reads of generated policies, by
+// name.
+type policyReads struct {
+	specs   sync.Map // name → knownSpec
+	handled sync.Map // name → handledRead
+}
+
+// remember notes the spec of g, whole as written or read.
+func (pr *policyReads) remember(g *nmstatev1.NodeNetworkConfigurationPolicy) {
+	pr.specs.Store(g.Name, knownSpec{uid: g.UID, generation: g.Generation, spec: *g.Spec.DeepCopy()})
+}
+
+// forget drops what is known of the policy name.
+func (pr *policyReads) forget(name string) {
+	pr.specs.Delete(name)
+	pr.handled.Delete(name)
+}
+
+// specOf returns the spec of the generated policy g (its metadata) at g's
+// generation: known, or read from the API server. A read that finds a
+// later generation returns that one's spec (the cache is behind: the pass
+// that follows its event decides again).
+func (r *Reconciler) specOf(ctx context.Context, g *metav1.PartialObjectMetadata) (*shared.NodeNetworkConfigurationPolicySpec, error) {
+	if v, ok := r.reads.specs.Load(g.Name); ok {
+		if k := v.(knownSpec); k.uid == g.UID && k.generation == g.Generation {
+			return &k.spec, nil
+		}
+	}
+	full, err := r.readPolicy(ctx, g)
+	if err != nil {
+		return nil, err
+	}
+	return &full.Spec, nil
+}
+
+// readPolicy reads the whole generated policy g from the API server, and
+// notes its spec. One of another incarnation is NotFound.
+func (r *Reconciler) readPolicy(ctx context.Context, g *metav1.PartialObjectMetadata) (*nmstatev1.NodeNetworkConfigurationPolicy, error) {
+	var full nmstatev1.NodeNetworkConfigurationPolicy
+	if err := r.APIReader.Get(ctx, types.NamespacedName{Name: g.Name}, &full); err != nil {
+		return nil, fmt.Errorf("get policy %s: %w", g.Name, err)
+	}
+	if full.UID != g.UID {
+		return nil, fmt.Errorf("get policy %s: created again (uid %s, the cache shows %s): looking again", g.Name, full.UID, g.UID)
+	}
+	r.reads.remember(&full)
+	return &full, nil
+}
+
+// desiredOf returns the desired state of the generated policy g.
+func (r *Reconciler) desiredOf(ctx context.Context, g *metav1.PartialObjectMetadata) ([]byte, error) {
+	spec, err := r.specOf(ctx, g)
+	if err != nil {
+		return nil, err
+	}
+	return spec.DesiredState.Raw, nil
+}
+
+// unhandled reports whether kubernetes-nmstate's handler says the
+// generated policy of node matches no node it runs on (its status:
+// NoMatchingNode, no handler pod on the node). It is asked only for a
+// node without an enactment of the policy's generation: one that has it
+// is where its enactment says. The status is read from the API server at
+// most every handledTTL per policy; a read that fails says handled, and
+// the next pass reads again.
+func (r *Reconciler) unhandled(ctx context.Context, w *world, node string) bool {
+	g := w.generated[node]
+	if g == nil || enactedAt(w.enactmentOf(node), g.Generation) {
+		return false
+	}
+	now := r.Clock.Now()
+	if v, ok := r.reads.handled.Load(g.Name); ok {
+		if h := v.(handledRead); h.uid == g.UID && now.Sub(h.at) < handledTTL {
+			return h.unhandled
+		}
+	}
+	full, err := r.readPolicy(ctx, g)
+	if err != nil {
+		ctrl.LoggerFrom(ctx).V(1).Info("could not read whether kubernetes-nmstate's handler runs on the node", "policy", g.Name, "error", err.Error())
+		return false
+	}
+	h := handledRead{uid: full.UID, at: now, unhandled: matchesNoNode(full)}
+	r.reads.handled.Store(g.Name, h)
+	return h.unhandled
+}
+
+// matchesNoNode reports whether kubernetes-nmstate's handler says the
+// policy matches no node it runs on.
+func matchesNoNode(g *nmstatev1.NodeNetworkConfigurationPolicy) bool {
+	for _, c := range g.Status.Conditions {
+		if c.Status == corev1.ConditionTrue && c.Reason == shared.NodeNetworkConfigurationPolicyConditionConfigurationNoMatchingNode {
+			return true
+		}
+	}
+	return false
+}
