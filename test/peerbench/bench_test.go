@@ -66,17 +66,23 @@ const (
 	oursCluster      = "ours"
 	companionCluster = "companion"
 	// baselineCluster runs our handler and pool controller of
-	// -peer.baseline, and the cases of ours.
-	baselineCluster = "baseline"
+	// -peer.baseline, and the cases of ours; companionBaselineCluster
+	// kubernetes-nmstate's handler beside our pool controller of
+	// -peer.baseline in companion mode, and the cases of companion.
+	baselineCluster          = "baseline"
+	companionBaselineCluster = "companion-baseline"
 )
 
 // clusters are the kinds of cluster, in the order the report lists them.
-var clusters = []string{upstreamCluster, baselineCluster, oursCluster, companionCluster}
+var clusters = []string{upstreamCluster, baselineCluster, oursCluster, companionBaselineCluster, companionCluster}
 
 // runsOn reports whether a case runs on a kind of cluster.
 func (c rolloutCase) runsOn(kind string) bool {
-	if kind == baselineCluster {
+	switch kind {
+	case baselineCluster:
 		kind = oursCluster
+	case companionBaselineCluster:
+		kind = companionCluster
 	}
 	return slices.Contains(c.on, kind)
 }
@@ -131,10 +137,10 @@ func BenchmarkPeer(b *testing.B) {
 	kinds := strings.Split(*handlers, ",")
 	var base *baselineBuild
 	switch {
-	case slices.Contains(kinds, baselineCluster):
+	case slices.Contains(kinds, baselineCluster), slices.Contains(kinds, companionBaselineCluster):
 		base = buildBaseline(b, bin)
 	case *baseline != "":
-		b.Fatalf("-peer.baseline %s: add %s to -peer.handlers to measure it", *baseline, baselineCluster)
+		b.Fatalf("-peer.baseline %s: add %s or %s to -peer.handlers to measure it", *baseline, baselineCluster, companionBaselineCluster)
 	}
 	for _, f := range strings.Split(*nodeCounts, ",") {
 		n, err := strconv.Atoi(strings.TrimSpace(f))
@@ -161,7 +167,7 @@ type baselineBuild struct{ bin, crds string }
 // nmstatectl (the node's, not the project's: the same on both sides).
 func buildBaseline(b *testing.B, bin string) *baselineBuild {
 	if *baseline == "" {
-		b.Fatalf("-peer.handlers names %s: say which commit with -peer.baseline", baselineCluster)
+		b.Fatalf("-peer.handlers names %s or %s: say which commit with -peer.baseline", baselineCluster, companionBaselineCluster)
 	}
 	tmp := b.TempDir()
 	base := &baselineBuild{bin: filepath.Join(tmp, "bin"), crds: filepath.Join(tmp, "tree", "deploy", "crd")}
@@ -184,6 +190,8 @@ func measure(b *testing.B, bin, peer string, n int, kind string, base *baselineB
 		args = append(args, "--bin", bin, "--handler", upstreamCluster, "--companion")
 	case baselineCluster:
 		args = append(args, "--bin", base.bin, "--crd-dir", base.crds, "--handler", oursCluster)
+	case companionBaselineCluster:
+		args = append(args, "--bin", base.bin, "--crd-dir", base.crds, "--handler", upstreamCluster, "--companion")
 	default:
 		args = append(args, "--bin", bin, "--handler", kind)
 	}

@@ -98,6 +98,15 @@ func report(b *testing.B, n int, measured map[string]map[string]figures) {
 			b.ReportMetric(ratio(f.rollout, perNode.rollout), "companion/per-node")
 		}
 	}
+	if base, ok := measured[companionBaselineCluster]["pooled, companion mode"]; ok {
+		if f, ok := companion["pooled, companion mode"]; ok {
+			fmt.Fprintf(&out, "companion ÷ companion at baseline %s: rollout x%.3f, pool controller cpu x%.2f (%.3f s per node, against %.3f), "+
+				"pool controller memory x%.2f, requests/node x%.2f\n", short(*baseline), ratio(f.rollout, base.rollout),
+				ratio(f.poolControllerCPU, base.poolControllerCPU), f.poolControllerCPU.Seconds()/float64(n), base.poolControllerCPU.Seconds()/float64(n),
+				f.poolControllerRSS/base.poolControllerRSS, f.requests/base.requests)
+			b.ReportMetric(ratio(f.poolControllerCPU, base.poolControllerCPU), "companion-poolctl-cpu/baseline")
+		}
+	}
 	// On standard output: go test cuts a benchmark's log after ten lines.
 	fmt.Print(out.String())
 }
