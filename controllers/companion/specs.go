@@ -12,6 +12,8 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	ctrl "sigs.k8s.io/controller-runtime"
+
+	"github.com/nmstate-ippool/nmstate-ippool/internal/rollout/policystatus"
 )
 
 // The generated policies are watched and listed as metadata only
@@ -39,8 +41,10 @@ type handledRead struct {
 }
 
 // handledTTL is how long a read of whether kubernetes-nmstate's handler
-// runs on a node stands: a node without an enactment of its policy is
-// read at most this often.
+// runs on a node stands: a node without an enactment of its policy's
+// generation is read at most this often, and one whose enactment of it
+// progresses (its handler may have gone mid-apply) at most every
+// progressPoll.
 const handledTTL = 5 * time.Second
 
 // policyReads are the spec and status reads of generated policies, by
@@ -62,9 +66,13 @@ func (pr *policyReads) forget(name string) {
 }
 
 // specOf returns the spec of the generated policy g (its metadata) at g's
-// generation: known, or read from the API server. A read that finds a
-// later generation returns that one's spec (the cache is behind: the pass
-// that follows its event decides again).
+// generation: known, or read from the API server. A read that finds
+// another generation is an error, and the pass looks again once the
+// cache has caught up: the spec of one generation must never be taken
+// with the enactment state of another (a release confirmed by the
+// enactment of the policy that still carried the addresses, against the
+// spec of the one that takes them off, would let go of addresses still
+// on the node).
 func (r *Reconciler) specOf(ctx context.Context, g *metav1.PartialObjectMetadata) (*shared.NodeNetworkConfigurationPolicySpec, error) {
 	if v, ok := r.reads.specs.Load(g.Name); ok {
 		if k := v.(knownSpec); k.uid == g.UID && k.generation == g.Generation {
@@ -74,6 +82,10 @@ func (r *Reconciler) specOf(ctx context.Context, g *metav1.PartialObjectMetadata
 	full, err := r.readPolicy(ctx, g)
 	if err != nil {
 		return nil, err
+	}
+	if full.Generation != g.Generation {
+		return nil, fmt.Errorf("policy %s is at generation %d, the cache shows %d: looking again once the cache has caught up",
+			g.Name, full.Generation, g.Generation)
 	}
 	return &full.Spec, nil
 }
@@ -104,18 +116,27 @@ func (r *Reconciler) desiredOf(ctx context.Context, g *metav1.PartialObjectMetad
 // unhandled reports whether kubernetes-nmstate's handler says the
 // generated policy of node matches no node it runs on (its status:
 // NoMatchingNode, no handler pod on the node). It is asked only for a
-// node without an enactment of the policy's generation: one that has it
-// is where its enactment says. The status is read from the API server at
-// most every handledTTL per policy; a read that fails says handled, and
-// the next pass reads again.
+// node without an enactment of the policy's generation, or whose
+// enactment of it progresses (its handler may have gone mid-apply): one
+// whose enactment of it is done is where that says. The status is read
+// from the API server at most every handledTTL per policy (progressPoll
+// while it progresses); a read that fails says handled, and a later pass
+// reads again.
 func (r *Reconciler) unhandled(ctx context.Context, w *world, node string) bool {
 	g := w.generated[node]
-	if g == nil || enactedAt(w.enactmentOf(node), g.Generation) {
+	if g == nil {
 		return false
+	}
+	ttl := handledTTL
+	if e := w.enactmentOf(node); enactedAt(e, g.Generation) {
+		if policystatus.StateOf(e, g.Generation) != policystatus.Progressing {
+			return false
+		}
+		ttl = progressPoll
 	}
 	now := r.Clock.Now()
 	if v, ok := r.reads.handled.Load(g.Name); ok {
-		if h := v.(handledRead); h.uid == g.UID && now.Sub(h.at) < handledTTL {
+		if h := v.(handledRead); h.uid == g.UID && now.Sub(h.at) < ttl {
 			return h.unhandled
 		}
 	}

@@ -1,0 +1,83 @@
+package companion
+
+import (
+	"context"
+	"strings"
+	"testing"
+
+	"github.com/nmstate/kubernetes-nmstate/api/shared"
+	nmstatev1 "github.com/nmstate/kubernetes-nmstate/api/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/client/fake"
+
+	"github.com/nmstate-ippool/nmstate-ippool/internal/plumbing/scheme"
+)
+
+// readsCounted counts the reads through a reader.
+type readsCounted struct {
+	client.Reader
+	n int
+}
+
+func (r *readsCounted) Get(ctx context.Context, key client.ObjectKey, obj client.Object, opts ...client.GetOption) error {
+	r.n++
+	return r.Reader.Get(ctx, key, obj, opts...)
+}
+
+// TestSpecOfOneGeneration: the spec of a generated policy is the one of
+// the generation its metadata shows, known from this process's write or
+// read once from the API server; a read that finds another generation
+// (the cache behind a write) or another incarnation is an error, never
+// that policy's spec taken for the generation the cache shows.
+func TestSpecOfOneGeneration(t *testing.T) {
+	ctx := context.Background()
+	onServer := &nmstatev1.NodeNetworkConfigurationPolicy{ObjectMeta: metav1.ObjectMeta{Name: "p-node01", UID: "u1", Generation: 3}}
+	onServer.Spec.DesiredState = shared.NewState("interfaces: [{name: eth1, mtu: 1400}]\n")
+	s, err := scheme.New()
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := fake.NewClientBuilder().WithScheme(s).WithObjects(onServer).Build()
+	if err := c.Get(ctx, client.ObjectKeyFromObject(onServer), onServer); err != nil { // as the server stores it
+		t.Fatal(err)
+	}
+	reads := &readsCounted{Reader: c}
+	r := &Reconciler{APIReader: reads}
+	meta := func(uid types.UID, generation int64) *metav1.PartialObjectMetadata {
+		return &metav1.PartialObjectMetadata{ObjectMeta: metav1.ObjectMeta{Name: "p-node01", UID: uid, Generation: generation}}
+	}
+
+	spec, err := r.specOf(ctx, meta("u1", 3))
+	if err != nil || string(spec.DesiredState.Raw) != string(onServer.Spec.DesiredState.Raw) || reads.n != 1 {
+		t.Fatalf("first read: spec %v, err %v, %d reads; want the server's, one read", spec, err, reads.n)
+	}
+	if _, err := r.specOf(ctx, meta("u1", 3)); err != nil || reads.n != 1 {
+		t.Fatalf("known spec read again: err %v, %d reads", err, reads.n)
+	}
+
+	// This process wrote generation 4; the cache still shows 3.
+	written := onServer.DeepCopy()
+	written.Generation = 4
+	written.Spec.DesiredState = shared.NewState("interfaces: [{name: eth1, mtu: 1500}]\n")
+	if err := c.Update(ctx, written); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Get(ctx, client.ObjectKeyFromObject(written), written); err != nil { // as the server stores it
+		t.Fatal(err)
+	}
+	r.reads.remember(written)
+	if _, err := r.specOf(ctx, meta("u1", onServer.Generation)); err == nil || !strings.Contains(err.Error(), "the cache shows 3") {
+		t.Errorf("the cache behind: err %v, want the generations told apart", err)
+	}
+	before := reads.n
+	if spec, err := r.specOf(ctx, meta("u1", written.Generation)); err != nil || string(spec.DesiredState.Raw) != string(written.Spec.DesiredState.Raw) || reads.n != before {
+		t.Errorf("the written generation: spec %q, err %v, %d reads; want %q, no read", spec.DesiredState.Raw, err, reads.n-before, written.Spec.DesiredState.Raw)
+	}
+
+	// The policy created again under the name.
+	if _, err := r.specOf(ctx, meta("u0", 3)); err == nil || !strings.Contains(err.Error(), "created again") {
+		t.Errorf("another incarnation: err %v, want it refused", err)
+	}
+}
