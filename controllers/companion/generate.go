@@ -1,13 +1,11 @@
 package companion
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
 	"maps"
 	"net/netip"
-	"reflect"
 	"slices"
 	"strconv"
 	"strings"
@@ -22,7 +20,6 @@ import (
 	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/utils/ptr"
 	ctrl "sigs.k8s.io/controller-runtime"
-	"sigs.k8s.io/yaml"
 
 	ippoolv1 "github.com/nmstate-ippool/nmstate-ippool/api/v1"
 	nncev1beta1 "github.com/nmstate-ippool/nmstate-ippool/api/v1beta1"
@@ -392,43 +389,6 @@ func btoi(b bool) int {
 		return 1
 	}
 	return 0
-}
-
-// same reports whether the generated policy have (its metadata) has the
-// spec and annotations of want. A spec that cannot be read is not the
-// same: the write that follows says why.
-func (r *Reconciler) same(ctx context.Context, have *metav1.PartialObjectMetadata, want *nmstatev1.NodeNetworkConfigurationPolicy) bool {
-	if isRemoval(have) != isRemoval(want) || releaseAttempt(have) != releaseAttempt(want) {
-		return false
-	}
-	spec, err := r.specOf(ctx, have)
-	if err != nil {
-		ctrl.LoggerFrom(ctx).V(1).Info("could not read the spec of a generated policy", "policy", have.Name, "error", err.Error())
-		return false
-	}
-	return sameSpec(spec, &want.Spec)
-}
-
-// sameSpec reports whether two specs of a generated policy say the same.
-func sameSpec(have, want *shared.NodeNetworkConfigurationPolicySpec) bool {
-	if !reflect.DeepEqual(have.NodeSelector, want.NodeSelector) || !reflect.DeepEqual(nilIfEmpty(have.Capture), nilIfEmpty(want.Capture)) ||
-		!reflect.DeepEqual(have.MaxUnavailable, want.MaxUnavailable) {
-		return false
-	}
-	if bytes.Equal(have.DesiredState.Raw, want.DesiredState.Raw) {
-		return true // both in the canonical form of a JSON-to-YAML conversion
-	}
-	var a, b any
-	_ = yaml.Unmarshal(have.DesiredState.Raw, &a)
-	_ = yaml.Unmarshal(want.DesiredState.Raw, &b)
-	return reflect.DeepEqual(a, b)
-}
-
-func nilIfEmpty(m map[string]string) map[string]string {
-	if len(m) == 0 {
-		return nil
-	}
-	return m
 }
 
 // enactmentOf returns kubernetes-nmstate's enactment of node's generated

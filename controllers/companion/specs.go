@@ -1,8 +1,10 @@
 package companion
 
 import (
+	"bytes"
 	"context"
 	"fmt"
+	"reflect"
 	"sync"
 	"time"
 
@@ -12,6 +14,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/yaml"
 
 	"github.com/nmstate-ippool/nmstate-ippool/internal/rollout/policystatus"
 )
@@ -159,4 +162,41 @@ func matchesNoNode(g *nmstatev1.NodeNetworkConfigurationPolicy) bool {
 		}
 	}
 	return false
+}
+
+// same reports whether the generated policy have (its metadata) has the
+// spec and annotations of want. A spec that cannot be read is not the
+// same: the write that follows says why.
+func (r *Reconciler) same(ctx context.Context, have *metav1.PartialObjectMetadata, want *nmstatev1.NodeNetworkConfigurationPolicy) bool {
+	if isRemoval(have) != isRemoval(want) || releaseAttempt(have) != releaseAttempt(want) {
+		return false
+	}
+	spec, err := r.specOf(ctx, have)
+	if err != nil {
+		ctrl.LoggerFrom(ctx).V(1).Info("could not read the spec of a generated policy", "policy", have.Name, "error", err.Error())
+		return false
+	}
+	return sameSpec(spec, &want.Spec)
+}
+
+// sameSpec reports whether two specs of a generated policy say the same.
+func sameSpec(have, want *shared.NodeNetworkConfigurationPolicySpec) bool {
+	if !reflect.DeepEqual(have.NodeSelector, want.NodeSelector) || !reflect.DeepEqual(nilIfEmpty(have.Capture), nilIfEmpty(want.Capture)) ||
+		!reflect.DeepEqual(have.MaxUnavailable, want.MaxUnavailable) {
+		return false
+	}
+	if bytes.Equal(have.DesiredState.Raw, want.DesiredState.Raw) {
+		return true // both in the canonical form of a JSON-to-YAML conversion
+	}
+	var a, b any
+	_ = yaml.Unmarshal(have.DesiredState.Raw, &a)
+	_ = yaml.Unmarshal(want.DesiredState.Raw, &b)
+	return reflect.DeepEqual(a, b)
+}
+
+func nilIfEmpty(m map[string]string) map[string]string {
+	if len(m) == 0 {
+		return nil
+	}
+	return m
 }
