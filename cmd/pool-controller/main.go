@@ -195,6 +195,7 @@ func run(o options) error {
 	metrics.Writes.Count(pools.Pools)
 	pools.GracePeriod, pools.QuarantinePeriod, pools.DepartureHold = o.gracePeriod, o.quarantinePeriod, o.departureHold
 	pools.HoldCarried = o.holdCarried
+	pools.ServeEnactments = o.mode == modeHandler
 	if pools.IPAMVersion, pools.Signer, err = setUpClaims(ctx, mgr, o, metrics); err != nil {
 		return err
 	}

@@ -369,8 +369,8 @@ func (r *Reconciler) nameTaken(ctx context.Context, name, node string) *problem 
 func selectsOthers(w *world, node string, g *nmstatev1.NodeNetworkConfigurationPolicy) *problem {
 	sel := labels.SelectorFromSet(g.Spec.NodeSelector)
 	var others []string
-	for name, n := range w.nodes {
-		if name != node && sel.Matches(labels.Set(n.Labels)) {
+	for _, name := range w.withHostname(g.Spec.NodeSelector[hostnameLabel]) {
+		if name != node && sel.Matches(labels.Set(w.nodes[name].Labels)) {
 			others = append(others, name)
 		}
 	}
@@ -382,6 +382,23 @@ func selectsOthers(w *world, node string, g *nmstatev1.NodeNetworkConfigurationP
 		"the policy of node %s selects it by %s, which Node %s carries too: kubernetes-nmstate's handler would put node %s's "+
 			"addresses on both; give each Node its own %s label (the kubelet sets it to the node's hostname), and node %s's policy is written then",
 		node, sel, strings.Join(others, ", "), node, hostnameLabel, node)}
+}
+
+// withHostname returns the Nodes whose kubernetes.io/hostname label is
+// value: the only ones a generated policy, which selects by that label
+// (generate), can select. The index is built once a pass: a pass looks
+// at every node, and a scan of every Node for each would make it grow
+// with the square of the nodes.
+func (w *world) withHostname(value string) []string {
+	if w.byHostname == nil {
+		w.byHostname = make(map[string][]string, len(w.nodes))
+		for name, n := range w.nodes {
+			if h, ok := n.Labels[hostnameLabel]; ok {
+				w.byHostname[h] = append(w.byHostname[h], name)
+			}
+		}
+	}
+	return w.byHostname[value]
 }
 
 func btoi(b bool) int {

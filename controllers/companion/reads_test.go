@@ -18,6 +18,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	ippoolv1 "github.com/nmstate-ippool/nmstate-ippool/api/v1"
+	nncev1beta1 "github.com/nmstate-ippool/nmstate-ippool/api/v1beta1"
 	"github.com/nmstate-ippool/nmstate-ippool/test/envtest"
 )
 
@@ -121,4 +122,40 @@ func TestNodeWithoutHandlerIsNotCounted(t *testing.T) {
 		return k.Status().Update(ctx, &g)
 	})).To(Succeed())
 	Eventually(status("nh"), time.Minute).Should(And(HavePrefix("Available"), ContainSubstring("1/1 nodes")))
+}
+
+// TestAskingEnactmentIsNotServed: beside kubernetes-nmstate's handler no
+// enactment is the pool controller's to serve, and kubernetes-nmstate's
+// are never written. One that asks for an address as this project's
+// handler would (its request annotation, its policy capturing from the
+// pool) gets none and keeps its status, while the pool serves a pooled
+// policy's nodes; its policy is not read whole from the cache either (the
+// suite's cleanup says so).
+func TestAskingEnactmentIsNotServed(t *testing.T) {
+	u := rolledOut(t, asIs, "ask", "10.84.0.0/24", "10.84.0.10", "10.84.0.30", "ask-1")
+	plain := &nmstatev1.NodeNetworkConfigurationPolicy{ObjectMeta: metav1.ObjectMeta{Name: "ask-plain"}}
+	plain.Spec.NodeSelector = map[string]string{"role": "ask-nothing"}
+	plain.Spec.Capture = map[string]string{"addr": "ippool.cmp-ask.allocate"}
+	plain.Spec.DesiredState = shared.NewState(envtest.OneAddressState)
+	Expect(k.Create(ctx, plain)).To(Succeed())
+	t.Cleanup(func() { _ = k.Delete(ctx, plain) })
+	key := shared.EnactmentKey("ask-ghost", plain.Name)
+	asking := &nncev1beta1.NodeNetworkConfigurationEnactment{ObjectMeta: metav1.ObjectMeta{Name: key.Name,
+		Labels:      map[string]string{shared.EnactmentPolicyLabel: plain.Name, shared.EnactmentNodeLabel: "ask-ghost"},
+		Annotations: map[string]string{ippoolv1.RequestAnnotation: "cmp-ask"}}}
+	Expect(k.Create(ctx, asking)).To(Succeed())
+	t.Cleanup(func() { _ = k.Delete(ctx, asking) })
+
+	// The pool serves after the ask: a node joins the pooled policy.
+	Expect(u.AddNode("ask-2", map[string]string{"role": "ask"})).To(Succeed())
+	Eventually(recorded("ask")).Should(HaveLen(2))
+	Eventually(status("ask")).Should(And(HavePrefix("Available"), ContainSubstring("2/2 nodes")))
+	Consistently(func(gm Gomega) {
+		var e nncev1beta1.NodeNetworkConfigurationEnactment
+		gm.Expect(k.Get(ctx, key, &e)).To(Succeed())
+		gm.Expect(e.Status.IPPool).To(BeEmpty())
+		gm.Expect(e.Status.WaitingForIPPool).To(BeEmpty())
+		gm.Expect(e.Status.Conditions).To(BeEmpty())
+	}, 2*time.Second).Should(Succeed())
+	Expect(bits("cmp-ask")()).To(HaveLen(2), "the pool holds an address for the enactment that asked")
 }

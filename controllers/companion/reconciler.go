@@ -245,6 +245,9 @@ type world struct {
 	// policy selects (none while it is deleted), sorted.
 	nodes    map[string]*corev1.Node
 	selected []string
+	// byHostname indexes nodes by their kubernetes.io/hostname label
+	// (withHostname).
+	byHostname map[string][]string
 	// generated are the policy's NNCPs, by node, as metadata (their
 	// spec and status are read when needed: specOf, unhandled);
 	// enactments kubernetes-nmstate's enactments of them, by name.

@@ -86,7 +86,7 @@ func (r *Reconciler) SetupWithManager(mgr ctrl.Manager, opts SetupOptions) error
 		// Its own writes and resets, not kubernetes-nmstate's status
 		// writes: every handler writes every policy's status.
 		Owns(&nmstatev1.NodeNetworkConfigurationPolicy{}, builder.OnlyMetadata, builder.WithPredicates(predicate.Or(predicate.GenerationChangedPredicate{},
-			predicate.AnnotationChangedPredicate{}, predicate.LabelChangedPredicate{}))).
+			predicate.AnnotationChangedPredicate{}, predicate.LabelChangedPredicate{}), r.forgetDeleted())).
 		// Where a node stands: not every status write of its enactment.
 		Watches(&nncev1beta1.NodeNetworkConfigurationEnactment{}, handler.EnqueueRequestsFromMapFunc(r.ofEnactment),
 			builder.WithPredicates(predicate.Funcs{UpdateFunc: stateChanged})).

@@ -14,6 +14,8 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/event"
+	"sigs.k8s.io/controller-runtime/pkg/predicate"
 	"sigs.k8s.io/yaml"
 
 	"github.com/nmstate-ippool/nmstate-ippool/internal/rollout/policystatus"
@@ -66,6 +68,32 @@ func (pr *policyReads) remember(g *nmstatev1.NodeNetworkConfigurationPolicy) {
 func (pr *policyReads) forget(name string) {
 	pr.specs.Delete(name)
 	pr.handled.Delete(name)
+}
+
+// forgetIncarnation drops what is known of the policy name if it is of
+// the incarnation uid (one of the name created since is kept).
+func (pr *policyReads) forgetIncarnation(name string, uid types.UID) {
+	if v, ok := pr.specs.Load(name); ok && v.(knownSpec).uid == uid {
+		pr.specs.Delete(name)
+	}
+	if v, ok := pr.handled.Load(name); ok && v.(handledRead).uid == uid {
+		pr.handled.Delete(name)
+	}
+}
+
+// forgetDeleted is a predicate of the generated policies' watch that lets
+// go of what this process wrote or read of a policy once it is deleted,
+// by anyone: kept, a policy deleted by someone else would stay in memory
+// for good, and one deleted before the cache showed this process's write
+// of it would be waited on for good (stale). A later write of the name,
+// made before the event arrives, is then at worst written again or read
+// once from the API server.
+func (r *Reconciler) forgetDeleted() predicate.Funcs {
+	return predicate.Funcs{DeleteFunc: func(e event.DeleteEvent) bool {
+		r.written.Delete(e.Object.GetName())
+		r.reads.forgetIncarnation(e.Object.GetName(), e.Object.GetUID())
+		return true
+	}}
 }
 
 // specOf returns the spec of the generated policy g (its metadata) at g's

@@ -3,6 +3,7 @@ package companion
 import (
 	"context"
 	"strings"
+	"sync"
 	"testing"
 
 	"github.com/nmstate/kubernetes-nmstate/api/shared"
@@ -11,6 +12,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/client/fake"
+	"sigs.k8s.io/controller-runtime/pkg/event"
 
 	"github.com/nmstate-ippool/nmstate-ippool/internal/plumbing/scheme"
 )
@@ -79,5 +81,44 @@ func TestSpecOfOneGeneration(t *testing.T) {
 	// The policy created again under the name.
 	if _, err := r.specOf(ctx, meta("u0", 3)); err == nil || !strings.Contains(err.Error(), "created again") {
 		t.Errorf("another incarnation: err %v, want it refused", err)
+	}
+}
+
+// TestDeletedPolicyIsForgotten: once a generated policy is deleted, by
+// anyone, the process forgets its spec, its status read and its own write
+// of it: a write the cache never showed before the deletion must not have
+// its node wait for that generation for good (stale), and a policy deleted
+// by someone else must not stay in memory. What is known of a later
+// incarnation of the name stays.
+func TestDeletedPolicyIsForgotten(t *testing.T) {
+	r := &Reconciler{}
+	old := &nmstatev1.NodeNetworkConfigurationPolicy{ObjectMeta: metav1.ObjectMeta{Name: "p-node01", UID: "u1", Generation: 2}}
+	r.reads.remember(old)
+	r.reads.handled.Store(old.Name, handledRead{uid: old.UID})
+	r.written.Store(old.Name, old.Generation)
+	if !r.stale(old.Name, nil) {
+		t.Fatal("a write the cache has not shown is not stale")
+	}
+	deleted := event.DeleteEvent{Object: &metav1.PartialObjectMetadata{ObjectMeta: old.ObjectMeta}}
+	if !r.forgetDeleted().Delete(deleted) {
+		t.Fatal("the deletion of a generated policy is not looked at")
+	}
+	if r.stale(old.Name, nil) {
+		t.Error("the node of a policy deleted before the cache showed this process's write of it waits for that write for good")
+	}
+	for what, m := range map[string]*sync.Map{"spec": &r.reads.specs, "status read": &r.reads.handled} {
+		if _, ok := m.Load(old.Name); ok {
+			t.Errorf("the %s of a deleted policy is kept", what)
+		}
+	}
+
+	newer := &nmstatev1.NodeNetworkConfigurationPolicy{ObjectMeta: metav1.ObjectMeta{Name: old.Name, UID: "u2", Generation: 1}}
+	r.reads.remember(newer)
+	r.reads.handled.Store(newer.Name, handledRead{uid: newer.UID})
+	r.forgetDeleted().Delete(deleted) // the earlier incarnation's event, late
+	for what, m := range map[string]*sync.Map{"spec": &r.reads.specs, "status read": &r.reads.handled} {
+		if _, ok := m.Load(newer.Name); !ok {
+			t.Errorf("the %s of a policy created again is forgotten on its earlier incarnation's deletion", what)
+		}
 	}
 }

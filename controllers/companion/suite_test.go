@@ -62,14 +62,7 @@ func begin(t *testing.T, label string, nodes ...string) *envtest.Upstream {
 func beginWith(t *testing.T, tune func(*envtest.PoolController), label string, nodes ...string) *envtest.Upstream {
 	t.Helper()
 	RegisterTestingT(t)
-	pc, err := env.StartPoolController(grace, nil, func(pc *envtest.PoolController) {
-		// Beside kubernetes-nmstate's handler the pool controller runs
-		// neither: that handler writes the NNCPs' status and its
-		// enactments (cmd/pool-controller --mode companion).
-		pc.Enactments, pc.Policies = nil, nil
-		pc.PooledPolicies.RenewStates = true // as --mode companion sets it
-		tune(pc)
-	})
+	pc, err := env.StartPoolController(grace, nil, envtest.CompanionMode, tune)
 	Expect(err).NotTo(HaveOccurred())
 	Expect(pc.PooledPolicies).NotTo(BeNil())
 	t.Cleanup(func() {

@@ -86,6 +86,12 @@ type Reconciler struct {
 	// PooledNodeNetworkConfigurationPolicy, whose status.nodes are records
 	// of addresses too (holder.OfPolicyNode).
 	PooledPolicies bool
+	// ServeEnactments serves the enactments that ask for an address
+	// (handler mode: their handlers may not write pools). Beside
+	// kubernetes-nmstate's handler (companion mode) no enactment is ours
+	// to serve and kubernetes-nmstate's are never written, so none is,
+	// whatever its annotations say; nor is its policy read whole.
+	ServeEnactments bool
 	// HoldCarried quarantines, for the node that carries it, each free
 	// address of a pool that a node's published state shows and no
 	// holder records (strayHolder): what handlers run with
@@ -291,7 +297,7 @@ func (r *Reconciler) pass(ctx context.Context, pool *ippoolv1.NodeIPPool, alloc 
 	// error in serving some nodes holds up no collection, no lifting of a
 	// quarantine (which may be what clears it).
 	var served error
-	if !terminating {
+	if !terminating && r.ServeEnactments {
 		// Waiting nodes first: serving them is what a rollout waits for.
 		var again time.Duration
 		again, served = sv.serve(ctx, pool, alloc, v)

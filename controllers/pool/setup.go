@@ -54,6 +54,7 @@ func New(mgr ctrl.Manager, metrics *Metrics) *Reconciler {
 		DepartureHold:    periods.DefaultDepartureHold,
 		Metrics:          metrics,
 		Batch:            batch.DefaultDelay,
+		ServeEnactments:  true,
 	}
 }
 

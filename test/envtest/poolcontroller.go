@@ -38,6 +38,17 @@ func (pc *PoolController) CachedWhole(o any) bool {
 	return pc.cache.asked(o)
 }
 
+// CompanionMode sets pc up as cmd/pool-controller --mode companion does:
+// beside kubernetes-nmstate's handler, which writes the NNCPs' status and
+// its enactments, it runs neither the policy nor the enactment
+// controller, serves no enactment, and renews the states that handler
+// leaves holding nothing. A tune function of StartPoolController.
+func CompanionMode(pc *PoolController) {
+	pc.Enactments, pc.Policies = nil, nil
+	pc.Pools.ServeEnactments = false
+	pc.PooledPolicies.RenewStates = true
+}
+
 // count has metrics count the pool writes of every reconciler, and the
 // holders of every kind that wait, as cmd/pool-controller does.
 func (pc *PoolController) count(metrics *pool.Metrics) {

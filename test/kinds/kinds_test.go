@@ -185,8 +185,7 @@ func policyOf(w *world) ([]client.Object, client.ObjectList) {
 // as it runs beside kubernetes-nmstate's handler (no policy or enactment
 // controller), and that handler's double on each machine (join).
 func companionMode(t *testing.T, w *world) {
-	startPoolController(t, func(pc *envtest.PoolController) {
-		pc.Enactments, pc.Policies = nil, nil
+	startPoolController(t, envtest.CompanionMode, func(pc *envtest.PoolController) {
 		pc.PooledPolicies.RemovalRetry = time.Second // a failed removal is written again after 1s, 2s, 4s...
 	})
 	w.upstream = envtest.NewUpstream(t, k, simBin)
