@@ -38,19 +38,35 @@ type knownSpec struct {
 	spec       shared.NodeNetworkConfigurationPolicySpec
 }
 
-// handledRead is what the status of a generated policy said, when read.
+// handledRead is what the status of a generated policy said when last
+// read (at), and since when it has been read at that generation.
 type handledRead struct {
-	uid       types.UID
-	at        time.Time
-	unhandled bool
+	uid        types.UID
+	generation int64
+	since, at  time.Time
+	unhandled  bool
 }
 
 // handledTTL is how long a read of whether kubernetes-nmstate's handler
-// runs on a node stands: a node without an enactment of its policy's
-// generation is read at most this often, and one whose enactment of it
-// progresses (its handler may have gone mid-apply) at most every
-// progressPoll.
-const handledTTL = 5 * time.Second
+// runs on a node stands at first: a node without an enactment of its
+// policy's generation is read at most this often, and one whose enactment
+// of it progresses (its handler may have gone mid-apply) at most every
+// progressPoll. A wait that lasts is read every quarter of its length so
+// far, at most every handledTTLMax: in a rollout of hundreds of nodes
+// kubernetes-nmstate's handlers take many minutes to reach each policy
+// (each reconciles every policy), and reads every few seconds of every
+// waiting node's policy, whole, were most of this controller's work.
+const handledTTL, handledTTLMax = 5 * time.Second, time.Minute
+
+// stands reports whether h still says, at now, what the status of g
+// (its metadata) is; floor is the shortest time a read stands.
+func (h handledRead) stands(g *metav1.PartialObjectMetadata, floor time.Duration, now time.Time) bool {
+	if h.uid != g.UID || h.generation != g.Generation {
+		return false
+	}
+	ttl := min(max(now.Sub(h.since)/4, floor), max(handledTTLMax, floor))
+	return now.Sub(h.at) < ttl
+}
 
 // policyReads are the spec and status reads of generated policies, by
 // name.
@@ -151,8 +167,8 @@ func (r *Reconciler) desiredOf(ctx context.Context, g *metav1.PartialObjectMetad
 // enactment of it progresses (its handler may have gone mid-apply): one
 // whose enactment of it is done is where that says. The status is read
 // from the API server at most every handledTTL per policy (progressPoll
-// while it progresses); a read that fails says handled, and a later pass
-// reads again.
+// while it progresses), less often as the wait lasts (handledRead.stands);
+// a read that fails says handled, and a later pass reads again.
 func (r *Reconciler) unhandled(ctx context.Context, w *world, node string) bool {
 	g := w.generated[node]
 	if g == nil {
@@ -166,9 +182,14 @@ func (r *Reconciler) unhandled(ctx context.Context, w *world, node string) bool 
 		ttl = progressPoll
 	}
 	now := r.Clock.Now()
+	since := now
 	if v, ok := r.reads.handled.Load(g.Name); ok {
-		if h := v.(handledRead); h.uid == g.UID && now.Sub(h.at) < ttl {
+		h := v.(handledRead)
+		if h.stands(g, ttl, now) {
 			return h.unhandled
+		}
+		if h.uid == g.UID && h.generation == g.Generation {
+			since = h.since
 		}
 	}
 	full, err := r.readPolicy(ctx, g)
@@ -176,7 +197,7 @@ func (r *Reconciler) unhandled(ctx context.Context, w *world, node string) bool 
 		ctrl.LoggerFrom(ctx).V(1).Info("could not read whether kubernetes-nmstate's handler runs on the node", "policy", g.Name, "error", err.Error())
 		return false
 	}
-	h := handledRead{uid: full.UID, at: now, unhandled: matchesNoNode(full)}
+	h := handledRead{uid: full.UID, generation: g.Generation, since: since, at: now, unhandled: matchesNoNode(full)}
 	r.reads.handled.Store(g.Name, h)
 	return h.unhandled
 }

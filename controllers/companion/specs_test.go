@@ -5,6 +5,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/nmstate/kubernetes-nmstate/api/shared"
 	nmstatev1 "github.com/nmstate/kubernetes-nmstate/api/v1"
@@ -119,6 +120,48 @@ func TestDeletedPolicyIsForgotten(t *testing.T) {
 	for what, m := range map[string]*sync.Map{"spec": &r.reads.specs, "status read": &r.reads.handled} {
 		if _, ok := m.Load(newer.Name); !ok {
 			t.Errorf("the %s of a policy created again is forgotten on its earlier incarnation's deletion", what)
+		}
+	}
+}
+
+// TestHandledReadsBackOff: whether kubernetes-nmstate's handler runs on a
+// node is read again every handledTTL while the wait is young, then every
+// quarter of the wait so far, at most every handledTTLMax (never more
+// often than the floor asked for); a read of another generation or
+// incarnation stands for nothing.
+func TestHandledReadsBackOff(t *testing.T) {
+	start := time.Date(2026, 12, 1, 0, 0, 0, 0, time.UTC)
+	g := &metav1.PartialObjectMetadata{ObjectMeta: metav1.ObjectMeta{Name: "p-node01", UID: "u1", Generation: 2}}
+	for _, c := range []struct {
+		name          string
+		waited, since time.Duration // the wait's length at the last read, and the time since it
+		floor         time.Duration
+		stands        bool
+	}{
+		{"a young wait, read 4s ago", 0, 4 * time.Second, handledTTL, true},
+		{"a young wait, read 5s ago", 0, handledTTL, handledTTL, false},
+		{"a wait of 20s, read 5s ago", 20 * time.Second, handledTTL, handledTTL, true},
+		{"a wait of 20s, read 7s ago", 20 * time.Second, 7 * time.Second, handledTTL, false},
+		{"a wait of 2m, read 39s ago", 2 * time.Minute, 39 * time.Second, handledTTL, true},
+		{"a wait of 2m, read 41s ago", 2 * time.Minute, 41 * time.Second, handledTTL, false},
+		{"a wait of an hour, read 59s ago", time.Hour, 59 * time.Second, handledTTL, true},
+		{"a wait of an hour, read a minute ago", time.Hour, handledTTLMax, handledTTL, false},
+		{"a progressing one, read 29s ago", 0, 29 * time.Second, progressPoll, true},
+		{"a progressing one, read 30s ago", 0, progressPoll, progressPoll, false},
+	} {
+		at := start.Add(c.waited)
+		h := handledRead{uid: g.UID, generation: g.Generation, since: start, at: at}
+		if got := h.stands(g, c.floor, at.Add(c.since)); got != c.stands {
+			t.Errorf("%s: the read stands %v, want %v", c.name, got, c.stands)
+		}
+	}
+	h := handledRead{uid: g.UID, generation: g.Generation, since: start, at: start}
+	for _, other := range []*metav1.PartialObjectMetadata{
+		{ObjectMeta: metav1.ObjectMeta{Name: g.Name, UID: g.UID, Generation: 3}},
+		{ObjectMeta: metav1.ObjectMeta{Name: g.Name, UID: "u2", Generation: 2}},
+	} {
+		if h.stands(other, handledTTL, start.Add(time.Second)) {
+			t.Errorf("a read of %s generation %d stands for %s generation %d", g.UID, g.Generation, other.UID, other.Generation)
 		}
 	}
 }
