@@ -50,21 +50,28 @@ type handledRead struct {
 // handledTTL is how long a read of whether kubernetes-nmstate's handler
 // runs on a node stands at first: a node without an enactment of its
 // policy's generation is read at most this often, and one whose enactment
-// of it progresses (its handler may have gone mid-apply) at most every
-// progressPoll. A wait that lasts is read every quarter of its length so
-// far, at most every handledTTLMax: in a rollout of hundreds of nodes
+// of it progresses (its handler may have gone mid-apply) every
+// progressPoll. A wait for the enactment that lasts is read every quarter
+// of its length so far, at most every handledTTLMax: in a rollout of hundreds of nodes
 // kubernetes-nmstate's handlers take many minutes to reach each policy
 // (each reconciles every policy), and reads every few seconds of every
 // waiting node's policy, whole, were most of this controller's work.
 const handledTTL, handledTTLMax = 5 * time.Second, time.Minute
 
 // stands reports whether h still says, at now, what the status of g
-// (its metadata) is; floor is the shortest time a read stands.
-func (h handledRead) stands(g *metav1.PartialObjectMetadata, floor time.Duration, now time.Time) bool {
+// (its metadata) is: for floor, or, while the node waits for its
+// enactment (backOff), for a quarter of the wait so far, at most
+// handledTTLMax. A node whose enactment progresses is read every floor:
+// a read from before its handler started, which said it ran none, must
+// not leave it uncounted (and holding no slot) for longer.
+func (h handledRead) stands(g *metav1.PartialObjectMetadata, floor time.Duration, backOff bool, now time.Time) bool {
 	if h.uid != g.UID || h.generation != g.Generation {
 		return false
 	}
-	ttl := min(max(now.Sub(h.since)/4, floor), max(handledTTLMax, floor))
+	ttl := floor
+	if backOff {
+		ttl = min(max(now.Sub(h.since)/4, floor), max(handledTTLMax, floor))
+	}
 	return now.Sub(h.at) < ttl
 }
 
@@ -174,18 +181,18 @@ func (r *Reconciler) unhandled(ctx context.Context, w *world, node string) bool 
 	if g == nil {
 		return false
 	}
-	ttl := handledTTL
+	ttl, waiting := handledTTL, true
 	if e := w.enactmentOf(node); enactedAt(e, g.Generation) {
 		if policystatus.StateOf(e, g.Generation) != policystatus.Progressing {
 			return false
 		}
-		ttl = progressPoll
+		ttl, waiting = progressPoll, false
 	}
 	now := r.Clock.Now()
 	since := now
 	if v, ok := r.reads.handled.Load(g.Name); ok {
 		h := v.(handledRead)
-		if h.stands(g, ttl, now) {
+		if h.stands(g, ttl, waiting, now) {
 			return h.unhandled
 		}
 		if h.uid == g.UID && h.generation == g.Generation {

@@ -125,9 +125,10 @@ func TestDeletedPolicyIsForgotten(t *testing.T) {
 }
 
 // TestHandledReadsBackOff: whether kubernetes-nmstate's handler runs on a
-// node is read again every handledTTL while the wait is young, then every
-// quarter of the wait so far, at most every handledTTLMax (never more
-// often than the floor asked for); a read of another generation or
+// node that waits for its enactment is read again every handledTTL while
+// the wait is young, then every quarter of the wait so far, at most every
+// handledTTLMax; one whose enactment progresses every progressPoll,
+// however long it waited before; a read of another generation or
 // incarnation stands for nothing.
 func TestHandledReadsBackOff(t *testing.T) {
 	start := time.Date(2026, 12, 1, 0, 0, 0, 0, time.UTC)
@@ -136,22 +137,24 @@ func TestHandledReadsBackOff(t *testing.T) {
 		name          string
 		waited, since time.Duration // the wait's length at the last read, and the time since it
 		floor         time.Duration
+		backOff       bool
 		stands        bool
 	}{
-		{"a young wait, read 4s ago", 0, 4 * time.Second, handledTTL, true},
-		{"a young wait, read 5s ago", 0, handledTTL, handledTTL, false},
-		{"a wait of 20s, read 5s ago", 20 * time.Second, handledTTL, handledTTL, true},
-		{"a wait of 20s, read 7s ago", 20 * time.Second, 7 * time.Second, handledTTL, false},
-		{"a wait of 2m, read 39s ago", 2 * time.Minute, 39 * time.Second, handledTTL, true},
-		{"a wait of 2m, read 41s ago", 2 * time.Minute, 41 * time.Second, handledTTL, false},
-		{"a wait of an hour, read 59s ago", time.Hour, 59 * time.Second, handledTTL, true},
-		{"a wait of an hour, read a minute ago", time.Hour, handledTTLMax, handledTTL, false},
-		{"a progressing one, read 29s ago", 0, 29 * time.Second, progressPoll, true},
-		{"a progressing one, read 30s ago", 0, progressPoll, progressPoll, false},
+		{"a young wait, read 4s ago", 0, 4 * time.Second, handledTTL, true, true},
+		{"a young wait, read 5s ago", 0, handledTTL, handledTTL, true, false},
+		{"a wait of 20s, read 5s ago", 20 * time.Second, handledTTL, handledTTL, true, true},
+		{"a wait of 20s, read 7s ago", 20 * time.Second, 7 * time.Second, handledTTL, true, false},
+		{"a wait of 2m, read 39s ago", 2 * time.Minute, 39 * time.Second, handledTTL, true, true},
+		{"a wait of 2m, read 41s ago", 2 * time.Minute, 41 * time.Second, handledTTL, true, false},
+		{"a wait of an hour, read 59s ago", time.Hour, 59 * time.Second, handledTTL, true, true},
+		{"a wait of an hour, read a minute ago", time.Hour, handledTTLMax, handledTTL, true, false},
+		{"a progressing one, read 29s ago", 0, 29 * time.Second, progressPoll, false, true},
+		{"a progressing one, read 30s ago", 0, progressPoll, progressPoll, false, false},
+		{"a progressing one after a wait of an hour, read 30s ago", time.Hour, progressPoll, progressPoll, false, false},
 	} {
 		at := start.Add(c.waited)
 		h := handledRead{uid: g.UID, generation: g.Generation, since: start, at: at}
-		if got := h.stands(g, c.floor, at.Add(c.since)); got != c.stands {
+		if got := h.stands(g, c.floor, c.backOff, at.Add(c.since)); got != c.stands {
 			t.Errorf("%s: the read stands %v, want %v", c.name, got, c.stands)
 		}
 	}
@@ -160,7 +163,7 @@ func TestHandledReadsBackOff(t *testing.T) {
 		{ObjectMeta: metav1.ObjectMeta{Name: g.Name, UID: g.UID, Generation: 3}},
 		{ObjectMeta: metav1.ObjectMeta{Name: g.Name, UID: "u2", Generation: 2}},
 	} {
-		if h.stands(other, handledTTL, start.Add(time.Second)) {
+		if h.stands(other, handledTTL, true, start.Add(time.Second)) {
 			t.Errorf("a read of %s generation %d stands for %s generation %d", g.UID, g.Generation, other.UID, other.Generation)
 		}
 	}
