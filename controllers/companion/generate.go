@@ -332,15 +332,24 @@ func (r *Reconciler) generate(w *world, node string, state []byte, removal bool)
 	return g
 }
 
+// writtenAt is what this process last wrote of a generated policy: the
+// incarnation (UID) and the generation the API server gave it.
+type writtenAt struct {
+	uid        types.UID
+	generation int64
+}
+
 // stale reports whether this process wrote the generated policy name at
-// a generation the cache has not shown yet (have: the cache's, or nil).
+// an incarnation and generation the cache has not shown yet (have: the
+// cache's, or nil). A cache that still shows an earlier incarnation of
+// the name has not shown the write, whatever its generation.
 func (r *Reconciler) stale(name string, have *metav1.PartialObjectMetadata) bool {
 	v, ok := r.written.Load(name)
 	if !ok {
 		return false
 	}
-	if have != nil && have.Generation >= v.(int64) {
-		r.written.Delete(name)
+	if w := v.(writtenAt); have != nil && have.UID == w.uid && have.Generation >= w.generation {
+		r.written.CompareAndDelete(name, v)
 		return false
 	}
 	return true

@@ -58,10 +58,10 @@ type Reconciler struct {
 	// pool (the metric nmstate_ippool_waiting_holders); nil tells nothing.
 	Waiting *poolmetrics.Waiting
 
-	// written holds, by name, the generation of each generated policy
-	// this process last created or changed: the next pass may start
-	// before the cache has seen that write, and must neither count the
-	// node as idle nor write it again.
+	// written holds, by name, the incarnation and generation (a
+	// writtenAt) of each generated policy this process last created or
+	// changed: the next pass may start before the cache has seen that
+	// write, and must neither count the node as idle nor write it again.
 	written sync.Map
 	// cleared holds, by name, the UID of each enactment clearEarlier
 	// deleted, until the cache shows another enactment of the name

@@ -104,16 +104,25 @@ func (pr *policyReads) forgetIncarnation(name string, uid types.UID) {
 	}
 }
 
+// forgetWritten drops this process's write of the policy name if it is
+// of the incarnation uid.
+func (r *Reconciler) forgetWritten(name string, uid types.UID) {
+	if v, ok := r.written.Load(name); ok && v.(writtenAt).uid == uid {
+		r.written.CompareAndDelete(name, v)
+	}
+}
+
 // forgetDeleted is a predicate of the generated policies' watch that lets
 // go of what this process wrote or read of a policy once it is deleted,
 // by anyone: kept, a policy deleted by someone else would stay in memory
 // for good, and one deleted before the cache showed this process's write
-// of it would be waited on for good (stale). A later write of the name,
-// made before the event arrives, is then at worst written again or read
-// once from the API server.
+// of it would be waited on for good (stale). Only what is of the deleted
+// incarnation goes: the late event of an earlier one must not drop this
+// process's write of the name created again (the node would count as
+// idle before the cache shows it, one more than maxUnavailable allows).
 func (r *Reconciler) forgetDeleted() predicate.Funcs {
 	return predicate.Funcs{DeleteFunc: func(e event.DeleteEvent) bool {
-		r.written.Delete(e.Object.GetName())
+		r.forgetWritten(e.Object.GetName(), e.Object.GetUID())
 		r.reads.forgetIncarnation(e.Object.GetName(), e.Object.GetUID())
 		return true
 	}}

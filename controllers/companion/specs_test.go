@@ -96,7 +96,7 @@ func TestDeletedPolicyIsForgotten(t *testing.T) {
 	old := &nmstatev1.NodeNetworkConfigurationPolicy{ObjectMeta: metav1.ObjectMeta{Name: "p-node01", UID: "u1", Generation: 2}}
 	r.reads.remember(old)
 	r.reads.handled.Store(old.Name, handledRead{uid: old.UID})
-	r.written.Store(old.Name, old.Generation)
+	r.written.Store(old.Name, writtenAt{uid: old.UID, generation: old.Generation})
 	if !r.stale(old.Name, nil) {
 		t.Fatal("a write the cache has not shown is not stale")
 	}
@@ -116,11 +116,20 @@ func TestDeletedPolicyIsForgotten(t *testing.T) {
 	newer := &nmstatev1.NodeNetworkConfigurationPolicy{ObjectMeta: metav1.ObjectMeta{Name: old.Name, UID: "u2", Generation: 1}}
 	r.reads.remember(newer)
 	r.reads.handled.Store(newer.Name, handledRead{uid: newer.UID})
+	r.written.Store(newer.Name, writtenAt{uid: newer.UID, generation: newer.Generation})
 	r.forgetDeleted().Delete(deleted) // the earlier incarnation's event, late
-	for what, m := range map[string]*sync.Map{"spec": &r.reads.specs, "status read": &r.reads.handled} {
+	for what, m := range map[string]*sync.Map{"spec": &r.reads.specs, "status read": &r.reads.handled, "write": &r.written} {
 		if _, ok := m.Load(newer.Name); !ok {
 			t.Errorf("the %s of a policy created again is forgotten on its earlier incarnation's deletion", what)
 		}
+	}
+	// The cache still shows the earlier incarnation, at a higher
+	// generation: the write of the later one is not shown yet.
+	if !r.stale(newer.Name, &metav1.PartialObjectMetadata{ObjectMeta: old.ObjectMeta}) {
+		t.Error("a cache showing the earlier incarnation is taken for this process's write of the later one")
+	}
+	if r.stale(newer.Name, &metav1.PartialObjectMetadata{ObjectMeta: newer.ObjectMeta}) {
+		t.Error("the later incarnation's write, shown by the cache, is still waited on")
 	}
 }
 
