@@ -114,10 +114,13 @@ const behindRequeue = 200 * time.Millisecond
 // (after a watch outage, or before this controller's last status write
 // reached the cache) could take an address that has since been given to
 // another node, and be lifted later on the wrong node's evidence: the
-// records a pass acts on must be the latest.
+// records a pass acts on must be the latest. Its metadata is read, not
+// the whole policy: the status holds every node's record, and this read
+// is made every pass.
 func (r *Reconciler) cacheBehind(ctx context.Context, p *ippoolv1.PooledNodeNetworkConfigurationPolicy) (bool, error) {
-	var fresh ippoolv1.PooledNodeNetworkConfigurationPolicy
-	err := r.APIReader.Get(ctx, client.ObjectKeyFromObject(p), &fresh)
+	fresh := &metav1.PartialObjectMetadata{}
+	fresh.SetGroupVersionKind(ippoolv1.GroupVersion.WithKind(holder.PooledPolicyKind))
+	err := r.APIReader.Get(ctx, client.ObjectKeyFromObject(p), fresh)
 	switch {
 	case apierrors.IsNotFound(err):
 		return true, nil // gone: nothing to act on
