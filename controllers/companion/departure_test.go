@@ -302,6 +302,38 @@ func TestStrandedPoliciesGo(t *testing.T) {
 	Eventually(generated("sg")).Should(BeEmpty())
 }
 
+// TestGeneratedPolicyDeletedByHand: a node's generated policy deleted by
+// hand (kubectl delete nncp) while its node stays selected, twice, the
+// second time as soon as the pool controller has created it again: each
+// time the controller lets it go and creates it again, with the same
+// address, which the node keeps; the pool and the record do not change,
+// nothing is quarantined, and the pooled policy is Available again. The
+// controller's write of one incarnation, or the late deletion event of
+// another, never leaves the node waiting.
+func TestGeneratedPolicyDeletedByHand(t *testing.T) {
+	u := rolledOut(t, asIs, "dh", "10.85.0.0/24", "10.85.0.10", "10.85.0.30", "dh-1", "dh-2")
+	address := addressOf("dh", "dh-1")()
+	Expect(address).NotTo(BeEmpty())
+	pool := bits("cmp-dh")()
+	name := types.NamespacedName{Name: ippoolv1.NodePolicyName("dh", "dh-1")}
+	for range 2 {
+		var g nmstatev1.NodeNetworkConfigurationPolicy
+		Expect(k.Get(ctx, name, &g)).To(Succeed())
+		Expect(k.Delete(ctx, &g)).To(Succeed())
+		Eventually(func(gm Gomega) {
+			var now nmstatev1.NodeNetworkConfigurationPolicy
+			gm.Expect(k.Get(ctx, name, &now)).To(Succeed())
+			gm.Expect(now.UID).NotTo(Equal(g.UID), "created again")
+			gm.Expect(now.DeletionTimestamp.IsZero()).To(BeTrue())
+		}).Should(Succeed())
+	}
+	Eventually(status("dh")).Should(Equal("Available SuccessfullyConfigured: 2/2 nodes successfully configured"))
+	Expect(addressOf("dh", "dh-1")()).To(Equal(address))
+	Expect(u.Configured("dh-1")()).To(ConsistOf(address + "/24"))
+	Expect(bits("cmp-dh")()).To(Equal(pool))
+	Expect(quarantined("cmp-dh")()).To(BeEmpty())
+}
+
 // TestNodeWithoutStateWaits: a node that has published no
 // NodeNetworkState (its handler has not yet, after a restart or a restore
 // that brought its Node back without its state; or it is down) may carry

@@ -32,8 +32,8 @@ const pooled = "chaos-pooled"
 // together, with the ordinary actions that break companion mode when a
 // rule does not hold for every holder: Nodes deleted while their machines
 // run, machines stopped (NotReady), the pooled policy deleted in the
-// background, in the foreground and orphaning its policies, resets of a
-// node's generated policy, claims and their IPAddresses deleted, and
+// background, in the foreground and orphaning its policies, resets and
+// deletions by hand of a node's generated policy, claims and their IPAddresses deleted, and
 // kill -9 of the pool controller, of kubernetes-nmstate's handler and of
 // the API server. No address may ever be on two NICs, or on a NIC while a
 // claim holds it; once the faults are undone, every worker carries the
@@ -105,6 +105,7 @@ var companionFaults = []fault{
 	machineStopped,
 	deselected,
 	pooledReset,
+	generatedDeleted,
 	pooledReplaced,
 }
 

@@ -74,6 +74,11 @@ var (
 		node := c.pick(rng)
 		return node != "" && c.annotate(&nmstatev1.NodeNetworkConfigurationPolicy{}, ippoolv1.NodePolicyName(pooled, node), pool4)
 	}}
+	generatedDeleted = fault{"a node's generated policy deleted by hand", func(c *cluster, rng *rand.Rand) bool {
+		node := c.pick(rng)
+		g := &nmstatev1.NodeNetworkConfigurationPolicy{ObjectMeta: metav1.ObjectMeta{Name: ippoolv1.NodePolicyName(pooled, node)}}
+		return node != "" && c.k.Delete(c.ctx, g) == nil
+	}}
 	pooledReplaced = fault{"pooled policy deleted (background, foreground or orphan), created again once gone", func(c *cluster, rng *rand.Rand) bool {
 		return c.replacePooled(rng)
 	}}
@@ -145,6 +150,7 @@ var faults = []fault{
 	orphaned,
 	machineStopped,
 	pooledReset,
+	generatedDeleted,
 	pooledReplaced,
 	{"bitmap emptied by hand", func(c *cluster, rng *rand.Rand) bool {
 		var p ippoolv1.NodeIPPool
