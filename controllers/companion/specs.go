@@ -39,11 +39,13 @@ type knownSpec struct {
 }
 
 // handledRead is what the status of a generated policy said when last
-// read (at), and since when it has been read at that generation.
+// read (at), since when it has been read at that generation, and whether
+// its node was then waiting for its enactment of it.
 type handledRead struct {
 	uid        types.UID
 	generation int64
 	since, at  time.Time
+	waiting    bool
 	unhandled  bool
 }
 
@@ -60,16 +62,17 @@ const handledTTL, handledTTLMax = 5 * time.Second, time.Minute
 
 // stands reports whether h still says, at now, what the status of g
 // (its metadata) is: for floor, or, while the node waits for its
-// enactment (backOff), for a quarter of the wait so far, at most
-// handledTTLMax. A node whose enactment progresses is read every floor:
-// a read from before its handler started, which said it ran none, must
-// not leave it uncounted (and holding no slot) for longer.
-func (h handledRead) stands(g *metav1.PartialObjectMetadata, floor time.Duration, backOff bool, now time.Time) bool {
-	if h.uid != g.UID || h.generation != g.Generation {
+// enactment (waiting), for a quarter of the wait so far, at most
+// handledTTLMax. A node whose enactment progresses is read every floor,
+// and at once if the read was made while it waited: a read from before
+// its handler started, which may say it runs none, must not leave it
+// uncounted (and holding no slot of maxUnavailable) while it applies.
+func (h handledRead) stands(g *metav1.PartialObjectMetadata, floor time.Duration, waiting bool, now time.Time) bool {
+	if h.uid != g.UID || h.generation != g.Generation || h.waiting && !waiting {
 		return false
 	}
 	ttl := floor
-	if backOff {
+	if waiting {
 		ttl = min(max(now.Sub(h.since)/4, floor), max(handledTTLMax, floor))
 	}
 	return now.Sub(h.at) < ttl
@@ -213,7 +216,7 @@ func (r *Reconciler) unhandled(ctx context.Context, w *world, node string) bool 
 		ctrl.LoggerFrom(ctx).V(1).Info("could not read whether kubernetes-nmstate's handler runs on the node", "policy", g.Name, "error", err.Error())
 		return false
 	}
-	h := handledRead{uid: full.UID, generation: g.Generation, since: since, at: now, unhandled: matchesNoNode(full)}
+	h := handledRead{uid: full.UID, generation: g.Generation, since: since, at: now, waiting: waiting, unhandled: matchesNoNode(full)}
 	r.reads.handled.Store(g.Name, h)
 	return h.unhandled
 }

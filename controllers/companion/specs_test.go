@@ -9,12 +9,15 @@ import (
 
 	"github.com/nmstate/kubernetes-nmstate/api/shared"
 	nmstatev1 "github.com/nmstate/kubernetes-nmstate/api/v1"
+	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+	clocktesting "k8s.io/utils/clock/testing"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/client/fake"
 	"sigs.k8s.io/controller-runtime/pkg/event"
 
+	nncev1beta1 "github.com/nmstate-ippool/nmstate-ippool/api/v1beta1"
 	"github.com/nmstate-ippool/nmstate-ippool/internal/plumbing/scheme"
 )
 
@@ -162,10 +165,16 @@ func TestHandledReadsBackOff(t *testing.T) {
 		{"a progressing one after a wait of an hour, read 30s ago", time.Hour, progressPoll, progressPoll, false, false},
 	} {
 		at := start.Add(c.waited)
-		h := handledRead{uid: g.UID, generation: g.Generation, since: start, at: at}
+		h := handledRead{uid: g.UID, generation: g.Generation, since: start, at: at, waiting: c.backOff}
 		if got := h.stands(g, c.floor, c.backOff, at.Add(c.since)); got != c.stands {
 			t.Errorf("%s: the read stands %v, want %v", c.name, got, c.stands)
 		}
+	}
+	// Read while the node waited (its handler may not have started), and
+	// its enactment progresses a second later: read again at once.
+	early := handledRead{uid: g.UID, generation: g.Generation, since: start, at: start, waiting: true, unhandled: true}
+	if early.stands(g, progressPoll, false, start.Add(time.Second)) {
+		t.Error("a read made while the node waited for its enactment stands once the enactment progresses")
 	}
 	h := handledRead{uid: g.UID, generation: g.Generation, since: start, at: start}
 	for _, other := range []*metav1.PartialObjectMetadata{
@@ -176,4 +185,51 @@ func TestHandledReadsBackOff(t *testing.T) {
 			t.Errorf("a read of %s generation %d stands for %s generation %d", g.UID, g.Generation, other.UID, other.Generation)
 		}
 	}
+}
+
+// TestUnhandledReadAgainOnceItsNodeProgresses: a read of a generated
+// policy's status made while its node waited for its enactment, which
+// said kubernetes-nmstate's handler runs on no node, is made again as
+// soon as the node's enactment of that generation progresses (the
+// handler has started since: the node must count against maxUnavailable
+// while it applies); that read then stands for progressPoll.
+func TestUnhandledReadAgainOnceItsNodeProgresses(t *testing.T) {
+	ctx := context.Background()
+	onServer := &nmstatev1.NodeNetworkConfigurationPolicy{ObjectMeta: metav1.ObjectMeta{Name: "p-node01", UID: "u1", Generation: 1}}
+	onServer.Status.Conditions = shared.ConditionList{{Type: shared.NodeNetworkConfigurationPolicyConditionDegraded,
+		Status: corev1.ConditionTrue, Reason: shared.NodeNetworkConfigurationPolicyConditionConfigurationNoMatchingNode}}
+	s, err := scheme.New()
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := fake.NewClientBuilder().WithScheme(s).WithObjects(onServer).WithStatusSubresource(onServer).Build()
+	reads := &readsCounted{Reader: c}
+	clk := clocktesting.NewFakeClock(time.Date(2026, 12, 1, 0, 0, 0, 0, time.UTC))
+	r := &Reconciler{APIReader: reads, Clock: clk}
+	g := &metav1.PartialObjectMetadata{ObjectMeta: metav1.ObjectMeta{Name: onServer.Name, UID: onServer.UID, Generation: 1}}
+	w := &world{generated: map[string]*metav1.PartialObjectMetadata{"node01": g},
+		enactments: map[string]*nncev1beta1.NodeNetworkConfigurationEnactment{}}
+	ask := func(step time.Duration, want bool, reads0 int, what string) {
+		t.Helper()
+		clk.Step(step)
+		if got := r.unhandled(ctx, w, "node01"); got != want || reads.n != reads0 {
+			t.Errorf("%s: unhandled %v after %d reads, want %v after %d", what, got, reads.n, want, reads0)
+		}
+	}
+
+	ask(0, true, 1, "waiting, first read")
+	ask(time.Second, true, 1, "waiting, a second later")
+
+	// The handler starts: the policy's status stops saying it matches no
+	// node, and the node's enactment of generation 1 progresses.
+	onServer.Status.Conditions = nil
+	if err := c.Status().Update(ctx, onServer); err != nil {
+		t.Fatal(err)
+	}
+	e := &nncev1beta1.NodeNetworkConfigurationEnactment{ObjectMeta: metav1.ObjectMeta{Name: shared.EnactmentKey("node01", g.Name).Name}}
+	e.Status.PolicyGeneration = 1
+	w.enactments[e.Name] = e
+	ask(time.Second, false, 2, "progressing, a second after a read made while it waited")
+	ask(progressPoll-time.Second, false, 2, "progressing, read a poll less a second ago")
+	ask(time.Second, false, 3, "progressing, read a poll ago")
 }
