@@ -100,10 +100,12 @@ func (pr *policyReads) forget(name string) {
 // the incarnation uid (one of the name created since is kept).
 func (pr *policyReads) forgetIncarnation(name string, uid types.UID) {
 	if v, ok := pr.specs.Load(name); ok && v.(knownSpec).uid == uid {
+		// A spec is not comparable (CompareAndDelete): one of a later
+		// incarnation noted meanwhile is at worst read again.
 		pr.specs.Delete(name)
 	}
 	if v, ok := pr.handled.Load(name); ok && v.(handledRead).uid == uid {
-		pr.handled.Delete(name)
+		pr.handled.CompareAndDelete(name, v)
 	}
 }
 

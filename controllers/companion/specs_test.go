@@ -95,19 +95,21 @@ func TestSpecOfOneGeneration(t *testing.T) {
 // by someone else must not stay in memory. What is known of a later
 // incarnation of the name stays.
 func TestDeletedPolicyIsForgotten(t *testing.T) {
-	r := &Reconciler{}
+	ctx := context.Background()
+	clk := clocktesting.NewFakeClock(time.Date(2026, 12, 1, 0, 0, 0, 0, time.UTC))
+	r := &Reconciler{Clock: clk}
 	old := &nmstatev1.NodeNetworkConfigurationPolicy{ObjectMeta: metav1.ObjectMeta{Name: "p-node01", UID: "u1", Generation: 2}}
 	r.reads.remember(old)
 	r.reads.handled.Store(old.Name, handledRead{uid: old.UID})
-	r.written.Store(old.Name, writtenAt{uid: old.UID, generation: old.Generation})
-	if !r.stale(old.Name, nil) {
+	r.written.Store(old.Name, writtenAt{uid: old.UID, generation: old.Generation, at: clk.Now()})
+	if !r.stale(ctx, old.Name, nil) {
 		t.Fatal("a write the cache has not shown is not stale")
 	}
 	deleted := event.DeleteEvent{Object: &metav1.PartialObjectMetadata{ObjectMeta: old.ObjectMeta}}
 	if !r.forgetDeleted().Delete(deleted) {
 		t.Fatal("the deletion of a generated policy is not looked at")
 	}
-	if r.stale(old.Name, nil) {
+	if r.stale(ctx, old.Name, nil) {
 		t.Error("the node of a policy deleted before the cache showed this process's write of it waits for that write for good")
 	}
 	for what, m := range map[string]*sync.Map{"spec": &r.reads.specs, "status read": &r.reads.handled} {
@@ -119,7 +121,7 @@ func TestDeletedPolicyIsForgotten(t *testing.T) {
 	newer := &nmstatev1.NodeNetworkConfigurationPolicy{ObjectMeta: metav1.ObjectMeta{Name: old.Name, UID: "u2", Generation: 1}}
 	r.reads.remember(newer)
 	r.reads.handled.Store(newer.Name, handledRead{uid: newer.UID})
-	r.written.Store(newer.Name, writtenAt{uid: newer.UID, generation: newer.Generation})
+	r.written.Store(newer.Name, writtenAt{uid: newer.UID, generation: newer.Generation, at: clk.Now()})
 	r.forgetDeleted().Delete(deleted) // the earlier incarnation's event, late
 	for what, m := range map[string]*sync.Map{"spec": &r.reads.specs, "status read": &r.reads.handled, "write": &r.written} {
 		if _, ok := m.Load(newer.Name); !ok {
@@ -128,10 +130,10 @@ func TestDeletedPolicyIsForgotten(t *testing.T) {
 	}
 	// The cache still shows the earlier incarnation, at a higher
 	// generation: the write of the later one is not shown yet.
-	if !r.stale(newer.Name, &metav1.PartialObjectMetadata{ObjectMeta: old.ObjectMeta}) {
+	if !r.stale(ctx, newer.Name, &metav1.PartialObjectMetadata{ObjectMeta: old.ObjectMeta}) {
 		t.Error("a cache showing the earlier incarnation is taken for this process's write of the later one")
 	}
-	if r.stale(newer.Name, &metav1.PartialObjectMetadata{ObjectMeta: newer.ObjectMeta}) {
+	if r.stale(ctx, newer.Name, &metav1.PartialObjectMetadata{ObjectMeta: newer.ObjectMeta}) {
 		t.Error("the later incarnation's write, shown by the cache, is still waited on")
 	}
 }
@@ -232,4 +234,62 @@ func TestUnhandledReadAgainOnceItsNodeProgresses(t *testing.T) {
 	ask(time.Second, false, 2, "progressing, a second after a read made while it waited")
 	ask(progressPoll-time.Second, false, 2, "progressing, read a poll less a second ago")
 	ask(time.Second, false, 3, "progressing, read a poll ago")
+}
+
+// TestWrittenPolicyGoneUnseen: a generated policy this process wrote and
+// that went without its deletion event reaching it (deleted while the
+// watch was down: the relist does not tell what it missed) does not
+// leave its node waiting for the write for good. Once the write has gone
+// unseen for writtenConfirm, the API server is asked: a policy of that
+// incarnation still there is waited for (and asked about again only a
+// writtenConfirm later); none, or another incarnation, and the write is
+// forgotten.
+func TestWrittenPolicyGoneUnseen(t *testing.T) {
+	ctx := context.Background()
+	s, err := scheme.New()
+	if err != nil {
+		t.Fatal(err)
+	}
+	there := &nmstatev1.NodeNetworkConfigurationPolicy{ObjectMeta: metav1.ObjectMeta{Name: "p-node02", UID: "u2", Generation: 1}}
+	again := &nmstatev1.NodeNetworkConfigurationPolicy{ObjectMeta: metav1.ObjectMeta{Name: "p-node03", UID: "u4", Generation: 1}}
+	reads := &readsCounted{Reader: fake.NewClientBuilder().WithScheme(s).WithObjects(there, again).Build()}
+	clk := clocktesting.NewFakeClock(time.Date(2026, 12, 1, 0, 0, 0, 0, time.UTC))
+	r := &Reconciler{APIReader: reads, Clock: clk}
+	for _, w := range []struct {
+		name string
+		uid  types.UID
+	}{{"p-node01", "u1"}, {there.Name, there.UID}, {again.Name, "u3"}} {
+		r.written.Store(w.name, writtenAt{uid: w.uid, generation: 1, at: clk.Now()})
+	}
+	stale := func(name string) bool { return r.stale(ctx, name, nil) }
+
+	clk.Step(writtenConfirm - time.Second)
+	for _, name := range []string{"p-node01", there.Name, again.Name} {
+		if !stale(name) {
+			t.Errorf("%s: a write not shown for less than %v is not waited for", name, writtenConfirm)
+		}
+	}
+	if reads.n != 0 {
+		t.Errorf("%d reads before the write went unseen for %v", reads.n, writtenConfirm)
+	}
+	clk.Step(time.Second)
+	if stale("p-node01") {
+		t.Error("a write of a policy gone from the API server is waited for")
+	}
+	if !stale(there.Name) {
+		t.Error("a write of a policy still on the API server is forgotten")
+	}
+	if stale(again.Name) {
+		t.Error("a write of a policy created again (another incarnation) is waited for")
+	}
+	if reads.n != 3 {
+		t.Errorf("%d reads, want one for each write", reads.n)
+	}
+	if !stale(there.Name) || reads.n != 3 {
+		t.Errorf("a write confirmed on the API server is asked about again at once (%d reads)", reads.n)
+	}
+	clk.Step(writtenConfirm)
+	if waits := stale(there.Name); !waits || reads.n != 4 {
+		t.Errorf("a write confirmed %v ago: stale %v after %d reads, want waited for after 4", writtenConfirm, waits, reads.n)
+	}
 }

@@ -60,7 +60,7 @@ func (r *Reconciler) apply(ctx context.Context, p *ippoolv1.PooledNodeNetworkCon
 			errs = append(errs, fmt.Errorf("write policy %s: %w", g.Name, err))
 			continue
 		}
-		r.written.Store(g.Name, writtenAt{uid: g.UID, generation: g.Generation})
+		r.written.Store(g.Name, writtenAt{uid: g.UID, generation: g.Generation, at: r.Clock.Now()})
 		r.reads.remember(g)
 		log.Info("wrote policy", "policy", g.Name, "node", node, "release", isRemoval(g))
 		if msg := retries[node]; msg != "" && isRemoval(g) {
