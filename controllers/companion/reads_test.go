@@ -143,9 +143,10 @@ func TestNodeWithoutHandlerIsNotCounted(t *testing.T) {
 // enactment is the pool controller's to serve, and kubernetes-nmstate's
 // are never written. One that asks for an address as this project's
 // handler would (its request annotation, its policy capturing from the
-// pool) gets none and keeps its status, while the pool serves a pooled
-// policy's nodes; its policy is not read whole from the cache either (the
-// suite's cleanup says so).
+// pool), and says it waits for the pool (left from handler mode), gets
+// none, keeps its status and is not nudged, while the pool serves a
+// pooled policy's nodes; its policy is not read whole from the cache
+// either (the suite's cleanup says so).
 func TestAskingEnactmentIsNotServed(t *testing.T) {
 	u := rolledOut(t, asIs, "ask", "10.84.0.0/24", "10.84.0.10", "10.84.0.30", "ask-1")
 	plain := &nmstatev1.NodeNetworkConfigurationPolicy{ObjectMeta: metav1.ObjectMeta{Name: "ask-plain"}}
@@ -160,6 +161,11 @@ func TestAskingEnactmentIsNotServed(t *testing.T) {
 		Annotations: map[string]string{ippoolv1.RequestAnnotation: "cmp-ask"}}}
 	Expect(k.Create(ctx, asking)).To(Succeed())
 	t.Cleanup(func() { _ = k.Delete(ctx, asking) })
+	asking.Status.WaitingForIPPool = "cmp-ask"
+	asking.Status.Conditions = shared.ConditionList{{Type: shared.NodeNetworkConfigurationEnactmentConditionPending,
+		Status: corev1.ConditionTrue, Reason: ippoolv1.ReasonIPPoolNotAvailable, LastTransitionTime: metav1.Now()}}
+	Expect(k.Status().Update(ctx, asking)).To(Succeed())
+	waits := asking.Status.DeepCopy()
 
 	// The pool serves after the ask: a node joins the pooled policy.
 	Expect(u.AddNode("ask-2", map[string]string{"role": "ask"})).To(Succeed())
@@ -168,9 +174,8 @@ func TestAskingEnactmentIsNotServed(t *testing.T) {
 	Consistently(func(gm Gomega) {
 		var e nncev1beta1.NodeNetworkConfigurationEnactment
 		gm.Expect(k.Get(ctx, key, &e)).To(Succeed())
-		gm.Expect(e.Status.IPPool).To(BeEmpty())
-		gm.Expect(e.Status.WaitingForIPPool).To(BeEmpty())
-		gm.Expect(e.Status.Conditions).To(BeEmpty())
+		gm.Expect(e.Status).To(Equal(*waits))
+		gm.Expect(e.Annotations).NotTo(HaveKey(ippoolv1.NudgeAnnotation))
 	}, 2*time.Second).Should(Succeed())
 	Expect(bits("cmp-ask")()).To(HaveLen(2), "the pool holds an address for the enactment that asked")
 }

@@ -320,7 +320,9 @@ func (r *Reconciler) pass(ctx context.Context, pool *ippoolv1.NodeIPPool, alloc 
 		}
 		return result, nil
 	}
-	sv.nudge(ctx, pool, v)
+	if r.ServeEnactments {
+		sv.nudge(ctx, pool, v)
+	}
 	if served != nil {
 		return ctrl.Result{}, served
 	}
