@@ -252,14 +252,23 @@ func (r *Reconciler) takenOff(ctx context.Context, w *world, rec *ippoolv1.Poole
 // exists reports whether the API server has the NNCP called name (the
 // cache may not have seen one created a moment ago).
 func (r *Reconciler) exists(ctx context.Context, name string) (bool, error) {
-	err := r.APIReader.Get(ctx, types.NamespacedName{Name: name}, policymeta.Object(name))
+	m, err := r.onServer(ctx, name)
+	return m != nil, err
+}
+
+// onServer returns the metadata of the NNCP called name as the API server
+// has it (the cache may not have seen it created or deleted a moment
+// ago), or nil when there is none.
+func (r *Reconciler) onServer(ctx context.Context, name string) (*metav1.PartialObjectMetadata, error) {
+	m := policymeta.Object(name)
+	err := r.APIReader.Get(ctx, types.NamespacedName{Name: name}, m)
 	switch {
 	case apierrors.IsNotFound(err):
-		return false, nil
+		return nil, nil
 	case err != nil:
-		return false, fmt.Errorf("get policy %s: %w", name, err)
+		return nil, fmt.Errorf("get policy %s: %w", name, err)
 	}
-	return true, nil
+	return m, nil
 }
 
 // machineGone ends the message of a release that cannot finish: the way

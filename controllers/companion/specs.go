@@ -109,14 +109,6 @@ func (pr *policyReads) forgetIncarnation(name string, uid types.UID) {
 	}
 }
 
-// forgetWritten drops this process's write of the policy name if it is
-// of the incarnation uid.
-func (r *Reconciler) forgetWritten(name string, uid types.UID) {
-	if v, ok := r.written.Load(name); ok && v.(writtenAt).uid == uid {
-		r.written.CompareAndDelete(name, v)
-	}
-}
-
 // forgetDeleted is a predicate of the generated policies' watch that lets
 // go of what this process wrote or read of a policy once it is deleted,
 // by anyone: kept, a policy deleted by someone else would stay in memory
