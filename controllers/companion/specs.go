@@ -11,6 +11,7 @@ import (
 	"github.com/nmstate/kubernetes-nmstate/api/shared"
 	nmstatev1 "github.com/nmstate/kubernetes-nmstate/api/v1"
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	ctrl "sigs.k8s.io/controller-runtime"
@@ -18,6 +19,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/predicate"
 	"sigs.k8s.io/yaml"
 
+	"github.com/nmstate-ippool/nmstate-ippool/internal/plumbing/policymeta"
 	"github.com/nmstate-ippool/nmstate-ippool/internal/rollout/policystatus"
 )
 
@@ -161,7 +163,23 @@ func (r *Reconciler) readPolicy(ctx context.Context, g *metav1.PartialObjectMeta
 		return nil, fmt.Errorf("get policy %s: created again (uid %s, the cache shows %s): looking again", g.Name, full.UID, g.UID)
 	}
 	r.reads.remember(&full)
+	r.keepIfCached(ctx, g.Name, g.UID)
 	return &full, nil
+}
+
+// keepIfCached drops what this process just noted of the policy name's
+// incarnation uid, read from the API server, if the cache no longer
+// shows that incarnation: deleted between the read and the note, its
+// deletion event (forgetDeleted) has passed already, and the note would
+// stay in memory for good. The cache takes a deletion in before its
+// event is handled, so a note the cache still shows the policy of is
+// dropped by that event.
+func (r *Reconciler) keepIfCached(ctx context.Context, name string, uid types.UID) {
+	m := policymeta.Object(name)
+	err := r.Client.Get(ctx, types.NamespacedName{Name: name}, m)
+	if apierrors.IsNotFound(err) || err == nil && m.UID != uid {
+		r.reads.forgetIncarnation(name, uid)
+	}
 }
 
 // desiredOf returns the desired state of the generated policy g.
@@ -212,6 +230,7 @@ func (r *Reconciler) unhandled(ctx context.Context, w *world, node string) bool 
 	}
 	h := handledRead{uid: full.UID, generation: g.Generation, since: since, at: now, waiting: waiting, unhandled: matchesNoNode(full)}
 	r.reads.handled.Store(g.Name, h)
+	r.keepIfCached(ctx, g.Name, g.UID)
 	return h.unhandled
 }
 

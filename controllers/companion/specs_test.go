@@ -50,7 +50,7 @@ func TestSpecOfOneGeneration(t *testing.T) {
 		t.Fatal(err)
 	}
 	reads := &readsCounted{Reader: c}
-	r := &Reconciler{APIReader: reads}
+	r := &Reconciler{Client: c, APIReader: reads}
 	meta := func(uid types.UID, generation int64) *metav1.PartialObjectMetadata {
 		return &metav1.PartialObjectMetadata{ObjectMeta: metav1.ObjectMeta{Name: "p-node01", UID: uid, Generation: generation}}
 	}
@@ -207,7 +207,7 @@ func TestUnhandledReadAgainOnceItsNodeProgresses(t *testing.T) {
 	c := fake.NewClientBuilder().WithScheme(s).WithObjects(onServer).WithStatusSubresource(onServer).Build()
 	reads := &readsCounted{Reader: c}
 	clk := clocktesting.NewFakeClock(time.Date(2026, 12, 1, 0, 0, 0, 0, time.UTC))
-	r := &Reconciler{APIReader: reads, Clock: clk}
+	r := &Reconciler{Client: c, APIReader: reads, Clock: clk}
 	g := &metav1.PartialObjectMetadata{ObjectMeta: metav1.ObjectMeta{Name: onServer.Name, UID: onServer.UID, Generation: 1}}
 	w := &world{generated: map[string]*metav1.PartialObjectMetadata{"node01": g},
 		enactments: map[string]*nncev1beta1.NodeNetworkConfigurationEnactment{}}
@@ -255,6 +255,12 @@ func TestWrittenPolicyGoneUnseen(t *testing.T) {
 	reads := &readsCounted{Reader: fake.NewClientBuilder().WithScheme(s).WithObjects(there, again).Build()}
 	clk := clocktesting.NewFakeClock(time.Date(2026, 12, 1, 0, 0, 0, 0, time.UTC))
 	r := &Reconciler{APIReader: reads, Clock: clk}
+	noted := func(name string, uid types.UID) {
+		r.reads.remember(&nmstatev1.NodeNetworkConfigurationPolicy{ObjectMeta: metav1.ObjectMeta{Name: name, UID: uid, Generation: 1}})
+		r.reads.handled.Store(name, handledRead{uid: uid, generation: 1})
+	}
+	noted("p-node01", "u1")
+	noted(there.Name, there.UID)
 	for _, w := range []struct {
 		name string
 		uid  types.UID
@@ -276,6 +282,14 @@ func TestWrittenPolicyGoneUnseen(t *testing.T) {
 	if stale("p-node01") {
 		t.Error("a write of a policy gone from the API server is waited for")
 	}
+	for what, m := range map[string]*sync.Map{"spec": &r.reads.specs, "status read": &r.reads.handled} {
+		if _, ok := m.Load("p-node01"); ok {
+			t.Errorf("the %s of a written policy gone from the API server unseen is kept", what)
+		}
+		if _, ok := m.Load(there.Name); !ok {
+			t.Errorf("the %s of a written policy still on the API server is forgotten", what)
+		}
+	}
 	if !stale(there.Name) {
 		t.Error("a write of a policy still on the API server is forgotten")
 	}
@@ -291,5 +305,46 @@ func TestWrittenPolicyGoneUnseen(t *testing.T) {
 	clk.Step(writtenConfirm)
 	if waits := stale(there.Name); !waits || reads.n != 4 {
 		t.Errorf("a write confirmed %v ago: stale %v after %d reads, want waited for after 4", writtenConfirm, waits, reads.n)
+	}
+}
+
+// TestReadOfPolicyDeletedMeanwhile: a generated policy read from the API
+// server and deleted before the read is noted (its deletion event gone
+// by) leaves nothing in memory: its spec and status reads are noted only
+// while the cache still shows that incarnation, whose deletion event
+// then drops them.
+func TestReadOfPolicyDeletedMeanwhile(t *testing.T) {
+	ctx := context.Background()
+	s, err := scheme.New()
+	if err != nil {
+		t.Fatal(err)
+	}
+	onServer := &nmstatev1.NodeNetworkConfigurationPolicy{ObjectMeta: metav1.ObjectMeta{Name: "p-node01", UID: "u1", Generation: 1}}
+	server := fake.NewClientBuilder().WithScheme(s).WithObjects(onServer).Build()
+	g := &metav1.PartialObjectMetadata{ObjectMeta: metav1.ObjectMeta{Name: onServer.Name, UID: onServer.UID, Generation: 1}}
+	w := &world{generated: map[string]*metav1.PartialObjectMetadata{"node01": g},
+		enactments: map[string]*nncev1beta1.NodeNetworkConfigurationEnactment{}}
+	laterIncarnation := onServer.DeepCopy()
+	laterIncarnation.UID = "u2"
+	for _, c := range []struct {
+		cache string
+		shows []client.Object
+		kept  bool
+	}{
+		{"shows the policy", []client.Object{onServer.DeepCopy()}, true},
+		{"shows it deleted", nil, false},
+		{"shows it created again", []client.Object{laterIncarnation}, false},
+	} {
+		cache := fake.NewClientBuilder().WithScheme(s).WithObjects(c.shows...).Build()
+		r := &Reconciler{Client: cache, APIReader: server, Clock: clocktesting.NewFakeClock(time.Now())}
+		if _, err := r.specOf(ctx, g); err != nil {
+			t.Fatalf("cache %s: read the spec: %v", c.cache, err)
+		}
+		r.unhandled(ctx, w, "node01")
+		for what, m := range map[string]*sync.Map{"spec": &r.reads.specs, "status read": &r.reads.handled} {
+			if _, ok := m.Load(onServer.Name); ok != c.kept {
+				t.Errorf("cache %s: the %s noted %v, want %v", c.cache, what, ok, c.kept)
+			}
+		}
 	}
 }

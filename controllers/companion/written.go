@@ -48,6 +48,7 @@ func (r *Reconciler) stale(ctx context.Context, name string, have *metav1.Partia
 		return true
 	case r.incarnationGone(ctx, name, w.uid):
 		ctrl.LoggerFrom(ctx).Info("a policy this process wrote is gone from the API server; its deletion was not seen", "policy", name)
+		r.reads.forgetIncarnation(name, w.uid)
 	default:
 		w.at = now
 		r.written.CompareAndSwap(name, v, w)
