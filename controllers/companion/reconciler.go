@@ -245,7 +245,10 @@ type world struct {
 	// invalid says why the captures or the template can never render.
 	invalid error
 	// nodes are every Node, by name; selected the names of those the
-	// policy selects (none while it is deleted), sorted.
+	// policy selects (none while it is deleted), sorted. The Nodes and
+	// the enactments are the cache's own objects, not copies (a pass
+	// reads every Node and every enactment of its policies): read only,
+	// a change to one would change the cache under every reader.
 	nodes    map[string]*corev1.Node
 	selected []string
 	// byHostname indexes nodes by their kubernetes.io/hostname label
@@ -306,7 +309,7 @@ func (r *Reconciler) observe(ctx context.Context, p *ippoolv1.PooledNodeNetworkC
 		w.plain, w.invalid = w.captures.Plain()
 	}
 	var nodes corev1.NodeList
-	if err := r.Client.List(ctx, &nodes); err != nil {
+	if err := r.Client.List(ctx, &nodes, client.UnsafeDisableDeepCopy); err != nil {
 		return nil, fmt.Errorf("list nodes: %w", err)
 	}
 	selector := labels.SelectorFromSet(p.Spec.NodeSelector)
@@ -358,7 +361,7 @@ func (r *Reconciler) observeGenerated(ctx context.Context, w *world) error {
 		}
 		w.generated[node] = g
 		var e nncev1beta1.NodeNetworkConfigurationEnactment
-		err := r.Client.Get(ctx, shared.EnactmentKey(node, g.Name), &e)
+		err := r.Client.Get(ctx, shared.EnactmentKey(node, g.Name), &e, client.UnsafeDisableDeepCopy)
 		switch {
 		case err == nil && !r.wasCleared(&e):
 			w.enactments[e.Name] = &e
