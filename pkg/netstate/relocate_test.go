@@ -1,0 +1,184 @@
+package netstate
+
+import (
+	"net/netip"
+	"testing"
+
+	"sigs.k8s.io/yaml"
+)
+
+// movedCurrent is a node whose pooled address 10.0.0.5 is on eth2 beside
+// an address of its own, with a DHCP interface that also carries it.
+const movedCurrent = `
+interfaces:
+- name: eth0
+  type: ethernet
+  state: up
+  ipv4: {enabled: true, dhcp: true, address: [{ip: 10.0.0.5, prefix-length: 24}]}
+- name: eth2
+  type: ethernet
+  state: up
+  ipv4:
+    enabled: true
+    dhcp: false
+    address: [{ip: 10.0.0.5, prefix-length: 24}, {ip: 192.0.2.9, prefix-length: 24}]
+- name: eth3
+  type: ethernet
+  state: up
+`
+
+// TestOnlyWhereDesired: a pooled address a desired state puts on one
+// interface is taken off every other interface the node carries it on,
+// in the same apply, keeping those interfaces' other addresses; what the
+// desired state says of an interface itself is left to it; a state that
+// moves nothing is returned as given.
+func TestOnlyWhereDesired(t *testing.T) {
+	pooled := []netip.Addr{netip.MustParseAddr("10.0.0.5")}
+	for _, tt := range []struct {
+		name    string
+		desired string
+		want    string // as YAML; "" for desired unchanged
+		from    string // the interface 10.0.0.5 comes off, "" for none
+	}{
+		{
+			name:    "moved from eth2 to eth3: eth2 keeps its other address",
+			desired: "interfaces: [{name: eth3, type: ethernet, state: up, ipv4: {enabled: true, dhcp: false, address: [{ip: 10.0.0.5, prefix-length: 24}]}}]\n",
+			want: `interfaces:
+- ipv4: {address: [{ip: 10.0.0.5, prefix-length: 24}], dhcp: false, enabled: true}
+  name: eth3
+  state: up
+  type: ethernet
+- ipv4: {address: [{ip: 192.0.2.9, prefix-length: 24}], dhcp: false, enabled: true}
+  name: eth2
+  state: up
+  type: ethernet
+`,
+			from: "eth2",
+		},
+		{
+			name:    "where it is already: nothing moves",
+			desired: "interfaces: [{name: eth2, type: ethernet, ipv4: {enabled: true, address: [{ip: 10.0.0.5, prefix-length: 24}]}}]\n",
+		},
+		{
+			name: "eth2 named with a list of its own: applied as it is",
+			desired: "interfaces: [{name: eth3, ipv4: {enabled: true, address: [{ip: 10.0.0.5, prefix-length: 24}]}}, " +
+				"{name: eth2, ipv4: {enabled: true, address: []}}]\n",
+		},
+		{
+			name: "eth2 named without a list: its settings, its addresses without the pooled one",
+			desired: "interfaces: [{name: eth3, ipv4: {enabled: true, address: [{ip: 10.0.0.5, prefix-length: 24}]}}, " +
+				"{name: eth2, mtu: 9000, ipv4: {enabled: true}}]\n",
+			want: `interfaces:
+- ipv4: {address: [{ip: 10.0.0.5, prefix-length: 24}], enabled: true}
+  name: eth3
+- ipv4: {address: [{ip: 192.0.2.9, prefix-length: 24}], dhcp: false, enabled: true}
+  mtu: 9000
+  name: eth2
+`,
+			from: "eth2",
+		},
+		{
+			name: "eth2 taken down: its addresses go with it",
+			desired: "interfaces: [{name: eth3, ipv4: {enabled: true, address: [{ip: 10.0.0.5, prefix-length: 24}]}}, " +
+				"{name: eth2, state: down}]\n",
+		},
+		{
+			name: "onto a bridge eth2 becomes a port of: eth2 is the bridge's, nmstate takes its addresses off",
+			desired: "interfaces: [{name: br0, type: linux-bridge, bridge: {port: [{name: eth2}]}, " +
+				"ipv4: {enabled: true, address: [{ip: 10.0.0.5, prefix-length: 24}]}}]\n",
+		},
+		{
+			name: "onto a bond eth2 joins (controller named on the port)",
+			desired: "interfaces: [{name: bond0, type: bond, link-aggregation: {mode: active-backup, port: [eth3]}, " +
+				"ipv4: {enabled: true, address: [{ip: 10.0.0.5, prefix-length: 24}]}}, {name: eth2, controller: bond0}]\n",
+		},
+		{
+			name:    "the desired state puts it nowhere: left where it is",
+			desired: "interfaces: [{name: eth1, mtu: 1400}]\n",
+		},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			got, from, err := OnlyWhereDesired([]byte(tt.desired), []byte(movedCurrent), pooled)
+			if err != nil {
+				t.Fatal(err)
+			}
+			want := tt.want
+			if want == "" {
+				want = tt.desired
+			}
+			if !sameYAML(t, got, []byte(want)) {
+				t.Errorf("desired =\n%s\nwant\n%s", got, want)
+			}
+			if tt.want == "" && string(got) != tt.desired {
+				t.Errorf("a state that moves nothing was rewritten:\n%s", got)
+			}
+			if on := from[pooled[0]]; on != tt.from || len(from) > 1 {
+				t.Errorf("taken off %v, want %q", from, tt.from)
+			}
+		})
+	}
+}
+
+// TestOnlyWhereDesiredBadInput: states that do not parse are errors, not
+// a desired state applied without the take-off.
+func TestOnlyWhereDesiredBadInput(t *testing.T) {
+	pooled := []netip.Addr{netip.MustParseAddr("10.0.0.5")}
+	if _, _, err := OnlyWhereDesired([]byte("interfaces: [\n"), []byte(movedCurrent), pooled); err == nil {
+		t.Error("a desired state that does not parse is accepted")
+	}
+	if _, _, err := OnlyWhereDesired([]byte("interfaces: []\n"), []byte("{"), pooled); err == nil {
+		t.Error("a current state that does not parse is accepted")
+	}
+}
+
+func sameYAML(t *testing.T, a, b []byte) bool {
+	t.Helper()
+	ja, err := yaml.YAMLToJSON(a)
+	if err != nil {
+		t.Fatalf("%s: %v", a, err)
+	}
+	jb, err := yaml.YAMLToJSON(b)
+	if err != nil {
+		t.Fatalf("%s: %v", b, err)
+	}
+	return string(ja) == string(jb)
+}
+
+// TestOnlyWhereDesiredIPv6AndTwoAddresses: each address is taken off the
+// interface it leaves, in its own family, the others' addresses kept.
+func TestOnlyWhereDesiredIPv6AndTwoAddresses(t *testing.T) {
+	current := `
+interfaces:
+- name: eth2
+  type: ethernet
+  state: up
+  ipv4: {enabled: true, dhcp: false, address: [{ip: 10.0.0.5, prefix-length: 24}]}
+  ipv6: {enabled: true, dhcp: false, autoconf: false, address: [{ip: "fd00::5", prefix-length: 64}, {ip: "fd00::9", prefix-length: 64}]}
+`
+	desired := `interfaces:
+- name: eth3
+  ipv4: {enabled: true, address: [{ip: 10.0.0.5, prefix-length: 24}]}
+  ipv6: {enabled: true, address: [{ip: "fd00::5", prefix-length: 64}]}
+`
+	want := `interfaces:
+- name: eth3
+  ipv4: {enabled: true, address: [{ip: 10.0.0.5, prefix-length: 24}]}
+  ipv6: {enabled: true, address: [{ip: "fd00::5", prefix-length: 64}]}
+- name: eth2
+  type: ethernet
+  state: up
+  ipv4: {enabled: true, dhcp: false, address: []}
+  ipv6: {enabled: true, dhcp: false, autoconf: false, address: [{ip: "fd00::9", prefix-length: 64}]}
+`
+	ips := []netip.Addr{netip.MustParseAddr("10.0.0.5"), netip.MustParseAddr("fd00::5")}
+	got, from, err := OnlyWhereDesired([]byte(desired), []byte(current), ips)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !sameYAML(t, got, []byte(want)) {
+		t.Errorf("desired =\n%s\nwant\n%s", got, want)
+	}
+	if len(from) != 2 || from[ips[0]] != "eth2" || from[ips[1]] != "eth2" {
+		t.Errorf("taken off %v, want both from eth2", from)
+	}
+}
