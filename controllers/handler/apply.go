@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"maps"
+	"net/netip"
 	"slices"
 	"strings"
 
@@ -18,21 +19,52 @@ import (
 	nncev1beta1 "github.com/nmstate-ippool/nmstate-ippool/api/v1beta1"
 	"github.com/nmstate-ippool/nmstate-ippool/internal/rollout/probe"
 	"github.com/nmstate-ippool/nmstate-ippool/pkg/capture"
+	"github.com/nmstate-ippool/nmstate-ippool/pkg/netstate"
 )
 
 // render reads the node's current state and renders the policy with the
 // allocated addresses.
 func (r *Reconciler) render(ctx context.Context, s *scope, addresses map[string]capture.Address) (capture.Output, error) {
+	out, _, err := r.renderOn(ctx, s, addresses)
+	return out, err
+}
+
+// renderOn is render, which also returns the current state it rendered
+// on.
+func (r *Reconciler) renderOn(ctx context.Context, s *scope, addresses map[string]capture.Address) (capture.Output, []byte, error) {
 	current, err := r.State.Show(ctx)
 	if err != nil {
-		return capture.Output{}, fmt.Errorf("read the current state: %w", err)
+		return capture.Output{}, nil, fmt.Errorf("read the current state: %w", err)
 	}
-	return capture.Render(capture.Input{
+	out, err := capture.Render(capture.Input{
 		DesiredState: s.policy.Spec.DesiredState.Raw,
 		Captures:     s.captures,
 		Allocated:    addresses,
 		CurrentState: current,
 	})
+	return out, current, err
+}
+
+// toApply is the rendered desired state as applied: with each of the
+// node's recorded addresses taken off any interface other than the one
+// the policy now puts it on (netstate.OnlyWhereDesired). nmstate leaves
+// the interfaces a state does not name as they are, so a policy edited
+// to put its address on another interface would leave it on the old one
+// too. The enactment records the rendered state, not this: once the
+// address is off the old interface, the same policy renders the same.
+func toApply(ctx context.Context, rendered, current []byte, addresses map[string]capture.Address) ([]byte, error) {
+	ips := make([]netip.Addr, 0, len(addresses))
+	for _, a := range addresses {
+		ips = append(ips, a.IP)
+	}
+	desired, from, err := netstate.OnlyWhereDesired(rendered, current, ips)
+	if err != nil {
+		return nil, fmt.Errorf("take the node's pool addresses off the interfaces the policy no longer puts them on: %w", err)
+	}
+	for _, ip := range slices.SortedFunc(maps.Keys(from), netip.Addr.Compare) {
+		ctrl.LoggerFrom(ctx).Info("took an address off an interface the policy no longer puts it on", "ip", ip.String(), "interface", from[ip])
+	}
+	return desired, nil
 }
 
 func addressStates(addresses map[string]capture.Address) map[string][]byte {
@@ -100,13 +132,17 @@ func (r *Reconciler) applyGranted(ctx context.Context, name string) (ctrl.Result
 		}
 	}
 	addresses := recordedAddresses(s.enactment, s.captures)
-	rendered, err := r.render(ctx, s, addresses)
+	rendered, current, err := r.renderOn(ctx, s, addresses)
+	var desired []byte
+	if err == nil {
+		desired, err = toApply(ctx, rendered.DesiredState, current, addresses)
+	}
 	if err != nil {
 		return r.conclude(ctx, s, r.configureFailed(s, err.Error()))
 	}
 	writeRecord(s.enactment, s.captures, addresses, rendered.CapturedStates, r.meta())
 	s.enactment.Status.DesiredState = shared.NewState(string(rendered.DesiredState))
-	applyErr := r.applyProbed(ctx, rendered.DesiredState)
+	applyErr := r.applyProbed(ctx, desired)
 	if r.StateChanged != nil {
 		r.StateChanged()
 	}

@@ -25,6 +25,18 @@ const OneAddressState = `interfaces:
       prefix-length: "{{ capture.addr.prefix-length }}"
 `
 
+// AddressOn is OneAddressState with the capture addr on iface, beside
+// the literal addresses others ("ip/prefix-length").
+func AddressOn(iface string, others ...string) string {
+	var b strings.Builder
+	b.WriteString(strings.Replace(OneAddressState, "name: eth1", "name: "+iface, 1))
+	for _, o := range others {
+		ip, prefix, _ := strings.Cut(o, "/")
+		fmt.Fprintf(&b, "    - ip: %s\n      prefix-length: %s\n", ip, prefix)
+	}
+	return b.String()
+}
+
 // PooledPolicyYAML is a NodeNetworkConfigurationPolicy as an admin writes
 // it: name, for the nodes labelled key=value, its capture addr drawn from
 // pool onto eth1 (OneAddressState).
