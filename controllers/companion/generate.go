@@ -176,7 +176,7 @@ func (r *Reconciler) step(ctx context.Context, w *world, next *ippoolv1.PooledNo
 		st = policystatus.StateOf(w.enactmentOf(node), have.Generation)
 		s.busy = st == policystatus.Progressing
 	}
-	want, keep, why := r.desired(w, next, node)
+	want, keep, why := r.desired(ctx, w, next, node)
 	if want != nil {
 		if shared := selectsOthers(w, node, want); shared != nil {
 			// Not written: the literal addresses would be on two NICs.
@@ -219,7 +219,7 @@ func (r *Reconciler) step(ctx context.Context, w *world, next *ippoolv1.PooledNo
 // desired returns the NNCP node should have (nil: none), or keep when the
 // node's NNCP stays as it is (its addresses are not all there, or its
 // state cannot be rendered: why says so).
-func (r *Reconciler) desired(w *world, next *ippoolv1.PooledNodeNetworkConfigurationPolicy,
+func (r *Reconciler) desired(ctx context.Context, w *world, next *ippoolv1.PooledNodeNetworkConfigurationPolicy,
 	node string) (want *nmstatev1.NodeNetworkConfigurationPolicy, keep bool, why *problem) {
 	rec := next.Status.NodeOf(node)
 	switch {
@@ -238,9 +238,9 @@ func (r *Reconciler) desired(w *world, next *ippoolv1.PooledNodeNetworkConfigura
 		}
 		return nil, true, nil
 	}
-	from := renderKey(w, rec)
-	if v, ok := r.renders.Load(string(w.policy.UID) + "/" + node); ok && v.(rendered).from == from {
-		return r.generate(w, node, v.(rendered).state, false), false, nil
+	from, key := renderKey(w, rec), string(w.policy.UID)+"/"+node
+	if v, ok := r.renders.Load(key); ok && v.(rendered).from == from {
+		return r.generate(w, node, r.settled(ctx, w, node, key, v.(rendered)), false), false, nil
 	}
 	addrs := map[string]capture.Address{}
 	for _, a := range rec.Addresses {
@@ -265,15 +265,17 @@ func (r *Reconciler) desired(w *world, next *ippoolv1.PooledNodeNetworkConfigura
 	if err != nil {
 		return nil, true, &problem{ippoolv1.ReasonInvalidCapture, fmt.Sprintf("the desired state cannot be rendered for node %s: %v", node, err)}
 	}
-	r.renders.Store(string(w.policy.UID)+"/"+node, rendered{from: from, state: state})
-	return r.generate(w, node, state, false), false, nil
-}
-
-// rendered is a node's last rendered state, and what it was rendered
-// from (renderKey).
-type rendered struct {
-	from  string
-	state []byte
+	v, final, err := r.offOthers(ctx, w, node, state, rec)
+	if err != nil {
+		// Not known whether the address is on another interface: the
+		// node's policy stays as it is, and the next pass renders again.
+		ctrl.LoggerFrom(ctx).Info("could not read where the node carries its addresses", "node", node, "error", err.Error())
+		return nil, true, nil
+	}
+	if v.from = from; final {
+		r.renders.Store(key, v)
+	}
+	return r.generate(w, node, v.state, false), false, nil
 }
 
 // renderKey names what a node's state is rendered from: the policy's

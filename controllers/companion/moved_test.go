@@ -1,0 +1,53 @@
+package companion_test
+
+import (
+	"testing"
+
+	"github.com/nmstate/kubernetes-nmstate/api/shared"
+	nmstatev1 "github.com/nmstate/kubernetes-nmstate/api/v1"
+	. "github.com/onsi/gomega"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/util/retry"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/nmstate-ippool/nmstate-ippool/test/envtest"
+)
+
+// TestTemplateMovesTheAddress: a pooled policy edited to put its address
+// on another interface (eth2 to eth3) has kubernetes-nmstate's handler
+// take it off eth2 as it puts it on eth3: nmstate leaves an interface a
+// state does not name as it is, and the address would be on two NICs.
+// eth2 keeps its other address, the node keeps its address, and once the
+// move is applied the node's policy is the template's state alone (no
+// snapshot of eth2's addresses left in it).
+func TestTemplateMovesTheAddress(t *testing.T) {
+	u := begin(t, "mv", "mv-1")
+	createPool(t, "cmp-mv", rangeSpec("10.84.0.0/24", "10.84.0.10", "10.84.0.30"))
+	p := pooled("mv", "mv", "cmp-mv", "")
+	p.Spec.DesiredState = shared.NewState(envtest.AddressOn("eth2", "192.0.2.9/24"))
+	create(t, p)
+	const done = "Available SuccessfullyConfigured: 1/1 nodes successfully configured"
+	Eventually(status("mv")).Should(Equal(done))
+	address := addressOf("mv", "mv-1")()
+	n := u.Node("mv-1")
+	Expect(n.ConfiguredAll("eth2")).To(ConsistOf(address+"/24", "192.0.2.9/24"))
+
+	Expect(retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		if err := k.Get(ctx, client.ObjectKeyFromObject(p), p); err != nil {
+			return err
+		}
+		p.Spec.DesiredState = shared.NewState(envtest.AddressOn("eth3"))
+		return k.Update(ctx, p)
+	})).To(Succeed())
+	Eventually(func() []string { return n.ConfiguredAll("eth3") }).Should(ConsistOf(address + "/24"))
+	Expect(n.ConfiguredAll("eth2")).To(ConsistOf("192.0.2.9/24"), "the address is on two NICs, or eth2 lost its own")
+	Eventually(func(g Gomega) {
+		var g1 nmstatev1.NodeNetworkConfigurationPolicy
+		g.Expect(k.Get(ctx, types.NamespacedName{Name: "mv-mv-1"}, &g1)).To(Succeed())
+		g.Expect(string(g1.Spec.DesiredState.Raw)).NotTo(ContainSubstring("eth2"), "the node's policy keeps eth2's addresses")
+		g.Expect(status("mv")()).To(Equal(done))
+	}).Should(Succeed())
+	Expect(addressOf("mv", "mv-1")()).To(Equal(address))
+	Expect(n.ConfiguredAll("eth2")).To(ConsistOf("192.0.2.9/24"))
+	Expect(n.ConfiguredAll("eth3")).To(ConsistOf(address + "/24"))
+}
