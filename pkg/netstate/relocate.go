@@ -28,11 +28,11 @@ func OnlyWhereDesired(desired, current []byte, ips []netip.Addr) ([]byte, map[ne
 	if err != nil {
 		return nil, nil, fmt.Errorf("read the desired state: %w", err)
 	}
-	placed, ports := placements(want), portsOf(want)
 	have, err := parseState(current)
 	if err != nil {
 		return nil, nil, fmt.Errorf("read the current state: %w", err)
 	}
+	placed, ports := placements(want), portsOf(want, have)
 	from := map[netip.Addr]string{}
 	added := asList(want["interfaces"])
 	for _, iface := range have.interfaces() {
@@ -124,26 +124,43 @@ func placements(s state) map[netip.Addr][]string {
 	return out
 }
 
-// portsOf returns the interfaces a state makes ports of a controller
-// (a bond, a bridge, a VRF): nmstate refuses an address on such an
-// interface, and takes off what it had as it becomes one.
-func portsOf(s state) map[string]bool {
+// portsOf returns the interfaces the desired state makes ports of a
+// bond or a bridge: nmstate refuses an address on such an interface, and
+// takes off what it had as it becomes one. A VRF's ports keep their
+// addresses, as does an OVS bridge's ovs-interface, which carries the
+// bridge's: they are not skipped. An interface's type is read from the
+// desired state, else from the current one.
+func portsOf(want, have state) map[string]bool {
+	typeOf := func(name string) string {
+		for _, s := range []state{want, have} {
+			if e := s.entry(name); e != nil {
+				if t, _ := e["type"].(string); t != "" {
+					return t
+				}
+			}
+		}
+		return ""
+	}
 	out := map[string]bool{}
-	for _, iface := range s.interfaces() {
-		if c, _ := iface["controller"].(string); c != "" {
-			name, _ := iface["name"].(string)
+	port := func(controller, name string) {
+		if name != "" && typeOf(controller) != "vrf" && typeOf(name) != "ovs-interface" {
 			out[name] = true
+		}
+	}
+	for _, iface := range want.interfaces() {
+		name, _ := iface["name"].(string)
+		if c, _ := iface["controller"].(string); c != "" {
+			port(c, name)
 		}
 		for _, path := range [][]string{{"link-aggregation", "port"}, {"bridge", "port"}, {"vrf", "port"}} {
 			section, _ := iface[path[0]].(map[string]any)
 			for _, p := range asList(section[path[1]]) {
 				switch p := p.(type) {
 				case string:
-					out[p] = true
+					port(name, p)
 				case map[string]any:
-					if name, _ := p["name"].(string); name != "" {
-						out[name] = true
-					}
+					n, _ := p["name"].(string)
+					port(name, n)
 				}
 			}
 		}

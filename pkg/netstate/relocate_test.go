@@ -93,6 +93,37 @@ func TestOnlyWhereDesired(t *testing.T) {
 				"ipv4: {enabled: true, address: [{ip: 10.0.0.5, prefix-length: 24}]}}, {name: eth2, controller: bond0}]\n",
 		},
 		{
+			name: "eth2 a VRF's port: it keeps addresses of its own, the pooled one comes off",
+			desired: "interfaces: [{name: vrf0, type: vrf, vrf: {port: [eth2], route-table-id: 100}}, " +
+				"{name: eth3, ipv4: {enabled: true, address: [{ip: 10.0.0.5, prefix-length: 24}]}}]\n",
+			want: `interfaces:
+- {name: vrf0, type: vrf, vrf: {port: [eth2], route-table-id: 100}}
+- ipv4: {address: [{ip: 10.0.0.5, prefix-length: 24}], enabled: true}
+  name: eth3
+- ipv4: {address: [{ip: 192.0.2.9, prefix-length: 24}], dhcp: false, enabled: true}
+  name: eth2
+  state: up
+  type: ethernet
+`,
+			from: "eth2",
+		},
+		{
+			name: "eth2 an ovs-interface of an OVS bridge: it carries addresses, the pooled one comes off",
+			desired: "interfaces: [{name: br-ex, type: ovs-bridge, bridge: {port: [{name: eth2}, {name: eth1}]}}, " +
+				"{name: eth2, type: ovs-interface, state: up}, " +
+				"{name: eth3, ipv4: {enabled: true, address: [{ip: 10.0.0.5, prefix-length: 24}]}}]\n",
+			want: `interfaces:
+- {name: br-ex, type: ovs-bridge, bridge: {port: [{name: eth2}, {name: eth1}]}}
+- ipv4: {address: [{ip: 192.0.2.9, prefix-length: 24}], dhcp: false, enabled: true}
+  name: eth2
+  state: up
+  type: ovs-interface
+- ipv4: {address: [{ip: 10.0.0.5, prefix-length: 24}], enabled: true}
+  name: eth3
+`,
+			from: "eth2",
+		},
+		{
 			name:    "the desired state puts it nowhere: left where it is",
 			desired: "interfaces: [{name: eth1, mtu: 1400}]\n",
 		},
