@@ -34,7 +34,7 @@ func OnlyWhereDesired(desired, current []byte, ips []netip.Addr) ([]byte, map[ne
 	}
 	placed, ports := placements(want), portsOf(want, have)
 	from := map[netip.Addr]string{}
-	added := asList(want["interfaces"])
+	entries := asList(want["interfaces"])
 	for _, iface := range have.interfaces() {
 		name, _ := iface["name"].(string)
 		if ports[name] {
@@ -47,13 +47,13 @@ func OnlyWhereDesired(desired, current []byte, ips []netip.Addr) ([]byte, map[ne
 			}
 		}
 		if entry := offInterface(iface, want, drop, from); entry != nil {
-			added = append(added, entry)
+			entries = append(entries, entry)
 		}
 	}
 	if len(from) == 0 {
 		return desired, nil, nil
 	}
-	want["interfaces"] = added
+	want["interfaces"] = entries
 	raw, err := json.Marshal(want)
 	if err != nil {
 		return nil, nil, fmt.Errorf("write the desired state: %w", err)
@@ -77,12 +77,7 @@ func offInterface(iface map[string]any, want state, drop []netip.Addr, from map[
 	}
 	added := entry == nil
 	if added {
-		entry = map[string]any{"name": name}
-		for _, key := range []string{"type", "state"} {
-			if v, ok := iface[key]; ok {
-				entry[key] = v
-			}
-		}
+		entry = skeleton(iface)
 	}
 	touched := false
 	for _, fam := range families {

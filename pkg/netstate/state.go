@@ -120,12 +120,7 @@ func WithoutAddresses(current []byte, drop []netip.Addr) (desired []byte, from m
 	var changed []map[string]any
 	for _, iface := range s.interfaces() {
 		name, _ := iface["name"].(string)
-		out := map[string]any{"name": name}
-		for _, key := range []string{"type", "state"} {
-			if v, ok := iface[key]; ok {
-				out[key] = v
-			}
-		}
+		out := skeleton(iface)
 		touched := false
 		for _, fam := range families {
 			kept, removed, err := withoutIn(iface, fam, drop)
@@ -283,4 +278,17 @@ func CarriedState(carried map[netip.Addr]string) []byte {
 	}
 	raw, _ := json.Marshal(out) // plain strings, ints and bools: cannot fail
 	return raw
+}
+
+// skeleton is an entry naming the interface iface of a current state:
+// its name, type and state, none of its settings.
+func skeleton(iface map[string]any) map[string]any {
+	name, _ := iface["name"].(string)
+	out := map[string]any{"name": name}
+	for _, key := range []string{"type", "state"} {
+		if v, ok := iface[key]; ok {
+			out[key] = v
+		}
+	}
+	return out
 }
