@@ -282,6 +282,12 @@ const (
 	// ReasonPoolWriteRetriesExhausted (enactment): every attempt to write a
 	// pool met a conflict; the handler tries again later.
 	ReasonPoolWriteRetriesExhausted = "PoolWriteRetriesExhausted"
+	// ReasonAddressNotMoved (enactment, pooled policy; Warning): a node
+	// carries its pool address on an interface its policy no longer puts
+	// it on, where it cannot be taken off alone (that family is
+	// configured by DHCP or autoconf): it is on two interfaces until an
+	// admin takes it off.
+	ReasonAddressNotMoved = "AddressNotMoved"
 )
 
 // FenceAnnotation is written on an enactment by the pool controller when it

@@ -3,6 +3,7 @@ package companion
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"maps"
 	"net/netip"
@@ -239,43 +240,59 @@ func (r *Reconciler) desired(ctx context.Context, w *world, next *ippoolv1.Poole
 		return nil, true, nil
 	}
 	from, key := renderKey(w, rec), string(w.policy.UID)+"/"+node
-	if v, ok := r.renders.Load(key); ok && v.(rendered).from == from {
-		return r.generate(w, node, r.settled(ctx, w, node, key, v.(rendered)), false), false, nil
+	var prev *rendered
+	if v, ok := r.renders.Load(key); ok {
+		prev = new(v.(rendered))
+		if prev.from == from && prev.final {
+			return r.generate(w, node, r.settled(ctx, w, node, key, *prev), false), false, nil
+		}
 	}
+	state, why := literal(w, node, rec)
+	if why != nil {
+		return nil, true, why
+	}
+	v, err := r.offOthers(ctx, w, node, state, rec)
+	if err != nil {
+		v = rendered{failed: err.Error(), unreadable: errors.Is(err, errUnreadable)}
+	}
+	v.from = from
+	r.reportRender(ctx, w, node, prev, v)
+	r.renders.Store(key, v)
+	if err != nil {
+		// Not known whether the address is on another interface: the
+		// node's policy stays as it is, and the next pass renders again.
+		return nil, true, nil
+	}
+	return r.generate(w, node, v.state, false), false, nil
+}
+
+// literal renders node's state from the template with the addresses
+// of its record rec, or says why it cannot.
+func literal(w *world, node string, rec *ippoolv1.PooledPolicyNode) ([]byte, *problem) {
 	addrs := map[string]capture.Address{}
 	for _, a := range rec.Addresses {
 		ip, err := netip.ParseAddr(a.IP)
 		pool := w.pools[a.Pool]
 		if err != nil || pool == nil {
-			return nil, true, &problem{ippoolv1.ReasonIPPoolNotFound, fmt.Sprintf(
+			return nil, &problem{ippoolv1.ReasonIPPoolNotFound, fmt.Sprintf(
 				"node %s holds %s of NodeIPPool %s, which is gone: its gateway and DNS cannot be read; create the pool again", node, a.IP, a.Pool)}
 		}
 		rng, err := poolstatus.Range(pool)
 		if err != nil {
-			return nil, true, &problem{ippoolv1.ReasonIPPoolInvalid, fmt.Sprintf("NodeIPPool %s has an unusable range: %v", pool.Name, err)}
+			return nil, &problem{ippoolv1.ReasonIPPoolInvalid, fmt.Sprintf("NodeIPPool %s has an unusable range: %v", pool.Name, err)}
 		}
 		addrs[a.Capture] = poolstatus.Address(pool, rng, ip)
 	}
 	for _, ref := range w.captures.Refs {
 		if err := capture.Missing(capture.Needs(w.policy.Spec.DesiredState.Raw, []capture.Ref{ref}), ref.Pool, addrs[ref.Capture]); err != nil {
-			return nil, true, &problem{ippoolv1.ReasonInvalidCapture, err.Error()}
+			return nil, &problem{ippoolv1.ReasonInvalidCapture, err.Error()}
 		}
 	}
 	state, err := capture.Literal(w.policy.Spec.DesiredState.Raw, addrs)
 	if err != nil {
-		return nil, true, &problem{ippoolv1.ReasonInvalidCapture, fmt.Sprintf("the desired state cannot be rendered for node %s: %v", node, err)}
+		return nil, &problem{ippoolv1.ReasonInvalidCapture, fmt.Sprintf("the desired state cannot be rendered for node %s: %v", node, err)}
 	}
-	v, final, err := r.offOthers(ctx, w, node, state, rec)
-	if err != nil {
-		// Not known whether the address is on another interface: the
-		// node's policy stays as it is, and the next pass renders again.
-		ctrl.LoggerFrom(ctx).Info("could not read where the node carries its addresses", "node", node, "error", err.Error())
-		return nil, true, nil
-	}
-	if v.from = from; final {
-		r.renders.Store(key, v)
-	}
-	return r.generate(w, node, v.state, false), false, nil
+	return state, nil
 }
 
 // renderKey names what a node's state is rendered from: the policy's

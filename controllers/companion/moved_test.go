@@ -1,6 +1,7 @@
 package companion_test
 
 import (
+	"strings"
 	"testing"
 
 	"github.com/nmstate/kubernetes-nmstate/api/shared"
@@ -10,6 +11,7 @@ import (
 	"k8s.io/client-go/util/retry"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	ippoolv1 "github.com/nmstate-ippool/nmstate-ippool/api/v1"
 	"github.com/nmstate-ippool/nmstate-ippool/test/envtest"
 )
 
@@ -50,4 +52,43 @@ func TestTemplateMovesTheAddress(t *testing.T) {
 	Expect(addressOf("mv", "mv-1")()).To(Equal(address))
 	Expect(n.ConfiguredAll("eth2")).To(ConsistOf("192.0.2.9/24"))
 	Expect(n.ConfiguredAll("eth3")).To(ConsistOf(address + "/24"))
+}
+
+// TestTemplateMoveOffLearnedFamily: an address the template no longer
+// puts on an interface whose family is configured by DHCP or autoconf
+// cannot be taken off alone: the node's policy puts it where the template
+// says, and a Warning Event on the pooled policy says it is on the old
+// interface too (that it is said once, TestReportRenderSaysChangesOnly).
+func TestTemplateMoveOffLearnedFamily(t *testing.T) {
+	u := begin(t, "mvl", "mvl-1")
+	createPool(t, "cmp-mvl", rangeSpec("10.85.0.0/24", "10.85.0.10", "10.85.0.30"))
+	p := pooled("mvl", "mvl", "cmp-mvl", "")
+	p.Spec.DesiredState = shared.NewState(strings.Replace(envtest.AddressOn("eth2"), "dhcp: false", "dhcp: true", 1))
+	create(t, p)
+	const done = "Available SuccessfullyConfigured: 1/1 nodes successfully configured"
+	Eventually(status("mvl")).Should(Equal(done))
+	address := addressOf("mvl", "mvl-1")()
+	n := u.Node("mvl-1")
+
+	Expect(retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		if err := k.Get(ctx, client.ObjectKeyFromObject(p), p); err != nil {
+			return err
+		}
+		p.Spec.DesiredState = shared.NewState(envtest.AddressOn("eth3"))
+		return k.Update(ctx, p)
+	})).To(Succeed())
+	Eventually(func() []string { return n.ConfiguredAll("eth3") }).Should(ConsistOf(address + "/24"))
+	Eventually(status("mvl")).Should(Equal(done))
+	notMoved := func() []string {
+		var out []string
+		for _, e := range events("mvl")() {
+			if strings.HasPrefix(e, ippoolv1.ReasonAddressNotMoved) {
+				out = append(out, e)
+			}
+		}
+		return out
+	}
+	Eventually(notMoved).Should(ConsistOf(And(
+		HavePrefix(ippoolv1.ReasonAddressNotMoved+": "+address+" is on node mvl-1's interface eth2 too"),
+		ContainSubstring("ipv4 is configured by DHCP or autoconf"))))
 }

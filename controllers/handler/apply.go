@@ -12,6 +12,7 @@ import (
 
 	"github.com/nmstate/kubernetes-nmstate/api/shared"
 	nmstatev1 "github.com/nmstate/kubernetes-nmstate/api/v1"
+	corev1 "k8s.io/api/core/v1"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/yaml"
 
@@ -52,19 +53,41 @@ func (r *Reconciler) renderOn(ctx context.Context, s *scope, addresses map[strin
 // to put its address on another interface would leave it on the old one
 // too. The enactment records the rendered state, not this: once the
 // address is off the old interface, the same policy renders the same.
-func toApply(ctx context.Context, rendered, current []byte, addresses map[string]capture.Address) ([]byte, error) {
+// What it takes off, and what it cannot, is in the moves returned.
+func toApply(rendered, current []byte, addresses map[string]capture.Address) ([]byte, netstate.Moves, error) {
 	ips := make([]netip.Addr, 0, len(addresses))
 	for _, a := range addresses {
 		ips = append(ips, a.IP)
 	}
-	desired, from, err := netstate.OnlyWhereDesired(rendered, current, ips)
+	desired, moves, err := netstate.OnlyWhereDesired(rendered, current, ips)
 	if err != nil {
-		return nil, fmt.Errorf("take the node's pool addresses off the interfaces the policy no longer puts them on: %w", err)
+		return nil, moves, fmt.Errorf("take the node's pool addresses off the interfaces the policy no longer puts them on: %w", err)
 	}
-	for _, ip := range slices.SortedFunc(maps.Keys(from), netip.Addr.Compare) {
-		ctrl.LoggerFrom(ctx).Info("took an address off an interface the policy no longer puts it on", "ip", ip.String(), "interface", from[ip])
+	return desired, moves, nil
+}
+
+// reportMoves says, once the apply succeeded, which addresses it took off
+// other interfaces (a log line each), and raises a Warning Event on the
+// enactment for each address that stays on an interface the policy no
+// longer puts it on: on a family configured by DHCP or autoconf there,
+// which nmstate cannot take one address off.
+func (r *Reconciler) reportMoves(ctx context.Context, e *nncev1beta1.NodeNetworkConfigurationEnactment, moves netstate.Moves) {
+	for _, ip := range slices.SortedFunc(maps.Keys(moves.Off), netip.Addr.Compare) {
+		ctrl.LoggerFrom(ctx).Info("took an address off an interface the policy no longer puts it on", "ip", ip.String(), "interface", moves.Off[ip])
 	}
-	return desired, nil
+	for _, ip := range slices.SortedFunc(maps.Keys(moves.Stays), netip.Addr.Compare) {
+		r.Recorder.Eventf(e, nil, corev1.EventTypeWarning, ippoolv1.ReasonAddressNotMoved, "Apply",
+			"%s is on node %s's interface %s too, which the policy no longer puts it on; it could not be taken off, because that interface's %s is configured by DHCP or autoconf: take it off by hand (one address, one NIC)",
+			ip, r.NodeName, moves.Stays[ip], family(ip))
+	}
+}
+
+// family is the nmstate key of ip's address family.
+func family(ip netip.Addr) string {
+	if ip.Is4() {
+		return "ipv4"
+	}
+	return "ipv6"
 }
 
 func addressStates(addresses map[string]capture.Address) map[string][]byte {
@@ -134,8 +157,9 @@ func (r *Reconciler) applyGranted(ctx context.Context, name string) (ctrl.Result
 	addresses := recordedAddresses(s.enactment, s.captures)
 	rendered, current, err := r.renderOn(ctx, s, addresses)
 	var desired []byte
+	var moves netstate.Moves
 	if err == nil {
-		desired, err = toApply(ctx, rendered.DesiredState, current, addresses)
+		desired, moves, err = toApply(rendered.DesiredState, current, addresses)
 	}
 	if err != nil {
 		return r.conclude(ctx, s, r.configureFailed(s, err.Error()))
@@ -151,6 +175,7 @@ func (r *Reconciler) applyGranted(ctx context.Context, name string) (ctrl.Result
 		return r.conclude(ctx, s, r.configureFailed(s,
 			fmt.Sprintf("error reconciling NodeNetworkConfigurationPolicy on node %s: %v", r.NodeName, applyErr)))
 	}
+	r.reportMoves(ctx, s.enactment, moves)
 	ctrl.LoggerFrom(ctx).Info("applied desired state", "ippool", s.enactment.Status.IPPool)
 	return r.conclude(ctx, s, available(appliedMessage(s.enactment)))
 }

@@ -2,6 +2,7 @@ package handler_test
 
 import (
 	"context"
+	"strings"
 	"testing"
 
 	"github.com/nmstate/kubernetes-nmstate/api/shared"
@@ -49,4 +50,36 @@ func TestAddressMovedToAnotherInterface(t *testing.T) {
 	Expect(held(nd.Name, "moved", "moved-pool")).To(Equal(address))
 	Expect(nd.ConfiguredAll("eth3")).To(ConsistOf(address[0] + "/24"))
 	Expect(nd.ConfiguredAll("eth2")).To(ConsistOf("192.0.2.9/24"), "the address is on two NICs, or eth2 lost its own")
+}
+
+// TestAddressOnLearnedFamilyReported: an address a policy no longer puts
+// on an interface whose family is configured by DHCP or autoconf cannot
+// be taken off alone (nmstate manages that family's addresses): the
+// apply puts it where the policy says and a Warning Event on the
+// enactment says it is on the old interface too, and where.
+func TestAddressOnLearnedFamilyReported(t *testing.T) {
+	RegisterTestingT(t)
+	ctx := context.Background()
+	nd := newNodes(t, "learned", 1, map[string]string{"role": "learned"})[0]
+	newPool(t, "learned-pool", ippoolv1.IPRange{CIDR: "10.97.0.0/24"}, true)
+	onDHCP := strings.Replace(envtest.AddressOn("eth2"), "dhcp: false", "dhcp: true", 1)
+	p := newPolicy(t, "learned", map[string]string{"role": "learned"}, map[string]string{"addr": "ippool.learned-pool.allocate"}, onDHCP)
+	start(t, nd)
+	Eventually(enactmentState(nd.Name, "learned")).Should(HavePrefix("Available"))
+	address := held(nd.Name, "learned", "learned-pool")
+	Expect(address).To(HaveLen(1))
+	Expect(enactmentEvents(nd.Name, "learned")()).NotTo(ContainElement(HavePrefix(ippoolv1.ReasonAddressNotMoved)))
+
+	Expect(retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		if err := k.Get(ctx, client.ObjectKeyFromObject(p), p); err != nil {
+			return err
+		}
+		p.Spec.DesiredState = shared.NewState(envtest.AddressOn("eth3"))
+		return k.Update(ctx, p)
+	})).To(Succeed())
+	Eventually(enactmentEvents(nd.Name, "learned")).Should(ContainElement(And(
+		HavePrefix(ippoolv1.ReasonAddressNotMoved+": "+address[0]+" is on node "+nd.Name+"'s interface eth2 too"),
+		ContainSubstring("ipv4 is configured by DHCP or autoconf"))))
+	Eventually(enactmentState(nd.Name, "learned")).Should(HavePrefix("Available"))
+	Expect(nd.ConfiguredAll("eth3")).To(ConsistOf(address[0] + "/24"))
 }

@@ -2,12 +2,26 @@ package netstate
 
 import (
 	"encoding/json"
+	"errors"
 	"fmt"
 	"net/netip"
 	"slices"
+	"strings"
 
 	"sigs.k8s.io/yaml"
 )
+
+// Moves is what OnlyWhereDesired does with a node's addresses.
+type Moves struct {
+	// Off maps each address taken off an interface to that interface.
+	Off map[netip.Addr]string
+	// Stays maps each address that stays on an interface the desired
+	// state does not put it on to that interface: its family there is
+	// configured by DHCP or autoconf, whose addresses nmstate manages
+	// itself, so the address cannot be taken off alone. It is then on two
+	// interfaces until an admin takes it off.
+	Stays map[netip.Addr]string
+}
 
 // OnlyWhereDesired returns desired extended so that none of ips that
 // desired puts on an interface stays on another interface current
@@ -18,84 +32,95 @@ import (
 // entry with that family's address list as current has it, without
 // those addresses (nmstate applies an interface's address list whole); an
 // interface desired names gets that list only where its family lists no
-// addresses of its own (a list it gives is applied as it is). It also
-// returns the interface each address comes off. An address desired puts
-// nowhere is left where it is, as is one on a family configured by DHCP
-// or autoconf, which nmstate manages itself. When nothing moves, desired
-// is returned as it was given.
-func OnlyWhereDesired(desired, current []byte, ips []netip.Addr) ([]byte, map[netip.Addr]string, error) {
+// addresses of its own (a list it gives is applied as it is). An
+// interface desired names is the one it identifies: by name or profile
+// name, or by MAC or PCI address (identifier: mac-address, pci-address).
+// An address desired puts nowhere is left where it is; one on a family
+// configured by DHCP or autoconf, which nmstate manages itself, stays
+// and is reported (Moves.Stays). When nothing moves, desired is returned
+// as it was given.
+func OnlyWhereDesired(desired, current []byte, ips []netip.Addr) ([]byte, Moves, error) {
 	want, err := parseState(desired)
 	if err != nil {
-		return nil, nil, fmt.Errorf("read the desired state: %w", err)
+		return nil, Moves{}, fmt.Errorf("read the desired state: %w", err)
 	}
 	have, err := parseState(current)
 	if err != nil {
-		return nil, nil, fmt.Errorf("read the current state: %w", err)
+		return nil, Moves{}, fmt.Errorf("read the current state: %w", err)
 	}
-	placed, ports := placements(want), portsOf(want, have)
-	from := map[netip.Addr]string{}
+	wanted := want.interfaces()
+	placed, ports := placements(wanted), portsOf(want, have)
+	moves := Moves{Off: map[netip.Addr]string{}, Stays: map[netip.Addr]string{}}
 	entries := asList(want["interfaces"])
 	for _, iface := range have.interfaces() {
-		name, _ := iface["name"].(string)
-		if ports[name] {
+		named := namedBy(wanted, iface)
+		if slices.ContainsFunc(named, func(i int) bool { return ports[str(wanted[i], "name")] }) || ports[str(iface, "name")] {
 			continue // a port of a controller has no address of its own
 		}
 		var drop []netip.Addr
 		for _, ip := range ips {
-			if on := placed[ip]; len(on) > 0 && !slices.Contains(on, name) {
+			if on := placed[ip]; len(on) > 0 && !slices.ContainsFunc(on, func(i int) bool { return slices.Contains(named, i) }) {
 				drop = append(drop, ip)
 			}
 		}
-		if entry := offInterface(iface, want, drop, from); entry != nil {
-			entries = append(entries, entry)
+		var entry map[string]any
+		if len(named) > 0 {
+			entry = wanted[named[0]]
+		}
+		if added := offInterface(iface, entry, drop, moves); added != nil {
+			entries = append(entries, added)
 		}
 	}
-	if len(from) == 0 {
-		return desired, nil, nil
+	if len(moves.Off) == 0 {
+		return desired, moves, nil
 	}
 	want["interfaces"] = entries
 	raw, err := json.Marshal(want)
 	if err != nil {
-		return nil, nil, fmt.Errorf("write the desired state: %w", err)
+		return nil, Moves{}, fmt.Errorf("write the desired state: %w", err)
 	}
 	out, err := yaml.JSONToYAML(raw)
-	return out, from, err
+	return out, moves, err
 }
 
 // offInterface takes drop off the interface iface of the current state:
-// it sets the families of want's entry of that interface that list no
-// addresses, or returns a new entry for want when want has none (nil
-// otherwise). Each address taken off is noted in from.
-func offInterface(iface map[string]any, want state, drop []netip.Addr, from map[netip.Addr]string) map[string]any {
+// it sets the families of entry, the desired state's entry of that
+// interface (nil if it has none), that list no addresses, or returns a
+// new entry for the desired state when it has none (nil otherwise). Each
+// address taken off is noted in moves.Off, each that cannot be in
+// moves.Stays.
+func offInterface(iface, entry map[string]any, drop []netip.Addr, moves Moves) map[string]any {
 	if len(drop) == 0 {
 		return nil
 	}
-	name, _ := iface["name"].(string)
-	entry := want.entry(name)
 	if st := entry["state"]; st == "absent" || st == "down" {
-		return nil // want takes the interface down, its addresses with it
+		return nil // the desired state takes the interface down, its addresses with it
 	}
 	added := entry == nil
 	if added {
 		entry = skeleton(iface)
 	}
+	name := str(iface, "name")
 	touched := false
 	for _, fam := range families {
-		kept, removed, err := withoutIn(iface, fam, drop)
-		if err != nil || len(removed) == 0 {
-			continue // learned (ErrLearned) or not on this family
-		}
 		f, _ := entry[fam].(map[string]any)
 		if _, listed := f["address"]; listed || f["enabled"] == false {
-			continue // want's own list is applied whole, or none
+			continue // the desired state's own list is applied whole, or none
+		}
+		kept, removed, err := withoutIn(iface, fam, drop)
+		if errors.Is(err, ErrLearned) {
+			noteStays(iface, fam, drop, moves)
+		}
+		if err != nil || len(removed) == 0 {
+			continue
 		}
 		for k, v := range f {
-			kept[k] = v // want's settings of the family, current's addresses
+			kept[k] = v // the desired state's settings of the family, current's addresses
 		}
 		entry[fam] = kept
 		touched = true
 		for _, ip := range removed {
-			from[ip] = name
+			moves.Off[ip] = name
 		}
 	}
 	if !touched || !added {
@@ -104,15 +129,63 @@ func offInterface(iface map[string]any, want state, drop []netip.Addr, from map[
 	return entry
 }
 
-// placements maps each address a state puts on an interface to the
-// interfaces that carry it.
-func placements(s state) map[netip.Addr][]string {
-	out := map[netip.Addr][]string{}
-	for _, iface := range s.interfaces() {
-		name, _ := iface["name"].(string)
+// noteStays notes in moves.Stays each address of drop on the family fam
+// of iface, which nmstate configures by DHCP or autoconf.
+func noteStays(iface map[string]any, fam string, drop []netip.Addr, moves Moves) {
+	for _, ip := range familyAddresses(iface, fam) {
+		if slices.Contains(drop, ip) {
+			moves.Stays[ip] = str(iface, "name")
+		}
+	}
+}
+
+// namedBy returns the indexes of the entries of a desired state that name
+// the interface iface of a current state (sameInterface).
+func namedBy(wanted []map[string]any, iface map[string]any) []int {
+	var out []int
+	for i, d := range wanted {
+		if sameInterface(d, iface) {
+			out = append(out, i)
+		}
+	}
+	return out
+}
+
+// sameInterface reports whether the entry d of a desired state names the
+// interface c of a current state: by its name, or its profile name (what
+// show prints as profile-name where it differs from the kernel's name),
+// or, for an entry that identifies its NIC by address (identifier:
+// mac-address or pci-address), by that address. An OVS bridge and an
+// interface of another type are never the same, though they may share a
+// name (an OVS bridge and its internal interface).
+func sameInterface(d, c map[string]any) bool {
+	if dt, ct := str(d, "type"), str(c, "type"); dt != ct && dt != "" && ct != "" && (dt == "ovs-bridge" || ct == "ovs-bridge") {
+		return false
+	}
+	if name := str(d, "name"); name != "" && (name == str(c, "name") || name == str(c, "profile-name")) {
+		return true
+	}
+	switch id := str(d, "identifier"); id {
+	case "mac-address", "pci-address":
+		return str(d, id) != "" && strings.EqualFold(str(d, id), str(c, id))
+	}
+	return false
+}
+
+// str is the string value of key in m, "" if it has none.
+func str(m map[string]any, key string) string {
+	s, _ := m[key].(string)
+	return s
+}
+
+// placements maps each address the entries of a desired state put on
+// an interface to the indexes of those entries.
+func placements(wanted []map[string]any) map[netip.Addr][]int {
+	out := map[netip.Addr][]int{}
+	for i, iface := range wanted {
 		for _, fam := range families {
 			for _, ip := range familyAddresses(iface, fam) {
-				out[ip] = append(out[ip], name)
+				out[ip] = append(out[ip], i)
 			}
 		}
 	}
@@ -122,29 +195,29 @@ func placements(s state) map[netip.Addr][]string {
 // portsOf returns the interfaces the desired state makes ports of a
 // bond or a bridge: nmstate refuses an address on such an interface, and
 // takes off what it had as it becomes one. A VRF's ports keep their
-// addresses, as does an OVS bridge's ovs-interface, which carries the
-// bridge's: they are not skipped. An interface's type is read from the
-// desired state, else from the current one.
+// addresses, as does an OVS bridge's ovs-interface (the port named as the
+// bridge is one), which carries the bridge's: they are not skipped. An
+// interface's type is read from the desired state and the current one.
 func portsOf(want, have state) map[string]bool {
-	typeOf := func(name string) string {
+	is := func(name, typ string) bool {
 		for _, s := range []state{want, have} {
-			if e := s.entry(name); e != nil {
-				if t, _ := e["type"].(string); t != "" {
-					return t
+			for _, iface := range s.interfaces() {
+				if str(iface, "name") == name && str(iface, "type") == typ {
+					return true
 				}
 			}
 		}
-		return ""
+		return false
 	}
 	out := map[string]bool{}
 	port := func(controller, name string) {
-		if name != "" && typeOf(controller) != "vrf" && typeOf(name) != "ovs-interface" {
+		if name != "" && name != controller && !is(controller, "vrf") && !is(name, "ovs-interface") {
 			out[name] = true
 		}
 	}
 	for _, iface := range want.interfaces() {
-		name, _ := iface["name"].(string)
-		if c, _ := iface["controller"].(string); c != "" {
+		name := str(iface, "name")
+		if c := str(iface, "controller"); c != "" {
 			port(c, name)
 		}
 		for _, path := range [][]string{{"link-aggregation", "port"}, {"bridge", "port"}, {"vrf", "port"}} {
@@ -154,23 +227,12 @@ func portsOf(want, have state) map[string]bool {
 				case string:
 					port(name, p)
 				case map[string]any:
-					n, _ := p["name"].(string)
-					port(name, n)
+					port(name, str(p, "name"))
 				}
 			}
 		}
 	}
 	return out
-}
-
-// entry returns the interface name of s, or nil.
-func (s state) entry(name string) map[string]any {
-	for _, iface := range s.interfaces() {
-		if iface["name"] == name {
-			return iface
-		}
-	}
-	return nil
 }
 
 func asList(v any) []any {

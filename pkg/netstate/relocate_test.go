@@ -2,6 +2,7 @@ package netstate
 
 import (
 	"net/netip"
+	"strings"
 	"testing"
 
 	"sigs.k8s.io/yaml"
@@ -129,7 +130,7 @@ func TestOnlyWhereDesired(t *testing.T) {
 		},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
-			got, from, err := OnlyWhereDesired([]byte(tt.desired), []byte(movedCurrent), pooled)
+			got, moves, err := OnlyWhereDesired([]byte(tt.desired), []byte(movedCurrent), pooled)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -143,8 +144,17 @@ func TestOnlyWhereDesired(t *testing.T) {
 			if tt.want == "" && string(got) != tt.desired {
 				t.Errorf("a state that moves nothing was rewritten:\n%s", got)
 			}
-			if on := from[pooled[0]]; on != tt.from || len(from) > 1 {
-				t.Errorf("taken off %v, want %q", from, tt.from)
+			if on := moves.Off[pooled[0]]; on != tt.from || len(moves.Off) > 1 {
+				t.Errorf("taken off %v, want %q", moves.Off, tt.from)
+			}
+			// eth0 carries it on a DHCP family: wherever the desired state
+			// puts it, it stays there, and says so.
+			stays := ""
+			if strings.Contains(tt.desired, "10.0.0.5") {
+				stays = "eth0"
+			}
+			if on := moves.Stays[pooled[0]]; on != stays || len(moves.Stays) > 1 {
+				t.Errorf("stays on %v, want %q", moves.Stays, stays)
 			}
 		})
 	}
@@ -202,14 +212,124 @@ interfaces:
   ipv6: {enabled: true, dhcp: false, autoconf: false, address: [{ip: "fd00::9", prefix-length: 64}]}
 `
 	ips := []netip.Addr{netip.MustParseAddr("10.0.0.5"), netip.MustParseAddr("fd00::5")}
-	got, from, err := OnlyWhereDesired([]byte(desired), []byte(current), ips)
+	got, moves, err := OnlyWhereDesired([]byte(desired), []byte(current), ips)
 	if err != nil {
 		t.Fatal(err)
 	}
 	if !sameYAML(t, got, []byte(want)) {
 		t.Errorf("desired =\n%s\nwant\n%s", got, want)
 	}
-	if len(from) != 2 || from[ips[0]] != "eth2" || from[ips[1]] != "eth2" {
+	if from := moves.Off; len(from) != 2 || from[ips[0]] != "eth2" || from[ips[1]] != "eth2" {
 		t.Errorf("taken off %v, want both from eth2", from)
+	}
+}
+
+// TestOnlyWhereDesiredIdentifiesInterfaces: an interface the desired
+// state names by profile name, MAC or PCI address is the interface it
+// identifies, not another one to take the address off; an OVS bridge is
+// not its same-name internal interface.
+func TestOnlyWhereDesiredIdentifiesInterfaces(t *testing.T) {
+	pooled := []netip.Addr{netip.MustParseAddr("10.0.0.5")}
+	current := `
+interfaces:
+- name: ens3
+  profile-name: mgmt
+  type: ethernet
+  state: up
+  mac-address: "52:54:00:AB:CD:03"
+  pci-address: "0000:07:00.0"
+  ipv4: {enabled: true, dhcp: false, address: [{ip: 10.0.0.5, prefix-length: 24}]}
+- name: br0
+  type: ovs-bridge
+  state: up
+  bridge: {port: [{name: br0}]}
+- name: br0
+  type: ovs-interface
+  state: up
+  ipv4: {enabled: true, dhcp: false, address: [{ip: 10.0.0.6, prefix-length: 24}, {ip: 192.0.2.1, prefix-length: 24}]}
+`
+	for _, tt := range []struct {
+		name, desired string
+		ips           []netip.Addr
+		want          string // "" for desired unchanged
+		from          string
+	}{
+		{
+			name:    "by MAC address, in other letters",
+			desired: `interfaces: [{name: lan, type: ethernet, identifier: mac-address, mac-address: "52:54:00:ab:cd:03", ipv4: {enabled: true, address: [{ip: 10.0.0.5, prefix-length: 24}]}}]` + "\n",
+			ips:     pooled,
+		},
+		{
+			name:    "by PCI address",
+			desired: `interfaces: [{name: lan, identifier: pci-address, pci-address: "0000:07:00.0", ipv4: {enabled: true, address: [{ip: 10.0.0.5, prefix-length: 24}]}}]` + "\n",
+			ips:     pooled,
+		},
+		{
+			name:    "by profile name",
+			desired: `interfaces: [{name: mgmt, ipv4: {enabled: true, address: [{ip: 10.0.0.5, prefix-length: 24}]}}]` + "\n",
+			ips:     pooled,
+		},
+		{
+			name:    "the MAC of another NIC: the address comes off ens3",
+			desired: `interfaces: [{name: lan, identifier: mac-address, mac-address: "52:54:00:ab:cd:04", ipv4: {enabled: true, address: [{ip: 10.0.0.5, prefix-length: 24}]}}]` + "\n",
+			ips:     pooled,
+			want: `interfaces:
+- {name: lan, identifier: mac-address, mac-address: "52:54:00:ab:cd:04", ipv4: {enabled: true, address: [{ip: 10.0.0.5, prefix-length: 24}]}}
+- {name: ens3, type: ethernet, state: up, ipv4: {enabled: true, dhcp: false, address: []}}
+`,
+			from: "ens3",
+		},
+		{
+			name: "off the internal interface of an OVS bridge the state names: its own entry, not the bridge's",
+			desired: `interfaces: [{name: br0, type: ovs-bridge, state: up, bridge: {port: [{name: br0}]}}, ` +
+				`{name: eth3, ipv4: {enabled: true, address: [{ip: 10.0.0.6, prefix-length: 24}]}}]` + "\n",
+			ips: []netip.Addr{netip.MustParseAddr("10.0.0.6")},
+			want: `interfaces:
+- {name: br0, type: ovs-bridge, state: up, bridge: {port: [{name: br0}]}}
+- {name: eth3, ipv4: {enabled: true, address: [{ip: 10.0.0.6, prefix-length: 24}]}}
+- {name: br0, type: ovs-interface, state: up, ipv4: {enabled: true, dhcp: false, address: [{ip: 192.0.2.1, prefix-length: 24}]}}
+`,
+			from: "br0",
+		},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			got, moves, err := OnlyWhereDesired([]byte(tt.desired), []byte(current), tt.ips)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if tt.want == "" && string(got) != tt.desired {
+				t.Errorf("a state that moves nothing was rewritten:\n%s", got)
+			}
+			if tt.want != "" && !sameYAML(t, got, []byte(tt.want)) {
+				t.Errorf("desired =\n%s\nwant\n%s", got, tt.want)
+			}
+			if on := moves.Off[tt.ips[0]]; on != tt.from || len(moves.Off) > 1 || len(moves.Stays) > 0 {
+				t.Errorf("taken off %v, stays %v; want off %q", moves.Off, moves.Stays, tt.from)
+			}
+		})
+	}
+}
+
+// TestOnlyWhereDesiredLearnedStays: an address on a DHCP or autoconf
+// family of another interface cannot be taken off alone; the desired
+// state is left as given and the address reported as staying there.
+func TestOnlyWhereDesiredLearnedStays(t *testing.T) {
+	current := `
+interfaces:
+- name: eth1
+  type: ethernet
+  ipv6: {enabled: true, dhcp: false, autoconf: true, address: [{ip: "fd00::5", prefix-length: 64}, {ip: "fd00::77", prefix-length: 64}]}
+`
+	desired := `interfaces: [{name: eth3, ipv6: {enabled: true, address: [{ip: "fd00::5", prefix-length: 64}]}}]` + "\n"
+	ip := netip.MustParseAddr("fd00::5")
+	got, moves, err := OnlyWhereDesired([]byte(desired), []byte(current), []netip.Addr{ip})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if string(got) != desired || len(moves.Off) > 0 {
+		t.Errorf("desired =\n%s\ntaken off %v; want it as given, nothing off", got, moves.Off)
+	}
+	if moves.Stays[ip] != "eth1" || len(moves.Stays) != 1 {
+		t.Errorf("stays %v, want fd00::5 on eth1", moves.Stays)
 	}
 }
