@@ -155,21 +155,22 @@ func namedBy(wanted []map[string]any, iface map[string]any) []int {
 // interface c of a current state: by its name, or its profile name (what
 // show prints as profile-name where it differs from the kernel's name),
 // or, for an entry that identifies its NIC by address (identifier:
-// mac-address or pci-address), by that address. An OVS bridge and an
+// mac-address or pci-address), by that address or its profile name
+// only: its name is then the profile's, whatever NIC has it as kernel
+// name. An OVS bridge and an
 // interface of another type are never the same, though they may share a
 // name (an OVS bridge and its internal interface).
 func sameInterface(d, c map[string]any) bool {
 	if dt, ct := str(d, "type"), str(c, "type"); dt != ct && dt != "" && ct != "" && (dt == "ovs-bridge" || ct == "ovs-bridge") {
 		return false
 	}
-	if name := str(d, "name"); name != "" && (name == str(c, "name") || name == str(c, "profile-name")) {
-		return true
-	}
+	name := str(d, "name")
 	switch id := str(d, "identifier"); id {
 	case "mac-address", "pci-address":
-		return str(d, id) != "" && strings.EqualFold(str(d, id), str(c, id))
+		// The name is the profile's, not the NIC's.
+		return (name != "" && name == str(c, "profile-name")) || (str(d, id) != "" && strings.EqualFold(str(d, id), str(c, id)))
 	}
-	return false
+	return name != "" && (name == str(c, "name") || name == str(c, "profile-name"))
 }
 
 // str is the string value of key in m, "" if it has none.

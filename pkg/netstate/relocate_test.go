@@ -280,6 +280,16 @@ interfaces:
 			from: "ens3",
 		},
 		{
+			name:    "by MAC address, named as another NIC: the name is the profile's, the address comes off ens3",
+			desired: `interfaces: [{name: ens3, identifier: mac-address, mac-address: "52:54:00:ab:cd:04", ipv4: {enabled: true, address: [{ip: 10.0.0.5, prefix-length: 24}]}}]` + "\n",
+			ips:     pooled,
+			want: `interfaces:
+- {name: ens3, identifier: mac-address, mac-address: "52:54:00:ab:cd:04", ipv4: {enabled: true, address: [{ip: 10.0.0.5, prefix-length: 24}]}}
+- {name: ens3, type: ethernet, state: up, ipv4: {enabled: true, dhcp: false, address: []}}
+`,
+			from: "ens3",
+		},
+		{
 			name: "off the internal interface of an OVS bridge the state names: its own entry, not the bridge's",
 			desired: `interfaces: [{name: br0, type: ovs-bridge, state: up, bridge: {port: [{name: br0}]}}, ` +
 				`{name: eth3, ipv4: {enabled: true, address: [{ip: 10.0.0.6, prefix-length: 24}]}}]` + "\n",
