@@ -8,8 +8,6 @@ import (
 	nmstatev1 "github.com/nmstate/kubernetes-nmstate/api/v1"
 	. "github.com/onsi/gomega"
 	"k8s.io/apimachinery/pkg/types"
-	"k8s.io/client-go/util/retry"
-	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	ippoolv1 "github.com/nmstate-ippool/nmstate-ippool/api/v1"
 	"github.com/nmstate-ippool/nmstate-ippool/test/envtest"
@@ -34,12 +32,8 @@ func TestTemplateMovesTheAddress(t *testing.T) {
 	n := u.Node("mv-1")
 	Expect(n.ConfiguredAll("eth2")).To(ConsistOf(address+"/24", "192.0.2.9/24"))
 
-	Expect(retry.RetryOnConflict(retry.DefaultRetry, func() error {
-		if err := k.Get(ctx, client.ObjectKeyFromObject(p), p); err != nil {
-			return err
-		}
+	Expect(envtest.Edit(ctx, k, p, func(p *ippoolv1.PooledNodeNetworkConfigurationPolicy) {
 		p.Spec.DesiredState = shared.NewState(envtest.AddressOn("eth3"))
-		return k.Update(ctx, p)
 	})).To(Succeed())
 	Eventually(func() []string { return n.ConfiguredAll("eth3") }).Should(ConsistOf(address + "/24"))
 	Expect(n.ConfiguredAll("eth2")).To(ConsistOf("192.0.2.9/24"), "the address is on two NICs, or eth2 lost its own")
@@ -70,12 +64,8 @@ func TestTemplateMoveOffLearnedFamily(t *testing.T) {
 	address := addressOf("mvl", "mvl-1")()
 	n := u.Node("mvl-1")
 
-	Expect(retry.RetryOnConflict(retry.DefaultRetry, func() error {
-		if err := k.Get(ctx, client.ObjectKeyFromObject(p), p); err != nil {
-			return err
-		}
+	Expect(envtest.Edit(ctx, k, p, func(p *ippoolv1.PooledNodeNetworkConfigurationPolicy) {
 		p.Spec.DesiredState = shared.NewState(envtest.AddressOn("eth3"))
-		return k.Update(ctx, p)
 	})).To(Succeed())
 	Eventually(func() []string { return n.ConfiguredAll("eth3") }).Should(ConsistOf(address + "/24"))
 	Eventually(status("mvl")).Should(Equal(done))

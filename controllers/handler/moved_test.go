@@ -6,9 +6,8 @@ import (
 	"testing"
 
 	"github.com/nmstate/kubernetes-nmstate/api/shared"
+	nmstatev1 "github.com/nmstate/kubernetes-nmstate/api/v1"
 	. "github.com/onsi/gomega"
-	"k8s.io/client-go/util/retry"
-	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	ippoolv1 "github.com/nmstate-ippool/nmstate-ippool/api/v1"
 	"github.com/nmstate-ippool/nmstate-ippool/test/envtest"
@@ -33,12 +32,8 @@ func TestAddressMovedToAnotherInterface(t *testing.T) {
 	Expect(address).To(HaveLen(1))
 	Expect(nd.ConfiguredAll("eth2")).To(ConsistOf(address[0]+"/24", "192.0.2.9/24"))
 
-	Expect(retry.RetryOnConflict(retry.DefaultRetry, func() error {
-		if err := k.Get(ctx, client.ObjectKeyFromObject(p), p); err != nil {
-			return err
-		}
+	Expect(envtest.Edit(ctx, k, p, func(p *nmstatev1.NodeNetworkConfigurationPolicy) {
 		p.Spec.DesiredState = shared.NewState(envtest.AddressOn("eth3"))
-		return k.Update(ctx, p)
 	})).To(Succeed())
 	Eventually(func(g Gomega) {
 		e, err := getEnactment(nd.Name, "moved")
@@ -70,12 +65,8 @@ func TestAddressOnLearnedFamilyReported(t *testing.T) {
 	Expect(address).To(HaveLen(1))
 	Expect(enactmentEvents(nd.Name, "learned")()).NotTo(ContainElement(HavePrefix(ippoolv1.ReasonAddressNotMoved)))
 
-	Expect(retry.RetryOnConflict(retry.DefaultRetry, func() error {
-		if err := k.Get(ctx, client.ObjectKeyFromObject(p), p); err != nil {
-			return err
-		}
+	Expect(envtest.Edit(ctx, k, p, func(p *nmstatev1.NodeNetworkConfigurationPolicy) {
 		p.Spec.DesiredState = shared.NewState(envtest.AddressOn("eth3"))
-		return k.Update(ctx, p)
 	})).To(Succeed())
 	Eventually(enactmentEvents(nd.Name, "learned")).Should(ContainElement(And(
 		HavePrefix(ippoolv1.ReasonAddressNotMoved+": "+address[0]+" is on node "+nd.Name+"'s interface eth2 too"),

@@ -210,3 +210,16 @@ func Every(t testing.TB, interval time.Duration, f func()) {
 	})
 	t.Cleanup(func() { close(done); wg.Wait() })
 }
+
+// Edit reads obj again, changes it with edit and updates it, reading and
+// changing it again on a conflict: an admin's edit of an object that
+// controllers write too.
+func Edit[T client.Object](ctx context.Context, c client.Client, obj T, edit func(T)) error {
+	return retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		if err := c.Get(ctx, client.ObjectKeyFromObject(obj), obj); err != nil {
+			return err
+		}
+		edit(obj)
+		return c.Update(ctx, obj)
+	})
+}
