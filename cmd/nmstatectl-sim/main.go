@@ -30,6 +30,11 @@
 //   - interfaces merge by name, key by key; state: absent removes one;
 //     routes through an interface that goes down or away leave the
 //     running routes;
+//   - an interface that is a port of a bond, a Linux bridge or an OVS
+//     bridge has no IP: a desired state that enables IP on one is
+//     refused, as nmstate refuses it, and one becoming a port loses its
+//     addresses (a VRF's ports and an OVS bridge's internal interfaces
+//     keep theirs);
 //   - routes.config entries are added to the config and the running
 //     routes (table 254 unless given); an entry with state: absent
 //     removes every route it matches from both;

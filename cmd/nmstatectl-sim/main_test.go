@@ -127,3 +127,51 @@ func TestPing(t *testing.T) {
 		t.Error("the gateway should not answer once eth0 is down")
 	}
 }
+
+// An interface made a port of a bond or a bridge has no IP: nmstate
+// refuses a desired state that enables it there, and takes off what it
+// had. A VRF's ports and an OVS bridge's internal interface keep theirs.
+func TestPortsHaveNoIP(t *testing.T) {
+	for _, tt := range []struct {
+		name, desired string
+		refused       bool
+		loses         bool   // eth1 loses its address
+		keeps         string // an interface that keeps its address
+	}{
+		{name: "IP on a bridge's port", refused: true,
+			desired: `{"interfaces":[{"name":"br0","type":"linux-bridge","bridge":{"port":[{"name":"eth1"}]}},{"name":"eth1","ipv4":{"enabled":true,"address":[{"ip":"10.0.0.5","prefix-length":24}]}}]}`},
+		{name: "IP on a bond's port named by controller", refused: true,
+			desired: `{"interfaces":[{"name":"bond0","type":"bond","link-aggregation":{"port":[]}},{"name":"eth1","controller":"bond0","ipv4":{"enabled":true}}]}`},
+		{name: "a port loses its address", loses: true,
+			desired: `{"interfaces":[{"name":"br0","type":"linux-bridge","bridge":{"port":[{"name":"eth1"}]}}]}`},
+		{name: "a VRF's port keeps it", keeps: "eth1",
+			desired: `{"interfaces":[{"name":"vrf0","type":"vrf","vrf":{"port":["eth1"],"route-table-id":100}}]}`},
+		{name: "an OVS bridge's internal interface keeps it", keeps: "ovs0",
+			desired: `{"interfaces":[{"name":"ovs0","type":"ovs-interface","ipv4":{"enabled":true,"address":[{"ip":"10.0.0.7","prefix-length":24}]}},` +
+				`{"name":"ovs0","type":"ovs-bridge","bridge":{"port":[{"name":"ovs0"},{"name":"eth2"}]}}]}`},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			s := newSim(t, `{"interfaces":[{"name":"eth1","type":"ethernet","state":"up","ipv4":{"enabled":true,"address":[{"ip":"10.0.0.5","prefix-length":24}]}}]}`)
+			run(t, s, "apply")
+			s.stdin = strings.NewReader(tt.desired)
+			var out bytes.Buffer
+			err := s.run([]string{"apply"}, &out)
+			if tt.refused {
+				if err == nil || !strings.Contains(err.Error(), "cannot have IP enabled") {
+					t.Fatalf("applied, or refused otherwise: %v", err)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			shown := run(t, s, "show")
+			if has := strings.Contains(shown, "10.0.0.5"); has == tt.loses {
+				t.Errorf("eth1 has its address: %v, want %v\n%s", has, !tt.loses, shown)
+			}
+			if tt.keeps == "ovs0" && !strings.Contains(shown, "10.0.0.7") {
+				t.Errorf("the internal interface lost its address:\n%s", shown)
+			}
+		})
+	}
+}

@@ -20,6 +20,9 @@ func merge(state, desired map[string]any) (map[string]any, error) {
 			if err != nil {
 				return nil, err
 			}
+			if err := portsWithoutIP(ifaces, v); err != nil {
+				return nil, err
+			}
 			out[k] = ifaces
 		case "routes":
 			routes, err := mergeRoutes(asMap(state["routes"]), v)
@@ -177,4 +180,83 @@ func indexOf(ifaces []any, name string) int {
 		}
 	}
 	return -1
+}
+
+// portsWithoutIP refuses, as nmstate does, a desired state that enables
+// IP on an interface the merged interfaces make a port of a bond, a
+// Linux bridge or an OVS bridge, and disables IP on every such port (an
+// interface becoming one loses its addresses). A VRF's ports, and an OVS
+// bridge's internal interfaces, keep theirs.
+func portsWithoutIP(merged []any, desired any) error {
+	kind := map[string]string{} // controller: its type
+	internal := map[string]bool{}
+	for _, x := range merged {
+		m := asMap(x)
+		name, _ := m["name"].(string)
+		switch t, _ := m["type"].(string); t {
+		case "bond", "linux-bridge", "ovs-bridge", "vrf":
+			kind[name] = t
+		case "ovs-interface":
+			internal[name] = true
+		}
+	}
+	ports := map[string]string{} // port: its controller
+	for _, x := range merged {
+		m := asMap(x)
+		name, _ := m["name"].(string)
+		for _, p := range portNames(m) {
+			ports[p] = name
+		}
+		if c, _ := m["controller"].(string); c != "" {
+			ports[name] = c
+		}
+	}
+	for port, controller := range ports {
+		if t := kind[controller]; port == controller || internal[port] || (t != "bond" && t != "linux-bridge" && t != "ovs-bridge") {
+			delete(ports, port)
+		}
+	}
+	want, _ := desired.([]any)
+	for _, x := range want {
+		d := asMap(x)
+		name, _ := d["name"].(string)
+		if _, port := ports[name]; !port || d["state"] == "absent" {
+			continue
+		}
+		for _, fam := range []string{"ipv4", "ipv6"} {
+			if asMap(d[fam])["enabled"] == true {
+				return fmt.Errorf("InvalidArgument: Interface %s cannot have IP enabled as it is attached to controller %s, where IP is not allowed", name, ports[name])
+			}
+		}
+	}
+	for i, x := range merged {
+		m := asMap(x)
+		name, _ := m["name"].(string)
+		if _, port := ports[name]; port && kind[name] != "ovs-bridge" {
+			m = maps.Clone(m)
+			m["ipv4"] = map[string]any{"enabled": false}
+			m["ipv6"] = map[string]any{"enabled": false}
+			merged[i] = m
+		}
+	}
+	return nil
+}
+
+// portNames lists the ports of a bond, a bridge or a VRF.
+func portNames(iface map[string]any) []string {
+	var out []string
+	for _, path := range [][2]string{{"link-aggregation", "port"}, {"bridge", "port"}, {"vrf", "port"}} {
+		list, _ := asMap(iface[path[0]])[path[1]].([]any)
+		for _, p := range list {
+			switch p := p.(type) {
+			case string:
+				out = append(out, p)
+			case map[string]any:
+				if n, _ := p["name"].(string); n != "" {
+					out = append(out, n)
+				}
+			}
+		}
+	}
+	return out
 }

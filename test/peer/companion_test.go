@@ -212,6 +212,41 @@ var _ = Describe("Companion mode: pooled policies beside kubernetes-nmstate's ha
 		Eventually(func() ([]string, error) { return envtest.PoolAddresses(ctx, kc, pool) }).ShouldNot(ContainElement(old))
 	})
 
+	It("moves a node's address with its template: kubernetes-nmstate's handler takes it off the old NIC as it puts it on the new one", func() {
+		on := func(node, iface string) []string {
+			return envtest.NewNode(node, filepath.Join(cdir, "nodes"), filepath.Join(bin, "nmstatectl-sim")).ConfiguredAll(iface)
+		}
+		move := func(from, to string) {
+			GinkgoHelper()
+			By("moving the template's address from " + from + " to " + to)
+			Expect(envtest.Edit(ctx, kc, pooled, func(p *ippoolv1.PooledNodeNetworkConfigurationPolicy) {
+				p.Spec.DesiredState = shared.NewState(strings.Replace(companionState, "name: eth1", "name: "+to, 1))
+			})).To(Succeed())
+			selected := []string{"node01", "node04"}
+			for _, node := range selected {
+				ip := recordOf(node)
+				Eventually(func() []string { return on(node, to) }).Should(ConsistOf(ip+"/24"), node)
+				Expect(on(node, from)).To(BeEmpty(), "%s carries %s on two NICs", node, ip)
+			}
+			Eventually(func(g Gomega) {
+				g.Expect(statusOf()).To(Equal("Available SuccessfullyConfigured: 2/2 nodes successfully configured"))
+				for _, node := range selected {
+					var p nmstatev1.NodeNetworkConfigurationPolicy
+					g.Expect(kc.Get(ctx, types.NamespacedName{Name: ippoolv1.NodePolicyName(name, node)}, &p)).To(Succeed())
+					g.Expect(string(p.Spec.DesiredState.Raw)).NotTo(ContainSubstring("name: "+from), "%s's policy kept the take-off", node)
+					g.Expect(on(node, to)).To(ConsistOf(recordOf(node)+"/24"), node)
+					g.Expect(on(node, from)).To(BeEmpty(), node)
+				}
+			}).Should(Succeed())
+		}
+		before := map[string]string{"node01": recordOf("node01"), "node04": recordOf("node04")}
+		move("eth1", "eth3")
+		move("eth3", "eth1")
+		Expect(map[string]string{"node01": recordOf("node01"), "node04": recordOf("node04")}).To(Equal(before), "a move renumbers nothing")
+		out, err := plugin("check")
+		Expect(err).NotTo(HaveOccurred(), out)
+	})
+
 	It("writes the pool's gateway in, honours reservations, and waits on an exhausted pool until it grows", func() {
 		spec := ippoolv1.NodeIPPoolSpec{Range: ippoolv1.IPRange{CIDR: "10.73.0.0/24", Start: "10.73.0.10", End: "10.73.0.10"},
 			Gateway: "10.73.0.1", Reservations: []ippoolv1.Reservation{{IP: "10.73.0.10", Node: "node04"}}}
