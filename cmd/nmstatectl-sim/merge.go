@@ -188,34 +188,7 @@ func indexOf(ifaces []any, name string) int {
 // interface becoming one loses its addresses). A VRF's ports, and an OVS
 // bridge's internal interfaces, keep theirs.
 func portsWithoutIP(merged []any, desired any) error {
-	kind := map[string]string{} // controller: its type
-	internal := map[string]bool{}
-	for _, x := range merged {
-		m := asMap(x)
-		name, _ := m["name"].(string)
-		switch t, _ := m["type"].(string); t {
-		case "bond", "linux-bridge", "ovs-bridge", "vrf":
-			kind[name] = t
-		case "ovs-interface":
-			internal[name] = true
-		}
-	}
-	ports := map[string]string{} // port: its controller
-	for _, x := range merged {
-		m := asMap(x)
-		name, _ := m["name"].(string)
-		for _, p := range portNames(m) {
-			ports[p] = name
-		}
-		if c, _ := m["controller"].(string); c != "" {
-			ports[name] = c
-		}
-	}
-	for port, controller := range ports {
-		if t := kind[controller]; port == controller || internal[port] || (t != "bond" && t != "linux-bridge" && t != "ovs-bridge") {
-			delete(ports, port)
-		}
-	}
+	ports, kind := portsIn(merged)
 	want, _ := desired.([]any)
 	for _, x := range want {
 		d := asMap(x)
@@ -240,6 +213,41 @@ func portsWithoutIP(merged []any, desired any) error {
 		}
 	}
 	return nil
+}
+
+// portsIn maps each interface of merged that is a port of a bond, a
+// Linux bridge or an OVS bridge (not an OVS internal interface) to its
+// controller, and each controller to its type.
+func portsIn(merged []any) (ports, kind map[string]string) {
+	kind = map[string]string{}
+	internal := map[string]bool{}
+	for _, x := range merged {
+		m := asMap(x)
+		name, _ := m["name"].(string)
+		switch t, _ := m["type"].(string); t {
+		case "bond", "linux-bridge", "ovs-bridge", "vrf":
+			kind[name] = t
+		case "ovs-interface":
+			internal[name] = true
+		}
+	}
+	ports = map[string]string{}
+	for _, x := range merged {
+		m := asMap(x)
+		name, _ := m["name"].(string)
+		for _, p := range portNames(m) {
+			ports[p] = name
+		}
+		if c, _ := m["controller"].(string); c != "" {
+			ports[name] = c
+		}
+	}
+	for port, controller := range ports {
+		if t := kind[controller]; port == controller || internal[port] || (t != "bond" && t != "linux-bridge" && t != "ovs-bridge") {
+			delete(ports, port)
+		}
+	}
+	return ports, kind
 }
 
 // portNames lists the ports of a bond, a bridge or a VRF.
