@@ -2,7 +2,6 @@ package e2e
 
 import (
 	"fmt"
-	"os"
 	"path/filepath"
 	"slices"
 
@@ -142,49 +141,31 @@ func enactmentsOf(policy string) int {
 }
 
 // saveNodeNetworks returns a function that puts the nodes' simulated
-// networks back as they are now: the examples leave bonds, bridges and
-// static eth0 addresses behind, as they would on real nodes. A node that
-// was never applied to has no state file yet (the simulator starts it
-// from its defaults), so files that appear meanwhile are removed, and so
-// are checkpoints.
+// networks back as they are now (envtest.SaveNetworks).
 func saveNodeNetworks() func() {
 	GinkgoHelper()
-	nodes := filepath.Join(dir, "nodes")
-	stateFiles := func() []string {
-		GinkgoHelper()
-		files, err := filepath.Glob(filepath.Join(nodes, "*.yaml"))
-		Expect(err).NotTo(HaveOccurred())
-		checkpoints, err := filepath.Glob(filepath.Join(nodes, "*.yaml.checkpoint"))
-		Expect(err).NotTo(HaveOccurred())
-		return append(files, checkpoints...)
-	}
-	saved := map[string][]byte{}
-	for _, f := range stateFiles() {
-		raw, err := os.ReadFile(f)
-		Expect(err).NotTo(HaveOccurred())
-		saved[f] = raw
-	}
+	restore, err := envtest.SaveNetworks(filepath.Join(dir, "nodes"))
+	Expect(err).NotTo(HaveOccurred())
 	return func() {
-		for _, f := range stateFiles() {
-			if _, ok := saved[f]; !ok {
-				Expect(os.Remove(f)).To(Succeed())
-			}
-		}
-		for f, raw := range saved {
-			Expect(os.WriteFile(f, raw, 0o600)).To(Succeed())
-		}
+		GinkgoHelper()
+		Expect(restore()).To(Succeed())
 	}
 }
 
 var _ = Describe("kubernetes-nmstate's documented kinds of policies", func() {
 	It("apply unchanged, each on its own and each beside an ippool capture", func() {
-		DeferCleanup(saveNodeNetworks())
+		// Each example starts from the nodes' networks as they are now:
+		// one leaves a bond whose ports another gives addresses to, which
+		// nmstate refuses.
+		fresh := saveNodeNetworks()
+		DeferCleanup(fresh)
 		createPool("examples", ippoolv1.IPRange{CIDR: "10.199.0.0/24"})
 		Eventually(poolAvailable("examples")).Should(Equal("True ReconciledPool"))
 		for _, u := range examplePolicies() {
 			By("applying " + u.GetName() + " (" + u.GetAPIVersion() + ")")
 			applyExample(u.DeepCopy())
 			removeExample(u)
+			fresh()
 
 			pooled := withPool(u, "examples")
 			By("applying " + pooled.GetName())
@@ -199,6 +180,7 @@ var _ = Describe("kubernetes-nmstate's documented kinds of policies", func() {
 			slices.Sort(addresses)
 			Expect(slices.Compact(slices.Clone(addresses))).To(Equal(addresses), "every node has its own address")
 			removeExample(pooled)
+			fresh()
 		}
 	})
 })

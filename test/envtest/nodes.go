@@ -380,3 +380,51 @@ func PeerHandler() (string, error) {
 	}
 	return path, nil
 }
+
+// SaveNetworks returns a function that puts the simulated networks of the
+// nodes whose state files are in dir back as they are now, as often as it
+// is called: policies leave bonds, bridges and static addresses behind,
+// as they would on real nodes, and nmstate refuses some states on what
+// others left (an address on a port of a bond another left). A node that
+// was never applied to has no state file yet (the simulator starts it
+// from its defaults), so files that appear meanwhile are removed, and so
+// are checkpoints.
+func SaveNetworks(dir string) (restore func() error, err error) {
+	files := func() ([]string, error) {
+		states, err := filepath.Glob(filepath.Join(dir, "*.yaml"))
+		if err != nil {
+			return nil, err
+		}
+		checkpoints, err := filepath.Glob(filepath.Join(dir, "*.yaml.checkpoint"))
+		return append(states, checkpoints...), err
+	}
+	now, err := files()
+	if err != nil {
+		return nil, err
+	}
+	saved := map[string][]byte{}
+	for _, f := range now {
+		if saved[f], err = os.ReadFile(f); err != nil {
+			return nil, err
+		}
+	}
+	return func() error {
+		later, err := files()
+		if err != nil {
+			return err
+		}
+		for _, f := range later {
+			if _, ok := saved[f]; !ok {
+				if err := os.Remove(f); err != nil {
+					return err
+				}
+			}
+		}
+		for f, raw := range saved {
+			if err := os.WriteFile(f, raw, 0o600); err != nil {
+				return err
+			}
+		}
+		return nil
+	}, nil
+}

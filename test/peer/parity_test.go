@@ -33,6 +33,9 @@ type side struct {
 	dir     string
 	k       client.Client
 	cfg     *rest.Config
+	// fresh puts the nodes' networks back as they were once the side
+	// started (envtest.SaveNetworks).
+	fresh func() error
 }
 
 // startSide starts a local cluster of two nodes run by handler.
@@ -56,6 +59,8 @@ func startSide(handler string) *side {
 		Eventually(func() error { return s.k.Get(ctx, client.ObjectKey{Name: node}, &nncev1beta1.NodeNetworkState{}) }).
 			Should(Succeed(), "the NodeNetworkState of %s on %s", node, handler)
 	}
+	s.fresh, err = envtest.SaveNetworks(filepath.Join(s.dir, "nodes"))
+	Expect(err).NotTo(HaveOccurred())
 	return s
 }
 
@@ -322,6 +327,10 @@ var _ = Describe("What an admin sees, from kubernetes-nmstate's handler and from
 				err := s.k.List(ctx, &list, client.MatchingLabels{shared.EnactmentPolicyLabel: u.GetName()})
 				return list.Items, err
 			}).Should(BeEmpty())
+			// The next policy starts from the nodes as they were: one
+			// leaves a bond whose ports another gives addresses to, which
+			// nmstate refuses.
+			Expect(s.fresh()).To(Succeed())
 		}
 	}
 
