@@ -52,9 +52,14 @@ func OnlyWhereDesired(desired, current []byte, ips []netip.Addr) ([]byte, Moves,
 	placed, ports := placements(wanted), portsOf(want, have)
 	moves := Moves{Off: map[netip.Addr]string{}, Stays: map[netip.Addr]string{}}
 	entries := asList(want["interfaces"])
+	kernel := map[string]bool{}
 	for _, iface := range have.interfaces() {
-		named := namedBy(wanted, iface)
-		if slices.ContainsFunc(named, func(i int) bool { return ports[str(wanted[i], "name")] }) || ports[str(iface, "name")] {
+		kernel[str(iface, "name")] = true
+	}
+	for _, iface := range have.interfaces() {
+		named := namedBy(wanted, iface, kernel)
+		if slices.ContainsFunc(named, func(i int) bool { return ports[str(wanted[i], "name")] }) ||
+			ports[str(iface, "name")] || ports[str(iface, "profile-name")] {
 			continue // a port of a controller has no address of its own
 		}
 		var drop []netip.Addr
@@ -140,11 +145,12 @@ func noteStays(iface map[string]any, fam string, drop []netip.Addr, moves Moves)
 }
 
 // namedBy returns the indexes of the entries of a desired state that name
-// the interface iface of a current state (sameInterface).
-func namedBy(wanted []map[string]any, iface map[string]any) []int {
+// the interface iface of a current state (sameInterface); kernel holds
+// the current state's interface names.
+func namedBy(wanted []map[string]any, iface map[string]any, kernel map[string]bool) []int {
 	var out []int
 	for i, d := range wanted {
-		if sameInterface(d, iface) {
+		if sameInterface(d, iface, kernel) {
 			out = append(out, i)
 		}
 	}
@@ -152,25 +158,31 @@ func namedBy(wanted []map[string]any, iface map[string]any) []int {
 }
 
 // sameInterface reports whether the entry d of a desired state names the
-// interface c of a current state: by its name, or its profile name (what
-// show prints as profile-name where it differs from the kernel's name),
-// or, for an entry that identifies its NIC by address (identifier:
-// mac-address or pci-address), by that address or its profile name
-// only: its name is then the profile's, whatever NIC has it as kernel
-// name. An OVS bridge and an
-// interface of another type are never the same, though they may share a
-// name (an OVS bridge and its internal interface).
-func sameInterface(d, c map[string]any) bool {
+// interface c of a current state, whose interface names are kernel: by
+// its name, or by its profile name (what show prints as profile-name
+// where it differs from the kernel's name) when no interface has that
+// name. An entry that identifies its NIC by address (identifier:
+// mac-address or pci-address) names the NIC of that address, of its
+// type (ethernet unless it gives one: not the VLANs, bonds or bridges
+// that carry the NIC's MAC too), or the interface of its profile name:
+// its name is the profile's, whatever NIC has it as kernel name. An OVS
+// bridge and an interface of another type are never the same, though
+// they may share a name (an OVS bridge and its internal interface).
+func sameInterface(d, c map[string]any, kernel map[string]bool) bool {
 	if dt, ct := str(d, "type"), str(c, "type"); dt != ct && dt != "" && ct != "" && (dt == "ovs-bridge" || ct == "ovs-bridge") {
 		return false
 	}
 	name := str(d, "name")
+	byProfile := name != "" && name == str(c, "profile-name")
 	switch id := str(d, "identifier"); id {
 	case "mac-address", "pci-address":
-		// The name is the profile's, not the NIC's.
-		return (name != "" && name == str(c, "profile-name")) || (str(d, id) != "" && strings.EqualFold(str(d, id), str(c, id)))
+		typ := str(d, "type")
+		if typ == "" {
+			typ = "ethernet"
+		}
+		return byProfile || (str(d, id) != "" && strings.EqualFold(str(d, id), str(c, id)) && str(c, "type") == typ)
 	}
-	return name != "" && (name == str(c, "name") || name == str(c, "profile-name"))
+	return name != "" && (name == str(c, "name") || (byProfile && !kernel[name]))
 }
 
 // str is the string value of key in m, "" if it has none.

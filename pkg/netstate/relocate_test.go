@@ -343,3 +343,67 @@ interfaces:
 		t.Errorf("stays %v, want fd00::5 on eth1", moves.Stays)
 	}
 }
+
+// TestOnlyWhereDesiredSharedNames: a MAC names the NIC, not the VLAN on
+// it that carries the same MAC; a profile name does not shadow the
+// interface whose kernel name it is; a port named by its profile name is
+// a port.
+func TestOnlyWhereDesiredSharedNames(t *testing.T) {
+	ip := netip.MustParseAddr("10.0.0.5")
+	for _, tt := range []struct {
+		name, current, desired string
+		want                   string // "" for desired unchanged
+		from                   string
+	}{
+		{
+			name: "onto a NIC by MAC, off the VLAN on it with the same MAC",
+			current: `interfaces:
+- {name: ens3, type: ethernet, state: up, mac-address: "52:54:00:AB:CD:03"}
+- {name: ens3.100, type: vlan, state: up, mac-address: "52:54:00:AB:CD:03", vlan: {base-iface: ens3, id: 100}, ipv4: {enabled: true, dhcp: false, address: [{ip: 10.0.0.5, prefix-length: 24}]}}
+`,
+			desired: `interfaces: [{name: lan, identifier: mac-address, mac-address: "52:54:00:ab:cd:03", ipv4: {enabled: true, address: [{ip: 10.0.0.5, prefix-length: 24}]}}, ` +
+				`{name: ens3.100, type: vlan, vlan: {base-iface: lan, id: 100}}]` + "\n",
+			want: `interfaces:
+- {name: lan, identifier: mac-address, mac-address: "52:54:00:ab:cd:03", ipv4: {enabled: true, address: [{ip: 10.0.0.5, prefix-length: 24}]}}
+- {name: ens3.100, type: vlan, vlan: {base-iface: lan, id: 100}, ipv4: {enabled: true, dhcp: false, address: []}}
+`,
+			from: "ens3.100",
+		},
+		{
+			name: "onto eth1 by name, off eth3 whose profile is called eth1",
+			current: `interfaces:
+- {name: eth1, type: ethernet, state: up}
+- {name: eth3, profile-name: eth1, type: ethernet, state: up, ipv4: {enabled: true, dhcp: false, address: [{ip: 10.0.0.5, prefix-length: 24}]}}
+`,
+			desired: `interfaces: [{name: eth1, ipv4: {enabled: true, address: [{ip: 10.0.0.5, prefix-length: 24}]}}]` + "\n",
+			want: `interfaces:
+- {name: eth1, ipv4: {enabled: true, address: [{ip: 10.0.0.5, prefix-length: 24}]}}
+- {name: eth3, type: ethernet, state: up, ipv4: {enabled: true, dhcp: false, address: []}}
+`,
+			from: "eth3",
+		},
+		{
+			name: "onto a bond whose port is named by its profile: the port's addresses are nmstate's to take off",
+			current: `interfaces:
+- {name: eth3, profile-name: port1, type: ethernet, state: up, ipv4: {enabled: true, dhcp: false, address: [{ip: 10.0.0.5, prefix-length: 24}]}}
+`,
+			desired: `interfaces: [{name: bond0, type: bond, link-aggregation: {mode: active-backup, port: [port1]}, ipv4: {enabled: true, address: [{ip: 10.0.0.5, prefix-length: 24}]}}]` + "\n",
+		},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			got, moves, err := OnlyWhereDesired([]byte(tt.desired), []byte(tt.current), []netip.Addr{ip})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if tt.want == "" && string(got) != tt.desired {
+				t.Errorf("a state that moves nothing was rewritten:\n%s", got)
+			}
+			if tt.want != "" && !sameYAML(t, got, []byte(tt.want)) {
+				t.Errorf("desired =\n%s\nwant\n%s", got, tt.want)
+			}
+			if on := moves.Off[ip]; on != tt.from || len(moves.Off) > 1 {
+				t.Errorf("taken off %v, want %q", moves.Off, tt.from)
+			}
+		})
+	}
+}
