@@ -146,6 +146,12 @@ func TestPortsHaveNoIP(t *testing.T) {
 			desired: `{"interfaces":[{"name":"br0","type":"linux-bridge","bridge":{"port":[{"name":"eth1"}]}}]}`},
 		{name: "a VRF's port keeps it", keeps: "eth1",
 			desired: `{"interfaces":[{"name":"vrf0","type":"vrf","vrf":{"port":["eth1"],"route-table-id":100}}]}`},
+		{name: "IP on an OVS bridge's port, the bridge listed before its internal interface", refused: true,
+			desired: `{"interfaces":[{"name":"ovs0","type":"ovs-bridge","bridge":{"port":[{"name":"ovs0"},{"name":"eth1"}]}},` +
+				`{"name":"ovs0","type":"ovs-interface"},{"name":"eth1","ipv4":{"enabled":true}}]}`},
+		{name: "an interface a bond no longer lists is no port",
+			desired: `{"interfaces":[{"name":"bond0","type":"bond","link-aggregation":{"port":[]}},{"name":"eth1","controller":"bond0","ipv4":{"enabled":false}}]}` +
+				"\n" + `{"interfaces":[{"name":"eth1","ipv4":{"enabled":true,"address":[{"ip":"10.0.0.5","prefix-length":24}]}}]}`},
 		{name: "an OVS bridge's internal interface keeps it", keeps: "ovs0",
 			desired: `{"interfaces":[{"name":"ovs0","type":"ovs-interface","ipv4":{"enabled":true,"address":[{"ip":"10.0.0.7","prefix-length":24}]}},` +
 				`{"name":"ovs0","type":"ovs-bridge","bridge":{"port":[{"name":"ovs0"},{"name":"eth2"}]}}]}`},
@@ -153,7 +159,12 @@ func TestPortsHaveNoIP(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			s := newSim(t, `{"interfaces":[{"name":"eth1","type":"ethernet","state":"up","ipv4":{"enabled":true,"address":[{"ip":"10.0.0.5","prefix-length":24}]}}]}`)
 			run(t, s, "apply")
-			s.stdin = strings.NewReader(tt.desired)
+			steps := strings.Split(tt.desired, "\n") // applied in turn
+			for _, step := range steps[:len(steps)-1] {
+				s.stdin = strings.NewReader(step)
+				run(t, s, "apply")
+			}
+			s.stdin = strings.NewReader(steps[len(steps)-1])
 			var out bytes.Buffer
 			err := s.run([]string{"apply"}, &out)
 			if tt.refused {

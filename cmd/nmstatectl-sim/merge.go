@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"maps"
 	"slices"
+	"strings"
 )
 
 // merge applies desired to state (see the command's doc).
@@ -188,8 +189,8 @@ func indexOf(ifaces []any, name string) int {
 // interface becoming one loses its addresses). A VRF's ports, and an OVS
 // bridge's internal interfaces, keep theirs.
 func portsWithoutIP(merged []any, desired any) error {
-	ports, kind := portsIn(merged)
 	want, _ := desired.([]any)
+	ports := portsIn(merged, want)
 	for _, x := range want {
 		d := asMap(x)
 		name, _ := d["name"].(string)
@@ -205,7 +206,7 @@ func portsWithoutIP(merged []any, desired any) error {
 	for i, x := range merged {
 		m := asMap(x)
 		name, _ := m["name"].(string)
-		if _, port := ports[name]; port && kind[name] != "ovs-bridge" {
+		if _, port := ports[name]; port {
 			m = maps.Clone(m)
 			m["ipv4"] = map[string]any{"enabled": false}
 			m["ipv6"] = map[string]any{"enabled": false}
@@ -217,28 +218,39 @@ func portsWithoutIP(merged []any, desired any) error {
 
 // portsIn maps each interface of merged that is a port of a bond, a
 // Linux bridge or an OVS bridge (not an OVS internal interface) to its
-// controller, and each controller to its type.
-func portsIn(merged []any) (ports, kind map[string]string) {
-	kind = map[string]string{}
+// controller: in the controller's port list, or given by the port's
+// controller key in want (the state shown does not keep that key). The
+// simulator merges interfaces by name, so an OVS bridge and its
+// same-name internal interface are one entry: a controller's kind is
+// read from its port list's section, not from its type.
+func portsIn(merged, want []any) map[string]string {
+	kind := map[string]string{}
 	internal := map[string]bool{}
+	ports := map[string]string{} // port: its controller
 	for _, x := range merged {
 		m := asMap(x)
 		name, _ := m["name"].(string)
-		switch t, _ := m["type"].(string); t {
-		case "bond", "linux-bridge", "ovs-bridge", "vrf":
-			kind[name] = t
-		case "ovs-interface":
+		t, _ := m["type"].(string)
+		if t == "ovs-interface" {
 			internal[name] = true
 		}
-	}
-	ports = map[string]string{}
-	for _, x := range merged {
-		m := asMap(x)
-		name, _ := m["name"].(string)
+		for section, k := range map[string]string{"link-aggregation": "bond", "bridge": "linux-bridge", "vrf": "vrf"} {
+			if _, ok := m[section]; !ok {
+				continue
+			}
+			if section == "bridge" && strings.HasPrefix(t, "ovs-") {
+				k = "ovs-bridge"
+			}
+			kind[name] = k
+		}
 		for _, p := range portNames(m) {
 			ports[p] = name
 		}
+	}
+	for _, x := range want {
+		m := asMap(x)
 		if c, _ := m["controller"].(string); c != "" {
+			name, _ := m["name"].(string)
 			ports[name] = c
 		}
 	}
@@ -247,7 +259,7 @@ func portsIn(merged []any) (ports, kind map[string]string) {
 			delete(ports, port)
 		}
 	}
-	return ports, kind
+	return ports
 }
 
 // portNames lists the ports of a bond, a bridge or a VRF.
