@@ -180,6 +180,18 @@ var _ = Describe("kubernetes-nmstate's documented kinds of policies", func() {
 			slices.Sort(addresses)
 			Expect(slices.Compact(slices.Clone(addresses))).To(Equal(addresses), "every node has its own address")
 			removeExample(pooled)
+			// The handler takes the released addresses off once the
+			// enactments are gone (an apply of its own): the networks are
+			// put back once that is done, not under it.
+			Eventually(func(g Gomega) {
+				for _, node := range nodes {
+					g.Expect(configured(node, "ippool0")).To(BeEmpty(), node)
+				}
+				g.Expect(envtest.PoolAddresses(ctx, k, "examples")).To(BeEmpty())
+				checkpoints, err := filepath.Glob(filepath.Join(dir, "nodes", "*.checkpoint"))
+				g.Expect(err).NotTo(HaveOccurred())
+				g.Expect(checkpoints).To(BeEmpty())
+			}).Should(Succeed(), "the addresses of %s taken off", pooled.GetName())
 			fresh()
 		}
 	})
