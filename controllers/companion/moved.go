@@ -144,17 +144,9 @@ func (r *Reconciler) reportRender(ctx context.Context, w *world, node string, pr
 		for _, ip := range slices.SortedFunc(maps.Keys(v.moves.Stays), netip.Addr.Compare) {
 			r.Recorder.Eventf(w.policy, nil, corev1.EventTypeWarning, ippoolv1.ReasonAddressNotMoved, "Render",
 				"%s is on node %s's interface %s too, which the template does not put it on; it cannot be taken off, because that interface's %s is configured by DHCP or autoconf: take it off by hand (one address, one NIC)",
-				ip, node, v.moves.Stays[ip], family(ip))
+				ip, node, v.moves.Stays[ip], netstate.Family(ip))
 		}
 	}
-}
-
-// family is the nmstate key of ip's address family.
-func family(ip netip.Addr) string {
-	if ip.Is4() {
-		return "ipv4"
-	}
-	return "ipv6"
 }
 
 // settled returns the state node's policy should have now of its last

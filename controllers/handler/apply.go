@@ -78,16 +78,8 @@ func (r *Reconciler) reportMoves(ctx context.Context, e *nncev1beta1.NodeNetwork
 	for _, ip := range slices.SortedFunc(maps.Keys(moves.Stays), netip.Addr.Compare) {
 		r.Recorder.Eventf(e, nil, corev1.EventTypeWarning, ippoolv1.ReasonAddressNotMoved, "Apply",
 			"%s is on node %s's interface %s too, which the policy no longer puts it on; it could not be taken off, because that interface's %s is configured by DHCP or autoconf: take it off by hand (one address, one NIC)",
-			ip, r.NodeName, moves.Stays[ip], family(ip))
+			ip, r.NodeName, moves.Stays[ip], netstate.Family(ip))
 	}
-}
-
-// family is the nmstate key of ip's address family.
-func family(ip netip.Addr) string {
-	if ip.Is4() {
-		return "ipv4"
-	}
-	return "ipv6"
 }
 
 func addressStates(addresses map[string]capture.Address) map[string][]byte {

@@ -134,6 +134,14 @@ func offInterface(iface, entry map[string]any, drop []netip.Addr, moves Moves) m
 	return entry
 }
 
+// Family is the nmstate key of ip's address family: ipv4 or ipv6.
+func Family(ip netip.Addr) string {
+	if ip.Is4() {
+		return families[0]
+	}
+	return families[1]
+}
+
 // noteStays notes in moves.Stays each address of drop on the family fam
 // of iface, which nmstate configures by DHCP or autoconf.
 func noteStays(iface map[string]any, fam string, drop []netip.Addr, moves Moves) {
