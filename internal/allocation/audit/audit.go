@@ -12,6 +12,7 @@ package audit
 
 import (
 	"context"
+	"maps"
 	"net/netip"
 	"slices"
 	"time"
@@ -121,6 +122,20 @@ type notesKey struct{}
 // changes from notes, which the write's mutation may still fill.
 func WithNotes(ctx context.Context, notes Notes) context.Context {
 	return context.WithValue(ctx, notesKey{}, notes)
+}
+
+// AddNotes returns ctx with notes added to those it has (WithNotes), as
+// they are now: a note of notes wins over one of ctx for the same
+// address.
+func AddNotes(ctx context.Context, notes Notes) context.Context {
+	if len(notes) == 0 {
+		return ctx
+	}
+	had, _ := ctx.Value(notesKey{}).(Notes)
+	all := make(Notes, len(had)+len(notes))
+	maps.Copy(all, had)
+	maps.Copy(all, notes)
+	return WithNotes(ctx, all)
 }
 
 // Set notes why the address ip (as a string; an unparsable one is

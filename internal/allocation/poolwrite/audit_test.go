@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"net/netip"
+	"slices"
 	"sync"
 	"testing"
 
@@ -26,18 +27,8 @@ import (
 func TestEveryWriteIsAudited(t *testing.T) {
 	RegisterTestingT(t)
 	newPool("audited", "10.83.0.0/24")
-	var (
-		mu  sync.Mutex
-		got []string
-	)
 	w := poolwrite.NewWriter(k, k, clock.RealClock{})
-	w.Audit = func(_ context.Context, changes []audit.Change) {
-		mu.Lock()
-		defer mu.Unlock()
-		for _, c := range changes {
-			got = append(got, fmt.Sprintf("%s %s %s %s", c.Event, c.Address, c.Holder, c.Reason))
-		}
-	}
+	trail := auditTrail(w, func(c audit.Change) string { return fmt.Sprintf("%s %s %s %s", c.Event, c.Address, c.Holder, c.Reason) })
 	claim := holder.ForClaim("tenant", "m1").String()
 	take := func(ip, who, token string) {
 		_, err := w.Update(ctx, "audited", func(p *ippoolv1.NodeIPPool, alloc *ippool.Allocator) (bool, error) {
@@ -61,11 +52,32 @@ func TestEveryWriteIsAudited(t *testing.T) {
 		ippoolv1.EnactmentIPPools{"audited": {Allocated: []string{"10.83.0.1"}}})
 	Expect(err).NotTo(HaveOccurred())
 
-	Expect(got).To(Equal([]string{
+	Expect(trail()).To(Equal([]string{
 		"taken 10.83.0.1 IPAddressClaim/tenant/m1 ",
 		"recorded 10.83.0.1 IPAddressClaim/tenant/m1 ",
 		"taken 10.83.0.2 node01.static-ip ",
 		"withdrawn 10.83.0.2 node01.static-ip Withdrawn",
 		"quarantined 10.83.0.1 IPAddressClaim/tenant/m1 Released",
 	}))
+}
+
+// auditTrail makes w tell its audit trail to the lines it returns, each
+// change written by line.
+func auditTrail(w *poolwrite.Writer, line func(audit.Change) string) func() []string {
+	var (
+		mu  sync.Mutex
+		got []string
+	)
+	w.Audit = func(_ context.Context, changes []audit.Change) {
+		mu.Lock()
+		defer mu.Unlock()
+		for _, c := range changes {
+			got = append(got, line(c))
+		}
+	}
+	return func() []string {
+		mu.Lock()
+		defer mu.Unlock()
+		return slices.Clone(got)
+	}
 }

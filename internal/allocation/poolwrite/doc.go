@@ -30,7 +30,10 @@
 // pool controller settles an entry that stays unrecorded past its grace
 // period (lifecycle.Settler): it fences the holder's record first (so a
 // late record fails), then frees the address; a claim's entry is kept
-// while its IPAddress may still come, then dropped.
+// while its IPAddress may still come, then dropped. A writer that made the
+// record itself says so (Writer.Recorded): its next write of the pool,
+// made anyway, removes the entry if it is still the same, where the pool
+// controller would have read every holder's record to prune it.
 //
 // Addresses given back. A record that goes (package retire) leaves its
 // addresses quarantined (Quarantine), never free: only the pool controller

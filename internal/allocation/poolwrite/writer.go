@@ -73,6 +73,7 @@ type Writer struct {
 
 	quarantines groups[*quarantine]
 	together    groups[*member]
+	recorded    recordedEntries
 }
 
 // DefaultBackoff returns 10 attempts from 20ms up to 2s, seeded randomly.
@@ -182,6 +183,7 @@ func (w *Writer) Update(ctx context.Context, name string, mutate Mutation, opts 
 		if err != nil || !changed {
 			return err
 		}
+		pruned := w.recorded.prune(pool, unreadable == nil && (vouched || o.vouch))
 		if o.vouch || !alloc.Equal(restored) {
 			pool.Status.AllocatedOffsets = alloc.Snapshot()
 		}
@@ -207,8 +209,10 @@ func (w *Writer) Update(ctx context.Context, name string, mutate Mutation, opts 
 		if err != nil {
 			return fmt.Errorf("write NodeIPPool %q: %w", name, err)
 		}
+		w.recorded.forget(pool, w.Clock.Now())
 		if w.Audit != nil {
-			w.Audit(ctx, audit.Changes(ctx, name, alloc.Range(), was, &pool.Status, restored, alloc, w.Clock.Now()))
+			actx := audit.AddNotes(ctx, pruned)
+			w.Audit(actx, audit.Changes(actx, name, alloc.Range(), was, &pool.Status, restored, alloc, w.Clock.Now()))
 		}
 		return nil
 	})
