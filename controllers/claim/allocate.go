@@ -75,6 +75,11 @@ func (r *Reconciler) allocate(ctx context.Context, claim *unstructured.Unstructu
 	if err := r.forgetRestore(ctx, claim); err != nil {
 		return condition{}, false, err
 	}
+	// Recorded, and restored if it was: the next write of the pool prunes
+	// the entry.
+	h, token := holderOf(claim)
+	r.Pools.Recorded(pool.UID, got.String(), h.String(), token,
+		fmt.Sprintf("IPAddress %s/%s records it", addr.GetNamespace(), addr.GetName()))
 	if err := setAddressRef(claim, addr.GetName()); err != nil {
 		return condition{}, false, err
 	}

@@ -197,6 +197,7 @@ func (r *Reconciler) letGo(ctx context.Context, addr *unstructured.Unstructured)
 // same address back.
 func (r *Reconciler) restore(ctx context.Context, claim, addr *unstructured.Unstructured) (condition, bool, error) {
 	a := capi.AddressOf(addr)
+	r.Pools.NotRecorded(a.IP.String()) // the entry holds it again
 	if claim.GetAnnotations()[capi.RestoreAnnotation] != a.IP.String() {
 		patch := client.MergeFromWithOptions(claim.DeepCopy(), client.MergeFromWithOptimisticLock{})
 		annotations := claim.GetAnnotations()
