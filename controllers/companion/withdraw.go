@@ -11,6 +11,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	ippoolv1 "github.com/nmstate-ippool/nmstate-ippool/api/v1"
+	"github.com/nmstate-ippool/nmstate-ippool/internal/allocation/holder"
 	"github.com/nmstate-ippool/nmstate-ippool/internal/allocation/poolwrite"
 )
 
@@ -47,10 +48,36 @@ func (w *world) took(pool *ippoolv1.NodeIPPool, got map[need]netip.Addr) {
 // the pool controller's revocation and collection.
 func (r *Reconciler) writeRecord(ctx context.Context, w *world, p, next *ippoolv1.PooledNodeNetworkConfigurationPolicy, problems []problem, pl plan) error {
 	err := r.writeStatus(ctx, w, p, next, problems, pl)
-	if apierrors.IsConflict(err) || apierrors.IsNotFound(err) {
+	switch {
+	case err == nil:
+		r.recorded(w, next)
+	case apierrors.IsConflict(err) || apierrors.IsNotFound(err):
 		r.withdraw(ctx, w)
 	}
 	return err
+}
+
+// recorded tells the pool writer which addresses this pass took that
+// next, as written, records: their in-flight entries go with the pool's
+// next write (poolwrite.Writer.Recorded).
+func (r *Reconciler) recorded(w *world, next *ippoolv1.PooledNodeNetworkConfigurationPolicy) {
+	if len(w.taken) == 0 {
+		return
+	}
+	held := map[string]bool{}
+	for _, n := range next.Status.Nodes {
+		for _, a := range n.Held() {
+			held[a.IP] = true
+		}
+	}
+	_, token := holderOf(w.policy, "")
+	for _, t := range w.taken {
+		for ip, h := range t.holders {
+			if held[ip] {
+				r.Pools.Recorded(t.uid, ip, h, token, holder.PooledPolicyKind+" "+next.Name+" records it")
+			}
+		}
+	}
 }
 
 // withdraw gives back the addresses this pass took whose record was

@@ -359,6 +359,10 @@ func (r server) recordServed(ctx context.Context, pool *ippoolv1.NodeIPPool, rq 
 	enactmentrecord.NoteNotAdopted(e, pool.Name, rq.notes.NotAdopted)
 	err := r.Client.Status().Update(ctx, e)
 	if err == nil {
+		for _, ip := range ips {
+			r.Pools.Recorded(pool.UID, ip, holder.ForEnactment(e.Name).String(), rq.enactment.ResourceVersion,
+				"enactment "+e.Name+" records it")
+		}
 		ctrl.LoggerFrom(ctx).Info("allocated address", "enactment", e.Name, "node", e.Labels[shared.EnactmentNodeLabel],
 			"policy", e.Labels[shared.EnactmentPolicyLabel], "ips", ips, "returned", rq.notes.Returned, "reclaimed", rq.notes.Reclaimed)
 		for _, n := range rq.notes.Events(pool.Name) {
