@@ -326,6 +326,17 @@ const RefreshStateLabel = "nmstate.io/force-nns-refresh"
 // Pending / IPPoolBusy with status.waitingForIPPool.
 const RequestAnnotation = "nmstate.io/ippool-request"
 
+// SlotRequestAnnotation is set by a handler on an enactment it creates for
+// a policy without ippool captures (value "true"). It asks the policy
+// controller for a maxUnavailable slot with the creation, as a
+// RequestAnnotation does once its addresses are recorded: a plain node
+// costs no status write to ask. It counts as long as a RequestAnnotation
+// would. A request that no one answered within the handler's
+// failed-requeue period (a minute by default; a policy controller of an
+// earlier version does not read this annotation) is asked again by a
+// status write of the handler's own, from the same place in the queue.
+const SlotRequestAnnotation = "nmstate.io/slot-request"
+
 // PolicyUIDAnnotation is set by a handler on every enactment it creates:
 // the UID of the policy it was created for. An enactment whose policy was
 // deleted and created again under the same name (a new UID) is ended and

@@ -87,10 +87,12 @@ type ConfigureFailures struct {
 type ApplySlot struct {
 	// Requested is when the handler asked to apply. A new request replaces
 	// an old one and its answer. Absent from a slot that answers a new
-	// enactment's request (the nmstate.io/ippool-request annotation),
-	// which asks to apply once the pool controller has served it, until
-	// its handler takes over a request that waits in the queue: then it
-	// is the enactment's creation, its place in the queue.
+	// enactment's request (the nmstate.io/ippool-request annotation, which
+	// asks to apply once the pool controller has served it, or
+	// nmstate.io/slot-request for a policy without ippool captures), until
+	// its handler takes over a request that waits in the queue or went
+	// unanswered: then it is the enactment's creation, its place in the
+	// queue.
 	// +optional
 	Requested metav1.MicroTime `json:"requested,omitzero"`
 	// Granted is when the policy controller granted the request. A grant

@@ -74,11 +74,14 @@ func (s *scope) decide(now time.Time, t timing) step {
 		// Served, and queued for a slot: the handler asks for it itself
 		// from the request's place in the queue, showing that it waits.
 		return stepEnact
-	case e != nil && s.captureErr == nil && enactmentrecord.Requesting(e) && s.recordsComplete():
-		// Served: the request asks the policy controller for a slot too
-		// (enactmentrecord.AsksForSlot), and its answer's event brings it back.
+	case e != nil && s.captureErr == nil && enactmentrecord.Requesting(e) && s.recordsComplete() && waitsForServe(e, now, busyWait):
+		// Served, or a slot request alone: the request asks the policy
+		// controller for a slot (enactmentrecord.AsksForSlot), and its
+		// answer's event brings it back. Unanswered for busyWait (a policy
+		// controller that does not know the request), the handler asks
+		// itself.
 		return stepWait
-	case e != nil && enactmentrecord.Requesting(e) && !s.recordsComplete() && waitsForServe(e, now, busyWait):
+	case e != nil && enactmentrecord.RequestsAddresses(e) && !s.recordsComplete() && waitsForServe(e, now, busyWait):
 		return stepWait
 	case e == nil || e.Status.PolicyGeneration != s.policy.Generation || !s.recordsComplete():
 		return stepEnact

@@ -61,6 +61,13 @@ func TestDecide(t *testing.T) {
 		}
 		return e
 	}
+	// A new enactment of a policy without ippool captures, which asks the
+	// policy controller for a slot alone.
+	slotRequested := func(change func(*nncev1beta1.NodeNetworkConfigurationEnactment)) *nncev1beta1.NodeNetworkConfigurationEnactment {
+		e := requested(change)
+		e.Annotations = map[string]string{ippoolv1.SlotRequestAnnotation: "true"}
+		return e
+	}
 	recorded := func(e *nncev1beta1.NodeNetworkConfigurationEnactment) {
 		a := map[string]capture.Address{"addr": {IP: mustAddr(t, "10.0.0.1"), PrefixLength: 24}}
 		writeRecord(e, captures, a, addressStates(a), shared.NodeNetworkConfigurationEnactmentMetaInfo{})
@@ -101,6 +108,8 @@ func TestDecide(t *testing.T) {
 		{"asked the pool controller on creation", policy, true, requested(nil), t0.Add(5 * time.Second), stepWait},
 		{"asked on creation, not served in time", policy, true, requested(nil), t0.Add(10 * time.Second), stepEnact},
 		{"asked on creation, served: the request asks for a slot", policy, true, requested(recorded), t0.Add(time.Second), stepWait},
+		{"asked on creation, served, no slot answer in time: asks itself", policy, true, requested(recorded), t0.Add(10 * time.Second), stepEnact},
+		{"slot request alone, the policy now captures from a pool: no serve to wait for", policy, true, slotRequested(nil), t0.Add(time.Second), stepEnact},
 		{"asked on creation, served and granted", policy, true, requested(func(e *nncev1beta1.NodeNetworkConfigurationEnactment) {
 			recorded(e)
 			granted := metav1.NewMicroTime(t0)
@@ -175,6 +184,38 @@ func TestDecide(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			s := &scope{policy: tt.policy, enactment: tt.enactment, selected: tt.selected, captures: captures}
+			if got := s.decide(tt.now, timing{busyWait: 10 * time.Second, retry: DefaultRetry}); got != tt.want {
+				t.Errorf("decide = %d, want %d", got, tt.want)
+			}
+		})
+	}
+
+	// A policy without ippool captures: its new enactment's slot request
+	// waits for the policy controller's answer, and for no longer than a
+	// served one's.
+	slot := func(change func(*nncev1beta1.ApplySlot)) func(*nncev1beta1.NodeNetworkConfigurationEnactment) {
+		return func(e *nncev1beta1.NodeNetworkConfigurationEnactment) {
+			e.Status.Slot = &nncev1beta1.ApplySlot{}
+			change(e.Status.Slot)
+		}
+	}
+	at := metav1.NewMicroTime(t0)
+	for _, tt := range []struct {
+		name      string
+		enactment *nncev1beta1.NodeNetworkConfigurationEnactment
+		now       time.Time
+		want      step
+	}{
+		{"slot request", slotRequested(nil), t0.Add(time.Second), stepWait},
+		{"slot request, no answer in time: asks itself", slotRequested(nil), t0.Add(10 * time.Second), stepEnact},
+		{"slot request, granted", slotRequested(slot(func(s *nncev1beta1.ApplySlot) { s.Granted = &at })), t0.Add(time.Second), stepApply},
+		{"slot request, queued: asks itself from its place", slotRequested(slot(func(s *nncev1beta1.ApplySlot) { s.Queued = &at })), t0.Add(time.Second), stepEnact},
+		{"slot request, aborted", slotRequested(slot(func(s *nncev1beta1.ApplySlot) {
+			s.Aborted = &nncev1beta1.SlotAborted{PolicyGeneration: 2}
+		})), t0.Add(time.Second), stepAnswer},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			s := &scope{policy: policy, enactment: tt.enactment, selected: true}
 			if got := s.decide(tt.now, timing{busyWait: 10 * time.Second, retry: DefaultRetry}); got != tt.want {
 				t.Errorf("decide = %d, want %d", got, tt.want)
 			}

@@ -57,7 +57,8 @@ func (r *Reconciler) selection(ctx context.Context, reader client.Reader, policy
 // it carries the IP pool finalizer when the policy draws from a pool. A
 // new enactment of a policy with ippool captures asks the pool controller
 // for its addresses (RequestAnnotation) unless this handler allocates
-// itself.
+// itself; one of a policy without them asks the policy controller for a
+// slot (SlotRequestAnnotation).
 func (r *Reconciler) ensureEnactment(ctx context.Context, s *scope) (*nncev1beta1.NodeNetworkConfigurationEnactment, error) {
 	policy, e := s.policy, s.enactment
 	wantsFinalizer := usesPools(policy)
@@ -92,7 +93,11 @@ func (r *Reconciler) ensureEnactment(ctx context.Context, s *scope) (*nncev1beta
 		controllerutil.AddFinalizer(e, ippoolv1.FinalizerIPPool)
 	}
 	e.Annotations = map[string]string{ippoolv1.PolicyUIDAnnotation: string(policy.UID)}
-	if pools := s.captures.Pools(); !r.SelfAllocate && s.captureErr == nil && len(pools) > 0 {
+	switch pools := s.captures.Pools(); {
+	case s.captureErr != nil:
+	case len(pools) == 0:
+		e.Annotations[ippoolv1.SlotRequestAnnotation] = "true"
+	case !r.SelfAllocate:
 		e.Annotations[ippoolv1.RequestAnnotation] = strings.Join(pools, ",")
 	}
 	if err := r.Client.Create(ctx, e); err != nil {

@@ -323,6 +323,11 @@ func (r *Reconciler) enact(ctx context.Context, name string) (ctrl.Result, error
 	if s.enactment, err = r.ensureEnactment(ctx, s); err != nil {
 		return ctrl.Result{}, err
 	}
+	if enactmentrecord.Requesting(s.enactment) && !enactmentrecord.RequestsAddresses(s.enactment) &&
+		s.decide(now, r.timing()) == stepWait {
+		// Created with a slot request: the policy controller answers it.
+		return ctrl.Result{RequeueAfter: waitLeft(s.enactment, now, r.timing())}, nil
+	}
 	// A pool's nudge is acted on now; removing it first keeps the
 	// enactment's resourceVersion, the token of what is allocated below.
 	if err := annotations.RemoveAnnotation(ctx, r.Client, s.enactment, ippoolv1.NudgeAnnotation); err != nil {
@@ -362,9 +367,9 @@ func (r *Reconciler) enact(ctx context.Context, name string) (ctrl.Result, error
 
 // askForSlot sets the enactment's request for a slot to apply what it
 // records now, and returns what it shows while it waits. A request of
-// this generation that waits in the queue keeps its place (a served new
-// enactment's request asked at its creation) and shows it; any other is
-// new.
+// this generation that waits in the queue keeps its place (a new
+// enactment's request asked at its creation) and shows it; so does a new
+// enactment's request that went unanswered. Any other is new.
 func (r *Reconciler) askForSlot(s *scope, moved []string) outcome {
 	e := s.enactment
 	if queued(e) && (e.Status.PolicyGeneration == s.policy.Generation || enactmentrecord.Requesting(e)) {
@@ -375,7 +380,11 @@ func (r *Reconciler) askForSlot(s *scope, moved []string) outcome {
 		o.message += movedNote(moved)
 		return o
 	}
-	e.Status.Slot = &nncev1beta1.ApplySlot{Requested: metav1.NewMicroTime(r.Clock.Now().Truncate(time.Microsecond))}
+	asked := r.Clock.Now()
+	if enactmentrecord.Requesting(e) {
+		asked = e.CreationTimestamp.Time
+	}
+	e.Status.Slot = &nncev1beta1.ApplySlot{Requested: metav1.NewMicroTime(asked.Truncate(time.Microsecond))}
 	return progressing(enactmentrecord.WaitingForSlot + movedNote(moved))
 }
 
@@ -396,7 +405,7 @@ func (r *Reconciler) concludeBlocked(ctx context.Context, s *scope, blocked *out
 		return ctrl.Result{}, err
 	}
 	if left := busyLeft(s.enactment, r.Clock.Now(), r.FailedRequeue); blocked.reason == ippoolv1.ReasonIPPoolBusy &&
-		enactmentrecord.Requesting(s.enactment) && left > 0 {
+		enactmentrecord.RequestsAddresses(s.enactment) && left > 0 {
 		return ctrl.Result{RequeueAfter: left}, nil
 	}
 	return r.conclude(ctx, s, *blocked)

@@ -130,16 +130,30 @@ func Requested(e *nncev1beta1.NodeNetworkConfigurationEnactment, pool string) bo
 	return Requesting(e) && slices.Contains(RequestedPools(e), pool)
 }
 
-// Requesting reports whether a new enactment asks the pool controller for
-// addresses at all (see Requested): its handler has written nothing of its
+// Requesting reports whether a new enactment asks by its creation's
+// request: the pool controller for addresses (see Requested), or, for a
+// policy without ippool captures, the policy controller for a slot alone
+// (ippoolv1.SlotRequestAnnotation). Its handler has written nothing of its
 // own, and the policy controller did not abort it (status.slot.aborted; a
 // slot queued or granted answers the request, which asked to apply too:
 // AsksForSlot). A condition ends the request; the only one it may show
 // is Pending / MaxUnavailableLimitReached, which earlier versions wrote
 // from the policy controller.
 func Requesting(e *nncev1beta1.NodeNetworkConfigurationEnactment) bool {
-	return e.Annotations[ippoolv1.RequestAnnotation] != "" && onlyQueued(e.Status.Conditions) &&
+	return requests(e) && onlyQueued(e.Status.Conditions) &&
 		e.Status.PolicyGeneration == 0 && e.DeletionTimestamp.IsZero() && (e.Status.Slot == nil || e.Status.Slot.Aborted == nil)
+}
+
+// RequestsAddresses reports whether a new enactment asks the pool
+// controller for addresses by its creation's request
+// (ippoolv1.RequestAnnotation), not for a slot alone.
+func RequestsAddresses(e *nncev1beta1.NodeNetworkConfigurationEnactment) bool {
+	return Requesting(e) && e.Annotations[ippoolv1.RequestAnnotation] != ""
+}
+
+// requests reports whether the enactment was created with a request.
+func requests(e *nncev1beta1.NodeNetworkConfigurationEnactment) bool {
+	return e.Annotations[ippoolv1.RequestAnnotation] != "" || e.Annotations[ippoolv1.SlotRequestAnnotation] != ""
 }
 
 // onlyQueued reports whether no condition is True but Pending /
@@ -155,9 +169,10 @@ func onlyQueued(list shared.ConditionList) bool {
 }
 
 // AsksForSlot reports whether a new enactment asks for a maxUnavailable
-// slot by its creation's request (ippoolv1.RequestAnnotation): once the
+// slot by its creation's request (ippoolv1.RequestAnnotation, or
+// SlotRequestAnnotation for a policy without ippool captures): once the
 // pool controller has recorded an address for every one of refs (its
-// policy's captures), the request that asked for them asks to apply too,
+// policy's captures; none for a slot request alone), the request asks to apply too,
 // and the policy controller grants it as it grants a slot the handler
 // requested (status.slot.requested). No one writes a request for the
 // handler, and the handler writes none before it applies.
@@ -170,7 +185,7 @@ func AsksForSlot(e *nncev1beta1.NodeNetworkConfigurationEnactment, refs []captur
 // a new enactment asked for by its request (AsksForSlot): its handler
 // applies, writing its own fields for the first time with the outcome.
 func GrantedOnRequest(e *nncev1beta1.NodeNetworkConfigurationEnactment) bool {
-	return e.Annotations[ippoolv1.RequestAnnotation] != "" && e.Status.PolicyGeneration == 0 && e.DeletionTimestamp.IsZero() &&
+	return requests(e) && e.Status.PolicyGeneration == 0 && e.DeletionTimestamp.IsZero() &&
 		e.Status.Slot != nil && e.Status.Slot.Granted != nil && e.Status.Slot.Requested.IsZero()
 }
 

@@ -154,4 +154,45 @@ func TestRequesting(t *testing.T) {
 			t.Errorf("%s: AsksForSlot = %v, want %v", tc.name, got, tc.want)
 		}
 	}
+
+	// A slot request alone (a policy without ippool captures) asks the
+	// policy controller at once, and the pool controller for nothing.
+	slotOnly := func(change func(*nncev1beta1.NodeNetworkConfigurationEnactment)) *nncev1beta1.NodeNetworkConfigurationEnactment {
+		e := with(change)
+		e.Annotations = map[string]string{ippoolv1.SlotRequestAnnotation: "true"}
+		return e
+	}
+	for _, tc := range []struct {
+		name                             string
+		e                                *nncev1beta1.NodeNetworkConfigurationEnactment
+		refs                             []capture.Ref
+		requesting, addresses, asks, got bool
+	}{
+		{"slot request", slotOnly(nil), nil, true, false, true, false},
+		{"slot request, the policy now captures from a pool", slotOnly(nil), refs, true, false, false, false},
+		{"slot request, queued", slotOnly(func(e *nncev1beta1.NodeNetworkConfigurationEnactment) {
+			e.Status.Slot = &nncev1beta1.ApplySlot{Queued: &granted}
+		}), nil, true, false, true, false},
+		{"slot request, granted", slotOnly(func(e *nncev1beta1.NodeNetworkConfigurationEnactment) {
+			e.Status.Slot = &nncev1beta1.ApplySlot{Granted: &granted}
+		}), nil, true, false, false, true},
+		{"slot request, written by its handler", slotOnly(func(e *nncev1beta1.NodeNetworkConfigurationEnactment) {
+			e.Status.PolicyGeneration = 1
+			e.Status.Slot = &nncev1beta1.ApplySlot{Requested: granted, Granted: &granted}
+		}), nil, false, false, false, false},
+		{"address request", with(nil), refs, true, true, false, false},
+	} {
+		if got := Requesting(tc.e); got != tc.requesting {
+			t.Errorf("%s: Requesting = %v, want %v", tc.name, got, tc.requesting)
+		}
+		if got := RequestsAddresses(tc.e); got != tc.addresses {
+			t.Errorf("%s: RequestsAddresses = %v, want %v", tc.name, got, tc.addresses)
+		}
+		if got := AsksForSlot(tc.e, tc.refs); got != tc.asks {
+			t.Errorf("%s: AsksForSlot = %v, want %v", tc.name, got, tc.asks)
+		}
+		if got := GrantedOnRequest(tc.e); got != tc.got {
+			t.Errorf("%s: GrantedOnRequest = %v, want %v", tc.name, got, tc.got)
+		}
+	}
 }
