@@ -299,6 +299,23 @@ func (r *Reconciler) beforeFirstState(ctx context.Context, s *scope) bool {
 	return true
 }
 
+// notToEnact reports whether an enact confirmed on the API server's copies
+// is not to go on after all, and what it returns then: the cache the
+// reconcile decided on was behind (a retirement or a wait), or a new
+// enactment's request waits for its answer.
+func notToEnact(s *scope, now time.Time, t timing) (ctrl.Result, bool) {
+	switch s.decide(now, t) {
+	case stepEnact:
+		return ctrl.Result{}, false
+	case stepRetire:
+		return ctrl.Result{RequeueAfter: cacheLag}, true
+	case stepWait:
+		return ctrl.Result{RequeueAfter: waitLeft(s.enactment, now, t)}, true
+	default: // the cache was behind
+		return ctrl.Result{}, true
+	}
+}
+
 // enact resolves the policy's captures, allocates, records, renders and
 // asks for a slot to apply, on the API server's copies. The record reaches
 // the API server before the state reaches the node.
@@ -308,14 +325,8 @@ func (r *Reconciler) enact(ctx context.Context, name string) (ctrl.Result, error
 		return ctrl.Result{}, err
 	}
 	now := r.Clock.Now()
-	switch s.decide(now, r.timing()) {
-	case stepEnact:
-	case stepRetire:
-		return ctrl.Result{RequeueAfter: cacheLag}, nil
-	case stepWait: // the cache was behind a wait
-		return ctrl.Result{RequeueAfter: waitLeft(s.enactment, now, r.timing())}, nil
-	default: // the cache was behind
-		return ctrl.Result{}, nil
+	if res, stop := notToEnact(s, now, r.timing()); stop {
+		return res, nil
 	}
 	if r.beforeFirstState(ctx, s) {
 		return ctrl.Result{RequeueAfter: statePoll}, nil
@@ -323,10 +334,12 @@ func (r *Reconciler) enact(ctx context.Context, name string) (ctrl.Result, error
 	if s.enactment, err = r.ensureEnactment(ctx, s); err != nil {
 		return ctrl.Result{}, err
 	}
-	if enactmentrecord.Requesting(s.enactment) && !enactmentrecord.RequestsAddresses(s.enactment) &&
-		s.decide(now, r.timing()) == stepWait {
-		// Created with a slot request: the policy controller answers it.
-		return ctrl.Result{RequeueAfter: waitLeft(s.enactment, now, r.timing())}, nil
+	if enactmentrecord.Requesting(s.enactment) && !enactmentrecord.RequestsAddresses(s.enactment) {
+		// Created with a slot request alone: the policy controller
+		// answers it, and the handler asks itself only if no one does.
+		if res, stop := notToEnact(s, now, r.timing()); stop {
+			return res, nil
+		}
 	}
 	// A pool's nudge is acted on now; removing it first keeps the
 	// enactment's resourceVersion, the token of what is allocated below.
