@@ -24,6 +24,7 @@ import (
 
 	ippoolv1 "github.com/nmstate-ippool/nmstate-ippool/api/v1"
 	nncev1beta1 "github.com/nmstate-ippool/nmstate-ippool/api/v1beta1"
+	"github.com/nmstate-ippool/nmstate-ippool/internal/allocation/enactmentrecord"
 	"github.com/nmstate-ippool/nmstate-ippool/internal/allocation/holder"
 	"github.com/nmstate-ippool/nmstate-ippool/internal/allocation/poolstatus"
 	"github.com/nmstate-ippool/nmstate-ippool/internal/plumbing/policymeta"
@@ -102,10 +103,13 @@ func (r *Reconciler) plan(ctx context.Context, w *world, next *ippoolv1.PooledNo
 	return pl
 }
 
-// enactedAt reports whether kubernetes-nmstate's handler has taken up
-// generation in enactment e (applying it, or done with it).
+// enactedAt reports whether the node's handler has taken up generation in
+// enactment e (applying it, or done with it). A new enactment granted its
+// slot on its creation's request (our handler, in handler mode) applies
+// the policy as it is now, and says which generation only with its
+// outcome: it has taken up the generation already.
 func enactedAt(e *nncev1beta1.NodeNetworkConfigurationEnactment, generation int64) bool {
-	return e != nil && e.Status.PolicyGeneration == generation
+	return e != nil && (e.Status.PolicyGeneration == generation || enactmentrecord.GrantedOnRequest(e))
 }
 
 // count sums up one node's step as kubernetes-nmstate counts its nodes:

@@ -145,8 +145,9 @@ func waitLeft(e *nncev1beta1.NodeNetworkConfigurationEnactment, now time.Time, t
 	return max(busyLeft(e, now, t.busyWait), retryLeft(e, now, t.retry))
 }
 
-// waitsForServe reports whether the enactment is Pending / IPPoolBusy since
-// less than wait before now.
+// waitsForServe reports whether the enactment is Pending / IPPoolBusy, or
+// a new enactment's request (for addresses, or a slot alone), since less
+// than wait before now.
 func waitsForServe(e *nncev1beta1.NodeNetworkConfigurationEnactment, now time.Time, wait time.Duration) bool {
 	return busyLeft(e, now, wait) > 0
 }
@@ -154,7 +155,9 @@ func waitsForServe(e *nncev1beta1.NodeNetworkConfigurationEnactment, now time.Ti
 // busyLeft returns how long an enactment that asks the pool controller for
 // addresses (a new one's request, or Pending / IPPoolBusy) still waits for
 // it before its handler looks again (and asks again, or with SelfAllocate
-// allocates itself); 0 if it is not waiting.
+// allocates itself), or a new one's request the policy controller for a
+// slot before its handler writes the request itself; 0 if it is not
+// waiting.
 func busyLeft(e *nncev1beta1.NodeNetworkConfigurationEnactment, now time.Time, wait time.Duration) time.Duration {
 	if enactmentrecord.Requesting(e) {
 		return max(e.CreationTimestamp.Add(wait).Sub(now), 0)

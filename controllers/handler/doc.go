@@ -26,9 +26,12 @@
 // request asks the policy controller for a slot as it stands
 // (enactmentrecord.AsksForSlot), and the handler writes its own fields first with
 // its outcome, or, if the policy controller queued the request, with a
-// request of its own from the same place in the queue; an older
+// request of its own from the same place in the queue; so does a new
+// enactment whose request no one answered within FailedRequeue. A new
+// enactment of a policy without ippool captures asks for its slot with
+// its creation at once (ippoolv1.SlotRequestAnnotation). An older
 // enactment's handler renders the state and asks for its slot in a write
-// of its own, as for a policy without captures. The policy controller
+// of its own. The policy controller
 // writes only its answer (status.slot): the handler shows it in the
 // conditions.
 //
