@@ -100,6 +100,14 @@ type ApplySlot struct {
 	// maxUnavailable (a handler that died while applying).
 	// +optional
 	Granted *metav1.MicroTime `json:"granted,omitempty"`
+	// PolicyGeneration is the generation of the policy the policy
+	// controller granted the request for. A new enactment's request names
+	// no generation: its handler applies only the generation its grant
+	// names, and asks again, from its creation's place in the queue, when
+	// the policy changed since (or the grant names none, as a policy
+	// controller of an earlier version writes it).
+	// +optional
+	PolicyGeneration int64 `json:"policyGeneration,omitempty"`
 	// Queued is when the policy controller found maxUnavailable nodes
 	// already being configured: the request waits for a slot, and the
 	// handler shows Pending / MaxUnavailableLimitReached. A grant clears it.

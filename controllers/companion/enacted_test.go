@@ -31,7 +31,9 @@ func TestEnactedAt(t *testing.T) {
 		{"written at an earlier generation", requested("other", nil, 1), false},
 		{"created with a slot request, not answered", requested(ippoolv1.SlotRequestAnnotation, nil, 0), false},
 		{"created with a slot request, queued", requested(ippoolv1.SlotRequestAnnotation, &nncev1beta1.ApplySlot{Queued: &now}, 0), false},
-		{"created with a slot request, granted: applying", requested(ippoolv1.SlotRequestAnnotation, &nncev1beta1.ApplySlot{Granted: &now}, 0), true},
+		{"created with a slot request, granted: applying", requested(ippoolv1.SlotRequestAnnotation, &nncev1beta1.ApplySlot{Granted: &now, PolicyGeneration: 2}, 0), true},
+		{"created with a slot request, granted for an earlier generation", requested(ippoolv1.SlotRequestAnnotation,
+			&nncev1beta1.ApplySlot{Granted: &now, PolicyGeneration: 1}, 0), false},
 		{"created by kubernetes-nmstate's handler, not written yet", requested("other", nil, 0), false},
 	} {
 		if got := enactedAt(tc.e, 2); got != tc.want {

@@ -105,11 +105,11 @@ func (r *Reconciler) plan(ctx context.Context, w *world, next *ippoolv1.PooledNo
 
 // enactedAt reports whether the node's handler has taken up generation in
 // enactment e (applying it, or done with it). A new enactment granted its
-// slot on its creation's request (our handler, in handler mode) applies
-// the policy as it is now, and says which generation only with its
-// outcome: it has taken up the generation already.
+// slot for generation on its creation's request (our handler, in handler
+// mode) says which generation it applies only with its outcome: it has
+// taken up the generation already.
 func enactedAt(e *nncev1beta1.NodeNetworkConfigurationEnactment, generation int64) bool {
-	return e != nil && (e.Status.PolicyGeneration == generation || enactmentrecord.GrantedOnRequest(e))
+	return e != nil && (e.Status.PolicyGeneration == generation || enactmentrecord.GrantedOnRequest(e, generation))
 }
 
 // count sums up one node's step as kubernetes-nmstate counts its nodes:

@@ -68,11 +68,13 @@ func (s *scope) decide(now time.Time, t timing) step {
 		return stepWait
 	case e != nil && s.slotAnswer() != nil:
 		return stepAnswer
-	case e != nil && s.captureErr == nil && enactmentrecord.GrantedOnRequest(e) && s.recordsComplete():
+	case e != nil && s.captureErr == nil && enactmentrecord.GrantedOnRequest(e, s.policy.Generation) && s.recordsComplete():
 		return stepApply
-	case e != nil && s.captureErr == nil && enactmentrecord.Requesting(e) && s.recordsComplete() && queued(e):
-		// Served, and queued for a slot: the handler asks for it itself
-		// from the request's place in the queue, showing that it waits.
+	case e != nil && s.captureErr == nil && enactmentrecord.Requesting(e) && s.recordsComplete() &&
+		(queued(e) || enactmentrecord.GrantedForAnother(e, s.policy.Generation)):
+		// Served, and queued for a slot, or granted one for a generation
+		// of the policy it is not (the policy changed since): the handler
+		// asks for it itself from the request's place in the queue.
 		return stepEnact
 	case e != nil && s.captureErr == nil && enactmentrecord.Requesting(e) && s.recordsComplete() && waitsForServe(e, now, busyWait):
 		// Served, or a slot request alone: the request asks the policy

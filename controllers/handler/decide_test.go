@@ -113,9 +113,14 @@ func TestDecide(t *testing.T) {
 		{"asked on creation, served and granted", policy, true, requested(func(e *nncev1beta1.NodeNetworkConfigurationEnactment) {
 			recorded(e)
 			granted := metav1.NewMicroTime(t0)
-			e.Status.Slot = &nncev1beta1.ApplySlot{Granted: &granted}
+			e.Status.Slot = &nncev1beta1.ApplySlot{Granted: &granted, PolicyGeneration: 2}
 			e.Status.Conditions = withConditions(nil, outcome{condition: shared.NodeNetworkConfigurationEnactmentConditionProgressing}, t0)
 		}), t0.Add(time.Second), stepApply},
+		{"asked on creation, served, granted for an earlier generation: asks itself", policy, true, requested(func(e *nncev1beta1.NodeNetworkConfigurationEnactment) {
+			recorded(e)
+			granted := metav1.NewMicroTime(t0)
+			e.Status.Slot = &nncev1beta1.ApplySlot{Granted: &granted, PolicyGeneration: 1}
+		}), t0.Add(time.Second), stepEnact},
 		{"asked on creation, granted, but the policy now captures more", policy, true, requested(func(e *nncev1beta1.NodeNetworkConfigurationEnactment) {
 			granted := metav1.NewMicroTime(t0)
 			e.Status.Slot = &nncev1beta1.ApplySlot{Granted: &granted}
@@ -208,7 +213,13 @@ func TestDecide(t *testing.T) {
 	}{
 		{"slot request", slotRequested(nil), t0.Add(time.Second), stepWait},
 		{"slot request, no answer in time: asks itself", slotRequested(nil), t0.Add(10 * time.Second), stepEnact},
-		{"slot request, granted", slotRequested(slot(func(s *nncev1beta1.ApplySlot) { s.Granted = &at })), t0.Add(time.Second), stepApply},
+		{"slot request, granted", slotRequested(slot(func(s *nncev1beta1.ApplySlot) { s.Granted, s.PolicyGeneration = &at, 2 })), t0.Add(time.Second), stepApply},
+		{"slot request, granted for an earlier generation: asks itself", slotRequested(slot(func(s *nncev1beta1.ApplySlot) {
+			s.Granted, s.PolicyGeneration = &at, 1
+		})), t0.Add(time.Second), stepEnact},
+		{"slot request, granted by an earlier policy controller (no generation): asks itself", slotRequested(slot(func(s *nncev1beta1.ApplySlot) {
+			s.Granted = &at
+		})), t0.Add(time.Second), stepEnact},
 		{"slot request, queued: asks itself from its place", slotRequested(slot(func(s *nncev1beta1.ApplySlot) { s.Queued = &at })), t0.Add(time.Second), stepEnact},
 		{"slot request, aborted", slotRequested(slot(func(s *nncev1beta1.ApplySlot) {
 			s.Aborted = &nncev1beta1.SlotAborted{PolicyGeneration: 2}

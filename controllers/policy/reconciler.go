@@ -102,7 +102,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 	if err := r.abort(ctx, ro); err != nil {
 		return ctrl.Result{}, err
 	}
-	granted, err := r.grant(ctx, ro.slots.grant, now)
+	granted, err := r.grant(ctx, ro.slots.grant, ro.policy.Generation, now)
 	if err != nil {
 		return ctrl.Result{}, err
 	}
@@ -198,10 +198,12 @@ func onRequest(policy *nmstatev1.NodeNetworkConfigurationPolicy) func(*nncev1bet
 // enactment's conditions are its handler's. A request that changed since
 // the cache saw it (a conflict) is left to the next reconcile, which its
 // change queues.
-func (r *Reconciler) grant(ctx context.Context, enactments []*nncev1beta1.NodeNetworkConfigurationEnactment, now time.Time) (int, error) {
+func (r *Reconciler) grant(ctx context.Context, enactments []*nncev1beta1.NodeNetworkConfigurationEnactment,
+	generation int64, now time.Time) (int, error) {
 	var granted atomic.Int64
 	err := answer(enactments, func(slot *nncev1beta1.ApplySlot) {
 		slot.Granted, slot.Queued, slot.Aborted = microNow(now), nil, nil
+		slot.PolicyGeneration = generation
 	}, func(e *nncev1beta1.NodeNetworkConfigurationEnactment) error {
 		err := r.Client.Status().Update(ctx, e)
 		if err == nil {

@@ -182,9 +182,28 @@ func AsksForSlot(e *nncev1beta1.NodeNetworkConfigurationEnactment, refs []captur
 }
 
 // GrantedOnRequest reports whether the policy controller granted the slot
-// a new enactment asked for by its request (AsksForSlot): its handler
-// applies, writing its own fields for the first time with the outcome.
-func GrantedOnRequest(e *nncev1beta1.NodeNetworkConfigurationEnactment) bool {
+// a new enactment asked for by its request (AsksForSlot) for generation of
+// its policy (status.slot.policyGeneration): its handler applies that
+// generation, writing its own fields for the first time with the outcome.
+func GrantedOnRequest(e *nncev1beta1.NodeNetworkConfigurationEnactment, generation int64) bool {
+	return grantedOnRequest(e) && e.Status.Slot.PolicyGeneration == generation
+}
+
+// GrantedForAnother reports whether the policy controller granted a new
+// enactment's request for a generation of its policy other than
+// generation: the policy changed between the grant and the apply, or a
+// policy controller of an earlier version granted it and named none. The
+// request is answered, and no one will answer it again: its handler asks
+// for a slot for the policy as it is, from its creation's place in the
+// queue, so that a generation no one granted it (one whose rollout was
+// aborted since) never reaches the node.
+func GrantedForAnother(e *nncev1beta1.NodeNetworkConfigurationEnactment, generation int64) bool {
+	return grantedOnRequest(e) && e.Status.Slot.PolicyGeneration != generation
+}
+
+// grantedOnRequest reports whether a new enactment's request was granted,
+// for whichever generation.
+func grantedOnRequest(e *nncev1beta1.NodeNetworkConfigurationEnactment) bool {
 	return requests(e) && e.Status.PolicyGeneration == 0 && e.DeletionTimestamp.IsZero() &&
 		e.Status.Slot != nil && e.Status.Slot.Granted != nil && e.Status.Slot.Requested.IsZero()
 }

@@ -174,7 +174,7 @@ func TestRequesting(t *testing.T) {
 			e.Status.Slot = &nncev1beta1.ApplySlot{Queued: &granted}
 		}), nil, true, false, true, false},
 		{"slot request, granted", slotOnly(func(e *nncev1beta1.NodeNetworkConfigurationEnactment) {
-			e.Status.Slot = &nncev1beta1.ApplySlot{Granted: &granted}
+			e.Status.Slot = &nncev1beta1.ApplySlot{Granted: &granted, PolicyGeneration: 1}
 		}), nil, true, false, false, true},
 		{"slot request, written by its handler", slotOnly(func(e *nncev1beta1.NodeNetworkConfigurationEnactment) {
 			e.Status.PolicyGeneration = 1
@@ -191,8 +191,30 @@ func TestRequesting(t *testing.T) {
 		if got := AsksForSlot(tc.e, tc.refs); got != tc.asks {
 			t.Errorf("%s: AsksForSlot = %v, want %v", tc.name, got, tc.asks)
 		}
-		if got := GrantedOnRequest(tc.e); got != tc.got {
+		if got := GrantedOnRequest(tc.e, 1); got != tc.got {
 			t.Errorf("%s: GrantedOnRequest = %v, want %v", tc.name, got, tc.got)
+		}
+		if got := GrantedForAnother(tc.e, 1); got {
+			t.Errorf("%s: GrantedForAnother = true, want false", tc.name)
+		}
+	}
+
+	// A grant names the generation it was given for: one for another (the
+	// policy changed since the grant), or for none (a policy controller of
+	// an earlier version), is answered and not to be applied.
+	for _, tc := range []struct {
+		name    string
+		granted int64
+	}{{"granted for an earlier generation", 1}, {"granted for no generation", 0}} {
+		e := slotOnly(func(e *nncev1beta1.NodeNetworkConfigurationEnactment) {
+			e.Status.Slot = &nncev1beta1.ApplySlot{Granted: &granted, PolicyGeneration: tc.granted}
+		})
+		if GrantedOnRequest(e, 2) || !GrantedForAnother(e, 2) {
+			t.Errorf("%s: GrantedOnRequest = %v, GrantedForAnother = %v at generation 2, want false, true",
+				tc.name, GrantedOnRequest(e, 2), GrantedForAnother(e, 2))
+		}
+		if AsksForSlot(e, nil) {
+			t.Errorf("%s: AsksForSlot = true, want false: the policy controller answered it", tc.name)
 		}
 	}
 }
