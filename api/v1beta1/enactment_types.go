@@ -90,9 +90,9 @@ type ApplySlot struct {
 	// enactment's request (the nmstate.io/ippool-request annotation, which
 	// asks to apply once the pool controller has served it, or
 	// nmstate.io/slot-request for a policy without ippool captures), until
-	// its handler takes over a request that waits in the queue or went
-	// unanswered: then it is the enactment's creation, its place in the
-	// queue.
+	// its handler takes over a request that waits in the queue, was
+	// granted for an earlier generation, or went unanswered: then it is
+	// the enactment's creation, its place in the queue.
 	// +optional
 	Requested metav1.MicroTime `json:"requested,omitzero"`
 	// Granted is when the policy controller granted the request. A grant
@@ -101,11 +101,12 @@ type ApplySlot struct {
 	// +optional
 	Granted *metav1.MicroTime `json:"granted,omitempty"`
 	// PolicyGeneration is the generation of the policy the policy
-	// controller granted the request for. A new enactment's request names
-	// no generation: its handler applies only the generation its grant
-	// names, and asks again, from its creation's place in the queue, when
-	// the policy changed since (or the grant names none, as a policy
-	// controller of an earlier version writes it).
+	// controller granted the request for: the one the handler's request
+	// was written for (status.policyGeneration), or, for a new
+	// enactment's request, which names none, the policy's. The handler
+	// applies only that generation on the grant, and asks again when the
+	// policy changed since (or the grant of a new enactment's request
+	// names none, as a policy controller of an earlier version writes it).
 	// +optional
 	PolicyGeneration int64 `json:"policyGeneration,omitempty"`
 	// Queued is when the policy controller found maxUnavailable nodes

@@ -68,13 +68,17 @@ func (s *scope) decide(now time.Time, t timing) step {
 		return stepWait
 	case e != nil && s.slotAnswer() != nil:
 		return stepAnswer
+	case e != nil && grantAhead(e, s.policy.Generation):
+		// Granted for a generation this handler's cache does not show
+		// yet: the policy's event brings it back.
+		return stepWait
 	case e != nil && s.captureErr == nil && enactmentrecord.GrantedOnRequest(e, s.policy.Generation) && s.recordsComplete():
 		return stepApply
 	case e != nil && s.captureErr == nil && enactmentrecord.Requesting(e) && s.recordsComplete() &&
-		(queued(e) || enactmentrecord.GrantedForAnother(e, s.policy.Generation)):
-		// Served, and queued for a slot, or granted one for a generation
-		// of the policy it is not (the policy changed since): the handler
-		// asks for it itself from the request's place in the queue.
+		(queued(e) || enactmentrecord.GrantedForEarlier(e, s.policy.Generation)):
+		// Served, and queued for a slot, or granted one for an earlier
+		// generation of the policy (it changed since): the handler asks
+		// for it itself from the request's place in the queue.
 		return stepEnact
 	case e != nil && s.captureErr == nil && enactmentrecord.Requesting(e) && s.recordsComplete() && waitsForServe(e, now, busyWait):
 		// Served, or a slot request alone: the request asks the policy
@@ -93,8 +97,13 @@ func (s *scope) decide(now time.Time, t timing) step {
 		return stepDone
 	case e.Status.Slot == nil && retryLeft(e, now, t.retry) > 0:
 		return stepWait
-	case e.Status.Slot != nil && e.Status.Slot.Granted != nil:
+	case e.Status.Slot != nil && e.Status.Slot.Granted != nil && grantedFor(e.Status.Slot, e.Status.PolicyGeneration):
 		return stepApply
+	case e.Status.Slot != nil && e.Status.Slot.Granted != nil:
+		// Granted for another generation than the request's (the policy
+		// controller's cache behind; it answers no such request once it
+		// caught up): the grant is not this generation's; ask again.
+		return stepEnact
 	case e.Status.Slot != nil:
 		return stepWait
 	case trueCondition(e) == shared.NodeNetworkConfigurationEnactmentConditionAvailable:
@@ -102,6 +111,21 @@ func (s *scope) decide(now time.Time, t timing) step {
 	default:
 		return stepEnact
 	}
+}
+
+// grantAhead reports whether the policy controller granted the
+// enactment's slot for a later generation of the policy than generation,
+// the one this handler's cache shows: the cache is behind.
+func grantAhead(e *nncev1beta1.NodeNetworkConfigurationEnactment, generation int64) bool {
+	slot := e.Status.Slot
+	return slot != nil && slot.Granted != nil && slot.PolicyGeneration > generation
+}
+
+// grantedFor reports whether a grant of a handler's request is for
+// generation, the request's: it names it, or names none (a policy
+// controller of an earlier version; its grant is taken as it was).
+func grantedFor(slot *nncev1beta1.ApplySlot, generation int64) bool {
+	return slot.PolicyGeneration == 0 || slot.PolicyGeneration == generation
 }
 
 // slotAnswer returns what the enactment is to show of the policy

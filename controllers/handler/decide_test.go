@@ -98,8 +98,17 @@ func TestDecide(t *testing.T) {
 			e.Status.Slot = &nncev1beta1.ApplySlot{Requested: metav1.NewMicroTime(t0)}
 		}), t0, stepWait},
 		{"slot granted", policy, true, enactment(prog, "", func(e *nncev1beta1.NodeNetworkConfigurationEnactment) {
+			e.Status.Slot = &nncev1beta1.ApplySlot{Requested: metav1.NewMicroTime(t0), Granted: &metav1.MicroTime{Time: t0}, PolicyGeneration: 2}
+		}), t0, stepApply},
+		{"slot granted by an earlier policy controller (no generation)", policy, true, enactment(prog, "", func(e *nncev1beta1.NodeNetworkConfigurationEnactment) {
 			e.Status.Slot = &nncev1beta1.ApplySlot{Requested: metav1.NewMicroTime(t0), Granted: &metav1.MicroTime{Time: t0}}
 		}), t0, stepApply},
+		{"slot granted for an earlier generation: asks again", policy, true, enactment(prog, "", func(e *nncev1beta1.NodeNetworkConfigurationEnactment) {
+			e.Status.Slot = &nncev1beta1.ApplySlot{Requested: metav1.NewMicroTime(t0), Granted: &metav1.MicroTime{Time: t0}, PolicyGeneration: 1}
+		}), t0, stepEnact},
+		{"slot granted for a later generation: the cache is behind, waits for the policy", policy, true, enactment(prog, "", func(e *nncev1beta1.NodeNetworkConfigurationEnactment) {
+			e.Status.Slot = &nncev1beta1.ApplySlot{Requested: metav1.NewMicroTime(t0), Granted: &metav1.MicroTime{Time: t0}, PolicyGeneration: 3}
+		}), t0, stepWait},
 		{"waiting for the pool controller", policy, true, enactment(pend, ippoolv1.ReasonIPPoolBusy, waiting), t0.Add(5 * time.Second), stepWait},
 		{"the pool controller did not serve in time", policy, true, enactment(pend, ippoolv1.ReasonIPPoolBusy, waiting), t0.Add(10 * time.Second), stepEnact},
 		{"served by the pool controller", policy, true, enactment(pend, ippoolv1.ReasonIPPoolBusy, func(e *nncev1beta1.NodeNetworkConfigurationEnactment) {
@@ -220,6 +229,9 @@ func TestDecide(t *testing.T) {
 		{"slot request, granted by an earlier policy controller (no generation): asks itself", slotRequested(slot(func(s *nncev1beta1.ApplySlot) {
 			s.Granted = &at
 		})), t0.Add(time.Second), stepEnact},
+		{"slot request, granted for a later generation: the cache is behind, waits for the policy", slotRequested(slot(func(s *nncev1beta1.ApplySlot) {
+			s.Granted, s.PolicyGeneration = &at, 3
+		})), t0.Add(time.Second), stepWait},
 		{"slot request, queued: asks itself from its place", slotRequested(slot(func(s *nncev1beta1.ApplySlot) { s.Queued = &at })), t0.Add(time.Second), stepEnact},
 		{"slot request, aborted", slotRequested(slot(func(s *nncev1beta1.ApplySlot) {
 			s.Aborted = &nncev1beta1.SlotAborted{PolicyGeneration: 2}

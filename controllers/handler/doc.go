@@ -25,9 +25,11 @@
 // nothing else of the enactment. Once it is complete, a new enactment's
 // request asks the policy controller for a slot as it stands
 // (enactmentrecord.AsksForSlot), and the handler writes its own fields first with
-// its outcome, or, if the policy controller queued the request, with a
-// request of its own from the same place in the queue; so does a new
-// enactment whose request no one answered within FailedRequeue. A new
+// its outcome, or, if the policy controller queued the request or granted
+// it for an earlier generation of the policy than the one it applies
+// (status.slot.policyGeneration), with a request of its own from the same
+// place in the queue; so does a new enactment whose request no one
+// answered within FailedRequeue. A new
 // enactment of a policy without ippool captures asks for its slot with
 // its creation at once (ippoolv1.SlotRequestAnnotation). An older
 // enactment's handler renders the state and asks for its slot in a write

@@ -73,12 +73,17 @@ func setUp(t *testing.T, role string, n int, maxUnavailable intstr.IntOrString) 
 // handlerWrites sets an enactment's status as its handler would: at
 // generation 1, with condition c True, and a slot request when asked.
 func handlerWrites(name string, c shared.ConditionType, request bool) {
+	handlerWritesAt(name, 1, c, request)
+}
+
+// handlerWritesAt is handlerWrites at the policy's generation given.
+func handlerWritesAt(name string, generation int64, c shared.ConditionType, request bool) {
 	Eventually(func() error {
 		var e nncev1beta1.NodeNetworkConfigurationEnactment
 		if err := k.Get(ctx, types.NamespacedName{Name: name}, &e); err != nil {
 			return err
 		}
-		e.Status.PolicyGeneration = 1
+		e.Status.PolicyGeneration = generation
 		e.Status.Conditions = conditions.OneTrue(e.Status.Conditions, shared.NodeNetworkConfigurationEnactmentConditionTypes[:], c, "", "", time.Now())
 		e.Status.Slot = nil
 		if request {
@@ -201,4 +206,47 @@ func TestSlotTimeout(t *testing.T) {
 	Eventually(func() []string { _, p := slots(names); return p }).Should(Equal(names[1:]))
 	Consistently(func() []string { g, _ := slots(names); return g }, time.Second).Should(Equal(names[:1]))
 	Eventually(func() []string { g, _ := slots(names); return g }, 10*time.Second).Should(Equal(names))
+}
+
+// TestGrantNamesGeneration: a grant names the policy's generation it was
+// given for, and a request written for another generation than the
+// policy's (its handler's cache behind) is neither granted nor queued
+// until its handler writes it for the policy as it is.
+func TestGrantNamesGeneration(t *testing.T) {
+	RegisterTestingT(t)
+	startController(t, time.Hour)
+	names := setUp(t, "gen", 2, intstr.FromInt32(2))
+	handlerWrites(names[0], shared.NodeNetworkConfigurationEnactmentConditionProgressing, true)
+	Eventually(func() []string { g, _ := slots(names); return g }).Should(Equal(names[:1]))
+	Expect(slotOf(names[0]).PolicyGeneration).To(BeEquivalentTo(1))
+
+	var p nmstatev1.NodeNetworkConfigurationPolicy
+	Expect(k.Get(ctx, types.NamespacedName{Name: "gen"}, &p)).To(Succeed())
+	before := p.DeepCopy()
+	p.Spec.DesiredState = shared.NewState("interfaces: [{name: eth1, type: ethernet, state: up}]\n")
+	Expect(k.Patch(ctx, &p, client.MergeFrom(before))).To(Succeed())
+	Expect(p.Generation).To(BeEquivalentTo(2))
+
+	// A slot is free, and the request is for generation 1.
+	handlerWrites(names[1], shared.NodeNetworkConfigurationEnactmentConditionProgressing, true)
+	Consistently(func() *nncev1beta1.ApplySlot { return slotOf(names[1]) }, time.Second).
+		Should(HaveField("Granted", BeNil()), "a request for generation 1 is not granted at generation 2")
+	Expect(slotOf(names[1]).Queued).To(BeNil(), "nor queued")
+	handlerWritesAt(names[1], 2, shared.NodeNetworkConfigurationEnactmentConditionProgressing, true)
+	Eventually(func() int64 {
+		if s := slotOf(names[1]); s.Granted != nil {
+			return s.PolicyGeneration
+		}
+		return 0
+	}).Should(BeEquivalentTo(2))
+}
+
+// slotOf returns the enactment's status.slot (an empty one if none).
+func slotOf(name string) *nncev1beta1.ApplySlot {
+	var e nncev1beta1.NodeNetworkConfigurationEnactment
+	Expect(k.Get(ctx, types.NamespacedName{Name: name}, &e)).To(Succeed())
+	if e.Status.Slot == nil {
+		return &nncev1beta1.ApplySlot{}
+	}
+	return e.Status.Slot
 }

@@ -42,7 +42,13 @@ type slots struct {
 // is its handler's to renew for the policy as it is now, or a grant would
 // have it apply the generation that broke maxUnavailable nodes. A served
 // new enactment that was aborted asks for nothing (enactmentrecord.AsksForSlot):
-// its handler asks again.
+// its handler asks again. A handler's request names the generation it
+// was written for (status.policyGeneration); one for another generation
+// than the controller's is left unanswered: a handler whose cache is
+// behind renews it when it sees the policy as it is, and a controller
+// whose cache is behind answers it when the policy's event reaches it. A
+// grant is for the generation it names (status.slot.policyGeneration),
+// and only that generation is applied on it.
 func planSlots(enactments []*nncev1beta1.NodeNetworkConfigurationEnactment, generation int64, limit int, now time.Time,
 	timeout time.Duration, onRequest func(*nncev1beta1.NodeNetworkConfigurationEnactment) bool) slots {
 	var s slots
@@ -60,7 +66,9 @@ func planSlots(enactments []*nncev1beta1.NodeNetworkConfigurationEnactment, gene
 				requests = append(requests, e)
 			}
 		case slot.Granted == nil:
-			requests = append(requests, e)
+			if e.Status.PolicyGeneration == generation {
+				requests = append(requests, e)
+			}
 		case now.Sub(slot.Granted.Time) < timeout:
 			s.held++
 			if expiry := slot.Granted.Add(timeout); s.nextExpiry.IsZero() || expiry.Before(s.nextExpiry) {

@@ -2,6 +2,7 @@ package policy
 
 import (
 	"fmt"
+	"slices"
 	"testing"
 	"time"
 
@@ -37,6 +38,18 @@ func TestPlanSlots(t *testing.T) {
 	}
 	if want := recent.Add(5 * time.Minute); !s.nextExpiry.Equal(want) {
 		t.Errorf("nextExpiry = %v, want %v", s.nextExpiry, want)
+	}
+	// A request written for another generation (the handler's cache, or
+	// the controller's, behind the other's) is neither granted nor queued,
+	// however long it waited: a grant would have its node apply a
+	// generation no one granted.
+	for _, generation := range []int64{-1, 1} {
+		other := slotted("other", t0.Add(-time.Hour), nil)
+		other.Status.PolicyGeneration = generation
+		s := planSlots(append(slices.Clone(enactments), other), 0, 3, t0, 5*time.Minute, nil)
+		if got := names(s.grant); len(got) != 2 || got[0] != "b" || got[1] != "c" || len(s.queue) != 1 {
+			t.Errorf("with a request for generation %d: grant %v queue %v, want [b c] and [a]", generation, got, names(s.queue))
+		}
 	}
 	if s := planSlots(enactments, 0, 1, t0, 5*time.Minute, nil); len(s.grant) != 0 || len(s.queue) != 3 {
 		t.Errorf("with the limit held: grant %v queue %v", names(s.grant), names(s.queue))
@@ -114,7 +127,9 @@ func TestPlanSlotsOnRequest(t *testing.T) {
 	abortedEarlier := slotted("aborted-earlier", t0.Add(-2500*time.Millisecond), nil)
 	abortedEarlier.Status.PolicyGeneration = 2
 	abortedEarlier.Status.Slot.Aborted = &nncev1beta1.SlotAborted{PolicyGeneration: 1}
-	enactments = []*nncev1beta1.NodeNetworkConfigurationEnactment{enactments[0], enactments[1], queued, abortedServed, abortedRequest,
+	requested := slotted("requested", t0.Add(-2*time.Second), nil)
+	requested.Status.PolicyGeneration = 2 // a handler's request is for the generation it shows
+	enactments = []*nncev1beta1.NodeNetworkConfigurationEnactment{requested, enactments[1], queued, abortedServed, abortedRequest,
 		abortedThenFixed, abortedEarlier}
 	s = planSlots(enactments, 2, 2, t0, 5*time.Minute, func(*nncev1beta1.NodeNetworkConfigurationEnactment) bool { return true })
 	if got := names(s.grant); len(got) != 2 || got[0] != "served-queued" || got[1] != "served-early" {

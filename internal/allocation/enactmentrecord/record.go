@@ -189,16 +189,17 @@ func GrantedOnRequest(e *nncev1beta1.NodeNetworkConfigurationEnactment, generati
 	return grantedOnRequest(e) && e.Status.Slot.PolicyGeneration == generation
 }
 
-// GrantedForAnother reports whether the policy controller granted a new
-// enactment's request for a generation of its policy other than
+// GrantedForEarlier reports whether the policy controller granted a new
+// enactment's request for a generation of its policy earlier than
 // generation: the policy changed between the grant and the apply, or a
 // policy controller of an earlier version granted it and named none. The
 // request is answered, and no one will answer it again: its handler asks
 // for a slot for the policy as it is, from its creation's place in the
 // queue, so that a generation no one granted it (one whose rollout was
-// aborted since) never reaches the node.
-func GrantedForAnother(e *nncev1beta1.NodeNetworkConfigurationEnactment, generation int64) bool {
-	return grantedOnRequest(e) && e.Status.Slot.PolicyGeneration != generation
+// aborted since) does not reach the node. A grant for a later generation
+// than the handler sees is its cache's lag: the policy's event follows.
+func GrantedForEarlier(e *nncev1beta1.NodeNetworkConfigurationEnactment, generation int64) bool {
+	return grantedOnRequest(e) && e.Status.Slot.PolicyGeneration < generation
 }
 
 // grantedOnRequest reports whether a new enactment's request was granted,

@@ -194,8 +194,8 @@ func TestRequesting(t *testing.T) {
 		if got := GrantedOnRequest(tc.e, 1); got != tc.got {
 			t.Errorf("%s: GrantedOnRequest = %v, want %v", tc.name, got, tc.got)
 		}
-		if got := GrantedForAnother(tc.e, 1); got {
-			t.Errorf("%s: GrantedForAnother = true, want false", tc.name)
+		if got := GrantedForEarlier(tc.e, 1); got {
+			t.Errorf("%s: GrantedForEarlier = true, want false", tc.name)
 		}
 	}
 
@@ -209,9 +209,12 @@ func TestRequesting(t *testing.T) {
 		e := slotOnly(func(e *nncev1beta1.NodeNetworkConfigurationEnactment) {
 			e.Status.Slot = &nncev1beta1.ApplySlot{Granted: &granted, PolicyGeneration: tc.granted}
 		})
-		if GrantedOnRequest(e, 2) || !GrantedForAnother(e, 2) {
-			t.Errorf("%s: GrantedOnRequest = %v, GrantedForAnother = %v at generation 2, want false, true",
-				tc.name, GrantedOnRequest(e, 2), GrantedForAnother(e, 2))
+		if GrantedOnRequest(e, 2) || !GrantedForEarlier(e, 2) {
+			t.Errorf("%s: GrantedOnRequest = %v, GrantedForEarlier = %v at generation 2, want false, true",
+				tc.name, GrantedOnRequest(e, 2), GrantedForEarlier(e, 2))
+		}
+		if GrantedForEarlier(e, tc.granted) {
+			t.Errorf("%s: GrantedForEarlier at the granted generation = true, want false", tc.name)
 		}
 		if AsksForSlot(e, nil) {
 			t.Errorf("%s: AsksForSlot = true, want false: the policy controller answered it", tc.name)
