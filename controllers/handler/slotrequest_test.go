@@ -32,27 +32,7 @@ func TestPlainRequestOnCreation(t *testing.T) {
 	const policy = "slotreq"
 	name := nodes[0].Name + "." + policy
 
-	wc, err := envtest.ClientFor(cfg.Config)
-	Expect(err).NotTo(HaveOccurred())
-	w, err := wc.Watch(ctx, &nncev1beta1.NodeNetworkConfigurationEnactmentList{},
-		&client.ListOptions{FieldSelector: fields.OneTermEqualSelector("metadata.name", name)})
-	Expect(err).NotTo(HaveOccurred())
-	defer w.Stop()
-	var seen []nncev1beta1.NodeNetworkConfigurationEnactment
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		for ev := range w.ResultChan() {
-			e, ok := ev.Object.(*nncev1beta1.NodeNetworkConfigurationEnactment)
-			if !ok || ev.Type == watch.Deleted {
-				continue
-			}
-			seen = append(seen, *e.DeepCopy())
-			if trueConditionOf(e) == "Available" {
-				return
-			}
-		}
-	}()
+	seen, done := watchUntilAvailable(ctx, t, name)
 
 	// The suite's handlers ask themselves after half a second; on a busy
 	// machine the policy controller's answer may take longer.
@@ -60,19 +40,19 @@ func TestPlainRequestOnCreation(t *testing.T) {
 	start(t, nodes[0])
 	newPolicy(t, policy, map[string]string{"slotreq": "yes"}, nil, `{"interfaces": [{"name": "eth1", "type": "ethernet", "state": "up"}]}`)
 	Eventually(done).Should(BeClosed())
-	Expect(len(seen)).To(BeNumerically(">=", 3), "created, granted, applied")
+	Expect(len(*seen)).To(BeNumerically(">=", 3), "created, granted, applied")
 
-	created := seen[0]
+	created := (*seen)[0]
 	Expect(created.Annotations).To(HaveKeyWithValue(ippoolv1.SlotRequestAnnotation, "true"), "asks with its creation")
 	Expect(created.Annotations).NotTo(HaveKey(ippoolv1.RequestAnnotation), "asks no pool for anything")
-	granted := seen[1]
+	granted := (*seen)[1]
 	Expect(granted.Status.Slot).NotTo(BeNil(), "the policy controller answers first")
 	Expect(granted.Status.Slot.Granted).NotTo(BeNil())
 	Expect(granted.Status.Slot.Requested.IsZero()).To(BeTrue(), "the handler wrote no request of its own")
 	Expect(granted.Status.Slot.PolicyGeneration).To(BeEquivalentTo(1), "the grant names the generation it was given for")
 	Expect(granted.Status.PolicyGeneration).To(BeZero(), "nor anything else")
 	Expect(granted.Status.Conditions).To(BeEmpty())
-	for _, e := range seen[2:] {
+	for _, e := range (*seen)[2:] {
 		Expect(e.Status.PolicyGeneration).NotTo(BeZero(), "every later write is the handler's, from its apply on")
 	}
 	Expect(nodes[0].Network.Applies.Load()).To(BeEquivalentTo(1))
@@ -98,25 +78,7 @@ func TestCreationGrantForAnotherGeneration(t *testing.T) {
 	Expect(k.Patch(ctx, p, client.MergeFrom(before))).To(Succeed())
 	Expect(p.Generation).To(BeEquivalentTo(2))
 
-	wc, err := envtest.ClientFor(cfg.Config)
-	Expect(err).NotTo(HaveOccurred())
-	w, err := wc.Watch(ctx, &nncev1beta1.NodeNetworkConfigurationEnactmentList{},
-		&client.ListOptions{FieldSelector: fields.OneTermEqualSelector("metadata.name", name)})
-	Expect(err).NotTo(HaveOccurred())
-	defer w.Stop()
-	var seen []nncev1beta1.NodeNetworkConfigurationEnactment
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		for ev := range w.ResultChan() {
-			if e, ok := ev.Object.(*nncev1beta1.NodeNetworkConfigurationEnactment); ok && ev.Type != watch.Deleted {
-				seen = append(seen, *e.DeepCopy())
-				if trueConditionOf(e) == "Available" {
-					return
-				}
-			}
-		}
-	}()
+	seen, done := watchUntilAvailable(ctx, t, name)
 
 	// The enactment as its handler created it, granted for generation 1:
 	// the grant is written before the request annotation, so that the
@@ -141,7 +103,7 @@ func TestCreationGrantForAnotherGeneration(t *testing.T) {
 	Eventually(done).Should(BeClosed())
 
 	var asked, regranted bool
-	for _, got := range seen {
+	for _, got := range *seen {
 		slot := got.Status.Slot
 		switch {
 		case got.Status.PolicyGeneration != 0 && !asked:
@@ -156,10 +118,37 @@ func TestCreationGrantForAnotherGeneration(t *testing.T) {
 	}
 	Expect(asked).To(BeTrue())
 	Expect(regranted).To(BeTrue(), "applied on a grant for generation 2")
-	applied := seen[len(seen)-1]
+	applied := (*seen)[len(*seen)-1]
 	Expect(applied.Status.PolicyGeneration).To(BeEquivalentTo(2))
 	Expect(applied.Status.DesiredState.String()).To(ContainSubstring("1400"))
 	Expect(nodes[0].Network.Applies.Load()).To(BeEquivalentTo(1))
+}
+
+// watchUntilAvailable records every version of enactment name from now
+// on, in seen, until one shows Available; done closes then. The watch
+// ends with ctx or the test.
+func watchUntilAvailable(ctx context.Context, t *testing.T, name string) (*[]nncev1beta1.NodeNetworkConfigurationEnactment, chan struct{}) {
+	t.Helper()
+	wc, err := envtest.ClientFor(cfg.Config)
+	Expect(err).NotTo(HaveOccurred())
+	w, err := wc.Watch(ctx, &nncev1beta1.NodeNetworkConfigurationEnactmentList{},
+		&client.ListOptions{FieldSelector: fields.OneTermEqualSelector("metadata.name", name)})
+	Expect(err).NotTo(HaveOccurred())
+	t.Cleanup(w.Stop)
+	seen := &[]nncev1beta1.NodeNetworkConfigurationEnactment{}
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for ev := range w.ResultChan() {
+			if e, ok := ev.Object.(*nncev1beta1.NodeNetworkConfigurationEnactment); ok && ev.Type != watch.Deleted {
+				*seen = append(*seen, *e.DeepCopy())
+				if trueConditionOf(e) == "Available" {
+					return
+				}
+			}
+		}
+	}()
+	return seen, done
 }
 
 // trueConditionOf returns the type of the enactment's True condition, or
