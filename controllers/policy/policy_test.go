@@ -14,8 +14,10 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/intstr"
+	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	ippoolv1 "github.com/nmstate-ippool/nmstate-ippool/api/v1"
 	nncev1beta1 "github.com/nmstate-ippool/nmstate-ippool/api/v1beta1"
 	"github.com/nmstate-ippool/nmstate-ippool/controllers/policy"
 	"github.com/nmstate-ippool/nmstate-ippool/internal/plumbing/conditions"
@@ -239,6 +241,41 @@ func TestGrantNamesGeneration(t *testing.T) {
 		}
 		return 0
 	}).Should(BeEquivalentTo(2))
+}
+
+// TestEnactmentOfAnEarlierPolicy: an enactment created for an earlier
+// policy of the same name (its nmstate.io/policy-uid another UID), left
+// until its handler ends it, is neither granted a slot of this policy nor
+// counted as holding one.
+func TestEnactmentOfAnEarlierPolicy(t *testing.T) {
+	RegisterTestingT(t)
+	startController(t, time.Hour)
+	names := setUp(t, "reborn", 2, intstr.FromInt32(1))
+	Eventually(func() error {
+		var e nncev1beta1.NodeNetworkConfigurationEnactment
+		if err := k.Get(ctx, types.NamespacedName{Name: names[0]}, &e); err != nil {
+			return err
+		}
+		e.Annotations = map[string]string{ippoolv1.PolicyUIDAnnotation: "the-earlier-policys-uid"}
+		return k.Update(ctx, &e)
+	}).Should(Succeed())
+	handlerWrites(names[0], shared.NodeNetworkConfigurationEnactmentConditionProgressing, true)
+	Consistently(func() *nncev1beta1.ApplySlot { return slotOf(names[0]) }, time.Second).
+		Should(HaveField("Granted", BeNil()), "the earlier policy's enactment is granted a slot of this one")
+
+	// Granted by the earlier policy and applying it, it holds none of
+	// this policy's one slot.
+	Eventually(func() error {
+		var e nncev1beta1.NodeNetworkConfigurationEnactment
+		if err := k.Get(ctx, types.NamespacedName{Name: names[0]}, &e); err != nil {
+			return err
+		}
+		e.Status.Slot.Granted = ptr.To(metav1.NewMicroTime(time.Now()))
+		return k.Status().Update(ctx, &e)
+	}).Should(Succeed())
+	handlerWrites(names[1], shared.NodeNetworkConfigurationEnactmentConditionProgressing, true)
+	Eventually(func() []string { g, _ := slots(names[1:]); return g }).Should(Equal(names[1:]),
+		"this policy's enactment waits on a slot the earlier policy's enactment holds")
 }
 
 // slotOf returns the enactment's status.slot (an empty one if none).
