@@ -99,6 +99,12 @@ func (c *cluster) startAPIServerOn(ctx context.Context, keys pki.Keys, port int)
 			"--service-account-issuer=https://kubernetes.default.svc",
 			"--service-account-key-file=" + keys.Path("sa.pub"), "--service-account-signing-key-file=" + keys.Path("sa.key"),
 			"--service-cluster-ip-range=10.0.0.0/24", "--authorization-mode=RBAC", "--allow-privileged=true",
+			// Stopped while its clients stay connected (a restart, a
+			// restore), it drains their requests and closes their
+			// connections within two seconds, where net/http's graceful
+			// shutdown would wait up to the request timeout (a minute)
+			// for connections that watches keep open.
+			"--shutdown-send-retry-after=true",
 		}}
 	if c.Real == nil {
 		// No service account controller runs to give pods their accounts.
