@@ -208,17 +208,10 @@ func (r *Reconciler) fetch(ctx context.Context, reader client.Reader, name strin
 	}
 	var err error
 	s.selected, s.why, err = r.selection(ctx, reader, s.policy)
-	if s.selected && s.enactment != nil && stale(s.enactment, s.policy) {
+	if s.selected && s.enactment != nil && enactmentrecord.OfEarlierPolicy(s.enactment, string(s.policy.UID)) {
 		s.selected, s.why = false, "its policy was deleted and created again"
 	}
 	return s, err
-}
-
-// stale reports whether an enactment was created for an earlier policy of
-// the same name.
-func stale(e *nncev1beta1.NodeNetworkConfigurationEnactment, p *nmstatev1.NodeNetworkConfigurationPolicy) bool {
-	uid, ok := e.Annotations[ippoolv1.PolicyUIDAnnotation]
-	return ok && uid != string(p.UID)
 }
 
 // errCacheBehind says that the API server's enactment is ahead of what the

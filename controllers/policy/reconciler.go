@@ -168,7 +168,11 @@ func (r *Reconciler) fetch(ctx context.Context, name string) (*rollout, error) {
 	ro := &rollout{policy: &p}
 	for i := range list.Items {
 		e := &list.Items[i]
-		if matching[e.Labels[shared.EnactmentNodeLabel]] && e.DeletionTimestamp.IsZero() && ofThisPolicy(e, &p) {
+		if matching[e.Labels[shared.EnactmentNodeLabel]] && e.DeletionTimestamp.IsZero() &&
+			// One of an earlier policy of this name, deleted and created
+			// again, is neither counted nor granted: its handler ends it
+			// and creates one for this policy.
+			!enactmentrecord.OfEarlierPolicy(e, string(p.UID)) {
 			ro.enactments = append(ro.enactments, e)
 		}
 	}
@@ -178,16 +182,6 @@ func (r *Reconciler) fetch(ctx context.Context, name string) (*rollout, error) {
 	}
 	ro.limit, ro.matching = limit, len(matching)
 	return ro, nil
-}
-
-// ofThisPolicy says whether e was created for this policy, not for an
-// earlier one of its name that was deleted and created again: such an
-// enactment is neither counted nor granted (its handler ends it and
-// creates one for this policy). One whose handler names no policy UID (an
-// earlier version's, or kubernetes-nmstate's) is taken for this policy.
-func ofThisPolicy(e *nncev1beta1.NodeNetworkConfigurationEnactment, p *nmstatev1.NodeNetworkConfigurationPolicy) bool {
-	uid, ok := e.Annotations[ippoolv1.PolicyUIDAnnotation]
-	return !ok || uid == string(p.UID)
 }
 
 // onRequest says which new enactments of policy ask for a slot by their

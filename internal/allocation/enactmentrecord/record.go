@@ -231,3 +231,13 @@ func Complete(e *nncev1beta1.NodeNetworkConfigurationEnactment, refs []capture.R
 // WaitingForSlot is the Progressing message of an enactment whose apply
 // waits for a maxUnavailable slot.
 const WaitingForSlot = "Waiting for the policy controller to grant a maxUnavailable slot"
+
+// OfEarlierPolicy says whether e was created for an earlier policy of its
+// policy's name, deleted and created again since (policyUID is the UID of
+// the policy now): its handler names another UID in
+// nmstate.io/policy-uid. One that names none (kubernetes-nmstate's, or an
+// earlier handler's) is taken for the policy now.
+func OfEarlierPolicy(e *nncev1beta1.NodeNetworkConfigurationEnactment, policyUID string) bool {
+	uid, ok := e.Annotations[ippoolv1.PolicyUIDAnnotation]
+	return ok && uid != policyUID
+}
