@@ -39,13 +39,12 @@ func (r *Reconciler) SetupWithManager(ctx context.Context, mgr ctrl.Manager, opt
 		func(o client.Object) []string { return []string{o.GetLabels()[shared.EnactmentPolicyLabel]} }); err != nil {
 		return err
 	}
-	window := batch.NewWindow(r.Batch)
 	return ctrl.NewControllerManagedBy(mgr).
 		Named("nncp-rollout").
 		WithOptions(controller.Options{SkipNameValidation: ptr.To(opts.SkipNameValidation), RateLimiter: backoff.Requeues()}).
 		For(&nmstatev1.NodeNetworkConfigurationPolicy{}, builder.WithPredicates(predicate.GenerationChangedPredicate{})).
-		Watches(&nncev1beta1.NodeNetworkConfigurationEnactment{}, window.Enqueue(policyOfEnactment)).
-		WatchesMetadata(&corev1.Node{}, window.Enqueue(r.allPolicies), builder.WithPredicates(nodeChanges())).
+		Watches(&nncev1beta1.NodeNetworkConfigurationEnactment{}, batch.EnqueueAfter(r.Batch, policyOfEnactment)).
+		WatchesMetadata(&corev1.Node{}, batch.EnqueueAfter(r.Batch, r.allPolicies), builder.WithPredicates(nodeChanges())).
 		Complete(r)
 }
 

@@ -78,14 +78,13 @@ const concurrentPools = 4
 // annotations on policies.
 func (r *Reconciler) SetupWithManager(ctx context.Context, mgr ctrl.Manager, opts SetupOptions) error {
 	b := ctrl.NewControllerManagedBy(mgr)
-	window := batch.NewWindow(r.Batch)
 	if r.IPAMVersion != "" {
 		// A claim's record coming or going changes what its pool holds.
-		b = b.Watches(capi.NewAddress(r.IPAMVersion), window.Enqueue(r.poolsOfAddress))
+		b = b.Watches(capi.NewAddress(r.IPAMVersion), batch.EnqueueAfter(r.Batch, r.poolsOfAddress))
 	}
 	if r.PooledPolicies {
 		// A node's record coming or going changes what its pool holds.
-		b = b.Watches(&ippoolv1.PooledNodeNetworkConfigurationPolicy{}, window.Enqueue(r.poolsOfPooledPolicy))
+		b = b.Watches(&ippoolv1.PooledNodeNetworkConfigurationPolicy{}, batch.EnqueueAfter(r.Batch, r.poolsOfPooledPolicy))
 	}
 	if r.HoldCarried {
 		if err := r.setupStrayHolder(mgr, opts); err != nil {
@@ -96,14 +95,14 @@ func (r *Reconciler) SetupWithManager(ctx context.Context, mgr ctrl.Manager, opt
 		Named("nodeippool").
 		WithOptions(controller.Options{SkipNameValidation: ptr.To(opts.SkipNameValidation), RateLimiter: backoff.Requeues(),
 			MaxConcurrentReconciles: concurrentPools}).
-		Watches(&ippoolv1.NodeIPPool{}, window.Enqueue(batch.Self)).
+		Watches(&ippoolv1.NodeIPPool{}, batch.EnqueueAfter(r.Batch, batch.Self)).
 		Watches(&ippoolv1.NodeIPPool{}, handler.EnqueueRequestsFromMapFunc(r.allPools),
 			builder.WithPredicates(predicate.Funcs{UpdateFunc: func(event.UpdateEvent) bool { return false }})).
-		Watches(&nncev1beta1.NodeNetworkConfigurationEnactment{}, window.EnqueueLeaving(r.poolsConcerning, noLongerWaiting)).
+		Watches(&nncev1beta1.NodeNetworkConfigurationEnactment{}, batch.EnqueueAfterLeaving(r.Batch, r.poolsConcerning, noLongerWaiting)).
 		// Their reset annotations: metadata only, not every status write
 		// of kubernetes-nmstate's handlers (companion mode).
 		WatchesMetadata(policymeta.Object(""), handler.EnqueueRequestsFromMapFunc(requestsFor(resetPool))).
-		WatchesMetadata(&nncev1beta1.NodeNetworkState{}, window.Enqueue(r.poolsAwaitingState)).
+		WatchesMetadata(&nncev1beta1.NodeNetworkState{}, batch.EnqueueAfter(r.Batch, r.poolsAwaitingState)).
 		Complete(r)
 }
 
