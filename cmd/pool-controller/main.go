@@ -45,6 +45,7 @@ import (
 	"github.com/nmstate-ippool/nmstate-ippool/internal/admission/poolwebhook"
 	"github.com/nmstate-ippool/nmstate-ippool/internal/admission/statuswebhook"
 	"github.com/nmstate-ippool/nmstate-ippool/internal/allocation/capi"
+	"github.com/nmstate-ippool/nmstate-ippool/internal/allocation/carriers"
 	"github.com/nmstate-ippool/nmstate-ippool/internal/allocation/holder"
 	"github.com/nmstate-ippool/nmstate-ippool/internal/allocation/periods"
 	"github.com/nmstate-ippool/nmstate-ippool/internal/plumbing/metricsauth"
@@ -196,10 +197,15 @@ func run(o options) error {
 	pools.GracePeriod, pools.QuarantinePeriod, pools.DepartureHold = o.gracePeriod, o.quarantinePeriod, o.departureHold
 	pools.HoldCarried = o.holdCarried
 	pools.ServeEnactments = o.mode == modeHandler
-	if pools.IPAMVersion, pools.Signer, err = setUpClaims(ctx, mgr, o, metrics); err != nil {
+	// One watch of what the nodes carry, for every controller that hands
+	// addresses out.
+	if pools.Carried, err = carriers.Watch(mgr, mgr.GetAPIReader()); err != nil {
 		return err
 	}
-	if pools.PooledPolicies, err = setUpPooledPolicies(mgr, metrics, o.mode == modeCompanion); err != nil {
+	if pools.IPAMVersion, pools.Signer, err = setUpClaims(ctx, mgr, o, metrics, pools.Carried); err != nil {
+		return err
+	}
+	if pools.PooledPolicies, err = setUpPooledPolicies(mgr, metrics, o.mode == modeCompanion, pools.Carried); err != nil {
 		return err
 	}
 	if err := pools.SetupWithManager(ctx, mgr, pool.SetupOptions{}); err != nil {
@@ -276,7 +282,7 @@ func setUpHandlerMode(ctx context.Context, mgr ctrl.Manager, metrics *pool.Metri
 // IPAddressClaim and IPAddress CRDs are installed, and returns the version
 // it speaks and the signer of its IPAddresses; without them it says so
 // once and returns "". CRDs installed later are served after a restart.
-func setUpClaims(ctx context.Context, mgr ctrl.Manager, o options, metrics *pool.Metrics) (string, *capi.Signer, error) {
+func setUpClaims(ctx context.Context, mgr ctrl.Manager, o options, metrics *pool.Metrics, carried *carriers.Carriers) (string, *capi.Signer, error) {
 	version, served, err := capi.Served(mgr.GetRESTMapper())
 	if err != nil {
 		return "", nil, err
@@ -294,7 +300,7 @@ func setUpClaims(ctx context.Context, mgr ctrl.Manager, o options, metrics *pool
 		return "", nil, err
 	}
 	claims := claim.New(mgr, version, cluster)
-	claims.Signer, claims.Waiting = signer, metrics.Waiting
+	claims.Signer, claims.Waiting, claims.Carried = signer, metrics.Waiting, carried
 	metrics.Writes.Count(claims.Pools)
 	if err := claims.SetupWithManager(mgr, claim.SetupOptions{}); err != nil {
 		return "", nil, fmt.Errorf("set up the IPAddressClaim controller: %w", err)
@@ -332,7 +338,7 @@ const serviceAccountNamespace = "/var/run/secrets/kubernetes.io/serviceaccount/n
 // installed, and reports whether it is. Beside kubernetes-nmstate's
 // handler (companion) it renews the NodeNetworkStates that handler left
 // holding nothing (companion.Reconciler.RenewStates).
-func setUpPooledPolicies(mgr ctrl.Manager, metrics *pool.Metrics, companionMode bool) (bool, error) {
+func setUpPooledPolicies(mgr ctrl.Manager, metrics *pool.Metrics, companionMode bool, carried *carriers.Carriers) (bool, error) {
 	_, err := mgr.GetRESTMapper().RESTMapping(ippoolv1.GroupVersion.WithKind(holder.PooledPolicyKind).GroupKind(), ippoolv1.GroupVersion.Version)
 	switch {
 	case meta.IsNoMatchError(err):
@@ -342,7 +348,7 @@ func setUpPooledPolicies(mgr ctrl.Manager, metrics *pool.Metrics, companionMode 
 		return false, fmt.Errorf("look up %s: %w", holder.PooledPolicyKind, err)
 	}
 	policies := companion.New(mgr)
-	policies.Waiting = metrics.Waiting
+	policies.Waiting, policies.Carried = metrics.Waiting, carried
 	policies.RenewStates = companionMode
 	metrics.Writes.Count(policies.Pools)
 	if err := policies.SetupWithManager(mgr, companion.SetupOptions{}); err != nil {

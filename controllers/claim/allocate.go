@@ -22,6 +22,7 @@ import (
 	"github.com/nmstate-ippool/nmstate-ippool/internal/allocation/assign"
 	"github.com/nmstate-ippool/nmstate-ippool/internal/allocation/audit"
 	"github.com/nmstate-ippool/nmstate-ippool/internal/allocation/capi"
+	"github.com/nmstate-ippool/nmstate-ippool/internal/allocation/carriers"
 	"github.com/nmstate-ippool/nmstate-ippool/internal/allocation/holder"
 	"github.com/nmstate-ippool/nmstate-ippool/internal/allocation/lifecycle"
 	"github.com/nmstate-ippool/nmstate-ippool/internal/allocation/poolstatus"
@@ -167,9 +168,9 @@ func (r *Reconciler) take(ctx context.Context, claim *unstructured.Unstructured,
 func (r *Reconciler) carriedFor(ctx context.Context, pool *ippoolv1.NodeIPPool, restoring bool) *carried {
 	source := r.Carried
 	if source == nil {
-		source = &Carriers{api: r.APIReader}
+		source = carriers.FromAPI(r.APIReader)
 	}
-	c := &carried{carriers: source, api: r.APIReader}
+	c := &carried{source: source, api: r.APIReader}
 	if rng, err := poolstatus.Range(pool); err == nil && !restoring && pool.Status.Free > 0 {
 		_, _ = c.in(ctx, rng) // read again in the write if it failed
 	}
@@ -181,16 +182,16 @@ func (r *Reconciler) carriedFor(ctx context.Context, pool *ippoolv1.NodeIPPool, 
 // range it is asked about: a retried pool write asks about the range of
 // the pool it read, which an admin may have changed in place.
 type carried struct {
-	carriers *Carriers
-	api      client.Reader
-	all      map[netip.Addr][]string
-	byRange  map[string]map[netip.Addr][]string
+	source  *carriers.Carriers
+	api     client.Reader
+	all     map[netip.Addr][]string
+	byRange map[string]map[netip.Addr][]string
 }
 
 // in returns, by address of rng, the existing Nodes that carry it.
 func (c *carried) in(ctx context.Context, rng *ippool.Range) (map[netip.Addr][]string, error) {
 	if c.all == nil {
-		all, err := c.carriers.Of(ctx)
+		all, err := c.source.Of(ctx)
 		if err != nil {
 			return nil, err
 		}

@@ -13,6 +13,7 @@ import (
 
 	ippoolv1 "github.com/nmstate-ippool/nmstate-ippool/api/v1"
 	nncev1beta1 "github.com/nmstate-ippool/nmstate-ippool/api/v1beta1"
+	"github.com/nmstate-ippool/nmstate-ippool/internal/allocation/carriers"
 	"github.com/nmstate-ippool/nmstate-ippool/internal/allocation/poolstatus"
 	"github.com/nmstate-ippool/nmstate-ippool/pkg/ippool"
 )
@@ -44,7 +45,7 @@ func TestCarriedFollowsTheRange(t *testing.T) {
 		}
 		return rng
 	}
-	c := &carried{carriers: &Carriers{api: api}, api: api}
+	c := &carried{source: carriers.FromAPI(api), api: api}
 	ctx := context.Background()
 	for _, tc := range []struct {
 		end  string

@@ -19,6 +19,7 @@ import (
 	ippoolv1 "github.com/nmstate-ippool/nmstate-ippool/api/v1"
 	"github.com/nmstate-ippool/nmstate-ippool/internal/allocation/assign"
 	"github.com/nmstate-ippool/nmstate-ippool/internal/allocation/capi"
+	"github.com/nmstate-ippool/nmstate-ippool/internal/allocation/carriers"
 	"github.com/nmstate-ippool/nmstate-ippool/internal/allocation/holder"
 	"github.com/nmstate-ippool/nmstate-ippool/internal/allocation/lifecycle"
 	"github.com/nmstate-ippool/nmstate-ippool/internal/allocation/poolmetrics"
@@ -36,9 +37,9 @@ type Reconciler struct {
 	// wrong: the IPAddress found missing, the states a release reads.
 	APIReader client.Reader
 	// Carried tells the addresses nodes carry, which a new address
-	// avoids (WatchCarriers); nil reads them from the API server's watch
+	// avoids (carriers.Watch); nil reads them from the API server's watch
 	// cache for each claim.
-	Carried *Carriers
+	Carried *carriers.Carriers
 	// Pools writes pool statuses.
 	Pools *poolwrite.Writer
 	// Recorder emits Events on claims.

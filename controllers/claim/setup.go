@@ -18,6 +18,7 @@ import (
 
 	ippoolv1 "github.com/nmstate-ippool/nmstate-ippool/api/v1"
 	"github.com/nmstate-ippool/nmstate-ippool/internal/allocation/capi"
+	"github.com/nmstate-ippool/nmstate-ippool/internal/allocation/carriers"
 	"github.com/nmstate-ippool/nmstate-ippool/internal/allocation/poolwrite"
 	"github.com/nmstate-ippool/nmstate-ippool/internal/plumbing/backoff"
 	"github.com/nmstate-ippool/nmstate-ippool/internal/plumbing/eventnote"
@@ -76,7 +77,7 @@ func (r *Reconciler) SetupWithManager(mgr ctrl.Manager, opts SetupOptions) error
 		return err
 	}
 	if r.Carried == nil {
-		carried, err := WatchCarriers(mgr, r.APIReader)
+		carried, err := carriers.Watch(mgr, r.APIReader)
 		if err != nil {
 			return err
 		}

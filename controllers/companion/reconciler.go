@@ -22,6 +22,7 @@ import (
 
 	ippoolv1 "github.com/nmstate-ippool/nmstate-ippool/api/v1"
 	nncev1beta1 "github.com/nmstate-ippool/nmstate-ippool/api/v1beta1"
+	"github.com/nmstate-ippool/nmstate-ippool/internal/allocation/carriers"
 	"github.com/nmstate-ippool/nmstate-ippool/internal/allocation/holder"
 	"github.com/nmstate-ippool/nmstate-ippool/internal/allocation/poolmetrics"
 	"github.com/nmstate-ippool/nmstate-ippool/internal/allocation/poolwrite"
@@ -57,6 +58,10 @@ type Reconciler struct {
 	// Waiting is told which nodes of a pooled policy wait on an exhausted
 	// pool (the metric nmstate_ippool_waiting_holders); nil tells nothing.
 	Waiting *poolmetrics.Waiting
+	// Carried tells what every node's network carries, which an address
+	// given to a node avoids (carriers.Watch); nil lists the states from
+	// the API server for every allocation. SetupWithManager watches them.
+	Carried *carriers.Carriers
 
 	// written holds, by name, the incarnation and generation (a
 	// writtenAt) of each generated policy this process last created or

@@ -25,6 +25,7 @@ import (
 
 	ippoolv1 "github.com/nmstate-ippool/nmstate-ippool/api/v1"
 	nncev1beta1 "github.com/nmstate-ippool/nmstate-ippool/api/v1beta1"
+	"github.com/nmstate-ippool/nmstate-ippool/internal/allocation/carriers"
 	"github.com/nmstate-ippool/nmstate-ippool/internal/allocation/poolwrite"
 	"github.com/nmstate-ippool/nmstate-ippool/internal/plumbing/backoff"
 	"github.com/nmstate-ippool/nmstate-ippool/internal/plumbing/conditions"
@@ -79,6 +80,13 @@ type SetupOptions struct {
 // pools (one that can serve again serves the nodes waiting for it). And
 // beside it the controller that lets deleted Nodes go (nodeReconciler).
 func (r *Reconciler) SetupWithManager(mgr ctrl.Manager, opts SetupOptions) error {
+	if r.Carried == nil {
+		carried, err := carriers.Watch(mgr, r.APIReader)
+		if err != nil {
+			return err
+		}
+		r.Carried = carried
+	}
 	err := ctrl.NewControllerManagedBy(mgr).
 		Named("poolednodenetworkconfigurationpolicy").
 		WithOptions(controller.Options{SkipNameValidation: ptr.To(opts.SkipNameValidation), RateLimiter: backoff.Requeues()}).

@@ -1,9 +1,11 @@
 package pool_test
 
 import (
+	"context"
 	"fmt"
 	"net/netip"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -344,4 +346,56 @@ func unrecordedGoesBack(t *testing.T, name, net string, selfAllocate bool) {
 	Eventually(events("NodeIPPool", name)).Should(ContainElement(HavePrefix("AddressQuarantined: Held " + alone + " on node " + nodes[0].Name + " for")))
 	Expect(poolStatus(name).Quarantined).To(BeEmpty(), "adopted at once, and nothing held for the others")
 	Expect(nics.WithoutAddress()).To(BeEmpty())
+}
+
+// countingStateLists counts the lists of NodeNetworkStates read through
+// it.
+type countingStateLists struct {
+	client.Reader
+	lists atomic.Int32
+}
+
+func (c *countingStateLists) List(ctx context.Context, list client.ObjectList, opts ...client.ListOption) error {
+	if _, ok := list.(*nncev1beta1.NodeNetworkStateList); ok {
+		c.lists.Add(1)
+	}
+	return c.Reader.List(ctx, list, opts...)
+}
+
+// TestServeAvoidsWhatOtherNodesCarry: a node that asks nothing of the pool
+// comes to carry one of its free addresses after the pool was built (a
+// static address set by hand: no holder records it, and no bit is set).
+// Nodes served afterwards are handed other addresses, and the serve learns
+// what the nodes carry from its watch of their states, not from a list of
+// every state from the API server for each serving pass.
+func TestServeAvoidsWhatOtherNodesCarry(t *testing.T) {
+	RegisterTestingT(t)
+	reader := &countingStateLists{}
+	pc, err := env.StartPoolController(grace, nil, func(pc *envtest.PoolController) {
+		reader.Reader = pc.Pools.APIReader
+		pc.Pools.APIReader = reader
+	})
+	Expect(err).NotTo(HaveOccurred())
+	t.Cleanup(func() { _ = pc.Stop() })
+	const name = "avoid"
+	createPool(t, name, ippoolv1.IPRange{CIDR: "10.81.0.0/24", Start: "10.81.0.2", End: "10.81.0.20"})
+	Eventually(available(name)).Should(HavePrefix("True"))
+	dir := t.TempDir()
+	carryingNode(t, dir, "avoid-bystander", "not-"+name, "10.81.0.2", false)
+	Eventually(func() []string {
+		all, err := pc.Pools.Carried.Of(ctx)
+		Expect(err).NotTo(HaveOccurred())
+		return all[netip.MustParseAddr("10.81.0.2")]
+	}).Should(Equal([]string{"avoid-bystander"}), "the watch shows what the bystander carries")
+	Expect(bits(name)).To(BeEmpty(), "the address is free in the pool: only what the node carries keeps it")
+
+	nodes := []*envtest.Node{addNode(t, dir, "avoid-01", name), addNode(t, dir, "avoid-02", name)}
+	listsBefore := reader.lists.Load()
+	createPolicy(t, name, name, name)
+	for _, nd := range nodes {
+		Eventually(enactmentState(nd.Name + "." + name)).Should(HavePrefix("Available"))
+	}
+	Expect(append(held("avoid-01."+name, name), held("avoid-02."+name, name)...)).To(ConsistOf("10.81.0.3", "10.81.0.4"))
+	Expect(reader.lists.Load()-listsBefore).To(BeZero(), "serving listed every node's state from the API server")
+	assertIndexed(name)
 }

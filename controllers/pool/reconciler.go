@@ -20,6 +20,7 @@ import (
 
 	ippoolv1 "github.com/nmstate-ippool/nmstate-ippool/api/v1"
 	"github.com/nmstate-ippool/nmstate-ippool/internal/allocation/capi"
+	"github.com/nmstate-ippool/nmstate-ippool/internal/allocation/carriers"
 	"github.com/nmstate-ippool/nmstate-ippool/internal/allocation/poolstatus"
 	"github.com/nmstate-ippool/nmstate-ippool/internal/allocation/poolwrite"
 	"github.com/nmstate-ippool/nmstate-ippool/pkg/ippool"
@@ -98,6 +99,11 @@ type Reconciler struct {
 	// --self-allocate, which do not look at what other nodes carry when
 	// they take a new address, need.
 	HoldCarried bool
+	// Carried tells what every node's network carries, which an address
+	// served to a node avoids (carriers.Watch); nil lists the states from
+	// the API server for every serve. SetupWithManager watches them when
+	// the controller serves enactments.
+	Carried *carriers.Carriers
 
 	mu     sync.Mutex
 	memory map[string]*poolMemory

@@ -21,6 +21,7 @@ import (
 	ippoolv1 "github.com/nmstate-ippool/nmstate-ippool/api/v1"
 	nncev1beta1 "github.com/nmstate-ippool/nmstate-ippool/api/v1beta1"
 	"github.com/nmstate-ippool/nmstate-ippool/internal/allocation/capi"
+	"github.com/nmstate-ippool/nmstate-ippool/internal/allocation/carriers"
 	"github.com/nmstate-ippool/nmstate-ippool/internal/allocation/enactmentrecord"
 	"github.com/nmstate-ippool/nmstate-ippool/internal/allocation/periods"
 	"github.com/nmstate-ippool/nmstate-ippool/internal/allocation/poolstatus"
@@ -77,6 +78,13 @@ const concurrentPools = 4
 // deletion of any pool (which may start or end an overlap), and reset
 // annotations on policies.
 func (r *Reconciler) SetupWithManager(ctx context.Context, mgr ctrl.Manager, opts SetupOptions) error {
+	if r.ServeEnactments && r.Carried == nil {
+		carried, err := carriers.Watch(mgr, r.APIReader)
+		if err != nil {
+			return err
+		}
+		r.Carried = carried
+	}
 	b := ctrl.NewControllerManagedBy(mgr)
 	if r.IPAMVersion != "" {
 		// A claim's record coming or going changes what its pool holds.

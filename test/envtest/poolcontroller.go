@@ -13,6 +13,7 @@ import (
 	"github.com/nmstate-ippool/nmstate-ippool/controllers/policy"
 	"github.com/nmstate-ippool/nmstate-ippool/controllers/pool"
 	"github.com/nmstate-ippool/nmstate-ippool/internal/allocation/capi"
+	"github.com/nmstate-ippool/nmstate-ippool/internal/allocation/carriers"
 )
 
 // PoolController is a pool controller (the pool, enactment and policy
@@ -115,6 +116,9 @@ func (e *Env) StartPoolController(grace time.Duration, metrics *pool.Metrics, tu
 	for _, f := range tune {
 		f(pc)
 	}
+	if err := pc.watchCarriers(mgr); err != nil {
+		return nil, err
+	}
 	pc.count(metrics)
 	if err := pc.Pools.SetupWithManager(context.Background(), mgr, pool.SetupOptions{SkipNameValidation: true}); err != nil {
 		return nil, err
@@ -141,6 +145,27 @@ func (e *Env) StartPoolController(grace time.Duration, metrics *pool.Metrics, tu
 	}
 	pc.stop = RunManager(mgr)
 	return pc, nil
+}
+
+// watchCarriers gives the controllers that hand addresses out one watch
+// of what the nodes carry, as cmd/pool-controller does, unless tune gave
+// the pool controller its own; its reads before the watch syncs go
+// through the pool controller's APIReader (which tune may have wrapped).
+func (pc *PoolController) watchCarriers(mgr ctrl.Manager) error {
+	if pc.Pools.Carried == nil {
+		carried, err := carriers.Watch(mgr, pc.Pools.APIReader)
+		if err != nil {
+			return err
+		}
+		pc.Pools.Carried = carried
+	}
+	if pc.Claims != nil && pc.Claims.Carried == nil {
+		pc.Claims.Carried = pc.Pools.Carried
+	}
+	if pc.PooledPolicies != nil && pc.PooledPolicies.Carried == nil {
+		pc.PooledPolicies.Carried = pc.Pools.Carried
+	}
+	return nil
 }
 
 // StartPolicyAndEnactmentControllers runs the policy controller (policy status and

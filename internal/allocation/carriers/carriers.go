@@ -1,9 +1,16 @@
-package claim
+// Package carriers tells which nodes' networks carry each address, from a
+// watch of the NodeNetworkStates reduced to what they carry: what a new
+// address avoids, for every kind that hands addresses out (the pool
+// controller's serve, companion mode's policies, Cluster API claims).
+// Adoption, which gives a node the address it carries, reads that node's
+// state from the API server instead (lifecycle.ReadCarrying).
+package carriers
 
 import (
 	"context"
 	"fmt"
 	"net/netip"
+	"slices"
 	"sync"
 	"sync/atomic"
 
@@ -15,12 +22,12 @@ import (
 
 	nncev1beta1 "github.com/nmstate-ippool/nmstate-ippool/api/v1beta1"
 	"github.com/nmstate-ippool/nmstate-ippool/internal/allocation/assign"
+	"github.com/nmstate-ippool/nmstate-ippool/internal/allocation/lifecycle"
 	"github.com/nmstate-ippool/nmstate-ippool/pkg/netstate"
 )
 
 // Carriers tells which nodes' networks carry each address, as their
-// NodeNetworkStates show it: from the claim controller's own watch of the
-// states, each reduced as it arrives to the addresses it carries, once
+// NodeNetworkStates show it: from a watch of the states of its own, each reduced as it arrives to the addresses it carries, once
 // that watch has synced; until then (or without a watch) from a list of
 // the states from the API server's watch cache. The watch keeps nothing
 // else of a state: it is no source of whole states (whether one is
@@ -31,7 +38,7 @@ type Carriers struct {
 	api    client.Reader
 
 	// seen counts the watch's events; Of keeps its answer from the
-	// watch (memo) until the count moves: the claims of a burst read
+	// watch (memo) until the count moves: the asks of a burst read
 	// what the nodes carry once, not each one from every state.
 	seen   atomic.Uint64
 	mu     sync.Mutex
@@ -39,10 +46,11 @@ type Carriers struct {
 	memoAt uint64
 }
 
-// WatchCarriers returns Carriers that watches the states with a cache of
-// its own, run by mgr on the leader only (the claim controller runs
-// there); api reads the states until the watch has synced.
-func WatchCarriers(mgr ctrl.Manager, api client.Reader) (*Carriers, error) {
+// Watch returns Carriers that watches the states with a cache of its
+// own, run by mgr on the leader only (the controllers that hand addresses
+// out run there); api reads the states until the watch has synced. One
+// Carriers serves every controller of a process.
+func Watch(mgr ctrl.Manager, api client.Reader) (*Carriers, error) {
 	c, err := cache.New(mgr.GetConfig(), cache.Options{
 		Scheme: mgr.GetScheme(),
 		Mapper: mgr.GetRESTMapper(),
@@ -78,11 +86,11 @@ func WatchCarriers(mgr ctrl.Manager, api client.Reader) (*Carriers, error) {
 // Of returns, by address, the nodes whose states show it (assign.CarriersOf).
 // It never waits for the watch: a watch that cannot sync (a state that
 // cannot be read, a missing permission) leaves the reads to the API
-// server, whose errors are the claim's. Either source is behind etcd:
+// server, whose errors are the caller's. Either source is behind etcd:
 // by milliseconds usually, by seconds under load or after a broken
 // watch. What a node carries is known only from the state it last
 // published, so no read sees an address it takes after; a new address
-// for a claim avoids what was seen, and adoption, which gives a node the
+// avoids what was seen, and adoption, which gives a node the
 // address it carries, reads its states consistently instead
 // (lifecycle.ReadCarrying).
 //
@@ -119,6 +127,10 @@ func (c *Carriers) fromWatch(ctx context.Context) (map[netip.Addr][]string, bool
 	return c.memo, true
 }
 
+// FromAPI returns Carriers without a watch: every Of lists the states
+// from the API server's watch cache.
+func FromAPI(api client.Reader) *Carriers { return &Carriers{api: api} }
+
 // Synced reports whether the watch has listed every state once: until
 // then Of reads from the API server.
 func (c *Carriers) Synced() bool { return c.cache != nil && c.synced() }
@@ -140,4 +152,25 @@ func carriedOnly(o any) (any, error) {
 		Name: nns.Name, UID: nns.UID, ResourceVersion: nns.ResourceVersion}}
 	out.Status.CurrentState.Raw = netstate.CarriedState(netstate.Carriers(nns.Status.CurrentState.Raw))
 	return out, nil
+}
+
+// Complete completes what lifecycle.ReadCarrying read of the nodes that
+// ask with what every node carries, for a new address to avoid: from the
+// watch (Of), unless ReadCarrying listed the states itself (one of the
+// asking nodes carries an address of the range, which adoption decides
+// on a consistent read); then it keeps the carriers that are live Nodes
+// (lifecycle.WithCarriers). A nil Carriers lists the states from the API
+// server, as lifecycle.WithCarriers does.
+func (c *Carriers) Complete(ctx context.Context, api client.Reader, read assign.Carrying) (assign.Carrying, error) {
+	if c != nil && read.Carriers == nil {
+		all, err := c.Of(ctx)
+		if err != nil {
+			return read, err
+		}
+		read.Carriers = make(map[netip.Addr][]string, len(all))
+		for ip, nodes := range all {
+			read.Carriers[ip] = slices.Clone(nodes)
+		}
+	}
+	return lifecycle.WithCarriers(ctx, api, read, nil)
 }
