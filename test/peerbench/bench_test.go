@@ -29,6 +29,7 @@ import (
 
 	ippoolv1 "github.com/nmstate-ippool/nmstate-ippool/api/v1"
 	nncev1beta1 "github.com/nmstate-ippool/nmstate-ippool/api/v1beta1"
+	"github.com/nmstate-ippool/nmstate-ippool/internal/rollout/policystatus"
 	"github.com/nmstate-ippool/nmstate-ippool/test/envtest"
 )
 
@@ -238,7 +239,7 @@ func chosen(name string) bool {
 
 type meter struct {
 	b     *testing.B
-	k     client.Client
+	k     client.WithWatch
 	cfg   *rest.Config
 	dir   string
 	nodes int
@@ -330,10 +331,18 @@ func (m *meter) policy(c rolloutCase, name string, index, run int) time.Duration
 		addr = "{{ capture.addr.ip }}"
 	}
 	p.Spec.DesiredState = shared.NewState(desiredState(index, run, addr))
+	limit, err := policystatus.MaxUnavailable(p.Spec.MaxUnavailable, m.nodes)
+	must(m.b, err)
+	rw := m.watchRollout(name, limit)
 	start := time.Now()
+	if rw != nil {
+		rw.start = start
+	}
 	must(m.b, m.k.Create(ctx, p))
 	m.waitAvailable(name, m.nodes)
-	return time.Since(start)
+	elapsed := time.Since(start)
+	rw.report(name)
+	return elapsed
 }
 
 // perNode rolls out one policy per node with its address typed in, as
