@@ -13,6 +13,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"time"
 )
@@ -193,14 +194,41 @@ func WaitFor(timeout time.Duration, cond func() bool) bool {
 	return cond()
 }
 
-// FreePort returns a TCP port on 127.0.0.1 that nothing listens on now.
+// handedOut holds the ports FreePort returned: one handed out and not yet
+// bound by the process it was for reads as free to the kernel, which may
+// offer it again (etcd was once given one port for both its client and
+// its peer URLs, and could not start).
+var handedOut = struct {
+	sync.Mutex
+	ports map[int]bool
+}{ports: map[int]bool{}}
+
+// FreePort returns a TCP port on 127.0.0.1 that nothing listens on now and
+// that this process has not handed out before. The ports the kernel
+// offers that were handed out already are held while it is asked again,
+// so that it offers others.
 func FreePort() (int, error) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return 0, err
+	handedOut.Lock()
+	defer handedOut.Unlock()
+	var held []net.Listener
+	defer func() {
+		for _, l := range held {
+			_ = l.Close()
+		}
+	}()
+	for range 100 {
+		l, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			return 0, err
+		}
+		held = append(held, l)
+		port := l.Addr().(*net.TCPAddr).Port
+		if !handedOut.ports[port] {
+			handedOut.ports[port] = true
+			return port, nil
+		}
 	}
-	defer func() { _ = l.Close() }()
-	return l.Addr().(*net.TCPAddr).Port, nil
+	return 0, errors.New("no free port on 127.0.0.1 that was not handed out already")
 }
 
 // HostPort is the loopback address of port.

@@ -51,3 +51,20 @@ func TestProcessIdentity(t *testing.T) {
 		t.Error("still alive after stop")
 	}
 }
+
+// TestFreePortsAreDistinct: the ports handed out are never handed out
+// again, even when nothing has bound them yet (etcd's client and peer
+// ports were once the same).
+func TestFreePortsAreDistinct(t *testing.T) {
+	seen := map[int]bool{}
+	for range 300 {
+		port, err := FreePort()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if seen[port] {
+			t.Fatalf("port %d handed out twice", port)
+		}
+		seen[port] = true
+	}
+}
