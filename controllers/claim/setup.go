@@ -76,12 +76,9 @@ func (r *Reconciler) SetupWithManager(mgr ctrl.Manager, opts SetupOptions) error
 	if err := mgr.GetFieldIndexer().IndexField(context.Background(), capi.NewClaim(r.Version), waitingIndex, waitsFor); err != nil {
 		return err
 	}
-	if r.Carried == nil {
-		carried, err := carriers.Watch(mgr, r.APIReader)
-		if err != nil {
-			return err
-		}
-		r.Carried = carried
+	var err error
+	if r.Carried, err = carriers.Ensure(r.Carried, mgr, r.APIReader); err != nil {
+		return err
 	}
 	b := ctrl.NewControllerManagedBy(mgr).
 		Named("ipaddressclaim").

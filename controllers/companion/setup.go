@@ -80,14 +80,11 @@ type SetupOptions struct {
 // pools (one that can serve again serves the nodes waiting for it). And
 // beside it the controller that lets deleted Nodes go (nodeReconciler).
 func (r *Reconciler) SetupWithManager(mgr ctrl.Manager, opts SetupOptions) error {
-	if r.Carried == nil {
-		carried, err := carriers.Watch(mgr, r.APIReader)
-		if err != nil {
-			return err
-		}
-		r.Carried = carried
+	var err error
+	if r.Carried, err = carriers.Ensure(r.Carried, mgr, r.APIReader); err != nil {
+		return err
 	}
-	err := ctrl.NewControllerManagedBy(mgr).
+	err = ctrl.NewControllerManagedBy(mgr).
 		Named("poolednodenetworkconfigurationpolicy").
 		WithOptions(controller.Options{SkipNameValidation: ptr.To(opts.SkipNameValidation), RateLimiter: backoff.Requeues()}).
 		For(&ippoolv1.PooledNodeNetworkConfigurationPolicy{}).

@@ -78,12 +78,11 @@ const concurrentPools = 4
 // deletion of any pool (which may start or end an overlap), and reset
 // annotations on policies.
 func (r *Reconciler) SetupWithManager(ctx context.Context, mgr ctrl.Manager, opts SetupOptions) error {
-	if r.ServeEnactments && r.Carried == nil {
-		carried, err := carriers.Watch(mgr, r.APIReader)
-		if err != nil {
+	if r.ServeEnactments {
+		var err error
+		if r.Carried, err = carriers.Ensure(r.Carried, mgr, r.APIReader); err != nil {
 			return err
 		}
-		r.Carried = carried
 	}
 	b := ctrl.NewControllerManagedBy(mgr)
 	if r.IPAMVersion != "" {

@@ -152,12 +152,9 @@ func (e *Env) StartPoolController(grace time.Duration, metrics *pool.Metrics, tu
 // the pool controller its own; its reads before the watch syncs go
 // through the pool controller's APIReader (which tune may have wrapped).
 func (pc *PoolController) watchCarriers(mgr ctrl.Manager) error {
-	if pc.Pools.Carried == nil {
-		carried, err := carriers.Watch(mgr, pc.Pools.APIReader)
-		if err != nil {
-			return err
-		}
-		pc.Pools.Carried = carried
+	var err error
+	if pc.Pools.Carried, err = carriers.Ensure(pc.Pools.Carried, mgr, pc.Pools.APIReader); err != nil {
+		return err
 	}
 	if pc.Claims != nil && pc.Claims.Carried == nil {
 		pc.Claims.Carried = pc.Pools.Carried

@@ -127,6 +127,16 @@ func (c *Carriers) fromWatch(ctx context.Context) (map[netip.Addr][]string, bool
 	return c.memo, true
 }
 
+// Ensure returns c, or, when c is nil, Carriers that watch the states
+// (Watch): a controller set up alone gets its own watch, one given the
+// process's shares it.
+func Ensure(c *Carriers, mgr ctrl.Manager, api client.Reader) (*Carriers, error) {
+	if c != nil {
+		return c, nil
+	}
+	return Watch(mgr, api)
+}
+
 // FromAPI returns Carriers without a watch: every Of lists the states
 // from the API server's watch cache.
 func FromAPI(api client.Reader) *Carriers { return &Carriers{api: api} }
