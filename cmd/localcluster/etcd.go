@@ -48,15 +48,30 @@ func cmdEtcd(ctx context.Context, args []string, stdout, stderr io.Writer) error
 }
 
 // restoreEtcd restores etcd from a snapshot as Kubernetes' procedure
-// does, while the nodes keep running: the API server stops, etcd is
-// restored, both start again, the kubelets register the nodes the
-// snapshot does not know, and the components restart.
+// does, while the nodes keep running, with the handlers stopped first as
+// docs/operations.md asks: the handlers stop, the API server stops, etcd
+// is restored, both start again, the kubelets register the nodes the
+// snapshot does not know, the pool controller restarts, and the handlers
+// start again. A handler left running would find the Node of a node that
+// joined after the snapshot gone until its kubelet registers it again,
+// and take off, as for any deleted Node, the addresses nothing in the
+// restored cluster records for it.
 func restoreEtcd(ctx context.Context, c *state.Cluster, name string, out io.Writer) error {
+	k, err := c.Client()
+	if err != nil {
+		return err
+	}
+	h := handlers.For(c)
+	running := c.PoweredOn()
+	for _, node := range running {
+		if err := state.Step(out, "stop "+state.HandlerName(node), func() error { return h.Stop(ctx, k, node, false) }); err != nil {
+			return err
+		}
+	}
 	if err := state.Step(out, "restore "+name, func() error { return controlplane.RestoreEtcd(ctx, c, name) }); err != nil {
 		return err
 	}
-	k, err := c.Client()
-	if err != nil {
+	if k, err = c.Client(); err != nil {
 		return err
 	}
 	registered, err := nodes.Reregister(ctx, c, k)
@@ -66,7 +81,15 @@ func restoreEtcd(ctx context.Context, c *state.Cluster, name string, out io.Writ
 	if len(registered) > 0 {
 		fmt.Fprintf(out, "registered the nodes the snapshot does not know: %s\n", strings.Join(registered, ", "))
 	}
-	return restartComponents(ctx, c, out)
+	if err := replacePoolController(ctx, c, out); err != nil {
+		return err
+	}
+	for _, node := range running {
+		if err := state.Step(out, state.HandlerName(node), func() error { return h.Start(ctx, k, node) }); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // cmdBackup runs "backup FILE": the cluster's pools, policies and claims,

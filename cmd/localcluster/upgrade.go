@@ -69,10 +69,8 @@ func upgrade(ctx context.Context, c *state.Cluster, bin, crdDir string, out io.W
 // does: the pool controller's replicas, then each running node's handler,
 // one at a time, each ready before the next.
 func restartComponents(ctx context.Context, c *state.Cluster, out io.Writer) error {
-	if c.Handler != state.HandlerUpstream || c.Companion {
-		if err := state.Step(out, "pool-controller", func() error { return poolcontroller.Replace(ctx, c) }); err != nil {
-			return err
-		}
+	if err := replacePoolController(ctx, c, out); err != nil {
+		return err
 	}
 	if c.Handler == state.HandlerUpstream {
 		fmt.Fprintln(out, "the nodes run kubernetes-nmstate's handler, which is not restarted here")
@@ -95,4 +93,14 @@ func restartComponents(ctx context.Context, c *state.Cluster, out io.Writer) err
 		}
 	}
 	return nil
+}
+
+// replacePoolController restarts the pool controller, where the cluster
+// runs one (not beside kubernetes-nmstate's handler outside companion
+// mode).
+func replacePoolController(ctx context.Context, c *state.Cluster, out io.Writer) error {
+	if c.Handler == state.HandlerUpstream && !c.Companion {
+		return nil
+	}
+	return state.Step(out, "pool-controller", func() error { return poolcontroller.Replace(ctx, c) })
 }

@@ -64,11 +64,12 @@ version to upgrade from.
 
 etcd snapshot NAME saves a snapshot of etcd (etcdctl snapshot save) into
 DIR/snapshots/NAME.db; etcd restore NAME restores it as Kubernetes'
-procedure does, while the nodes keep running what was applied since: the
+procedure does, while the nodes keep running what was applied since, with
+the handlers stopped first (docs/operations.md): the handlers stop, the
 API server stops, etcd's data is restored (etcdutl snapshot restore), both
-start again, the Kubernetes controllers
-restart, the nodes the snapshot does not know register again (with the
-default labels), and the pool controller and every handler restart.
+start again, the Kubernetes controllers restart, the nodes the snapshot
+does not know register again (with the default labels), the pool
+controller restarts, and every handler starts again.
 
 backup FILE writes the pools and policies, and Cluster API's
 IPAddresses and IPAddressClaims, status included, into FILE, as a backup

@@ -280,7 +280,7 @@ func pooledKeepsEveryNode(t *testing.T, upArgs []string, flags ...string) {
 }
 
 // TestEtcdRestoredFromAnEarlierSnapshot: etcd is restored, while the
-// nodes run, from a snapshot taken before node04 and node05 joined and
+// nodes run and their handlers are stopped (docs/operations.md), from a snapshot taken before node04 and node05 joined and
 // node04 and node03 left. node05 carries an address the restored pool
 // does not record, above node04's, free again, so that only what the
 // nodes carry keeps node05 on it; node03 is recorded by the snapshot as
