@@ -90,7 +90,8 @@ func main() {
 			"NodeNetworkState shows it gone, or its Node is gone and the departure hold has passed. It also sets how long a departed node's address is kept for its return, "+
 			"and caps --departure-hold")
 	flag.DurationVar(&o.departureHold, "departure-hold", periods.DefaultDepartureHold,
-		"how long the quarantined addresses of a deleted Node wait, counted from their release, before they are freed and kept for its return: "+
+		"how long the quarantined addresses of a deleted Node wait, counted from their release, before they are freed and kept for its return, "+
+			"and the addresses its last NodeNetworkState shows that no holder records are handed to no one, counted from the Node's deletion: "+
 			"time for its machine, if it still runs, to take them off; 0 if Nodes are only deleted once their machines are gone. It may not be set above "+
 			"--quarantine-period (refused at start-up); the default is capped at a shorter --quarantine-period")
 	flag.StringVar(&o.keyNamespace, "signing-key-namespace", "", "namespace of the Secret holding the key the IPAddresses it makes "+

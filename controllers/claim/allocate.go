@@ -24,7 +24,6 @@ import (
 	"github.com/nmstate-ippool/nmstate-ippool/internal/allocation/capi"
 	"github.com/nmstate-ippool/nmstate-ippool/internal/allocation/carriers"
 	"github.com/nmstate-ippool/nmstate-ippool/internal/allocation/holder"
-	"github.com/nmstate-ippool/nmstate-ippool/internal/allocation/lifecycle"
 	"github.com/nmstate-ippool/nmstate-ippool/internal/allocation/poolstatus"
 	"github.com/nmstate-ippool/nmstate-ippool/internal/allocation/poolwrite"
 	"github.com/nmstate-ippool/nmstate-ippool/pkg/ippool"
@@ -170,20 +169,22 @@ func (r *Reconciler) carriedFor(ctx context.Context, pool *ippoolv1.NodeIPPool, 
 	if source == nil {
 		source = carriers.FromAPI(r.APIReader)
 	}
-	c := &carried{source: source, api: r.APIReader}
+	c := &carried{source: source, api: r.APIReader, pool: pool}
 	if rng, err := poolstatus.Range(pool); err == nil && !restoring && pool.Status.Free > 0 {
 		_, _ = c.in(ctx, rng) // read again in the write if it failed
 	}
 	return c
 }
 
-// carried reads which addresses the networks of existing Nodes carry
-// (Carriers, then lifecycle.WithCarriers for the Nodes), once for each
+// carried reads which addresses the networks of existing Nodes carry, and
+// of Nodes deleted within the departure hold (Carriers.Of, then
+// Carriers.Within), once for each
 // range it is asked about: a retried pool write asks about the range of
 // the pool it read, which an admin may have changed in place.
 type carried struct {
 	source  *carriers.Carriers
 	api     client.Reader
+	pool    *ippoolv1.NodeIPPool
 	all     map[netip.Addr][]string
 	byRange map[string]map[netip.Addr][]string
 }
@@ -200,7 +201,7 @@ func (c *carried) in(ctx context.Context, rng *ippool.Range) (map[netip.Addr][]s
 	if found, ok := c.byRange[rng.String()]; ok {
 		return found, nil
 	}
-	found, err := lifecycle.WithCarriers(ctx, c.api, assign.Carrying{Carriers: maps.Clone(c.all)}, rng)
+	found, err := c.source.Within(ctx, c.api, assign.Carrying{Carriers: maps.Clone(c.all)}, rng, c.pool)
 	if err != nil {
 		return nil, fmt.Errorf("read what nodes' networks carry, to hand out none of it: %w", err)
 	}
@@ -272,13 +273,14 @@ func conditionOf(p *ippoolv1.NodeIPPool, alloc *ippool.Allocator, err error) (*c
 	case errors.As(err, &refusal):
 		c = refusal.c
 	case errors.Is(err, ippool.ErrFull):
-		why := ""
+		why, carried := "", false
 		if full := (*assign.FullError)(nil); errors.As(err, &full) && full.More() != "" {
-			why = "; " + full.More()
+			why, carried = "; "+full.More(), full.Carried > 0
 		}
 		c = notReady(capi.ReasonPoolExhausted, fmt.Sprintf(
 			"NodeIPPool %s has no address left for this claim (%d of %d allocated%s); the claim is served as soon as one is freed, "+
 				"or grow the pool's range", p.Name, alloc.Count(), alloc.Range().Size(), why))
+		c.carried = carried
 	default:
 		// It refuses nothing (takeBack could not read who else records
 		// the address): the pass fails, and is tried again.

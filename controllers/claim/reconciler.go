@@ -114,8 +114,17 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 	if requeue {
 		return ctrl.Result{RequeueAfter: time.Second}, nil
 	}
+	if c.carried {
+		return ctrl.Result{RequeueAfter: carriedAgain}, nil
+	}
 	return ctrl.Result{}, nil
 }
+
+// carriedAgain is how soon a claim that waits for an address that only
+// nodes' networks carry is looked at again: a node that takes it off
+// writes no pool, only its state, and a Node deleted while its machine
+// runs leaves a state that counts for nothing once the Node is gone.
+const carriedAgain = 10 * time.Second
 
 // wait tells Waiting that the claim key waits on pool, or on none ("").
 func (r *Reconciler) wait(key types.NamespacedName, pool string) {

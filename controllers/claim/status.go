@@ -15,6 +15,10 @@ type condition struct {
 	status  metav1.ConditionStatus
 	reason  string
 	message string
+	// carried is set on an exhausted pool's condition when free addresses
+	// are left that nodes' networks carry: no pool write tells when one
+	// is taken off, so the claim is looked at again (carriedAgain).
+	carried bool
 }
 
 func ready(message string) condition {

@@ -166,6 +166,10 @@ type maintenanceMemory struct {
 type servingMemory struct {
 	// nudged holds, by enactment, why it was last nudged (see toNudge).
 	nudged map[string]string
+	// waitsOnCarried is set while a node waits because the only free
+	// addresses are carried by other nodes' networks: any node's new
+	// state may free one, and is read by the watch's handlers.
+	waitsOnCarried atomic.Bool
 }
 
 // Reconcile rebuilds a pool when it must (new, controller start, reset,

@@ -275,13 +275,17 @@ func (r server) serve(ctx context.Context, pool *ippoolv1.NodeIPPool, alloc *ipp
 		return 0, err
 	}
 	r.reportGivenBack(pool, givenBack)
-	r.reportFull(pool, full)
+	waitsOnCarried := r.reportFull(pool, full)
+	r.remember(pool).serving.waitsOnCarried.Store(waitsOnCarried)
 	if len(served) > 0 {
 		ctrl.LoggerFrom(ctx).Info("allocated for waiting enactments in one pool write", "enactments", len(served), "waiting", len(requests))
 	}
 	var again time.Duration
 	if len(wait) > 0 {
 		again = confirmAgain // the nodes that wait are served once what they carry is confirmed
+	}
+	if waitsOnCarried {
+		again = soonest(again, carriedAgain)
 	}
 	if err := r.recordAll(ctx, pool, served); err != nil {
 		return again, err
@@ -308,22 +312,33 @@ func (r server) recordAll(ctx context.Context, pool *ippoolv1.NodeIPPool, served
 // in any case.
 const confirmAgain = time.Second
 
+// carriedAgain is how soon a pass looks again when a node waits for an
+// address that only other nodes' networks carry, whatever their states
+// say meanwhile: a Node deleted while its machine runs changes no state
+// (its handler publishes none), and the state it leaves behind counts
+// for nothing once the Node is gone.
+const carriedAgain = 10 * time.Second
+
 // reportFull tells, on the pool, of each enactment that found no address
 // only because the free ones are on other nodes' networks: its handler,
 // which does not see those, took the pool for not full and asked. An
-// ordinary full pool is the handler's to report.
-func (r server) reportFull(pool *ippoolv1.NodeIPPool, full map[*request]error) {
+// ordinary full pool is the handler's to report. It reports whether any
+// enactment waits so.
+func (r server) reportFull(pool *ippoolv1.NodeIPPool, full map[*request]error) bool {
+	waits := false
 	for rq, err := range full {
 		var why *assign.FullError
 		if !errors.As(err, &why) || why.Carried == 0 {
 			continue
 		}
+		waits = true
 		r.Recorder.Eventf(pool, rq.enactment, corev1.EventTypeWarning, ippoolv1.ReasonExhaustedIPPool, "Serve",
 			"NodeIPPool %s has no address left for node %s (policy %s): %s; it waits. Free addresses, or take those "+
 				"addresses off the nodes that carry them ('kubectl nodeippool check %s' lists them), or grow the range",
 			pool.Name, rq.enactment.Labels[shared.EnactmentNodeLabel], rq.enactment.Labels[shared.EnactmentPolicyLabel],
 			why.More(), pool.Name)
 	}
+	return waits
 }
 
 // reportGivenBack raises the Event of the unrecorded addresses a serving

@@ -84,6 +84,11 @@ func (r *Reconciler) SetupWithManager(ctx context.Context, mgr ctrl.Manager, opt
 			return err
 		}
 	}
+	if r.Carried != nil {
+		// What a deleted Node's state shows is held as its records'
+		// addresses are: for the departure hold, capped as they are.
+		r.Carried.Hold = min(r.DepartureHold, r.QuarantinePeriod)
+	}
 	b := ctrl.NewControllerManagedBy(mgr)
 	if r.IPAMVersion != "" {
 		// A claim's record coming or going changes what its pool holds.
@@ -115,7 +120,10 @@ func (r *Reconciler) SetupWithManager(ctx context.Context, mgr ctrl.Manager, opt
 
 // poolsAwaitingState maps a node's NodeNetworkState, as metadata only, to
 // the pools that quarantine an address of that node: its new state may be
-// the evidence they wait for, so they look at their quarantines at once.
+// the evidence they wait for, so they look at their quarantines at once;
+// and to the pools where a node waits for an address that only other
+// nodes' networks carry: the state may show one taken off, or be gone
+// with its Node.
 func (r *Reconciler) poolsAwaitingState(ctx context.Context, o client.Object) []reconcile.Request {
 	var pools ippoolv1.NodeIPPoolList
 	if err := r.Client.List(ctx, &pools); err != nil {
@@ -124,8 +132,11 @@ func (r *Reconciler) poolsAwaitingState(ctx context.Context, o client.Object) []
 	var reqs []reconcile.Request
 	for i := range pools.Items {
 		p := &pools.Items[i]
+		m := r.remember(p)
 		if slices.ContainsFunc(p.Status.Quarantined, func(q ippoolv1.QuarantinedAddress) bool { return q.Node == o.GetName() }) {
-			r.remember(p).maintenance.stateChanged.Store(true)
+			m.maintenance.stateChanged.Store(true)
+			reqs = append(reqs, reconcile.Request{NamespacedName: types.NamespacedName{Name: p.Name}})
+		} else if m.serving.waitsOnCarried.Load() {
 			reqs = append(reqs, reconcile.Request{NamespacedName: types.NamespacedName{Name: p.Name}})
 		}
 	}

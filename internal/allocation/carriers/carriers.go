@@ -1,5 +1,6 @@
 // Package carriers tells which nodes' networks carry each address, from a
-// watch of the NodeNetworkStates reduced to what they carry: what a new
+// watch of the NodeNetworkStates reduced to what they carry (and of the
+// Nodes, as names, for when one was deleted): what a new
 // address avoids, for every kind that hands addresses out (the pool
 // controller's serve, companion mode's policies, Cluster API claims).
 // Adoption, which gives a node the address it carries, reads that node's
@@ -13,6 +14,7 @@ import (
 	"slices"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	toolscache "k8s.io/client-go/tools/cache"
@@ -20,9 +22,13 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	ippoolv1 "github.com/nmstate-ippool/nmstate-ippool/api/v1"
 	nncev1beta1 "github.com/nmstate-ippool/nmstate-ippool/api/v1beta1"
 	"github.com/nmstate-ippool/nmstate-ippool/internal/allocation/assign"
 	"github.com/nmstate-ippool/nmstate-ippool/internal/allocation/lifecycle"
+	"github.com/nmstate-ippool/nmstate-ippool/internal/allocation/periods"
+	"github.com/nmstate-ippool/nmstate-ippool/internal/plumbing/nodemeta"
+	"github.com/nmstate-ippool/nmstate-ippool/pkg/ippool"
 	"github.com/nmstate-ippool/nmstate-ippool/pkg/netstate"
 )
 
@@ -44,6 +50,18 @@ type Carriers struct {
 	mu     sync.Mutex
 	memo   map[netip.Addr][]string
 	memoAt uint64
+
+	// Hold is how long what the state of a deleted Node shows still
+	// counts as carried, from when its Node was deleted
+	// (periods.DefaultDepartureHold by default; the pool controller sets
+	// its departure hold; 0: not at all).
+	Hold time.Duration
+	// departed holds, by node, when its Node was seen deleted (by the
+	// watch; or, deleted before the watch started, when a read first
+	// found its state without it), until the Node comes back or its
+	// state is collected.
+	departedMu sync.Mutex
+	departed   map[string]time.Time
 }
 
 // Watch returns Carriers that watches the states with a cache of its
@@ -56,6 +74,7 @@ func Watch(mgr ctrl.Manager, api client.Reader) (*Carriers, error) {
 		Mapper: mgr.GetRESTMapper(),
 		ByObject: map[client.Object]cache.ByObject{
 			&nncev1beta1.NodeNetworkState{}: {Transform: carriedOnly},
+			nodemeta.Object(""):             {Transform: nameOnly},
 		},
 		ReaderFailOnMissingInformer: true,
 	})
@@ -69,18 +88,76 @@ func Watch(mgr ctrl.Manager, api client.Reader) (*Carriers, error) {
 	if err := mgr.Add(onLeader{c}); err != nil {
 		return nil, err
 	}
-	carriers := &Carriers{cache: c, synced: informer.HasSynced, api: api}
+	carriers := &Carriers{cache: c, synced: informer.HasSynced, api: api, Hold: periods.DefaultDepartureHold}
 	// The handler runs once the watch's store has the change: an answer
 	// read after a count includes every change counted.
 	seen := func() { carriers.seen.Add(1) }
 	if _, err := informer.AddEventHandler(toolscache.ResourceEventHandlerFuncs{
 		AddFunc:    func(any) { seen() },
 		UpdateFunc: func(any, any) { seen() },
-		DeleteFunc: func(any) { seen() },
+		DeleteFunc: func(o any) { seen(); carriers.returned(nameOf(o)) }, // collected: nothing left to hold
 	}); err != nil {
 		return nil, fmt.Errorf("watch NodeNetworkStates, for the addresses nodes carry: %w", err)
 	}
+	// The Nodes, as names only, for when each was deleted: what its state
+	// shows is held from then.
+	nodes, err := c.GetInformer(context.Background(), nodemeta.Object(""))
+	if err != nil {
+		return nil, fmt.Errorf("watch Nodes, for when a node whose state shows addresses was deleted: %w", err)
+	}
+	if _, err := nodes.AddEventHandler(toolscache.ResourceEventHandlerFuncs{
+		AddFunc:    func(o any) { carriers.returned(nameOf(o)) },
+		DeleteFunc: func(o any) { carriers.departedAt(nameOf(o), time.Now()) },
+	}); err != nil {
+		return nil, fmt.Errorf("watch Nodes, for when a node whose state shows addresses was deleted: %w", err)
+	}
 	return carriers, nil
+}
+
+// nameOf returns the name of a watched object, or of the one a deletion
+// missed by the watch stood for.
+func nameOf(o any) string {
+	if gone, ok := o.(toolscache.DeletedFinalStateUnknown); ok {
+		o = gone.Obj
+	}
+	if m, ok := o.(metav1.Object); ok {
+		return m.GetName()
+	}
+	return ""
+}
+
+// nameOnly reduces a Node's metadata to its name.
+func nameOnly(o any) (any, error) {
+	n, ok := o.(*metav1.PartialObjectMetadata)
+	if !ok {
+		return o, nil
+	}
+	out := nodemeta.Object(n.Name)
+	out.UID, out.ResourceVersion = n.UID, n.ResourceVersion
+	return out, nil
+}
+
+// departedAt returns when node's Node was deleted, as remembered; at, and
+// remembers it, if that is not known.
+func (c *Carriers) departedAt(node string, at time.Time) time.Time {
+	c.departedMu.Lock()
+	defer c.departedMu.Unlock()
+	if known, ok := c.departed[node]; ok {
+		return known
+	}
+	if c.departed == nil {
+		c.departed = map[string]time.Time{}
+	}
+	c.departed[node] = at
+	return at
+}
+
+// returned forgets that node's Node was deleted: it is back, or its state
+// is collected.
+func (c *Carriers) returned(node string) {
+	c.departedMu.Lock()
+	defer c.departedMu.Unlock()
+	delete(c.departed, node)
 }
 
 // Of returns, by address, the nodes whose states show it (assign.CarriersOf).
@@ -168,10 +245,11 @@ func carriedOnly(o any) (any, error) {
 // ask with what every node carries, for a new address to avoid: from the
 // watch (Of), unless ReadCarrying listed the states itself (one of the
 // asking nodes carries an address of the range, which adoption decides
-// on a consistent read); then it keeps the carriers that are live Nodes
-// (lifecycle.WithCarriers). A nil Carriers lists the states from the API
-// server, as lifecycle.WithCarriers does.
-func (c *Carriers) Complete(ctx context.Context, api client.Reader, read assign.Carrying) (assign.Carrying, error) {
+// on a consistent read); then it keeps the carriers that are live Nodes,
+// and departed ones for the hold (Within). A nil Carriers lists the
+// states from the API server, as lifecycle.WithCarriers does, and holds
+// nothing for departed Nodes.
+func (c *Carriers) Complete(ctx context.Context, api client.Reader, read assign.Carrying, pool *ippoolv1.NodeIPPool) (assign.Carrying, error) {
 	if c != nil && read.Carriers == nil {
 		all, err := c.Of(ctx)
 		if err != nil {
@@ -182,5 +260,66 @@ func (c *Carriers) Complete(ctx context.Context, api client.Reader, read assign.
 			read.Carriers[ip] = slices.Clone(nodes)
 		}
 	}
-	return lifecycle.WithCarriers(ctx, api, read, nil)
+	return c.Within(ctx, api, read, nil, pool)
+}
+
+// Within is lifecycle.WithCarriers (the carriers of rng's addresses whose
+// Node exists), with the addresses the state of a Node deleted less than
+// Hold ago shows still carried by that node: its machine may run on and
+// carry them until its handler, which publishes nothing once its Node is
+// gone, takes them off; the departure hold is the time it has, as for
+// the addresses its records held. Those pool (nil: none) quarantines or
+// keeps for that node are its records' addresses, which the departure
+// rules hold already, and are left to them.
+func (c *Carriers) Within(ctx context.Context, api client.Reader, read assign.Carrying, rng *ippool.Range,
+	pool *ippoolv1.NodeIPPool) (assign.Carrying, error) {
+	out, gone, err := lifecycle.WithCarriersGone(ctx, api, read, rng)
+	if err != nil || c == nil || c.Hold <= 0 {
+		return out, err
+	}
+	if pool != nil {
+		for _, q := range pool.Status.Quarantined {
+			dropDeparted(gone, q.IP, q.Node)
+		}
+		for _, k := range pool.Status.KeptForReturn {
+			dropDeparted(gone, k.IP, k.Node)
+		}
+	}
+	held := c.holding(gone, time.Now())
+	if len(held) > 0 && out.Carriers == nil {
+		out.Carriers = map[netip.Addr][]string{}
+	}
+	for ip, nodes := range held {
+		out.Carriers[ip] = append(out.Carriers[ip], nodes...)
+	}
+	return out, nil
+}
+
+// dropDeparted takes node off the departed carriers of ip, in gone.
+func dropDeparted(gone map[netip.Addr][]string, ip, node string) {
+	addr, err := netip.ParseAddr(ip)
+	if err != nil {
+		return
+	}
+	if nodes := slices.DeleteFunc(gone[addr], func(n string) bool { return n == node }); len(nodes) > 0 {
+		gone[addr] = nodes
+	} else {
+		delete(gone, addr)
+	}
+}
+
+// holding returns the part of gone (by address, the departed nodes whose
+// states show it) whose Node was deleted less than Hold before now; a
+// node the watch did not see deleted (before it started, or without a
+// watch) counts from now.
+func (c *Carriers) holding(gone map[netip.Addr][]string, now time.Time) map[netip.Addr][]string {
+	held := map[netip.Addr][]string{}
+	for ip, nodes := range gone {
+		for _, node := range nodes {
+			if now.Sub(c.departedAt(node, now)) < c.Hold {
+				held[ip] = append(held[ip], node)
+			}
+		}
+	}
+	return held
 }

@@ -146,8 +146,9 @@ func ReadCarrying(ctx context.Context, reader client.Reader, pool *ippoolv1.Node
 // (assign.Chooser.Avoid). The state of a Node that is gone counts for
 // nothing: it outlives its Node only until it is collected, and an
 // address the Node's machine may still carry is held by the departure
-// rules, not by its state; counted, it would keep the address from every
-// node for good where nothing collects it.
+// rules, not by its state (carriers.Carriers holds what such a state
+// shows for the departure hold, WithCarriersGone); counted, it would keep
+// the address from every node for good where nothing collects it.
 //
 // The Nodes are listed after the states, and only when a state shows an
 // address of rng: a Node made between the two lists is one whose state
@@ -155,10 +156,18 @@ func ReadCarrying(ctx context.Context, reader client.Reader, pool *ippoolv1.Node
 // (a consistent list of Nodes, which change seldom, waits on the API
 // server's watch cache to catch up).
 func WithCarriers(ctx context.Context, reader client.Reader, c assign.Carrying, rng *ippool.Range) (assign.Carrying, error) {
+	c, _, err := WithCarriersGone(ctx, reader, c, rng)
+	return c, err
+}
+
+// WithCarriersGone is WithCarriers, and returns besides, by address of
+// rng, the nodes whose Node is gone that their states show carrying it.
+func WithCarriersGone(ctx context.Context, reader client.Reader, c assign.Carrying,
+	rng *ippool.Range) (assign.Carrying, map[netip.Addr][]string, error) {
 	if c.Carriers == nil {
 		all, err := listStates(ctx, reader)
 		if err != nil {
-			return c, fmt.Errorf("read what the nodes carry: %w", err)
+			return c, nil, fmt.Errorf("read what the nodes carry: %w", err)
 		}
 		c.Carriers = assign.CarriersOf(all)
 	}
@@ -170,18 +179,25 @@ func WithCarriers(ctx context.Context, reader client.Reader, c assign.Carrying, 
 		}
 	}
 	if len(c.Carriers) == 0 {
-		return c, nil
+		return c, nil, nil
 	}
 	var nodes metav1.PartialObjectMetadataList
 	nodes.SetGroupVersionKind(corev1.SchemeGroupVersion.WithKind("NodeList"))
 	if err := reader.List(ctx, &nodes); err != nil {
-		return c, fmt.Errorf("list Nodes, for the addresses their networks carry: %w", err)
+		return c, nil, fmt.Errorf("list Nodes, for the addresses their networks carry: %w", err)
 	}
 	live := make(map[string]bool, len(nodes.Items))
 	for _, n := range nodes.Items {
 		live[n.Name] = true
 	}
+	var gone map[netip.Addr][]string
 	for ip, carriers := range c.Carriers {
+		if departed := slices.DeleteFunc(slices.Clone(carriers), func(node string) bool { return live[node] }); len(departed) > 0 {
+			if gone == nil {
+				gone = map[netip.Addr][]string{}
+			}
+			gone[ip] = departed
+		}
 		carriers = slices.DeleteFunc(slices.Clone(carriers), func(node string) bool { return !live[node] })
 		if len(carriers) == 0 {
 			delete(c.Carriers, ip)
@@ -189,7 +205,7 @@ func WithCarriers(ctx context.Context, reader client.Reader, c assign.Carrying, 
 		}
 		c.Carriers[ip] = carriers
 	}
-	return c, nil
+	return c, gone, nil
 }
 
 // carriesInRange reports whether a node of byNode carries an address rng
