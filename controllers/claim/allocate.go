@@ -169,7 +169,7 @@ func (r *Reconciler) carriedFor(ctx context.Context, pool *ippoolv1.NodeIPPool, 
 	if source == nil {
 		source = carriers.FromAPI(r.APIReader)
 	}
-	c := &carried{source: source, api: r.APIReader, pool: pool}
+	c := &carried{source: source, api: r.APIReader}
 	if rng, err := poolstatus.Range(pool); err == nil && !restoring && pool.Status.Free > 0 {
 		_, _ = c.in(ctx, rng) // read again in the write if it failed
 	}
@@ -184,7 +184,6 @@ func (r *Reconciler) carriedFor(ctx context.Context, pool *ippoolv1.NodeIPPool, 
 type carried struct {
 	source  *carriers.Carriers
 	api     client.Reader
-	pool    *ippoolv1.NodeIPPool
 	all     map[netip.Addr][]string
 	byRange map[string]map[netip.Addr][]string
 }
@@ -201,7 +200,7 @@ func (c *carried) in(ctx context.Context, rng *ippool.Range) (map[netip.Addr][]s
 	if found, ok := c.byRange[rng.String()]; ok {
 		return found, nil
 	}
-	found, err := c.source.Within(ctx, c.api, assign.Carrying{Carriers: maps.Clone(c.all)}, rng, c.pool)
+	found, err := c.source.Within(ctx, c.api, assign.Carrying{Carriers: maps.Clone(c.all)}, rng)
 	if err != nil {
 		return nil, fmt.Errorf("read what nodes' networks carry, to hand out none of it: %w", err)
 	}

@@ -346,7 +346,7 @@ func (r *Reconciler) carried(ctx context.Context, w *world, pool *ippoolv1.NodeI
 	if err != nil {
 		return c, err
 	}
-	return r.Carried.Complete(ctx, r.APIReader, c, pool)
+	return r.Carried.Complete(ctx, r.APIReader, c)
 }
 
 // nodesOf names the nodes of needs, for messages.

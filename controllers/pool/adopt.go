@@ -40,7 +40,7 @@ func (r server) carriedFor(ctx context.Context, pool *ippoolv1.NodeIPPool, reque
 	if err != nil {
 		return c, err
 	}
-	return r.Carried.Complete(ctx, r.APIReader, c, pool)
+	return r.Carried.Complete(ctx, r.APIReader, c)
 }
 
 // first reports whether some capture the request asks for has never had

@@ -8,9 +8,11 @@ import (
 
 	. "github.com/onsi/gomega"
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/types"
 
 	ippoolv1 "github.com/nmstate-ippool/nmstate-ippool/api/v1"
+	nncev1beta1 "github.com/nmstate-ippool/nmstate-ippool/api/v1beta1"
 	"github.com/nmstate-ippool/nmstate-ippool/controllers/handler"
 	"github.com/nmstate-ippool/nmstate-ippool/internal/rollout/probe"
 	"github.com/nmstate-ippool/nmstate-ippool/test/envtest"
@@ -54,7 +56,8 @@ func TestNodeDeletedWhileItsMachineRuns(t *testing.T) {
 // at any time: the machine's handler takes it off, though no record of
 // the node released it, and the pool hands it to no one for the
 // departure hold, in which the machine is to do so, even when its
-// handler is held up.
+// handler is held up and the garbage collector has taken the Node's state
+// with it.
 func TestNodeDeletedCarryingWhatNoRecordHolds(t *testing.T) {
 	RegisterTestingT(t)
 	const hold = 15 * time.Second // the departure hold, capped by the quarantine period
@@ -78,7 +81,13 @@ func TestNodeDeletedCarryingWhatNoRecordHolds(t *testing.T) {
 	// nothing.
 	resume := holder.Network.Stall()
 	defer resume()
-	Expect(k.Delete(ctx, newNode("norec01", "norec-none"))).To(Succeed())
+	var node corev1.Node
+	Expect(k.Get(ctx, types.NamespacedName{Name: "norec01"}, &node)).To(Succeed())
+	Expect(k.Delete(ctx, &node)).To(Succeed())
+	Expect(envtest.CollectOrphans(ctx, k, node.UID, &nncev1beta1.NodeNetworkStateList{})).To(Succeed())
+	Eventually(func() bool {
+		return apierrors.IsNotFound(k.Get(ctx, types.NamespacedName{Name: "norec01"}, &nncev1beta1.NodeNetworkState{}))
+	}).Should(BeTrue(), "the state is collected with its Node")
 	Consistently(enactmentState("norec02.norec"), hold-5*time.Second).Should(HavePrefix("Pending"),
 		"norec01's machine may carry the address for the departure hold, counted from the Node's deletion")
 	Expect(carried(holder)()).To(Equal([]string{"10.74.5.1/24"}))

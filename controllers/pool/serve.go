@@ -230,6 +230,7 @@ func (r server) requestersLabels(ctx context.Context, pool *ippoolv1.NodeIPPool,
 func (r server) serve(ctx context.Context, pool *ippoolv1.NodeIPPool, alloc *ippool.Allocator, v view) (time.Duration, error) {
 	requests := r.busyRequests(ctx, pool, v.holdings.enactments)
 	if len(requests) == 0 {
+		r.remember(pool).serving.waitsOnCarried.Store(false)
 		return 0, nil
 	}
 	var served []*request

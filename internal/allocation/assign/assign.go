@@ -139,6 +139,9 @@ type Chooser struct {
 	// with their carriers, which the chooser marked allocated so that
 	// AllocateNext passes them by: only their carrier adopts one.
 	avoided map[uint64][]string
+	// keptCarried are the kept offsets that nodes' networks carry (Avoid),
+	// with their carriers: reclaimed for no other node.
+	keptCarried map[uint64][]string
 }
 
 // keptOffset is a free address kept for its holder's return.
@@ -150,7 +153,8 @@ type keptOffset struct {
 // New returns a Chooser over pool (a fresh copy the caller writes) and its
 // allocator. Call Done before the allocator is written.
 func New(pool *ippoolv1.NodeIPPool, alloc *ippool.Allocator) *Chooser {
-	c := &Chooser{pool: pool, alloc: alloc, blocked: map[uint64]bool{}, adopted: map[uint64]string{}, avoided: map[uint64][]string{}}
+	c := &Chooser{pool: pool, alloc: alloc, blocked: map[uint64]bool{}, adopted: map[uint64]string{}, avoided: map[uint64][]string{},
+		keptCarried: map[uint64][]string{}}
 	c.reservations, _ = Reservations(pool, alloc.Range())
 	for _, r := range c.reservations {
 		if !alloc.Has(r.Offset) && alloc.Allocate(r.Offset) == nil {
@@ -180,13 +184,19 @@ func (c *Chooser) Range() *ippool.Range { return c.alloc.Range() }
 // reach but their carrier's, which may adopt one: a node's address that no
 // record holds (a state published after the pool's rebuild, as after a
 // restore; an address set by hand) is not handed to another node, which
-// would put it on two NICs. Call it before the first Take.
+// would put it on two NICs. An address kept for a holder's return that
+// another node carries is not reclaimed for a third. Call it before the
+// first Take.
 func (c *Chooser) Avoid(carriers map[netip.Addr][]string) {
 	rng := c.alloc.Range()
 	for ip, nodes := range carriers {
 		off, err := rng.Assignable(ip)
-		if err == nil && !c.alloc.Has(off) && c.alloc.Allocate(off) == nil {
+		switch {
+		case err != nil:
+		case !c.alloc.Has(off) && c.alloc.Allocate(off) == nil:
 			c.avoided[off] = nodes
+		case slices.ContainsFunc(c.kept, func(k keptOffset) bool { return k.offset == off }):
+			c.keptCarried[off] = nodes
 		}
 	}
 }
@@ -236,8 +246,8 @@ func (c *Chooser) Take(cl Asker, captureName string) (Taken, error) {
 		return t, nil
 	}
 	off, err := c.alloc.AllocateNext()
-	if errors.Is(err, ippool.ErrFull) && len(c.kept) > 0 {
-		k := c.takeKept(0, true)
+	if i := c.reclaimable(cl.Node); errors.Is(err, ippool.ErrFull) && i >= 0 {
+		k := c.takeKept(i, true)
 		k.notAdopted, k.unconfirmed = t.notAdopted, t.unconfirmed
 		return k, nil
 	}
@@ -288,7 +298,21 @@ func (e *FullError) More() string {
 
 // fullError wraps err (ippool.ErrFull) as a FullError.
 func (c *Chooser) fullError(err error) *FullError {
-	return &FullError{Err: err, Reserved: len(c.blocked), Carried: len(c.avoided)}
+	carried := len(c.avoided)
+	for _, k := range c.kept {
+		if len(c.keptCarried[k.offset]) > 0 {
+			carried++
+		}
+	}
+	return &FullError{Err: err, Reserved: len(c.blocked), Carried: carried}
+}
+
+// reclaimable returns the index of the longest kept address that may be
+// reclaimed for node: one no other node's network carries; -1 if none.
+func (c *Chooser) reclaimable(node string) int {
+	return slices.IndexFunc(c.kept, func(k keptOffset) bool {
+		return !slices.ContainsFunc(c.keptCarried[k.offset], func(n string) bool { return n != node })
+	})
 }
 
 // InFlight returns the in-flight entry of t, taken for enactment under

@@ -167,6 +167,48 @@ func TestKeptForReturn(t *testing.T) {
 	}
 }
 
+// TestKeptCarriedIsNotReclaimed: a kept address that another node's
+// network carries (its holder's machine, its Node deleted within the
+// departure hold) is reclaimed for no third node, the full error counting
+// it as carried; the next kept one is, and the carrier itself may take it.
+func TestKeptCarriedIsNotReclaimed(t *testing.T) {
+	p, alloc := testPool()
+	since := func(s int) metav1.Time { return metav1.Unix(int64(1_700_000_000+s), 0) }
+	for _, ip := range []string{"10.0.0.4", "10.0.0.6"} {
+		if err := alloc.AllocateIP(mustAddr(ip)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	poolstatus.AddKept(p, ippoolv1.KeptAddress{IP: "10.0.0.2", Node: "gone", Holder: "gone.policy", Capture: "addr", Since: since(10)})
+	poolstatus.AddKept(p, ippoolv1.KeptAddress{IP: "10.0.0.3", Node: "left", Holder: "left.policy", Capture: "addr", Since: since(20)})
+	c := New(p, alloc)
+	c.Avoid(map[netip.Addr][]string{mustAddr("10.0.0.2"): {"gone"}, mustAddr("10.0.0.3"): {"left"}})
+	var full *FullError
+	if _, err := c.Take(asker("fresh", nil), "addr"); !errors.As(err, &full) || full.Carried != 2 {
+		t.Fatalf("with both kept addresses carried: %v, want ErrFull counting 2 carried", err)
+	}
+	tk, err := c.Take(asker("left", nil), "other")
+	if err != nil || tk.IP.String() != "10.0.0.3" {
+		t.Fatalf("the node that carries 10.0.0.3 got %v, %v; want it", tk.IP, err)
+	}
+	c.Done()
+
+	p, alloc = testPool()
+	for _, ip := range []string{"10.0.0.4", "10.0.0.6"} {
+		if err := alloc.AllocateIP(mustAddr(ip)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	poolstatus.AddKept(p, ippoolv1.KeptAddress{IP: "10.0.0.2", Node: "gone", Holder: "gone.policy", Capture: "addr", Since: since(10)})
+	poolstatus.AddKept(p, ippoolv1.KeptAddress{IP: "10.0.0.3", Node: "left", Holder: "left.policy", Capture: "addr", Since: since(20)})
+	c = New(p, alloc)
+	c.Avoid(map[netip.Addr][]string{mustAddr("10.0.0.2"): {"gone"}})
+	if tk, err := c.Take(asker("fresh", nil), "addr"); err != nil || tk.IP.String() != "10.0.0.3" {
+		t.Fatalf("a new node got %v, %v; want 10.0.0.3, the kept address no one carries, before the longer kept 10.0.0.2", tk.IP, err)
+	}
+	c.Done()
+}
+
 // TestDoneReleasesKept: kept addresses nobody took stay free.
 func TestDoneReleasesKept(t *testing.T) {
 	p, alloc := testPool()

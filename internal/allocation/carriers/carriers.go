@@ -22,7 +22,6 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
-	ippoolv1 "github.com/nmstate-ippool/nmstate-ippool/api/v1"
 	nncev1beta1 "github.com/nmstate-ippool/nmstate-ippool/api/v1beta1"
 	"github.com/nmstate-ippool/nmstate-ippool/internal/allocation/assign"
 	"github.com/nmstate-ippool/nmstate-ippool/internal/allocation/lifecycle"
@@ -42,6 +41,8 @@ type Carriers struct {
 	cache  cache.Cache
 	synced func() bool
 	api    client.Reader
+	// nodesSynced reports whether the watch has listed every Node once.
+	nodesSynced func() bool
 
 	// seen counts the watch's events; Of keeps its answer from the
 	// watch (memo) until the count moves: the asks of a burst read
@@ -51,17 +52,13 @@ type Carriers struct {
 	memo   map[netip.Addr][]string
 	memoAt uint64
 
-	// Hold is how long what the state of a deleted Node shows still
-	// counts as carried, from when its Node was deleted
-	// (periods.DefaultDepartureHold by default; the pool controller sets
-	// its departure hold; 0: not at all).
-	Hold time.Duration
-	// departed holds, by node, when its Node was seen deleted (by the
-	// watch; or, deleted before the watch started, when a read first
-	// found its state without it), until the Node comes back or its
-	// state is collected.
-	departedMu sync.Mutex
-	departed   map[string]time.Time
+	// Hold is how long what the state of a deleted Node showed still
+	// counts as carried, from when its Node was deleted, whether or not
+	// the state is collected meanwhile (periods.DefaultDepartureHold by
+	// default; the pool controller sets its departure hold; 0: not at
+	// all).
+	Hold     time.Duration
+	departed departures
 }
 
 // Watch returns Carriers that watches the states with a cache of its
@@ -95,7 +92,7 @@ func Watch(mgr ctrl.Manager, api client.Reader) (*Carriers, error) {
 	if _, err := informer.AddEventHandler(toolscache.ResourceEventHandlerFuncs{
 		AddFunc:    func(any) { seen() },
 		UpdateFunc: func(any, any) { seen() },
-		DeleteFunc: func(o any) { seen(); carriers.returned(nameOf(o)) }, // collected: nothing left to hold
+		DeleteFunc: func(o any) { seen(); carriers.stateDeleted(o) },
 	}); err != nil {
 		return nil, fmt.Errorf("watch NodeNetworkStates, for the addresses nodes carry: %w", err)
 	}
@@ -105,9 +102,11 @@ func Watch(mgr ctrl.Manager, api client.Reader) (*Carriers, error) {
 	if err != nil {
 		return nil, fmt.Errorf("watch Nodes, for when a node whose state shows addresses was deleted: %w", err)
 	}
+	carriers.nodesSynced = nodes.HasSynced
 	if _, err := nodes.AddEventHandler(toolscache.ResourceEventHandlerFuncs{
-		AddFunc:    func(o any) { carriers.returned(nameOf(o)) },
-		DeleteFunc: func(o any) { carriers.departedAt(nameOf(o), time.Now()) },
+		AddFunc:    func(o any) { carriers.departed.back(nameOf(o)) },
+		UpdateFunc: func(_, o any) { carriers.departed.back(nameOf(o)) },
+		DeleteFunc: func(o any) { carriers.nodeDeleted(nameOf(o)) },
 	}); err != nil {
 		return nil, fmt.Errorf("watch Nodes, for when a node whose state shows addresses was deleted: %w", err)
 	}
@@ -137,27 +136,63 @@ func nameOnly(o any) (any, error) {
 	return out, nil
 }
 
-// departedAt returns when node's Node was deleted, as remembered; at, and
-// remembers it, if that is not known.
-func (c *Carriers) departedAt(node string, at time.Time) time.Time {
-	c.departedMu.Lock()
-	defer c.departedMu.Unlock()
-	if known, ok := c.departed[node]; ok {
-		return known
+// nodeDeleted remembers that node's Node is deleted now, with what its
+// state shows, if the watch still has it.
+func (c *Carriers) nodeDeleted(node string) {
+	var nns nncev1beta1.NodeNetworkState
+	var shows []netip.Addr
+	if c.cache.Get(context.Background(), client.ObjectKey{Name: node}, &nns) == nil {
+		shows = carriedBy(&nns)
 	}
-	if c.departed == nil {
-		c.departed = map[string]time.Time{}
-	}
-	c.departed[node] = at
-	return at
+	c.departed.deleted(node, time.Now(), shows)
 }
 
-// returned forgets that node's Node was deleted: it is back, or its state
-// is collected.
-func (c *Carriers) returned(node string) {
-	c.departedMu.Lock()
-	defer c.departedMu.Unlock()
-	delete(c.departed, node)
+// stateDeleted remembers what a collected state showed: the machine of a
+// Node deleted may carry it still, for the rest of the hold.
+func (c *Carriers) stateDeleted(o any) {
+	if gone, ok := o.(toolscache.DeletedFinalStateUnknown); ok {
+		o = gone.Obj
+	}
+	nns, ok := o.(*nncev1beta1.NodeNetworkState)
+	switch {
+	case !ok:
+	case c.nodeExists(nns.Name):
+		c.departed.collectedLive(nns.Name, time.Now(), carriedBy(nns))
+	default:
+		c.departed.found(nns.Name, time.Now(), carriedBy(nns))
+	}
+}
+
+// nodes returns the reader Within lists the Nodes with: the watch's,
+// once synced, where the states are read already; api otherwise. Either
+// errs only towards holding: a Node the watch has not seen made yet
+// counts as gone, its state's addresses held; one it has not seen
+// deleted yet as live, its state's addresses carried.
+func (c *Carriers) nodes(api client.Reader, read assign.Carrying) client.Reader {
+	if c != nil && c.cache != nil && read.Carriers != nil && c.nodesSynced() {
+		return c.cache
+	}
+	return api
+}
+
+// nodeExists reports whether the watch has the Node named node.
+func (c *Carriers) nodeExists(node string) bool {
+	return c.cache != nil && c.cache.Get(context.Background(), client.ObjectKey{Name: node}, nodemeta.Object(node)) == nil
+}
+
+// stateExists reports whether the watch has the state of node.
+func (c *Carriers) stateExists(node string) bool {
+	var nns nncev1beta1.NodeNetworkState
+	return c.cache != nil && c.cache.Get(context.Background(), client.ObjectKey{Name: node}, &nns) == nil
+}
+
+// carriedBy returns the addresses a state shows carried.
+func carriedBy(nns *nncev1beta1.NodeNetworkState) []netip.Addr {
+	var out []netip.Addr
+	for ip := range netstate.Carriers(nns.Status.CurrentState.Raw) {
+		out = append(out, ip)
+	}
+	return out
 }
 
 // Of returns, by address, the nodes whose states show it (assign.CarriersOf).
@@ -249,7 +284,7 @@ func carriedOnly(o any) (any, error) {
 // and departed ones for the hold (Within). A nil Carriers lists the
 // states from the API server, as lifecycle.WithCarriers does, and holds
 // nothing for departed Nodes.
-func (c *Carriers) Complete(ctx context.Context, api client.Reader, read assign.Carrying, pool *ippoolv1.NodeIPPool) (assign.Carrying, error) {
+func (c *Carriers) Complete(ctx context.Context, api client.Reader, read assign.Carrying) (assign.Carrying, error) {
 	if c != nil && read.Carriers == nil {
 		all, err := c.Of(ctx)
 		if err != nil {
@@ -260,66 +295,43 @@ func (c *Carriers) Complete(ctx context.Context, api client.Reader, read assign.
 			read.Carriers[ip] = slices.Clone(nodes)
 		}
 	}
-	return c.Within(ctx, api, read, nil, pool)
+	return c.Within(ctx, api, read, nil)
 }
 
 // Within is lifecycle.WithCarriers (the carriers of rng's addresses whose
 // Node exists), with the addresses the state of a Node deleted less than
-// Hold ago shows still carried by that node: its machine may run on and
-// carry them until its handler, which publishes nothing once its Node is
-// gone, takes them off; the departure hold is the time it has, as for
-// the addresses its records held. Those pool (nil: none) quarantines or
-// keeps for that node are its records' addresses, which the departure
-// rules hold already, and are left to them.
-func (c *Carriers) Within(ctx context.Context, api client.Reader, read assign.Carrying, rng *ippool.Range,
-	pool *ippoolv1.NodeIPPool) (assign.Carrying, error) {
-	out, gone, err := lifecycle.WithCarriersGone(ctx, api, read, rng)
+// Hold ago showed still carried by that node, whether the state is still
+// there or collected since: its machine may run on and carry them until
+// its handler, which publishes nothing once its Node is gone, takes them
+// off; the departure hold is the time it has, as for the addresses its
+// records held. A Node this process did not see deleted (before its
+// watch started) counts from when a read first finds its state without
+// it.
+func (c *Carriers) Within(ctx context.Context, api client.Reader, read assign.Carrying, rng *ippool.Range) (assign.Carrying, error) {
+	out, gone, err := lifecycle.WithCarriersGone(ctx, c.nodes(api, read), read, rng)
 	if err != nil || c == nil || c.Hold <= 0 {
 		return out, err
 	}
-	if pool != nil {
-		for _, q := range pool.Status.Quarantined {
-			dropDeparted(gone, q.IP, q.Node)
-		}
-		for _, k := range pool.Status.KeptForReturn {
-			dropDeparted(gone, k.IP, k.Node)
-		}
-	}
-	held := c.holding(gone, time.Now())
-	if len(held) > 0 && out.Carriers == nil {
-		out.Carriers = map[netip.Addr][]string{}
-	}
-	for ip, nodes := range held {
-		out.Carriers[ip] = append(out.Carriers[ip], nodes...)
-	}
-	return out, nil
-}
-
-// dropDeparted takes node off the departed carriers of ip, in gone.
-func dropDeparted(gone map[netip.Addr][]string, ip, node string) {
-	addr, err := netip.ParseAddr(ip)
-	if err != nil {
-		return
-	}
-	if nodes := slices.DeleteFunc(gone[addr], func(n string) bool { return n == node }); len(nodes) > 0 {
-		gone[addr] = nodes
-	} else {
-		delete(gone, addr)
-	}
-}
-
-// holding returns the part of gone (by address, the departed nodes whose
-// states show it) whose Node was deleted less than Hold before now; a
-// node the watch did not see deleted (before it started, or without a
-// watch) counts from now.
-func (c *Carriers) holding(gone map[netip.Addr][]string, now time.Time) map[netip.Addr][]string {
-	held := map[netip.Addr][]string{}
+	now := time.Now()
 	for ip, nodes := range gone {
 		for _, node := range nodes {
-			if now.Sub(c.departedAt(node, now)) < c.Hold {
-				held[ip] = append(held[ip], node)
+			c.departed.found(node, now, []netip.Addr{ip})
+		}
+	}
+	for ip, nodes := range c.departed.held(now, c.Hold, c.stateExists) {
+		if rng != nil {
+			if _, err := rng.Assignable(ip); err != nil {
+				continue
+			}
+		}
+		if out.Carriers == nil {
+			out.Carriers = map[netip.Addr][]string{}
+		}
+		for _, node := range nodes {
+			if !slices.Contains(out.Carriers[ip], node) {
+				out.Carriers[ip] = append(out.Carriers[ip], node)
 			}
 		}
 	}
-	return held
+	return out, nil
 }
