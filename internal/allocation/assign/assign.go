@@ -140,7 +140,7 @@ type Chooser struct {
 	// AllocateNext passes them by: only their carrier adopts one.
 	avoided map[uint64][]string
 	// keptCarried are the kept offsets that nodes' networks carry (Avoid),
-	// with their carriers: reclaimed for no other node.
+	// with their carriers: reclaimed for no other holder.
 	keptCarried map[uint64][]string
 }
 
@@ -184,8 +184,8 @@ func (c *Chooser) Range() *ippool.Range { return c.alloc.Range() }
 // reach but their carrier's, which may adopt one: a node's address that no
 // record holds (a state published after the pool's rebuild, as after a
 // restore; an address set by hand) is not handed to another node, which
-// would put it on two NICs. An address kept for a holder's return that
-// another node carries is not reclaimed for a third. Call it before the
+// would put it on two NICs. An address kept for a holder's return that a
+// node's network carries is reclaimed for no other holder. Call it before the
 // first Take.
 func (c *Chooser) Avoid(carriers map[netip.Addr][]string) {
 	rng := c.alloc.Range()
@@ -246,7 +246,7 @@ func (c *Chooser) Take(cl Asker, captureName string) (Taken, error) {
 		return t, nil
 	}
 	off, err := c.alloc.AllocateNext()
-	if i := c.reclaimable(cl.Node); errors.Is(err, ippool.ErrFull) && i >= 0 {
+	if i := c.reclaimable(); errors.Is(err, ippool.ErrFull) && i >= 0 {
 		k := c.takeKept(i, true)
 		k.notAdopted, k.unconfirmed = t.notAdopted, t.unconfirmed
 		return k, nil
@@ -308,11 +308,10 @@ func (c *Chooser) fullError(err error) *FullError {
 }
 
 // reclaimable returns the index of the longest kept address that may be
-// reclaimed for node: one no other node's network carries; -1 if none.
-func (c *Chooser) reclaimable(node string) int {
-	return slices.IndexFunc(c.kept, func(k keptOffset) bool {
-		return !slices.ContainsFunc(c.keptCarried[k.offset], func(n string) bool { return n != node })
-	})
+// reclaimed for another holder: one no node's network carries (its
+// carrier's own would be a second NIC of its machine); -1 if none.
+func (c *Chooser) reclaimable() int {
+	return slices.IndexFunc(c.kept, func(k keptOffset) bool { return len(c.keptCarried[k.offset]) == 0 })
 }
 
 // InFlight returns the in-flight entry of t, taken for enactment under

@@ -167,10 +167,12 @@ func TestKeptForReturn(t *testing.T) {
 	}
 }
 
-// TestKeptCarriedIsNotReclaimed: a kept address that another node's
-// network carries (its holder's machine, its Node deleted within the
-// departure hold) is reclaimed for no third node, the full error counting
-// it as carried; the next kept one is, and the carrier itself may take it.
+// TestKeptCarriedIsNotReclaimed: a kept address that a node's network
+// carries (its holder's machine, its Node deleted within the departure
+// hold) is reclaimed for no other holder, not even another capture of
+// its carrier (a second NIC of that machine), the full error counting it
+// as carried; one no node carries is, though kept for less long; its own
+// holder gets it back.
 func TestKeptCarriedIsNotReclaimed(t *testing.T) {
 	p, alloc := testPool()
 	since := func(s int) metav1.Time { return metav1.Unix(int64(1_700_000_000+s), 0) }
@@ -187,9 +189,11 @@ func TestKeptCarriedIsNotReclaimed(t *testing.T) {
 	if _, err := c.Take(asker("fresh", nil), "addr"); !errors.As(err, &full) || full.Carried != 2 {
 		t.Fatalf("with both kept addresses carried: %v, want ErrFull counting 2 carried", err)
 	}
-	tk, err := c.Take(asker("left", nil), "other")
-	if err != nil || tk.IP.String() != "10.0.0.3" {
-		t.Fatalf("the node that carries 10.0.0.3 got %v, %v; want it", tk.IP, err)
+	if _, err := c.Take(asker("left", nil), "other"); !errors.Is(err, ippool.ErrFull) {
+		t.Fatalf("another capture of the node that carries 10.0.0.3: %v, want ErrFull", err)
+	}
+	if tk, err := c.Take(asker("left", nil), "addr"); err != nil || tk.IP.String() != "10.0.0.3" {
+		t.Fatalf("the holder 10.0.0.3 is kept for got %v, %v; want it back", tk.IP, err)
 	}
 	c.Done()
 

@@ -104,8 +104,8 @@ func Watch(mgr ctrl.Manager, api client.Reader) (*Carriers, error) {
 	}
 	carriers.nodesSynced = nodes.HasSynced
 	if _, err := nodes.AddEventHandler(toolscache.ResourceEventHandlerFuncs{
-		AddFunc:    func(o any) { carriers.departed.back(nameOf(o)) },
-		UpdateFunc: func(_, o any) { carriers.departed.back(nameOf(o)) },
+		AddFunc:    func(o any) { carriers.departed.back(nameOf(o), time.Now(), carriers.Hold) },
+		UpdateFunc: func(_, o any) { carriers.departed.back(nameOf(o), time.Now(), carriers.Hold) },
 		DeleteFunc: func(o any) { carriers.nodeDeleted(nameOf(o)) },
 	}); err != nil {
 		return nil, fmt.Errorf("watch Nodes, for when a node whose state shows addresses was deleted: %w", err)
@@ -137,28 +137,24 @@ func nameOnly(o any) (any, error) {
 }
 
 // nodeDeleted remembers that node's Node is deleted now, with what its
-// state shows, if the watch still has it.
+// state shows, if the watch of the states has it.
 func (c *Carriers) nodeDeleted(node string) {
 	var nns nncev1beta1.NodeNetworkState
 	var shows []netip.Addr
-	if c.cache.Get(context.Background(), client.ObjectKey{Name: node}, &nns) == nil {
+	if c.synced() && c.cache.Get(context.Background(), client.ObjectKey{Name: node}, &nns) == nil {
 		shows = carriedBy(&nns)
 	}
 	c.departed.deleted(node, time.Now(), shows)
 }
 
-// stateDeleted remembers what a collected state showed: the machine of a
-// Node deleted may carry it still, for the rest of the hold.
+// stateDeleted remembers what a collected state showed: its Node may be
+// deleted (the watch of the Nodes may see that after), and its machine
+// carry it still, for the rest of the hold.
 func (c *Carriers) stateDeleted(o any) {
 	if gone, ok := o.(toolscache.DeletedFinalStateUnknown); ok {
 		o = gone.Obj
 	}
-	nns, ok := o.(*nncev1beta1.NodeNetworkState)
-	switch {
-	case !ok:
-	case c.nodeExists(nns.Name):
-		c.departed.collectedLive(nns.Name, time.Now(), carriedBy(nns))
-	default:
+	if nns, ok := o.(*nncev1beta1.NodeNetworkState); ok {
 		c.departed.found(nns.Name, time.Now(), carriedBy(nns))
 	}
 }
@@ -175,15 +171,14 @@ func (c *Carriers) nodes(api client.Reader, read assign.Carrying) client.Reader 
 	return api
 }
 
-// nodeExists reports whether the watch has the Node named node.
-func (c *Carriers) nodeExists(node string) bool {
-	return c.cache != nil && c.cache.Get(context.Background(), client.ObjectKey{Name: node}, nodemeta.Object(node)) == nil
-}
-
-// stateExists reports whether the watch has the state of node.
+// stateExists reports whether the watch has the state of node, or may:
+// true until it has synced (a read of an unsynced cache waits for it).
 func (c *Carriers) stateExists(node string) bool {
+	if c.cache == nil || !c.synced() {
+		return c.cache != nil
+	}
 	var nns nncev1beta1.NodeNetworkState
-	return c.cache != nil && c.cache.Get(context.Background(), client.ObjectKey{Name: node}, &nns) == nil
+	return c.cache.Get(context.Background(), client.ObjectKey{Name: node}, &nns) == nil
 }
 
 // carriedBy returns the addresses a state shows carried.

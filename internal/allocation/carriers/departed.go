@@ -1,25 +1,23 @@
 package carriers
 
 import (
-	"maps"
 	"net/netip"
 	"sync"
 	"time"
 )
 
-// departures remembers the nodes whose Nodes are gone, from when, and
-// the addresses their states showed: until the Node comes back, or, once
-// the hold is over, its state is collected. Safe for concurrent use.
+// departures remembers, by node, what the states of nodes whose Nodes or
+// states went showed, and from when: held for the hold from the Node's
+// deletion, or from the state's if that came first (the garbage
+// collector takes a state with its Node, and the watches of the two may
+// see them go in either order). Safe for concurrent use.
 type departures struct {
 	mu     sync.Mutex
 	byNode map[string]*departure
-	// collected holds what the states collected while their Nodes
-	// existed (as the watch had them) showed: the watch of the states may
-	// see one collected before the watch of the Nodes sees its Node go.
-	collected map[string]departure
 }
 
-// departure is when a node's Node went, and what its state showed.
+// departure is when a node's Node (or state) went, and what its state
+// showed.
 type departure struct {
 	at    time.Time
 	shows map[netip.Addr]bool
@@ -40,8 +38,8 @@ func (d *departures) entry(node string, at time.Time) *departure {
 }
 
 // deleted remembers that node's Node was deleted at, its state showing
-// shows: the hold counts from its last deletion
-// (none: what its state showed when it was collected just before).
+// shows: the hold counts from its last deletion, with what its state
+// showed when it was collected just before, if it was.
 func (d *departures) deleted(node string, at time.Time, shows []netip.Addr) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
@@ -50,30 +48,11 @@ func (d *departures) deleted(node string, at time.Time, shows []netip.Addr) {
 	for _, ip := range shows {
 		e.shows[ip] = true
 	}
-	if c, ok := d.collected[node]; ok && shows == nil {
-		maps.Copy(e.shows, c.shows)
-	}
-	delete(d.collected, node)
 }
 
-// collectedLive remembers what node's state showed when it was collected
-// at, its Node still there as far as the watch knew.
-func (d *departures) collectedLive(node string, at time.Time, shows []netip.Addr) {
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	if d.collected == nil {
-		d.collected = map[string]departure{}
-	}
-	c := departure{at: at, shows: map[netip.Addr]bool{}}
-	for _, ip := range shows {
-		c.shows[ip] = true
-	}
-	d.collected[node] = c
-}
-
-// found remembers that node's state shows shows while its Node is gone:
-// from at, if its deletion is not known (it went before the watch
-// started, or the watch has not seen it yet).
+// found remembers that node's state showed shows and is gone, or shows
+// them while its Node is gone: held from at, unless the node is held
+// already (or was, and its state stays: it is not held afresh).
 func (d *departures) found(node string, at time.Time, shows []netip.Addr) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
@@ -83,22 +62,26 @@ func (d *departures) found(node string, at time.Time, shows []netip.Addr) {
 	}
 }
 
-// back forgets node: its Node exists.
-func (d *departures) back(node string) {
+// back forgets node, its Node there again, once its hold is over: within
+// it, its machine (the same, registered again, or one being replaced) may
+// still carry what its state showed, and the new Node's state is not
+// published yet.
+func (d *departures) back(node string, now time.Time, hold time.Duration) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	delete(d.byNode, node)
+	if e, ok := d.byNode[node]; ok && now.Sub(e.at) >= hold {
+		delete(d.byNode, node)
+	}
 }
 
-// held returns, by address, the nodes whose Nodes went less than hold
-// before now, with what their states showed. A node whose hold is over
-// is remembered, without its addresses, while stateExists reports its
-// state still there (found again, it must not be held afresh), and
-// forgotten once it is collected.
+// held returns, by address, the nodes whose Nodes (or states) went less
+// than hold before now, with what their states showed. A node whose hold
+// is over is remembered, without its addresses, while stateExists reports
+// its state still there (found again, it is not held afresh), and
+// forgotten once it is collected. stateExists must not block.
 func (d *departures) held(now time.Time, hold time.Duration, stateExists func(node string) bool) map[netip.Addr][]string {
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	maps.DeleteFunc(d.collected, func(_ string, c departure) bool { return now.Sub(c.at) >= hold })
 	out := map[netip.Addr][]string{}
 	for node, e := range d.byNode {
 		if now.Sub(e.at) < hold {
