@@ -155,7 +155,7 @@ func (c *Carriers) stateDeleted(o any) {
 		o = gone.Obj
 	}
 	if nns, ok := o.(*nncev1beta1.NodeNetworkState); ok {
-		c.departed.found(nns.Name, time.Now(), carriedBy(nns))
+		c.departed.collected(nns.Name, time.Now(), c.Hold, carriedBy(nns))
 	}
 }
 

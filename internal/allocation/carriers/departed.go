@@ -62,6 +62,23 @@ func (d *departures) found(node string, at time.Time, shows []netip.Addr) {
 	}
 }
 
+// collected remembers that node's state, showing shows, was collected at:
+// held from then, as found, and afresh if the node's hold is over (the
+// state of a Node registered again, deleted again before its watch saw
+// it).
+func (d *departures) collected(node string, at time.Time, hold time.Duration, shows []netip.Addr) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	e := d.entry(node, at)
+	if at.Sub(e.at) >= hold {
+		e.at = at
+		clear(e.shows)
+	}
+	for _, ip := range shows {
+		e.shows[ip] = true
+	}
+}
+
 // back forgets node, its Node there again, once its hold is over: within
 // it, its machine (the same, registered again, or one being replaced) may
 // still carry what its state showed, and the new Node's state is not

@@ -42,7 +42,7 @@ func TestDepartures(t *testing.T) {
 		want []netip.Addr
 	}{
 		{"deleted, its state showing the address", func() { d.deleted("node01", t0, []netip.Addr{ip}) }, 0, []netip.Addr{ip}},
-		{"its state collected", func() { state = false; d.found("node01", at(5), []netip.Addr{ip}) }, 10, []netip.Addr{ip}},
+		{"its state collected", func() { state = false; d.collected("node01", at(5), hold, []netip.Addr{ip}) }, 10, []netip.Addr{ip}},
 		{"", nil, 29, []netip.Addr{ip}},
 		{"the hold is over", nil, 30, nil},
 		{"forgotten once over and collected: found again, held afresh", func() {
@@ -55,10 +55,14 @@ func TestDepartures(t *testing.T) {
 		{"registered again within the hold: still held", func() { d.back("node01", at(100), hold) }, 110, []netip.Addr{ip}},
 		{"its state collected before the Node's deletion is seen", func() {
 			d.back("node01", at(200), hold)
-			d.found("node01", at(200), []netip.Addr{other})
+			d.collected("node01", at(200), hold, []netip.Addr{other})
 		}, 201, []netip.Addr{other}},
 		{"then the Node's deletion, the state gone from the watch", func() { d.deleted("node01", at(202), nil) }, 231, []netip.Addr{other}},
 		{"", nil, 232, nil},
+		{"registered again, its state collected after the hold, before its deletion is seen: held afresh", func() {
+			state = true
+			d.collected("node01", at(300), hold, []netip.Addr{ip})
+		}, 329, []netip.Addr{ip}},
 	}
 	for _, s := range steps {
 		if s.do != nil {
@@ -69,7 +73,7 @@ func TestDepartures(t *testing.T) {
 			t.Errorf("%s at %v: held %v, want %v", s.name, s.at, got, s.want)
 		}
 	}
-	d.back("node01", at(300), hold)
+	d.back("node01", at(340), hold)
 	if n := len(d.byNode); n != 0 {
 		t.Errorf("%d nodes remembered once the Node is back after the hold, want 0", n)
 	}
