@@ -11,6 +11,8 @@ import (
 	"regexp"
 	"strings"
 
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
 	"github.com/nmstate-ippool/nmstate-ippool/cmd/localcluster/internal/controlplane"
 	"github.com/nmstate-ippool/nmstate-ippool/cmd/localcluster/internal/handlers"
 	"github.com/nmstate-ippool/nmstate-ippool/cmd/localcluster/internal/nodes"
@@ -62,11 +64,9 @@ func restoreEtcd(ctx context.Context, c *state.Cluster, name string, out io.Writ
 		return err
 	}
 	h := handlers.For(c)
-	running := c.PoweredOn()
-	for _, node := range running {
-		if err := state.Step(out, "stop "+state.HandlerName(node), func() error { return h.Stop(ctx, k, node, false) }); err != nil {
-			return err
-		}
+	running, err := stopHandlers(ctx, c, h, k, out)
+	if err != nil {
+		return err
 	}
 	if err := state.Step(out, "restore "+name, func() error { return controlplane.RestoreEtcd(ctx, c, name) }); err != nil {
 		return err
@@ -84,7 +84,24 @@ func restoreEtcd(ctx context.Context, c *state.Cluster, name string, out io.Writ
 	if err := replacePoolController(ctx, c, out); err != nil {
 		return err
 	}
+	return startHandlers(ctx, h, k, running, out)
+}
+
+// stopHandlers stops the handlers of the nodes that run, for etcd to
+// change under them, and returns those nodes.
+func stopHandlers(ctx context.Context, c *state.Cluster, h handlers.Handler, k client.Client, out io.Writer) ([]string, error) {
+	running := c.PoweredOn()
 	for _, node := range running {
+		if err := state.Step(out, "stop "+state.HandlerName(node), func() error { return h.Stop(ctx, k, node, false) }); err != nil {
+			return nil, err
+		}
+	}
+	return running, nil
+}
+
+// startHandlers starts the handlers of nodes again.
+func startHandlers(ctx context.Context, h handlers.Handler, k client.Client, nodes []string, out io.Writer) error {
+	for _, node := range nodes {
 		if err := state.Step(out, state.HandlerName(node), func() error { return h.Start(ctx, k, node) }); err != nil {
 			return err
 		}
@@ -159,11 +176,9 @@ func restore(ctx context.Context, c *state.Cluster, objects *controlplane.Object
 		return err
 	}
 	h := handlers.For(c)
-	running := c.PoweredOn()
-	for _, node := range running {
-		if err := h.Stop(ctx, k, node, false); err != nil {
-			return err
-		}
+	running, err := stopHandlers(ctx, c, h, k, out)
+	if err != nil {
+		return err
 	}
 	if err := h.Retire(ctx, k); err != nil {
 		return err
@@ -188,10 +203,8 @@ func restore(ctx context.Context, c *state.Cluster, objects *controlplane.Object
 	if err := state.Step(out, handlerSetup(c), func() error { return h.Prepare(ctx, k) }); err != nil {
 		return err
 	}
-	for _, node := range running {
-		if err := state.Step(out, state.HandlerName(node), func() error { return h.Start(ctx, k, node) }); err != nil {
-			return err
-		}
+	if err := startHandlers(ctx, h, k, running, out); err != nil {
+		return err
 	}
 	what := "with their status"
 	if !withStatus {

@@ -113,13 +113,18 @@ func Watch(mgr ctrl.Manager, api client.Reader) (*Carriers, error) {
 	return carriers, nil
 }
 
-// nameOf returns the name of a watched object, or of the one a deletion
-// missed by the watch stood for.
-func nameOf(o any) string {
+// unwrap returns a watched object, or the one a deletion missed by the
+// watch stood for.
+func unwrap(o any) any {
 	if gone, ok := o.(toolscache.DeletedFinalStateUnknown); ok {
-		o = gone.Obj
+		return gone.Obj
 	}
-	if m, ok := o.(metav1.Object); ok {
+	return o
+}
+
+// nameOf returns the name of a watched object (unwrap).
+func nameOf(o any) string {
+	if m, ok := unwrap(o).(metav1.Object); ok {
 		return m.GetName()
 	}
 	return ""
@@ -151,10 +156,7 @@ func (c *Carriers) nodeDeleted(node string) {
 // deleted (the watch of the Nodes may see that after), and its machine
 // carry it still, for the rest of the hold.
 func (c *Carriers) stateDeleted(o any) {
-	if gone, ok := o.(toolscache.DeletedFinalStateUnknown); ok {
-		o = gone.Obj
-	}
-	if nns, ok := o.(*nncev1beta1.NodeNetworkState); ok {
+	if nns, ok := unwrap(o).(*nncev1beta1.NodeNetworkState); ok {
 		c.departed.collected(nns.Name, time.Now(), c.Hold, carriedBy(nns))
 	}
 }
