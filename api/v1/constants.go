@@ -29,8 +29,11 @@ const (
 	// its node or free for it (or the pool has no reservations).
 	ReasonReservationsHonored = "ReservationsHonored"
 	// ReasonReservationConflict (False): a reserved address is held by a
-	// node the reservation does not name or select. Nothing is taken from
-	// anyone: reset the holder's enactment to move it.
+	// node the reservation does not name or select, or is free and carried
+	// by such a node's network (no holder records it; it goes to no one
+	// until that node no longer shows it). Nothing is taken from anyone:
+	// reset the holder's enactment to move it, or take the address off the
+	// node that carries it.
 	ReasonReservationConflict = "ReservationConflict"
 	// ReasonReservationNotHeld (False): a node holds another address of
 	// the pool while the one reserved for it is free. Nodes keep what they

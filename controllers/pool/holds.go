@@ -268,7 +268,7 @@ const DefaultListNodesFrom = 16
 // kept addresses that expired or that someone holds again. It returns the
 // addresses it freed, by cause, and whether it changed anything.
 func applyHolds(pool *ippoolv1.NodeIPPool, alloc *ippool.Allocator, owners poolstatus.Owners, w holdWork,
-	holdFor map[netip.Addr]string, now metav1.Time) (revoked, lifted, held []string, changed bool) {
+	holdFor map[netip.Addr][]string, now metav1.Time) (revoked, lifted, held []string, changed bool) {
 	a := &holdsApplier{pool: pool, alloc: alloc, owners: owners, holdFor: holdFor, now: now}
 	for _, s := range w.prune {
 		if e := poolstatus.InFlightOf(pool, s); e != nil && a.recordedBy(s, e.HolderName()) {
@@ -285,7 +285,7 @@ func applyHolds(pool *ippoolv1.NodeIPPool, alloc *ippool.Allocator, owners pools
 	for s, token := range w.revoke {
 		if e := poolstatus.InFlightOf(pool, s); e != nil && e.Token == token {
 			a.changed = true
-			if poolstatus.Unrecorded(pool, s) && a.free(s) {
+			if poolstatus.Unrecorded(pool, s) && a.free(s, "") {
 				revoked = append(revoked, s)
 			}
 		}
@@ -311,10 +311,10 @@ type holdsApplier struct {
 	alloc   *ippool.Allocator
 	owners  poolstatus.Owners
 	changed bool
-	// holdFor, when set, names a live node that carries an address (see
-	// maintenance.holdFor): freed, the address is held for it instead,
-	// and described in held.
-	holdFor map[netip.Addr]string
+	// holdFor, when set, names the nodes that carry an address (see
+	// maintenance.holdFor): freed, the address is held for one of them
+	// instead, and described in held.
+	holdFor map[netip.Addr][]string
 	now     metav1.Time
 	held    []string
 }
@@ -336,7 +336,14 @@ func (a *holdsApplier) lift(s string, l lift) bool {
 	entry := *q
 	poolstatus.RemoveQuarantine(a.pool, s)
 	a.changed = true
-	if !a.free(s) {
+	except := ""
+	if l.keep {
+		// Kept for its holder's return, not held for the departed node
+		// the hold may still count carrying it (it counts from when
+		// this process saw the Node go): its return gets it back.
+		except = entry.Node
+	}
+	if !a.free(s, except) {
 		return false
 	}
 	if l.keep {
@@ -377,7 +384,7 @@ func (a *holdsApplier) forgetKept(expire map[string]metav1.Time) {
 		poolstatus.RemoveKept(a.pool, k.IP)
 		a.changed = true
 		if err == nil && !a.alloc.HasIP(ip) {
-			a.holdIfCarried(ip) // a kept address is free: nobody else may take it from its carrier
+			a.holdIfCarried(ip, "") // a kept address is free: nobody else may take it from its carrier
 		}
 	}
 }
@@ -388,25 +395,29 @@ func (a *holdsApplier) removeInFlight(s string) {
 }
 
 // free clears the bit of s unless a record claims it or an entry holds
-// it, or holds it for the node that carries it (holdIfCarried).
-func (a *holdsApplier) free(s string) bool {
+// it, or holds it for a node other than except that carries it
+// (holdIfCarried).
+func (a *holdsApplier) free(s, except string) bool {
 	ip, err := netip.ParseAddr(s)
 	if err != nil || len(a.owners[ip]) > 0 || poolstatus.InFlightOf(a.pool, s) != nil || poolstatus.QuarantineOf(a.pool, s) != nil {
 		return false
 	}
-	if a.holdIfCarried(ip) {
+	if a.holdIfCarried(ip, except) {
 		return false
 	}
 	return a.alloc.ReleaseIP(ip) == nil
 }
 
-// holdIfCarried quarantines ip, no holder named, for the live node that
-// holdFor says carries it, its bit set, and reports whether it did.
-func (a *holdsApplier) holdIfCarried(ip netip.Addr) bool {
-	node, ok := a.holdFor[ip]
-	if !ok {
+// holdIfCarried quarantines ip, no holder named, for the first node
+// other than except that holdFor says carries it, its bit set, and
+// reports whether it did. A deleted Node's hold is lifted after the
+// departure hold (judgeQuarantine).
+func (a *holdsApplier) holdIfCarried(ip netip.Addr, except string) bool {
+	i := slices.IndexFunc(a.holdFor[ip], func(n string) bool { return n != except })
+	if i < 0 {
 		return false
 	}
+	node := a.holdFor[ip][i]
 	if err := a.alloc.AllocateIP(ip); err != nil && !errors.Is(err, ippool.ErrAllocated) {
 		return false
 	}

@@ -34,11 +34,12 @@ type maintenance struct {
 	// enactments when gcDue is not empty.
 	gcDue   []uint64
 	carried map[netip.Addr]string
-	// holdFor maps the addresses live nodes' networks carry to one such
-	// node, read when holds are due to free addresses and the controller
-	// holds carried addresses (Reconciler.HoldCarried): an address freed
-	// while another node carries it is held for that node instead.
-	holdFor map[netip.Addr]string
+	// holdFor maps the addresses nodes' networks carry (a live Node's, or
+	// a deleted one's within the departure hold) to those nodes, read
+	// when holds are due to free addresses and the controller holds
+	// carried addresses (Reconciler.HoldCarried): an address freed while
+	// another node carries it is held for that node instead.
+	holdFor map[netip.Addr][]string
 	// pinsDue: addresses only unrecognized IPAddresses name have clear
 	// bits (poolstatus.Audit.Pinned), which the write sets.
 	pinsDue bool
@@ -48,6 +49,11 @@ type maintenance struct {
 	// labels holds the labels of the nodes a reservation by selector may
 	// be for, read before the write.
 	labels map[string]map[string]string
+	// reservedCarriers maps the reserved addresses nodes' networks carry
+	// to those nodes, read before the write; reservedUnknown is set when
+	// they could not be read, and ReservationsHonored is left as it is.
+	reservedCarriers map[netip.Addr][]string
+	reservedUnknown  bool
 }
 
 // due reports whether the pass has entries or bits to act on.
@@ -87,6 +93,14 @@ func (r maintainer) planMaintenance(ctx context.Context, pool *ippoolv1.NodeIPPo
 		}
 	}
 	mw.labels = r.reservedForLabels(ctx, pool, rng, owners)
+	if mw.reservedCarriers, err = r.reservedCarriersOf(ctx, pool, rng, mw.labels); err != nil {
+		// Only ReservationsHonored needs it: it stays as it is, and the
+		// rest of the pass goes on.
+		ctrl.LoggerFrom(ctx).Error(err, "read which nodes carry reserved addresses")
+		mw.reservedUnknown = true
+	} else {
+		m.maintenance.reservedCarriers.Store(conflicting(pool, rng, mw.reservedCarriers, labelsFrom(mw.labels)))
+	}
 	return mw, nil
 }
 
@@ -190,8 +204,8 @@ func (r maintainer) conditionsChange(pool *ippoolv1.NodeIPPool, mw *maintenance)
 func (r maintainer) maintainedConditions(p *ippoolv1.NodeIPPool, alloc *ippool.Allocator, mw *maintenance,
 	owners poolstatus.Owners) conditionSet {
 	conds := conditionSet{ippoolv1.ConditionAvailable: availabilityOf(p, alloc, viewOf(p.Name, alloc, mw.holdings))}
-	if len(p.Spec.Reservations) > 0 || meta.FindStatusCondition(p.Status.Conditions, ippoolv1.ConditionReservationsHonored) != nil {
-		conds[ippoolv1.ConditionReservationsHonored] = reservationsOf(p, alloc, owners, labelsFrom(mw.labels))
+	if !mw.reservedUnknown && (len(p.Spec.Reservations) > 0 || meta.FindStatusCondition(p.Status.Conditions, ippoolv1.ConditionReservationsHonored) != nil) {
+		conds[ippoolv1.ConditionReservationsHonored] = reservationsOf(p, alloc, owners, labelsFrom(mw.labels), mw.reservedCarriers)
 	}
 	if unrecognized := owners.Unrecognized(); len(unrecognized) > 0 ||
 		meta.FindStatusCondition(p.Status.Conditions, ippoolv1.ConditionIPAddressesRecognized) != nil {
@@ -240,6 +254,56 @@ func (r maintainer) reservedForLabels(ctx context.Context, pool *ippoolv1.NodeIP
 		}
 	}
 	return out
+}
+
+// reservedCarriersOf returns, by reserved address of pool, the nodes
+// whose networks carry it (carriers.Carriers.Complete: live Nodes, and
+// deleted ones within the departure hold), and adds to labels those of
+// the carriers a reservation by selector may be for. nil for a pool
+// without reservations.
+func (r maintainer) reservedCarriersOf(ctx context.Context, pool *ippoolv1.NodeIPPool, rng *ippool.Range,
+	labels map[string]map[string]string) (map[netip.Addr][]string, error) {
+	valid, _ := assign.Reservations(pool, rng)
+	if len(valid) == 0 {
+		return nil, nil
+	}
+	c, err := r.Carried.Complete(ctx, r.APIReader, assign.Carrying{})
+	if err != nil {
+		return nil, err
+	}
+	out := map[netip.Addr][]string{}
+	for _, res := range valid {
+		nodes := c.Carriers[res.IP]
+		if len(nodes) == 0 {
+			continue
+		}
+		out[res.IP] = nodes
+		for _, node := range nodes {
+			if _, ok := labels[node]; ok || res.Node != "" {
+				continue
+			}
+			labels[node] = nil
+			if n, err := nodemeta.Get(ctx, r.Client, node); err == nil {
+				labels[node] = n.Labels
+			}
+		}
+	}
+	return out, nil
+}
+
+// conflicting returns the nodes of carriers (by reserved address of
+// pool, the nodes whose networks carry it) that carry an address reserved
+// for another node.
+func conflicting(pool *ippoolv1.NodeIPPool, rng *ippool.Range, carriers map[netip.Addr][]string,
+	nodeLabels func(string) map[string]string) *map[string]bool {
+	out := map[string]bool{}
+	valid, _ := assign.Reservations(pool, rng)
+	for _, res := range valid {
+		for _, node := range notFor(res, carriers[res.IP], nodeLabels) {
+			out[node] = true
+		}
+	}
+	return &out
 }
 
 // labelsFrom looks nodes' labels up in labels.

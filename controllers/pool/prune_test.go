@@ -59,3 +59,55 @@ func TestManyRecordedEntriesArePrunedAtOnce(t *testing.T) {
 		}
 	}
 }
+
+// TestLiftKeepsForTheDepartedNodeItself: a departed node's quarantine
+// lifted to be kept for its return stays kept for it, though the
+// carriers still count the departed node carrying the address (their
+// hold counts from when this process saw the Node go): held for itself
+// instead, its return would not get it back. Another node that carries
+// it has it held for that node instead.
+func TestLiftKeepsForTheDepartedNodeItself(t *testing.T) {
+	const ip = "10.0.0.7"
+	since := metav1.NewTime(time.Unix(1_700_000_000, 0))
+	for _, tc := range []struct {
+		name     string
+		carriers []string
+		kept     bool
+		heldFor  string
+	}{
+		{"carried by the departed node alone", []string{"gone"}, true, ""},
+		{"carried by another node too", []string{"gone", "intruder"}, false, "intruder"},
+		{"carried by nobody", nil, true, ""},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			p := &ippoolv1.NodeIPPool{Spec: ippoolv1.NodeIPPoolSpec{Range: ippoolv1.IPRange{CIDR: "10.0.0.0/24"}}}
+			alloc, err := poolstatus.Allocator(p)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := alloc.AllocateIP(netip.MustParseAddr(ip)); err != nil {
+				t.Fatal(err)
+			}
+			poolstatus.AddQuarantine(p, ippoolv1.QuarantinedAddress{IP: ip, Node: "gone", Holder: "gone.policy", Capture: "addr", Since: since})
+			w := holdWork{lift: map[string]lift{ip: {since: since, why: "node gone is gone", keep: true}}}
+			holdFor := map[netip.Addr][]string{}
+			if tc.carriers != nil {
+				holdFor[netip.MustParseAddr(ip)] = tc.carriers
+			}
+			_, lifted, held, _ := applyHolds(p, alloc, poolstatus.Owners{}, w, holdFor, metav1.Now())
+			if kept := poolstatus.KeptOf(p, ip) != nil; kept != tc.kept || (len(lifted) == 1) != tc.kept {
+				t.Fatalf("kept %v, lifted %v; want kept %v", kept, lifted, tc.kept)
+			}
+			q := poolstatus.QuarantineOf(p, ip)
+			switch {
+			case tc.heldFor == "" && (q != nil || len(held) > 0):
+				t.Fatalf("held %v (%+v), want none", held, q)
+			case tc.heldFor != "" && (q == nil || q.Node != tc.heldFor || q.HolderName() != ""):
+				t.Fatalf("quarantine %+v, want one held for %s", q, tc.heldFor)
+			}
+			if !alloc.HasIP(netip.MustParseAddr(ip)) != tc.kept {
+				t.Fatalf("bit set %v, want it clear only when kept", alloc.HasIP(netip.MustParseAddr(ip)))
+			}
+		})
+	}
+}

@@ -160,6 +160,11 @@ type maintenanceMemory struct {
 	// new state since: the quarantines are looked at again at once.
 	lastLiftCheck time.Time
 	stateChanged  atomic.Bool
+	// reservedCarriers are the nodes whose networks carried an address
+	// reserved for another node at the last maintenance pass (read by the
+	// watch's handlers): a new state of theirs may change
+	// ReservationsHonored.
+	reservedCarriers atomic.Pointer[map[string]bool]
 }
 
 // servingMemory is what the server remembers of a pool.

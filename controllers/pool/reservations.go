@@ -23,11 +23,14 @@ var honored = availability{metav1.ConditionTrue, ippoolv1.ReasonReservationsHono
 
 // reservationsOf decides the ReservationsHonored condition: invalid
 // reservations first, then reserved addresses held by a node they are not
-// for. nodeLabels returns a node's labels (nil if unknown); it is called
-// only for reservations by label selector. Nothing is taken from anyone:
-// the message says how to move an address.
+// for, or free and carried by the network of a node they are not for
+// (carriers: by address, the nodes whose networks carry it), which keeps
+// them from everyone (assign.Chooser.Avoid). nodeLabels returns a node's
+// labels (nil if unknown); it is called only for reservations by label
+// selector. Nothing is taken from anyone: the message says how to move an
+// address.
 func reservationsOf(pool *ippoolv1.NodeIPPool, alloc *ippool.Allocator, owners poolstatus.Owners,
-	nodeLabels func(string) map[string]string) availability {
+	nodeLabels func(string) map[string]string, carriers map[netip.Addr][]string) availability {
 	valid, invalid := assign.Reservations(pool, alloc.Range())
 	if len(invalid) > 0 {
 		msgs := make([]string, 0, len(invalid))
@@ -50,6 +53,18 @@ func reservationsOf(pool *ippoolv1.NodeIPPool, alloc *ippool.Allocator, owners p
 			conflicts = append(conflicts, fmt.Sprintf("%s is reserved for %s but held by %s; to move it, run: %s",
 				res.IP, res.Describe(), who, o.Remedy(pool.Name)))
 		}
+		carrying := carriers[res.IP]
+		if alloc.Has(res.Offset) {
+			// Held for the node found carrying it, if no holder's.
+			carrying = nil
+			if q := poolstatus.QuarantineOf(pool, res.IP.String()); q != nil && q.HolderName() == "" && q.Node != "" {
+				carrying = []string{q.Node}
+			}
+		}
+		for _, node := range notFor(res, carrying, nodeLabels) {
+			conflicts = append(conflicts, fmt.Sprintf("%s is reserved for %s but node %s's network carries it and no holder records it, "+
+				"so no one is given it; take it off node %s (set by hand, or by a policy of its own)", res.IP, res.Describe(), node, node))
+		}
 	}
 	if len(conflicts) > 0 {
 		slices.Sort(conflicts)
@@ -61,6 +76,18 @@ func reservationsOf(pool *ippoolv1.NodeIPPool, alloc *ippool.Allocator, owners p
 			". A node keeps the address it holds until it is reset as the command says")
 	}
 	return honored
+}
+
+// notFor returns the nodes of carriers (those whose networks carry the
+// reserved address) that res is not for; its own node adopts it.
+func notFor(res assign.Reservation, carriers []string, nodeLabels func(string) map[string]string) []string {
+	var out []string
+	for _, node := range carriers {
+		if res.Node != node && (res.Node != "" || !res.Matches(node, res.Policy, func() map[string]string { return nodeLabels(node) })) {
+			out = append(out, node)
+		}
+	}
+	return out
 }
 
 // unheld describes the free addresses reserved by name for a node that

@@ -3,6 +3,7 @@ package pool_test
 import (
 	"fmt"
 	"testing"
+	"time"
 
 	. "github.com/onsi/gomega"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -131,4 +132,54 @@ func TestReservationsGatewayAndDNS(t *testing.T) {
 		Expect(held(n+".resv", "resv")).To(ConsistOf(BeElementOf("10.66.0.2", "10.66.0.3", "10.66.0.4", "10.66.0.5", "10.66.0.9")))
 	}
 	assertIndexed("resv")
+}
+
+// TestReservedAddressCarriedByAnotherNode: an admin reserves 10.83.0.2 for
+// node carried-01 while node carried-by's network carries it (set by
+// hand: no holder records it, its bit is clear). carried-01 is given
+// another address, not the reserved one, which would put it on two NICs,
+// and ReservationsHonored names the node that carries it. Once the address
+// is taken off that node, it is free for its node, and the reset the
+// condition then names moves carried-01 to it.
+func TestReservedAddressCarriedByAnotherNode(t *testing.T) {
+	RegisterTestingT(t)
+	pc, err := env.StartPoolController(grace, nil)
+	Expect(err).NotTo(HaveOccurred())
+	t.Cleanup(func() { _ = pc.Stop() })
+	const name = "carried"
+	p := &ippoolv1.NodeIPPool{ObjectMeta: metav1.ObjectMeta{Name: name}, Spec: ippoolv1.NodeIPPoolSpec{
+		Range:        ippoolv1.IPRange{CIDR: "10.83.0.0/24", Start: "10.83.0.2", End: "10.83.0.20"},
+		Reservations: []ippoolv1.Reservation{{IP: "10.83.0.2", Node: "carried-01"}},
+	}}
+	Expect(k.Create(ctx, p)).To(Succeed())
+	t.Cleanup(func() { deleteObject(p) })
+	Eventually(available(name)).Should(HavePrefix("True"))
+	dir := t.TempDir()
+	bystander := carryingNode(t, dir, "carried-by", "not-"+name, "10.83.0.2", false)
+	Eventually(func() string { return nodeStateOf("carried-by") }).Should(ContainSubstring("10.83.0.2"))
+
+	reserved := addNode(t, dir, "carried-01", name)
+	nics := envtest.SampleNICs(t, bystander, reserved)
+	createPolicy(t, name, name, name)
+	Eventually(enactmentState("carried-01." + name)).Should(HavePrefix("Available"))
+	Expect(held("carried-01."+name, name)).To(Equal([]string{"10.83.0.3"}), "not the reserved address another node carries")
+	Eventually(reservations(name)).Should(Equal("False ReservationConflict: 10.83.0.2 is reserved for node carried-01 but node carried-by's " +
+		"network carries it and no holder records it, so no one is given it; take it off node carried-by (set by hand, or by a policy of its own). " +
+		"The holder keeps the address until then"))
+
+	// The admin takes it off the other node, which publishes its state.
+	before := publishedAt("carried-by")
+	Expect(bystander.Network.Runner.Apply(ctx, []byte("interfaces:\n- name: eth1\n  type: ethernet\n  state: up\n  ipv4:\n    enabled: false\n"))).To(Succeed())
+	Expect(bystander.Network.Runner.Commit(ctx)).To(Succeed())
+	Eventually(func() time.Time { return time.Now().Truncate(time.Second) }).Should(BeTemporally(">", before))
+	nns := &nncev1beta1.NodeNetworkState{ObjectMeta: metav1.ObjectMeta{Name: "carried-by"}}
+	Expect(k.Patch(ctx, nns, client.RawPatch(types.MergePatchType, fmt.Appendf(nil, `{"metadata":{"labels":{%q:"%d"}}}`,
+		ippoolv1.RefreshStateLabel, time.Now().UnixNano())))).To(Succeed())
+	Eventually(func() string { return nodeStateOf("carried-by") }).ShouldNot(ContainSubstring("10.83.0.2"))
+	Eventually(reservations(name)).Should(HavePrefix("False ReservationNotHeld: node carried-01 holds 10.83.0.3, not its reserved 10.83.0.2"))
+	annotate(&nncev1beta1.NodeNetworkConfigurationEnactment{ObjectMeta: metav1.ObjectMeta{Name: "carried-01." + name}}, name)
+	Eventually(func() []string { return held("carried-01."+name, name) }).Should(Equal([]string{"10.83.0.2"}))
+	Eventually(reservations(name)).Should(HavePrefix("True ReservationsHonored"))
+	Expect(nics.OnTwoNICs()).To(BeEmpty())
+	assertIndexed(name)
 }

@@ -9,6 +9,8 @@ import (
 	"github.com/nmstate/kubernetes-nmstate/api/shared"
 	. "github.com/onsi/gomega"
 	"github.com/prometheus/client_golang/prometheus"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/utils/clock"
@@ -217,6 +219,44 @@ func TestCarriedButUnrecordedIsQuarantined(t *testing.T) {
 	addNode(t, t.TempDir(), "stray01", "stray")
 	Eventually(enactmentState("stray01.stray")).Should(HavePrefix("Available"))
 	Expect(held("stray01.stray", "stray")).To(Equal([]string{"10.58.0.2"}))
+}
+
+// TestStateOfADeletedNodeIsHeld: with --hold-carried-addresses, a state
+// that shows a free address of the pool is seen only after its Node was
+// deleted (published just before, and the watch behind; the machine may
+// still run and carry it). The address is held for that node for the
+// departure hold, as what it showed while its Node lived would have
+// been, so no self-allocating handler takes it; then it is free.
+func TestStateOfADeletedNodeIsHeld(t *testing.T) {
+	RegisterTestingT(t)
+	const hold = 15 * time.Second // the departure hold, capped by the quarantine period
+	pc, err := env.StartPoolController(grace, nil, func(pc *envtest.PoolController) {
+		pc.Pools.HoldCarried, pc.Pools.QuarantinePeriod = true, hold
+	})
+	Expect(err).NotTo(HaveOccurred())
+	t.Cleanup(func() { _ = pc.Stop() })
+	createPool(t, "lategone", ippoolv1.IPRange{CIDR: "10.59.0.0/24", Start: "10.59.0.1", End: "10.59.0.4"})
+	Eventually(available("lategone")).Should(HavePrefix("True"))
+
+	node := newNode("lategonehost", "none")
+	Expect(k.Create(ctx, node)).To(Succeed())
+	Expect(k.Delete(ctx, node)).To(Succeed())
+	Eventually(func() bool {
+		return apierrors.IsNotFound(k.Get(ctx, types.NamespacedName{Name: node.Name}, &corev1.Node{}))
+	}).Should(BeTrue())
+	nns := &nncev1beta1.NodeNetworkState{ObjectMeta: metav1.ObjectMeta{Name: node.Name}}
+	Expect(k.Create(ctx, nns)).To(Succeed())
+	t.Cleanup(func() { _ = k.Delete(ctx, nns) })
+	nns.Status.CurrentState = shared.NewState(`{"interfaces":[{"name":"eth1","ipv4":{"address":[{"ip":"10.59.0.1","prefix-length":24}]}}]}`)
+	nns.Status.LastSuccessfulUpdateTime = metav1.Now()
+	Expect(k.Status().Update(ctx, nns)).To(Succeed())
+	shown := time.Now()
+
+	Eventually(func() []ippoolv1.QuarantinedAddress { return poolStatus("lategone").Quarantined }).Should(ConsistOf(
+		And(HaveField("IP", "10.59.0.1"), HaveField("Node", node.Name), HaveField("HolderName()", ""))),
+		"held for the machine of the deleted Node")
+	Expect(time.Since(shown)).To(BeNumerically("<", hold), "held within the departure hold")
+	Eventually(func() []string { return bits("lategone") }, 2*hold+30*time.Second).Should(BeEmpty(), "free once the departure hold has passed")
 }
 
 func quarantined(s *ippoolv1.NodeIPPoolStatus, ip string) *ippoolv1.QuarantinedAddress {

@@ -1,6 +1,7 @@
 package pool
 
 import (
+	"bytes"
 	"context"
 	"net/netip"
 	"slices"
@@ -17,6 +18,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/handler"
 	"sigs.k8s.io/controller-runtime/pkg/predicate"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
+	"sigs.k8s.io/controller-runtime/pkg/source"
 
 	ippoolv1 "github.com/nmstate-ippool/nmstate-ippool/api/v1"
 	nncev1beta1 "github.com/nmstate-ippool/nmstate-ippool/api/v1beta1"
@@ -32,6 +34,7 @@ import (
 	"github.com/nmstate-ippool/nmstate-ippool/internal/plumbing/policymeta"
 	"github.com/nmstate-ippool/nmstate-ippool/pkg/capture"
 	"github.com/nmstate-ippool/nmstate-ippool/pkg/ippool"
+	"github.com/nmstate-ippool/nmstate-ippool/pkg/netstate"
 )
 
 // FieldOwner is the field manager of every write of the pool controller: the
@@ -98,6 +101,13 @@ func (r *Reconciler) SetupWithManager(ctx context.Context, mgr ctrl.Manager, opt
 		// A node's record coming or going changes what its pool holds.
 		b = b.Watches(&ippoolv1.PooledNodeNetworkConfigurationPolicy{}, batch.EnqueueAfter(r.Batch, r.poolsOfPooledPolicy))
 	}
+	if states := r.Carried.StateInformer(); states != nil {
+		// A node that comes to carry a reserved address, or stops,
+		// changes ReservationsHonored: heard of from the watch Carried
+		// reads, when what a state carries changes.
+		b = b.WatchesRawSource(&source.Informer{Informer: states, Handler: batch.EnqueueAfter(r.Batch, r.poolsReservedTo),
+			Predicates: []predicate.Predicate{carriedChanged}})
+	}
 	if r.HoldCarried {
 		if err := r.setupStrayHolder(mgr, opts); err != nil {
 			return err
@@ -137,6 +147,45 @@ func (r *Reconciler) poolsAwaitingState(ctx context.Context, o client.Object) []
 			m.maintenance.stateChanged.Store(true)
 			reqs = append(reqs, reconcile.Request{NamespacedName: types.NamespacedName{Name: p.Name}})
 		} else if m.serving.waitsOnCarried.Load() {
+			reqs = append(reqs, reconcile.Request{NamespacedName: types.NamespacedName{Name: p.Name}})
+		}
+	}
+	return reqs
+}
+
+// carriedChanged passes the changes of what a state, reduced to what it
+// carries (Carried.StateInformer), carries: not every publication.
+var carriedChanged = predicate.Funcs{UpdateFunc: func(e event.UpdateEvent) bool {
+	old, ok1 := e.ObjectOld.(*nncev1beta1.NodeNetworkState)
+	updated, ok2 := e.ObjectNew.(*nncev1beta1.NodeNetworkState)
+	return !ok1 || !ok2 || !bytes.Equal(old.Status.CurrentState.Raw, updated.Status.CurrentState.Raw)
+}}
+
+// poolsReservedTo maps a node's NodeNetworkState, reduced to what it
+// carries (Carried.StateInformer), to the pools that reserve an address
+// it carries, or that found it carrying one reserved for another at their
+// last maintenance pass: their ReservationsHonored condition may change.
+func (r *Reconciler) poolsReservedTo(ctx context.Context, o client.Object) []reconcile.Request {
+	var carried map[netip.Addr]string
+	if nns, ok := o.(*nncev1beta1.NodeNetworkState); ok {
+		carried = netstate.Carriers(nns.Status.CurrentState.Raw)
+	}
+	var pools ippoolv1.NodeIPPoolList
+	if err := r.Client.List(ctx, &pools, client.UnsafeDisableDeepCopy); err != nil { // read only
+		return nil
+	}
+	var reqs []reconcile.Request
+	for i := range pools.Items {
+		p := &pools.Items[i]
+		if len(p.Spec.Reservations) == 0 {
+			continue
+		}
+		was := r.remember(p).maintenance.reservedCarriers.Load()
+		if (was != nil && (*was)[o.GetName()]) || slices.ContainsFunc(p.Spec.Reservations, func(res ippoolv1.Reservation) bool {
+			ip, err := netip.ParseAddr(res.IP)
+			_, carries := carried[ip]
+			return err == nil && carries
+		}) {
 			reqs = append(reqs, reconcile.Request{NamespacedName: types.NamespacedName{Name: p.Name}})
 		}
 	}

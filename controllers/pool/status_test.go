@@ -205,22 +205,34 @@ func TestReservationsOf(t *testing.T) {
 		name         string
 		reservations []ippoolv1.Reservation
 		enactments   []nncev1beta1.NodeNetworkConfigurationEnactment
+		carriers     map[netip.Addr][]string
 		want         string
 	}{
 		{"held by its node", []ippoolv1.Reservation{{IP: "10.9.0.5", Node: "n1"}},
 			[]nncev1beta1.NodeNetworkConfigurationEnactment{holding("n1.p", ippoolv1.EnactmentIPPools{"pool": {Allocated: []string{"10.9.0.5"}}})},
-			"True ReservationsHonored"},
+			nil, "True ReservationsHonored"},
 		{"held by the node its selector matches", []ippoolv1.Reservation{{IP: "10.9.0.5", NodeSelector: rack}},
 			[]nncev1beta1.NodeNetworkConfigurationEnactment{holding("n1.p", ippoolv1.EnactmentIPPools{"pool": {Allocated: []string{"10.9.0.5"}}})},
-			"True ReservationsHonored"},
+			nil, "True ReservationsHonored"},
 		{"held by a node its selector does not match", []ippoolv1.Reservation{{IP: "10.9.0.5", NodeSelector: rack}},
 			[]nncev1beta1.NodeNetworkConfigurationEnactment{holding("n2.p", ippoolv1.EnactmentIPPools{"pool": {Allocated: []string{"10.9.0.5"}}})},
-			"False ReservationConflict: 10.9.0.5 is reserved for the node matching rack=a but held by node n2 (enactment n2.p)"},
+			nil, "False ReservationConflict: 10.9.0.5 is reserved for the node matching rack=a but held by node n2 (enactment n2.p)"},
 		{"held under another policy", []ippoolv1.Reservation{{IP: "10.9.0.5", Node: "n1", Policy: "q"}},
 			[]nncev1beta1.NodeNetworkConfigurationEnactment{holding("n1.p", ippoolv1.EnactmentIPPools{"pool": {Allocated: []string{"10.9.0.5"}}})},
-			"False ReservationConflict: 10.9.0.5 is reserved for node n1 (policy q) but held by node n1 (enactment n1.p)"},
-		{"outside the range", []ippoolv1.Reservation{{IP: "10.9.0.5", Node: "n1"}, {IP: "10.9.0.30", Node: "n2"}}, nil,
+			nil, "False ReservationConflict: 10.9.0.5 is reserved for node n1 (policy q) but held by node n1 (enactment n1.p)"},
+		{"outside the range", []ippoolv1.Reservation{{IP: "10.9.0.5", Node: "n1"}, {IP: "10.9.0.30", Node: "n2"}}, nil, nil,
 			"False ReservationInvalid: These reservations can never be handed out and are ignored: 10.9.0.30 (it is outside the range 10.9.0.1-10.9.0.20)"},
+		{"free and carried by another node", []ippoolv1.Reservation{{IP: "10.9.0.5", Node: "n1"}}, nil,
+			map[netip.Addr][]string{netip.MustParseAddr("10.9.0.5"): {"n2"}},
+			"False ReservationConflict: 10.9.0.5 is reserved for node n1 but node n2's network carries it and no holder records it, so no one is given it; take it off node n2"},
+		{"free and carried by a node its selector does not match", []ippoolv1.Reservation{{IP: "10.9.0.5", NodeSelector: rack}}, nil,
+			map[netip.Addr][]string{netip.MustParseAddr("10.9.0.5"): {"n2"}},
+			"False ReservationConflict: 10.9.0.5 is reserved for the node matching rack=a but node n2's network carries it"},
+		{"held for another node that carries it", []ippoolv1.Reservation{{IP: "10.9.0.7", Node: "n1"}}, nil, nil,
+			"False ReservationConflict: 10.9.0.7 is reserved for node n1 but node n2's network carries it and no holder records it"},
+		{"free and carried by its node", []ippoolv1.Reservation{{IP: "10.9.0.5", Node: "n1"}, {IP: "10.9.0.6", NodeSelector: rack}}, nil,
+			map[netip.Addr][]string{netip.MustParseAddr("10.9.0.5"): {"n1"}, netip.MustParseAddr("10.9.0.6"): {"n1"}},
+			"True ReservationsHonored"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -235,7 +247,10 @@ func TestReservationsOf(t *testing.T) {
 			for ip := range owners {
 				_ = alloc.AllocateIP(ip)
 			}
-			a := reservationsOf(p, alloc, owners, func(n string) map[string]string { return labels[n] })
+			// 10.9.0.7 is held for n2, found carrying it (no holder).
+			_ = alloc.AllocateIP(netip.MustParseAddr("10.9.0.7"))
+			poolstatus.AddQuarantine(p, ippoolv1.QuarantinedAddress{IP: "10.9.0.7", Node: "n2"})
+			a := reservationsOf(p, alloc, owners, func(n string) map[string]string { return labels[n] }, tt.carriers)
 			if got := string(a.status) + " " + a.reason + ": " + a.message; !strings.HasPrefix(got, tt.want) {
 				t.Fatalf("got  %q\nwant %q...", got, tt.want)
 			}

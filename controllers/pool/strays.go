@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net/netip"
+	"slices"
 	"time"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -59,10 +60,12 @@ func (r *Reconciler) setupStrayHolder(mgr ctrl.Manager, opts SetupOptions) error
 
 // Reconcile looks at the state node req.Name published, read from the
 // API server: a stale state could show an address its node gave up since.
-// The state of a Node that is gone or being deleted holds nothing: the
-// departure rules hold what its machine may still carry. Only a state
-// that carries a candidate of some pool (strayCandidates, on the cached
-// pools) costs more reads: the Node's, and every holder's records.
+// Only a state that carries a candidate of some pool (strayCandidates, on
+// the cached pools) costs more reads: the Node's, and every holder's
+// records. The state of a Node that is gone or being deleted holds what
+// it shows for the departure hold only (departed), as the addresses its
+// records held are: its machine may run on and carry them until its
+// handler takes them off.
 func (s strayHolder) Reconcile(ctx context.Context, req reconcile.Request) (ctrl.Result, error) {
 	r := s.r
 	var nns nncev1beta1.NodeNetworkState
@@ -88,9 +91,10 @@ func (s strayHolder) Reconcile(ctx context.Context, req reconcile.Request) (ctrl
 	}
 	n, err := nodemeta.Get(ctx, r.APIReader, req.Name)
 	if apierrors.IsNotFound(err) || (err == nil && !n.DeletionTimestamp.IsZero()) {
-		return ctrl.Result{}, nil
-	}
-	if err != nil {
+		if carried, err = r.departed(ctx, req.Name, carried); err != nil || len(carried) == 0 {
+			return ctrl.Result{}, err
+		}
+	} else if err != nil {
 		return ctrl.Result{}, err
 	}
 	hs, err := r.holdingsFromAPI(ctx)
@@ -171,25 +175,45 @@ func (s strayHolder) hold(ctx context.Context, pool, node string, carried map[ne
 	return nil
 }
 
-// holdForCarriers reads, when the controller holds carried addresses and
-// w frees some (a revoke, a lift, a kept address expiring), which live
-// node carries each address the nodes' states show (lifecycle.WithCarriers:
-// a gone Node's state counts for nothing), so that an address freed while
-// another node carries it (moved there by hand while its holder released
-// it) is held for that node instead of handed out. nil otherwise.
-func (r maintainer) holdForCarriers(ctx context.Context, w holdWork) (map[netip.Addr]string, error) {
-	if !r.HoldCarried || len(w.revoke)+len(w.lift)+len(w.expire) == 0 {
-		return nil, nil
+// departed returns what of carried, shown by the state of node just read,
+// whose Node is gone or being deleted, still counts as carried by it
+// (carriers.Carriers.Within: within the departure hold; while its Node
+// is being deleted, all of it).
+func (r *Reconciler) departed(ctx context.Context, node string, carried map[netip.Addr]string) (map[netip.Addr]string, error) {
+	shown := make(map[netip.Addr][]string, len(carried))
+	for ip := range carried {
+		shown[ip] = []string{node}
 	}
-	c, err := lifecycle.WithCarriers(ctx, r.APIReader, assign.Carrying{}, nil)
+	c, err := r.Carried.Within(ctx, r.APIReader, assign.Carrying{Carriers: shown}, nil)
 	if err != nil {
 		return nil, err
 	}
-	out := make(map[netip.Addr]string, len(c.Carriers))
-	for ip, nodes := range c.Carriers {
-		out[ip] = nodes[0]
+	out := map[netip.Addr]string{}
+	for ip, iface := range carried {
+		if slices.Contains(c.Carriers[ip], node) {
+			out[ip] = iface
+		}
 	}
 	return out, nil
+}
+
+// holdForCarriers reads, when the controller holds carried addresses and
+// w frees some (a revoke, a lift, a kept address expiring), which nodes
+// carry each address the nodes' states show, listed from the API server
+// (carriers.Carriers.Within: a live Node's, or a deleted Node's within
+// the departure hold, whose machine may still run), so that an address
+// freed while another node carries it (moved there by hand while its
+// holder released it) is held for that node instead of handed out. nil
+// otherwise.
+func (r maintainer) holdForCarriers(ctx context.Context, w holdWork) (map[netip.Addr][]string, error) {
+	if !r.HoldCarried || len(w.revoke)+len(w.lift)+len(w.expire) == 0 {
+		return nil, nil
+	}
+	c, err := r.Carried.Within(ctx, r.APIReader, assign.Carrying{}, nil)
+	if err != nil {
+		return nil, err
+	}
+	return c.Carriers, nil
 }
 
 // reportHeldForCarriers raises the Event of the addresses a maintenance

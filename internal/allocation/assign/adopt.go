@@ -131,6 +131,11 @@ func (c *Chooser) refusal(cl Asker, ip netip.Addr, off uint64, err error) string
 	case err != nil:
 		return fmt.Sprintf("it is outside the range %s-%s", rng.Start(), rng.End())
 	}
+	if other := c.carriedElsewhere(off, cl.Node); other != "" {
+		// Whatever the pool keeps it for (a reservation, a hold for
+		// this node): not while another node shows it (Avoid).
+		return fmt.Sprintf("node %s carries it too", other)
+	}
 	for _, r := range c.reservations {
 		if r.IP == ip && !r.Matches(cl.Node, cl.Policy, cl.Labels) {
 			return "it is reserved for " + r.Describe()

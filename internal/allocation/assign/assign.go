@@ -23,8 +23,15 @@
 //  4. the lowest free address that no reservation holds for another node
 //     and that is not kept for another node's return;
 //  5. when no such address is left, the address kept longest for another
-//     node's return: a pool never refuses a node for the sake of a node
-//     that may not come back.
+//     node's return that no node's network carries: a pool never refuses a
+//     node for the sake of a node that may not come back.
+//
+// An address that another node's network carries (Avoid) is handed out by
+// none of these steps, whoever it is returned, kept or reserved for: only
+// its carrier adopts it (step 3). Otherwise one address would be on two
+// NICs until the carrier took it off, and nothing says it will (a node
+// whose record was lost, an address set by hand, a machine whose Node was
+// deleted while it runs).
 //
 // A Chooser works on the pool and allocator of one pool write: it keeps the
 // free reserved and kept addresses out of the allocator's reach while it
@@ -139,9 +146,10 @@ type Chooser struct {
 	// with their carriers, which the chooser marked allocated so that
 	// AllocateNext passes them by: only their carrier adopts one.
 	avoided map[uint64][]string
-	// keptCarried are the kept offsets that nodes' networks carry (Avoid),
-	// with their carriers: reclaimed for no other holder.
-	keptCarried map[uint64][]string
+	// carriedBy are the offsets that nodes' networks carry (Avoid), with
+	// their carriers, whatever the pool makes of them: handed to no asker
+	// of another node, and a kept one reclaimed for no other holder.
+	carriedBy map[uint64][]string
 }
 
 // keptOffset is a free address kept for its holder's return.
@@ -154,7 +162,7 @@ type keptOffset struct {
 // allocator. Call Done before the allocator is written.
 func New(pool *ippoolv1.NodeIPPool, alloc *ippool.Allocator) *Chooser {
 	c := &Chooser{pool: pool, alloc: alloc, blocked: map[uint64]bool{}, adopted: map[uint64]string{}, avoided: map[uint64][]string{},
-		keptCarried: map[uint64][]string{}}
+		carriedBy: map[uint64][]string{}}
 	c.reservations, _ = Reservations(pool, alloc.Range())
 	for _, r := range c.reservations {
 		if !alloc.Has(r.Offset) && alloc.Allocate(r.Offset) == nil {
@@ -179,26 +187,39 @@ func New(pool *ippoolv1.NodeIPPool, alloc *ippool.Allocator) *Chooser {
 // Range returns the range of the pool.
 func (c *Chooser) Range() *ippool.Range { return c.alloc.Range() }
 
-// Avoid keeps the free addresses that carriers (CarriersOf: an address to
-// the nodes whose networks show it) shows carried out of every asker's
-// reach but their carrier's, which may adopt one: a node's address that no
-// record holds (a state published after the pool's rebuild, as after a
-// restore; an address set by hand) is not handed to another node, which
-// would put it on two NICs. An address kept for a holder's return that a
-// node's network carries is reclaimed for no other holder. Call it before the
-// first Take.
+// Avoid keeps the addresses that carriers (CarriersOf: an address to the
+// nodes whose networks show it) shows carried out of every asker's reach
+// but their carrier's: a node's address that no record holds (a state
+// published after the pool's rebuild, as after a restore; an address set
+// by hand; the machine of a deleted Node) is not handed to another node,
+// which would put it on two NICs. That holds for a free address, which
+// only its carrier may adopt, and for one quarantined, kept or reserved
+// for a holder of another node, which that holder does not get back while
+// the carrier shows it; a kept address a node's network carries is
+// reclaimed for no other holder either. Call it before the first Take.
 func (c *Chooser) Avoid(carriers map[netip.Addr][]string) {
 	rng := c.alloc.Range()
 	for ip, nodes := range carriers {
 		off, err := rng.Assignable(ip)
-		switch {
-		case err != nil:
-		case !c.alloc.Has(off) && c.alloc.Allocate(off) == nil:
+		if err != nil || len(nodes) == 0 {
+			continue
+		}
+		c.carriedBy[off] = nodes
+		if !c.alloc.Has(off) && c.alloc.Allocate(off) == nil {
 			c.avoided[off] = nodes
-		case slices.ContainsFunc(c.kept, func(k keptOffset) bool { return k.offset == off }):
-			c.keptCarried[off] = nodes
 		}
 	}
+}
+
+// carriedElsewhere returns a node other than node whose network carries
+// the address at off (Avoid), or "".
+func (c *Chooser) carriedElsewhere(off uint64, node string) string {
+	for _, n := range c.carriedBy[off] {
+		if n != node {
+			return n
+		}
+	}
+	return ""
 }
 
 // Done gives the free reserved, kept and avoided addresses back to the
@@ -221,7 +242,7 @@ func (c *Chooser) Done() {
 // for it; nothing changes then.
 func (c *Chooser) Take(cl Asker, captureName string) (Taken, error) {
 	rng := c.alloc.Range()
-	if q := c.returning(cl.Holder, captureName); q != nil {
+	if q := c.returning(cl, captureName); q != nil {
 		// The in-flight entry names the quarantine (Taken.InFlight): a
 		// return that is not recorded goes back to it.
 		ip, _ := netip.ParseAddr(q.IP)
@@ -231,12 +252,12 @@ func (c *Chooser) Take(cl Asker, captureName string) (Taken, error) {
 		return Taken{IP: ip, offset: off, returned: &entry}, nil
 	}
 	if i := slices.IndexFunc(c.kept, func(k keptOffset) bool {
-		return k.entry.HolderName() == cl.Holder.String() && k.entry.Capture == captureName
+		return k.entry.HolderName() == cl.Holder.String() && k.entry.Capture == captureName && c.carriedElsewhere(k.offset, cl.Node) == ""
 	}); i >= 0 {
 		return c.takeKept(i, false), nil
 	}
 	for _, r := range c.reservations {
-		if c.blocked[r.Offset] && r.Matches(cl.Node, cl.Policy, cl.Labels) {
+		if c.blocked[r.Offset] && r.Matches(cl.Node, cl.Policy, cl.Labels) && c.carriedElsewhere(r.Offset, cl.Node) == "" {
 			delete(c.blocked, r.Offset)
 			return Taken{IP: r.IP, offset: r.Offset, reserved: true}, nil
 		}
@@ -252,7 +273,7 @@ func (c *Chooser) Take(cl Asker, captureName string) (Taken, error) {
 		return k, nil
 	}
 	if errors.Is(err, ippool.ErrFull) {
-		full := c.fullError(err)
+		full := c.fullError(err, cl, captureName)
 		full.Unconfirmed = t.unconfirmed
 		return Taken{}, full
 	}
@@ -296,22 +317,45 @@ func (e *FullError) More() string {
 	return strings.Join(more, "; ")
 }
 
-// fullError wraps err (ippool.ErrFull) as a FullError.
-func (c *Chooser) fullError(err error) *FullError {
-	carried := len(c.avoided)
-	for _, k := range c.kept {
-		if len(c.keptCarried[k.offset]) > 0 {
-			carried++
+// fullError wraps err (ippool.ErrFull) as a FullError for the capture of
+// cl: a free address reserved for another asker counts as Reserved; one
+// carried by a node's network (avoided; reserved for cl, or kept for
+// anyone's return; or quarantined for cl's return) as Carried, which may
+// be free for cl once the carrier takes it off.
+func (c *Chooser) fullError(err error, cl Asker, captureName string) *FullError {
+	full := &FullError{Err: err, Carried: len(c.avoided)}
+	for _, r := range c.reservations {
+		switch {
+		case !c.blocked[r.Offset]:
+		case r.Matches(cl.Node, cl.Policy, cl.Labels) && c.carriedElsewhere(r.Offset, cl.Node) != "":
+			full.Carried++
+		default:
+			full.Reserved++
 		}
 	}
-	return &FullError{Err: err, Reserved: len(c.blocked), Carried: carried}
+	for _, k := range c.kept {
+		if len(c.carriedBy[k.offset]) > 0 {
+			full.Carried++
+		}
+	}
+	for _, q := range c.pool.Status.Quarantined {
+		if q.Capture != captureName || holder.Parse(q.HolderName()) != cl.Holder {
+			continue
+		}
+		if ip, err := netip.ParseAddr(q.IP); err == nil {
+			if off, err := c.alloc.Range().Offset(ip); err == nil && c.carriedElsewhere(off, cl.Node) != "" {
+				full.Carried++
+			}
+		}
+	}
+	return full
 }
 
 // reclaimable returns the index of the longest kept address that may be
 // reclaimed for another holder: one no node's network carries (its
 // carrier's own would be a second NIC of its machine); -1 if none.
 func (c *Chooser) reclaimable() int {
-	return slices.IndexFunc(c.kept, func(k keptOffset) bool { return len(c.keptCarried[k.offset]) == 0 })
+	return slices.IndexFunc(c.kept, func(k keptOffset) bool { return len(c.carriedBy[k.offset]) == 0 })
 }
 
 // InFlight returns the in-flight entry of t, taken for enactment under
@@ -352,15 +396,19 @@ func (c *Chooser) Give(t Taken) {
 }
 
 // returning returns the quarantine entry kept for the return of the
-// holder's capture, or nil. Only an address the allocator holds is
-// handed back.
-func (c *Chooser) returning(h holder.Ref, captureName string) *ippoolv1.QuarantinedAddress {
+// asker's capture, or nil. Only an address the allocator holds, and that
+// no node but the asker's carries, is handed back.
+func (c *Chooser) returning(cl Asker, captureName string) *ippoolv1.QuarantinedAddress {
 	for i := range c.pool.Status.Quarantined {
 		q := &c.pool.Status.Quarantined[i]
-		if q.Capture == "" || q.Capture != captureName || holder.Parse(q.HolderName()) != h {
+		if q.Capture == "" || q.Capture != captureName || holder.Parse(q.HolderName()) != cl.Holder {
 			continue
 		}
-		if ip, err := netip.ParseAddr(q.IP); err == nil && c.alloc.HasIP(ip) && poolstatus.InFlightOf(c.pool, q.IP) == nil {
+		ip, err := netip.ParseAddr(q.IP)
+		if err != nil || !c.alloc.HasIP(ip) || poolstatus.InFlightOf(c.pool, q.IP) != nil {
+			continue
+		}
+		if off, err := c.alloc.Range().Offset(ip); err == nil && c.carriedElsewhere(off, cl.Node) == "" {
 			return q
 		}
 	}

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"net/netip"
+	"slices"
 	"strings"
 	"testing"
 
@@ -300,5 +301,91 @@ func TestKeptTakenThenUnrecorded(t *testing.T) {
 	notes.Add(tk, "addr")
 	if err != nil || tk.IP.String() != "10.0.0.3" || len(notes.Returned) != 1 {
 		t.Fatalf("the next ask got %v, %v with notes %+v; want 10.0.0.3 returned", tk.IP, err, notes)
+	}
+}
+
+// TestCarriedElsewhereIsHandedToNoOne: an address another node's network
+// carries is not handed to a holder of a node that does not carry it,
+// whatever the pool keeps it for: its reservation, its return from
+// quarantine, its return once kept. Each would put it on a second NIC
+// while the carrier shows it. The carrier's own holder gets it as before.
+func TestCarriedElsewhereIsHandedToNoOne(t *testing.T) {
+	since := metav1.Unix(1_700_000_000, 0)
+	for _, tc := range []struct {
+		name string
+		// pool sets up what 10.0.0.2 is kept for, for node "owner".
+		pool func() (*ippoolv1.NodeIPPool, *ippool.Allocator)
+		// carried and reserved are what a full pool tells an asker of
+		// another node of what it may not have.
+		carried, reserved int
+	}{
+		{"reserved", func() (*ippoolv1.NodeIPPool, *ippool.Allocator) {
+			return testPool(ippoolv1.Reservation{IP: "10.0.0.2", Node: "owner"})
+		}, 0, 1},
+		{"quarantined for its return", func() (*ippoolv1.NodeIPPool, *ippool.Allocator) {
+			p, alloc := testPool()
+			if err := alloc.AllocateIP(mustAddr("10.0.0.2")); err != nil {
+				t.Fatal(err)
+			}
+			poolstatus.AddQuarantine(p, ippoolv1.QuarantinedAddress{IP: "10.0.0.2", Node: "owner", Holder: "owner.policy", Capture: "addr", Since: since})
+			return p, alloc
+		}, 0, 0},
+		{"kept for its return", func() (*ippoolv1.NodeIPPool, *ippool.Allocator) {
+			p, alloc := testPool()
+			poolstatus.AddKept(p, ippoolv1.KeptAddress{IP: "10.0.0.2", Node: "owner", Holder: "owner.policy", Capture: "addr", Since: since})
+			return p, alloc
+		}, 1, 0},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			p, alloc := tc.pool()
+			c := New(p, alloc)
+			c.Avoid(map[netip.Addr][]string{mustAddr("10.0.0.2"): {"intruder"}})
+			tk, err := c.Take(asker("owner", nil), "addr")
+			if err != nil || tk.IP.String() == "10.0.0.2" {
+				t.Fatalf("owner got %v, %v while node intruder carries 10.0.0.2; want another address", tk.IP, err)
+			}
+			for _, other := range []Asker{asker("fresh", nil), {Holder: holder.ForClaim("ns", "claim")}} {
+				for {
+					tk, err := c.Take(other, "addr")
+					if errors.Is(err, ippool.ErrFull) {
+						break
+					}
+					if err != nil || tk.IP.String() == "10.0.0.2" {
+						t.Fatalf("%s got %v, %v while node intruder carries 10.0.0.2", other.Holder, tk.IP, err)
+					}
+				}
+			}
+			var full *FullError
+			if _, err := c.Take(asker("fresh", nil), "addr"); !errors.As(err, &full) || full.Carried != tc.carried || full.Reserved != tc.reserved {
+				t.Fatalf("a full pool for another node: %v, want ErrFull counting %d carried, %d reserved", err, tc.carried, tc.reserved)
+			}
+			if _, err := c.Take(asker("owner", nil), "addr"); !errors.As(err, &full) || full.Carried != 1 || full.Reserved != 0 {
+				t.Fatalf("a full pool for owner: %v, want ErrFull counting its own address as carried, none reserved", err)
+			}
+			c.Done()
+
+			p, alloc = tc.pool()
+			c = New(p, alloc)
+			c.Avoid(map[netip.Addr][]string{mustAddr("10.0.0.2"): {"owner"}})
+			if tk, err := c.Take(asker("owner", nil), "addr"); err != nil || tk.IP.String() != "10.0.0.2" {
+				t.Fatalf("owner, which carries 10.0.0.2 itself, got %v, %v; want it", tk.IP, err)
+			}
+			c.Done()
+
+			// Both carry it: the owner does not adopt it either, and is
+			// told why; nothing about it is for the records to settle.
+			p, alloc = tc.pool()
+			c = New(p, alloc)
+			c.Avoid(map[netip.Addr][]string{mustAddr("10.0.0.2"): {"owner", "intruder"}})
+			both := asker("owner", nil)
+			both.Carried = func(string) []Carried { return []Carried{{IP: mustAddr("10.0.0.2"), Interface: "eth1"}} }
+			tk, err = c.Take(both, "addr")
+			if err != nil || tk.IP.String() == "10.0.0.2" || tk.Unconfirmed() ||
+				!slices.Equal(tk.notAdopted, []string{"10.0.0.2 on eth1 (node intruder carries it too)"}) {
+				t.Fatalf("owner, which carries 10.0.0.2 as intruder does, got %v (not adopted %q, unconfirmed %v), %v",
+					tk.IP, tk.notAdopted, tk.Unconfirmed(), err)
+			}
+			c.Done()
+		})
 	}
 }

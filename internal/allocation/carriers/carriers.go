@@ -39,6 +39,7 @@ import (
 // published, which addresses were learned by DHCP).
 type Carriers struct {
 	cache  cache.Cache
+	states cache.Informer
 	synced func() bool
 	api    client.Reader
 	// nodesSynced reports whether the watch has listed every Node once.
@@ -85,7 +86,7 @@ func Watch(mgr ctrl.Manager, api client.Reader) (*Carriers, error) {
 	if err := mgr.Add(onLeader{c}); err != nil {
 		return nil, err
 	}
-	carriers := &Carriers{cache: c, synced: informer.HasSynced, api: api, Hold: periods.DefaultDepartureHold}
+	carriers := &Carriers{cache: c, states: informer, synced: informer.HasSynced, api: api, Hold: periods.DefaultDepartureHold}
 	// The handler runs once the watch's store has the change: an answer
 	// read after a count includes every change counted.
 	seen := func() { carriers.seen.Add(1) }
@@ -249,6 +250,18 @@ func Ensure(c *Carriers, mgr ctrl.Manager, api client.Reader) (*Carriers, error)
 // FromAPI returns Carriers without a watch: every Of lists the states
 // from the API server's watch cache.
 func FromAPI(api client.Reader) *Carriers { return &Carriers{api: api} }
+
+// StateInformer returns the informer of the NodeNetworkStates, reduced
+// to what they carry (netstate.CarriedState), whose store Of reads: a
+// controller that watches it hears of a change once Of shows it, and its
+// start does not wait for the watch to sync (Of does not either). Nil for
+// Carriers without a watch.
+func (c *Carriers) StateInformer() cache.Informer {
+	if c == nil {
+		return nil
+	}
+	return c.states
+}
 
 // Synced reports whether the watch has listed every state once: until
 // then Of reads from the API server.
