@@ -111,3 +111,36 @@ func TestLiftKeepsForTheDepartedNodeItself(t *testing.T) {
 		})
 	}
 }
+
+// TestUnreturn: an address kept for the return of another node's holder,
+// which a node carries, is held for that node instead (its bit set); one
+// quarantined for such a return stays quarantined for its release, and
+// no longer goes back to its holder.
+func TestUnreturn(t *testing.T) {
+	p := &ippoolv1.NodeIPPool{Spec: ippoolv1.NodeIPPoolSpec{Range: ippoolv1.IPRange{CIDR: "10.0.0.0/24"}}}
+	alloc, err := poolstatus.Allocator(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	since := metav1.NewTime(time.Unix(1_700_000_000, 0))
+	poolstatus.AddKept(p, ippoolv1.KeptAddress{IP: "10.0.0.5", Node: "gone", Holder: "gone.policy", Capture: "addr", Since: since})
+	if err := alloc.AllocateIP(netip.MustParseAddr("10.0.0.6")); err != nil {
+		t.Fatal(err)
+	}
+	poolstatus.AddQuarantine(p, ippoolv1.QuarantinedAddress{IP: "10.0.0.6", Node: "left", Holder: "left.policy", Capture: "addr", Since: since})
+	now := metav1.NewTime(since.Add(time.Hour))
+	got := unreturn(p, alloc, "intruder", []netip.Addr{netip.MustParseAddr("10.0.0.6"), netip.MustParseAddr("10.0.0.5")}, now)
+	want := []string{"10.0.0.5 (kept for the return of gone.policy)", "10.0.0.6 (quarantined for the return of left.policy)"}
+	if fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Fatalf("unreturned %q, want %q", got, want)
+	}
+	if poolstatus.KeptOf(p, "10.0.0.5") != nil || !alloc.HasIP(netip.MustParseAddr("10.0.0.5")) {
+		t.Fatal("10.0.0.5 is still kept, or its bit clear")
+	}
+	if q := poolstatus.QuarantineOf(p, "10.0.0.5"); q == nil || q.Node != "intruder" || q.HolderName() != "" || !q.Since.Equal(&now) {
+		t.Fatalf("10.0.0.5 quarantined as %+v, want held for intruder since %v", q, now)
+	}
+	if q := poolstatus.QuarantineOf(p, "10.0.0.6"); q == nil || q.Node != "left" || q.HolderName() != "left.policy" || q.Capture != "" {
+		t.Fatalf("10.0.0.6 quarantined as %+v, want left.policy's release with no capture to return to", q)
+	}
+}

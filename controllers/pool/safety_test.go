@@ -480,6 +480,54 @@ func replaceNode(t *testing.T, pool, cidr, first string, selfAllocate bool) {
 	assertIndexed(pool)
 }
 
+// TestKeptAddressCarriedElsewhereIsNotReturned: with
+// --hold-carried-addresses, a node whose Node was deleted has its address
+// kept for its return; meanwhile an admin sets that address on another
+// node by hand. The pool takes it from the return and holds it for that
+// node, with an Event, so the node that comes back under its name
+// (reinstalled), whose
+// handler allocates itself without reading what other nodes carry, gets
+// another address rather than putting it on a second NIC.
+func TestKeptAddressCarriedElsewhereIsNotReturned(t *testing.T) {
+	RegisterTestingT(t)
+	pc, err := env.StartPoolController(grace, nil, func(pc *envtest.PoolController) {
+		pc.Pools.HoldCarried, pc.Pools.QuarantinePeriod = true, 10*time.Minute
+	})
+	Expect(err).NotTo(HaveOccurred())
+	t.Cleanup(func() { _ = pc.Stop() })
+	const pool, first = "unreturned", "10.63.0.1"
+	createPool(t, pool, ippoolv1.IPRange{CIDR: "10.63.0.0/24", Start: first, End: "10.63.0.9"})
+	Eventually(available(pool)).Should(HavePrefix("True"))
+	createPolicy(t, pool, pool, pool)
+	dir := t.TempDir()
+	node, enactment := pool+"01", pool+"01."+pool
+	selfAllocate := func(nd *envtest.Node) { nd.Tune = func(r *handler.Reconciler) { r.SelfAllocate = true } }
+	leaving := addNodeWith(t, dir, node, pool, selfAllocate)
+	Eventually(enactmentState(enactment)).Should(HavePrefix("Available"))
+	Expect(held(enactment, pool)).To(Equal([]string{first}))
+	Eventually(func() string { return nodeStateOf(node) }).Should(ContainSubstring(first))
+	Expect(k.Delete(ctx, newNode(node, pool))).To(Succeed())
+	Eventually(enactmentGone(enactment)).Should(BeTrue())
+	Expect(leaving.Stop()).To(Succeed())
+	Eventually(func() []ippoolv1.KeptAddress { return poolStatus(pool).KeptForReturn }).Should(ConsistOf(
+		And(HaveField("IP", first), HaveField("HolderName()", enactment))))
+
+	intruder := carryingNode(t, dir, pool+"-by-hand", "not-"+pool, first, false)
+	Eventually(func() []ippoolv1.QuarantinedAddress { return poolStatus(pool).Quarantined }).Should(ConsistOf(
+		And(HaveField("IP", first), HaveField("Node", pool+"-by-hand"), HaveField("HolderName()", ""))), "held for the node that carries it")
+	Expect(poolStatus(pool).KeptForReturn).To(BeEmpty())
+	Eventually(events("NodeIPPool", pool)).Should(ContainElement(HavePrefix(
+		"AddressQuarantined: Node " + pool + "-by-hand's network carries " + first + " (kept for the return of " + enactment + ")")))
+
+	// It comes back reinstalled: its network carries nothing of the pool.
+	back := addNodeWith(t, t.TempDir(), node, pool, selfAllocate)
+	nics := envtest.SampleNICs(t, intruder, back)
+	Eventually(enactmentState(enactment)).Should(HavePrefix("Available"))
+	Expect(held(enactment, pool)).To(Equal([]string{"10.63.0.2"}), "another address: the other node carries its old one")
+	Consistently(nics.OnTwoNICs, 2*time.Second).Should(BeEmpty())
+	assertIndexed(pool)
+}
+
 // TestKeptAddressExpires: an address kept for a deleted node's return is
 // passed by while other addresses are free, and once the quarantine period
 // has passed since its release it is an address like any other. The

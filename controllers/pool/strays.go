@@ -82,7 +82,7 @@ func (s strayHolder) Reconcile(ctx context.Context, req reconcile.Request) (ctrl
 	}
 	var pools []string
 	for i := range list.Items {
-		if len(strayCandidates(&list.Items[i], carried)) > 0 {
+		if len(strayCandidates(&list.Items[i], carried)) > 0 || len(strayConflicts(&list.Items[i], carried, req.Name)) > 0 {
 			pools = append(pools, list.Items[i].Name)
 		}
 	}
@@ -137,6 +137,53 @@ func strayCandidates(p *ippoolv1.NodeIPPool, carried map[netip.Addr]string) []ne
 	return out
 }
 
+// strayConflicts returns the addresses of carried, shown by node's state,
+// that p keeps for the return of a holder of another node: quarantined
+// for its return (its record released it) or kept for it (its Node was
+// deleted). A self-allocating handler hands such an address back to its
+// holder without reading what other nodes carry, which would put it on a
+// second NIC: the pool controller takes it from that return (hold).
+func strayConflicts(p *ippoolv1.NodeIPPool, carried map[netip.Addr]string, node string) []netip.Addr {
+	if poolstatus.Unservable(p) != "" || !poolstatus.Vouched(p) {
+		return nil
+	}
+	var out []netip.Addr
+	for ip := range carried {
+		s := ip.String()
+		k, q := poolstatus.KeptOf(p, s), poolstatus.QuarantineOf(p, s)
+		if (k != nil && k.Node != node) || (q != nil && q.Capture != "" && q.HolderName() != "" && q.Node != node) {
+			out = append(out, ip)
+		}
+	}
+	return out
+}
+
+// unreturn takes the addresses of strayConflicts from the returns they
+// are kept for, in p and alloc: a kept address is held for node instead
+// (a quarantine naming no holder, its bit set), and a quarantined one no
+// longer goes back to its holder (its capture is cleared: the release
+// stays until its node shows it gone, and the address is then held for
+// node if node still carries it). It returns them, described.
+func unreturn(p *ippoolv1.NodeIPPool, alloc *ippool.Allocator, node string, conflicts []netip.Addr, now metav1.Time) []string {
+	var out []string
+	for _, ip := range slices.SortedFunc(slices.Values(conflicts), netip.Addr.Compare) {
+		s := ip.String()
+		if k := poolstatus.KeptOf(p, s); k != nil {
+			if err := alloc.AllocateIP(ip); err != nil && !errors.Is(err, ippool.ErrAllocated) {
+				continue
+			}
+			holder := k.HolderName()
+			poolstatus.RemoveKept(p, s)
+			poolstatus.AddQuarantine(p, ippoolv1.QuarantinedAddress{IP: s, Node: node, Since: now})
+			out = append(out, fmt.Sprintf("%s (kept for the return of %s)", s, holder))
+		} else if q := poolstatus.QuarantineOf(p, s); q != nil {
+			q.Capture = ""
+			out = append(out, fmt.Sprintf("%s (quarantined for the return of %s)", s, q.HolderName()))
+		}
+	}
+	return out
+}
+
 // hold quarantines for node, in one pool write, what it carries of pool
 // that the latest pool has free and that no holder records in hs, read
 // from the API server before the write: every writer sets an address's
@@ -145,18 +192,19 @@ func strayCandidates(p *ippoolv1.NodeIPPool, carried map[netip.Addr]string) []ne
 // candidate.
 func (s strayHolder) hold(ctx context.Context, pool, node string, carried map[netip.Addr]string, hs holdings) error {
 	r := s.r
-	var held []string
+	var held, unreturned []string
 	var uid types.UID
 	ctx = audit.WithReason(ctx, "HeldForCarrier", "node "+node+"'s network carries it, and no holder records it")
 	_, err := r.Pools.Update(ctx, pool, func(p *ippoolv1.NodeIPPool, alloc *ippool.Allocator) (bool, error) {
 		uid = p.UID
+		now := metav1.NewTime(r.Clock.Now().Truncate(time.Second))
 		free := map[netip.Addr]string{}
 		for _, ip := range strayCandidates(p, carried) {
 			free[ip] = node
 		}
-		held = quarantineStrays(p, alloc, poolstatus.Holders(p.Name, alloc.Range(), hs.records), free,
-			metav1.NewTime(r.Clock.Now().Truncate(time.Second)))
-		return len(held) > 0, nil
+		held = quarantineStrays(p, alloc, poolstatus.Holders(p.Name, alloc.Range(), hs.records), free, now)
+		unreturned = unreturn(p, alloc, node, strayConflicts(p, carried, node), now)
+		return len(held)+len(unreturned) > 0, nil
 	})
 	switch {
 	case apierrors.IsNotFound(err), errors.Is(err, poolwrite.ErrUnvouched), errors.Is(err, poolwrite.ErrUnreadable),
@@ -171,6 +219,13 @@ func (s strayHolder) hold(ctx context.Context, pool, node string, carried map[ne
 			"Held %s: free in the pool and recorded by no holder, so only the node that carries it adopts it, and no other holder "+
 				"is given it (set on the node by hand, or applied after the backup or snapshot the pool was restored from)",
 			listNames(held, 10))
+	}
+	if len(unreturned) > 0 {
+		p := &ippoolv1.NodeIPPool{ObjectMeta: metav1.ObjectMeta{Name: pool, UID: uid}}
+		r.Recorder.Eventf(p, nil, corev1.EventTypeWarning, ippoolv1.ReasonAddressQuarantined, "Hold",
+			"Node %s's network carries %s, recorded by no holder (set on the node by hand, or by a policy of its own): its holder "+
+				"no longer gets it back and no other holder is given it while node %s shows it, so that it is not on two NICs",
+			node, listNames(unreturned, 10), node)
 	}
 	return nil
 }
