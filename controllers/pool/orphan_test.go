@@ -163,6 +163,10 @@ func TestWaitingNodeServedOnceTheCarrierTakesItOff(t *testing.T) {
 	next := addNode(t, dir, "static02", "static")
 	s := envtest.SampleNICs(t, holder, next)
 	Eventually(events("NodeIPPool", "static")).Should(ContainElement(HavePrefix("ExhaustedIPPool: NodeIPPool static has no address left for node static02")))
+	Eventually(events("NodeNetworkConfigurationEnactment", "static02.static")).Should(ContainElement(
+		"ExhaustedIPPool: NodeIPPool static has no address left for this node: 1 more are carried by nodes' networks and recorded by no holder; "+
+			"it is served once one is free. Take those addresses off the nodes that carry them ('kubectl nodeippool check static' lists them), "+
+			"free addresses, or grow the range"), "the enactment says why it waits")
 
 	bare := "interfaces:\n- name: eth1\n  type: ethernet\n  state: up\n  ipv4:\n    enabled: false\n"
 	Expect(holder.Network.Runner.Apply(ctx, []byte(bare))).To(Succeed())

@@ -338,6 +338,12 @@ func (r server) reportFull(pool *ippoolv1.NodeIPPool, full map[*request]error) b
 				"addresses off the nodes that carry them ('kubectl nodeippool check %s' lists them), or grow the range",
 			pool.Name, rq.enactment.Labels[shared.EnactmentNodeLabel], rq.enactment.Labels[shared.EnactmentPolicyLabel],
 			why.More(), pool.Name)
+		// On the enactment too, where its admin looks first: its Pending
+		// condition is its handler's, and names no reason.
+		r.Recorder.Eventf(rq.enactment, pool, corev1.EventTypeWarning, ippoolv1.ReasonExhaustedIPPool, "Serve",
+			"NodeIPPool %s has no address left for this node: %s; it is served once one is free. Take those addresses off the "+
+				"nodes that carry them ('kubectl nodeippool check %s' lists them), free addresses, or grow the range",
+			pool.Name, why.More(), pool.Name)
 	}
 	return waits
 }
