@@ -54,6 +54,10 @@ type maintenance struct {
 	// they could not be read, and ReservationsHonored is left as it is.
 	reservedCarriers map[netip.Addr][]string
 	reservedUnknown  bool
+	// unreturn maps the addresses kept for a holder's return that another
+	// node carries to that node, read when holds are due and the
+	// controller holds carried addresses (returnsCarried).
+	unreturn map[netip.Addr]string
 }
 
 // due reports whether the pass has entries or bits to act on.
@@ -86,6 +90,7 @@ func (r maintainer) planMaintenance(ctx context.Context, pool *ippoolv1.NodeIPPo
 		if mw.holdFor, err = r.holdForCarriers(ctx, mw.holds); err != nil {
 			return nil, err
 		}
+		mw.unreturn = r.returnsCarried(ctx, pool)
 	}
 	if len(gcDue) > 0 {
 		if mw.carried, err = r.carriedAddresses(ctx); err != nil {
@@ -109,8 +114,8 @@ func (r maintainer) planMaintenance(ctx context.Context, pool *ippoolv1.NodeIPPo
 // no condition would change, it writes (and reads) nothing.
 func (r maintainer) writeMaintenance(ctx context.Context, pool *ippoolv1.NodeIPPool, mw *maintenance) error {
 	var (
-		revoked, lifted, held []string
-		got                   collected
+		revoked, lifted, held, unreturned []string
+		got                               collected
 	)
 	now := metav1.NewTime(r.Clock.Now().Truncate(time.Second))
 	notes := auditNotes(mw, r.GracePeriod, r.QuarantinePeriod)
@@ -118,9 +123,11 @@ func (r maintainer) writeMaintenance(ctx context.Context, pool *ippoolv1.NodeIPP
 	change := func(p *ippoolv1.NodeIPPool, alloc *ippool.Allocator) (conditionSet, bool, error) {
 		owners := poolstatus.Holders(p.Name, alloc.Range(), mw.holdings.records)
 		changed := false
-		revoked, lifted, held, got = nil, nil, nil, collected{}
+		revoked, lifted, held, unreturned, got = nil, nil, nil, nil, collected{}
 		if mw.holdsDue {
 			revoked, lifted, held, changed = applyHolds(p, alloc, owners, mw.holds, mw.holdFor, now)
+			unreturned = unreturn(p, alloc, mw.unreturn, now)
+			changed = changed || len(unreturned) > 0
 		}
 		got = collectUnclaimed(p, alloc, owners, mw.gcDue, mw.carried, now)
 		noteCollected(notes, alloc.Range(), mw, r.GracePeriod)
@@ -145,6 +152,7 @@ func (r maintainer) writeMaintenance(ctx context.Context, pool *ippoolv1.NodeIPP
 	}
 	r.reportHolds(ctx, pool, mw.holds, revoked, lifted)
 	r.reportHeldForCarriers(pool, held)
+	r.reportUnreturned(pool, unreturned)
 	r.reportCollected(ctx, pool, got)
 	return nil
 }

@@ -113,9 +113,10 @@ func TestLiftKeepsForTheDepartedNodeItself(t *testing.T) {
 }
 
 // TestUnreturn: an address kept for the return of another node's holder,
-// which a node carries, is held for that node instead (its bit set); one
-// quarantined for such a return stays quarantined for its release, and
-// no longer goes back to its holder.
+// which a node carries, is quarantined again as that holder's release,
+// its bit set, and one quarantined for such a return stays quarantined
+// for its release: neither goes back to its holder (no capture), and the
+// node that comes back carrying it takes it off.
 func TestUnreturn(t *testing.T) {
 	p := &ippoolv1.NodeIPPool{Spec: ippoolv1.NodeIPPoolSpec{Range: ippoolv1.IPRange{CIDR: "10.0.0.0/24"}}}
 	alloc, err := poolstatus.Allocator(p)
@@ -129,18 +130,65 @@ func TestUnreturn(t *testing.T) {
 	}
 	poolstatus.AddQuarantine(p, ippoolv1.QuarantinedAddress{IP: "10.0.0.6", Node: "left", Holder: "left.policy", Capture: "addr", Since: since})
 	now := metav1.NewTime(since.Add(time.Hour))
-	got := unreturn(p, alloc, "intruder", []netip.Addr{netip.MustParseAddr("10.0.0.6"), netip.MustParseAddr("10.0.0.5")}, now)
-	want := []string{"10.0.0.5 (kept for the return of gone.policy)", "10.0.0.6 (quarantined for the return of left.policy)"}
+	got := unreturn(p, alloc, map[netip.Addr]string{netip.MustParseAddr("10.0.0.6"): "intruder", netip.MustParseAddr("10.0.0.5"): "intruder"}, now)
+	want := []string{"10.0.0.5 on node intruder (kept for the return of gone.policy)", "10.0.0.6 on node intruder (quarantined for the return of left.policy)"}
 	if fmt.Sprint(got) != fmt.Sprint(want) {
 		t.Fatalf("unreturned %q, want %q", got, want)
 	}
 	if poolstatus.KeptOf(p, "10.0.0.5") != nil || !alloc.HasIP(netip.MustParseAddr("10.0.0.5")) {
 		t.Fatal("10.0.0.5 is still kept, or its bit clear")
 	}
-	if q := poolstatus.QuarantineOf(p, "10.0.0.5"); q == nil || q.Node != "intruder" || q.HolderName() != "" || !q.Since.Equal(&now) {
-		t.Fatalf("10.0.0.5 quarantined as %+v, want held for intruder since %v", q, now)
+	if q := poolstatus.QuarantineOf(p, "10.0.0.5"); q == nil || q.Node != "gone" || q.HolderName() != "gone.policy" || q.Capture != "" ||
+		!q.Since.Equal(&now) {
+		t.Fatalf("10.0.0.5 quarantined as %+v, want gone.policy's release again since %v, with no capture to return to", q, now)
 	}
 	if q := poolstatus.QuarantineOf(p, "10.0.0.6"); q == nil || q.Node != "left" || q.HolderName() != "left.policy" || q.Capture != "" {
 		t.Fatalf("10.0.0.6 quarantined as %+v, want left.policy's release with no capture to return to", q)
+	}
+}
+
+// TestReturnConflicts: what a node carries that the pool keeps for the
+// return of a holder of another node conflicts; its own holder's, a
+// quarantine that returns to no one, and a kept address someone holds
+// again do not.
+func TestReturnConflicts(t *testing.T) {
+	p := &ippoolv1.NodeIPPool{Spec: ippoolv1.NodeIPPoolSpec{Range: ippoolv1.IPRange{CIDR: "10.0.0.0/24"}}}
+	alloc, err := poolstatus.Allocator(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	since := metav1.NewTime(time.Unix(1_700_000_000, 0))
+	for _, k := range []ippoolv1.KeptAddress{
+		{IP: "10.0.0.1", Node: "gone", Holder: "gone.policy", Capture: "addr", Since: since},
+		{IP: "10.0.0.2", Node: "gone", Holder: "gone.policy", Capture: "other", Since: since},
+		{IP: "10.0.0.3", Node: "gone", Holder: "gone.policy", Capture: "third", Since: since},
+	} {
+		poolstatus.AddKept(p, k)
+	}
+	for _, q := range []ippoolv1.QuarantinedAddress{
+		{IP: "10.0.0.4", Node: "left", Holder: "left.policy", Capture: "addr", Since: since},
+		{IP: "10.0.0.5", Node: "left", Holder: "left.policy", Since: since},
+		{IP: "10.0.0.6", Node: "stray", Since: since},
+	} {
+		poolstatus.AddQuarantine(p, q)
+		_ = alloc.AllocateIP(netip.MustParseAddr(q.IP))
+	}
+	_ = alloc.AllocateIP(netip.MustParseAddr("10.0.0.3")) // held again: forgetKept's to settle
+	poolstatus.Set(p, alloc)
+	p.Status.Conditions = []metav1.Condition{{Type: ippoolv1.ConditionAvailable, Status: metav1.ConditionTrue}}
+	p.Status.Stamp = poolstatus.Stamp(p)
+	carriers := map[netip.Addr][]string{}
+	for i := 1; i <= 6; i++ {
+		carriers[netip.AddrFrom4([4]byte{10, 0, 0, byte(i)})] = []string{"gone", "left", "intruder"}
+	}
+	carriers[netip.MustParseAddr("10.0.0.2")] = []string{"gone"}
+	got := returnConflicts(p, carriers)
+	want := map[netip.Addr]string{netip.MustParseAddr("10.0.0.1"): "left", netip.MustParseAddr("10.0.0.4"): "gone"}
+	if fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Fatalf("conflicts %v, want %v", got, want)
+	}
+	p.Status.Stamp = "edited by hand"
+	if got := returnConflicts(p, carriers); len(got) != 0 {
+		t.Fatalf("on a status nobody vouches for: %v, want none", got)
 	}
 }

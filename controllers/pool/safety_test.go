@@ -2,6 +2,7 @@ package pool_test
 
 import (
 	"context"
+	"os"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -483,9 +484,8 @@ func replaceNode(t *testing.T, pool, cidr, first string, selfAllocate bool) {
 // TestKeptAddressCarriedElsewhereIsNotReturned: with
 // --hold-carried-addresses, a node whose Node was deleted has its address
 // kept for its return; meanwhile an admin sets that address on another
-// node by hand. The pool takes it from the return and holds it for that
-// node, with an Event, so the node that comes back under its name
-// (reinstalled), whose
+// node by hand. The pool takes it from the return, with an Event, so the
+// node that comes back under its name (reinstalled), whose
 // handler allocates itself without reading what other nodes carry, gets
 // another address rather than putting it on a second NIC.
 func TestKeptAddressCarriedElsewhereIsNotReturned(t *testing.T) {
@@ -514,10 +514,13 @@ func TestKeptAddressCarriedElsewhereIsNotReturned(t *testing.T) {
 
 	intruder := carryingNode(t, dir, pool+"-by-hand", "not-"+pool, first, false)
 	Eventually(func() []ippoolv1.QuarantinedAddress { return poolStatus(pool).Quarantined }).Should(ConsistOf(
-		And(HaveField("IP", first), HaveField("Node", pool+"-by-hand"), HaveField("HolderName()", ""))), "held for the node that carries it")
+		And(HaveField("IP", first), HaveField("Node", node), HaveField("HolderName()", enactment), HaveField("Capture", ""))),
+		"quarantined again as the departed node's release, to be returned to no one")
 	Expect(poolStatus(pool).KeptForReturn).To(BeEmpty())
+	Expect(bits(pool)).To(Equal([]string{first}))
 	Eventually(events("NodeIPPool", pool)).Should(ContainElement(HavePrefix(
-		"AddressQuarantined: Node " + pool + "-by-hand's network carries " + first + " (kept for the return of " + enactment + ")")))
+		"AddressQuarantined: Taken from the returns they were kept for: " + first + " on node " + pool + "-by-hand (kept for the return of " +
+			enactment + ")")))
 
 	// It comes back reinstalled: its network carries nothing of the pool.
 	back := addNodeWith(t, t.TempDir(), node, pool, selfAllocate)
@@ -525,6 +528,60 @@ func TestKeptAddressCarriedElsewhereIsNotReturned(t *testing.T) {
 	Eventually(enactmentState(enactment)).Should(HavePrefix("Available"))
 	Expect(held(enactment, pool)).To(Equal([]string{"10.63.0.2"}), "another address: the other node carries its old one")
 	Consistently(nics.OnTwoNICs, 2*time.Second).Should(BeEmpty())
+	assertIndexed(pool)
+}
+
+// TestQuarantinedAddressCarriedElsewhereIsNotReturned: with
+// --hold-carried-addresses, an admin sets a self-allocating node's
+// address on another node by hand, then deletes the policy; the node's
+// network refuses every apply, so its release stays quarantined for its
+// return.
+// The other node publishes nothing new, yet the pool's next look at its
+// quarantines takes the address from that return. The policy created
+// again gives the node another address, and its network, once it answers,
+// takes the old one off: one address, one NIC, from then on.
+func TestQuarantinedAddressCarriedElsewhereIsNotReturned(t *testing.T) {
+	RegisterTestingT(t)
+	pc, err := env.StartPoolController(grace, nil, func(pc *envtest.PoolController) {
+		pc.Pools.HoldCarried, pc.Pools.QuarantinePeriod = true, 10*time.Minute
+	})
+	Expect(err).NotTo(HaveOccurred())
+	t.Cleanup(func() { _ = pc.Stop() })
+	const pool, first = "unreturnedq", "10.63.1.1"
+	createPool(t, pool, ippoolv1.IPRange{CIDR: "10.63.1.0/24", Start: first, End: "10.63.1.9"})
+	Eventually(available(pool)).Should(HavePrefix("True"))
+	policy := createPolicyWith(t, pool, pool, map[string]string{"addr": "ippool." + pool + ".allocate"}, envtest.OneAddressState)
+	dir := t.TempDir()
+	node, enactment := pool+"01", pool+"01."+pool
+	nd := addNodeWith(t, dir, node, pool, func(nd *envtest.Node) { nd.Tune = func(r *handler.Reconciler) { r.SelfAllocate = true } })
+	Eventually(enactmentState(enactment)).Should(HavePrefix("Available"))
+	Expect(held(enactment, pool)).To(Equal([]string{first}))
+	intruder := carryingNode(t, dir, pool+"-by-hand", "not-"+pool, first, false)
+	Eventually(func() string { return nodeStateOf(pool + "-by-hand") }).Should(ContainSubstring(first))
+
+	// Its network refuses every apply meanwhile (NetworkManager not
+	// answering): the release cannot take the address off.
+	failing := nd.State + ".fail"
+	Expect(os.WriteFile(failing, []byte("apply: NetworkManager is not answering (simulated)\n"), 0o600)).To(Succeed())
+	t.Cleanup(func() { _ = os.Remove(failing) })
+	deleteObject(policy)
+	Eventually(func() []ippoolv1.QuarantinedAddress { return poolStatus(pool).Quarantined }).Should(ConsistOf(
+		And(HaveField("IP", first), HaveField("Node", node), HaveField("HolderName()", enactment), HaveField("Capture", ""))),
+		"its release stays quarantined, to be returned to no one")
+	Eventually(events("NodeIPPool", pool)).Should(ContainElement(HavePrefix(
+		"AddressQuarantined: Taken from the returns they were kept for: " + first + " on node " + pool + "-by-hand (quarantined for the return of " +
+			enactment + ")")))
+
+	createPolicyWith(t, pool, pool, map[string]string{"addr": "ippool." + pool + ".allocate"}, envtest.OneAddressState)
+	Eventually(func() []string { return held(enactment, pool) }).Should(Equal([]string{"10.63.1.2"}),
+		"another address: another node carries its old one")
+	nics := envtest.SampleNICs(t, intruder, nd)
+	Expect(os.Remove(failing)).To(Succeed())
+	Eventually(enactmentState(enactment)).Should(HavePrefix("Available"))
+	Eventually(carried(nd)).Should(Equal([]string{"10.63.1.2/24"}))
+	Consistently(carried(nd), 2*time.Second).Should(Equal([]string{"10.63.1.2/24"}))
+	Expect(carried(intruder)()).To(Equal([]string{first + "/24"}))
+	Expect(nics.OnTwoNICs()).To(BeEmpty())
 	assertIndexed(pool)
 }
 

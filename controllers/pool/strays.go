@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"net/netip"
 	"slices"
 	"time"
@@ -82,7 +83,7 @@ func (s strayHolder) Reconcile(ctx context.Context, req reconcile.Request) (ctrl
 	}
 	var pools []string
 	for i := range list.Items {
-		if len(strayCandidates(&list.Items[i], carried)) > 0 || len(strayConflicts(&list.Items[i], carried, req.Name)) > 0 {
+		if len(strayCandidates(&list.Items[i], carried)) > 0 || len(returnConflicts(&list.Items[i], carriedBy(req.Name, carried))) > 0 {
 			pools = append(pools, list.Items[i].Name)
 		}
 	}
@@ -137,51 +138,103 @@ func strayCandidates(p *ippoolv1.NodeIPPool, carried map[netip.Addr]string) []ne
 	return out
 }
 
-// strayConflicts returns the addresses of carried, shown by node's state,
-// that p keeps for the return of a holder of another node: quarantined
-// for its return (its record released it) or kept for it (its Node was
-// deleted). A self-allocating handler hands such an address back to its
-// holder without reading what other nodes carry, which would put it on a
-// second NIC: the pool controller takes it from that return (hold).
-func strayConflicts(p *ippoolv1.NodeIPPool, carried map[netip.Addr]string, node string) []netip.Addr {
+// returnConflicts returns, by address, a node that carriers (an address
+// to the nodes whose networks show it) shows carrying an address p keeps
+// for the return of a holder of another node: quarantined for its return
+// (its record released it) or kept for it (its Node was deleted). A
+// self-allocating handler hands such an address back to its holder
+// without reading what other nodes carry, which would put it on a second
+// NIC: the pool controller takes it from that return (unreturn). An
+// address kept for a return whose bit is set, or that an entry holds, is
+// someone's again, which is not for this to settle.
+func returnConflicts(p *ippoolv1.NodeIPPool, carriers map[netip.Addr][]string) map[netip.Addr]string {
 	if poolstatus.Unservable(p) != "" || !poolstatus.Vouched(p) {
 		return nil
 	}
-	var out []netip.Addr
-	for ip := range carried {
-		s := ip.String()
-		k, q := poolstatus.KeptOf(p, s), poolstatus.QuarantineOf(p, s)
-		if (k != nil && k.Node != node) || (q != nil && q.Capture != "" && q.HolderName() != "" && q.Node != node) {
-			out = append(out, ip)
+	out := map[netip.Addr]string{}
+	other := func(ip netip.Addr, owner string) {
+		if i := slices.IndexFunc(carriers[ip], func(n string) bool { return n != owner }); i >= 0 {
+			out[ip] = carriers[ip][i]
+		}
+	}
+	if len(p.Status.KeptForReturn) > 0 {
+		alloc, err := poolstatus.Allocator(p)
+		for _, k := range p.Status.KeptForReturn {
+			ip, perr := netip.ParseAddr(k.IP)
+			if err != nil || perr != nil || alloc.HasIP(ip) || poolstatus.InFlightOf(p, k.IP) != nil || poolstatus.QuarantineOf(p, k.IP) != nil {
+				continue
+			}
+			other(ip, k.Node)
+		}
+	}
+	for _, q := range p.Status.Quarantined {
+		if ip, err := netip.ParseAddr(q.IP); err == nil && q.Capture != "" && q.HolderName() != "" {
+			other(ip, q.Node)
 		}
 	}
 	return out
 }
 
-// unreturn takes the addresses of strayConflicts from the returns they
-// are kept for, in p and alloc: a kept address is held for node instead
-// (a quarantine naming no holder, its bit set), and a quarantined one no
-// longer goes back to its holder (its capture is cleared: the release
-// stays until its node shows it gone, and the address is then held for
-// node if node still carries it). It returns them, described.
-func unreturn(p *ippoolv1.NodeIPPool, alloc *ippool.Allocator, node string, conflicts []netip.Addr, now metav1.Time) []string {
+// unreturn takes the addresses of conflicts (returnConflicts: an address
+// to the node that carries it) from the returns they are kept for, in p
+// and alloc: neither goes back to its holder any more. A quarantined one
+// stays quarantined for its release, its capture cleared; a kept one is
+// quarantined again as a release of its holder's, with no capture (its
+// bit set): either is lifted once its node shows it gone, or once its Node
+// is gone and the departure hold has passed, and is then held for the
+// node that carries it if that node still does (holdForCarriers). The
+// node that comes back carrying it takes it off. It returns them,
+// described.
+func unreturn(p *ippoolv1.NodeIPPool, alloc *ippool.Allocator, conflicts map[netip.Addr]string, now metav1.Time) []string {
 	var out []string
-	for _, ip := range slices.SortedFunc(slices.Values(conflicts), netip.Addr.Compare) {
-		s := ip.String()
+	for _, ip := range slices.SortedFunc(maps.Keys(conflicts), netip.Addr.Compare) {
+		s, carrier := ip.String(), conflicts[ip]
 		if k := poolstatus.KeptOf(p, s); k != nil {
-			if err := alloc.AllocateIP(ip); err != nil && !errors.Is(err, ippool.ErrAllocated) {
-				continue
+			if poolstatus.InFlightOf(p, s) != nil || poolstatus.QuarantineOf(p, s) != nil || alloc.AllocateIP(ip) != nil {
+				continue // someone's again: forgetKept's to settle
 			}
-			holder := k.HolderName()
+			entry := *k
 			poolstatus.RemoveKept(p, s)
-			poolstatus.AddQuarantine(p, ippoolv1.QuarantinedAddress{IP: s, Node: node, Since: now})
-			out = append(out, fmt.Sprintf("%s (kept for the return of %s)", s, holder))
-		} else if q := poolstatus.QuarantineOf(p, s); q != nil {
+			poolstatus.AddQuarantine(p, ippoolv1.QuarantinedAddress{IP: s, Node: entry.Node, Holder: entry.Holder, Since: now})
+			out = append(out, fmt.Sprintf("%s on node %s (kept for the return of %s)", s, carrier, entry.HolderName()))
+		} else if q := poolstatus.QuarantineOf(p, s); q != nil && q.Capture != "" && q.HolderName() != "" {
 			q.Capture = ""
-			out = append(out, fmt.Sprintf("%s (quarantined for the return of %s)", s, q.HolderName()))
+			out = append(out, fmt.Sprintf("%s on node %s (quarantined for the return of %s)", s, carrier, q.HolderName()))
 		}
 	}
 	return out
+}
+
+// returnsCarried returns, when the controller holds carried addresses
+// (for self-allocating handlers, which do not look), returnConflicts of
+// pool on what the nodes carry as the watch shows it: a node that came
+// to carry an address before its holder released it publishes no new
+// state once the release is quarantined, so the stray holder never looks
+// at it again. nil otherwise, or when that cannot be read (the next pass
+// looks again).
+func (r maintainer) returnsCarried(ctx context.Context, pool *ippoolv1.NodeIPPool) map[netip.Addr]string {
+	if !r.HoldCarried || (len(pool.Status.KeptForReturn) == 0 && !slices.ContainsFunc(pool.Status.Quarantined,
+		func(q ippoolv1.QuarantinedAddress) bool { return q.Capture != "" && q.HolderName() != "" })) {
+		return nil
+	}
+	c, err := r.Carried.Complete(ctx, r.APIReader, assign.Carrying{})
+	if err != nil {
+		ctrl.LoggerFrom(ctx).Error(err, "read what nodes carry, for the addresses kept for a return")
+		return nil
+	}
+	return returnConflicts(pool, c.Carriers)
+}
+
+// reportUnreturned raises the Event of the addresses a write took from
+// the returns they were kept for.
+func (r *Reconciler) reportUnreturned(pool *ippoolv1.NodeIPPool, unreturned []string) {
+	if len(unreturned) == 0 {
+		return
+	}
+	r.Recorder.Eventf(pool, nil, corev1.EventTypeWarning, ippoolv1.ReasonAddressQuarantined, "Hold",
+		"Taken from the returns they were kept for: %s. Another node's network carries each, recorded by no holder (set there by hand, "+
+			"or by a policy of its own): its holder no longer gets it back, so that it is not on two NICs, and no other holder is given "+
+			"it while that node shows it", listNames(unreturned, 10))
 }
 
 // hold quarantines for node, in one pool write, what it carries of pool
@@ -203,7 +256,7 @@ func (s strayHolder) hold(ctx context.Context, pool, node string, carried map[ne
 			free[ip] = node
 		}
 		held = quarantineStrays(p, alloc, poolstatus.Holders(p.Name, alloc.Range(), hs.records), free, now)
-		unreturned = unreturn(p, alloc, node, strayConflicts(p, carried, node), now)
+		unreturned = unreturn(p, alloc, returnConflicts(p, carriedBy(node, carried)), now)
 		return len(held)+len(unreturned) > 0, nil
 	})
 	switch {
@@ -220,14 +273,18 @@ func (s strayHolder) hold(ctx context.Context, pool, node string, carried map[ne
 				"is given it (set on the node by hand, or applied after the backup or snapshot the pool was restored from)",
 			listNames(held, 10))
 	}
-	if len(unreturned) > 0 {
-		p := &ippoolv1.NodeIPPool{ObjectMeta: metav1.ObjectMeta{Name: pool, UID: uid}}
-		r.Recorder.Eventf(p, nil, corev1.EventTypeWarning, ippoolv1.ReasonAddressQuarantined, "Hold",
-			"Node %s's network carries %s, recorded by no holder (set on the node by hand, or by a policy of its own): its holder "+
-				"no longer gets it back and no other holder is given it while node %s shows it, so that it is not on two NICs",
-			node, listNames(unreturned, 10), node)
-	}
+	r.reportUnreturned(&ippoolv1.NodeIPPool{ObjectMeta: metav1.ObjectMeta{Name: pool, UID: uid}}, unreturned)
 	return nil
+}
+
+// carriedBy returns carried, the addresses node's state shows, as
+// carriers: each to node.
+func carriedBy(node string, carried map[netip.Addr]string) map[netip.Addr][]string {
+	out := make(map[netip.Addr][]string, len(carried))
+	for ip := range carried {
+		out[ip] = []string{node}
+	}
+	return out
 }
 
 // departed returns what of carried, shown by the state of node just read,
@@ -235,11 +292,7 @@ func (s strayHolder) hold(ctx context.Context, pool, node string, carried map[ne
 // (carriers.Carriers.Within: within the departure hold; while its Node
 // is being deleted, all of it).
 func (r *Reconciler) departed(ctx context.Context, node string, carried map[netip.Addr]string) (map[netip.Addr]string, error) {
-	shown := make(map[netip.Addr][]string, len(carried))
-	for ip := range carried {
-		shown[ip] = []string{node}
-	}
-	c, err := r.Carried.Within(ctx, r.APIReader, assign.Carrying{Carriers: shown}, nil)
+	c, err := r.Carried.Within(ctx, r.APIReader, assign.Carrying{Carriers: carriedBy(node, carried)}, nil)
 	if err != nil {
 		return nil, err
 	}
