@@ -18,13 +18,23 @@ import (
 	"github.com/nmstate-ippool/nmstate-ippool/pkg/ippool"
 )
 
-// pruneAfter is how long a recorded address keeps its in-flight entry
-// before the controller removes it. Pruning is batched, so that the
-// controller's writes do not compete with every allocation of a rollout.
-const pruneAfter = 10 * time.Second
+// DefaultPruneAfter is how long a recorded address keeps its in-flight
+// entry before the controller removes it (Reconciler.PruneAfter). Pruning
+// is batched, so that the controller's writes do not compete with every
+// allocation of a rollout; the writers that record an address prune what
+// they see recorded in their own pool writes meanwhile.
+const DefaultPruneAfter = 10 * time.Second
+
+// pruneAfter returns Reconciler.PruneAfter, or its default.
+func (r maintainer) pruneAfter() time.Duration {
+	if r.PruneAfter <= 0 {
+		return DefaultPruneAfter
+	}
+	return r.PruneAfter
+}
 
 // pruneWhenMany is how many recorded in-flight entries a pool carries
-// before they are pruned without waiting for pruneAfter: every write of
+// before they are pruned without waiting for PruneAfter: every write of
 // the pool carries them, and in a burst of thousands of holders (Cluster
 // API claims, a large rollout) a status of hundreds of entries made each
 // write of the burst slower than the last.
@@ -83,7 +93,7 @@ type holdWork struct {
 
 // holdsDue returns whether the pool's entries need work now, and how long
 // until the next one may. Pruning and quarantine checks are batched: at
-// most one every pruneAfter and quarantinePoll, however many enactment
+// most one every PruneAfter and quarantinePoll, however many enactment
 // events bring the pool back. The ages of in-flight entries are measured
 // on the controller's clock, from when this process first saw them.
 func (r maintainer) holdsDue(pool *ippoolv1.NodeIPPool, owners poolstatus.Owners, exists func(string) bool, m *poolMemory) (bool, time.Duration) {
@@ -103,17 +113,17 @@ func (r maintainer) holdsDue(pool *ippoolv1.NodeIPPool, owners poolstatus.Owners
 		age := ages[inFlightKey(e)]
 		switch {
 		case err == nil && owners.HeldBy(ip, holder.Parse(e.HolderName())):
-			if recorded++; age >= pruneAfter || terminating || recorded >= pruneWhenMany {
+			if recorded++; age >= r.pruneAfter() || terminating || recorded >= pruneWhenMany {
 				due = true
 			} else {
-				wait(pruneAfter - age)
+				wait(r.pruneAfter() - age)
 			}
-		case terminating, age >= r.GracePeriod, !exists(e.HolderName()) && age >= pruneAfter:
+		case terminating, age >= r.GracePeriod, !exists(e.HolderName()) && age >= r.pruneAfter():
 			// An entry whose enactment is gone is forgotten early; the
 			// cache has surely seen a young entry's enactment by then.
 			due = true
 		case !exists(e.HolderName()):
-			wait(pruneAfter - age)
+			wait(r.pruneAfter() - age)
 		default:
 			wait(r.GracePeriod - age)
 		}

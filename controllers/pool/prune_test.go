@@ -15,7 +15,7 @@ import (
 )
 
 // TestManyRecordedEntriesArePrunedAtOnce: recorded in-flight entries wait
-// pruneAfter, to be pruned together, unless pruneWhenMany of them wait:
+// DefaultPruneAfter, to be pruned together, unless pruneWhenMany of them wait:
 // then they are pruned at once, for every write of the pool carries them.
 // Entries not recorded yet do not count.
 func TestManyRecordedEntriesArePrunedAtOnce(t *testing.T) {
@@ -50,12 +50,12 @@ func TestManyRecordedEntriesArePrunedAtOnce(t *testing.T) {
 		if due != tc.due {
 			t.Errorf("%d recorded entries (%d not): due %t, want %t", tc.recorded, tc.unrecorded, due, tc.due)
 		}
-		if !tc.due && next != pruneAfter {
-			t.Errorf("%d recorded entries: next look in %s, want %s", tc.recorded, next, pruneAfter)
+		if !tc.due && next != DefaultPruneAfter {
+			t.Errorf("%d recorded entries: next look in %s, want %s", tc.recorded, next, DefaultPruneAfter)
 		}
-		clk.Step(pruneAfter)
+		clk.Step(DefaultPruneAfter)
 		if due, _ := r.holdsDue(p, owners, exists, &m); !due {
-			t.Errorf("%d recorded entries: not due after %s", tc.recorded, pruneAfter)
+			t.Errorf("%d recorded entries: not due after %s", tc.recorded, DefaultPruneAfter)
 		}
 	}
 }

@@ -69,6 +69,9 @@ type Reconciler struct {
 	// quarantine check must read make it list every state once instead
 	// (a list decodes every node's state); 0 means DefaultListStatesFrom.
 	ListStatesFrom int
+	// PruneAfter is how long a recorded address keeps its in-flight
+	// entry before the controller removes it; 0 means DefaultPruneAfter.
+	PruneAfter time.Duration
 	// Metrics exports per-pool gauges and counters; nil exports nothing.
 	Metrics *Metrics
 	// Batch is how long the events of pools and enactments are gathered
