@@ -54,10 +54,12 @@ type maintenance struct {
 	// they could not be read, and ReservationsHonored is left as it is.
 	reservedCarriers map[netip.Addr][]string
 	reservedUnknown  bool
-	// unreturn maps the addresses kept for a holder's return that another
-	// node carries to that node, read when holds are due and the
-	// controller holds carried addresses (returnsCarried).
-	unreturn map[netip.Addr]string
+	// returnCarriers maps the addresses nodes' networks carry to those
+	// nodes, read when holds are due, the controller holds carried
+	// addresses and the pool keeps an address for a return
+	// (returnCarriers): the write takes from those returns what another
+	// node carries (returnConflicts, unreturn).
+	returnCarriers map[netip.Addr][]string
 }
 
 // due reports whether the pass has entries or bits to act on.
@@ -90,7 +92,7 @@ func (r maintainer) planMaintenance(ctx context.Context, pool *ippoolv1.NodeIPPo
 		if mw.holdFor, err = r.holdForCarriers(ctx, mw.holds); err != nil {
 			return nil, err
 		}
-		mw.unreturn = r.returnsCarried(ctx, pool)
+		mw.returnCarriers = r.returnCarriers(ctx, pool, mw.holdFor)
 	}
 	if len(gcDue) > 0 {
 		if mw.carried, err = r.carriedAddresses(ctx); err != nil {
@@ -126,7 +128,7 @@ func (r maintainer) writeMaintenance(ctx context.Context, pool *ippoolv1.NodeIPP
 		revoked, lifted, held, unreturned, got = nil, nil, nil, nil, collected{}
 		if mw.holdsDue {
 			revoked, lifted, held, changed = applyHolds(p, alloc, owners, mw.holds, mw.holdFor, now)
-			unreturned = unreturn(p, alloc, mw.unreturn, now)
+			unreturned = unreturn(p, alloc, returnConflicts(p, mw.returnCarriers), now, notes)
 			changed = changed || len(unreturned) > 0
 		}
 		got = collectUnclaimed(p, alloc, owners, mw.gcDue, mw.carried, now)

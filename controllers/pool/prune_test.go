@@ -10,6 +10,7 @@ import (
 	clocktesting "k8s.io/utils/clock/testing"
 
 	ippoolv1 "github.com/nmstate-ippool/nmstate-ippool/api/v1"
+	"github.com/nmstate-ippool/nmstate-ippool/internal/allocation/audit"
 	"github.com/nmstate-ippool/nmstate-ippool/internal/allocation/holder"
 	"github.com/nmstate-ippool/nmstate-ippool/internal/allocation/poolstatus"
 )
@@ -130,10 +131,14 @@ func TestUnreturn(t *testing.T) {
 	}
 	poolstatus.AddQuarantine(p, ippoolv1.QuarantinedAddress{IP: "10.0.0.6", Node: "left", Holder: "left.policy", Capture: "addr", Since: since})
 	now := metav1.NewTime(since.Add(time.Hour))
-	got := unreturn(p, alloc, map[netip.Addr]string{netip.MustParseAddr("10.0.0.6"): "intruder", netip.MustParseAddr("10.0.0.5"): "intruder"}, now)
+	notes := audit.Notes{}
+	got := unreturn(p, alloc, map[netip.Addr]string{netip.MustParseAddr("10.0.0.6"): "intruder", netip.MustParseAddr("10.0.0.5"): "intruder"}, now, notes)
 	want := []string{"10.0.0.5 on node intruder (kept for the return of gone.policy)", "10.0.0.6 on node intruder (quarantined for the return of left.policy)"}
 	if fmt.Sprint(got) != fmt.Sprint(want) {
 		t.Fatalf("unreturned %q, want %q", got, want)
+	}
+	if len(notes) != 2 {
+		t.Fatalf("audit notes %v, want one for each address", notes)
 	}
 	if poolstatus.KeptOf(p, "10.0.0.5") != nil || !alloc.HasIP(netip.MustParseAddr("10.0.0.5")) {
 		t.Fatal("10.0.0.5 is still kept, or its bit clear")
@@ -176,7 +181,7 @@ func TestReturnConflicts(t *testing.T) {
 	_ = alloc.AllocateIP(netip.MustParseAddr("10.0.0.3")) // held again: forgetKept's to settle
 	poolstatus.Set(p, alloc)
 	p.Status.Conditions = []metav1.Condition{{Type: ippoolv1.ConditionAvailable, Status: metav1.ConditionTrue}}
-	p.Status.Stamp = poolstatus.Stamp(p)
+	now := metav1.Now()
 	carriers := map[netip.Addr][]string{}
 	for i := 1; i <= 6; i++ {
 		carriers[netip.AddrFrom4([4]byte{10, 0, 0, byte(i)})] = []string{"gone", "left", "intruder"}
@@ -187,8 +192,8 @@ func TestReturnConflicts(t *testing.T) {
 	if fmt.Sprint(got) != fmt.Sprint(want) {
 		t.Fatalf("conflicts %v, want %v", got, want)
 	}
-	p.Status.Stamp = "edited by hand"
+	p.DeletionTimestamp = &now
 	if got := returnConflicts(p, carriers); len(got) != 0 {
-		t.Fatalf("on a status nobody vouches for: %v, want none", got)
+		t.Fatalf("in a pool being deleted: %v, want none", got)
 	}
 }

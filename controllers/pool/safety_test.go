@@ -575,10 +575,10 @@ func TestQuarantinedAddressCarriedElsewhereIsNotReturned(t *testing.T) {
 	createPolicyWith(t, pool, pool, map[string]string{"addr": "ippool." + pool + ".allocate"}, envtest.OneAddressState)
 	Eventually(func() []string { return held(enactment, pool) }).Should(Equal([]string{"10.63.1.2"}),
 		"another address: another node carries its old one")
-	nics := envtest.SampleNICs(t, intruder, nd)
 	Expect(os.Remove(failing)).To(Succeed())
 	Eventually(enactmentState(enactment)).Should(HavePrefix("Available"))
-	Eventually(carried(nd)).Should(Equal([]string{"10.63.1.2/24"}))
+	Eventually(carried(nd)).Should(Equal([]string{"10.63.1.2/24"}), "the old address, set on the other node by hand too, is off")
+	nics := envtest.SampleNICs(t, intruder, nd)
 	Consistently(carried(nd), 2*time.Second).Should(Equal([]string{"10.63.1.2/24"}))
 	Expect(carried(intruder)()).To(Equal([]string{first + "/24"}))
 	Expect(nics.OnTwoNICs()).To(BeEmpty())

@@ -83,8 +83,9 @@ func (s strayHolder) Reconcile(ctx context.Context, req reconcile.Request) (ctrl
 	}
 	var pools []string
 	for i := range list.Items {
-		if len(strayCandidates(&list.Items[i], carried)) > 0 || len(returnConflicts(&list.Items[i], carriedBy(req.Name, carried))) > 0 {
-			pools = append(pools, list.Items[i].Name)
+		p := &list.Items[i]
+		if len(strayCandidates(p, carried)) > 0 || (poolstatus.Vouched(p) && len(returnConflicts(p, carriedBy(req.Name, carried))) > 0) {
+			pools = append(pools, p.Name)
 		}
 	}
 	if len(pools) == 0 {
@@ -146,9 +147,11 @@ func strayCandidates(p *ippoolv1.NodeIPPool, carried map[netip.Addr]string) []ne
 // without reading what other nodes carry, which would put it on a second
 // NIC: the pool controller takes it from that return (unreturn). An
 // address kept for a return whose bit is set, or that an entry holds, is
-// someone's again, which is not for this to settle.
+// someone's again, which is not for this to settle. Call it on the copy a
+// pool write changes (its writer vouched for what it read), or check
+// poolstatus.Vouched first.
 func returnConflicts(p *ippoolv1.NodeIPPool, carriers map[netip.Addr][]string) map[netip.Addr]string {
-	if poolstatus.Unservable(p) != "" || !poolstatus.Vouched(p) {
+	if poolstatus.Unservable(p) != "" {
 		return nil
 	}
 	out := map[netip.Addr]string{}
@@ -184,8 +187,8 @@ func returnConflicts(p *ippoolv1.NodeIPPool, carriers map[netip.Addr][]string) m
 // is gone and the departure hold has passed, and is then held for the
 // node that carries it if that node still does (holdForCarriers). The
 // node that comes back carrying it takes it off. It returns them,
-// described.
-func unreturn(p *ippoolv1.NodeIPPool, alloc *ippool.Allocator, conflicts map[netip.Addr]string, now metav1.Time) []string {
+// described, and says why in notes, for the audit trail.
+func unreturn(p *ippoolv1.NodeIPPool, alloc *ippool.Allocator, conflicts map[netip.Addr]string, now metav1.Time, notes audit.Notes) []string {
 	var out []string
 	for _, ip := range slices.SortedFunc(maps.Keys(conflicts), netip.Addr.Compare) {
 		s, carrier := ip.String(), conflicts[ip]
@@ -197,32 +200,39 @@ func unreturn(p *ippoolv1.NodeIPPool, alloc *ippool.Allocator, conflicts map[net
 			poolstatus.RemoveKept(p, s)
 			poolstatus.AddQuarantine(p, ippoolv1.QuarantinedAddress{IP: s, Node: entry.Node, Holder: entry.Holder, Since: now})
 			out = append(out, fmt.Sprintf("%s on node %s (kept for the return of %s)", s, carrier, entry.HolderName()))
+			notes.Set(s, "Unreturned", fmt.Sprintf("node %s carries it, recorded by no holder: no longer kept for the return of %s", carrier, entry.HolderName()))
 		} else if q := poolstatus.QuarantineOf(p, s); q != nil && q.Capture != "" && q.HolderName() != "" {
 			q.Capture = ""
 			out = append(out, fmt.Sprintf("%s on node %s (quarantined for the return of %s)", s, carrier, q.HolderName()))
+			notes.Set(s, "Unreturned", fmt.Sprintf("node %s carries it, recorded by no holder: no longer returned to %s", carrier, q.HolderName()))
 		}
 	}
 	return out
 }
 
-// returnsCarried returns, when the controller holds carried addresses
-// (for self-allocating handlers, which do not look), returnConflicts of
-// pool on what the nodes carry as the watch shows it: a node that came
-// to carry an address before its holder released it publishes no new
-// state once the release is quarantined, so the stray holder never looks
-// at it again. nil otherwise, or when that cannot be read (the next pass
-// looks again).
-func (r maintainer) returnsCarried(ctx context.Context, pool *ippoolv1.NodeIPPool) map[netip.Addr]string {
+// returnCarriers returns, when the controller holds carried addresses
+// (for self-allocating handlers, which do not look) and pool keeps an
+// address for a return, which nodes carry what, for returnConflicts in
+// the write: holdFor when the pass read it (the states on the API
+// server, as the lifts of the same write see them), else as the watch
+// shows them. A node that came to carry an address before its holder
+// released it publishes no new state once the release is quarantined,
+// so the stray holder never looks at it again. nil otherwise, or when
+// that cannot be read (the next pass looks again).
+func (r maintainer) returnCarriers(ctx context.Context, pool *ippoolv1.NodeIPPool, holdFor map[netip.Addr][]string) map[netip.Addr][]string {
 	if !r.HoldCarried || (len(pool.Status.KeptForReturn) == 0 && !slices.ContainsFunc(pool.Status.Quarantined,
 		func(q ippoolv1.QuarantinedAddress) bool { return q.Capture != "" && q.HolderName() != "" })) {
 		return nil
+	}
+	if holdFor != nil {
+		return holdFor
 	}
 	c, err := r.Carried.Complete(ctx, r.APIReader, assign.Carrying{})
 	if err != nil {
 		ctrl.LoggerFrom(ctx).Error(err, "read what nodes carry, for the addresses kept for a return")
 		return nil
 	}
-	return returnConflicts(pool, c.Carriers)
+	return c.Carriers
 }
 
 // reportUnreturned raises the Event of the addresses a write took from
@@ -248,6 +258,8 @@ func (s strayHolder) hold(ctx context.Context, pool, node string, carried map[ne
 	var held, unreturned []string
 	var uid types.UID
 	ctx = audit.WithReason(ctx, "HeldForCarrier", "node "+node+"'s network carries it, and no holder records it")
+	notes := audit.Notes{}
+	ctx = audit.WithNotes(ctx, notes)
 	_, err := r.Pools.Update(ctx, pool, func(p *ippoolv1.NodeIPPool, alloc *ippool.Allocator) (bool, error) {
 		uid = p.UID
 		now := metav1.NewTime(r.Clock.Now().Truncate(time.Second))
@@ -256,7 +268,7 @@ func (s strayHolder) hold(ctx context.Context, pool, node string, carried map[ne
 			free[ip] = node
 		}
 		held = quarantineStrays(p, alloc, poolstatus.Holders(p.Name, alloc.Range(), hs.records), free, now)
-		unreturned = unreturn(p, alloc, returnConflicts(p, carriedBy(node, carried)), now)
+		unreturned = unreturn(p, alloc, returnConflicts(p, carriedBy(node, carried)), now, notes)
 		return len(held)+len(unreturned) > 0, nil
 	})
 	switch {
