@@ -136,9 +136,7 @@ func adoptCarried(t *testing.T, name, net string, selfAllocate bool) {
 // that carries it adopts it.
 func TestSelfAllocatingNodesPassCarriedAddresses(t *testing.T) {
 	RegisterTestingT(t)
-	pc, err := env.StartPoolController(grace, nil, func(pc *envtest.PoolController) { pc.Pools.HoldCarried = true })
-	Expect(err).NotTo(HaveOccurred())
-	t.Cleanup(func() { _ = pc.Stop() })
+	startHoldingCarried(t, 0)
 	const name = "held"
 	createPool(t, name, ippoolv1.IPRange{CIDR: "10.95.0.0/24", Start: "10.95.0.2", End: "10.95.0.20"})
 	Eventually(available(name)).Should(HavePrefix("True"))
@@ -174,9 +172,7 @@ func TestSelfAllocatingNodesPassCarriedAddresses(t *testing.T) {
 // else looks at it again).
 func TestAddressMovedByHandIsHeldForItsNewCarrier(t *testing.T) {
 	RegisterTestingT(t)
-	pc, err := env.StartPoolController(grace, nil, func(pc *envtest.PoolController) { pc.Pools.HoldCarried = true })
-	Expect(err).NotTo(HaveOccurred())
-	t.Cleanup(func() { _ = pc.Stop() })
+	startHoldingCarried(t, 0)
 	const name = "moved"
 	createPool(t, name, ippoolv1.IPRange{CIDR: "10.94.0.0/24", Start: "10.94.0.2", End: "10.94.0.20"})
 	Eventually(available(name)).Should(HavePrefix("True"))

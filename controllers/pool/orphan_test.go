@@ -100,52 +100,6 @@ func TestNodeDeletedCarryingWhatNoRecordHolds(t *testing.T) {
 	assertIndexed("norec")
 }
 
-// TestAddressMovedToADeletedNodeIsHeld: with --hold-carried-addresses, an
-// admin sets node gonemoved-b's address on node gonemoved-a by hand, then
-// deletes gonemoved-a's Node while its machine runs (its handler held
-// up), then removes gonemoved-b's policy. gonemoved-b's release is
-// confirmed; the address is held for gonemoved-a, whose machine may carry
-// it for the departure hold, rather than freed for a self-allocating
-// handler to put on a second NIC, though gonemoved-a's Node is gone. Once
-// the hold has passed it is free.
-func TestAddressMovedToADeletedNodeIsHeld(t *testing.T) {
-	RegisterTestingT(t)
-	const hold = 15 * time.Second // the departure hold, capped by the quarantine period
-	pc, err := env.StartPoolController(grace, nil, func(pc *envtest.PoolController) {
-		pc.Pools.HoldCarried, pc.Pools.QuarantinePeriod = true, hold
-	})
-	Expect(err).NotTo(HaveOccurred())
-	t.Cleanup(func() { _ = pc.Stop() })
-	const name = "gonemoved"
-	createPool(t, name, ippoolv1.IPRange{CIDR: "10.93.0.0/24", Start: "10.93.0.2", End: "10.93.0.20"})
-	Eventually(available(name)).Should(HavePrefix("True"))
-	dir := t.TempDir()
-	addNode(t, dir, "gonemoved-b", name)
-	policy := createPolicyWith(t, name, name, map[string]string{"addr": "ippool." + name + ".allocate"}, envtest.OneAddressState)
-	Eventually(enactmentState("gonemoved-b." + name)).Should(HavePrefix("Available"))
-	Expect(held("gonemoved-b."+name, name)).To(Equal([]string{"10.93.0.2"}))
-
-	carrier := carryingNode(t, dir, "gonemoved-a", "not-"+name, "10.93.0.2", false)
-	Eventually(func() string { return nodeStateOf("gonemoved-a") }).Should(ContainSubstring("10.93.0.2"))
-	resume := carrier.Network.Stall()
-	defer resume()
-	var node corev1.Node
-	Expect(k.Get(ctx, types.NamespacedName{Name: "gonemoved-a"}, &node)).To(Succeed())
-	Expect(k.Delete(ctx, &node)).To(Succeed())
-	Eventually(func() bool {
-		return apierrors.IsNotFound(k.Get(ctx, types.NamespacedName{Name: "gonemoved-a"}, &corev1.Node{}))
-	}).Should(BeTrue())
-	deleted := time.Now()
-
-	deleteObject(policy)
-	Eventually(func() []ippoolv1.QuarantinedAddress { return poolStatus(name).Quarantined }).Should(ConsistOf(
-		And(HaveField("IP", "10.93.0.2"), HaveField("Node", "gonemoved-a"), HaveField("HolderName()", ""))),
-		"held for the machine of the deleted Node")
-	Expect(time.Since(deleted)).To(BeNumerically("<", hold), "held within the departure hold")
-	Expect(bits(name)).To(Equal([]string{"10.93.0.2"}))
-	Eventually(func() []string { return bits(name) }, 2*hold+30*time.Second).Should(BeEmpty(), "free once the departure hold has passed")
-}
-
 // TestWaitingNodeServedOnceTheCarrierTakesItOff: the only free address
 // of a pool is carried by a node that no record holds it for (a static
 // address a per-node policy put on), so the node that joins waits. The

@@ -13,6 +13,7 @@ import (
 	"github.com/nmstate-ippool/nmstate-ippool/internal/allocation/audit"
 	"github.com/nmstate-ippool/nmstate-ippool/internal/allocation/holder"
 	"github.com/nmstate-ippool/nmstate-ippool/internal/allocation/poolstatus"
+	"github.com/nmstate-ippool/nmstate-ippool/pkg/ippool"
 )
 
 // TestManyRecordedEntriesArePrunedAtOnce: recorded in-flight entries wait
@@ -81,11 +82,7 @@ func TestLiftKeepsForTheDepartedNodeItself(t *testing.T) {
 		{"carried by nobody", nil, true, ""},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			p := &ippoolv1.NodeIPPool{Spec: ippoolv1.NodeIPPoolSpec{Range: ippoolv1.IPRange{CIDR: "10.0.0.0/24"}}}
-			alloc, err := poolstatus.Allocator(p)
-			if err != nil {
-				t.Fatal(err)
-			}
+			p, alloc := emptyPool(t)
 			if err := alloc.AllocateIP(netip.MustParseAddr(ip)); err != nil {
 				t.Fatal(err)
 			}
@@ -119,11 +116,7 @@ func TestLiftKeepsForTheDepartedNodeItself(t *testing.T) {
 // for its release: neither goes back to its holder (no capture), and the
 // node that comes back carrying it takes it off.
 func TestUnreturn(t *testing.T) {
-	p := &ippoolv1.NodeIPPool{Spec: ippoolv1.NodeIPPoolSpec{Range: ippoolv1.IPRange{CIDR: "10.0.0.0/24"}}}
-	alloc, err := poolstatus.Allocator(p)
-	if err != nil {
-		t.Fatal(err)
-	}
+	p, alloc := emptyPool(t)
 	since := metav1.NewTime(time.Unix(1_700_000_000, 0))
 	poolstatus.AddKept(p, ippoolv1.KeptAddress{IP: "10.0.0.5", Node: "gone", Holder: "gone.policy", Capture: "addr", Since: since})
 	if err := alloc.AllocateIP(netip.MustParseAddr("10.0.0.6")); err != nil {
@@ -157,11 +150,7 @@ func TestUnreturn(t *testing.T) {
 // quarantine that returns to no one, and a kept address someone holds
 // again do not.
 func TestReturnConflicts(t *testing.T) {
-	p := &ippoolv1.NodeIPPool{Spec: ippoolv1.NodeIPPoolSpec{Range: ippoolv1.IPRange{CIDR: "10.0.0.0/24"}}}
-	alloc, err := poolstatus.Allocator(p)
-	if err != nil {
-		t.Fatal(err)
-	}
+	p, alloc := emptyPool(t)
 	since := metav1.NewTime(time.Unix(1_700_000_000, 0))
 	for _, k := range []ippoolv1.KeptAddress{
 		{IP: "10.0.0.1", Node: "gone", Holder: "gone.policy", Capture: "addr", Since: since},
@@ -196,4 +185,16 @@ func TestReturnConflicts(t *testing.T) {
 	if got := returnConflicts(p, carriers); len(got) != 0 {
 		t.Fatalf("in a pool being deleted: %v, want none", got)
 	}
+}
+
+// emptyPool returns a pool over 10.0.0.0/24 with nothing set, and its
+// allocator.
+func emptyPool(t *testing.T) (*ippoolv1.NodeIPPool, *ippool.Allocator) {
+	t.Helper()
+	p := &ippoolv1.NodeIPPool{Spec: ippoolv1.NodeIPPoolSpec{Range: ippoolv1.IPRange{CIDR: "10.0.0.0/24"}}}
+	alloc, err := poolstatus.Allocator(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return p, alloc
 }
