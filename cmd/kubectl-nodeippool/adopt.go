@@ -256,22 +256,39 @@ func (s *snapshot) nodePlan(policy *nmstatev1.NodeNetworkConfigurationPolicy, re
 		np.Verdict, np.Why = verdictWaits, err.Error()
 		return np
 	}
-	var notes assign.Notes
-	notes.Add(t, ref.Capture)
 	np.IP = t.IP.String()
-	switch {
-	case len(notes.Adopted) > 0:
-		np.Verdict, np.Why = verdictKeeps, "adopted: it already carries "+strings.Join(notes.Adopted, ", ")
-	case len(notes.NotAdopted) > 0:
-		np.Verdict, np.Why = verdictRenumbered, "cannot adopt "+strings.Join(notes.NotAdopted, "; ")
-	case len(notes.Returned) > 0:
-		np.Verdict, np.Why = verdictHolds, "returned: "+strings.Join(notes.Returned, ", ")
-	case len(carried) == 0:
-		np.Verdict, np.Why = verdictNew, "it carries no address on "+listOr(ifaces, "the interface (the template names none)")
-	default:
-		np.Verdict, np.Why = verdictRenumbered, "a reservation for the node comes first"
+	np.Verdict, np.Why = outcome(t, ref.Capture, carried, ifaces)
+	if passed := c.PassedBy(cl); len(passed) > 0 {
+		np.Why += "; its reservation waits for another node to take it off: " + strings.Join(passed, ", ")
 	}
 	return np
+}
+
+// outcome is the verdict on what Take handed a capture (captureName) of
+// a node that carries carried on ifaces, and why.
+func outcome(t assign.Taken, captureName string, carried []assign.Carried, ifaces []string) (verdict, why string) {
+	var notes assign.Notes
+	notes.Add(t, captureName)
+	switch {
+	case len(notes.Adopted) > 0:
+		return verdictKeeps, "adopted: it already carries " + strings.Join(notes.Adopted, ", ")
+	case len(notes.NotAdopted) > 0:
+		return verdictRenumbered, "cannot adopt " + strings.Join(notes.NotAdopted, "; ")
+	case len(notes.Returned) > 0:
+		return verdictHolds, "returned: " + strings.Join(notes.Returned, ", ")
+	case t.Reserved() && slices.ContainsFunc(carried, func(c assign.Carried) bool { return c.IP == t.IP }):
+		return verdictKeeps, "reserved for it, and it carries it already"
+	case t.Reserved() && len(carried) > 0:
+		return verdictRenumbered, "its reservation comes before what it carries"
+	case t.Reserved():
+		return verdictNew, "reserved for it"
+	case len(notes.Reclaimed) > 0:
+		return verdictRenumbered, "no other address is free: it is given " + strings.Join(notes.Reclaimed, ", ")
+	case len(carried) == 0:
+		return verdictNew, "it carries no address on " + listOr(ifaces, "the interface (the template names none)")
+	}
+	return verdictNew, "what it carries on " + strings.Join(ifaces, ", ") +
+		" is not this capture's: another family's, or the node's under another capture or record"
 }
 
 func (n *nodes) labels(node string) map[string]string {

@@ -12,6 +12,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	ippoolv1 "github.com/nmstate-ippool/nmstate-ippool/api/v1"
 	nncev1beta1 "github.com/nmstate-ippool/nmstate-ippool/api/v1beta1"
 	"github.com/nmstate-ippool/nmstate-ippool/test/envtest"
 )
@@ -141,5 +142,85 @@ func TestPlanAdoption(t *testing.T) {
 		"node04": "new 10.62.0.12", "node05": "keeps 10.62.0.48", "node07": "new 10.62.0.13", "node08": "waits ", "node09": "waits "}
 	if fmt.Sprint(ips) != fmt.Sprint(want) {
 		t.Errorf("planned %v, want %v", ips, want)
+	}
+}
+
+// TestPlanReservations: plan says what a reservation does to the nodes it
+// is for: kept where the node carries the reserved address, a renumbering
+// where it carries another, passed by while another node carries it; and
+// that an address of another family on the interface stays.
+func TestPlanReservations(t *testing.T) {
+	k, kubeconfig := cluster(t)
+	carrier(t, k, "node11", "worker", "10.63.0.20") // its reservation
+	carrier(t, k, "node12", "worker", "10.63.0.44") // reserved .21
+	carrier(t, k, "node13", "worker", "10.63.0.45") // reserved .22, which node14 carries
+	carrier(t, k, "node14", "worker", "10.63.0.22")
+	carrier(t, k, "node15", "worker")
+	v6 := &nncev1beta1.NodeNetworkState{}
+	if err := k.Get(context.Background(), client.ObjectKey{Name: "node15"}, v6); err != nil {
+		t.Fatal(err)
+	}
+	v6.Status.CurrentState = shared.NewState(`{"interfaces":[{"name":"eth1","ipv4":{"enabled":false},` +
+		`"ipv6":{"enabled":true,"address":[{"ip":"fd00:63::5","prefix-length":64}]}}]}`)
+	if err := k.Status().Update(context.Background(), v6); err != nil {
+		t.Fatal(err)
+	}
+	file := writeFile(t, `apiVersion: nmstate.io/v1
+kind: NodeIPPool
+metadata: {name: rack}
+spec:
+  range: {cidr: 10.63.0.0/24, start: 10.63.0.10, end: 10.63.0.200}
+  reservations:
+  - {ip: 10.63.0.20, node: node11}
+  - {ip: 10.63.0.21, node: node12}
+  - {ip: 10.63.0.22, node: node13}
+---
+`+envtest.PooledPolicyYAML("rack-eth1", "role", "worker", "rack"))
+
+	code, out, errOut := plugin(kubeconfig, "plan", "-f", file)
+	if code != 0 {
+		t.Fatalf("plan exited %d: %s%s", code, out, errOut)
+	}
+	for _, want := range []string{
+		"NodeNetworkConfigurationPolicy rack-eth1: 5 node captures, 2 keep their address, 2 renumbered",
+		"10.63.0.20  keeps: adopted: it already carries 10.63.0.20 on eth1",
+		"10.63.0.21  renumbered: its reservation comes before what it carries",
+		"10.63.0.45  keeps: adopted: it already carries 10.63.0.45 on eth1; " +
+			"its reservation waits for another node to take it off: 10.63.0.22 (node node14 carries it)",
+		"10.63.0.22 on eth1  10.63.0.10  renumbered: cannot adopt 10.63.0.22 on eth1 (it is reserved for node node13)",
+		"new: what it carries on eth1 is not this capture's: another family's, or the node's under another capture or record",
+	} {
+		if !strings.Contains(out, want) {
+			t.Errorf("plan output lacks %q:\n%s", want, out)
+		}
+	}
+	if strings.Contains(out, "a reservation for the node comes first") {
+		t.Errorf("plan gives a reservation as the reason where none was taken:\n%s", out)
+	}
+
+	// The same pool stored already: its reservations are served as the
+	// pool controller serves them, a reserved address carried by
+	// another node passed by.
+	stored := &ippoolv1.NodeIPPool{ObjectMeta: metav1.ObjectMeta{Name: "rack"}, Spec: ippoolv1.NodeIPPoolSpec{
+		Range: ippoolv1.IPRange{CIDR: "10.63.0.0/24", Start: "10.63.0.10", End: "10.63.0.200"},
+		Reservations: []ippoolv1.Reservation{{IP: "10.63.0.20", Node: "node11"}, {IP: "10.63.0.21", Node: "node12"},
+			{IP: "10.63.0.22", Node: "node13"}}}}
+	if err := k.Create(context.Background(), stored); err != nil {
+		t.Fatal(err)
+	}
+	code, out, errOut = plugin(kubeconfig, "plan", "-f", writeFile(t, envtest.PooledPolicyYAML("rack-eth1", "role", "worker", "rack")))
+	if code != 0 {
+		t.Fatalf("plan exited %d: %s%s", code, out, errOut)
+	}
+	for _, want := range []string{
+		"10.63.0.20  keeps: reserved for it, and it carries it already",
+		"10.63.0.21  renumbered: its reservation comes before what it carries",
+		"10.63.0.45  keeps: adopted: it already carries 10.63.0.45 on eth1; " +
+			"its reservation waits for another node to take it off: 10.63.0.22 (node node14 carries it)",
+		"renumbered: cannot adopt 10.63.0.22 on eth1",
+	} {
+		if !strings.Contains(out, want) {
+			t.Errorf("plan of the stored pool lacks %q:\n%s", want, out)
+		}
 	}
 }

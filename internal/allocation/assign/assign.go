@@ -128,6 +128,34 @@ type Taken struct {
 // serves another address otherwise.
 func (t Taken) Unconfirmed() bool { return t.unconfirmed }
 
+// Reserved reports whether the address was a free reservation for the
+// asker, which comes before any address its node carries.
+func (t Taken) Reserved() bool { return t.reserved }
+
+// PassedBy describes the reservations for cl that Take passes by because
+// a node other than cl's carries their address: free and carried
+// (Avoid), or held as that node's stray (quarantined for it, no holder
+// named): "10.0.0.5 (node w2 carries it)". Take hands them to cl once
+// their carrier takes them off.
+func (c *Chooser) PassedBy(cl Asker) []string {
+	var out []string
+	for _, r := range c.reservations {
+		if !r.Matches(cl.Node, cl.Policy, cl.Labels) {
+			continue
+		}
+		other := ""
+		if c.blocked[r.Offset] {
+			other = c.carriedElsewhere(r.Offset, cl.Node)
+		} else if q := poolstatus.QuarantineOf(c.pool, r.IP.String()); q != nil && q.HolderName() == "" && q.Node != cl.Node {
+			other = q.Node
+		}
+		if other != "" {
+			out = append(out, fmt.Sprintf("%s (node %s carries it)", r.IP, other))
+		}
+	}
+	return out
+}
+
 // Chooser hands out the addresses of one pool write.
 type Chooser struct {
 	pool         *ippoolv1.NodeIPPool
