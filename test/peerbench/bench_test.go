@@ -102,6 +102,7 @@ type figures struct {
 	requests, watchEvents   float64            // per node and rollout
 	writes                  float64            // per rollout, all nodes
 	writesBy                map[string]float64 // per rollout, by "VERB resource[/subresource]"
+	readsBy                 map[string]float64 // per rollout, GET and LIST, likewise
 	cpu                     time.Duration      // handlers' CPU per node and rollout
 	rssPerNode              float64            // bytes, after the rollouts
 	anonPerNode             float64            // of rssPerNode, anonymous (not the binary's pages)
@@ -260,6 +261,7 @@ func (m *meter) rollouts(c rolloutCase, index int) figures {
 	for run := range *runs {
 		name := fmt.Sprintf("bench-%d-%d", index, run)
 		before := m.snapshot()
+		prof := m.profileRollout(c.name, run)
 		var elapsed time.Duration
 		switch {
 		case c.perNode:
@@ -272,10 +274,12 @@ func (m *meter) rollouts(c rolloutCase, index int) figures {
 		times = append(times, elapsed)
 		fmt.Printf("%d nodes, %s, run %d: %.2fs\n", m.nodes, c.name, run+1, elapsed.Seconds())
 		after := m.snapshot()
+		prof.wait()
 		f.requests += (after.requests - before.requests) / float64(m.nodes)
 		f.watchEvents += (after.watchEvents - before.watchEvents) / float64(m.nodes)
 		f.writes += after.writes - before.writes
 		f.writesBy = addDiff(f.writesBy, after.writesBy, before.writesBy)
+		f.readsBy = addDiff(f.readsBy, after.readsBy, before.readsBy)
 		f.cpu += (after.handlerCPU - before.handlerCPU) / time.Duration(m.nodes)
 		f.apiServerCPUPerRollout += after.apiServerCPU - before.apiServerCPU
 		f.poolControllerCPU += after.poolControllerCPU - before.poolControllerCPU
@@ -288,6 +292,9 @@ func (m *meter) rollouts(c rolloutCase, index int) figures {
 	f.requests, f.watchEvents, f.writes = f.requests/r, f.watchEvents/r, f.writes/r
 	for k := range f.writesBy {
 		f.writesBy[k] /= r
+	}
+	for k := range f.readsBy {
+		f.readsBy[k] /= r
 	}
 	f.cpu /= time.Duration(*runs)
 	f.apiServerCPUPerRollout /= time.Duration(*runs)

@@ -32,6 +32,7 @@ type sample struct {
 	handlerRSS, poolControllerRSS uint64
 	handlerAnon                   uint64
 	writesBy                      map[string]float64 // by "VERB resource[/subresource]"
+	readsBy                       map[string]float64 // GET and LIST, by "VERB resource[/subresource]"
 }
 
 var (
@@ -43,7 +44,7 @@ var (
 // snapshot reads the API server's request and watch event counters and
 // the CPU and memory of the cluster's processes.
 func (m *meter) snapshot() sample {
-	s := sample{writesBy: map[string]float64{}}
+	s := sample{writesBy: map[string]float64{}, readsBy: map[string]float64{}}
 	hc, err := rest.HTTPClientFor(m.cfg)
 	must(m.b, err)
 	resp, err := hc.Get(m.cfg.Host + "/metrics")
@@ -61,6 +62,8 @@ func (m *meter) snapshot() sample {
 			if slices.Contains([]string{"POST", "PUT", "PATCH", "DELETE", "APPLY"}, g[1]) {
 				s.writes += v
 				s.writesBy[writeKind(g[1], sc.Text())] += v
+			} else if g[1] == "GET" || g[1] == "LIST" {
+				s.readsBy[writeKind(g[1], sc.Text())] += v
 			}
 		} else if g := watchLine.FindStringSubmatch(sc.Text()); g != nil {
 			v, _ := strconv.ParseFloat(g[1], 64)

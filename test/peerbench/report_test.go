@@ -55,6 +55,7 @@ func report(b *testing.B, n int, measured map[string]map[string]figures) {
 	if plain, ok := ours["plain"]; ok {
 		if pooled, ok := ours["pooled"]; ok {
 			fmt.Fprintf(&out, "ours pooled - plain, writes per node: %s\n", perNode(pooled.writesBy, plain.writesBy, n))
+			fmt.Fprintf(&out, "ours pooled - plain, reads per node: %s\n", perNode(pooled.readsBy, plain.readsBy, n))
 		}
 	}
 	for _, c := range cases {
