@@ -88,3 +88,54 @@ func TestHistoryOfAnAddress(t *testing.T) {
 		t.Errorf("a name for an address: exit %d: %s", code, stderr.String())
 	}
 }
+
+// TestHistoryOfAddressesOfOneHolder: Events of the same kind about
+// different addresses of one holder (every node of a pooled policy, two
+// captures of one enactment) or of no holder (the pool's own holds) are
+// each kept whole, none folded into another's series by the recorder
+// (events.k8s.io merges Events whose objects, reason and action are the
+// same, whatever their notes): history finds every address.
+func TestHistoryOfAddressesOfOneHolder(t *testing.T) {
+	env, _, kubeconfig := envtest.Cluster(t)
+	cs, err := kubernetes.NewForConfig(env.Config)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	b := events.NewBroadcaster(&events.EventSinkImpl{Interface: cs.EventsV1()})
+	b.StartRecordingToSink(ctx.Done())
+	defer b.Shutdown()
+	trail := audit.Trail{Events: b.NewRecorder(env.Scheme, "nmstate-ippool-pool-controller")}
+	changes := map[string]audit.Change{}
+	for i, node := range []string{"node01", "node02", "node03"} {
+		ip := netip.AddrFrom4([4]byte{10, 10, 10, byte(20 + i)})
+		changes[ip.String()] = audit.Change{Event: audit.Recorded, Pool: "traffic", Address: ip, Holder: holder.ForPolicyNode("rack", node)}
+	}
+	for i := range 2 {
+		ip := netip.AddrFrom4([4]byte{10, 10, 10, byte(30 + i)})
+		changes[ip.String()] = audit.Change{Event: audit.Recorded, Pool: "traffic", Address: ip, Holder: holder.ForEnactment("node04.two")}
+	}
+	for i, node := range []string{"node05", "node06"} {
+		ip := netip.AddrFrom4([4]byte{10, 10, 10, byte(40 + i)})
+		changes[ip.String()] = audit.Change{Event: audit.Quarantined, Pool: "traffic", Address: ip, Node: node, Reason: "CarriedUnrecorded"}
+	}
+	for _, c := range changes {
+		trail.Record(ctx, []audit.Change{c})
+	}
+	for ip, c := range changes {
+		var out string
+		for deadline := time.Now().Add(30 * time.Second); time.Now().Before(deadline); time.Sleep(200 * time.Millisecond) {
+			var stdout, stderr bytes.Buffer
+			if code := run([]string{"history", ip, "--kubeconfig", kubeconfig}, &stdout, &stderr); code != 0 {
+				t.Fatalf("exit %d: %s", code, stderr.String())
+			}
+			if out = stdout.String(); strings.Contains(out, c.Sentence()) {
+				break
+			}
+		}
+		if !strings.Contains(out, c.Sentence()) {
+			t.Errorf("history of %s lacks %q:\n%s", ip, c.Sentence(), out)
+		}
+	}
+}

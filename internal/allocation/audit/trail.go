@@ -3,6 +3,7 @@ package audit
 import (
 	"context"
 	"fmt"
+	"net/netip"
 	"strings"
 
 	corev1 "k8s.io/api/core/v1"
@@ -39,7 +40,7 @@ func (t Trail) Record(ctx context.Context, changes []Change) {
 		if t.Events == nil || c.Event == Taken {
 			continue
 		}
-		regarding, related := Reference(c.Holder), poolReference(c.Pool)
+		regarding, related := Reference(c.Holder), AddressReference(c.Pool, c.Address)
 		if regarding == nil {
 			regarding, related = related, nil
 		}
@@ -117,6 +118,17 @@ func Reference(h holder.Ref) *corev1.ObjectReference {
 	return ref
 }
 
-func poolReference(pool string) *corev1.ObjectReference {
-	return &corev1.ObjectReference{APIVersion: "nmstate.io/v1", Kind: "NodeIPPool", Name: pool}
+// AddressReference refers to address as a part of pool: the pool, with
+// the field path spec.range{address}, as a container of a Pod is
+// spec.containers{name}. The recorder of events.k8s.io folds an Event
+// into an earlier one of the same objects, reason and action, whatever
+// its note: the address in the reference keeps the trail's Events about
+// different addresses of one holder (every node of a pooled policy, the
+// captures of one enactment) or of none apart.
+func AddressReference(pool string, address netip.Addr) *corev1.ObjectReference {
+	ref := &corev1.ObjectReference{APIVersion: "nmstate.io/v1", Kind: "NodeIPPool", Name: pool}
+	if address.IsValid() {
+		ref.FieldPath = "spec.range{" + address.String() + "}"
+	}
+	return ref
 }
