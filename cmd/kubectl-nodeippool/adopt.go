@@ -157,13 +157,14 @@ func (s *snapshot) adoptionPlans(policies []nmstatev1.NodeNetworkConfigurationPo
 	return out
 }
 
-// holdRecorded sets the bits of the addresses the holders record from p.
+// holdRecorded sets the bits of the addresses the holders record from p,
+// or under another pool's name inside p's range, as the pool controller's
+// rebuild does (poolstatus.Holders).
 func (s *snapshot) holdRecorded(p *ippoolv1.NodeIPPool, alloc *ippool.Allocator) {
-	for _, rec := range s.records {
-		for _, ip := range rec.Pools[p.Name].Held() {
-			if a, err := netip.ParseAddr(ip); err == nil {
-				_ = alloc.AllocateIP(a)
-			}
+	owners := poolstatus.Holders(p.Name, alloc.Range(), s.records)
+	for _, ip := range owners.Addrs() {
+		if len(owners.Recognized(ip)) > 0 {
+			_ = alloc.AllocateIP(ip)
 		}
 	}
 }
@@ -247,17 +248,27 @@ func (s *snapshot) nodePlan(policy *nmstatev1.NodeNetworkConfigurationPolicy, re
 		np.Verdict, np.Why = verdictWaits, "it has published no NodeNetworkState: it is served once its handler publishes what it carries"
 		return np
 	}
-	cl := assign.Asker{Holder: h, Node: node, Policy: policy.Name,
-		Labels:           func() map[string]string { return n.labels(node) },
-		Carried:          func(string) []assign.Carried { return carried },
-		CarriedElsewhere: assign.ElsewhereThan(n.carriers, node)}
+	// What the node carries, as every kind adopts from it: its addresses
+	// on the capture's interfaces, what other nodes carry, and what its
+	// records hold already (the node's own, under another capture).
+	view := assign.Carrying{ByNode: n.static, Carriers: n.carriers}
+	for i := range s.records {
+		if s.records[i].Node == node {
+			view.Hold(node, s.records[i].Pools)
+		}
+	}
+	cl := view.Adopting(assign.Asker{Holder: h, Node: node, Policy: policy.Name,
+		Labels: func() map[string]string { return n.labels(node) }}, func(string) []string { return ifaces })
 	t, err := c.Take(cl, ref.Capture)
 	if err != nil {
 		np.Verdict, np.Why = verdictWaits, err.Error()
 		return np
 	}
 	np.IP = t.IP.String()
-	np.Verdict, np.Why = outcome(t, ref.Capture, carried, ifaces)
+	// What the apply replaces: the addresses of the family it sets that
+	// the node holds under no other record.
+	replaced := slices.ContainsFunc(carried, func(c assign.Carried) bool { return c.IP.Is4() == t.IP.Is4() && (cl.Holds == nil || !cl.Holds(c.IP)) })
+	np.Verdict, np.Why = outcome(t, ref.Capture, carried, replaced, ifaces)
 	if passed := c.PassedBy(cl); len(passed) > 0 {
 		np.Why += "; its reservation waits for another node to take it off: " + strings.Join(passed, ", ")
 	}
@@ -265,8 +276,10 @@ func (s *snapshot) nodePlan(policy *nmstatev1.NodeNetworkConfigurationPolicy, re
 }
 
 // outcome is the verdict on what Take handed a capture (captureName) of
-// a node that carries carried on ifaces, and why.
-func outcome(t assign.Taken, captureName string, carried []assign.Carried, ifaces []string) (verdict, why string) {
+// a node that carries carried on ifaces, and why; replaced tells that
+// the apply replaces one of them (of the family it sets, held under no
+// other record of the node).
+func outcome(t assign.Taken, captureName string, carried []assign.Carried, replaced bool, ifaces []string) (verdict, why string) {
 	var notes assign.Notes
 	notes.Add(t, captureName)
 	switch {
@@ -278,7 +291,7 @@ func outcome(t assign.Taken, captureName string, carried []assign.Carried, iface
 		return verdictHolds, "returned: " + strings.Join(notes.Returned, ", ")
 	case t.Reserved() && slices.ContainsFunc(carried, func(c assign.Carried) bool { return c.IP == t.IP }):
 		return verdictKeeps, "reserved for it, and it carries it already"
-	case t.Reserved() && len(carried) > 0:
+	case t.Reserved() && replaced:
 		return verdictRenumbered, "its reservation comes before what it carries"
 	case t.Reserved():
 		return verdictNew, "reserved for it"

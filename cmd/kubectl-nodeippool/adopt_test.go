@@ -155,7 +155,11 @@ func TestPlanReservations(t *testing.T) {
 	carrier(t, k, "node12", "worker", "10.63.0.44") // reserved .21
 	carrier(t, k, "node13", "worker", "10.63.0.45") // reserved .22, which node14 carries
 	carrier(t, k, "node14", "worker", "10.63.0.22")
-	carrier(t, k, "node15", "worker")
+	carrier(t, k, "node15", "worker")               // fd00:63::5 only, below; reserved .23
+	carrier(t, k, "node16", "worker", "10.63.0.50") // its enactment of another policy records it
+	enactment(t, k, "node16", "other", "rack", "10.63.0.50")
+	carrier(t, k, "node17", "worker", "10.63.0.60") // recorded under the name of a pool deleted since
+	enactment(t, k, "node17", "older", "old", "10.63.0.60")
 	v6 := &nncev1beta1.NodeNetworkState{}
 	if err := k.Get(context.Background(), client.ObjectKey{Name: "node15"}, v6); err != nil {
 		t.Fatal(err)
@@ -174,6 +178,7 @@ spec:
   - {ip: 10.63.0.20, node: node11}
   - {ip: 10.63.0.21, node: node12}
   - {ip: 10.63.0.22, node: node13}
+  - {ip: 10.63.0.23, node: node15}
 ---
 `+envtest.PooledPolicyYAML("rack-eth1", "role", "worker", "rack"))
 
@@ -182,13 +187,16 @@ spec:
 		t.Fatalf("plan exited %d: %s%s", code, out, errOut)
 	}
 	for _, want := range []string{
-		"NodeNetworkConfigurationPolicy rack-eth1: 5 node captures, 2 keep their address, 2 renumbered",
+		"NodeNetworkConfigurationPolicy rack-eth1: 7 node captures, 2 keep their address, 2 renumbered",
 		"10.63.0.20  keeps: adopted: it already carries 10.63.0.20 on eth1",
 		"10.63.0.21  renumbered: its reservation comes before what it carries",
 		"10.63.0.45  keeps: adopted: it already carries 10.63.0.45 on eth1; " +
 			"its reservation waits for another node to take it off: 10.63.0.22 (node node14 carries it)",
 		"10.63.0.22 on eth1  10.63.0.10  renumbered: cannot adopt 10.63.0.22 on eth1 (it is reserved for node node13)",
-		"new: what it carries on eth1 is not this capture's: another family's, or the node's under another capture or record",
+		"fd00:63::5 on eth1  10.63.0.23  new: reserved for it",
+		"10.63.0.50 on eth1  10.63.0.11  new: what it carries on eth1 is not this capture's: another family's, " +
+			"or the node's under another capture or record",
+		"10.63.0.60 on eth1  10.63.0.12  new: what it carries on eth1 is not this capture's",
 	} {
 		if !strings.Contains(out, want) {
 			t.Errorf("plan output lacks %q:\n%s", want, out)

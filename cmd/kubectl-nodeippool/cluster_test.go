@@ -118,7 +118,7 @@ func TestClusterCommands(t *testing.T) {
 	// held: .1 in flight, .2 quarantined, .3 free and kept for a deleted
 	// node's return (all expected, no problem); .7 recorded under another
 	// pool's name inside this range, not set.
-	pool(t, k, "held", ippoolv1.IPRange{CIDR: "10.40.0.0/24"}, "10.40.0.1", "10.40.0.2")
+	pool(t, k, "held", ippoolv1.IPRange{CIDR: "10.40.0.0/24"}, "10.40.0.1", "10.40.0.2", "10.40.0.5")
 	editStatus(t, k, "held", true, func(p *ippoolv1.NodeIPPool) {
 		poolstatus.AddInFlight(p, ippoolv1.InFlightAddress{IP: "10.40.0.1", Holder: "node07.x", Token: "1", Since: metav1.Now()})
 		poolstatus.AddQuarantine(p, ippoolv1.QuarantinedAddress{IP: "10.40.0.2", Node: "node08", Holder: "node08.static-ip",
@@ -126,6 +126,9 @@ func TestClusterCommands(t *testing.T) {
 			StateSeenAtRelease: ptr.To(metav1.Date(2026, 11, 23, 8, 59, 58, 0, time.UTC))})
 		poolstatus.AddKept(p, ippoolv1.KeptAddress{IP: "10.40.0.3", Node: "node09", Holder: "node09.static-ip", Capture: "addr",
 			Since: metav1.Date(2026, 11, 23, 10, 0, 0, 0, time.UTC)})
+		// .5: found on node10's network, recorded by no holder: held for it.
+		poolstatus.AddQuarantine(p, ippoolv1.QuarantinedAddress{IP: "10.40.0.5", Node: "node10", Interface: "eth1",
+			Since: metav1.Date(2026, 11, 23, 11, 0, 0, 0, time.UTC)})
 	})
 	enactment(t, k, "node06", "other", "other-pool", "10.40.0.7")
 	// hand: a status nobody vouched for.
@@ -148,12 +151,15 @@ func TestClusterCommands(t *testing.T) {
 		{"show held and other pools' records", []string{"show", "held"}, 0, []string{"0       10.40.0.1  in-flight    -",
 			"1       10.40.0.2  quarantined  node08  eth1       static-ip  -", "2       10.40.0.3  kept         node09  -          static-ip  addr",
 			"6       10.40.0.7  missing      node06",
-			"Quarantined:\n  10.40.0.2: released by node node08 at 2026-11-23T09:00:00Z; handed to nobody until node node08 publishes a " +
-				"network state without it (its state then was of 2026-11-23T08:59:58Z) or its Node is deleted"}},
+			"Quarantined:\n  10.40.0.2: released by node08.static-ip on node node08 at 2026-11-23T09:00:00Z; handed to nobody until " +
+				"node node08 publishes a network state without it (its state then was of 2026-11-23T08:59:58Z), or its Node is gone past the departure hold"}},
 		{"decode a quarantined address", []string{"decode", "held", "10.40.0.2"}, 0, []string{"NodeIPPool held: 10.40.0.2 is offset 1, " +
-			"quarantined: released by node node08 at 2026-11-23T09:00:00Z; handed to nobody until node node08 publishes"}},
+			"quarantined: released by node08.static-ip on node node08 at 2026-11-23T09:00:00Z; handed to nobody until node node08 publishes"}},
+		{"decode a hold of what a node carries", []string{"decode", "held", "10.40.0.5"}, 0, []string{"NodeIPPool held: 10.40.0.5 is offset 4, " +
+			"quarantined: held since 2026-11-23T11:00:00Z for node node10, whose network carries it and no holder records it: node node10 adopts it"}},
 		{"decode a kept address", []string{"decode", "held", "10.40.0.3"}, 0, []string{"NodeIPPool held: 10.40.0.3 is offset 2, free and kept " +
-			"since 2026-11-23T10:00:00Z for the return of node node09 (enactment node09.static-ip, capture addr); other nodes get it only when no other address is free"}},
+			"since 2026-11-23T10:00:00Z for the return of node node09 (enactment node09.static-ip, capture addr); other holders get it only when " +
+			"no other address is free, and no holder while another node's network carries it"}},
 		{"decode an offset", []string{"decode", "good", "2"}, 0, []string{"NodeIPPool good: 10.10.11.6 is offset 2, allocated, held by node node02 on eth1 " +
 			"(enactment node02.static-ip, policy static-ip, capture addr)"}},
 		{"decode an excluded address", []string{"decode", "good", "10.10.11.5"}, 0, []string{"10.10.11.5 is offset 1, excluded"}},

@@ -301,15 +301,30 @@ func checkAll(pools []ippoolv1.NodeIPPool, records []holder.Record, nets network
 // is then 1.
 var errMismatch = errors.New("the pools and the enactments disagree")
 
-// quarantineWhy says what a quarantined address waits for.
+// quarantineWhy says what a quarantined address waits for: a hold of
+// what a node carries and no holder records (no holder named), or a
+// release (its holder's, handed back to it when it names a capture).
 func quarantineWhy(q *ippoolv1.QuarantinedAddress) string {
 	since := q.Since.UTC().Format(time.RFC3339)
 	switch {
 	case q.Node == "":
 		return "released at " + since + " by no node; freed at the pool controller's next look"
+	case q.HolderName() == "":
+		return fmt.Sprintf("held since %s for node %s, whose network carries it and no holder records it: node %s adopts it "+
+			"when a policy asks the pool for an address on that interface, and no other node gets it; freed once node %s "+
+			"shows it gone, or its Node is gone past the departure hold", since, q.Node, q.Node, q.Node)
 	case q.StateSeenAtRelease == nil:
-		return fmt.Sprintf("released by node %s at %s; the pool controller has not looked at node %s's network since", q.Node, since, q.Node)
+		return fmt.Sprintf("released by %s on node %s at %s; the pool controller has not looked at node %s's network since",
+			q.HolderName(), q.Node, since, q.Node)
 	}
-	return fmt.Sprintf("released by node %s at %s; handed to nobody until node %s publishes a network state without it "+
-		"(its state then was of %s) or its Node is deleted", q.Node, since, q.Node, q.StateSeenAtRelease.UTC().Format(time.RFC3339))
+	back := "handed to nobody"
+	if q.Capture != "" {
+		back = fmt.Sprintf("handed to nobody but %s (capture %s), should it ask again,", q.HolderName(), q.Capture)
+	}
+	gone := "or its Node is gone past the departure hold"
+	if q.Capture != "" {
+		gone = "or its Node is gone past the departure hold (then kept for that return)"
+	}
+	return fmt.Sprintf("released by %s on node %s at %s; %s until node %s publishes a network state without it "+
+		"(its state then was of %s), %s", q.HolderName(), q.Node, since, back, q.Node, q.StateSeenAtRelease.UTC().Format(time.RFC3339), gone)
 }

@@ -169,8 +169,11 @@ func unrecordedFate(p *ippoolv1.NodeIPPool, alloc *ippool.Allocator, ip netip.Ad
 		return ""
 	}
 	if k := poolstatus.KeptOf(p, s); k != nil {
-		return fmt.Sprintf("kept for the return of %s, to which it goes back, or to another node once the pool is otherwise full; "+
-			"take it off node %s if it is not that holder's", k.HolderName(), node)
+		if k.Node == node {
+			return fmt.Sprintf("kept for the return of %s, to which it goes back", k.HolderName())
+		}
+		return fmt.Sprintf("kept for the return of %s (node %s), which does not get it back, nor does any other holder, "+
+			"while node %s carries it; take it off node %s if it is not that holder's", k.HolderName(), k.Node, node, node)
 	}
 	if alloc.HasIP(ip) {
 		return fmt.Sprintf("set in the pool; the pool controller holds it for node %s when it serves the node, "+

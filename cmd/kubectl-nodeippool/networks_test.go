@@ -35,8 +35,10 @@ func TestCheckNetworks(t *testing.T) {
 	carrier(t, k, "net06", "worker", "10.70.0.13") // free, recorded by none
 	carrier(t, k, "net07", "worker", "10.70.0.14") // set, recorded by none
 	carrier(t, k, "net08", "worker", "10.70.0.16") // quarantined for it: nothing to say
+	carrier(t, k, "net13", "worker", "10.70.0.18") // kept for net14's return
 	editStatus(t, k, "nets", true, func(p *ippoolv1.NodeIPPool) {
 		poolstatus.AddQuarantine(p, ippoolv1.QuarantinedAddress{IP: "10.70.0.16", Node: "net08", Since: metav1.Now()})
+		poolstatus.AddKept(p, ippoolv1.KeptAddress{IP: "10.70.0.18", Node: "net14", Holder: "net14.p", Capture: "addr", Since: metav1.Now()})
 	})
 	carrier(t, k, "net09", "worker", "10.70.0.15") // its Node deleted: its state says nothing
 	carrier(t, k, "net10", "worker", "10.70.0.15")
@@ -70,6 +72,8 @@ func TestCheckNetworks(t *testing.T) {
 		"NOTE      nets: 10.70.0.14 is on node net07's network and recorded by no holder: set in the pool; the pool controller holds it for node net07",
 		"NOTE      nets: 10.70.0.15 is on node net10's network and recorded by no holder: free in the pool",
 		"NOTE      nets: 10.70.0.17 is on node net11's network and recorded by no holder: learned (DHCP or autoconfiguration)",
+		"NOTE      nets: 10.70.0.18 is on node net13's network and recorded by no holder: kept for the return of net14.p (node net14), " +
+			"which does not get it back, nor does any other holder, while node net13 carries it",
 		"1 of 1 pools disagree with their holders' records or the nodes' networks",
 	} {
 		if !strings.Contains(out, want) {

@@ -128,7 +128,7 @@ func (p printer) decoded(pool string, a addressRow) error {
 	}
 	if k := a.KeptFor; k != nil {
 		_, err := fmt.Fprintf(p.w, "NodeIPPool %s: %s is %s, free and kept since %s for the return of node %s (enactment %s, capture %s); "+
-			"other nodes get it only when no other address is free\n",
+			"other holders get it only when no other address is free, and no holder while another node's network carries it\n",
 			pool, a.IP, where, k.Since.UTC().Format(time.RFC3339), k.Node, k.HolderName(), k.Capture)
 		return err
 	}

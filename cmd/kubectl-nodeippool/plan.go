@@ -9,7 +9,9 @@ import (
 	"io"
 	"os"
 	"strconv"
+	"strings"
 
+	"k8s.io/apimachinery/pkg/api/equality"
 	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
 	"sigs.k8s.io/yaml"
 
@@ -190,13 +192,30 @@ func (s *snapshot) plan(proposed *ippoolv1.NodeIPPool) (poolPlan, error) {
 	}
 	pl := poolPlan{Assessment: a, Exists: stored != nil}
 	if stored == nil {
+		// As the admission webhook judges a creation, and then the pool
+		// controller.
+		for _, e := range a.Refusals(false) {
+			pl.Refusals = append(pl.Refusals, e.Error())
+		}
+		if len(a.Overlapping) > 0 {
+			pl.Refusals = append(pl.Refusals, fmt.Sprintf("it overlaps NodeIPPool %s: the pool controller refuses the newer of two "+
+				"overlapping pools (OverlappingIPPool), and it would hand out nothing; pick a range outside them",
+				strings.Join(a.Overlapping, ", ")))
+		}
 		return pl, nil
 	}
+	// As the CRD's rules and the admission webhook judge a change.
 	if stored.Spec.Range.CIDR != proposed.Spec.Range.CIDR {
 		pl.Refusals = append(pl.Refusals, fmt.Sprintf("spec.range.cidr is immutable (%s): delete the pool and create it anew to renumber it into %s",
 			stored.Spec.Range.CIDR, proposed.Spec.Range.CIDR))
 	}
-	for _, e := range a.Refusals(true) {
+	if stored.Spec.Gateway != proposed.Spec.Gateway {
+		pl.Refusals = append(pl.Refusals, "spec.gateway is immutable: the enactments record it with every address; create a new pool to change it")
+	}
+	if !equality.Semantic.DeepEqual(stored.Spec.DNS, proposed.Spec.DNS) {
+		pl.Refusals = append(pl.Refusals, "spec.dns is immutable: the enactments record it with every address; create a new pool to change it")
+	}
+	for _, e := range a.Refusals(!equality.Semantic.DeepEqual(stored.Spec.Range, proposed.Spec.Range)) {
 		pl.Refusals = append(pl.Refusals, e.Error())
 	}
 	pl.InPlace = len(pl.Refusals) == 0
@@ -220,6 +239,11 @@ func (p printer) plans(plans []poolPlan) error {
 
 func (p printer) plan(pl poolPlan) error {
 	switch {
+	case !pl.Exists && len(pl.Refusals) > 0:
+		fmt.Fprintf(p.w, "NodeIPPool %s: new, range %s; it would be refused or serve nothing:\n", pl.Pool, pl.To)
+		for _, r := range pl.Refusals {
+			fmt.Fprintf(p.w, "  - %s\n", r)
+		}
 	case !pl.Exists:
 		fmt.Fprintf(p.w, "NodeIPPool %s: new, range %s\n", pl.Pool, pl.To)
 	case pl.InPlace:

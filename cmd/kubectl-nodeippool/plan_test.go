@@ -92,6 +92,34 @@ metadata: {name: ignored}
 		t.Errorf("plan of a new pool: %s", out)
 	}
 
+	// What the CRD's rules and the admission refuse: a gateway added to a
+	// stored pool; a new pool whose reservation can never be handed out,
+	// and one that overlaps a stored pool (the controller refuses the
+	// newer).
+	gateway := writeFile(t, "apiVersion: nmstate.io/v1\nkind: NodeIPPool\nmetadata: {name: traffic}\nspec:\n"+
+		"  range: {cidr: 10.30.0.0/24, start: 10.30.0.10, end: 10.30.0.12}\n  gateway: 10.30.0.1\n")
+	newPools := writeFile(t, "apiVersion: nmstate.io/v1\nkind: NodeIPPool\nmetadata: {name: storage}\nspec:\n"+
+		"  range: {cidr: 10.32.0.0/24, start: 10.32.0.10, end: 10.32.0.20}\n  reservations: [{ip: 10.32.0.30, node: node01}]\n---\n"+
+		"apiVersion: nmstate.io/v1\nkind: NodeIPPool\nmetadata: {name: traffic-2}\nspec:\n  range: {cidr: 10.30.0.0/24, start: 10.30.0.5}\n")
+	for file, wants := range map[string][]string{
+		gateway: {"NodeIPPool traffic: 10.30.0.10-10.30.0.12 -> 10.30.0.10-10.30.0.12; kubectl apply would be refused:",
+			"  - spec.gateway is immutable: the enactments record it with every address; create a new pool to change it"},
+		newPools: {"NodeIPPool storage: new, range 10.32.0.10-10.32.0.20; it would be refused or serve nothing:",
+			"  - spec.reservations[10.32.0.30].ip: Invalid value: \"10.32.0.30\": cannot be handed out",
+			"NodeIPPool traffic-2: new, range 10.30.0.5-10.30.0.254; it would be refused or serve nothing:",
+			"  - it overlaps NodeIPPool traffic (10.30.0.10-10.30.0.12): the pool controller refuses the newer of two overlapping pools"},
+	} {
+		code, out, errOut := plugin(kubeconfig, "plan", "-f", file)
+		if code != 0 {
+			t.Fatalf("plan: exit %d: %s", code, errOut)
+		}
+		for _, want := range wants {
+			if !strings.Contains(out, want) {
+				t.Errorf("plan output lacks %q:\n%s", want, out)
+			}
+		}
+	}
+
 	// The cluster still has what it had: plan changes nothing.
 	if code, out, _ := plugin(kubeconfig, "show", "traffic"); code != 0 || !strings.Contains(out, "10.30.0.10-10.30.0.12") {
 		t.Errorf("show after plan: exit %d\n%s", code, out)
