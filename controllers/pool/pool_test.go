@@ -188,15 +188,16 @@ func TestResetScopes(t *testing.T) {
 	Consistently(events("NodeNetworkConfigurationEnactment", "scopes01.scope-a"), 2*time.Second).Should(HaveLen(1))
 	Expect(held("scopes01.scope-a", "scopes")).To(Equal([]string{"10.8.0.1"}))
 	// The audit trail says who lost which address, why, and on what
-	// evidence it was freed. (The Events of one reason on one object
-	// within minutes are one series, whose note is its first's: the new
-	// address's AddressRecorded may be counted in the old one's.)
+	// evidence it was freed, and that the holder recorded each address:
+	// the Events of one reason on one holder are kept apart by address
+	// (audit.AddressReference), not folded into the first one's series.
 	old := before["scopes01.scope-a"][0]
 	Eventually(auditEvents("NodeNetworkConfigurationEnactment", "scopes01.scope-a")).Should(ContainElements(
 		"AddressQuarantined: "+old+" of NodeIPPool scopes quarantined, holder enactment scopes01.scope-a on node scopes01: Reset "+
 			"(its record of NodeIPPool scopes is dropped; the node is given a new address)",
 		"AddressLifted: "+old+" of NodeIPPool scopes lifted, holder enactment scopes01.scope-a on node scopes01: QuarantineLifted (node scopes01 showed it gone)",
-		HavePrefix("AddressRecorded: ")))
+		HavePrefix("AddressRecorded: "+old+" of NodeIPPool scopes recorded, holder enactment scopes01.scope-a"),
+		HavePrefix("AddressRecorded: 10.8.0.1 of NodeIPPool scopes recorded, holder enactment scopes01.scope-a")))
 
 	policy := &nmstatev1.NodeNetworkConfigurationPolicy{ObjectMeta: metav1.ObjectMeta{Name: "scope-b"}}
 	annotate(policy, "scopes")
