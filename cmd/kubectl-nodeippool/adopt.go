@@ -158,14 +158,12 @@ func (s *snapshot) adoptionPlans(policies []nmstatev1.NodeNetworkConfigurationPo
 }
 
 // holdRecorded sets the bits of the addresses the holders record from p,
-// or under another pool's name inside p's range, as the pool controller's
-// rebuild does (poolstatus.Holders).
+// or under another pool's name inside p's range, and those IPAddresses
+// the provider did not make pin, as the pool controller's rebuild does.
 func (s *snapshot) holdRecorded(p *ippoolv1.NodeIPPool, alloc *ippool.Allocator) {
-	owners := poolstatus.Holders(p.Name, alloc.Range(), s.records)
-	for _, ip := range owners.Addrs() {
-		if len(owners.Recognized(ip)) > 0 {
-			_ = alloc.AllocateIP(ip)
-		}
+	audit := poolstatus.AuditPool(p.Name, alloc, poolstatus.Holders(p.Name, alloc.Range(), s.records))
+	for _, ip := range append(audit.Missing, assign.Pinnable(p, alloc.Range(), audit.Pinned)...) {
+		_ = alloc.AllocateIP(ip)
 	}
 }
 
@@ -270,7 +268,8 @@ func (s *snapshot) nodePlan(policy *nmstatev1.NodeNetworkConfigurationPolicy, re
 	replaced := slices.ContainsFunc(carried, func(c assign.Carried) bool { return c.IP.Is4() == t.IP.Is4() && (cl.Holds == nil || !cl.Holds(c.IP)) })
 	np.Verdict, np.Why = outcome(t, ref.Capture, carried, replaced, ifaces)
 	if passed := c.PassedBy(cl); len(passed) > 0 {
-		np.Why += "; its reservation waits for another node to take it off: " + strings.Join(passed, ", ")
+		np.Why += "; its reservation " + strings.Join(passed, ", ") + ": it keeps what it is given " +
+			"(ReservationConflict while that node carries it, ReservationNotHeld after: reset it then to move it to its reservation)"
 	}
 	return np
 }
@@ -295,8 +294,10 @@ func outcome(t assign.Taken, captureName string, carried []assign.Carried, repla
 		return verdictRenumbered, "its reservation comes before what it carries"
 	case t.Reserved():
 		return verdictNew, "reserved for it"
-	case len(notes.Reclaimed) > 0:
+	case len(notes.Reclaimed) > 0 && replaced:
 		return verdictRenumbered, "no other address is free: it is given " + strings.Join(notes.Reclaimed, ", ")
+	case len(notes.Reclaimed) > 0:
+		return verdictNew, "no other address is free: it is given " + strings.Join(notes.Reclaimed, ", ")
 	case len(carried) == 0:
 		return verdictNew, "it carries no address on " + listOr(ifaces, "the interface (the template names none)")
 	}

@@ -191,7 +191,7 @@ spec:
 		"10.63.0.20  keeps: adopted: it already carries 10.63.0.20 on eth1",
 		"10.63.0.21  renumbered: its reservation comes before what it carries",
 		"10.63.0.45  keeps: adopted: it already carries 10.63.0.45 on eth1; " +
-			"its reservation waits for another node to take it off: 10.63.0.22 (node node14 carries it)",
+			"its reservation 10.63.0.22 (node node14 carries it): it keeps what it is given (ReservationConflict while that node carries it",
 		"10.63.0.22 on eth1  10.63.0.10  renumbered: cannot adopt 10.63.0.22 on eth1 (it is reserved for node node13)",
 		"fd00:63::5 on eth1  10.63.0.23  new: reserved for it",
 		"10.63.0.50 on eth1  10.63.0.11  new: what it carries on eth1 is not this capture's: another family's, " +
@@ -224,7 +224,7 @@ spec:
 		"10.63.0.20  keeps: reserved for it, and it carries it already",
 		"10.63.0.21  renumbered: its reservation comes before what it carries",
 		"10.63.0.45  keeps: adopted: it already carries 10.63.0.45 on eth1; " +
-			"its reservation waits for another node to take it off: 10.63.0.22 (node node14 carries it)",
+			"its reservation 10.63.0.22 (node node14 carries it): it keeps what it is given (ReservationConflict while that node carries it",
 		"renumbered: cannot adopt 10.63.0.22 on eth1",
 	} {
 		if !strings.Contains(out, want) {

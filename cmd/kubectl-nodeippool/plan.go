@@ -215,8 +215,13 @@ func (s *snapshot) plan(proposed *ippoolv1.NodeIPPool) (poolPlan, error) {
 	if !equality.Semantic.DeepEqual(stored.Spec.DNS, proposed.Spec.DNS) {
 		pl.Refusals = append(pl.Refusals, "spec.dns is immutable: the enactments record it with every address; create a new pool to change it")
 	}
-	for _, e := range a.Refusals(!equality.Semantic.DeepEqual(stored.Spec.Range, proposed.Spec.Range)) {
-		pl.Refusals = append(pl.Refusals, e.Error())
+	// The webhook judges a change of the range, or of the reservations
+	// alone, and admits any other.
+	rangeChanged := !equality.Semantic.DeepEqual(stored.Spec.Range, proposed.Spec.Range)
+	if rangeChanged || !equality.Semantic.DeepEqual(stored.Spec.Reservations, proposed.Spec.Reservations) {
+		for _, e := range a.Refusals(rangeChanged) {
+			pl.Refusals = append(pl.Refusals, e.Error())
+		}
 	}
 	pl.InPlace = len(pl.Refusals) == 0
 	return pl, nil

@@ -1,11 +1,14 @@
 package main
 
 import (
+	"context"
 	"encoding/json"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	ippoolv1 "github.com/nmstate-ippool/nmstate-ippool/api/v1"
 )
@@ -118,6 +121,22 @@ metadata: {name: ignored}
 				t.Errorf("plan output lacks %q:\n%s", want, out)
 			}
 		}
+	}
+
+	// A stored pool whose reservation can never be handed out (admitted
+	// before the webhook ran): the webhook judges only a change of the
+	// range or the reservations, so the same spec is applied in place.
+	legacy := &ippoolv1.NodeIPPool{ObjectMeta: metav1.ObjectMeta{Name: "legacy"}, Spec: ippoolv1.NodeIPPoolSpec{
+		Range:        ippoolv1.IPRange{CIDR: "10.33.0.0/24", Start: "10.33.0.10", End: "10.33.0.20"},
+		Reservations: []ippoolv1.Reservation{{IP: "10.33.0.30", Node: "node01"}}}}
+	if err := k.Create(context.Background(), legacy); err != nil {
+		t.Fatal(err)
+	}
+	code, out, errOut = plugin(kubeconfig, "plan", "-f", writeFile(t, "apiVersion: nmstate.io/v1\nkind: NodeIPPool\n"+
+		"metadata: {name: legacy, labels: {team: net}}\nspec:\n  range: {cidr: 10.33.0.0/24, start: 10.33.0.10, end: 10.33.0.20}\n"+
+		"  reservations: [{ip: 10.33.0.30, node: node01}]\n"))
+	if code != 0 || !strings.Contains(out, "NodeIPPool legacy: 10.33.0.10-10.33.0.20 -> 10.33.0.10-10.33.0.20; kubectl apply changes it in place") {
+		t.Errorf("plan of an unchanged range and reservations: exit %d:\n%s%s", code, out, errOut)
 	}
 
 	// The cluster still has what it had: plan changes nothing.

@@ -82,7 +82,7 @@ func (r maintainer) planMaintenance(ctx context.Context, pool *ippoolv1.NodeIPPo
 	if err != nil {
 		return nil, err
 	}
-	mw.pinsDue = len(pinnable(pool, rng, v.audit.Pinned)) > 0
+	mw.pinsDue = len(assign.Pinnable(pool, rng, v.audit.Pinned)) > 0
 	owners := poolstatus.Holders(pool.Name, rng, mw.holdings.records)
 	if holdsDue {
 		if mw.holds, err = r.planHolds(ctx, pool, owners, existing(mw.holdings), m); err != nil {
@@ -135,7 +135,7 @@ func (r maintainer) writeMaintenance(ctx context.Context, pool *ippoolv1.NodeIPP
 		noteCollected(notes, alloc.Range(), mw, r.GracePeriod)
 		pinned := 0
 		if mw.pinsDue {
-			pinned = setMissing(alloc, pinnable(p, alloc.Range(), poolstatus.AuditPool(p.Name, alloc, owners).Pinned))
+			pinned = setMissing(alloc, assign.Pinnable(p, alloc.Range(), poolstatus.AuditPool(p.Name, alloc, owners).Pinned))
 		}
 		return r.maintainedConditions(p, alloc, mw, owners), changed || pinned > 0 || len(got.freed)+len(got.quarantined) > 0, nil
 	}

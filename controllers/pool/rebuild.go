@@ -298,7 +298,7 @@ func (r rebuilder) rebuildFromRecords(ctx context.Context, pool *ippoolv1.NodeIP
 		}
 		set = setEntries(p, alloc)
 		v = viewOf(p.Name, alloc, hs)
-		set += setMissing(alloc, v.audit.Missing) + setMissing(alloc, pinnable(p, alloc.Range(), v.audit.Pinned))
+		set += setMissing(alloc, v.audit.Missing) + setMissing(alloc, assign.Pinnable(p, alloc.Range(), v.audit.Pinned))
 		v.audit.Missing, v.audit.Pinned = nil, nil
 		strays = quarantineStrays(p, alloc, v.owners, carried, metav1.NewTime(r.Clock.Now().Truncate(time.Second)))
 		return conditionSet{ippoolv1.ConditionAvailable: availabilityOf(p, alloc, v)}, true, nil
@@ -389,20 +389,6 @@ func setMissing(alloc *ippool.Allocator, missing []netip.Addr) int {
 		}
 	}
 	return set
-}
-
-// pinnable keeps of pinned (poolstatus.Audit.Pinned) the addresses an
-// unrecognized IPAddress may keep from being handed out: none kept for a
-// node's return or reserved for a node, which it must not take from them.
-func pinnable(p *ippoolv1.NodeIPPool, rng *ippool.Range, pinned []netip.Addr) []netip.Addr {
-	if len(pinned) == 0 {
-		return nil
-	}
-	reservations, _ := assign.Reservations(p, rng)
-	return slices.DeleteFunc(slices.Clone(pinned), func(ip netip.Addr) bool {
-		return poolstatus.KeptOf(p, ip.String()) != nil ||
-			slices.ContainsFunc(reservations, func(r assign.Reservation) bool { return r.IP == ip })
-	})
 }
 
 // dropRecords drops pool's addresses from the reset enactments, with an

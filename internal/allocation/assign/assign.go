@@ -135,8 +135,9 @@ func (t Taken) Reserved() bool { return t.reserved }
 // PassedBy describes the reservations for cl that Take passes by because
 // a node other than cl's carries their address: free and carried
 // (Avoid), or held as that node's stray (quarantined for it, no holder
-// named): "10.0.0.5 (node w2 carries it)". Take hands them to cl once
-// their carrier takes them off.
+// named): "10.0.0.5 (node w2 carries it)". cl is served another address
+// and keeps it; once the carrier takes the reserved one off, the pool
+// says the reservation is not held (ReservationNotHeld).
 func (c *Chooser) PassedBy(cl Asker) []string {
 	var out []string
 	for _, r := range c.reservations {

@@ -6,12 +6,14 @@ import (
 	"errors"
 	"fmt"
 	"net/netip"
+	"slices"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"k8s.io/apimachinery/pkg/labels"
 
 	ippoolv1 "github.com/nmstate-ippool/nmstate-ippool/api/v1"
+	"github.com/nmstate-ippool/nmstate-ippool/internal/allocation/poolstatus"
 	"github.com/nmstate-ippool/nmstate-ippool/pkg/ippool"
 )
 
@@ -106,4 +108,18 @@ func Reservations(pool *ippoolv1.NodeIPPool, rng *ippool.Range) ([]Reservation, 
 		valid = append(valid, r)
 	}
 	return valid, invalid
+}
+
+// Pinnable keeps of pinned (poolstatus.Audit.Pinned) the addresses an
+// unrecognized IPAddress may keep from being handed out: none kept for a
+// node's return or reserved for a node, which it must not take from them.
+func Pinnable(p *ippoolv1.NodeIPPool, rng *ippool.Range, pinned []netip.Addr) []netip.Addr {
+	if len(pinned) == 0 {
+		return nil
+	}
+	reservations, _ := Reservations(p, rng)
+	return slices.DeleteFunc(slices.Clone(pinned), func(ip netip.Addr) bool {
+		return poolstatus.KeptOf(p, ip.String()) != nil ||
+			slices.ContainsFunc(reservations, func(r Reservation) bool { return r.IP == ip })
+	})
 }
