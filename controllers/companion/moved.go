@@ -16,6 +16,7 @@ import (
 
 	ippoolv1 "github.com/nmstate-ippool/nmstate-ippool/api/v1"
 	nncev1beta1 "github.com/nmstate-ippool/nmstate-ippool/api/v1beta1"
+	"github.com/nmstate-ippool/nmstate-ippool/internal/plumbing/eventnote"
 	"github.com/nmstate-ippool/nmstate-ippool/internal/rollout/policystatus"
 	"github.com/nmstate-ippool/nmstate-ippool/pkg/netstate"
 )
@@ -124,7 +125,7 @@ func (r *Reconciler) reportRender(ctx context.Context, w *world, node string, pr
 		}
 		log.Info("the node's policy is kept as it is until where the node carries its addresses can be read", "node", node, "error", v.failed)
 		if v.unreadable {
-			r.Recorder.Eventf(w.policy, nil, corev1.EventTypeWarning, ippoolv1.ReasonAddressNotMoved, "Render",
+			r.Recorder.Eventf(w.policy, eventnote.Node(node), corev1.EventTypeWarning, ippoolv1.ReasonAddressNotMoved, "Render",
 				"node %s's policy is kept as it is: it takes the node's pool addresses off the interfaces the template no longer puts them on, and where they are is not known: %s",
 				node, v.failed)
 		}
@@ -142,7 +143,7 @@ func (r *Reconciler) reportRender(ctx context.Context, w *world, node string, pr
 	}
 	if !maps.Equal(was.Stays, v.moves.Stays) {
 		for _, ip := range slices.SortedFunc(maps.Keys(v.moves.Stays), netip.Addr.Compare) {
-			r.Recorder.Eventf(w.policy, nil, corev1.EventTypeWarning, ippoolv1.ReasonAddressNotMoved, "Render",
+			r.Recorder.Eventf(w.policy, eventnote.Node(node), corev1.EventTypeWarning, ippoolv1.ReasonAddressNotMoved, "Render",
 				"%s is on node %s's interface %s too, which the template does not put it on; it cannot be taken off, because that interface's %s is configured by DHCP or autoconf: take it off by hand (one address, one NIC)",
 				ip, node, v.moves.Stays[ip], netstate.Family(ip))
 		}

@@ -139,14 +139,14 @@ func (r *Reconciler) readStateless(ctx context.Context, w *world, nodes []string
 			continue // gone or written meanwhile: read again next pass
 		case err != nil:
 			log.Error(err, "delete a NodeNetworkState that holds nothing", "node", node)
-			r.Recorder.Eventf(w.policy, nil, corev1.EventTypeWarning, ippoolv1.ReasonNodeStateRenewed, "Renew",
+			r.Recorder.Eventf(w.policy, nns, corev1.EventTypeWarning, ippoolv1.ReasonNodeStateRenewed, "Renew",
 				"could not delete the NodeNetworkState of node %s, which has held nothing for %s, for its handler to publish it again: %v", node, grace, err)
 			continue
 		}
 		r.stateless.forget(nns.UID)
 		r.stateWaits.restart(w.policy.Name, node)
 		log.Info("deleted a NodeNetworkState that held nothing", "node", node, "uid", nns.UID)
-		r.Recorder.Eventf(w.policy, nil, corev1.EventTypeWarning, ippoolv1.ReasonNodeStateRenewed, "Renew",
+		r.Recorder.Eventf(w.policy, nns, corev1.EventTypeWarning, ippoolv1.ReasonNodeStateRenewed, "Renew",
 			"deleted the NodeNetworkState of node %s, which held nothing for %s: its handler creates it again with its state "+
 				"(kubernetes-nmstate's handler writes a state only once the node's network changes when its first write failed)", node, grace)
 	}

@@ -55,7 +55,7 @@ func (r *Reconciler) apply(ctx context.Context, p *ippoolv1.PooledNodeNetworkCon
 			errs = append(errs, fmt.Errorf("policy %s changed meanwhile, looking again: %w", g.Name, err))
 			continue
 		case err != nil:
-			r.Recorder.Eventf(p, nil, corev1.EventTypeWarning, string(shared.NodeNetworkConfigurationPolicyConditionFailedToConfigure), "Generate",
+			r.Recorder.Eventf(p, g, corev1.EventTypeWarning, string(shared.NodeNetworkConfigurationPolicyConditionFailedToConfigure), "Generate",
 				"could not write policy %s of node %s: %v", g.Name, node, err)
 			errs = append(errs, fmt.Errorf("write policy %s: %w", g.Name, err))
 			continue

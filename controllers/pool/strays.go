@@ -29,6 +29,7 @@ import (
 	"github.com/nmstate-ippool/nmstate-ippool/internal/allocation/poolstatus"
 	"github.com/nmstate-ippool/nmstate-ippool/internal/allocation/poolwrite"
 	"github.com/nmstate-ippool/nmstate-ippool/internal/plumbing/backoff"
+	"github.com/nmstate-ippool/nmstate-ippool/internal/plumbing/eventnote"
 	"github.com/nmstate-ippool/nmstate-ippool/internal/plumbing/nodemeta"
 	"github.com/nmstate-ippool/nmstate-ippool/pkg/ippool"
 	"github.com/nmstate-ippool/nmstate-ippool/pkg/netstate"
@@ -280,7 +281,7 @@ func (s strayHolder) hold(ctx context.Context, pool, node string, carried map[ne
 	}
 	if len(held) > 0 {
 		p := &ippoolv1.NodeIPPool{ObjectMeta: metav1.ObjectMeta{Name: pool, UID: uid}}
-		r.Recorder.Eventf(p, nil, corev1.EventTypeWarning, ippoolv1.ReasonAddressQuarantined, "Hold",
+		r.Recorder.Eventf(p, eventnote.Node(node), corev1.EventTypeWarning, ippoolv1.ReasonAddressQuarantined, "Hold",
 			"Held %s: free in the pool and recorded by no holder, so only the node that carries it adopts it, and no other holder "+
 				"is given it (set on the node by hand, or applied after the backup or snapshot the pool was restored from)",
 			listNames(held, 10))

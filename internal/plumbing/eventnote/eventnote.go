@@ -10,6 +10,8 @@ import (
 	"fmt"
 	"unicode/utf8"
 
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/tools/events"
 )
@@ -46,4 +48,13 @@ func Fit(s string) string {
 		n--
 	}
 	return s[:n] + cut
+}
+
+// Node is the Node named node, as the related object of an Event about
+// one node on an object many nodes share (a pool, a pooled policy):
+// events.k8s.io's recorder folds Events of the same objects, reason and
+// action into one series that keeps the first one's note, so each
+// node's Event must name its node to be kept.
+func Node(node string) *corev1.Node {
+	return &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: node}}
 }
