@@ -133,7 +133,7 @@ func adoptCarried(t *testing.T, name, net string, selfAllocate bool) {
 // node as soon as the node publishes its state, with an Event; a
 // self-allocating handler of another node, which does not look at what
 // other nodes carry, then takes the next free address, not that one, and the node
-// that carries it adopts it.
+// that carries it adopts it. A second carrier's hold has its own Event.
 func TestSelfAllocatingNodesPassCarriedAddresses(t *testing.T) {
 	RegisterTestingT(t)
 	startHoldingCarried(t, 0)
@@ -150,6 +150,13 @@ func TestSelfAllocatingNodesPassCarriedAddresses(t *testing.T) {
 	Expect(bits(name)).To(Equal([]string{"10.95.0.2"}))
 	Eventually(events("NodeIPPool", name)).Should(ContainElement(HavePrefix(
 		"AddressQuarantined: Held 10.95.0.2 on node held-01: free in the pool and recorded by no holder, so only the node that carries it adopts it")))
+	// Another node's hold on the same pool is said too: Events of two
+	// nodes on the one pool, with one reason, would otherwise fold into
+	// one series that keeps the first node's note only.
+	carryingNode(t, dir, "held-03", "not-"+name, "10.95.0.4", true)
+	Eventually(events("NodeIPPool", name)).Should(ContainElements(
+		HavePrefix("AddressQuarantined: Held 10.95.0.2 on node held-01:"),
+		HavePrefix("AddressQuarantined: Held 10.95.0.4 on node held-03:")))
 
 	other := carryingNode(t, dir, "held-02", name, "", true)
 	nics := envtest.SampleNICs(t, carrier, other)
@@ -158,7 +165,8 @@ func TestSelfAllocatingNodesPassCarriedAddresses(t *testing.T) {
 	Eventually(enactmentState("held-01." + name)).Should(HavePrefix("Available"))
 	Expect(held("held-02."+name, name)).To(Equal([]string{"10.95.0.3"}))
 	Expect(held("held-01."+name, name)).To(Equal([]string{"10.95.0.2"}))
-	Expect(poolStatus(name).Quarantined).To(BeEmpty(), "adopted by the node that carries it")
+	Expect(poolStatus(name).Quarantined).To(ConsistOf(And(HaveField("IP", "10.95.0.4"), HaveField("Node", "held-03"))),
+		"10.95.0.2 adopted by the node that carries it, 10.95.0.4 still held for a node outside the policy")
 	assertIndexed(name)
 	Expect(nics.OnTwoNICs()).To(BeEmpty())
 }
