@@ -179,7 +179,7 @@ func (r *Reconciler) retire(ctx context.Context, e *nncev1beta1.NodeNetworkConfi
 		"Retired: %s; quarantined %s", why, describeReleased(released))
 	for _, pool := range slices.Sorted(maps.Keys(released)) {
 		p := &ippoolv1.NodeIPPool{ObjectMeta: metav1.ObjectMeta{Name: pool}}
-		r.Recorder.Eventf(p, nil, corev1.EventTypeNormal, ippoolv1.ReasonEnactmentRetired, "Release",
+		r.Recorder.Eventf(p, e, corev1.EventTypeNormal, ippoolv1.ReasonEnactmentRetired, "Release",
 			"Quarantined %s held by enactment %s until node %s no longer carries them: %s", strings.Join(released[pool].Allocated, ", "), e.Name, e.Labels[shared.EnactmentNodeLabel], why)
 	}
 	return nil

@@ -17,6 +17,7 @@ import (
 
 	ippoolv1 "github.com/nmstate-ippool/nmstate-ippool/api/v1"
 	nncev1beta1 "github.com/nmstate-ippool/nmstate-ippool/api/v1beta1"
+	"github.com/nmstate-ippool/nmstate-ippool/internal/allocation/audit"
 	"github.com/nmstate-ippool/nmstate-ippool/internal/allocation/enactmentrecord"
 	"github.com/nmstate-ippool/nmstate-ippool/internal/allocation/poolstatus"
 	"github.com/nmstate-ippool/nmstate-ippool/pkg/capture"
@@ -274,12 +275,12 @@ func (r *Reconciler) takeOff(ctx context.Context, current []byte, released map[n
 		p := &ippoolv1.NodeIPPool{}
 		p.Name = pool
 		if err != nil {
-			r.Recorder.Eventf(p, nil, corev1.EventTypeWarning, ippoolv1.ReasonReleaseFailed, "Release",
+			r.Recorder.Eventf(p, audit.ListReference(pool, addrs), corev1.EventTypeWarning, ippoolv1.ReasonReleaseFailed, "Release",
 				"Node %s could not take released %s off: %v; the node tries again",
 				r.NodeName, strings.Join(addrs, ", "), err)
 			continue
 		}
-		r.Recorder.Eventf(p, nil, corev1.EventTypeNormal, ippoolv1.ReasonAddressReleased, "Release",
+		r.Recorder.Eventf(p, audit.ListReference(pool, addrs), corev1.EventTypeNormal, ippoolv1.ReasonAddressReleased, "Release",
 			"Node %s took released %s off", r.NodeName, strings.Join(addrs, ", "))
 	}
 	if err != nil {

@@ -12,6 +12,7 @@ import (
 	ctrl "sigs.k8s.io/controller-runtime"
 
 	ippoolv1 "github.com/nmstate-ippool/nmstate-ippool/api/v1"
+	"github.com/nmstate-ippool/nmstate-ippool/internal/allocation/audit"
 	"github.com/nmstate-ippool/nmstate-ippool/internal/allocation/holder"
 	"github.com/nmstate-ippool/nmstate-ippool/internal/allocation/lifecycle"
 	"github.com/nmstate-ippool/nmstate-ippool/internal/allocation/poolstatus"
@@ -442,7 +443,7 @@ func (r maintainer) reportHolds(ctx context.Context, pool *ippoolv1.NodeIPPool, 
 	log := ctrl.LoggerFrom(ctx)
 	if len(revoked) > 0 {
 		log.Info("revoked unrecorded addresses", "ips", revoked)
-		r.Recorder.Eventf(pool, nil, corev1.EventTypeWarning, ippoolv1.ReasonAllocationRevoked, "Revoke",
+		r.Recorder.Eventf(pool, audit.ListReference(pool.Name, revoked), corev1.EventTypeWarning, ippoolv1.ReasonAllocationRevoked, "Revoke",
 			"Freed %s: taken by a handler and not recorded within %s; the enactment was fenced so the late record fails",
 			listNames(revoked, 10), r.GracePeriod)
 	}
@@ -452,7 +453,7 @@ func (r maintainer) reportHolds(ctx context.Context, pool *ippoolv1.NodeIPPool, 
 			whys = append(whys, s+" ("+w.lift[s].why+")")
 		}
 		log.Info("lifted quarantine", "ips", lifted)
-		r.Recorder.Eventf(pool, nil, corev1.EventTypeNormal, ippoolv1.ReasonQuarantineLifted, "Lift",
+		r.Recorder.Eventf(pool, audit.ListReference(pool.Name, lifted), corev1.EventTypeNormal, ippoolv1.ReasonQuarantineLifted, "Lift",
 			"Freed quarantined %s", listNames(whys, 10))
 	}
 	r.Metrics.collected(pool.Name, len(revoked)+len(lifted))

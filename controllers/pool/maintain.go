@@ -348,7 +348,7 @@ func released(q ippoolv1.QuarantinedAddress) bool { return q.HolderName() != "" 
 func (r maintainer) reportCollected(ctx context.Context, pool *ippoolv1.NodeIPPool, got collected) {
 	if len(got.quarantined) > 0 {
 		ctrl.LoggerFrom(ctx).Info("quarantined unclaimed addresses a node carries", "ips", got.quarantined)
-		r.Recorder.Eventf(pool, nil, corev1.EventTypeWarning, ippoolv1.ReasonAddressQuarantined, "Collect",
+		r.Recorder.Eventf(pool, audit.ListReference(pool.Name, got.quarantined), corev1.EventTypeWarning, ippoolv1.ReasonAddressQuarantined, "Collect",
 			"Quarantined %s: allocated for longer than %s and recorded by no holder, but on a node's network; "+
 				"freed once the node shows it gone", listNames(got.quarantined, 10), r.GracePeriod)
 	}
@@ -358,7 +358,7 @@ func (r maintainer) reportCollected(ctx context.Context, pool *ippoolv1.NodeIPPo
 	r.remember(pool).maintenance.unclaimed.forget(got.freed...)
 	ips := offsetsToIPs(pool, got.freed)
 	ctrl.LoggerFrom(ctx).Info("collected unclaimed addresses", "ips", ips, "gracePeriod", r.GracePeriod.String())
-	r.Recorder.Eventf(pool, nil, corev1.EventTypeNormal, ippoolv1.ReasonGarbageCollected, "Collect",
+	r.Recorder.Eventf(pool, audit.ListReference(pool.Name, ips), corev1.EventTypeNormal, ippoolv1.ReasonGarbageCollected, "Collect",
 		"Freed %s: allocated for longer than %s but recorded by no holder and on no node's network", listNames(ips, 10), r.GracePeriod)
 	r.Metrics.collected(pool.Name, len(got.freed))
 }

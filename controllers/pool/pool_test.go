@@ -70,7 +70,8 @@ func enactmentGone(name string) func() bool {
 // address at once, without waiting for the quarantine period: the Node is
 // gone, its network with it. The address is kept for the node's return,
 // but the pool has no other, so the waiting node gets it and is told
-// whose it was. The pool's metrics follow.
+// whose it was. The pool's metrics follow. A second node deleted has
+// Events of its own on the pool.
 func TestScaleDown(t *testing.T) {
 	RegisterTestingT(t)
 	metrics := pool.NewMetrics()
@@ -123,6 +124,17 @@ func TestScaleDown(t *testing.T) {
 	Eventually(events("NodeNetworkConfigurationEnactment", "down01.down")).Should(ContainElement(
 		"EnactmentRetired: Retired: node down01 was deleted; quarantined " + freed[0] + " of NodeIPPool down"))
 	assertIndexed("down")
+
+	// A second node's retirement and lift are told with Events of their
+	// own: folded into the first node's series, which keeps its note,
+	// they would name down01's address again.
+	second := held("down02.down", "down")
+	Expect(second).To(HaveLen(1))
+	Expect(nodes[1].Stop()).To(Succeed())
+	Expect(k.Delete(ctx, &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "down02"}})).To(Succeed())
+	Eventually(events("NodeIPPool", "down")).Should(ContainElements(
+		"EnactmentRetired: Quarantined "+second[0]+" held by enactment down02.down until node down02 no longer carries them: node down02 was deleted",
+		HavePrefix("QuarantineLifted: Freed quarantined "+second[0]+" (node down02 is gone; kept for its return until ")))
 }
 
 // TestScaleDownWhileControllerDown: a Node deleted while no pool

@@ -20,6 +20,7 @@ import (
 	ippoolv1 "github.com/nmstate-ippool/nmstate-ippool/api/v1"
 	nncev1beta1 "github.com/nmstate-ippool/nmstate-ippool/api/v1beta1"
 	"github.com/nmstate-ippool/nmstate-ippool/internal/allocation/assign"
+	"github.com/nmstate-ippool/nmstate-ippool/internal/allocation/audit"
 	"github.com/nmstate-ippool/nmstate-ippool/internal/allocation/holder"
 	"github.com/nmstate-ippool/nmstate-ippool/internal/allocation/poolstatus"
 	"github.com/nmstate-ippool/nmstate-ippool/internal/allocation/poolwrite"
@@ -328,7 +329,7 @@ func (r rebuilder) reportRebuild(pool *ippoolv1.NodeIPPool, moved string, unread
 			"Discarded an unreadable status.allocatedOffsets (%v); rebuilt from the holders' records", unreadable)
 	}
 	if len(strays) > 0 {
-		r.Recorder.Eventf(pool, nil, corev1.EventTypeWarning, ippoolv1.ReasonAddressQuarantined, "Rebuild",
+		r.Recorder.Eventf(pool, audit.ListReference(pool.Name, strays), corev1.EventTypeWarning, ippoolv1.ReasonAddressQuarantined, "Rebuild",
 			"Quarantined %s: carried by a node's network but recorded by no holder (its pool was deleted, or a record was lost)",
 			listNames(strays, 10))
 	}

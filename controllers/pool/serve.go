@@ -354,7 +354,7 @@ func (r server) reportGivenBack(pool *ippoolv1.NodeIPPool, givenBack []string) {
 	if len(givenBack) == 0 {
 		return
 	}
-	r.Recorder.Eventf(pool, nil, corev1.EventTypeWarning, ippoolv1.ReasonAddressQuarantined, "Serve",
+	r.Recorder.Eventf(pool, audit.ListReference(pool.Name, givenBack), corev1.EventTypeWarning, ippoolv1.ReasonAddressQuarantined, "Serve",
 		"Held %s for the nodes that carry them (adopted by a capture that configures its interface): set in the pool's "+
 			"status but recorded by no holder (a record was lost, or an entry restored from a backup named a holder that is gone)",
 		listNames(givenBack, 10))

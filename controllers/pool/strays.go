@@ -242,7 +242,7 @@ func (r *Reconciler) reportUnreturned(pool *ippoolv1.NodeIPPool, unreturned []st
 	if len(unreturned) == 0 {
 		return
 	}
-	r.Recorder.Eventf(pool, nil, corev1.EventTypeWarning, ippoolv1.ReasonAddressQuarantined, "Hold",
+	r.Recorder.Eventf(pool, audit.ListReference(pool.Name, unreturned), corev1.EventTypeWarning, ippoolv1.ReasonAddressQuarantined, "Hold",
 		"Taken from the returns they were kept for: %s. Another node's network carries each, recorded by no holder (set there by hand, "+
 			"or by a policy of its own): its holder no longer gets it back, so that it is not on two NICs, and no other holder is given "+
 			"it while that node shows it", listNames(unreturned, 10))
@@ -343,7 +343,7 @@ func (r maintainer) reportHeldForCarriers(pool *ippoolv1.NodeIPPool, held []stri
 	if len(held) == 0 {
 		return
 	}
-	r.Recorder.Eventf(pool, nil, corev1.EventTypeWarning, ippoolv1.ReasonAddressQuarantined, "Hold",
+	r.Recorder.Eventf(pool, audit.ListReference(pool.Name, held), corev1.EventTypeWarning, ippoolv1.ReasonAddressQuarantined, "Hold",
 		"Held %s instead of freeing it: another node's network carries it and no holder records it, so only that node "+
 			"adopts it, and no other holder is given it (moved there by hand, or applied after a restore)", listNames(held, 10))
 }

@@ -186,3 +186,21 @@ func TestTrailWritesTheSchema(t *testing.T) {
 		t.Errorf("enactment reference %+v", r)
 	}
 }
+
+func TestListReference(t *testing.T) {
+	for _, tt := range []struct {
+		names []string
+		want  string
+	}{
+		{[]string{"10.0.0.4", "10.0.0.9"}, "spec.range{10.0.0.4}"},
+		{[]string{"fd00::5 on node a (released)"}, "spec.range{fd00::5}"},
+		{[]string{"10.0.0.4 (taken off)"}, "spec.range{10.0.0.4}"},
+		{[]string{"node a"}, ""},
+		{nil, ""},
+	} {
+		ref := ListReference("p", tt.names)
+		if ref.Kind != "NodeIPPool" || ref.Name != "p" || ref.FieldPath != tt.want {
+			t.Errorf("ListReference(%q) = %+v, want NodeIPPool p at %q", tt.names, ref, tt.want)
+		}
+	}
+}

@@ -132,3 +132,22 @@ func AddressReference(pool string, address netip.Addr) *corev1.ObjectReference {
 	}
 	return ref
 }
+
+// ListReference is AddressReference of the first address names lists
+// (each name an address, alone or followed by words about it: "10.0.0.4
+// on node a"), or of pool alone when the first is no address: the related
+// object of an Event that sums up one pass over a pool's addresses. The
+// recorder folds an Event into an earlier one of the same objects (a
+// reference carries the object's resourceVersion, so a pool not written
+// in between, or one named without it), reason and action, and the
+// series keeps the first note only: a later pass's Event about other
+// addresses would be lost. A pass that names the same first address
+// again folds, as a repeat should.
+func ListReference(pool string, names []string) *corev1.ObjectReference {
+	var first netip.Addr
+	if len(names) > 0 {
+		word, _, _ := strings.Cut(names[0], " ")
+		first, _ = netip.ParseAddr(word)
+	}
+	return AddressReference(pool, first)
+}
