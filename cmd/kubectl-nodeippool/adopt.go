@@ -103,23 +103,16 @@ func readNodes(ctx context.Context, k client.Client) (*nodes, error) {
 // controller chooses (internal/allocation/assign): a proposed pool stands in for the
 // stored one of its name; a new pool first holds, as its rebuild does,
 // every address of its range a node carries that no holder records.
-// Nothing is written.
-func (s *snapshot) adoptionPlans(policies []nmstatev1.NodeNetworkConfigurationPolicy, proposed []ippoolv1.NodeIPPool, n *nodes) []policyPlan {
-	pools := map[string]*ippoolv1.NodeIPPool{}
-	stored := map[string]bool{}
-	for i := range s.pools {
-		pools[s.pools[i].Name] = s.pools[i].DeepCopy()
-		stored[s.pools[i].Name] = true
-	}
-	for i := range proposed {
-		p := proposed[i].DeepCopy()
-		if old, ok := pools[p.Name]; ok {
-			p.Status = old.Status
-		}
-		pools[p.Name] = p
-	}
+// A proposed pool its plan refuses (plans[i], of proposed[i]) stands in
+// for nothing: a new one hands out nothing, as the admission or the pool
+// controller refuses it, and a refused change leaves the stored pool as
+// it is. Nothing is written.
+func (s *snapshot) adoptionPlans(policies []nmstatev1.NodeNetworkConfigurationPolicy, proposed []ippoolv1.NodeIPPool, plans []poolPlan, n *nodes) []policyPlan {
+	pools, stored, problems := s.poolsAsApplied(proposed, plans)
 	choosers := map[string]*assign.Chooser{}
-	problems := map[string]error{}
+	for name := range problems {
+		choosers[name] = nil
+	}
 	chooser := func(name string) (*assign.Chooser, error) {
 		if c, ok := choosers[name]; ok {
 			return c, problems[name]
@@ -155,6 +148,33 @@ func (s *snapshot) adoptionPlans(policies []nmstatev1.NodeNetworkConfigurationPo
 		out = append(out, s.policyPlan(&policies[i], n, pools, chooser))
 	}
 	return out
+}
+
+// poolsAsApplied returns the pools by name as they would be once the
+// proposed ones are applied, which of them are stored, and why a new one
+// its plan refuses would hand out nothing.
+func (s *snapshot) poolsAsApplied(proposed []ippoolv1.NodeIPPool, plans []poolPlan) (
+	pools map[string]*ippoolv1.NodeIPPool, stored map[string]bool, refused map[string]error) {
+	pools, stored, refused = map[string]*ippoolv1.NodeIPPool{}, map[string]bool{}, map[string]error{}
+	for i := range s.pools {
+		pools[s.pools[i].Name] = s.pools[i].DeepCopy()
+		stored[s.pools[i].Name] = true
+	}
+	for i := range proposed {
+		p := proposed[i].DeepCopy()
+		old, ok := pools[p.Name]
+		if why := plans[i].Refusals; len(why) > 0 {
+			if !ok {
+				refused[p.Name] = fmt.Errorf("NodeIPPool %s as proposed would hand out nothing: %s", p.Name, strings.Join(why, "; "))
+			}
+			continue
+		}
+		if ok {
+			p.Status = old.Status
+		}
+		pools[p.Name] = p
+	}
+	return pools, stored, refused
 }
 
 // holdRecorded sets the bits of the addresses the holders record from p,

@@ -232,3 +232,71 @@ spec:
 		}
 	}
 }
+
+// TestPlanRefusedPool: a policy drawing from a proposed pool that would be
+// refused plans no address from it. A new pool that overlaps a stored one
+// hands out nothing (the pool controller refuses the newer of the two),
+// and the plan says so instead of numbering the nodes; a refused change
+// of a stored pool leaves that pool as it is, and the nodes are planned
+// from it.
+func TestPlanRefusedPool(t *testing.T) {
+	k, kubeconfig := cluster(t)
+	carrier(t, k, "node21", "worker", "10.64.0.20")
+	carrier(t, k, "node22", "worker")
+	pool(t, k, "rack", ippoolv1.IPRange{CIDR: "10.64.0.0/24", Start: "10.64.0.10", End: "10.64.0.100"})
+
+	overlapping := writeFile(t, `apiVersion: nmstate.io/v1
+kind: NodeIPPool
+metadata: {name: rack-2}
+spec:
+  range: {cidr: 10.64.0.0/24, start: 10.64.0.50}
+---
+`+envtest.PooledPolicyYAML("rack-2-eth1", "role", "worker", "rack-2"))
+	code, out, errOut := plugin(kubeconfig, "plan", "-f", overlapping)
+	if code != 0 {
+		t.Fatalf("plan exited %d: %s%s", code, out, errOut)
+	}
+	for _, want := range []string{
+		"NodeIPPool rack-2: new, range 10.64.0.50-10.64.0.254; it would be refused or serve nothing:",
+		"! NodeIPPool rack-2 as proposed would hand out nothing: it overlaps NodeIPPool rack",
+	} {
+		if !strings.Contains(out, want) {
+			t.Errorf("plan output lacks %q:\n%s", want, out)
+		}
+	}
+	if strings.Contains(out, "node21") || strings.Contains(out, "node22") {
+		t.Errorf("plan numbers nodes from a pool that would hand out nothing:\n%s", out)
+	}
+
+	// A gateway added to the stored pool is refused (spec.gateway is
+	// immutable): its policy is planned from the pool as stored.
+	changed := writeFile(t, `apiVersion: nmstate.io/v1
+kind: NodeIPPool
+metadata: {name: rack}
+spec:
+  range: {cidr: 10.64.0.0/24, start: 10.64.0.20, end: 10.64.0.100}
+  gateway: 10.64.0.1
+---
+`+envtest.PooledPolicyYAML("rack-eth1", "role", "worker", "rack"))
+	code, out, errOut = plugin(kubeconfig, "plan", "-f", changed, "-o", "json")
+	if code != 0 {
+		t.Fatalf("plan -o json exited %d: %s%s", code, out, errOut)
+	}
+	var got struct {
+		Pools    []poolPlan   `json:"pools"`
+		Policies []policyPlan `json:"policies"`
+	}
+	if err := json.Unmarshal([]byte(out), &got); err != nil || len(got.Pools) != 1 || got.Pools[0].InPlace || len(got.Policies) != 1 {
+		t.Fatalf("plan -o json: %v:\n%s", err, out)
+	}
+	ips := map[string]string{}
+	for _, np := range got.Policies[0].Nodes {
+		ips[np.Node] = np.Verdict + " " + np.IP
+	}
+	// From the stored range (10.64.0.10 on), not the refused one
+	// (10.64.0.20 on): node22 gets the stored range's lowest free address.
+	want := map[string]string{"node21": "keeps 10.64.0.20", "node22": "new 10.64.0.10"}
+	if fmt.Sprint(ips) != fmt.Sprint(want) || len(got.Policies[0].Problems) > 0 {
+		t.Errorf("planned %v (problems %q), want %v", ips, got.Policies[0].Problems, want)
+	}
+}

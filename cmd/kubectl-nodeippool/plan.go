@@ -83,7 +83,7 @@ func runPlan(args []string, stdout, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
-	adoption := st.adoptionPlans(policies, proposed, n)
+	adoption := st.adoptionPlans(policies, proposed, plans, n)
 	if done, err := out.structured(struct {
 		Pools    []poolPlan   `json:"pools"`
 		Policies []policyPlan `json:"policies"`
