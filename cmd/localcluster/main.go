@@ -15,7 +15,7 @@
 //	localcluster node add NAME [--label k=v]... [--kubelet] [--clock-offset D]
 //	localcluster node remove|restart NAME [--crash]
 //	localcluster node stall|resume|stop|start NAME
-//	localcluster upgrade --bin DIR [--crd-dir DIR]
+//	localcluster upgrade --bin DIR [--crd-dir DIR] [--pool-controller=false] [--handlers N]
 //	localcluster etcd snapshot|restore NAME
 //	localcluster backup FILE | restore FILE [--with-status]
 //	localcluster controller restart [--crash] | apiserver restart [--crash]

@@ -17,7 +17,7 @@ const usage = `Usage:
   localcluster node resume NAME [--dir DIR]
   localcluster node stop NAME [--dir DIR]
   localcluster node start NAME [--dir DIR]
-  localcluster upgrade --bin DIR [--crd-dir DIR] [--dir DIR]
+  localcluster upgrade --bin DIR [--crd-dir DIR] [--pool-controller=false] [--handlers N] [--dir DIR]
   localcluster etcd snapshot|restore NAME [--dir DIR]
   localcluster backup FILE [--dir DIR]
   localcluster restore FILE [--with-status] [--dir DIR]

@@ -1,29 +1,37 @@
 // Package upgrade runs a local cluster of an earlier version of
 // nmstate-ippool with live state, upgrades it to this version in the order
 // the install docs give (the CRDs, then the pool controller, then the
-// handlers) and downgrades it back, and checks after each step that no
+// handlers) and downgrades it back, stopping halfway each way (one
+// handler rolled, the others not), and checks after each step that no
 // node and no Cluster API claim is renumbered, no policy is applied again, the pools agree with
 // their holders' records, and a joining node is served.
 package upgrade
 
 import (
+	"fmt"
 	"maps"
+	"net/netip"
 	"os"
 	"path/filepath"
 	"slices"
+	"strings"
 	"testing"
 
+	nmstatev1 "github.com/nmstate/kubernetes-nmstate/api/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	ippoolv1 "github.com/nmstate-ippool/nmstate-ippool/api/v1"
 	"github.com/nmstate-ippool/nmstate-ippool/internal/allocation/capi"
+	"github.com/nmstate-ippool/nmstate-ippool/internal/allocation/poolstatus"
 	"github.com/nmstate-ippool/nmstate-ippool/test/envtest"
 )
 
 // from is the version upgraded from (envtest.EarlierVersion).
 const from = envtest.EarlierVersion
 
-const pool, policy, pooled = "upgrade-pool", "upgrade-policy", "upgrade-pooled"
+const pool, policy, pooled, halfway = "upgrade-pool", "upgrade-policy", "upgrade-pooled", "upgrade-halfway"
 
 func TestUpgradeAndDowngrade(t *testing.T) {
 	if testing.Short() {
@@ -76,8 +84,24 @@ spec:
 	nodes = []string{"node01", "node02"}
 	applies := c.Applies(nodes)
 
+	// Halfway: the CRDs, the pool controller and node01's handler are this
+	// version's, node02's handler still the earlier one's, as a
+	// DaemonSet's rolling update leaves a cluster for a while. Nothing
+	// changes, and a policy created now is served on both: node02's
+	// earlier handler asks this version's pool controller.
+	c.Localcluster("upgrade", "--bin", newBin, "--handlers", "1")
+	c.Unchanged(ctx, "halfway through the upgrade", addresses, nodes, applies)
+	pooledUnchanged(t, c, "halfway through the upgrade", second, nodes)
+	claimsUnchanged(t, c, "halfway through the upgrade", claimed, records)
+	mid := *c
+	mid.Policy = halfway
+	c.Create(ctx, strings.Replace(envtest.PooledPolicyYAML(halfway, "kubernetes.io/os", "linux", pool), "name: eth1", "name: eth3", 1))
+	third := mid.Served(ctx, "a policy created halfway through the upgrade", nodes)
+	applies = c.Applies(nodes)
+
 	c.Localcluster("upgrade", "--bin", newBin)
 	c.Unchanged(ctx, "after the upgrade", addresses, nodes, applies)
+	mid.Unchanged(ctx, "after the upgrade", third, nodes, nil)
 	pooledUnchanged(t, c, "after the upgrade", second, nodes)
 	claimsUnchanged(t, c, "after the upgrade", claimed, records)
 	c.CreateClaim(ctx, machines, "m3")
@@ -99,6 +123,22 @@ spec:
 	c.Localcluster("node", "remove", "node04")
 	c.Kept(ctx, "node04 removed after the upgrade", addresses["node04"])
 	nodes = []string{"node01", "node02", "node03"}
+	third = mid.Served(ctx, "the policy created halfway, on the nodes that joined after the upgrade", nodes)
+	applies = c.Applies(nodes)
+
+	// Halfway back: the pool controller and node01's handler are the
+	// earlier version's, node02's and node03's still this version's.
+	// Nothing changes; the policy created halfway up is deleted, and this
+	// version's handlers take its addresses off, confirmed to the
+	// earlier pool controller, which frees them.
+	c.Localcluster("upgrade", "--bin", oldBin, "--crd-dir", oldCRDs, "--handlers", "1")
+	c.Unchanged(ctx, "halfway through the downgrade", addresses, nodes, applies)
+	pooledUnchanged(t, c, "halfway through the downgrade", second, nodes)
+	claimsUnchanged(t, c, "halfway through the downgrade", claimed, records)
+	if err := c.K.Delete(ctx, &nmstatev1.NodeNetworkConfigurationPolicy{ObjectMeta: metav1.ObjectMeta{Name: halfway}}); err != nil {
+		t.Fatal(err)
+	}
+	released(t, c, "the policy created halfway up, deleted halfway down", "eth3", third, nodes)
 	applies = c.Applies(nodes)
 
 	c.Localcluster("upgrade", "--bin", oldBin, "--crd-dir", oldCRDs)
@@ -142,6 +182,34 @@ func pooledUnchanged(t *testing.T, c *envtest.Fleet, when string, before map[str
 }
 
 const machines = "machines"
+
+// released waits until no node of nodes carries an address on iface and
+// the pool holds none of ips (each node's address of a deleted policy)
+// and agrees with its holders' records.
+func released(t *testing.T, c *envtest.Fleet, when, iface string, ips map[string]string, nodes []string) {
+	t.Helper()
+	c.Eventually(when, func() error {
+		for node, carried := range c.Carried(nodes, iface) {
+			if len(carried) > 0 {
+				return fmt.Errorf("%s still carries %v on %s", node, carried, iface)
+			}
+		}
+		var p ippoolv1.NodeIPPool
+		if err := c.K.Get(t.Context(), client.ObjectKey{Name: pool}, &p); err != nil {
+			return err
+		}
+		alloc, err := poolstatus.Allocator(&p)
+		if err != nil {
+			return err
+		}
+		for node, ip := range ips {
+			if alloc.HasIP(netip.MustParseAddr(ip)) {
+				return fmt.Errorf("the pool still holds %s, %s's address of the deleted policy", ip, node)
+			}
+		}
+		return c.Check(t.Context())
+	})
+}
 
 // addressUIDs returns the UID of each claim's IPAddress: one made again
 // would have another.
