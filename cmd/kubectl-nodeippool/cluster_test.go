@@ -97,6 +97,27 @@ func plugin(kubeconfig string, args ...string) (int, string, string) {
 	return code, out.String(), errOut.String()
 }
 
+// pluginOK runs the plugin, fails the test unless it exits 0, and returns
+// what it printed.
+func pluginOK(t *testing.T, kubeconfig string, args ...string) string {
+	t.Helper()
+	code, out, errOut := plugin(kubeconfig, args...)
+	if code != 0 {
+		t.Fatalf("%s exited %d: %s%s", args[0], code, out, errOut)
+	}
+	return out
+}
+
+// wantLines reports each of wants that out lacks.
+func wantLines(t *testing.T, what, out string, wants ...string) {
+	t.Helper()
+	for _, want := range wants {
+		if !strings.Contains(out, want) {
+			t.Errorf("%s lacks %q:\n%s", what, want, out)
+		}
+	}
+}
+
 // TestClusterCommands runs list, show, decode and check against a real API
 // server, on a pool that agrees with its enactments and one that disagrees
 // in every way check knows.
@@ -224,10 +245,7 @@ func TestStructuredOutput(t *testing.T) {
 	k, kubeconfig := cluster(t)
 	pool(t, k, "p", ippoolv1.IPRange{CIDR: "fd00::/64", Start: "fd00::1", End: "fd00::ff"}, "fd00::1")
 	enactment(t, k, "node01", "v6", "p", "fd00::1")
-	code, out, errOut := plugin(kubeconfig, "show", "p", "-o", "json")
-	if code != 0 {
-		t.Fatalf("exit %d: %s", code, errOut)
-	}
+	out := pluginOK(t, kubeconfig, "show", "p", "-o", "json")
 	var d poolDetail
 	if err := json.Unmarshal([]byte(out), &d); err != nil {
 		t.Fatalf("%v:\n%s", err, out)

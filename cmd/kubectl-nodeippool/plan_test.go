@@ -46,46 +46,32 @@ apiVersion: nmstate.io/v1
 kind: NodeNetworkConfigurationPolicy
 metadata: {name: ignored}
 `)
-	code, out, errOut := plugin(kubeconfig, "plan", "-f", grow)
-	if code != 0 {
-		t.Fatalf("plan: exit %d: %s", code, errOut)
-	}
-	for _, want := range []string{
+	out := pluginOK(t, kubeconfig, "plan", "-f", grow)
+	wantLines(t, "plan output", out,
 		"NodeIPPool traffic: 10.30.0.10-10.30.0.12 -> 10.30.0.2-10.30.0.20; kubectl apply changes it in place",
 		"node02  static-ip  addr     10.30.0.11  recorded  1 -> 9   keep",
 		"the start moves, so every offset moves",
 		"3 holder(s) keep their address, 0 move to another, 0 find none; 16 of 19 addresses stay free",
-	} {
-		if !strings.Contains(out, want) {
-			t.Errorf("plan output lacks %q:\n%s", want, out)
-		}
-	}
+	)
 
 	shrink := writeFile(t, `{"apiVersion": "nmstate.io/v1", "kind": "NodeIPPool", "metadata": {"name": "traffic"},
   "spec": {"range": {"cidr": "10.30.0.0/24", "start": "10.30.0.11", "end": "10.30.0.12", "exclude": ["10.30.0.12"]}}}`)
-	code, out, _ = plugin(kubeconfig, "plan", "-f", shrink)
-	for _, want := range []string{
+	code, out, _ := plugin(kubeconfig, "plan", "-f", shrink)
+	wantLines(t, "plan output", out,
 		"kubectl apply would be refused:",
 		"spec.range: Forbidden: the change takes 2 address(es) in use from their holders: 10.30.0.10 held by node node01",
 		"Deleting the pool and creating it anew would do this:",
 		"node01  static-ip  addr     10.30.0.10  recorded  0 -> -  lose: outside the proposed range 10.30.0.11-10.30.0.12; the proposed range has no free address left for it",
 		"node02  static-ip  addr     10.30.0.11  recorded  1 -> 0  keep",
 		"1 holder(s) keep their address, 0 move to another, 2 find none",
-	} {
-		if !strings.Contains(out, want) {
-			t.Errorf("plan output lacks %q:\n%s", want, out)
-		}
-	}
+	)
 	if code != 0 {
 		t.Errorf("plan of a refused change: exit %d; it reports, it does not fail", code)
 	}
 
 	// A new pool under the name of a deleted one takes over its records.
 	recreated := writeFile(t, "apiVersion: nmstate.io/v1\nkind: NodeIPPool\nmetadata: {name: gone}\nspec:\n  range: {cidr: 10.31.0.0/24}\n")
-	code, out, errOut = plugin(kubeconfig, "plan", "-f", recreated, "-o", "json")
-	if code != 0 {
-		t.Fatalf("plan -o json: exit %d: %s", code, errOut)
-	}
+	out = pluginOK(t, kubeconfig, "plan", "-f", recreated, "-o", "json")
 	var plans []poolPlan
 	if err := json.Unmarshal([]byte(out), &plans); err != nil {
 		t.Fatalf("%v:\n%s", err, out)
@@ -112,15 +98,7 @@ metadata: {name: ignored}
 			"NodeIPPool traffic-2: new, range 10.30.0.5-10.30.0.254; it would be refused or serve nothing:",
 			"  - it overlaps NodeIPPool traffic (10.30.0.10-10.30.0.12): the pool controller refuses the newer of two overlapping pools"},
 	} {
-		code, out, errOut := plugin(kubeconfig, "plan", "-f", file)
-		if code != 0 {
-			t.Fatalf("plan: exit %d: %s", code, errOut)
-		}
-		for _, want := range wants {
-			if !strings.Contains(out, want) {
-				t.Errorf("plan output lacks %q:\n%s", want, out)
-			}
-		}
+		wantLines(t, "plan output", pluginOK(t, kubeconfig, "plan", "-f", file), wants...)
 	}
 
 	// A stored pool whose reservation can never be handed out (admitted
@@ -132,12 +110,11 @@ metadata: {name: ignored}
 	if err := k.Create(context.Background(), legacy); err != nil {
 		t.Fatal(err)
 	}
-	code, out, errOut = plugin(kubeconfig, "plan", "-f", writeFile(t, "apiVersion: nmstate.io/v1\nkind: NodeIPPool\n"+
+	out = pluginOK(t, kubeconfig, "plan", "-f", writeFile(t, "apiVersion: nmstate.io/v1\nkind: NodeIPPool\n"+
 		"metadata: {name: legacy, labels: {team: net}}\nspec:\n  range: {cidr: 10.33.0.0/24, start: 10.33.0.10, end: 10.33.0.20}\n"+
 		"  reservations: [{ip: 10.33.0.30, node: node01}]\n"))
-	if code != 0 || !strings.Contains(out, "NodeIPPool legacy: 10.33.0.10-10.33.0.20 -> 10.33.0.10-10.33.0.20; kubectl apply changes it in place") {
-		t.Errorf("plan of an unchanged range and reservations: exit %d:\n%s%s", code, out, errOut)
-	}
+	wantLines(t, "plan of an unchanged range and reservations", out,
+		"NodeIPPool legacy: 10.33.0.10-10.33.0.20 -> 10.33.0.10-10.33.0.20; kubectl apply changes it in place")
 
 	// The cluster still has what it had: plan changes nothing.
 	if code, out, _ := plugin(kubeconfig, "show", "traffic"); code != 0 || !strings.Contains(out, "10.30.0.10-10.30.0.12") {
