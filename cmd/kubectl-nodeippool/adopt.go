@@ -287,11 +287,31 @@ func (s *snapshot) nodePlan(policy *nmstatev1.NodeNetworkConfigurationPolicy, re
 	// the node holds under no other record.
 	replaced := slices.ContainsFunc(carried, func(c assign.Carried) bool { return c.IP.Is4() == t.IP.Is4() && (cl.Holds == nil || !cl.Holds(c.IP)) })
 	np.Verdict, np.Why = outcome(t, ref.Capture, carried, replaced, ifaces)
-	if passed := c.PassedBy(cl); len(passed) > 0 {
-		np.Why += "; its reservation " + strings.Join(passed, ", ") + ": it keeps what it is given " +
-			"(ReservationConflict while that node carries it, ReservationNotHeld after: reset it then to move it to its reservation)"
-	}
+	np.Why += passedBy(c.PassedBy(cl, n.labels))
 	return np
+}
+
+// passedBy says what follows for a node from the reservations for it
+// that the pool passes by, "" for none: it keeps what it is given; the
+// pool says ReservationConflict while the carrier carries the address,
+// and ReservationNotHeld after for a reservation by name (one by label
+// selector is for whichever node it matches asks first).
+func passedBy(passed []assign.Passed) string {
+	if len(passed) == 0 {
+		return ""
+	}
+	names := make([]string, 0, len(passed))
+	byName := false
+	for _, p := range passed {
+		names = append(names, p.String())
+		byName = byName || p.Node != ""
+	}
+	after := "reset it after to move it to its reservation"
+	if byName {
+		after = "ReservationNotHeld after: reset it then to move it to its reservation"
+	}
+	return "; its reservation " + strings.Join(names, ", ") + ": it keeps what it is given " +
+		"(ReservationConflict while that node carries it, " + after + ")"
 }
 
 // outcome is the verdict on what Take handed a capture (captureName) of

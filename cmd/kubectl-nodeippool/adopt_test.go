@@ -269,3 +269,47 @@ spec:
 		t.Errorf("planned %v (problems %q), want %v", ips, got.Policies[0].Problems, want)
 	}
 }
+
+// TestPlanSharedSelectorReservation: a reservation by label selector
+// matching two nodes, one of which carries its address, is that node's:
+// the other is served another address, and the plan does not call the
+// carrier a conflict (the pool controller does not either). One carried
+// by a node it does not match is passed by, without the
+// ReservationNotHeld only a reservation by name comes to.
+func TestPlanSharedSelectorReservation(t *testing.T) {
+	k, kubeconfig := cluster(t)
+	carrier(t, k, "node31", "worker")
+	carrier(t, k, "node32", "worker", "10.65.0.30")
+	carrier(t, k, "node33", "worker", "10.65.0.31")
+	for _, name := range []string{"node31", "node32"} {
+		var n corev1.Node
+		if err := k.Get(context.Background(), client.ObjectKey{Name: name}, &n); err != nil {
+			t.Fatal(err)
+		}
+		n.Labels["rack"] = "r1"
+		if err := k.Update(context.Background(), &n); err != nil {
+			t.Fatal(err)
+		}
+	}
+	out := pluginOK(t, kubeconfig, "plan", "-f", writeFile(t, `apiVersion: nmstate.io/v1
+kind: NodeIPPool
+metadata: {name: rack}
+spec:
+  range: {cidr: 10.65.0.0/24, start: 10.65.0.10, end: 10.65.0.100}
+  reservations:
+  - {ip: 10.65.0.30, nodeSelector: {matchLabels: {rack: r1}}}
+  - {ip: 10.65.0.31, nodeSelector: {matchLabels: {rack: r1}}}
+---
+`+envtest.PooledPolicyYAML("rack-eth1", "role", "worker", "rack")))
+	wantLines(t, "plan output", out,
+		"NodeNetworkConfigurationPolicy rack-eth1: 3 node captures, 1 keep their address, 1 renumbered",
+		"node31  addr     rack  -                   10.65.0.10  new: it carries no address on eth1; "+
+			"its reservation 10.65.0.31 (node node33 carries it): it keeps what it is given "+
+			"(ReservationConflict while that node carries it, reset it after to move it to its reservation)\n",
+		"node32  addr     rack  10.65.0.30 on eth1  10.65.0.30  keeps",
+		"node33  addr     rack  10.65.0.31 on eth1  10.65.0.11  renumbered: cannot adopt 10.65.0.31 on eth1",
+	)
+	if strings.Contains(out, "node node32 carries it") || strings.Contains(out, "ReservationNotHeld") {
+		t.Errorf("plan calls a node the reservation matches a conflict, or promises ReservationNotHeld for a selector:\n%s", out)
+	}
+}

@@ -132,14 +132,31 @@ func (t Taken) Unconfirmed() bool { return t.unconfirmed }
 // asker, which comes before any address its node carries.
 func (t Taken) Reserved() bool { return t.reserved }
 
-// PassedBy describes the reservations for cl that Take passes by because
-// a node other than cl's carries their address: free and carried
+// Passed is a reservation for an asker that Take passes by because
+// another node carries its address.
+type Passed struct {
+	Reservation
+	// Carrier is the node whose network carries the address.
+	Carrier string
+}
+
+// String describes the reservation passed by: "10.0.0.5 (node w2
+// carries it)".
+func (p Passed) String() string {
+	return fmt.Sprintf("%s (node %s carries it)", p.IP, p.Carrier)
+}
+
+// PassedBy returns the reservations for cl that Take passes by because
+// a node they are not for carries their address: free and carried
 // (Avoid), or held as that node's stray (quarantined for it, no holder
-// named): "10.0.0.5 (node w2 carries it)". cl is served another address
-// and keeps it; once the carrier takes the reserved one off, the pool
-// says the reservation is not held (ReservationNotHeld).
-func (c *Chooser) PassedBy(cl Asker) []string {
-	var out []string
+// named). cl is served another address and keeps it; the pool says
+// ReservationConflict while the carrier carries it. labelsOf returns
+// another node's labels (nil if unknown): a carrier that a reservation by
+// label selector matches too is one of the nodes the reservation is for,
+// and adopts the address, so that reservation is not passed by for cl,
+// as the pool controller counts no conflict for it either.
+func (c *Chooser) PassedBy(cl Asker, labelsOf func(node string) map[string]string) []Passed {
+	var out []Passed
 	for _, r := range c.reservations {
 		if !r.Matches(cl.Node, cl.Policy, cl.Labels) {
 			continue
@@ -150,9 +167,10 @@ func (c *Chooser) PassedBy(cl Asker) []string {
 		} else if q := poolstatus.QuarantineOf(c.pool, r.IP.String()); q != nil && q.HolderName() == "" && q.Node != cl.Node {
 			other = q.Node
 		}
-		if other != "" {
-			out = append(out, fmt.Sprintf("%s (node %s carries it)", r.IP, other))
+		if other == "" || r.Node == "" && r.Matches(other, r.Policy, func() map[string]string { return labelsOf(other) }) {
+			continue
 		}
+		out = append(out, Passed{Reservation: r, Carrier: other})
 	}
 	return out
 }
