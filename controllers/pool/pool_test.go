@@ -378,15 +378,18 @@ func collide(t *testing.T, node, iface string) {
 	}).Should(Succeed())
 }
 
-// failingLists fails the first lists of enactments, as an overloaded API
-// server would.
+// failingLists fails the first lists of enactments, whole or as
+// metadata, as an overloaded API server would.
 type failingLists struct {
 	client.Reader
 	failures atomic.Int32
 }
 
 func (f *failingLists) List(ctx context.Context, list client.ObjectList, opts ...client.ListOption) error {
-	if _, ok := list.(*nncev1beta1.NodeNetworkConfigurationEnactmentList); ok && f.failures.Add(-1) >= 0 {
+	_, whole := list.(*nncev1beta1.NodeNetworkConfigurationEnactmentList)
+	metas, ok := list.(*metav1.PartialObjectMetadataList)
+	metadata := ok && metas.GroupVersionKind().Kind == "NodeNetworkConfigurationEnactmentList"
+	if (whole || metadata) && f.failures.Add(-1) >= 0 {
 		return errors.New("etcdserver: request timed out (injected)")
 	}
 	return f.Reader.List(ctx, list, opts...)
